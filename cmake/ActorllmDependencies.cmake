@@ -1,0 +1,24 @@
+# Every dependency comes from a Debian package; scripts/setup.sh installs them.
+find_package(Threads REQUIRED)
+find_package(simdjson REQUIRED)
+find_package(fmt REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(doctest REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+
+# Debian ships no CMake config for CAF 0.17: wrap the libraries in imported targets ourselves. Only actors/ and
+# net/ link these.
+find_library(CAF_CORE_LIBRARY caf_core)
+find_library(CAF_IO_LIBRARY caf_io)
+find_path(CAF_INCLUDE_DIR caf/all.hpp)
+if(CAF_CORE_LIBRARY AND CAF_IO_LIBRARY AND CAF_INCLUDE_DIR)
+  add_library(caf::core UNKNOWN IMPORTED)
+  set_target_properties(caf::core PROPERTIES IMPORTED_LOCATION ${CAF_CORE_LIBRARY}
+                                             INTERFACE_LINK_LIBRARIES Threads::Threads)
+  add_library(caf::io UNKNOWN IMPORTED)
+  set_target_properties(caf::io PROPERTIES IMPORTED_LOCATION ${CAF_IO_LIBRARY}
+                                           INTERFACE_LINK_LIBRARIES caf::core)
+else()
+  message(FATAL_ERROR "CAF 0.17 not found: run scripts/setup.sh (installs libcaf-dev)")
+endif()

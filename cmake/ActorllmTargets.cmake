@@ -1,0 +1,34 @@
+# Helpers that give every actorllm target the same flags and layout.
+
+# Compile options shared by all C++ targets of the project.
+function(actorllm_target_defaults target)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow>)
+  if(ACTORLLM_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+  if(ACTORLLM_NATIVE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+  endif()
+  if(ACTORLLM_SANITIZE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined
+                                             -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# A static library made of every .cpp under `dir` (recursively). Adding a file needs no CMake edit.
+function(actorllm_add_library name dir)
+  file(GLOB_RECURSE _srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${dir}/*.cpp)
+  if(NOT _srcs)
+    # A folder whose first sources are still to come: an empty stand-in keeps the dependents linking.
+    set(_srcs ${PROJECT_SOURCE_DIR}/cmake/empty.cpp)
+  endif()
+  add_library(${name} STATIC ${_srcs})
+  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+                                            $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
+  target_link_libraries(${name} PUBLIC Threads::Threads fmt::fmt)
+  actorllm_target_defaults(${name})
+  if(ACTORLLM_SANITIZE)
+    target_link_options(${name} INTERFACE -fsanitize=address,undefined)
+  endif()
+endfunction()

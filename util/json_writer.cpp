@@ -1,0 +1,176 @@
+// A small streaming JSON writer.
+#include "util/json_writer.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace actorllm {
+namespace {
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is invalid.
+size_t utf8_sequence_length(std::string_view s, size_t i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  size_t n = 0;
+  uint32_t cp = 0;
+  if (c < 0x80)
+    return 1;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size())
+    return 0;
+  for (size_t k = 1; k < n; ++k) {
+    auto cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xC0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+      (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return n;
+}
+
+}  // namespace
+
+void append_json_string(std::string& out, std::string_view s) {
+  out.push_back('"');
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      size_t n = utf8_sequence_length(s, i);
+      if (n == 0) {
+        out += "\xEF\xBF\xBD";
+        ++i;
+      } else {
+        out.append(s.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+    ++i;
+  }
+  out.push_back('"');
+}
+
+void json_writer::before_value() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (!first_.empty()) {
+    if (!first_.back())
+      out_.push_back(',');
+    first_.back() = false;
+  }
+}
+
+json_writer& json_writer::begin_object() {
+  before_value();
+  out_.push_back('{');
+  first_.push_back(true);
+  return *this;
+}
+
+json_writer& json_writer::end_object() {
+  out_.push_back('}');
+  first_.pop_back();
+  return *this;
+}
+
+json_writer& json_writer::begin_array() {
+  before_value();
+  out_.push_back('[');
+  first_.push_back(true);
+  return *this;
+}
+
+json_writer& json_writer::end_array() {
+  out_.push_back(']');
+  first_.pop_back();
+  return *this;
+}
+
+json_writer& json_writer::key(std::string_view k) {
+  before_value();
+  append_json_string(out_, k);
+  out_.push_back(':');
+  after_key_ = true;
+  return *this;
+}
+
+json_writer& json_writer::value(std::string_view s) {
+  before_value();
+  append_json_string(out_, s);
+  return *this;
+}
+
+json_writer& json_writer::value(bool b) {
+  before_value();
+  out_ += b ? "true" : "false";
+  return *this;
+}
+
+json_writer& json_writer::value(int64_t v) {
+  before_value();
+  out_ += std::to_string(v);
+  return *this;
+}
+
+json_writer& json_writer::value(uint64_t v) {
+  before_value();
+  out_ += std::to_string(v);
+  return *this;
+}
+
+json_writer& json_writer::value(double v) {
+  before_value();
+  if (!std::isfinite(v)) {
+    out_ += "null";
+    return *this;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  out_ += buf;
+  return *this;
+}
+
+json_writer& json_writer::null() {
+  before_value();
+  out_ += "null";
+  return *this;
+}
+
+json_writer& json_writer::raw(std::string_view r) {
+  before_value();
+  out_.append(r);
+  return *this;
+}
+
+}  // namespace actorllm
