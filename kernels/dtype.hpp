@@ -1,0 +1,68 @@
+// Element types of weights and activations, and the scalar conversions between them. Shared by every backend.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace actorllm {
+
+/// Storage type of a tensor's elements.
+enum class dtype : uint8_t { f32, f16, bf16 };
+
+/// Bytes per element.
+constexpr size_t dtype_size(dtype t) { return t == dtype::f32 ? 4 : 2; }
+
+/// Short lowercase name: "f32", "f16", "bf16".
+constexpr std::string_view dtype_name(dtype t) {
+  switch (t) {
+    case dtype::f32: return "f32";
+    case dtype::f16: return "f16";
+    case dtype::bf16: return "bf16";
+  }
+  return "?";
+}
+
+/// Parses safetensors ("F32", "F16", "BF16") and Hugging Face / torch spellings ("float32", "float", "float16",
+/// "half", "bfloat16") and our own ("f32", "f16", "bf16"). Anything else is nullopt.
+std::optional<dtype> parse_dtype(std::string_view s);
+
+/// bf16 is the upper half of an IEEE f32.
+inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+/// Round-to-nearest-even; NaN stays NaN.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+/// IEEE binary16 <-> binary32 (round-to-nearest-even), portable (no F16C needed).
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+/// Reads element `i` of a buffer of type `t` as float.
+inline float load_as_f32(const void* data, dtype t, size_t i) {
+  switch (t) {
+    case dtype::f32: return static_cast<const float*>(data)[i];
+    case dtype::f16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case dtype::bf16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+  }
+  return 0.0f;
+}
+
+/// Writes `v` as element `i` of a buffer of type `t`.
+inline void store_from_f32(void* data, dtype t, size_t i, float v) {
+  switch (t) {
+    case dtype::f32: static_cast<float*>(data)[i] = v; break;
+    case dtype::f16: static_cast<uint16_t*>(data)[i] = f32_to_f16(v); break;
+    case dtype::bf16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(v); break;
+  }
+}
+
+}  // namespace actorllm

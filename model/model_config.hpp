@@ -1,0 +1,62 @@
+// The architecture hyper-parameters of a Hugging Face checkpoint, read from its config.json (and the end-of-sequence
+// ids from generation_config.json), validated once so the rest of the engine can trust them.
+#pragma once
+
+#include "kernels/dtype.hpp"
+#include "kernels/rope_scaling.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace actorllm::model {
+
+/// What the Llama-family forward pass needs to know about a model. Names follow llama.cpp; the comments give the
+/// config.json key each one comes from.
+struct model_config {
+  std::string
+      architecture;  ///< architectures[0]: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
+  std::string model_type;  ///< model_type: llama, mistral, qwen2, qwen3 (derived from the architecture when absent)
+  int64_t n_embd = 0;      ///< hidden_size
+  int64_t n_ff = 0;        ///< intermediate_size
+  int64_t n_layer = 0;     ///< num_hidden_layers
+  int64_t n_head = 0;      ///< num_attention_heads
+  int64_t n_head_kv = 0;   ///< num_key_value_heads (n_head when absent or null)
+  int64_t head_dim = 0;    ///< head_dim, or n_embd / n_head when absent or null
+  int64_t n_vocab = 0;     ///< vocab_size
+  int64_t max_position_embeddings = 0;  ///< max_position_embeddings
+  double rope_theta = 10000.0;          ///< rope_theta
+  rope_scaling rope;                    ///< rope_scaling: none, linear or llama3
+  float rms_norm_eps = 1e-6f;           ///< rms_norm_eps
+  bool tie_word_embeddings = false;     ///< tie_word_embeddings: lm_head reuses model.embed_tokens.weight
+  bool attention_bias = false;          ///< q/k/v_proj have biases (always for qwen2, whose config has no such key)
+  /// o_proj has a bias too: HF Llama/Mistral/Qwen3 put `attention_bias` on o_proj as well, Qwen2 does not.
+  bool o_proj_bias = false;
+  bool qk_norm = false;                 ///< Qwen3: per-head RMSNorm of q and k (self_attn.q_norm / k_norm weights)
+  dtype torch_dtype = dtype::f32;       ///< torch_dtype (or dtype): the checkpoint's declared element type
+  std::optional<int32_t> bos_token_id;  ///< bos_token_id
+  /// generation_config.json's eos_token_id (an int or a list) when that file says, else config.json's.
+  std::vector<int32_t> eos_token_ids;
+  /// sliding_window (Mistral); nullopt when null, absent, or switched off by `use_sliding_window: false` (Qwen2).
+  std::optional<int64_t> sliding_window;
+
+  /// The rotary embedding parameters: {head_dim, rope_theta, rope}.
+  rope_config rope_cfg() const;
+};
+
+/// Reads DIR/config.json and, when present, DIR/generation_config.json. Throws model_error naming the file and the
+/// field when a required field is absent, has the wrong type or an impossible value, when the architecture,
+/// hidden_act or rope_scaling type is one actorllm does not implement, or when the file cannot be read.
+model_config load_model_config(const std::filesystem::path& dir);
+
+/// Parses the text of a config.json. `origin` names the file in error messages.
+model_config parse_model_config(std::string_view config_json, std::string_view origin);
+
+/// Applies the text of a generation_config.json to `cfg`: its eos_token_id (an int or a list of ints), when present
+/// and not null, replaces cfg.eos_token_ids. `origin` names the file in error messages.
+void apply_generation_config(model_config& cfg, std::string_view generation_config_json, std::string_view origin);
+
+}  // namespace actorllm::model

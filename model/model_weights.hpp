@@ -1,0 +1,39 @@
+// The weights one shard holds, by Hugging Face name: what the loader (or the dummy filler) produces and the forward
+// pass reads.
+#pragma once
+
+#include "model/tensor.hpp"
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace actorllm::model {
+
+/// Named host tensors of one shard.
+class model_weights {
+ public:
+  /// The tensor called `name`; model_error when this shard does not hold it.
+  const host_tensor& get(std::string_view name) const;
+  /// The tensor called `name`, or nullptr.
+  const host_tensor* find(std::string_view name) const;
+  /// Sum of nbytes() over all tensors.
+  size_t total_bytes() const { return total_bytes_; }
+  /// Number of tensors.
+  size_t size() const { return tensors_.size(); }
+  /// Every tensor, ordered by name.
+  const std::map<std::string, host_tensor, std::less<>>& tensors() const { return tensors_; }
+
+  /// Adds a tensor (the loaders use this; so can tests that build weights by hand). model_error if the name is
+  /// taken. The returned reference stays valid as long as this object.
+  host_tensor& insert(std::string name, host_tensor tensor);
+
+ private:
+  std::map<std::string, host_tensor, std::less<>> tensors_;
+  size_t total_bytes_ = 0;
+};
+
+}  // namespace actorllm::model

@@ -1,0 +1,106 @@
+// Reading Hugging Face safetensors checkpoints: one file mapped read-only with its header validated up front, and a
+// checkpoint directory (one file, or an index and its shards) seen as one name -> tensor table.
+#pragma once
+
+#include "kernels/dtype.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace actorllm::model {
+
+/// One tensor of a safetensors file.
+struct tensor_info {
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<int64_t> shape;
+  uint64_t data_begin = 0;  ///< absolute file offset of the first byte
+  uint64_t data_end = 0;    ///< absolute file offset one past the last byte
+
+  /// Number of elements (1 for a 0-d tensor).
+  int64_t numel() const;
+  /// data_end - data_begin.
+  uint64_t nbytes() const { return data_end - data_begin; }
+};
+
+/// One .safetensors file, mapped read-only. Everything the header claims is checked at open, so a tensor_info from
+/// it always describes bytes inside the mapping: file at least 8 bytes; header length (u64 LE) at most 100 MB and
+/// inside the file; header a JSON object; every entry with dtype F32/F16/BF16, a shape of non-negative ints whose
+/// byte size does not overflow, data_offsets [begin, end] with end - begin == numel * dtype size, inside the data
+/// section and overlapping no other tensor; "__metadata__" a map of strings. Errors (model_error) name the file and
+/// the tensor.
+class safetensors_file {
+ public:
+  /// Opens, maps and validates `path`.
+  static safetensors_file open(const std::filesystem::path& path);
+
+  safetensors_file(safetensors_file&& other) noexcept;
+  safetensors_file& operator=(safetensors_file&& other) noexcept;
+  safetensors_file(const safetensors_file&) = delete;
+  safetensors_file& operator=(const safetensors_file&) = delete;
+  ~safetensors_file();
+
+  /// The path it was opened with.
+  const std::filesystem::path& path() const { return path_; }
+  /// Every tensor, in header order.
+  const std::vector<tensor_info>& tensors() const { return tensors_; }
+  /// The tensor called `name`, or nullptr.
+  const tensor_info* find(std::string_view name) const;
+  /// The first byte of `info`'s data inside the mapping; `info` must come from this file. No alignment is promised
+  /// (safetensors does not require any): read through memcpy.
+  const std::byte* data(const tensor_info& info) const { return map_ + info.data_begin; }
+  /// "__metadata__", when the header has one.
+  const std::unordered_map<std::string, std::string>& metadata() const { return metadata_; }
+  /// Size of the file in bytes.
+  uint64_t file_size() const { return size_; }
+
+ private:
+  safetensors_file() = default;
+  void unmap() noexcept;
+
+  std::filesystem::path path_;
+  const std::byte* map_ = nullptr;
+  uint64_t size_ = 0;
+  std::vector<tensor_info> tensors_;
+  std::unordered_map<std::string_view, size_t> by_name_;  // views into tensors_[i].name
+  std::unordered_map<std::string, std::string> metadata_;
+};
+
+/// A checkpoint directory as Hugging Face writes it: model.safetensors, or model.safetensors.index.json and the shards
+/// its weight_map names. At open, every shard is opened and validated, every tensor the index lists must be in the
+/// shard it names, and no tensor name may appear in two shards.
+class safetensors_checkpoint {
+ public:
+  /// Opens `dir` (or, as a convenience, a single .safetensors file). Throws model_error when neither
+  /// model.safetensors nor model.safetensors.index.json is there, or anything above fails.
+  static safetensors_checkpoint open(const std::filesystem::path& dir);
+
+  /// Where a tensor lives: its file and its header entry; both live as long as the checkpoint.
+  struct entry {
+    const safetensors_file* file;
+    const tensor_info* info;
+  };
+
+  /// The tensor called `name`, or nullopt.
+  std::optional<entry> find(std::string_view name) const;
+  /// Every tensor name, sorted.
+  std::vector<std::string> names() const;
+  /// The opened files (one, or the shards in index order).
+  const std::vector<std::unique_ptr<safetensors_file>>& files() const { return files_; }
+  /// The directory (or file) it was opened from.
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::vector<std::unique_ptr<safetensors_file>> files_;  // heap-held so entries survive moves of the checkpoint
+  std::unordered_map<std::string_view, entry> by_name_;   // views into the files' tensor names
+};
+
+}  // namespace actorllm::model

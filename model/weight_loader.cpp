@@ -1,0 +1,148 @@
+// Checkpoint loading: validate everything against the weight table first (so a bad checkpoint fails before any
+// large copy), then copy the slices out of the mappings in parallel chunks, converting dtype on the way if asked.
+#include "model/weight_loader.hpp"
+
+#include "model/model_error.hpp"
+#include "model/safetensors.hpp"
+#include "model/slice_plan.hpp"
+#include "util/log.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace actorllm::model {
+
+namespace {
+
+// ~4 MB of f32 per chunk: big enough to amortise the dispatch, small enough to balance a few huge embeddings.
+constexpr int64_t chunk_elements = int64_t{1} << 20;
+
+/// Element i of a possibly unaligned buffer (the mapping gives no alignment guarantee).
+template <dtype T>
+float read_element(const std::byte* p, size_t i) {
+  if constexpr (T == dtype::f32) {
+    float v;
+    std::memcpy(&v, p + 4 * i, 4);
+    return v;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return T == dtype::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+  }
+}
+
+template <dtype S>
+void convert_from(const std::byte* src, void* dst, dtype dst_type, size_t n) {
+  switch (dst_type) {
+    case dtype::f32: {
+      auto* d = static_cast<float*>(dst);
+      for (size_t i = 0; i < n; ++i)
+        d[i] = read_element<S>(src, i);
+      break;
+    }
+    case dtype::f16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i)
+        d[i] = f32_to_f16(read_element<S>(src, i));
+      break;
+    }
+    case dtype::bf16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i)
+        d[i] = f32_to_bf16(read_element<S>(src, i));
+      break;
+    }
+  }
+}
+
+void convert_elements(const std::byte* src, dtype src_type, void* dst, dtype dst_type, size_t n) {
+  if (src_type == dst_type) {
+    std::memcpy(dst, src, n * dtype_size(src_type));
+    return;
+  }
+  switch (src_type) {
+    case dtype::f32:
+      convert_from<dtype::f32>(src, dst, dst_type, n);
+      break;
+    case dtype::f16:
+      convert_from<dtype::f16>(src, dst, dst_type, n);
+      break;
+    case dtype::bf16:
+      convert_from<dtype::bf16>(src, dst, dst_type, n);
+      break;
+  }
+}
+
+std::string format_shape(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+}  // namespace
+
+model_weights load_weights(const model_config& cfg, const weight_table& table, const std::filesystem::path& dir,
+                           const shard_spec& shard_in, std::optional<dtype> convert_to) {
+  const auto start = std::chrono::steady_clock::now();
+  const shard_spec shard = resolve_shard(cfg, shard_in);
+  const auto ckpt = safetensors_checkpoint::open(dir);
+
+  std::vector<std::string> missing;
+  for (const auto& decl : table.weights)
+    if (!decl.optional && !ckpt.find(decl.name))
+      missing.push_back(fmt::format("'{}'", decl.name));
+  if (!missing.empty()) {
+    const size_t shown = std::min<size_t>(missing.size(), 8);
+    throw model_error(
+        fmt::format("{}: the checkpoint lacks {} required tensor(s): {}{}", dir.string(), missing.size(),
+                    fmt::join(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                    missing.size() > shown ? fmt::format(" and {} more", missing.size() - shown) : std::string{}));
+  }
+
+  struct copy_job {
+    safetensors_checkpoint::entry src;
+    slice_layout layout;
+    host_tensor* dst;
+  };
+  std::vector<copy_job> jobs;
+  std::vector<slice_chunk> chunks;
+  model_weights weights;
+  for (const auto& decl : table.weights) {
+    auto src = ckpt.find(decl.name);
+    if (!src)
+      continue;  // optional and absent
+    const tensor_info& info = *src->info;
+    if (info.shape != decl.shape)
+      throw model_error(fmt::format("{}: tensor '{}' has shape {}, expected {} from the model config",
+                                    src->file->path().string(), decl.name, format_shape(info.shape),
+                                    format_shape(decl.shape)));
+    const tensor_slice slice = slice_for(decl, shard.tp_rank, shard.tp_size);
+    host_tensor& dst = weights.insert(decl.name, host_tensor(convert_to.value_or(info.type), slice.shape));
+    if (decl.kind == shard_kind::vocab)
+      dst.row_offset = slice.begin;
+    jobs.push_back({*src, make_slice_layout(decl.shape, slice), &dst});
+    append_chunks(jobs.size() - 1, jobs.back().layout, chunk_elements, chunks);
+  }
+
+  parallel_for(chunks.size(), [&](size_t i) {
+    const slice_chunk& c = chunks[i];
+    const copy_job& job = jobs[c.tensor];
+    const dtype src_type = job.src.info->type;
+    const std::byte* src = job.src.file->data(*job.src.info);
+    auto* dst = static_cast<std::byte*>(job.dst->data());
+    const size_t n = static_cast<size_t>(c.run_end - c.run_begin);
+    for (int64_t o = c.outer_begin; o < c.outer_end; ++o) {
+      const auto from = static_cast<size_t>(job.layout.full_index(o, c.run_begin));
+      const auto to = static_cast<size_t>(job.layout.slice_index(o, c.run_begin));
+      convert_elements(src + from * dtype_size(src_type), src_type, dst + to * dtype_size(job.dst->type), job.dst->type,
+                       n);
+    }
+  });
+
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log::debug("weight_loader", "loaded {} tensors ({:.1f} MiB) from {} for tp rank {}/{}, layers [{}, {}) in {:.2f} s",
+             weights.size(), static_cast<double>(weights.total_bytes()) / (1 << 20), dir.string(), shard.tp_rank,
+             shard.tp_size, shard.layer_begin, shard.layer_end, seconds);
+  return weights;
+}
+
+}  // namespace actorllm::model

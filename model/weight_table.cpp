@@ -1,0 +1,174 @@
+// Weight declarations of the Llama family and the tensor-parallel slicing arithmetic.
+#include "model/weight_table.hpp"
+
+#include "model/model_error.hpp"
+
+#include <fmt/format.h>
+
+namespace actorllm::model {
+
+std::string_view shard_kind_name(shard_kind kind) {
+  switch (kind) {
+    case shard_kind::replicated:
+      return "replicated";
+    case shard_kind::column:
+      return "column";
+    case shard_kind::row:
+      return "row";
+    case shard_kind::vocab:
+      return "vocab";
+  }
+  return "?";
+}
+
+const weight_decl* weight_table::find(std::string_view name) const {
+  for (const auto& w : weights)
+    if (w.name == name)
+      return &w;
+  return nullptr;
+}
+
+tensor_slice slice_for(const weight_decl& decl, int tp_rank, int tp_size) {
+  if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
+    throw model_error(
+        fmt::format("{}: tensor parallel rank {} of size {} is not a valid rank", decl.name, tp_rank, tp_size));
+  tensor_slice s;
+  s.shape = decl.shape;
+  if (decl.shape.empty()) {  // 0-d: only replication makes sense
+    if (decl.kind != shard_kind::replicated)
+      throw model_error(fmt::format("{}: a scalar cannot be {}-parallel", decl.name, shard_kind_name(decl.kind)));
+    s.end = 1;
+    return s;
+  }
+  const int64_t tp = tp_size;
+  const int64_t rank = tp_rank;
+  switch (decl.kind) {
+    case shard_kind::replicated:
+      s.end = decl.shape[0];
+      return s;
+    case shard_kind::vocab: {
+      const int64_t n = decl.shape[0];
+      const int64_t per_rank = (n + tp - 1) / tp;
+      s.begin = std::min(rank * per_rank, n);
+      s.end = std::min(s.begin + per_rank, n);
+      s.shape[0] = s.end - s.begin;
+      return s;
+    }
+    case shard_kind::column:
+    case shard_kind::row:
+      break;
+  }
+  s.dim = decl.kind == shard_kind::column ? 0 : 1;
+  if (static_cast<int64_t>(decl.shape.size()) <= s.dim)
+    throw model_error(fmt::format("{}: a {}-D tensor cannot be {}-parallel", decl.name, decl.shape.size(),
+                                  shard_kind_name(decl.kind)));
+  if (decl.n_units < 1 || decl.unit_size < 1 || decl.n_units * decl.unit_size != decl.shape[s.dim])
+    throw model_error(fmt::format("{}: dimension {} ({}) is not {} units of {}", decl.name, s.dim, decl.shape[s.dim],
+                                  decl.n_units, decl.unit_size));
+  const std::string_view unit_name = decl.unit_name.empty() ? std::string_view{"split size"} : decl.unit_name;
+  int64_t first_unit = 0;
+  int64_t n_rank_units = 0;
+  if (decl.n_units % tp == 0) {
+    n_rank_units = decl.n_units / tp;
+    first_unit = rank * n_rank_units;
+  } else if (decl.allow_replication && tp > decl.n_units && tp % decl.n_units == 0) {
+    // More ranks than kv heads: each head is held by tp / n_units consecutive ranks, matching the q heads they serve.
+    n_rank_units = 1;
+    first_unit = rank / (tp / decl.n_units);
+  } else if (decl.allow_replication && tp > decl.n_units) {
+    throw model_error(fmt::format("{}: {} {} does not divide tensor_parallel_size {} (needed to replicate them)",
+                                  decl.name, unit_name, decl.n_units, tp));
+  } else {
+    throw model_error(
+        fmt::format("{}: {} {} is not divisible by tensor_parallel_size {}", decl.name, unit_name, decl.n_units, tp));
+  }
+  s.begin = first_unit * decl.unit_size;
+  s.end = (first_unit + n_rank_units) * decl.unit_size;
+  s.shape[s.dim] = s.end - s.begin;
+  return s;
+}
+
+shard_spec resolve_shard(const model_config& cfg, const shard_spec& shard) {
+  if (shard.tp_size < 1 || shard.tp_rank < 0 || shard.tp_rank >= shard.tp_size)
+    throw model_error(
+        fmt::format("tensor parallel rank {} is not in [0, tensor_parallel_size {})", shard.tp_rank, shard.tp_size));
+  shard_spec out = shard;
+  if (out.layer_end == -1)
+    out.layer_end = cfg.n_layer;
+  if (out.layer_begin < 0 || out.layer_begin >= out.layer_end || out.layer_end > cfg.n_layer)
+    throw model_error(fmt::format("layer range [{}, {}) is not a non-empty part of the model's {} layers",
+                                  shard.layer_begin, shard.layer_end, cfg.n_layer));
+  return out;
+}
+
+weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard_in) {
+  const shard_spec shard = resolve_shard(cfg, shard_in);
+  const bool first_stage = shard.layer_begin == 0;
+  const bool last_stage = shard.layer_end == cfg.n_layer;
+  const int64_t q_dim = cfg.n_head * cfg.head_dim;
+  const int64_t kv_dim = cfg.n_head_kv * cfg.head_dim;
+
+  weight_table table;
+  auto declare = [&](std::string name, std::vector<int64_t> shape, shard_kind kind, int64_t n_units = 1,
+                     int64_t unit_size = 1, std::string_view unit_name = {}, bool allow_replication = false) {
+    weight_decl d;
+    d.name = std::move(name);
+    d.shape = std::move(shape);
+    d.kind = kind;
+    d.n_units = n_units;
+    d.unit_size = unit_size;
+    d.unit_name = std::string(unit_name);
+    d.allow_replication = allow_replication;
+    if (kind == shard_kind::replicated || kind == shard_kind::vocab) {
+      d.n_units = 1;
+      d.unit_size = d.shape.empty() ? 1 : d.shape[0];
+    }
+    table.weights.push_back(std::move(d));
+  };
+
+  if (first_stage || (last_stage && cfg.tie_word_embeddings))
+    declare("model.embed_tokens.weight", {cfg.n_vocab, cfg.n_embd}, shard_kind::vocab);
+  for (int64_t layer = shard.layer_begin; layer < shard.layer_end; ++layer) {
+    const std::string p = fmt::format("model.layers.{}.", layer);
+    declare(p + "input_layernorm.weight", {cfg.n_embd}, shard_kind::replicated);
+    declare(p + "self_attn.q_proj.weight", {q_dim, cfg.n_embd}, shard_kind::column, cfg.n_head, cfg.head_dim,
+            "num_attention_heads");
+    declare(p + "self_attn.k_proj.weight", {kv_dim, cfg.n_embd}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
+            "num_key_value_heads", true);
+    declare(p + "self_attn.v_proj.weight", {kv_dim, cfg.n_embd}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
+            "num_key_value_heads", true);
+    if (cfg.attention_bias) {
+      declare(p + "self_attn.q_proj.bias", {q_dim}, shard_kind::column, cfg.n_head, cfg.head_dim,
+              "num_attention_heads");
+      declare(p + "self_attn.k_proj.bias", {kv_dim}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
+              "num_key_value_heads", true);
+      declare(p + "self_attn.v_proj.bias", {kv_dim}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
+              "num_key_value_heads", true);
+    }
+    if (cfg.qk_norm) {
+      declare(p + "self_attn.q_norm.weight", {cfg.head_dim}, shard_kind::replicated);
+      declare(p + "self_attn.k_norm.weight", {cfg.head_dim}, shard_kind::replicated);
+    }
+    declare(p + "self_attn.o_proj.weight", {cfg.n_embd, q_dim}, shard_kind::row, cfg.n_head, cfg.head_dim,
+            "num_attention_heads");
+    // Added once after the all-reduce of the row-parallel partial sums, so every rank holds all of it.
+    if (cfg.o_proj_bias)
+      declare(p + "self_attn.o_proj.bias", {cfg.n_embd}, shard_kind::replicated);
+    declare(p + "post_attention_layernorm.weight", {cfg.n_embd}, shard_kind::replicated);
+    declare(p + "mlp.gate_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size");
+    declare(p + "mlp.up_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size");
+    declare(p + "mlp.down_proj.weight", {cfg.n_embd, cfg.n_ff}, shard_kind::row, cfg.n_ff, 1, "intermediate_size");
+  }
+  if (last_stage) {
+    declare("model.norm.weight", {cfg.n_embd}, shard_kind::replicated);
+    if (!cfg.tie_word_embeddings)
+      declare("lm_head.weight", {cfg.n_vocab, cfg.n_embd}, shard_kind::vocab);
+  }
+
+  // Every layer has the same sizes, so checking each declaration once for this rank checks the whole layout.
+  for (const auto& w : table.weights)
+    slice_for(w, shard.tp_rank, shard.tp_size);
+  return table;
+}
+
+}  // namespace actorllm::model

@@ -1,0 +1,82 @@
+// The weights an architecture declares, each with the way tensor parallelism splits it (vLLM's column / row / vocab
+// parallel layers), and the arithmetic that turns a declaration and a shard into the slice that shard holds.
+#pragma once
+
+#include "model/model_config.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace actorllm::model {
+
+/// How tensor parallelism splits a weight.
+enum class shard_kind : uint8_t {
+  replicated,  ///< every rank holds all of it (norms, o_proj's bias)
+  column,      ///< dim 0 split (output rows): q/k/v_proj, gate/up_proj and the q/k/v biases
+  row,         ///< dim 1 split (input columns), partial sums all-reduced: o_proj, down_proj
+  vocab,       ///< dim 0 split in contiguous ranges of ceil(n_vocab / tp_size) rows: embed_tokens, lm_head
+};
+
+/// "replicated", "column", "row", "vocab".
+std::string_view shard_kind_name(shard_kind kind);
+
+/// One weight the architecture declares, with its full (unsplit) shape. For column/row weights the split dimension
+/// is `n_units` units of `unit_size` rows/columns (heads x head_dim for attention, intermediate_size x 1 for the MLP):
+/// rank r holds units [r*n_units/tp, (r+1)*n_units/tp) when tp divides n_units; when tp > n_units, n_units divides
+/// tp and `allow_replication` is set (GQA kv heads), rank r holds the single unit r / (tp / n_units); anything else
+/// is a model_error naming `unit_name` and both numbers.
+struct weight_decl {
+  std::string name;            ///< Hugging Face tensor name
+  std::vector<int64_t> shape;  ///< full shape, as in the checkpoint
+  shard_kind kind = shard_kind::replicated;
+  int64_t n_units = 1;
+  int64_t unit_size = 1;
+  bool optional = false;           ///< a checkpoint without it is fine
+  bool allow_replication = false;  ///< kv heads may be replicated when tp > n_units (never q heads or MLP columns)
+  std::string unit_name;           ///< config.json key of n_units, for error messages ("num_key_value_heads")
+};
+
+/// The declared weights of one shard, in declaration order.
+struct weight_table {
+  std::vector<weight_decl> weights;
+  /// The declaration called `name`, or nullptr.
+  const weight_decl* find(std::string_view name) const;
+};
+
+/// Which part of the model a shard holds: its tensor-parallel rank and its pipeline stage's layer range.
+struct shard_spec {
+  int tp_rank = 0;
+  int tp_size = 1;
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;  ///< one past the last layer; -1 means n_layer
+};
+
+/// The part of a full tensor one shard holds: indices [begin, end) along dimension `dim`, everything along the
+/// others. A replicated weight is dim 0, [0, shape[0]) (or a 0-d tensor's [0, 1)).
+struct tensor_slice {
+  int dim = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  std::vector<int64_t> shape;  ///< the slice's shape
+};
+
+/// The slice of `decl` that tp rank `tp_rank` of `tp_size` holds. Throws model_error naming the tensor and the
+/// numbers when the units cannot be split that way.
+tensor_slice slice_for(const weight_decl& decl, int tp_rank, int tp_size);
+
+/// The Llama-family weight table (Llama, Mistral, Qwen2, Qwen3; Hugging Face names) for the layers of `shard`:
+/// model.embed_tokens.weight (vocab) on the first stage, and on the last stage too when tie_word_embeddings (the
+/// lm_head is then `model.embed_tokens.weight`, and lm_head.weight is not declared); per layer input_layernorm,
+/// q/k/v_proj (column by heads; their biases when attention_bias; q_norm/k_norm, replicated, when qk_norm),
+/// o_proj (row by heads; its bias, replicated, when o_proj_bias), post_attention_layernorm, gate/up_proj (column),
+/// down_proj (row); model.norm.weight and lm_head.weight (vocab) on the last stage. Checks the shard spec and
+/// every split before anything is loaded; throws model_error naming the numbers.
+weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard);
+
+/// `shard` with layer_end -1 replaced by n_layer, after checking 0 <= tp_rank < tp_size and
+/// 0 <= layer_begin < layer_end <= n_layer (model_error otherwise).
+shard_spec resolve_shard(const model_config& cfg, const shard_spec& shard);
+
+}  // namespace actorllm::model

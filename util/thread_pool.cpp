@@ -1,0 +1,184 @@
+// Fork-join thread pool: spin-then-sleep workers driven by a generation counter.
+#include "util/thread_pool.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include "util/check.hpp"
+
+namespace actorllm {
+namespace {
+
+// How long an idle worker (or a dispatcher waiting for stragglers) spins before it sleeps. Kernel calls of one
+// decode step come a few microseconds to a millisecond apart; spinning across those gaps saves the futex
+// round trip (tens of microseconds) without burning a core for long once the engine goes idle.
+constexpr auto spin_budget = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until pred() holds or the budget is spent; true when pred() held.
+template <class Pred>
+bool spin_until(Pred pred) {
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 1;; ++i) {
+    if (pred())
+      return true;
+    cpu_relax();
+    if ((i & 255) == 0 && std::chrono::steady_clock::now() - start > spin_budget)
+      return pred();
+  }
+}
+
+// The pool (if any) whose chunk the current thread is running: nested parallel_for calls run inline.
+thread_local const thread_pool* current_pool = nullptr;
+
+struct current_pool_scope {
+  const thread_pool* saved;
+  explicit current_pool_scope(const thread_pool* p) : saved(current_pool) { current_pool = p; }
+  ~current_pool_scope() { current_pool = saved; }
+};
+
+int threads_from_env() {
+  if (const char* env = std::getenv("ACTORLLM_NUM_THREADS")) {
+    int n = std::atoi(env);
+    if (n >= 1)
+      return n;
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+}  // namespace
+
+thread_pool::thread_pool(int n_threads) : n_threads_(n_threads) {
+  ACTORLLM_CHECK(n_threads >= 1, "thread_pool needs at least one thread");
+  workers_.reserve(static_cast<size_t>(n_threads - 1));
+  for (int i = 1; i < n_threads; ++i)
+    workers_.emplace_back([this, i] { worker_main(i); });
+}
+
+thread_pool::~thread_pool() {
+  stop_.store(true, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  {
+    std::lock_guard lock(sleep_mutex_);
+    wake_cv_.notify_all();
+  }
+  for (auto& t : workers_)
+    t.join();
+}
+
+bool thread_pool::inside_this_pool() const { return current_pool == this; }
+
+void thread_pool::run_chunk(int index) noexcept {
+  if (index >= job_chunks_)
+    return;
+  int64_t begin = job_n_ * index / job_chunks_;
+  int64_t end = job_n_ * (index + 1) / job_chunks_;
+  try {
+    current_pool_scope scope(this);
+    (*job_fn_)(begin, end);
+  } catch (...) {
+    std::lock_guard lock(error_mutex_);
+    if (!job_error_)
+      job_error_ = std::current_exception();
+  }
+}
+
+void thread_pool::worker_main(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    auto changed = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(changed)) {
+      std::unique_lock lock(sleep_mutex_);
+      sleeping_workers_.fetch_add(1, std::memory_order_seq_cst);
+      while (generation_.load(std::memory_order_seq_cst) == seen)
+        wake_cv_.wait(lock);
+      sleeping_workers_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire))
+      return;
+    run_chunk(index);
+    // The last worker to finish wakes a dispatcher that went to sleep waiting for it.
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        dispatcher_sleeping_.load(std::memory_order_seq_cst)) {
+      std::lock_guard lock(sleep_mutex_);
+      done_cv_.notify_one();
+    }
+  }
+}
+
+void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0)
+    return;
+  int64_t chunks = std::min<int64_t>(n, n_threads_);
+  if (chunks == 1 || inside_this_pool()) {
+    current_pool_scope scope(this);
+    fn(0, n);
+    return;
+  }
+
+  std::lock_guard dispatch_lock(dispatch_mutex_);
+  job_fn_ = &fn;
+  job_n_ = n;
+  job_chunks_ = static_cast<int>(chunks);
+  job_error_ = nullptr;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  // seq_cst publish pairs with the workers' seq_cst sleeper registration: either a worker sees the new
+  // generation before it sleeps, or we see it asleep and wake it.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard lock(sleep_mutex_);
+    wake_cv_.notify_all();
+  }
+
+  run_chunk(0);
+
+  auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock lock(sleep_mutex_);
+    dispatcher_sleeping_.store(true, std::memory_order_seq_cst);
+    while (pending_.load(std::memory_order_seq_cst) != 0)
+      done_cv_.wait(lock);
+    dispatcher_sleeping_.store(false, std::memory_order_relaxed);
+  }
+
+  if (job_error_) {
+    std::exception_ptr e = job_error_;
+    job_error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+void thread_pool::parallel_for_dynamic(int64_t n, int64_t grain,
+                                       const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0)
+    return;
+  grain = std::max<int64_t>(grain, 1);
+  int64_t n_grains = (n + grain - 1) / grain;
+  std::atomic<int64_t> next{0};
+  // Each participating thread pulls grains until none are left; threads that start late find less to do.
+  parallel_for(std::min<int64_t>(n_grains, n_threads_), [&](int64_t, int64_t) {
+    for (;;) {
+      int64_t g = next.fetch_add(1, std::memory_order_relaxed);
+      if (g >= n_grains)
+        return;
+      fn(g * grain, std::min(n, (g + 1) * grain));
+    }
+  });
+}
+
+thread_pool& thread_pool::global() {
+  static thread_pool pool(threads_from_env());
+  return pool;
+}
+
+}  // namespace actorllm
