@@ -1,0 +1,189 @@
+// CPU decode/prefill benchmark at a real model shape with dummy weights: decode tokens/s at batch 1 and 32,
+// prefill tokens/s for a 512-token prompt, the machine's memory bandwidth, and batch-1 decode as a fraction of the
+// bandwidth roofline (weight bytes read per token ÷ bandwidth). Prints a table, writes JSON.
+#include "bench/memory_bandwidth.hpp"
+#include "kernels/collective.hpp"
+#include "model/kv_cache.hpp"
+#include "model/llama_model.hpp"
+#include "model/model_source.hpp"
+#include "util/json_writer.hpp"
+#include "util/thread_pool.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace actorllm;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Runs `batch` sequences: a short prefill each, then `steps` timed decode steps of the whole batch. Returns tokens/s.
+double decode_tokens_per_second(model::llama_model& llm, int64_t batch, int64_t prompt_len, int64_t steps,
+                                int64_t block_size) {
+  const int64_t ctx = prompt_len + steps + 1;
+  const int64_t blocks_per_seq = (ctx + block_size - 1) / block_size;
+  model::kv_cache cache{llm.cache_shape(block_size), batch * blocks_per_seq};
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t b = 0; b < blocks_per_seq; ++b)
+      tables[static_cast<size_t>(s)].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+  const int64_t vocab = llm.config().n_vocab;
+  std::vector<int32_t> last(static_cast<size_t>(batch));
+  {
+    model::forward_batch fb;
+    for (int64_t s = 0; s < batch; ++s) {
+      std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+      for (int64_t i = 0; i < prompt_len; ++i)
+        prompt[static_cast<size_t>(i)] = static_cast<int32_t>((s * 7919 + i * 104729) % vocab);
+      fb.add_sequence(prompt, 0, tables[static_cast<size_t>(s)], true);
+    }
+    auto logits = llm.forward(fb, cache);
+    for (int64_t s = 0; s < batch; ++s) {
+      auto* row = logits.data() + s * vocab;
+      last[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+  }
+  auto t0 = clock_type::now();
+  for (int64_t step = 0; step < steps; ++step) {
+    model::forward_batch fb;
+    for (int64_t s = 0; s < batch; ++s) {
+      int32_t tok[1] = {last[static_cast<size_t>(s)]};
+      fb.add_sequence(tok, static_cast<int32_t>(prompt_len + step), tables[static_cast<size_t>(s)], true);
+    }
+    auto logits = llm.forward(fb, cache);
+    for (int64_t s = 0; s < batch; ++s) {
+      auto* row = logits.data() + s * vocab;
+      last[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+  }
+  return static_cast<double>(batch * steps) / seconds_since(t0);
+}
+
+double prefill_tokens_per_second(model::llama_model& llm, int64_t n_tokens, int64_t block_size, int reps) {
+  const int64_t blocks = (n_tokens + block_size - 1) / block_size;
+  model::kv_cache cache{llm.cache_shape(block_size), blocks};
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
+  for (int64_t i = 0; i < n_tokens; ++i)
+    prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 104729) % llm.config().n_vocab);
+  double best = 0.0;
+  for (int r = 0; r < reps; ++r) {
+    model::forward_batch fb;
+    fb.add_sequence(prompt, 0, table, true);
+    auto t0 = clock_type::now();
+    llm.forward(fb, cache);
+    best = std::max(best, static_cast<double>(n_tokens) / seconds_since(t0));
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"CPU decode/prefill benchmark with dummy weights at a real model shape"};
+  std::string config_dir = std::string{ACTORLLM_SOURCE_DIR} + "/bench/configs/llama-3.2-1b";
+  std::string json_path = "bench/results/cpu_decode.json";
+  std::string dtype_name = "bfloat16";
+  int threads = 0;
+  int64_t steps = 16, prompt_len = 16, prefill = 512, big_batch = 32;
+  int prefill_reps = 2;
+  app.add_option("--config", config_dir, "Directory with the model's config.json")->capture_default_str();
+  app.add_option("--dtype", dtype_name, "Weight dtype")->capture_default_str();
+  app.add_option("--threads", threads, "Threads (default: all cores)");
+  app.add_option("--decode-steps", steps, "Timed decode steps per batch size")->capture_default_str();
+  app.add_option("--prompt-len", prompt_len, "Context each decoding sequence starts from")->capture_default_str();
+  app.add_option("--prefill-tokens", prefill, "Prompt length of the prefill measurement")->capture_default_str();
+  app.add_option("--prefill-reps", prefill_reps, "Prefill repetitions (best is kept)")->capture_default_str();
+  app.add_option("--batch", big_batch, "The larger decode batch")->capture_default_str();
+  app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  thread_pool pool{threads > 0 ? threads : thread_pool::global().size()};
+  auto wdt = parse_dtype(dtype_name);
+  if (!wdt) {
+    std::fprintf(stderr, "--dtype: unknown dtype '%s'\n", dtype_name.c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "measuring memory bandwidth...\n");
+  double bandwidth = bench::measure_read_bandwidth(pool);
+
+  std::fprintf(stderr, "making dummy weights (%s)...\n", dtype_name.c_str());
+  model::shard_spec shard;
+  model::load_options load;
+  load.format = model::load_format::dummy;
+  load.weight_dtype = *wdt;
+  auto t_load = clock_type::now();
+  auto loaded = model::load_shard(config_dir, shard, load);
+  double load_secs = seconds_since(t_load);
+  const auto cfg = loaded.config;
+  // Bytes a decode step streams: every weight except the embedding table, which is only gathered (unless tied, in
+  // which case the same table is read whole as lm_head).
+  size_t weight_bytes = loaded.weights.total_bytes();
+  size_t bytes_per_token = weight_bytes;
+  if (!cfg.tie_word_embeddings)
+    if (const auto* e = loaded.weights.find("model.embed_tokens.weight"))
+      bytes_per_token -= e->nbytes();
+  single_rank_collective comm;
+  model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, pool};
+  const int64_t block_size = 16;
+
+  std::fprintf(stderr, "decode batch 1...\n");
+  double tps1 = decode_tokens_per_second(llm, 1, prompt_len, steps, block_size);
+  std::fprintf(stderr, "decode batch %ld...\n", static_cast<long>(big_batch));
+  double tpsn = decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
+  std::fprintf(stderr, "prefill %ld tokens...\n", static_cast<long>(prefill));
+  double prefill_tps = prefill_tokens_per_second(llm, prefill, block_size, prefill_reps);
+  double roofline = bandwidth / static_cast<double>(bytes_per_token);
+  double fraction = tps1 / roofline;
+
+  std::printf("%-44s %16s\n", "metric", "value");
+  std::printf("%-44s %16s\n", "model shape", std::filesystem::path{config_dir}.filename().c_str());
+  std::printf("%-44s %16s\n", "weight dtype", std::string{dtype_name}.c_str());
+  std::printf("%-44s %16d\n", "threads", pool.size());
+  std::printf("%-44s %16.2f\n", "weights (GB)", static_cast<double>(weight_bytes) / 1e9);
+  std::printf("%-44s %16.2f\n", "weight bytes read per decode token (GB)", static_cast<double>(bytes_per_token) / 1e9);
+  std::printf("%-44s %16.2f\n", "dummy weight creation (s)", load_secs);
+  std::printf("%-44s %16.2f\n", "memory read bandwidth (GB/s)", bandwidth / 1e9);
+  std::printf("%-44s %16.2f\n", "decode tokens/s, batch 1", tps1);
+  std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch {}", big_batch).c_str(), tpsn);
+  std::printf("%-44s %16.2f\n", fmt::format("prefill tokens/s, {}-token prompt", prefill).c_str(), prefill_tps);
+  std::printf("%-44s %16.2f\n", "batch-1 roofline (tokens/s)", roofline);
+  std::printf("%-44s %15.1f%%\n", "batch-1 decode / roofline", fraction * 100.0);
+
+  json_writer w;
+  w.begin_object();
+  w.key("benchmark").value("cpu_decode");
+  w.key("config").value(config_dir);
+  w.key("dtype").value(dtype_name);
+  w.key("threads").value(pool.size());
+  w.key("weight_bytes").value(static_cast<uint64_t>(weight_bytes));
+  w.key("weight_bytes_per_token").value(static_cast<uint64_t>(bytes_per_token));
+  w.key("memory_bandwidth_bytes_per_s").value(bandwidth);
+  w.key("decode_batch1_tokens_per_s").value(tps1);
+  w.key("decode_batch").value(big_batch);
+  w.key("decode_batchN_tokens_per_s").value(tpsn);
+  w.key("prefill_tokens").value(prefill);
+  w.key("prefill_tokens_per_s").value(prefill_tps);
+  w.key("roofline_batch1_tokens_per_s").value(roofline);
+  w.key("batch1_fraction_of_roofline").value(fraction);
+  w.key("decode_steps").value(steps);
+  w.end_object();
+  std::filesystem::path out{json_path};
+  if (out.has_parent_path())
+    std::filesystem::create_directories(out.parent_path());
+  std::ofstream{out} << w.str() << "\n";
+  std::fprintf(stderr, "wrote %s\n", out.c_str());
+  return 0;
+}

@@ -1,0 +1,49 @@
+// The paged KV cache a shard owns: for each of its layers, k and v blocks of block_size token slots.
+#pragma once
+
+#include "kernels/cpu/attention.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace actorllm::model {
+
+/// What one shard caches per token slot: its layers, its kv heads (after the TP split) and the head size.
+struct kv_cache_shape {
+  int64_t n_layer = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t block_size = 16;
+
+  /// Bytes one block takes over all layers, k and v (f32).
+  size_t bytes_per_block() const {
+    return static_cast<size_t>(2 * n_layer * block_size * n_head_kv * head_dim) * sizeof(float);
+  }
+  /// How many whole blocks fit in `bytes`.
+  int64_t blocks_in(size_t bytes) const {
+    size_t per = bytes_per_block();
+    return per == 0 ? 0 : static_cast<int64_t>(bytes / per);
+  }
+};
+
+/// Host memory for the cache, laid out [layer][k|v][block][slot][kv head][head_dim]. Slots are not initialised:
+/// attention only reads positions that a step has written.
+class kv_cache {
+ public:
+  kv_cache(const kv_cache_shape& shape, int64_t n_blocks);
+
+  const kv_cache_shape& shape() const { return shape_; }
+  int64_t n_blocks() const { return n_blocks_; }
+  int64_t block_size() const { return shape_.block_size; }
+  /// The view of local layer `layer` (0-based within the shard's layer range).
+  cpu::paged_kv_view layer(int64_t layer);
+
+ private:
+  kv_cache_shape shape_;
+  int64_t n_blocks_ = 0;
+  size_t layer_floats_ = 0;  // floats of k (or v) for one layer
+  std::unique_ptr<float[]> data_;
+};
+
+}  // namespace actorllm::model
