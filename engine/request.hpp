@@ -1,0 +1,24 @@
+// What the scheduler needs to know about a generation request: the prompt's token ids and the stop conditions it
+// can check by itself on token ids (stop strings need the detokenizer and stay with the engine).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace actorllm::engine {
+
+/// A tokenized generation request as the engine hands it to the scheduler.
+struct request {
+  uint64_t id = 0;                      ///< unique among live requests; its sequences are {id, 0} .. {id, n - 1}
+  std::vector<int32_t> prompt;          ///< prompt token ids (at least one)
+  std::optional<int32_t> max_tokens;    ///< output tokens per sequence; unset: up to max_model_len
+  int32_t n = 1;                        ///< output sequences sharing the prompt (prefilled once, KV blocks shared)
+  int32_t priority = 0;                 ///< lower runs first under the priority policy; ignored under fcfs
+  std::vector<int32_t> eos_token_ids;   ///< end-of-sequence ids: finish with `stop` unless ignore_eos
+  bool ignore_eos = false;              ///< keep generating through eos (stop_token_ids still stop)
+  std::vector<int32_t> stop_token_ids;  ///< further ids that finish with `stop` (the token is kept in the output)
+  int32_t min_tokens = 0;               ///< no eos / stop-token finish before this many output tokens
+};
+
+}  // namespace actorllm::engine

@@ -1,0 +1,430 @@
+// Continuous batching: the scheduler's state machine.
+#include "engine/scheduler_core.hpp"
+
+#include "util/check.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+
+namespace actorllm::engine {
+
+namespace {
+
+seq_id id_of(const std::tuple<int64_t, uint64_t, uint32_t, uint64_t>& key) {
+  return seq_id{std::get<3>(key), std::get<2>(key)};
+}
+
+bool contains(const std::vector<int32_t>& ids, int32_t token) {
+  return std::find(ids.begin(), ids.end(), token) != ids.end();
+}
+
+}  // namespace
+
+expected<scheduler_core> scheduler_core::create(const scheduler_config& config) {
+  if (auto err = config.validate())
+    return *err;
+  return scheduler_core(config);
+}
+
+scheduler_core::scheduler_core(const scheduler_config& config)
+    : config_(config), allocator_(config.n_blocks, config.block_size) {}
+
+expected<void> scheduler_core::add_request(request req) {
+  auto reject = [&](engine_errc code, std::string message) {
+    return engine_error{code, fmt::format("request {}: {}", req.id, message)};
+  };
+  if (requests_.contains(req.id))
+    return reject(engine_errc::duplicate_request, "a request with this id is still running");
+  if (req.prompt.empty())
+    return reject(engine_errc::invalid_argument, "the prompt has no tokens");
+  if (req.n < 1)
+    return reject(engine_errc::invalid_argument, fmt::format("n must be at least 1, got {}", req.n));
+  if (req.max_tokens && *req.max_tokens < 1)
+    return reject(engine_errc::invalid_argument, fmt::format("max_tokens must be at least 1, got {}", *req.max_tokens));
+  if (req.min_tokens < 0)
+    return reject(engine_errc::invalid_argument, fmt::format("min_tokens must be at least 0, got {}", req.min_tokens));
+
+  const int64_t n_prompt = static_cast<int64_t>(req.prompt.size());
+  const int64_t max_len = config_.max_model_len;
+  if (req.max_tokens && n_prompt + *req.max_tokens > max_len)
+    return reject(engine_errc::exceeds_max_model_len,
+                  fmt::format("{} prompt tokens + max_tokens {} = {} tokens exceeds max_model_len {}", n_prompt,
+                              *req.max_tokens, n_prompt + *req.max_tokens, max_len));
+  if (!req.max_tokens && n_prompt >= max_len)
+    return reject(engine_errc::exceeds_max_model_len,
+                  fmt::format("{} prompt tokens leave no room for output within max_model_len {}", n_prompt, max_len));
+  const int64_t max_tokens = req.max_tokens ? *req.max_tokens : max_len - n_prompt;
+  if (req.min_tokens > max_tokens)
+    return reject(engine_errc::invalid_argument,
+                  fmt::format("min_tokens {} exceeds max_tokens {}", req.min_tokens, max_tokens));
+
+  // The last output token is sampled but never fed back, so a sequence needs KV slots for all but one of its tokens.
+  // Preemption can always shrink the running set down to one sequence, so one sequence fitting is the real bound.
+  const int64_t n_slots = n_prompt + max_tokens - 1;
+  const int64_t n_blocks_needed = (n_slots + config_.block_size - 1) / config_.block_size;
+  if (n_blocks_needed > config_.n_blocks)
+    return reject(engine_errc::exceeds_kv_cache,
+                  fmt::format("{} prompt tokens + max_tokens {} need up to {} KV-cache slots ({} blocks of {}) but the "
+                              "whole cache holds {} blocks ({} tokens)",
+                              n_prompt, max_tokens, n_slots, n_blocks_needed, config_.block_size, config_.n_blocks,
+                              int64_t{config_.n_blocks} * config_.block_size));
+  if (req.n > config_.max_num_seqs)
+    return reject(engine_errc::too_many_sequences,
+                  fmt::format("n = {} output sequences exceeds max_num_seqs {}", req.n, config_.max_num_seqs));
+
+  request_state state;
+  state.n_prompt = static_cast<int32_t>(n_prompt);
+  state.max_tokens = static_cast<int32_t>(max_tokens);
+  state.arrival = next_arrival_++;
+  state.n_live = req.n;
+  seq_state seq;
+  seq.id = seq_id{req.id, 0};
+  seq.serial = next_serial_++;
+  seq.tokens = std::move(req.prompt);
+  req.prompt.clear();
+  state.req = std::move(req);
+  const uint64_t id = state.req.id;
+  requests_.emplace(id, std::move(state));
+  auto [it, inserted] = seqs_.emplace(seq.id, std::move(seq));
+  ACTORLLM_CHECK(inserted, "a new request's sequence 0 already existed");
+  waiting_.insert(key_of(it->second));
+  return {};
+}
+
+scheduler_core::order_key scheduler_core::key_of(const seq_state& seq) const {
+  const request_state& req = requests_.at(seq.id.request_id);
+  int64_t rank = config_.policy == scheduling_policy::priority ? req.req.priority : 0;
+  return {rank, req.arrival, seq.id.index, seq.id.request_id};
+}
+
+int32_t scheduler_core::seats_of(const seq_state& seq) const {
+  // An unforked parent stands for all n sequences of its request: they will fork off it without further admission,
+  // so their seats are taken when it is admitted.
+  const request_state& req = requests_.at(seq.id.request_id);
+  return seq.id.index == 0 && !req.forked ? req.req.n : 1;
+}
+
+void scheduler_core::enter_running(seq_state& seq) {
+  ACTORLLM_CHECK(!seq.running, "sequence is already running");
+  seq.running = true;
+  running_.insert(key_of(seq));
+  n_running_seats_ += seats_of(seq);
+}
+
+void scheduler_core::leave_running(seq_state& seq) {
+  ACTORLLM_CHECK(seq.running, "sequence is not running");
+  seq.running = false;
+  running_.erase(key_of(seq));
+  n_running_seats_ -= seats_of(seq);
+}
+
+std::optional<seq_id> scheduler_core::pick_victim(seq_id current) const {
+  // Sequences in this plan or in an earlier one still in flight keep their blocks: the plan already refers to them.
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    seq_id id = id_of(*it);
+    if (id == current)
+      continue;
+    if (!seqs_.at(id).in_flight_step)
+      return id;
+  }
+  return std::nullopt;
+}
+
+void scheduler_core::preempt(seq_state& seq, step_plan& plan) {
+  // Recompute, not swap: drop the KV and re-prefill prompt plus output later. Its tokens stay as they are.
+  allocator_.free(seq.id).value();
+  leave_running(seq);
+  seq.n_computed = 0;
+  waiting_.insert(key_of(seq));
+  plan.preempted.push_back(seq.id);
+  ++n_preemptions_;
+}
+
+bool scheduler_core::make_room(seq_state& seq, int64_t n_tokens, step_plan& plan) {
+  while (!allocator_.can_append(seq.id, n_tokens)) {
+    if (auto victim = pick_victim(seq.id)) {
+      preempt(seqs_.at(*victim), plan);
+      continue;
+    }
+    // Everyone else holding blocks is in a plan. When some of them are in an earlier plan still in flight (pp > 1),
+    // wait a step: their blocks come back, or they become preemptible, when that result arrives, and this sequence
+    // keeps its KV instead of recomputing it. Otherwise it is itself the lowest-ranked sequence left (vLLM).
+    bool earlier_plan_holds_blocks = std::any_of(running_.begin(), running_.end(), [&](const order_key& key) {
+      const seq_state& other = seqs_.at(id_of(key));
+      return other.in_flight_step && *other.in_flight_step != plan.step_id;
+    });
+    if (!earlier_plan_holds_blocks)
+      preempt(seq, plan);
+    return false;
+  }
+  return true;
+}
+
+void scheduler_core::schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan& plan, plan_record& record) {
+  auto copy = allocator_.append_slots(seq.id, n_tokens);
+  if (copy.value())
+    plan.block_copies.push_back(**copy);
+  const int32_t start = seq.n_computed;
+  const bool last_chunk = start + n_tokens == static_cast<int32_t>(seq.tokens.size());
+  auto table = allocator_.block_table(seq.id);
+  plan.batch.add_sequence(
+      std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(start), static_cast<size_t>(n_tokens)), start,
+      std::vector<int32_t>(table.begin(), table.end()), last_chunk);
+  plan.batch_seqs.push_back(seq.id);
+  seq.n_computed += n_tokens;
+  seq.in_flight_step = plan.step_id;
+  record.scheduled.push_back({seq.id, seq.serial});
+  if (!last_chunk)
+    return;
+  plan.sample_seqs.push_back(seq.id);
+  record.samples.push_back({seq.id, seq.serial});
+
+  request_state& req = requests_.at(seq.id.request_id);
+  if (seq.id.index != 0 || req.forked || req.req.n == 1)
+    return;
+  // The prompt is complete: the siblings share its blocks from here on and each samples its own first token from
+  // the same logits row. Seats were taken at admission, so the running seat count stays as it is.
+  const int32_t row = plan.batch.sample_rows.back();
+  n_running_seats_ -= seats_of(seq);
+  req.forked = true;
+  n_running_seats_ += seats_of(seq);
+  for (int32_t i = 1; i < req.req.n; ++i) {
+    seq_state child;
+    child.id = seq_id{seq.id.request_id, static_cast<uint32_t>(i)};
+    child.serial = next_serial_++;
+    child.tokens = seq.tokens;
+    child.n_computed = seq.n_computed;
+    child.in_flight_step = plan.step_id;
+    allocator_.fork(seq.id, child.id).value();
+    auto [it, inserted] = seqs_.emplace(child.id, std::move(child));
+    ACTORLLM_CHECK(inserted, "a forked sequence already existed");
+    enter_running(it->second);
+    plan.batch.sample_rows.push_back(row);
+    plan.sample_seqs.push_back(it->second.id);
+    record.scheduled.push_back({it->second.id, it->second.serial});
+    record.samples.push_back({it->second.id, it->second.serial});
+  }
+}
+
+std::optional<step_plan> scheduler_core::schedule() {
+  if (in_flight_.size() >= static_cast<size_t>(config_.pp_size))
+    return std::nullopt;
+  step_plan plan;
+  plan.step_id = next_step_id_;
+  plan_record record;
+  int64_t budget = config_.max_num_batched_tokens;
+
+  // Running sequences in policy order: decodes first so that streams keep flowing, then further prefill chunks. The
+  // snapshot is needed because preemption removes entries while we walk.
+  std::vector<seq_id> running;
+  running.reserve(running_.size());
+  for (const auto& key : running_)
+    running.push_back(id_of(key));
+  for (bool decodes : {true, false}) {
+    for (seq_id id : running) {
+      if (budget == 0)
+        break;
+      seq_state& seq = seqs_.at(id);
+      if (!seq.running || seq.in_flight_step)
+        continue;
+      const int64_t remaining = static_cast<int64_t>(seq.tokens.size()) - seq.n_computed;
+      if ((remaining == 1) != decodes)
+        continue;
+      const int64_t n_tokens = std::min(remaining, budget);
+      if (!make_room(seq, n_tokens, plan))
+        continue;
+      schedule_chunk(seq, static_cast<int32_t>(n_tokens), plan, record);
+      budget -= n_tokens;
+    }
+  }
+
+  // Admit waiting sequences in policy order, without skipping (a long prompt at the head is not starved by short
+  // ones behind it). Not in a step that preempted: the freed blocks would go straight back to the waiting queue and
+  // the step would thrash, as vLLM v1 also avoids.
+  if (plan.preempted.empty()) {
+    while (budget > 0 && !waiting_.empty()) {
+      seq_state& seq = seqs_.at(id_of(*waiting_.begin()));
+      if (n_running_seats_ + seats_of(seq) > config_.max_num_seqs)
+        break;
+      const int64_t n_tokens = std::min(static_cast<int64_t>(seq.tokens.size()), budget);
+      if (!allocator_.can_append(seq.id, n_tokens))
+        break;
+      waiting_.erase(waiting_.begin());
+      enter_running(seq);
+      schedule_chunk(seq, static_cast<int32_t>(n_tokens), plan, record);
+      budget -= n_tokens;
+    }
+  }
+
+  if (plan.batch_seqs.empty()) {
+    // Nothing runs; preemptions made here still happened (and are counted), the plan just carries no work.
+    return std::nullopt;
+  }
+  ++next_step_id_;
+  in_flight_.emplace(plan.step_id, std::move(record));
+  return plan;
+}
+
+std::optional<finish_reason> scheduler_core::stop_reason(const seq_state& seq, const request_state& req,
+                                                         int32_t token) const {
+  const int64_t n_output = static_cast<int64_t>(seq.tokens.size()) - req.n_prompt;
+  if (n_output >= req.req.min_tokens) {
+    if (!req.req.ignore_eos && contains(req.req.eos_token_ids, token))
+      return finish_reason::stop;
+    if (contains(req.req.stop_token_ids, token))
+      return finish_reason::stop;
+  }
+  if (n_output >= req.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= config_.max_model_len)
+    return finish_reason::length;
+  return std::nullopt;
+}
+
+expected<std::vector<seq_event>> scheduler_core::update_from_output(uint64_t step_id,
+                                                                    std::span<const int32_t> sampled) {
+  auto rec_it = in_flight_.find(step_id);
+  if (rec_it == in_flight_.end())
+    return engine_error{
+        engine_errc::unknown_step,
+        fmt::format("step {} is not in flight (its result came already, or it never existed)", step_id)};
+  if (sampled.size() != rec_it->second.samples.size())
+    return engine_error{engine_errc::result_mismatch,
+                        fmt::format("step {} sampled {} tokens but its plan has {} sample rows", step_id,
+                                    sampled.size(), rec_it->second.samples.size())};
+  plan_record record = std::move(rec_it->second);
+  in_flight_.erase(rec_it);
+
+  auto live = [this](const tagged_seq& tagged) -> seq_state* {
+    auto it = seqs_.find(tagged.id);
+    return it != seqs_.end() && it->second.serial == tagged.serial ? &it->second : nullptr;
+  };
+  for (const tagged_seq& tagged : record.scheduled)
+    if (seq_state* seq = live(tagged))
+      seq->in_flight_step.reset();
+
+  std::vector<seq_event> events;
+  events.reserve(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    seq_state* seq = live(record.samples[i]);
+    if (!seq)
+      continue;  // aborted or finished while the step ran
+    const int32_t token = sampled[i];
+    seq->tokens.push_back(token);
+    auto reason = stop_reason(*seq, requests_.at(seq->id.request_id), token);
+    if (!reason) {
+      events.push_back(seq_event{seq->id, token, std::nullopt, false});
+      continue;
+    }
+    seq_event event = finish_live(seqs_.find(seq->id), *reason);
+    event.new_token = token;
+    events.push_back(event);
+  }
+  return events;
+}
+
+seq_event scheduler_core::finish_live(std::map<seq_id, seq_state>::iterator it, finish_reason reason) {
+  seq_state& seq = it->second;
+  request_state& req = requests_.at(seq.id.request_id);
+  if (seq.running) {
+    allocator_.free(seq.id).value();
+    leave_running(seq);
+  } else {
+    waiting_.erase(key_of(seq));
+  }
+  // An unforked parent takes its never-created siblings with it.
+  req.n_live -= seats_of(seq);
+  seq_event event{seq.id, std::nullopt, reason, false};
+  seqs_.erase(it);
+  if (req.n_live == 0) {
+    requests_.erase(event.seq.request_id);
+    event.request_finished = true;
+  }
+  return event;
+}
+
+expected<std::vector<seq_event>> scheduler_core::finish_sequence(seq_id seq, finish_reason reason) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end())
+    return engine_error{engine_errc::unknown_sequence,
+                        fmt::format("sequence {} is not live (finished, aborted, or never added)", to_string(seq))};
+  return std::vector<seq_event>{finish_live(it, reason)};
+}
+
+expected<std::vector<seq_event>> scheduler_core::finish_request(uint64_t request_id, finish_reason reason) {
+  if (!requests_.contains(request_id))
+    return engine_error{engine_errc::unknown_request,
+                        fmt::format("request {} is not live (finished, aborted, or never added)", request_id)};
+  std::vector<seq_event> events;
+  auto it = seqs_.lower_bound(seq_id{request_id, 0});
+  while (it != seqs_.end() && it->first.request_id == request_id) {
+    auto next = std::next(it);
+    events.push_back(finish_live(it, reason));
+    it = next;
+  }
+  ACTORLLM_CHECK(!events.empty() && events.back().request_finished, "a live request had no live sequence left");
+  return events;
+}
+
+std::span<const int32_t> scheduler_core::tokens(seq_id seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end())
+    return {};
+  return it->second.tokens;
+}
+
+std::string scheduler_core::check_invariants() const {
+  if (auto err = allocator_.check_invariants(); !err.empty())
+    return "block pool: " + err;
+  int64_t seats = 0;
+  size_t n_running = 0;
+  std::map<uint64_t, int32_t> live_per_request;
+  for (const auto& [id, seq] : seqs_) {
+    auto req_it = requests_.find(id.request_id);
+    if (req_it == requests_.end())
+      return fmt::format("sequence {} outlived its request", to_string(id));
+    const request_state& req = req_it->second;
+    live_per_request[id.request_id] += seats_of(seq);
+    const int64_t n_tokens = static_cast<int64_t>(seq.tokens.size());
+    if (seq.n_computed < 0 || seq.n_computed > n_tokens)
+      return fmt::format("sequence {} computed {} of {} tokens", to_string(id), seq.n_computed, n_tokens);
+    if (n_tokens > config_.max_model_len || n_tokens - req.n_prompt > req.max_tokens)
+      return fmt::format("sequence {} has {} tokens, past its limits", to_string(id), n_tokens);
+    if (seq.in_flight_step && !in_flight_.contains(*seq.in_flight_step))
+      return fmt::format("sequence {} is marked in flight in step {}, which is not", to_string(id),
+                         *seq.in_flight_step);
+    if (seq.running) {
+      ++n_running;
+      seats += seats_of(seq);
+      if (!running_.contains(key_of(seq)) || waiting_.contains(key_of(seq)))
+        return fmt::format("running sequence {} is not (only) in the running set", to_string(id));
+      if (!allocator_.contains(id) || allocator_.n_tokens(id) != seq.n_computed)
+        return fmt::format("running sequence {} computed {} tokens but holds {} slots", to_string(id), seq.n_computed,
+                           allocator_.n_tokens(id));
+      if (!seq.in_flight_step && seq.n_computed >= n_tokens)
+        return fmt::format("running sequence {} is idle with nothing to compute", to_string(id));
+    } else {
+      if (!waiting_.contains(key_of(seq)) || running_.contains(key_of(seq)))
+        return fmt::format("waiting sequence {} is not (only) in the waiting queue", to_string(id));
+      if (allocator_.contains(id) || seq.n_computed != 0 || seq.in_flight_step)
+        return fmt::format("waiting sequence {} holds KV state", to_string(id));
+    }
+  }
+  if (n_running != running_.size() || seqs_.size() - n_running != waiting_.size())
+    return fmt::format("queues hold {} running and {} waiting, sequences say {} and {}", running_.size(),
+                       waiting_.size(), n_running, seqs_.size() - n_running);
+  if (allocator_.n_sequences() != n_running)
+    return fmt::format("{} sequences hold blocks but {} are running", allocator_.n_sequences(), n_running);
+  if (seats != n_running_seats_ || seats > config_.max_num_seqs)
+    return fmt::format("running seats: counted {}, recorded {}, max_num_seqs {}", seats, n_running_seats_,
+                       config_.max_num_seqs);
+  for (const auto& [rid, req] : requests_)
+    if (live_per_request[rid] != req.n_live)
+      return fmt::format("request {} records {} live sequences but has {}", rid, req.n_live, live_per_request[rid]);
+  if (in_flight_.size() > static_cast<size_t>(config_.pp_size))
+    return fmt::format("{} plans in flight, more than pp_size {}", in_flight_.size(), config_.pp_size);
+  return {};
+}
+
+}  // namespace actorllm::engine

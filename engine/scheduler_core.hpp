@@ -1,0 +1,155 @@
+// Continuous batching as in vLLM v1, as a pure state machine with no actors and no model: schedule() turns the
+// waiting and running sequences into a step plan, update_from_output() folds the sampled tokens back in. The
+// scheduler actor is a thin shell around this class.
+#pragma once
+
+#include "engine/block_allocator.hpp"
+#include "engine/expected.hpp"
+#include "engine/request.hpp"
+#include "engine/scheduler_config.hpp"
+#include "engine/seq_event.hpp"
+#include "engine/seq_id.hpp"
+#include "engine/step_plan.hpp"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace actorllm::engine {
+
+/// The scheduler and block manager of one replica.
+///
+/// Each step takes the running decodes first (one token each), then further chunks of partially prefilled
+/// sequences, then admits waiting sequences, all under max_num_batched_tokens and max_num_seqs. Every scheduled
+/// token gets a KV slot; when blocks run out, the lowest-ranked running sequence (last in policy order) is preempted
+/// by recompute: its blocks are freed and it waits again, to re-prefill its prompt plus the tokens it had produced.
+/// Sequences in a plan (this one, or one still in flight) are never preempted; when only they hold the blocks a
+/// sequence needs, it preempts itself, except that with an earlier plan still in flight it just sits this step out.
+/// A request with n > 1 prefills its prompt once as sequence 0; its other sequences fork off sequence 0's blocks when
+/// the last prompt chunk is scheduled, and from then on every sequence is scheduled on its own.
+class scheduler_core {
+ public:
+  /// A scheduler for `config`, or an error naming the unusable field.
+  static expected<scheduler_core> create(const scheduler_config& config);
+
+  /// The limits this scheduler runs under.
+  const scheduler_config& config() const { return config_; }
+
+  /// Queues a request, or rejects it with a message naming the numbers: a prompt plus max_tokens longer than
+  /// max_model_len, a sequence that could not fit in the whole KV cache, n > max_num_seqs, a live duplicate id, or a
+  /// malformed request. Admission order is the order of successful calls.
+  expected<void> add_request(request req);
+
+  /// The next step, or nullopt when pp_size plans are already in flight or nothing can run now. A sequence in a
+  /// returned plan is not scheduled again until that plan's result has been given to update_from_output.
+  std::optional<step_plan> schedule();
+
+  /// Folds in the result of step `step_id`: `sampled[i]` is the token sampled for plan.sample_seqs[i]. Appends each
+  /// token, finishes sequences on eos / stop token ids (`stop`) or max_tokens / max_model_len (`length`), and frees
+  /// the blocks of finished sequences at once. Results for sequences aborted or finished since the plan was made are
+  /// ignored. Errors for a step that is not in flight or a token count that does not match the plan.
+  expected<std::vector<seq_event>> update_from_output(uint64_t step_id, std::span<const int32_t> sampled);
+
+  /// Finishes one sequence now (a stop string found by the engine's detokenizer, or an abort), freeing its blocks
+  /// at once even when it is in a plan in flight (whose result for it will be ignored). Finishing sequence 0 of an
+  /// n > 1 request before its prompt was prefilled finishes the whole request, as its siblings do not exist yet.
+  expected<std::vector<seq_event>> finish_sequence(seq_id seq, finish_reason reason);
+
+  /// Finishes every live sequence of a request now with `reason`, freeing their blocks at once.
+  expected<std::vector<seq_event>> finish_request(uint64_t request_id, finish_reason reason);
+
+  /// finish_request(request_id, finish_reason::abort): a client disconnect or an explicit abort.
+  expected<std::vector<seq_event>> abort(uint64_t request_id) {
+    return finish_request(request_id, finish_reason::abort);
+  }
+
+  /// Sequences holding KV blocks (decoding or part-way through their prefill), in flight or not.
+  size_t n_running() const { return running_.size(); }
+  /// Sequences waiting for admission (new, or preempted).
+  size_t n_waiting() const { return waiting_.size(); }
+  /// Live requests (at least one sequence not finished).
+  size_t n_requests() const { return requests_.size(); }
+  /// Whether any request is still live.
+  bool has_unfinished() const { return !requests_.empty(); }
+  /// Preemptions since creation (vLLM's num_preemptions counter).
+  uint64_t n_preemptions() const { return n_preemptions_; }
+  /// Step plans handed out whose results have not come back.
+  size_t n_in_flight() const { return in_flight_.size(); }
+  /// Fraction of KV blocks in use (kv_cache_usage_perc).
+  double kv_cache_usage() const { return allocator_.usage(); }
+  /// The block pool, read-only: for metrics and tests.
+  const block_allocator& allocator() const { return allocator_; }
+  /// The tokens of a live sequence (prompt, then output); empty when the sequence is not live.
+  std::span<const int32_t> tokens(seq_id seq) const;
+
+  /// Empty when the scheduler's books balance (see block_allocator::check_invariants, plus: every running sequence
+  /// and only those hold blocks, exactly for the tokens they have scheduled; waiting ones hold none; running seats
+  /// within max_num_seqs; in-flight marks match the plans in flight). For tests; O(state).
+  std::string check_invariants() const;
+
+ private:
+  /// Queue order: policy rank (priority value, or 0 under fcfs), then arrival, then sequence index.
+  using order_key = std::tuple<int64_t, uint64_t, uint32_t, uint64_t>;
+
+  struct seq_state {
+    seq_id id;
+    uint64_t serial = 0;          ///< distinguishes incarnations of one id, so late results find no stale match
+    std::vector<int32_t> tokens;  ///< prompt, then output
+    int32_t n_computed = 0;       ///< tokens with KV slots, written or being written by a plan in flight
+    std::optional<uint64_t> in_flight_step;
+    bool running = false;
+  };
+
+  struct request_state {
+    request req;  ///< prompt moved out into sequence 0
+    int32_t n_prompt = 0;
+    int32_t max_tokens = 0;  ///< effective: req.max_tokens or what max_model_len leaves
+    uint64_t arrival = 0;
+    bool forked = false;  ///< sequences 1 .. n-1 exist (forked when sequence 0's last prompt chunk was scheduled)
+    int32_t n_live = 0;   ///< sequences not finished, counting unforked ones
+  };
+
+  struct tagged_seq {
+    seq_id id;
+    uint64_t serial = 0;
+  };
+
+  struct plan_record {
+    std::vector<tagged_seq> scheduled;
+    std::vector<tagged_seq> samples;
+  };
+
+  explicit scheduler_core(const scheduler_config& config);
+
+  order_key key_of(const seq_state& seq) const;
+  int32_t seats_of(const seq_state& seq) const;
+  void enter_running(seq_state& seq);
+  void leave_running(seq_state& seq);
+  std::optional<seq_id> pick_victim(seq_id current) const;
+  void preempt(seq_state& seq, step_plan& plan);
+  bool make_room(seq_state& seq, int64_t n_tokens, step_plan& plan);
+  void schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan& plan, plan_record& record);
+  std::optional<finish_reason> stop_reason(const seq_state& seq, const request_state& req, int32_t token) const;
+  seq_event finish_live(std::map<seq_id, seq_state>::iterator it, finish_reason reason);
+
+  scheduler_config config_;
+  block_allocator allocator_;
+  std::map<seq_id, seq_state> seqs_;
+  std::unordered_map<uint64_t, request_state> requests_;
+  std::set<order_key> waiting_;
+  std::set<order_key> running_;
+  int32_t n_running_seats_ = 0;  ///< running sequences, counting each unforked n > 1 parent as its n sequences
+  std::map<uint64_t, plan_record> in_flight_;
+  uint64_t next_step_id_ = 1;
+  uint64_t next_arrival_ = 0;
+  uint64_t next_serial_ = 1;
+  uint64_t n_preemptions_ = 0;
+};
+
+}  // namespace actorllm::engine

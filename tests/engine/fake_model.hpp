@@ -1,0 +1,225 @@
+// A deterministic stand-in for the model in scheduler tests: it keeps a real paged KV cache of token ids, applies
+// each plan's block copies and writes, and samples the next token as a hash of everything the sequence's block table
+// says precedes the sampling row. A wrong block table, a missed copy-on-write or a bad re-prefill after preemption
+// therefore changes the output, which the tests compare with a run of the same sequence alone.
+#pragma once
+
+#include "engine/request.hpp"
+#include "engine/scheduler_config.hpp"
+#include "engine/scheduler_core.hpp"
+#include "engine/seq_event.hpp"
+#include "engine/step_plan.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace actorllm::engine::test {
+
+inline uint64_t mix(uint64_t h, uint64_t x) {
+  h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  return h ^ (h >> 29);
+}
+
+/// The fake model's next token for a sequence whose tokens so far are `prefix`; `salt` is its seq-dependent part
+/// (the sequence index within its request), so the n sequences of a request diverge.
+inline int32_t next_token(std::span<const int32_t> prefix, uint32_t salt, int32_t vocab) {
+  uint64_t h = 0x12345;
+  for (int32_t t : prefix)
+    h = mix(h, static_cast<uint64_t>(static_cast<uint32_t>(t)));
+  h = mix(h, salt);
+  return static_cast<int32_t>(h % static_cast<uint64_t>(vocab));
+}
+
+/// What `req`'s sequence `index` generates when it runs alone: the scheduler's stop rules, reimplemented plainly.
+struct reference_run {
+  std::vector<int32_t> output;
+  finish_reason reason = finish_reason::length;
+};
+
+inline reference_run run_alone(const request& req, uint32_t index, int32_t max_model_len, int32_t vocab,
+                               bool salted = true) {
+  std::vector<int32_t> tokens = req.prompt;
+  const int32_t max_tokens = req.max_tokens.value_or(max_model_len - static_cast<int32_t>(req.prompt.size()));
+  reference_run run;
+  for (;;) {
+    int32_t t = next_token(tokens, salted ? index : 0, vocab);
+    tokens.push_back(t);
+    run.output.push_back(t);
+    auto n_out = static_cast<int32_t>(run.output.size());
+    auto has = [t](const std::vector<int32_t>& ids) { return std::find(ids.begin(), ids.end(), t) != ids.end(); };
+    if (n_out >= req.min_tokens && ((!req.ignore_eos && has(req.eos_token_ids)) || has(req.stop_token_ids))) {
+      run.reason = finish_reason::stop;
+      return run;
+    }
+    if (n_out >= max_tokens || static_cast<int32_t>(tokens.size()) >= max_model_len) {
+      run.reason = finish_reason::length;
+      return run;
+    }
+  }
+}
+
+/// The paged cache of token ids the fake model reads and writes.
+class fake_model {
+ public:
+  fake_model(const scheduler_config& config, int32_t vocab, bool salted = true)
+      : block_size_(config.block_size),
+        n_blocks_(config.n_blocks),
+        vocab_(vocab),
+        salted_(salted),
+        cache_(static_cast<size_t>(config.n_blocks) * static_cast<size_t>(config.block_size), -1) {}
+
+  /// Runs one step: copies, then writes, then one sampled token per sample row.
+  std::vector<int32_t> run(const step_plan& plan) {
+    const auto& batch = plan.batch;
+    REQUIRE_MESSAGE(batch.validate(block_size_, n_blocks_).empty(), batch.validate(block_size_, n_blocks_));
+    REQUIRE(plan.sample_seqs.size() == batch.sample_rows.size());
+    REQUIRE(plan.batch_seqs.size() == batch.sequences.size());
+    for (const block_copy& c : plan.block_copies)
+      std::copy_n(cache_.begin() + c.src * block_size_, block_size_, cache_.begin() + c.dst * block_size_);
+    std::vector<size_t> seq_of_row(static_cast<size_t>(batch.n_tokens()));
+    for (size_t s = 0; s < batch.sequences.size(); ++s) {
+      const auto& seq = batch.sequences[s];
+      for (int32_t r = seq.query_begin; r < seq.query_begin + seq.n_query; ++r) {
+        slot(seq.block_table, batch.positions[static_cast<size_t>(r)]) = batch.tokens[static_cast<size_t>(r)];
+        seq_of_row[static_cast<size_t>(r)] = s;
+      }
+    }
+    std::vector<int32_t> sampled;
+    for (size_t i = 0; i < batch.sample_rows.size(); ++i) {
+      const int32_t row = batch.sample_rows[i];
+      const auto& seq = batch.sequences[seq_of_row[static_cast<size_t>(row)]];
+      const int32_t pos = batch.positions[static_cast<size_t>(row)];
+      std::vector<int32_t> prefix;
+      for (int32_t p = 0; p <= pos; ++p)
+        prefix.push_back(slot(seq.block_table, p));
+      sampled.push_back(next_token(prefix, salted_ ? plan.sample_seqs[i].index : 0, vocab_));
+    }
+    return sampled;
+  }
+
+ private:
+  int32_t& slot(const std::vector<int32_t>& table, int32_t pos) {
+    return cache_[static_cast<size_t>(table[static_cast<size_t>(pos / block_size_)] * block_size_ + pos % block_size_)];
+  }
+
+  int32_t block_size_;
+  int32_t n_blocks_;
+  int32_t vocab_;
+  bool salted_;
+  std::vector<int32_t> cache_;
+};
+
+/// Per-plan checks that hold for every plan the scheduler may hand out.
+inline void check_plan(const scheduler_core& sched, const step_plan& plan) {
+  const auto& cfg = sched.config();
+  CHECK(plan.batch.n_tokens() > 0);
+  CHECK(plan.batch.n_tokens() <= cfg.max_num_batched_tokens);
+  CHECK(plan.batch.sequences.size() <= static_cast<size_t>(cfg.max_num_seqs));
+  CHECK(plan.batch.validate(cfg.block_size, cfg.n_blocks) == "");
+  std::vector<seq_id> ids = plan.batch_seqs;
+  std::sort(ids.begin(), ids.end());
+  CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+  // A block a sequence writes this step is its own, except right after the prompt of an n > 1 request, when the
+  // siblings forked in this very plan share it (one sample row per sibling).
+  for (size_t s = 0; s < plan.batch.sequences.size(); ++s) {
+    const auto& seq = plan.batch.sequences[s];
+    auto last_row = seq.query_begin + seq.n_query - 1;
+    auto sharers = std::count(plan.batch.sample_rows.begin(), plan.batch.sample_rows.end(), last_row);
+    auto allowed = std::max<int64_t>(1, sharers);
+    for (int32_t r = seq.query_begin; r <= last_row; ++r) {
+      auto b = seq.block_table[static_cast<size_t>(plan.batch.positions[static_cast<size_t>(r)] / cfg.block_size)];
+      CHECK(sched.allocator().ref_count(b) >= 1);
+      CHECK(sched.allocator().ref_count(b) <= allowed);
+    }
+  }
+}
+
+/// A plan handed out and not yet completed, with the sequences in it that are still live (a sequence finished or
+/// aborted meanwhile may come back under the same id, as a new incarnation, in a later plan).
+struct plan_in_flight {
+  step_plan plan;
+  std::set<seq_id> live;
+};
+
+/// Drives a scheduler with the fake model the way the engine will: up to pp_size plans in flight, results folded
+/// in oldest first. Collects every sequence's output and finish reason.
+struct driver {
+  scheduler_core& sched;
+  fake_model model;
+  std::map<seq_id, std::vector<int32_t>> outputs;
+  std::map<seq_id, finish_reason> finished;
+  std::vector<uint64_t> finished_requests;
+  std::deque<plan_in_flight> in_flight;
+  std::vector<step_plan> history;  ///< every plan handed out (when keep_history)
+  bool keep_history = false;
+
+  driver(scheduler_core& s, int32_t vocab, bool salted = true) : sched(s), model(s.config(), vocab, salted) {}
+
+  void apply(const std::vector<seq_event>& events) {
+    for (const seq_event& e : events) {
+      REQUIRE_FALSE(finished.contains(e.seq));
+      if (e.new_token)
+        outputs[e.seq].push_back(*e.new_token);
+      if (e.finished) {
+        finished[e.seq] = *e.finished;
+        for (auto& p : in_flight)
+          p.live.erase(e.seq);
+      }
+      if (e.request_finished)
+        finished_requests.push_back(e.seq.request_id);
+    }
+  }
+
+  /// Checks a plan the scheduler just handed out and queues it behind the plans already in flight.
+  void track(step_plan plan) {
+    check_plan(sched, plan);
+    std::set<seq_id> live(plan.batch_seqs.begin(), plan.batch_seqs.end());
+    live.insert(plan.sample_seqs.begin(), plan.sample_seqs.end());
+    for (const auto& other : in_flight)
+      for (seq_id id : live)
+        CHECK_MESSAGE(!other.live.contains(id), to_string(id), " is in two plans in flight");
+    if (keep_history)
+      history.push_back(plan);
+    in_flight.push_back({std::move(plan), std::move(live)});
+  }
+
+  /// Fills the pipeline, then completes the oldest plan. False when nothing was in flight to complete.
+  bool step() {
+    while (auto plan = sched.schedule())
+      track(std::move(*plan));
+    REQUIRE_MESSAGE(sched.check_invariants() == "", sched.check_invariants());
+    if (in_flight.empty())
+      return false;
+    step_plan plan = std::move(in_flight.front().plan);
+    in_flight.pop_front();
+    auto sampled = model.run(plan);
+    auto events = sched.update_from_output(plan.step_id, sampled);
+    REQUIRE(events.has_value());
+    apply(*events);
+    REQUIRE_MESSAGE(sched.check_invariants() == "", sched.check_invariants());
+    return true;
+  }
+
+  /// Steps until no request is left; fails the test if that takes more than `max_steps`.
+  int run_to_completion(int max_steps = 100000) {
+    int steps = 0;
+    while (sched.has_unfinished() || !in_flight.empty()) {
+      REQUIRE(steps < max_steps);
+      REQUIRE(step());
+      ++steps;
+    }
+    return steps;
+  }
+};
+
+}  // namespace actorllm::engine::test
