@@ -1,5 +1,6 @@
 // The Llama forward pass against stories260K's golden outputs (an independent float64 implementation), batched
 // against alone, and tensor-parallel against one rank.
+#include "comm/shared_memory_collective.hpp"
 #include "kernels/collective.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
@@ -11,7 +12,6 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -234,57 +234,18 @@ TEST_CASE("sequences batched together (prefill chunks mixed with decodes) give t
     CHECK(r.output == r.expected);
 }
 
-namespace {
-
-// Ranks of one process sharing memory; enough to check that TP slicing and the collectives compose into the same
-// model. (The engine's real in-process group lives with the shard actors.)
-class barrier_collective final : public tp_collective {
- public:
-  struct group {
-    explicit group(int n) : size(n), sync(n), ptrs(static_cast<size_t>(n)) {}
-    int size;
-    std::barrier<> sync;
-    std::vector<const float*> ptrs;
-  };
-  barrier_collective(std::shared_ptr<group> g, int rank) : g_(std::move(g)), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return g_->size; }
-  void all_reduce_sum(float* data, int64_t n) override {
-    g_->ptrs[static_cast<size_t>(rank_)] = data;
-    g_->sync.arrive_and_wait();
-    std::vector<float> sum(static_cast<size_t>(n), 0.0f);
-    for (int r = 0; r < g_->size; ++r)  // same order on every rank: bit-identical results
-      for (int64_t i = 0; i < n; ++i)
-        sum[static_cast<size_t>(i)] += g_->ptrs[static_cast<size_t>(r)][i];
-    g_->sync.arrive_and_wait();
-    std::copy(sum.begin(), sum.end(), data);
-  }
-  void all_gather(const float* in, int64_t n_per_rank, float* out) override {
-    g_->ptrs[static_cast<size_t>(rank_)] = in;
-    g_->sync.arrive_and_wait();
-    for (int r = 0; r < g_->size; ++r)
-      std::copy(g_->ptrs[static_cast<size_t>(r)], g_->ptrs[static_cast<size_t>(r)] + n_per_rank, out + r * n_per_rank);
-    g_->sync.arrive_and_wait();
-  }
-
- private:
-  std::shared_ptr<group> g_;
-  int rank_;
-};
-
-}  // namespace
 
 TEST_CASE("tensor-parallel shards (tp 2 and 4, kv heads split or replicated) reproduce the golden tokens") {
   const auto& g = load_golden();
   const auto& p = g.prompts[1];
   for (int tp : {2, 4}) {
-    auto grp = std::make_shared<barrier_collective::group>(tp);
+    auto grp = std::make_shared<comm::shared_memory_group>(tp);
     std::vector<std::vector<int32_t>> outputs(static_cast<size_t>(tp));
     std::vector<std::thread> ranks;
     for (int r = 0; r < tp; ++r) {
       ranks.emplace_back([&, r] {
         thread_pool pool{1};
-        barrier_collective comm{grp, r};
+        comm::shared_memory_collective comm{grp, r};
         model::shard_spec shard;
         shard.tp_rank = r;
         shard.tp_size = tp;
