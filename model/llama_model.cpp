@@ -57,6 +57,7 @@ llama_model::llama_model(const model_config& cfg, model_weights weights, const s
     lw.bq = bias_as_f32(weights_.find(p + "self_attn.q_proj.bias"));
     lw.bk = bias_as_f32(weights_.find(p + "self_attn.k_proj.bias"));
     lw.bv = bias_as_f32(weights_.find(p + "self_attn.v_proj.bias"));
+    lw.bo = bias_as_f32(weights_.find(p + "self_attn.o_proj.bias"));
     lw.q_norm = weights_.find(p + "self_attn.q_norm.weight");
     lw.k_norm = weights_.find(p + "self_attn.k_norm.weight");
     lw.ffn_norm = &weights_.get(p + "post_attention_layernorm.weight");
@@ -169,6 +170,9 @@ void llama_model::attention_block(const layer_weights& lw, int64_t local_layer, 
   cpu::matmul(attn_.data(), n_tokens, q_dim, lw.wo->data(), lw.wo->type, n_embd, nullptr, proj_.data(), pool_);
   if (comm_.size() > 1)
     comm_.all_reduce_sum(proj_.data(), n_tokens * n_embd);
+  if (!lw.bo.empty())  // replicated: added once, after the partial sums are combined
+    for (int64_t t = 0; t < n_tokens; ++t)
+      cpu::add_inplace(proj_.data() + t * n_embd, lw.bo.data(), n_embd);
   cpu::add_inplace(x_.data(), proj_.data(), n_tokens * n_embd);
 }
 

@@ -49,6 +49,7 @@ class llama_model {
     const host_tensor* q_norm = nullptr;  // Qwen3
     const host_tensor* k_norm = nullptr;  // Qwen3
     std::vector<float> bq, bk, bv;        // Qwen2 biases, as f32 (empty when absent)
+    std::vector<float> bo;  // o_proj bias (attention_bias on Llama/Mistral/Qwen3), added after the all-reduce
     const host_tensor* ffn_norm = nullptr;
     const host_tensor* w_gate = nullptr;
     const host_tensor* w_up = nullptr;

@@ -79,21 +79,23 @@ class field_reader {
     }
   }
 
-  int64_t required_positive_int(std::string_view key) const {
-    int64_t v = as_int(key, required(key));
+  /// A size: positive and below 2^31, so that products of two sizes (n_head * head_dim) cannot overflow.
+  int64_t as_size(std::string_view key, element e) const {
+    int64_t v = as_int(key, e);
     if (v <= 0)
       fail(key, fmt::format("must be positive, got {}", v));
+    if (v > std::numeric_limits<int32_t>::max())
+      fail(key, fmt::format("is implausibly large ({})", v));
     return v;
   }
+
+  int64_t required_positive_int(std::string_view key) const { return as_size(key, required(key)); }
 
   std::optional<int64_t> optional_positive_int(std::string_view key) const {
     auto e = find(key);
     if (!e)
       return std::nullopt;
-    int64_t v = as_int(key, *e);
-    if (v <= 0)
-      fail(key, fmt::format("must be positive, got {}", v));
-    return v;
+    return as_size(key, *e);
   }
 
   double positive_number(std::string_view key, std::optional<double> default_value) const {

@@ -78,10 +78,10 @@ class header_reader {
       fail(name, "has no dtype");
     if (dtype_el.type() != element_type::STRING)
       fail(name, fmt::format("has a dtype that is {}, not a string", json::type_name(dtype_el)));
-    std::string_view dtype_name = dtype_el.get_string().value_unsafe();
-    auto type = parse_safetensors_dtype(dtype_name);
+    std::string_view dtype_text = dtype_el.get_string().value_unsafe();
+    auto type = parse_safetensors_dtype(dtype_text);
     if (!type)
-      fail(name, fmt::format("has dtype {}, which actorllm does not support (F32, F16, BF16)", dtype_name));
+      fail(name, fmt::format("has dtype {}, which actorllm does not support (F32, F16, BF16)", dtype_text));
     info.type = *type;
 
     element shape_el;
@@ -89,7 +89,6 @@ class header_reader {
       fail(name, "has no shape");
     if (shape_el.type() != element_type::ARRAY)
       fail(name, fmt::format("has a shape that is {}, not a list of integers", json::type_name(shape_el)));
-    uint64_t numel = 1;
     for (element dim : json::as_array(shape_el)) {
       if (dim.type() == element_type::UINT64)
         fail(name, fmt::format("has a shape dimension too large ({})", dim.get_uint64().value_unsafe()));
@@ -99,11 +98,18 @@ class header_reader {
       if (d < 0)
         fail(name, fmt::format("has a negative shape dimension ({})", d));
       info.shape.push_back(d);
-      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel))
-        fail(name, fmt::format("has shape [{}] whose element count overflows 64 bits", fmt::join(info.shape, ", ")));
     }
+    // Checked arithmetic: a crafted shape must not wrap around to a small size that passes the offset check.
+    const bool empty = std::find(info.shape.begin(), info.shape.end(), 0) != info.shape.end();
+    uint64_t numel = empty ? 0 : 1;
+    bool overflow = false;
+    for (int64_t d : info.shape)
+      overflow |= !empty && __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel);
     uint64_t nbytes = 0;
-    if (numel > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, dtype_size(info.type), &nbytes))
+    if (!overflow && numel != 0)
+      overflow =
+          numel > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, dtype_size(info.type), &nbytes);
+    if (overflow)
       fail(name, fmt::format("has shape [{}] whose byte size overflows 64 bits", fmt::join(info.shape, ", ")));
 
     element offsets_el;
@@ -130,7 +136,7 @@ class header_reader {
                              begin, end, data_size_));
     if (end - begin != nbytes)
       fail(name, fmt::format("has data_offsets [{}, {}] holding {} bytes, but shape [{}] of {} needs {} bytes", begin,
-                             end, end - begin, fmt::join(info.shape, ", "), dtype_name, nbytes));
+                             end, end - begin, fmt::join(info.shape, ", "), dtype_text, nbytes));
     info.data_begin = data_offset_ + begin;
     info.data_end = data_offset_ + end;
     return info;
@@ -145,9 +151,12 @@ class header_reader {
 }  // namespace
 
 int64_t tensor_info::numel() const {
+  // Cannot overflow: checked when the header was read (a shape with a zero may have huge other dimensions).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+    return 0;
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;  // cannot overflow: checked when the header was read
+    n *= d;
   return n;
 }
 

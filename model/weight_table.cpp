@@ -4,6 +4,7 @@
 #include "model/model_error.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace actorllm::model {
 
@@ -75,6 +76,9 @@ tensor_slice slice_for(const weight_decl& decl, int tp_rank, int tp_size) {
     // More ranks than kv heads: each head is held by tp / n_units consecutive ranks, matching the q heads they serve.
     n_rank_units = 1;
     first_unit = rank / (tp / decl.n_units);
+  } else if (decl.allow_uneven && tp <= decl.n_units) {
+    first_unit = rank * decl.n_units / tp;
+    n_rank_units = (rank + 1) * decl.n_units / tp - first_unit;
   } else if (decl.allow_replication && tp > decl.n_units) {
     throw model_error(fmt::format("{}: {} {} does not divide tensor_parallel_size {} (needed to replicate them)",
                                   decl.name, unit_name, decl.n_units, tp));
@@ -95,9 +99,12 @@ shard_spec resolve_shard(const model_config& cfg, const shard_spec& shard) {
   shard_spec out = shard;
   if (out.layer_end == -1)
     out.layer_end = cfg.n_layer;
-  if (out.layer_begin < 0 || out.layer_begin >= out.layer_end || out.layer_end > cfg.n_layer)
-    throw model_error(fmt::format("layer range [{}, {}) is not a non-empty part of the model's {} layers",
-                                  shard.layer_begin, shard.layer_end, cfg.n_layer));
+  if (out.layer_begin < 0 || out.layer_end > cfg.n_layer)
+    throw model_error(fmt::format("pipeline stage layer range [{}, {}) is outside the model's {} layers [0, {})",
+                                  shard.layer_begin, shard.layer_end, cfg.n_layer, cfg.n_layer));
+  if (out.layer_begin >= out.layer_end)
+    throw model_error(
+        fmt::format("pipeline stage layer range [{}, {}) holds no layers", shard.layer_begin, shard.layer_end));
   return out;
 }
 
@@ -110,7 +117,8 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
 
   weight_table table;
   auto declare = [&](std::string name, std::vector<int64_t> shape, shard_kind kind, int64_t n_units = 1,
-                     int64_t unit_size = 1, std::string_view unit_name = {}, bool allow_replication = false) {
+                     int64_t unit_size = 1, std::string_view unit_name = {}, bool allow_replication = false,
+                     bool allow_uneven = false) {
     weight_decl d;
     d.name = std::move(name);
     d.shape = std::move(shape);
@@ -119,6 +127,13 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
     d.unit_size = unit_size;
     d.unit_name = std::string(unit_name);
     d.allow_replication = allow_replication;
+    d.allow_uneven = allow_uneven;
+    // Sizes come from config.json: keep every later numel * dtype size computation clear of overflow.
+    int64_t bytes = 4;
+    for (int64_t dim : d.shape)
+      if (__builtin_mul_overflow(bytes, dim, &bytes))
+        throw model_error(
+            fmt::format("{}: shape [{}] from the model config is too large", d.name, fmt::join(d.shape, ", ")));
     if (kind == shard_kind::replicated || kind == shard_kind::vocab) {
       d.n_units = 1;
       d.unit_size = d.shape.empty() ? 1 : d.shape[0];
@@ -155,9 +170,12 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
     if (cfg.o_proj_bias)
       declare(p + "self_attn.o_proj.bias", {cfg.n_embd}, shard_kind::replicated);
     declare(p + "post_attention_layernorm.weight", {cfg.n_embd}, shard_kind::replicated);
-    declare(p + "mlp.gate_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size");
-    declare(p + "mlp.up_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size");
-    declare(p + "mlp.down_proj.weight", {cfg.n_embd, cfg.n_ff}, shard_kind::row, cfg.n_ff, 1, "intermediate_size");
+    declare(p + "mlp.gate_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size",
+            false, true);
+    declare(p + "mlp.up_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size",
+            false, true);
+    declare(p + "mlp.down_proj.weight", {cfg.n_embd, cfg.n_ff}, shard_kind::row, cfg.n_ff, 1, "intermediate_size",
+            false, true);
   }
   if (last_stage) {
     declare("model.norm.weight", {cfg.n_embd}, shard_kind::replicated);

@@ -25,8 +25,9 @@ std::string_view shard_kind_name(shard_kind kind);
 /// One weight the architecture declares, with its full (unsplit) shape. For column/row weights the split dimension
 /// is `n_units` units of `unit_size` rows/columns (heads x head_dim for attention, intermediate_size x 1 for the MLP):
 /// rank r holds units [r*n_units/tp, (r+1)*n_units/tp) when tp divides n_units; when tp > n_units, n_units divides
-/// tp and `allow_replication` is set (GQA kv heads), rank r holds the single unit r / (tp / n_units); anything else
-/// is a model_error naming `unit_name` and both numbers.
+/// tp and `allow_replication` is set (GQA kv heads), rank r holds the single unit r / (tp / n_units); when
+/// `allow_uneven` is set and tp <= n_units, rank r holds [r*n_units/tp, (r+1)*n_units/tp); anything else is a
+/// model_error naming `unit_name` and both numbers.
 struct weight_decl {
   std::string name;            ///< Hugging Face tensor name
   std::vector<int64_t> shape;  ///< full shape, as in the checkpoint
@@ -35,6 +36,10 @@ struct weight_decl {
   int64_t unit_size = 1;
   bool optional = false;           ///< a checkpoint without it is fine
   bool allow_replication = false;  ///< kv heads may be replicated when tp > n_units (never q heads or MLP columns)
+  /// MLP rows/columns may be split unevenly when tp does not divide them (rank r holds units
+  /// [r*n_units/tp, (r+1)*n_units/tp), at least one each): exact, because gate/up (column) and down (row) split the
+  /// same intermediate units and the partial sums of down_proj are all-reduced.
+  bool allow_uneven = false;
   std::string unit_name;           ///< config.json key of n_units, for error messages ("num_key_value_heads")
 };
 
