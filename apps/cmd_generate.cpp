@@ -73,7 +73,8 @@ int run_generate(const generate_options& o) {
   namespace fs = std::filesystem;
   auto format = model::parse_load_format(o.load_format);
   if (!format)
-    throw std::invalid_argument(fmt::format("--load-format: '{}' is not one of auto, safetensors, dummy", o.load_format));
+    throw std::invalid_argument(
+        fmt::format("--load-format: '{}' is not one of auto, safetensors, dummy", o.load_format));
   std::optional<dtype> weight_dtype;
   if (o.dtype_name != "auto") {
     weight_dtype = parse_dtype(o.dtype_name);
@@ -130,9 +131,9 @@ int run_generate(const generate_options& o) {
     max_model_len = o.max_model_len;
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   if (n_prompt + o.max_tokens > max_model_len)
-    throw std::invalid_argument(fmt::format(
-        "the prompt ({} tokens) plus --max-tokens ({}) is {} tokens, over the maximum model length of {}", n_prompt,
-        o.max_tokens, n_prompt + o.max_tokens, max_model_len));
+    throw std::invalid_argument(
+        fmt::format("the prompt ({} tokens) plus --max-tokens ({}) is {} tokens, over the maximum model length of {}",
+                    n_prompt, o.max_tokens, n_prompt + o.max_tokens, max_model_len));
 
   single_rank_collective comm;
   model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, pool};
@@ -223,8 +224,7 @@ command_registration generate_command{
       sub.add_option("--output", o->output, "Output format: text or json")->capture_default_str();
       sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
           ->capture_default_str();
-      sub.add_option("--dtype", o->dtype_name, "Weight dtype: auto, float32, float16, bfloat16")
-          ->capture_default_str();
+      sub.add_option("--dtype", o->dtype_name, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
       sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->capture_default_str();
       sub.add_option("--max-model-len", o->max_model_len, "Context length limit (default: the model's)");
       sub.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Prefill chunk size")

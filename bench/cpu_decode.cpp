@@ -9,8 +9,8 @@
 #include "util/json_writer.hpp"
 #include "util/thread_pool.hpp"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -56,7 +56,8 @@ void shared_memory_collective::all_gather(const float* in, int64_t n_per_rank, f
   g.inputs_[static_cast<size_t>(rank_)] = in;
   g.sync_.arrive_and_wait();
   for (int r = 0; r < g.size_; ++r)
-    std::memcpy(out + r * n_per_rank, g.inputs_[static_cast<size_t>(r)], static_cast<size_t>(n_per_rank) * sizeof(float));
+    std::memcpy(out + r * n_per_rank, g.inputs_[static_cast<size_t>(r)],
+                static_cast<size_t>(n_per_rank) * sizeof(float));
   // Inputs stay valid until every rank has copied them.
   g.sync_.arrive_and_wait();
 }

@@ -19,9 +19,12 @@ constexpr size_t dtype_size(dtype t) { return t == dtype::f32 ? 4 : 2; }
 /// Short lowercase name: "f32", "f16", "bf16".
 constexpr std::string_view dtype_name(dtype t) {
   switch (t) {
-    case dtype::f32: return "f32";
-    case dtype::f16: return "f16";
-    case dtype::bf16: return "bf16";
+    case dtype::f32:
+      return "f32";
+    case dtype::f16:
+      return "f16";
+    case dtype::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -49,9 +52,12 @@ uint16_t f32_to_f16(float f);
 /// Reads element `i` of a buffer of type `t` as float.
 inline float load_as_f32(const void* data, dtype t, size_t i) {
   switch (t) {
-    case dtype::f32: return static_cast<const float*>(data)[i];
-    case dtype::f16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case dtype::bf16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case dtype::f32:
+      return static_cast<const float*>(data)[i];
+    case dtype::f16:
+      return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case dtype::bf16:
+      return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
   }
   return 0.0f;
 }
@@ -59,9 +65,15 @@ inline float load_as_f32(const void* data, dtype t, size_t i) {
 /// Writes `v` as element `i` of a buffer of type `t`.
 inline void store_from_f32(void* data, dtype t, size_t i, float v) {
   switch (t) {
-    case dtype::f32: static_cast<float*>(data)[i] = v; break;
-    case dtype::f16: static_cast<uint16_t*>(data)[i] = f32_to_f16(v); break;
-    case dtype::bf16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(v); break;
+    case dtype::f32:
+      static_cast<float*>(data)[i] = v;
+      break;
+    case dtype::f16:
+      static_cast<uint16_t*>(data)[i] = f32_to_f16(v);
+      break;
+    case dtype::bf16:
+      static_cast<uint16_t*>(data)[i] = f32_to_bf16(v);
+      break;
   }
 }
 

@@ -1,13 +1,13 @@
 // Where tests find the shared model data and the built binary.
 #include "test_paths.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace actorllm::test {
 

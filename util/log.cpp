@@ -32,10 +32,14 @@ std::atomic<level>& threshold_ref() {
 
 const char* level_name(level l) {
   switch (l) {
-    case level::debug: return "DEBUG";
-    case level::info: return "INFO";
-    case level::warning: return "WARNING";
-    case level::error: return "ERROR";
+    case level::debug:
+      return "DEBUG";
+    case level::info:
+      return "INFO";
+    case level::warning:
+      return "WARNING";
+    case level::error:
+      return "ERROR";
   }
   return "INFO";
 }

@@ -21,10 +21,10 @@ struct cuda_error : std::runtime_error {
 }  // namespace actorllm::cuda
 
 /// Checks a cudaError_t-returning call.
-#define ACTORLLM_CUDA_CHECK(call)                                                 \
-  do {                                                                            \
-    cudaError_t actorllm_err_ = (call);                                           \
-    if (actorllm_err_ != cudaSuccess)                                             \
+#define ACTORLLM_CUDA_CHECK(call)                                                   \
+  do {                                                                              \
+    cudaError_t actorllm_err_ = (call);                                             \
+    if (actorllm_err_ != cudaSuccess)                                               \
       ::actorllm::cuda::throw_cuda_error(actorllm_err_, #call, __FILE__, __LINE__); \
   } while (0)
 

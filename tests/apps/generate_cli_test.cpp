@@ -53,7 +53,8 @@ TEST_CASE("generate stops at an eos id of generation_config.json unless --ignore
   bool saw_stop = false;
   for (int seed = 0; seed < 8 && !saw_stop; ++seed) {
     simdjson::dom::parser parser;
-    auto out = generate("--prompt-ids 1 --max-tokens 400 --temperature 1.0 --output json --seed " + std::to_string(seed));
+    auto out =
+        generate("--prompt-ids 1 --max-tokens 400 --temperature 1.0 --output json --seed " + std::to_string(seed));
     auto doc = parser.parse(out);
     auto ids = ids_of(doc["output_ids"]);
     if (std::string_view(doc["finish_reason"]) == "stop") {

@@ -20,9 +20,8 @@ TEST_CASE("json_writer builds nested documents with commas in the right places")
   w.key("big").value(uint64_t{18446744073709551615ULL});
   w.key("neg").value(int64_t{-5});
   w.end_object();
-  CHECK(w.str() ==
-        R"({"ids":[1,2,3],"empty":[],"nested":{"a":true,"b":null},"text":"line\n\"quoted\"\t\\",)"
-        R"("big":18446744073709551615,"neg":-5})");
+  CHECK(w.str() == R"({"ids":[1,2,3],"empty":[],"nested":{"a":true,"b":null},"text":"line\n\"quoted\"\t\\",)"
+                   R"("big":18446744073709551615,"neg":-5})");
 }
 
 TEST_CASE("json_writer writes non-finite doubles as null and round-trips finite ones") {
