@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git clang-format
   libcaf-dev libboost-dev libsimdjson-dev doctest-dev libpcre2-dev libtomlplusplus-dev
-  libfmt-dev libcli11-dev libgloo-dev libssl-dev
+  libfmt-dev libcli11-dev libgloo-dev libssl-dev libicu-dev
 )
 
 missing=()

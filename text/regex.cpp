@@ -96,15 +96,14 @@ regex regex::compile(std::string_view pattern, std::string_view what) {
   const std::string translated = onig_compatible(pattern);
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  pcre2_code* code =
-      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), PCRE2_UTF | PCRE2_UCP,
-                    &error_code, &error_offset, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR buffer[256];
     pcre2_get_error_message(error_code, buffer, sizeof buffer);
-    throw tokenizer_error(std::string{what} + ": invalid regex \"" + std::string{pattern} + "\": " +
-                          reinterpret_cast<const char*>(buffer) + " (at offset " + std::to_string(error_offset) +
-                          " of the translated pattern)");
+    throw tokenizer_error(std::string{what} + ": invalid regex \"" + std::string{pattern} +
+                          "\": " + reinterpret_cast<const char*>(buffer) + " (at offset " +
+                          std::to_string(error_offset) + " of the translated pattern)");
   }
   regex r;
   r.pattern_ = std::string{pattern};

@@ -42,9 +42,13 @@ const icu::Normalizer2& normalizer_for(normalization_form form) {
 
 bool is_whitespace(char32_t cp) { return u_isUWhiteSpace(static_cast<UChar32>(cp)) != 0; }
 
-bool is_alphanumeric(char32_t cp) {
+bool is_word_character(char32_t cp) {
   const auto c = static_cast<UChar32>(cp);
-  return u_isUAlphabetic(c) != 0 || is_numeric_type(u_charType(c));
+  if (u_isUAlphabetic(c) != 0 || u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL) != 0)
+    return true;
+  const int8_t type = u_charType(c);
+  return type == U_NON_SPACING_MARK || type == U_COMBINING_SPACING_MARK || type == U_ENCLOSING_MARK ||
+         type == U_DECIMAL_DIGIT_NUMBER || type == U_CONNECTOR_PUNCTUATION;
 }
 
 bool is_numeric(char32_t cp) { return is_numeric_type(u_charType(static_cast<UChar32>(cp))); }

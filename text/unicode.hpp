@@ -10,8 +10,8 @@ namespace actorllm::text {
 /// Rust's char::is_whitespace: the Unicode White_Space property.
 bool is_whitespace(char32_t cp);
 
-/// Rust's char::is_alphanumeric: Alphabetic, or general category Nd/Nl/No.
-bool is_alphanumeric(char32_t cp);
+/// The Rust regex crate's `\w` (Alphabetic, M*, Nd, Pc, Join_Control), used by HF for added tokens' single_word.
+bool is_word_character(char32_t cp);
 
 /// Rust's char::is_numeric: general category Nd, Nl or No.
 bool is_numeric(char32_t cp);
