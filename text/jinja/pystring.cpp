@@ -111,6 +111,16 @@ size_t previous_char_start(std::string_view s, size_t end) {
   return probe == end ? start : end - 1;
 }
 
+// Stops split/splitlines before they build more parts than the caller allows.
+struct part_limit {
+  size_t max_parts;
+  void add(std::vector<std::string>& parts, std::string_view part) const {
+    if (parts.size() >= max_parts)
+      throw value_error("splitting gives more than " + std::to_string(max_parts) + " parts", error_kind::limit);
+    parts.emplace_back(part);
+  }
+};
+
 template <class Pred>
 bool all_chars(std::string_view s, Pred pred) {
   if (s.empty())
@@ -242,8 +252,10 @@ std::string_view strip(std::string_view s, const std::optional<std::string_view>
   return s.substr(begin, end - begin);
 }
 
-std::vector<std::string> split(std::string_view s, const std::optional<std::string_view>& sep, int64_t maxsplit) {
+std::vector<std::string> split(std::string_view s, const std::optional<std::string_view>& sep, int64_t maxsplit,
+                               size_t max_parts) {
   std::vector<std::string> parts;
+  part_limit limit{max_parts};
   if (sep) {
     if (sep->empty())
       throw value_error("empty separator");
@@ -252,10 +264,10 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
       size_t hit = s.find(*sep, start);
       if (hit == std::string_view::npos)
         break;
-      parts.emplace_back(s.substr(start, hit - start));
+      limit.add(parts, s.substr(start, hit - start));
       start = hit + sep->size();
     }
-    parts.emplace_back(s.substr(start));
+    limit.add(parts, s.substr(start));
     return parts;
   }
   size_t i = 0;
@@ -270,7 +282,7 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
     if (i >= s.size())
       break;
     if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
-      parts.emplace_back(s.substr(i));
+      limit.add(parts, s.substr(i));
       return parts;
     }
     size_t start = i;
@@ -280,13 +292,15 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
         break;
       i = next;
     }
-    parts.emplace_back(s.substr(start, i - start));
+    limit.add(parts, s.substr(start, i - start));
   }
   return parts;
 }
 
-std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string_view>& sep, int64_t maxsplit) {
+std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string_view>& sep, int64_t maxsplit,
+                                size_t max_parts) {
   std::vector<std::string> parts;
+  part_limit limit{max_parts};
   if (sep) {
     if (sep->empty())
       throw value_error("empty separator");
@@ -297,10 +311,10 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
       size_t hit = s.rfind(*sep, end - sep->size());
       if (hit == std::string_view::npos)
         break;
-      parts.emplace_back(s.substr(hit + sep->size(), end - hit - sep->size()));
+      limit.add(parts, s.substr(hit + sep->size(), end - hit - sep->size()));
       end = hit;
     }
-    parts.emplace_back(s.substr(0, end));
+    limit.add(parts, s.substr(0, end));
     return {parts.rbegin(), parts.rend()};
   }
   size_t end = s.size();
@@ -315,7 +329,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
     if (end == 0)
       break;
     if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
-      parts.emplace_back(s.substr(0, end));
+      limit.add(parts, s.substr(0, end));
       break;
     }
     size_t begin = end;
@@ -326,14 +340,15 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
         break;
       begin = start;
     }
-    parts.emplace_back(s.substr(begin, end - begin));
+    limit.add(parts, s.substr(begin, end - begin));
     end = begin;
   }
   return {parts.rbegin(), parts.rend()};
 }
 
-std::vector<std::string> splitlines(std::string_view s, bool keepends) {
+std::vector<std::string> splitlines(std::string_view s, bool keepends, size_t max_parts) {
   std::vector<std::string> lines;
+  part_limit limit{max_parts};
   size_t start = 0;
   for (size_t i = 0; i < s.size();) {
     size_t char_start = i;
@@ -342,11 +357,11 @@ std::vector<std::string> splitlines(std::string_view s, bool keepends) {
       continue;
     if (c == '\r' && i < s.size() && s[i] == '\n')
       ++i;
-    lines.emplace_back(s.substr(start, (keepends ? i : char_start) - start));
+    limit.add(lines, s.substr(start, (keepends ? i : char_start) - start));
     start = i;
   }
   if (start < s.size())
-    lines.emplace_back(s.substr(start));
+    limit.add(lines, s.substr(start));
   return lines;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,12 +35,15 @@ bool is_space(char32_t c);
 std::string_view strip(std::string_view s, const std::optional<std::string_view>& chars, bool left, bool right);
 
 /// str.split(sep, maxsplit) and str.rsplit; sep absent splits on whitespace runs. maxsplit < 0: no limit.
-/// Throws value_error for an empty separator.
-std::vector<std::string> split(std::string_view s, const std::optional<std::string_view>& sep, int64_t maxsplit);
-std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string_view>& sep, int64_t maxsplit);
+/// Throws value_error for an empty separator, and value_error(limit) past `max_parts` parts.
+std::vector<std::string> split(std::string_view s, const std::optional<std::string_view>& sep, int64_t maxsplit,
+                               size_t max_parts = std::numeric_limits<size_t>::max());
+std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string_view>& sep, int64_t maxsplit,
+                                size_t max_parts = std::numeric_limits<size_t>::max());
 
-/// str.splitlines(keepends) with Python's set of line boundaries.
-std::vector<std::string> splitlines(std::string_view s, bool keepends);
+/// str.splitlines(keepends) with Python's set of line boundaries; value_error(limit) past `max_parts` lines.
+std::vector<std::string> splitlines(std::string_view s, bool keepends,
+                                    size_t max_parts = std::numeric_limits<size_t>::max());
 
 /// Case mapping for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic; other characters are unchanged.
 std::string upper(std::string_view s);

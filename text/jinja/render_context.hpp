@@ -52,10 +52,32 @@ struct render_context {
   /// Throws value_error(limit) when a list of `n` items would pass the limit.
   void check_items(size_t n) const {
     if (n > limits.max_items)
-      throw value_error("list of " + std::to_string(n) + " items exceeds the limit of " +
-                            std::to_string(limits.max_items),
-                        error_kind::limit);
+      throw value_error(
+          "list of " + std::to_string(n) + " items exceeds the limit of " + std::to_string(limits.max_items),
+          error_kind::limit);
   }
+
+  /// The render running on this thread, or nullptr. Operations that walk whole values without a context at hand
+  /// (printing, comparing, serializing, hashing) charge their work to it: containers are shared, so a list that
+  /// holds one list twice, sixty levels deep, prints as 2^60 items, and only a budget stops that.
+  static render_context* current() noexcept;
+
+  /// Makes a context the current one of this thread while it lives (renders may nest).
+  class activation {
+   public:
+    explicit activation(render_context& ctx);
+    ~activation();
+    activation(const activation&) = delete;
+    activation& operator=(const activation&) = delete;
+
+   private:
+    render_context* previous_;
+  };
 };
+
+/// charge(n) on the current render, if there is one.
+void charge_current_render(uint64_t n);
+/// check_string_size(bytes) on the current render, if there is one.
+void check_current_string_size(size_t bytes);
 
 }  // namespace actorllm::text::jinja

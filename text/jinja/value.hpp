@@ -14,24 +14,35 @@
 #include <variant>
 #include <vector>
 
+// GCC 12 reports false -Wmaybe-uninitialized warnings for moves of std::variant alternatives once they are inlined
+// into callers (a known GCC 12 false positive); value is such a variant, so that one warning is off for its code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace actorllm::text::jinja {
 
 class callable;
 struct list_data;
 struct dict_data;
 
+/// Integer types a value converts from (bool and char are left out: they mean something else).
+template <class T>
+concept integer_like = std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char>;
+
 /// The Python type a value stands for.
 enum class value_kind : uint8_t {
   undefined,  ///< Jinja's Undefined: a missing variable, attribute or item
   none,
   boolean,
-  integer,    ///< int64 (Python ints are unbounded; overflow is an error here)
-  floating,   ///< double
-  string,     ///< UTF-8
-  list,       ///< list or tuple (list_data::is_tuple)
-  dict,       ///< dict preserving insertion order
+  integer,           ///< int64 (Python ints are unbounded; overflow is an error here)
+  floating,          ///< double
+  string,            ///< UTF-8
+  list,              ///< list or tuple (list_data::is_tuple)
+  dict,              ///< dict preserving insertion order
   namespace_object,  ///< the result of namespace(): attributes that `{% set ns.x = ... %}` may assign
-  callable,   ///< macro, builtin function or bound method
+  callable,          ///< macro, builtin function or bound method
 };
 
 /// A dynamically typed template value. Cheap to copy: strings are copied, containers and callables shared.
@@ -39,10 +50,10 @@ class value {
  public:
   /// Undefined with no name.
   value() noexcept = default;
+  /// Implicit from the scalar types, so that `value v = 3;` and `f("text")` read naturally; nullptr is None.
   value(std::nullptr_t) noexcept : data_(none_tag{}) {}
   value(bool b) noexcept : data_(b) {}
-  template <class T>
-    requires(std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char>)
+  template <integer_like T>
   value(T i) noexcept : data_(static_cast<int64_t>(i)) {}
   value(double d) noexcept : data_(d) {}
   value(std::string s) noexcept : data_(std::move(s)) {}
@@ -95,8 +106,8 @@ class value {
   /// Mutable access to a list, dict or namespace. Only containers created by the render running on this thread
   /// (or any, outside a render) may change: the caller's inputs stay read-only, as in HF's sandbox. Throws
   /// value_error otherwise.
-  list_data& mutable_list();
-  dict_data& mutable_dict();
+  list_data& mutable_list() const;
+  dict_data& mutable_dict() const;
 
   /// The message an operation on this Undefined reports.
   const std::string& undefined_hint() const;
@@ -155,6 +166,7 @@ struct dict_data {
   /// The value for `key`, or nullptr.
   const value* find(const value& key) const;
   const value* find(std::string_view key) const;
+  const value* find(const char* key) const { return find(std::string_view(key)); }
   /// Inserts or overwrites; throws value_error for an unhashable key (list, dict, ...).
   void set(value key, value v);
   /// Removes `key`; false if absent.
@@ -206,3 +218,7 @@ void append_string(std::string& out, const value& v);
 std::string to_repr(const value& v);
 
 }  // namespace actorllm::text::jinja
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
