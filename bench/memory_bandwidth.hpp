@@ -3,7 +3,7 @@
 
 #include "util/thread_pool.hpp"
 
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"  // first: it wraps <immintrin.h> against GCC 12 false warnings
 
 #include <algorithm>
 #include <chrono>

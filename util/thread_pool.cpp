@@ -23,15 +23,24 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins until pred() holds or the budget is spent; true when pred() held.
+// Spins until pred() holds or the budget is spent; true when pred() held. After a short pure spin it yields the
+// core on every round: when there are more runnable threads than cores (a pool as large as the machine while
+// anything else runs), the thread we wait for may need exactly this core, and a pause loop would hold it for a
+// whole scheduler time slice.
 template <class Pred>
 bool spin_until(Pred pred) {
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 1;; ++i) {
+  constexpr int pure_spins = 1024;  // a few microseconds
+  for (int i = 0; i < pure_spins; ++i) {
     if (pred())
       return true;
     cpu_relax();
-    if ((i & 255) == 0 && std::chrono::steady_clock::now() - start > spin_budget)
+  }
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (pred())
+      return true;
+    std::this_thread::yield();
+    if (std::chrono::steady_clock::now() - start > spin_budget)
       return pred();
   }
 }
@@ -108,8 +117,7 @@ void thread_pool::worker_main(int index) {
       return;
     run_chunk(index);
     // The last worker to finish wakes a dispatcher that went to sleep waiting for it.
-    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-        dispatcher_sleeping_.load(std::memory_order_seq_cst)) {
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && dispatcher_sleeping_.load(std::memory_order_seq_cst)) {
       std::lock_guard lock(sleep_mutex_);
       done_cv_.notify_one();
     }
@@ -158,8 +166,7 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
   }
 }
 
-void thread_pool::parallel_for_dynamic(int64_t n, int64_t grain,
-                                       const std::function<void(int64_t, int64_t)>& fn) {
+void thread_pool::parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0)
     return;
   grain = std::max<int64_t>(grain, 1);

@@ -21,14 +21,24 @@ void to_f32(const void* src, int64_t n, float* dst) {
 }  // namespace
 
 void convert_to_f32(const void* src, dtype stype, int64_t n, float* dst) {
+  if (n <= 0)
+    return;  // also keeps null pointers of empty buffers away from memcpy
   switch (stype) {
-    case dtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
-    case dtype::f16: to_f32<dtype::f16>(src, n, dst); return;
-    case dtype::bf16: to_f32<dtype::bf16>(src, n, dst); return;
+    case dtype::f32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case dtype::f16:
+      to_f32<dtype::f16>(src, n, dst);
+      return;
+    case dtype::bf16:
+      to_f32<dtype::bf16>(src, n, dst);
+      return;
   }
 }
 
 void convert_from_f32(const float* src, int64_t n, dtype dtype_out, void* dst) {
+  if (n <= 0)
+    return;
   if (dtype_out == dtype::f32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
     return;

@@ -10,7 +10,14 @@
 #include "kernels/dtype.hpp"
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// GCC 12's intrinsics build their "undefined" pass-through operands from self-initialised locals, which
+// -Wuninitialized reports wherever they are inlined (GCC bug 105593, fixed in 13). Warnings are attributed to
+// the header's lines, so silencing them around the include keeps our own code fully checked.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 namespace actorllm::cpu::simd {

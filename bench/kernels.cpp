@@ -1,0 +1,271 @@
+// CPU kernel benchmark: the machine's streaming memory bandwidth (the decode roofline), matmul weight bandwidth in
+// the decode shapes of Llama-3.2-1B, GEMM throughput at prefill size, the GEMV/GEMM crossover, and the matmuls of
+// one whole batch-1 decode step of Llama-3.2-1B against the roofline. Prints a table; writes JSON (--json PATH).
+//
+// Weights live in one 1 GiB arena that is larger than the last-level cache, and successive calls walk through it,
+// so the decode figures are memory-bound numbers, not cache-resident ones.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+// simd.hpp first: it includes <immintrin.h> with GCC 12's false -Wuninitialized silenced, which then also covers
+// the intrinsics memory_bandwidth.hpp uses.
+#include "kernels/cpu/simd.hpp"
+
+#include "bench/memory_bandwidth.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "util/json_writer.hpp"
+#include "util/thread_pool.hpp"
+
+namespace {
+
+using namespace actorllm;
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct aligned_deleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// The weight arena: 1 GiB of 16-bit patterns in [0x3c00, 0x3f80) so that every reading (bf16, f16, or f32 pairs)
+// is a normal number of modest size (no denormal slow paths, no overflow).
+struct arena {
+  size_t bytes;
+  std::unique_ptr<uint8_t, aligned_deleter> data;
+
+  arena(size_t n, thread_pool& pool) : bytes(n), data(static_cast<uint8_t*>(std::aligned_alloc(4096, n))) {
+    auto* p = reinterpret_cast<uint16_t*>(data.get());
+    int64_t n16 = static_cast<int64_t>(n / 2);
+    // First touch from the pool's threads, like the weights a loader would place.
+    pool.parallel_for(n16, [&](int64_t b, int64_t e) {
+      uint64_t s = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(b + 1);
+      for (int64_t i = b; i < e; ++i) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        p[i] = static_cast<uint16_t>(0x3c00 + (s % 0x380));
+      }
+    });
+  }
+  // Successive matrices of `size` bytes, wrapping before the end.
+  const void* slot(size_t index, size_t size) const {
+    size_t span = bytes - size;
+    size_t off = span == 0 ? 0 : (index * size) % span;
+    off &= ~size_t{4095};
+    return data.get() + off;
+  }
+};
+
+// Round trip of an empty parallel_for (dispatch, every thread runs a chunk, join): microseconds, median of
+// batches.
+double measure_dispatch_us(thread_pool& pool, int calls) {
+  std::vector<double> per_call;
+  std::atomic<int64_t> sink{0};
+  for (int batch = 0; batch < 10; ++batch) {
+    auto t0 = clock_type::now();
+    for (int c = 0; c < calls / 10; ++c)
+      pool.parallel_for(pool.size(), [&](int64_t b, int64_t e) { sink.fetch_add(e - b, std::memory_order_relaxed); });
+    per_call.push_back(seconds_since(t0) / (calls / 10) * 1e6);
+  }
+  return median(per_call);
+}
+
+struct matmul_result {
+  std::string name;
+  std::string dtype;
+  int64_t n_tokens, n_in, n_out;
+  std::string path;
+  double seconds;  // median per call
+  double weight_gbs;
+  double gflops;
+};
+
+matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n_tokens, int64_t n_in, int64_t n_out,
+                          cpu::matmul_path path, double min_seconds, int min_reps, const std::string& name) {
+  size_t wbytes = static_cast<size_t>(n_in * n_out) * dtype_size(wt);
+  std::vector<float> x(static_cast<size_t>(n_tokens * n_in)), y(static_cast<size_t>(n_tokens * n_out));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+  std::vector<double> times;
+  size_t slot = 0;
+  cpu::matmul(x.data(), n_tokens, n_in, a.slot(slot++, wbytes), wt, n_out, nullptr, y.data(), pool, path);  // warm
+  auto start = clock_type::now();
+  while (static_cast<int>(times.size()) < min_reps || seconds_since(start) < min_seconds) {
+    auto t0 = clock_type::now();
+    cpu::matmul(x.data(), n_tokens, n_in, a.slot(slot++, wbytes), wt, n_out, nullptr, y.data(), pool, path);
+    times.push_back(seconds_since(t0));
+  }
+  double s = median(times);
+  const char* path_name = path == cpu::matmul_path::gemv   ? "gemv"
+                          : path == cpu::matmul_path::gemm ? "gemm"
+                                                           : (n_tokens < cpu::matmul_gemm_min_tokens ? "gemv" : "gemm");
+  return {name,
+          std::string(dtype_name(wt)),
+          n_tokens,
+          n_in,
+          n_out,
+          path_name,
+          s,
+          static_cast<double>(wbytes) / s / 1e9,
+          2.0 * static_cast<double>(n_tokens * n_in * n_out) / s / 1e9};
+}
+
+// The matmuls of one batch-1 decode step of Llama-3.2-1B (16 layers; lm_head tied to the 128256-row embedding).
+struct decode_step_result {
+  double seconds;
+  double weight_bytes;
+  double gbs;
+};
+
+decode_step_result time_decode_step(const arena& a, thread_pool& pool, dtype wt, int reps) {
+  struct shape {
+    int64_t n_in, n_out;
+  };
+  std::vector<shape> shapes;
+  for (int l = 0; l < 16; ++l) {
+    shapes.insert(shapes.end(),
+                  {{2048, 2048}, {2048, 512}, {2048, 512}, {2048, 2048}, {2048, 8192}, {2048, 8192}, {8192, 2048}});
+  }
+  shapes.push_back({2048, 128256});
+  std::vector<float> x(8192, 0.01f), y(128256);
+  double bytes = 0;
+  for (auto s : shapes)
+    bytes += static_cast<double>(s.n_in * s.n_out * static_cast<int64_t>(dtype_size(wt)));
+  size_t slot_index = 0;
+  auto run_step = [&] {
+    for (auto s : shapes) {
+      size_t b = static_cast<size_t>(s.n_in * s.n_out) * dtype_size(wt);
+      cpu::matmul(x.data(), 1, s.n_in, a.slot(slot_index++, b), wt, s.n_out, nullptr, y.data(), pool);
+    }
+  };
+  run_step();
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+    run_step();
+    times.push_back(seconds_since(t0));
+  }
+  double s = median(times);
+  return {s, bytes, bytes / s / 1e9};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"CPU kernel benchmark: memory bandwidth, matmul GB/s and GFLOP/s, GEMV/GEMM crossover"};
+  std::string json_path = "bench/results/kernels.json";
+  int threads = 0;
+  bool quick = false;
+  app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
+  app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
+  app.add_flag("--quick", quick, "Fewer repetitions");
+  CLI11_PARSE(app, argc, argv);
+
+  std::unique_ptr<thread_pool> own_pool;
+  thread_pool* pool = &thread_pool::global();
+  if (threads > 0) {
+    own_pool = std::make_unique<thread_pool>(threads);
+    pool = own_pool.get();
+  }
+  double min_s = quick ? 0.2 : 1.0;
+  int min_reps = quick ? 2 : 5;
+
+  fmt::print("actorllm CPU kernels: isa {}, {} threads\n", cpu::simd::isa_name, pool->size());
+  // The same roofline denominator as bench_cpu_decode.
+  double bw = bench::measure_read_bandwidth(*pool, size_t{1} << 30, quick ? 3 : 8) / 1e9;
+  arena a(size_t{1} << 30, *pool);
+  fmt::print("memory bandwidth (streaming read of 1 GiB, {} threads): {:.2f} GB/s\n", pool->size(), bw);
+
+  double dispatch_us = measure_dispatch_us(*pool, quick ? 20000 : 100000);
+  fmt::print("parallel_for dispatch + join (empty chunks): {:.2f} us\n\n", dispatch_us);
+
+  std::vector<matmul_result> results;
+  auto add = [&](matmul_result r) {
+    fmt::print("{:<14} {:>5} {:>6} x {:>6} -> {:>6}  {:>4}  {:>10.3f} ms  {:>8.2f} GB/s  {:>8.2f} GFLOP/s\n", r.name,
+               r.dtype, r.n_tokens, r.n_in, r.n_out, r.path, r.seconds * 1e3, r.weight_gbs, r.gflops);
+    results.push_back(std::move(r));
+  };
+  fmt::print("{:<14} {:>5} {:>6}   {:>6}    {:>6}  {:>4}  {:>13}  {:>13}  {:>16}\n", "case", "dtype", "tokens", "n_in",
+             "n_out", "path", "time", "weight BW", "compute");
+  for (dtype wt : {dtype::bf16, dtype::f16, dtype::f32}) {
+    add(time_matmul(a, *pool, wt, 1, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_ffn"));
+    add(time_matmul(a, *pool, wt, 1, 2048, 128256, cpu::matmul_path::automatic, min_s, min_reps, "decode_vocab"));
+  }
+  for (dtype wt : {dtype::bf16, dtype::f16, dtype::f32})
+    add(time_matmul(a, *pool, wt, 512, 2048, 8192, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2, "prefill_512"));
+  for (int64_t t : {4, 8, 16, 32, 64, 128, 256}) {
+    add(time_matmul(a, *pool, dtype::bf16, t, 2048, 8192, cpu::matmul_path::gemv, min_s / 2, 3, "crossover"));
+    add(time_matmul(a, *pool, dtype::bf16, t, 2048, 8192, cpu::matmul_path::gemm, min_s / 2, 3, "crossover"));
+  }
+
+  decode_step_result step = time_decode_step(a, *pool, dtype::bf16, quick ? 3 : 10);
+  double roofline_s = step.weight_bytes / (bw * 1e9);
+  fmt::print(
+      "\nLlama-3.2-1B batch-1 decode step, matmuls only (bf16, {:.2f} GB of weights): {:.2f} ms, {:.2f} GB/s = "
+      "{:.0f}% of the measured bandwidth (roofline {:.2f} ms, {:.1f} tokens/s)\n",
+      step.weight_bytes / 1e9, step.seconds * 1e3, step.gbs, 100.0 * step.gbs / bw, roofline_s * 1e3,
+      1.0 / step.seconds);
+
+  json_writer j;
+  j.begin_object();
+  j.key("isa").value(cpu::simd::isa_name);
+  j.key("threads").value(pool->size());
+  j.key("memory_bandwidth_gbs").value(bw);
+  j.key("parallel_for_dispatch_us").value(dispatch_us);
+  j.key("matmul").begin_array();
+  for (const auto& r : results) {
+    j.begin_object();
+    j.key("case").value(r.name);
+    j.key("dtype").value(r.dtype);
+    j.key("n_tokens").value(r.n_tokens);
+    j.key("n_in").value(r.n_in);
+    j.key("n_out").value(r.n_out);
+    j.key("path").value(r.path);
+    j.key("seconds").value(r.seconds);
+    j.key("weight_gbs").value(r.weight_gbs);
+    j.key("gflops").value(r.gflops);
+    j.key("fraction_of_bandwidth").value(r.weight_gbs / bw);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("decode_step_llama_3_2_1b_bf16").begin_object();
+  j.key("seconds").value(step.seconds);
+  j.key("weight_bytes").value(step.weight_bytes);
+  j.key("weight_gbs").value(step.gbs);
+  j.key("fraction_of_bandwidth").value(step.gbs / bw);
+  j.end_object();
+  j.end_object();
+
+  std::filesystem::path out(json_path);
+  if (out.has_parent_path())
+    std::filesystem::create_directories(out.parent_path());
+  std::ofstream f(out);
+  f << j.str() << "\n";
+  if (!f) {
+    std::fprintf(stderr, "bench_kernels: cannot write %s\n", json_path.c_str());
+    return 1;
+  }
+  fmt::print("wrote {}\n", json_path);
+  return 0;
+}

@@ -1,0 +1,45 @@
+// Causal attention over a paged KV cache (vLLM's PagedAttention layout), for batches that mix prefill chunks and
+// decode tokens.
+#pragma once
+
+#include <cstdint>
+
+#include "util/thread_pool.hpp"
+
+namespace actorllm::cpu {
+
+/// One layer's paged KV cache: k and v each [n_blocks, block_size, n_head_kv, head_dim] f32. A token's slot is
+/// block * block_size + offset_in_block.
+struct paged_kv_view {
+  float* k;
+  float* v;
+  int64_t n_blocks;
+  int64_t block_size;
+  int64_t n_head_kv;
+  int64_t head_dim;
+};
+
+/// Writes the k/v rows of new tokens (each [n_tokens, n_head_kv, head_dim]) into their slots; slot_mapping[t] < 0
+/// skips token t (padding). A slot past the cache aborts (it would be a scheduler bug).
+void write_kv(const paged_kv_view& cache, const float* k, const float* v, const int64_t* slot_mapping,
+              int64_t n_tokens);
+
+/// One sequence of a flattened batch: its query rows are [query_begin, query_begin + n_query) of q/out; its cache
+/// blocks, in position order, are block_table[0 .. n_blocks).
+struct attention_seq {
+  int32_t query_begin;
+  int32_t n_query;
+  const int32_t* block_table;
+  int32_t n_blocks;
+};
+
+/// Causal attention over the paged cache for prefill chunks and decode tokens in one batch: query row r (at
+/// position positions[r]) of sequence s attends to cache positions [0, positions[r]] of s (the new tokens' k/v
+/// must already be written). GQA: query head h uses kv head h / (n_head / n_head_kv). q, out: [n_tokens, n_head,
+/// head_dim] f32; scores are q.k * scale. Online softmax over cache blocks (running max and sum, rescaled per
+/// block), f32 accumulation. Parallel over (sequence, query row, kv head) work items, each covering the
+/// n_head / n_head_kv query heads that share a kv head so every k/v row is loaded once for the group.
+void paged_attention(const float* q, const int32_t* positions, const attention_seq* seqs, int64_t n_seqs,
+                     const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool);
+
+}  // namespace actorllm::cpu

@@ -1,0 +1,396 @@
+// Matrix multiplication y = x w^T (+ bias) with f32/f16/bf16 weights.
+//
+// Two algorithms:
+// - GEMV (few tokens): every weight row is streamed from memory exactly once and dotted with all token rows
+//   while it sits in L1. A tile is 4 weight rows x up to 4 tokens of vector accumulators, reduced horizontally at
+//   the end. bf16 rows are widened with a shift/AND pair that splits even and odd elements (no shuffles); the
+//   token rows are permuted once per call to match. This path is memory-bandwidth bound by design.
+// - GEMM (many tokens): the GotoBLAS scheme. A panel of NR = 2 vectors of outputs x KC inputs is converted to f32
+//   and transposed into a contiguous buffer that stays in L1 while an MR x NR register tile of accumulators
+//   walks every token row of the chunk, broadcasting one x value per FMA pair. The conversion cost is paid once
+//   per panel and amortised over all token rows, so all weight types share one f32 micro-kernel.
+// Both split n_out over the pool, so each weight byte is read by one thread.
+#include "kernels/cpu/matmul.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/simd.hpp"
+#include "util/check.hpp"
+
+namespace actorllm::cpu {
+namespace {
+
+using simd::vf;
+constexpr int W = simd::width;
+
+template <dtype D>
+using elem_t = std::conditional_t<D == dtype::f32, float, uint16_t>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// GEMV
+
+constexpr int gemv_k_step = 2 * W;  // weight elements consumed per row per iteration
+constexpr int gemv_rows = 4;
+// Software prefetch distance along each weight row. The hardware prefetcher alone leaves ~5-7% of the bandwidth
+// unused with four concurrent row streams per core (measured on an AVX-512 Xeon; 1-2 KiB ahead was worse).
+// Prefetching past the end of a row touches the next row or, at the very end, at most 512 bytes past the matrix:
+// a prefetch never faults.
+constexpr size_t gemv_prefetch_bytes = 512;
+#if defined(ACTORLLM_SIMD_AVX2)
+constexpr int gemv_tokens = 2;  // 16 ymm registers only
+#else
+constexpr int gemv_tokens = 4;
+#endif
+
+// bf16 rows are loaded split by parity (simd::load_bf16_split), so the token rows must be laid out the same way
+// within each block of gemv_k_step elements: W even-indexed elements, then W odd-indexed ones.
+template <dtype D>
+constexpr bool gemv_split = D == dtype::bf16;
+
+// Two vectors' worth of weights, in the element order the prepared token rows use.
+template <dtype D>
+inline void gemv_load(const elem_t<D>* p, vf& a, vf& b) {
+  if constexpr (D == dtype::f32) {
+    a = simd::load(p);
+    b = simd::load(p + W);
+  } else if constexpr (D == dtype::f16) {
+    a = simd::load_f16(p);
+    b = simd::load_f16(p + W);
+  } else {
+    simd::load_bf16_split(p, a, b);
+  }
+}
+
+// Copies the token rows into xp ([n_tokens][k_pad], zero-padded to a multiple of gemv_k_step), permuted for the
+// split bf16 loads when `split`.
+void gemv_prepare_x(const float* x, int64_t n_tokens, int64_t n_in, bool split, float* xp, int64_t k_pad) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* src = x + t * n_in;
+    float* dst = xp + t * k_pad;
+    if (!split) {
+      std::memcpy(dst, src, static_cast<size_t>(n_in) * sizeof(float));
+      std::fill(dst + n_in, dst + k_pad, 0.0f);
+      continue;
+    }
+    for (int64_t k0 = 0; k0 < k_pad; k0 += gemv_k_step) {
+      for (int j = 0; j < W; ++j) {
+        int64_t e = k0 + 2 * j, o = e + 1;
+        dst[k0 + j] = e < n_in ? src[e] : 0.0f;
+        dst[k0 + W + j] = o < n_in ? src[o] : 0.0f;
+      }
+    }
+  }
+}
+
+struct gemv_args {
+  const void* w;
+  int64_t n_in;
+  int64_t n_out;
+  const float* xp;  // prepared token rows
+  int64_t k_pad;
+  const float* bias;
+  float* y;
+};
+
+// y[t0 .. t0+TT) x [row0 .. row0+R) for one tile.
+template <dtype D, int R, int TT>
+void gemv_tile(const gemv_args& a, int64_t row0, int64_t t0) {
+  using T = elem_t<D>;
+  const T* rows[R];
+  for (int r = 0; r < R; ++r)
+    rows[r] = static_cast<const T*>(a.w) + (row0 + r) * a.n_in;
+  const float* xs = a.xp + t0 * a.k_pad;
+
+  vf acc[R][TT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t)
+      acc[r][t] = simd::zero();
+
+  auto step = [&](const T* const* src, int64_t k_w, int64_t k_x) {
+    vf wa[R], wb[R];
+#if defined(ACTORLLM_SIMD_AVX512) || defined(ACTORLLM_SIMD_AVX2)
+    if (src == rows) {
+      for (int r = 0; r < R; ++r)
+        for (size_t line = 0; line < gemv_k_step * sizeof(T); line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(src[r] + k_w) + gemv_prefetch_bytes + line, _MM_HINT_T0);
+    }
+#endif
+    for (int r = 0; r < R; ++r)
+      gemv_load<D>(src[r] + k_w, wa[r], wb[r]);
+    for (int t = 0; t < TT; ++t) {
+      vf xa = simd::load(xs + t * a.k_pad + k_x);
+      vf xb = simd::load(xs + t * a.k_pad + k_x + W);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = simd::fmadd(wa[r], xa, acc[r][t]);
+        acc[r][t] = simd::fmadd(wb[r], xb, acc[r][t]);
+      }
+    }
+  };
+
+  int64_t k_main = a.n_in / gemv_k_step * gemv_k_step;
+  for (int64_t k = 0; k < k_main; k += gemv_k_step)
+    step(rows, k, k);
+  if (k_main < a.n_in) {
+    // The row tail goes through a zero-padded copy so the loads never run past the weight buffer.
+    T tail[R][gemv_k_step] = {};
+    const T* tails[R];
+    for (int r = 0; r < R; ++r) {
+      std::memcpy(tail[r], rows[r] + k_main, static_cast<size_t>(a.n_in - k_main) * sizeof(T));
+      tails[r] = tail[r];
+    }
+    step(tails, 0, k_main);
+  }
+
+  for (int t = 0; t < TT; ++t) {
+    float* out = a.y + (t0 + t) * a.n_out + row0;
+    for (int r = 0; r < R; ++r)
+      out[r] = simd::reduce_add(acc[r][t]) + (a.bias != nullptr ? a.bias[row0 + r] : 0.0f);
+  }
+}
+
+using gemv_tile_fn = void (*)(const gemv_args&, int64_t, int64_t);
+
+template <dtype D, size_t... I>
+constexpr std::array<gemv_tile_fn, sizeof...(I)> gemv_table(std::index_sequence<I...>) {
+  return {&gemv_tile<D, static_cast<int>(I / gemv_tokens) + 1, static_cast<int>(I % gemv_tokens) + 1>...};
+}
+
+template <dtype D>
+void gemv(const float* x, int64_t n_tokens, int64_t n_in, const void* w, int64_t n_out, const float* bias, float* y,
+          thread_pool& pool) {
+  static constexpr auto table = gemv_table<D>(std::make_index_sequence<gemv_rows * gemv_tokens>{});
+  int64_t k_pad = (n_in + gemv_k_step - 1) / gemv_k_step * gemv_k_step;
+  thread_local std::vector<float> xp_storage;
+  xp_storage.resize(static_cast<size_t>(n_tokens * k_pad));
+  gemv_prepare_x(x, n_tokens, n_in, gemv_split<D>, xp_storage.data(), k_pad);
+  gemv_args args{w, n_in, n_out, xp_storage.data(), k_pad, bias, y};
+
+  int64_t n_groups = (n_out + gemv_rows - 1) / gemv_rows;
+  pool.parallel_for(n_groups, [&](int64_t g_begin, int64_t g_end) {
+    for (int64_t g = g_begin; g < g_end; ++g) {
+      int64_t row0 = g * gemv_rows;
+      int rows = static_cast<int>(std::min<int64_t>(gemv_rows, n_out - row0));
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += gemv_tokens) {
+        int tt = static_cast<int>(std::min<int64_t>(gemv_tokens, n_tokens - t0));
+        table[static_cast<size_t>((rows - 1) * gemv_tokens + (tt - 1))](args, row0, t0);
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// GEMM
+
+constexpr int gemm_nr = 2 * W;  // outputs per panel / register tile
+#if defined(ACTORLLM_SIMD_AVX512)
+constexpr int gemm_mr = 12;  // token rows per register tile: 24 zmm accumulators + 2 weight vectors
+#elif defined(ACTORLLM_SIMD_AVX2)
+constexpr int gemm_mr = 6;  // 12 ymm accumulators + 2 weight vectors + 1 broadcast
+#else
+constexpr int gemm_mr = 4;
+#endif
+constexpr int64_t gemm_kc = 256;  // packed panel: gemm_kc x gemm_nr f32 = 32 KiB with AVX-512, fits L1
+constexpr int64_t gemm_tc = 512;  // token rows per chunk: the x block (gemm_tc x gemm_kc f32) stays in L2
+
+#if defined(ACTORLLM_SIMD_AVX512)
+// In-register transpose of a 16x16 f32 block: r[i] holds row i on entry and column i on exit.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xee);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+  // u[4i + j], 128-bit lane L, holds column 4L + j of rows 4i .. 4i+3.
+  for (int j = 0; j < 4; ++j) {
+    __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+    __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);
+    __m512 w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+    __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
+    r[j] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+    r[4 + j] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+    r[12 + j] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+  }
+}
+#endif
+
+// Packs w[o0 .. o0+NR, k0 .. k0+kc) as f32 into buf[kc][NR]; rows at or past n_out become zeros.
+template <dtype D>
+void gemm_pack(const void* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k0, int64_t kc, float* buf) {
+  using T = elem_t<D>;
+  const T* base = static_cast<const T*>(w);
+#if defined(ACTORLLM_SIMD_AVX512)
+  for (int h = 0; h < gemm_nr / 16; ++h) {
+    int64_t r0 = o0 + h * 16;
+    int valid = static_cast<int>(std::clamp<int64_t>(n_out - r0, 0, 16));
+    int64_t k = 0;
+    for (; k + 16 <= kc; k += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < valid ? simd::load_as<D>(base + (r0 + i) * n_in + k0 + k, 0) : _mm512_setzero_ps();
+      transpose16(r);
+      for (int i = 0; i < 16; ++i)
+        _mm512_storeu_ps(buf + (k + i) * gemm_nr + h * 16, r[i]);
+    }
+    if (k < kc) {
+      alignas(64) float tmp[16][16] = {};
+      for (int i = 0; i < valid; ++i)
+        for (int64_t j = k; j < kc; ++j)
+          tmp[i][j - k] = load_as_f32(base, D, static_cast<size_t>((r0 + i) * n_in + k0 + j));
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = _mm512_load_ps(tmp[i]);
+      transpose16(r);
+      for (int64_t j = k; j < kc; ++j)
+        _mm512_storeu_ps(buf + j * gemm_nr + h * 16, r[j - k]);
+    }
+  }
+#else
+  for (int64_t k = 0; k < kc; ++k)
+    for (int r = 0; r < gemm_nr; ++r)
+      buf[k * gemm_nr + r] =
+          o0 + r < n_out ? load_as_f32(base, D, static_cast<size_t>((o0 + r) * n_in + k0 + k)) : 0.0f;
+#endif
+}
+
+struct gemm_tile_args {
+  const float* x;  // token row 0 of the tile, column k0
+  int64_t ldx;
+  const float* wp;  // packed panel
+  int64_t kc;
+  float* y;  // token row 0 of the tile, column o0
+  int64_t ldy;
+  int n_valid;        // outputs of the panel that exist (< gemm_nr only in the last panel)
+  bool accumulate;    // add to y (a later K block) instead of overwriting it
+  const float* bias;  // gemm_nr values (padded) added on the first K block, or null
+};
+
+template <int M>
+void gemm_tile(const gemm_tile_args& a) {
+  vf acc0[M], acc1[M];
+  for (int m = 0; m < M; ++m) {
+    acc0[m] = simd::zero();
+    acc1[m] = simd::zero();
+  }
+  const float* wp = a.wp;
+  for (int64_t k = 0; k < a.kc; ++k, wp += gemm_nr) {
+    vf w0 = simd::load(wp);
+    vf w1 = simd::load(wp + W);
+    for (int m = 0; m < M; ++m) {
+      vf xb = simd::set1(a.x[m * a.ldx + k]);
+      acc0[m] = simd::fmadd(xb, w0, acc0[m]);
+      acc1[m] = simd::fmadd(xb, w1, acc1[m]);
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    float* out = a.y + m * a.ldy;
+    if (a.bias != nullptr) {
+      acc0[m] = simd::add(acc0[m], simd::load(a.bias));
+      acc1[m] = simd::add(acc1[m], simd::load(a.bias + W));
+    }
+    if (a.n_valid == gemm_nr) {
+      if (a.accumulate) {
+        acc0[m] = simd::add(acc0[m], simd::load(out));
+        acc1[m] = simd::add(acc1[m], simd::load(out + W));
+      }
+      simd::store(out, acc0[m]);
+      simd::store(out + W, acc1[m]);
+    } else {
+      alignas(64) float tmp[gemm_nr];
+      simd::store(tmp, acc0[m]);
+      simd::store(tmp + W, acc1[m]);
+      for (int j = 0; j < a.n_valid; ++j)
+        out[j] = a.accumulate ? out[j] + tmp[j] : tmp[j];
+    }
+  }
+}
+
+using gemm_tile_fn = void (*)(const gemm_tile_args&);
+
+template <size_t... I>
+constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<I...>) {
+  return {&gemm_tile<static_cast<int>(I) + 1>...};
+}
+
+template <dtype D>
+void gemm(const float* x, int64_t n_tokens, int64_t n_in, const void* w, int64_t n_out, const float* bias, float* y,
+          thread_pool& pool) {
+  static constexpr auto table = gemm_table(std::make_index_sequence<gemm_mr>{});
+  int64_t n_panels = (n_out + gemm_nr - 1) / gemm_nr;
+  pool.parallel_for(n_panels, [&](int64_t p_begin, int64_t p_end) {
+    thread_local std::vector<float> packed;  // 32 KiB with AVX-512; per thread, reused across calls
+    packed.resize(static_cast<size_t>(gemm_kc * gemm_nr));
+    alignas(64) float bias_pad[gemm_nr];
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += gemm_tc) {
+      int64_t tc = std::min(gemm_tc, n_tokens - t0);
+      for (int64_t k0 = 0; k0 < n_in; k0 += gemm_kc) {
+        int64_t kc = std::min(gemm_kc, n_in - k0);
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          int64_t o0 = p * gemm_nr;
+          int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, n_out - o0));
+          gemm_pack<D>(w, n_in, n_out, o0, k0, kc, packed.data());
+          const float* tile_bias = nullptr;
+          if (bias != nullptr && k0 == 0) {
+            for (int j = 0; j < gemm_nr; ++j)
+              bias_pad[j] = j < n_valid ? bias[o0 + j] : 0.0f;
+            tile_bias = bias_pad;
+          }
+          for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
+            int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
+            gemm_tile_args args{
+                x + m0 * n_in + k0, n_in, packed.data(), kc, y + m0 * n_out + o0, n_out, n_valid, k0 > 0, tile_bias};
+            table[static_cast<size_t>(mm - 1)](args);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
+            const float* bias, float* y, thread_pool& pool, matmul_path path) {
+  ACTORLLM_CHECK(n_tokens >= 0 && n_in >= 0 && n_out >= 0, "matmul: negative dimension");
+  if (n_tokens == 0 || n_out == 0)
+    return;
+  if (n_in == 0) {
+    for (int64_t t = 0; t < n_tokens; ++t)
+      for (int64_t o = 0; o < n_out; ++o)
+        y[t * n_out + o] = bias != nullptr ? bias[o] : 0.0f;
+    return;
+  }
+  if (path == matmul_path::automatic)
+    path = n_tokens < matmul_gemm_min_tokens ? matmul_path::gemv : matmul_path::gemm;
+  bool use_gemv = path == matmul_path::gemv;
+  switch (wtype) {
+    case dtype::f32:
+      use_gemv ? gemv<dtype::f32>(x, n_tokens, n_in, w, n_out, bias, y, pool)
+               : gemm<dtype::f32>(x, n_tokens, n_in, w, n_out, bias, y, pool);
+      return;
+    case dtype::f16:
+      use_gemv ? gemv<dtype::f16>(x, n_tokens, n_in, w, n_out, bias, y, pool)
+               : gemm<dtype::f16>(x, n_tokens, n_in, w, n_out, bias, y, pool);
+      return;
+    case dtype::bf16:
+      use_gemv ? gemv<dtype::bf16>(x, n_tokens, n_in, w, n_out, bias, y, pool)
+               : gemm<dtype::bf16>(x, n_tokens, n_in, w, n_out, bias, y, pool);
+      return;
+  }
+}
+
+void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
+            const float* bias, float* y, thread_pool& pool) {
+  matmul(x, n_tokens, n_in, w, wtype, n_out, bias, y, pool, matmul_path::automatic);
+}
+
+}  // namespace actorllm::cpu

@@ -1,0 +1,225 @@
+// dtype conversions: f16/bf16 <-> f32 against independent float64 references (exhaustive where the domain is
+// 16-bit), round trips, subnormals, inf/NaN, round-to-nearest-even ties; the bulk converters against the scalar
+// ones.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <ios>
+#include <limits>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "kernels/cpu/convert.hpp"
+#include "kernels/dtype.hpp"
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+using namespace actorllm;
+
+namespace {
+
+// The value of an IEEE binary16 bit pattern, from the format's definition.
+double f16_value(uint16_t h) {
+  int sign = (h & 0x8000) ? -1 : 1;
+  int exp = (h >> 10) & 0x1f;
+  int mant = h & 0x3ff;
+  if (exp == 0x1f)
+    return mant != 0 ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
+  if (exp == 0)
+    return sign * std::ldexp(static_cast<double>(mant), -24);
+  return sign * std::ldexp(static_cast<double>(1024 + mant), exp - 25);
+}
+
+// The value of a bf16 bit pattern, from the format's definition (8-bit exponent, 7-bit mantissa).
+double bf16_value(uint16_t h) {
+  int sign = (h & 0x8000) ? -1 : 1;
+  int exp = (h >> 7) & 0xff;
+  int mant = h & 0x7f;
+  if (exp == 0xff)
+    return mant != 0 ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
+  if (exp == 0)
+    return sign * std::ldexp(static_cast<double>(mant), -133);
+  return sign * std::ldexp(static_cast<double>(128 + mant), exp - 134);
+}
+
+// Round a finite double to the nearest value with `mant_bits` explicit mantissa bits, minimum normal exponent
+// `emin` (subnormals below), ties to even; returns inf beyond `max_finite` rounding. Independent of the code under
+// test: it works on exact double arithmetic.
+double round_to_format(double a, int mant_bits, int emin, double max_finite) {
+  if (a == 0)
+    return a;
+  double mag = std::fabs(a);
+  int e = std::ilogb(mag);
+  if (e < emin)
+    e = emin;
+  double ulp = std::ldexp(1.0, e - mant_bits);
+  double q = std::nearbyint(mag / ulp);  // exact division (power of two); default rounding mode: ties to even
+  double r = q * ulp;
+  if (r > max_finite)
+    r = std::numeric_limits<double>::infinity();
+  return std::copysign(r, a);
+}
+
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+
+// Float bit patterns spread over the whole 32-bit space plus the interesting neighbourhoods.
+std::vector<uint32_t> probe_patterns() {
+  std::vector<uint32_t> v;
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099)
+    v.push_back(static_cast<uint32_t>(u));
+  for (uint32_t base : {0x00000000u, 0x00800000u, 0x33000000u, 0x387fc000u, 0x38800000u, 0x3f800000u, 0x477fe000u,
+                        0x477ff000u, 0x47800000u, 0x7f7f0000u, 0x7f7fffffu, 0x7f800000u}) {
+    for (uint32_t d = 0; d < 64; ++d) {
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        v.push_back((base + d) | sign);
+        v.push_back((base - d) | sign);
+        v.push_back((base + (d << 12)) | sign);
+      }
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("dtype names, sizes and parsing") {
+  CHECK(dtype_size(dtype::f32) == 4);
+  CHECK(dtype_size(dtype::f16) == 2);
+  CHECK(dtype_size(dtype::bf16) == 2);
+  CHECK(dtype_name(dtype::bf16) == "bf16");
+  CHECK(parse_dtype("BF16") == dtype::bf16);
+  CHECK(parse_dtype("float16") == dtype::f16);
+  CHECK(parse_dtype("half") == dtype::f16);
+  CHECK(parse_dtype("F32") == dtype::f32);
+  CHECK(parse_dtype("float") == dtype::f32);
+  CHECK_FALSE(parse_dtype("int8").has_value());
+  CHECK_FALSE(parse_dtype("").has_value());
+}
+
+TEST_CASE("f16_to_f32 is exact for every f16 value [asan]") {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    double ref = f16_value(static_cast<uint16_t>(h));
+    float got = f16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(ref)) {
+      REQUIRE(std::isnan(got));
+      continue;
+    }
+    REQUIRE(static_cast<double>(got) == ref);
+    REQUIRE(std::signbit(got) == ((h & 0x8000) != 0));
+#if defined(__F16C__)
+    REQUIRE(bits(got) == bits(_cvtsh_ss(static_cast<unsigned short>(h))));
+#endif
+  }
+}
+
+TEST_CASE("f16 round trip is the identity on every non-NaN value [asan]") {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = f16_to_f32(static_cast<uint16_t>(h));
+    uint16_t back = f32_to_f16(f);
+    if (std::isnan(f))
+      REQUIRE(std::isnan(f16_to_f32(back)));
+    else
+      REQUIRE(back == h);
+  }
+}
+
+TEST_CASE("f32_to_f16 rounds to nearest even, with subnormals, overflow and NaN [asan]") {
+  const double f16_max = 65504.0;
+  for (uint32_t u : probe_patterns()) {
+    float f = from_bits(u);
+    uint16_t h = f32_to_f16(f);
+    if (std::isnan(f)) {
+      REQUIRE(std::isnan(f16_to_f32(h)));
+      continue;
+    }
+    double want = std::isinf(f) ? static_cast<double>(f) : round_to_format(f, 10, -14, f16_max);
+    INFO("f32 bits 0x" << std::hex << u);
+    REQUIRE(f16_value(h) == want);
+    REQUIRE(((h & 0x8000) != 0) == std::signbit(f));
+#if defined(__F16C__)
+    REQUIRE(h == _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+#endif
+  }
+  // Hand-picked ties and edges.
+  CHECK(f32_to_f16(65504.0f) == 0x7bff);
+  CHECK(f32_to_f16(65519.99f) == 0x7bff);
+  CHECK(f32_to_f16(65520.0f) == 0x7c00);                      // halfway to 65536: ties to even = inf
+  CHECK(f32_to_f16(std::ldexp(1.0f, -24)) == 0x0001);         // smallest subnormal
+  CHECK(f32_to_f16(std::ldexp(1.0f, -25)) == 0x0000);         // halfway to it: ties to even = 0
+  CHECK(f32_to_f16(std::ldexp(1.5f, -24)) == 0x0002);         // 1.5 ulp: ties to even = 2 ulp
+  CHECK(f32_to_f16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // tie between 1 and 1+2^-10: even = 1
+  CHECK(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);
+  CHECK(f32_to_f16(-0.0f) == 0x8000);
+  CHECK(f32_to_f16(-std::numeric_limits<float>::infinity()) == 0xfc00);
+}
+
+TEST_CASE("bf16_to_f32 is exact for every bf16 value [asan]") {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    double ref = bf16_value(static_cast<uint16_t>(h));
+    float got = bf16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(ref)) {
+      REQUIRE(std::isnan(got));
+      continue;
+    }
+    REQUIRE(static_cast<double>(got) == ref);
+    REQUIRE(f32_to_bf16(got) == h);  // round trip
+  }
+}
+
+TEST_CASE("f32_to_bf16 rounds to nearest even, keeps NaN a NaN [asan]") {
+  const double bf16_max = bf16_value(0x7f7f);
+  for (uint32_t u : probe_patterns()) {
+    float f = from_bits(u);
+    uint16_t h = f32_to_bf16(f);
+    if (std::isnan(f)) {
+      REQUIRE(std::isnan(bf16_to_f32(h)));  // also for NaNs whose payload sits in the dropped low bits
+      continue;
+    }
+    double want = std::isinf(f) ? static_cast<double>(f) : round_to_format(f, 7, -126, bf16_max);
+    INFO("f32 bits 0x" << std::hex << u);
+    REQUIRE(bf16_value(h) == want);
+  }
+  CHECK(f32_to_bf16(from_bits(0x3f808000u)) == 0x3f80);  // tie, even stays
+  CHECK(f32_to_bf16(from_bits(0x3f818000u)) == 0x3f82);  // tie, odd rounds up
+  CHECK(f32_to_bf16(from_bits(0x3f808001u)) == 0x3f81);  // above the tie
+  CHECK(f32_to_bf16(from_bits(0x7f7fffffu)) == 0x7f80);  // FLT_MAX rounds to inf
+  CHECK(std::isnan(bf16_to_f32(f32_to_bf16(from_bits(0x7f800001u)))));
+  CHECK(f32_to_bf16(from_bits(0x00010000u)) == 0x0001);  // f32 subnormal stays a bf16 subnormal
+}
+
+TEST_CASE("convert_to_f32 and convert_from_f32 agree with the scalar conversions [asan]") {
+  for (dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{16}, size_t{33}, size_t{100}}) {
+      auto values = test::random_floats(n, 1000 + n, -70000.0f, 70000.0f);
+      if (n > 3) {
+        values[0] = std::numeric_limits<float>::infinity();
+        values[1] = std::ldexp(1.0f, -20);  // f16 subnormal
+        values[2] = std::numeric_limits<float>::quiet_NaN();
+      }
+      std::vector<uint8_t> typed(n * dtype_size(t) + 1, 0xab);
+      cpu::convert_from_f32(values.data(), static_cast<int64_t>(n), t, typed.data());
+      CHECK(typed.back() == 0xab);  // wrote exactly n elements
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<uint8_t> one(dtype_size(t));
+        store_from_f32(one.data(), t, 0, values[i]);
+        REQUIRE(std::memcmp(one.data(), typed.data() + i * dtype_size(t), dtype_size(t)) == 0);
+      }
+      std::vector<float> back(n + 1, 12345.0f);
+      cpu::convert_to_f32(typed.data(), t, static_cast<int64_t>(n), back.data());
+      CHECK(back.back() == 12345.0f);
+      for (size_t i = 0; i < n; ++i) {
+        float want = load_as_f32(typed.data(), t, i);
+        if (std::isnan(want))
+          REQUIRE(std::isnan(back[i]));
+        else
+          REQUIRE(bits(back[i]) == bits(want));
+      }
+    }
+  }
+}

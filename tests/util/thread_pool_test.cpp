@@ -1,0 +1,176 @@
+// thread_pool: coverage (every index exactly once, contiguous chunks), nesting, exceptions, concurrent callers,
+// the sleep/wake path and dynamic scheduling.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "util/thread_pool.hpp"
+
+using actorllm::thread_pool;
+
+namespace {
+
+// Runs parallel_for(n) and checks that the chunks tile [0, n) exactly, in at most pool.size() pieces.
+void check_coverage(thread_pool& pool, int64_t n) {
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  std::mutex m;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    {
+      std::lock_guard lock(m);
+      chunks.emplace_back(b, e);
+    }
+    for (int64_t i = b; i < e; ++i)
+      hits[static_cast<size_t>(i)].fetch_add(1);
+  });
+  for (int64_t i = 0; i < n; ++i)
+    REQUIRE(hits[static_cast<size_t>(i)].load() == 1);
+  if (n == 0) {
+    CHECK(chunks.empty());
+    return;
+  }
+  CHECK(static_cast<int64_t>(chunks.size()) == std::min<int64_t>(n, pool.size()));
+  std::sort(chunks.begin(), chunks.end());
+  CHECK(chunks.front().first == 0);
+  CHECK(chunks.back().second == n);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    CHECK(chunks[i].first < chunks[i].second);  // no empty chunk
+    if (i > 0)
+      CHECK(chunks[i - 1].second == chunks[i].first);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("thread_pool parallel_for covers every index exactly once [asan]") {
+  for (int size : {1, 2, 3, 4, 7}) {
+    thread_pool pool(size);
+    CHECK(pool.size() == size);
+    for (int64_t n : {0, 1, 2, 3, 4, 5, 7, 8, 9, 16, 100, 1001, 12345})
+      check_coverage(pool, n);
+  }
+}
+
+TEST_CASE("thread_pool chunks run on distinct threads, the caller included [asan]") {
+  thread_pool pool(4);
+  std::mutex m;
+  std::set<std::thread::id> ids;
+  pool.parallel_for(4, [&](int64_t, int64_t) {
+    std::lock_guard lock(m);
+    ids.insert(std::this_thread::get_id());
+  });
+  CHECK(ids.size() == 4);
+  CHECK(ids.count(std::this_thread::get_id()) == 1);
+}
+
+TEST_CASE("thread_pool survives many back-to-back calls [asan]") {
+  thread_pool pool(3);
+  std::atomic<int64_t> total{0};
+  const int calls = 20000;
+  for (int c = 0; c < calls; ++c) {
+    pool.parallel_for(5, [&](int64_t b, int64_t e) {
+      int64_t s = 0;
+      for (int64_t i = b; i < e; ++i)
+        s += i;
+      total.fetch_add(s);
+    });
+  }
+  CHECK(total.load() == int64_t{calls} * 10);
+}
+
+TEST_CASE("thread_pool wakes sleeping workers [asan]") {
+  // Idle gaps longer than the spin budget put the workers to sleep; the next call must still run every chunk.
+  thread_pool pool(3);
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    check_coverage(pool, 9);
+  }
+}
+
+TEST_CASE("thread_pool nested parallel_for runs inline [asan]") {
+  thread_pool pool(3);
+  std::vector<std::atomic<int>> hits(30 * 7);
+  pool.parallel_for(30, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      std::thread::id outer = std::this_thread::get_id();
+      pool.parallel_for(7, [&](int64_t b2, int64_t e2) {
+        CHECK(std::this_thread::get_id() == outer);  // inline, no deadlock
+        CHECK(b2 == 0);
+        CHECK(e2 == 7);
+        for (int64_t j = b2; j < e2; ++j)
+          hits[static_cast<size_t>(i * 7 + j)].fetch_add(1);
+      });
+    }
+  });
+  for (auto& h : hits)
+    CHECK(h.load() == 1);
+}
+
+TEST_CASE("thread_pool rethrows an exception after all chunks finished [asan]") {
+  thread_pool pool(4);
+  std::atomic<int> finished{0};
+  CHECK_THROWS_AS(pool.parallel_for(4,
+                                    [&](int64_t b, int64_t) {
+                                      if (b == 2)
+                                        throw std::runtime_error("chunk failed");
+                                      finished.fetch_add(1);
+                                    }),
+                  std::runtime_error);
+  CHECK(finished.load() == 3);
+  // The caller's own chunk throwing must also wait for the workers, and the pool stays usable.
+  CHECK_THROWS_AS(pool.parallel_for(4,
+                                    [&](int64_t b, int64_t) {
+                                      if (b == 0)
+                                        throw std::logic_error("first chunk failed");
+                                    }),
+                  std::logic_error);
+  check_coverage(pool, 1000);
+}
+
+TEST_CASE("thread_pool serialises calls from several outside threads [asan]") {
+  thread_pool pool(3);
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c) {
+    callers.emplace_back([&] {
+      for (int k = 0; k < 500; ++k)
+        pool.parallel_for(10, [&](int64_t b, int64_t e) { total.fetch_add(e - b); });
+    });
+  }
+  for (auto& t : callers)
+    t.join();
+  CHECK(total.load() == 3 * 500 * 10);
+}
+
+TEST_CASE("thread_pool parallel_for_dynamic covers every index exactly once [asan]") {
+  for (int size : {1, 2, 4}) {
+    thread_pool pool(size);
+    for (int64_t n : {0, 1, 5, 64, 1000}) {
+      for (int64_t grain : {1, 3, 100}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(std::max<int64_t>(n, 1)));
+        pool.parallel_for_dynamic(n, grain, [&](int64_t b, int64_t e) {
+          CHECK(e - b <= grain);
+          for (int64_t i = b; i < e; ++i)
+            hits[static_cast<size_t>(i)].fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i)
+          REQUIRE(hits[static_cast<size_t>(i)].load() == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("thread_pool::global is one process-wide pool") {
+  thread_pool& a = thread_pool::global();
+  thread_pool& b = thread_pool::global();
+  CHECK(&a == &b);
+  CHECK(a.size() >= 1);
+  check_coverage(a, 777);
+}
