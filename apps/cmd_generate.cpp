@@ -1,23 +1,17 @@
-// `actorllm generate`: offline generation for one prompt, on one shard in this process.
+// `actorllm generate`: offline generation for one prompt through the embedding API (actorllm::LLM), so the same
+// actor graph as a server runs it: TP shards and pipeline stages in this process.
 #include "apps/command_registry.hpp"
 
-#include "kernels/collective.hpp"
-#include "kernels/cpu/sampling.hpp"
-#include "model/kv_cache.hpp"
-#include "model/llama_model.hpp"
-#include "model/model_source.hpp"
-#include "text/tokenizer.hpp"
+#include "actorllm/llm.hpp"
 #include "util/json_writer.hpp"
 #include "util/log.hpp"
-#include "util/thread_pool.hpp"
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 
 namespace actorllm::app {
@@ -45,6 +39,10 @@ struct generate_options {
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 2048;
   int threads = 0;
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  std::string pp_layer_partition;
+  uint64_t kv_cache_memory = uint64_t{4} << 30;
 };
 
 std::vector<int32_t> parse_id_list(const std::string& s, const std::string& flag) {
@@ -70,18 +68,13 @@ std::vector<int32_t> parse_id_list(const std::string& s, const std::string& flag
 }
 
 int run_generate(const generate_options& o) {
-  namespace fs = std::filesystem;
-  auto format = model::parse_load_format(o.load_format);
-  if (!format)
+  // Flag checks that need no model come first, with the flag's name in the message.
+  if (o.load_format != "auto" && o.load_format != "safetensors" && o.load_format != "dummy")
     throw std::invalid_argument(
         fmt::format("--load-format: '{}' is not one of auto, safetensors, dummy", o.load_format));
-  std::optional<dtype> weight_dtype;
-  if (o.dtype_name != "auto") {
-    weight_dtype = parse_dtype(o.dtype_name);
-    if (!weight_dtype)
-      throw std::invalid_argument(
-          fmt::format("--dtype: '{}' is not one of auto, float32, float16, bfloat16", o.dtype_name));
-  }
+  if (o.dtype_name != "auto" && o.dtype_name != "float32" && o.dtype_name != "float16" && o.dtype_name != "bfloat16")
+    throw std::invalid_argument(
+        fmt::format("--dtype: '{}' is not one of auto, float32, float16, bfloat16", o.dtype_name));
   if (o.max_tokens < 1)
     throw std::invalid_argument(fmt::format("--max-tokens: must be at least 1, got {}", o.max_tokens));
   if (o.temperature < 0)
@@ -94,57 +87,40 @@ int run_generate(const generate_options& o) {
     throw std::invalid_argument(fmt::format("--block-size: must be in [1, 256], got {}", o.block_size));
   if (o.output != "text" && o.output != "json")
     throw std::invalid_argument(fmt::format("--output: '{}' is not one of text, json", o.output));
+  if (o.max_model_len < 0)
+    throw std::invalid_argument(fmt::format("--max-model-len: must be positive, got {}", o.max_model_len));
+  std::vector<int32_t> prompt_ids;
+  if (!o.prompt_ids.empty())
+    prompt_ids = parse_id_list(o.prompt_ids, "--prompt-ids");
 
-  // Tokenizer: needed for --prompt and for the output text; a dummy model dir may have none.
-  fs::path tok_dir = o.tokenizer_dir.empty() ? fs::path{o.model_dir} : fs::path{o.tokenizer_dir};
-  std::unique_ptr<text::tokenizer> tok;
-  if (fs::exists(tok_dir / "tokenizer.json"))
-    tok = std::make_unique<text::tokenizer>(text::tokenizer::from_directory(tok_dir));
+  // The completion is this command's product: keep stderr to warnings unless ACTORLLM_LOG_LEVEL asks for more
+  // (info shows the engine's start-up, e.g. "# CPU blocks: N").
+  if (std::getenv("ACTORLLM_LOG_LEVEL") == nullptr)
+    log::set_threshold(log::level::warning);
 
-  std::vector<int32_t> prompt;
-  if (!o.prompt_ids.empty()) {
-    prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
-  } else {
-    if (!tok)
-      throw std::invalid_argument(
-          fmt::format("--prompt needs a tokenizer, and {} has no tokenizer.json (give --tokenizer or --prompt-ids)",
-                      tok_dir.string()));
-    prompt = tok->encode(o.prompt, /*add_special_tokens=*/true);
-  }
-  if (prompt.empty())
-    throw std::invalid_argument("the prompt is empty");
+  engine_config cfg;
+  cfg.model = o.model_dir;
+  cfg.tokenizer = o.tokenizer_dir;
+  cfg.tensor_parallel_size = o.tensor_parallel_size;
+  cfg.pipeline_parallel_size = o.pipeline_parallel_size;
+  cfg.pp_layer_partition = o.pp_layer_partition;
+  cfg.max_num_seqs = 1;
+  cfg.max_num_batched_tokens = static_cast<int32_t>(o.max_num_batched_tokens);
+  cfg.block_size = static_cast<int32_t>(o.block_size);
+  cfg.kv_cache_memory = o.kv_cache_memory;
+  cfg.max_model_len = static_cast<int32_t>(o.max_model_len);
+  cfg.load_format = o.load_format;
+  cfg.dtype = o.dtype_name;
+  cfg.seed = o.seed;
+  cfg.threads = o.threads;
+  LLM llm{cfg};
 
-  thread_pool pool{o.threads > 0 ? o.threads : thread_pool::global().size()};
-  model::shard_spec shard;
-  model::load_options load;
-  load.format = *format;
-  load.weight_dtype = weight_dtype;
-  load.seed = o.seed;
-  auto loaded = model::load_shard(o.model_dir, shard, load);
-  const auto& cfg = loaded.config;
-  for (int32_t id : prompt)
-    if (id >= cfg.n_vocab)
-      throw std::invalid_argument(fmt::format("prompt token id {} is outside the vocabulary of {}", id, cfg.n_vocab));
-
-  int64_t max_model_len = cfg.max_position_embeddings;
-  if (o.max_model_len > 0)
-    max_model_len = o.max_model_len;
-  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-  if (n_prompt + o.max_tokens > max_model_len)
+  if (o.prompt_ids.empty() && !llm.info().has_tokenizer)
     throw std::invalid_argument(
-        fmt::format("the prompt ({} tokens) plus --max-tokens ({}) is {} tokens, over the maximum model length of {}",
-                    n_prompt, o.max_tokens, n_prompt + o.max_tokens, max_model_len));
+        fmt::format("--prompt needs a tokenizer, and {} has no tokenizer.json (give --tokenizer or --prompt-ids)",
+                    o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir));
 
-  single_rank_collective comm;
-  model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, pool};
-  const int64_t total = n_prompt + o.max_tokens;
-  const int64_t n_blocks = (total + o.block_size - 1) / o.block_size;
-  model::kv_cache cache{llm.cache_shape(o.block_size), n_blocks};
-  std::vector<int32_t> block_table(static_cast<size_t>(n_blocks));
-  for (int64_t b = 0; b < n_blocks; ++b)
-    block_table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
-
-  cpu::sampling_params sp;
+  sampling_params sp;
   sp.temperature = o.temperature;
   sp.top_p = o.top_p;
   sp.top_k = o.top_k;
@@ -152,52 +128,30 @@ int run_generate(const generate_options& o) {
   sp.repetition_penalty = o.repetition_penalty;
   sp.presence_penalty = o.presence_penalty;
   sp.frequency_penalty = o.frequency_penalty;
-  cpu::sampler_rng rng{o.seed};
+  sp.seed = o.seed;
+  sp.max_tokens = static_cast<int32_t>(o.max_tokens);
+  sp.ignore_eos = o.ignore_eos;
+  request_output out = o.prompt_ids.empty() ? llm.generate(prompt{o.prompt}, sp) : llm.generate(prompt{prompt_ids}, sp);
+  const completion_output& c = out.outputs.front();
+  const std::string finish = c.finish_reason ? std::string{to_string(*c.finish_reason)} : std::string{"length"};
 
-  std::vector<int32_t> output;
-  std::string finish_reason = "length";
-  std::vector<float> logits;
-  // Prefill in chunks of at most max_num_batched_tokens; only the last chunk is sampled.
-  for (int64_t begin = 0; begin < n_prompt;) {
-    int64_t len = std::min(o.max_num_batched_tokens, n_prompt - begin);
-    model::forward_batch batch;
-    batch.add_sequence(std::span<const int32_t>{prompt}.subspan(static_cast<size_t>(begin), static_cast<size_t>(len)),
-                       static_cast<int32_t>(begin), block_table, begin + len == n_prompt);
-    logits = llm.forward(batch, cache);
-    begin += len;
-  }
-  while (true) {
-    cpu::sample_result r = cpu::sample(logits.data(), cfg.n_vocab, sp, prompt, output, rng);
-    output.push_back(r.token);
-    bool is_eos = std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), r.token) != cfg.eos_token_ids.end();
-    if (is_eos && !o.ignore_eos) {
-      finish_reason = "stop";
-      break;
-    }
-    if (static_cast<int64_t>(output.size()) >= o.max_tokens)
-      break;
-    model::forward_batch batch;
-    int32_t tokens[1] = {r.token};
-    batch.add_sequence(tokens, static_cast<int32_t>(n_prompt + static_cast<int64_t>(output.size()) - 1), block_table,
-                       true);
-    logits = llm.forward(batch, cache);
-  }
-
-  std::string text = tok ? tok->decode(output, /*skip_special_tokens=*/true) : std::string{};
   if (o.output == "json") {
     json_writer w;
     w.begin_object();
-    w.key("prompt_ids").array(prompt);
-    w.key("output_ids").array(output);
-    w.key("text").value(text);
-    w.key("finish_reason").value(finish_reason);
+    w.key("prompt_ids").array(out.prompt_token_ids);
+    w.key("output_ids").array(c.token_ids);
+    w.key("text").value(c.text);
+    w.key("finish_reason").value(finish);
     w.end_object();
     std::printf("%s\n", w.str().c_str());
   } else {
-    std::printf("%s\n", text.c_str());
+    std::printf("%s\n", c.text.c_str());
   }
   return 0;
 }
+
+option_alias tp_alias{"-tp", "--tensor-parallel-size"};
+option_alias pp_alias{"-pp", "--pipeline-parallel-size"};
 
 command_registration generate_command{
     "generate", "Generate a completion for one prompt (offline, in this process)", [](CLI::App& sub) {
@@ -229,7 +183,15 @@ command_registration generate_command{
       sub.add_option("--max-model-len", o->max_model_len, "Context length limit (default: the model's)");
       sub.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Prefill chunk size")
           ->capture_default_str();
-      sub.add_option("--num-threads", o->threads, "CPU threads (default: all cores)");
+      sub.add_option("--num-threads", o->threads, "CPU threads for the kernels, over all shards (default: all cores)");
+      sub.add_option("--tensor-parallel-size", o->tensor_parallel_size,
+                     "Tensor-parallel ranks per pipeline stage (also -tp)")
+          ->capture_default_str();
+      sub.add_option("--pipeline-parallel-size", o->pipeline_parallel_size, "Pipeline stages (also -pp)")
+          ->capture_default_str();
+      sub.add_option("--pp-layer-partition", o->pp_layer_partition,
+                     "Layers per pipeline stage, e.g. 3,2 (default: even, remainder to the stages before the last)");
+      sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard")->capture_default_str();
       return [o]() {
         if (o->prompt.empty() && o->prompt_ids.empty())
           throw std::invalid_argument("give --prompt TEXT or --prompt-ids 1,2,3");

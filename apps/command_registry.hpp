@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,17 @@ std::vector<command_entry>& command_registry();
 struct command_registration {
   command_registration(std::string name, std::string description, command_setup setup) {
     command_registry().push_back({std::move(name), std::move(description), std::move(setup)});
+  }
+};
+
+/// Single-dash multi-letter spellings of long options, as vLLM's argparse accepts them ("-tp" for
+/// "--tensor-parallel-size"). CLI11 only knows one-letter short options, so main() rewrites these before parsing.
+std::map<std::string, std::string>& option_aliases();
+
+/// Registers an alias at static-initialisation time: `static option_alias tp{"-tp", "--tensor-parallel-size"};`.
+struct option_alias {
+  option_alias(std::string alias, std::string long_name) {
+    option_aliases().insert_or_assign(std::move(alias), std::move(long_name));
   }
 };
 

@@ -12,6 +12,10 @@ std::vector<command_entry>& command_registry() {
   static std::vector<command_entry> registry;
   return registry;
 }
+std::map<std::string, std::string>& option_aliases() {
+  static std::map<std::string, std::string> aliases;
+  return aliases;
+}
 }  // namespace actorllm::app
 
 int main(int argc, char** argv) {
@@ -24,8 +28,17 @@ int main(int argc, char** argv) {
     auto* sub = app.add_subcommand(entry.name, entry.description);
     runners[sub] = entry.setup(*sub);
   }
+  // "-tp 2" / "-tp=2" -> "--tensor-parallel-size 2" / "--tensor-parallel-size=2" (see option_aliases()).
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) {  // CLI11 takes the arguments in reverse order
+    std::string arg = argv[i];
+    for (const auto& [alias, long_name] : option_aliases())
+      if (arg == alias || arg.rfind(alias + "=", 0) == 0)
+        arg = long_name + arg.substr(alias.size());
+    args.push_back(std::move(arg));
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

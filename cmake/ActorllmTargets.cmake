@@ -25,7 +25,8 @@ function(actorllm_add_library name dir)
   endif()
   add_library(${name} STATIC ${_srcs})
   target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-                                            $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
+                                            $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+                                            $<INSTALL_INTERFACE:include>)
   target_link_libraries(${name} PUBLIC Threads::Threads fmt::fmt)
   actorllm_target_defaults(${name})
   if(ACTORLLM_SANITIZE)

@@ -123,3 +123,22 @@ TEST_CASE("generate runs a dummy-weight model from config.json alone") {
   CHECK(ids_of(doc["output_ids"]).size() == 8);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("generate -tp/-pp/--pp-layer-partition run the sharded engine and give the golden ids") {
+  simdjson::dom::parser golden_parser;
+  auto golden = golden_parser.load((test::model_dir("stories260K") / "reference" / "expected_outputs.json").string());
+  auto expected = ids_of(golden["greedy_from_bos"]["output_ids"]);
+  expected.resize(64);
+  for (std::string layout : {"-tp 2 -pp 2", "--tensor-parallel-size 4", "-pp 2 --pp-layer-partition 1,4", "-pp=3"}) {
+    INFO(layout);
+    auto out = generate("--prompt-ids 1 --max-tokens 64 --temperature 0 --output json " + layout);
+    simdjson::dom::parser parser;
+    auto doc = parser.parse(out);
+    CHECK(ids_of(doc["output_ids"]) == expected);
+  }
+  auto r = test::run_command(test::actorllm_binary().string() + " generate --model " +
+                             test::model_dir("stories260K").string() + " --prompt-ids 1 -tp 3 2>&1");
+  CHECK(r.status != 0);
+  CHECK(r.out.find("8 attention heads and 4 kv heads are not divisible by tensor_parallel_size 3") !=
+        std::string::npos);
+}

@@ -1,0 +1,238 @@
+// The engine's per-request bookkeeping.
+#include "actors/output_processor.hpp"
+
+#include "actorllm/proto/error.hpp"
+#include "actors/sequence_samplers.hpp"
+#include "text/tokenizer_error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace actorllm::actors {
+
+namespace {
+
+bool has_id(const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+
+}  // namespace
+
+uint64_t default_request_seed(uint64_t engine_seed, uint64_t request_id) {
+  // A different stream per request, never the engine seed itself (that is sequence_seed's input).
+  return sequence_seed(engine_seed ^ 0x5bd1e9955bd1e995ULL, static_cast<uint32_t>(request_id % 0xffffffffULL) + 1) ^
+         (request_id >> 32);
+}
+
+output_processor::output_processor(std::optional<text::tokenizer> tok, model_limits limits)
+    : tok_(std::move(tok)), limits_(std::move(limits)) {
+  if (limits_.eos_token_ids.empty() && tok_ && tok_->eos_id())
+    limits_.eos_token_ids.push_back(*tok_->eos_id());
+}
+
+caf::expected<proto::request_spec> output_processor::add(const proto::submit_request& req) {
+  auto fail = [&](errc code, std::string message) {
+    return proto::make_error(code, fmt::format("request {}: {}", req.request_id, message));
+  };
+  if (requests_.contains(req.request_id))
+    return fail(errc::duplicate_request, "a request with this id is still running");
+  if (auto err = validate(req.params); !err.empty())
+    return fail(errc::invalid_argument, err);
+  if (!req.params.stop.empty() && !tok_)
+    return fail(errc::invalid_argument, "stop strings need a tokenizer, and this model has none");
+
+  std::vector<int32_t> prompt_ids;
+  if (req.prompt_is_tokens) {
+    prompt_ids = req.prompt_ids;
+  } else {
+    if (!tok_)
+      return fail(errc::invalid_argument, "a text prompt needs a tokenizer, and this model has none (give token ids)");
+    try {
+      prompt_ids = tok_->encode(req.prompt_text, /*add_special_tokens=*/true);
+    } catch (const text::tokenizer_error& e) {
+      return fail(errc::invalid_argument, fmt::format("the prompt cannot be tokenized: {}", e.what()));
+    }
+  }
+  if (prompt_ids.empty())
+    return fail(errc::invalid_argument, "the prompt is empty");
+  for (int32_t id : prompt_ids)
+    if (id < 0 || id >= limits_.n_vocab)
+      return fail(errc::invalid_argument,
+                  fmt::format("prompt token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
+  const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size());
+  const int64_t max_len = limits_.max_model_len;
+  if (req.params.max_tokens && n_prompt + *req.params.max_tokens > max_len)
+    return fail(errc::exceeds_max_model_len,
+                fmt::format("the prompt ({} tokens) plus max_tokens ({}) is {} tokens, over the maximum model length "
+                            "of {}",
+                            n_prompt, *req.params.max_tokens, n_prompt + *req.params.max_tokens, max_len));
+  if (!req.params.max_tokens && n_prompt >= max_len)
+    return fail(errc::exceeds_max_model_len,
+                fmt::format("the prompt ({} tokens) leaves no room for output within the maximum model length of {}",
+                            n_prompt, max_len));
+
+  const sampling_params& p = req.params;
+  proto::request_spec spec;
+  spec.request_id = req.request_id;
+  spec.prompt_ids = prompt_ids;
+  spec.max_tokens = p.max_tokens;
+  spec.n = p.n;
+  spec.priority = req.priority;
+  spec.eos_token_ids = limits_.eos_token_ids;
+  spec.ignore_eos = p.ignore_eos;
+  spec.stop_token_ids = p.stop_token_ids;
+  spec.min_tokens = p.min_tokens;
+  spec.sampling.temperature = p.temperature;
+  spec.sampling.top_p = p.top_p;
+  spec.sampling.top_k = p.top_k < 0 ? 0 : p.top_k;
+  spec.sampling.min_p = p.min_p;
+  spec.sampling.repetition_penalty = p.repetition_penalty;
+  spec.sampling.presence_penalty = p.presence_penalty;
+  spec.sampling.frequency_penalty = p.frequency_penalty;
+  spec.sampling.logprobs = p.logprobs ? *p.logprobs : -1;
+  spec.sampling.seed = p.seed ? *p.seed : default_request_seed(limits_.seed, req.request_id);
+
+  request_state state;
+  state.id = req.request_id;
+  state.prompt_text = req.prompt_is_tokens ? std::string{} : req.prompt_text;
+  state.prompt_ids = std::move(prompt_ids);
+  state.params = p;
+  state.stream = req.stream;
+  state.n_unfinished = p.n;
+  state.seqs.resize(static_cast<size_t>(p.n));
+  for (int32_t i = 0; i < p.n; ++i) {
+    seq_state& s = state.seqs[static_cast<size_t>(i)];
+    s.out.index = static_cast<uint32_t>(i);
+    if (tok_)
+      s.detok.emplace(*tok_, state.prompt_ids, p.skip_special_tokens);
+    if (!p.stop.empty())
+      s.matcher.emplace(p.stop, p.include_stop_str_in_output);
+  }
+  requests_.emplace(req.request_id, std::move(state));
+  return spec;
+}
+
+bool output_processor::streams(uint64_t request_id) const {
+  auto it = requests_.find(request_id);
+  return it != requests_.end() && it->second.stream;
+}
+
+std::vector<uint64_t> output_processor::request_ids() const {
+  std::vector<uint64_t> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, req] : requests_)
+    ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+void output_processor::finish(request_state& req, seq_state& seq, finish_reason reason, std::string& text) {
+  if (seq.out.finish_reason)
+    return;
+  std::string tail = seq.detok ? seq.detok->finish() : std::string{};
+  if (seq.matcher) {
+    auto m = seq.matcher->push(tail);
+    text += m.text;
+    if (m.stop_index) {
+      reason = finish_reason::stop;
+      seq.out.stop_string = req.params.stop[*m.stop_index];
+    } else {
+      text += seq.matcher->finish();
+    }
+  } else {
+    text += tail;
+  }
+  seq.out.finish_reason = reason;
+  --req.n_unfinished;
+}
+
+request_output output_processor::final_output(request_state& req) const {
+  request_output out;
+  out.request_id = req.id;
+  out.prompt = std::move(req.prompt_text);
+  out.prompt_token_ids = std::move(req.prompt_ids);
+  out.finished = true;
+  out.usage.prompt_tokens = static_cast<int32_t>(out.prompt_token_ids.size());
+  for (auto& seq : req.seqs) {
+    out.usage.completion_tokens += static_cast<int32_t>(seq.out.token_ids.size());
+    out.outputs.push_back(std::move(seq.out));
+  }
+  return out;
+}
+
+void output_processor::process(const proto::step_update& update, step_outputs& out) {
+  for (const auto& u : update.seqs) {
+    auto it = requests_.find(u.request_id);
+    if (it == requests_.end() || u.index >= it->second.seqs.size())
+      continue;
+    request_state& req = it->second;
+    seq_state& seq = req.seqs[u.index];
+    if (seq.out.finish_reason)
+      continue;
+    std::string text;
+    stream_delta delta;
+    if (u.token) {
+      const int32_t token = *u.token;
+      seq.out.token_ids.push_back(token);
+      seq.out.cumulative_logprob += u.logprob;
+      if (req.params.logprobs)
+        seq.out.logprobs.push_back({token, u.logprob, u.top});
+      std::string piece = seq.detok ? seq.detok->push(token) : std::string{};
+      if (seq.matcher) {
+        auto m = seq.matcher->push(piece);
+        text = std::move(m.text);
+        if (m.stop_index) {
+          seq.out.stop_string = req.params.stop[*m.stop_index];
+          seq.out.finish_reason = finish_reason::stop;
+          --req.n_unfinished;
+          if (!u.finished)
+            out.stopped.push_back({u.request_id, u.index});
+        }
+      } else {
+        text = std::move(piece);
+      }
+      if (req.stream) {
+        delta.token_ids.push_back(token);
+        if (req.params.logprobs)
+          delta.logprobs.push_back(seq.out.logprobs.back());
+      }
+    }
+    if (u.finished && !seq.out.finish_reason) {
+      if (*u.finished == finish_reason::stop && u.token) {
+        const int32_t token = *u.token;
+        const bool eos = !req.params.ignore_eos && has_id(limits_.eos_token_ids, token);
+        if (!eos && has_id(req.params.stop_token_ids, token))
+          seq.out.stop_token_id = token;
+      }
+      finish(req, seq, *u.finished, text);
+    }
+    seq.out.text += text;
+    if (req.stream) {
+      delta.request_id = u.request_id;
+      delta.index = u.index;
+      delta.text = std::move(text);
+      delta.finish_reason = seq.out.finish_reason;
+      out.deltas.push_back(std::move(delta));
+    }
+    if (req.n_unfinished == 0) {
+      out.finished.push_back(final_output(req));
+      requests_.erase(it);
+    }
+  }
+}
+
+std::optional<request_output> output_processor::abort(uint64_t request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end())
+    return std::nullopt;
+  request_state& req = it->second;
+  for (auto& seq : req.seqs) {
+    std::string text;
+    finish(req, seq, finish_reason::abort, text);
+    seq.out.text += text;
+  }
+  request_output out = final_output(req);
+  requests_.erase(it);
+  return out;
+}
+
+}  // namespace actorllm::actors

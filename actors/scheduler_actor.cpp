@@ -1,0 +1,289 @@
+// The scheduler actor.
+#include "actors/scheduler_actor.hpp"
+
+#include "actorllm/proto/error.hpp"
+#include "engine/scheduler_core.hpp"
+#include "util/check.hpp"
+#include "util/log.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace actorllm::actors {
+
+namespace {
+
+errc to_errc(engine::engine_errc code) {
+  switch (code) {
+    case engine::engine_errc::invalid_argument:
+      return errc::invalid_argument;
+    case engine::engine_errc::duplicate_request:
+      return errc::duplicate_request;
+    case engine::engine_errc::unknown_request:
+      return errc::unknown_request;
+    case engine::engine_errc::exceeds_max_model_len:
+      return errc::exceeds_max_model_len;
+    case engine::engine_errc::exceeds_kv_cache:
+      return errc::exceeds_kv_cache;
+    case engine::engine_errc::too_many_sequences:
+      return errc::too_many_sequences;
+    default:
+      return errc::internal;
+  }
+}
+
+finish_reason to_public(engine::finish_reason r) {
+  switch (r) {
+    case engine::finish_reason::stop:
+      return finish_reason::stop;
+    case engine::finish_reason::length:
+      return finish_reason::length;
+    case engine::finish_reason::abort:
+      return finish_reason::abort;
+  }
+  return finish_reason::abort;
+}
+
+struct scheduler_state {
+  std::optional<engine::scheduler_core> core;
+  std::vector<proto::shard_link> first_stage;
+  proto::update_sink engine;
+  std::set<uint64_t> live;                                     // requests the core holds
+  std::unordered_map<uint64_t, proto::sampler_setup> pending;  // sampler setups not sent yet
+  std::unordered_set<uint64_t> introduced;                     // requests whose setup went out
+  std::vector<uint64_t> releases;                              // introduced, finished, release not sent yet
+  std::unordered_map<uint64_t, std::vector<engine::seq_id>> in_flight_samples;  // step -> its sample rows
+  uint64_t n_steps = 0;
+  bool healthy = true;
+  std::string failure;
+  bool draining = false;
+  std::vector<caf::typed_response_promise<caf::ok_atom>> drained;
+};
+
+using scheduler_pointer = proto::scheduler_actor::stateful_pointer<scheduler_state>;
+
+void on_events(scheduler_state& st, const std::vector<engine::seq_event>& events) {
+  for (const auto& e : events) {
+    if (!e.request_finished)
+      continue;
+    const uint64_t id = e.seq.request_id;
+    st.live.erase(id);
+    st.pending.erase(id);
+    if (st.introduced.erase(id) > 0)
+      st.releases.push_back(id);
+  }
+}
+
+void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
+  auto& st = self->state;
+  proto::step_plan p;
+  p.step_id = plan.step_id;
+  p.tokens = std::move(plan.batch.tokens);
+  p.positions = std::move(plan.batch.positions);
+  p.sample_rows = std::move(plan.batch.sample_rows);
+  p.sequences.reserve(plan.batch.sequences.size());
+  for (auto& s : plan.batch.sequences)
+    p.sequences.push_back({s.query_begin, s.n_query, std::move(s.block_table)});
+  p.sample_seqs.reserve(plan.sample_seqs.size());
+  for (const auto& seq : plan.sample_seqs) {
+    p.sample_seqs.push_back({seq.request_id, seq.index});
+    if (auto it = st.pending.find(seq.request_id); it != st.pending.end()) {
+      p.new_requests.push_back(std::move(it->second));
+      st.pending.erase(it);
+      st.introduced.insert(seq.request_id);
+    }
+  }
+  p.block_copies.reserve(plan.block_copies.size());
+  for (const auto& c : plan.block_copies)
+    p.block_copies.push_back({c.src, c.dst});
+  p.released_requests = std::move(st.releases);
+  st.releases.clear();
+  st.in_flight_samples.emplace(plan.step_id, std::move(plan.sample_seqs));
+  auto shared = std::make_shared<const proto::step_plan>(std::move(p));
+  for (const auto& shard : st.first_stage)
+    self->send(shard, proto::stage_input{shared, {}});
+}
+
+void try_schedule(scheduler_pointer self) {
+  auto& st = self->state;
+  if (st.healthy && !st.draining)
+    while (auto plan = st.core->schedule())
+      dispatch(self, std::move(*plan));
+  // Releases that no plan carried follow the plans already sent, on the same path, so they never overtake one.
+  if (!st.releases.empty() && st.healthy && !st.first_stage.empty()) {
+    self->send(st.first_stage.front(), proto::sampler_release{std::move(st.releases)});
+    st.releases.clear();
+  }
+  if (st.core->n_in_flight() == 0 || !st.healthy) {
+    for (auto& rp : st.drained)
+      rp.deliver(caf::ok_atom::value);
+    st.drained.clear();
+  }
+}
+
+void abort_all(scheduler_state& st) {
+  for (uint64_t id : std::vector<uint64_t>(st.live.begin(), st.live.end()))
+    if (auto events = st.core->abort(id))
+      on_events(st, *events);
+}
+
+void fail(scheduler_pointer self, std::string message) {
+  auto& st = self->state;
+  if (!st.healthy)
+    return;
+  log::error("scheduler", "the replica failed: {}", message);
+  st.healthy = false;
+  st.failure = message;
+  abort_all(st);
+  if (st.engine) {
+    proto::step_update upd;
+    upd.failure = std::move(message);
+    self->send(st.engine, std::move(upd));
+  }
+}
+
+void on_result(scheduler_pointer self, proto::step_result& result) {
+  auto& st = self->state;
+  if (!result.error.empty())
+    return fail(self, result.error);
+  auto samples_it = st.in_flight_samples.find(result.step_id);
+  if (samples_it == st.in_flight_samples.end())
+    return fail(self, fmt::format("a result for step {}, which is not in flight", result.step_id));
+  std::vector<engine::seq_id> samples = std::move(samples_it->second);
+  st.in_flight_samples.erase(samples_it);
+  std::vector<int32_t> tokens;
+  tokens.reserve(result.tokens.size());
+  for (const auto& t : result.tokens)
+    tokens.push_back(t.token);
+  auto events = st.core->update_from_output(result.step_id, tokens);
+  if (!events)
+    return fail(self, events.error().message);
+  ++st.n_steps;
+  on_events(st, *events);
+  // Events come in sample order, skipping sequences that ended while the step ran: walk both lists together.
+  proto::step_update upd;
+  upd.step_id = result.step_id;
+  upd.seqs.reserve(events->size());
+  size_t row = 0;
+  for (const auto& e : *events) {
+    while (row < samples.size() && samples[row] != e.seq)
+      ++row;
+    ACTORLLM_CHECK(row < samples.size(), "a step event for a sequence the step did not sample");
+    proto::sampled_token& tok = result.tokens[row];
+    proto::seq_update u;
+    u.request_id = e.seq.request_id;
+    u.index = e.seq.index;
+    u.token = e.new_token;
+    u.logprob = tok.logprob;
+    u.top = std::move(tok.top);
+    if (e.finished)
+      u.finished = to_public(*e.finished);
+    upd.seqs.push_back(std::move(u));
+    ++row;
+  }
+  if (st.engine && !upd.seqs.empty())
+    self->send(st.engine, std::move(upd));
+  try_schedule(self);
+}
+
+proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self, scheduler_args args) {
+  auto core = engine::scheduler_core::create(args.config);
+  ACTORLLM_CHECK(core.has_value(), "the scheduler was spawned with an invalid config");
+  self->state.core.emplace(std::move(*core));
+  self->state.first_stage = std::move(args.first_stage);
+  return {
+      [self](proto::request_spec& spec) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        if (!st.healthy)
+          return proto::make_error(errc::engine_failure, "the engine failed and takes no requests: " + st.failure);
+        if (st.draining)
+          return proto::make_error(errc::shut_down, "the engine is shutting down");
+        engine::request req;
+        req.id = spec.request_id;
+        req.prompt = spec.prompt_ids;
+        req.max_tokens = spec.max_tokens;
+        req.n = spec.n;
+        req.priority = spec.priority;
+        req.eos_token_ids = std::move(spec.eos_token_ids);
+        req.ignore_eos = spec.ignore_eos;
+        req.stop_token_ids = std::move(spec.stop_token_ids);
+        req.min_tokens = spec.min_tokens;
+        if (auto added = st.core->add_request(std::move(req)); !added)
+          return proto::make_error(to_errc(added.error().code), added.error().message);
+        st.live.insert(spec.request_id);
+        proto::sampler_setup setup;
+        setup.request_id = spec.request_id;
+        setup.spec = spec.sampling;
+        if (spec.sampling.repetition_penalty != 1.0f)
+          setup.prompt_ids = std::move(spec.prompt_ids);
+        st.pending.insert_or_assign(spec.request_id, std::move(setup));
+        try_schedule(self);
+        return caf::ok_atom::value;
+      },
+      [self](proto::abort_atom, uint64_t request_id) -> bool {
+        auto& st = self->state;
+        if (!st.live.contains(request_id))
+          return false;
+        auto events = st.core->abort(request_id);
+        if (events)
+          on_events(st, *events);
+        try_schedule(self);
+        return events.has_value();
+      },
+      [self](proto::finish_sequences& fin) {
+        auto& st = self->state;
+        for (const auto& seq : fin.seqs)
+          if (auto events =
+                  st.core->finish_sequence(engine::seq_id{seq.request_id, seq.index}, engine::finish_reason::stop))
+            on_events(st, *events);
+        try_schedule(self);
+      },
+      [self](proto::step_result& result) { on_result(self, result); },
+      [self](proto::connect_atom, proto::update_sink sink) { self->state.engine = std::move(sink); },
+      [self](caf::get_atom, proto::stats_atom) -> engine_stats {
+        const auto& st = self->state;
+        const auto& c = *st.core;
+        engine_stats s;
+        s.healthy = st.healthy;
+        s.failure = st.failure;
+        s.n_requests = c.n_requests();
+        s.n_running = c.n_running();
+        s.n_waiting = c.n_waiting();
+        s.n_preemptions = c.n_preemptions();
+        s.n_steps = st.n_steps;
+        s.n_steps_in_flight = c.n_in_flight();
+        s.n_blocks = c.allocator().n_blocks();
+        s.n_free_blocks = c.allocator().n_free_blocks();
+        s.block_size = c.allocator().block_size();
+        s.kv_cache_usage = c.kv_cache_usage();
+        return s;
+      },
+      [self](proto::shutdown_atom) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        st.draining = true;
+        abort_all(st);
+        if (st.core->n_in_flight() == 0 || !st.healthy)
+          return caf::ok_atom::value;
+        auto rp = self->make_response_promise<caf::ok_atom>();
+        st.drained.push_back(rp);
+        return rp;
+      },
+  };
+}
+
+}  // namespace
+
+proto::scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_args args) {
+  return sys.spawn(scheduler_behavior, std::move(args));
+}
+
+}  // namespace actorllm::actors

@@ -1,0 +1,25 @@
+// The scheduler actor: a thin shell around engine::scheduler_core. It turns plans into messages to the first
+// stage, keeps up to pp_size of them in flight (the core enforces the count), folds sampled tokens back in, and
+// reports each step's news to the engine in one message.
+#pragma once
+
+#include "actorllm/proto/interfaces.hpp"
+#include "engine/scheduler_config.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <vector>
+
+namespace actorllm::actors {
+
+/// Everything the scheduler is built from.
+struct scheduler_args {
+  engine::scheduler_config config;             ///< n_blocks from the block manager, pp_size = pipeline stages
+  std::vector<proto::shard_link> first_stage;  ///< every tp rank of stage 0
+};
+
+/// Spawns the scheduler (an event-based actor: it never blocks). Its config must be valid (see
+/// scheduler_config::validate); the caller checks first.
+proto::scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_args args);
+
+}  // namespace actorllm::actors

@@ -1,0 +1,87 @@
+// The sampler shard's per-sequence state.
+#include "actors/sequence_samplers.hpp"
+
+#include <fmt/format.h>
+
+namespace actorllm::actors {
+
+uint64_t sequence_seed(uint64_t seed, uint32_t index) {
+  if (index == 0)
+    return seed;
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (uint64_t{index} + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void sequence_samplers::apply(const proto::step_plan& plan) {
+  release(plan.released_requests);
+  for (const auto& setup : plan.new_requests) {
+    request r;
+    r.params.temperature = setup.spec.temperature;
+    r.params.top_p = setup.spec.top_p;
+    r.params.top_k = setup.spec.top_k;
+    r.params.min_p = setup.spec.min_p;
+    r.params.repetition_penalty = setup.spec.repetition_penalty;
+    r.params.presence_penalty = setup.spec.presence_penalty;
+    r.params.frequency_penalty = setup.spec.frequency_penalty;
+    r.params.logprobs = setup.spec.logprobs;
+    r.seed = setup.spec.seed;
+    r.prompt_ids = setup.prompt_ids;
+    requests_.insert_or_assign(setup.request_id, std::move(r));
+  }
+}
+
+void sequence_samplers::release(std::span<const uint64_t> request_ids) {
+  for (uint64_t id : request_ids)
+    requests_.erase(id);
+}
+
+proto::step_result sequence_samplers::sample(const proto::step_plan& plan, std::span<float> logits, int64_t n_vocab) {
+  proto::step_result result;
+  result.step_id = plan.step_id;
+  const size_t n_rows = plan.sample_seqs.size();
+  if (logits.size() != n_rows * static_cast<size_t>(n_vocab)) {
+    result.error =
+        fmt::format("step {}: {} logits for {} sample rows of {} tokens", plan.step_id, logits.size(), n_rows, n_vocab);
+    return result;
+  }
+  result.tokens.reserve(n_rows);
+  for (size_t i = 0; i < n_rows; ++i) {
+    const proto::seq_ref seq = plan.sample_seqs[i];
+    auto req = requests_.find(seq.request_id);
+    if (req == requests_.end()) {
+      result.tokens.clear();
+      result.error = fmt::format("step {}: no sampler state for request {} (its setup never arrived)", plan.step_id,
+                                 seq.request_id);
+      return result;
+    }
+    auto [it, fresh] = req->second.seqs.try_emplace(seq.index, sequence{cpu::sampler_rng{0}, {}});
+    if (fresh)
+      it->second.rng = cpu::sampler_rng{sequence_seed(req->second.seed, seq.index)};
+    sequence& s = it->second;
+    float* row = logits.data() + i * static_cast<size_t>(n_vocab);
+    cpu::sample_result r = cpu::sample(row, n_vocab, req->second.params, req->second.prompt_ids, s.output_ids, s.rng);
+    s.output_ids.push_back(r.token);
+    proto::sampled_token tok;
+    tok.token = r.token;
+    tok.logprob = r.logprob;
+    tok.top.reserve(r.top.size());
+    for (const auto& t : r.top)
+      tok.top.push_back({t.token, t.logprob});
+    result.tokens.push_back(std::move(tok));
+  }
+  return result;
+}
+
+std::span<const int32_t> sequence_samplers::outputs(proto::seq_ref seq) const {
+  auto req = requests_.find(seq.request_id);
+  if (req == requests_.end())
+    return {};
+  auto it = req->second.seqs.find(seq.index);
+  if (it == req->second.seqs.end())
+    return {};
+  return it->second.output_ids;
+}
+
+}  // namespace actorllm::actors

@@ -1,0 +1,54 @@
+// The sampler shard's per-sequence state: each sequence has its own random generator and the list of tokens it
+// generated (for the presence/frequency penalties), created from its request's sampler_setup and kept across
+// preemptions, so a sequence samples the same tokens however it was batched, preempted or recomputed.
+#pragma once
+
+#include "actorllm/proto/step_plan.hpp"
+#include "actorllm/proto/step_result.hpp"
+#include "kernels/cpu/sampling.hpp"
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace actorllm::actors {
+
+/// The seed sequence `index` of a request seeded with `seed` draws from: the seed itself for sequence 0 (so n = 1
+/// requests reproduce a plain sampler_rng{seed} run), a splitmix64 mix of both for the others.
+uint64_t sequence_seed(uint64_t seed, uint32_t index);
+
+/// Sampler state of every request the sampler shard has seen and not released.
+class sequence_samplers {
+ public:
+  /// Applies a plan's bookkeeping: drops released requests' state, then creates new requests'.
+  void apply(const proto::step_plan& plan);
+
+  /// Drops the state of `request_ids` (unknown ids are ignored: a request may end before it was ever sampled).
+  void release(std::span<const uint64_t> request_ids);
+
+  /// Samples plan.sample_seqs[i] from row i of `logits` ([n_rows, n_vocab], used as scratch). A sample row of a
+  /// request with no state is a protocol error, returned as step_result::error.
+  proto::step_result sample(const proto::step_plan& plan, std::span<float> logits, int64_t n_vocab);
+
+  /// Requests with state.
+  size_t n_requests() const { return requests_.size(); }
+  /// Output tokens recorded for one sequence (empty when unknown); for tests.
+  std::span<const int32_t> outputs(proto::seq_ref seq) const;
+
+ private:
+  struct sequence {
+    cpu::sampler_rng rng;
+    std::vector<int32_t> output_ids;
+  };
+  struct request {
+    cpu::sampling_params params;
+    uint64_t seed = 0;
+    std::vector<int32_t> prompt_ids;
+    std::unordered_map<uint32_t, sequence> seqs;
+  };
+
+  std::unordered_map<uint64_t, request> requests_;
+};
+
+}  // namespace actorllm::actors

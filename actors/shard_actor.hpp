@@ -1,0 +1,35 @@
+// A shard: one tensor-parallel rank of one pipeline stage. It owns its weight slice (loaded already sliced), its
+// slice of the paged KV cache and its kernel threads, and runs the forward pass of its stage's layers. It lives
+// in a detached actor (its own thread), so loading and forward passes never block CAF's scheduler threads; the
+// ranks of a stage meet in the shared-memory collective inside the forward pass.
+#pragma once
+
+#include "actorllm/proto/interfaces.hpp"
+#include "comm/shared_memory_collective.hpp"
+#include "model/model_source.hpp"
+#include "model/weight_table.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <filesystem>
+#include <memory>
+
+namespace actorllm::actors {
+
+/// Everything a shard is built from.
+struct shard_args {
+  std::filesystem::path model_dir;
+  model::shard_spec spec;  ///< tp rank and size, layer range
+  int32_t stage = 0;
+  model::load_options load;
+  /// The stage's TP group (one per stage, shared by its ranks); null when tp_size is 1.
+  std::shared_ptr<comm::shared_memory_group> group;
+  int32_t n_threads = 1;   ///< kernel threads, this shard's thread included
+  bool samples = false;    ///< tp rank 0 of the last stage: samples and returns tokens
+  proto::shard_link next;  ///< the same tp rank of the next stage; null on the last stage
+};
+
+/// Spawns a shard in a detached actor. It loads nothing until asked (load_atom).
+proto::shard_actor spawn_shard(caf::actor_system& sys, shard_args args);
+
+}  // namespace actorllm::actors

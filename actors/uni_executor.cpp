@@ -1,0 +1,223 @@
+// The in-process executor.
+#include "actors/uni_executor.hpp"
+
+#include "actorllm/proto/error.hpp"
+#include "actors/block_manager_actor.hpp"
+#include "actors/engine_actor.hpp"
+#include "actors/scheduler_actor.hpp"
+#include "actors/shard_actor.hpp"
+#include "comm/shared_memory_collective.hpp"
+#include "model/model_error.hpp"
+#include "model/model_source.hpp"
+#include "text/tokenizer_error.hpp"
+#include "util/log.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <thread>
+
+namespace actorllm::actors {
+
+namespace {
+
+[[noreturn]] void throw_config(std::string message) { throw actorllm::error{errc::invalid_config, message}; }
+
+engine::scheduler_config make_scheduler_config(const engine_config& config, int32_t max_model_len) {
+  engine::scheduler_config sc;
+  sc.max_num_seqs = config.max_num_seqs;
+  sc.max_num_batched_tokens = config.max_num_batched_tokens;
+  sc.block_size = config.block_size;
+  sc.n_blocks = 1;  // checked again with the real count once the block manager has it
+  sc.max_model_len = max_model_len;
+  sc.pp_size = config.pipeline_parallel_size;
+  auto policy = engine::parse_scheduling_policy(config.scheduling_policy);
+  if (!policy)
+    throw_config(fmt::format("scheduling_policy: '{}' is not one of fcfs, priority", config.scheduling_policy));
+  sc.policy = *policy;
+  if (auto err = sc.validate())
+    throw_config(err->message);
+  return sc;
+}
+
+void stop_actors(replica& r) {
+  auto stop = [](const auto& handle) {
+    if (handle)
+      caf::anon_send_exit(handle, caf::exit_reason::user_shutdown);
+  };
+  stop(r.engine);
+  stop(r.scheduler);
+  stop(r.block_manager);
+  for (const auto& s : r.shards)
+    stop(s);
+}
+
+// Waits for one reply per handle; the first error is thrown after every reply is in (so no actor is left
+// working on a request nobody waits for).
+template <class Handles, class Send>
+void await_all(const Handles& handles, Send send) {
+  std::optional<caf::error> first;
+  std::vector<decltype(send(handles.front()))> pending;
+  for (const auto& h : handles)
+    pending.push_back(send(h));
+  for (auto& p : pending)
+    p.receive([](caf::ok_atom) {},
+              [&](caf::error& err) {
+                if (!first)
+                  first = std::move(err);
+              });
+  if (first)
+    throw proto::to_exception(*first);
+}
+
+}  // namespace
+
+replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
+  namespace fs = std::filesystem;
+  replica r;
+  const int32_t tp = config.tensor_parallel_size;
+  const int32_t pp = config.pipeline_parallel_size;
+
+  // 1. Everything that config.json and the flags alone can refute, before a byte of weights is read.
+  auto format = model::parse_load_format(config.load_format);
+  if (!format)
+    throw_config(fmt::format("load_format: '{}' is not one of auto, safetensors, dummy", config.load_format));
+  std::optional<dtype> weight_dtype;
+  if (config.dtype != "auto") {
+    weight_dtype = parse_dtype(config.dtype);
+    if (!weight_dtype)
+      throw_config(fmt::format("dtype: '{}' is not one of auto, float32, float16, bfloat16", config.dtype));
+  }
+  if (config.block_size < 1 || config.block_size > 256)
+    throw_config(fmt::format("block_size must be in [1, 256], got {}", config.block_size));
+  try {
+    r.model = model::load_model_config(config.model);
+  } catch (const model::model_error& e) {
+    throw actorllm::error{errc::load_failed, e.what()};
+  }
+  auto layout = plan_layout(r.model, tp, pp, config.pp_layer_partition);
+  if (auto* err = std::get_if<std::string>(&layout))
+    throw_config(*err);
+  r.stages = std::get<std::vector<stage_range>>(layout);
+  r.max_model_len = static_cast<int32_t>(r.model.max_position_embeddings);
+  if (config.max_model_len > 0) {
+    if (config.max_model_len > r.model.max_position_embeddings)
+      throw_config(fmt::format("max_model_len {} is larger than the model's max_position_embeddings {}",
+                               config.max_model_len, r.model.max_position_embeddings));
+    r.max_model_len = config.max_model_len;
+  } else if (config.max_model_len < 0) {
+    throw_config(fmt::format("max_model_len must be positive (or 0 for the model's), got {}", config.max_model_len));
+  }
+  engine::scheduler_config sched_config = make_scheduler_config(config, r.max_model_len);
+
+  fs::path tok_dir = config.tokenizer.empty() ? fs::path{config.model} : fs::path{config.tokenizer};
+  if (fs::exists(tok_dir / "tokenizer.json")) {
+    try {
+      r.tokenizer = text::tokenizer::from_directory(tok_dir);
+    } catch (const text::tokenizer_error& e) {
+      throw actorllm::error{errc::load_failed, e.what()};
+    }
+  } else if (!config.tokenizer.empty()) {
+    throw actorllm::error{errc::load_failed, fmt::format("{} has no tokenizer.json", tok_dir.string())};
+  }
+
+  const int32_t world = tp * pp;
+  const int32_t threads =
+      config.threads > 0 ? config.threads : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int32_t threads_per_shard = std::max(1, threads / world);
+  log::info("executor",
+            "uni executor: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}), {} kernel thread(s) "
+            "per shard",
+            pp, tp, config.model,
+            fmt::join(
+                [&] {
+                  std::vector<int64_t> n;
+                  for (const auto& s : r.stages)
+                    n.push_back(s.n_layers());
+                  return n;
+                }(),
+                ","),
+            threads_per_shard);
+
+  // 2. Shards, last stage first so that each one is spawned knowing its successor.
+  model::load_options load;
+  load.format = *format;
+  load.weight_dtype = weight_dtype;
+  load.seed = config.seed;
+  r.shards.resize(static_cast<size_t>(world));
+  for (int32_t s = pp - 1; s >= 0; --s) {
+    auto group = tp > 1 ? std::make_shared<comm::shared_memory_group>(tp) : nullptr;
+    for (int32_t rank = 0; rank < tp; ++rank) {
+      shard_args a;
+      a.model_dir = config.model;
+      a.spec = model::shard_spec{rank, tp, r.stages[static_cast<size_t>(s)].layer_begin,
+                                 r.stages[static_cast<size_t>(s)].layer_end};
+      a.stage = s;
+      a.load = load;
+      a.group = group;
+      a.n_threads = threads_per_shard;
+      a.samples = s == pp - 1 && rank == 0;
+      if (s + 1 < pp)
+        a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
+      r.shards[static_cast<size_t>(s * tp + rank)] = spawn_shard(sys, std::move(a));
+    }
+  }
+
+  caf::scoped_actor self{sys};
+  try {
+    // 3. Load every shard's slice in parallel, then size and allocate the KV cache.
+    await_all(r.shards,
+              [&](const proto::shard_actor& s) { return self->request(s, caf::infinite, proto::load_atom::value); });
+    block_manager_args bm;
+    bm.shards = r.shards;
+    bm.block_size = config.block_size;
+    bm.kv_cache_memory = config.kv_cache_memory;
+    bm.max_model_len = r.max_model_len;
+    r.block_manager = spawn_block_manager(sys, std::move(bm));
+    self->request(r.block_manager, caf::infinite, proto::configure_atom::value)
+        .receive([&](proto::kv_cache_config& c) { r.cache = c; },
+                 [&](caf::error& err) { throw proto::to_exception(err); });
+
+    // 4. Scheduler and engine, then wire the shards' reports to the scheduler.
+    sched_config.n_blocks = r.cache.n_blocks;
+    scheduler_args sa;
+    sa.config = sched_config;
+    for (int32_t rank = 0; rank < tp; ++rank)
+      sa.first_stage.push_back(r.shards[static_cast<size_t>(rank)]);
+    r.scheduler = spawn_scheduler(sys, std::move(sa));
+    auto sink = caf::actor_cast<proto::result_sink>(r.scheduler);
+    await_all(r.shards, [&](const proto::shard_actor& s) {
+      return self->request(s, caf::infinite, proto::connect_atom::value, sink);
+    });
+    engine_args ea;
+    ea.scheduler = r.scheduler;
+    ea.tokenizer = r.tokenizer;
+    ea.limits.n_vocab = r.model.n_vocab;
+    ea.limits.max_model_len = r.max_model_len;
+    ea.limits.eos_token_ids = r.model.eos_token_ids;
+    ea.limits.seed = config.seed;
+    r.engine = spawn_engine(sys, std::move(ea));
+  } catch (...) {
+    stop_actors(r);
+    throw;
+  }
+  return r;
+}
+
+void stop_replica(caf::actor_system& sys, replica& r) {
+  if (r.engine) {
+    caf::scoped_actor self{sys};
+    self->request(r.engine, caf::infinite, proto::shutdown_atom::value)
+        .receive([](caf::ok_atom) {},
+                 [](caf::error& err) {
+                   log::warning("executor", "shutdown did not drain cleanly: {}", proto::message_of(err));
+                 });
+  }
+  stop_actors(r);
+}
+
+}  // namespace actorllm::actors

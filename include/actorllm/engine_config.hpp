@@ -1,0 +1,33 @@
+// How to build an engine: the model, its parallel layout, and the limits of continuous batching, named as vLLM's
+// engine arguments name them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace actorllm {
+
+/// The settings of one engine replica (actorllm::LLM, `actorllm generate`).
+struct engine_config {
+  std::string model;      ///< model directory (Hugging Face layout: config.json, *.safetensors, tokenizer.json)
+  std::string tokenizer;  ///< tokenizer directory; empty: the model directory (a model without one takes token ids)
+  int32_t tensor_parallel_size = 1;    ///< TP ranks per pipeline stage (threads sharing memory in this process)
+  int32_t pipeline_parallel_size = 1;  ///< pipeline stages
+  /// Layers per stage, e.g. "3,2"; empty: vLLM's even split with the remainder on the earlier stages.
+  std::string pp_layer_partition;
+  int32_t max_num_seqs = 256;             ///< most sequences running at once
+  int32_t max_num_batched_tokens = 2048;  ///< most tokens per step; longer prompts are prefilled in chunks
+  int32_t block_size = 16;                ///< token slots per KV-cache block
+  /// Bytes of KV cache each shard may use (vLLM's VLLM_CPU_KVCACHE_SPACE); the block count is the minimum over the
+  /// shards of what fits.
+  size_t kv_cache_memory = size_t{4} << 30;
+  int32_t max_model_len = 0;               ///< context limit; 0: the model's max_position_embeddings
+  std::string load_format = "auto";        ///< auto, safetensors or dummy (seeded random weights)
+  std::string dtype = "auto";              ///< weight dtype: auto, float32, float16, bfloat16
+  uint64_t seed = 0;                       ///< seed of dummy weights and of requests that bring none
+  int32_t threads = 0;                     ///< kernel threads over all shards; 0: every core
+  std::string scheduling_policy = "fcfs";  ///< fcfs or priority
+};
+
+}  // namespace actorllm

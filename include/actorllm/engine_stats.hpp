@@ -1,0 +1,28 @@
+// A snapshot of one engine replica: health, queue lengths, KV-cache use and counters (the numbers /metrics and
+// tests read).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace actorllm {
+
+/// Engine state at one instant.
+struct engine_stats {
+  bool healthy = true;             ///< false once a shard failed
+  std::string failure;             ///< what failed, when not healthy
+  uint64_t n_requests = 0;         ///< requests the engine holds (not finished)
+  uint64_t n_running = 0;          ///< sequences holding KV blocks
+  uint64_t n_waiting = 0;          ///< sequences waiting for admission (new or preempted)
+  uint64_t n_preemptions = 0;      ///< preemptions by recompute since start
+  uint64_t n_steps = 0;            ///< forward steps completed since start
+  uint64_t n_steps_in_flight = 0;  ///< step plans in the pipeline now
+  int32_t n_blocks = 0;            ///< KV-cache blocks of the replica
+  int32_t n_free_blocks = 0;       ///< blocks no sequence holds
+  int32_t block_size = 0;          ///< token slots per block
+  double kv_cache_usage = 0.0;     ///< fraction of blocks in use
+
+  friend bool operator==(const engine_stats&, const engine_stats&) = default;
+};
+
+}  // namespace actorllm

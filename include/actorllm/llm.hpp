@@ -1,0 +1,170 @@
+// The embedding API: an engine in the host program's process, driven like vLLM's `LLM` class, with blocking batch
+// generation, token streams that C++20 coroutines co_await, plain callbacks, and abort. No CAF in sight: the actor
+// graph lives behind a pimpl.
+#pragma once
+
+#include "actorllm/engine_config.hpp"
+#include "actorllm/engine_stats.hpp"
+#include "actorllm/error.hpp"
+#include "actorllm/request_output.hpp"
+#include "actorllm/sampling_params.hpp"
+#include "actorllm/task.hpp"
+
+#include <coroutine>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace actorllm {
+
+namespace detail {
+struct llm_impl;
+struct stream_state;
+}  // namespace detail
+
+/// A prompt: text (tokenized with the model's tokenizer, BOS added as its config says) or token ids as given.
+class prompt {
+ public:
+  /// A text prompt.
+  prompt(std::string text) : text_(std::move(text)) {}
+  /// A text prompt.
+  prompt(const char* text) : text_(text) {}
+  /// A prompt of token ids.
+  prompt(std::vector<int32_t> token_ids) : token_ids_(std::move(token_ids)), is_tokens_(true) {}
+
+  /// Whether this prompt is token ids.
+  bool is_tokens() const { return is_tokens_; }
+  /// The text (empty for a token prompt).
+  const std::string& text() const { return text_; }
+  /// The token ids (empty for a text prompt).
+  const std::vector<int32_t>& token_ids() const { return token_ids_; }
+
+ private:
+  std::string text_;
+  std::vector<int32_t> token_ids_;
+  bool is_tokens_ = false;
+};
+
+/// What the engine knows about its model and cache, fixed once it is built.
+struct model_info {
+  int64_t n_vocab = 0;
+  int32_t max_model_len = 0;           ///< the context limit the engine enforces
+  std::vector<int32_t> eos_token_ids;  ///< end-of-sequence ids (generation_config.json, else config.json)
+  bool has_tokenizer = false;          ///< text prompts work (else token ids only)
+  int32_t n_blocks = 0;                ///< KV-cache blocks (the minimum over the shards)
+  int32_t block_size = 0;
+  std::vector<int64_t> stage_layers;  ///< layers per pipeline stage
+};
+
+/// Receives a request's progress on actorllm's delivery thread; callbacks must not block (a blocking callback
+/// stalls every request's delivery).
+struct stream_callbacks {
+  std::function<void(const stream_delta&)> on_delta;  ///< each step's new tokens and text, per sequence
+  std::function<void(request_output)> on_output;      ///< the final output (also after an abort)
+  std::function<void(const error&)> on_error;         ///< the request was rejected or the engine failed
+};
+
+/// The token stream of one request. Move-only; destroying it before the request finished aborts the request.
+///
+///     actorllm::task<std::string> story(actorllm::LLM& llm) {
+///       auto stream = llm.stream("Once upon a time", params);
+///       std::string text;
+///       while (auto delta = co_await stream.next())
+///         text += delta->text;
+///       co_return text;   // stream.output() holds the final request_output
+///     }
+class generation_stream {
+ public:
+  /// What `co_await stream.next()` does: yields the next delta, or nullopt once the request has finished (then
+  /// output() is ready). Throws actorllm::error when the request was rejected or the engine failed. Inside
+  /// sync_wait the coroutine resumes on sync_wait's thread; elsewhere on actorllm's delivery thread.
+  class next_awaiter {
+   public:
+    bool await_ready() const;
+    bool await_suspend(std::coroutine_handle<> awaiting);
+    std::optional<stream_delta> await_resume();
+
+   private:
+    friend class generation_stream;
+    explicit next_awaiter(std::shared_ptr<detail::stream_state> state) : state_(std::move(state)) {}
+    std::shared_ptr<detail::stream_state> state_;
+  };
+
+  generation_stream(generation_stream&&) noexcept;
+  generation_stream& operator=(generation_stream&&) noexcept;
+  generation_stream(const generation_stream&) = delete;
+  generation_stream& operator=(const generation_stream&) = delete;
+  ~generation_stream();
+
+  /// The request's id (for LLM::abort).
+  uint64_t request_id() const;
+  /// Awaits the next delta; see next_awaiter.
+  next_awaiter next() { return next_awaiter{state_}; }
+  /// Blocks the calling thread for the next delta; nullopt once finished. Throws like next().
+  std::optional<stream_delta> wait_next();
+  /// Whether the final output has arrived (all deltas may not have been taken yet).
+  bool finished() const;
+  /// The final output; throws actorllm::error when the request failed, or when it has not finished yet.
+  const request_output& output() const;
+  /// Aborts the request; the stream then ends with finish_reason abort.
+  void abort();
+
+ private:
+  friend class LLM;
+  explicit generation_stream(std::shared_ptr<detail::stream_state> state);
+  std::shared_ptr<detail::stream_state> state_;
+};
+
+/// An engine replica in this process (executor `uni`): every pipeline stage and TP shard runs on its own threads.
+/// Its methods may be called from any thread. Destroy it before main() returns (not as a static): its actor system
+/// cannot be torn down during static destruction. Never destroy it from one of its own callbacks.
+///
+///     actorllm::LLM llm{{.model = "models/stories260K", .tensor_parallel_size = 2}};
+///     auto outputs = llm.generate({"Once upon a time", "The cat"}, {.temperature = 0, .max_tokens = 32});
+class LLM {
+ public:
+  /// Validates `config`, loads the model (each shard its slice, in parallel), sizes the KV cache and starts the
+  /// engine. Throws actorllm::error naming the problem: invalid_config (heads not divisible by the TP size, more
+  /// stages than layers, a bad partition, a cache too small for max_model_len) before any weight is loaded, and
+  /// load_failed for unreadable or inconsistent model files.
+  explicit LLM(engine_config config);
+  /// Aborts what still runs, waits for the pipeline to drain and stops every actor.
+  ~LLM();
+  LLM(const LLM&) = delete;
+  LLM& operator=(const LLM&) = delete;
+
+  /// Runs every prompt to completion, batched together, and returns their outputs in prompt order. `priorities`
+  /// (one per prompt, or empty for all 0) order admission under scheduling_policy "priority", lower first. Throws
+  /// actorllm::error for a rejected request (the others are aborted) or an engine failure.
+  std::vector<request_output> generate(const std::vector<prompt>& prompts, const sampling_params& params = {},
+                                       const std::vector<int32_t>& priorities = {});
+  /// generate() for one prompt.
+  request_output generate(const prompt& p, const sampling_params& params = {}, int32_t priority = 0);
+
+  /// Starts a request and returns its token stream (co_await stream.next(), or stream.wait_next()).
+  generation_stream stream(const prompt& p, const sampling_params& params = {}, int32_t priority = 0);
+
+  /// Starts a request whose progress goes to `callbacks`; returns its id.
+  uint64_t submit(const prompt& p, const sampling_params& params, stream_callbacks callbacks, int32_t priority = 0);
+
+  /// Aborts a request: its sequences finish with `abort` and its KV blocks are free when this returns. False when
+  /// the request is not live (finished, aborted already, or unknown).
+  bool abort(uint64_t request_id);
+
+  /// A snapshot of the engine's state, consistent with every call that returned before this one.
+  engine_stats stats() const;
+
+  /// The model and cache facts the engine runs with.
+  const model_info& info() const;
+
+  /// The prompt's token ids as the engine would see them (throws when there is no tokenizer).
+  std::vector<int32_t> tokenize(const std::string& text) const;
+
+ private:
+  std::shared_ptr<detail::llm_impl> impl_;
+};
+
+}  // namespace actorllm

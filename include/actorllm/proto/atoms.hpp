@@ -1,0 +1,25 @@
+// The atoms that name the protocol's verbs where a message has no type of its own (CAF 0.17 atom constants).
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace actorllm::proto {
+
+/// shard: load the weight slice.
+using load_atom = caf::atom_constant<caf::atom("load")>;
+/// shard: report the per-block cache size and what fits in the memory budget.
+using profile_atom = caf::atom_constant<caf::atom("profile")>;
+/// shard: allocate the KV cache.
+using init_cache_atom = caf::atom_constant<caf::atom("init_cache")>;
+/// block manager: profile the shards, size the cache and allocate it everywhere.
+using configure_atom = caf::atom_constant<caf::atom("configure")>;
+/// wire an actor to the one it reports to.
+using connect_atom = caf::atom_constant<caf::atom("connect")>;
+/// abort a request.
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
+/// ask for engine_stats.
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+/// stop taking work, abort what runs, reply once the pipeline is empty.
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+
+}  // namespace actorllm::proto

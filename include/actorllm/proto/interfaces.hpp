@@ -1,0 +1,77 @@
+// The typed interfaces of the long-lived roles of one replica: engine, scheduler, block manager, shard.
+//
+//   submitter --submit_request--> engine --request_spec--> scheduler --stage_input--> stage 0 shards (every tp rank)
+//   stage s rank r --stage_input(hidden)--> stage s+1 rank r ... last stage rank 0 (samples) --step_result-->
+//   scheduler --step_update--> engine --output_batch--> submitter
+#pragma once
+
+#include "actorllm/engine_stats.hpp"
+#include "actorllm/proto/atoms.hpp"
+#include "actorllm/proto/engine_stats.hpp"
+#include "actorllm/proto/finish_sequences.hpp"
+#include "actorllm/proto/kv_cache_config.hpp"
+#include "actorllm/proto/request_spec.hpp"
+#include "actorllm/proto/sinks.hpp"
+#include "actorllm/proto/submit_request.hpp"
+
+#include <caf/atom.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+
+namespace actorllm::proto {
+
+/// The engine: owns requests (tokenize, stop strings, detokenize) and streams their news to the submitters.
+using engine_actor = caf::typed_actor<
+    /// Starts a request; news (or the rejection) goes to its sink.
+    caf::reacts_to<submit_request>,
+    /// Aborts a request; replies once its KV blocks are free (false: not live).
+    caf::replies_to<abort_atom, uint64_t>::with<bool>,
+    /// One step's news from the scheduler.
+    caf::reacts_to<step_update>,
+    /// A stats snapshot, consistent with every message the engine processed before.
+    caf::replies_to<caf::get_atom, stats_atom>::with<engine_stats>,
+    /// Aborts everything and replies once the pipeline is empty; the replica then takes no more requests.
+    caf::replies_to<shutdown_atom>::with<caf::ok_atom>>;
+
+/// The scheduler: continuous batching over the replica's KV blocks, keeping up to pp_size plans in flight.
+using scheduler_actor = caf::typed_actor<
+    /// Queues a tokenized request (errors: too long, cannot fit the cache, duplicate, unhealthy replica).
+    caf::replies_to<request_spec>::with<caf::ok_atom>,
+    /// Finishes a request at once, freeing its blocks; false when it was not live.
+    caf::replies_to<abort_atom, uint64_t>::with<bool>,
+    /// Finishes sequences that hit a stop string.
+    caf::reacts_to<finish_sequences>,
+    /// A step's sampled tokens (from the sampler shard).
+    caf::reacts_to<step_result>,
+    /// Where step updates go (the engine).
+    caf::reacts_to<connect_atom, update_sink>,
+    /// Queue lengths, KV-cache use and counters.
+    caf::replies_to<caf::get_atom, stats_atom>::with<engine_stats>,
+    /// Aborts everything, stops scheduling, replies once no plan is in flight.
+    caf::replies_to<shutdown_atom>::with<caf::ok_atom>>;
+
+/// The block manager: sizes the paged KV cache from the shards' profiles and has every shard allocate it.
+using block_manager_actor = caf::typed_actor<
+    /// Profiles every shard, logs the capacity, allocates the caches; replies with the result.
+    caf::replies_to<configure_atom>::with<kv_cache_config>,
+    /// The configured cache.
+    caf::replies_to<caf::get_atom>::with<kv_cache_config>>;
+
+/// A shard: one tp rank of one pipeline stage, with its weight slice, KV-cache slice and kernel threads.
+using shard_actor = caf::typed_actor<
+    /// A step: copy blocks, run the layers, pass hidden states on (or sample, on the sampler shard).
+    caf::reacts_to<stage_input>,
+    /// Drop sampler state (forwarded by rank 0 of each stage to the sampler shard).
+    caf::reacts_to<sampler_release>,
+    /// Load the weight slice (already sliced while reading).
+    caf::replies_to<load_atom>::with<caf::ok_atom>,
+    /// Report the per-block size for a block size and how many blocks fit a byte budget.
+    caf::replies_to<profile_atom, int32_t, uint64_t>::with<shard_profile>,
+    /// Allocate the KV cache.
+    caf::replies_to<init_cache_atom, kv_cache_config>::with<caf::ok_atom>,
+    /// Where sampled tokens and step failures go (the scheduler).
+    caf::replies_to<connect_atom, result_sink>::with<caf::ok_atom>>;
+
+}  // namespace actorllm::proto

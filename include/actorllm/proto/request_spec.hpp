@@ -1,0 +1,40 @@
+// A request as the engine hands it to the scheduler: tokenized, validated, with the stop conditions the scheduler
+// checks on token ids and the sampling knobs it passes on to the sampler shard.
+#pragma once
+
+#include "actorllm/proto/optional_field.hpp"
+#include "actorllm/proto/step_plan.hpp"
+
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace actorllm::proto {
+
+/// A tokenized request (engine::request plus its sampler_spec).
+struct request_spec {
+  uint64_t request_id = 0;
+  std::vector<int32_t> prompt_ids;
+  std::optional<int32_t> max_tokens;  ///< unset: up to max_model_len
+  int32_t n = 1;
+  int32_t priority = 0;
+  std::vector<int32_t> eos_token_ids;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
+  int32_t min_tokens = 0;
+  sampler_spec sampling;
+
+  friend bool operator==(const request_spec&, const request_spec&) = default;
+};
+
+/// CAF inspection of request_spec.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
+  optional_field max_tokens{x.max_tokens};
+  return f(caf::meta::type_name("request_spec"), x.request_id, x.prompt_ids, max_tokens, x.n, x.priority,
+           x.eos_token_ids, x.ignore_eos, x.stop_token_ids, x.min_tokens, x.sampling);
+}
+
+}  // namespace actorllm::proto

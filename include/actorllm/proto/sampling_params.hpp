@@ -1,0 +1,37 @@
+// Serialization of the public sampling_params and engine_config, which travel inside requests and (later) to
+// worker processes.
+#pragma once
+
+#include "actorllm/engine_config.hpp"
+#include "actorllm/proto/optional_field.hpp"
+#include "actorllm/sampling_params.hpp"
+
+#include <caf/meta/type_name.hpp>
+
+namespace actorllm {
+
+/// CAF inspection of sampling_params (found by argument-dependent lookup).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
+  proto::optional_field seed{x.seed};
+  proto::optional_field max_tokens{x.max_tokens};
+  proto::optional_field logprobs{x.logprobs};
+  return f(caf::meta::type_name("sampling_params"), x.n, x.temperature, x.top_p, x.top_k, x.min_p, x.presence_penalty,
+           x.frequency_penalty, x.repetition_penalty, seed, max_tokens, x.min_tokens, x.stop, x.stop_token_ids,
+           x.include_stop_str_in_output, x.ignore_eos, logprobs, x.skip_special_tokens);
+}
+
+/// CAF inspection of engine_config.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
+  uint64_t kv_cache_memory = x.kv_cache_memory;
+  return f(caf::meta::type_name("engine_config"), x.model, x.tokenizer, x.tensor_parallel_size,
+           x.pipeline_parallel_size, x.pp_layer_partition, x.max_num_seqs, x.max_num_batched_tokens, x.block_size,
+           kv_cache_memory, x.max_model_len, x.load_format, x.dtype, x.seed, x.threads, x.scheduling_policy,
+           caf::meta::load_callback([&]() -> caf::error {
+             x.kv_cache_memory = static_cast<size_t>(kv_cache_memory);
+             return caf::none;
+           }));
+}
+
+}  // namespace actorllm

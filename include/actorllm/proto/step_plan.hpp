@@ -1,0 +1,117 @@
+// One step of continuous batching as the scheduler sends it down the pipeline: the flattened batch (tokens,
+// positions, block tables, sample rows), the KV block copies to do first, and the sampler bookkeeping (which
+// sequence each sample row belongs to, sampler state to create and to drop).
+#pragma once
+
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace actorllm::proto {
+
+/// Names one output sequence: sequence `index` of request `request_id`.
+struct seq_ref {
+  uint64_t request_id = 0;
+  uint32_t index = 0;
+
+  friend auto operator<=>(const seq_ref&, const seq_ref&) = default;
+};
+
+/// CAF inspection of seq_ref.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, seq_ref& x) {
+  return f(caf::meta::type_name("seq_ref"), x.request_id, x.index);
+}
+
+/// One sequence's rows of the flattened batch and the KV blocks that hold it (as model::batch_sequence).
+struct batch_sequence {
+  int32_t query_begin = 0;
+  int32_t n_query = 0;
+  std::vector<int32_t> block_table;
+
+  friend bool operator==(const batch_sequence&, const batch_sequence&) = default;
+};
+
+/// CAF inspection of batch_sequence.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_sequence& x) {
+  return f(caf::meta::type_name("batch_sequence"), x.query_begin, x.n_query, x.block_table);
+}
+
+/// Copy every layer's K and V of block `src` into block `dst` before the step's forward (copy-on-write).
+struct block_copy {
+  int32_t src = 0;
+  int32_t dst = 0;
+
+  friend bool operator==(const block_copy&, const block_copy&) = default;
+};
+
+/// CAF inspection of block_copy.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, block_copy& x) {
+  return f(caf::meta::type_name("block_copy"), x.src, x.dst);
+}
+
+/// The sampling knobs of one request, as the sampler shard applies them (kernels/cpu/sampling.hpp semantics).
+struct sampler_spec {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t logprobs = -1;  ///< -1: none; 0: the sampled token's; k > 0: also the top k
+  uint64_t seed = 0;      ///< sequence 0 draws from this seed; sequence i > 0 from a seed derived from it and i
+
+  friend bool operator==(const sampler_spec&, const sampler_spec&) = default;
+};
+
+/// CAF inspection of sampler_spec.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampler_spec& x) {
+  return f(caf::meta::type_name("sampler_spec"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,
+           x.presence_penalty, x.frequency_penalty, x.logprobs, x.seed);
+}
+
+/// Sampler state to create for a request the first time one of its rows is sampled.
+struct sampler_setup {
+  uint64_t request_id = 0;
+  sampler_spec spec;
+  std::vector<int32_t> prompt_ids;  ///< for the repetition penalty; empty when that penalty is off
+
+  friend bool operator==(const sampler_setup&, const sampler_setup&) = default;
+};
+
+/// CAF inspection of sampler_setup.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampler_setup& x) {
+  return f(caf::meta::type_name("sampler_setup"), x.request_id, x.spec, x.prompt_ids);
+}
+
+/// Everything the shards need for one step. Every shard applies block_copies, then runs its layers over the
+/// batch; the sampler shard first drops the sampler state of released_requests, then creates new_requests', then
+/// samples sample_rows[i] for sample_seqs[i].
+struct step_plan {
+  uint64_t step_id = 0;
+  std::vector<int32_t> tokens;     ///< [n_tokens] token ids (read by the first stage)
+  std::vector<int32_t> positions;  ///< [n_tokens] absolute positions
+  std::vector<batch_sequence> sequences;
+  std::vector<int32_t> sample_rows;
+  std::vector<seq_ref> sample_seqs;  ///< the sequence of each sample row
+  std::vector<block_copy> block_copies;
+  std::vector<sampler_setup> new_requests;
+  std::vector<uint64_t> released_requests;
+
+  friend bool operator==(const step_plan&, const step_plan&) = default;
+};
+
+/// CAF inspection of step_plan.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
+  return f(caf::meta::type_name("step_plan"), x.step_id, x.tokens, x.positions, x.sequences, x.sample_rows,
+           x.sample_seqs, x.block_copies, x.new_requests, x.released_requests);
+}
+
+}  // namespace actorllm::proto

@@ -1,0 +1,46 @@
+// What the sampler shard (tp rank 0 of the last stage) returns to the scheduler after a step: one sampled token
+// per sample row, with its logprobs when the request asked for them; or what went wrong.
+#pragma once
+
+#include "actorllm/proto/request_output.hpp"
+
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace actorllm::proto {
+
+/// The token sampled for one row.
+struct sampled_token {
+  int32_t token = 0;
+  float logprob = 0.0f;            ///< always filled
+  std::vector<token_logprob> top;  ///< the top-k alternatives when the request asked for them
+
+  friend bool operator==(const sampled_token&, const sampled_token&) = default;
+};
+
+/// CAF inspection of sampled_token.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
+  return f(caf::meta::type_name("sampled_token"), x.token, x.logprob, x.top);
+}
+
+/// The result of step `step_id`: tokens[i] for the plan's sample_rows[i]. A non-empty error means a shard failed
+/// the step (tokens is then empty) and the replica is unusable.
+struct step_result {
+  uint64_t step_id = 0;
+  std::vector<sampled_token> tokens;
+  std::string error;
+
+  friend bool operator==(const step_result&, const step_result&) = default;
+};
+
+/// CAF inspection of step_result.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_result& x) {
+  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.error);
+}
+
+}  // namespace actorllm::proto

@@ -1,0 +1,132 @@
+// The sampler shard's per-sequence state: seeded per sequence, kept across steps until released, and a sample row
+// without state is an error rather than a guess.
+#include "actors/sequence_samplers.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+using namespace actorllm;
+
+namespace {
+
+constexpr int64_t vocab = 16;
+
+proto::sampler_setup setup(uint64_t id, float temperature, uint64_t seed, int32_t logprobs = -1) {
+  proto::sampler_setup s;
+  s.request_id = id;
+  s.spec.temperature = temperature;
+  s.spec.seed = seed;
+  s.spec.logprobs = logprobs;
+  return s;
+}
+
+// Logits that favour token (7 * i) % vocab a little, so a draw at temperature 1 has real choices.
+std::vector<float> logits_for(size_t rows) {
+  std::vector<float> l(rows * vocab);
+  for (size_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < vocab; ++v)
+      l[r * vocab + static_cast<size_t>(v)] = std::sin(static_cast<float>(v * 3 + r));
+  return l;
+}
+
+proto::step_plan plan_sampling(uint64_t step, std::vector<proto::seq_ref> seqs) {
+  proto::step_plan p;
+  p.step_id = step;
+  p.sample_seqs = std::move(seqs);
+  for (size_t i = 0; i < p.sample_seqs.size(); ++i)
+    p.sample_rows.push_back(static_cast<int32_t>(i));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("sequence 0 draws from the request seed itself, others from derived seeds") {
+  CHECK(actors::sequence_seed(42, 0) == 42);
+  CHECK(actors::sequence_seed(42, 1) != 42);
+  CHECK(actors::sequence_seed(42, 1) != actors::sequence_seed(42, 2));
+  CHECK(actors::sequence_seed(42, 1) != actors::sequence_seed(43, 1));
+
+  // A request's sequence 0 reproduces a plain sampler_rng{seed} run, step after step.
+  actors::sequence_samplers samplers;
+  auto first = plan_sampling(1, {{5, 0}});
+  first.new_requests.push_back(setup(5, 1.0f, 42));
+  samplers.apply(first);
+  cpu::sampler_rng rng{42};
+  cpu::sampling_params params;
+  std::vector<int32_t> outputs;
+  for (uint64_t step = 1; step <= 20; ++step) {
+    auto plan = step == 1 ? first : plan_sampling(step, {{5, 0}});
+    auto logits = logits_for(1);
+    auto expected_logits = logits;
+    auto result = samplers.sample(plan, logits, vocab);
+    REQUIRE(result.error.empty());
+    auto expected = cpu::sample(expected_logits.data(), vocab, params, {}, outputs, rng);
+    outputs.push_back(expected.token);
+    CHECK(result.step_id == step);
+    REQUIRE(result.tokens.size() == 1);
+    CHECK(result.tokens[0].token == expected.token);
+    CHECK(result.tokens[0].logprob == expected.logprob);
+  }
+  CHECK(std::vector<int32_t>(samplers.outputs({5, 0}).begin(), samplers.outputs({5, 0}).end()) == outputs);
+}
+
+TEST_CASE("each sequence keeps its own generator however the rows are batched") {
+  auto run = [](bool batched) {
+    actors::sequence_samplers samplers;
+    proto::step_plan setup_plan;
+    setup_plan.new_requests = {setup(1, 1.0f, 7), setup(2, 1.0f, 7)};
+    samplers.apply(setup_plan);
+    std::vector<std::vector<int32_t>> out(2);
+    for (uint64_t step = 0; step < 12; ++step) {
+      if (batched) {
+        auto plan = plan_sampling(step, {{1, 0}, {2, 0}});
+        auto logits = logits_for(2);
+        auto r = samplers.sample(plan, logits, vocab);
+        out[0].push_back(r.tokens[0].token);
+        out[1].push_back(r.tokens[1].token);
+      } else {
+        for (uint64_t id : {2, 1}) {
+          auto plan = plan_sampling(step, {{id, 0}});
+          auto logits = logits_for(2);  // row 0 is what the batched run gives request 1; use the matching row
+          std::vector<float> row(logits.begin() + (id == 1 ? 0 : vocab),
+                                 logits.begin() + (id == 1 ? vocab : 2 * vocab));
+          out[id - 1].push_back(samplers.sample(plan, row, vocab).tokens[0].token);
+        }
+      }
+    }
+    return out;
+  };
+  auto together = run(true);
+  auto apart = run(false);
+  CHECK(together == apart);
+  CHECK(together[0] != together[1]);  // same seed, different logits rows: the streams are independent
+}
+
+TEST_CASE("released requests lose their state, sampling one then is an error") {
+  actors::sequence_samplers samplers;
+  auto plan = plan_sampling(1, {{9, 0}, {9, 1}});
+  plan.new_requests.push_back(setup(9, 0.0f, 1, 2));
+  samplers.apply(plan);
+  auto logits = logits_for(2);
+  auto r = samplers.sample(plan, logits, vocab);
+  REQUIRE(r.error.empty());
+  REQUIRE(r.tokens.size() == 2);
+  CHECK(r.tokens[0].top.size() == 2);                    // logprobs = 2
+  CHECK(r.tokens[0].top[0].token == r.tokens[0].token);  // greedy: the top token is the sampled one
+  CHECK(samplers.n_requests() == 1);
+
+  proto::step_plan release;
+  release.released_requests = {9, 12345};  // an unknown id is fine
+  samplers.apply(release);
+  CHECK(samplers.n_requests() == 0);
+  auto again = plan_sampling(2, {{9, 0}});
+  auto l1 = logits_for(1);
+  auto failed = samplers.sample(again, l1, vocab);
+  CHECK(failed.tokens.empty());
+  CHECK(failed.error.find("no sampler state for request 9") != std::string::npos);
+
+  auto wrong_size = plan_sampling(3, {{9, 0}});
+  std::vector<float> short_logits(3);
+  CHECK(samplers.sample(wrong_size, short_logits, vocab).error.find("3 logits for 1 sample rows") != std::string::npos);
+}

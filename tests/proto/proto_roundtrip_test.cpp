@@ -1,0 +1,297 @@
+// Every protocol type survives CAF's binary serialization, on its own and inside a caf::message (which only works
+// for types registered through the type-ID block), and errors keep their code and message.
+#include "actorllm/proto/type_ids.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/message.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <doctest/doctest.h>
+
+#include <limits>
+
+using namespace actorllm;
+
+namespace {
+
+struct proto_fixture {
+  static caf::actor_system_config& config() {
+    static caf::actor_system_config cfg = [] {
+      caf::actor_system_config c;
+      c.set("scheduler.max-threads", 1);
+      proto::add_message_types(c);
+      return c;
+    }();
+    return cfg;
+  }
+  caf::actor_system sys{config()};
+
+  template <class T>
+  T roundtrip(const T& in) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    T copy = in;
+    auto err = sink(copy);
+    REQUIRE_MESSAGE(!err, sys.render(err));
+    REQUIRE(!buf.empty());
+    T out;
+    caf::binary_deserializer source{sys, buf};
+    err = source(out);
+    REQUIRE_MESSAGE(!err, sys.render(err));
+    return out;
+  }
+
+  // Through a type-erased caf::message: needs the registered type name on both ends.
+  template <class T>
+  T roundtrip_message(const T& in) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    caf::message msg = caf::make_message(in);
+    auto err = sink(msg);
+    REQUIRE_MESSAGE(!err, sys.render(err));
+    caf::message back;
+    caf::binary_deserializer source{sys, buf};
+    err = source(back);
+    REQUIRE_MESSAGE(!err, sys.render(err));
+    REQUIRE(back.match_elements<T>());
+    return back.get_as<T>(0);
+  }
+};
+
+sampling_params full_sampling_params() {
+  sampling_params p;
+  p.n = 3;
+  p.temperature = 0.7f;
+  p.top_p = 0.9f;
+  p.top_k = 40;
+  p.min_p = 0.05f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = -0.25f;
+  p.repetition_penalty = 1.1f;
+  p.seed = std::numeric_limits<uint64_t>::max() - 3;
+  p.max_tokens = 77;
+  p.min_tokens = 2;
+  p.stop = {"\n\n", "The end", "é"};
+  p.stop_token_ids = {13, 2};
+  p.include_stop_str_in_output = true;
+  p.ignore_eos = true;
+  p.logprobs = 5;
+  p.skip_special_tokens = false;
+  return p;
+}
+
+completion_output full_completion(uint32_t index) {
+  completion_output c;
+  c.index = index;
+  c.token_ids = {5, 6, 7, 2};
+  c.text = "a story\xe2\x80\x99s end";
+  c.finish_reason = finish_reason::stop;
+  c.stop_string = "end";
+  c.stop_token_id = 2;
+  c.logprobs = {{5, -0.5f, {{5, -0.5f}, {9, -1.25f}}}, {6, -0.125f, {}}};
+  c.cumulative_logprob = -0.625;
+  return c;
+}
+
+proto::step_plan full_plan() {
+  proto::step_plan p;
+  p.step_id = 42;
+  p.tokens = {1, 15, 22, 9};
+  p.positions = {0, 1, 2, 17};
+  p.sequences = {{0, 3, {4, 1}}, {3, 1, {7, 8}}};
+  p.sample_rows = {2, 3};
+  p.sample_seqs = {{10, 0}, {11, 2}};
+  p.block_copies = {{1, 9}};
+  proto::sampler_spec spec{0.8f, 0.95f, 50, 0.1f, 1.2f, 0.3f, 0.4f, 3, 1234};
+  p.new_requests = {{10, spec, {1, 15, 22}}};
+  p.released_requests = {3, 4};
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(proto_fixture, "public value types round-trip, optionals set and unset") {
+  auto p = full_sampling_params();
+  CHECK(roundtrip(p) == p);
+  CHECK(roundtrip(sampling_params{}) == sampling_params{});
+  sampling_params unset;
+  unset.max_tokens.reset();
+  CHECK(roundtrip(unset) == unset);
+  CHECK(!roundtrip(unset).max_tokens.has_value());
+
+  engine_config cfg;
+  cfg.model = "/models/llama";
+  cfg.tensor_parallel_size = 4;
+  cfg.pipeline_parallel_size = 2;
+  cfg.pp_layer_partition = "3,2";
+  cfg.kv_cache_memory = size_t{5} << 33;
+  cfg.seed = 99;
+  auto cfg_back = roundtrip(cfg);
+  CHECK(cfg_back.model == cfg.model);
+  CHECK(cfg_back.tensor_parallel_size == 4);
+  CHECK(cfg_back.pp_layer_partition == "3,2");
+  CHECK(cfg_back.kv_cache_memory == cfg.kv_cache_memory);
+  CHECK(cfg_back.seed == 99);
+
+  auto c = full_completion(1);
+  CHECK(roundtrip(c) == c);
+  completion_output running;
+  running.token_ids = {1};
+  CHECK(roundtrip(running) == running);
+  CHECK(!roundtrip(running).finish_reason.has_value());
+
+  request_output out;
+  out.request_id = 7;
+  out.prompt = "Once upon a time";
+  out.prompt_token_ids = {1, 403, 407};
+  out.outputs = {full_completion(0), full_completion(1)};
+  out.finished = true;
+  out.usage = {3, 8};
+  CHECK(roundtrip(out) == out);
+
+  stream_delta d;
+  d.request_id = 7;
+  d.index = 1;
+  d.token_ids = {9};
+  d.text = " there";
+  d.logprobs = {{9, -0.1f, {{9, -0.1f}}}};
+  d.finish_reason = finish_reason::length;
+  CHECK(roundtrip(d) == d);
+
+  engine_stats s;
+  s.healthy = false;
+  s.failure = "shard 1 of stage 0 failed";
+  s.n_requests = 3;
+  s.n_running = 2;
+  s.n_waiting = 5;
+  s.n_preemptions = 11;
+  s.n_steps = 1000;
+  s.n_steps_in_flight = 2;
+  s.n_blocks = 64;
+  s.n_free_blocks = 10;
+  s.block_size = 16;
+  s.kv_cache_usage = 54.0 / 64.0;
+  CHECK(roundtrip(s) == s);
+}
+
+TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also inside a caf::message") {
+  // (An argument, however unused: CAF 0.17 dereferences a null argument tuple when the function takes none.)
+  auto sink = sys.spawn([](caf::event_based_actor*, int) -> caf::behavior { return {[](proto::output_batch&) {}}; }, 0);
+  proto::submit_request req;
+  req.request_id = 12;
+  req.prompt_is_tokens = true;
+  req.prompt_ids = {1, 2, 3};
+  req.params = full_sampling_params();
+  req.priority = -1;
+  req.stream = true;
+  req.sink = caf::actor_cast<proto::output_sink>(sink);
+  auto back = roundtrip(req);
+  CHECK(back == req);
+  CHECK(back.sink == req.sink);  // a local handle deserializes to the same actor
+  CHECK(roundtrip_message(req) == req);
+  proto::submit_request text_req;
+  text_req.prompt_text = "Hello";
+  CHECK(roundtrip(text_req) == text_req);  // a null sink survives too
+
+  proto::output_batch batch;
+  stream_delta d;
+  d.request_id = 12;
+  d.token_ids = {4};
+  d.text = "x";
+  batch.deltas = {d};
+  request_output o;
+  o.request_id = 12;
+  o.outputs = {full_completion(0)};
+  o.finished = true;
+  batch.outputs = {o};
+  batch.failures = {{13, errc::exceeds_max_model_len, "the prompt (600 tokens) is too long"}};
+  CHECK(roundtrip(batch) == batch);
+  CHECK(roundtrip_message(batch) == batch);
+
+  proto::request_spec spec;
+  spec.request_id = 12;
+  spec.prompt_ids = {1, 2, 3};
+  spec.max_tokens = 20;
+  spec.n = 2;
+  spec.priority = 3;
+  spec.eos_token_ids = {2, 1};
+  spec.ignore_eos = true;
+  spec.stop_token_ids = {13};
+  spec.min_tokens = 1;
+  spec.sampling = {0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, 77};
+  CHECK(roundtrip(spec) == spec);
+  CHECK(roundtrip_message(spec) == spec);
+
+  proto::step_update upd;
+  upd.step_id = 9;
+  upd.seqs = {{12, 0, 44, -0.5f, {{44, -0.5f}}, std::nullopt}, {12, 1, std::nullopt, 0.0f, {}, finish_reason::abort}};
+  upd.failure = "";
+  CHECK(roundtrip(upd) == upd);
+  CHECK(roundtrip_message(upd) == upd);
+  proto::step_update failed;
+  failed.failure = "stage 1 rank 0: forward failed";
+  CHECK(roundtrip(failed) == failed);
+
+  proto::finish_sequences fin{{{12, 0}, {13, 4}}};
+  CHECK(roundtrip(fin) == fin);
+  CHECK(roundtrip_message(fin) == fin);
+  caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(proto_fixture, "step plans, stage inputs and step results round-trip") {
+  auto plan = full_plan();
+  CHECK(roundtrip(plan) == plan);
+  CHECK(roundtrip_message(plan) == plan);
+
+  proto::stage_input in{std::make_shared<const proto::step_plan>(plan), {0.5f, -1.0f, 3.25f}};
+  auto in_back = roundtrip(in);
+  REQUIRE(in_back.plan != nullptr);
+  CHECK(in_back.plan != in.plan);  // a fresh plan, equal by value
+  CHECK(in_back == in);
+  CHECK(roundtrip_message(in) == in);
+
+  proto::step_result res;
+  res.step_id = 42;
+  res.tokens = {{15, -0.25f, {}}, {2, -3.5f, {{7, -0.1f}, {2, -3.5f}}}};
+  CHECK(roundtrip(res) == res);
+  CHECK(roundtrip_message(res) == res);
+  proto::step_result failed;
+  failed.step_id = 43;
+  failed.error = "block 99 outside a cache of 64 blocks";
+  CHECK(roundtrip(failed) == failed);
+
+  proto::sampler_release rel{{1, 2, 3}};
+  CHECK(roundtrip(rel) == rel);
+  CHECK(roundtrip_message(rel) == rel);
+
+  proto::shard_profile prof{1, 3, 3, 5, 123456, 20480, 51};
+  CHECK(roundtrip(prof) == prof);
+  CHECK(roundtrip_message(prof) == prof);
+  proto::kv_cache_config kv{51, 16, 20480};
+  CHECK(roundtrip(kv) == kv);
+  CHECK(roundtrip_message(kv) == kv);
+  CHECK(kv.token_capacity() == 51 * 16);
+}
+
+TEST_CASE_FIXTURE(proto_fixture, "errors keep their code and message across serialization") {
+  auto err = proto::make_error(errc::invalid_config,
+                               "8 attention heads and 4 kv heads are not divisible by tensor_parallel_size 3");
+  CHECK(proto::code_of(err) == errc::invalid_config);
+  CHECK(proto::message_of(err) == "8 attention heads and 4 kv heads are not divisible by tensor_parallel_size 3");
+  auto back = roundtrip(err);
+  CHECK(back == err);
+  CHECK(proto::code_of(back) == errc::invalid_config);
+  CHECK(proto::message_of(back) == proto::message_of(err));
+  CHECK(sys.render(err).find("invalid_config: 8 attention heads") != std::string::npos);
+  auto ex = proto::to_exception(back);
+  CHECK(ex.code() == errc::invalid_config);
+  CHECK(std::string{ex.what()}.find("tensor_parallel_size 3") != std::string::npos);
+  // An error from CAF itself (a dead actor) maps to engine_failure with CAF's description.
+  caf::error dead = caf::sec::request_receiver_down;
+  CHECK(proto::code_of(dead) == errc::engine_failure);
+  CHECK(proto::message_of(dead).find("request_receiver_down") != std::string::npos);
+}
