@@ -63,6 +63,8 @@ struct scheduler_state {
   std::vector<uint64_t> releases;                              // introduced, finished, release not sent yet
   std::unordered_map<uint64_t, std::vector<engine::seq_id>> in_flight_samples;  // step -> its sample rows
   uint64_t n_steps = 0;
+  double forward_seconds = 0.0;  // summed over steps, as the sampler shard reported them
+  double sample_seconds = 0.0;
   bool healthy = true;
   std::string failure;
   bool draining = false;
@@ -168,6 +170,8 @@ void on_result(scheduler_pointer self, proto::step_result& result) {
   if (!events)
     return fail(self, events.error().message);
   ++st.n_steps;
+  st.forward_seconds += result.forward_seconds;
+  st.sample_seconds += result.sample_seconds;
   on_events(st, *events);
   // Events come in sample order, skipping sequences that ended while the step ran: walk both lists together.
   proto::step_update upd;
@@ -265,6 +269,8 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         s.n_free_blocks = c.allocator().n_free_blocks();
         s.block_size = c.allocator().block_size();
         s.kv_cache_usage = c.kv_cache_usage();
+        s.forward_seconds = st.forward_seconds;
+        s.sample_seconds = st.sample_seconds;
         return s;
       },
       [self](proto::shutdown_atom) -> caf::result<caf::ok_atom> {

@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include <optional>
 
 namespace actorllm::actors {
@@ -68,6 +70,7 @@ void run_step(shard_pointer self, proto::stage_input& in) {
   if (st.failed)
     return;
   const proto::step_plan& plan = *in.plan;
+  const auto t_start = std::chrono::steady_clock::now();
   if (!st.model || !st.cache)
     return report_failure(self, plan.step_id, "a step arrived before the weights and the KV cache were ready");
   if (st.args.samples)
@@ -94,7 +97,10 @@ void run_step(shard_pointer self, proto::stage_input& in) {
   }
   if (!st.args.samples)
     return;  // the other ranks of the last stage took part in the logits' all-gather; rank 0 samples
+  const auto t_forward = std::chrono::steady_clock::now();
   proto::step_result result = st.samplers.sample(plan, out, cfg.n_vocab);
+  result.forward_seconds = std::chrono::duration<double>(t_forward - t_start).count();
+  result.sample_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward).count();
   if (!result.error.empty())
     return report_failure(self, plan.step_id, result.error);
   self->send(st.results, std::move(result));

@@ -21,6 +21,10 @@ struct engine_stats {
   int32_t n_free_blocks = 0;       ///< blocks no sequence holds
   int32_t block_size = 0;          ///< token slots per block
   double kv_cache_usage = 0.0;     ///< fraction of blocks in use
+  /// Time accounting since start, summed over steps (the engine-overhead benchmark reads these): the last stage's
+  /// forward passes and sampling as its sampler shard measured them.
+  double forward_seconds = 0.0;
+  double sample_seconds = 0.0;
 
   friend bool operator==(const engine_stats&, const engine_stats&) = default;
 };

@@ -173,6 +173,8 @@ TEST_CASE_FIXTURE(proto_fixture, "public value types round-trip, optionals set a
   s.n_steps_in_flight = 2;
   s.n_blocks = 64;
   s.n_free_blocks = 10;
+  s.forward_seconds = 12.5;
+  s.sample_seconds = 0.25;
   s.block_size = 16;
   s.kv_cache_usage = 54.0 / 64.0;
   CHECK(roundtrip(s) == s);
@@ -257,6 +259,8 @@ TEST_CASE_FIXTURE(proto_fixture, "step plans, stage inputs and step results roun
   proto::step_result res;
   res.step_id = 42;
   res.tokens = {{15, -0.25f, {}}, {2, -3.5f, {{7, -0.1f}, {2, -3.5f}}}};
+  res.forward_seconds = 0.125;
+  res.sample_seconds = 0.0625;
   CHECK(roundtrip(res) == res);
   CHECK(roundtrip_message(res) == res);
   proto::step_result failed;

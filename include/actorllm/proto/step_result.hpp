@@ -33,6 +33,8 @@ struct step_result {
   uint64_t step_id = 0;
   std::vector<sampled_token> tokens;
   std::string error;
+  double forward_seconds = 0.0;  ///< the sampler shard's time in the forward pass (block copies included)
+  double sample_seconds = 0.0;   ///< its time sampling the rows
 
   friend bool operator==(const step_result&, const step_result&) = default;
 };
@@ -40,7 +42,8 @@ struct step_result {
 /// CAF inspection of step_result.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.error);
+  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.error, x.forward_seconds,
+           x.sample_seconds);
 }
 
 }  // namespace actorllm::proto
