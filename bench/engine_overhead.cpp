@@ -112,8 +112,7 @@ int main(int argc, char** argv) {
   std::vector<overhead_result> results;
   std::vector<step_cost> costs;
   for (auto [batch, tokens] : {std::pair<int64_t, int32_t>{1, steps_small}, {big_batch, steps_large}}) {
-    std::fprintf(stderr, "batch %ld: %d and %d tokens per sequence...\n", static_cast<long>(batch), tokens / 3,
-                 tokens);
+    std::fprintf(stderr, "batch %ld: %d and %d tokens per sequence...\n", static_cast<long>(batch), tokens / 3, tokens);
     auto shorter = measure(llm, batch, tokens / 3, prompt_len);
     auto longer = measure(llm, batch, tokens, prompt_len);
     results.push_back(shorter);
@@ -122,8 +121,8 @@ int main(int argc, char** argv) {
   }
 
   std::printf("whole runs (per-request costs included)\n");
-  std::printf("%-8s %8s %12s %18s %18s %18s\n", "batch", "steps", "wall (s)", "forward/step (ms)",
-              "sampling/step (ms)", "overhead/step (us)");
+  std::printf("%-8s %8s %12s %18s %18s %18s\n", "batch", "steps", "wall (s)", "forward/step (ms)", "sampling/step (ms)",
+              "overhead/step (us)");
   for (const auto& r : results)
     std::printf("%-8ld %8lu %12.3f %18.2f %18.3f %18.1f\n", static_cast<long>(r.batch),
                 static_cast<unsigned long>(r.steps), r.wall_seconds,

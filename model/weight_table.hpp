@@ -40,7 +40,7 @@ struct weight_decl {
   /// [r*n_units/tp, (r+1)*n_units/tp), at least one each): exact, because gate/up (column) and down (row) split the
   /// same intermediate units and the partial sums of down_proj are all-reduced.
   bool allow_uneven = false;
-  std::string unit_name;           ///< config.json key of n_units, for error messages ("num_key_value_heads")
+  std::string unit_name;  ///< config.json key of n_units, for error messages ("num_key_value_heads")
 };
 
 /// The declared weights of one shard, in declaration order.

@@ -229,10 +229,8 @@ TEST_CASE("weight table: splits that do not divide are refused naming the number
   // (21 or 22 rows per rank), which is exact for the MLP.
   weight_table tp8 = llama_weight_table(stories, {3, 8});
   CHECK(slice_for(*tp8.find("model.layers.0.mlp.gate_proj.weight"), 3, 8).shape[0] == 22);  // rows [64, 86)
-  CHECK(slice_for(*tp8.find("model.layers.0.mlp.down_proj.weight"), 0, 8).shape[1] == 21);   // cols [0, 21)
-  CHECK(mentions(error_of([&] {
-                   slice_for(*tp8.find("model.layers.0.mlp.up_proj.weight"), 0, 200);
-                 }),
+  CHECK(slice_for(*tp8.find("model.layers.0.mlp.down_proj.weight"), 0, 8).shape[1] == 21);  // cols [0, 21)
+  CHECK(mentions(error_of([&] { slice_for(*tp8.find("model.layers.0.mlp.up_proj.weight"), 0, 200); }),
                  {"mlp.up_proj.weight", "intermediate_size 172 is not divisible by tensor_parallel_size 200"}));
   CHECK(mentions(error_of([&] {
                    llama_weight_table(stories, {0, 3});

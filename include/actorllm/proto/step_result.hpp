@@ -42,8 +42,7 @@ struct step_result {
 /// CAF inspection of step_result.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.error, x.forward_seconds,
-           x.sample_seconds);
+  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.error, x.forward_seconds, x.sample_seconds);
 }
 
 }  // namespace actorllm::proto
