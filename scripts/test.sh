@@ -13,7 +13,7 @@ if [[ "${ACTORLLM_SKIP_SANITIZE:-0}" != 1 ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACTORLLM_SANITIZE=ON -DACTORLLM_CUDA=OFF \
     -DACTORLLM_BUILD_BENCH=OFF -DACTORLLM_WERROR=ON >/dev/null
   # Only the suites that hold [asan] cases: loaders, parsers, kernels, collectives and the scheduler stress test.
-  cmake --build build-asan -j "$(nproc)" --target actorllm test_util test_kernels test_comm test_model test_text test_engine
+  cmake --build build-asan -j "$(nproc)" --target actorllm test_util test_kernels test_comm test_model test_text test_engine test_net
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j "$(nproc)" --timeout 900 -R '\[asan\]')
 fi

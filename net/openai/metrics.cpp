@@ -1,0 +1,256 @@
+// Prometheus text exposition (format 0.0.4) for a handful of families; numbers in shortest round-trip form.
+#include "net/openai/metrics.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+namespace actorllm::net::openai {
+
+namespace {
+
+enum family_type { counter_type, gauge_type, histogram_type };
+
+std::string format_value(double v) {
+  if (std::isnan(v))
+    return "NaN";
+  if (std::isinf(v))
+    return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  (void)ec;
+  return std::string{buf, end};
+}
+
+void append_escaped(std::string& out, std::string_view s, bool quote) {
+  for (char c : s) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '"' && quote)
+      out += "\\\"";
+    else
+      out += c;
+  }
+}
+
+std::string label_block(const metric_labels& labels, std::string_view extra_name = {}, std::string_view extra = {}) {
+  if (labels.empty() && extra_name.empty())
+    return {};
+  std::string out = "{";
+  bool first = true;
+  auto add = [&](std::string_view k, std::string_view v) {
+    if (!first)
+      out += ',';
+    first = false;
+    out += k;
+    out += "=\"";
+    append_escaped(out, v, true);
+    out += '"';
+  };
+  for (const auto& [k, v] : labels)
+    add(k, v);
+  if (!extra_name.empty())
+    add(extra_name, extra);
+  out += '}';
+  return out;
+}
+
+bool valid_name(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9'))
+    return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == ':';
+  });
+}
+
+}  // namespace
+
+void counter::inc(double v) {
+  if (v > 0)
+    value_.fetch_add(v, std::memory_order_relaxed);
+}
+
+histogram::histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
+  if (!std::is_sorted(bounds_.begin(), bounds_.end()) ||
+      std::adjacent_find(bounds_.begin(), bounds_.end()) != bounds_.end())
+    throw std::invalid_argument("histogram bucket bounds must be strictly ascending");
+}
+
+void histogram::observe(double v) {
+  if (std::isnan(v))
+    return;  // no bucket holds NaN, and it would poison the sum
+  std::size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
+  std::lock_guard lock{mutex_};
+  ++counts_[bucket];
+  ++count_;
+  sum_ += v;
+}
+
+histogram::snapshot histogram::snap() const {
+  std::lock_guard lock{mutex_};
+  return snapshot{bounds_, counts_, count_, sum_};
+}
+
+struct metrics_registry::family {
+  std::string name;
+  std::string help;
+  int type = counter_type;
+  struct series {
+    metric_labels labels;
+    std::unique_ptr<counter> c;
+    std::unique_ptr<gauge> g;
+    std::unique_ptr<histogram> h;
+  };
+  std::vector<series> members;
+
+  series* find(const metric_labels& labels) {
+    for (auto& s : members)
+      if (s.labels == labels)
+        return &s;
+    return nullptr;
+  }
+};
+
+metrics_registry::metrics_registry() = default;
+metrics_registry::~metrics_registry() = default;
+
+metrics_registry::family& metrics_registry::find_or_add(std::string_view name, std::string_view help, int type) {
+  if (!valid_name(name))
+    throw std::invalid_argument("invalid metric name '" + std::string{name} + "'");
+  for (auto& f : families_) {
+    if (f->name == name) {
+      if (f->type != type)
+        throw std::invalid_argument("metric '" + std::string{name} + "' is registered with another type");
+      return *f;
+    }
+  }
+  auto f = std::make_unique<family>();
+  f->name = std::string{name};
+  f->help = std::string{help};
+  f->type = type;
+  families_.push_back(std::move(f));
+  return *families_.back();
+}
+
+counter& metrics_registry::get_counter(std::string_view name, std::string_view help, const metric_labels& labels) {
+  std::lock_guard lock{mutex_};
+  family& f = find_or_add(name, help, counter_type);
+  if (auto* s = f.find(labels))
+    return *s->c;
+  f.members.push_back({labels, std::make_unique<counter>(), nullptr, nullptr});
+  return *f.members.back().c;
+}
+
+gauge& metrics_registry::get_gauge(std::string_view name, std::string_view help, const metric_labels& labels) {
+  std::lock_guard lock{mutex_};
+  family& f = find_or_add(name, help, gauge_type);
+  if (auto* s = f.find(labels))
+    return *s->g;
+  f.members.push_back({labels, nullptr, std::make_unique<gauge>(), nullptr});
+  return *f.members.back().g;
+}
+
+histogram& metrics_registry::get_histogram(std::string_view name, std::string_view help,
+                                           const std::vector<double>& bounds, const metric_labels& labels) {
+  std::lock_guard lock{mutex_};
+  family& f = find_or_add(name, help, histogram_type);
+  if (auto* s = f.find(labels))
+    return *s->h;
+  f.members.push_back({labels, nullptr, nullptr, std::make_unique<histogram>(bounds)});
+  return *f.members.back().h;
+}
+
+std::string metrics_registry::render() const {
+  std::lock_guard lock{mutex_};
+  std::string out;
+  for (const auto& f : families_) {
+    out += "# HELP " + f->name + " ";
+    append_escaped(out, f->help, false);
+    out += "\n# TYPE " + f->name + " ";
+    out += f->type == counter_type ? "counter" : f->type == gauge_type ? "gauge" : "histogram";
+    out += '\n';
+    for (const auto& s : f->members) {
+      if (f->type == histogram_type) {
+        auto snap = s.h->snap();
+        uint64_t cumulative = 0;
+        for (std::size_t i = 0; i <= snap.bounds.size(); ++i) {
+          cumulative += snap.counts[i];
+          std::string le = i < snap.bounds.size() ? format_value(snap.bounds[i]) : "+Inf";
+          out += f->name + "_bucket" + label_block(s.labels, "le", le) + " " + std::to_string(cumulative) + "\n";
+        }
+        out += f->name + "_sum" + label_block(s.labels) + " " + format_value(snap.sum) + "\n";
+        out += f->name + "_count" + label_block(s.labels) + " " + std::to_string(snap.count) + "\n";
+      } else {
+        double v = f->type == counter_type ? s.c->value() : s.g->value();
+        out += f->name + label_block(s.labels) + " " + format_value(v) + "\n";
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+
+std::vector<double> inter_token_latency_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+
+std::vector<double> e2e_latency_buckets() {
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+
+engine_metrics::engine_metrics(std::string model_name) : labels_{{"model_name", std::move(model_name)}} {
+  auto& r = registry_;
+  running_ = &r.get_gauge("actorllm:num_requests_running", "Number of requests in model execution batches.", labels_);
+  waiting_ = &r.get_gauge("actorllm:num_requests_waiting", "Number of requests waiting to be processed.", labels_);
+  kv_cache_usage_ = &r.get_gauge("actorllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels_);
+  preemptions_ =
+      &r.get_counter("actorllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", labels_);
+  prompt_tokens_ = &r.get_counter("actorllm:prompt_tokens_total", "Number of prefill tokens processed.", labels_);
+  generation_tokens_ =
+      &r.get_counter("actorllm:generation_tokens_total", "Number of generation tokens processed.", labels_);
+  ttft_ = &r.get_histogram("actorllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                           ttft_buckets(), labels_);
+  itl_ = &r.get_histogram("actorllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                          inter_token_latency_buckets(), labels_);
+  e2e_ = &r.get_histogram("actorllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                          e2e_latency_buckets(), labels_);
+  for (finish_reason reason : {finish_reason::stop, finish_reason::length, finish_reason::abort}) {
+    metric_labels l = labels_;
+    l.emplace_back("finished_reason", std::string{to_string(reason)});
+    success_[static_cast<int>(reason)] =
+        &r.get_counter("actorllm:request_success_total", "Count of successfully processed requests.", l);
+  }
+}
+
+void engine_metrics::update(const engine_stats& stats) {
+  running_->set(static_cast<double>(stats.n_running));
+  waiting_->set(static_cast<double>(stats.n_waiting));
+  kv_cache_usage_->set(stats.kv_cache_usage);
+  std::lock_guard lock{preemptions_mutex_};
+  if (stats.n_preemptions > preemptions_seen_) {
+    preemptions_->inc(static_cast<double>(stats.n_preemptions - preemptions_seen_));
+    preemptions_seen_ = stats.n_preemptions;
+  }
+}
+
+void engine_metrics::observe_time_to_first_token(double seconds) { ttft_->observe(seconds); }
+
+void engine_metrics::observe_inter_token_latency(double seconds) { itl_->observe(seconds); }
+
+void engine_metrics::observe_finished(finish_reason reason, int64_t prompt_tokens, int64_t generation_tokens,
+                                      double e2e_seconds) {
+  prompt_tokens_->inc(static_cast<double>(prompt_tokens));
+  generation_tokens_->inc(static_cast<double>(generation_tokens));
+  e2e_->observe(e2e_seconds);
+  success_[static_cast<int>(reason)]->inc();
+}
+
+}  // namespace actorllm::net::openai

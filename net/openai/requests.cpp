@@ -1,0 +1,548 @@
+// Request parsing: simdjson DOM, one pass over each object's fields, exceptions only inside (a field_error thrown at
+// the first bad field), turned into an api_error at the boundary.
+#include "net/openai/requests.hpp"
+
+#include <simdjson.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+namespace actorllm::net::openai {
+
+namespace {
+
+namespace dom = simdjson::dom;
+
+struct field_error {
+  api_error error;
+};
+
+[[noreturn]] void fail(std::string param, std::string message) {
+  throw field_error{api_error::bad_request(std::move(message), std::move(param))};
+}
+
+std::string format_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::string type_name(dom::element v) {
+  switch (v.type()) {
+    case dom::element_type::ARRAY:
+      return "an array";
+    case dom::element_type::OBJECT:
+      return "an object";
+    case dom::element_type::INT64:
+    case dom::element_type::UINT64:
+      return "an integer";
+    case dom::element_type::DOUBLE:
+      return "a number";
+    case dom::element_type::STRING:
+      return "a string";
+    case dom::element_type::BOOL:
+      return "a boolean";
+    case dom::element_type::NULL_VALUE:
+      return "null";
+  }
+  return "an unknown JSON value";
+}
+
+std::string_view read_string(dom::element v, const std::string& param) {
+  std::string_view s;
+  if (v.get(s))
+    fail(param, param + " must be a string, got " + type_name(v));
+  return s;
+}
+
+bool read_bool(dom::element v, const std::string& param) {
+  bool b = false;
+  if (v.get(b))
+    fail(param, param + " must be a boolean, got " + type_name(v));
+  return b;
+}
+
+double read_number(dom::element v, const std::string& param) {
+  switch (v.type()) {
+    case dom::element_type::INT64:
+      return static_cast<double>(v.get_int64().value_unsafe());
+    case dom::element_type::UINT64:
+      return static_cast<double>(v.get_uint64().value_unsafe());
+    case dom::element_type::DOUBLE:
+      return v.get_double().value_unsafe();
+    default:
+      fail(param, param + " must be a number, got " + type_name(v));
+  }
+}
+
+// An integer in [lo, hi]; integral doubles (2.0) count as integers, as pydantic's lax mode takes them.
+int64_t read_integer(dom::element v, const std::string& param, int64_t lo = std::numeric_limits<int64_t>::min(),
+                     int64_t hi = std::numeric_limits<int64_t>::max()) {
+  int64_t x = 0;
+  switch (v.type()) {
+    case dom::element_type::INT64:
+      x = v.get_int64().value_unsafe();
+      break;
+    case dom::element_type::UINT64:
+      fail(param, param + " is out of range: " + std::to_string(v.get_uint64().value_unsafe()));
+    case dom::element_type::DOUBLE: {
+      double d = v.get_double().value_unsafe();
+      if (d != std::floor(d))
+        fail(param, param + " must be an integer, got " + format_number(d));
+      if (!(d >= -9.2e18 && d <= 9.2e18))
+        fail(param, param + " is out of range: " + format_number(d));
+      x = static_cast<int64_t>(d);
+      break;
+    }
+    default:
+      fail(param, param + " must be an integer, got " + type_name(v));
+  }
+  if (x < lo || x > hi)
+    fail(param,
+         param + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(x));
+  return x;
+}
+
+int32_t read_int32(dom::element v, const std::string& param) {
+  return static_cast<int32_t>(
+      read_integer(v, param, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+}
+
+float read_float(dom::element v, const std::string& param) { return static_cast<float>(read_number(v, param)); }
+
+dom::array read_array(dom::element v, const std::string& param) {
+  dom::array a;
+  if (v.get(a))
+    fail(param, param + " must be an array, got " + type_name(v));
+  return a;
+}
+
+std::vector<std::string> read_stop(dom::element v) {
+  std::vector<std::string> out;
+  if (v.is_string()) {
+    out.emplace_back(read_string(v, "stop"));
+    return out;
+  }
+  if (!v.is_array())
+    fail("stop", "stop must be a string or a list of strings, got " + type_name(v));
+  for (dom::element s : read_array(v, "stop"))
+    out.emplace_back(read_string(s, "stop"));
+  return out;
+}
+
+std::vector<int32_t> read_token_ids(dom::element v, const std::string& param) {
+  std::vector<int32_t> ids;
+  for (dom::element id : read_array(v, param))
+    ids.push_back(read_int32(id, param));
+  return ids;
+}
+
+// Position of the first byte that breaks UTF-8 (overlongs, surrogates and code points over U+10FFFF included).
+std::optional<std::size_t> first_invalid_utf8(std::string_view s) {
+  auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  std::size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = byte(i);
+    std::size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > s.size())
+      return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((byte(i + k) & 0xC0) != 0x80)
+        return i;
+      cp = (cp << 6) | (byte(i + k) & 0x3F);
+    }
+    static constexpr uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+// Parses `body` into a top-level object, or throws the 400/413 that says why not.
+dom::object parse_object(dom::parser& parser, simdjson::padded_string& padded, std::string_view body,
+                         const parse_limits& limits) {
+  if (body.size() > limits.max_body_bytes)
+    throw field_error{api_error::payload_too_large("Request body of " + std::to_string(body.size()) +
+                                                   " bytes exceeds the limit of " +
+                                                   std::to_string(limits.max_body_bytes) + " bytes")};
+  padded = simdjson::padded_string(body);
+  if (auto err = parser.allocate(std::max<std::size_t>(padded.size(), 64), limits.max_depth))
+    throw field_error{
+        api_error::internal(std::string{"JSON parser allocation failed: "} + simdjson::error_message(err))};
+  dom::element root;
+  if (auto err = parser.parse(padded).get(root)) {
+    if (err == simdjson::DEPTH_ERROR)
+      fail({}, "Invalid JSON: nested deeper than " + std::to_string(limits.max_depth) + " levels");
+    if (err == simdjson::UTF8_ERROR) {
+      // simdjson only says "invalid UTF-8"; find where, so the client can see which string is at fault.
+      auto bad = first_invalid_utf8(body);
+      fail({}, "Request body is not valid UTF-8" +
+                   (bad ? " (invalid byte at offset " + std::to_string(*bad) + ")" : std::string{}));
+    }
+    if (err == simdjson::EMPTY)
+      fail({}, "Request body is empty; expected a JSON object");
+    fail({}, std::string{"Invalid JSON: "} + simdjson::error_message(err));
+  }
+  dom::object obj;
+  if (root.get(obj))
+    fail({}, "Request body must be a JSON object, got " + type_name(root));
+  return obj;
+}
+
+// What the common fields leave for the checks after all fields are read (JSON objects are unordered).
+struct common_state {
+  bool has_stream_options = false;
+  bool has_max_tokens = false;
+};
+
+// Reads a field both endpoints share; false when `key` is not one.
+bool read_common_field(std::string_view key, dom::element v, common_request& r, common_state& st) {
+  sampling_params& p = r.params;
+  const std::string param{key};
+  if (key == "model") {
+    r.model = std::string{read_string(v, param)};
+  } else if (key == "max_tokens") {
+    p.max_tokens = read_int32(v, param);
+    st.has_max_tokens = true;
+  } else if (key == "temperature") {
+    p.temperature = read_float(v, param);
+  } else if (key == "top_p") {
+    p.top_p = read_float(v, param);
+  } else if (key == "top_k") {
+    p.top_k = read_int32(v, param);
+  } else if (key == "min_p") {
+    p.min_p = read_float(v, param);
+  } else if (key == "n") {
+    p.n = read_int32(v, param);
+  } else if (key == "stop") {
+    p.stop = read_stop(v);
+  } else if (key == "stop_token_ids") {
+    p.stop_token_ids = read_token_ids(v, param);
+  } else if (key == "seed") {
+    // Negative seeds are valid (vLLM takes any 64-bit integer); they map onto uint64 by two's complement.
+    if (v.type() == dom::element_type::UINT64)
+      p.seed = v.get_uint64().value_unsafe();
+    else
+      p.seed = static_cast<uint64_t>(read_integer(v, param));
+  } else if (key == "presence_penalty") {
+    p.presence_penalty = read_float(v, param);
+  } else if (key == "frequency_penalty") {
+    p.frequency_penalty = read_float(v, param);
+  } else if (key == "repetition_penalty") {
+    p.repetition_penalty = read_float(v, param);
+  } else if (key == "ignore_eos") {
+    p.ignore_eos = read_bool(v, param);
+  } else if (key == "skip_special_tokens") {
+    p.skip_special_tokens = read_bool(v, param);
+  } else if (key == "include_stop_str_in_output") {
+    p.include_stop_str_in_output = read_bool(v, param);
+  } else if (key == "min_tokens") {
+    p.min_tokens = read_int32(v, param);
+  } else if (key == "echo") {
+    r.echo = read_bool(v, param);
+  } else if (key == "stream") {
+    r.stream = read_bool(v, param);
+  } else if (key == "stream_options") {
+    dom::object opts;
+    if (v.get(opts))
+      fail(param, "stream_options must be an object, got " + type_name(v));
+    st.has_stream_options = true;
+    for (dom::key_value_pair f : opts) {
+      if (f.key == "include_usage" && !f.value.is_null())
+        r.include_usage = read_bool(f.value, "stream_options.include_usage");
+    }
+  } else if (key == "user") {
+    r.user = std::string{read_string(v, param)};
+  } else if (key == "priority") {
+    r.priority = read_int32(v, param);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The checks that need every field: stream_options without stream, then sampling_params' own ranges.
+void finish_common(common_request& r, const common_state& st, std::string_view max_tokens_param,
+                   std::string_view logprobs_param) {
+  if (st.has_stream_options && !r.stream)
+    fail("stream_options", "Stream options can only be defined when `stream=True`.");
+  std::string problem = validate(r.params);
+  if (problem.empty())
+    return;
+  // validate() starts each message with the field's name ("stop strings must ...", "min_tokens (3) must ...").
+  std::string param = problem.substr(0, problem.find_first_of(" ("));
+  if (param == "max_tokens")
+    param = std::string{max_tokens_param};
+  else if (param == "logprobs")
+    param = std::string{logprobs_param};
+  fail(std::move(param), std::move(problem));
+}
+
+// prompt: a string, a list of strings, a list of token ids, or a list of token id lists; never empty.
+std::vector<actorllm::prompt> read_prompts(dom::element v) {
+  const std::string shape =
+      "prompt must be a string, a list of strings, a list of token ids or a list of token id lists";
+  std::vector<actorllm::prompt> out;
+  auto text = [&](dom::element e) {
+    std::string_view s = read_string(e, "prompt");
+    if (s.empty())
+      fail("prompt", "prompt must not be empty");
+    out.emplace_back(std::string{s});
+  };
+  auto ids = [&](dom::element e) {
+    std::vector<int32_t> t;
+    for (dom::element id : read_array(e, "prompt")) {
+      if (!id.is_int64() && !id.is_uint64() && !id.is_double())
+        fail("prompt", shape + ", got a list holding " + type_name(id));
+      int64_t x = read_integer(id, "prompt");
+      if (x < 0 || x > std::numeric_limits<int32_t>::max())
+        fail("prompt", "prompt token ids must be in [0, 2147483647], got " + std::to_string(x));
+      t.push_back(static_cast<int32_t>(x));
+    }
+    if (t.empty())
+      fail("prompt", "prompt must not be empty");
+    out.emplace_back(std::move(t));
+  };
+  if (v.is_string()) {
+    text(v);
+    return out;
+  }
+  if (!v.is_array())
+    fail("prompt", shape + ", got " + type_name(v));
+  dom::array a = read_array(v, "prompt");
+  if (a.size() == 0)
+    fail("prompt", "prompt must not be empty");
+  dom::element first = a.at(0).value_unsafe();
+  if (first.is_string()) {
+    for (dom::element e : a) {
+      if (!e.is_string())
+        fail("prompt", shape + ", got a list mixing strings and " + type_name(e));
+      text(e);
+    }
+  } else if (first.is_array()) {
+    for (dom::element e : a) {
+      if (!e.is_array())
+        fail("prompt", shape + ", got a list mixing lists and " + type_name(e));
+      ids(e);
+    }
+  } else {
+    ids(v);
+  }
+  return out;
+}
+
+const std::string_view chat_roles[] = {"system", "developer", "user", "assistant", "tool"};
+
+// content: a string, a list of parts of which only text parts are supported (joined by "\n" as vLLM does), or
+// null for an assistant message.
+std::string read_content(dom::element v, const std::string& param, std::string_view role) {
+  if (v.is_string())
+    return std::string{read_string(v, param)};
+  if (v.is_null()) {
+    if (role == "assistant")
+      return {};
+    fail(param, param + " must not be null for role '" + std::string{role} + "'");
+  }
+  if (!v.is_array())
+    fail(param, param + " must be a string or a list of content parts, got " + type_name(v));
+  std::string text;
+  std::size_t i = 0;
+  for (dom::element part : read_array(v, param)) {
+    std::string part_param = param + "[" + std::to_string(i) + "]";
+    dom::object obj;
+    if (part.get(obj))
+      fail(part_param, part_param + " must be an object, got " + type_name(part));
+    dom::element type_v;
+    if (obj["type"].get(type_v))
+      fail(part_param + ".type", part_param + ".type is required");
+    std::string_view type = read_string(type_v, part_param + ".type");
+    if (type != "text")
+      fail(part_param + ".type",
+           "Only text content parts are supported; " + part_param + " has type '" + std::string{type} + "'");
+    dom::element text_v;
+    if (obj["text"].get(text_v))
+      fail(part_param + ".text", part_param + ".text is required");
+    if (i > 0)
+      text += '\n';
+    text += read_string(text_v, part_param + ".text");
+    ++i;
+  }
+  return text;
+}
+
+std::vector<chat_message> read_messages(dom::element v) {
+  dom::array a = read_array(v, "messages");
+  if (a.size() == 0)
+    fail("messages", "messages must not be empty");
+  std::vector<chat_message> out;
+  std::size_t i = 0;
+  for (dom::element m : a) {
+    const std::string param = "messages[" + std::to_string(i++) + "]";
+    dom::object obj;
+    if (m.get(obj))
+      fail(param, param + " must be an object, got " + type_name(m));
+    chat_message msg;
+    std::optional<dom::element> content;
+    bool has_role = false;
+    for (dom::key_value_pair f : obj) {
+      if (f.key == "role") {
+        msg.role = std::string{read_string(f.value, param + ".role")};
+        has_role = true;
+      } else if (f.key == "content") {
+        content = f.value;
+      } else if (f.key == "name" && !f.value.is_null()) {
+        msg.name = std::string{read_string(f.value, param + ".name")};
+      }
+    }
+    if (!has_role)
+      fail(param + ".role", param + ".role is required");
+    bool known = false;
+    for (std::string_view r : chat_roles)
+      known = known || msg.role == r;
+    if (!known)
+      fail(param + ".role",
+           "Unknown role '" + msg.role + "' in " + param + "; expected system, developer, user, assistant or tool");
+    if (!content) {
+      if (msg.role != "assistant")
+        fail(param + ".content", param + ".content is required");
+    } else {
+      msg.content = read_content(*content, param + ".content", msg.role);
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+template <class Request, class Fill>
+result<Request> parse_with(std::string_view body, const parse_limits& limits, Fill fill) {
+  try {
+    dom::parser parser;
+    simdjson::padded_string padded;
+    dom::object obj = parse_object(parser, padded, body, limits);
+    Request r;
+    fill(obj, r);
+    return r;
+  } catch (field_error& e) {
+    return std::move(e.error);
+  } catch (const std::bad_alloc&) {
+    return api_error::payload_too_large("Request body is too large to parse");
+  }
+}
+
+}  // namespace
+
+result<completion_request> parse_completion_request(std::string_view body, const parse_limits& limits) {
+  return parse_with<completion_request>(body, limits, [](dom::object obj, completion_request& r) {
+    common_state st;
+    bool has_prompt = false;
+    for (dom::key_value_pair f : obj) {
+      if (f.value.is_null())
+        continue;
+      if (f.key == "prompt") {
+        r.prompts = read_prompts(f.value);
+        has_prompt = true;
+      } else if (f.key == "logprobs") {
+        r.params.logprobs = static_cast<int32_t>(read_integer(f.value, "logprobs", 0, 20));
+      } else {
+        read_common_field(f.key, f.value, r, st);
+      }
+    }
+    if (!has_prompt)
+      fail("prompt", "prompt is required");
+    if (r.echo && r.params.logprobs)
+      fail("echo", "echo together with logprobs is not supported (it needs prompt logprobs)");
+    finish_common(r, st, "max_tokens", "logprobs");
+  });
+}
+
+result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits) {
+  return parse_with<chat_request>(body, limits, [](dom::object obj, chat_request& r) {
+    common_state st;
+    bool has_messages = false;
+    std::optional<int32_t> max_completion_tokens;
+    std::optional<int32_t> top_logprobs;
+    for (dom::key_value_pair f : obj) {
+      if (f.value.is_null())
+        continue;
+      if (f.key == "messages") {
+        r.messages = read_messages(f.value);
+        has_messages = true;
+      } else if (f.key == "logprobs") {
+        r.logprobs = read_bool(f.value, "logprobs");
+      } else if (f.key == "top_logprobs") {
+        top_logprobs = static_cast<int32_t>(read_integer(f.value, "top_logprobs", 0, 20));
+      } else if (f.key == "max_completion_tokens") {
+        max_completion_tokens = read_int32(f.value, "max_completion_tokens");
+      } else if (f.key == "add_generation_prompt") {
+        r.add_generation_prompt = read_bool(f.value, "add_generation_prompt");
+      } else {
+        read_common_field(f.key, f.value, r, st);
+      }
+    }
+    if (!has_messages)
+      fail("messages", "messages is required");
+    if (top_logprobs && *top_logprobs > 0 && !r.logprobs)
+      fail("top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.");
+    r.top_logprobs = top_logprobs.value_or(0);
+    if (r.logprobs)
+      r.params.logprobs = r.top_logprobs;
+    // Chat has no default limit: unset generates up to the context length (vLLM).
+    if (max_completion_tokens)
+      r.params.max_tokens = max_completion_tokens;
+    else if (!st.has_max_tokens)
+      r.params.max_tokens = std::nullopt;
+    finish_common(r, st, max_completion_tokens ? "max_completion_tokens" : "max_tokens", "top_logprobs");
+  });
+}
+
+std::optional<api_error> check_context_length(int64_t prompt_tokens, std::optional<int32_t> max_tokens,
+                                              int32_t max_model_len) {
+  if (prompt_tokens >= max_model_len && (!max_tokens || prompt_tokens > max_model_len)) {
+    return api_error::bad_request("This model's maximum context length is " + std::to_string(max_model_len) +
+                                      " tokens. However, your request has " + std::to_string(prompt_tokens) +
+                                      " input tokens. Please reduce the length of the input messages.",
+                                  "input_tokens");
+  }
+  if (max_tokens && prompt_tokens + *max_tokens > max_model_len) {
+    return api_error::bad_request("This model's maximum context length is " + std::to_string(max_model_len) +
+                                      " tokens. However, you requested " + std::to_string(prompt_tokens + *max_tokens) +
+                                      " tokens (" + std::to_string(prompt_tokens) + " in the messages, " +
+                                      std::to_string(*max_tokens) +
+                                      " in the completion). Please reduce the length of the messages or completion.",
+                                  "max_tokens");
+  }
+  return std::nullopt;
+}
+
+result<std::string> resolve_model(std::string_view requested, std::span<const std::string> served_names) {
+  if (requested.empty()) {
+    if (served_names.empty())
+      return api_error::unavailable("No model is being served");
+    return served_names.front();
+  }
+  for (const std::string& name : served_names)
+    if (name == requested)
+      return name;
+  return api_error::not_found("The model `" + std::string{requested} + "` does not exist.", "model");
+}
+
+}  // namespace actorllm::net::openai

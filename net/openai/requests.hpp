@@ -1,0 +1,83 @@
+// Parsing and validation of OpenAI /v1/completions and /v1/chat/completions request bodies (simdjson) into plain
+// structs that map onto actorllm::prompt and actorllm::sampling_params.
+//
+// Rules, as vLLM and OpenAI apply them:
+// - Unknown fields are ignored (clients send fields we do not implement, e.g. `logit_bias`, `tools`); a JSON
+//   `null` for an optional field means "not given".
+// - Integers may be written as integral numbers (`2.0`); floats accept any JSON number.
+// - Every rejected body gives a 400 (413 when larger than the limit) whose `param` names the field.
+#pragma once
+
+#include <actorllm/llm.hpp>
+#include <actorllm/sampling_params.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "net/openai/api_error.hpp"
+
+namespace actorllm::net::openai {
+
+/// Limits the parser enforces before and while reading a body.
+struct parse_limits {
+  std::size_t max_body_bytes = 16u << 20;  ///< larger bodies are refused with 413
+  std::size_t max_depth = 32;              ///< deeper JSON nesting is refused with 400
+};
+
+/// Fields both endpoints share.
+struct common_request {
+  std::string model;                 ///< empty when the client sent none (the server picks its model)
+  actorllm::sampling_params params;  ///< validated with actorllm::validate
+  bool stream = false;
+  bool include_usage = false;  ///< stream_options.include_usage (only with stream)
+  std::optional<std::string> user;
+  int32_t priority = 0;  ///< lower runs first under the "priority" scheduling policy
+  bool echo = false;     ///< completions: prepend the prompt; chat: accepted and recorded, vLLM's meaning
+};
+
+/// A parsed /v1/completions body.
+struct completion_request : common_request {
+  /// One entry per prompt (a list of strings or of id lists gives several); never empty, no entry empty.
+  std::vector<actorllm::prompt> prompts;
+};
+
+/// One chat message with its text content (text parts joined by "\n", as vLLM flattens them).
+struct chat_message {
+  std::string role;  ///< system, developer, user, assistant or tool
+  std::string content;
+  std::optional<std::string> name;
+
+  friend bool operator==(const chat_message&, const chat_message&) = default;
+};
+
+/// A parsed /v1/chat/completions body.
+struct chat_request : common_request {
+  std::vector<chat_message> messages;  ///< never empty
+  bool logprobs = false;               ///< return logprobs of the output tokens
+  int32_t top_logprobs = 0;            ///< alternatives per token (only with logprobs)
+  bool add_generation_prompt = true;   ///< end the rendered template with the assistant's turn
+};
+
+/// Parses and validates a /v1/completions body. max_tokens defaults to 16 (OpenAI and vLLM).
+result<completion_request> parse_completion_request(std::string_view body, const parse_limits& limits = {});
+
+/// Parses and validates a /v1/chat/completions body. max_completion_tokens wins over max_tokens; with neither,
+/// max_tokens is unset (the rest of the context).
+result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits = {});
+
+/// The context-length check the server runs once the prompt is tokenized: prompt + max_tokens must fit in
+/// max_model_len. Returns the 400 with vLLM's wording and the numbers, or nothing when the request fits.
+/// `max_tokens` unset means "the rest of the context", which only needs the prompt to leave room for one token.
+std::optional<api_error> check_context_length(int64_t prompt_tokens, std::optional<int32_t> max_tokens,
+                                              int32_t max_model_len);
+
+/// The model check: a request naming no model gets the first served one; a name that is not served is a 404 with
+/// vLLM's wording. Returns the served name the request resolves to, or the error.
+result<std::string> resolve_model(std::string_view requested, std::span<const std::string> served_names);
+
+}  // namespace actorllm::net::openai

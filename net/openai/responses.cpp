@@ -1,0 +1,364 @@
+// Response bodies with util/json_writer: compact one-line JSON, so every body is also a valid SSE data line.
+#include "net/openai/responses.hpp"
+
+#include <actorllm/version.hpp>
+
+#include <algorithm>
+#include <random>
+
+#include "util/json_writer.hpp"
+
+namespace actorllm::net::openai {
+
+namespace {
+
+// -inf logprobs (a token the sampler could never pick) have no JSON number; vLLM clamps them to -9999.
+double json_logprob(float lp) { return std::max(static_cast<double>(lp), -9999.0); }
+
+void write_usage(json_writer& w, const usage_info& u) {
+  w.begin_object();
+  w.key("prompt_tokens").value(u.prompt_tokens);
+  w.key("completion_tokens").value(u.completion_tokens);
+  w.key("total_tokens").value(u.total_tokens());
+  w.end_object();
+}
+
+void write_header(json_writer& w, const response_context& ctx, std::string_view object) {
+  w.key("id").value(ctx.id);
+  w.key("object").value(object);
+  w.key("created").value(ctx.created);
+  w.key("model").value(ctx.model);
+}
+
+void write_finish_reason(json_writer& w, const std::optional<finish_reason>& reason) {
+  w.key("finish_reason");
+  if (reason)
+    w.value(finish_reason_name(*reason));
+  else
+    w.null();
+}
+
+// vLLM's stop_reason: the stop string or stop token id that ended the sequence, else null.
+void write_stop_reason(json_writer& w, const completion_output& out) {
+  w.key("stop_reason");
+  if (out.stop_string)
+    w.value(*out.stop_string);
+  else if (out.stop_token_id)
+    w.value(*out.stop_token_id);
+  else
+    w.null();
+}
+
+// Completions' logprobs: tokens, token_logprobs, top_logprobs (token text -> logprob) and text_offset, the
+// offset of each token's text in the choice's text starting at `offset`.
+void write_completion_logprobs(json_writer& w, std::span<const sample_logprobs> lps, const token_decoder& dec,
+                               int64_t offset) {
+  std::vector<std::string> texts;
+  texts.reserve(lps.size());
+  for (const auto& lp : lps)
+    texts.push_back(dec.token_text(lp.token));
+  w.begin_object();
+  w.key("tokens").begin_array();
+  for (const auto& t : texts)
+    w.value(t);
+  w.end_array();
+  w.key("token_logprobs").begin_array();
+  for (const auto& lp : lps)
+    w.value(json_logprob(lp.logprob));
+  w.end_array();
+  w.key("top_logprobs").begin_array();
+  for (const auto& lp : lps) {
+    w.begin_object();
+    for (const auto& alt : lp.top)
+      w.key(dec.token_text(alt.token)).value(json_logprob(alt.logprob));
+    w.end_object();
+  }
+  w.end_array();
+  w.key("text_offset").begin_array();
+  for (const auto& t : texts) {
+    w.value(offset);
+    offset += static_cast<int64_t>(t.size());
+  }
+  w.end_array();
+  w.end_object();
+}
+
+void write_bytes(json_writer& w, std::string_view text) {
+  w.key("bytes").begin_array();
+  for (char c : text)
+    w.value(static_cast<int64_t>(static_cast<unsigned char>(c)));
+  w.end_array();
+}
+
+// Chat logprobs: {"content":[{token, logprob, bytes, top_logprobs:[{token, logprob, bytes}]}], "refusal":null}.
+void write_chat_logprobs(json_writer& w, std::span<const sample_logprobs> lps, const token_decoder& dec) {
+  w.begin_object();
+  w.key("content").begin_array();
+  for (const auto& lp : lps) {
+    std::string text = dec.token_text(lp.token);
+    w.begin_object();
+    w.key("token").value(text);
+    w.key("logprob").value(json_logprob(lp.logprob));
+    write_bytes(w, text);
+    w.key("top_logprobs").begin_array();
+    for (const auto& alt : lp.top) {
+      std::string alt_text = dec.token_text(alt.token);
+      w.begin_object();
+      w.key("token").value(alt_text);
+      w.key("logprob").value(json_logprob(alt.logprob));
+      write_bytes(w, alt_text);
+      w.end_object();
+    }
+    w.end_array();
+    w.end_object();
+  }
+  w.end_array();
+  w.key("refusal").null();
+  w.end_object();
+}
+
+std::string prompt_text(const request_output& out, const token_decoder& dec) {
+  if (!out.prompt.empty() || out.prompt_token_ids.empty() || !dec.detokenize)
+    return out.prompt;
+  return dec.detokenize(out.prompt_token_ids);
+}
+
+int64_t choice_index(const response_context& ctx, uint32_t prompt_index, uint32_t seq_index) {
+  return static_cast<int64_t>(prompt_index) * ctx.n + seq_index;
+}
+
+}  // namespace
+
+std::string make_response_id(std::string_view prefix) {
+  thread_local std::mt19937_64 gen{std::random_device{}()};
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string id{prefix};
+  for (int half = 0; half < 2; ++half) {
+    uint64_t bits = gen();
+    for (int i = 0; i < 16; ++i, bits >>= 4)
+      id += hex[bits & 0xF];
+  }
+  return id;
+}
+
+std::string_view finish_reason_name(finish_reason reason) { return to_string(reason); }
+
+std::string completion_response_json(std::span<const request_output> outputs, const response_context& ctx) {
+  json_writer w;
+  w.begin_object();
+  write_header(w, ctx, "text_completion");
+  usage_info usage;
+  w.key("choices").begin_array();
+  for (std::size_t p = 0; p < outputs.size(); ++p) {
+    const request_output& ro = outputs[p];
+    usage.prompt_tokens += ro.usage.prompt_tokens;
+    usage.completion_tokens += ro.usage.completion_tokens;
+    std::string prefix = ctx.echo ? prompt_text(ro, ctx.decoder) : std::string{};
+    for (const completion_output& out : ro.outputs) {
+      w.begin_object();
+      w.key("index").value(choice_index(ctx, static_cast<uint32_t>(p), out.index));
+      w.key("text").value(prefix + out.text);
+      w.key("logprobs");
+      if (ctx.logprobs)
+        write_completion_logprobs(w, out.logprobs, ctx.decoder, static_cast<int64_t>(prefix.size()));
+      else
+        w.null();
+      write_finish_reason(w, out.finish_reason);
+      write_stop_reason(w, out);
+      w.end_object();
+    }
+  }
+  w.end_array();
+  w.key("usage");
+  write_usage(w, usage);
+  w.end_object();
+  return w.take();
+}
+
+std::string chat_response_json(const request_output& output, const response_context& ctx) {
+  json_writer w;
+  w.begin_object();
+  write_header(w, ctx, "chat.completion");
+  w.key("choices").begin_array();
+  for (const completion_output& out : output.outputs) {
+    w.begin_object();
+    w.key("index").value(static_cast<int64_t>(out.index));
+    w.key("message").begin_object();
+    w.key("role").value("assistant");
+    w.key("content").value(out.text);
+    w.key("refusal").null();
+    w.end_object();
+    w.key("logprobs");
+    if (ctx.logprobs)
+      write_chat_logprobs(w, out.logprobs, ctx.decoder);
+    else
+      w.null();
+    write_finish_reason(w, out.finish_reason);
+    write_stop_reason(w, out);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("usage");
+  write_usage(w, output.usage);
+  w.end_object();
+  return w.take();
+}
+
+std::string sse_event(std::string_view json) {
+  std::string out;
+  out.reserve(json.size() + 8);
+  out += "data: ";
+  out += json;
+  out += "\n\n";
+  return out;
+}
+
+std::string_view sse_done() { return "data: [DONE]\n\n"; }
+
+namespace {
+
+// The usage-only last chunk of a stream: "choices": [] and the request's usage.
+std::string usage_chunk(const response_context& ctx, std::string_view object, const usage_info& usage) {
+  json_writer w;
+  w.begin_object();
+  write_header(w, ctx, object);
+  w.key("choices").begin_array().end_array();
+  w.key("usage");
+  write_usage(w, usage);
+  w.end_object();
+  return sse_event(w.str());
+}
+
+std::string stream_end(const response_context& ctx, std::string_view object, const usage_info& usage) {
+  std::string out = ctx.include_usage ? usage_chunk(ctx, object, usage) : std::string{};
+  out += sse_done();
+  return out;
+}
+
+}  // namespace
+
+std::string completion_stream::begin(std::span<const request_output> prompts) {
+  if (!ctx_.echo)
+    return {};
+  std::string out;
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    std::string text = prompt_text(prompts[p], ctx_.decoder);
+    for (int32_t s = 0; s < ctx_.n; ++s) {
+      auto index = choice_index(ctx_, static_cast<uint32_t>(p), static_cast<uint32_t>(s));
+      if (text_offset_.size() <= static_cast<std::size_t>(index))
+        text_offset_.resize(index + 1, 0);
+      text_offset_[index] += static_cast<int64_t>(text.size());
+      json_writer w;
+      w.begin_object();
+      write_header(w, ctx_, "text_completion");
+      w.key("choices").begin_array().begin_object();
+      w.key("index").value(index);
+      w.key("text").value(text);
+      w.key("logprobs").null();
+      w.key("finish_reason").null();
+      w.end_object().end_array();
+      w.end_object();
+      out += sse_event(w.str());
+    }
+  }
+  return out;
+}
+
+std::string completion_stream::on_delta(uint32_t prompt_index, const stream_delta& delta) {
+  if (delta.text.empty() && !delta.finish_reason && delta.logprobs.empty())
+    return {};
+  auto index = choice_index(ctx_, prompt_index, delta.index);
+  if (text_offset_.size() <= static_cast<std::size_t>(index))
+    text_offset_.resize(index + 1, 0);
+  json_writer w;
+  w.begin_object();
+  write_header(w, ctx_, "text_completion");
+  w.key("choices").begin_array().begin_object();
+  w.key("index").value(index);
+  w.key("text").value(delta.text);
+  w.key("logprobs");
+  if (ctx_.logprobs)
+    write_completion_logprobs(w, delta.logprobs, ctx_.decoder, text_offset_[index]);
+  else
+    w.null();
+  write_finish_reason(w, delta.finish_reason);
+  w.end_object().end_array();
+  w.end_object();
+  text_offset_[index] += static_cast<int64_t>(delta.text.size());
+  return sse_event(w.str());
+}
+
+std::string completion_stream::end(const usage_info& usage) { return stream_end(ctx_, "text_completion", usage); }
+
+std::string chat_stream::begin() {
+  std::string out;
+  for (int32_t i = 0; i < ctx_.n; ++i) {
+    json_writer w;
+    w.begin_object();
+    write_header(w, ctx_, "chat.completion.chunk");
+    w.key("choices").begin_array().begin_object();
+    w.key("index").value(i);
+    w.key("delta").begin_object().key("role").value("assistant").key("content").value("").end_object();
+    w.key("logprobs").null();
+    w.key("finish_reason").null();
+    w.end_object().end_array();
+    if (ctx_.include_usage)
+      w.key("usage").null();
+    w.end_object();
+    out += sse_event(w.str());
+  }
+  return out;
+}
+
+std::string chat_stream::on_delta(const stream_delta& delta) {
+  if (delta.text.empty() && !delta.finish_reason && delta.logprobs.empty())
+    return {};
+  json_writer w;
+  w.begin_object();
+  write_header(w, ctx_, "chat.completion.chunk");
+  w.key("choices").begin_array().begin_object();
+  w.key("index").value(static_cast<int64_t>(delta.index));
+  w.key("delta").begin_object().key("content").value(delta.text).end_object();
+  w.key("logprobs");
+  if (ctx_.logprobs)
+    write_chat_logprobs(w, delta.logprobs, ctx_.decoder);
+  else
+    w.null();
+  write_finish_reason(w, delta.finish_reason);
+  w.end_object().end_array();
+  if (ctx_.include_usage)
+    w.key("usage").null();
+  w.end_object();
+  return sse_event(w.str());
+}
+
+std::string chat_stream::end(const usage_info& usage) { return stream_end(ctx_, "chat.completion.chunk", usage); }
+
+std::string models_json(std::span<const model_card> models) {
+  json_writer w;
+  w.begin_object();
+  w.key("object").value("list");
+  w.key("data").begin_array();
+  for (const model_card& m : models) {
+    w.begin_object();
+    w.key("id").value(m.id);
+    w.key("object").value("model");
+    w.key("created").value(m.created);
+    w.key("owned_by").value(m.owned_by);
+    w.key("root").value(m.root.empty() ? m.id : m.root);
+    w.key("parent").null();
+    w.key("max_model_len").value(m.max_model_len);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return w.take();
+}
+
+std::string version_json() {
+  json_writer w;
+  w.begin_object().key("version").value(actorllm::version_string).end_object();
+  return w.take();
+}
+
+}  // namespace actorllm::net::openai

@@ -1,0 +1,106 @@
+// OpenAI response bodies built from engine outputs: text and chat completions, their streaming chunks with the
+// Server-Sent Events framing, /v1/models and /version.
+#pragma once
+
+#include <actorllm/request_output.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace actorllm::net::openai {
+
+/// Turns token ids into text for logprobs (one token's string) and for echo of a token-id prompt (a whole prompt).
+/// The server fills it from the model's tokenizer; unset members give "" (a model without a tokenizer).
+struct token_decoder {
+  std::function<std::string(int32_t)> token;                        ///< one token's text, as in its logprobs
+  std::function<std::string(std::span<const int32_t>)> detokenize;  ///< a token sequence's text
+
+  std::string token_text(int32_t id) const { return token ? token(id) : std::string{}; }
+};
+
+/// What every response of one request shares.
+struct response_context {
+  std::string id;              ///< "cmpl-…" or "chatcmpl-…" (make_response_id)
+  int64_t created = 0;         ///< unix seconds
+  std::string model;           ///< the served model name
+  bool logprobs = false;       ///< the request asked for logprobs (else `logprobs` is null)
+  bool echo = false;           ///< completions: prepend the prompt to the text
+  bool include_usage = false;  ///< streaming: a last chunk with usage and no choices
+  int32_t n = 1;               ///< sequences per prompt (choice index = prompt index * n + sequence index)
+  token_decoder decoder;
+};
+
+/// A fresh id: `prefix` followed by 32 random hex digits ("cmpl-", "chatcmpl-").
+std::string make_response_id(std::string_view prefix);
+
+/// "stop", "length" or "abort" (vLLM's word for a sequence cut off by an abort).
+std::string_view finish_reason_name(finish_reason reason);
+
+/// A /v1/completions response (object "text_completion") for the outputs of every prompt, in prompt order.
+std::string completion_response_json(std::span<const request_output> outputs, const response_context& ctx);
+
+/// A /v1/chat/completions response (object "chat.completion").
+std::string chat_response_json(const request_output& output, const response_context& ctx);
+
+/// One Server-Sent Event: `data: <json>\n\n`. `json` must be a single line (json_writer's output is).
+std::string sse_event(std::string_view json);
+/// The stream terminator `data: [DONE]\n\n`.
+std::string_view sse_done();
+
+/// The SSE body of a streaming /v1/completions request, event by event. Not thread-safe (one per request).
+/// Its chunks are CreateCompletionResponse objects without a `usage` key (that schema's usage is not nullable);
+/// with include_usage the last chunk before [DONE] carries usage and `"choices": []`.
+class completion_stream {
+ public:
+  explicit completion_stream(response_context ctx) : ctx_(std::move(ctx)) {}
+
+  /// With echo: one chunk per choice holding the prompt text (call once, before any delta); else "".
+  std::string begin(std::span<const request_output> prompts);
+  /// The event for one delta of prompt `prompt_index`; "" when it carries nothing (no text, no end, no logprobs).
+  std::string on_delta(uint32_t prompt_index, const stream_delta& delta);
+  /// The usage chunk (with include_usage) and the terminator.
+  std::string end(const usage_info& usage);
+
+ private:
+  response_context ctx_;
+  std::vector<int64_t> text_offset_;  // per choice: characters sent so far (logprobs' text_offset)
+};
+
+/// The SSE body of a streaming /v1/chat/completions request: a role chunk per choice, then content deltas, the
+/// finish_reason on the last content chunk of each choice, optionally a usage chunk, then [DONE].
+class chat_stream {
+ public:
+  explicit chat_stream(response_context ctx) : ctx_(std::move(ctx)) {}
+
+  /// The first chunk of each choice: delta {"role":"assistant","content":""}.
+  std::string begin();
+  /// The event for one delta; "" when it carries nothing.
+  std::string on_delta(const stream_delta& delta);
+  /// The usage chunk (with include_usage) and the terminator.
+  std::string end(const usage_info& usage);
+
+ private:
+  response_context ctx_;
+};
+
+/// One entry of /v1/models.
+struct model_card {
+  std::string id;
+  int64_t created = 0;
+  std::string owned_by = "actorllm";
+  std::string root;  ///< the model path or repository it was loaded from
+  int32_t max_model_len = 0;
+};
+
+/// `{"object":"list","data":[{"id","object":"model","created","owned_by","root","max_model_len"}…]}`.
+std::string models_json(std::span<const model_card> models);
+
+/// `{"version":"<actorllm version>"}`.
+std::string version_json();
+
+}  // namespace actorllm::net::openai

@@ -1,0 +1,146 @@
+// The Prometheus registry's text exposition format, the engine metrics' vLLM names, and concurrent updates.
+#include "net/openai/metrics.hpp"
+
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace actorllm;
+using namespace actorllm::net::openai;
+
+TEST_CASE("registry renders counters and gauges and histograms in the text exposition format") {
+  metrics_registry r;
+  auto& c = r.get_counter("app:requests_total", "Requests served.", {{"code", "200"}});
+  auto& c2 = r.get_counter("app:requests_total", "ignored", {{"code", "500"}});
+  auto& g = r.get_gauge("app:queue", "Queue \\ length\nnow.");
+  auto& h = r.get_histogram("app:latency_seconds", "Latency.", {0.25, 1, 2.5}, {{"path", "/v1/\"x\""}});
+  c.inc();
+  c.inc(2);
+  c.inc(-5);  // counters never go down
+  c2.inc(0.5);
+  g.set(-3);
+  h.observe(0.125);
+  h.observe(0.25);  // bucket bounds are inclusive (le)
+  h.observe(2);
+  h.observe(100);
+  CHECK(&r.get_counter("app:requests_total", "", {{"code", "200"}}) == &c);
+  CHECK(r.render() ==
+        "# HELP app:requests_total Requests served.\n"
+        "# TYPE app:requests_total counter\n"
+        "app:requests_total{code=\"200\"} 3\n"
+        "app:requests_total{code=\"500\"} 0.5\n"
+        "# HELP app:queue Queue \\\\ length\\nnow.\n"
+        "# TYPE app:queue gauge\n"
+        "app:queue -3\n"
+        "# HELP app:latency_seconds Latency.\n"
+        "# TYPE app:latency_seconds histogram\n"
+        "app:latency_seconds_bucket{path=\"/v1/\\\"x\\\"\",le=\"0.25\"} 2\n"
+        "app:latency_seconds_bucket{path=\"/v1/\\\"x\\\"\",le=\"1\"} 2\n"
+        "app:latency_seconds_bucket{path=\"/v1/\\\"x\\\"\",le=\"2.5\"} 3\n"
+        "app:latency_seconds_bucket{path=\"/v1/\\\"x\\\"\",le=\"+Inf\"} 4\n"
+        "app:latency_seconds_sum{path=\"/v1/\\\"x\\\"\"} 102.375\n"
+        "app:latency_seconds_count{path=\"/v1/\\\"x\\\"\"} 4\n");
+}
+
+TEST_CASE("registry refuses a name reused with another type and invalid names and unsorted buckets") {
+  metrics_registry r;
+  r.get_counter("x_total", "x");
+  CHECK_THROWS_AS(r.get_gauge("x_total", "x"), std::invalid_argument);
+  CHECK_THROWS_AS(r.get_gauge("bad name", "x"), std::invalid_argument);
+  CHECK_THROWS_AS(r.get_gauge("9lives", "x"), std::invalid_argument);
+  CHECK_THROWS_AS(r.get_histogram("h", "x", {1.0, 0.5}), std::invalid_argument);
+  CHECK_THROWS_AS(r.get_histogram("h2", "x", {1.0, 1.0}), std::invalid_argument);
+}
+
+TEST_CASE("engine metrics carry vLLM's names under actorllm: and vLLM's buckets") {
+  engine_metrics m{"stories260K"};
+  engine_stats s;
+  s.n_running = 3;
+  s.n_waiting = 2;
+  s.kv_cache_usage = 0.25;
+  s.n_preemptions = 4;
+  m.update(s);
+  s.n_preemptions = 6;
+  m.update(s);
+  m.update(s);  // the same snapshot twice adds nothing
+  m.observe_time_to_first_token(0.03);
+  m.observe_inter_token_latency(0.02);
+  m.observe_inter_token_latency(0.2);
+  m.observe_finished(finish_reason::stop, 10, 20, 1.25);
+  m.observe_finished(finish_reason::length, 5, 16, 0.5);
+  m.observe_finished(finish_reason::abort, 1, 0, 0.125);
+  std::string text = m.render();
+  const std::string l = "{model_name=\"stories260K\"}";
+  const std::vector<std::string> expected_lines = {
+      "# TYPE actorllm:num_requests_running gauge\nactorllm:num_requests_running" + l + " 3\n",
+      "actorllm:num_requests_waiting" + l + " 2\n",
+      "actorllm:kv_cache_usage_perc" + l + " 0.25\n",
+      "# TYPE actorllm:num_preemptions_total counter\nactorllm:num_preemptions_total" + l + " 6\n",
+      "actorllm:prompt_tokens_total" + l + " 16\n",
+      "actorllm:generation_tokens_total" + l + " 36\n",
+      "# TYPE actorllm:time_to_first_token_seconds histogram\n",
+      "actorllm:time_to_first_token_seconds_bucket{model_name=\"stories260K\",le=\"0.02\"} 0\n",
+      "actorllm:time_to_first_token_seconds_bucket{model_name=\"stories260K\",le=\"0.04\"} 1\n",
+      "actorllm:time_to_first_token_seconds_bucket{model_name=\"stories260K\",le=\"2560\"} 1\n",
+      "actorllm:inter_token_latency_seconds_bucket{model_name=\"stories260K\",le=\"0.025\"} 1\n",
+      "actorllm:inter_token_latency_seconds_bucket{model_name=\"stories260K\",le=\"0.2\"} 2\n",
+      "actorllm:inter_token_latency_seconds_count" + l + " 2\n",
+      "actorllm:e2e_request_latency_seconds_bucket{model_name=\"stories260K\",le=\"0.3\"} 1\n",
+      "actorllm:e2e_request_latency_seconds_bucket{model_name=\"stories260K\",le=\"1.5\"} 3\n",
+      "actorllm:e2e_request_latency_seconds_bucket{model_name=\"stories260K\",le=\"7680\"} 3\n",
+      "actorllm:e2e_request_latency_seconds_sum" + l + " 1.875\n",
+      "actorllm:request_success_total{model_name=\"stories260K\",finished_reason=\"stop\"} 1\n",
+      "actorllm:request_success_total{model_name=\"stories260K\",finished_reason=\"length\"} 1\n",
+      "actorllm:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"} 1\n",
+  };
+  for (const std::string& line : expected_lines) {
+    CAPTURE(line);
+    CHECK(text.find(line) != std::string::npos);
+  }
+  CHECK(ttft_buckets().size() == 22);
+  CHECK(inter_token_latency_buckets().size() == 19);
+  CHECK(e2e_latency_buckets().size() == 21);
+  // One HELP and one TYPE per family, every sample line is `name[{labels}] value`.
+  std::size_t pos = 0;
+  int type_lines = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    REQUIRE(end != std::string::npos);
+    std::string line = text.substr(pos, end - pos);
+    if (line.rfind("# TYPE ", 0) == 0)
+      ++type_lines;
+    else if (line.rfind("# HELP ", 0) != 0) {
+      CAPTURE(line);
+      CHECK(line.rfind("actorllm:", 0) == 0);
+      CHECK(line.find(' ') != std::string::npos);
+      CHECK(line.find(' ') == line.rfind(' '));
+    }
+    pos = end + 1;
+  }
+  CHECK(type_lines == 10);
+}
+
+TEST_CASE("metrics updates from many threads are all counted [asan]") {
+  engine_metrics m{"m"};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&m] {
+      for (int i = 0; i < 2000; ++i) {
+        m.observe_finished(finish_reason::stop, 1, 2, 0.5);
+        m.observe_inter_token_latency(0.01);
+        if (i % 100 == 0)
+          (void)m.render();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  std::string text = m.render();
+  CHECK(text.find("actorllm:prompt_tokens_total{model_name=\"m\"} 8000\n") != std::string::npos);
+  CHECK(text.find("actorllm:generation_tokens_total{model_name=\"m\"} 16000\n") != std::string::npos);
+  CHECK(text.find("actorllm:inter_token_latency_seconds_count{model_name=\"m\"} 8000\n") != std::string::npos);
+  CHECK(text.find("actorllm:request_success_total{model_name=\"m\",finished_reason=\"stop\"} 8000\n") !=
+        std::string::npos);
+}
