@@ -12,7 +12,7 @@ if [[ ! -f "$model/config.json" ]]; then
   exit 2
 fi
 shift || true
-if ./build/actorllm serve --help >/dev/null 2>&1; then
+if ./build/actorllm --help 2>/dev/null | grep -qE '^[[:space:]]+serve([[:space:]]|$)'; then
   exec ./build/actorllm serve "$model" "$@"
 fi
 echo "serve: the HTTP server is not part of this build yet; generating from '$model' instead" >&2
