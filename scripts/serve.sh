@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The README's first command: installs what is missing, builds, and runs the model (default: stories260K from
-# ../shared/models). The OpenAI-compatible HTTP server (`actorllm serve`) is not built yet; until it lands this runs
-# the same model through `actorllm generate` so a new user sees the engine produce text.
+# The README's first command: installs what is missing, builds, and serves a model with the OpenAI-compatible HTTP
+# server (`actorllm serve`, http://127.0.0.1:8000 by default). MODEL_DIR defaults to stories260K from
+# ../shared/models; further arguments go to `actorllm serve` (e.g. --port 8080 -tp 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,9 +12,4 @@ if [[ ! -f "$model/config.json" ]]; then
   exit 2
 fi
 shift || true
-if ./build/actorllm --help 2>/dev/null | grep -qE '^[[:space:]]+serve([[:space:]]|$)'; then
-  exec ./build/actorllm serve "$model" "$@"
-fi
-echo "serve: the HTTP server is not part of this build yet; generating from '$model' instead" >&2
-exec ./build/actorllm generate --model "$model" --prompt "${ACTORLLM_PROMPT:-Once upon a time}" --max-tokens 64 \
-  --temperature 0 "$@"
+exec ./build/actorllm serve "$model" "$@"

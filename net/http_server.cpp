@@ -1,0 +1,496 @@
+// The only translation unit that compiles Boost.Beast and asio (see http_server.hpp). One I/O thread runs the
+// accept loop and one coroutine per connection; the engine's delivery thread only locks a response_channel's
+// mutex and posts a wake-up to this thread, so it never waits on a socket and no I/O thread ever blocks.
+#include "net/http_server.hpp"
+
+#include "util/log.hpp"
+
+#include <fmt/format.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cctype>
+#include <csignal>
+#include <list>
+#include <random>
+#include <stdexcept>
+
+namespace actorllm::net {
+
+std::optional<std::string> http_request::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (k == name)
+      return v;
+  return std::nullopt;
+}
+
+std::function<void()> response_channel::wake_locked() { return waker_; }
+
+void response_channel::respond(http_response r) {
+  std::function<void()> wake;
+  {
+    std::lock_guard lock{mutex_};
+    if (closed_)
+      return;
+    response_ = std::move(r);
+    closed_ = true;
+    wake = wake_locked();
+  }
+  if (wake)
+    wake();
+}
+
+void response_channel::send_chunk(std::string chunk) {
+  std::function<void()> wake;
+  {
+    std::lock_guard lock{mutex_};
+    if (closed_)
+      return;
+    streaming_ = true;
+    chunks_ += chunk;
+    wake = wake_locked();
+  }
+  if (wake)
+    wake();
+}
+
+void response_channel::close() {
+  std::function<void()> wake;
+  {
+    std::lock_guard lock{mutex_};
+    if (closed_)
+      return;
+    closed_ = true;
+    wake = wake_locked();
+  }
+  if (wake)
+    wake();
+}
+
+void response_channel::fail(http_response whole, std::string stream_tail) {
+  std::function<void()> wake;
+  {
+    std::lock_guard lock{mutex_};
+    if (closed_)
+      return;
+    if (stream_reported_)
+      chunks_ += stream_tail;
+    else
+      response_ = std::move(whole);
+    closed_ = true;
+    wake = wake_locked();
+  }
+  if (wake)
+    wake();
+}
+
+void response_channel::on_cancel(std::function<void()> f) {
+  std::lock_guard lock{mutex_};
+  cancel_ = std::move(f);
+}
+
+response_channel::batch response_channel::take() {
+  std::lock_guard lock{mutex_};
+  batch b;
+  b.response = std::move(response_);
+  response_.reset();
+  if (streaming_ && !stream_reported_) {
+    b.stream_started = true;
+    stream_reported_ = true;
+  }
+  b.chunks = std::move(chunks_);
+  chunks_.clear();
+  b.closed = closed_;
+  return b;
+}
+
+void response_channel::set_waker(std::function<void()> f) {
+  std::lock_guard lock{mutex_};
+  waker_ = std::move(f);
+}
+
+void response_channel::cancel() {
+  std::function<void()> f;
+  {
+    std::lock_guard lock{mutex_};
+    if (cancelled_)
+      return;
+    cancelled_ = true;
+    closed_ = true;
+    f = std::move(cancel_);
+    cancel_ = nullptr;
+    waker_ = nullptr;
+  }
+  if (f)
+    f();
+}
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using asio::awaitable;
+using asio::use_awaitable;
+using error_code = boost::system::error_code;
+
+constexpr std::string_view where = "http";
+
+/// Lets the delivery thread post to the I/O thread only while the io_context exists.
+struct post_gate {
+  std::mutex mutex;
+  asio::io_context* ctx = nullptr;
+
+  void post(std::function<void()> f) {
+    std::lock_guard lock{mutex};
+    if (ctx != nullptr)
+      asio::post(*ctx, std::move(f));
+  }
+};
+
+struct connection {
+  beast::tcp_stream* stream = nullptr;
+  bool busy = false;
+};
+
+struct server_state {
+  asio::io_context ctx;
+  const server_options* options = nullptr;
+  const http_handler* handler = nullptr;
+  std::shared_ptr<post_gate> gate = std::make_shared<post_gate>();
+  std::optional<tcp::acceptor> acceptor;
+  std::list<connection> connections;
+  bool stopping = false;
+  std::optional<asio::steady_timer> shutdown_timer;
+
+  void connection_done(std::list<connection>::iterator it) {
+    connections.erase(it);
+    if (stopping && connections.empty())
+      ctx.stop();
+  }
+};
+
+std::string lower(std::string_view s) {
+  std::string out{s};
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::string error_body(std::string_view message, std::string_view type) {
+  std::string out = R"({"error":{"message":")";
+  out += message;  // callers pass fixed ASCII messages without quotes
+  out += R"(","type":")";
+  out += type;
+  out += R"(","param":null,"code":null}})";
+  return out;
+}
+
+std::string new_request_id() {
+  thread_local std::mt19937_64 gen{std::random_device{}()};
+  return fmt::format("{:016x}{:016x}", gen(), gen());
+}
+
+http_request to_request(http::request<http::string_body>& req) {
+  http_request r;
+  r.method = std::string{req.method_string()};
+  std::string_view target{req.target().data(), req.target().size()};
+  r.target = std::string{target.substr(0, target.find('?'))};
+  for (const auto& f : req)
+    r.headers.emplace_back(lower(std::string_view{f.name_string().data(), f.name_string().size()}),
+                           std::string{f.value()});
+  r.body = std::move(req.body());
+  return r;
+}
+
+awaitable<bool> write_whole(beast::tcp_stream& stream, const http_response& r, bool keep_alive,
+                            std::chrono::seconds timeout) {
+  http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+  res.set(http::field::server, "actorllm");
+  res.set(http::field::content_type, r.content_type);
+  for (const auto& [k, v] : r.headers)
+    res.set(k, v);
+  res.keep_alive(keep_alive);
+  res.body() = r.body;
+  res.prepare_payload();
+  error_code ec;
+  stream.expires_after(timeout);
+  co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
+  co_return !ec;
+}
+
+/// One exchange's facts for its response headers and the access log.
+struct exchange {
+  std::string request_id;  ///< x-request-id: the client's, or generated; echoed on the response
+  int status = 0;          ///< what was sent
+};
+
+/// Writes what arrives on `ch` until it closes; false when the connection must close. `timer` wakes it.
+awaitable<bool> deliver(server_state& st, beast::tcp_stream& stream, const std::shared_ptr<response_channel>& ch,
+                        bool keep_alive, const std::shared_ptr<asio::steady_timer>& timer, exchange& ex) {
+  std::weak_ptr<asio::steady_timer> weak_timer = timer;
+  ch->set_waker([gate = st.gate, weak_timer] {
+    gate->post([weak_timer] {
+      if (auto t = weak_timer.lock())
+        t->cancel();
+    });
+  });
+  const auto write_timeout = st.options->read_timeout;
+  bool streaming = false;
+  for (;;) {
+    response_channel::batch b = ch->take();
+    if (b.response) {
+      b.response->headers.emplace_back("x-request-id", ex.request_id);
+      ex.status = b.response->status;
+      co_return co_await write_whole(stream, *b.response, keep_alive, write_timeout) && keep_alive;
+    }
+    error_code ec;
+    if (b.stream_started) {
+      streaming = true;
+      http::response<http::empty_body> res{http::status::ok, 11};
+      res.set(http::field::server, "actorllm");
+      res.set(http::field::content_type, "text/event-stream");
+      res.set(http::field::cache_control, "no-cache");
+      res.set("x-request-id", ex.request_id);
+      ex.status = 200;
+      res.keep_alive(keep_alive);
+      res.chunked(true);
+      http::response_serializer<http::empty_body> sr{res};
+      stream.expires_after(write_timeout);
+      co_await http::async_write_header(stream, sr, asio::redirect_error(use_awaitable, ec));
+    }
+    if (!ec && streaming && !b.chunks.empty()) {
+      stream.expires_after(write_timeout);
+      co_await asio::async_write(stream, http::make_chunk(asio::buffer(b.chunks)),
+                                 asio::redirect_error(use_awaitable, ec));
+    }
+    if (ec) {
+      ex.status = 499;  // the client closed the connection (nginx's code, for the access log)
+      ch->cancel();     // the client is gone: abort its request now
+      co_return false;
+    }
+    if (b.closed) {
+      if (!streaming) {  // closed without a response: the producer gave up
+        http_response r{
+            500, "application/json", error_body("the request ended without a response", "InternalServerError"), {}};
+        ex.status = r.status;
+        co_await write_whole(stream, r, false, write_timeout);
+        co_return false;
+      }
+      stream.expires_after(write_timeout);
+      co_await asio::async_write(stream, http::make_chunk_last(), asio::redirect_error(use_awaitable, ec));
+      if (ec)
+        ch->cancel();
+      co_return !ec && keep_alive;
+    }
+    if (b.stream_started || !b.chunks.empty())
+      continue;  // more may have come while writing: take again before waiting (a wake-up during a write is lost)
+    stream.expires_never();
+    timer->expires_at(asio::steady_timer::time_point::max());
+    co_await timer->async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+}
+
+/// Answers one request. While the answer is pending, a peek at the socket notices a client that hangs up (even one
+/// waiting for a non-streamed answer) and cancels the channel, which aborts the request.
+awaitable<bool> answer(server_state& st, beast::tcp_stream& stream, std::shared_ptr<response_channel> ch,
+                       bool keep_alive, exchange& ex) {
+  auto timer = std::make_shared<asio::steady_timer>(st.ctx);
+  auto watching = std::make_shared<bool>(true);
+  auto peek = std::make_shared<char>();
+  stream.socket().async_receive(asio::buffer(peek.get(), 1), tcp::socket::message_peek,
+                                [ch, timer, watching, peek](error_code ec, std::size_t n) {
+                                  if (!*watching || ec == asio::error::operation_aborted || (!ec && n > 0))
+                                    return;  // answered already, or the client sent its next request early
+                                  ch->cancel();
+                                  timer->cancel();
+                                });
+  const bool again = co_await deliver(st, stream, ch, keep_alive, timer, ex);
+  *watching = false;
+  error_code ignored;
+  stream.socket().cancel(ignored);  // ends the peek
+  co_return again;
+}
+
+awaitable<void> session(server_state& st, tcp::socket socket) {
+  beast::tcp_stream stream{std::move(socket)};
+  st.connections.push_back({&stream, false});
+  auto self = std::prev(st.connections.end());
+  beast::flat_buffer buffer;
+  bool first = true;
+  try {
+    while (!st.stopping) {
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(static_cast<std::uint32_t>(st.options->max_header_bytes));
+      parser.body_limit(st.options->max_body_bytes);
+      stream.expires_after(first ? st.options->read_timeout : st.options->idle_timeout);
+      first = false;
+      error_code ec;
+      co_await http::async_read(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        http_response r;
+        if (ec == http::error::body_limit) {
+          r = {413, "application/json", error_body("request body too large", "BadRequestError"), {}};
+        } else if (ec == http::error::header_limit) {
+          r = {431, "application/json", error_body("request headers too large", "BadRequestError"), {}};
+        } else if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
+                   ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+                   ec == asio::error::bad_descriptor) {
+          break;
+        } else {
+          r = {400, "application/json", error_body("malformed HTTP request", "BadRequestError"), {}};
+        }
+        co_await write_whole(stream, r, false, st.options->read_timeout);
+        break;
+      }
+      self->busy = true;
+      auto& req = parser.get();
+      const bool keep_alive = req.keep_alive();
+      const auto started = std::chrono::steady_clock::now();
+      exchange ex;
+      if (auto given = req.find("x-request-id"); given != req.end() && !given->value().empty())
+        ex.request_id = std::string{given->value()};
+      else
+        ex.request_id = new_request_id();
+      const std::string method{req.method_string()};
+      const std::string target{req.target()};
+      std::shared_ptr<response_channel> ch;
+      try {
+        ch = (*st.handler)(to_request(req));
+      } catch (const std::exception& e) {
+        log::error(where, "handler failed: {}", e.what());
+      }
+      if (!ch) {
+        ch = std::make_shared<response_channel>();
+        ch->respond({500, "application/json", error_body("internal error", "InternalServerError"), {}});
+      }
+      const bool again = co_await answer(st, stream, std::move(ch), keep_alive && !st.stopping, ex);
+      log::info(where, "{} {} {} {:.1f}ms request_id={}", method, target, ex.status,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
+                ex.request_id);
+      self->busy = false;
+      if (!again)
+        break;
+    }
+  } catch (const std::exception& e) {
+    log::warning(where, "connection failed: {}", e.what());
+  }
+  error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream.socket().close(ignored);
+  st.connection_done(self);
+}
+
+awaitable<void> accept_loop(server_state& st) {
+  for (;;) {
+    error_code ec;
+    tcp::socket socket = co_await st.acceptor->async_accept(asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (st.stopping || !st.acceptor->is_open())
+        co_return;
+      continue;
+    }
+    socket.set_option(tcp::no_delay{true}, ec);
+#ifdef TCP_QUICKACK
+    int one = 1;
+    ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+#endif
+    asio::co_spawn(st.ctx, session(st, std::move(socket)), asio::detached);
+  }
+}
+
+void begin_shutdown(server_state& st) {
+  if (st.stopping) {  // a second signal: stop at once
+    log::warning(where, "second signal: stopping now");
+    st.ctx.stop();
+    return;
+  }
+  st.stopping = true;
+  log::info(where, "Shutting down: no new connections; waiting for {} connection(s)", st.connections.size());
+  error_code ignored;
+  st.acceptor->close(ignored);
+  for (connection& c : st.connections)
+    if (!c.busy)
+      c.stream->socket().cancel(ignored);  // idle keep-alive reads end now
+  if (st.connections.empty()) {
+    st.ctx.stop();
+    return;
+  }
+  st.shutdown_timer.emplace(st.ctx);
+  st.shutdown_timer->expires_after(st.options->shutdown_timeout);
+  st.shutdown_timer->async_wait([&st](error_code ec) {
+    if (!ec) {
+      log::warning(where, "shutdown timeout: {} connection(s) still open", st.connections.size());
+      st.ctx.stop();
+    }
+  });
+}
+
+}  // namespace
+
+int run_http_server(const server_options& options, const http_handler& handler) {
+  server_state st;
+  st.options = &options;
+  st.handler = &handler;
+  {
+    std::lock_guard lock{st.gate->mutex};
+    st.gate->ctx = &st.ctx;
+  }
+  error_code ec;
+  auto address = asio::ip::make_address(options.host, ec);
+  if (ec)
+    throw std::runtime_error("--host: '" + options.host + "' is not an IP address");
+  tcp::endpoint endpoint{address, options.port};
+  st.acceptor.emplace(st.ctx);
+  st.acceptor->open(endpoint.protocol(), ec);
+  if (!ec)
+    st.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec)
+    st.acceptor->bind(endpoint, ec);
+  if (!ec)
+    st.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw std::runtime_error("cannot listen on " + options.host + ":" + std::to_string(options.port) + ": " +
+                             ec.message());
+  const uint16_t port = st.acceptor->local_endpoint().port();
+
+  asio::signal_set signals{st.ctx, SIGINT, SIGTERM};
+  std::function<void(error_code, int)> on_signal = [&](error_code sec, int) {
+    if (sec)
+      return;
+    begin_shutdown(st);
+    signals.async_wait(on_signal);
+  };
+  signals.async_wait(on_signal);
+
+  asio::co_spawn(st.ctx, accept_loop(st), asio::detached);
+  log::info(where, "Listening on http://{}:{}", options.host, port);
+  if (options.on_listening)
+    options.on_listening(port);
+  st.ctx.run();
+  {
+    std::lock_guard lock{st.gate->mutex};
+    st.gate->ctx = nullptr;
+  }
+  log::info(where, "Server stopped");
+  return 0;
+}
+
+}  // namespace actorllm::net

@@ -1,0 +1,97 @@
+// The HTTP/1.1 server under `actorllm serve`: Boost.Beast on asio C++20 coroutines, kept out of this header so
+// only net/http_server.cpp compiles Beast. Handlers see plain request/response values and answer through a
+// response_channel, which any thread (actorllm's delivery thread included) may feed without blocking.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace actorllm::net {
+
+/// One parsed request. Header names are lower-case.
+struct http_request {
+  std::string method;
+  std::string target;  ///< the path, without the query string
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  /// The first header named `name` (lower-case), or nullopt.
+  std::optional<std::string> header(std::string_view name) const;
+};
+
+/// A complete (non-streamed) response.
+struct http_response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  ///< extra headers (e.g. Retry-After)
+};
+
+/// How a handler answers: either one whole response, or a stream of chunks (a 200 text/event-stream response that
+/// starts with the first chunk), then close(). Producers call from any thread; the connection consumes.
+class response_channel {
+ public:
+  /// Sends a whole response; the channel is closed afterwards.
+  void respond(http_response r);
+  /// Appends a stream chunk (the first one starts the event-stream response).
+  void send_chunk(std::string chunk);
+  /// Ends the stream.
+  void close();
+  /// Ends with an error: `whole` when nothing was sent yet, else `stream_tail` appended to the started stream.
+  void fail(http_response whole, std::string stream_tail);
+  /// What the producer does when the client is gone (e.g. abort the request). Set before the handler returns.
+  void on_cancel(std::function<void()> f);
+
+  /// Consumer side: what arrived since the last take.
+  struct batch {
+    std::optional<http_response> response;  ///< a whole response
+    bool stream_started = false;            ///< chunks follow (the first take that sees one sets this)
+    std::string chunks;
+    bool closed = false;
+  };
+  batch take();
+  /// Called (from the producer's thread) after each respond/send_chunk/close; must not block.
+  void set_waker(std::function<void()> f);
+  /// The client went away: runs the cancel callback once.
+  void cancel();
+
+ private:
+  std::function<void()> wake_locked();
+  std::mutex mutex_;
+  std::optional<http_response> response_;
+  std::string chunks_;
+  bool streaming_ = false;
+  bool stream_reported_ = false;
+  bool closed_ = false;
+  bool cancelled_ = false;
+  std::function<void()> waker_;
+  std::function<void()> cancel_;
+};
+
+using http_handler = std::function<std::shared_ptr<response_channel>(http_request)>;
+
+struct server_options {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;  ///< 0: any free port (the log and on_listening give the actual one)
+  std::size_t max_header_bytes = 8 * 1024;
+  std::size_t max_body_bytes = 16u << 20;
+  std::chrono::seconds read_timeout{30};  ///< a request's header and body must arrive within this
+  std::chrono::seconds idle_timeout{60};  ///< a keep-alive connection with no request is closed after this
+  std::chrono::milliseconds shutdown_timeout{10000};
+  std::function<void(uint16_t port)> on_listening;  ///< called once the socket listens
+};
+
+/// Serves `handler` until SIGINT or SIGTERM, then stops accepting, lets in-flight requests finish (bounded by
+/// shutdown_timeout) and returns 0. Throws std::runtime_error when it cannot listen.
+int run_http_server(const server_options& options, const http_handler& handler);
+
+}  // namespace actorllm::net

@@ -1,0 +1,455 @@
+#include "net/openai_service.hpp"
+
+#include "net/openai/requests.hpp"
+#include "net/openai/responses.hpp"
+#include "text/chat_template.hpp"
+#include "text/tokenizer.hpp"
+#include "util/json_writer.hpp"
+#include "util/log.hpp"
+
+#include <simdjson.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace actorllm::net {
+
+/// One thread for the LLM calls that wait for the engine's answer (stats(), abort()), so that neither the I/O thread
+/// nor the delivery thread ever waits on the engine. Drains its queue before it stops.
+struct engine_worker {
+  engine_worker() : thread([this] { run(); }) {}
+  ~engine_worker() {
+    {
+      std::lock_guard lock{mutex};
+      stopping = true;
+    }
+    wake.notify_one();
+    thread.join();
+  }
+  engine_worker(const engine_worker&) = delete;
+  engine_worker& operator=(const engine_worker&) = delete;
+
+  void post(std::function<void()> f) {
+    {
+      std::lock_guard lock{mutex};
+      jobs.push_back(std::move(f));
+    }
+    wake.notify_one();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock lock{mutex};
+        wake.wait(lock, [this] { return stopping || !jobs.empty(); });
+        if (jobs.empty())
+          return;
+        f = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      try {
+        f();
+      } catch (const std::exception& e) {
+        log::error("openai", "engine call failed: {}", e.what());
+      }
+    }
+  }
+
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<std::function<void()>> jobs;
+  bool stopping = false;
+  std::thread thread;
+};
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+constexpr std::string_view where = "openai";
+
+double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+/// One HTTP request's engine requests (one per prompt) and how their progress becomes the response. Callbacks run
+/// on actorllm's delivery thread; every member is guarded by `mutex`.
+struct job {
+  std::mutex mutex;
+  LLM* llm = nullptr;
+  std::shared_ptr<engine_worker> worker;
+  std::shared_ptr<openai::engine_metrics> metrics;
+  std::shared_ptr<response_channel> channel;
+  openai::response_context ctx;
+  bool chat = false;
+  bool stream = false;
+  std::optional<openai::completion_stream> completion_chunks;
+  std::optional<openai::chat_stream> chat_chunks;
+  std::vector<request_output> outputs;
+  std::vector<uint64_t> ids;
+  std::vector<clock_type::time_point> last_token;  // per prompt
+  std::vector<bool> got_token;
+  std::size_t remaining = 0;
+  bool failed = false;
+  clock_type::time_point start = clock_type::now();
+
+  void on_delta(uint32_t p, const stream_delta& d) {
+    std::lock_guard lock{mutex};
+    if (!d.token_ids.empty()) {
+      const auto now = clock_type::now();
+      if (!got_token[p])
+        metrics->observe_time_to_first_token(std::chrono::duration<double>(now - start).count());
+      else
+        metrics->observe_inter_token_latency(std::chrono::duration<double>(now - last_token[p]).count());
+      got_token[p] = true;
+      last_token[p] = now;
+    }
+    if (!stream || failed)
+      return;
+    std::string chunk = chat ? chat_chunks->on_delta(d) : completion_chunks->on_delta(p, d);
+    if (!chunk.empty())
+      channel->send_chunk(std::move(chunk));
+  }
+
+  void on_output(uint32_t p, request_output out) {
+    std::lock_guard lock{mutex};
+    finish_reason reason = finish_reason::length;
+    int64_t generated = 0;
+    for (const completion_output& c : out.outputs) {
+      if (c.finish_reason)
+        reason = *c.finish_reason;
+      generated += static_cast<int64_t>(c.token_ids.size());
+    }
+    metrics->observe_finished(reason, static_cast<int64_t>(out.prompt_token_ids.size()), generated,
+                              seconds_since(start));
+    outputs[p] = std::move(out);
+    if (--remaining > 0 || failed)
+      return;
+    usage_info usage;
+    for (const request_output& o : outputs) {
+      usage.prompt_tokens += o.usage.prompt_tokens;
+      usage.completion_tokens += o.usage.completion_tokens;
+    }
+    if (stream) {
+      // end() writes the usage chunk (when asked for) and `data: [DONE]`.
+      channel->send_chunk(chat ? chat_chunks->end(usage) : completion_chunks->end(usage));
+      channel->close();
+    } else {
+      std::string body =
+          chat ? openai::chat_response_json(outputs.front(), ctx) : openai::completion_response_json(outputs, ctx);
+      channel->respond(json_response(200, std::move(body)));
+    }
+  }
+
+  void on_error(const error& e) {
+    std::lock_guard lock{mutex};
+    if (remaining > 0)
+      --remaining;
+    if (failed)
+      return;
+    failed = true;
+    fail_locked(openai::from_engine_error(e));
+  }
+
+  void fail_locked(const openai::api_error& e) {
+    // A started event stream ends with an error event; otherwise the answer is the error itself.
+    channel->fail(error_response(e), openai::sse_event(openai::to_json(e)) + std::string{openai::sse_done()});
+  }
+};
+
+std::shared_ptr<response_channel> fail(const openai::api_error& e) { return reply(error_response(e)); }
+
+/// Submits every prompt of `j` (its channel, contexts and stream encoders set) and returns its channel.
+std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, const std::vector<prompt>& prompts,
+                                        const sampling_params& params, int32_t priority,
+                                        std::span<const request_output> echo_prompts) {
+  j->outputs.resize(prompts.size());
+  j->last_token.resize(prompts.size());
+  j->got_token.assign(prompts.size(), false);
+  j->remaining = prompts.size();
+  std::weak_ptr<job> weak = j;
+  j->channel->on_cancel([weak] {
+    auto self = weak.lock();
+    if (!self)
+      return;
+    std::vector<uint64_t> ids;
+    {
+      std::lock_guard lock{self->mutex};
+      ids = self->ids;
+    }
+    self->worker->post([llm = self->llm, ids] {
+      for (uint64_t id : ids)
+        llm->abort(id);
+    });
+  });
+  std::vector<uint64_t> to_abort;
+  {
+    std::lock_guard lock{j->mutex};  // callbacks wait for the ids (submit only sends a message; this is brief)
+    if (j->stream) {
+      std::string first = j->chat ? j->chat_chunks->begin() : j->completion_chunks->begin(echo_prompts);
+      if (!first.empty())
+        j->channel->send_chunk(std::move(first));
+    }
+    for (std::size_t p = 0; p < prompts.size(); ++p) {
+      const auto index = static_cast<uint32_t>(p);
+      stream_callbacks cb;
+      cb.on_delta = [j, index](const stream_delta& d) { j->on_delta(index, d); };
+      cb.on_output = [j, index](request_output out) { j->on_output(index, std::move(out)); };
+      cb.on_error = [j](const error& e) { j->on_error(e); };
+      try {
+        j->ids.push_back(j->llm->submit(prompts[p], params, std::move(cb), priority));
+      } catch (const error& e) {
+        to_abort = j->ids;
+        j->failed = true;
+        j->fail_locked(openai::from_engine_error(e));
+        break;
+      }
+    }
+  }
+  if (!to_abort.empty())
+    j->worker->post([llm = j->llm, to_abort] {
+      for (uint64_t id : to_abort)
+        llm->abort(id);
+    });
+  return j->channel;
+}
+
+openai::token_decoder make_decoder(const text::tokenizer* tok) {
+  openai::token_decoder d;
+  if (tok == nullptr)
+    return d;
+  d.token = [tok](int32_t id) { return tok->decode(std::span<const int32_t>{&id, 1}); };
+  d.detokenize = [tok](std::span<const int32_t> ids) { return tok->decode(ids); };
+  return d;
+}
+
+}  // namespace
+
+openai_service::openai_service(LLM& llm, service_config config)
+    : llm_(llm),
+      config_(std::move(config)),
+      worker_(std::make_shared<engine_worker>()),
+      metrics_(std::make_shared<openai::engine_metrics>(config_.served_model_names.front())),
+      created_(static_cast<int64_t>(std::time(nullptr))) {
+  const std::filesystem::path dir = config_.tokenizer_path.empty() ? config_.model_path : config_.tokenizer_path;
+  if (std::filesystem::exists(dir / "tokenizer.json")) {
+    tokenizer_ = std::make_unique<text::tokenizer>(text::tokenizer::from_directory(dir));
+    if (const auto& source = tokenizer_->chat_template())
+      chat_template_ = std::make_unique<text::chat_template>(text::chat_template::parse(*source));
+  }
+  if (!chat_template_)
+    log::warning(where, "{} has no chat template: /v1/chat/completions answers 400", dir.string());
+}
+
+openai_service::~openai_service() = default;
+
+void openai_service::install(router& r) {
+  r.add("POST", "/v1/completions", [this](const http_request& q) { return completions(q); });
+  r.add("POST", "/v1/chat/completions", [this](const http_request& q) { return chat_completions(q); });
+  r.add("POST", "/tokenize", [this](const http_request& q) { return tokenize(q); });
+  r.add("POST", "/detokenize", [this](const http_request& q) { return detokenize(q); });
+  r.add("GET", "/v1/models", [this](const http_request&) { return models(); });
+  r.add("GET", "/health", [this](const http_request&) { return health(); });
+  r.add("GET", "/metrics", [this](const http_request&) { return metrics(); });
+  r.add("GET", "/version", [](const http_request&) { return reply(json_response(200, openai::version_json())); });
+}
+
+std::shared_ptr<response_channel> openai_service::completions(const http_request& req) {
+  auto parsed = openai::parse_completion_request(req.body, {.max_body_bytes = config_.max_body_bytes});
+  if (!parsed)
+    return fail(parsed.error());
+  auto model = openai::resolve_model(parsed->model, config_.served_model_names);
+  if (!model)
+    return fail(model.error());
+  const int32_t max_len = llm_.info().max_model_len;
+  std::vector<request_output> echo;
+  for (const prompt& p : parsed->prompts) {
+    request_output e;
+    if (p.is_tokens()) {
+      e.prompt_token_ids = p.token_ids();
+    } else {
+      if (!llm_.info().has_tokenizer)
+        return fail(
+            openai::api_error::bad_request("this model has no tokenizer: give the prompt as token ids", "prompt"));
+      e.prompt = p.text();
+      e.prompt_token_ids = llm_.tokenize(p.text());
+    }
+    if (auto err = openai::check_context_length(static_cast<int64_t>(e.prompt_token_ids.size()),
+                                                parsed->params.max_tokens, max_len))
+      return fail(*err);
+    echo.push_back(std::move(e));
+  }
+  auto j = std::make_shared<job>();
+  j->llm = &llm_;
+  j->worker = worker_;
+  j->metrics = metrics_;
+  j->channel = std::make_shared<response_channel>();
+  j->stream = parsed->stream;
+  j->ctx.id = openai::make_response_id("cmpl-");
+  j->ctx.created = static_cast<int64_t>(std::time(nullptr));
+  j->ctx.model = *model;
+  j->ctx.logprobs = parsed->params.logprobs.has_value();
+  j->ctx.echo = parsed->echo;
+  j->ctx.include_usage = parsed->include_usage;
+  j->ctx.n = parsed->params.n;
+  j->ctx.decoder = make_decoder(tokenizer_.get());
+  if (j->stream)
+    j->completion_chunks.emplace(j->ctx);
+  return start(j, parsed->prompts, parsed->params, parsed->priority, echo);
+}
+
+namespace {
+
+/// The chat template's text for `messages`, or the reason it cannot be rendered.
+openai::result<std::string> render_chat(const text::chat_template* tmpl, const text::tokenizer& tok,
+                                        const std::vector<openai::chat_message>& messages, bool add_generation_prompt) {
+  if (tmpl == nullptr)
+    return openai::api_error::bad_request("this model has no chat template", "messages");
+  text::chat_template_inputs in;
+  std::vector<text::jinja::value> list;
+  for (const openai::chat_message& m : messages) {
+    std::vector<std::pair<std::string, text::jinja::value>> entries{{"role", m.role}, {"content", m.content}};
+    if (m.name)
+      entries.emplace_back("name", *m.name);
+    list.push_back(text::jinja::value::dict(std::move(entries)));
+  }
+  in.messages = text::jinja::value::list(std::move(list));
+  in.add_generation_prompt = add_generation_prompt;
+  in.bos_token = tok.bos_token();
+  in.eos_token = tok.eos_token();
+  try {
+    return tmpl->render(in);
+  } catch (const std::exception& e) {
+    return openai::api_error::bad_request(std::string{"chat template failed: "} + e.what(), "messages");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<response_channel> openai_service::chat_completions(const http_request& req) {
+  auto parsed = openai::parse_chat_request(req.body, {.max_body_bytes = config_.max_body_bytes});
+  if (!parsed)
+    return fail(parsed.error());
+  auto model = openai::resolve_model(parsed->model, config_.served_model_names);
+  if (!model)
+    return fail(model.error());
+  if (!tokenizer_)
+    return fail(openai::api_error::bad_request("this model has no tokenizer", "messages"));
+  auto text = render_chat(chat_template_.get(), *tokenizer_, parsed->messages, parsed->add_generation_prompt);
+  if (!text)
+    return fail(text.error());
+  // The template writes the special tokens itself (bos_token), so none are added here.
+  std::vector<int32_t> ids = tokenizer_->encode(*text, false);
+  if (auto err = openai::check_context_length(static_cast<int64_t>(ids.size()), parsed->params.max_tokens,
+                                              llm_.info().max_model_len))
+    return fail(*err);
+  auto j = std::make_shared<job>();
+  j->llm = &llm_;
+  j->worker = worker_;
+  j->metrics = metrics_;
+  j->channel = std::make_shared<response_channel>();
+  j->chat = true;
+  j->stream = parsed->stream;
+  j->ctx.id = openai::make_response_id("chatcmpl-");
+  j->ctx.created = static_cast<int64_t>(std::time(nullptr));
+  j->ctx.model = *model;
+  j->ctx.logprobs = parsed->logprobs;
+  j->ctx.include_usage = parsed->include_usage;
+  j->ctx.n = parsed->params.n;
+  j->ctx.decoder = make_decoder(tokenizer_.get());
+  if (j->stream)
+    j->chat_chunks.emplace(j->ctx);
+  return start(j, {prompt{std::move(ids)}}, parsed->params, parsed->priority, {});
+}
+
+std::shared_ptr<response_channel> openai_service::tokenize(const http_request& req) {
+  if (!tokenizer_)
+    return fail(openai::api_error::bad_request("this model has no tokenizer"));
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.parse(req.body).get(doc) != simdjson::SUCCESS || !doc.is_object())
+    return fail(openai::api_error::bad_request("the body must be a JSON object"));
+  std::vector<int32_t> ids;
+  if (doc["messages"].error() == simdjson::SUCCESS) {
+    auto parsed = openai::parse_chat_request(req.body, {.max_body_bytes = config_.max_body_bytes});
+    if (!parsed)
+      return fail(parsed.error());
+    auto text = render_chat(chat_template_.get(), *tokenizer_, parsed->messages, parsed->add_generation_prompt);
+    if (!text)
+      return fail(text.error());
+    ids = tokenizer_->encode(*text, false);
+  } else {
+    std::string_view text;
+    if (doc["prompt"].get_string().get(text) != simdjson::SUCCESS)
+      return fail(openai::api_error::bad_request("prompt must be a string (or give messages)", "prompt"));
+    ids = llm_.tokenize(std::string{text});
+  }
+  json_writer w;
+  w.begin_object();
+  w.key("tokens").array(ids);
+  w.key("count").value(static_cast<int64_t>(ids.size()));
+  w.key("max_model_len").value(llm_.info().max_model_len);
+  w.end_object();
+  return reply(json_response(200, w.take()));
+}
+
+std::shared_ptr<response_channel> openai_service::detokenize(const http_request& req) {
+  if (!tokenizer_)
+    return fail(openai::api_error::bad_request("this model has no tokenizer"));
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  simdjson::dom::array tokens;
+  if (parser.parse(req.body).get(doc) != simdjson::SUCCESS || !doc.is_object())
+    return fail(openai::api_error::bad_request("the body must be a JSON object"));
+  if (doc["tokens"].get_array().get(tokens) != simdjson::SUCCESS)
+    return fail(openai::api_error::bad_request("tokens must be a list of token ids", "tokens"));
+  std::vector<int32_t> ids;
+  for (simdjson::dom::element t : tokens) {
+    int64_t id = 0;
+    if (t.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id >= llm_.info().n_vocab)
+      return fail(openai::api_error::bad_request(
+          "tokens must be token ids in [0, " + std::to_string(llm_.info().n_vocab) + ")", "tokens"));
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  json_writer w;
+  w.begin_object();
+  w.key("prompt").value(tokenizer_->decode(ids));
+  w.end_object();
+  return reply(json_response(200, w.take()));
+}
+
+std::shared_ptr<response_channel> openai_service::models() const {
+  std::vector<openai::model_card> cards;
+  for (const std::string& name : config_.served_model_names)
+    cards.push_back({name, created_, "actorllm", config_.model_path, llm_.info().max_model_len});
+  return reply(json_response(200, openai::models_json(cards)));
+}
+
+std::shared_ptr<response_channel> openai_service::health() const {
+  auto ch = std::make_shared<response_channel>();
+  worker_->post([ch, &llm = llm_] {
+    const engine_stats s = llm.stats();
+    if (s.healthy)
+      ch->respond(json_response(200, "{}"));
+    else
+      ch->respond(error_response(openai::api_error::unavailable("engine unhealthy: " + s.failure)));
+  });
+  return ch;
+}
+
+std::shared_ptr<response_channel> openai_service::metrics() {
+  auto ch = std::make_shared<response_channel>();
+  worker_->post([ch, &llm = llm_, m = metrics_] {
+    m->update(llm.stats());
+    ch->respond(http_response{200, "text/plain; version=0.0.4; charset=utf-8", m->render(), {}});
+  });
+  return ch;
+}
+
+}  // namespace actorllm::net

@@ -1,0 +1,63 @@
+// The OpenAI-compatible endpoints of `actorllm serve` on top of actorllm::LLM: parse, render the chat template,
+// tokenize, check the context length, submit, and answer (whole or as Server-Sent Events) through a
+// response_channel. The engine's callbacks only lock a request's state and feed its channel; they never wait.
+#pragma once
+
+#include "net/openai/metrics.hpp"
+#include "net/routes.hpp"
+
+#include <actorllm/llm.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace actorllm::text {
+class tokenizer;
+class chat_template;
+}  // namespace actorllm::text
+
+namespace actorllm::net {
+
+struct engine_worker;
+
+struct service_config {
+  std::vector<std::string> served_model_names;  ///< the first one names the model in responses; never empty
+  std::string model_path;                       ///< shown as `root` in /v1/models
+  std::string tokenizer_path;                   ///< tokenizer.json's directory (empty: the model's)
+  std::size_t max_body_bytes = 16u << 20;
+};
+
+class openai_service {
+ public:
+  /// Loads the tokenizer and its chat template when the model has them. `llm` must outlive this.
+  openai_service(LLM& llm, service_config config);
+  ~openai_service();
+  openai_service(const openai_service&) = delete;
+  openai_service& operator=(const openai_service&) = delete;
+
+  /// Adds every endpoint to `r`.
+  void install(router& r);
+
+ private:
+  std::shared_ptr<response_channel> completions(const http_request& req);
+  std::shared_ptr<response_channel> chat_completions(const http_request& req);
+  std::shared_ptr<response_channel> tokenize(const http_request& req);
+  std::shared_ptr<response_channel> detokenize(const http_request& req);
+  std::shared_ptr<response_channel> models() const;
+  std::shared_ptr<response_channel> health() const;
+  std::shared_ptr<response_channel> metrics();
+
+  LLM& llm_;
+  service_config config_;
+  std::shared_ptr<engine_worker> worker_;  // runs LLM calls that wait for the engine (stats, abort) off the I/O thread
+  std::unique_ptr<text::tokenizer> tokenizer_;
+  std::unique_ptr<text::chat_template> chat_template_;
+  std::shared_ptr<openai::engine_metrics> metrics_;
+  int64_t created_ = 0;
+};
+
+}  // namespace actorllm::net
