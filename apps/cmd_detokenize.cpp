@@ -1,10 +1,10 @@
 // `actorllm detokenize`: decodes a list of token ids with a model's Hugging Face tokenizer.
 #include "apps/command_registry.hpp"
+#include "apps/token_id_list.hpp"
 #include "text/tokenizer.hpp"
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <memory>
 #include <stdexcept>
 
@@ -17,32 +17,9 @@ struct detokenize_options {
   bool skip_special_tokens = false;
 };
 
-// Parses "1,2, 3" (commas and/or spaces). Throws with the offending item on anything else.
-std::vector<int32_t> parse_ids(const std::string& list) {
-  std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i < list.size()) {
-    if (list[i] == ',' || list[i] == ' ') {
-      ++i;
-      continue;
-    }
-    size_t end = list.find_first_of(", ", i);
-    if (end == std::string::npos)
-      end = list.size();
-    const std::string_view item{list.data() + i, end - i};
-    int32_t id = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
-    if (ec != std::errc{} || ptr != item.data() + item.size())
-      throw std::runtime_error(fmt::format("--ids: \"{}\" is not a token id", item));
-    ids.push_back(id);
-    i = end;
-  }
-  return ids;
-}
-
 int run_detokenize(const detokenize_options& o) {
   const auto tok = text::tokenizer::from_directory(o.tokenizer_dir);
-  const std::vector<int32_t> ids = parse_ids(o.ids);
+  const std::vector<int32_t> ids = parse_token_id_list(o.ids, "--ids");
   // decode() skips unknown ids like Hugging Face does; on the command line that would hide a typo.
   for (int32_t id : ids) {
     if (id < 0 || id >= tok.vocab_size() || tok.id_to_token(id).empty())

@@ -1,6 +1,7 @@
 // `actorllm generate`: offline generation for one prompt through the embedding API (actorllm::LLM), so the same
 // actor graph as a server runs it: TP shards and pipeline stages in this process.
 #include "apps/command_registry.hpp"
+#include "apps/token_id_list.hpp"
 
 #include "actorllm/llm.hpp"
 #include "util/json_writer.hpp"
@@ -8,7 +9,6 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -45,28 +45,6 @@ struct generate_options {
   uint64_t kv_cache_memory = uint64_t{4} << 30;
 };
 
-std::vector<int32_t> parse_id_list(const std::string& s, const std::string& flag) {
-  std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i <= s.size()) {
-    size_t comma = s.find(',', i);
-    if (comma == std::string::npos)
-      comma = s.size();
-    std::string_view part{s.data() + i, comma - i};
-    while (!part.empty() && part.front() == ' ')
-      part.remove_prefix(1);
-    while (!part.empty() && part.back() == ' ')
-      part.remove_suffix(1);
-    int32_t v = 0;
-    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
-    if (part.empty() || ec != std::errc{} || end != part.data() + part.size() || v < 0)
-      throw std::invalid_argument(fmt::format("{}: '{}' is not a non-negative token id", flag, std::string{part}));
-    ids.push_back(v);
-    i = comma + 1;
-  }
-  return ids;
-}
-
 int run_generate(const generate_options& o) {
   // Flag checks that need no model come first, with the flag's name in the message.
   if (o.load_format != "auto" && o.load_format != "safetensors" && o.load_format != "dummy")
@@ -91,7 +69,7 @@ int run_generate(const generate_options& o) {
     throw std::invalid_argument(fmt::format("--max-model-len: must be positive, got {}", o.max_model_len));
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_ids.empty())
-    prompt_ids = parse_id_list(o.prompt_ids, "--prompt-ids");
+    prompt_ids = parse_token_id_list(o.prompt_ids, "--prompt-ids");
 
   // The completion is this command's product: keep stderr to warnings unless ACTORLLM_LOG_LEVEL asks for more
   // (info shows the engine's start-up, e.g. "# CPU blocks: N").
