@@ -4,7 +4,7 @@
 
 #include "text/normalizer.hpp"
 #include "text/unicode.hpp"
-#include "text/utf8.hpp"
+#include "util/utf8.hpp"
 
 #include <algorithm>
 

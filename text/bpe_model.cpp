@@ -2,7 +2,7 @@
 // result is identical, including its tie-breaking (lowest rank, then leftmost) and stale-queue-entry handling.
 #include "text/bpe_model.hpp"
 
-#include "text/utf8.hpp"
+#include "util/utf8.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,7 +1,7 @@
 // bytes_to_unicode(): printable Latin-1 bytes map to themselves, the other 68 bytes to U+0100.. in byte order.
 #include "text/byte_level.hpp"
 
-#include "text/utf8.hpp"
+#include "util/utf8.hpp"
 
 namespace actorllm::text {
 

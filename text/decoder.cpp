@@ -3,7 +3,7 @@
 
 #include "text/byte_level.hpp"
 #include "text/normalizer.hpp"
-#include "text/utf8.hpp"
+#include "util/utf8.hpp"
 
 namespace actorllm::text {
 

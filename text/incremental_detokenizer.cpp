@@ -1,7 +1,7 @@
 // Incremental detokenization with prefix/read offsets.
 #include "text/incremental_detokenizer.hpp"
 
-#include "text/utf8.hpp"
+#include "util/utf8.hpp"
 
 #include <algorithm>
 

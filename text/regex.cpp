@@ -3,7 +3,7 @@
 #include "text/regex.hpp"
 
 #include "text/tokenizer_error.hpp"
-#include "text/utf8.hpp"
+#include "util/utf8.hpp"
 
 #include <pcre2.h>
 

@@ -3,7 +3,7 @@
 #include "text/tokenizer.hpp"
 
 #include "text/tokenizer_impl.hpp"
-#include "text/utf8.hpp"
+#include "util/utf8.hpp"
 
 namespace actorllm::text {
 namespace {

@@ -4,7 +4,7 @@
 #include "text/tokenizer.hpp"
 #include "text/tokenizer_error.hpp"
 #include "text/tokenizer_impl.hpp"
-#include "text/utf8.hpp"
+#include "util/utf8.hpp"
 
 #include <simdjson.h>
 

@@ -1,56 +1,23 @@
 // A small streaming JSON writer.
 #include "util/json_writer.hpp"
 
+#include "util/utf8.hpp"
+
 #include <cmath>
 #include <cstdio>
 
 namespace actorllm {
-namespace {
-
-// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is invalid.
-size_t utf8_sequence_length(std::string_view s, size_t i) {
-  auto c = static_cast<unsigned char>(s[i]);
-  size_t n = 0;
-  uint32_t cp = 0;
-  if (c < 0x80)
-    return 1;
-  if ((c & 0xE0) == 0xC0) {
-    n = 2;
-    cp = c & 0x1F;
-  } else if ((c & 0xF0) == 0xE0) {
-    n = 3;
-    cp = c & 0x0F;
-  } else if ((c & 0xF8) == 0xF0) {
-    n = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size())
-    return 0;
-  for (size_t k = 1; k < n; ++k) {
-    auto cc = static_cast<unsigned char>(s[i + k]);
-    if ((cc & 0xC0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (cc & 0x3F);
-  }
-  if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-      (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return n;
-}
-
-}  // namespace
 
 void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
   for (size_t i = 0; i < s.size();) {
     auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
-      size_t n = utf8_sequence_length(s, i);
+      size_t invalid = 0;
+      size_t n = utf8_sequence_length(s, i, &invalid);
       if (n == 0) {
-        out += "\xEF\xBF\xBD";
-        ++i;
+        out += "\xEF\xBF\xBD";  // one U+FFFD per maximal invalid subpart, as util/utf8 repairs everywhere
+        i += invalid;
       } else {
         out.append(s.substr(i, n));
         i += n;

@@ -1,13 +1,13 @@
 // Streaming detokenization: deltas are whole characters and add up to the full decode.
 #include "text/incremental_detokenizer.hpp"
-#include "text/utf8.hpp"
 #include "tokenizer_fixtures.hpp"
+#include "util/utf8.hpp"
 
 #include <doctest/doctest.h>
 
+using actorllm::is_valid_utf8;
 using actorllm::test::staged_tokenizer;
 using actorllm::text::incremental_detokenizer;
-using actorllm::text::is_valid_utf8;
 
 namespace {
 

@@ -2,8 +2,8 @@
 // decode and the incremental detokenizer. Bounded in time so that they also run under ASan + UBSan.
 #include "text/incremental_detokenizer.hpp"
 #include "text/unicode.hpp"
-#include "text/utf8.hpp"
 #include "tokenizer_fixtures.hpp"
+#include "util/utf8.hpp"
 
 #include <doctest/doctest.h>
 
@@ -67,16 +67,16 @@ class text_generator {
           s += "'s'T'rE'vE'M'll'D"[pick(0, 15)];
           break;
         case 4:
-          text::append_code_point(s, static_cast<char32_t>(pick(0x4E00, 0x9FFF)));  // CJK
+          actorllm::append_code_point(s, static_cast<char32_t>(pick(0x4E00, 0x9FFF)));  // CJK
           break;
         case 5:
-          text::append_code_point(s, static_cast<char32_t>(pick(0x1F300, 0x1FAFF)));  // emoji
+          actorllm::append_code_point(s, static_cast<char32_t>(pick(0x1F300, 0x1FAFF)));  // emoji
           break;
         case 6:
-          text::append_code_point(s, static_cast<char32_t>(pick(0x300, 0x36F)));  // combining marks
+          actorllm::append_code_point(s, static_cast<char32_t>(pick(0x300, 0x36F)));  // combining marks
           break;
         case 7:
-          text::append_code_point(s, static_cast<char32_t>(pick(0x80, 0x7FF)));  // Latin, Greek, Cyrillic, ...
+          actorllm::append_code_point(s, static_cast<char32_t>(pick(0x80, 0x7FF)));  // Latin, Greek, Cyrillic, ...
           break;
         case 8:
           s += any_code_point();
@@ -122,7 +122,7 @@ class text_generator {
       cp = static_cast<char32_t>(pick(1, 0x10FFFF));
     } while (cp >= 0xD800 && cp <= 0xDFFF);
     std::string s;
-    text::append_code_point(s, cp);
+    actorllm::append_code_point(s, cp);
     return s;
   }
 
@@ -194,9 +194,9 @@ TEST_CASE("[asan] tokenizer fuzz: random bytes and random UTF-8 through encode a
       for (int32_t id : ids)
         REQUIRE((id >= 0 && id < tok.vocab_size()));
       const std::string decoded = tok.decode(ids, gen.pick(0, 1) == 1);
-      REQUIRE(text::is_valid_utf8(decoded));
+      REQUIRE(actorllm::is_valid_utf8(decoded));
       if (!spm || bytes.find("\xE2\x96\x81") == std::string::npos) {
-        const std::string repaired = text::to_valid_utf8(bytes);
+        const std::string repaired = actorllm::to_valid_utf8(bytes);
         if (!spm || repaired.find("\xE2\x96\x81") == std::string::npos)
           CHECK(tok.decode(tok.encode(bytes, false)) == expected_round_trip(tok, name, repaired));
       }
@@ -206,7 +206,7 @@ TEST_CASE("[asan] tokenizer fuzz: random bytes and random UTF-8 through encode a
         for (size_t p = s.find("\xE2\x96\x81"); p != std::string::npos; p = s.find("\xE2\x96\x81"))
           s.erase(p, 3);
       }
-      REQUIRE(text::is_valid_utf8(s));
+      REQUIRE(actorllm::is_valid_utf8(s));
       const auto text_ids = tok.encode(s, false);
       const std::string back = tok.decode(text_ids);
       CHECK_MESSAGE(back == expected_round_trip(tok, name, s), "text: \"" << s << "\"");
@@ -253,11 +253,11 @@ TEST_CASE("[asan] tokenizer fuzz: streamed deltas add up to the full decode") {
       std::string streamed;
       for (int32_t id : all.subspan(split)) {
         const std::string delta = d.push(id);
-        REQUIRE(text::is_valid_utf8(delta));
+        REQUIRE(actorllm::is_valid_utf8(delta));
         streamed += delta;
       }
       const std::string tail = d.finish();
-      REQUIRE(text::is_valid_utf8(tail));
+      REQUIRE(actorllm::is_valid_utf8(tail));
       streamed += tail;
       // The contract holds whenever the prompt's own text is a prefix of the full text (it is not when the
       // prompt ends inside a character or byte run that the generated ids complete or break).

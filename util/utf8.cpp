@@ -1,9 +1,9 @@
 // UTF-8 validation and lossy repair with the same subpart rules as Rust's core::str (Unicode Table 3-7).
-#include "text/utf8.hpp"
+#include "util/utf8.hpp"
 
 #include <simdjson.h>
 
-namespace actorllm::text {
+namespace actorllm {
 
 bool is_valid_utf8(std::string_view s) { return simdjson::validate_utf8(s.data(), s.size()); }
 
@@ -128,4 +128,4 @@ void append_code_point(std::string& out, char32_t cp) {
   }
 }
 
-}  // namespace actorllm::text
+}  // namespace actorllm

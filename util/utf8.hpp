@@ -1,6 +1,6 @@
-// UTF-8 helpers shared by the tokenizer stages. Invalid input is repaired the way Rust's
-// String::from_utf8_lossy does it (one U+FFFD per maximal invalid subpart), because that is what the Hugging Face
-// decoders produce and our decode must match theirs byte for byte.
+// UTF-8 helpers (validation, lossy repair, code points) shared by the tokenizer stages and the JSON writer. Invalid
+// input is repaired the way Rust's String::from_utf8_lossy does it (one U+FFFD per maximal invalid subpart), because
+// that is what the Hugging Face decoders produce and our decode must match theirs byte for byte.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace actorllm::text {
+namespace actorllm {
 
 /// U+FFFD REPLACEMENT CHARACTER in UTF-8.
 inline constexpr std::string_view replacement_character = "\xEF\xBF\xBD";
@@ -36,4 +36,4 @@ void append_code_point(std::string& out, char32_t cp);
 /// True for bytes 0x80..0xBF, which can only continue a multi-byte sequence.
 inline bool is_utf8_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 
-}  // namespace actorllm::text
+}  // namespace actorllm
