@@ -87,6 +87,8 @@ struct server_options {
   std::chrono::seconds read_timeout{30};  ///< a request's header and body must arrive within this
   std::chrono::seconds idle_timeout{60};  ///< a keep-alive connection with no request is closed after this
   std::chrono::milliseconds shutdown_timeout{10000};
+  /// --allowed-origins: CORS origins answered with Access-Control-Allow-Origin ("*": any); empty: no CORS headers.
+  std::vector<std::string> allowed_origins;
   std::function<void(uint16_t port)> on_listening;  ///< called once the socket listens
 };
 

@@ -29,6 +29,14 @@ struct service_config {
   std::string model_path;                       ///< shown as `root` in /v1/models
   std::string tokenizer_path;                   ///< tokenizer.json's directory (empty: the model's)
   std::size_t max_body_bytes = 16u << 20;
+  /// --chat-template: a Jinja file's path or the template itself; empty: the tokenizer_config.json template.
+  std::string chat_template;
+  /// --generation-config: "auto" (the model's generation_config.json supplies default sampling fields),
+  /// "vllm" (ignore it), or a directory holding a generation_config.json.
+  std::string generation_config = "auto";
+  /// --max-queued-requests: requests beyond the running ones that may wait; more get 429 with Retry-After.
+  /// Negative: no limit.
+  int64_t max_queued_requests = -1;
 };
 
 class openai_service {

@@ -28,6 +28,11 @@ struct engine_config {
   uint64_t seed = 0;                       ///< seed of dummy weights and of requests that bring none
   int32_t threads = 0;                     ///< kernel threads over all shards; 0: every core
   std::string scheduling_policy = "fcfs";  ///< fcfs or priority
+  /// Share of a GPU's memory the engine may use (weights, activations, KV cache), in (0, 1]. The CPU backend sizes
+  /// its KV cache by kv_cache_memory instead, as vLLM's CPU backend does.
+  double gpu_memory_utilization = 0.9;
+  /// Where the shards run: "uni" (threads of this process), "mp" or "cluster"; empty: chosen by world size.
+  std::string distributed_executor_backend;
 };
 
 }  // namespace actorllm
