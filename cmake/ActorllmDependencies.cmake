@@ -22,3 +22,17 @@ if(CAF_CORE_LIBRARY AND CAF_IO_LIBRARY AND CAF_INCLUDE_DIR)
 else()
   message(FATAL_ERROR "CAF 0.17 not found: run scripts/setup.sh (installs libcaf-dev)")
 endif()
+
+# Gloo (libgloo-dev): the data plane between processes, used only inside comm/*.cpp. Debian's GlooConfig.cmake
+# defines an unnamespaced `gloo` for one configuration only; wrap the library like CAF instead. Its headers live in
+# /usr/include, an implicit include directory, so no include path is added.
+find_library(GLOO_LIBRARY gloo)
+find_path(GLOO_INCLUDE_DIR gloo/rendezvous/context.h)
+if(GLOO_LIBRARY AND GLOO_INCLUDE_DIR)
+  add_library(gloo::gloo UNKNOWN IMPORTED)
+  set_target_properties(gloo::gloo PROPERTIES IMPORTED_LOCATION ${GLOO_LIBRARY}
+                                              INTERFACE_INCLUDE_DIRECTORIES ${GLOO_INCLUDE_DIR}
+                                              INTERFACE_LINK_LIBRARIES Threads::Threads)
+else()
+  message(FATAL_ERROR "Gloo not found: run scripts/setup.sh (installs libgloo-dev)")
+endif()
