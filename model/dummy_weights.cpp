@@ -3,6 +3,8 @@
 #include "model/slice_plan.hpp"
 #include "model/weight_loader.hpp"
 
+#include "util/progress_bar.hpp"
+
 #include <array>
 #include <string_view>
 #ifdef __F16C__
@@ -113,6 +115,8 @@ model_weights make_dummy_weights(const model_config& cfg, const weight_table& ta
     jobs.push_back({tensor_key(seed, decl.name), range_for(decl.name), make_slice_layout(decl.shape, slice), &dst});
     append_chunks(jobs.size() - 1, jobs.back().layout, chunk_elements, chunks);
   }
+  auto& progress = util::weight_loading_progress();
+  progress.add_total(weights.total_bytes());
   parallel_for(chunks.size(), [&](size_t i) {
     const slice_chunk& c = chunks[i];
     const fill_job& job = jobs[c.tensor];
@@ -122,7 +126,10 @@ model_weights make_dummy_weights(const model_config& cfg, const weight_table& ta
       const auto to = static_cast<size_t>(job.layout.slice_index(o, c.run_begin));
       fill_run(job.key, job.range, job.layout.full_index(o, c.run_begin), dst + to * dtype_size(type), type, n);
     }
+    progress.advance(static_cast<uint64_t>(c.outer_end - c.outer_begin) *
+                     static_cast<uint64_t>(c.run_end - c.run_begin) * dtype_size(type));
   });
+  progress.finish_if_complete();
   return weights;
 }
 

@@ -2,6 +2,8 @@
 // large copy), then copy the slices out of the mappings in parallel chunks, converting dtype on the way if asked.
 #include "model/weight_loader.hpp"
 
+#include "util/progress_bar.hpp"
+
 #include "model/model_error.hpp"
 #include "model/safetensors.hpp"
 #include "model/slice_plan.hpp"
@@ -123,6 +125,8 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
     append_chunks(jobs.size() - 1, jobs.back().layout, chunk_elements, chunks);
   }
 
+  auto& progress = util::weight_loading_progress();
+  progress.add_total(weights.total_bytes());
   parallel_for(chunks.size(), [&](size_t i) {
     const slice_chunk& c = chunks[i];
     const copy_job& job = jobs[c.tensor];
@@ -136,7 +140,10 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
       convert_elements(src + from * dtype_size(src_type), src_type, dst + to * dtype_size(job.dst->type), job.dst->type,
                        n);
     }
+    progress.advance(static_cast<uint64_t>(c.outer_end - c.outer_begin) *
+                     static_cast<uint64_t>(c.run_end - c.run_begin) * dtype_size(job.dst->type));
   });
+  progress.finish_if_complete();
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::debug("weight_loader", "loaded {} tensors ({:.1f} MiB) from {} for tp rank {}/{}, layers [{}, {}) in {:.2f} s",
