@@ -1,0 +1,387 @@
+// Reads `actorllm serve` settings from TOML (see serve_config_file.hpp for the sections and keys).
+#include "apps/serve_config_file.hpp"
+
+#include "apps/nearest_name.hpp"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace actorllm::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// Where a value sits, for messages: "'port' in [server] (cluster.toml:7)".
+struct key_location {
+  std::string_view section;
+  std::string_view key;
+  std::string file;
+  std::size_t line = 0;
+
+  std::string describe() const { return fmt::format("'{}' in [{}] ({}:{})", key, section, file, line); }
+};
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::date:
+    case toml::node_type::time:
+    case toml::node_type::date_time:
+      return "a date/time";
+    default:
+      return "nothing";
+  }
+}
+
+[[noreturn]] void type_error(const key_location& at, const toml::node& n, std::string_view expected) {
+  throw config_file_error(fmt::format("{} must be {}, got {}", at.describe(), expected, type_name(n)));
+}
+
+using setter = std::function<void(const toml::node&, const key_location&)>;
+
+struct key_spec {
+  std::string name;
+  setter set;
+};
+
+struct section_spec {
+  std::string name;
+  std::vector<key_spec> keys;
+};
+
+setter string_value(std::string& out) {
+  return [&out](const toml::node& n, const key_location& at) {
+    if (!n.is_string())
+      type_error(at, n, "a string");
+    out = n.as_string()->get();
+  };
+}
+
+/// One of a fixed set of strings (the values the matching flag accepts).
+setter choice_value(std::string& out, std::vector<std::string> choices) {
+  return [&out, choices = std::move(choices)](const toml::node& n, const key_location& at) {
+    const std::string expected = fmt::format("one of \"{}\"", fmt::join(choices, "\", \""));
+    if (!n.is_string())
+      type_error(at, n, expected);
+    const std::string value{n.as_string()->get()};
+    if (std::find(choices.begin(), choices.end(), value) == choices.end())
+      throw config_file_error(fmt::format("{} must be {}, got \"{}\"", at.describe(), expected, value));
+    out = value;
+  };
+}
+
+/// A string naming a file or directory: relative paths are taken relative to the settings file. `only_if_exists`:
+/// the string may also be something else (an inline chat template, "auto"), so it is resolved only when the
+/// resolved path exists.
+setter path_value(std::string& out, fs::path base_dir, bool only_if_exists = false) {
+  return [&out, base_dir = std::move(base_dir), only_if_exists](const toml::node& n, const key_location& at) {
+    if (!n.is_string())
+      type_error(at, n, "a string");
+    out = n.as_string()->get();
+    const fs::path p{out};
+    if (out.empty() || p.is_absolute() || base_dir.empty())
+      return;
+    const fs::path resolved = base_dir / p;
+    std::error_code ec;
+    if (!only_if_exists || fs::exists(resolved, ec))
+      out = fs::absolute(resolved, ec).lexically_normal().string();
+  };
+}
+
+template <class T>
+setter integer_value(T& out, int64_t min = std::numeric_limits<int64_t>::min(),
+                     int64_t max = std::numeric_limits<int64_t>::max()) {
+  return [&out, min, max](const toml::node& n, const key_location& at) {
+    if (!n.is_integer())
+      type_error(at, n, "an integer");
+    const int64_t v = n.as_integer()->get();
+    if (v < min || v > max) {
+      if (max == std::numeric_limits<int64_t>::max())
+        throw config_file_error(fmt::format("{} must be >= {}, got {}", at.describe(), min, v));
+      throw config_file_error(fmt::format("{} must be in [{}, {}], got {}", at.describe(), min, max, v));
+    }
+    out = static_cast<T>(v);
+  };
+}
+
+setter number_value(double& out) {
+  return [&out](const toml::node& n, const key_location& at) {
+    if (n.is_integer())
+      out = static_cast<double>(n.as_integer()->get());
+    else if (n.is_floating_point())
+      out = n.as_floating_point()->get();
+    else
+      type_error(at, n, "a number");
+  };
+}
+
+/// A string or an array of strings.
+setter string_list_value(std::vector<std::string>& out) {
+  return [&out](const toml::node& n, const key_location& at) {
+    if (n.is_string()) {
+      out = {n.as_string()->get()};
+      return;
+    }
+    if (!n.is_array())
+      type_error(at, n, "a string or an array of strings");
+    std::vector<std::string> values;
+    for (const auto& element : *n.as_array()) {
+      if (!element.is_string())
+        type_error(at, element, "an array of strings, but an element");
+      values.push_back(element.as_string()->get());
+    }
+    out = std::move(values);
+  };
+}
+
+/// A byte count: an integer, or a string with a unit like "4GiB" (checked when the engine is built).
+setter bytes_value(std::string& out) {
+  return [&out](const toml::node& n, const key_location& at) {
+    if (n.is_string())
+      out = n.as_string()->get();
+    else if (n.is_integer() && n.as_integer()->get() > 0)
+      out = std::to_string(n.as_integer()->get());
+    else
+      type_error(at, n, "a positive integer or a string like \"4GiB\"");
+  };
+}
+
+/// Layers per pipeline stage: "3,2" or [3, 2].
+setter partition_value(std::string& out) {
+  return [&out](const toml::node& n, const key_location& at) {
+    if (n.is_string()) {
+      out = n.as_string()->get();
+      return;
+    }
+    if (!n.is_array())
+      type_error(at, n, "a string like \"3,2\" or an array of integers");
+    std::string joined;
+    for (const auto& element : *n.as_array()) {
+      if (!element.is_integer())
+        type_error(at, element, "an array of integers, but an element");
+      if (!joined.empty())
+        joined += ',';
+      joined += std::to_string(element.as_integer()->get());
+    }
+    out = joined;
+  };
+}
+
+std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_dir) {
+  constexpr int64_t int_max = std::numeric_limits<int>::max();
+  constexpr int64_t int32_max = std::numeric_limits<int32_t>::max();
+  return {
+      {"model",
+       {
+           {"path", path_value(o.model, base_dir)},
+           {"tokenizer", path_value(o.tokenizer, base_dir)},
+           {"served_model_name", string_list_value(o.served_model_names)},
+           {"dtype", string_value(o.dtype)},
+           {"load_format", string_value(o.load_format)},
+           {"max_model_len", integer_value(o.max_model_len, 0, int32_max)},
+           {"seed", integer_value(o.seed, 0)},
+           {"chat_template", path_value(o.chat_template, base_dir, true)},
+           {"generation_config", path_value(o.generation_config, base_dir, true)},
+       }},
+      {"parallel",
+       {
+           {"tensor_parallel_size", integer_value(o.tensor_parallel_size, 1, int_max)},
+           {"pipeline_parallel_size", integer_value(o.pipeline_parallel_size, 1, int_max)},
+           {"pp_layer_partition", partition_value(o.pp_layer_partition)},
+           {"distributed_executor_backend", choice_value(o.distributed_executor_backend, {"uni", "mp", "cluster"})},
+           {"num_threads", integer_value(o.threads, 0, int_max)},
+       }},
+      {"scheduler",
+       {
+           {"max_num_seqs", integer_value(o.max_num_seqs, 1, int32_max)},
+           {"max_num_batched_tokens", integer_value(o.max_num_batched_tokens, 1, int32_max)},
+           {"max_queued_requests", integer_value(o.max_queued_requests, -1)},
+       }},
+      {"cache",
+       {
+           {"block_size", integer_value(o.block_size, 1, 256)},
+           {"gpu_memory_utilization",
+            [&o, set = number_value(o.gpu_memory_utilization)](const toml::node& n, const key_location& at) {
+              set(n, at);
+              if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
+                throw config_file_error(
+                    fmt::format("{} must be in (0, 1], got {}", at.describe(), o.gpu_memory_utilization));
+              o.gpu_memory_utilization_set = true;
+            }},
+           {"kv_cache_memory", bytes_value(o.kv_cache_memory)},
+       }},
+      {"server",
+       {
+           {"host", string_value(o.host)},
+           {"port", integer_value(o.port, 0, 65535)},
+           {"api_key", string_value(o.api_key)},
+           {"allowed_origins", string_list_value(o.allowed_origins)},
+           {"shutdown_timeout", number_value(o.shutdown_timeout)},
+           {"max_body_bytes", integer_value(o.max_body_bytes, 1)},
+           {"log_level", choice_value(o.log_level, {"debug", "info", "warning", "error"})},
+       }},
+      {"cluster",
+       {
+           {"head_address", string_value(o.cluster_head_address)},
+           {"token", string_value(o.cluster_token)},
+       }},
+  };
+}
+
+std::string underscored(std::string_view name) {
+  std::string s{name};
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+std::string suggestion(std::string_view name, const std::vector<std::string>& candidates, std::string_view quote_l,
+                       std::string_view quote_r) {
+  if (auto near = nearest_name(name, candidates))
+    return fmt::format("; did you mean {}{}{}?", quote_l, *near, quote_r);
+  return {};
+}
+
+std::string section_names(const std::vector<section_spec>& sections) {
+  std::string out;
+  for (const auto& s : sections)
+    out += fmt::format("{}[{}]", out.empty() ? "" : ", ", s.name);
+  return out;
+}
+
+void apply_section(const section_spec& section, const toml::table& table, const std::string& file) {
+  std::vector<std::string> names;
+  for (const auto& k : section.keys)
+    names.push_back(k.name);
+  std::set<std::string> seen;
+  for (auto&& [raw_key, value] : table) {
+    const std::string key = underscored(raw_key.str());
+    const std::size_t line = raw_key.source().begin.line;
+    auto spec = std::find_if(section.keys.begin(), section.keys.end(), [&](const auto& k) { return k.name == key; });
+    if (spec == section.keys.end())
+      throw config_file_error(fmt::format("unknown key '{}' in [{}] ({}:{}){}", raw_key.str(), section.name, file, line,
+                                          suggestion(key, names, "'", "'")));
+    if (!seen.insert(key).second)
+      throw config_file_error(fmt::format("'{}' in [{}] ({}:{}) is set twice (dashes and underscores are the same)",
+                                          raw_key.str(), section.name, file, line));
+    spec->set(value, key_location{section.name, raw_key.str(), file, line});
+  }
+}
+
+serve_options apply(const toml::table& root, const fs::path& source, serve_options base) {
+  const std::string file = source.string();
+  const auto sections = sections_for(base, source.parent_path());
+  std::vector<std::string> names;
+  for (const auto& s : sections)
+    names.push_back(s.name);
+  for (auto&& [raw_key, value] : root) {
+    const std::string name = underscored(raw_key.str());
+    const std::size_t line = raw_key.source().begin.line;
+    auto section = std::find_if(sections.begin(), sections.end(), [&](const auto& s) { return s.name == name; });
+    if (section == sections.end()) {
+      // A key written above every section header: say which section it belongs in.
+      for (const auto& s : sections)
+        for (const auto& k : s.keys)
+          if (k.name == name)
+            throw config_file_error(fmt::format("'{}' ({}:{}) must be inside a section: put it under [{}]",
+                                                raw_key.str(), file, line, s.name));
+      throw config_file_error(fmt::format("unknown section [{}] ({}:{}){} (sections: {})", raw_key.str(), file, line,
+                                          suggestion(name, names, "[", "]"), section_names(sections)));
+    }
+    if (!value.is_table())
+      throw config_file_error(
+          fmt::format("[{}] ({}:{}) must be a table of settings, got {}", raw_key.str(), file, line, type_name(value)));
+    apply_section(*section, *value.as_table(), file);
+  }
+  base.config_file = file;
+  return base;
+}
+
+}  // namespace
+
+serve_options parse_serve_config(std::string_view toml_text, const std::filesystem::path& source, serve_options base) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source.string());
+  } catch (const toml::parse_error& e) {
+    throw config_file_error(
+        fmt::format("{}:{}:{}: {}", source.string(), e.source().begin.line, e.source().begin.column, e.description()));
+  }
+  return apply(root, source, std::move(base));
+}
+
+serve_options read_serve_config_file(const std::filesystem::path& file, serve_options base) {
+  std::ifstream in{file, std::ios::binary};
+  if (!in)
+    throw config_file_error(fmt::format("cannot read the config file {}", file.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_serve_config(text.str(), file, std::move(base));
+}
+
+std::vector<std::string> serve_config_keys() {
+  serve_options scratch;
+  std::vector<std::string> out;
+  for (const auto& s : sections_for(scratch, {}))
+    for (const auto& k : s.keys)
+      out.push_back(s.name + "." + k.name);
+  return out;
+}
+
+std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& entries) {
+  auto trim = [](std::string_view s) {
+    const auto b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string_view::npos)
+      return std::string{};
+    return std::string{s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1)};
+  };
+  std::vector<std::string> out;
+  for (const auto& entry : entries) {
+    const std::string text = trim(entry);
+    if (!text.empty() && text.front() == '[') {
+      simdjson::dom::parser parser;
+      simdjson::dom::array list;
+      if (parser.parse(simdjson::padded_string{text}).get_array().get(list) != simdjson::SUCCESS)
+        throw std::invalid_argument(
+            fmt::format("--allowed-origins: '{}' is not a JSON list of strings like '[\"*\"]'", text));
+      for (auto element : list) {
+        std::string_view origin;
+        if (element.get_string().get(origin) != simdjson::SUCCESS)
+          throw std::invalid_argument(fmt::format("--allowed-origins: '{}' holds something other than a string", text));
+        out.emplace_back(origin);
+      }
+      continue;
+    }
+    std::size_t start = 0;
+    while (start <= text.size()) {
+      std::size_t comma = text.find(',', start);
+      if (comma == std::string::npos)
+        comma = text.size();
+      if (auto origin = trim(std::string_view{text}.substr(start, comma - start)); !origin.empty())
+        out.push_back(std::move(origin));
+      start = comma + 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace actorllm::app

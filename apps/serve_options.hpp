@@ -1,0 +1,62 @@
+// The settings of `actorllm serve`, as its flags and the sections of a `--config` TOML file set them
+// (apps/cmd_serve.cpp binds the flags, apps/serve_config_file.cpp reads the file).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace actorllm::app {
+
+/// Everything `actorllm serve` can be told, with vLLM's defaults. Strings are kept as given (byte counts, origin
+/// lists, log levels); cmd_serve.cpp checks and converts them when it builds the engine and the server.
+struct serve_options {
+  std::string config_file;  ///< --config: the TOML file these settings were read from (empty: none)
+
+  // [model]
+  std::string model;  ///< MODEL: model directory (empty: $ACTORLLM_DEFAULT_MODEL)
+  std::string tokenizer;
+  std::vector<std::string> served_model_names;
+  std::string dtype = "auto";
+  std::string load_format = "auto";
+  int64_t max_model_len = 0;
+  uint64_t seed = 0;
+  std::string chat_template;  ///< a Jinja file or the template itself; empty: tokenizer_config.json's
+  std::string generation_config = "auto";
+
+  // [parallel]
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  std::string pp_layer_partition;
+  std::string distributed_executor_backend;  ///< uni, mp or cluster; empty: chosen by the world size
+  int64_t max_worker_restarts = 3;           ///< mp/cluster: restarts of dead workers before exiting non-zero
+  int threads = 0;                           ///< --num-threads; 0: every core
+
+  // [scheduler]
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_queued_requests = -1;  ///< -1: no limit
+
+  // [cache]
+  int64_t block_size = 16;
+  double gpu_memory_utilization = 0.9;
+  bool gpu_memory_utilization_set = false;  ///< given explicitly (flag or file): CPU-only engines say it is unused
+  std::string kv_cache_memory = "4GiB";
+
+  // [server]
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  /// --allowed-origins as given: each entry a JSON list ('["*"]'), a comma-separated list, or one origin;
+  /// parse_allowed_origins() (serve_config_file.hpp) flattens them.
+  std::vector<std::string> allowed_origins;
+  double shutdown_timeout = 10.0;
+  uint64_t max_body_bytes = 16u << 20;
+  std::string log_level;  ///< debug, info, warning or error; empty: $ACTORLLM_LOG_LEVEL, else info
+
+  // [cluster]: read and checked now, used by the cluster executor (a later issue).
+  std::string cluster_head_address;  ///< host:port of the head node
+  std::string cluster_token;         ///< shared secret nodes present to the head
+};
+
+}  // namespace actorllm::app
