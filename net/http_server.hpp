@@ -84,7 +84,10 @@ struct server_options {
   uint16_t port = 8000;  ///< 0: any free port (the log and on_listening give the actual one)
   std::size_t max_header_bytes = 8 * 1024;
   std::size_t max_body_bytes = 16u << 20;
-  std::chrono::seconds read_timeout{30};  ///< a request's header and body must arrive within this
+  /// Once a request's first bytes arrive, its head and body must follow within this (else 408 and the connection
+  /// closes); also bounds each write of an answer (a client that stops reading is cut off and its request
+  /// aborted). The hidden environment variable ACTORLLM_HTTP_READ_TIMEOUT_S (whole seconds) overrides it.
+  std::chrono::seconds read_timeout{30};
   std::chrono::seconds idle_timeout{60};  ///< a keep-alive connection with no request is closed after this
   std::chrono::milliseconds shutdown_timeout{10000};
   /// --allowed-origins: CORS origins answered with Access-Control-Allow-Origin ("*": any); empty: no CORS headers.

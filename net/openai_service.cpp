@@ -1,5 +1,6 @@
 #include "net/openai_service.hpp"
 
+#include "net/openai/generation_config.hpp"
 #include "net/openai/requests.hpp"
 #include "net/openai/responses.hpp"
 #include "text/chat_template.hpp"
@@ -7,15 +8,20 @@
 #include "util/json_writer.hpp"
 #include "util/log.hpp"
 
+#include <fmt/format.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
 #include <deque>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -97,6 +103,7 @@ struct job {
   std::vector<bool> got_token;
   std::size_t remaining = 0;
   bool failed = false;
+  admission_gate::slot slot;  // given back once every engine request of this job has ended
   clock_type::time_point start = clock_type::now();
 
   void on_delta(uint32_t p, const stream_delta& d) {
@@ -129,7 +136,9 @@ struct job {
     metrics->observe_finished(reason, static_cast<int64_t>(out.prompt_token_ids.size()), generated,
                               seconds_since(start));
     outputs[p] = std::move(out);
-    if (--remaining > 0 || failed)
+    if (--remaining == 0)
+      slot.release();
+    if (remaining > 0 || failed)
       return;
     usage_info usage;
     for (const request_output& o : outputs) {
@@ -151,6 +160,8 @@ struct job {
     std::lock_guard lock{mutex};
     if (remaining > 0)
       --remaining;
+    if (remaining == 0)
+      slot.release();
     if (failed)
       return;
     failed = true;
@@ -206,6 +217,9 @@ std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, const std
         j->ids.push_back(j->llm->submit(prompts[p], params, std::move(cb), priority));
       } catch (const error& e) {
         to_abort = j->ids;
+        j->remaining = j->ids.size();  // only the submitted ones will report back
+        if (j->remaining == 0)
+          j->slot.release();
         j->failed = true;
         j->fail_locked(openai::from_engine_error(e));
         break;
@@ -218,6 +232,45 @@ std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, const std
         llm->abort(id);
     });
   return j->channel;
+}
+
+/// --chat-template's value: a file's path, or (when no such file exists) the template itself if it looks like
+/// Jinja. Throws std::runtime_error naming the problem.
+text::chat_template load_chat_template(const std::string& value) {
+  std::string source;
+  std::string origin;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(value, ec)) {
+    std::ifstream in{value, std::ios::binary};
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!in && !in.eof())
+      throw std::runtime_error(fmt::format("--chat-template: cannot read {}", value));
+    source = ss.str();
+    origin = value;
+  } else if (value.find("{{") != std::string::npos || value.find("{%") != std::string::npos) {
+    source = value;
+    origin = "the inline template";
+  } else {
+    throw std::runtime_error(
+        fmt::format("--chat-template: '{}' is neither a file nor a Jinja template (no {{{{ or {{% in it)", value));
+  }
+  try {
+    return text::chat_template::parse(std::move(source));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("--chat-template: {} does not parse: {}", origin, e.what()));
+  }
+}
+
+/// The 429 for a full queue (OpenAI's rate-limit shape: code rate_limit_exceeded, Retry-After).
+openai::api_error queue_full(int64_t limit) {
+  openai::api_error e = openai::api_error::too_many_requests(
+      fmt::format("The server is busy: {} generation requests are running or queued (max_num_seqs + "
+                  "max_queued_requests). Retry later.",
+                  limit),
+      1);
+  e.code = "rate_limit_exceeded";
+  return e;
 }
 
 openai::token_decoder make_decoder(const text::tokenizer* tok) {
@@ -236,15 +289,31 @@ openai_service::openai_service(LLM& llm, service_config config)
       config_(std::move(config)),
       worker_(std::make_shared<engine_worker>()),
       metrics_(std::make_shared<openai::engine_metrics>(config_.served_model_names.front())),
+      admission_(config_.max_queued_requests < 0 ? -1 : llm.info().max_num_seqs + config_.max_queued_requests),
       created_(static_cast<int64_t>(std::time(nullptr))) {
   const std::filesystem::path dir = config_.tokenizer_path.empty() ? config_.model_path : config_.tokenizer_path;
-  if (std::filesystem::exists(dir / "tokenizer.json")) {
+  if (std::filesystem::exists(dir / "tokenizer.json"))
     tokenizer_ = std::make_unique<text::tokenizer>(text::tokenizer::from_directory(dir));
+  if (!config_.chat_template.empty()) {
+    chat_template_ = std::make_unique<text::chat_template>(load_chat_template(config_.chat_template));
+    if (!tokenizer_)
+      log::warning(where, "--chat-template is set but {} has no tokenizer.json: /v1/chat/completions answers 400",
+                   dir.string());
+  } else if (tokenizer_) {
     if (const auto& source = tokenizer_->chat_template())
       chat_template_ = std::make_unique<text::chat_template>(text::chat_template::parse(*source));
   }
   if (!chat_template_)
     log::warning(where, "{} has no chat template: /v1/chat/completions answers 400", dir.string());
+  defaults_ = openai::resolve_generation_config(config_.generation_config, config_.model_path);
+  if (!defaults_.empty())
+    log::info(where,
+              "Default sampling parameters have been overridden by the model's Hugging Face generation config: {} "
+              "(fields a request sets win; --generation-config vllm ignores the file)",
+              openai::describe(defaults_));
+  if (admission_.limit() >= 0)
+    log::info(where, "At most {} generation requests at once (max_num_seqs {} + max_queued_requests {}); more get 429",
+              admission_.limit(), llm.info().max_num_seqs, config_.max_queued_requests);
 }
 
 openai_service::~openai_service() = default;
@@ -261,13 +330,16 @@ void openai_service::install(router& r) {
 }
 
 std::shared_ptr<response_channel> openai_service::completions(const http_request& req) {
-  auto parsed = openai::parse_completion_request(req.body, {.max_body_bytes = config_.max_body_bytes});
+  auto parsed = openai::parse_completion_request(req.body, {.max_body_bytes = config_.max_body_bytes}, defaults_);
   if (!parsed)
     return fail(parsed.error());
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
   if (!model)
     return fail(model.error());
   const int32_t max_len = llm_.info().max_model_len;
+  // A max_tokens from generation_config.json is clamped to the room the prompts leave (vLLM); a given one is not.
+  std::optional<int32_t> checked_max = parsed->max_tokens_defaulted ? std::nullopt : parsed->params.max_tokens;
+  int64_t room = max_len;
   std::vector<request_output> echo;
   for (const prompt& p : parsed->prompts) {
     request_output e;
@@ -280,11 +352,16 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
       e.prompt = p.text();
       e.prompt_token_ids = llm_.tokenize(p.text());
     }
-    if (auto err = openai::check_context_length(static_cast<int64_t>(e.prompt_token_ids.size()),
-                                                parsed->params.max_tokens, max_len))
+    if (auto err = openai::check_context_length(static_cast<int64_t>(e.prompt_token_ids.size()), checked_max, max_len))
       return fail(*err);
+    room = std::min(room, max_len - static_cast<int64_t>(e.prompt_token_ids.size()));
     echo.push_back(std::move(e));
   }
+  if (parsed->max_tokens_defaulted && parsed->params.max_tokens && *parsed->params.max_tokens > room)
+    parsed->params.max_tokens = static_cast<int32_t>(std::max<int64_t>(room, 1));
+  auto slot = admission_.try_enter();
+  if (!slot)
+    return fail(queue_full(admission_.limit()));
   auto j = std::make_shared<job>();
   j->llm = &llm_;
   j->worker = worker_;
@@ -301,6 +378,7 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   j->ctx.decoder = make_decoder(tokenizer_.get());
   if (j->stream)
     j->completion_chunks.emplace(j->ctx);
+  j->slot = std::move(*slot);
   return start(j, parsed->prompts, parsed->params, parsed->priority, echo);
 }
 
@@ -333,7 +411,7 @@ openai::result<std::string> render_chat(const text::chat_template* tmpl, const t
 }  // namespace
 
 std::shared_ptr<response_channel> openai_service::chat_completions(const http_request& req) {
-  auto parsed = openai::parse_chat_request(req.body, {.max_body_bytes = config_.max_body_bytes});
+  auto parsed = openai::parse_chat_request(req.body, {.max_body_bytes = config_.max_body_bytes}, defaults_);
   if (!parsed)
     return fail(parsed.error());
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
@@ -346,9 +424,17 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
     return fail(text.error());
   // The template writes the special tokens itself (bos_token), so none are added here.
   std::vector<int32_t> ids = tokenizer_->encode(*text, false);
-  if (auto err = openai::check_context_length(static_cast<int64_t>(ids.size()), parsed->params.max_tokens,
-                                              llm_.info().max_model_len))
+  const int32_t max_len = llm_.info().max_model_len;
+  if (auto err = openai::check_context_length(static_cast<int64_t>(ids.size()),
+                                              parsed->max_tokens_defaulted ? std::nullopt : parsed->params.max_tokens,
+                                              max_len))
     return fail(*err);
+  if (const int64_t room = max_len - static_cast<int64_t>(ids.size());
+      parsed->max_tokens_defaulted && parsed->params.max_tokens && *parsed->params.max_tokens > room)
+    parsed->params.max_tokens = static_cast<int32_t>(std::max<int64_t>(room, 1));
+  auto slot = admission_.try_enter();
+  if (!slot)
+    return fail(queue_full(admission_.limit()));
   auto j = std::make_shared<job>();
   j->llm = &llm_;
   j->worker = worker_;
@@ -365,6 +451,7 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   j->ctx.decoder = make_decoder(tokenizer_.get());
   if (j->stream)
     j->chat_chunks.emplace(j->ctx);
+  j->slot = std::move(*slot);
   return start(j, {prompt{std::move(ids)}}, parsed->params, parsed->priority, {});
 }
 

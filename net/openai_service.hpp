@@ -3,7 +3,9 @@
 // response_channel. The engine's callbacks only lock a request's state and feed its channel; they never wait.
 #pragma once
 
+#include "net/admission.hpp"
 #include "net/openai/metrics.hpp"
+#include "net/openai/requests.hpp"
 #include "net/routes.hpp"
 
 #include <actorllm/llm.hpp>
@@ -41,7 +43,10 @@ struct service_config {
 
 class openai_service {
  public:
-  /// Loads the tokenizer and its chat template when the model has them. `llm` must outlive this.
+  /// Loads the tokenizer and its chat template (or --chat-template's) and the generation-config defaults. `llm`
+  /// must outlive this. Throws std::runtime_error naming the problem for a --chat-template that is neither a file
+  /// nor a template or does not parse, and for a --generation-config directory without a valid
+  /// generation_config.json.
   openai_service(LLM& llm, service_config config);
   ~openai_service();
   openai_service(const openai_service&) = delete;
@@ -65,6 +70,8 @@ class openai_service {
   std::unique_ptr<text::tokenizer> tokenizer_;
   std::unique_ptr<text::chat_template> chat_template_;
   std::shared_ptr<openai::engine_metrics> metrics_;
+  openai::sampling_defaults defaults_;  // --generation-config
+  admission_gate admission_;            // max_num_seqs + --max-queued-requests generation requests at once
   int64_t created_ = 0;
 };
 

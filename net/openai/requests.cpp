@@ -280,6 +280,20 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
   return true;
 }
 
+// Starts `p` from the server's defaults; fields the body gives overwrite them.
+void apply_defaults(sampling_params& p, const sampling_defaults& d) {
+  if (d.temperature)
+    p.temperature = *d.temperature;
+  if (d.top_p)
+    p.top_p = *d.top_p;
+  if (d.top_k)
+    p.top_k = *d.top_k;
+  if (d.min_p)
+    p.min_p = *d.min_p;
+  if (d.repetition_penalty)
+    p.repetition_penalty = *d.repetition_penalty;
+}
+
 // The checks that need every field: stream_options without stream, then sampling_params' own ranges.
 void finish_common(common_request& r, const common_state& st, std::string_view max_tokens_param,
                    std::string_view logprobs_param) {
@@ -450,9 +464,11 @@ result<Request> parse_with(std::string_view body, const parse_limits& limits, Fi
 
 }  // namespace
 
-result<completion_request> parse_completion_request(std::string_view body, const parse_limits& limits) {
-  return parse_with<completion_request>(body, limits, [](dom::object obj, completion_request& r) {
+result<completion_request> parse_completion_request(std::string_view body, const parse_limits& limits,
+                                                    const sampling_defaults& defaults) {
+  return parse_with<completion_request>(body, limits, [&defaults](dom::object obj, completion_request& r) {
     common_state st;
+    apply_defaults(r.params, defaults);
     bool has_prompt = false;
     for (dom::key_value_pair f : obj) {
       if (f.value.is_null())
@@ -470,13 +486,19 @@ result<completion_request> parse_completion_request(std::string_view body, const
       fail("prompt", "prompt is required");
     if (r.echo && r.params.logprobs)
       fail("echo", "echo together with logprobs is not supported (it needs prompt logprobs)");
+    if (!st.has_max_tokens && defaults.max_tokens) {
+      r.params.max_tokens = defaults.max_tokens;
+      r.max_tokens_defaulted = true;
+    }
     finish_common(r, st, "max_tokens", "logprobs");
   });
 }
 
-result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits) {
-  return parse_with<chat_request>(body, limits, [](dom::object obj, chat_request& r) {
+result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits,
+                                        const sampling_defaults& defaults) {
+  return parse_with<chat_request>(body, limits, [&defaults](dom::object obj, chat_request& r) {
     common_state st;
+    apply_defaults(r.params, defaults);
     bool has_messages = false;
     std::optional<int32_t> max_completion_tokens;
     std::optional<int32_t> top_logprobs;
@@ -508,8 +530,10 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
     // Chat has no default limit: unset generates up to the context length (vLLM).
     if (max_completion_tokens)
       r.params.max_tokens = max_completion_tokens;
-    else if (!st.has_max_tokens)
-      r.params.max_tokens = std::nullopt;
+    else if (!st.has_max_tokens) {
+      r.params.max_tokens = defaults.max_tokens;
+      r.max_tokens_defaulted = defaults.max_tokens.has_value();
+    }
     finish_common(r, st, max_completion_tokens ? "max_completion_tokens" : "max_tokens", "top_logprobs");
   });
 }

@@ -29,6 +29,20 @@ struct parse_limits {
   std::size_t max_depth = 32;              ///< deeper JSON nesting is refused with 400
 };
 
+/// Defaults for the sampling fields a request leaves out (from the model's generation_config.json, as vLLM's
+/// --generation-config auto applies them); unset members keep the OpenAI/vLLM defaults.
+struct sampling_defaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int32_t> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+  std::optional<int32_t> max_tokens;  ///< generation_config's max_new_tokens
+
+  /// Whether no member is set.
+  bool empty() const { return !temperature && !top_p && !top_k && !min_p && !repetition_penalty && !max_tokens; }
+};
+
 /// Fields both endpoints share.
 struct common_request {
   std::string model;                 ///< empty when the client sent none (the server picks its model)
@@ -36,8 +50,9 @@ struct common_request {
   bool stream = false;
   bool include_usage = false;  ///< stream_options.include_usage (only with stream)
   std::optional<std::string> user;
-  int32_t priority = 0;  ///< lower runs first under the "priority" scheduling policy
-  bool echo = false;     ///< completions: prepend the prompt; chat: accepted and recorded, vLLM's meaning
+  int32_t priority = 0;               ///< lower runs first under the "priority" scheduling policy
+  bool echo = false;                  ///< completions: prepend the prompt; chat: accepted and recorded, vLLM's meaning
+  bool max_tokens_defaulted = false;  ///< params.max_tokens came from sampling_defaults (the server may clamp it)
 };
 
 /// A parsed /v1/completions body.
@@ -63,12 +78,15 @@ struct chat_request : common_request {
   bool add_generation_prompt = true;   ///< end the rendered template with the assistant's turn
 };
 
-/// Parses and validates a /v1/completions body. max_tokens defaults to 16 (OpenAI and vLLM).
-result<completion_request> parse_completion_request(std::string_view body, const parse_limits& limits = {});
+/// Parses and validates a /v1/completions body. max_tokens defaults to defaults.max_tokens, else 16 (OpenAI and
+/// vLLM); the other sampling fields the body leaves out take `defaults` where set.
+result<completion_request> parse_completion_request(std::string_view body, const parse_limits& limits = {},
+                                                    const sampling_defaults& defaults = {});
 
 /// Parses and validates a /v1/chat/completions body. max_completion_tokens wins over max_tokens; with neither,
-/// max_tokens is unset (the rest of the context).
-result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits = {});
+/// defaults.max_tokens, else unset (the rest of the context). Other fields left out take `defaults` where set.
+result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits = {},
+                                        const sampling_defaults& defaults = {});
 
 /// The context-length check the server runs once the prompt is tokenized: prompt + max_tokens must fit in
 /// max_model_len. Returns the 400 with vLLM's wording and the numbers, or nothing when the request fits.

@@ -1,0 +1,293 @@
+// The harness of the `actorllm serve` end-to-end tests: the real binary on a free loopback port (--port 0, read
+// back from its log), driven by a small blocking HTTP/1.1 client over raw sockets, plus checks of OpenAI's shapes.
+#pragma once
+
+#include "test_paths.hpp"
+
+#include <doctest/doctest.h>
+#include <simdjson.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace actorllm::e2e {
+
+using namespace std::chrono_literals;
+
+using steady = std::chrono::steady_clock;
+
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in{p, std::ios::binary};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct http_reply {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;                            // de-chunked
+};
+
+inline int connect_to(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+inline void send_all(int fd, const std::string& data) {
+  std::size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0)
+      return;  // the server may close early (e.g. 413); the reply tells
+    sent += static_cast<std::size_t>(n);
+  }
+}
+
+inline std::string request_text(const std::string& method, const std::string& target, const std::string& body,
+                                const std::vector<std::string>& headers) {
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  for (const auto& h : headers)
+    req += h + "\r\n";
+  if (!body.empty() || method == "POST")
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  return req + "\r\n" + body;
+}
+
+inline std::string dechunk(const std::string& raw) {
+  std::string out;
+  std::size_t pos = 0;
+  for (;;) {
+    std::size_t eol = raw.find("\r\n", pos);
+    REQUIRE(eol != std::string::npos);
+    std::size_t size = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
+    pos = eol + 2;
+    if (size == 0)
+      return out;
+    out += raw.substr(pos, size);
+    pos += size + 2;
+  }
+}
+
+inline http_reply parse_reply(const std::string& raw) {
+  http_reply r;
+  std::size_t head_end = raw.find("\r\n\r\n");
+  REQUIRE_MESSAGE(head_end != std::string::npos, "no complete HTTP head in: " << raw);
+  std::istringstream head{raw.substr(0, head_end)};
+  std::string line;
+  std::getline(head, line);
+  REQUIRE(line.rfind("HTTP/1.1 ", 0) == 0);
+  r.status = std::stoi(line.substr(9, 3));
+  while (std::getline(head, line)) {
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    auto colon = line.find(':');
+    std::string name = line.substr(0, colon);
+    for (char& c : name)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    r.headers[name] = line.substr(colon + 2);
+  }
+  std::string body = raw.substr(head_end + 4);
+  r.body = r.headers["transfer-encoding"] == "chunked" ? dechunk(body) : body;
+  return r;
+}
+
+inline http_reply http(uint16_t port, const std::string& method, const std::string& target,
+                       const std::string& body = {}, const std::vector<std::string>& headers = {}) {
+  int fd = connect_to(port);
+  send_all(fd, request_text(method, target, body, headers));
+  std::string raw;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0)
+      break;
+    raw.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return parse_reply(raw);
+}
+
+/// A running `actorllm serve` on stories260K; killed (if still running) on destruction.
+class server {
+ public:
+  /// `env`: "NAME=value" entries set in the server's environment.
+  explicit server(const std::vector<std::string>& extra = {}, const std::vector<std::string>& env = {}) {
+    log_ = test::make_temp_dir("e2e_server") / "server.log";
+    std::vector<std::string> args{test::actorllm_binary().string(),
+                                  "serve",
+                                  test::model_dir("stories260K").string(),
+                                  "--port",
+                                  "0",
+                                  "--served-model-name",
+                                  "stories",
+                                  "--shutdown-timeout",
+                                  "5"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      std::FILE* f = std::freopen(log_.c_str(), "w", stderr);
+      (void)f;
+      for (const auto& e : env)
+        ::putenv(const_cast<char*>(e.c_str()));  // the child's own copy of `env` lives until execv
+      std::vector<char*> argv;
+      for (auto& a : args)
+        argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    // The log names the port once the socket listens; then /health answers.
+    const auto deadline = steady::now() + 20s;
+    const std::string marker = "Listening on http://127.0.0.1:";
+    while (port_ == 0) {
+      REQUIRE_MESSAGE(steady::now() < deadline, "server did not listen; log:\n" << read_file(log_));
+      int status = 0;
+      REQUIRE_MESSAGE(::waitpid(pid_, &status, WNOHANG) == 0, "server exited; log:\n" << read_file(log_));
+      std::string text = read_file(log_);
+      if (auto at = text.find(marker); at != std::string::npos && text.find('\n', at) != std::string::npos)
+        port_ = static_cast<uint16_t>(std::stoi(text.substr(at + marker.size())));
+      else
+        std::this_thread::sleep_for(10ms);
+    }
+    while (http(port_, "GET", "/health").status != 200) {
+      REQUIRE_MESSAGE(steady::now() < deadline, "/health never answered 200");
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ~server() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  /// Waits (bounded) for the process to exit; its exit status, or -1 when it did not exit in time.
+  int wait_exit(std::chrono::milliseconds limit) {
+    const auto deadline = steady::now() + limit;
+    for (;;) {
+      int status = 0;
+      pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (steady::now() >= deadline)
+        return -1;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  std::string log() const { return read_file(log_); }
+
+ private:
+  std::filesystem::path log_;
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
+/// The golden greedy continuation of "Once upon a time" (the reference's output from BOS, minus the prompt).
+inline std::string golden_continuation() {
+  simdjson::dom::parser parser;
+  auto doc = parser.load((test::model_dir("stories260K") / "reference" / "expected_outputs.json").string());
+  std::string text{std::string_view(doc["greedy_from_bos"]["output_text"])};
+  const std::string prompt = "Once upon a time";
+  REQUIRE(text.rfind(prompt, 0) == 0);
+  return text.substr(prompt.size());
+}
+
+/// Splits an SSE body into its `data:` payloads, checking the framing exactly; the last must be [DONE].
+inline std::vector<std::string> sse_payloads(const std::string& body) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos < body.size()) {
+    REQUIRE_MESSAGE(body.compare(pos, 6, "data: ") == 0, "bad SSE framing at " << pos << ": " << body.substr(pos));
+    std::size_t end = body.find("\n\n", pos);
+    REQUIRE(end != std::string::npos);
+    std::string payload = body.substr(pos + 6, end - pos - 6);
+    REQUIRE(payload.find('\n') == std::string::npos);
+    out.push_back(payload);
+    pos = end + 2;
+  }
+  REQUIRE(!out.empty());
+  CHECK(out.back() == "[DONE]");
+  return out;
+}
+
+inline std::string stream_text(const std::string& body, bool chat) {
+  auto payloads = sse_payloads(body);
+  std::string text;
+  simdjson::dom::parser parser;
+  for (std::size_t i = 0; i + 1 < payloads.size(); ++i) {
+    simdjson::dom::element e;
+    REQUIRE(parser.parse(payloads[i]).get(e) == simdjson::SUCCESS);
+    auto choice = e["choices"].at(0);
+    std::string_view piece;
+    if (chat) {
+      if (choice["delta"]["content"].get_string().get(piece) == simdjson::SUCCESS)
+        text += piece;
+    } else {
+      REQUIRE(choice["text"].get_string().get(piece) == simdjson::SUCCESS);
+      text += piece;
+    }
+  }
+  return text;
+}
+
+inline std::string json_string(const std::string& body, const std::vector<std::string>& path_keys,
+                               std::size_t choice = 0) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  REQUIRE_MESSAGE(parser.parse(body).get(e) == simdjson::SUCCESS, "not JSON: " << body);
+  for (const auto& k : path_keys)
+    e = k == "#" ? e.at(choice).value() : e[k].value();
+  return std::string{std::string_view(e)};
+}
+
+inline void check_openai_error(const http_reply& r, int status) {
+  CHECK_MESSAGE(r.status == status, r.body);
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  REQUIRE_MESSAGE(parser.parse(r.body).get(e) == simdjson::SUCCESS, r.body);
+  CHECK(e["error"]["message"].is_string());
+  CHECK(e["error"]["type"].is_string());
+  CHECK(e["error"]["param"].error() == simdjson::SUCCESS);
+  CHECK(e["error"]["code"].error() == simdjson::SUCCESS);
+}
+
+inline std::optional<double> metric(const std::string& text, const std::string& series) {
+  auto at = text.find("\n" + series + " ");
+  if (at == std::string::npos)
+    return std::nullopt;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+}  // namespace actorllm::e2e
