@@ -27,6 +27,8 @@ struct shard_state {
   shard_args args;
   std::unique_ptr<thread_pool> pool;
   std::unique_ptr<tp_collective> comm;
+  std::unique_ptr<activation_link> prev_link;
+  std::unique_ptr<activation_link> next_link;
   std::unique_ptr<model::llama_model> model;
   std::unique_ptr<model::kv_cache> cache;
   sequence_samplers samplers;
@@ -86,13 +88,35 @@ void run_step(shard_pointer self, proto::stage_input& in) {
   if (auto err = batch.validate(st.cache->block_size(), st.cache->n_blocks()); !err.empty())
     return report_failure(self, plan.step_id, err);
   const auto& cfg = st.model->config();
+  if (st.prev_link) {
+    try {
+      st.prev_link->recv(plan.step_id, in.hidden, static_cast<size_t>(batch.n_tokens() * cfg.n_embd));
+    } catch (const std::exception& e) {
+      return report_failure(self, plan.step_id, e.what());
+    }
+  }
   if (!st.model->is_first_stage() && in.hidden.size() != static_cast<size_t>(batch.n_tokens() * cfg.n_embd))
     return report_failure(
         self, plan.step_id,
         fmt::format("{} hidden-state floats for {} tokens of {}", in.hidden.size(), batch.n_tokens(), cfg.n_embd));
-  std::vector<float> out = st.model->forward(batch, *st.cache, in.hidden);
+  std::vector<float> out;
+  try {
+    out = st.model->forward(batch, *st.cache, in.hidden);
+  } catch (const std::exception& e) {  // a collective that timed out or lost a peer
+    return report_failure(self, plan.step_id, e.what());
+  }
   if (!st.model->is_last_stage()) {
-    self->send(st.args.next, proto::stage_input{std::move(in.plan), std::move(out)});
+    if (!st.next_link) {
+      self->send(st.args.next, proto::stage_input{std::move(in.plan), std::move(out)});
+      return;
+    }
+    const uint64_t step_id = plan.step_id;
+    self->send(st.args.next, proto::stage_input{std::move(in.plan), {}});
+    try {
+      st.next_link->send(step_id, out);
+    } catch (const std::exception& e) {
+      return report_failure(self, step_id, e.what());
+    }
     return;
   }
   if (!st.args.samples)
@@ -121,10 +145,16 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
         auto& st = self->state;
         try {
           st.pool = std::make_unique<thread_pool>(std::max(1, st.args.n_threads));
-          if (st.args.spec.tp_size > 1)
+          if (st.args.make_collective)
+            st.comm = st.args.make_collective();
+          else if (st.args.spec.tp_size > 1)
             st.comm = std::make_unique<comm::shared_memory_collective>(st.args.group, st.args.spec.tp_rank);
           else
             st.comm = std::make_unique<single_rank_collective>();
+          if (st.args.make_prev_link)
+            st.prev_link = st.args.make_prev_link();
+          if (st.args.make_next_link)
+            st.next_link = st.args.make_next_link();
           auto loaded = model::load_shard(st.args.model_dir, st.args.spec, st.args.load);
           st.model = std::make_unique<model::llama_model>(loaded.config, std::move(loaded.weights), st.args.spec,
                                                           *st.comm, *st.pool);

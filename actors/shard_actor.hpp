@@ -12,9 +12,22 @@
 #include <caf/fwd.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <vector>
 
 namespace actorllm::actors {
+
+/// Carries hidden states between the same tp rank of two adjacent stages when they live in different processes
+/// (the data plane): the plan still travels in a CAF message, the floats do not.
+class activation_link {
+ public:
+  virtual ~activation_link() = default;
+  /// Sends step `step_id`'s hidden states to the next stage.
+  virtual void send(uint64_t step_id, const std::vector<float>& hidden) = 0;
+  /// Receives step `step_id`'s `n` floats from the previous stage. Throws on timeout or a lost peer.
+  virtual void recv(uint64_t step_id, std::vector<float>& hidden, size_t n) = 0;
+};
 
 /// Everything a shard is built from.
 struct shard_args {
@@ -27,6 +40,12 @@ struct shard_args {
   int32_t n_threads = 1;   ///< kernel threads, this shard's thread included
   bool samples = false;    ///< tp rank 0 of the last stage: samples and returns tokens
   proto::shard_link next;  ///< the same tp rank of the next stage; null on the last stage
+  /// Worker processes: builds the TP collective when the shard loads (Gloo); null: shared memory through `group`.
+  std::function<std::unique_ptr<tp_collective>()> make_collective;
+  /// Worker processes: build the links to the previous and next stage when the shard loads (after the
+  /// collective); null: hidden states travel inside stage_input.
+  std::function<std::unique_ptr<activation_link>()> make_prev_link;
+  std::function<std::unique_ptr<activation_link>()> make_next_link;
 };
 
 /// Spawns a shard in a detached actor. It loads nothing until asked (load_atom).

@@ -18,6 +18,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <thread>
 
@@ -54,6 +56,7 @@ void stop_actors(replica& r) {
   stop(r.block_manager);
   for (const auto& s : r.shards)
     stop(s);
+  stop(r.registry);
 }
 
 // Waits for one reply per handle; the first error is thrown after every reply is in (so no actor is left
@@ -76,13 +79,14 @@ void await_all(const Handles& handles, Send send) {
 
 }  // namespace
 
-replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
+replica_plan plan_replica(const engine_config& config) {
   namespace fs = std::filesystem;
-  replica r;
+  replica_plan plan;
+  replica& r = plan.r;
   const int32_t tp = config.tensor_parallel_size;
   const int32_t pp = config.pipeline_parallel_size;
 
-  // 1. Everything that config.json and the flags alone can refute, before a byte of weights is read.
+  // Everything that config.json and the flags alone can refute, before a byte of weights is read.
   auto format = model::parse_load_format(config.load_format);
   if (!format)
     throw_config(fmt::format("load_format: '{}' is not one of auto, safetensors, dummy", config.load_format));
@@ -112,7 +116,7 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
   } else if (config.max_model_len < 0) {
     throw_config(fmt::format("max_model_len must be positive (or 0 for the model's), got {}", config.max_model_len));
   }
-  engine::scheduler_config sched_config = make_scheduler_config(config, r.max_model_len);
+  plan.scheduler = make_scheduler_config(config, r.max_model_len);
 
   fs::path tok_dir = config.tokenizer.empty() ? fs::path{config.model} : fs::path{config.tokenizer};
   if (fs::exists(tok_dir / "tokenizer.json")) {
@@ -128,48 +132,26 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
   const int32_t world = tp * pp;
   const int32_t threads =
       config.threads > 0 ? config.threads : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const int32_t threads_per_shard = std::max(1, threads / world);
-  log::info("executor",
-            "uni executor: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}), {} kernel thread(s) "
-            "per shard",
-            pp, tp, config.model,
-            fmt::join(
-                [&] {
-                  std::vector<int64_t> n;
-                  for (const auto& s : r.stages)
-                    n.push_back(s.n_layers());
-                  return n;
-                }(),
-                ","),
-            threads_per_shard);
+  plan.threads_per_shard = std::max(1, threads / world);
+  plan.load.format = *format;
+  plan.load.weight_dtype = weight_dtype;
+  plan.load.seed = config.seed;
+  return plan;
+}
 
-  // 2. Shards, last stage first so that each one is spawned knowing its successor.
-  model::load_options load;
-  load.format = *format;
-  load.weight_dtype = weight_dtype;
-  load.seed = config.seed;
-  r.shards.resize(static_cast<size_t>(world));
-  for (int32_t s = pp - 1; s >= 0; --s) {
-    auto group = tp > 1 ? std::make_shared<comm::shared_memory_group>(tp) : nullptr;
-    for (int32_t rank = 0; rank < tp; ++rank) {
-      shard_args a;
-      a.model_dir = config.model;
-      a.spec = model::shard_spec{rank, tp, r.stages[static_cast<size_t>(s)].layer_begin,
-                                 r.stages[static_cast<size_t>(s)].layer_end};
-      a.stage = s;
-      a.load = load;
-      a.group = group;
-      a.n_threads = threads_per_shard;
-      a.samples = s == pp - 1 && rank == 0;
-      if (s + 1 < pp)
-        a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
-      r.shards[static_cast<size_t>(s * tp + rank)] = spawn_shard(sys, std::move(a));
-    }
-  }
+std::string describe_stages(const std::vector<stage_range>& stages) {
+  std::vector<int64_t> n;
+  for (const auto& s : stages)
+    n.push_back(s.n_layers());
+  return fmt::format("{}", fmt::join(n, ","));
+}
 
+void finish_replica(caf::actor_system& sys, const engine_config& config, replica_plan& plan) {
+  replica& r = plan.r;
+  const int32_t tp = config.tensor_parallel_size;
   caf::scoped_actor self{sys};
   try {
-    // 3. Load every shard's slice in parallel, then size and allocate the KV cache.
+    // Load every shard's slice in parallel, then size and allocate the KV cache.
     await_all(r.shards,
               [&](const proto::shard_actor& s) { return self->request(s, caf::infinite, proto::load_atom::value); });
     block_manager_args bm;
@@ -182,10 +164,10 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
         .receive([&](proto::kv_cache_config& c) { r.cache = c; },
                  [&](caf::error& err) { throw proto::to_exception(err); });
 
-    // 4. Scheduler and engine, then wire the shards' reports to the scheduler.
-    sched_config.n_blocks = r.cache.n_blocks;
+    // Scheduler and engine, then wire the shards' reports to the scheduler.
+    plan.scheduler.n_blocks = r.cache.n_blocks;
     scheduler_args sa;
-    sa.config = sched_config;
+    sa.config = plan.scheduler;
     for (int32_t rank = 0; rank < tp; ++rank)
       sa.first_stage.push_back(r.shards[static_cast<size_t>(rank)]);
     r.scheduler = spawn_scheduler(sys, std::move(sa));
@@ -205,19 +187,61 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
     stop_actors(r);
     throw;
   }
-  return r;
+}
+
+replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
+  replica_plan plan = plan_replica(config);
+  replica& r = plan.r;
+  const int32_t tp = config.tensor_parallel_size;
+  const int32_t pp = config.pipeline_parallel_size;
+  log::info("executor",
+            "uni executor: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}), {} kernel thread(s) "
+            "per shard",
+            pp, tp, config.model, describe_stages(r.stages), plan.threads_per_shard);
+
+  // Shards, last stage first so that each one is spawned knowing its successor.
+  r.shards.resize(static_cast<size_t>(tp * pp));
+  for (int32_t s = pp - 1; s >= 0; --s) {
+    auto group = tp > 1 ? std::make_shared<comm::shared_memory_group>(tp) : nullptr;
+    for (int32_t rank = 0; rank < tp; ++rank) {
+      shard_args a;
+      a.model_dir = config.model;
+      a.spec = model::shard_spec{rank, tp, r.stages[static_cast<size_t>(s)].layer_begin,
+                                 r.stages[static_cast<size_t>(s)].layer_end};
+      a.stage = s;
+      a.load = plan.load;
+      a.group = group;
+      a.n_threads = plan.threads_per_shard;
+      a.samples = s == pp - 1 && rank == 0;
+      if (s + 1 < pp)
+        a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
+      r.shards[static_cast<size_t>(s * tp + rank)] = spawn_shard(sys, std::move(a));
+    }
+  }
+  finish_replica(sys, config, plan);
+  return std::move(plan.r);
 }
 
 void stop_replica(caf::actor_system& sys, replica& r) {
   if (r.engine) {
     caf::scoped_actor self{sys};
-    self->request(r.engine, caf::infinite, proto::shutdown_atom::value)
+    // Bounded: a replica whose worker died must not hold the caller forever.
+    self->request(r.engine, std::chrono::seconds{30}, proto::shutdown_atom::value)
         .receive([](caf::ok_atom) {},
                  [](caf::error& err) {
                    log::warning("executor", "shutdown did not drain cleanly: {}", proto::message_of(err));
                  });
   }
   stop_actors(r);
+  // Worker processes exit once the registry is gone; give them a moment, then make sure.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{2};
+  for (auto& p : r.processes) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (!p->wait_for(std::max(left, std::chrono::milliseconds{0})))
+      p->kill(SIGKILL);
+  }
+  r.processes.clear();
 }
 
 }  // namespace actorllm::actors

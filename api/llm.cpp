@@ -5,7 +5,11 @@
 
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
+#include "actors/executor.hpp"
+#include "actors/replica_watch.hpp"
 #include "actors/uni_executor.hpp"
+#include "actors/worker_process.hpp"
+#include "util/log.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -13,11 +17,15 @@
 #include <caf/send.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 namespace actorllm {
@@ -53,6 +61,13 @@ class channel_registry {
     channels_.erase(it);
     return ch;
   }
+  std::vector<uint64_t> ids() {
+    std::lock_guard lock{mutex_};
+    std::vector<uint64_t> out;
+    for (const auto& [id, ch] : channels_)
+      out.push_back(id);
+    return out;
+  }
   std::vector<std::shared_ptr<channel>> take_all() {
     std::lock_guard lock{mutex_};
     std::vector<std::shared_ptr<channel>> all;
@@ -71,25 +86,60 @@ struct llm_impl {
   engine_config config;
   caf::actor_system_config caf_config;
   std::unique_ptr<caf::actor_system> sys;
-  actors::replica replica;
+  actors::replica replica;  // guarded by replica_mutex once the supervisor runs
   proto::output_sink client;
   std::shared_ptr<channel_registry> registry = std::make_shared<channel_registry>();
   std::atomic<uint64_t> next_id{1};
   model_info info;
 
+  // Supervision of worker processes (executors mp and cluster): a watch reports the first failure, the supervisor
+  // thread stops the failed replica and builds a new one while requests are refused with the reason.
+  mutable std::mutex replica_mutex;
+  std::condition_variable supervisor_cv;
+  std::thread supervisor;
+  caf::actor watch;
+  bool failure_pending = false;
+  bool restarting = false;
+  bool stopping = false;
+  std::string failure_reason;
+  int32_t restarts = 0;
+  std::function<void(const std::string&)> fatal_handler;  // set before any failure can happen (see LLM)
+  std::optional<text::tokenizer> tokenizer;               // kept across restarts
+
   ~llm_impl() {
     if (!sys)
       return;
+    {
+      std::lock_guard lock{replica_mutex};
+      stopping = true;
+    }
+    supervisor_cv.notify_all();
+    if (supervisor.joinable())
+      supervisor.join();
+    if (watch)
+      caf::anon_send_exit(watch, caf::exit_reason::user_shutdown);
     actors::stop_replica(*sys, replica);
     if (client)
       caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
     // Drop our handles before the system goes: it joins every actor's thread on destruction.
     replica = actors::replica{};
     client = nullptr;
+    watch = nullptr;
     sys.reset();
     // Whatever did not get its output (there should be nothing after the drain) learns why.
     for (auto& ch : registry->take_all())
       ch->on_error(error{errc::shut_down, "the engine shut down before the request finished"});
+  }
+
+  /// The engine to send to, or null (with the reason) while the replica restarts.
+  proto::engine_actor engine(std::string* reason = nullptr) const {
+    std::lock_guard lock{replica_mutex};
+    if (restarting) {
+      if (reason != nullptr)
+        *reason = failure_reason;
+      return {};
+    }
+    return replica.engine;
   }
 
   uint64_t submit(const prompt& p, const sampling_params& params, int32_t priority, bool stream,
@@ -105,11 +155,111 @@ struct llm_impl {
     req.stream = stream;
     req.sink = client;
     registry->add(id, std::move(ch));
-    caf::anon_send(replica.engine, std::move(req));
+    std::string reason;
+    if (auto e = engine(&reason)) {
+      caf::anon_send(e, std::move(req));
+    } else {
+      // Answered on the delivery thread like every other outcome.
+      proto::output_batch batch;
+      batch.failures.push_back(
+          {id, errc::engine_failure, "the engine is restarting its workers after a failure: " + reason});
+      caf::anon_send(client, std::move(batch));
+    }
     return id;
   }
 
-  void abort_async(uint64_t id) const { caf::anon_send(replica.engine, proto::abort_atom::value, id); }
+  void abort_async(uint64_t id) const {
+    if (auto e = engine())
+      caf::anon_send(e, proto::abort_atom::value, id);
+  }
+
+  /// Starts watching the replica's worker processes, when it has any.
+  void watch_replica() {
+    if (replica.workers.empty())
+      return;
+    watch = actors::spawn_replica_watch(
+        *sys, actors::watch_args_for(replica, config.tensor_parallel_size, [this](std::string reason) {
+          {
+            std::lock_guard lock{replica_mutex};
+            failure_pending = true;
+            failure_reason = std::move(reason);
+          }
+          supervisor_cv.notify_all();
+        }));
+    if (!supervisor.joinable())
+      supervisor = std::thread{[this] { supervise(); }};
+  }
+
+  /// The supervisor thread: on each reported failure, replace the replica (or give up after max_worker_restarts).
+  void supervise() {
+    for (;;) {
+      std::string reason;
+      {
+        std::unique_lock lock{replica_mutex};
+        supervisor_cv.wait(lock, [this] { return failure_pending || stopping; });
+        if (stopping)
+          return;
+        failure_pending = false;
+        restarting = true;
+        reason = failure_reason;
+      }
+      // In-flight requests already ended with the failure (the watch failed the scheduler). Stop what is left.
+      actors::replica old;
+      {
+        std::lock_guard lock{replica_mutex};
+        old = std::move(replica);
+        replica = actors::replica{};
+      }
+      watch = nullptr;
+      actors::stop_replica(*sys, old);
+      old = actors::replica{};
+      // Anything still registered was sent to the old replica and will never hear from it.
+      proto::output_batch orphans;
+      for (uint64_t id : registry->ids())
+        orphans.failures.push_back({id, errc::engine_failure, "the engine's workers failed: " + reason});
+      if (!orphans.empty())
+        caf::anon_send(client, std::move(orphans));
+      if (!config.restart_workers || restarts >= config.max_worker_restarts) {
+        const std::string why = config.restart_workers
+                                    ? fmt::format("gave up after {} worker restart(s): {}", restarts, reason)
+                                    : "worker restarts are off (restart_workers = false): " + reason;
+        log::error("supervisor", "{}", why);
+        if (fatal_handler)
+          fatal_handler(why);
+        return;
+      }
+      ++restarts;
+      log::warning("supervisor", "restarting the replica's workers (restart {} of at most {})", restarts,
+                   config.max_worker_restarts);
+      const auto t0 = std::chrono::steady_clock::now();
+      actors::replica fresh;
+      try {
+        fresh = actors::build_replica(*sys, config);
+      } catch (const std::exception& e) {
+        log::error("supervisor", "the restart failed: {}", e.what());
+        std::lock_guard lock{replica_mutex};
+        failure_pending = true;  // try again (counts against max_worker_restarts)
+        failure_reason = std::string{"restart failed: "} + e.what();
+        continue;
+      }
+      {
+        std::lock_guard lock{replica_mutex};
+        if (stopping) {
+          old = std::move(fresh);
+        } else {
+          replica = std::move(fresh);
+          restarting = false;
+        }
+      }
+      if (old.engine) {  // built while the LLM was being destroyed
+        actors::stop_replica(*sys, old);
+        return;
+      }
+      log::info("supervisor", "serving again, {:.2f} s after the restart began",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      watch_replica();
+    }
+  }
 };
 
 /// A stream's shared state: a queue of deltas, the final output, and the coroutine waiting for them.
@@ -311,14 +461,19 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
   proto::add_message_types(im.caf_config);
   // CAF's own threads only run the event-based actors (engine, scheduler, block manager); shards have their own.
   im.caf_config.set("scheduler.max-threads", 2);
+  im.config.distributed_executor_backend = actors::resolve_executor(im.config);
+  if (im.config.distributed_executor_backend != "uni")
+    actors::enable_network(im.caf_config);
   im.sys = std::make_unique<caf::actor_system>(im.caf_config);
   try {
-    im.replica = actors::build_uni_replica(*im.sys, im.config);
+    im.replica = actors::build_replica(*im.sys, im.config);
   } catch (...) {
     im.sys.reset();
     throw;
   }
   im.client = detail::spawn_client(*im.sys, im.registry);
+  im.tokenizer = im.replica.tokenizer;
+  im.watch_replica();
   auto& info = im.info;
   info.n_vocab = im.replica.model.n_vocab;
   info.max_model_len = im.replica.max_model_len;
@@ -326,8 +481,10 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
   if (info.eos_token_ids.empty() && im.replica.tokenizer && im.replica.tokenizer->eos_id())
     info.eos_token_ids.push_back(*im.replica.tokenizer->eos_id());
   info.has_tokenizer = im.replica.tokenizer.has_value();
+  info.executor = im.config.distributed_executor_backend;
   info.n_blocks = im.replica.cache.n_blocks;
   info.block_size = im.replica.cache.block_size;
+  info.max_num_seqs = im.config.max_num_seqs;
   for (const auto& s : im.replica.stages)
     info.stage_layers.push_back(s.n_layers());
 }
@@ -387,7 +544,10 @@ uint64_t LLM::submit(const prompt& p, const sampling_params& params, stream_call
 bool LLM::abort(uint64_t request_id) {
   caf::scoped_actor self{*impl_->sys};
   bool live = false;
-  self->request(impl_->replica.engine, caf::infinite, proto::abort_atom::value, request_id)
+  auto engine = impl_->engine();
+  if (!engine)
+    return false;  // restarting: the request ended with the failure already
+  self->request(engine, caf::infinite, proto::abort_atom::value, request_id)
       .receive([&](bool b) { live = b; }, [&](caf::error& err) { throw proto::to_exception(err); });
   return live;
 }
@@ -395,17 +555,29 @@ bool LLM::abort(uint64_t request_id) {
 engine_stats LLM::stats() const {
   caf::scoped_actor self{*impl_->sys};
   engine_stats out;
-  self->request(impl_->replica.engine, caf::infinite, caf::get_atom::value, proto::stats_atom::value)
+  std::string reason;
+  auto engine = impl_->engine(&reason);
+  if (!engine) {
+    out.healthy = false;
+    out.failure = "restarting the workers after a failure: " + reason;
+    return out;
+  }
+  self->request(engine, std::chrono::seconds{10}, caf::get_atom::value, proto::stats_atom::value)
       .receive([&](engine_stats& s) { out = std::move(s); }, [&](caf::error& err) { throw proto::to_exception(err); });
   return out;
 }
 
 const model_info& LLM::info() const { return impl_->info; }
 
+void LLM::on_unrecoverable_failure(std::function<void(const std::string&)> handler) {
+  std::lock_guard lock{impl_->replica_mutex};
+  impl_->fatal_handler = std::move(handler);
+}
+
 std::vector<int32_t> LLM::tokenize(const std::string& text) const {
-  if (!impl_->replica.tokenizer)
+  if (!impl_->tokenizer)
     throw error{errc::invalid_argument, "this model has no tokenizer"};
-  return impl_->replica.tokenizer->encode(text, /*add_special_tokens=*/true);
+  return impl_->tokenizer->encode(text, /*add_special_tokens=*/true);
 }
 
 }  // namespace actorllm

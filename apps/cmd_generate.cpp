@@ -42,6 +42,7 @@ struct generate_options {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   std::string pp_layer_partition;
+  std::string distributed_executor_backend;
   uint64_t kv_cache_memory = uint64_t{4} << 30;
 };
 
@@ -91,6 +92,7 @@ int run_generate(const generate_options& o) {
   cfg.dtype = o.dtype_name;
   cfg.seed = o.seed;
   cfg.threads = o.threads;
+  cfg.distributed_executor_backend = o.distributed_executor_backend;
   LLM llm{cfg};
 
   if (o.prompt_ids.empty() && !llm.info().has_tokenizer)
@@ -167,6 +169,8 @@ command_registration generate_command{
           ->capture_default_str();
       sub.add_option("--pipeline-parallel-size", o->pipeline_parallel_size, "Pipeline stages (also -pp)")
           ->capture_default_str();
+      sub.add_option("--distributed-executor-backend", o->distributed_executor_backend,
+                     "Where shards run: uni (threads of this process) or mp (one worker process per shard)");
       sub.add_option("--pp-layer-partition", o->pp_layer_partition,
                      "Layers per pipeline stage, e.g. 3,2 (default: even, remainder to the stages before the last)");
       sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard")->capture_default_str();

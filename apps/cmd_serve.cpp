@@ -1,6 +1,11 @@
 // `actorllm serve [MODEL]`: the OpenAI-compatible HTTP server (net/) over one in-process engine (actorllm::LLM),
-// with vLLM's flag names.
+// with vLLM's flag names. `--config FILE` (or `actorllm --config FILE`) reads the same settings from TOML
+// (apps/serve_config_file.hpp); flags given on the command line override the file.
 #include "apps/command_registry.hpp"
+
+#include "actors/executor_choice.hpp"
+#include "apps/serve_config_file.hpp"
+#include "apps/serve_options.hpp"
 
 #include "actorllm/llm.hpp"
 #include "net/http_server.hpp"
@@ -10,39 +15,22 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cctype>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace actorllm::app {
 namespace {
-
-struct serve_options {
-  std::string model;
-  std::string tokenizer;
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::string api_key;
-  std::vector<std::string> served_model_names;
-  uint64_t max_body_bytes = 16u << 20;
-  double shutdown_timeout = 10.0;
-  int tensor_parallel_size = 1;
-  int pipeline_parallel_size = 1;
-  std::string pp_layer_partition;
-  int64_t max_model_len = 0;
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t block_size = 16;
-  std::string kv_cache_memory = "4GiB";
-  std::string load_format = "auto";
-  std::string dtype = "auto";
-  uint64_t seed = 0;
-  int threads = 0;
-};
 
 /// Bytes from "123", "4GiB", "512MiB", "1KiB" (also GB/MB/KB as powers of 1024, the way vLLM's flag reads them).
 uint64_t parse_bytes(const std::string& s) {
@@ -67,22 +55,80 @@ uint64_t parse_bytes(const std::string& s) {
   return n * mult;
 }
 
-int run_serve(serve_options o) {
-  if (o.model.empty()) {
-    const char* fallback = std::getenv("ACTORLLM_DEFAULT_MODEL");
-    if (fallback == nullptr || *fallback == '\0')
-      throw std::invalid_argument("give the MODEL directory to serve (or set ACTORLLM_DEFAULT_MODEL)");
-    o.model = fallback;
-    log::info("serve", "No MODEL given: serving ACTORLLM_DEFAULT_MODEL={}", o.model);
-  }
+/// --log-level: vLLM's names (lower case; upper case works too).
+log::level parse_log_level(std::string name) {
+  for (auto& c : name)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name == "debug")
+    return log::level::debug;
+  if (name == "info")
+    return log::level::info;
+  if (name == "warning" || name == "warn")
+    return log::level::warning;
+  if (name == "error")
+    return log::level::error;
+  throw std::invalid_argument(fmt::format("--log-level: '{}' is not one of debug, info, warning, error", name));
+}
+
+/// An early check of --distributed-executor-backend's spelling (before any loading); the engine itself decides
+/// whether the layout can run on it (actors/executor_choice.hpp) and logs why.
+void check_executor_backend(const std::string& requested) {
+  if (!requested.empty() && !actors::parse_executor_backend(requested))
+    throw std::invalid_argument("--distributed-executor-backend: " + actors::executor_backend_error(requested));
+}
+
+/// Range checks of the settings whose flags CLI11 takes as plain numbers (a config file checks its own on reading).
+void validate(const serve_options& o) {
   if (o.port < 0 || o.port > 65535)
     throw std::invalid_argument(fmt::format("--port: must be in [0, 65535], got {}", o.port));
   if (o.block_size < 1 || o.block_size > 256)
     throw std::invalid_argument(fmt::format("--block-size: must be in [1, 256], got {}", o.block_size));
   if (o.shutdown_timeout < 0)
     throw std::invalid_argument(fmt::format("--shutdown-timeout: must be >= 0, got {}", o.shutdown_timeout));
+  if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
+    throw std::invalid_argument(
+        fmt::format("--gpu-memory-utilization: must be in (0, 1], got {}", o.gpu_memory_utilization));
+  if (o.max_queued_requests < -1)
+    throw std::invalid_argument(
+        fmt::format("--max-queued-requests: must be >= -1 (-1: no limit), got {}", o.max_queued_requests));
+}
+
+std::string layout_of(const serve_options& o, const model_info& info) {
+  std::string stages;
+  for (auto n : info.stage_layers)
+    stages += fmt::format("{}{}", stages.empty() ? "" : "+", n);
+  return fmt::format("tp {} x pp {} (layers per stage {})", o.tensor_parallel_size, o.pipeline_parallel_size,
+                     stages.empty() ? "?" : stages);
+}
+
+int run_serve(serve_options o) {
+  if (!o.log_level.empty())
+    log::set_threshold(parse_log_level(o.log_level));
+  validate(o);
+  check_executor_backend(o.distributed_executor_backend);
+  const std::vector<std::string> allowed_origins = parse_allowed_origins(o.allowed_origins);
+  if (!o.config_file.empty())
+    log::info("serve", "Settings from {} (flags on the command line override it)", o.config_file);
+  if (!o.cluster_head_address.empty() || !o.cluster_token.empty())
+    log::info("serve",
+              "[cluster] head_address '{}'{} is stored for the cluster executor, which is not in this "
+              "build yet; serving from this process",
+              o.cluster_head_address, o.cluster_token.empty() ? "" : " (with a token)");
+  if (o.model.empty()) {
+    const char* fallback = std::getenv("ACTORLLM_DEFAULT_MODEL");
+    if (fallback == nullptr || *fallback == '\0')
+      throw std::invalid_argument("give the MODEL directory to serve (or set ACTORLLM_DEFAULT_MODEL)");
+    o.model = fallback;
+    log::info("serve", "No MODEL given: serving the built-in default {} (ACTORLLM_DEFAULT_MODEL)", o.model);
+  }
   if (o.served_model_names.empty())
     o.served_model_names.push_back(o.model);
+  // Every shard runs on the CPU backend (kernels/cpu) for now, which sizes its KV cache by --kv-cache-memory.
+  if (o.gpu_memory_utilization_set)
+    log::info("serve",
+              "--gpu-memory-utilization {} applies to GPU backends only; this engine runs on the CPU and "
+              "sizes its KV cache with --kv-cache-memory ({})",
+              o.gpu_memory_utilization, o.kv_cache_memory);
 
   engine_config cfg;
   cfg.model = o.model;
@@ -99,17 +145,31 @@ int run_serve(serve_options o) {
   cfg.dtype = o.dtype;
   cfg.seed = o.seed;
   cfg.threads = o.threads;
-  log::info("serve", "Serving model {} as '{}' (tp {}, pp {})", o.model, o.served_model_names.front(),
+  cfg.gpu_memory_utilization = o.gpu_memory_utilization;
+  cfg.distributed_executor_backend = o.distributed_executor_backend;
+  cfg.restart_workers = o.max_worker_restarts > 0;
+  cfg.max_worker_restarts = static_cast<int32_t>(o.max_worker_restarts);
+  log::info("serve", "Loading model {} as '{}' (tp {}, pp {})", o.model, o.served_model_names.front(),
             o.tensor_parallel_size, o.pipeline_parallel_size);
   LLM llm{cfg};
-  log::info("serve", "Engine ready: max_model_len {}, {} KV blocks of {} tokens", llm.info().max_model_len,
-            llm.info().n_blocks, llm.info().block_size);
+  const model_info& info = llm.info();
+  const std::string& executor = info.executor;
+  // Workers that died and could not be restarted: drain like a SIGTERM, then exit non-zero.
+  static std::atomic<bool> unrecoverable{false};
+  llm.on_unrecoverable_failure([](const std::string& why) {
+    log::error("serve", "the engine cannot serve any more ({}); shutting down", why);
+    unrecoverable = true;
+    std::raise(SIGTERM);
+  });
 
   net::openai_service service{llm,
                               {.served_model_names = o.served_model_names,
                                .model_path = o.model,
                                .tokenizer_path = o.tokenizer,
-                               .max_body_bytes = o.max_body_bytes}};
+                               .max_body_bytes = o.max_body_bytes,
+                               .chat_template = o.chat_template,
+                               .generation_config = o.generation_config,
+                               .max_queued_requests = o.max_queued_requests}};
   net::router router;
   router.set_api_key(o.api_key);
   service.install(router);
@@ -119,43 +179,97 @@ int run_serve(serve_options o) {
   so.port = static_cast<uint16_t>(o.port);
   so.max_body_bytes = o.max_body_bytes;
   so.shutdown_timeout = std::chrono::milliseconds{static_cast<int64_t>(o.shutdown_timeout * 1000)};
-  return net::run_http_server(so, [&router](net::http_request req) { return router.dispatch(req); });
+  so.allowed_origins = allowed_origins;
+  so.on_listening = [&](uint16_t port) {
+    log::info("serve",
+              "Ready: model '{}' ({}), {}, executor {}, {} KV blocks of {} tokens, max_model_len {}, at "
+              "http://{}:{}",
+              o.served_model_names.front(), o.model, layout_of(o, info), executor, info.n_blocks, info.block_size,
+              info.max_model_len, o.host, port);
+  };
+  const int status = net::run_http_server(so, [&router](net::http_request req) { return router.dispatch(req); });
+  return unrecoverable ? 1 : status;
 }
 
 command_registration serve_command{
     "serve", "Serve a model over an OpenAI-compatible HTTP API", [](CLI::App& sub) {
       auto o = std::make_shared<serve_options>();
-      sub.add_option("MODEL", o->model, "Model directory (default: $ACTORLLM_DEFAULT_MODEL)");
+      sub.footer(
+          "A TOML file given with --config (also `actorllm --config FILE` without `serve`) sets the same options in "
+          "sections [model], [parallel], [scheduler], [cache], [server] and [cluster], keys named like the flags "
+          "with underscores (see configs/*.toml); flags on the command line override the file.\n");
+      auto* config = sub.add_option("--config", o->config_file,
+                                    "TOML file with the settings below (see configs/); flags given here override it");
+      sub.add_option("MODEL", o->model,
+                     "Model directory (default: [model] path of --config, else $ACTORLLM_DEFAULT_MODEL)");
       sub.add_option("--tokenizer", o->tokenizer, "Tokenizer directory (default: the model directory)");
       sub.add_option("--host", o->host, "Address to listen on")->capture_default_str();
       sub.add_option("--port", o->port, "Port to listen on (0: any free port, logged)")->capture_default_str();
       sub.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1 routes");
       sub.add_option("--served-model-name", o->served_model_names,
                      "Model name(s) clients use (default: the MODEL path)");
+      sub.add_option("--allowed-origins", o->allowed_origins,
+                     "CORS origins answered with Access-Control-Allow-Origin: a JSON list like '[\"*\"]', a "
+                     "comma-separated list, or repeated (default: none, no CORS headers)");
       sub.add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (bigger: 413)")
           ->capture_default_str();
       sub.add_option("--shutdown-timeout", o->shutdown_timeout,
                      "Seconds in-flight requests get to finish after SIGINT/SIGTERM")
           ->capture_default_str();
+      sub.add_option("--log-level", o->log_level,
+                     "debug, info, warning or error (default: $ACTORLLM_LOG_LEVEL, else info)");
       sub.add_option("--tensor-parallel-size", o->tensor_parallel_size,
                      "Tensor-parallel ranks per pipeline stage (also -tp)")
           ->capture_default_str();
       sub.add_option("--pipeline-parallel-size", o->pipeline_parallel_size, "Pipeline stages (also -pp)")
           ->capture_default_str();
       sub.add_option("--pp-layer-partition", o->pp_layer_partition, "Layers per pipeline stage, e.g. 3,2");
+      sub.add_option("--max-worker-restarts", o->max_worker_restarts,
+                     "mp/cluster: times dead worker processes are restarted before the server exits non-zero "
+                     "(0: never)")
+          ->capture_default_str();
+      sub.add_option("--distributed-executor-backend", o->distributed_executor_backend,
+                     "Where the shards run: uni (threads of this process), mp (one worker process per shard) or "
+                     "cluster (nodes joined to a head). Default: uni for one shard, mp when this node has a device "
+                     "per shard ($ACTORLLM_CPU_DEVICES CPU devices, default 1), else uni threads");
       sub.add_option("--max-model-len", o->max_model_len, "Context length limit (default: the model's)");
       sub.add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();
       sub.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step (prefill chunk)")
           ->capture_default_str();
+      sub.add_option("--max-queued-requests", o->max_queued_requests,
+                     "Requests that may wait beyond the running ones; more get 429 (-1: no limit)")
+          ->capture_default_str();
       sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->capture_default_str();
       sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard (e.g. 4GiB, 512MiB)")
           ->capture_default_str();
+      auto* gpu_memory = sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                                        "Share of each GPU's memory the engine may use, in (0, 1]; GPU backends "
+                                        "only (the CPU backend sizes its KV cache with --kv-cache-memory)")
+                             ->capture_default_str();
       sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
           ->capture_default_str();
       sub.add_option("--dtype", o->dtype, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
       sub.add_option("--seed", o->seed, "Engine seed")->capture_default_str();
       sub.add_option("--num-threads", o->threads, "CPU threads for the kernels (default: all cores)");
-      return [o]() { return run_serve(*o); };
+      sub.add_option("--chat-template", o->chat_template,
+                     "Chat template: a Jinja file or the template itself (default: tokenizer_config.json's)");
+      sub.add_option("--generation-config", o->generation_config,
+                     "auto (default sampling from the model's generation_config.json), vllm (ignore it), or a "
+                     "directory holding a generation_config.json")
+          ->capture_default_str();
+      return [o, config, gpu_memory, &sub]() {
+        if (!config->empty()) {
+          // The file replaces the defaults; then the flags given on the command line are applied again on top
+          // (CLI11 re-runs an option's conversion into the bound field).
+          *o = read_serve_config_file(o->config_file);
+          for (CLI::Option* opt : sub.get_options())
+            if (opt != config && opt->count() > 0)
+              opt->run_callback();
+        }
+        if (gpu_memory->count() > 0)
+          o->gpu_memory_utilization_set = true;
+        return run_serve(*o);
+      };
     }};
 
 }  // namespace

@@ -53,9 +53,11 @@ struct model_info {
   int64_t n_vocab = 0;
   int32_t max_model_len = 0;           ///< the context limit the engine enforces
   std::vector<int32_t> eos_token_ids;  ///< end-of-sequence ids (generation_config.json, else config.json)
+  std::string executor;                ///< where the shards run: uni, mp or cluster
   bool has_tokenizer = false;          ///< text prompts work (else token ids only)
   int32_t n_blocks = 0;                ///< KV-cache blocks (the minimum over the shards)
   int32_t block_size = 0;
+  int32_t max_num_seqs = 0;           ///< most sequences running at once (engine_config::max_num_seqs)
   std::vector<int64_t> stage_layers;  ///< layers per pipeline stage
 };
 
@@ -118,7 +120,8 @@ class generation_stream {
   std::shared_ptr<detail::stream_state> state_;
 };
 
-/// An engine replica in this process (executor `uni`): every pipeline stage and TP shard runs on its own threads.
+/// An engine replica: every pipeline stage and TP shard runs on its own threads in this process (executor `uni`), or
+/// in worker processes it starts and watches (executor `mp`), restarting them when one dies.
 /// Its methods may be called from any thread. Destroy it before main() returns (not as a static): its actor system
 /// cannot be torn down during static destruction. Never destroy it from one of its own callbacks.
 ///
@@ -156,6 +159,11 @@ class LLM {
 
   /// A snapshot of the engine's state, consistent with every call that returned before this one.
   engine_stats stats() const;
+
+  /// With worker processes (executors mp, cluster): `handler` runs (on a supervisor thread) when the workers
+  /// failed and could not be restarted (restart_workers off, or max_worker_restarts used up); the LLM then serves
+  /// nothing more. `actorllm serve` ends the process with a non-zero status from it.
+  void on_unrecoverable_failure(std::function<void(const std::string&)> handler);
 
   /// The model and cache facts the engine runs with.
   const model_info& info() const;

@@ -18,6 +18,7 @@
 #include "actorllm/proto/step_result.hpp"
 #include "actorllm/proto/step_update.hpp"
 #include "actorllm/proto/submit_request.hpp"
+#include "actorllm/proto/worker.hpp"
 
 #include <caf/actor_system_config.hpp>
 #include <caf/type_id.hpp>
@@ -73,6 +74,12 @@ CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::engine_actor))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::scheduler_actor))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::block_manager_actor))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::shard_actor))
+
+// Engine <-> worker processes (executors mp and cluster).
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::shard_assignment))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::worker_hello))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::worker_actor))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::worker_registry_actor))
 
 CAF_END_TYPE_ID_BLOCK(actorllm)
 

@@ -1,0 +1,25 @@
+// One entry point for building a replica with whichever executor runs it (uni, mp; cluster later), after the
+// choice of actors/executor_choice.hpp has been made from the config and this node's devices.
+#pragma once
+
+#include "actorllm/engine_config.hpp"
+#include "actors/uni_executor.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <string>
+
+namespace actorllm::actors {
+
+/// This node's CPU devices for the executor rule: $ACTORLLM_CPU_DEVICES, else 1 (the cores are one device that
+/// the shards of one process share as threads).
+int32_t local_cpu_devices();
+
+/// The backend that runs `config` ("uni", "mp" or "cluster"), logged with the reason. Throws actorllm::error
+/// (invalid_config) for an unknown or impossible --distributed-executor-backend, naming the numbers.
+std::string resolve_executor(const engine_config& config);
+
+/// Builds the replica with config.distributed_executor_backend (as resolve_executor returned it).
+replica build_replica(caf::actor_system& sys, const engine_config& config);
+
+}  // namespace actorllm::actors

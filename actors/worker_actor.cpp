@@ -1,0 +1,137 @@
+// The worker root actor and the shard arguments it builds for each assignment.
+#include "actors/worker_actor.hpp"
+
+#include "actorllm/proto/error.hpp"
+#include "actors/shard_actor.hpp"
+#include "comm/comm_error.hpp"
+#include "comm/gloo_collective.hpp"
+#include "comm/gloo_group.hpp"
+#include "comm/gloo_pipe.hpp"
+#include "comm/rendezvous_store.hpp"
+#include "util/log.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <fmt/format.h>
+
+namespace actorllm::actors {
+namespace {
+
+/// The rendezvous store over the engine's registry: blocking requests from the shard's own thread (it runs in a
+/// detached actor, so blocking there stalls nobody else).
+class registry_store final : public comm::rendezvous_store {
+ public:
+  registry_store(caf::actor_system& sys, proto::worker_registry_actor registry)
+      : sys_(sys), registry_(std::move(registry)) {}
+
+  void set(const std::string& key, const std::vector<char>& value) override {
+    caf::scoped_actor self{sys_};
+    std::optional<std::string> error;
+    self->request(registry_, std::chrono::seconds{30}, proto::store_set_atom::value, key,
+                  std::string{value.begin(), value.end()})
+        .receive([](caf::ok_atom) {}, [&](caf::error& err) { error = sys_.render(err); });
+    if (error)
+      throw comm::comm_error(fmt::format("rendezvous: cannot set '{}' at the engine's registry: {}", key, *error));
+  }
+
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    caf::scoped_actor self{sys_};
+    std::optional<std::string> error;
+    std::vector<char> value;
+    self->request(registry_, timeout, proto::store_get_atom::value, key)
+        .receive([&](std::string& v) { value.assign(v.begin(), v.end()); },
+                 [&](caf::error& err) { error = sys_.render(err); });
+    if (error)
+      throw comm::comm_error(fmt::format("rendezvous: no value for '{}' from the engine's registry within {} ms: {}",
+                                         key, timeout.count(), *error));
+    return value;
+  }
+
+ private:
+  caf::actor_system& sys_;
+  proto::worker_registry_actor registry_;
+};
+
+/// Hidden states over a two-rank Gloo group: rank 0 is the earlier stage, rank 1 the later one.
+class gloo_activation_link final : public activation_link {
+ public:
+  explicit gloo_activation_link(std::shared_ptr<comm::gloo_group> group) : pipe_(group), group_(std::move(group)) {}
+  void send(uint64_t step_id, const std::vector<float>& hidden) override {
+    pipe_.send(1, step_id & comm::gloo_pipe::max_tag, hidden.data(), static_cast<int64_t>(hidden.size()));
+  }
+  void recv(uint64_t step_id, std::vector<float>& hidden, size_t n) override {
+    hidden.resize(n);
+    pipe_.recv(0, step_id & comm::gloo_pipe::max_tag, hidden.data(), static_cast<int64_t>(n));
+  }
+
+ private:
+  comm::gloo_pipe pipe_;
+  std::shared_ptr<comm::gloo_group> group_;
+};
+
+}  // namespace
+
+shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_assignment& a,
+                                  proto::worker_registry_actor registry) {
+  shard_args args;
+  args.model_dir = a.model_dir;
+  args.spec = model::shard_spec{a.tp_rank, a.tp_size, a.layer_begin, a.layer_end};
+  args.stage = a.stage;
+  auto format = model::parse_load_format(a.load_format);
+  args.load.format = format.value_or(model::load_format::automatic);
+  if (a.dtype != "auto")
+    args.load.weight_dtype = parse_dtype(a.dtype);
+  args.load.seed = a.seed;
+  args.n_threads = a.n_threads;
+  args.samples = a.samples;
+  args.next = a.next;
+  auto store = std::make_shared<registry_store>(sys, registry);
+  comm::gloo_group_options options;
+  options.host = a.data_plane_host;
+  options.timeout = std::chrono::milliseconds{a.collective_timeout_ms};
+  const std::string prefix = a.rendezvous_prefix;
+  if (a.tp_size > 1) {
+    args.make_collective = [store, options, prefix, stage = a.stage, rank = a.tp_rank, size = a.tp_size] {
+      auto group =
+          std::make_shared<comm::gloo_group>(*store, fmt::format("{}/tp/{}", prefix, stage), rank, size, options);
+      return std::unique_ptr<tp_collective>(std::make_unique<comm::gloo_collective>(std::move(group)));
+    };
+  }
+  if (a.stage > 0) {
+    args.make_prev_link = [store, options, prefix, stage = a.stage, rank = a.tp_rank] {
+      auto group = std::make_shared<comm::gloo_group>(*store, fmt::format("{}/pp/{}/{}", prefix, stage - 1, rank), 1, 2,
+                                                      options);
+      return std::unique_ptr<activation_link>(std::make_unique<gloo_activation_link>(std::move(group)));
+    };
+  }
+  if (a.stage + 1 < a.pp_size) {
+    args.make_next_link = [store, options, prefix, stage = a.stage, rank = a.tp_rank] {
+      auto group =
+          std::make_shared<comm::gloo_group>(*store, fmt::format("{}/pp/{}/{}", prefix, stage, rank), 0, 2, options);
+      return std::unique_ptr<activation_link>(std::make_unique<gloo_activation_link>(std::move(group)));
+    };
+  }
+  return args;
+}
+
+proto::worker_actor spawn_worker(caf::actor_system& sys, proto::worker_registry_actor registry, int32_t index) {
+  auto behavior = [&sys, registry, index](proto::worker_actor::pointer self) -> proto::worker_actor::behavior_type {
+    return {
+        [self, &sys, registry](proto::spawn_shard_atom, proto::shard_assignment& a) -> caf::result<proto::shard_actor> {
+          if (a.model_dir.empty() || a.tp_size < 1 || a.tp_rank < 0 || a.tp_rank >= a.tp_size)
+            return proto::make_error(errc::invalid_config, "an invalid shard assignment");
+          log::info("worker", "hosting stage {} rank {} (layers {}-{})", a.stage, a.tp_rank, a.layer_begin,
+                    a.layer_end - 1);
+          auto shard = spawn_shard(sys, make_worker_shard_args(sys, a, registry));
+          self->link_to(shard);  // the shard goes down with its worker and vice versa
+          return shard;
+        },
+        [index](proto::ping_atom) { return index; },
+    };
+  };
+  return sys.spawn(behavior);
+}
+
+}  // namespace actorllm::actors

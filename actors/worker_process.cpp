@@ -1,0 +1,74 @@
+// The worker process: see worker_process.hpp.
+#include "actors/worker_process.hpp"
+
+#include "actorllm/proto/type_ids.hpp"
+#include "actors/worker_actor.hpp"
+#include "util/log.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+namespace actorllm::actors {
+
+void enable_network(caf::actor_system_config& cfg) {
+  cfg.load<caf::io::middleman>();
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{500}});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});
+}
+
+int run_worker(const worker_options& options) {
+  caf::actor_system_config cfg;
+  proto::add_message_types(cfg);
+  enable_network(cfg);
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  // The engine may still be coming up: retry the connection for a few seconds.
+  caf::expected<proto::worker_registry_actor> registry{caf::error{}};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  for (;;) {
+    registry = sys.middleman().remote_actor<proto::worker_registry_actor>(options.registry_host, options.registry_port);
+    if (registry || std::chrono::steady_clock::now() > deadline)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  }
+  if (!registry) {
+    log::error("worker", "worker {}: cannot reach the engine at {}:{}: {}", options.index, options.registry_host,
+               options.registry_port, sys.render(registry.error()));
+    return 1;
+  }
+  auto worker = spawn_worker(sys, *registry, options.index);
+  proto::worker_hello hello;
+  hello.index = options.index;
+  hello.token = options.token;
+  hello.pid = static_cast<int32_t>(::getpid());
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  hello.host = host;
+  hello.worker = worker;
+  caf::scoped_actor self{sys};
+  bool ok = false;
+  self->request(*registry, std::chrono::seconds{30}, proto::register_atom::value, hello)
+      .receive([&](caf::ok_atom) { ok = true; },
+               [&](caf::error& err) {
+                 log::error("worker", "worker {}: the engine refused it: {}", options.index, sys.render(err));
+               });
+  if (!ok)
+    return 1;
+  // Serve until the engine (its registry) is gone: then end at once, without waiting for shard threads that may
+  // be blocked in a collective with peers that are gone as well.
+  self->monitor(*registry);
+  self->receive([](caf::down_msg&) {});
+  log::info("worker", "worker {}: the engine is gone; exiting", options.index);
+  std::fflush(stderr);
+  std::_Exit(0);
+}
+
+}  // namespace actorllm::actors

@@ -1,0 +1,94 @@
+// The messages between an engine and its worker processes (executors `mp` and `cluster`): a worker says hello to
+// the engine's worker registry, the engine hands it a shard to host, and the registry doubles as the key/value
+// store through which the data plane (Gloo) of the shards meets (DESIGN.md §2: rendezvous over the control plane).
+#pragma once
+
+#include "actorllm/proto/atoms.hpp"
+#include "actorllm/proto/interfaces.hpp"
+#include "actorllm/proto/sinks.hpp"
+
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace actorllm::proto {
+
+/// worker: host a shard. registry: a worker announces itself.
+using spawn_shard_atom = caf::atom_constant<caf::atom("spawn_sh")>;
+using register_atom = caf::atom_constant<caf::atom("register")>;
+/// registry: the rendezvous store.
+using store_set_atom = caf::atom_constant<caf::atom("store_set")>;
+using store_get_atom = caf::atom_constant<caf::atom("store_get")>;
+/// liveness probe answered by every worker.
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+
+/// What a worker process hosts: one shard, described by value so it crosses processes. The worker builds the
+/// shard's collectives itself (Gloo over `data_plane_host`, rendezvous through the registry's store).
+struct shard_assignment {
+  std::string model_dir;
+  int32_t tp_rank = 0;
+  int32_t tp_size = 1;
+  int64_t layer_begin = 0;
+  int64_t layer_end = 0;
+  int32_t stage = 0;
+  int32_t pp_size = 1;
+  std::string load_format = "auto";
+  std::string dtype = "auto";
+  uint64_t seed = 0;
+  int32_t n_threads = 1;
+  bool samples = false;
+  shard_link next;                ///< the same tp rank of the next stage; null on the last stage
+  std::string data_plane_host;    ///< the address this worker's Gloo device binds (ACTORLLM_HOST_IP)
+  std::string rendezvous_prefix;  ///< keys of this replica generation in the store (a restart uses a new one)
+  int64_t collective_timeout_ms = 30000;
+
+  friend bool operator==(const shard_assignment&, const shard_assignment&) = default;
+};
+
+/// CAF inspection of shard_assignment.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
+  return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tp_rank, x.tp_size, x.layer_begin, x.layer_end,
+           x.stage, x.pp_size, x.load_format, x.dtype, x.seed, x.n_threads, x.samples, x.next, x.data_plane_host,
+           x.rendezvous_prefix, x.collective_timeout_ms);
+}
+
+/// A worker process: hosts shards on request and answers liveness probes.
+using worker_actor = caf::typed_actor<
+    /// Spawns the shard locally and replies with its handle (the engine then drives it like a local one).
+    caf::replies_to<spawn_shard_atom, shard_assignment>::with<shard_actor>,
+    /// Liveness: replies with the worker's index.
+    caf::replies_to<ping_atom>::with<int32_t>>;
+
+/// How a worker introduces itself to the registry.
+struct worker_hello {
+  int32_t index = 0;  ///< which worker the engine started (the --worker-index it was given)
+  std::string token;  ///< the engine's secret for this generation of workers
+  int32_t pid = 0;
+  std::string host;  ///< the host name it runs on
+  worker_actor worker;
+
+  friend bool operator==(const worker_hello&, const worker_hello&) = default;
+};
+
+/// CAF inspection of worker_hello.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_hello& x) {
+  return f(caf::meta::type_name("worker_hello"), x.index, x.token, x.pid, x.host, x.worker);
+}
+
+/// The engine's worker registry: where workers register, and the rendezvous store of their data plane.
+using worker_registry_actor = caf::typed_actor<
+    /// A worker announces itself; refused (an error) with a wrong token or an unknown index.
+    caf::replies_to<register_atom, worker_hello>::with<caf::ok_atom>,
+    /// Stores a value (bytes) under a key.
+    caf::replies_to<store_set_atom, std::string, std::string>::with<caf::ok_atom>,
+    /// Replies with the value once the key exists (waits for a set).
+    caf::replies_to<store_get_atom, std::string>::with<std::string>>;
+
+}  // namespace actorllm::proto

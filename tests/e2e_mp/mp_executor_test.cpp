@@ -1,0 +1,164 @@
+// The mp executor end to end through actorllm::LLM: shards in `actorllm worker` processes (Gloo between them) give
+// stories260K's golden greedy ids for TP, PP and TP x PP layouts, and a worker killed with SIGKILL ends every
+// in-flight request with an error at once, after which the engine restarts its workers and serves the golden
+// output again.
+#include "actorllm/llm.hpp"
+#include "test_paths.hpp"
+
+#include <doctest/doctest.h>
+#include <simdjson.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+using namespace actorllm;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct golden_case {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> output;
+};
+
+std::vector<int32_t> ints(simdjson::dom::element e) {
+  std::vector<int32_t> out;
+  for (auto v : e.get_array())
+    out.push_back(static_cast<int32_t>(int64_t(v)));
+  return out;
+}
+
+golden_case greedy_from_bos() {
+  simdjson::dom::parser parser;
+  auto doc = parser.load((test::model_dir("stories260K") / "reference" / "expected_outputs.json").string());
+  return {ints(doc["greedy_from_bos"]["prompt_ids"]), ints(doc["greedy_from_bos"]["output_ids"])};
+}
+
+engine_config mp_config(int tp, int pp) {
+  // Worker processes run the actorllm binary; this test program is not it.
+  ::setenv("ACTORLLM_WORKER_BIN", test::actorllm_binary().c_str(), 1);
+  engine_config c;
+  c.model = test::model_dir("stories260K").string();
+  c.tensor_parallel_size = tp;
+  c.pipeline_parallel_size = pp;
+  c.kv_cache_memory = size_t{4} << 20;
+  c.threads = 2;
+  c.distributed_executor_backend = "mp";
+  return c;
+}
+
+std::vector<int32_t> greedy(LLM& llm, const golden_case& g) {
+  sampling_params p;
+  p.temperature = 0;
+  p.max_tokens = static_cast<int32_t>(g.output.size());
+  p.ignore_eos = true;
+  return llm.generate(prompt{g.prompt}, p).outputs.front().token_ids;
+}
+
+/// Worker processes whose parent is this process.
+std::vector<pid_t> worker_pids() {
+  std::vector<pid_t> out;
+  DIR* proc = ::opendir("/proc");
+  REQUIRE(proc != nullptr);
+  while (dirent* e = ::readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0)
+      continue;
+    std::ifstream stat{"/proc/" + std::to_string(pid) + "/stat"};
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos)
+      continue;
+    std::istringstream rest{line.substr(close + 2)};
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != ::getpid() || state == 'Z')
+      continue;
+    std::ifstream cmd{"/proc/" + std::to_string(pid) + "/cmdline"};
+    std::string args{std::istreambuf_iterator<char>{cmd}, {}};
+    if (args.find("worker") != std::string::npos)
+      out.push_back(pid);
+  }
+  ::closedir(proc);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("mp executor: tp 2, tp 4, pp 2 and tp 2 x pp 2 in worker processes give the golden ids") {
+  const golden_case g = greedy_from_bos();
+  for (auto [tp, pp] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    CAPTURE(tp);
+    CAPTURE(pp);
+    LLM llm{mp_config(tp, pp)};
+    CHECK(llm.info().executor == "mp");
+    CHECK(worker_pids().size() == static_cast<size_t>(tp * pp));
+    CHECK(greedy(llm, g) == g.output);
+  }
+  // Destroying the LLM stopped its workers.
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (!worker_pids().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  CHECK(worker_pids().empty());
+}
+
+TEST_CASE("mp executor: kill -9 of a worker ends every running request within 5 s, then serving resumes") {
+  const golden_case g = greedy_from_bos();
+  LLM llm{mp_config(2, 2)};
+  REQUIRE(greedy(llm, g) == g.output);
+
+  // 32 streaming requests that would run for a long time.
+  std::atomic<int> ended{0};
+  std::atomic<int> errors{0};
+  std::atomic<int> started{0};
+  sampling_params p;
+  p.temperature = 0.8f;
+  p.max_tokens = 400;
+  p.ignore_eos = true;
+  for (int i = 0; i < 32; ++i) {
+    stream_callbacks cb;
+    cb.on_delta = [&started](const stream_delta& d) {
+      if (d.token_ids.size() == 1)
+        ++started;
+    };
+    cb.on_output = [&ended](const request_output&) { ++ended; };
+    cb.on_error = [&ended, &errors](const error&) {
+      ++errors;
+      ++ended;
+    };
+    llm.submit(prompt{g.prompt}, p, std::move(cb));
+  }
+  const auto wait_until = [](auto done, std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    return done();
+  };
+  REQUIRE(wait_until([&] { return started.load() >= 32; }, 10s));
+  const auto workers = worker_pids();
+  REQUIRE(workers.size() == 4);
+  const auto killed_at = std::chrono::steady_clock::now();
+  ::kill(workers[3], SIGKILL);
+  CHECK(wait_until([&] { return ended.load() == 32; }, 5s));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  MESSAGE("all 32 requests ended " << seconds << " s after the kill; " << errors.load() << " with an error");
+  CHECK(errors.load() == 32);
+
+  // Serving resumes (new workers) and gives the golden output again.
+  CHECK(wait_until([&] { return llm.stats().healthy; }, 15s));
+  CHECK(greedy(llm, g) == g.output);
+  const auto fresh = worker_pids();
+  CHECK(fresh.size() == 4);
+  for (pid_t pid : fresh)
+    CHECK(std::find(workers.begin(), workers.end(), pid) == workers.end());
+}
