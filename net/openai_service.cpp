@@ -22,6 +22,7 @@
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -273,11 +274,31 @@ openai::api_error queue_full(int64_t limit) {
   return e;
 }
 
+/// A token's text as it reads inside generated text, for logprobs: " there" for "▁there". decode({id}) alone drops
+/// that space, because decoder steps tied to the start of a text (Strip, Metaspace's first "▁") act on it. Behind a
+/// copy of itself the token is out of their reach, so its text is decode({id, id}) minus decode({id}). A token that
+/// is not whole UTF-8 on its own (one byte of a character) keeps its stand-alone text (U+FFFD).
+std::string token_text_in_context(const text::tokenizer& tok, int32_t id) {
+  static constexpr std::string_view replacement_char = "\xEF\xBF\xBD";
+  const int32_t once[] = {id};
+  std::string alone = tok.decode(once);
+  if (alone.find(replacement_char) != std::string::npos)
+    return alone;
+  const int32_t twice[] = {id, id};
+  std::string both = tok.decode(twice);
+  if (!both.starts_with(alone))
+    return alone;
+  return both.substr(alone.size());
+}
+
+/// GET /v1/models/{model}.
+constexpr std::string_view model_path_prefix = "/v1/models/";
+
 openai::token_decoder make_decoder(const text::tokenizer* tok) {
   openai::token_decoder d;
   if (tok == nullptr)
     return d;
-  d.token = [tok](int32_t id) { return tok->decode(std::span<const int32_t>{&id, 1}); };
+  d.token = [tok](int32_t id) { return token_text_in_context(*tok, id); };
   d.detokenize = [tok](std::span<const int32_t> ids) { return tok->decode(ids); };
   return d;
 }
@@ -324,6 +345,9 @@ void openai_service::install(router& r) {
   r.add("POST", "/tokenize", [this](const http_request& q) { return tokenize(q); });
   r.add("POST", "/detokenize", [this](const http_request& q) { return detokenize(q); });
   r.add("GET", "/v1/models", [this](const http_request&) { return models(); });
+  r.add_prefix("GET", std::string{model_path_prefix}, [this](const http_request& q) {
+    return model(percent_decode(std::string_view{q.target}.substr(model_path_prefix.size())));
+  });
   r.add("GET", "/health", [this](const http_request&) { return health(); });
   r.add("GET", "/metrics", [this](const http_request&) { return metrics(); });
   r.add("GET", "/version", [](const http_request&) { return reply(json_response(200, openai::version_json())); });
@@ -516,6 +540,14 @@ std::shared_ptr<response_channel> openai_service::models() const {
   for (const std::string& name : config_.served_model_names)
     cards.push_back({name, created_, "actorllm", config_.model_path, llm_.info().max_model_len});
   return reply(json_response(200, openai::models_json(cards)));
+}
+
+std::shared_ptr<response_channel> openai_service::model(const std::string& id) const {
+  if (std::find(config_.served_model_names.begin(), config_.served_model_names.end(), id) ==
+      config_.served_model_names.end())
+    return fail(openai::api_error::not_found("The model `" + id + "` does not exist.", "model"));
+  return reply(json_response(
+      200, openai::model_json({id, created_, "actorllm", config_.model_path, llm_.info().max_model_len})));
 }
 
 std::shared_ptr<response_channel> openai_service::health() const {

@@ -61,6 +61,8 @@ class openai_service {
   std::shared_ptr<response_channel> tokenize(const http_request& req);
   std::shared_ptr<response_channel> detokenize(const http_request& req);
   std::shared_ptr<response_channel> models() const;
+  // GET /v1/models/{model}: `id` is the percent-decoded path segment (served names may hold '/').
+  std::shared_ptr<response_channel> model(const std::string& id) const;
   std::shared_ptr<response_channel> health() const;
   std::shared_ptr<response_channel> metrics();
 

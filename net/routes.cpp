@@ -23,19 +23,58 @@ std::shared_ptr<response_channel> reply(http_response r) {
   return ch;
 }
 
+namespace {
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::string percent_decode(std::string_view segment) {
+  std::string out;
+  out.reserve(segment.size());
+  for (size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] == '%' && i + 2 < segment.size()) {
+      const int hi = hex_digit(segment[i + 1]);
+      const int lo = hex_digit(segment[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+        continue;
+      }
+    }
+    out += segment[i];
+  }
+  return out;
+}
+
 void router::add(std::string method, std::string path, route_handler handler) {
-  routes_.push_back({std::move(method), std::move(path), std::move(handler)});
+  routes_.push_back({std::move(method), std::move(path), std::move(handler), false});
+}
+
+void router::add_prefix(std::string method, std::string prefix, route_handler handler) {
+  routes_.push_back({std::move(method), std::move(prefix), std::move(handler), true});
 }
 
 std::shared_ptr<response_channel> router::dispatch(const http_request& request) const {
   bool path_known = false;
   const route* match = nullptr;
-  for (const route& r : routes_) {
-    if (r.path != request.target)
-      continue;
-    path_known = true;
-    if (r.method == request.method)
-      match = &r;
+  // Exact routes first, so that a prefix route never shadows one.
+  for (const bool prefix : {false, true}) {
+    for (const route& r : routes_) {
+      if (r.prefix != prefix || !r.matches(request.target))
+        continue;
+      path_known = true;
+      if (r.method == request.method && match == nullptr)
+        match = &r;
+    }
   }
   if (!path_known) {
     openai::api_error e =

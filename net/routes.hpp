@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace actorllm::net {
@@ -18,6 +19,9 @@ http_response json_response(int status, std::string body);
 http_response error_response(const openai::api_error& e);
 /// A channel already holding `r`.
 std::shared_ptr<response_channel> reply(http_response r);
+/// `segment` with its %XX escapes decoded (clients encode '/' in a path parameter as %2F); a '%' not followed by two
+/// hex digits stays as it is.
+std::string percent_decode(std::string_view segment);
 
 class router {
  public:
@@ -25,6 +29,9 @@ class router {
 
   /// Adds `method path` (exact path match).
   void add(std::string method, std::string path, route_handler handler);
+  /// Adds `method prefix…`: every path that starts with `prefix` and goes on (e.g. "/v1/models/" for
+  /// /v1/models/{model}); the handler reads the rest from the request's target. Exact routes are not affected.
+  void add_prefix(std::string method, std::string prefix, route_handler handler);
   /// Requires `Authorization: Bearer key` on /v1/* routes (empty: no key).
   void set_api_key(std::string key) { api_key_ = std::move(key); }
   /// The handler's answer, or 401/404/405 in OpenAI's error shape.
@@ -35,6 +42,11 @@ class router {
     std::string method;
     std::string path;
     route_handler handler;
+    bool prefix = false;  // `path` is a prefix (add_prefix)
+
+    bool matches(const std::string& target) const {
+      return prefix ? target.size() > path.size() && target.starts_with(path) : target == path;
+    }
   };
   std::vector<route> routes_;
   std::string api_key_;

@@ -334,24 +334,37 @@ std::string chat_stream::on_delta(const stream_delta& delta) {
 
 std::string chat_stream::end(const usage_info& usage) { return stream_end(ctx_, "chat.completion.chunk", usage); }
 
+namespace {
+
+void write_model(json_writer& w, const model_card& m) {
+  w.begin_object();
+  w.key("id").value(m.id);
+  w.key("object").value("model");
+  w.key("created").value(m.created);
+  w.key("owned_by").value(m.owned_by);
+  w.key("root").value(m.root.empty() ? m.id : m.root);
+  w.key("parent").null();
+  w.key("max_model_len").value(m.max_model_len);
+  w.end_object();
+}
+
+}  // namespace
+
 std::string models_json(std::span<const model_card> models) {
   json_writer w;
   w.begin_object();
   w.key("object").value("list");
   w.key("data").begin_array();
-  for (const model_card& m : models) {
-    w.begin_object();
-    w.key("id").value(m.id);
-    w.key("object").value("model");
-    w.key("created").value(m.created);
-    w.key("owned_by").value(m.owned_by);
-    w.key("root").value(m.root.empty() ? m.id : m.root);
-    w.key("parent").null();
-    w.key("max_model_len").value(m.max_model_len);
-    w.end_object();
-  }
+  for (const model_card& m : models)
+    write_model(w, m);
   w.end_array();
   w.end_object();
+  return w.take();
+}
+
+std::string model_json(const model_card& model) {
+  json_writer w;
+  write_model(w, model);
   return w.take();
 }
 

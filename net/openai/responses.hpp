@@ -100,6 +100,9 @@ struct model_card {
 /// `{"object":"list","data":[{"id","object":"model","created","owned_by","root","max_model_len"}…]}`.
 std::string models_json(std::span<const model_card> models);
 
+/// One Model object, as GET /v1/models/{model} answers: `{"id","object":"model","created","owned_by",…}`.
+std::string model_json(const model_card& model);
+
 /// `{"version":"<actorllm version>"}`.
 std::string version_json();
 

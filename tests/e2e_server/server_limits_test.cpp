@@ -131,6 +131,26 @@ TEST_CASE("--allowed-origins: allowed origins get CORS headers, preflights get 2
   CHECK(http(s.port(), "GET", "/health").headers.count("access-control-allow-origin") == 0);
 }
 
+TEST_CASE("--allowed-origins takes vLLM's JSON list, a comma-separated list, and repeated flags") {
+  {
+    server s{{"--allowed-origins", R"(["*"])"}};
+    auto r = http(s.port(), "GET", "/health", {}, {"Origin: http://anywhere.example"});
+    CHECK(r.status == 200);
+    CHECK(r.headers["access-control-allow-origin"] == "*");
+  }
+  server s{{"--allowed-origins", R"(["http://a.example","http://b.example"])", "--allowed-origins",
+            "http://c.example,http://d.example", "--allowed-origins", "http://e.example"}};
+  for (const char* origin :
+       {"http://a.example", "http://b.example", "http://c.example", "http://d.example", "http://e.example"}) {
+    INFO(origin);
+    auto r = http(s.port(), "GET", "/health", {}, {std::string{"Origin: "} + origin});
+    CHECK(r.headers["access-control-allow-origin"] == origin);
+  }
+  CHECK(
+      http(s.port(), "GET", "/health", {}, {"Origin: http://f.example"}).headers.count("access-control-allow-origin") ==
+      0);
+}
+
 TEST_CASE("without --allowed-origins there are no CORS headers and no preflight answer") {
   server s;
   auto r = http(s.port(), "GET", "/health", {}, {"Origin: http://ui.example"});

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace actorllm;
@@ -114,10 +115,31 @@ TEST_CASE("chat completions render the model's chat template") {
 }
 
 TEST_CASE("models, health, metrics, version, tokenize and detokenize answer") {
-  server s;
+  server s{{"--served-model-name", "org/stories-260K"}};
   auto models = http(s.port(), "GET", "/v1/models");
   REQUIRE(models.status == 200);
   CHECK(json_string(models.body, {"data", "#", "id"}) == "stories");
+  // GET /v1/models/{model} for each served name; clients percent-encode a '/' in the name (the openai npm client
+  // sends %2F), and one written as is (curl) works too.
+  for (const auto& [path, id] :
+       std::vector<std::pair<std::string, std::string>>{{"/v1/models/stories", "stories"},
+                                                        {"/v1/models/org%2Fstories-260K", "org/stories-260K"},
+                                                        {"/v1/models/org%2fstories%2D260K", "org/stories-260K"},
+                                                        {"/v1/models/org/stories-260K", "org/stories-260K"}}) {
+    auto one = http(s.port(), "GET", path);
+    INFO(path << " -> " << one.body);
+    REQUIRE(one.status == 200);
+    CHECK(json_string(one.body, {"id"}) == id);
+    CHECK(json_string(one.body, {"object"}) == "model");
+    CHECK(json_string(one.body, {"owned_by"}) == "actorllm");
+  }
+  for (const std::string path : {"/v1/models/nope", "/v1/models/org%2Fnope", "/v1/models/stories%"}) {
+    auto unknown = http(s.port(), "GET", path);
+    INFO(path << " -> " << unknown.body);
+    check_openai_error(unknown, 404);
+    CHECK(json_string(unknown.body, {"error", "param"}) == "model");
+  }
+  check_openai_error(http(s.port(), "POST", "/v1/models/stories"), 405);
   CHECK(http(s.port(), "GET", "/health").status == 200);
   auto metrics = http(s.port(), "GET", "/metrics");
   REQUIRE(metrics.status == 200);
@@ -139,6 +161,41 @@ TEST_CASE("models, health, metrics, version, tokenize and detokenize answer") {
   auto detok = http(s.port(), "POST", "/detokenize", R"({"tokens":[403,407,261,378]})");
   REQUIRE(detok.status == 200);
   CHECK(json_string(detok.body, {"prompt"}).find("Once upon a time") != std::string::npos);
+}
+
+TEST_CASE("logprobs name each token by its text in the output, leading space included") {
+  server s;
+  auto r = http(s.port(), "POST", "/v1/completions",
+                R"({"prompt":"Once upon a time","max_tokens":3,"temperature":0,"logprobs":1})");
+  REQUIRE(r.status == 200);
+  simdjson::dom::parser parser;
+  simdjson::dom::element choice = parser.parse(r.body)["choices"].at(0);
+  CHECK(std::string_view(choice["text"]) == ", there was");
+  CHECK(simdjson::to_string(choice["logprobs"]["tokens"]) == R"([","," there"," was"])");
+  CHECK(simdjson::to_string(choice["logprobs"]["text_offset"]) == "[0,1,7]");
+  // At temperature 0 the one alternative is the chosen token, under the same name.
+  CHECK(simdjson::to_string(choice["logprobs"]["top_logprobs"].at(1)).rfind(R"({" there":)", 0) == 0);
+
+  auto c = http(s.port(), "POST", "/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":8,"temperature":0,)"
+                R"("logprobs":true,"top_logprobs":1})");
+  REQUIRE(c.status == 200);
+  simdjson::dom::parser chat_parser;
+  simdjson::dom::element chat = chat_parser.parse(c.body)["choices"].at(0);
+  std::string joined;
+  bool saw_space = false;
+  for (simdjson::dom::element entry : chat["logprobs"]["content"].get_array()) {
+    const std::string_view token = entry["token"];
+    joined += token;
+    std::string bytes;
+    for (simdjson::dom::element b : entry["bytes"].get_array())
+      bytes += static_cast<char>(int64_t(b));
+    CHECK(bytes == token);
+    CHECK(std::string_view(entry["top_logprobs"].at(0)["token"]) == token);
+    saw_space = saw_space || (!token.empty() && token.front() == ' ');
+  }
+  CHECK(joined == std::string_view(chat["message"]["content"]));
+  CHECK(saw_space);
 }
 
 TEST_CASE("bad input gets 4xx in OpenAI's shape and the server stays up") {
