@@ -2,6 +2,7 @@
 #include "actors/executor.hpp"
 
 #include "actorllm/error.hpp"
+#include "actors/cluster_executor.hpp"
 #include "actors/executor_choice.hpp"
 #include "actors/mp_executor.hpp"
 #include "util/log.hpp"
@@ -36,15 +37,12 @@ std::string resolve_executor(const engine_config& config) {
   in.world_size = config.tensor_parallel_size * config.pipeline_parallel_size;
   in.local_devices = local_cpu_devices();
   in.gpu = false;  // the engine's shards run the CPU backend
-  in.cluster_configured = false;
+  in.cluster_configured = !config.cluster_address.empty();
+  in.cluster_devices = in.world_size;  // checked exactly against the nodes when the cluster replica is placed
   auto choice = choose_executor(in);
   if (auto* err = std::get_if<std::string>(&choice))
     throw actorllm::error{errc::invalid_config, *err};
   const auto& decision = std::get<executor_decision>(choice);
-  if (decision.backend == executor_backend::cluster)
-    throw actorllm::error{errc::invalid_config,
-                          "distributed_executor_backend: the cluster executor needs a cluster head "
-                          "(`actorllm node --head`) and is not available in this build yet; use uni or mp"};
   log::info("executor", "executor {}: {}", to_string(decision.backend), decision.reason);
   return std::string{to_string(decision.backend)};
 }
@@ -52,6 +50,8 @@ std::string resolve_executor(const engine_config& config) {
 replica build_replica(caf::actor_system& sys, const engine_config& config) {
   if (config.distributed_executor_backend == "mp")
     return build_mp_replica(sys, config);
+  if (config.distributed_executor_backend == "cluster")
+    return build_cluster_replica(sys, config);
   return build_uni_replica(sys, config);
 }
 

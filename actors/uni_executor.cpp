@@ -233,14 +233,10 @@ void stop_replica(caf::actor_system& sys, replica& r) {
                  });
   }
   stop_actors(r);
-  // Worker processes exit once the registry is gone; give them a moment, then make sure.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{2};
-  for (auto& p : r.processes) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (!p->wait_for(std::max(left, std::chrono::milliseconds{0})))
-      p->kill(SIGKILL);
-  }
+  // Worker processes exit once the registry is gone; the launcher makes sure.
+  if (r.release_workers)
+    r.release_workers();
+  r.release_workers = nullptr;
   r.processes.clear();
 }
 

@@ -14,6 +14,7 @@
 
 #include <caf/fwd.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,8 @@ struct replica {
   std::vector<proto::worker_actor> workers;
   proto::worker_registry_actor registry;
   std::string executor = "uni";  ///< the executor that built it
+  /// Stops the worker processes wherever they run (mp: this node's children; cluster: through the agents).
+  std::function<void()> release_workers;
 };
 
 /// What plan_replica settles before any shard exists: the replica's model facts, the scheduler's limits, how

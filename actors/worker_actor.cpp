@@ -2,7 +2,9 @@
 #include "actors/worker_actor.hpp"
 
 #include "actorllm/proto/error.hpp"
+#include "actors/mp_executor.hpp"
 #include "actors/shard_actor.hpp"
+#include "comm/comm_check.hpp"
 #include "comm/comm_error.hpp"
 #include "comm/gloo_collective.hpp"
 #include "comm/gloo_group.hpp"
@@ -71,6 +73,42 @@ class gloo_activation_link final : public activation_link {
   std::shared_ptr<comm::gloo_group> group_;
 };
 
+using check_actor = caf::typed_actor<
+    caf::replies_to<proto::comm_check_atom, proto::comm_check_request>::with<proto::comm_check_result>>;
+
+check_actor::behavior_type check_behavior(check_actor::pointer self, proto::worker_registry_actor registry) {
+  return {
+      [self, registry](proto::comm_check_atom, proto::comm_check_request& req) {
+        proto::comm_check_result out;
+        out.rank = req.rank;
+        out.host = data_plane_host();
+        out.transport = "gloo/tcp";
+        try {
+          registry_store store{self->system(), registry};
+          comm::gloo_group_options options;
+          options.host = out.host;
+          options.timeout = std::chrono::milliseconds{req.timeout_ms};
+          auto group = std::make_shared<comm::gloo_group>(store, req.group_name, req.rank, req.world, options);
+          comm::comm_check_options check;
+          check.small_floats = req.small_floats;
+          check.large_floats = req.large_floats;
+          check.iterations = req.iterations;
+          const comm::comm_check_report r = comm::run_comm_check(group, check);
+          out.all_reduce_ok = r.all_reduce_ok;
+          out.all_reduce_latency_us = r.all_reduce_latency_us;
+          out.all_reduce_bus_gbs = r.all_reduce_bus_gbs;
+          for (const auto& p : r.pairs)
+            out.pairs.push_back({p.peer, p.ok, p.latency_us, p.bandwidth_gbs, p.error});
+          out.error = r.error;
+        } catch (const std::exception& e) {
+          out.error = e.what();
+        }
+        self->quit();
+        return out;
+      },
+  };
+}
+
 }  // namespace
 
 shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_assignment& a,
@@ -89,7 +127,7 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   args.next = a.next;
   auto store = std::make_shared<registry_store>(sys, registry);
   comm::gloo_group_options options;
-  options.host = a.data_plane_host;
+  options.host = a.data_plane_host.empty() ? data_plane_host() : a.data_plane_host;
   options.timeout = std::chrono::milliseconds{a.collective_timeout_ms};
   const std::string prefix = a.rendezvous_prefix;
   if (a.tp_size > 1) {
@@ -129,6 +167,11 @@ proto::worker_actor spawn_worker(caf::actor_system& sys, proto::worker_registry_
           return shard;
         },
         [index](proto::ping_atom) { return index; },
+        [self, &sys, registry](proto::comm_check_atom, proto::comm_check_request& req) {
+          // The check blocks in Gloo: it runs in a detached actor of its own, which answers for the worker.
+          auto checker = sys.spawn<caf::detached>(check_behavior, registry);
+          return self->delegate(checker, proto::comm_check_atom::value, std::move(req));
+        },
     };
   };
   return sys.spawn(behavior);

@@ -18,16 +18,21 @@
 
 namespace actorllm::actors {
 
-void enable_network(caf::actor_system_config& cfg) {
+void enable_network(caf::actor_system_config& cfg, bool direct_connections) {
   cfg.load<caf::io::middleman>();
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{500}});
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});
+  // Workers that learn of each other through the engine (a stage's next shard) talk directly, not through it.
+  // Only workers: CAF 0.17 can hang in actor_system shutdown while such a connection is being set up, and a
+  // worker never shuts its system down (it _Exits).
+  if (direct_connections)
+    cfg.set("middleman.enable-automatic-connections", true);
 }
 
 int run_worker(const worker_options& options) {
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  enable_network(cfg);
+  enable_network(cfg, /*direct_connections=*/true);
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
   // The engine may still be coming up: retry the connection for a few seconds.

@@ -11,7 +11,8 @@ namespace actorllm::actors {
 
 /// Loads CAF's middleman into `cfg` with BASP heartbeats and a connection timeout switched on (they are off by
 /// default in CAF 0.17), so a peer that stops answering is dropped within seconds. For engines and workers alike.
-void enable_network(caf::actor_system_config& cfg);
+/// `direct_connections`: let peers met through a third node connect directly (workers only).
+void enable_network(caf::actor_system_config& cfg, bool direct_connections = false);
 
 struct worker_options {
   std::string registry_host;

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -461,6 +462,9 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
   proto::add_message_types(im.caf_config);
   // CAF's own threads only run the event-based actors (engine, scheduler, block manager); shards have their own.
   im.caf_config.set("scheduler.max-threads", 2);
+  if (im.config.cluster_address.empty())
+    if (const char* env = std::getenv("ACTORLLM_CLUSTER_ADDRESS"))
+      im.config.cluster_address = env;
   im.config.distributed_executor_backend = actors::resolve_executor(im.config);
   if (im.config.distributed_executor_backend != "uni")
     actors::enable_network(im.caf_config);
@@ -563,7 +567,12 @@ engine_stats LLM::stats() const {
     return out;
   }
   self->request(engine, std::chrono::seconds{10}, caf::get_atom::value, proto::stats_atom::value)
-      .receive([&](engine_stats& s) { out = std::move(s); }, [&](caf::error& err) { throw proto::to_exception(err); });
+      .receive([&](engine_stats& s) { out = std::move(s); },
+               [&](caf::error& err) {
+                 // The engine went away (a replica being replaced) or did not answer: report, don't throw.
+                 out.healthy = false;
+                 out.failure = "the engine did not answer: " + impl_->sys->render(err);
+               });
   return out;
 }
 

@@ -43,6 +43,7 @@ struct generate_options {
   int pipeline_parallel_size = 1;
   std::string pp_layer_partition;
   std::string distributed_executor_backend;
+  std::string cluster_address;
   uint64_t kv_cache_memory = uint64_t{4} << 30;
 };
 
@@ -93,6 +94,7 @@ int run_generate(const generate_options& o) {
   cfg.seed = o.seed;
   cfg.threads = o.threads;
   cfg.distributed_executor_backend = o.distributed_executor_backend;
+  cfg.cluster_address = o.cluster_address;
   LLM llm{cfg};
 
   if (o.prompt_ids.empty() && !llm.info().has_tokenizer)
@@ -170,7 +172,9 @@ command_registration generate_command{
       sub.add_option("--pipeline-parallel-size", o->pipeline_parallel_size, "Pipeline stages (also -pp)")
           ->capture_default_str();
       sub.add_option("--distributed-executor-backend", o->distributed_executor_backend,
-                     "Where shards run: uni (threads of this process) or mp (one worker process per shard)");
+                     "Where shards run: uni (threads of this process), mp (one worker process per shard) or cluster");
+      sub.add_option("--cluster-address", o->cluster_address,
+                     "The cluster head for the cluster executor, HOST:PORT (default: $ACTORLLM_CLUSTER_ADDRESS)");
       sub.add_option("--pp-layer-partition", o->pp_layer_partition,
                      "Layers per pipeline stage, e.g. 3,2 (default: even, remainder to the stages before the last)");
       sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard")->capture_default_str();

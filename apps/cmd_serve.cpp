@@ -109,11 +109,6 @@ int run_serve(serve_options o) {
   const std::vector<std::string> allowed_origins = parse_allowed_origins(o.allowed_origins);
   if (!o.config_file.empty())
     log::info("serve", "Settings from {} (flags on the command line override it)", o.config_file);
-  if (!o.cluster_head_address.empty() || !o.cluster_token.empty())
-    log::info("serve",
-              "[cluster] head_address '{}'{} is stored for the cluster executor, which is not in this "
-              "build yet; serving from this process",
-              o.cluster_head_address, o.cluster_token.empty() ? "" : " (with a token)");
   if (o.model.empty()) {
     const char* fallback = std::getenv("ACTORLLM_DEFAULT_MODEL");
     if (fallback == nullptr || *fallback == '\0')
@@ -149,6 +144,11 @@ int run_serve(serve_options o) {
   cfg.distributed_executor_backend = o.distributed_executor_backend;
   cfg.restart_workers = o.max_worker_restarts > 0;
   cfg.max_worker_restarts = static_cast<int32_t>(o.max_worker_restarts);
+  cfg.cluster_address = o.cluster_head_address;
+  if (cfg.cluster_address.empty())
+    if (const char* env = std::getenv("ACTORLLM_CLUSTER_ADDRESS"))
+      cfg.cluster_address = env;
+  cfg.cluster_token = o.cluster_token;
   log::info("serve", "Loading model {} as '{}' (tp {}, pp {})", o.model, o.served_model_names.front(),
             o.tensor_parallel_size, o.pipeline_parallel_size);
   LLM llm{cfg};
@@ -210,7 +210,10 @@ command_registration serve_command{
                      "Model name(s) clients use (default: the MODEL path)");
       sub.add_option("--allowed-origins", o->allowed_origins,
                      "CORS origins answered with Access-Control-Allow-Origin: a JSON list like '[\"*\"]', a "
-                     "comma-separated list, or repeated (default: none, no CORS headers)");
+                     "comma-separated list, or repeated (default: none, no CORS headers)")
+          // One value per flag, taken as is: CLI11 would otherwise read '["*"]' as its own list syntax and hand
+          // parse_allowed_origins '"*"' with the quotes still on.
+          ->allow_extra_args(false);
       sub.add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (bigger: 413)")
           ->capture_default_str();
       sub.add_option("--shutdown-timeout", o->shutdown_timeout,
@@ -224,6 +227,10 @@ command_registration serve_command{
       sub.add_option("--pipeline-parallel-size", o->pipeline_parallel_size, "Pipeline stages (also -pp)")
           ->capture_default_str();
       sub.add_option("--pp-layer-partition", o->pp_layer_partition, "Layers per pipeline stage, e.g. 3,2");
+      sub.add_option("--cluster-address", o->cluster_head_address,
+                     "The cluster head (`actorllm node --head`), HOST:PORT; also $ACTORLLM_CLUSTER_ADDRESS");
+      sub.add_option("--cluster-token", o->cluster_token,
+                     "The cluster's shared token (default: $ACTORLLM_CLUSTER_TOKEN)");
       sub.add_option("--max-worker-restarts", o->max_worker_restarts,
                      "mp/cluster: times dead worker processes are restarted before the server exits non-zero "
                      "(0: never)")

@@ -54,7 +54,7 @@ struct serve_options {
   uint64_t max_body_bytes = 16u << 20;
   std::string log_level;  ///< debug, info, warning or error; empty: $ACTORLLM_LOG_LEVEL, else info
 
-  // [cluster]: read and checked now, used by the cluster executor (a later issue).
+  // [cluster]: where the cluster executor finds the head (--cluster-address / --cluster-token).
   std::string cluster_head_address;  ///< host:port of the head node
   std::string cluster_token;         ///< shared secret nodes present to the head
 };

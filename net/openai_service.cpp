@@ -553,7 +553,13 @@ std::shared_ptr<response_channel> openai_service::model(const std::string& id) c
 std::shared_ptr<response_channel> openai_service::health() const {
   auto ch = std::make_shared<response_channel>();
   worker_->post([ch, &llm = llm_] {
-    const engine_stats s = llm.stats();
+    engine_stats s;
+    try {
+      s = llm.stats();
+    } catch (const std::exception& e) {  // the engine is being replaced or is gone: not healthy, and say why
+      s.healthy = false;
+      s.failure = e.what();
+    }
     if (s.healthy)
       ch->respond(json_response(200, "{}"));
     else
@@ -565,7 +571,12 @@ std::shared_ptr<response_channel> openai_service::health() const {
 std::shared_ptr<response_channel> openai_service::metrics() {
   auto ch = std::make_shared<response_channel>();
   worker_->post([ch, &llm = llm_, m = metrics_] {
-    m->update(llm.stats());
+    try {
+      m->update(llm.stats());
+    } catch (const std::exception& e) {
+      ch->respond(error_response(openai::api_error::unavailable(std::string{"engine unavailable: "} + e.what())));
+      return;
+    }
     ch->respond(http_response{200, "text/plain; version=0.0.4; charset=utf-8", m->render(), {}});
   });
   return ch;

@@ -33,6 +33,10 @@ struct engine_config {
   double gpu_memory_utilization = 0.9;
   /// Where the shards run: "uni" (threads of this process), "mp" or "cluster"; empty: chosen by world size.
   std::string distributed_executor_backend;
+  /// Executor `cluster`: the head's address (`actorllm node --head`), HOST:PORT; empty: no cluster configured.
+  std::string cluster_address;
+  /// The cluster's shared token (also $ACTORLLM_CLUSTER_TOKEN).
+  std::string cluster_token;
   /// Executors with worker processes: restart the workers after one dies (the replica is unhealthy meanwhile).
   bool restart_workers = true;
   /// Restarts before giving up (then the failure handler runs: `actorllm serve` exits non-zero).

@@ -157,7 +157,8 @@ class LLM {
   /// the request is not live (finished, aborted already, or unknown).
   bool abort(uint64_t request_id);
 
-  /// A snapshot of the engine's state, consistent with every call that returned before this one.
+  /// A snapshot of the engine's state, consistent with every call that returned before this one. Never throws: an
+  /// engine that is restarting its workers or does not answer reports healthy = false with the reason.
   engine_stats stats() const;
 
   /// With worker processes (executors mp, cluster): `handler` runs (on a supervisor thread) when the workers

@@ -2,6 +2,7 @@
 // (and actorllm's error category) to an actor_system_config.
 #pragma once
 
+#include "actorllm/proto/cluster.hpp"
 #include "actorllm/proto/engine_stats.hpp"
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/finish_sequences.hpp"
@@ -80,6 +81,18 @@ CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::shard_assignment))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::worker_hello))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::worker_actor))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::worker_registry_actor))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::comm_check_request))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::comm_pair_result))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::comm_check_result))
+
+// Cluster: head registry <-> node agents <-> engines.
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::node_info))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::worker_launch))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::cluster_node))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::node_join))
+CAF_ADD_TYPE_ID(actorllm, (std::vector<actorllm::proto::cluster_node>))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::node_agent_actor))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::cluster_registry_actor))
 
 CAF_END_TYPE_ID_BLOCK(actorllm)
 

@@ -58,12 +58,72 @@ typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
            x.rendezvous_prefix, x.collective_timeout_ms);
 }
 
+/// worker: run the communication check (`actorllm check`).
+using comm_check_atom = caf::atom_constant<caf::atom("comm_check")>;
+
+/// The check every worker of `actorllm check` runs together: one Gloo group of all of them.
+struct comm_check_request {
+  int32_t rank = 0;
+  int32_t world = 1;
+  std::string group_name;  ///< unique per run (rendezvous keys in the registry's store)
+  int64_t small_floats = 1024;
+  int64_t large_floats = 4 << 20;
+  int32_t iterations = 5;
+  int64_t timeout_ms = 30000;
+
+  friend bool operator==(const comm_check_request&, const comm_check_request&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, comm_check_request& x) {
+  return f(caf::meta::type_name("comm_check_request"), x.rank, x.world, x.group_name, x.small_floats, x.large_floats,
+           x.iterations, x.timeout_ms);
+}
+
+/// One pair's figures, measured by its lower rank.
+struct comm_pair_result {
+  int32_t peer = 0;
+  bool ok = false;
+  double latency_us = 0;
+  double bandwidth_gbs = 0;
+  std::string error;
+
+  friend bool operator==(const comm_pair_result&, const comm_pair_result&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, comm_pair_result& x) {
+  return f(caf::meta::type_name("comm_pair_result"), x.peer, x.ok, x.latency_us, x.bandwidth_gbs, x.error);
+}
+
+/// What one worker measured.
+struct comm_check_result {
+  int32_t rank = 0;
+  std::string host;       ///< the address its Gloo device bound
+  std::string transport;  ///< e.g. "gloo/tcp"
+  bool all_reduce_ok = false;
+  double all_reduce_latency_us = 0;
+  double all_reduce_bus_gbs = 0;
+  std::vector<comm_pair_result> pairs;
+  std::string error;
+
+  friend bool operator==(const comm_check_result&, const comm_check_result&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, comm_check_result& x) {
+  return f(caf::meta::type_name("comm_check_result"), x.rank, x.host, x.transport, x.all_reduce_ok,
+           x.all_reduce_latency_us, x.all_reduce_bus_gbs, x.pairs, x.error);
+}
+
 /// A worker process: hosts shards on request and answers liveness probes.
 using worker_actor = caf::typed_actor<
     /// Spawns the shard locally and replies with its handle (the engine then drives it like a local one).
     caf::replies_to<spawn_shard_atom, shard_assignment>::with<shard_actor>,
     /// Liveness: replies with the worker's index.
-    caf::replies_to<ping_atom>::with<int32_t>>;
+    caf::replies_to<ping_atom>::with<int32_t>,
+    /// Joins the check's group with the other workers and measures (blocks a thread of its own, not CAF's).
+    caf::replies_to<comm_check_atom, comm_check_request>::with<comm_check_result>>;
 
 /// How a worker introduces itself to the registry.
 struct worker_hello {

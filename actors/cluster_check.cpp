@@ -1,0 +1,120 @@
+// The cluster communication check: see cluster_check.hpp.
+#include "actors/cluster_check.hpp"
+
+#include "actorllm/error.hpp"
+#include "actorllm/proto/type_ids.hpp"
+#include "actors/cluster_executor.hpp"
+#include "actors/mp_executor.hpp"
+#include "actors/worker_process.hpp"
+#include "actors/worker_replica.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <ostream>
+
+namespace actorllm::actors {
+
+int run_cluster_check(const cluster_check_options& o, std::ostream& out) {
+  caf::actor_system_config cfg;
+  proto::add_message_types(cfg);
+  enable_network(cfg);
+  caf::actor_system sys{cfg};
+
+  auto nodes = cluster_nodes(sys, o.address, o.token, std::chrono::seconds{5});
+  // One slot per device of every healthy node, in node order.
+  placement where;
+  std::vector<proto::cluster_node> used;
+  for (auto& n : nodes) {
+    if (!n.healthy)
+      continue;
+    int32_t count = n.info.n_devices;
+    if (o.max_workers_per_node > 0)
+      count = std::min(count, o.max_workers_per_node);
+    for (int32_t d = 0; d < count; ++d)
+      where.slots.push_back({0, static_cast<int32_t>(where.slots.size()), n.info.node_id, d});
+    used.push_back(n);
+  }
+  const auto world = static_cast<int32_t>(where.slots.size());
+  if (world < 2)
+    throw actorllm::error{errc::invalid_config,
+                          fmt::format("the cluster at {} has {} device(s) on {} healthy node(s): a check needs at "
+                                      "least 2",
+                                      o.address, world, used.size())};
+  const std::vector<rank_slot> slots = where.slots;
+  std::map<std::string, std::string> host_of;
+  for (const auto& n : used)
+    host_of[n.info.node_id] = n.info.host;
+  auto launcher = make_cluster_launcher(sys, used, std::move(where), "", "");
+  out << fmt::format("Checking {} rank(s) on {} node(s) of the cluster at {}\n", world, used.size(), o.address);
+  worker_set ws = launch_workers(sys, *launcher, world, data_plane_host());
+
+  // Everyone joins one group; the requests run concurrently (each worker answers from a thread of its own).
+  caf::scoped_actor self{sys};
+  const std::string group = fmt::format("check-{}", ws.token.substr(0, 8));
+  std::vector<proto::comm_check_result> results(static_cast<size_t>(world));
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  using handle = decltype(self->request(ws.workers[0], std::chrono::seconds{1}, proto::comm_check_atom::value,
+                                        proto::comm_check_request{}));
+  std::vector<handle> pending;
+  for (int32_t r = 0; r < world; ++r) {
+    proto::comm_check_request req;
+    req.rank = r;
+    req.world = world;
+    req.group_name = group;
+    req.large_floats = o.large_bytes / 4;
+    req.iterations = o.iterations;
+    pending.push_back(self->request(ws.workers[static_cast<size_t>(r)], std::chrono::seconds{120},
+                                    proto::comm_check_atom::value, req));
+  }
+  // Every request is out already, so the workers measure together; the answers are collected in rank order.
+  for (int32_t r = 0; r < world; ++r)
+    pending[static_cast<size_t>(r)].receive(
+        [&](proto::comm_check_result& res) { results[static_cast<size_t>(r)] = std::move(res); },
+        [&](caf::error& err) { errors[static_cast<size_t>(r)] = sys.render(err); });
+  launcher->stop_all();
+  caf::anon_send_exit(ws.registry, caf::exit_reason::user_shutdown);
+
+  bool all_ok = true;
+  out << fmt::format("\n{:<6} {:<14} {:<16} {:<10} {:<10} {:>14} {:>16}\n", "rank", "node", "address", "transport",
+                     "all-reduce", "latency (us)", "bus bw (GB/s)");
+  for (int32_t r = 0; r < world; ++r) {
+    const auto& slot = slots[static_cast<size_t>(r)];
+    const auto& res = results[static_cast<size_t>(r)];
+    const std::string& err = errors[static_cast<size_t>(r)].empty() ? res.error : errors[static_cast<size_t>(r)];
+    const bool ok = err.empty() && res.all_reduce_ok;
+    all_ok = all_ok && ok;
+    out << fmt::format("{:<6} {:<14} {:<16} {:<10} {:<10} {:>14.1f} {:>16.2f}\n", r,
+                       fmt::format("{}/{}", slot.node_id, slot.device), host_of[slot.node_id],
+                       res.transport.empty() ? "-" : res.transport, ok ? "ok" : "FAILED", res.all_reduce_latency_us,
+                       res.all_reduce_bus_gbs);
+  }
+  out << fmt::format("\n{:<12} {:<30} {:>10} {:>14} {:>16}\n", "pair", "nodes", "verified", "latency (us)",
+                     "bandwidth (GB/s)");
+  for (int32_t r = 0; r < world; ++r) {
+    for (const auto& p : results[static_cast<size_t>(r)].pairs) {
+      const auto& a = slots[static_cast<size_t>(r)];
+      const auto& b = slots[static_cast<size_t>(p.peer)];
+      all_ok = all_ok && p.ok;
+      out << fmt::format("{:<12} {:<30} {:>10} {:>14.1f} {:>16.2f}\n", fmt::format("{} <-> {}", r, p.peer),
+                         fmt::format("{}/{} <-> {}/{}", a.node_id, a.device, b.node_id, b.device),
+                         p.ok ? "ok" : "FAILED", p.latency_us, p.bandwidth_gbs);
+    }
+  }
+  for (int32_t r = 0; r < world; ++r) {
+    const std::string& err =
+        errors[static_cast<size_t>(r)].empty() ? results[static_cast<size_t>(r)].error : errors[static_cast<size_t>(r)];
+    if (!err.empty())
+      out << fmt::format("rank {}: {}\n", r, err);
+  }
+  const size_t n_pairs = static_cast<size_t>(world) * static_cast<size_t>(world - 1) / 2;
+  out << fmt::format("\n{}: {} rank(s), {} pair(s)\n", all_ok ? "All checks passed" : "CHECK FAILED", world, n_pairs);
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace actorllm::actors

@@ -1,0 +1,202 @@
+// The cluster executor: see cluster_executor.hpp.
+#include "actors/cluster_executor.hpp"
+
+#include "actorllm/error.hpp"
+#include "actors/mp_executor.hpp"
+#include "actors/placement.hpp"
+#include "actors/worker_replica.hpp"
+#include "model/model_hash.hpp"
+#include "util/log.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <map>
+#include <thread>
+
+extern char** environ;
+
+namespace actorllm::actors {
+namespace {
+
+[[noreturn]] void throw_config(std::string message) { throw actorllm::error{errc::invalid_config, message}; }
+
+std::pair<std::string, uint16_t> split_address(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
+    throw_config(fmt::format("cluster_address: '{}' is not HOST:PORT", address));
+  int port = 0;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (const std::exception&) {
+    port = -1;
+  }
+  if (port <= 0 || port > 65535)
+    throw_config(fmt::format("cluster_address: '{}' has no valid port", address));
+  return {address.substr(0, colon), static_cast<uint16_t>(port)};
+}
+
+/// Starts workers through the agents of the nodes the placement chose.
+class cluster_launcher final : public worker_launcher {
+ public:
+  cluster_launcher(caf::actor_system& sys, std::vector<proto::cluster_node> nodes, placement where,
+                   std::string model_dir, std::string model_hash)
+      : sys_(sys),
+        nodes_(std::move(nodes)),
+        where_(std::move(where)),
+        model_dir_(std::move(model_dir)),
+        model_hash_(std::move(model_hash)) {
+    for (const auto& n : nodes_)
+      by_id_[n.info.node_id] = &n;
+  }
+
+  std::string name() const override { return "cluster executor"; }
+
+  void start(int32_t index, const std::string& host, uint16_t port, const std::string& token) override {
+    const rank_slot& slot = where_.slots[static_cast<size_t>(index)];
+    const proto::cluster_node& node = *by_id_.at(slot.node_id);
+    proto::worker_launch launch;
+    launch.registry_host = host;
+    launch.registry_port = port;
+    launch.index = index;
+    launch.token = token;
+    launch.device = slot.device;
+    launch.model_dir = model_dir_;
+    launch.model_hash = model_hash_;
+    for (const auto& [k, v] : forwarded_environment()) {
+      launch.env_names.push_back(k);
+      launch.env_values.push_back(v);
+    }
+    token_ = token;
+    caf::scoped_actor self{sys_};
+    std::optional<std::string> error;
+    self->request(node.agent, std::chrono::seconds{10}, proto::start_worker_atom::value, launch)
+        .receive(
+            [&](int32_t pid) {
+              log::info("executor", "worker {} (stage {} rank {}) runs on node '{}' ({}) device {}, pid {}", index,
+                        slot.stage, slot.tp_rank, node.info.node_id, node.info.host, slot.device, pid);
+            },
+            [&](caf::error& err) { error = sys_.render(err); });
+    if (error)
+      throw std::runtime_error(fmt::format("node '{}' ({}) could not start worker {}: {}", node.info.node_id,
+                                           node.info.host, index, *error));
+    used_.push_back(node.agent);
+  }
+
+  std::optional<std::string> dead_worker() override { return std::nullopt; }
+
+  int32_t threads_for(int32_t index, int32_t planned) const override {
+    const auto& node = *by_id_.at(where_.slots[static_cast<size_t>(index)].node_id);
+    return node.info.cores_per_device > 0 ? node.info.cores_per_device : planned;
+  }
+
+  void stop_all() override {
+    if (token_.empty())
+      return;
+    caf::scoped_actor self{sys_};
+    for (const auto& agent : used_)
+      self->request(agent, std::chrono::seconds{2}, proto::stop_workers_atom::value, token_)
+          .receive([](int32_t) {}, [](caf::error&) {});  // a dead agent took its workers with it
+    used_.clear();
+  }
+
+ private:
+  caf::actor_system& sys_;
+  std::vector<proto::cluster_node> nodes_;
+  placement where_;
+  std::map<std::string, const proto::cluster_node*> by_id_;
+  std::string model_dir_;
+  std::string model_hash_;
+  std::string token_;
+  std::vector<proto::node_agent_actor> used_;
+};
+
+}  // namespace
+
+std::string cluster_token(const engine_config& config) {
+  if (!config.cluster_token.empty())
+    return config.cluster_token;
+  const char* env = std::getenv("ACTORLLM_CLUSTER_TOKEN");
+  return env != nullptr ? env : "";
+}
+
+std::vector<proto::cluster_node> cluster_nodes(caf::actor_system& sys, const std::string& address,
+                                               const std::string& token, std::chrono::milliseconds timeout) {
+  const auto [host, port] = split_address(address);
+  auto head = sys.middleman().remote_actor<proto::cluster_registry_actor>(host, port);
+  if (!head)
+    throw_config(fmt::format("cannot reach the cluster head at {}: {}", address, sys.render(head.error())));
+  caf::scoped_actor self{sys};
+  std::vector<proto::cluster_node> nodes;
+  std::optional<std::string> error;
+  self->request(*head, timeout, caf::get_atom::value, proto::nodes_atom::value, token)
+      .receive([&](std::vector<proto::cluster_node>& n) { nodes = std::move(n); },
+               [&](caf::error& err) { error = sys.render(err); });
+  if (error)
+    throw_config(fmt::format("the cluster head at {} refused: {}", address, *error));
+  return nodes;
+}
+
+std::shared_ptr<worker_launcher> make_cluster_launcher(caf::actor_system& sys, std::vector<proto::cluster_node> nodes,
+                                                       placement where, std::string model_dir, std::string model_hash) {
+  return std::make_shared<cluster_launcher>(sys, std::move(nodes), std::move(where), std::move(model_dir),
+                                            std::move(model_hash));
+}
+
+std::vector<std::pair<std::string, std::string>> forwarded_environment() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry{*e};
+    const auto eq = entry.find('=');
+    if (eq == std::string_view::npos)
+      continue;
+    const std::string_view name = entry.substr(0, eq);
+    const bool wanted = name.starts_with("NCCL_") || name.starts_with("GLOO_") || name.starts_with("ACTORLLM_");
+    // Per-process and per-node values are the agent's to set.
+    const bool own = name == "ACTORLLM_WORKER_TOKEN" || name == "ACTORLLM_HOST_IP" ||
+                     name == "ACTORLLM_CLUSTER_TOKEN" || name == "ACTORLLM_WORKER_BIN";
+    if (wanted && !own)
+      out.emplace_back(std::string{name}, std::string{entry.substr(eq + 1)});
+  }
+  return out;
+}
+
+replica build_cluster_replica(caf::actor_system& sys, const engine_config& config) {
+  if (config.cluster_address.empty())
+    throw_config("the cluster executor needs cluster_address (--cluster-address HEAD:PORT)");
+  replica_plan plan = plan_replica(config);
+  plan.r.executor = "cluster";
+  const int32_t tp = config.tensor_parallel_size;
+  const int32_t pp = config.pipeline_parallel_size;
+
+  auto all = cluster_nodes(sys, config.cluster_address, cluster_token(config), std::chrono::seconds{5});
+  std::vector<proto::cluster_node> nodes;
+  std::vector<node_resources> resources;
+  for (auto& n : all) {
+    if (!n.healthy)
+      continue;
+    resources.push_back({n.info.node_id, n.info.host, n.info.n_devices, n.info.device_kind, n.info.free_memory_bytes});
+    nodes.push_back(std::move(n));
+  }
+  auto placed = place_ranks(tp, pp, resources);
+  if (auto* err = std::get_if<std::string>(&placed))
+    throw_config(*err);
+  auto& where = std::get<placement>(placed);
+  for (const auto& w : where.warnings)
+    log::warning("executor", "{}", w);
+  for (const auto& slot : where.slots)
+    log::debug("executor", "stage {} rank {} -> node '{}' device {}", slot.stage, slot.tp_rank, slot.node_id,
+               slot.device);
+
+  const std::string hash = model::model_content_hash(config.model);
+  if (hash.empty())
+    throw_config(fmt::format("{} has no config.json: nothing to serve", config.model));
+  auto launcher = make_cluster_launcher(sys, std::move(nodes), std::move(where), config.model, hash);
+  return build_worker_replica(sys, config, std::move(plan), std::move(launcher), data_plane_host());
+}
+
+}  // namespace actorllm::actors

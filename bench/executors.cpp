@@ -1,0 +1,143 @@
+// Executors compared: decode speed of a dummy Llama-3.2-1B-shaped model (bf16) at tp 1, and at tp 2 as threads of
+// one process (uni) and as two worker processes (mp, Gloo between them), all through actorllm::LLM in one run.
+// A step's time is the difference of two runs that differ only in max_tokens, divided by the extra steps, so
+// submitting and prefilling drop out. Reports tokens/s per layout, the ratio to tp 1, and the per-step latency
+// that going multi-process adds (mp − uni at the same tp). Prints a table, writes JSON.
+#include "util/json_writer.hpp"
+
+#include <actorllm/llm.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct layout {
+  std::string name;
+  int32_t tp = 1;
+  std::string executor;
+};
+
+struct layout_result {
+  layout l;
+  int64_t batch = 0;
+  double step_ms = 0;
+  double tokens_per_second = 0;
+};
+
+double run_seconds(actorllm::LLM& llm, int64_t batch, int32_t max_tokens) {
+  std::vector<actorllm::prompt> prompts;
+  for (int64_t s = 0; s < batch; ++s)
+    prompts.emplace_back(std::vector<int32_t>{static_cast<int32_t>(100 + s), 200, 300, 400, 500, 600, 700, 800});
+  actorllm::sampling_params p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  llm.generate(prompts, p);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Decode speed of the uni and mp executors on a dummy 1B-shaped model"};
+  std::string config_dir = std::string{ACTORLLM_SOURCE_DIR} + "/bench/configs/llama-3.2-1b";
+  std::string json_path = "bench/results/executors.json";
+  int32_t short_tokens = 6, long_tokens = 22;
+  int threads = 0;
+  std::vector<int64_t> batches{1, 8};
+  app.add_option("--config", config_dir, "Directory with the model's config.json")->capture_default_str();
+  app.add_option("--short", short_tokens, "Tokens of the shorter run")->capture_default_str();
+  app.add_option("--long", long_tokens, "Tokens of the longer run")->capture_default_str();
+  app.add_option("--batch", batches, "Batch sizes")->capture_default_str();
+  app.add_option("--threads", threads, "Kernel threads over all shards (default: all cores)");
+  app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (std::getenv("ACTORLLM_WORKER_BIN") == nullptr) {  // bench binaries live in build/bench, actorllm in build/
+    const auto self = std::filesystem::read_symlink("/proc/self/exe");
+    ::setenv("ACTORLLM_WORKER_BIN", (self.parent_path().parent_path() / "actorllm").c_str(), 1);
+  }
+
+  const std::vector<layout> layouts{
+      {"tp1 uni", 1, "uni"}, {"tp2 uni (threads)", 2, "uni"}, {"tp2 mp (processes)", 2, "mp"}};
+  std::vector<layout_result> results;
+  for (const auto& l : layouts) {
+    actorllm::engine_config cfg;
+    cfg.model = config_dir;
+    cfg.load_format = "dummy";
+    cfg.dtype = "bfloat16";
+    cfg.max_model_len = 512;
+    cfg.kv_cache_memory = size_t{512} << 20;
+    cfg.threads = threads;
+    cfg.tensor_parallel_size = l.tp;
+    cfg.distributed_executor_backend = l.executor;
+    std::fprintf(stderr, "%s: starting...\n", l.name.c_str());
+    actorllm::LLM llm{cfg};
+    run_seconds(llm, 1, 2);  // warm-up: first touch of weights and cache
+    for (int64_t batch : batches) {
+      const double a = run_seconds(llm, batch, short_tokens);
+      const double b = run_seconds(llm, batch, long_tokens);
+      layout_result r;
+      r.l = l;
+      r.batch = batch;
+      r.step_ms = (b - a) / (long_tokens - short_tokens) * 1e3;
+      r.tokens_per_second = static_cast<double>(batch) / (r.step_ms / 1e3);
+      results.push_back(r);
+      std::fprintf(stderr, "  batch %ld: %.1f ms per step\n", static_cast<long>(batch), r.step_ms);
+    }
+  }
+
+  std::printf("%-22s %6s %14s %14s %14s %22s\n", "layout", "batch", "step (ms)", "tokens/s", "vs tp1",
+              "added by processes (ms)");
+  std::vector<double> added;
+  for (const auto& r : results) {
+    double base = 0, uni_same_tp = 0;
+    for (const auto& o : results) {
+      if (o.batch != r.batch)
+        continue;
+      if (o.l.tp == 1)
+        base = o.tokens_per_second;
+      if (o.l.tp == r.l.tp && o.l.executor == "uni")
+        uni_same_tp = o.step_ms;
+    }
+    const double extra = r.l.executor == "mp" ? r.step_ms - uni_same_tp : 0.0;
+    added.push_back(extra);
+    std::printf("%-22s %6ld %14.1f %14.2f %13.2fx %22s\n", r.l.name.c_str(), static_cast<long>(r.batch), r.step_ms,
+                r.tokens_per_second, r.tokens_per_second / base,
+                r.l.executor == "mp" ? std::to_string(extra).substr(0, 6).c_str() : "-");
+  }
+
+  actorllm::json_writer w;
+  w.begin_object();
+  w.key("benchmark").value("executors");
+  w.key("config").value(config_dir);
+  w.key("results").begin_array();
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    w.begin_object();
+    w.key("layout").value(r.l.name);
+    w.key("tp").value(static_cast<int64_t>(r.l.tp));
+    w.key("executor").value(r.l.executor);
+    w.key("batch").value(r.batch);
+    w.key("step_ms").value(r.step_ms);
+    w.key("tokens_per_second").value(r.tokens_per_second);
+    w.key("added_by_processes_ms").value(added[i]);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  std::filesystem::path out{json_path};
+  if (out.has_parent_path())
+    std::filesystem::create_directories(out.parent_path());
+  std::ofstream{out} << w.str() << "\n";
+  std::fprintf(stderr, "wrote %s\n", out.c_str());
+  return 0;
+}
