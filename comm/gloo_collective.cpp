@@ -18,6 +18,10 @@ gloo_collective::gloo_collective(std::shared_ptr<gloo_group> group) : group_(std
   ACTORLLM_CHECK(group_ != nullptr, "gloo_collective needs a group");
 }
 
+namespace {
+constexpr size_t bcube_max_bytes = size_t{256} << 10;
+}  // namespace
+
 void gloo_collective::all_reduce_sum(float* data, int64_t n) {
   ACTORLLM_CHECK(n >= 0, "negative element count");
   if (n == 0 || size() == 1)
@@ -28,6 +32,10 @@ void gloo_collective::all_reduce_sum(float* data, int64_t n) {
     opts.setOutput(data, static_cast<size_t>(n));  // no input: in place
     opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     opts.setTimeout(group_->timeout());
+    // Decode-sized buffers (a token's hidden state is a few KiB) are latency-bound: BCube finishes in log2(size)
+    // exchanges where the ring takes 2(size - 1) steps. Large buffers keep the bandwidth-optimal ring.
+    if (static_cast<size_t>(n) * sizeof(float) < bcube_max_bytes)
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
     gloo::allreduce(opts);
   });
 }
