@@ -3,6 +3,7 @@
 // in-flight request with an error at once, after which the engine restarts its workers and serves the golden
 // output again.
 #include "actorllm/llm.hpp"
+#include "e2e_server/server_harness.hpp"
 #include "test_paths.hpp"
 
 #include <doctest/doctest.h>
@@ -61,6 +62,39 @@ std::vector<int32_t> greedy(LLM& llm, const golden_case& g) {
   p.max_tokens = static_cast<int32_t>(g.output.size());
   p.ignore_eos = true;
   return llm.generate(prompt{g.prompt}, p).outputs.front().token_ids;
+}
+
+/// The parent of `pid` (0 when gone).
+pid_t parent_of(pid_t pid) {
+  std::ifstream stat{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  if (close == std::string::npos)
+    return 0;
+  std::istringstream rest{line.substr(close + 2)};
+  char state = 0;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  return state == 'Z' ? 0 : ppid;
+}
+
+/// Every live `actorllm worker` process of this machine.
+std::vector<pid_t> all_worker_pids() {
+  std::vector<pid_t> out;
+  DIR* proc = ::opendir("/proc");
+  REQUIRE(proc != nullptr);
+  while (dirent* e = ::readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0 || parent_of(pid) == 0)
+      continue;
+    std::ifstream cmd{"/proc/" + std::to_string(pid) + "/cmdline"};
+    std::string args{std::istreambuf_iterator<char>{cmd}, {}};
+    if (args.find("worker") != std::string::npos && args.find("--registry") != std::string::npos)
+      out.push_back(pid);
+  }
+  ::closedir(proc);
+  return out;
 }
 
 /// Worker processes whose parent is this process.
@@ -163,4 +197,16 @@ TEST_CASE("mp executor: kill -9 of a worker ends every running request within 5 
   CHECK(fresh.size() == 4);
   for (pid_t pid : fresh)
     CHECK(std::find(workers.begin(), workers.end(), pid) == workers.end());
+}
+
+TEST_CASE("mp executor: serve exits non-zero when a dead worker may not be restarted (--max-worker-restarts 0)") {
+  e2e::server srv{{"-tp", "2", "--distributed-executor-backend", "mp", "--max-worker-restarts", "0"},
+                  {"ACTORLLM_WORKER_BIN=" + test::actorllm_binary().string()}};
+  std::vector<pid_t> workers;
+  for (pid_t pid : all_worker_pids())
+    if (parent_of(pid) == srv.pid())
+      workers.push_back(pid);
+  REQUIRE(workers.size() == 2);
+  ::kill(workers.front(), SIGKILL);
+  CHECK(srv.wait_exit(15s) == 1);
 }
