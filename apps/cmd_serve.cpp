@@ -149,6 +149,8 @@ int run_serve(serve_options o) {
     if (const char* env = std::getenv("ACTORLLM_CLUSTER_ADDRESS"))
       cfg.cluster_address = env;
   cfg.cluster_token = o.cluster_token;
+  if (!o.host_ip.empty())
+    ::setenv("ACTORLLM_HOST_IP", o.host_ip.c_str(), 1);  // read by the executors (and forwarded to nothing: per node)
   log::info("serve", "Loading model {} as '{}' (tp {}, pp {})", o.model, o.served_model_names.front(),
             o.tensor_parallel_size, o.pipeline_parallel_size);
   LLM llm{cfg};
@@ -229,6 +231,9 @@ command_registration serve_command{
       sub.add_option("--pp-layer-partition", o->pp_layer_partition, "Layers per pipeline stage, e.g. 3,2");
       sub.add_option("--cluster-address", o->cluster_head_address,
                      "The cluster head (`actorllm node --head`), HOST:PORT; also $ACTORLLM_CLUSTER_ADDRESS");
+      sub.add_option("--host-ip", o->host_ip,
+                     "The address worker processes reach this engine at, bound and advertised (default: "
+                     "$ACTORLLM_HOST_IP, else 127.0.0.1)");
       sub.add_option("--cluster-token", o->cluster_token,
                      "The cluster's shared token (default: $ACTORLLM_CLUSTER_TOKEN)");
       sub.add_option("--max-worker-restarts", o->max_worker_restarts,

@@ -210,6 +210,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"pp_layer_partition", partition_value(o.pp_layer_partition)},
            {"distributed_executor_backend", choice_value(o.distributed_executor_backend, {"uni", "mp", "cluster"})},
            {"num_threads", integer_value(o.threads, 0, int_max)},
+           {"max_worker_restarts", integer_value(o.max_worker_restarts, 0, int_max)},
        }},
       {"scheduler",
        {
@@ -244,6 +245,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
        {
            {"head_address", string_value(o.cluster_head_address)},
            {"token", string_value(o.cluster_token)},
+           {"host_ip", string_value(o.host_ip)},
        }},
   };
 }

@@ -57,6 +57,7 @@ struct serve_options {
   // [cluster]: where the cluster executor finds the head (--cluster-address / --cluster-token).
   std::string cluster_head_address;  ///< host:port of the head node
   std::string cluster_token;         ///< shared secret nodes present to the head
+  std::string host_ip;  ///< the address this process binds and advertises to workers (sets ACTORLLM_HOST_IP)
 };
 
 }  // namespace actorllm::app

@@ -125,6 +125,7 @@ pipeline_parallel_size = 3
 pp_layer_partition = "2,2,1"
 distributed_executor_backend = "mp"
 num_threads = 3
+max_worker_restarts = 5
 [scheduler]
 max_num_seqs = 8
 max_num_batched_tokens = 99
@@ -144,6 +145,7 @@ log_level = "debug"
 [cluster]
 head_address = "10.0.0.1:29500"
 token = "secret"
+host_ip = "10.0.0.2"
 )",
                                    "/etc/actorllm/s.toml");
   CHECK(o.model == "/abs/model");
@@ -175,7 +177,9 @@ token = "secret"
   CHECK(o.log_level == "debug");
   CHECK(o.cluster_head_address == "10.0.0.1:29500");
   CHECK(o.cluster_token == "secret");
-  CHECK(app::serve_config_keys().size() == 29);
+  CHECK(o.host_ip == "10.0.0.2");
+  CHECK(o.max_worker_restarts == 5);
+  CHECK(app::serve_config_keys().size() == 31);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
