@@ -36,6 +36,12 @@ void report(watch_pointer self, std::string message) {
     return;
   st.failed = true;
   log::error("watch", "{}", message);
+  // The engine first: its mailbox holds the failure before on_failure lets the owner stop the replica.
+  if (st.args.engine) {
+    proto::step_update update;
+    update.failure = message;
+    caf::anon_send(st.args.engine, std::move(update));
+  }
   proto::step_result failure;
   failure.error = message;
   caf::anon_send(caf::actor_cast<proto::result_sink>(st.args.scheduler), std::move(failure));
@@ -94,6 +100,7 @@ replica_watch_args watch_args_for(const replica& r, int32_t tp_size, std::functi
   a.workers = r.workers;
   a.processes = r.processes;
   a.scheduler = r.scheduler;
+  a.engine = r.engine;
   a.tp_size = tp_size;
   a.on_failure = std::move(on_failure);
   return a;

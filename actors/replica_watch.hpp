@@ -20,6 +20,9 @@ struct replica_watch_args {
   std::vector<proto::worker_actor> workers;
   std::vector<std::shared_ptr<util::child_process>> processes;  ///< may be empty (cluster: agents watch those)
   proto::scheduler_actor scheduler;
+  /// Told first, so that its requests end with the failure before the owner's restart shuts it down (which would
+  /// end them as aborted instead).
+  proto::engine_actor engine;
   int32_t tp_size = 1;
   std::chrono::milliseconds probe_interval{500};
   std::chrono::milliseconds probe_timeout{2000};  ///< a worker that answers no ping for this long is dead
