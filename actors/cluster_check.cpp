@@ -4,8 +4,8 @@
 #include "actorllm/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/cluster_executor.hpp"
+#include "actors/control_network.hpp"
 #include "actors/mp_executor.hpp"
-#include "actors/worker_process.hpp"
 #include "actors/worker_replica.hpp"
 
 #include <caf/actor_system.hpp>
@@ -23,7 +23,7 @@ namespace actorllm::actors {
 int run_cluster_check(const cluster_check_options& o, std::ostream& out) {
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  enable_network(cfg);
+  enable_network(cfg, o.tls);
   caf::actor_system sys{cfg};
 
   auto nodes = cluster_nodes(sys, o.address, o.token, std::chrono::seconds{5});
@@ -51,7 +51,8 @@ int run_cluster_check(const cluster_check_options& o, std::ostream& out) {
   for (const auto& n : used)
     host_of[n.info.node_id] = n.info.host;
   auto launcher = make_cluster_launcher(sys, used, std::move(where), "", "");
-  out << fmt::format("Checking {} rank(s) on {} node(s) of the cluster at {}\n", world, used.size(), o.address);
+  out << fmt::format("Checking {} rank(s) on {} node(s) of the cluster at {}{}\n", world, used.size(), o.address,
+                     o.tls.enabled() ? " (control plane over TLS)" : "");
   worker_set ws = launch_workers(sys, *launcher, world, data_plane_host());
 
   // Everyone joins one group; the requests run concurrently (each worker answers from a thread of its own).

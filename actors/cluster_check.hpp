@@ -3,6 +3,8 @@
 // (latency, bandwidth); the results come back as a table.
 #pragma once
 
+#include "actors/control_network.hpp"
+
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -12,6 +14,7 @@ namespace actorllm::actors {
 struct cluster_check_options {
   std::string address;  ///< the head, HOST:PORT
   std::string token;
+  control_tls tls;  ///< the cluster's control-plane TLS (resolved and checked by the caller)
   int64_t large_bytes = 16 << 20;
   int32_t iterations = 5;
   int32_t max_workers_per_node = 0;  ///< 0: one per device

@@ -2,6 +2,7 @@
 #include "actors/cluster_executor.hpp"
 
 #include "actorllm/error.hpp"
+#include "actors/control_network.hpp"
 #include "actors/mp_executor.hpp"
 #include "actors/placement.hpp"
 #include "actors/worker_replica.hpp"
@@ -127,9 +128,10 @@ std::string cluster_token(const engine_config& config) {
 std::vector<proto::cluster_node> cluster_nodes(caf::actor_system& sys, const std::string& address,
                                                const std::string& token, std::chrono::milliseconds timeout) {
   const auto [host, port] = split_address(address);
-  auto head = sys.middleman().remote_actor<proto::cluster_registry_actor>(host, port);
+  auto head = connect_control<proto::cluster_registry_actor>(sys, host, port);
   if (!head)
-    throw_config(fmt::format("cannot reach the cluster head at {}: {}", address, sys.render(head.error())));
+    throw_config(
+        fmt::format("cannot reach the cluster head at {}: {}", address, describe_connect_error(sys, head.error())));
   caf::scoped_actor self{sys};
   std::vector<proto::cluster_node> nodes;
   std::optional<std::string> error;
@@ -156,9 +158,10 @@ std::vector<std::pair<std::string, std::string>> forwarded_environment() {
       continue;
     const std::string_view name = entry.substr(0, eq);
     const bool wanted = name.starts_with("NCCL_") || name.starts_with("GLOO_") || name.starts_with("ACTORLLM_");
-    // Per-process and per-node values are the agent's to set.
+    // Per-process and per-node values (a worker's token, the node's address, binary and TLS files) are the agent's.
     const bool own = name == "ACTORLLM_WORKER_TOKEN" || name == "ACTORLLM_HOST_IP" ||
-                     name == "ACTORLLM_CLUSTER_TOKEN" || name == "ACTORLLM_WORKER_BIN";
+                     name == "ACTORLLM_CLUSTER_TOKEN" || name == "ACTORLLM_WORKER_BIN" ||
+                     name.starts_with("ACTORLLM_TLS_");
     if (wanted && !own)
       out.emplace_back(std::string{name}, std::string{entry.substr(eq + 1)});
   }

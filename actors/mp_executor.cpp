@@ -2,6 +2,7 @@
 #include "actors/mp_executor.hpp"
 
 #include "actorllm/error.hpp"
+#include "actors/control_network.hpp"
 #include "actors/worker_replica.hpp"
 
 #include <fmt/format.h>
@@ -16,14 +17,16 @@ namespace {
 /// Starts workers as children of this process (they die with it).
 class local_launcher final : public worker_launcher {
  public:
-  explicit local_launcher(std::string program) : program_(std::move(program)) {}
+  /// `tls`: the engine's control-plane TLS, which its workers must speak too.
+  local_launcher(std::string program, control_tls tls) : program_(std::move(program)), tls_(std::move(tls)) {}
   std::string name() const override { return "mp executor"; }
 
   void start(int32_t index, const std::string& host, uint16_t port, const std::string& token) override {
     util::child_process::options o;
     o.program = program_;
     o.args = {"worker", "--registry", fmt::format("{}:{}", host, port), "--index", std::to_string(index)};
-    o.env = {{"ACTORLLM_WORKER_TOKEN", token}};
+    o.env = tls_.environment();
+    o.env.emplace_back("ACTORLLM_WORKER_TOKEN", token);
     processes_.push_back(std::make_shared<util::child_process>(o));
   }
 
@@ -50,6 +53,7 @@ class local_launcher final : public worker_launcher {
 
  private:
   std::string program_;
+  control_tls tls_;
   std::vector<std::shared_ptr<util::child_process>> processes_;
 };
 
@@ -81,7 +85,8 @@ std::string data_plane_host() {
 replica build_mp_replica(caf::actor_system& sys, const engine_config& config) {
   replica_plan plan = plan_replica(config);
   plan.r.executor = "mp";
-  return build_worker_replica(sys, config, std::move(plan), std::make_shared<local_launcher>(worker_binary()),
+  return build_worker_replica(sys, config, std::move(plan),
+                              std::make_shared<local_launcher>(worker_binary(), control_tls::of(sys)),
                               data_plane_host());
 }
 

@@ -83,6 +83,8 @@ caf::result<int32_t> start_worker(agent_pointer self, proto::worker_launch& laun
   // The engine's environment first, so that this node's own address and the worker token always win.
   for (size_t i = 0; i < launch.env_names.size(); ++i)
     o.env.emplace_back(launch.env_names[i], launch.env_values[i]);
+  for (const auto& entry : st.config.worker_env)
+    o.env.push_back(entry);
   o.env.emplace_back("ACTORLLM_WORKER_TOKEN", launch.token);
   o.env.emplace_back("ACTORLLM_HOST_IP", info.host);
   if (info.device_kind == "cuda")

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace actorllm::actors {
 
@@ -18,6 +20,9 @@ struct node_agent_config {
   proto::node_info info;  ///< node_id, host, device_kind, n_devices, cores_per_device, memory; the rest is filled in
   std::string worker_program;                    ///< the actorllm binary the workers run (actors::worker_binary())
   std::chrono::milliseconds reap_interval{200};  ///< how often ended workers are collected
+  /// Set in every worker's environment after the engine's forwarded variables: this node's own settings (its
+  /// control-plane TLS files, control_tls::environment()).
+  std::vector<std::pair<std::string, std::string>> worker_env;
 };
 
 /// This machine's memory from /proc/meminfo (MemTotal, MemAvailable); zeros when it cannot be read.

@@ -18,35 +18,24 @@
 
 namespace actorllm::actors {
 
-void enable_network(caf::actor_system_config& cfg, bool direct_connections) {
-  cfg.load<caf::io::middleman>();
-  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{500}});
-  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});
-  // Workers that learn of each other through the engine (a stage's next shard) talk directly, not through it.
-  // Only workers: CAF 0.17 can hang in actor_system shutdown while such a connection is being set up, and a
-  // worker never shuts its system down (it _Exits).
-  if (direct_connections)
-    cfg.set("middleman.enable-automatic-connections", true);
-}
-
 int run_worker(const worker_options& options) {
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  enable_network(cfg, /*direct_connections=*/true);
+  enable_network(cfg, options.tls, /*direct_connections=*/!options.tls.enabled());
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
   // The engine may still be coming up: retry the connection for a few seconds.
   caf::expected<proto::worker_registry_actor> registry{caf::error{}};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
   for (;;) {
-    registry = sys.middleman().remote_actor<proto::worker_registry_actor>(options.registry_host, options.registry_port);
+    registry = connect_control<proto::worker_registry_actor>(sys, options.registry_host, options.registry_port);
     if (registry || std::chrono::steady_clock::now() > deadline)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds{50});
   }
   if (!registry) {
     log::error("worker", "worker {}: cannot reach the engine at {}:{}: {}", options.index, options.registry_host,
-               options.registry_port, sys.render(registry.error()));
+               options.registry_port, describe_connect_error(sys, registry.error()));
     return 1;
   }
   auto worker = spawn_worker(sys, *registry, options.index);

@@ -2,6 +2,7 @@
 #include "actors/worker_replica.hpp"
 
 #include "actorllm/error.hpp"
+#include "actors/control_network.hpp"
 #include "actors/worker_registry.hpp"
 #include "util/log.hpp"
 
@@ -33,7 +34,7 @@ worker_set launch_workers(caf::actor_system& sys, worker_launcher& launcher, int
   out.token = random_token();
   caf::scoped_actor self{sys};
   out.registry = spawn_worker_registry(sys, {out.token, world, caf::actor_cast<caf::actor>(self)});
-  auto port = sys.middleman().publish(out.registry, 0, registry_host.c_str(), true);
+  auto port = publish_control(out.registry, 0, registry_host);
   if (!port) {
     caf::anon_send_exit(out.registry, caf::exit_reason::user_shutdown);
     throw actorllm::error{errc::load_failed,

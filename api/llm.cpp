@@ -5,10 +5,10 @@
 
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
+#include "actors/control_network.hpp"
 #include "actors/executor.hpp"
 #include "actors/replica_watch.hpp"
 #include "actors/uni_executor.hpp"
-#include "actors/worker_process.hpp"
 #include "util/log.hpp"
 
 #include <caf/actor_system.hpp>
@@ -466,8 +466,17 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
     if (const char* env = std::getenv("ACTORLLM_CLUSTER_ADDRESS"))
       im.config.cluster_address = env;
   im.config.distributed_executor_backend = actors::resolve_executor(im.config);
-  if (im.config.distributed_executor_backend != "uni")
-    actors::enable_network(im.caf_config);
+  if (im.config.distributed_executor_backend != "uni") {
+    const auto tls = actors::control_tls::from_environment(
+        {im.config.cluster_tls_certificate, im.config.cluster_tls_key, im.config.cluster_tls_ca_file});
+    tls.check();
+    if (tls.enabled())
+      log::info("executor",
+                "control plane over TLS (certificate {}, CA {}); tensors between workers travel over "
+                "Gloo's TCP transport, unencrypted",
+                tls.certificate, tls.ca_file);
+    actors::enable_network(im.caf_config, tls);
+  }
   im.sys = std::make_unique<caf::actor_system>(im.caf_config);
   try {
     im.replica = actors::build_replica(*im.sys, im.config);

@@ -1,6 +1,8 @@
 // `actorllm check`: the cluster's communication sanity check (actors/cluster_check.hpp).
 #include "apps/command_registry.hpp"
 
+#include "apps/cluster_tls_options.hpp"
+
 #include "actors/cluster_check.hpp"
 
 #include <cstdlib>
@@ -26,7 +28,12 @@ command_registration check_command{
       sub.add_option("--workers-per-node", o->max_workers_per_node,
                      "At most this many ranks per node (0: one per "
                      "device)");
-      return [o]() { return actors::run_cluster_check(*o, std::cout); };
+      add_cluster_tls_options(sub, o->tls.certificate, o->tls.key, o->tls.ca_file);
+      return [o]() {
+        o->tls = actors::control_tls::from_environment(o->tls);
+        o->tls.check();
+        return actors::run_cluster_check(*o, std::cout);
+      };
     }};
 
 }  // namespace

@@ -4,13 +4,15 @@
 // is gone (exit status 3), killing its workers.
 #include "apps/command_registry.hpp"
 
+#include "apps/cluster_tls_options.hpp"
+
 #include "actorllm/error.hpp"
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/cluster_registry.hpp"
+#include "actors/control_network.hpp"
 #include "actors/mp_executor.hpp"
 #include "actors/node_agent.hpp"
-#include "actors/worker_process.hpp"
 #include "util/log.hpp"
 
 #include <caf/actor_system.hpp>
@@ -45,6 +47,7 @@ struct node_cli {
   int32_t cpu_devices = 1;
   std::string node_id;
   std::string cluster_token;
+  actors::control_tls tls;
 };
 
 volatile std::sig_atomic_t stop_signal = 0;
@@ -116,13 +119,16 @@ int run_node(const node_cli& o) {
   if (generated_token)
     token = random_token();
 
+  const auto tls = actors::control_tls::from_environment(o.tls);
+  tls.check();
+
   // Handlers, not blocked signals: the worker processes this node starts must not inherit a blocked SIGTERM.
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  actors::enable_network(cfg);
+  actors::enable_network(cfg, tls);
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
@@ -131,14 +137,14 @@ int run_node(const node_cli& o) {
   std::string head_address;
   if (o.head) {
     registry = actors::spawn_cluster_registry(sys, token);
-    auto port = sys.middleman().publish(registry, o.port, host.c_str(), true);
+    auto port = actors::publish_control(registry, o.port, host);
     if (!port) {
       log::error("node", "cannot listen on {}:{}: {}", host, o.port, sys.render(port.error()));
       caf::anon_send_exit(registry, caf::exit_reason::user_shutdown);
       return 1;
     }
     head_address = fmt::format("{}:{}", host, *port);
-    log::info("node", "Cluster head listening on {}", head_address);
+    log::info("node", "Cluster head listening on {}{}", head_address, tls.enabled() ? " (TLS)" : "");
     if (generated_token)
       log::info("node",
                 "No cluster token was given; generated one. Join with: ACTORLLM_CLUSTER_TOKEN={} actorllm "
@@ -150,13 +156,14 @@ int run_node(const node_cli& o) {
     // The head may still be coming up: retry for a few seconds.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
     for (;;) {
-      auto remote = sys.middleman().remote_actor<proto::cluster_registry_actor>(head_host, head_port);
+      auto remote = actors::connect_control<proto::cluster_registry_actor>(sys, head_host, head_port);
       if (remote) {
         registry = *remote;
         break;
       }
       if (std::chrono::steady_clock::now() > deadline || stop_signal != 0) {
-        log::error("node", "cannot reach the cluster head at {}: {}", head_address, sys.render(remote.error()));
+        log::error("node", "cannot reach the cluster head at {}: {}", head_address,
+                   actors::describe_connect_error(sys, remote.error()));
         return 1;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds{200});
@@ -169,6 +176,7 @@ int run_node(const node_cli& o) {
     actors::node_agent_config agent_config;
     agent_config.info = this_node(o, host);
     agent_config.worker_program = actors::worker_binary();
+    agent_config.worker_env = tls.environment();
     agent = actors::spawn_node_agent(sys, agent_config);
     bool joined = false;
     self->request(registry, std::chrono::seconds{10}, proto::join_atom::value,
@@ -227,6 +235,7 @@ command_registration node_command{
           ->capture_default_str();
       sub.add_option("--node-id", o->node_id, "This node's id in the cluster (default: the host name)");
       sub.add_option("--cluster-token", o->cluster_token, "The cluster's shared secret");
+      add_cluster_tls_options(sub, o->tls.certificate, o->tls.key, o->tls.ca_file);
       return [o]() { return run_node(*o); };
     }};
 

@@ -4,6 +4,7 @@
 #include "apps/command_registry.hpp"
 
 #include "actors/executor_choice.hpp"
+#include "apps/cluster_tls_options.hpp"
 #include "apps/serve_config_file.hpp"
 #include "apps/serve_options.hpp"
 
@@ -149,6 +150,9 @@ int run_serve(serve_options o) {
     if (const char* env = std::getenv("ACTORLLM_CLUSTER_ADDRESS"))
       cfg.cluster_address = env;
   cfg.cluster_token = o.cluster_token;
+  cfg.cluster_tls_certificate = o.cluster_tls_cert;
+  cfg.cluster_tls_key = o.cluster_tls_key;
+  cfg.cluster_tls_ca_file = o.cluster_tls_ca;
   if (!o.host_ip.empty())
     ::setenv("ACTORLLM_HOST_IP", o.host_ip.c_str(), 1);  // read by the executors (and forwarded to nothing: per node)
   log::info("serve", "Loading model {} as '{}' (tp {}, pp {})", o.model, o.served_model_names.front(),
@@ -236,6 +240,7 @@ command_registration serve_command{
                      "$ACTORLLM_HOST_IP, else 127.0.0.1)");
       sub.add_option("--cluster-token", o->cluster_token,
                      "The cluster's shared token (default: $ACTORLLM_CLUSTER_TOKEN)");
+      add_cluster_tls_options(sub, o->cluster_tls_cert, o->cluster_tls_key, o->cluster_tls_ca);
       sub.add_option("--max-worker-restarts", o->max_worker_restarts,
                      "mp/cluster: times dead worker processes are restarted before the server exits non-zero "
                      "(0: never)")

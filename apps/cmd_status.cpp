@@ -1,9 +1,11 @@
 // `actorllm status`: the nodes of a cluster as its head sees them, one line each (like `ray status`).
 #include "apps/command_registry.hpp"
 
+#include "apps/cluster_tls_options.hpp"
+
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/worker_process.hpp"
+#include "actors/control_network.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -25,6 +27,7 @@ namespace {
 struct status_cli {
   std::string address;
   std::string cluster_token;
+  actors::control_tls tls;
 };
 
 std::string env_or(const char* name, std::string fallback) {
@@ -92,15 +95,18 @@ int run_status(const status_cli& o) {
     fmt::print(stderr, "actorllm status: --address '{}' is not HOST:PORT\n", address);
     return 1;
   }
+  const auto tls = actors::control_tls::from_environment(o.tls);
+  tls.check();
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  actors::enable_network(cfg);
+  actors::enable_network(cfg, tls);
   cfg.set("scheduler.max-threads", 1);
   caf::actor_system sys{cfg};
-  auto registry = sys.middleman().remote_actor<proto::cluster_registry_actor>(address.substr(0, colon),
-                                                                              static_cast<uint16_t>(port));
+  auto registry = actors::connect_control<proto::cluster_registry_actor>(sys, address.substr(0, colon),
+                                                                         static_cast<uint16_t>(port));
   if (!registry) {
-    fmt::print(stderr, "actorllm status: no cluster head answers at {}: {}\n", address, sys.render(registry.error()));
+    fmt::print(stderr, "actorllm status: no cluster head answers at {}: {}\n", address,
+               actors::describe_connect_error(sys, registry.error()));
     return 1;
   }
   int status = 1;
@@ -127,6 +133,7 @@ command_registration status_command{
                      "The cluster head, HOST:PORT (default: $ACTORLLM_CLUSTER_ADDRESS, else 127.0.0.1:6380)");
       sub.add_option("--cluster-token", o->cluster_token,
                      "The cluster's shared secret (default: $ACTORLLM_CLUSTER_TOKEN)");
+      add_cluster_tls_options(sub, o->tls.certificate, o->tls.key, o->tls.ca_file);
       return [o]() { return run_status(*o); };
     }};
 

@@ -246,6 +246,9 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"head_address", string_value(o.cluster_head_address)},
            {"token", string_value(o.cluster_token)},
            {"host_ip", string_value(o.host_ip)},
+           {"tls_cert", path_value(o.cluster_tls_cert, base_dir)},
+           {"tls_key", path_value(o.cluster_tls_key, base_dir)},
+           {"tls_ca", path_value(o.cluster_tls_ca, base_dir)},
        }},
   };
 }

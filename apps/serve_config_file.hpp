@@ -8,7 +8,8 @@
 //   [scheduler] max_num_seqs, max_num_batched_tokens, max_queued_requests
 //   [cache]     block_size, gpu_memory_utilization, kv_cache_memory
 //   [server]    host, port, api_key, allowed_origins, shutdown_timeout, max_body_bytes, log_level
-//   [cluster]   head_address, token (reserved for the cluster executor: checked and stored, not acted on yet)
+//   [cluster]   head_address, token, host_ip, tls_cert, tls_key, tls_ca (the cluster executor; the TLS files
+//               secure the control plane of mp as well)
 //
 // Relative paths (model path, tokenizer, a chat_template file, a generation_config directory) are resolved
 // against the file's directory. Unknown sections or keys and values of the wrong type are errors that name the

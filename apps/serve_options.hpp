@@ -57,7 +57,10 @@ struct serve_options {
   // [cluster]: where the cluster executor finds the head (--cluster-address / --cluster-token).
   std::string cluster_head_address;  ///< host:port of the head node
   std::string cluster_token;         ///< shared secret nodes present to the head
-  std::string host_ip;  ///< the address this process binds and advertises to workers (sets ACTORLLM_HOST_IP)
+  std::string host_ip;           ///< the address this process binds and advertises to workers (sets ACTORLLM_HOST_IP)
+  std::string cluster_tls_cert;  ///< control-plane TLS: certificate, key and CA (PEM files; all three or none)
+  std::string cluster_tls_key;
+  std::string cluster_tls_ca;
 };
 
 }  // namespace actorllm::app

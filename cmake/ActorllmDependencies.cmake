@@ -11,14 +11,21 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # net/ link these.
 find_library(CAF_CORE_LIBRARY caf_core)
 find_library(CAF_IO_LIBRARY caf_io)
+find_library(CAF_OPENSSL_LIBRARY caf_openssl)
 find_path(CAF_INCLUDE_DIR caf/all.hpp)
-if(CAF_CORE_LIBRARY AND CAF_IO_LIBRARY AND CAF_INCLUDE_DIR)
+# OpenSSL (libssl-dev): CAF's OpenSSL module carries the control plane over TLS (actors/control_network.cpp), which
+# also checks the certificate files with it.
+find_package(OpenSSL REQUIRED)
+if(CAF_CORE_LIBRARY AND CAF_IO_LIBRARY AND CAF_OPENSSL_LIBRARY AND CAF_INCLUDE_DIR)
   add_library(caf::core UNKNOWN IMPORTED)
   set_target_properties(caf::core PROPERTIES IMPORTED_LOCATION ${CAF_CORE_LIBRARY}
                                              INTERFACE_LINK_LIBRARIES Threads::Threads)
   add_library(caf::io UNKNOWN IMPORTED)
   set_target_properties(caf::io PROPERTIES IMPORTED_LOCATION ${CAF_IO_LIBRARY}
                                            INTERFACE_LINK_LIBRARIES caf::core)
+  add_library(caf::openssl UNKNOWN IMPORTED)
+  set_target_properties(caf::openssl PROPERTIES IMPORTED_LOCATION ${CAF_OPENSSL_LIBRARY}
+                                                INTERFACE_LINK_LIBRARIES "caf::io;OpenSSL::SSL")
 else()
   message(FATAL_ERROR "CAF 0.17 not found: run scripts/setup.sh (installs libcaf-dev)")
 endif()

@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git clang-format
   libcaf-dev libboost-dev libsimdjson-dev doctest-dev libpcre2-dev libtomlplusplus-dev
   libfmt-dev libcli11-dev libgloo-dev libssl-dev libicu-dev
+  openssl  # the command: the control-plane TLS tests make their certificates with it
 )
 
 missing=()

@@ -4,7 +4,8 @@
 #   bash scripts/sim_cluster.sh [N=2] [D=1]     start (stops a previous one first)
 #   bash scripts/sim_cluster.sh stop            stop it
 # The binary is $ACTORLLM_BIN, else $ACTORLLM_BUILD_DIR/actorllm, else build/actorllm; logs and pids go to
-# $ACTORLLM_SIM_DIR (default ${TMPDIR:-/tmp}/actorllm-sim-cluster-$USER).
+# $ACTORLLM_SIM_DIR (default ${TMPDIR:-/tmp}/actorllm-sim-cluster-$USER). With $ACTORLLM_TLS_CERT, $ACTORLLM_TLS_KEY
+# and $ACTORLLM_TLS_CA exported, every node (and the final status) uses control-plane TLS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACTORLLM_BIN:-${ACTORLLM_BUILD_DIR:-build}/actorllm}

@@ -37,6 +37,12 @@ struct engine_config {
   std::string cluster_address;
   /// The cluster's shared token (also $ACTORLLM_CLUSTER_TOKEN).
   std::string cluster_token;
+  /// Executors mp and cluster: TLS for every control-plane connection (CAF over OpenSSL, both ends authenticated
+  /// by one CA). PEM files: this engine's certificate, its unencrypted key and the CA; all three or none. Empty:
+  /// $ACTORLLM_TLS_CERT, $ACTORLLM_TLS_KEY, $ACTORLLM_TLS_CA. Tensors between workers (Gloo) are not encrypted.
+  std::string cluster_tls_certificate;
+  std::string cluster_tls_key;
+  std::string cluster_tls_ca_file;
   /// Executors with worker processes: restart the workers after one dies (the replica is unhealthy meanwhile).
   bool restart_workers = true;
   /// Restarts before giving up (then the failure handler runs: `actorllm serve` exits non-zero).

@@ -84,11 +84,12 @@ class sim_cluster {
     int devices_per_node = 1;
     std::string token;  ///< empty: a random one
     std::chrono::milliseconds ready_timeout{20000};
+    std::vector<std::string> node_args;  ///< extra flags for the head, every agent and `actorllm status` (TLS)
   };
 
   /// `n_nodes` agents (node-0, node-1, ...) with `devices_per_node` CPU devices each.
   sim_cluster(int n_nodes, int devices_per_node)
-      : sim_cluster(options{n_nodes, devices_per_node, "", std::chrono::milliseconds{20000}}) {}
+      : sim_cluster(options{n_nodes, devices_per_node, "", std::chrono::milliseconds{20000}, {}}) {}
 
   explicit sim_cluster(options o) : options_{std::move(o)} {
     dir_ = make_temp_dir("sim-cluster");
@@ -134,16 +135,30 @@ class sim_cluster {
     throw std::out_of_range("no simulated process " + name);
   }
 
-  /// Starts one more agent (`actorllm node --join`); it may be refused (a wrong token).
+  /// Starts one more agent (`actorllm node --join`) with the cluster's node_args; it may be refused (a wrong
+  /// token).
   sim_process& start_agent(const std::string& node_id, int devices, const std::string& token) {
-    return spawn(node_id, {"node", "--join", head_address_, "--host", "127.0.0.1", "--cpu-devices",
-                           std::to_string(devices), "--node-id", node_id, "--cluster-token", token});
+    return start_agent(node_id, devices, token, options_.node_args);
+  }
+  /// The same with `node_args` of its own in place of the cluster's (a node without TLS, or of another CA).
+  sim_process& start_agent(const std::string& node_id, int devices, const std::string& token,
+                           const std::vector<std::string>& node_args) {
+    std::vector<std::string> args{
+        "node",      "--join", head_address_,     "--host", "127.0.0.1", "--cpu-devices", std::to_string(devices),
+        "--node-id", node_id,  "--cluster-token", token};
+    args.insert(args.end(), node_args.begin(), node_args.end());
+    return spawn(node_id, args);
   }
 
-  /// `actorllm status` against the head (stderr included in `out`).
-  command_result status(const std::string& token) const {
-    return run_command(fmt::format("'{}' status --address {} --cluster-token '{}' 2>&1", actorllm_binary().string(),
-                                   head_address_, token));
+  /// `actorllm status` against the head (stderr included in `out`), with the cluster's node_args.
+  command_result status(const std::string& token) const { return status(token, options_.node_args); }
+  /// The same with other flags in place of node_args.
+  command_result status(const std::string& token, const std::vector<std::string>& node_args) const {
+    std::string extra;
+    for (const auto& a : node_args)
+      extra += fmt::format(" '{}'", a);
+    return run_command(fmt::format("'{}' status --address {} --cluster-token '{}'{} 2>&1", actorllm_binary().string(),
+                                   head_address_, token, extra));
   }
   command_result status() const { return status(options_.token); }
 
@@ -189,8 +204,10 @@ class sim_cluster {
 
  private:
   void start_head() {
-    auto& head = spawn("head", {"node", "--head", "--host", "127.0.0.1", "--port", "0", "--cpu-devices", "0",
-                                "--cluster-token", options_.token});
+    std::vector<std::string> args{"node", "--head",        "--host", "127.0.0.1",       "--port",
+                                  "0",    "--cpu-devices", "0",      "--cluster-token", options_.token};
+    args.insert(args.end(), options_.node_args.begin(), options_.node_args.end());
+    auto& head = spawn("head", args);
     static const std::regex listening{R"(Cluster head listening on ([0-9.]+):(\d+))"};
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
     for (;;) {

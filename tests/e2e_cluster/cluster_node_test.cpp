@@ -5,7 +5,7 @@
 
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/worker_process.hpp"
+#include "actors/control_network.hpp"
 #include "actors/worker_registry.hpp"
 #include "model/model_hash.hpp"
 #include "test_paths.hpp"

@@ -1,0 +1,203 @@
+// The control plane's network: see control_network.hpp.
+#include "actors/control_network.hpp"
+
+#include "actorllm/error.hpp"
+
+#include <caf/openssl/manager.hpp>
+#include <caf/sec.hpp>
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+// CAF 0.17's OpenSSL sessions call SSL_get_error without emptying the thread's OpenSSL error queue first (and,
+// in Debian's build without logging, never drain it after a failure). All sessions share the middleman's thread,
+// so one failed handshake (a node with the wrong CA, a client without TLS) or one peer that closed without
+// close_notify leaves an error behind that makes the next SSL_read of a healthy connection look failed: CAF then
+// drops that connection, and with it a node. These definitions take the place of OpenSSL's I/O calls for the
+// whole process (CAF's library binds to them at load time) and empty the queue before each, as OpenSSL's manual
+// asks of every caller. tests/e2e_cluster checks that a refused handshake leaves the joined nodes alone.
+namespace {
+template <class F>
+F openssl_function(const char* name) {
+  void* f = ::dlsym(RTLD_NEXT, name);
+  if (f == nullptr) {
+    std::fprintf(stderr, "actorllm: OpenSSL's %s is not loaded: %s\n", name, ::dlerror());
+    std::abort();
+  }
+  return reinterpret_cast<F>(f);
+}
+}  // namespace
+
+extern "C" {
+int SSL_read(SSL* ssl, void* buf, int num) {
+  static const auto real = openssl_function<int (*)(SSL*, void*, int)>("SSL_read");
+  ERR_clear_error();
+  return real(ssl, buf, num);
+}
+int SSL_write(SSL* ssl, const void* buf, int num) {
+  static const auto real = openssl_function<int (*)(SSL*, const void*, int)>("SSL_write");
+  ERR_clear_error();
+  return real(ssl, buf, num);
+}
+int SSL_connect(SSL* ssl) {
+  static const auto real = openssl_function<int (*)(SSL*)>("SSL_connect");
+  ERR_clear_error();
+  return real(ssl);
+}
+int SSL_accept(SSL* ssl) {
+  static const auto real = openssl_function<int (*)(SSL*)>("SSL_accept");
+  ERR_clear_error();
+  return real(ssl);
+}
+}  // extern "C"
+
+namespace actorllm::actors {
+namespace {
+
+struct tls_field {
+  const char* flag;
+  const char* variable;
+  const char* what;
+};
+constexpr tls_field certificate_field{"--cluster-tls-cert", "ACTORLLM_TLS_CERT", "certificate"};
+constexpr tls_field key_field{"--cluster-tls-key", "ACTORLLM_TLS_KEY", "private key"};
+constexpr tls_field ca_field{"--cluster-tls-ca", "ACTORLLM_TLS_CA", "CA certificate"};
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string{v} : std::string{};
+}
+
+[[noreturn]] void fail(std::string message) { throw actorllm::error{errc::invalid_config, std::move(message)}; }
+
+/// OpenSSL's most recent error, for messages (and its queue emptied).
+std::string openssl_reason() {
+  unsigned long code = 0;
+  unsigned long last = 0;
+  while ((code = ERR_get_error()) != 0)
+    last = code;
+  if (last == 0)
+    return "no reason given";
+  char text[256] = {};
+  ERR_error_string_n(last, text, sizeof text);
+  return text;
+}
+
+void require_readable(const tls_field& f, const std::string& path) {
+  std::ifstream in{path};
+  if (!in)
+    fail(
+        fmt::format("TLS {} ({} / ${}): cannot read '{}': {}", f.what, f.flag, f.variable, path, std::strerror(errno)));
+}
+
+/// An encrypted key would make OpenSSL prompt on the terminal: refuse it instead.
+int no_passphrase(char*, int, int, void*) { return 0; }
+
+}  // namespace
+
+control_tls control_tls::from_environment(control_tls given) {
+  if (given.certificate.empty())
+    given.certificate = env_or_empty(certificate_field.variable);
+  if (given.key.empty())
+    given.key = env_or_empty(key_field.variable);
+  if (given.ca_file.empty())
+    given.ca_file = env_or_empty(ca_field.variable);
+  return given;
+}
+
+control_tls control_tls::of(const caf::actor_system& sys) {
+  if (!sys.has_openssl_manager())
+    return {};
+  const auto& cfg = sys.config();
+  return {cfg.openssl_certificate, cfg.openssl_key, cfg.openssl_cafile};
+}
+
+void control_tls::check() const {
+  if (!enabled())
+    return;
+  const std::pair<const tls_field*, const std::string*> fields[] = {
+      {&certificate_field, &certificate}, {&key_field, &key}, {&ca_field, &ca_file}};
+  for (const auto& [f, value] : fields)
+    if (value->empty())
+      fail(fmt::format("TLS needs a certificate, its key and the CA, but the {} ({} / ${}) is missing", f->what,
+                       f->flag, f->variable));
+  for (const auto& [f, value] : fields)
+    require_readable(*f, *value);
+
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx{SSL_CTX_new(TLS_method()), &SSL_CTX_free};
+  if (!ctx)
+    fail("TLS: OpenSSL cannot create a context: " + openssl_reason());
+  SSL_CTX_set_default_passwd_cb(ctx.get(), &no_passphrase);
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), certificate.c_str()) != 1)
+    fail(fmt::format("TLS certificate ({} / ${}) '{}' is not a PEM certificate: {}", certificate_field.flag,
+                     certificate_field.variable, certificate, openssl_reason()));
+  std::unique_ptr<BIO, decltype(&BIO_free)> key_file{BIO_new_file(key.c_str(), "r"), &BIO_free};
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> private_key{
+      key_file ? PEM_read_bio_PrivateKey(key_file.get(), nullptr, &no_passphrase, nullptr) : nullptr, &EVP_PKEY_free};
+  if (!private_key)
+    fail(fmt::format("TLS private key ({} / ${}) '{}' is not an unencrypted PEM key: {}", key_field.flag,
+                     key_field.variable, key, openssl_reason()));
+  if (SSL_CTX_use_PrivateKey(ctx.get(), private_key.get()) != 1 || SSL_CTX_check_private_key(ctx.get()) != 1)
+    fail(fmt::format("TLS private key '{}' does not belong to the certificate '{}': {}", key, certificate,
+                     openssl_reason()));
+  if (SSL_CTX_load_verify_locations(ctx.get(), ca_file.c_str(), nullptr) != 1)
+    fail(fmt::format("TLS CA certificate ({} / ${}) '{}' holds no PEM certificate: {}", ca_field.flag,
+                     ca_field.variable, ca_file, openssl_reason()));
+  // Peers check this certificate against the same CA: a mismatch here would only show as failed handshakes.
+  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> verify{X509_STORE_CTX_new(), &X509_STORE_CTX_free};
+  if (!verify || X509_STORE_CTX_init(verify.get(), SSL_CTX_get_cert_store(ctx.get()),
+                                     SSL_CTX_get0_certificate(ctx.get()), nullptr) != 1)
+    fail("TLS: OpenSSL cannot verify the certificate: " + openssl_reason());
+  if (X509_verify_cert(verify.get()) != 1)
+    fail(fmt::format("TLS certificate '{}' is not signed by the CA in '{}': {}", certificate, ca_file,
+                     X509_verify_cert_error_string(X509_STORE_CTX_get_error(verify.get()))));
+}
+
+std::vector<std::pair<std::string, std::string>> control_tls::environment() const {
+  if (!enabled())
+    return {};
+  return {{certificate_field.variable, certificate}, {key_field.variable, key}, {ca_field.variable, ca_file}};
+}
+
+void enable_network(caf::actor_system_config& cfg, const control_tls& tls, bool direct_connections) {
+  cfg.load<caf::io::middleman>();
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{500}});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});
+  if (tls.enabled()) {
+    cfg.load<caf::openssl::manager>();
+    cfg.openssl_certificate = tls.certificate;
+    cfg.openssl_key = tls.key;
+    cfg.openssl_cafile = tls.ca_file;
+    return;
+  }
+  // Workers that learn of each other through the engine (a stage's next shard) talk directly, not through it.
+  // Only workers: CAF 0.17 can hang in actor_system shutdown while such a connection is being set up, and a
+  // worker never shuts its system down (it _Exits).
+  if (direct_connections)
+    cfg.set("middleman.enable-automatic-connections", true);
+}
+
+std::string describe_connect_error(caf::actor_system& sys, const caf::error& err) {
+  std::string text = sys.render(err);
+  if (err == caf::sec::disconnect_during_handshake)
+    text += sys.has_openssl_manager()
+                ? " (this process uses TLS: does the peer, with a certificate of the same CA?)"
+                : " (this process does not use TLS: if the cluster does, give --cluster-tls-cert, --cluster-tls-key "
+                  "and --cluster-tls-ca)";
+  return text;
+}
+
+}  // namespace actorllm::actors

@@ -1,0 +1,74 @@
+// The control plane's network (DESIGN.md §2): CAF's middleman with heartbeats and connection timeouts on, and
+// optionally TLS: CAF's OpenSSL module carrying BASP over mutually authenticated TLS connections. Every process
+// that publishes or connects to an actor of another process (engine, worker, node agent, head, `status`, `check`)
+// goes through publish_control/connect_control, so one setting decides the transport of all of them.
+// The data plane (Gloo's TCP transport) has no TLS: tensors between workers travel in the clear.
+#pragma once
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/expected.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/openssl/remote_actor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace actorllm::actors {
+
+/// TLS for the control plane. All three PEM files or none: every node presents a certificate signed by the
+/// cluster's CA and accepts only peers that do the same (a node without them, or with another CA, cannot connect).
+struct control_tls {
+  std::string certificate;  ///< this process's certificate (PEM); $ACTORLLM_TLS_CERT
+  std::string key;          ///< its private key (PEM, not encrypted); $ACTORLLM_TLS_KEY
+  std::string ca_file;      ///< the CA certificate(s) peers must be signed by (PEM); $ACTORLLM_TLS_CA
+
+  bool enabled() const { return !certificate.empty() || !key.empty() || !ca_file.empty(); }
+
+  /// `given` with each empty field taken from $ACTORLLM_TLS_CERT, $ACTORLLM_TLS_KEY, $ACTORLLM_TLS_CA.
+  static control_tls from_environment(control_tls given = {});
+
+  /// The settings `sys` was started with (through enable_network).
+  static control_tls of(const caf::actor_system& sys);
+
+  /// Throws actorllm::error (invalid_config) when only some files are given, a file cannot be read or parsed,
+  /// the key does not belong to the certificate, or the certificate is not signed by the CA; the message names the
+  /// flag, the variable and the file.
+  void check() const;
+
+  /// The ACTORLLM_TLS_* variables that give a child process these settings (empty when disabled).
+  std::vector<std::pair<std::string, std::string>> environment() const;
+};
+
+/// Loads CAF's middleman into `cfg` with BASP heartbeats and a connection timeout switched on (they are off by
+/// default in CAF 0.17), so a peer that stops answering is dropped within seconds; with `tls` enabled (call
+/// tls.check() first), the OpenSSL module as well. `direct_connections`: let peers met through a third node
+/// connect directly (workers only; never with TLS, since CAF makes those connections in plain TCP).
+void enable_network(caf::actor_system_config& cfg, const control_tls& tls = {}, bool direct_connections = false);
+
+/// Publishes `whom` on host:port (port 0: any free one) over TLS when the system has it, else plain TCP.
+template <class Handle>
+caf::expected<uint16_t> publish_control(const Handle& whom, uint16_t port, const std::string& host) {
+  auto& sys = whom.home_system();
+  if (sys.has_openssl_manager())
+    return caf::openssl::publish(whom, port, host.c_str(), true);
+  return sys.middleman().publish(whom, port, host.c_str(), true);
+}
+
+/// Connects to the actor published at host:port, over TLS when the system has it. The error of a failed TLS
+/// handshake is explained by describe_connect_error.
+template <class Handle>
+caf::expected<Handle> connect_control(caf::actor_system& sys, const std::string& host, uint16_t port) {
+  if (sys.has_openssl_manager())
+    return caf::openssl::remote_actor<Handle>(sys, host, port);
+  return sys.middleman().template remote_actor<Handle>(host, port);
+}
+
+/// `err` of connect_control rendered, with a hint when the connection broke during the handshake (TLS on one side
+/// only, or certificates of different CAs).
+std::string describe_connect_error(caf::actor_system& sys, const caf::error& err);
+
+}  // namespace actorllm::actors
