@@ -466,6 +466,12 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
     if (const char* env = std::getenv("ACTORLLM_CLUSTER_ADDRESS"))
       im.config.cluster_address = env;
   im.config.distributed_executor_backend = actors::resolve_executor(im.config);
+  if (im.config.distributed_executor_backend == "uni" &&
+      !(im.config.cluster_tls_certificate.empty() && im.config.cluster_tls_key.empty() &&
+        im.config.cluster_tls_ca_file.empty()))
+    log::warning("executor",
+                 "the control-plane TLS settings are not used: executor uni runs every shard in this "
+                 "process, with no connection to secure");
   if (im.config.distributed_executor_backend != "uni") {
     const auto tls = actors::control_tls::from_environment(
         {im.config.cluster_tls_certificate, im.config.cluster_tls_key, im.config.cluster_tls_ca_file});
