@@ -6,6 +6,7 @@
 #include "util/check.hpp"
 #include "util/log.hpp"
 
+#include <caf/actor_clock.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -13,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -62,6 +65,9 @@ struct scheduler_state {
   std::unordered_set<uint64_t> introduced;                     // requests whose setup went out
   std::vector<uint64_t> releases;                              // introduced, finished, release not sent yet
   std::unordered_map<uint64_t, std::vector<engine::seq_id>> in_flight_samples;  // step -> its sample rows
+  std::map<uint64_t, caf::actor_clock::time_point> dispatched;  // step -> when it went out (steps in flight)
+  std::chrono::milliseconds step_timeout{0};                    // zero: no limit
+  bool watch_armed = false;                                     // a step_watch is on its way
   uint64_t n_steps = 0;
   double forward_seconds = 0.0;  // summed over steps, as the sampler shard reported them
   double sample_seconds = 0.0;
@@ -83,6 +89,19 @@ void on_events(scheduler_state& st, const std::vector<engine::seq_event>& events
     if (st.introduced.erase(id) > 0)
       st.releases.push_back(id);
   }
+}
+
+/// How often the step watch looks: a quarter of the timeout, between 10 ms and 1 s.
+std::chrono::milliseconds step_watch_interval(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 4, std::chrono::milliseconds{10}, std::chrono::milliseconds{1000});
+}
+
+void arm_step_watch(scheduler_pointer self) {
+  auto& st = self->state;
+  if (st.step_timeout.count() <= 0 || st.watch_armed)
+    return;
+  st.watch_armed = true;
+  self->delayed_send(self, step_watch_interval(st.step_timeout), proto::step_watch_atom::value);
 }
 
 void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
@@ -110,6 +129,8 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
   p.released_requests = std::move(st.releases);
   st.releases.clear();
   st.in_flight_samples.emplace(plan.step_id, std::move(plan.sample_seqs));
+  st.dispatched.emplace(plan.step_id, self->clock().now());
+  arm_step_watch(self);
   auto shared = std::make_shared<const proto::step_plan>(std::move(p));
   for (const auto& shard : st.first_stage)
     self->send(shard, proto::stage_input{shared, {}});
@@ -162,6 +183,7 @@ void on_result(scheduler_pointer self, proto::step_result& result) {
     return fail(self, fmt::format("a result for step {}, which is not in flight", result.step_id));
   std::vector<engine::seq_id> samples = std::move(samples_it->second);
   st.in_flight_samples.erase(samples_it);
+  st.dispatched.erase(result.step_id);
   std::vector<int32_t> tokens;
   tokens.reserve(result.tokens.size());
   for (const auto& t : result.tokens)
@@ -204,6 +226,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
   ACTORLLM_CHECK(core.has_value(), "the scheduler was spawned with an invalid config");
   self->state.core.emplace(std::move(*core));
   self->state.first_stage = std::move(args.first_stage);
+  self->state.step_timeout = args.step_timeout;
   return {
       [self](proto::request_spec& spec) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
@@ -272,6 +295,20 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         s.forward_seconds = st.forward_seconds;
         s.sample_seconds = st.sample_seconds;
         return s;
+      },
+      [self](proto::step_watch_atom) {
+        auto& st = self->state;
+        st.watch_armed = false;
+        if (!st.healthy || st.dispatched.empty())
+          return;
+        const auto& [step, since] = *std::min_element(st.dispatched.begin(), st.dispatched.end(),
+                                                      [](const auto& a, const auto& b) { return a.second < b.second; });
+        const auto waited = self->clock().now() - since;
+        if (waited > st.step_timeout)
+          return fail(self, fmt::format("step {} got no result within {:.1f} s (the step timeout): a shard, or a link "
+                                        "between stages, stopped answering",
+                                        step, std::chrono::duration<double>(st.step_timeout).count()));
+        arm_step_watch(self);
       },
       [self](proto::shutdown_atom) -> caf::result<caf::ok_atom> {
         auto& st = self->state;

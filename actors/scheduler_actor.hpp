@@ -1,6 +1,7 @@
 // The scheduler actor: a thin shell around engine::scheduler_core. It turns plans into messages to the first
 // stage, keeps up to pp_size of them in flight (the core enforces the count), folds sampled tokens back in, and
-// reports each step's news to the engine in one message.
+// reports each step's news to the engine in one message. A step that gets no result within the step timeout fails
+// the replica like a dead shard does, so no request waits forever on a message that was lost.
 #pragma once
 
 #include "actorllm/proto/interfaces.hpp"
@@ -8,6 +9,7 @@
 
 #include <caf/fwd.hpp>
 
+#include <chrono>
 #include <vector>
 
 namespace actorllm::actors {
@@ -16,6 +18,9 @@ namespace actorllm::actors {
 struct scheduler_args {
   engine::scheduler_config config;             ///< n_blocks from the block manager, pp_size = pipeline stages
   std::vector<proto::shard_link> first_stage;  ///< every tp rank of stage 0
+  /// A step with no result after this long fails the replica (a shard or a link that stopped answering without
+  /// going down); zero: no limit.
+  std::chrono::milliseconds step_timeout{0};
 };
 
 /// Spawns the scheduler (an event-based actor: it never blocks). Its config must be valid (see

@@ -43,6 +43,8 @@ engine::scheduler_config make_scheduler_config(const engine_config& config, int3
   sc.policy = *policy;
   if (auto err = sc.validate())
     throw_config(err->message);
+  if (!(config.step_timeout >= 0.0) || config.step_timeout > 1e6)
+    throw_config(fmt::format("step_timeout: {} s is not in [0, 1e6] (0: no limit)", config.step_timeout));
   return sc;
 }
 
@@ -168,6 +170,7 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
     plan.scheduler.n_blocks = r.cache.n_blocks;
     scheduler_args sa;
     sa.config = plan.scheduler;
+    sa.step_timeout = std::chrono::milliseconds{static_cast<int64_t>(config.step_timeout * 1000.0)};
     for (int32_t rank = 0; rank < tp; ++rank)
       sa.first_stage.push_back(r.shards[static_cast<size_t>(rank)]);
     r.scheduler = spawn_scheduler(sys, std::move(sa));

@@ -133,6 +133,7 @@ int run_serve(serve_options o) {
   cfg.pipeline_parallel_size = o.pipeline_parallel_size;
   cfg.pp_layer_partition = o.pp_layer_partition;
   cfg.max_num_seqs = static_cast<int32_t>(o.max_num_seqs);
+  cfg.step_timeout = o.step_timeout;
   cfg.max_num_batched_tokens = static_cast<int32_t>(o.max_num_batched_tokens);
   cfg.block_size = static_cast<int32_t>(o.block_size);
   cfg.kv_cache_memory = parse_bytes(o.kv_cache_memory);
@@ -252,6 +253,10 @@ command_registration serve_command{
       sub.add_option("--max-model-len", o->max_model_len, "Context length limit (default: the model's)");
       sub.add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();
       sub.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step (prefill chunk)")
+          ->capture_default_str();
+      sub.add_option("--step-timeout", o->step_timeout,
+                     "Seconds a step may go without a result before the replica counts as failed (its requests "
+                     "end with the reason; worker processes restart); 0: no limit")
           ->capture_default_str();
       sub.add_option("--max-queued-requests", o->max_queued_requests,
                      "Requests that may wait beyond the running ones; more get 429 (-1: no limit)")

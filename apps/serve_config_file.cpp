@@ -217,6 +217,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"max_num_seqs", integer_value(o.max_num_seqs, 1, int32_max)},
            {"max_num_batched_tokens", integer_value(o.max_num_batched_tokens, 1, int32_max)},
            {"max_queued_requests", integer_value(o.max_queued_requests, -1)},
+           {"step_timeout", number_value(o.step_timeout)},
        }},
       {"cache",
        {

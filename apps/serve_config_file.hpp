@@ -5,7 +5,7 @@
 //               generation_config
 //   [parallel]  tensor_parallel_size, pipeline_parallel_size, pp_layer_partition, distributed_executor_backend,
 //               num_threads
-//   [scheduler] max_num_seqs, max_num_batched_tokens, max_queued_requests
+//   [scheduler] max_num_seqs, max_num_batched_tokens, max_queued_requests, step_timeout
 //   [cache]     block_size, gpu_memory_utilization, kv_cache_memory
 //   [server]    host, port, api_key, allowed_origins, shutdown_timeout, max_body_bytes, log_level
 //   [cluster]   head_address, token, host_ip, tls_cert, tls_key, tls_ca (the cluster executor; the TLS files

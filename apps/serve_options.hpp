@@ -36,6 +36,7 @@ struct serve_options {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_queued_requests = -1;  ///< -1: no limit
+  double step_timeout = 300.0;       ///< seconds without a step result before the replica counts as failed
 
   // [cache]
   int64_t block_size = 16;

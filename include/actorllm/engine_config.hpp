@@ -43,6 +43,9 @@ struct engine_config {
   std::string cluster_tls_certificate;
   std::string cluster_tls_key;
   std::string cluster_tls_ca_file;
+  /// Seconds a step may go without a result before the replica counts as failed, like a dead shard (its requests
+  /// end with the reason, workers restart): a shard or link that stopped answering without going down. 0: no limit.
+  double step_timeout = 300.0;
   /// Executors with worker processes: restart the workers after one dies (the replica is unhealthy meanwhile).
   bool restart_workers = true;
   /// Restarts before giving up (then the failure handler runs: `actorllm serve` exits non-zero).

@@ -196,6 +196,7 @@ struct graph_fixture {
     int32_t vocab = 32;
     std::optional<uint64_t> fail_step;
     std::optional<text::tokenizer> tokenizer;
+    std::chrono::milliseconds step_timeout{0};
   };
 
   void build(options o) {
@@ -225,6 +226,7 @@ struct graph_fixture {
     sa.config.max_model_len = o.max_model_len;
     sa.config.pp_size = o.pp;
     sa.first_stage.push_back(stages.front());
+    sa.step_timeout = o.step_timeout;
     scheduler = actors::spawn_scheduler(sys, sa);
     for (const auto& s : stages)
       self->send(s, proto::connect_atom::value, caf::actor_cast<proto::result_sink>(scheduler));
@@ -441,6 +443,43 @@ TEST_CASE_FIXTURE(graph_fixture, "a failed step fails every live request and mar
   drain();
   REQUIRE(received[3].failure);
   CHECK(received[3].failure->code == errc::engine_failure);
+}
+
+TEST_CASE_FIXTURE(graph_fixture, "a step that gets no result within the step timeout fails the replica") {
+  options o;
+  o.step_timeout = std::chrono::milliseconds{200};
+  build(o);
+  submit(1, {1, 2, 3}, greedy(20));
+  run_control();  // the plan reaches the stage, which never runs: its result never comes
+  CHECK(stats().n_steps_in_flight == 1);
+  sched.advance_time(std::chrono::milliseconds{150});  // the watch looks (every 50 ms) and finds it young enough
+  run_control();
+  CHECK(stats().healthy);
+  sched.advance_time(std::chrono::milliseconds{100});  // now 250 ms old
+  run_control();
+  drain();
+  REQUIRE(received[1].failure);
+  CHECK(received[1].failure->code == errc::engine_failure);
+  CHECK(received[1].failure->message.find("step 1 got no result within 0.2 s") != std::string::npos);
+  const auto s = stats();
+  CHECK(!s.healthy);
+  CHECK(s.n_free_blocks == s.n_blocks);
+}
+
+TEST_CASE_FIXTURE(graph_fixture, "steps that come back in time never trip the step timeout") {
+  options o;
+  o.step_timeout = std::chrono::milliseconds{200};
+  build(o);
+  submit(1, {1, 2, 3}, greedy(12));
+  for (int i = 0; i < 20; ++i) {  // every step answers at once; time passes between them
+    sched.run();
+    sched.advance_time(std::chrono::milliseconds{150});
+  }
+  sched.run();
+  drain();
+  REQUIRE(received[1].output);
+  CHECK(received[1].output->outputs.front().token_ids == alone({1, 2, 3}, 12, 32));
+  CHECK(stats().healthy);
 }
 
 TEST_CASE_FIXTURE(graph_fixture, "rejections come back as failures naming the numbers") {

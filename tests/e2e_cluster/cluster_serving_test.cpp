@@ -5,10 +5,10 @@
 #include "actorllm/llm.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
 #include "e2e_server/server_harness.hpp"
+#include "golden_ids.hpp"
 #include "test_paths.hpp"
 
 #include <doctest/doctest.h>
-#include <simdjson.h>
 
 #include <dirent.h>
 #include <signal.h>
@@ -29,23 +29,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct golden_case {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> output;
-};
-
-std::vector<int32_t> ints(simdjson::dom::element e) {
-  std::vector<int32_t> out;
-  for (auto v : e.get_array())
-    out.push_back(static_cast<int32_t>(int64_t(v)));
-  return out;
-}
-
-golden_case greedy_from_bos() {
-  simdjson::dom::parser parser;
-  auto doc = parser.load((test::model_dir("stories260K") / "reference" / "expected_outputs.json").string());
-  return {ints(doc["greedy_from_bos"]["prompt_ids"]), ints(doc["greedy_from_bos"]["output_ids"])};
-}
+using test::golden_case;
+using test::greedy_from_bos;
 
 engine_config cluster_config(const test::sim_cluster& cluster, int tp, int pp,
                              std::string model = test::model_dir("stories260K").string()) {
@@ -58,14 +43,6 @@ engine_config cluster_config(const test::sim_cluster& cluster, int tp, int pp,
   c.cluster_address = cluster.head_address();
   c.cluster_token = cluster.token();
   return c;
-}
-
-std::vector<int32_t> greedy(LLM& llm, const golden_case& g) {
-  sampling_params p;
-  p.temperature = 0;
-  p.max_tokens = static_cast<int32_t>(g.output.size());
-  p.ignore_eos = true;
-  return llm.generate(prompt{g.prompt}, p).outputs.front().token_ids;
 }
 
 /// Live `actorllm worker` processes whose parent is `parent`.
@@ -116,7 +93,7 @@ TEST_CASE("cluster: tp 2 x pp 2 over 2 simulated nodes (4 worker processes) give
   // Each stage's TP group sits inside one node: two workers under each agent.
   CHECK(workers_of(cluster.process("node-0").pid).size() == 2);
   CHECK(workers_of(cluster.process("node-1").pid).size() == 2);
-  CHECK(greedy(llm, g) == g.output);
+  CHECK(test::greedy_ids(llm, g) == g.output);
 }
 
 TEST_CASE("cluster: tp x pp larger than the cluster fails within 1 s, listing every node's devices") {
@@ -177,7 +154,7 @@ TEST_CASE("cluster: kill -9 of a node agent ends every running request, then ser
   engine_config config = cluster_config(cluster, 2, 2);
   config.max_num_seqs = 8;  // the 32 requests take long enough that the kill finds them running or waiting
   LLM llm{config};
-  REQUIRE(greedy(llm, g) == g.output);
+  REQUIRE(test::greedy_ids(llm, g) == g.output);
   std::atomic<int> ended{0};
   std::atomic<int> errors{0};
   std::atomic<int> started{0};
@@ -212,7 +189,7 @@ TEST_CASE("cluster: kill -9 of a node agent ends every running request, then ser
                                << " s after killing " << victim << "'s agent");
   CHECK(errors.load() == 32);
   CHECK(wait_until([&] { return llm.stats().healthy; }, 15s));
-  CHECK(greedy(llm, g) == g.output);
+  CHECK(test::greedy_ids(llm, g) == g.output);
   CHECK(workers_of(cluster.process(victim).pid).empty());
 }
 

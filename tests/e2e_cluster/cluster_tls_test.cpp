@@ -4,11 +4,11 @@
 // refused handshakes cost the nodes already joined nothing.
 #include "actorllm/llm.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
+#include "golden_ids.hpp"
 #include "test_paths.hpp"
 #include "test_pki.hpp"
 
 #include <doctest/doctest.h>
-#include <simdjson.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -21,29 +21,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct golden_case {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> output;
-};
-
-golden_case greedy_from_bos() {
-  simdjson::dom::parser parser;
-  auto doc = parser.load((test::model_dir("stories260K") / "reference" / "expected_outputs.json").string());
-  golden_case g;
-  for (auto v : doc["greedy_from_bos"]["prompt_ids"].get_array())
-    g.prompt.push_back(static_cast<int32_t>(int64_t(v)));
-  for (auto v : doc["greedy_from_bos"]["output_ids"].get_array())
-    g.output.push_back(static_cast<int32_t>(int64_t(v)));
-  return g;
-}
-
-std::vector<int32_t> greedy(LLM& llm, const golden_case& g) {
-  sampling_params p;
-  p.temperature = 0;
-  p.max_tokens = static_cast<int32_t>(g.output.size());
-  p.ignore_eos = true;
-  return llm.generate(prompt{g.prompt}, p).outputs.front().token_ids;
-}
+using test::golden_case;
+using test::greedy_from_bos;
 
 engine_config tls_config(const test::test_pki& pki, int tp, int pp, const std::string& executor) {
   engine_config c;
@@ -111,7 +90,7 @@ TEST_CASE("cluster over TLS: strangers are refused, the joined nodes stay, tp 2 
   c.cluster_token = cluster.token();
   LLM llm{c};
   const golden_case g = greedy_from_bos();
-  CHECK(greedy(llm, g) == g.output);
+  CHECK(test::greedy_ids(llm, g) == g.output);
 }
 
 TEST_CASE("mp over TLS: tp 2 gives the golden ids") {
@@ -120,7 +99,7 @@ TEST_CASE("mp over TLS: tp 2 gives the golden ids") {
   LLM llm{tls_config(pki, 2, 1, "mp")};
   CHECK(llm.info().executor == "mp");
   const golden_case g = greedy_from_bos();
-  CHECK(greedy(llm, g) == g.output);
+  CHECK(test::greedy_ids(llm, g) == g.output);
 }
 
 TEST_CASE("an engine with half a TLS setting fails before it starts anything, naming the missing part") {

@@ -4,10 +4,10 @@
 // output again.
 #include "actorllm/llm.hpp"
 #include "e2e_server/server_harness.hpp"
+#include "golden_ids.hpp"
 #include "test_paths.hpp"
 
 #include <doctest/doctest.h>
-#include <simdjson.h>
 
 #include <dirent.h>
 #include <signal.h>
@@ -25,23 +25,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct golden_case {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> output;
-};
-
-std::vector<int32_t> ints(simdjson::dom::element e) {
-  std::vector<int32_t> out;
-  for (auto v : e.get_array())
-    out.push_back(static_cast<int32_t>(int64_t(v)));
-  return out;
-}
-
-golden_case greedy_from_bos() {
-  simdjson::dom::parser parser;
-  auto doc = parser.load((test::model_dir("stories260K") / "reference" / "expected_outputs.json").string());
-  return {ints(doc["greedy_from_bos"]["prompt_ids"]), ints(doc["greedy_from_bos"]["output_ids"])};
-}
+using test::golden_case;
+using test::greedy_from_bos;
 
 engine_config mp_config(int tp, int pp) {
   // Worker processes run the actorllm binary; this test program is not it.
@@ -54,14 +39,6 @@ engine_config mp_config(int tp, int pp) {
   c.threads = 2;
   c.distributed_executor_backend = "mp";
   return c;
-}
-
-std::vector<int32_t> greedy(LLM& llm, const golden_case& g) {
-  sampling_params p;
-  p.temperature = 0;
-  p.max_tokens = static_cast<int32_t>(g.output.size());
-  p.ignore_eos = true;
-  return llm.generate(prompt{g.prompt}, p).outputs.front().token_ids;
 }
 
 /// The parent of `pid` (0 when gone).
@@ -137,7 +114,7 @@ TEST_CASE("mp executor: tp 2, tp 4, pp 2 and tp 2 x pp 2 in worker processes giv
     LLM llm{mp_config(tp, pp)};
     CHECK(llm.info().executor == "mp");
     CHECK(worker_pids().size() == static_cast<size_t>(tp * pp));
-    CHECK(greedy(llm, g) == g.output);
+    CHECK(test::greedy_ids(llm, g) == g.output);
   }
   // Destroying the LLM stopped its workers.
   const auto deadline = std::chrono::steady_clock::now() + 3s;
@@ -151,7 +128,7 @@ TEST_CASE("mp executor: kill -9 of a worker ends every running request within 5 
   engine_config config = mp_config(2, 2);
   config.max_num_seqs = 8;  // the 32 requests take long enough that the kill finds them running or waiting
   LLM llm{config};
-  REQUIRE(greedy(llm, g) == g.output);
+  REQUIRE(test::greedy_ids(llm, g) == g.output);
 
   // 32 streaming requests that would run for a long time.
   std::atomic<int> ended{0};
@@ -192,7 +169,7 @@ TEST_CASE("mp executor: kill -9 of a worker ends every running request within 5 
 
   // Serving resumes (new workers) and gives the golden output again.
   CHECK(wait_until([&] { return llm.stats().healthy; }, 15s));
-  CHECK(greedy(llm, g) == g.output);
+  CHECK(test::greedy_ids(llm, g) == g.output);
   const auto fresh = worker_pids();
   CHECK(fresh.size() == 4);
   for (pid_t pid : fresh)

@@ -21,5 +21,7 @@ using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 /// stop taking work, abort what runs, reply once the pipeline is empty.
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+/// the scheduler's own timer: fail the replica when a step has been in flight longer than the step timeout.
+using step_watch_atom = caf::atom_constant<caf::atom("step_watch")>;
 
 }  // namespace actorllm::proto

@@ -50,7 +50,9 @@ using scheduler_actor = caf::typed_actor<
     /// Queue lengths, KV-cache use and counters.
     caf::replies_to<caf::get_atom, stats_atom>::with<engine_stats>,
     /// Aborts everything, stops scheduling, replies once no plan is in flight.
-    caf::replies_to<shutdown_atom>::with<caf::ok_atom>>;
+    caf::replies_to<shutdown_atom>::with<caf::ok_atom>,
+    /// (from itself) checks the age of the oldest step in flight against the step timeout.
+    caf::reacts_to<step_watch_atom>>;
 
 /// The block manager: sizes the paged KV cache from the shards' profiles and has every shard allocate it.
 using block_manager_actor = caf::typed_actor<
