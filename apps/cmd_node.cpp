@@ -154,16 +154,21 @@ int run_node(const node_cli& o) {
     const auto [head_host, head_port] = parse_address(o.join, "--join");
     head_address = o.join;
     // The head may still be coming up: retry for a few seconds.
+    // A broken handshake says the most (TLS on one side only, another CA): report it even when a later try
+    // failed otherwise (a busy head may also time a try out).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+    caf::error telling;
     for (;;) {
       auto remote = actors::connect_control<proto::cluster_registry_actor>(sys, head_host, head_port);
       if (remote) {
         registry = *remote;
         break;
       }
+      if (!telling || remote.error() == caf::sec::disconnect_during_handshake)
+        telling = remote.error();
       if (std::chrono::steady_clock::now() > deadline || stop_signal != 0) {
         log::error("node", "cannot reach the cluster head at {}: {}", head_address,
-                   actors::describe_connect_error(sys, remote.error()));
+                   actors::describe_connect_error(sys, telling));
         return 1;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds{200});

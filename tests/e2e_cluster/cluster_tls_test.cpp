@@ -62,8 +62,8 @@ TEST_CASE("cluster over TLS: strangers are refused, the joined nodes stay, tp 2 
   REQUIRE(stranger.wait_for(30s).has_value());
   CHECK(*plain.exit_status != 0);
   CHECK(*stranger.exit_status != 0);
-  CHECK(contains(plain.log_text(), "does not use TLS"));
-  CHECK(contains(stranger.log_text(), "this process uses TLS"));
+  CHECK_MESSAGE(contains(plain.log_text(), "does not use TLS"), plain.log_text());
+  CHECK_MESSAGE(contains(stranger.log_text(), "this process uses TLS"), stranger.log_text());
 
   // Each refused handshake left an OpenSSL error behind on the head; its nodes must not pay for it.
   std::this_thread::sleep_for(1500ms);
