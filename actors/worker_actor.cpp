@@ -9,6 +9,7 @@
 #include "comm/gloo_collective.hpp"
 #include "comm/gloo_group.hpp"
 #include "comm/gloo_pipe.hpp"
+#include "comm/interprocess_collective.hpp"
 #include "comm/rendezvous_store.hpp"
 #include "util/log.hpp"
 
@@ -17,6 +18,9 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include <fmt/format.h>
+
+#include <cstdlib>
+#include <string_view>
 
 namespace actorllm::actors {
 namespace {
@@ -55,6 +59,15 @@ class registry_store final : public comm::rendezvous_store {
   caf::actor_system& sys_;
   proto::worker_registry_actor registry_;
 };
+
+/// False when ACTORLLM_SHM_COLLECTIVE is 0, off or false: TP collectives then take Gloo even within one host.
+bool shm_collective_allowed() {
+  const char* env = std::getenv("ACTORLLM_SHM_COLLECTIVE");
+  if (env == nullptr)
+    return true;
+  const std::string_view v{env};
+  return v != "0" && v != "off" && v != "false";
+}
 
 /// Hidden states over a two-rank Gloo group: rank 0 is the earlier stage, rank 1 the later one.
 class gloo_activation_link final : public activation_link {
@@ -132,8 +145,23 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   const std::string prefix = a.rendezvous_prefix;
   if (a.tp_size > 1) {
     args.make_collective = [store, options, prefix, stage = a.stage, rank = a.tp_rank, size = a.tp_size] {
-      auto group =
-          std::make_shared<comm::gloo_group>(*store, fmt::format("{}/tp/{}", prefix, stage), rank, size, options);
+      const std::string name = fmt::format("{}/tp/{}", prefix, stage);
+      // Ranks of one host share memory (the mp executor's always do, a cluster's when the placement kept the TP
+      // group inside a node); Gloo connects the others. ACTORLLM_SHM_COLLECTIVE=0 takes Gloo everywhere.
+      if (shm_collective_allowed()) {
+        comm::interprocess_options shm_options;
+        shm_options.timeout = options.timeout;
+        if (auto shm = comm::interprocess_collective::try_create(*store, name + "/shm", rank, size, shm_options)) {
+          if (rank == 0)
+            log::info("worker", "stage {}: the {} TP ranks share memory for their collectives", stage, size);
+          return std::unique_ptr<tp_collective>(std::move(shm));
+        }
+        if (rank == 0)
+          log::info("worker", "stage {}: the TP ranks are not all on one host: collectives over Gloo (TCP)", stage);
+      } else if (rank == 0) {
+        log::info("worker", "stage {}: ACTORLLM_SHM_COLLECTIVE is off: TP collectives over Gloo (TCP)", stage);
+      }
+      auto group = std::make_shared<comm::gloo_group>(*store, name, rank, size, options);
       return std::unique_ptr<tp_collective>(std::make_unique<comm::gloo_collective>(std::move(group)));
     };
   }

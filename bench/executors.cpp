@@ -1,5 +1,6 @@
 // Executors compared: decode speed of a dummy Llama-3.2-1B-shaped model (bf16) at tp 1, and at tp 2 as threads of
-// one process (uni) and as two worker processes (mp, Gloo between them), all through actorllm::LLM in one run.
+// one process (uni) and as two worker processes (mp: sharing memory for the TP all-reduce, as by default, and with
+// Gloo over loopback TCP instead), all through actorllm::LLM in one run.
 // A step's time is the difference of two runs that differ only in max_tokens, divided by the extra steps, so
 // submitting and prefilling drop out. Reports tokens/s per layout, the ratio to tp 1, and the per-step latency
 // that going multi-process adds (mp − uni at the same tp). Prints a table, writes JSON.
@@ -23,6 +24,7 @@ struct layout {
   std::string name;
   int32_t tp = 1;
   std::string executor;
+  bool shm_collective = true;  // ACTORLLM_SHM_COLLECTIVE for the workers
 };
 
 struct layout_result {
@@ -66,8 +68,10 @@ int main(int argc, char** argv) {
     ::setenv("ACTORLLM_WORKER_BIN", (self.parent_path().parent_path() / "actorllm").c_str(), 1);
   }
 
-  const std::vector<layout> layouts{
-      {"tp1 uni", 1, "uni"}, {"tp2 uni (threads)", 2, "uni"}, {"tp2 mp (processes)", 2, "mp"}};
+  const std::vector<layout> layouts{{"tp1 uni", 1, "uni"},
+                                    {"tp2 uni (threads)", 2, "uni"},
+                                    {"tp2 mp (processes)", 2, "mp"},
+                                    {"tp2 mp, Gloo all-reduce", 2, "mp", false}};
   std::vector<layout_result> results;
   for (const auto& l : layouts) {
     actorllm::engine_config cfg;
@@ -79,6 +83,7 @@ int main(int argc, char** argv) {
     cfg.threads = threads;
     cfg.tensor_parallel_size = l.tp;
     cfg.distributed_executor_backend = l.executor;
+    ::setenv("ACTORLLM_SHM_COLLECTIVE", l.shm_collective ? "1" : "0", 1);  // the workers inherit it
     std::fprintf(stderr, "%s: starting...\n", l.name.c_str());
     actorllm::LLM llm{cfg};
     run_seconds(llm, 1, 2);  // warm-up: first touch of weights and cache
@@ -95,7 +100,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("%-22s %6s %14s %14s %14s %22s\n", "layout", "batch", "step (ms)", "tokens/s", "vs tp1",
+  std::printf("%-24s %6s %14s %14s %14s %22s\n", "layout", "batch", "step (ms)", "tokens/s", "vs tp1",
               "added by processes (ms)");
   std::vector<double> added;
   for (const auto& r : results) {
@@ -110,7 +115,7 @@ int main(int argc, char** argv) {
     }
     const double extra = r.l.executor == "mp" ? r.step_ms - uni_same_tp : 0.0;
     added.push_back(extra);
-    std::printf("%-22s %6ld %14.1f %14.2f %13.2fx %22s\n", r.l.name.c_str(), static_cast<long>(r.batch), r.step_ms,
+    std::printf("%-24s %6ld %14.1f %14.2f %13.2fx %22s\n", r.l.name.c_str(), static_cast<long>(r.batch), r.step_ms,
                 r.tokens_per_second, r.tokens_per_second / base,
                 r.l.executor == "mp" ? std::to_string(extra).substr(0, 6).c_str() : "-");
   }
@@ -126,6 +131,7 @@ int main(int argc, char** argv) {
     w.key("layout").value(r.l.name);
     w.key("tp").value(static_cast<int64_t>(r.l.tp));
     w.key("executor").value(r.l.executor);
+    w.key("shm_collective").value(r.l.shm_collective);
     w.key("batch").value(r.batch);
     w.key("step_ms").value(r.step_ms);
     w.key("tokens_per_second").value(r.tokens_per_second);

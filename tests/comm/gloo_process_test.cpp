@@ -3,10 +3,10 @@
 #include "comm/comm_error.hpp"
 #include "comm/gloo_collective.hpp"
 #include "comm/gloo_pipe.hpp"
+#include "process_test_support.hpp"
 #include "test_paths.hpp"
 
 #include <doctest/doctest.h>
-#include <gloo/rendezvous/file_store.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,28 +22,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// Our rendezvous_store over Gloo's FileStore (one file per key in a shared directory), for processes of one host.
-class file_store final : public comm::rendezvous_store {
- public:
-  explicit file_store(const std::string& dir) : store_(dir) {}
-  void set(const std::string& key, const std::vector<char>& value) override { store_.set(file_name(key), value); }
-  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) override {
-    try {
-      store_.wait({file_name(key)}, timeout);
-    } catch (const std::exception& e) {
-      throw comm::comm_error("rendezvous: key '" + key + "' not set within " + std::to_string(timeout.count()) +
-                             " ms: " + e.what());
-    }
-    return store_.get(file_name(key));
-  }
-
- private:
-  static std::string file_name(std::string key) {
-    std::replace(key.begin(), key.end(), '/', '_');  // keys are file names in one directory
-    return key;
-  }
-  gloo::rendezvous::FileStore store_;
-};
+using test::file_store;
+using test::run_children;
 
 constexpr int64_t n_floats = (1 << 20) / sizeof(float);  // 1 MiB
 
@@ -73,38 +53,6 @@ bool run_rank(const std::string& dir, int rank) {
   for (int64_t i = 0; i < n_floats; ++i)
     ok = ok && in[static_cast<size_t>(i)] == value(peer, i) * 2;
   return ok;
-}
-
-/// Forks one child per rank (before any Gloo context exists in this process: Gloo starts a thread per device),
-/// runs body(rank) in each and returns their exit statuses: body's result, 2 when it threw, 3 when it threw
-/// something else, a signal when it hung past the alarm.
-template <class F>
-std::vector<int> run_children(int n_rank, F&& body) {
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < n_rank; ++rank) {
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      alarm(60);  // a hung child dies instead of hanging the test
-      int code = 3;
-      try {
-        code = body(rank);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-        code = 2;
-      } catch (...) {
-      }
-      _exit(code);
-    }
-    children.push_back(pid);
-  }
-  std::vector<int> statuses;
-  for (pid_t pid : children) {
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    statuses.push_back(status);
-  }
-  return statuses;
 }
 
 }  // namespace

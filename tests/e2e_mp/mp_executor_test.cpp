@@ -1,7 +1,7 @@
-// The mp executor end to end through actorllm::LLM: shards in `actorllm worker` processes (Gloo between them) give
-// stories260K's golden greedy ids for TP, PP and TP x PP layouts, and a worker killed with SIGKILL ends every
-// in-flight request with an error at once, after which the engine restarts its workers and serves the golden
-// output again.
+// The mp executor end to end through actorllm::LLM: shards in `actorllm worker` processes (TP ranks sharing memory,
+// or over Gloo when told to; stages over Gloo) give stories260K's golden greedy ids for TP, PP and TP x PP layouts, and
+// a worker killed with SIGKILL ends every in-flight request with an error at once, after which the engine restarts its
+// workers and serves the golden output again.
 #include "actorllm/llm.hpp"
 #include "e2e_server/server_harness.hpp"
 #include "golden_ids.hpp"
@@ -121,6 +121,16 @@ TEST_CASE("mp executor: tp 2, tp 4, pp 2 and tp 2 x pp 2 in worker processes giv
   while (!worker_pids().empty() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
   CHECK(worker_pids().empty());
+}
+
+TEST_CASE("mp executor: with ACTORLLM_SHM_COLLECTIVE=0 the TP ranks all-reduce over Gloo and give the golden ids") {
+  ::setenv("ACTORLLM_SHM_COLLECTIVE", "0", 1);  // the workers inherit it
+  const golden_case g = greedy_from_bos();
+  {
+    LLM llm{mp_config(2, 2)};
+    CHECK(test::greedy_ids(llm, g) == g.output);
+  }
+  ::unsetenv("ACTORLLM_SHM_COLLECTIVE");
 }
 
 TEST_CASE("mp executor: kill -9 of a worker ends every running request within 5 s, then serving resumes") {

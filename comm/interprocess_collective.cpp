@@ -1,0 +1,263 @@
+// The TP collective between processes of one host over a shared-memory segment.
+#include "comm/interprocess_collective.hpp"
+
+#include "comm/comm_error.hpp"
+#include "util/check.hpp"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <thread>
+
+namespace actorllm::comm {
+namespace {
+
+constexpr uint64_t segment_magic = 0x61636c6c6d73686dULL;  // "aclmshm"
+
+/// One rank's line of the segment: the number of the last exchange it arrived at, and its pid for liveness.
+struct alignas(64) rank_state {
+  std::atomic<uint64_t> arrived{0};
+  std::atomic<int32_t> pid{0};
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free,
+              "the segment's atomics must work across processes");
+
+/// How long a waiting rank spins (yielding its core) before it sleeps between looks. Decode-step collectives come
+/// a millisecond or so apart and the ranks arrive within microseconds of each other: spinning keeps the waiter on
+/// its core, where a sleeping one would pay a wake-up (on virtual machines, that of a halted virtual CPU).
+constexpr auto spin_budget = std::chrono::milliseconds{5};
+constexpr auto sleep_step = std::chrono::microseconds{50};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// False once `pid` has exited (gone, or a zombie its parent has not reaped yet).
+bool process_alive(int32_t pid) {
+  if (pid <= 0)
+    return true;  // not published yet
+  if (::kill(pid, 0) != 0 && errno == ESRCH)
+    return false;
+  std::ifstream stat{fmt::format("/proc/{}/stat", pid)};
+  std::string text;
+  std::getline(stat, text);
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= text.size())
+    return true;  // no /proc: the kill() above is all we can tell
+  const char state = text[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+/// Names this process's pid namespace: pids published by ranks in another one mean nothing here.
+std::string pid_namespace() {
+  char buf[128] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string{"unknown"};
+}
+
+std::vector<char> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+}  // namespace
+
+/// The segment: this header, one rank_state per rank, then two parities of one slot of `capacity` floats per rank
+/// (exchange k uses parity k & 1, so a rank that runs ahead never overwrites a slot a slower rank still reads).
+struct alignas(64) interprocess_collective::segment {
+  uint64_t magic = segment_magic;
+  int32_t size = 0;
+  int64_t capacity = 0;
+  std::atomic<int32_t> failed_rank{-1};  ///< the first rank that gave up, so the others stop waiting for it
+
+  rank_state* ranks() { return reinterpret_cast<rank_state*>(this + 1); }
+  float* data() { return reinterpret_cast<float*>(ranks() + size); }
+  static size_t bytes_for(int size, int64_t capacity) {
+    return sizeof(segment) + static_cast<size_t>(size) * sizeof(rank_state) +
+           2 * static_cast<size_t>(size) * static_cast<size_t>(capacity) * sizeof(float);
+  }
+};
+
+std::unique_ptr<interprocess_collective> interprocess_collective::try_create(rendezvous_store& store,
+                                                                             const std::string& name, int rank,
+                                                                             int size, interprocess_options options) {
+  ACTORLLM_CHECK(size >= 1 && rank >= 0 && rank < size, "rank outside its group");
+  ACTORLLM_CHECK(options.capacity_floats >= 1, "an interprocess group needs a positive capacity");
+  const size_t bytes = segment::bytes_for(size, options.capacity_floats);
+  segment* seg = nullptr;
+  std::string shm_name;
+
+  if (rank == 0) {
+    std::random_device entropy;
+    shm_name = fmt::format("/actorllm-{}-{:08x}{:08x}", ::getpid(), entropy(), entropy());
+    const int fd = ::shm_open(shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0) {
+      if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+        void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+          seg = new (p) segment;
+          seg->size = size;
+          seg->capacity = options.capacity_floats;
+          for (int r = 0; r < size; ++r)
+            new (seg->ranks() + r) rank_state;
+        }
+      }
+      ::close(fd);
+    }
+    if (seg == nullptr) {
+      ::shm_unlink(shm_name.c_str());
+      shm_name.clear();
+    }
+    store.set(name + "/segment", bytes_of(seg != nullptr ? shm_name : std::string{"none"}));
+  } else {
+    const auto value = store.get(name + "/segment", options.timeout);
+    shm_name.assign(value.begin(), value.end());
+    const int fd = shm_name.empty() || shm_name.front() != '/' ? -1 : ::shm_open(shm_name.c_str(), O_RDWR, 0);
+    struct stat st {};
+    if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == bytes) {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) {
+        seg = static_cast<segment*>(p);
+        if (seg->magic != segment_magic || seg->size != size || seg->capacity != options.capacity_floats) {
+          ::munmap(p, bytes);
+          seg = nullptr;
+        }
+      }
+    }
+    if (fd >= 0)
+      ::close(fd);
+  }
+
+  // Every rank says whether it mapped the segment, and in which pid namespace it lives (liveness checks compare
+  // pids): the group uses the segment only when all mapped it from one namespace, and all decide alike.
+  const std::string here = pid_namespace();
+  if (seg != nullptr)
+    seg->ranks()[rank].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_release);
+  store.set(fmt::format("{}/mapped/{}", name, rank), bytes_of(seg != nullptr ? "1 " + here : std::string{"0"}));
+  bool all = true;
+  for (int r = 0; r < size; ++r) {
+    const auto value = store.get(fmt::format("{}/mapped/{}", name, r), options.timeout);
+    all = all && std::string(value.begin(), value.end()) == "1 " + here;
+  }
+  if (rank == 0 && !shm_name.empty())
+    ::shm_unlink(shm_name.c_str());  // every rank has it mapped or gave up: the name is no longer needed
+  if (!all) {
+    if (seg != nullptr)
+      ::munmap(seg, bytes);
+    return nullptr;
+  }
+  return std::unique_ptr<interprocess_collective>(new interprocess_collective(name, rank, size, options, seg, bytes));
+}
+
+interprocess_collective::interprocess_collective(std::string name, int rank, int size, interprocess_options options,
+                                                 segment* mapped, size_t mapped_bytes)
+    : name_(std::move(name)),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      segment_(mapped),
+      mapped_bytes_(mapped_bytes) {}
+
+interprocess_collective::~interprocess_collective() { ::munmap(segment_, mapped_bytes_); }
+
+float* interprocess_collective::slot(uint64_t op, int r) const {
+  const auto index = static_cast<size_t>(op & 1) * static_cast<size_t>(size_) + static_cast<size_t>(r);
+  return segment_->data() + index * static_cast<size_t>(segment_->capacity);
+}
+
+void interprocess_collective::fail(const std::string& what) {
+  int32_t none = -1;
+  segment_->failed_rank.compare_exchange_strong(none, rank_);
+  broken_ = fmt::format("interprocess group '{}' rank {} of {}: {}", name_, rank_, size_, what);
+  throw comm_error(broken_);
+}
+
+void interprocess_collective::exchange(const char* what) {
+  ++op_;
+  rank_state* ranks = segment_->ranks();
+  ranks[rank_].arrived.store(op_, std::memory_order_release);
+  const auto start = std::chrono::steady_clock::now();
+  for (int q = 0; q < size_; ++q) {
+    for (int64_t i = 0; ranks[q].arrived.load(std::memory_order_acquire) < op_; ++i) {
+      if (i < 2048) {
+        cpu_relax();
+        continue;
+      }
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited < spin_budget)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(sleep_step);
+      if (i % 256 != 0)
+        continue;
+      const int32_t pid = ranks[q].pid.load(std::memory_order_acquire);
+      if (const int32_t failed = segment_->failed_rank.load(std::memory_order_acquire); failed >= 0)
+        fail(fmt::format("{}: rank {} gave up on the group", what, failed));
+      if (!process_alive(pid))
+        fail(fmt::format("{}: rank {} (pid {}) exited", what, q, pid));
+      if (waited > options_.timeout)
+        fail(fmt::format("{}: rank {} (pid {}) did not arrive within {} ms", what, q, pid, options_.timeout.count()));
+    }
+  }
+  // A rank that gave up had published its arrival first: what it left in its slot is no contribution.
+  if (const int32_t failed = segment_->failed_rank.load(std::memory_order_acquire); failed >= 0)
+    fail(fmt::format("{}: rank {} gave up on the group", what, failed));
+}
+
+void interprocess_collective::all_reduce_sum(float* data, int64_t n) {
+  ACTORLLM_CHECK(n >= 0, "negative element count");
+  if (n == 0 || size_ == 1)
+    return;
+  if (!broken_.empty())
+    throw comm_error("the group is broken since an earlier failure: " + broken_);
+  const int64_t capacity = segment_->capacity;
+  for (int64_t offset = 0; offset < n; offset += capacity) {
+    const auto len = static_cast<size_t>(std::min(capacity, n - offset));
+    float* dst = data + offset;
+    std::memcpy(slot(op_ + 1, rank_), dst, len * sizeof(float));
+    exchange("all_reduce_sum");
+    // Rank order, like shared_memory_collective: every rank computes the same sums bit for bit.
+    std::memcpy(dst, slot(op_, 0), len * sizeof(float));
+    for (int r = 1; r < size_; ++r) {
+      const float* in = slot(op_, r);
+      for (size_t i = 0; i < len; ++i)
+        dst[i] += in[i];
+    }
+  }
+}
+
+void interprocess_collective::all_gather(const float* in, int64_t n_per_rank, float* out) {
+  ACTORLLM_CHECK(n_per_rank >= 0, "negative element count");
+  if (size_ == 1 || n_per_rank == 0) {
+    if (in != out)
+      std::memmove(out, in, static_cast<size_t>(n_per_rank) * sizeof(float));
+    return;
+  }
+  if (!broken_.empty())
+    throw comm_error("the group is broken since an earlier failure: " + broken_);
+  const int64_t capacity = segment_->capacity;
+  for (int64_t offset = 0; offset < n_per_rank; offset += capacity) {
+    const auto len = static_cast<size_t>(std::min(capacity, n_per_rank - offset));
+    // `in` may be this rank's own part of `out`: it is read before any part of `out` is written, and the rank's
+    // own part is written back with the same values.
+    std::memcpy(slot(op_ + 1, rank_), in + offset, len * sizeof(float));
+    exchange("all_gather");
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(out + r * n_per_rank + offset, slot(op_, r), len * sizeof(float));
+  }
+}
+
+}  // namespace actorllm::comm
