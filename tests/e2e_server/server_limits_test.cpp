@@ -345,10 +345,17 @@ TEST_CASE("a client that never reads its stream blocks neither the engine nor ot
     REQUIRE(r.status == 200);
     CHECK(sse_payloads(r.body).back() == "[DONE]");
   }
-  // Its request ends: the stalled write times out (1 s), which aborts it and frees its sequences.
-  expect_idle_within(s, 5s);
-  const std::string aborted = R"(actorllm:request_success_total{model_name="stories",finished_reason="abort"})";
-  CHECK(metric(http(s.port(), "GET", "/metrics").body, aborted).value_or(0) >= 1);
+  // Its request ends and frees its sequences: the stalled write times out (1 s), which aborts it, unless the engine
+  // (fast on this model) finished generating first, which is counted as a finish by length beside the 4 others'.
+  // The bound is generous for a loaded CI machine: 10,000 tokens with 20 logprobs each are generated either way.
+  expect_idle_within(s, 20s);
+  const std::string reason = R"(actorllm:request_success_total{model_name="stories",finished_reason=")";
+  const std::string metrics = http(s.port(), "GET", "/metrics").body;
+  const double aborted = metric(metrics, reason + R"(abort"})").value_or(0);
+  const double by_length = metric(metrics, reason + R"(length"})").value_or(0);
+  INFO("aborted: " << aborted << ", finished by length: " << by_length);
+  CHECK((aborted == 1 || by_length == 5));
+  CHECK(aborted + by_length == 5);
   ::close(lazy);
   CHECK(http(s.port(), "GET", "/health").status == 200);
 }
