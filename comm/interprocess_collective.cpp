@@ -105,7 +105,9 @@ std::unique_ptr<interprocess_collective> interprocess_collective::try_create(ren
     shm_name = fmt::format("/actorllm-{}-{:08x}{:08x}", ::getpid(), entropy(), entropy());
     const int fd = ::shm_open(shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd >= 0) {
-      if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+      // Reserve the pages now: a /dev/shm too small for them (a container's 64 MiB, say) then means Gloo here,
+      // where a merely truncated file would fail later with SIGBUS on first touch.
+      if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0 && ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0) {
         void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (p != MAP_FAILED) {
           seg = new (p) segment;
