@@ -37,7 +37,8 @@ struct layout_result {
 double run_seconds(actorllm::LLM& llm, int64_t batch, int32_t max_tokens) {
   std::vector<actorllm::prompt> prompts;
   for (int64_t s = 0; s < batch; ++s)
-    prompts.emplace_back(std::vector<int32_t>{static_cast<int32_t>(100 + s), 200, 300, 400, 500, 600, 700, 800});
+    prompts.emplace_back(std::vector<int32_t>{static_cast<int32_t>(100 + s % 100), 20, 30, 40, 50, 60, 70,
+                                              80});  // < 256: any vocabulary
   actorllm::sampling_params p;
   p.temperature = 0;
   p.max_tokens = max_tokens;
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
     }
     const double extra = r.l.executor == "mp" ? r.step_ms - uni_same_tp : 0.0;
     added.push_back(extra);
-    std::printf("%-24s %6ld %14.1f %14.2f %13.2fx %22s\n", r.l.name.c_str(), static_cast<long>(r.batch), r.step_ms,
+    std::printf("%-24s %6ld %14.3f %14.2f %13.2fx %22s\n", r.l.name.c_str(), static_cast<long>(r.batch), r.step_ms,
                 r.tokens_per_second, r.tokens_per_second / base,
                 r.l.executor == "mp" ? std::to_string(extra).substr(0, 6).c_str() : "-");
   }
