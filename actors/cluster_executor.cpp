@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <map>
 #include <thread>
@@ -85,7 +87,8 @@ class cluster_launcher final : public worker_launcher {
     if (error)
       throw std::runtime_error(fmt::format("node '{}' ({}) could not start worker {}: {}", node.info.node_id,
                                            node.info.host, index, *error));
-    used_.push_back(node.agent);
+    if (std::find(used_.begin(), used_.end(), node.agent) == used_.end())
+      used_.push_back(node.agent);
   }
 
   std::optional<std::string> dead_worker() override { return std::nullopt; }
@@ -99,9 +102,14 @@ class cluster_launcher final : public worker_launcher {
     if (token_.empty())
       return;
     caf::scoped_actor self{sys_};
+    // All at once: a dead agent (it took its workers with it) costs one timeout, not one per agent.
+    std::vector<decltype(self->request(used_.front(), std::chrono::seconds{2}, proto::stop_workers_atom::value,
+                                       token_))>
+        pending;
     for (const auto& agent : used_)
-      self->request(agent, std::chrono::seconds{2}, proto::stop_workers_atom::value, token_)
-          .receive([](int32_t) {}, [](caf::error&) {});  // a dead agent took its workers with it
+      pending.push_back(self->request(agent, std::chrono::seconds{2}, proto::stop_workers_atom::value, token_));
+    for (auto& p : pending)
+      p.receive([](int32_t) {}, [](caf::error&) {});
     used_.clear();
   }
 

@@ -237,10 +237,17 @@ struct llm_impl {
       try {
         fresh = actors::build_replica(*sys, config);
       } catch (const std::exception& e) {
-        log::error("supervisor", "the restart failed: {}", e.what());
-        std::lock_guard lock{replica_mutex};
+        // Trying again at once would meet the same cluster: wait 1, 2, 4, 8 s between tries, so a node agent that
+        // comes back (restarted by its service manager, say) can still be placed before the restarts run out.
+        const auto backoff = std::chrono::seconds{int64_t{1} << std::min(restarts - 1, 3)};
+        const bool last = restarts >= config.max_worker_restarts;
+        log::error("supervisor", "the restart failed: {}{}", e.what(),
+                   last ? "" : fmt::format("; next try in {} s", backoff.count()));
+        std::unique_lock lock{replica_mutex};
+        failure_reason = std::string{"restart failed: "} + e.what();  // what stats() and refusals say meanwhile
+        if (!last)
+          supervisor_cv.wait_for(lock, backoff, [this] { return stopping; });
         failure_pending = true;  // try again (counts against max_worker_restarts)
-        failure_reason = std::string{"restart failed: "} + e.what();
         continue;
       }
       {

@@ -1,7 +1,8 @@
 // The cluster executor on a simulated multi-node cluster (tests/e2e_cluster/cluster_harness.hpp): TP x PP over two
 // nodes gives stories260K's golden ids; a layout bigger than the cluster fails at once with every node listed; a
 // node without the model is named; killing a worker, or a whole node agent, while requests stream ends them at
-// once, /health is not 200 meanwhile, and serving resumes with the golden output.
+// once, /health is not 200 meanwhile, and serving resumes with the golden output; a restart that cannot place the
+// layout waits and tries again, so a node that joins meanwhile is used.
 #include "actorllm/llm.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
 #include "e2e_server/server_harness.hpp"
@@ -191,6 +192,22 @@ TEST_CASE("cluster: kill -9 of a node agent ends every running request, then ser
   CHECK(wait_until([&] { return llm.stats().healthy; }, 15s));
   CHECK(test::greedy_ids(llm, g) == g.output);
   CHECK(workers_of(cluster.process(victim).pid).empty());
+}
+
+TEST_CASE("cluster: a failed restart waits and tries again, so a node that joins meanwhile is placed") {
+  test::sim_cluster cluster{2, 2};  // no spare node: the first restart cannot place tp 2 x pp 2
+  const golden_case g = greedy_from_bos();
+  engine_config config = cluster_config(cluster, 2, 2);
+  config.max_worker_restarts = 3;
+  LLM llm{config};
+  REQUIRE(test::greedy_ids(llm, g) == g.output);
+  cluster.process("node-1").kill(SIGKILL);
+  REQUIRE(wait_until([&] { return llm.stats().failure.find("restart failed") != std::string::npos; }, 20s));
+  INFO(llm.stats().failure);
+  CHECK(llm.stats().failure.find("cannot place") != std::string::npos);
+  cluster.start_agent("node-2", 2, cluster.token());
+  CHECK(wait_until([&] { return llm.stats().healthy; }, 15s));
+  CHECK(test::greedy_ids(llm, g) == g.output);
 }
 
 TEST_CASE(
