@@ -3,6 +3,7 @@
 
 #include "comm/comm_error.hpp"
 #include "util/check.hpp"
+#include "util/cpu_relax.hpp"
 
 #include <fmt/format.h>
 
@@ -39,14 +40,6 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>
 /// its core, where a sleeping one would pay a wake-up (on virtual machines, that of a halted virtual CPU).
 constexpr auto spin_budget = std::chrono::milliseconds{5};
 constexpr auto sleep_step = std::chrono::microseconds{50};
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 /// False once `pid` has exited (gone, or a zombie its parent has not reaped yet).
 bool process_alive(int32_t pid) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "util/check.hpp"
+#include "util/cpu_relax.hpp"
 
 namespace actorllm {
 namespace {
@@ -14,14 +15,6 @@ namespace {
 // decode step come a few microseconds to a millisecond apart; spinning across those gaps saves the futex
 // round trip (tens of microseconds) without burning a core for long once the engine goes idle.
 constexpr auto spin_budget = std::chrono::microseconds(200);
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // Spins until pred() holds or the budget is spent; true when pred() held. After a short pure spin it yields the
 // core on every round: when there are more runnable threads than cores (a pool as large as the machine while

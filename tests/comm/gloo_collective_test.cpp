@@ -2,6 +2,7 @@
 // within float tolerance, gathers exact, every rank agreeing; a rank that never joins or never calls fails the
 // others within the timeout.
 #include "comm/gloo_collective.hpp"
+#include "collective_test_inputs.hpp"
 #include "comm/comm_error.hpp"
 #include "comm/memory_store.hpp"
 #include "comm/shared_memory_collective.hpp"
@@ -22,16 +23,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// inputs[rank]: n floats in [-1, 1), different per rank and per seed.
-std::vector<std::vector<float>> random_inputs(int n_rank, int64_t n, uint32_t seed) {
-  std::mt19937 rng{seed};
-  std::uniform_real_distribution<float> dist{-1.0f, 1.0f};
-  std::vector<std::vector<float>> inputs(static_cast<size_t>(n_rank), std::vector<float>(static_cast<size_t>(n)));
-  for (auto& v : inputs)
-    for (auto& x : v)
-      x = dist(rng);
-  return inputs;
-}
+using test::random_inputs;
 
 /// Float sums of n_rank terms in different orders differ by a few ulps of the sum of magnitudes.
 bool close(float a, double ref, double magnitude) { return std::abs(a - ref) <= 1e-6 + 8 * 1.2e-7 * magnitude; }

@@ -3,6 +3,7 @@
 // that cannot map the segment makes every rank fall back alike; a peer that never calls fails the others within
 // the timeout; and between forked processes, a peer that exits fails the survivor at once.
 #include "comm/interprocess_collective.hpp"
+#include "collective_test_inputs.hpp"
 #include "comm/comm_error.hpp"
 #include "comm/memory_store.hpp"
 #include "comm/shared_memory_collective.hpp"
@@ -27,15 +28,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<std::vector<float>> random_inputs(int n_rank, int64_t n, uint32_t seed) {
-  std::mt19937 rng{seed};
-  std::uniform_real_distribution<float> dist{-1.0f, 1.0f};
-  std::vector<std::vector<float>> inputs(static_cast<size_t>(n_rank), std::vector<float>(static_cast<size_t>(n)));
-  for (auto& v : inputs)
-    for (auto& x : v)
-      x = dist(rng);
-  return inputs;
-}
+using test::random_inputs;
 
 /// Runs body(collective) on `n` threads, each rank of group `name`; collects what each rank's try_create gave
 /// (null or not) and rethrows the first exception after every thread has finished.
