@@ -136,6 +136,20 @@ std::unique_ptr<interprocess_collective> interprocess_collective::try_create(ren
       ::close(fd);
   }
 
+  // From here on, however this ends (agreement, fallback, or a rendezvous that times out and throws): rank 0 removes
+  // the name, and a rank that does not use the segment unmaps it.
+  struct cleanup {
+    std::string unlink_name;
+    void* mapped = nullptr;
+    size_t bytes = 0;
+    ~cleanup() {
+      if (!unlink_name.empty())
+        ::shm_unlink(unlink_name.c_str());
+      if (mapped != nullptr)
+        ::munmap(mapped, bytes);
+    }
+  } on_exit{rank == 0 ? shm_name : std::string{}, seg, bytes};
+
   // Every rank says whether it mapped the segment, and in which pid namespace it lives (liveness checks compare
   // pids): the group uses the segment only when all mapped it from one namespace, and all decide alike.
   const std::string here = pid_namespace();
@@ -147,13 +161,9 @@ std::unique_ptr<interprocess_collective> interprocess_collective::try_create(ren
     const auto value = store.get(fmt::format("{}/mapped/{}", name, r), options.timeout);
     all = all && std::string(value.begin(), value.end()) == "1 " + here;
   }
-  if (rank == 0 && !shm_name.empty())
-    ::shm_unlink(shm_name.c_str());  // every rank has it mapped or gave up: the name is no longer needed
-  if (!all) {
-    if (seg != nullptr)
-      ::munmap(seg, bytes);
+  if (!all)
     return nullptr;
-  }
+  on_exit.mapped = nullptr;  // the collective owns the mapping now
   return std::unique_ptr<interprocess_collective>(new interprocess_collective(name, rank, size, options, seg, bytes));
 }
 
