@@ -16,7 +16,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-
 #include <cstdlib>
 #include <map>
 #include <thread>

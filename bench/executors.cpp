@@ -36,9 +36,8 @@ struct layout_result {
 
 double run_seconds(actorllm::LLM& llm, int64_t batch, int32_t max_tokens) {
   std::vector<actorllm::prompt> prompts;
-  for (int64_t s = 0; s < batch; ++s)
-    prompts.emplace_back(std::vector<int32_t>{static_cast<int32_t>(100 + s % 100), 20, 30, 40, 50, 60, 70,
-                                              80});  // < 256: any vocabulary
+  for (int64_t s = 0; s < batch; ++s)  // ids below 256, so any vocabulary takes them
+    prompts.emplace_back(std::vector<int32_t>{static_cast<int32_t>(100 + s % 100), 20, 30, 40, 50, 60, 70, 80});
   actorllm::sampling_params p;
   p.temperature = 0;
   p.max_tokens = max_tokens;
