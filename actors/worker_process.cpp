@@ -10,6 +10,7 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +20,9 @@
 namespace actorllm::actors {
 
 int run_worker(const worker_options& options) {
+  // Gloo writes to its peers with writev(), which raises SIGPIPE when a peer has died: ignored, the write fails
+  // with EPIPE and the step reports which peer was lost, instead of this worker dying without a word.
+  ::signal(SIGPIPE, SIG_IGN);
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
   enable_network(cfg, options.tls, /*direct_connections=*/!options.tls.enabled());

@@ -62,8 +62,7 @@ TEST_CASE("gloo between processes: all-reduce and pipe of 1 MiB between two fork
   const auto statuses = run_children(2, [&](int rank) { return run_rank(dir.string(), rank) ? 0 : 1; });
   for (int rank = 0; rank < 2; ++rank) {
     CAPTURE(rank);
-    CHECK(WIFEXITED(statuses[static_cast<size_t>(rank)]));
-    CHECK(WEXITSTATUS(statuses[static_cast<size_t>(rank)]) == 0);
+    CHECK_MESSAGE(statuses[static_cast<size_t>(rank)] == 0, test::describe_status(statuses[static_cast<size_t>(rank)]));
   }
   std::filesystem::remove_all(dir);
 }
@@ -90,9 +89,7 @@ TEST_CASE("gloo between processes: a rank that dies fails the survivor long befo
     }
     return 1;  // the all-reduce "succeeded" with a dead peer
   });
-  CHECK(WIFEXITED(statuses[0]));
-  CHECK(WEXITSTATUS(statuses[0]) == 0);
-  CHECK(WIFEXITED(statuses[1]));
-  CHECK(WEXITSTATUS(statuses[1]) == 0);
+  CHECK_MESSAGE(statuses[0] == 0, test::describe_status(statuses[0]));
+  CHECK_MESSAGE(statuses[1] == 0, test::describe_status(statuses[1]));
   std::filesystem::remove_all(dir);
 }

@@ -220,8 +220,7 @@ TEST_CASE(
   });
   for (int rank = 0; rank < 2; ++rank) {
     CAPTURE(rank);
-    CHECK(WIFEXITED(statuses[static_cast<size_t>(rank)]));
-    CHECK(WEXITSTATUS(statuses[static_cast<size_t>(rank)]) == 0);
+    CHECK_MESSAGE(statuses[static_cast<size_t>(rank)] == 0, test::describe_status(statuses[static_cast<size_t>(rank)]));
   }
   std::filesystem::remove_all(dir);
 }
