@@ -172,7 +172,7 @@ std::vector<std::pair<std::string, std::string>> control_tls::environment() cons
   return {{certificate_field.variable, certificate}, {key_field.variable, key}, {ca_field.variable, ca_file}};
 }
 
-void enable_network(caf::actor_system_config& cfg, const control_tls& tls, bool direct_connections) {
+void enable_network(caf::actor_system_config& cfg, const control_tls& tls) {
   cfg.load<caf::io::middleman>();
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{500}});
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});
@@ -181,13 +181,7 @@ void enable_network(caf::actor_system_config& cfg, const control_tls& tls, bool 
     cfg.openssl_certificate = tls.certificate;
     cfg.openssl_key = tls.key;
     cfg.openssl_cafile = tls.ca_file;
-    return;
   }
-  // Workers that learn of each other through the engine (a stage's next shard) talk directly, not through it.
-  // Only workers: CAF 0.17 can hang in actor_system shutdown while such a connection is being set up, and a
-  // worker never shuts its system down (it _Exits).
-  if (direct_connections)
-    cfg.set("middleman.enable-automatic-connections", true);
 }
 
 std::string describe_connect_error(caf::actor_system& sys, const caf::error& err) {
