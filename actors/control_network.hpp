@@ -47,7 +47,7 @@ struct control_tls {
 /// default in CAF 0.17), so a peer that stops answering is dropped within seconds; with `tls` enabled (call
 /// tls.check() first), the OpenSSL module as well. Peers met through a third node (a worker and the next stage's
 /// worker, both connected to the engine) are reached through it: CAF 0.17's automatic direct connections lost
-/// messages (a step that never finished) and kept a dead worker's proxies alive on the indirect route.
+/// messages (a step that never finished, most likely) and kept a dead worker's proxies alive on the indirect route.
 void enable_network(caf::actor_system_config& cfg, const control_tls& tls = {});
 
 /// Publishes `whom` on host:port (port 0: any free one) over TLS when the system has it, else plain TCP.
