@@ -190,6 +190,16 @@ void interprocess_collective::fail(const std::string& what) {
   throw comm_error(broken_);
 }
 
+void interprocess_collective::throw_if_broken() const {
+  if (!broken_.empty())
+    throw comm_error("the group is broken since an earlier failure: " + broken_);
+}
+
+void interprocess_collective::fail_if_one_gave_up(const char* what) {
+  if (const int32_t failed = segment_->failed_rank.load(std::memory_order_acquire); failed >= 0)
+    fail(fmt::format("{}: rank {} gave up on the group", what, failed));
+}
+
 void interprocess_collective::exchange(const char* what) {
   ++op_;
   rank_state* ranks = segment_->ranks();
@@ -209,8 +219,7 @@ void interprocess_collective::exchange(const char* what) {
       if (i % 256 != 0)
         continue;
       const int32_t pid = ranks[q].pid.load(std::memory_order_acquire);
-      if (const int32_t failed = segment_->failed_rank.load(std::memory_order_acquire); failed >= 0)
-        fail(fmt::format("{}: rank {} gave up on the group", what, failed));
+      fail_if_one_gave_up(what);
       if (!process_alive(pid))
         fail(fmt::format("{}: rank {} (pid {}) exited", what, q, pid));
       if (waited > options_.timeout)
@@ -218,16 +227,14 @@ void interprocess_collective::exchange(const char* what) {
     }
   }
   // A rank that gave up had published its arrival first: what it left in its slot is no contribution.
-  if (const int32_t failed = segment_->failed_rank.load(std::memory_order_acquire); failed >= 0)
-    fail(fmt::format("{}: rank {} gave up on the group", what, failed));
+  fail_if_one_gave_up(what);
 }
 
 void interprocess_collective::all_reduce_sum(float* data, int64_t n) {
   ACTORLLM_CHECK(n >= 0, "negative element count");
   if (n == 0 || size_ == 1)
     return;
-  if (!broken_.empty())
-    throw comm_error("the group is broken since an earlier failure: " + broken_);
+  throw_if_broken();
   const int64_t capacity = segment_->capacity;
   for (int64_t offset = 0; offset < n; offset += capacity) {
     const auto len = static_cast<size_t>(std::min(capacity, n - offset));
@@ -251,8 +258,7 @@ void interprocess_collective::all_gather(const float* in, int64_t n_per_rank, fl
       std::memmove(out, in, static_cast<size_t>(n_per_rank) * sizeof(float));
     return;
   }
-  if (!broken_.empty())
-    throw comm_error("the group is broken since an earlier failure: " + broken_);
+  throw_if_broken();
   const int64_t capacity = segment_->capacity;
   for (int64_t offset = 0; offset < n_per_rank; offset += capacity) {
     const auto len = static_cast<size_t>(std::min(capacity, n_per_rank - offset));

@@ -55,6 +55,10 @@ class interprocess_collective final : public tp_collective {
   /// Publishes this rank's arrival at exchange `op_` and waits until every rank has arrived.
   void exchange(const char* what);
   [[noreturn]] void fail(const std::string& what);
+  /// Throws at once when an earlier failure broke the group.
+  void throw_if_broken() const;
+  /// Fails this rank when some rank gave up on the group (it published its arrival, but no contribution).
+  void fail_if_one_gave_up(const char* what);
 
   std::string name_;
   int rank_;

@@ -8,6 +8,7 @@
 #include "comm/memory_store.hpp"
 #include "comm/shared_memory_collective.hpp"
 #include "process_test_support.hpp"
+#include "rank_threads.hpp"
 #include "test_paths.hpp"
 
 #include <doctest/doctest.h>
@@ -15,7 +16,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -35,25 +35,13 @@ using test::random_inputs;
 template <class F>
 std::vector<bool> run_ranks(comm::rendezvous_store& store, const std::string& name, int n,
                             comm::interprocess_options options, F&& body) {
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::vector<char> created(static_cast<size_t>(n), 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto c = comm::interprocess_collective::try_create(store, name, r, n, options);
-        created[static_cast<size_t>(r)] = c != nullptr;
-        if (c)
-          body(*c);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (auto& e : errors)
-    if (e)
-      std::rethrow_exception(e);
+  test::run_rank_threads(n, [&](int r) {
+    auto c = comm::interprocess_collective::try_create(store, name, r, n, options);
+    created[static_cast<size_t>(r)] = c != nullptr;
+    if (c)
+      body(*c);
+  });
   return {created.begin(), created.end()};
 }
 
@@ -86,14 +74,10 @@ TEST_CASE("interprocess all_reduce_sum equals shared_memory_collective's bit for
 
       auto reference = inputs;
       auto shared = std::make_shared<comm::shared_memory_group>(n_rank);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < n_rank; ++r)
-        threads.emplace_back([&, r] {
-          comm::shared_memory_collective c{shared, r};
-          c.all_reduce_sum(reference[static_cast<size_t>(r)].data(), n);
-        });
-      for (auto& t : threads)
-        t.join();
+      test::run_rank_threads(n_rank, [&](int r) {
+        comm::shared_memory_collective c{shared, r};
+        c.all_reduce_sum(reference[static_cast<size_t>(r)].data(), n);
+      });
 
       comm::memory_store store;
       auto outputs = inputs;
