@@ -5,6 +5,7 @@
 #include "actors/cluster_executor.hpp"
 #include "actors/executor_choice.hpp"
 #include "actors/mp_executor.hpp"
+#include "kernels/device.hpp"
 #include "util/log.hpp"
 
 #include <fmt/format.h>
@@ -36,7 +37,8 @@ std::string resolve_executor(const engine_config& config) {
   }
   in.world_size = config.tensor_parallel_size * config.pipeline_parallel_size;
   in.local_devices = local_cpu_devices();
-  in.gpu = false;  // the engine's shards run the CPU backend
+  // An unusable device is refused with the other settings (plan_replica); here it only shapes the choice.
+  in.gpu = resolve_device(config.device).kind == device_kind::cuda;
   in.cluster_configured = !config.cluster_address.empty();
   in.cluster_devices = in.world_size;  // checked exactly against the nodes when the cluster replica is placed
   auto choice = choose_executor(in);

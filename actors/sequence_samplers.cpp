@@ -17,19 +17,26 @@ uint64_t sequence_seed(uint64_t seed, uint32_t index) {
 void sequence_samplers::apply(const proto::step_plan& plan) {
   release(plan.released_requests);
   for (const auto& setup : plan.new_requests) {
-    request r;
-    r.params.temperature = setup.spec.temperature;
-    r.params.top_p = setup.spec.top_p;
-    r.params.top_k = setup.spec.top_k;
-    r.params.min_p = setup.spec.min_p;
-    r.params.repetition_penalty = setup.spec.repetition_penalty;
-    r.params.presence_penalty = setup.spec.presence_penalty;
-    r.params.frequency_penalty = setup.spec.frequency_penalty;
-    r.params.logprobs = setup.spec.logprobs;
-    r.seed = setup.spec.seed;
-    r.prompt_ids = setup.prompt_ids;
-    requests_.insert_or_assign(setup.request_id, std::move(r));
+    ops::sampling_params p;
+    p.temperature = setup.spec.temperature;
+    p.top_p = setup.spec.top_p;
+    p.top_k = setup.spec.top_k;
+    p.min_p = setup.spec.min_p;
+    p.repetition_penalty = setup.spec.repetition_penalty;
+    p.presence_penalty = setup.spec.presence_penalty;
+    p.frequency_penalty = setup.spec.frequency_penalty;
+    p.logprobs = setup.spec.logprobs;
+    add(setup.request_id, p, setup.spec.seed, setup.prompt_ids);
   }
+}
+
+void sequence_samplers::add(uint64_t request_id, const ops::sampling_params& params, uint64_t seed,
+                            std::vector<int32_t> prompt_ids) {
+  request r;
+  r.params = params;
+  r.seed = seed;
+  r.prompt_ids = std::move(prompt_ids);
+  requests_.insert_or_assign(request_id, std::move(r));
 }
 
 void sequence_samplers::release(std::span<const uint64_t> request_ids) {
@@ -37,32 +44,41 @@ void sequence_samplers::release(std::span<const uint64_t> request_ids) {
     requests_.erase(id);
 }
 
-proto::step_result sequence_samplers::sample(const proto::step_plan& plan, std::span<float> logits, int64_t n_vocab) {
+proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backend& be, const tensor& logits) {
   proto::step_result result;
   result.step_id = plan.step_id;
   const size_t n_rows = plan.sample_seqs.size();
-  if (logits.size() != n_rows * static_cast<size_t>(n_vocab)) {
-    result.error =
-        fmt::format("step {}: {} logits for {} sample rows of {} tokens", plan.step_id, logits.size(), n_rows, n_vocab);
+  if (n_rows == 0)
+    return result;
+  if (logits.empty() || logits.shape.n_dims != 2 || logits.dim(0) != static_cast<int64_t>(n_rows)) {
+    result.error = fmt::format("step {}: logits {} for {} sample rows", plan.step_id,
+                               logits.empty() ? std::string("(none)") : logits.describe(), n_rows);
     return result;
   }
-  result.tokens.reserve(n_rows);
+  rows_.clear();
+  row_seqs_.clear();
   for (size_t i = 0; i < n_rows; ++i) {
     const proto::seq_ref seq = plan.sample_seqs[i];
     auto req = requests_.find(seq.request_id);
     if (req == requests_.end()) {
-      result.tokens.clear();
       result.error = fmt::format("step {}: no sampler state for request {} (its setup never arrived)", plan.step_id,
                                  seq.request_id);
       return result;
     }
-    auto [it, fresh] = req->second.seqs.try_emplace(seq.index, sequence{cpu::sampler_rng{0}, {}});
+    auto [it, fresh] = req->second.seqs.try_emplace(seq.index, sequence{ops::sampler_rng{0}, {}});
     if (fresh)
-      it->second.rng = cpu::sampler_rng{sequence_seed(req->second.seed, seq.index)};
+      it->second.rng = ops::sampler_rng{sequence_seed(req->second.seed, seq.index)};
     sequence& s = it->second;
-    float* row = logits.data() + i * static_cast<size_t>(n_vocab);
-    cpu::sample_result r = cpu::sample(row, n_vocab, req->second.params, req->second.prompt_ids, s.output_ids, s.rng);
-    s.output_ids.push_back(r.token);
+    rows_.push_back(ops::sample_row{&req->second.params, req->second.prompt_ids, s.output_ids, &s.rng});
+    row_seqs_.push_back(&s);
+  }
+  // Two rows of one sequence in one step would share a generator and an output list: the scheduler never plans it.
+  results_.resize(n_rows);
+  be.sample(logits, rows_, results_);
+  result.tokens.reserve(n_rows);
+  for (size_t i = 0; i < n_rows; ++i) {
+    ops::sample_result& r = results_[i];
+    row_seqs_[i]->output_ids.push_back(r.token);
     proto::sampled_token tok;
     tok.token = r.token;
     tok.logprob = r.logprob;

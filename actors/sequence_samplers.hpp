@@ -5,7 +5,8 @@
 
 #include "actorllm/proto/step_plan.hpp"
 #include "actorllm/proto/step_result.hpp"
-#include "kernels/cpu/sampling.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/sampling.hpp"
 
 #include <cstdint>
 #include <span>
@@ -24,12 +25,17 @@ class sequence_samplers {
   /// Applies a plan's bookkeeping: drops released requests' state, then creates new requests'.
   void apply(const proto::step_plan& plan);
 
+  /// Creates (or replaces) the state of one request: its settings, its seed and the prompt ids the repetition
+  /// penalty reads.
+  void add(uint64_t request_id, const ops::sampling_params& params, uint64_t seed, std::vector<int32_t> prompt_ids);
+
   /// Drops the state of `request_ids` (unknown ids are ignored: a request may end before it was ever sampled).
   void release(std::span<const uint64_t> request_ids);
 
-  /// Samples plan.sample_seqs[i] from row i of `logits` ([n_rows, n_vocab], used as scratch). A sample row of a
-  /// request with no state is a protocol error, returned as step_result::error.
-  proto::step_result sample(const proto::step_plan& plan, std::span<float> logits, int64_t n_vocab);
+  /// Samples plan.sample_seqs[i] from row i of `logits` (f32 [n_rows, n_vocab] on `be`, used as scratch), the whole
+  /// batch in one backend call with per-row settings. A sample row of a request with no state is a protocol error,
+  /// returned as step_result::error.
+  proto::step_result sample(const proto::step_plan& plan, backend& be, const tensor& logits);
 
   /// Requests with state.
   size_t n_requests() const { return requests_.size(); }
@@ -38,17 +44,20 @@ class sequence_samplers {
 
  private:
   struct sequence {
-    cpu::sampler_rng rng;
+    ops::sampler_rng rng;
     std::vector<int32_t> output_ids;
   };
   struct request {
-    cpu::sampling_params params;
+    ops::sampling_params params;
     uint64_t seed = 0;
     std::vector<int32_t> prompt_ids;
     std::unordered_map<uint32_t, sequence> seqs;
   };
 
   std::unordered_map<uint64_t, request> requests_;
+  std::vector<ops::sample_row> rows_;  // per-step scratch
+  std::vector<sequence*> row_seqs_;    // the sequence of each row
+  std::vector<ops::sample_result> results_;
 };
 
 }  // namespace actorllm::actors

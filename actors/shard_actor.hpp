@@ -1,11 +1,14 @@
-// A shard: one tensor-parallel rank of one pipeline stage. It owns its weight slice (loaded already sliced), its
-// slice of the paged KV cache and its kernel threads, and runs the forward pass of its stage's layers. It lives
-// in a detached actor (its own thread), so loading and forward passes never block CAF's scheduler threads; the
-// ranks of a stage meet in the shared-memory collective inside the forward pass.
+// A shard: one tensor-parallel rank of one pipeline stage, as an actor. Its model_runner (a plain class) owns the
+// backend (with its kernel threads), the weight slice, the slice of the paged KV cache and the sampler state, and
+// runs each step; the actor only loads, answers the startup requests and moves plans, hidden states and results.
+// It lives in a detached actor (its own thread), so loading and forward passes never block CAF's scheduler
+// threads; the ranks of a stage meet in the TP collective inside the forward pass.
 #pragma once
 
 #include "actorllm/proto/interfaces.hpp"
 #include "comm/shared_memory_collective.hpp"
+#include "kernels/device.hpp"
+#include "kernels/tensor.hpp"
 #include "model/model_source.hpp"
 #include "model/weight_table.hpp"
 
@@ -23,10 +26,11 @@ namespace actorllm::actors {
 class activation_link {
  public:
   virtual ~activation_link() = default;
-  /// Sends step `step_id`'s hidden states to the next stage.
-  virtual void send(uint64_t step_id, const std::vector<float>& hidden) = 0;
-  /// Receives step `step_id`'s `n` floats from the previous stage. Throws on timeout or a lost peer.
-  virtual void recv(uint64_t step_id, std::vector<float>& hidden, size_t n) = 0;
+  /// Sends step `step_id`'s hidden states (an f32 backend tensor) to the next stage.
+  virtual void send(uint64_t step_id, const tensor& hidden) = 0;
+  /// Receives step `step_id`'s hidden states from the previous stage into `hidden` (allocated by the receiver with
+  /// the expected shape). Throws on timeout or a lost peer.
+  virtual void recv(uint64_t step_id, const tensor& hidden) = 0;
 };
 
 /// Everything a shard is built from.
@@ -37,9 +41,10 @@ struct shard_args {
   model::load_options load;
   /// The stage's TP group (one per stage, shared by its ranks); null when tp_size is 1.
   std::shared_ptr<comm::shared_memory_group> group;
-  int32_t n_threads = 1;   ///< kernel threads, this shard's thread included
-  bool samples = false;    ///< tp rank 0 of the last stage: samples and returns tokens
-  proto::shard_link next;  ///< the same tp rank of the next stage; null on the last stage
+  device_kind device = device_kind::cpu;  ///< the backend the shard runs on (--device)
+  int32_t n_threads = 1;                  ///< kernel threads, this shard's thread included
+  bool samples = false;                   ///< tp rank 0 of the last stage: samples and returns tokens
+  proto::shard_link next;                 ///< the same tp rank of the next stage; null on the last stage
   /// Worker processes: builds the TP collective when the shard loads (Gloo); null: shared memory through `group`.
   std::function<std::unique_ptr<tp_collective>()> make_collective;
   /// Worker processes: build the links to the previous and next stage when the shard loads (after the

@@ -89,6 +89,10 @@ replica_plan plan_replica(const engine_config& config) {
   const int32_t pp = config.pipeline_parallel_size;
 
   // Everything that config.json and the flags alone can refute, before a byte of weights is read.
+  const device_choice chosen = resolve_device(config.device);
+  if (!chosen.error.empty())
+    throw_config(chosen.error);
+  plan.device = chosen.kind;
   auto format = model::parse_load_format(config.load_format);
   if (!format)
     throw_config(fmt::format("load_format: '{}' is not one of auto, safetensors, dummy", config.load_format));
@@ -159,6 +163,7 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
     block_manager_args bm;
     bm.shards = r.shards;
     bm.block_size = config.block_size;
+    bm.device = plan.device == device_kind::cuda ? "GPU" : "CPU";
     bm.kv_cache_memory = config.kv_cache_memory;
     bm.max_model_len = r.max_model_len;
     r.block_manager = spawn_block_manager(sys, std::move(bm));
@@ -213,6 +218,7 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
                                  r.stages[static_cast<size_t>(s)].layer_end};
       a.stage = s;
       a.load = plan.load;
+      a.device = plan.device;
       a.group = group;
       a.n_threads = plan.threads_per_shard;
       a.samples = s == pp - 1 && rank == 0;

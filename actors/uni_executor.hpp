@@ -7,6 +7,7 @@
 #include "actorllm/proto/worker.hpp"
 #include "actors/parallel_layout.hpp"
 #include "engine/scheduler_config.hpp"
+#include "kernels/device.hpp"
 #include "model/model_config.hpp"
 #include "model/model_source.hpp"
 #include "text/tokenizer.hpp"
@@ -44,11 +45,12 @@ struct replica {
 };
 
 /// What plan_replica settles before any shard exists: the replica's model facts, the scheduler's limits, how
-/// shards load, and their thread budget.
+/// shards load, the device they run on, and their thread budget.
 struct replica_plan {
   replica r;  ///< model, stages, max_model_len, tokenizer filled; no actors yet
   engine::scheduler_config scheduler;
   model::load_options load;
+  device_kind device = device_kind::cpu;  ///< engine_config::device, resolved
   int32_t threads_per_shard = 1;
 };
 

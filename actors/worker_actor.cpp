@@ -11,6 +11,7 @@
 #include "comm/gloo_pipe.hpp"
 #include "comm/interprocess_collective.hpp"
 #include "comm/rendezvous_store.hpp"
+#include "kernels/device.hpp"
 #include "util/log.hpp"
 
 #include <caf/actor_system.hpp>
@@ -73,15 +74,24 @@ bool shm_collective_allowed() {
 class gloo_activation_link final : public activation_link {
  public:
   explicit gloo_activation_link(std::shared_ptr<comm::gloo_group> group) : pipe_(group), group_(std::move(group)) {}
-  void send(uint64_t step_id, const std::vector<float>& hidden) override {
-    pipe_.send(1, step_id & comm::gloo_pipe::max_tag, hidden.data(), static_cast<int64_t>(hidden.size()));
+  // Gloo moves host memory: the CPU backend's tensors are host memory already (a device backend brings its own
+  // link over NCCL send/recv).
+  void send(uint64_t step_id, const tensor& hidden) override {
+    check_host(hidden);
+    pipe_.send(1, step_id & comm::gloo_pipe::max_tag, hidden.data_as<float>(), hidden.numel());
   }
-  void recv(uint64_t step_id, std::vector<float>& hidden, size_t n) override {
-    hidden.resize(n);
-    pipe_.recv(0, step_id & comm::gloo_pipe::max_tag, hidden.data(), static_cast<int64_t>(n));
+  void recv(uint64_t step_id, const tensor& hidden) override {
+    check_host(hidden);
+    pipe_.recv(0, step_id & comm::gloo_pipe::max_tag, hidden.data_as<float>(), hidden.numel());
   }
 
  private:
+  static void check_host(const tensor& t) {
+    if (t.empty() || t.type != dtype::f32 || t.where().kind != device_kind::cpu)
+      throw comm::comm_error("hidden states over Gloo must be f32 host memory, got " +
+                             (t.empty() ? std::string("no tensor") : t.describe()));
+  }
+
   comm::gloo_pipe pipe_;
   std::shared_ptr<comm::gloo_group> group_;
 };
@@ -134,6 +144,11 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   args.load.format = format.value_or(model::load_format::automatic);
   if (a.dtype != "auto")
     args.load.weight_dtype = parse_dtype(a.dtype);
+  // The engine checked the device against its own build; this worker's binary (another node's) may lack it.
+  const device_choice chosen = resolve_device(a.device);
+  if (!chosen.error.empty())
+    throw actorllm::error{errc::invalid_config, chosen.error};
+  args.device = chosen.kind;
   args.load.seed = a.seed;
   args.n_threads = a.n_threads;
   args.samples = a.samples;
@@ -190,7 +205,13 @@ proto::worker_actor spawn_worker(caf::actor_system& sys, proto::worker_registry_
             return proto::make_error(errc::invalid_config, "an invalid shard assignment");
           log::info("worker", "hosting stage {} rank {} (layers {}-{})", a.stage, a.tp_rank, a.layer_begin,
                     a.layer_end - 1);
-          auto shard = spawn_shard(sys, make_worker_shard_args(sys, a, registry));
+          shard_args args;
+          try {
+            args = make_worker_shard_args(sys, a, registry);
+          } catch (const actorllm::error& e) {
+            return proto::make_error(e.code(), e.what());
+          }
+          auto shard = spawn_shard(sys, std::move(args));
           self->link_to(shard);  // the shard goes down with its worker and vice versa
           return shard;
         },

@@ -15,7 +15,8 @@ namespace actorllm::actors {
 proto::worker_actor spawn_worker(caf::actor_system& sys, proto::worker_registry_actor registry, int32_t index);
 
 /// shard_args for an assignment: the shard's Gloo collective and stage links, with `registry` as their
-/// rendezvous store. Exposed for tests that host "remote" shards in one process.
+/// rendezvous store. Exposed for tests that host "remote" shards in one process. Throws actorllm::error
+/// (invalid_config) for a device this build cannot run.
 struct shard_args;
 shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_assignment& a,
                                   proto::worker_registry_actor registry);

@@ -113,6 +113,7 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
       a.pp_size = pp;
       a.load_format = config.load_format;
       a.dtype = config.dtype;
+      a.device = config.device;
       a.seed = config.seed;
       a.n_threads = launcher->threads_for(static_cast<int32_t>(index), plan.threads_per_shard);
       a.samples = s == pp - 1 && rank == 0;

@@ -4,6 +4,7 @@
 #include "apps/token_id_list.hpp"
 
 #include "actorllm/llm.hpp"
+#include "kernels/device.hpp"
 #include "util/json_writer.hpp"
 #include "util/log.hpp"
 
@@ -35,6 +36,7 @@ struct generate_options {
   std::string output = "text";
   std::string load_format = "auto";
   std::string dtype_name = "auto";
+  std::string device = "cpu";
   int64_t block_size = 16;
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 2048;
@@ -55,6 +57,8 @@ int run_generate(const generate_options& o) {
   if (o.dtype_name != "auto" && o.dtype_name != "float32" && o.dtype_name != "float16" && o.dtype_name != "bfloat16")
     throw std::invalid_argument(
         fmt::format("--dtype: '{}' is not one of auto, float32, float16, bfloat16", o.dtype_name));
+  if (const device_choice chosen = resolve_device(o.device); !chosen.error.empty())
+    throw std::invalid_argument(chosen.error);  // names --device and the value
   if (o.max_tokens < 1)
     throw std::invalid_argument(fmt::format("--max-tokens: must be at least 1, got {}", o.max_tokens));
   if (o.temperature < 0)
@@ -91,6 +95,7 @@ int run_generate(const generate_options& o) {
   cfg.max_model_len = static_cast<int32_t>(o.max_model_len);
   cfg.load_format = o.load_format;
   cfg.dtype = o.dtype_name;
+  cfg.device = o.device;
   cfg.seed = o.seed;
   cfg.threads = o.threads;
   cfg.distributed_executor_backend = o.distributed_executor_backend;
@@ -161,6 +166,8 @@ command_registration generate_command{
       sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
           ->capture_default_str();
       sub.add_option("--dtype", o->dtype_name, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
+      sub.add_option("--device", o->device, "Device the shards run on: cpu (cuda and auto come with the CUDA backend)")
+          ->capture_default_str();
       sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->capture_default_str();
       sub.add_option("--max-model-len", o->max_model_len, "Context length limit (default: the model's)");
       sub.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Prefill chunk size")

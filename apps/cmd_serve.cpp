@@ -9,6 +9,7 @@
 #include "apps/serve_options.hpp"
 
 #include "actorllm/llm.hpp"
+#include "kernels/device.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_service.hpp"
 #include "net/routes.hpp"
@@ -92,6 +93,8 @@ void validate(const serve_options& o) {
   if (o.max_queued_requests < -1)
     throw std::invalid_argument(
         fmt::format("--max-queued-requests: must be >= -1 (-1: no limit), got {}", o.max_queued_requests));
+  if (const device_choice chosen = resolve_device(o.device); !chosen.error.empty())
+    throw std::invalid_argument(chosen.error);  // names --device and the value
 }
 
 std::string layout_of(const serve_options& o, const model_info& info) {
@@ -140,6 +143,7 @@ int run_serve(serve_options o) {
   cfg.max_model_len = static_cast<int32_t>(o.max_model_len);
   cfg.load_format = o.load_format;
   cfg.dtype = o.dtype;
+  cfg.device = o.device;
   cfg.seed = o.seed;
   cfg.threads = o.threads;
   cfg.gpu_memory_utilization = o.gpu_memory_utilization;
@@ -271,6 +275,8 @@ command_registration serve_command{
       sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
           ->capture_default_str();
       sub.add_option("--dtype", o->dtype, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
+      sub.add_option("--device", o->device, "Device the shards run on: cpu (cuda and auto come with the CUDA backend)")
+          ->capture_default_str();
       sub.add_option("--seed", o->seed, "Engine seed")->capture_default_str();
       sub.add_option("--num-threads", o->threads, "CPU threads for the kernels (default: all cores)");
       sub.add_option("--chat-template", o->chat_template,

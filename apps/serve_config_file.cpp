@@ -2,6 +2,7 @@
 #include "apps/serve_config_file.hpp"
 
 #include "apps/nearest_name.hpp"
+#include "kernels/device.hpp"
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -86,6 +87,18 @@ setter choice_value(std::string& out, std::vector<std::string> choices) {
     const std::string value{n.as_string()->get()};
     if (std::find(choices.begin(), choices.end(), value) == choices.end())
       throw config_file_error(fmt::format("{} must be {}, got \"{}\"", at.describe(), expected, value));
+    out = value;
+  };
+}
+
+/// A device this build runs shards on (kernels/device.hpp decides, as for --device).
+setter device_value(std::string& out) {
+  return [&out](const toml::node& n, const key_location& at) {
+    if (!n.is_string())
+      type_error(at, n, "a string");
+    const std::string value{n.as_string()->get()};
+    if (const device_choice chosen = resolve_device(value); !chosen.error.empty())
+      throw config_file_error(fmt::format("{}: {}", at.describe(), chosen.error));
     out = value;
   };
 }
@@ -211,6 +224,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"distributed_executor_backend", choice_value(o.distributed_executor_backend, {"uni", "mp", "cluster"})},
            {"num_threads", integer_value(o.threads, 0, int_max)},
            {"max_worker_restarts", integer_value(o.max_worker_restarts, 0, int_max)},
+           {"device", device_value(o.device)},
        }},
       {"scheduler",
        {

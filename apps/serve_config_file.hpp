@@ -4,7 +4,7 @@
 //   [model]     path, tokenizer, served_model_name, dtype, load_format, max_model_len, seed, chat_template,
 //               generation_config
 //   [parallel]  tensor_parallel_size, pipeline_parallel_size, pp_layer_partition, distributed_executor_backend,
-//               num_threads
+//               num_threads, max_worker_restarts, device
 //   [scheduler] max_num_seqs, max_num_batched_tokens, max_queued_requests, step_timeout
 //   [cache]     block_size, gpu_memory_utilization, kv_cache_memory
 //   [server]    host, port, api_key, allowed_origins, shutdown_timeout, max_body_bytes, log_level

@@ -3,6 +3,7 @@
 // bandwidth roofline (weight bytes read per token ÷ bandwidth). Prints a table, writes JSON.
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/collective.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
@@ -33,7 +34,7 @@ double decode_tokens_per_second(model::llama_model& llm, int64_t batch, int64_t 
                                 int64_t block_size) {
   const int64_t ctx = prompt_len + steps + 1;
   const int64_t blocks_per_seq = (ctx + block_size - 1) / block_size;
-  model::kv_cache cache{llm.cache_shape(block_size), batch * blocks_per_seq};
+  model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), batch * blocks_per_seq};
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
   for (int64_t s = 0; s < batch; ++s)
     for (int64_t b = 0; b < blocks_per_seq; ++b)
@@ -72,7 +73,7 @@ double decode_tokens_per_second(model::llama_model& llm, int64_t batch, int64_t 
 
 double prefill_tokens_per_second(model::llama_model& llm, int64_t n_tokens, int64_t block_size, int reps) {
   const int64_t blocks = (n_tokens + block_size - 1) / block_size;
-  model::kv_cache cache{llm.cache_shape(block_size), blocks};
+  model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), blocks};
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
   std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
@@ -110,7 +111,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  thread_pool pool{threads > 0 ? threads : thread_pool::global().size()};
+  cpu::cpu_backend be{threads > 0 ? threads : thread_pool::global().size()};
+  thread_pool& pool = be.pool();
   auto wdt = parse_dtype(dtype_name);
   if (!wdt) {
     std::fprintf(stderr, "--dtype: unknown dtype '%s'\n", dtype_name.c_str());
@@ -136,7 +138,7 @@ int main(int argc, char** argv) {
     if (const auto* e = loaded.weights.find("model.embed_tokens.weight"))
       bytes_per_token -= e->nbytes();
   single_rank_collective comm;
-  model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, pool};
+  model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, be};
   const int64_t block_size = 16;
 
   std::fprintf(stderr, "decode batch 1...\n");

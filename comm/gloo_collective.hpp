@@ -18,6 +18,8 @@ namespace actorllm::comm {
 class gloo_collective final : public tp_collective {
  public:
   explicit gloo_collective(std::shared_ptr<gloo_group> group);
+  using tp_collective::all_gather;  // the tensor forms
+  using tp_collective::all_reduce_sum;
   int rank() const override { return group_->rank(); }
   int size() const override { return group_->size(); }
   /// Throws comm_error on timeout or a lost peer.

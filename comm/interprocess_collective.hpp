@@ -40,6 +40,8 @@ class interprocess_collective final : public tp_collective {
   interprocess_collective(const interprocess_collective&) = delete;
   interprocess_collective& operator=(const interprocess_collective&) = delete;
 
+  using tp_collective::all_gather;  // the tensor forms
+  using tp_collective::all_reduce_sum;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void all_reduce_sum(float* data, int64_t n) override;

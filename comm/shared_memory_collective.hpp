@@ -31,6 +31,8 @@ class shared_memory_group {
 class shared_memory_collective final : public tp_collective {
  public:
   shared_memory_collective(std::shared_ptr<shared_memory_group> group, int rank);
+  using tp_collective::all_gather;  // the tensor forms
+  using tp_collective::all_reduce_sum;
   int rank() const override { return rank_; }
   int size() const override { return group_->size_; }
   void all_reduce_sum(float* data, int64_t n) override;

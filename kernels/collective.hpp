@@ -1,6 +1,9 @@
 // The data-plane collectives a tensor-parallel group needs, behind one small interface. Implementations: a single
-// rank (no-op), threads of one process sharing memory, Gloo between processes, NCCL between GPUs.
+// rank (no-op), threads of one process sharing memory, processes of one host over shared memory, Gloo between
+// hosts; NCCL between GPUs later.
 #pragma once
+
+#include "kernels/tensor.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -9,6 +12,10 @@ namespace actorllm {
 
 /// Collective operations over the ranks of one tensor-parallel group. Every rank calls each operation in the same
 /// order with the same sizes (the usual collective contract).
+///
+/// The model calls the tensor forms. Their default implementation serves tensors in host memory through the
+/// host primitives below (what every implementation today provides); a device communicator (NCCL) overrides the
+/// tensor forms and keeps the data on its device.
 class tp_collective {
  public:
   virtual ~tp_collective() = default;
@@ -16,17 +23,26 @@ class tp_collective {
   virtual int rank() const = 0;
   /// Number of ranks in the group.
   virtual int size() const = 0;
-  /// data[i] = sum over ranks of data[i], in place.
+
+  /// t[i] = sum over ranks of t[i], in place (f32).
+  virtual void all_reduce_sum(const tensor& t);
+  /// out = concatenation over ranks (rank order) of each rank's `in` (f32; out holds size() * in.numel()).
+  virtual void all_gather(const tensor& in, const tensor& out);
+
+  /// Host primitive: data[i] = sum over ranks of data[i], in place.
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
-  /// out = concatenation over ranks (rank order) of each rank's `in` (n_per_rank floats each).
+  /// Host primitive: out = concatenation over ranks (rank order) of each rank's `in` (n_per_rank floats each).
   virtual void all_gather(const float* in, int64_t n_per_rank, float* out) = 0;
 };
 
 /// The group of one: every collective is the identity.
 class single_rank_collective final : public tp_collective {
  public:
+  using tp_collective::all_gather;
+  using tp_collective::all_reduce_sum;
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  void all_reduce_sum(const tensor&) override {}
   void all_reduce_sum(float*, int64_t) override {}
   void all_gather(const float* in, int64_t n_per_rank, float* out) override {
     if (in != out)

@@ -10,13 +10,29 @@
 
 namespace actorllm {
 
-/// Storage type of a tensor's elements.
-enum class dtype : uint8_t { f32, f16, bf16 };
+/// Storage type of a tensor's elements: the float types of weights and activations, and the integer types of a
+/// step's inputs (token ids, positions, cache slots) as backend tensors hold them.
+enum class dtype : uint8_t { f32, f16, bf16, i32, i64 };
 
 /// Bytes per element.
-constexpr size_t dtype_size(dtype t) { return t == dtype::f32 ? 4 : 2; }
+constexpr size_t dtype_size(dtype t) {
+  switch (t) {
+    case dtype::f16:
+    case dtype::bf16:
+      return 2;
+    case dtype::f32:
+    case dtype::i32:
+      return 4;
+    case dtype::i64:
+      return 8;
+  }
+  return 0;
+}
 
-/// Short lowercase name: "f32", "f16", "bf16".
+/// True for the types weights and activations may have (f32, f16, bf16).
+constexpr bool is_float_dtype(dtype t) { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+
+/// Short lowercase name: "f32", "f16", "bf16", "i32", "i64".
 constexpr std::string_view dtype_name(dtype t) {
   switch (t) {
     case dtype::f32:
@@ -25,12 +41,16 @@ constexpr std::string_view dtype_name(dtype t) {
       return "f16";
     case dtype::bf16:
       return "bf16";
+    case dtype::i32:
+      return "i32";
+    case dtype::i64:
+      return "i64";
   }
   return "?";
 }
 
-/// Parses safetensors ("F32", "F16", "BF16") and Hugging Face / torch spellings ("float32", "float", "float16",
-/// "half", "bfloat16") and our own ("f32", "f16", "bf16"). Anything else is nullopt.
+/// Parses the float types only: safetensors ("F32", "F16", "BF16") and Hugging Face / torch spellings ("float32",
+/// "float", "float16", "half", "bfloat16") and our own ("f32", "f16", "bf16"). Anything else is nullopt.
 std::optional<dtype> parse_dtype(std::string_view s);
 
 /// bf16 is the upper half of an IEEE f32.
@@ -58,6 +78,10 @@ inline float load_as_f32(const void* data, dtype t, size_t i) {
       return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
     case dtype::bf16:
       return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case dtype::i32:
+      return static_cast<float>(static_cast<const int32_t*>(data)[i]);
+    case dtype::i64:
+      return static_cast<float>(static_cast<const int64_t*>(data)[i]);
   }
   return 0.0f;
 }
@@ -73,6 +97,12 @@ inline void store_from_f32(void* data, dtype t, size_t i, float v) {
       break;
     case dtype::bf16:
       static_cast<uint16_t*>(data)[i] = f32_to_bf16(v);
+      break;
+    case dtype::i32:
+      static_cast<int32_t*>(data)[i] = static_cast<int32_t>(v);
+      break;
+    case dtype::i64:
+      static_cast<int64_t*>(data)[i] = static_cast<int64_t>(v);
       break;
   }
 }

@@ -2,6 +2,7 @@
 // index), so any slice of any tensor can be generated independently, in parallel, and identically on every rank.
 #include "model/slice_plan.hpp"
 #include "model/weight_loader.hpp"
+#include "util/check.hpp"
 
 #include "util/progress_bar.hpp"
 
@@ -86,6 +87,9 @@ void fill_run(uint64_t key, value_range r, int64_t first, void* dst, dtype type,
           d[i] = f32_to_bf16(values[i]);
         break;
       }
+      case dtype::i32:
+      case dtype::i64:
+        ACTORLLM_CHECK(false, "dummy weights: integer types hold no weights");
     }
   }
 }

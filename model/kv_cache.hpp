@@ -1,11 +1,11 @@
-// The paged KV cache a shard owns: for each of its layers, k and v blocks of block_size token slots.
+// The paged KV cache a shard owns, allocated through its backend: for each of its layers, k and v blocks of
+// block_size token slots.
 #pragma once
 
-#include "kernels/cpu/attention.hpp"
+#include "kernels/backend.hpp"
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
 namespace actorllm::model {
 
@@ -27,26 +27,27 @@ struct kv_cache_shape {
   }
 };
 
-/// Host memory for the cache, laid out [layer][k|v][block][slot][kv head][head_dim]. Slots are not initialised:
+/// One allocation on the backend, laid out [layer][k|v][block][slot][kv head][head_dim]. Slots are not initialised:
 /// attention only reads positions that a step has written.
 class kv_cache {
  public:
-  kv_cache(const kv_cache_shape& shape, int64_t n_blocks);
+  /// Throws std::bad_alloc when the backend cannot hold it.
+  kv_cache(backend& be, const kv_cache_shape& shape, int64_t n_blocks);
 
   const kv_cache_shape& shape() const { return shape_; }
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return shape_.block_size; }
-  /// The view of local layer `layer` (0-based within the shard's layer range).
-  cpu::paged_kv_view layer(int64_t layer);
+  /// The k and v tensors of local layer `layer` (0-based within the shard's layer range).
+  kv_layer layer(int64_t layer) const;
   /// Copies every layer's k and v slots of block `src` into block `dst` (the scheduler's copy-on-write of a shared,
   /// partially filled block before a sequence writes into it). Both must be in [0, n_blocks()).
   void copy_block(int64_t src, int64_t dst);
 
  private:
+  backend& be_;
   kv_cache_shape shape_;
   int64_t n_blocks_ = 0;
-  size_t layer_floats_ = 0;  // floats of k (or v) for one layer
-  std::unique_ptr<float[]> data_;
+  tensor data_;  // [n_layer * 2 * n_blocks, block_size, n_head_kv, head_dim]
 };
 
 }  // namespace actorllm::model

@@ -1,5 +1,6 @@
 // config.json / generation_config.json parsing. Strict about what the forward pass depends on (sizes, activation,
-// rope scaling), lenient about everything else HF writes there (dropout, use_cache, ...), which is ignored.
+// rope, attention windows, and settings of neighbouring families that would change the math), lenient about
+// everything else HF writes there (dropout, use_cache, ...), which is ignored.
 #include "model/model_config.hpp"
 
 #include "model/json_util.hpp"
@@ -10,6 +11,7 @@
 #include <simdjson.h>
 
 #include <array>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -40,6 +42,16 @@ class field_reader {
   [[noreturn]] void fail(std::string_view key, std::string_view what) const {
     throw model_error(fmt::format("{}: field '{}{}' {}", origin_, prefix_, key, what));
   }
+
+  /// The dotted name of `key` as error messages spell it ("rope_parameters.rope_theta").
+  std::string full_name(std::string_view key) const { return fmt::format("{}{}", prefix_, key); }
+
+  /// A reader of the object `obj` found under `key`, whose errors name its fields "key.field".
+  field_reader child(std::string_view key, simdjson::dom::object obj) const {
+    return field_reader(obj, origin_, fmt::format("{}{}.", prefix_, key));
+  }
+
+  simdjson::dom::object object() const { return obj_; }
 
   /// The field's value; nullopt when absent. `null` counts as absent when `null_is_absent`.
   std::optional<element> find(std::string_view key, bool null_is_absent = true) const {
@@ -90,6 +102,19 @@ class field_reader {
   }
 
   int64_t required_positive_int(std::string_view key) const { return as_size(key, required(key)); }
+
+  /// An integer in [0, 2^31); `default_value` when absent or null.
+  int64_t non_negative_int(std::string_view key, int64_t default_value) const {
+    auto e = find(key);
+    if (!e)
+      return default_value;
+    int64_t v = as_int(key, *e);
+    if (v < 0)
+      fail(key, fmt::format("must not be negative, got {}", v));
+    if (v > std::numeric_limits<int32_t>::max())
+      fail(key, fmt::format("is implausibly large ({})", v));
+    return v;
+  }
 
   std::optional<int64_t> optional_positive_int(std::string_view key) const {
     auto e = find(key);
@@ -168,49 +193,300 @@ simdjson::dom::object parse_object(simdjson::dom::parser& parser, std::string_vi
   return json::as_object(root);
 }
 
-rope_scaling parse_rope_scaling(const field_reader& fields, std::string_view origin) {
+/// partial_rotary_factor < 1 rotates only the first part of each head (HF's rope code reads it for every model,
+/// Llama included); actorllm rotates whole heads.
+void refuse_partial_rotary(const field_reader& fields) {
+  if (auto e = fields.find("partial_rotary_factor")) {
+    double v = fields.as_number("partial_rotary_factor", *e);
+    if (v != 1.0)
+      fields.fail("partial_rotary_factor",
+                  fmt::format("is {}, but actorllm rotates the whole head (only 1.0 is supported)", v));
+  }
+}
+
+/// One rope-scaling object: `rope_scaling` (the old layout) or `rope_parameters` / one of its per-layer-type entries
+/// (transformers 5, which keeps rope_theta in there too). `reader` reads the object; `parent.fail(key, ...)` names
+/// the object itself. A missing type means "default" only in rope_parameters and only when nothing but rope_theta
+/// (or partial_rotary_factor) is there: a scaling factor without a type is ambiguous.
+rope_scaling parse_scaling_object(const field_reader& parent, std::string_view key, const field_reader& reader,
+                                  bool type_may_be_absent) {
   rope_scaling rope;
-  auto e = fields.find("rope_scaling");
-  if (!e)
-    return rope;
-  if (e->type() != element_type::OBJECT)
-    fields.fail("rope_scaling", fmt::format("must be an object or null, got {}", json::type_name(*e)));
-  field_reader scaling(json::as_object(*e), origin, "rope_scaling.");
+  refuse_partial_rotary(reader);
   // transformers renamed "type" to "rope_type"; checkpoints carry either.
-  std::optional<std::string_view> type = scaling.optional_string("rope_type");
+  std::optional<std::string_view> type = reader.optional_string("rope_type");
   if (!type)
-    type = scaling.optional_string("type");
-  if (!type)
-    fields.fail("rope_scaling", "has neither 'rope_type' nor 'type'");
+    type = reader.optional_string("type");
+  if (!type) {
+    bool only_theta = true;
+    for (auto [k, v] : reader.object())
+      only_theta = only_theta && (k == "rope_theta" || k == "partial_rotary_factor");
+    if (!type_may_be_absent || !only_theta)
+      parent.fail(key, "has neither 'rope_type' nor 'type'");
+    return rope;
+  }
   if (*type == "default")  // transformers' spelling of "no scaling"
     return rope;
   if (*type == "linear") {
     rope.type = rope_scaling::kind::linear;
-    rope.factor = scaling.positive_number("factor", std::nullopt);
+    rope.factor = reader.positive_number("factor", std::nullopt);
     return rope;
   }
   if (*type == "llama3") {
     rope.type = rope_scaling::kind::llama3;
-    rope.factor = scaling.positive_number("factor", std::nullopt);
-    rope.low_freq_factor = scaling.positive_number("low_freq_factor", std::nullopt);
-    rope.high_freq_factor = scaling.positive_number("high_freq_factor", std::nullopt);
-    auto original = scaling.optional_positive_int("original_max_position_embeddings");
+    rope.factor = reader.positive_number("factor", std::nullopt);
+    rope.low_freq_factor = reader.positive_number("low_freq_factor", std::nullopt);
+    rope.high_freq_factor = reader.positive_number("high_freq_factor", std::nullopt);
+    auto original = reader.optional_positive_int("original_max_position_embeddings");
     if (!original)
-      scaling.fail("original_max_position_embeddings", "is missing");
+      reader.fail("original_max_position_embeddings", "is missing");
     rope.original_max_position_embeddings = *original;
     // llama3 interpolates between the two wavelengths; equal factors would divide by zero.
     if (!(rope.high_freq_factor > rope.low_freq_factor))
-      scaling.fail("high_freq_factor", fmt::format("must be greater than low_freq_factor ({} <= {})",
-                                                   rope.high_freq_factor, rope.low_freq_factor));
+      reader.fail("high_freq_factor", fmt::format("must be greater than low_freq_factor ({} <= {})",
+                                                  rope.high_freq_factor, rope.low_freq_factor));
     return rope;
   }
-  fields.fail("rope_scaling",
-              fmt::format("has type '{}', which actorllm does not support (supported: linear, llama3)", *type));
+  parent.fail(
+      key, fmt::format("has type '{}', which actorllm does not support (supported: default, linear, llama3)", *type));
+}
+
+bool same_scaling(const rope_scaling& a, const rope_scaling& b) {
+  if (a.type != b.type)
+    return false;
+  switch (a.type) {
+    case rope_scaling::kind::none:
+      return true;
+    case rope_scaling::kind::linear:
+      return a.factor == b.factor;
+    case rope_scaling::kind::llama3:
+      return a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+             a.high_freq_factor == b.high_freq_factor &&
+             a.original_max_position_embeddings == b.original_max_position_embeddings;
+  }
+  return false;
+}
+
+std::string describe(const rope_scaling& r) {
+  switch (r.type) {
+    case rope_scaling::kind::none:
+      return "no scaling";
+    case rope_scaling::kind::linear:
+      return fmt::format("linear, factor {}", r.factor);
+    case rope_scaling::kind::llama3:
+      return fmt::format(
+          "llama3, factor {}, low_freq_factor {}, high_freq_factor {}, "
+          "original_max_position_embeddings {}",
+          r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position_embeddings);
+  }
+  return "?";
+}
+
+/// What one rope_parameters object says: its scaling, and its rope_theta when it has one.
+struct rope_entry {
+  std::string name;  ///< dotted field name of the object, for messages
+  std::optional<double> theta;
+  rope_scaling scaling;
+};
+
+rope_entry parse_rope_entry(const field_reader& parent, std::string_view key, simdjson::dom::object obj) {
+  field_reader reader = parent.child(key, obj);
+  rope_entry entry{parent.full_name(key), std::nullopt, parse_scaling_object(parent, key, reader, true)};
+  if (reader.find("rope_theta"))
+    entry.theta = reader.positive_number("rope_theta", std::nullopt);
+  return entry;
+}
+
+/// rope_theta and the rope scaling, from either layout. transformers 5 writes one `rope_parameters` object holding
+/// rope_theta and the scaling keys; older versions write top-level `rope_theta` and `rope_scaling`. Both are read;
+/// when both layouts are present they must agree (transformers would silently prefer one, and a checkpoint whose two
+/// layouts disagree was edited by hand: which one its author meant is a guess). A rope_parameters keyed by layer
+/// type ({"full_attention": {...}, "sliding_attention": {...}}, written for models whose layer kinds rotate
+/// differently) is accepted only when every entry says the same, since actorllm applies one rotary embedding to
+/// every layer.
+void parse_rope(const field_reader& fields, model_config& cfg) {
+  std::optional<double> old_theta;
+  if (fields.find("rope_theta"))
+    old_theta = fields.positive_number("rope_theta", std::nullopt);
+  std::optional<rope_scaling> old_scaling;
+  if (auto e = fields.find("rope_scaling")) {
+    if (e->type() != element_type::OBJECT)
+      fields.fail("rope_scaling", fmt::format("must be an object or null, got {}", json::type_name(*e)));
+    old_scaling =
+        parse_scaling_object(fields, "rope_scaling", fields.child("rope_scaling", json::as_object(*e)), false);
+  }
+
+  auto params = fields.find("rope_parameters");
+  if (!params) {
+    cfg.rope_theta = old_theta.value_or(10000.0);
+    cfg.rope = old_scaling.value_or(rope_scaling{});
+    return;
+  }
+  if (params->type() != element_type::OBJECT)
+    fields.fail("rope_parameters", fmt::format("must be an object or null, got {}", json::type_name(*params)));
+  auto obj = json::as_object(*params);
+
+  bool per_layer_type = false;
+  for (auto [k, v] : obj)
+    per_layer_type = per_layer_type || v.type() == element_type::OBJECT;
+  rope_entry chosen;
+  if (!per_layer_type) {
+    chosen = parse_rope_entry(fields, "rope_parameters", obj);
+  } else {
+    field_reader by_type = fields.child("rope_parameters", obj);
+    std::vector<rope_entry> entries;
+    for (auto [k, v] : obj) {
+      if (v.type() != element_type::OBJECT)
+        by_type.fail(k, fmt::format("is {}, but rope_parameters is keyed by layer type (its other entries are "
+                                    "objects), so every entry must be an object",
+                                    json::type_name(v)));
+      entries.push_back(parse_rope_entry(by_type, k, json::as_object(v)));
+      // An entry without rope_theta takes the top-level one (transformers' setdefault), so compare resolved values.
+      entries.back().theta = entries.back().theta ? entries.back().theta : old_theta;
+    }
+    for (const auto& e : entries) {
+      const auto& first = entries.front();
+      if (e.theta != first.theta || !same_scaling(e.scaling, first.scaling))
+        fields.fail("rope_parameters",
+                    fmt::format("is keyed by layer type and its entries differ ('{}': rope_theta {}, {}; '{}': "
+                                "rope_theta {}, {}); actorllm applies one rotary embedding to every layer",
+                                first.name, first.theta.value_or(10000.0), describe(first.scaling), e.name,
+                                e.theta.value_or(10000.0), describe(e.scaling)));
+    }
+    chosen = entries.front();
+  }
+
+  if (chosen.theta && old_theta && *chosen.theta != *old_theta)
+    fields.fail(chosen.name + ".rope_theta",
+                fmt::format("({}) disagrees with field 'rope_theta' ({})", *chosen.theta, *old_theta));
+  if (old_scaling && !same_scaling(*old_scaling, chosen.scaling))
+    fields.fail(chosen.name, fmt::format("({}) disagrees with field 'rope_scaling' ({})", describe(chosen.scaling),
+                                         describe(*old_scaling)));
+  cfg.rope_theta = chosen.theta.value_or(old_theta.value_or(10000.0));
+  cfg.rope = chosen.scaling;
+}
+
+/// Settings of neighbouring model families (Gemma, Granite, Mixtral/Qwen-MoE, Phi/NeoX-style partial rotary) that
+/// change the forward pass when they have a non-neutral value. A Llama/Mistral/Qwen2/Qwen3 config never carries
+/// them with such a value, so one that does is not the model it claims to be, and serving it with plain Llama math
+/// would produce fluent-looking garbage. Keys that do not change inference (dropout, use_cache, initializer_range,
+/// pretraining_tp: an exact re-split of the same matmuls) stay ignored.
+void refuse_unsupported_math(const field_reader& fields, const model_config& cfg) {
+  refuse_partial_rotary(fields);
+  // Gemma-2-style tanh softcapping of attention scores and of the final logits; null means off.
+  for (std::string_view key : {"attn_logit_softcapping", "final_logit_softcapping"})
+    if (auto e = fields.find(key))
+      fields.fail(key, fmt::format("is set ({}), but actorllm does not implement logit softcapping",
+                                   e->is_number() ? fmt::format("{}", fields.as_number(key, *e))
+                                                  : std::string(json::type_name(*e))));
+  // Granite scales the embeddings, each residual branch and the logits by these; 1 is neutral.
+  for (std::string_view key : {"embedding_multiplier", "residual_multiplier", "logits_scaling"})
+    if (auto e = fields.find(key); e && fields.as_number(key, *e) != 1.0)
+      fields.fail(key, fmt::format("is {}, but actorllm implements no Granite-style multipliers (only 1)",
+                                   fields.as_number(key, *e)));
+  // Granite's attention_multiplier replaces the 1/sqrt(head_dim) score scale, so that value is the neutral one.
+  if (auto e = fields.find("attention_multiplier")) {
+    const double v = fields.as_number("attention_multiplier", *e);
+    const double neutral = 1.0 / std::sqrt(static_cast<double>(cfg.head_dim));
+    if (!(std::abs(v - neutral) <= 1e-6 * neutral))
+      fields.fail("attention_multiplier",
+                  fmt::format("is {}, but actorllm scales attention scores by 1/sqrt(head_dim) = {}", v, neutral));
+  }
+  // Mixture-of-experts MLPs: the dense architectures have one MLP per layer.
+  for (std::string_view key : {"num_experts", "num_local_experts"})
+    if (auto e = fields.find(key); e && fields.as_int(key, *e) > 0)
+      fields.fail(key, fmt::format("is {}, but {} is a dense architecture and actorllm implements no "
+                                   "mixture-of-experts layers",
+                                   fields.as_int(key, *e), cfg.architecture));
+}
+
+/// layer_types (transformers >= 4.53): "full_attention" or "sliding_attention" per layer, as true = sliding.
+std::optional<std::vector<bool>> parse_layer_types(const field_reader& fields, int64_t n_layer) {
+  auto e = fields.find("layer_types");
+  if (!e)
+    return std::nullopt;
+  if (e->type() != element_type::ARRAY)
+    fields.fail("layer_types", fmt::format("must be a list of strings, got {}", json::type_name(*e)));
+  auto list = json::as_array(*e);
+  if (static_cast<int64_t>(list.size()) != n_layer)
+    fields.fail("layer_types", fmt::format("has {} entries, but num_hidden_layers is {}", list.size(), n_layer));
+  std::vector<bool> sliding;
+  for (element item : list) {
+    const std::string key = fmt::format("layer_types[{}]", sliding.size());
+    if (item.type() != element_type::STRING)
+      fields.fail(key, fmt::format("must be a string, got {}", json::type_name(item)));
+    std::string_view kind = item.get_string().value_unsafe();
+    if (kind != "full_attention" && kind != "sliding_attention")
+      fields.fail(key, fmt::format("is '{}', which actorllm does not support (supported: full_attention, "
+                                   "sliding_attention)",
+                                   kind));
+    sliding.push_back(kind == "sliding_attention");
+  }
+  return sliding;
+}
+
+/// The window `sliding_window` names: the class default when the key is absent, none (0) when it is null.
+int64_t window_value(const field_reader& fields, int64_t default_when_absent) {
+  auto e = fields.find("sliding_window", false);
+  if (!e)
+    return default_when_absent;
+  if (e->is_null())
+    return 0;
+  return fields.as_size("sliding_window", *e);
+}
+
+/// Per-layer windows as transformers resolves them (see model_config::layer_window).
+std::vector<int64_t> parse_layer_windows(const field_reader& fields, const model_config& cfg) {
+  const auto n = static_cast<size_t>(cfg.n_layer);
+  if (cfg.model_type == "mistral") {
+    // MistralConfig: sliding_window defaults to 4096, null switches it off; it has no use_sliding_window.
+    const int64_t window = window_value(fields, 4096);
+    // transformers' Mistral ignores layer_types (with a warning pointing at Ministral); a list that asks for
+    // something else than the uniform behaviour was written for alternating attention, which Mistral's code lacks.
+    if (auto types = parse_layer_types(fields, cfg.n_layer))
+      for (size_t i = 0; i < n; ++i)
+        if ((*types)[i] != (window > 0))
+          fields.fail(fmt::format("layer_types[{}]", i),
+                      fmt::format("is '{}', but MistralForCausalLM applies sliding_window ({}) to every layer; "
+                                  "alternating attention (Ministral) is not supported",
+                                  (*types)[i] ? "sliding_attention" : "full_attention",
+                                  window > 0 ? fmt::format("{}", window) : std::string("null")));
+    return std::vector<int64_t>(n, window);
+  }
+  if (cfg.model_type == "qwen2" || cfg.model_type == "qwen3") {
+    // Qwen2Config / Qwen3Config: use_sliding_window false (default) nulls sliding_window (default 4096); without
+    // layer_types, the window applies to layers i >= max_window_layers (default 28).
+    const int64_t window = fields.optional_bool("use_sliding_window", false) ? window_value(fields, 4096) : 0;
+    const int64_t max_window_layers = fields.non_negative_int("max_window_layers", 28);
+    std::vector<int64_t> windows(n, 0);
+    auto types = parse_layer_types(fields, cfg.n_layer);
+    for (size_t i = 0; i < n; ++i) {
+      if (types) {
+        // transformers refuses to build the sliding mask without a window; so do we.
+        if ((*types)[i] && window == 0)
+          fields.fail(fmt::format("layer_types[{}]", i),
+                      "is 'sliding_attention', but there is no window (sliding_window is null or "
+                      "use_sliding_window is not true)");
+        windows[i] = (*types)[i] ? window : 0;
+      } else {
+        windows[i] = static_cast<int64_t>(i) >= max_window_layers ? window : 0;
+      }
+    }
+    return windows;
+  }
+  // HF Llama has no sliding window: LlamaConfig keeps an unknown `sliding_window` / `layer_types` as plain
+  // attributes and its attention never reads them, so the model attends to everything and so do we.
+  return std::vector<int64_t>(n, 0);
 }
 
 }  // namespace
 
 rope_config model_config::rope_cfg() const { return rope_config{head_dim, rope_theta, rope}; }
+
+int64_t model_config::window_for(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(layer_window.size()))
+    return 0;
+  return layer_window[static_cast<size_t>(layer)];
+}
 
 model_config parse_model_config(std::string_view config_json, std::string_view origin) {
   simdjson::dom::parser parser;
@@ -266,8 +542,8 @@ model_config parse_model_config(std::string_view config_json, std::string_view o
   if (fields.optional_bool("mlp_bias", false))
     fields.fail("mlp_bias", "is true, which actorllm does not support");
 
-  cfg.rope_theta = fields.positive_number("rope_theta", 10000.0);
-  cfg.rope = parse_rope_scaling(fields, origin);
+  parse_rope(fields, cfg);
+  refuse_unsupported_math(fields, cfg);
   cfg.rms_norm_eps = static_cast<float>(fields.positive_number("rms_norm_eps", 1e-6));
   cfg.tie_word_embeddings = fields.optional_bool("tie_word_embeddings", false);
 
@@ -295,9 +571,7 @@ model_config parse_model_config(std::string_view config_json, std::string_view o
   if (auto eos = fields.optional_token_ids("eos_token_id"))
     cfg.eos_token_ids = std::move(*eos);
 
-  // Qwen2/Qwen3 configs name a window but switch it off with use_sliding_window: false.
-  if (fields.optional_bool("use_sliding_window", true))
-    cfg.sliding_window = fields.optional_positive_int("sliding_window");
+  cfg.layer_window = parse_layer_windows(fields, cfg);
   return cfg;
 }
 

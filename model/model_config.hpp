@@ -28,11 +28,12 @@ struct model_config {
   int64_t head_dim = 0;    ///< head_dim, or n_embd / n_head when absent or null
   int64_t n_vocab = 0;     ///< vocab_size
   int64_t max_position_embeddings = 0;  ///< max_position_embeddings
-  double rope_theta = 10000.0;          ///< rope_theta
-  rope_scaling rope;                    ///< rope_scaling: none, linear or llama3
-  float rms_norm_eps = 1e-6f;           ///< rms_norm_eps
-  bool tie_word_embeddings = false;     ///< tie_word_embeddings: lm_head reuses model.embed_tokens.weight
-  bool attention_bias = false;          ///< q/k/v_proj have biases (always for qwen2, whose config has no such key)
+  /// rope_theta, or rope_parameters.rope_theta (transformers 5); 10000 (transformers' default) when neither says.
+  double rope_theta = 10000.0;
+  rope_scaling rope;                 ///< rope_scaling, or rope_parameters (transformers 5): none, linear or llama3
+  float rms_norm_eps = 1e-6f;        ///< rms_norm_eps
+  bool tie_word_embeddings = false;  ///< tie_word_embeddings: lm_head reuses model.embed_tokens.weight
+  bool attention_bias = false;       ///< q/k/v_proj have biases (always for qwen2, whose config has no such key)
   /// o_proj has a bias too: HF Llama/Mistral/Qwen3 put `attention_bias` on o_proj as well, Qwen2 does not.
   bool o_proj_bias = false;
   bool qk_norm = false;                 ///< Qwen3: per-head RMSNorm of q and k (self_attn.q_norm / k_norm weights)
@@ -40,16 +41,24 @@ struct model_config {
   std::optional<int32_t> bos_token_id;  ///< bos_token_id
   /// generation_config.json's eos_token_id (an int or a list) when that file says, else config.json's.
   std::vector<int32_t> eos_token_ids;
-  /// sliding_window (Mistral); nullopt when null, absent, or switched off by `use_sliding_window: false` (Qwen2).
-  std::optional<int64_t> sliding_window;
+  /// The attention window of each layer (size n_layer), as transformers resolves it: 0 = full causal attention;
+  /// W > 0 = the layer's queries see only the last W positions (key k is visible from query q when q - W < k <= q).
+  /// Mistral: `sliding_window` on every layer (4096 when the key is absent, none when null). Qwen2/Qwen3: only with
+  /// `use_sliding_window: true`, on the layers `layer_types` marks "sliding_attention" (without that list: layers
+  /// i >= max_window_layers). Llama: always 0 (HF Llama has no sliding window; the key is ignored there too).
+  std::vector<int64_t> layer_window;
 
   /// The rotary embedding parameters: {head_dim, rope_theta, rope}.
   rope_config rope_cfg() const;
+  /// layer_window[layer]; 0 (full attention) when `layer` is out of range or layer_window is empty.
+  int64_t window_for(int64_t layer) const;
 };
 
 /// Reads DIR/config.json and, when present, DIR/generation_config.json. Throws model_error naming the file and the
 /// field when a required field is absent, has the wrong type or an impossible value, when the architecture,
-/// hidden_act or rope_scaling type is one actorllm does not implement, or when the file cannot be read.
+/// hidden_act, rope type or another math-changing setting (partial rotary, logit softcapping, Granite multipliers,
+/// experts, per-layer attention kinds other than full/sliding) is one actorllm does not implement, when two fields
+/// disagree (rope_theta and rope_parameters.rope_theta, ...), or when the file cannot be read.
 model_config load_model_config(const std::filesystem::path& dir);
 
 /// Parses the text of a config.json. `origin` names the file in error messages.

@@ -13,6 +13,11 @@ const host_tensor& model_weights::get(std::string_view name) const {
   throw model_error(fmt::format("weight '{}' is not loaded in this shard ({} tensors loaded)", name, size()));
 }
 
+host_tensor* model_weights::find_mutable(std::string_view name) {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
 const host_tensor* model_weights::find(std::string_view name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;

@@ -20,6 +20,8 @@ class model_weights {
   const host_tensor& get(std::string_view name) const;
   /// The tensor called `name`, or nullptr.
   const host_tensor* find(std::string_view name) const;
+  /// The tensor called `name` for moving out of (bind_weights), or nullptr.
+  host_tensor* find_mutable(std::string_view name);
   /// Sum of nbytes() over all tensors.
   size_t total_bytes() const { return total_bytes_; }
   /// Number of tensors.

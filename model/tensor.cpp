@@ -1,6 +1,8 @@
 // Aligned host tensor storage.
 #include "model/tensor.hpp"
 
+#include "util/check.hpp"
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -28,6 +30,18 @@ host_tensor::host_tensor(dtype t, std::vector<int64_t> s) : type(t), shape(std::
   if (alignment == huge_page)
     ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without transparent huge pages it changes nothing
   storage_.reset(static_cast<std::byte*>(p));
+}
+
+tensor host_tensor::into_tensor() && {
+  tensor t;
+  t.type = type;
+  ACTORLLM_CHECK(shape.size() <= static_cast<size_t>(tensor_shape::max_dims), "host_tensor: more than 4 dimensions");
+  for (int64_t d : shape)
+    t.shape.dims[static_cast<size_t>(t.shape.n_dims++)] = d;
+  t.buf = host_buffer::adopt(storage_.release(), nbytes_);
+  nbytes_ = 0;
+  shape.clear();
+  return t;
 }
 
 int64_t host_tensor::numel() const {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kernels/dtype.hpp"
+#include "kernels/tensor.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +28,10 @@ struct host_tensor {
   size_t nbytes() const { return nbytes_; }
   /// Product of the shape (1 for a 0-d tensor).
   int64_t numel() const;
+
+  /// Hands the storage to a backend tensor handle of the same type and shape (no copy); this host_tensor is empty
+  /// afterwards. How loaded weights enter a backend (backend::import_host).
+  tensor into_tensor() &&;
 
   /// The storage viewed as T; T must match `type` (float for f32, uint16_t for f16/bf16).
   template <class T>

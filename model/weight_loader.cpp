@@ -1,6 +1,7 @@
 // Checkpoint loading: validate everything against the weight table first (so a bad checkpoint fails before any
 // large copy), then copy the slices out of the mappings in parallel chunks, converting dtype on the way if asked.
 #include "model/weight_loader.hpp"
+#include "util/check.hpp"
 
 #include "util/progress_bar.hpp"
 
@@ -57,6 +58,9 @@ void convert_from(const std::byte* src, void* dst, dtype dst_type, size_t n) {
         d[i] = f32_to_bf16(read_element<S>(src, i));
       break;
     }
+    case dtype::i32:
+    case dtype::i64:
+      ACTORLLM_CHECK(false, "weight loader: integer types hold no weights");
   }
 }
 
@@ -75,6 +79,9 @@ void convert_elements(const std::byte* src, dtype src_type, void* dst, dtype dst
     case dtype::bf16:
       convert_from<dtype::bf16>(src, dst, dst_type, n);
       break;
+    case dtype::i32:
+    case dtype::i64:
+      ACTORLLM_CHECK(false, "weight loader: integer types hold no weights or activations");
   }
 }
 

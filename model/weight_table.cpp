@@ -1,7 +1,9 @@
 // Weight declarations of the Llama family and the tensor-parallel slicing arithmetic.
 #include "model/weight_table.hpp"
 
+#include "kernels/backend.hpp"
 #include "model/model_error.hpp"
+#include "model/model_weights.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -92,6 +94,44 @@ tensor_slice slice_for(const weight_decl& decl, int tp_rank, int tp_size) {
   return s;
 }
 
+model_tensors bind_weights(const weight_table& table, model_weights weights, const shard_spec& shard_in, backend& be) {
+  model_tensors out;
+  const int64_t layer_begin = shard_in.layer_begin;
+  int64_t n_layers = 0;
+  for (const auto& d : table.weights)
+    if (d.layer >= 0)
+      n_layers = std::max(n_layers, d.layer - layer_begin + 1);
+  out.layers.resize(static_cast<size_t>(n_layers));
+  for (const auto& d : table.weights) {
+    host_tensor* found = weights.find_mutable(d.name);
+    if (found == nullptr) {
+      if (d.optional)
+        continue;
+      throw model_error(fmt::format("{}: declared by the weight table but not loaded", d.name));
+    }
+    if (d.kind == shard_kind::vocab)
+      out.vocab_row_begin = found->row_offset;
+    host_tensor h = std::move(*found);
+    if (d.bind_as_f32 && h.type != dtype::f32) {
+      host_tensor f(dtype::f32, h.shape);
+      for (int64_t i = 0; i < h.numel(); ++i)
+        f.data_as<float>()[i] = load_as_f32(h.data(), h.type, static_cast<size_t>(i));
+      h = std::move(f);
+    }
+    out.weight_bytes += h.nbytes();
+    tensor t = be.import_host(std::move(h).into_tensor());
+    if (d.layer_slot != nullptr)
+      out.layers[static_cast<size_t>(d.layer - layer_begin)].*d.layer_slot = std::move(t);
+    else if (d.model_slot != nullptr)
+      out.*d.model_slot = std::move(t);
+    else
+      throw model_error(fmt::format("{}: the weight table binds it nowhere", d.name));
+  }
+  if (out.lm_head.empty())
+    out.lm_head = out.embed;  // tie_word_embeddings
+  return out;
+}
+
 shard_spec resolve_shard(const model_config& cfg, const shard_spec& shard) {
   if (shard.tp_size < 1 || shard.tp_rank < 0 || shard.tp_rank >= shard.tp_size)
     throw model_error(
@@ -116,10 +156,25 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
   const int64_t kv_dim = cfg.n_head_kv * cfg.head_dim;
 
   weight_table table;
+  // The layer (or -1) and member the next declarations bind to.
+  int64_t current_layer = -1;
+  tensor layer_weights::*layer_slot = nullptr;
+  tensor model_tensors::*model_slot = nullptr;
+  auto bind = [&](tensor layer_weights::*slot) {
+    layer_slot = slot;
+    model_slot = nullptr;
+  };
+  auto bind_model = [&](tensor model_tensors::*slot) {
+    layer_slot = nullptr;
+    model_slot = slot;
+  };
   auto declare = [&](std::string name, std::vector<int64_t> shape, shard_kind kind, int64_t n_units = 1,
                      int64_t unit_size = 1, std::string_view unit_name = {}, bool allow_replication = false,
                      bool allow_uneven = false) {
     weight_decl d;
+    d.layer = layer_slot ? current_layer : -1;
+    d.layer_slot = layer_slot;
+    d.model_slot = model_slot;
     d.name = std::move(name);
     d.shape = std::move(shape);
     d.kind = kind;
@@ -141,44 +196,71 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
     table.weights.push_back(std::move(d));
   };
 
+  // Biases are bound as f32 (the ops add them in f32).
+  auto bias = [&] { table.weights.back().bind_as_f32 = true; };
+
+  bind_model(&model_tensors::embed);
   if (first_stage || (last_stage && cfg.tie_word_embeddings))
     declare("model.embed_tokens.weight", {cfg.n_vocab, cfg.n_embd}, shard_kind::vocab);
   for (int64_t layer = shard.layer_begin; layer < shard.layer_end; ++layer) {
+    current_layer = layer;
     const std::string p = fmt::format("model.layers.{}.", layer);
+    bind(&layer_weights::attn_norm);
     declare(p + "input_layernorm.weight", {cfg.n_embd}, shard_kind::replicated);
+    bind(&layer_weights::wq);
     declare(p + "self_attn.q_proj.weight", {q_dim, cfg.n_embd}, shard_kind::column, cfg.n_head, cfg.head_dim,
             "num_attention_heads");
+    bind(&layer_weights::wk);
     declare(p + "self_attn.k_proj.weight", {kv_dim, cfg.n_embd}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
             "num_key_value_heads", true);
+    bind(&layer_weights::wv);
     declare(p + "self_attn.v_proj.weight", {kv_dim, cfg.n_embd}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
             "num_key_value_heads", true);
     if (cfg.attention_bias) {
+      bind(&layer_weights::bq);
       declare(p + "self_attn.q_proj.bias", {q_dim}, shard_kind::column, cfg.n_head, cfg.head_dim,
               "num_attention_heads");
+      bias();
+      bind(&layer_weights::bk);
       declare(p + "self_attn.k_proj.bias", {kv_dim}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
               "num_key_value_heads", true);
+      bias();
+      bind(&layer_weights::bv);
       declare(p + "self_attn.v_proj.bias", {kv_dim}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
               "num_key_value_heads", true);
+      bias();
     }
     if (cfg.qk_norm) {
+      bind(&layer_weights::q_norm);
       declare(p + "self_attn.q_norm.weight", {cfg.head_dim}, shard_kind::replicated);
+      bind(&layer_weights::k_norm);
       declare(p + "self_attn.k_norm.weight", {cfg.head_dim}, shard_kind::replicated);
     }
+    bind(&layer_weights::wo);
     declare(p + "self_attn.o_proj.weight", {cfg.n_embd, q_dim}, shard_kind::row, cfg.n_head, cfg.head_dim,
             "num_attention_heads");
     // Added once after the all-reduce of the row-parallel partial sums, so every rank holds all of it.
-    if (cfg.o_proj_bias)
+    if (cfg.o_proj_bias) {
+      bind(&layer_weights::bo);
       declare(p + "self_attn.o_proj.bias", {cfg.n_embd}, shard_kind::replicated);
+      bias();
+    }
+    bind(&layer_weights::ffn_norm);
     declare(p + "post_attention_layernorm.weight", {cfg.n_embd}, shard_kind::replicated);
+    bind(&layer_weights::w_gate);
     declare(p + "mlp.gate_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size",
             false, true);
+    bind(&layer_weights::w_up);
     declare(p + "mlp.up_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size",
             false, true);
+    bind(&layer_weights::w_down);
     declare(p + "mlp.down_proj.weight", {cfg.n_embd, cfg.n_ff}, shard_kind::row, cfg.n_ff, 1, "intermediate_size",
             false, true);
   }
   if (last_stage) {
+    bind_model(&model_tensors::final_norm);
     declare("model.norm.weight", {cfg.n_embd}, shard_kind::replicated);
+    bind_model(&model_tensors::lm_head);
     if (!cfg.tie_word_embeddings)
       declare("lm_head.weight", {cfg.n_vocab, cfg.n_embd}, shard_kind::vocab);
   }

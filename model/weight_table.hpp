@@ -2,6 +2,7 @@
 // parallel layers), and the arithmetic that turns a declaration and a shard into the slice that shard holds.
 #pragma once
 
+#include "model/layer_weights.hpp"
 #include "model/model_config.hpp"
 
 #include <cstdint>
@@ -9,7 +10,13 @@
 #include <string_view>
 #include <vector>
 
+namespace actorllm {
+class backend;
+}
+
 namespace actorllm::model {
+
+class model_weights;
 
 /// How tensor parallelism splits a weight.
 enum class shard_kind : uint8_t {
@@ -41,6 +48,11 @@ struct weight_decl {
   /// same intermediate units and the partial sums of down_proj are all-reduced.
   bool allow_uneven = false;
   std::string unit_name;  ///< config.json key of n_units, for error messages ("num_key_value_heads")
+  /// Where the forward pass reads the loaded tensor: a member of layer `layer`'s struct, or of the model-wide one.
+  int64_t layer = -1;
+  tensor layer_weights::*layer_slot = nullptr;
+  tensor model_tensors::*model_slot = nullptr;
+  bool bind_as_f32 = false;  ///< converted to f32 when bound (biases: the ops add them in f32)
 };
 
 /// The declared weights of one shard, in declaration order.
@@ -79,6 +91,10 @@ tensor_slice slice_for(const weight_decl& decl, int tp_rank, int tp_size);
 /// down_proj (row); model.norm.weight and lm_head.weight (vocab) on the last stage. Checks the shard spec and
 /// every split before anything is loaded; throws model_error naming the numbers.
 weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard);
+
+/// Binds the loaded weights of `shard` to the members the table names and hands each to `be` (import_host: no copy
+/// on the CPU). Declared weights that are absent must be optional. Throws model_error naming a missing tensor.
+model_tensors bind_weights(const weight_table& table, model_weights weights, const shard_spec& shard, backend& be);
 
 /// `shard` with layer_end -1 replaced by n_layer, after checking 0 <= tp_rank < tp_size and
 /// 0 <= layer_begin < layer_end <= n_layer (model_error otherwise).

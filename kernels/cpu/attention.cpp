@@ -71,11 +71,13 @@ struct work_scratch {
   std::vector<float> row_sum;
 };
 
-// One work item: query row r (position pos) against kv head g for the n_rep query heads that share it.
+// One work item: query row r (position pos) against kv head g for the n_rep query heads that share it, over the
+// cache positions [first, pos] (first > 0 under a sliding window).
 void attend(const float* q, const attention_seq& seq, int64_t r, int32_t pos, int64_t g, const paged_kv_view& cache,
-            int64_t n_head, int64_t n_rep, float scale, float* out, work_scratch& s) {
+            int64_t n_head, int64_t n_rep, float scale, int64_t window, float* out, work_scratch& s) {
   const int64_t hd = cache.head_dim, bs = cache.block_size;
   const int64_t n_ctx = static_cast<int64_t>(pos) + 1;
+  const int64_t first = window > 0 ? std::max<int64_t>(0, n_ctx - window) : 0;
   ACTORLLM_CHECK(pos >= 0, "paged_attention: negative position");
   ACTORLLM_CHECK(n_ctx <= static_cast<int64_t>(seq.n_blocks) * bs,
                  "paged_attention: position beyond the sequence's blocks");
@@ -86,12 +88,14 @@ void attend(const float* q, const attention_seq& seq, int64_t r, int32_t pos, in
   const float* qg = q + (r * n_head + g * n_rep) * hd;
   const int64_t row_stride = cache.n_head_kv * hd;  // floats between consecutive slots
 
-  for (int64_t b = 0; b * bs < n_ctx; ++b) {
+  // Blocks before the window's first block are never touched; in that block the rows before `first` are skipped.
+  for (int64_t b = first / bs; b * bs < n_ctx; ++b) {
     int32_t blk = seq.block_table[b];
     ACTORLLM_CHECK(blk >= 0 && blk < cache.n_blocks, "paged_attention: block id out of range");
-    int64_t n = std::min(bs, n_ctx - b * bs);
-    const float* kb = cache.k + static_cast<int64_t>(blk) * bs * row_stride + g * hd;
-    const float* vb = cache.v + static_cast<int64_t>(blk) * bs * row_stride + g * hd;
+    const int64_t lo = std::max<int64_t>(first - b * bs, 0);  // first row of the block inside the window
+    int64_t n = std::min(bs, n_ctx - b * bs) - lo;
+    const float* kb = cache.k + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
+    const float* vb = cache.v + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
     for (int64_t i = 0; i < n; ++i) {
       const float* krow = kb + i * row_stride;
       for (int64_t j = 0; j < n_rep; ++j)
@@ -145,7 +149,8 @@ void write_kv(const paged_kv_view& cache, const float* k, const float* v, const 
 }
 
 void paged_attention(const float* q, const int32_t* positions, const attention_seq* seqs, int64_t n_seqs,
-                     const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool) {
+                     const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool,
+                     int64_t window) {
   ACTORLLM_CHECK(cache.n_head_kv > 0 && n_head % cache.n_head_kv == 0,
                  "paged_attention: n_head must be a multiple of n_head_kv");
   const int64_t n_rep = n_head / cache.n_head_kv;
@@ -165,7 +170,7 @@ void paged_attention(const float* q, const int32_t* positions, const attention_s
       const attention_seq& seq = seqs[s];
       int64_t r = seq.query_begin + local / cache.n_head_kv;
       int64_t g = local % cache.n_head_kv;
-      attend(q, seq, r, positions[r], g, cache, n_head, n_rep, scale, out, scratch);
+      attend(q, seq, r, positions[r], g, cache, n_head, n_rep, scale, window, out, scratch);
     }
   });
 }

@@ -34,12 +34,16 @@ struct attention_seq {
 };
 
 /// Causal attention over the paged cache for prefill chunks and decode tokens in one batch: query row r (at
-/// position positions[r]) of sequence s attends to cache positions [0, positions[r]] of s (the new tokens' k/v
-/// must already be written). GQA: query head h uses kv head h / (n_head / n_head_kv). q, out: [n_tokens, n_head,
-/// head_dim] f32; scores are q.k * scale. Online softmax over cache blocks (running max and sum, rescaled per
-/// block), f32 accumulation. Parallel over (sequence, query row, kv head) work items, each covering the
-/// n_head / n_head_kv query heads that share a kv head so every k/v row is loaded once for the group.
+/// position p = positions[r]) of sequence s attends to cache positions [0, p] of s, or with a sliding window
+/// (window > 0) to [max(0, p - window + 1), p] (transformers' sliding_window: kv_idx > q_idx - window). The new
+/// tokens' k/v must already be written. Blocks that lie wholly before a row's window are skipped, their
+/// block-table entries not even read (a scheduler may have freed them); a window that starts inside a block reads
+/// that block from the window start on. GQA: query head h uses kv head h / (n_head / n_head_kv). q, out:
+/// [n_tokens, n_head, head_dim] f32; scores are q.k * scale. Online softmax over cache blocks (running max and
+/// sum, rescaled per block), f32 accumulation. Parallel over (sequence, query row, kv head) work items, each
+/// covering the n_head / n_head_kv query heads that share a kv head so every k/v row is loaded once for the group.
 void paged_attention(const float* q, const int32_t* positions, const attention_seq* seqs, int64_t n_seqs,
-                     const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool);
+                     const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool,
+                     int64_t window = 0);
 
 }  // namespace actorllm::cpu

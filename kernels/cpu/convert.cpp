@@ -1,5 +1,6 @@
 // Bulk element-type conversion.
 #include "kernels/cpu/convert.hpp"
+#include "util/check.hpp"
 
 #include <cstring>
 
@@ -33,6 +34,9 @@ void convert_to_f32(const void* src, dtype stype, int64_t n, float* dst) {
     case dtype::bf16:
       to_f32<dtype::bf16>(src, n, dst);
       return;
+    case dtype::i32:
+    case dtype::i64:
+      ACTORLLM_CHECK(false, "convert_to_f32: integer types hold no weights or activations");
   }
 }
 

@@ -385,6 +385,9 @@ void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype
       use_gemv ? gemv<dtype::bf16>(x, n_tokens, n_in, w, n_out, bias, y, pool)
                : gemm<dtype::bf16>(x, n_tokens, n_in, w, n_out, bias, y, pool);
       return;
+    case dtype::i32:
+    case dtype::i64:
+      ACTORLLM_CHECK(false, "matmul: integer types hold no weights or activations");
   }
 }
 

@@ -18,15 +18,6 @@ constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 constexpr float max_finite = std::numeric_limits<float>::max();
 constexpr float sampling_eps = 1e-5f;  // vLLM's _SAMPLING_EPS: temperatures below it mean greedy
 
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
 // "a ranks above b": larger value, then lower id.
 inline bool ranks_above(float va, int32_t ia, float vb, int32_t ib) { return va > vb || (va == vb && ia < ib); }
 
@@ -268,26 +259,6 @@ candidates& filtered_candidates(const float* logits, int64_t n_vocab, const samp
 }
 
 }  // namespace
-
-sampler_rng::sampler_rng(uint64_t seed) {
-  uint64_t x = seed;
-  for (auto& s : s_)
-    s = splitmix64(x);
-}
-
-uint64_t sampler_rng::next() {
-  uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-double sampler_rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
 std::vector<int32_t> sampling_support(const float* logits, int64_t n_vocab, const sampling_params& params) {
   if (params.temperature < sampling_eps) {

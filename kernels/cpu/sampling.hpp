@@ -2,51 +2,20 @@
 // logprobs.
 #pragma once
 
+#include "kernels/sampling.hpp"
+
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace actorllm::cpu {
 
-/// Per-request sampling settings (OpenAI / vLLM names and meanings).
-struct sampling_params {
-  float temperature = 1.0f;         // 0 (below 1e-5) = greedy
-  float top_p = 1.0f;               // (0, 1]
-  int32_t top_k = 0;                // <= 0: off
-  float min_p = 0.0f;               // [0, 1]
-  float repetition_penalty = 1.0f;  // prompt + output tokens (HF/vLLM: logit > 0 ? logit / p : logit * p)
-  float presence_penalty = 0.0f;    // output tokens only (vLLM semantics)
-  float frequency_penalty = 0.0f;   // output tokens only, times the count
-  int32_t logprobs = -1;            // -1: none; 0: the sampled token's logprob; n > 0: also the top n
-};
-
-/// A token and its log-probability.
-struct token_logprob {
-  int32_t token;
-  float logprob;
-};
-
-/// What sample() picked. `logprob` is always filled (it costs one pass); `top` holds min(logprobs, n_vocab)
-/// entries when params.logprobs > 0, sorted by logprob descending, ties by lower token id first.
-struct sample_result {
-  int32_t token;
-  float logprob;
-  std::vector<token_logprob> top;
-};
-
-/// Per-request random generator: xoshiro256** seeded through splitmix64. Its output depends only on the seed, on
-/// every platform (unlike std::uniform_*_distribution, whose algorithm is implementation-defined).
-class sampler_rng {
- public:
-  explicit sampler_rng(uint64_t seed);
-  /// Uniform in [0, 1) with 53 random bits.
-  double uniform();
-  /// The next 64 random bits.
-  uint64_t next();
-
- private:
-  uint64_t s_[4];
-};
+// The sampling types are backend-neutral (kernels/sampling.hpp); the CPU functions below keep their cpu:: names.
+using ops::sample_result;
+using ops::sample_row;
+using ops::sampler_rng;
+using ops::sampling_params;
+using ops::token_logprob;
 
 /// Applies the penalties of `params` to `logits` in place, as vLLM does: repetition_penalty to every token that
 /// occurs in prompt_ids or output_ids (logit > 0 ? logit / p : logit * p), then frequency_penalty * count and

@@ -7,6 +7,7 @@
 #include "actors/engine_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/sequence_samplers.hpp"
+#include "kernels/backend.hpp"
 #include "test_paths.hpp"
 
 #include <caf/actor_system.hpp>
@@ -61,6 +62,7 @@ struct fake_stage_state {
   proto::shard_link next;
   proto::result_sink results;
   actors::sequence_samplers samplers;
+  std::shared_ptr<backend> be = make_backend(device_kind::cpu, 1);  // the sampler's
   std::optional<uint64_t> fail_step;
   std::shared_ptr<std::vector<uint64_t>> steps_seen = std::make_shared<std::vector<uint64_t>>();
 };
@@ -83,7 +85,8 @@ proto::step_result fake_forward(fake_stage_state& st, const proto::stage_input& 
     failed.error = "fake stage: step failed on purpose";
     return failed;
   }
-  if (!in.hidden.empty() && in.hidden != std::vector<float>(plan.tokens.begin(), plan.tokens.end())) {
+  if (!in.hidden.empty() &&
+      proto::hidden_floats(in.hidden) != std::vector<float>(plan.tokens.begin(), plan.tokens.end())) {
     failed.error = "fake stage: hidden states are not the previous stage's";
     return failed;
   }
@@ -102,7 +105,10 @@ proto::step_result fake_forward(fake_stage_state& st, const proto::stage_input& 
     }
   if (!st.samples)
     return {};
-  std::vector<float> logits(plan.sample_rows.size() * static_cast<size_t>(st.vocab), 0.0f);
+  tensor logits_tensor =
+      make_host_tensor(dtype::f32, {static_cast<int64_t>(plan.sample_rows.size()), static_cast<int64_t>(st.vocab)});
+  std::span<float> logits{logits_tensor.data_as<float>(), static_cast<size_t>(logits_tensor.numel())};
+  std::fill(logits.begin(), logits.end(), 0.0f);
   for (size_t i = 0; i < plan.sample_rows.size(); ++i) {
     const int32_t row = plan.sample_rows[i];
     for (const auto& s : plan.sequences) {
@@ -114,7 +120,7 @@ proto::step_result fake_forward(fake_stage_state& st, const proto::stage_input& 
       logits[i * static_cast<size_t>(st.vocab) + static_cast<size_t>(fake_next(seen, st.vocab))] = 30.0f;
     }
   }
-  return st.samplers.sample(plan, logits, st.vocab);
+  return st.samplers.sample(plan, *st.be, logits_tensor);
 }
 
 fake_stage::behavior_type fake_stage_behavior(fake_stage::stateful_pointer<fake_stage_state> self,
@@ -138,7 +144,8 @@ fake_stage::behavior_type fake_stage_behavior(fake_stage::stateful_pointer<fake_
           self->send(s.results, std::move(r));
           return;
         }
-        std::vector<float> hidden(in.plan->tokens.begin(), in.plan->tokens.end());
+        tensor hidden = make_host_tensor(dtype::f32, {static_cast<int64_t>(in.plan->tokens.size())});
+        std::copy(in.plan->tokens.begin(), in.plan->tokens.end(), hidden.data_as<float>());
         self->send(s.next, proto::stage_input{in.plan, std::move(hidden)});
       },
       [self](proto::sampler_release& rel) {

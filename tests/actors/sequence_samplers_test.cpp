@@ -1,6 +1,8 @@
 // The sampler shard's per-sequence state: seeded per sequence, kept across steps until released, and a sample row
 // without state is an error rather than a guess.
 #include "actors/sequence_samplers.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cpu/sampling.hpp"
 
 #include <doctest/doctest.h>
 
@@ -28,6 +30,15 @@ std::vector<float> logits_for(size_t rows) {
     for (int64_t v = 0; v < vocab; ++v)
       l[r * vocab + static_cast<size_t>(v)] = std::sin(static_cast<float>(v * 3 + r));
   return l;
+}
+
+// Samples `plan` from host logits through a CPU backend, as the sampler shard does from its backend's logits.
+proto::step_result sample_host(actors::sequence_samplers& samplers, const proto::step_plan& plan,
+                               const std::vector<float>& logits) {
+  static const std::unique_ptr<backend> be = make_backend(device_kind::cpu, 1);
+  tensor t = make_host_tensor(dtype::f32, {static_cast<int64_t>(logits.size()) / vocab, vocab});
+  std::copy_n(logits.begin(), t.numel(), t.data_as<float>());
+  return samplers.sample(plan, *be, t);
 }
 
 proto::step_plan plan_sampling(uint64_t step, std::vector<proto::seq_ref> seqs) {
@@ -59,7 +70,7 @@ TEST_CASE("sequence 0 draws from the request seed itself, others from derived se
     auto plan = step == 1 ? first : plan_sampling(step, {{5, 0}});
     auto logits = logits_for(1);
     auto expected_logits = logits;
-    auto result = samplers.sample(plan, logits, vocab);
+    auto result = sample_host(samplers, plan, logits);
     REQUIRE(result.error.empty());
     auto expected = cpu::sample(expected_logits.data(), vocab, params, {}, outputs, rng);
     outputs.push_back(expected.token);
@@ -82,7 +93,7 @@ TEST_CASE("each sequence keeps its own generator however the rows are batched") 
       if (batched) {
         auto plan = plan_sampling(step, {{1, 0}, {2, 0}});
         auto logits = logits_for(2);
-        auto r = samplers.sample(plan, logits, vocab);
+        auto r = sample_host(samplers, plan, logits);
         out[0].push_back(r.tokens[0].token);
         out[1].push_back(r.tokens[1].token);
       } else {
@@ -91,7 +102,7 @@ TEST_CASE("each sequence keeps its own generator however the rows are batched") 
           auto logits = logits_for(2);  // row 0 is what the batched run gives request 1; use the matching row
           std::vector<float> row(logits.begin() + (id == 1 ? 0 : vocab),
                                  logits.begin() + (id == 1 ? vocab : 2 * vocab));
-          out[id - 1].push_back(samplers.sample(plan, row, vocab).tokens[0].token);
+          out[id - 1].push_back(sample_host(samplers, plan, row).tokens[0].token);
         }
       }
     }
@@ -109,7 +120,7 @@ TEST_CASE("released requests lose their state, sampling one then is an error") {
   plan.new_requests.push_back(setup(9, 0.0f, 1, 2));
   samplers.apply(plan);
   auto logits = logits_for(2);
-  auto r = samplers.sample(plan, logits, vocab);
+  auto r = sample_host(samplers, plan, logits);
   REQUIRE(r.error.empty());
   REQUIRE(r.tokens.size() == 2);
   CHECK(r.tokens[0].top.size() == 2);                    // logprobs = 2
@@ -122,11 +133,11 @@ TEST_CASE("released requests lose their state, sampling one then is an error") {
   CHECK(samplers.n_requests() == 0);
   auto again = plan_sampling(2, {{9, 0}});
   auto l1 = logits_for(1);
-  auto failed = samplers.sample(again, l1, vocab);
+  auto failed = sample_host(samplers, again, l1);
   CHECK(failed.tokens.empty());
   CHECK(failed.error.find("no sampler state for request 9") != std::string::npos);
 
   auto wrong_size = plan_sampling(3, {{9, 0}});
   std::vector<float> short_logits(3);
-  CHECK(samplers.sample(wrong_size, short_logits, vocab).error.find("3 logits for 1 sample rows") != std::string::npos);
+  CHECK(sample_host(samplers, wrong_size, short_logits).error.find("for 1 sample rows") != std::string::npos);
 }

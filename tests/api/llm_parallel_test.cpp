@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <utility>
 
 using namespace actorllm;
 
@@ -152,6 +153,32 @@ TEST_CASE("layouts the model cannot take fail at once, before any weight is load
   auto tiny_cache = stories_config(1, 1);
   tiny_cache.kv_cache_memory = 100000;  // 4 blocks of 16 tokens: less than max_model_len 512
   expect_config_error(tiny_cache, "larger than the maximum number of tokens that can be stored in the KV cache (64");
+}
+
+TEST_CASE("a device this build cannot run is refused at construction, naming the value, before any file is read") {
+  for (const auto& [name, needle] :
+       {std::pair{"cuda", "--device cuda: the CUDA backend is not part of this build"},
+        std::pair{"auto", "--device auto"}, std::pair{"tpu", "--device 'tpu' is not a device"}}) {
+    engine_config cfg = stories_config(1, 1);
+    cfg.model = "/nonexistent/model";  // the device is refused first
+    cfg.device = name;
+    INFO(name);
+    try {
+      LLM llm{cfg};
+      FAIL("the engine started");
+    } catch (const error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      CHECK(std::string{e.what()}.find(needle) != std::string::npos);
+      MESSAGE(std::string{e.what()});
+    }
+  }
+  engine_config cpu = stories_config(1, 1);
+  cpu.device = "cpu";
+  LLM llm{cpu};
+  sampling_params greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 8;
+  CHECK(llm.generate(prompt{std::vector<int32_t>{1}}, greedy).outputs.front().token_ids.size() == 8);
 }
 
 TEST_CASE("a missing model directory is a load error naming the path") {

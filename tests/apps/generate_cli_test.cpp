@@ -42,6 +42,14 @@ TEST_CASE("generate --prompt-ids 1 --max-tokens 256 --temperature 0 gives the go
         std::string{std::string_view(golden["greedy_from_bos"]["output_text"])});
 }
 
+TEST_CASE("generate --device cpu gives the same greedy ids as the default") {
+  simdjson::dom::parser parser_default, parser_cpu;
+  auto by_default = parser_default.parse(generate("--prompt-ids 1 --max-tokens 32 --temperature 0 --output json"));
+  auto on_cpu = parser_cpu.parse(generate("--prompt-ids 1 --max-tokens 32 --temperature 0 --output json --device cpu"));
+  CHECK(ids_of(on_cpu["output_ids"]).size() == 32);
+  CHECK(ids_of(on_cpu["output_ids"]) == ids_of(by_default["output_ids"]));
+}
+
 TEST_CASE("generate --prompt text continues like llama2.c's reference") {
   auto out = generate("--prompt \"Once upon a time\" --temperature 0 --max-tokens 40");
   CHECK(out.rfind(", there was a little girl named Lily.", 0) == 0);
@@ -95,6 +103,8 @@ TEST_CASE("generate rejects bad input with a message naming the flag") {
       {"--prompt-ids 1 --temperature -1", "--temperature"},
       {"--prompt-ids 1 --top-p 0", "--top-p"},
       {"--prompt-ids 1 --load-format nope", "--load-format"},
+      {"--prompt-ids 1 --device cuda", "--device cuda: the CUDA backend is not part of this build"},
+      {"--prompt-ids 1 --device auto", "--device auto"},
       {"--prompt-ids 1 --output xml", "--output"},
   };
   for (const auto& c : cases) {

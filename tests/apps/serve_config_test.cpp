@@ -126,6 +126,7 @@ pp_layer_partition = "2,2,1"
 distributed_executor_backend = "mp"
 num_threads = 3
 max_worker_restarts = 5
+device = "cpu"
 [scheduler]
 max_num_seqs = 8
 max_num_batched_tokens = 99
@@ -179,7 +180,8 @@ host_ip = "10.0.0.2"
   CHECK(o.cluster_token == "secret");
   CHECK(o.host_ip == "10.0.0.2");
   CHECK(o.max_worker_restarts == 5);
-  CHECK(app::serve_config_keys().size() == 31);
+  CHECK(o.device == "cpu");
+  CHECK(app::serve_config_keys().size() == 36);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
@@ -236,6 +238,16 @@ TEST_CASE("a value of the wrong type is an error naming the key, the file and li
   CHECK(backend.find("s.toml:2) must be one of \"uni\", \"mp\", \"cluster\", got \"ray\"") != std::string::npos);
   CHECK(config_error("[server]\nlog_level = \"loud\"\n").find("'log_level' in [server]") != std::string::npos);
   CHECK(config_error("[cluster]\nhead_address = 5\n").find("'head_address' in [cluster]") != std::string::npos);
+  // A device this build cannot run: the key, the line and the value (resolve_device's reason).
+  auto cuda = config_error("[parallel]\ntensor_parallel_size = 1\ndevice = \"cuda\"\n", "s.toml");
+  INFO(cuda);
+  CHECK(cuda.find("'device' in [parallel] (") != std::string::npos);
+  CHECK(cuda.find("s.toml:3)") != std::string::npos);
+  CHECK(cuda.find("--device cuda: the CUDA backend is not part of this build") != std::string::npos);
+  auto tpu = config_error("[parallel]\ndevice = \"tpu\"\n");
+  CHECK(tpu.find("'device' in [parallel]") != std::string::npos);
+  CHECK(tpu.find("'tpu' is not a device") != std::string::npos);
+  CHECK(config_error("[parallel]\ndevice = 0\n").find("'device' in [parallel]") != std::string::npos);
   CHECK(config_error("parallel = 2\n").find("[parallel]") != std::string::npos);
   auto syntax = config_error("[model\npath = 1\n", "broken.toml");
   CHECK(syntax.find("broken.toml:1") != std::string::npos);
@@ -283,7 +295,7 @@ TEST_CASE("serve --help documents every flag") {
   CHECK(r.status == 0);
   for (const char* flag : {"--config", "--gpu-memory-utilization", "--distributed-executor-backend", "--chat-template",
                            "--generation-config", "--max-queued-requests", "--allowed-origins", "--log-level",
-                           "--tensor-parallel-size", "--kv-cache-memory", "--served-model-name"}) {
+                           "--tensor-parallel-size", "--kv-cache-memory", "--served-model-name", "--device"}) {
     INFO(flag);
     CHECK(r.out.find(flag) != std::string::npos);
   }
@@ -303,6 +315,8 @@ TEST_CASE("serve rejects bad values of the new flags with a message naming the f
       {"--distributed-executor-backend cluster", "the cluster executor needs a cluster and none is configured"},
       {"--max-queued-requests -2", "--max-queued-requests"},
       {"--log-level loud", "--log-level"},
+      {"--device cuda", "--device cuda: the CUDA backend is not part of this build"},
+      {"--device tpu", "--device 'tpu' is not a device"},
       {"--allowed-origins '[\"*\"'", "--allowed-origins"},
       {"--config /nonexistent/x.toml", "/nonexistent/x.toml"},
   };

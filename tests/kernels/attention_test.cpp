@@ -1,6 +1,6 @@
 // Paged attention against a dense causal float64 reference: shuffled non-contiguous block tables, sequences that
-// mix decode rows with prefill chunks starting mid-sequence, GQA ratios 1, 2 and 4, odd head sizes; write_kv's
-// slot mapping and padding.
+// mix decode rows with prefill chunks starting mid-sequence, GQA ratios 1, 2 and 4, odd head sizes, sliding
+// windows; write_kv's slot mapping and padding.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -21,8 +21,11 @@ struct seq_spec {
   int32_t n_query;  // query rows this step: the last n_query positions
 };
 
+// window > 0: a sliding window (row at position p sees [p - window + 1, p]). The block-table entries of blocks
+// that lie wholly before the window of every query row of a sequence then point at a spare block that was never
+// written (NaN): the kernel must skip those blocks, not read and mask them.
 void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_size, float q_scale,
-              const std::vector<seq_spec>& specs, int threads, uint64_t seed) {
+              const std::vector<seq_spec>& specs, int threads, uint64_t seed, int64_t window = 0) {
   const int64_t n_head = n_head_kv * gqa;
   const int64_t kv_row = n_head_kv * head_dim;
   test::data_rng rng(seed);
@@ -69,6 +72,14 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
     }
     cpu::write_kv(cache, ks.data(), vs.data(), slots.data(), static_cast<int64_t>(slots.size()));
   }
+  if (window > 0) {
+    const int32_t unwritten = pool_ids.back();  // a spare block: nobody owns it, write_kv never touched it
+    for (size_t s = 0; s < specs.size(); ++s) {
+      int64_t first_seen = std::max<int64_t>(0, specs[s].context - specs[s].n_query - window + 1);
+      for (int64_t b = 0; b < first_seen / block_size; ++b)
+        tables[s][static_cast<size_t>(b)] = unwritten;
+    }
+  }
 
   // The flattened batch: sequences in order, each with its query rows.
   std::vector<cpu::attention_seq> seqs;
@@ -88,18 +99,20 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
   std::vector<float> out(q.size(), -5.0f);
   thread_pool pool(threads);
   cpu::paged_attention(q.data(), positions.data(), seqs.data(), static_cast<int64_t>(seqs.size()), cache, n_head, scale,
-                       out.data(), pool);
+                       out.data(), pool, window);
 
   std::vector<double> ref(out.size());
   for (int64_t r = 0; r < n_tokens; ++r) {
     size_t s = static_cast<size_t>(row_seq[static_cast<size_t>(r)]);
     int32_t pos = positions[static_cast<size_t>(r)];
+    // Positions before `first` are outside the window: their score stays -inf (weight 0).
+    int32_t first = window > 0 ? std::max<int32_t>(0, pos - static_cast<int32_t>(window) + 1) : 0;
     for (int64_t h = 0; h < n_head; ++h) {
       int64_t g = h / gqa;
       const float* qh = q.data() + (r * n_head + h) * head_dim;
-      std::vector<double> sc(static_cast<size_t>(pos) + 1);
+      std::vector<double> sc(static_cast<size_t>(pos) + 1, -INFINITY);
       double m = -INFINITY;
-      for (int32_t j = 0; j <= pos; ++j) {
+      for (int32_t j = first; j <= pos; ++j) {
         const float* kj = dense_k[s].data() + (j * n_head_kv + g) * head_dim;
         double d = 0;
         for (int64_t i = 0; i < head_dim; ++i)
@@ -112,7 +125,7 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
         sum += (x = std::exp(x - m));
       for (int64_t i = 0; i < head_dim; ++i) {
         double acc = 0;
-        for (int32_t j = 0; j <= pos; ++j)
+        for (int32_t j = first; j <= pos; ++j)
           acc += sc[static_cast<size_t>(j)] * dense_v[s][static_cast<size_t>((j * n_head_kv + g) * head_dim + i)];
         ref[static_cast<size_t>((r * n_head + h) * head_dim + i)] = acc / sum;
       }
@@ -120,7 +133,7 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
   }
   std::string what = "n_head_kv " + std::to_string(n_head_kv) + " gqa " + std::to_string(gqa) + " head_dim " +
                      std::to_string(head_dim) + " block_size " + std::to_string(block_size) + " q_scale " +
-                     std::to_string(q_scale);
+                     std::to_string(q_scale) + " window " + std::to_string(window);
   test::check_close(out, ref, 2e-6, 1e-4, what);
 }
 
@@ -142,6 +155,25 @@ TEST_CASE("paged_attention matches dense causal float64 attention, GQA 1/2/4 [as
 TEST_CASE("paged_attention is stable for large scores [asan]") {
   // q values up to 40 push scores into the hundreds: exp without max subtraction would overflow.
   run_case(2, 2, 32, 8, 40.0f, mixed, 2, 77);
+}
+
+TEST_CASE("paged_attention with a sliding window skips blocks before it and starts mid-block [asan]") {
+  uint64_t seed = 200;
+  // Windows of one token, shorter than a block, starting inside a block, spanning several blocks, and wider than
+  // every context (which must equal no window).
+  for (int64_t window : {1, 3, 7, 16, 21, 1000}) {
+    for (int64_t gqa : {1, 4}) {
+      run_case(2, gqa, 16, 4, 1.0f, mixed, 2, ++seed, window);
+      run_case(1, gqa, 17, 5, 1.0f, mixed, 3, ++seed, window);  // odd head_dim and block size
+      run_case(3, gqa, 32, 16, 1.0f, mixed, 1, ++seed, window);
+    }
+  }
+  // A large-score case: the running max must come from the window only.
+  run_case(2, 2, 32, 8, 40.0f, mixed, 2, 277, 9);
+}
+
+TEST_CASE("paged_attention with a sliding window over a long context") {
+  run_case(2, 4, 64, 16, 1.0f, {{700, 3}, {300, 1}, {129, 129}}, 2, 299, 100);
 }
 
 TEST_CASE("paged_attention with a long context across many blocks") {

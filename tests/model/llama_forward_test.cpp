@@ -2,11 +2,11 @@
 // against alone, and tensor-parallel against one rank.
 #include "comm/shared_memory_collective.hpp"
 #include "kernels/collective.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
 #include "test_paths.hpp"
-#include "util/thread_pool.hpp"
 
 #include <doctest/doctest.h>
 #include <simdjson.h>
@@ -67,10 +67,10 @@ int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::m
 // One model with its cache and a trivial block layout, for single-sequence runs.
 struct stories_model {
   explicit stories_model(int64_t n_blocks = 64, int threads = 2)
-      : pool{threads},
+      : be{threads},
         loaded{model::load_shard(test::model_dir("stories260K"), {}, {})},
-        llm{loaded.config, std::move(loaded.weights), {}, comm, pool},
-        cache{llm.cache_shape(16), n_blocks} {}
+        llm{loaded.config, std::move(loaded.weights), {}, comm, be},
+        cache{be, llm.cache_shape(16), n_blocks} {}
 
   // Greedy continuation of `prompt` for `n` tokens, prefilling in chunks of `chunk` tokens.
   std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int64_t n, int64_t chunk = 1 << 30) {
@@ -98,7 +98,7 @@ struct stories_model {
     }
   }
 
-  thread_pool pool;
+  cpu::cpu_backend be;
   single_rank_collective comm;
   model::loaded_shard loaded;
   model::llama_model llm;
@@ -244,14 +244,14 @@ TEST_CASE("tensor-parallel shards (tp 2, 4, 8: kv heads split or replicated, une
     std::vector<std::thread> ranks;
     for (int r = 0; r < tp; ++r) {
       ranks.emplace_back([&, r] {
-        thread_pool pool{1};
+        cpu::cpu_backend be{1};
         comm::shared_memory_collective comm{grp, r};
         model::shard_spec shard;
         shard.tp_rank = r;
         shard.tp_size = tp;
         auto loaded = model::load_shard(test::model_dir("stories260K"), shard, {});
-        model::llama_model llm{loaded.config, std::move(loaded.weights), shard, comm, pool};
-        model::kv_cache cache{llm.cache_shape(16), 8};
+        model::llama_model llm{loaded.config, std::move(loaded.weights), shard, comm, be};
+        model::kv_cache cache{be, llm.cache_shape(16), 8};
         std::vector<int32_t> table{7, 3, 5, 1, 0, 2, 4, 6};
         std::vector<int32_t> out;
         model::forward_batch fb;
@@ -278,7 +278,7 @@ TEST_CASE("tensor-parallel shards (tp 2, 4, 8: kv heads split or replicated, une
 
 TEST_CASE("pipeline stages (layers 0-2 then 3-4) chained by hidden states reproduce the golden tokens") {
   const auto& p = load_golden().prompts[0];
-  thread_pool pool{2};
+  cpu::cpu_backend be{2};
   single_rank_collective comm;
   model::shard_spec s0, s1;
   s0.layer_begin = 0;
@@ -287,12 +287,12 @@ TEST_CASE("pipeline stages (layers 0-2 then 3-4) chained by hidden states reprod
   s1.layer_end = 5;
   auto l0 = model::load_shard(test::model_dir("stories260K"), s0, {});
   auto l1 = model::load_shard(test::model_dir("stories260K"), s1, {});
-  model::llama_model stage0{l0.config, std::move(l0.weights), s0, comm, pool};
-  model::llama_model stage1{l1.config, std::move(l1.weights), s1, comm, pool};
+  model::llama_model stage0{l0.config, std::move(l0.weights), s0, comm, be};
+  model::llama_model stage1{l1.config, std::move(l1.weights), s1, comm, be};
   CHECK(stage0.is_first_stage());
   CHECK(!stage0.is_last_stage());
   CHECK(stage1.is_last_stage());
-  model::kv_cache c0{stage0.cache_shape(16), 8}, c1{stage1.cache_shape(16), 8};
+  model::kv_cache c0{be, stage0.cache_shape(16), 8}, c1{be, stage1.cache_shape(16), 8};
   std::vector<int32_t> table{0, 1, 2, 3, 4, 5, 6, 7};
   std::vector<int32_t> out;
   model::forward_batch fb;
@@ -350,14 +350,14 @@ TEST_CASE(
       std::vector<std::thread> ranks;
       for (int r = 0; r < tp; ++r)
         ranks.emplace_back([&, r] {
-          thread_pool pool{1};
+          cpu::cpu_backend be{1};
           comm::shared_memory_collective comm{grp, r};
           model::shard_spec shard;
           shard.tp_rank = r;
           shard.tp_size = tp;
           auto loaded = model::load_shard(dir, shard, load);
-          model::llama_model llm{loaded.config, std::move(loaded.weights), shard, comm, pool};
-          model::kv_cache cache{llm.cache_shape(16), 2};
+          model::llama_model llm{loaded.config, std::move(loaded.weights), shard, comm, be};
+          model::kv_cache cache{be, llm.cache_shape(16), 2};
           model::forward_batch fb;
           fb.add_sequence(prompt, 0, table, true);
           logits[static_cast<size_t>(r)] = llm.forward(fb, cache);

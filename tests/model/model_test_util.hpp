@@ -96,6 +96,10 @@ inline std::string safetensors_dtype_name(dtype t) {
       return "F16";
     case dtype::bf16:
       return "BF16";
+    case dtype::i32:
+      return "I32";
+    case dtype::i64:
+      return "I64";
   }
   return "?";
 }

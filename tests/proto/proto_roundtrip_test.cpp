@@ -130,8 +130,10 @@ TEST_CASE_FIXTURE(proto_fixture, "public value types round-trip, optionals set a
   cfg.pp_layer_partition = "3,2";
   cfg.kv_cache_memory = size_t{5} << 33;
   cfg.seed = 99;
+  cfg.device = "cuda";
   auto cfg_back = roundtrip(cfg);
   CHECK(cfg_back.model == cfg.model);
+  CHECK(cfg_back.device == "cuda");
   CHECK(cfg_back.tensor_parallel_size == 4);
   CHECK(cfg_back.pp_layer_partition == "3,2");
   CHECK(cfg_back.kv_cache_memory == cfg.kv_cache_memory);
@@ -249,7 +251,10 @@ TEST_CASE_FIXTURE(proto_fixture, "step plans, stage inputs and step results roun
   CHECK(roundtrip(plan) == plan);
   CHECK(roundtrip_message(plan) == plan);
 
-  proto::stage_input in{std::make_shared<const proto::step_plan>(plan), {0.5f, -1.0f, 3.25f}};
+  tensor hidden = make_host_tensor(dtype::f32, {3});
+  const float values[] = {0.5f, -1.0f, 3.25f};
+  std::copy(std::begin(values), std::end(values), hidden.data_as<float>());
+  proto::stage_input in{std::make_shared<const proto::step_plan>(plan), hidden};
   auto in_back = roundtrip(in);
   REQUIRE(in_back.plan != nullptr);
   CHECK(in_back.plan != in.plan);  // a fresh plan, equal by value
@@ -279,6 +284,31 @@ TEST_CASE_FIXTURE(proto_fixture, "step plans, stage inputs and step results roun
   CHECK(roundtrip(kv) == kv);
   CHECK(roundtrip_message(kv) == kv);
   CHECK(kv.token_capacity() == 51 * 16);
+}
+
+TEST_CASE_FIXTURE(proto_fixture, "a shard assignment round-trips with its device, also inside a caf::message") {
+  proto::shard_assignment a;
+  a.model_dir = "/models/llama";
+  a.tp_rank = 1;
+  a.tp_size = 2;
+  a.layer_begin = 3;
+  a.layer_end = 5;
+  a.stage = 1;
+  a.pp_size = 2;
+  a.load_format = "dummy";
+  a.dtype = "bfloat16";
+  a.device = "cuda";
+  a.seed = 42;
+  a.n_threads = 4;
+  a.samples = true;
+  a.data_plane_host = "10.0.0.2";
+  a.rendezvous_prefix = "gen-1234abcd";
+  a.collective_timeout_ms = 5000;
+  auto back = roundtrip(a);
+  CHECK(back == a);
+  CHECK(back.device == "cuda");
+  CHECK(roundtrip_message(a) == a);
+  CHECK(roundtrip(proto::shard_assignment{}).device == "cpu");
 }
 
 TEST_CASE_FIXTURE(proto_fixture, "errors keep their code and message across serialization") {

@@ -39,6 +39,7 @@ struct shard_assignment {
   int32_t pp_size = 1;
   std::string load_format = "auto";
   std::string dtype = "auto";
+  std::string device = "cpu";  ///< engine_config::device; the worker refuses one its build cannot run
   uint64_t seed = 0;
   int32_t n_threads = 1;
   bool samples = false;
@@ -54,8 +55,8 @@ struct shard_assignment {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
   return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tp_rank, x.tp_size, x.layer_begin, x.layer_end,
-           x.stage, x.pp_size, x.load_format, x.dtype, x.seed, x.n_threads, x.samples, x.next, x.data_plane_host,
-           x.rendezvous_prefix, x.collective_timeout_ms);
+           x.stage, x.pp_size, x.load_format, x.dtype, x.device, x.seed, x.n_threads, x.samples, x.next,
+           x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
 }
 
 /// worker: run the communication check (`actorllm check`).

@@ -1,0 +1,68 @@
+// A shard's step pipeline as a plain class (no actor, no CAF runtime: it reads the plan's protocol structs only):
+// the backend, the TP group, the model, the KV cache and the sampler state of one shard, and the one call that runs
+// a step's plan: bookkeeping, block copies, the per-step inputs prepared once, the forward pass, and on the sampler
+// shard the whole batch sampled in one call. shard_actor is the thin actor around it.
+//
+// It lives in actors/ rather than model/ because it consumes proto::step_plan directly; it moves to model/ when the
+// step protocol is owned by scheduler_core (docs/architecture.md, "what comes next").
+#pragma once
+
+#include "actorllm/proto/step_plan.hpp"
+#include "actorllm/proto/step_result.hpp"
+#include "actors/sequence_samplers.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/collective.hpp"
+#include "model/kv_cache.hpp"
+#include "model/llama_model.hpp"
+#include "model/step_inputs.hpp"
+
+#include <memory>
+#include <string>
+
+namespace actorllm::actors {
+
+/// What a step produced on this shard: the hidden states for the next stage, or (sampler shard) the sampled tokens;
+/// or what went wrong (`result.error`, or `error` before sampling).
+struct step_output {
+  tensor hidden;              ///< [n_tokens, n_embd] for the next stage; empty on the last stage
+  proto::step_result result;  ///< the sampler shard's tokens and timings
+  std::string error;          ///< a plan this shard cannot run (the replica is then unusable)
+};
+
+/// One shard's model, cache and sampler state on one backend.
+class model_runner {
+ public:
+  /// Builds the model from already-sliced weights. `samples`: this shard (tp rank 0 of the last stage) samples.
+  model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_collective> comm, const model::model_config& cfg,
+               model::model_weights weights, const model::shard_spec& shard, bool samples);
+
+  const model::llama_model& model() const { return *model_; }
+  backend& device_backend() { return *be_; }
+  bool has_cache() const { return cache_ != nullptr; }
+  /// Allocates the KV cache through the backend (std::bad_alloc when it does not fit).
+  void allocate_cache(int64_t block_size, int64_t n_blocks);
+
+  /// A tensor on the backend for `n_tokens` rows of hidden states arriving from the previous stage.
+  tensor hidden_input(int64_t n_tokens);
+  /// Drops the sampler state of requests that ended (no plan carried their release).
+  void release(std::span<const uint64_t> request_ids) { samplers_.release(request_ids); }
+
+  /// Runs `plan` on this shard. `hidden_in`: the previous stage's hidden states (empty on the first stage).
+  /// Exceptions from the collectives (a lost peer, a timeout) propagate.
+  step_output run(const proto::step_plan& plan, const tensor& hidden_in);
+
+  /// Sampler state, for tests.
+  const sequence_samplers& samplers() const { return samplers_; }
+
+ private:
+  std::unique_ptr<backend> be_;
+  std::unique_ptr<tp_collective> comm_;
+  std::unique_ptr<model::llama_model> model_;
+  std::unique_ptr<model::kv_cache> cache_;
+  model::step_input_builder inputs_;
+  sequence_samplers samplers_;
+  model::forward_batch batch_;  // reused: the plan's batch in the model's terms
+  bool samples_ = false;
+};
+
+}  // namespace actorllm::actors

@@ -1,0 +1,141 @@
+// The backend interface: memory on one device and the ops of the Llama-family forward pass at model granularity.
+// The model, the KV cache and the model runner hold a backend& and tensor handles and never name a device;
+// kernels/cpu is the first implementation (kernels/cuda the next). Modelled on ggml's backend/buffer split.
+//
+// Conventions for every op:
+// - Shapes are row-major; "rows" is the outermost dimension. Activations are f32; weights f32, f16 or bf16; ids,
+//   positions and block tables i32; cache slots i64.
+// - Ops are enqueued on the backend's stream in call order and may run asynchronously; download() and
+//   synchronize() wait for everything enqueued before them. The CPU backend runs each op to completion at once.
+// - Every tensor an op takes must live on this backend's device. An op may write its output over an input only
+//   where its comment says so.
+#pragma once
+
+#include "kernels/device.hpp"
+#include "kernels/rope_scaling.hpp"
+#include "kernels/sampling.hpp"
+#include "kernels/tensor.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace actorllm {
+
+/// One layer's paged KV cache: k and v each [n_blocks, block_size, n_head_kv, head_dim] f32. The slot of a token is
+/// block * block_size + offset_in_block.
+struct kv_layer {
+  tensor k;
+  tensor v;
+
+  int64_t n_blocks() const { return k.dim(0); }
+  int64_t block_size() const { return k.dim(1); }
+  int64_t n_head_kv() const { return k.dim(2); }
+  int64_t head_dim() const { return k.dim(3); }
+};
+
+/// A step's batch as the attention ops read it, prepared once per step (model_runner) on the backend's device.
+/// Sequence s owns query rows [seqs[s][0], seqs[s][0] + seqs[s][1]) and, in position order, the cache blocks
+/// block_tables[seqs[s][2] .. seqs[s][2] + seqs[s][3]).
+struct attention_batch {
+  tensor positions;     ///< i32 [n_tokens]: absolute position of each query row in its sequence
+  tensor slots;         ///< i64 [n_tokens]: cache slot each row's k/v is written to (< 0: not written)
+  tensor seqs;          ///< i32 [n_seqs, 4]: query_begin, n_query, first block-table entry, n_blocks
+  tensor block_tables;  ///< i32 [total blocks]: every sequence's block table, back to back
+  int64_t n_tokens = 0;
+  int64_t n_seqs = 0;
+  /// Host copies of seqs and block_tables: the CPU kernels walk these; a device backend ignores them.
+  std::vector<int32_t> host_seqs;
+  std::vector<int32_t> host_block_tables;
+};
+
+/// Rotary embedding of one model: the head_dim/2 inverse frequencies (scaling applied), on the device.
+struct rope_table {
+  tensor inv_freq;  ///< f32 [head_dim / 2]
+  int64_t head_dim = 0;
+};
+
+/// A device, its memory and the model-level ops. Not thread-safe: one shard drives one backend from one thread.
+class backend {
+ public:
+  virtual ~backend() = default;
+
+  /// The device this backend runs on.
+  virtual device where() const = 0;
+  /// Short name for logs: "cpu (8 threads)", "cuda:0 (NVIDIA H100 80GB HBM3)".
+  virtual std::string describe() const = 0;
+
+  // ---- memory --------------------------------------------------------------------------------------------------
+
+  /// A tensor of `shape` over fresh, uninitialised device memory. Throws std::bad_alloc when it does not fit.
+  virtual tensor alloc(dtype type, tensor_shape shape) = 0;
+  /// `host` (a tensor on the CPU) made available on this device: the CPU backend returns it as is, a device backend
+  /// allocates and uploads (the host copy may then be dropped). Weights enter the backend this way.
+  virtual tensor import_host(tensor host) = 0;
+  /// Copies `bytes` from host memory into dst, starting at dst's first byte. bytes <= dst.nbytes().
+  virtual void upload(const tensor& dst, const void* src, size_t bytes) = 0;
+  /// Copies `bytes` of src (from its first byte) to host memory, after everything enqueued before.
+  virtual void download(const tensor& src, void* dst, size_t bytes) = 0;
+  /// dst = src, byte for byte (same nbytes), both on this device.
+  virtual void copy(const tensor& src, const tensor& dst) = 0;
+  /// Copies row `src_row` of t's outermost dimension to row `dst_row` (the KV cache's copy-on-write of a block).
+  virtual void copy_row(const tensor& t, int64_t src_row, int64_t dst_row) = 0;
+  /// Waits until every enqueued op has finished.
+  virtual void synchronize() = 0;
+
+  // ---- ops -----------------------------------------------------------------------------------------------------
+
+  /// out[t] = table[ids[t] - row_begin] as f32 when row_begin <= ids[t] < row_begin + table.rows(), else zeros (a
+  /// vocab-parallel shard holds rows [row_begin, row_begin + rows) of the full table; the TP all-reduce of the
+  /// shards' outputs is the full lookup). ids: i32 [n]; table: [rows, n_embd] f32/f16/bf16; out: f32 [n, n_embd].
+  virtual void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) = 0;
+  /// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight for every row r of width weight.numel(). x, out: f32 of equal
+  /// shape (out may be x); weight: f32/f16/bf16.
+  virtual void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) = 0;
+  /// The residual add fused with the next norm: residual += delta, then out = rms_norm(residual). All f32 [n, width]
+  /// except weight; out must not overlap residual or delta.
+  virtual void add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
+                            const tensor& out) = 0;
+  /// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]): x f32 [n_tokens, n_in]; w [n_out, n_in] f32/f16/bf16 (the Hugging
+  /// Face Linear layout); bias f32 [n_out] or empty; y f32 [n_tokens, n_out], not overlapping x. f32 accumulation.
+  virtual void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) = 0;
+  /// The rotary table of `cfg` (inverse frequencies computed as transformers does, scaling included).
+  virtual rope_table make_rope_table(const rope_config& cfg) = 0;
+  /// Rotates q [n_tokens, n_head, head_dim] and k [n_tokens, n_head_kv, head_dim] in place by positions (i32
+  /// [n_tokens]), HF rotate_half layout. When q_norm / k_norm are given (Qwen3; f32/f16/bf16 [head_dim]), each head
+  /// of q / k is first RMS-normalised with them and `eps`.
+  virtual void rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
+                    const tensor& q_norm, const tensor& k_norm, float eps) = 0;
+  /// Writes the k and v rows of the batch's tokens (each f32 [n_tokens, n_head_kv, head_dim]) into their slots
+  /// (batch.slots; negative slots are skipped).
+  virtual void write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) = 0;
+  /// Causal attention over the paged cache for a batch mixing prefill chunks and decode tokens: query row r at
+  /// position p attends to cache positions [max(0, p - window + 1), p] of its sequence (window <= 0: [0, p]). The
+  /// rows' own k/v must be written already. q, out: f32 [n_tokens, n_head, head_dim]; GQA: query head h reads kv
+  /// head h / (n_head / n_head_kv). Scores are q.k * scale, softmax in f32.
+  virtual void paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
+                               int64_t window, const tensor& out) = 0;
+  /// out = silu(gate) * up elementwise (f32, equal shapes; out may be gate or up).
+  virtual void silu_mul(const tensor& gate, const tensor& up, const tensor& out) = 0;
+  /// out = a + b elementwise (f32). b has a's numel, or one row's worth (b.numel() == a.row_size(): added to every
+  /// row, a bias). out may be a.
+  virtual void add(const tensor& a, const tensor& b, const tensor& out) = 0;
+  /// out[i] = x[rows[i]]: x [n, width] f32, rows i32 [m], out f32 [m, width].
+  virtual void gather_rows(const tensor& x, const tensor& rows, const tensor& out) = 0;
+  /// dst[r, dst_col + c] = src[r, src_col + c] for c < n_cols and every row r (src, dst f32 2-D, equal rows): puts
+  /// vocab shards side by side.
+  virtual void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) = 0;
+  /// Samples one token per row of logits (f32 [rows.size(), n_vocab], used as scratch), row i with rows[i]'s
+  /// settings, ids and generator, with the semantics of kernels/cpu/sampling.hpp (vLLM's). out.size() == rows.size().
+  virtual void sample(const tensor& logits, std::span<const ops::sample_row> rows,
+                      std::span<ops::sample_result> out) = 0;
+};
+
+/// A backend for `kind` with `n_threads` kernel threads (the CPU backend's pool; a GPU backend uses one thread).
+/// Throws std::runtime_error naming the kind when this build has no such backend.
+std::unique_ptr<backend> make_backend(device_kind kind, int n_threads);
+
+}  // namespace actorllm

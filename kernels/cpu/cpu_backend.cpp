@@ -1,0 +1,414 @@
+// The CPU backend: argument checks, then the kernels of kernels/cpu. The checks run about ten times per layer per
+// decode step, so they are a few compares each and format their message only when they fail.
+#include "kernels/cpu/cpu_backend.hpp"
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/rms_norm.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/sampling.hpp"
+#include "util/check.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+namespace actorllm::cpu {
+namespace {
+
+// ACTORLLM_CHECK evaluates its message only when the condition fails, so the fmt::format calls below cost nothing
+// on the normal path.
+
+// `t` is a tensor on the CPU that lies inside its buffer.
+void check_host(const tensor& t, const char* op, const char* arg) {
+  ACTORLLM_CHECK(!t.empty(), fmt::format("{}: {} is an empty tensor", op, arg).c_str());
+  ACTORLLM_CHECK(t.where().kind == device_kind::cpu,
+                 fmt::format("{}: {} must be on the cpu, got {}", op, arg, t.describe()).c_str());
+  ACTORLLM_CHECK(t.offset + t.nbytes() <= t.buf->size(),
+                 fmt::format("{}: {} ({} at byte {}) runs past the end of its {}-byte buffer", op, arg, t.describe(),
+                             t.offset, t.buf->size())
+                     .c_str());
+}
+
+// check_host, and the element type is `type`.
+void check_host(const tensor& t, dtype type, const char* op, const char* arg) {
+  check_host(t, op, arg);
+  ACTORLLM_CHECK(t.type == type,
+                 fmt::format("{}: {} must be {}, got {}", op, arg, dtype_name(type), t.describe()).c_str());
+}
+
+// check_host, and a weight type (f32, f16 or bf16).
+void check_weight(const tensor& t, const char* op, const char* arg) {
+  check_host(t, op, arg);
+  ACTORLLM_CHECK(is_float_dtype(t.type),
+                 fmt::format("{}: {} must be f32, f16 or bf16, got {}", op, arg, t.describe()).c_str());
+}
+
+void check_numel(const tensor& t, int64_t n, const char* op, const char* arg) {
+  ACTORLLM_CHECK(t.numel() == n, fmt::format("{}: {} must hold {} elements, got {}", op, arg, n, t.describe()).c_str());
+}
+
+// True when the bytes of a and b intersect.
+bool overlaps(const tensor& a, const tensor& b) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data()), b0 = reinterpret_cast<uintptr_t>(b.data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes() && a.nbytes() != 0 && b.nbytes() != 0;
+}
+
+bool same_start(const tensor& a, const tensor& b) { return a.data() == b.data(); }
+
+void check_disjoint(const tensor& a, const tensor& b, const char* op, const char* what) {
+  ACTORLLM_CHECK(!overlaps(a, b), fmt::format("{}: {} must not overlap", op, what).c_str());
+}
+
+float* f32(const tensor& t) { return t.data_as<float>(); }
+
+paged_kv_view kv_view(const kv_layer& cache, const char* op) {
+  check_host(cache.k, dtype::f32, op, "cache.k");
+  check_host(cache.v, dtype::f32, op, "cache.v");
+  ACTORLLM_CHECK(
+      cache.k.shape.n_dims == 4 && cache.k.shape == cache.v.shape && cache.block_size() > 0 && cache.n_head_kv() > 0 &&
+          cache.head_dim() > 0,
+      fmt::format("{}: cache k and v must both be [n_blocks, block_size, n_head_kv, head_dim], got {} and {}", op,
+                  cache.k.describe(), cache.v.describe())
+          .c_str());
+  return paged_kv_view{f32(cache.k),       f32(cache.v),      cache.n_blocks(),
+                       cache.block_size(), cache.n_head_kv(), cache.head_dim()};
+}
+
+}  // namespace
+
+cpu_backend::cpu_backend(int n_threads) : pool_(n_threads) {}
+
+device cpu_backend::where() const { return device{}; }
+
+std::string cpu_backend::describe() const { return fmt::format("cpu ({} threads)", pool_.size()); }
+
+// ---- memory ----------------------------------------------------------------------------------------------------
+
+tensor cpu_backend::alloc(dtype type, tensor_shape shape) {
+  for (int i = 0; i < shape.n_dims; ++i)
+    ACTORLLM_CHECK(shape[i] >= 0, fmt::format("alloc: negative dimension in {}", shape.to_string()).c_str());
+  // Uninitialised on purpose: the KV cache's pages stay uncommitted until a block is first written.
+  return make_host_tensor(type, shape);
+}
+
+tensor cpu_backend::import_host(tensor host) {
+  ACTORLLM_CHECK(host.where().kind == device_kind::cpu,
+                 fmt::format("import_host: the tensor must be in host memory, got {}", host.describe()).c_str());
+  return host;
+}
+
+void cpu_backend::upload(const tensor& dst, const void* src, size_t bytes) {
+  check_host(dst, "upload", "dst");
+  ACTORLLM_CHECK(bytes <= dst.nbytes(),
+                 fmt::format("upload: {} bytes do not fit {} ({} bytes)", bytes, dst.describe(), dst.nbytes()).c_str());
+  if (bytes != 0)
+    std::memcpy(dst.data(), src, bytes);
+}
+
+void cpu_backend::download(const tensor& src, void* dst, size_t bytes) {
+  check_host(src, "download", "src");
+  ACTORLLM_CHECK(bytes <= src.nbytes(),
+                 fmt::format("download: {} bytes asked of {} ({} bytes)", bytes, src.describe(), src.nbytes()).c_str());
+  if (bytes != 0)
+    std::memcpy(dst, src.data(), bytes);
+}
+
+void cpu_backend::copy(const tensor& src, const tensor& dst) {
+  check_host(src, "copy", "src");
+  check_host(dst, "copy", "dst");
+  ACTORLLM_CHECK(src.nbytes() == dst.nbytes(),
+                 fmt::format("copy: {} and {} differ in size", src.describe(), dst.describe()).c_str());
+  if (same_start(src, dst))
+    return;
+  check_disjoint(src, dst, "copy", "src and dst");
+  if (src.nbytes() != 0)
+    std::memcpy(dst.data(), src.data(), src.nbytes());
+}
+
+void cpu_backend::copy_row(const tensor& t, int64_t src_row, int64_t dst_row) {
+  check_host(t, "copy_row", "t");
+  const int64_t rows = t.rows();
+  ACTORLLM_CHECK(src_row >= 0 && src_row < rows && dst_row >= 0 && dst_row < rows,
+                 fmt::format("copy_row: rows {} -> {} outside {}", src_row, dst_row, t.describe()).c_str());
+  if (src_row == dst_row)
+    return;
+  const size_t row_bytes = static_cast<size_t>(t.row_size()) * dtype_size(t.type);
+  auto* base = static_cast<std::byte*>(t.data());
+  std::memcpy(base + static_cast<size_t>(dst_row) * row_bytes, base + static_cast<size_t>(src_row) * row_bytes,
+              row_bytes);
+}
+
+void cpu_backend::synchronize() {}
+
+// ---- ops -------------------------------------------------------------------------------------------------------
+
+void cpu_backend::embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) {
+  check_host(ids, dtype::i32, "embedding", "ids");
+  check_weight(table, "embedding", "table");
+  check_host(out, dtype::f32, "embedding", "out");
+  ACTORLLM_CHECK(table.shape.n_dims == 2,
+                 fmt::format("embedding: table must be [rows, n_embd], got {}", table.describe()).c_str());
+  const int64_t n = ids.numel(), n_embd = table.dim(1);
+  check_numel(out, n * n_embd, "embedding", "out");
+  cpu::embedding(ids.data_as<int32_t>(), n, table.data(), table.type, row_begin, table.dim(0), n_embd, f32(out));
+}
+
+void cpu_backend::rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) {
+  check_host(x, dtype::f32, "rms_norm", "x");
+  check_weight(weight, "rms_norm", "weight");
+  check_host(out, dtype::f32, "rms_norm", "out");
+  const int64_t width = weight.numel();
+  ACTORLLM_CHECK(width > 0 && x.numel() % width == 0,
+                 fmt::format("rms_norm: {} is not made of rows of the weight's {}", x.describe(), width).c_str());
+  check_numel(out, x.numel(), "rms_norm", "out");
+  if (!same_start(x, out))
+    check_disjoint(x, out, "rms_norm", "x and out (unless equal)");
+  cpu::rms_norm(f32(x), x.numel() / width, width, weight.data(), weight.type, eps, f32(out));
+}
+
+void cpu_backend::add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
+                               const tensor& out) {
+  check_host(residual, dtype::f32, "add_rms_norm", "residual");
+  check_host(delta, dtype::f32, "add_rms_norm", "delta");
+  check_weight(weight, "add_rms_norm", "weight");
+  check_host(out, dtype::f32, "add_rms_norm", "out");
+  const int64_t n = residual.numel(), width = weight.numel();
+  ACTORLLM_CHECK(
+      width > 0 && n % width == 0,
+      fmt::format("add_rms_norm: {} is not made of rows of the weight's {}", residual.describe(), width).c_str());
+  check_numel(delta, n, "add_rms_norm", "delta");
+  check_numel(out, n, "add_rms_norm", "out");
+  check_disjoint(out, residual, "add_rms_norm", "out and residual");
+  check_disjoint(out, delta, "add_rms_norm", "out and delta");
+  // The unfused order of the forward pass (residual add, then the next layer's norm), so results stay identical.
+  cpu::add_inplace(f32(residual), f32(delta), n);
+  cpu::rms_norm(f32(residual), n / width, width, weight.data(), weight.type, eps, f32(out));
+}
+
+void cpu_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
+  check_host(x, dtype::f32, "matmul", "x");
+  check_weight(w, "matmul", "w");
+  check_host(y, dtype::f32, "matmul", "y");
+  ACTORLLM_CHECK(w.shape.n_dims == 2, fmt::format("matmul: w must be [n_out, n_in], got {}", w.describe()).c_str());
+  const int64_t n_out = w.dim(0), n_in = w.dim(1), n_tokens = x.rows();
+  ACTORLLM_CHECK(x.numel() == n_tokens * n_in,
+                 fmt::format("matmul: x {} does not match w {}", x.describe(), w.describe()).c_str());
+  ACTORLLM_CHECK(y.numel() == n_tokens * n_out,
+                 fmt::format("matmul: y {} must be [{}, {}]", y.describe(), n_tokens, n_out).c_str());
+  const float* b = nullptr;
+  if (!bias.empty()) {
+    check_host(bias, dtype::f32, "matmul", "bias");
+    check_numel(bias, n_out, "matmul", "bias");
+    b = f32(bias);
+  }
+  check_disjoint(x, y, "matmul", "x and y");
+  cpu::matmul(f32(x), n_tokens, n_in, w.data(), w.type, n_out, b, f32(y), pool_);
+}
+
+rope_table cpu_backend::make_rope_table(const rope_config& cfg) {
+  std::vector<float> inv = rope_inv_freq(cfg);
+  rope_table t;
+  t.head_dim = cfg.head_dim;
+  t.inv_freq = make_host_tensor(dtype::f32, {static_cast<int64_t>(inv.size())});
+  std::memcpy(t.inv_freq.data(), inv.data(), inv.size() * sizeof(float));
+  return t;
+}
+
+void cpu_backend::rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
+                       const tensor& q_norm, const tensor& k_norm, float eps) {
+  const int64_t hd = table.head_dim;
+  check_host(table.inv_freq, dtype::f32, "rope", "table.inv_freq");
+  ACTORLLM_CHECK(hd > 0 && hd % 2 == 0 && table.inv_freq.numel() == hd / 2,
+                 fmt::format("rope: table of head_dim {} holds {}", hd, table.inv_freq.describe()).c_str());
+  check_host(positions, dtype::i32, "rope", "positions");
+  check_host(q, dtype::f32, "rope", "q");
+  const int64_t n_tokens = positions.numel();
+  if (n_tokens == 0)
+    return;
+  const int64_t token_q = q.numel() / n_tokens;
+  ACTORLLM_CHECK(q.numel() % n_tokens == 0 && token_q % hd == 0,
+                 fmt::format("rope: q {} is not [{}, n_head, {}]", q.describe(), n_tokens, hd).c_str());
+  const int64_t n_head = token_q / hd;
+  int64_t n_head_kv = 0;
+  if (!k.empty()) {
+    check_host(k, dtype::f32, "rope", "k");
+    const int64_t token_k = k.numel() / n_tokens;
+    ACTORLLM_CHECK(k.numel() % n_tokens == 0 && token_k % hd == 0,
+                   fmt::format("rope: k {} is not [{}, n_head_kv, {}]", k.describe(), n_tokens, hd).c_str());
+    n_head_kv = token_k / hd;
+    check_disjoint(q, k, "rope", "q and k");
+  }
+  // Qwen3's per-head q/k norm, done in place right before the rotation as the forward pass did.
+  if (!q_norm.empty()) {
+    check_weight(q_norm, "rope", "q_norm");
+    check_numel(q_norm, hd, "rope", "q_norm");
+    cpu::rms_norm(f32(q), n_tokens * n_head, hd, q_norm.data(), q_norm.type, eps, f32(q));
+  }
+  if (!k_norm.empty()) {
+    ACTORLLM_CHECK(!k.empty(), "rope: k_norm given without k");
+    check_weight(k_norm, "rope", "k_norm");
+    check_numel(k_norm, hd, "rope", "k_norm");
+    cpu::rms_norm(f32(k), n_tokens * n_head_kv, hd, k_norm.data(), k_norm.type, eps, f32(k));
+  }
+  apply_rope(f32(table.inv_freq), hd, positions.data_as<int32_t>(), n_tokens, f32(q), n_head,
+             k.empty() ? nullptr : f32(k), n_head_kv);
+}
+
+void cpu_backend::write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) {
+  const paged_kv_view view = kv_view(cache, "write_kv");
+  const int64_t n_tokens = batch.n_tokens, row = view.n_head_kv * view.head_dim;
+  check_host(k, dtype::f32, "write_kv", "k");
+  check_host(v, dtype::f32, "write_kv", "v");
+  check_host(batch.slots, dtype::i64, "write_kv", "batch.slots");
+  check_numel(k, n_tokens * row, "write_kv", "k");
+  check_numel(v, n_tokens * row, "write_kv", "v");
+  check_numel(batch.slots, n_tokens, "write_kv", "batch.slots");
+  cpu::write_kv(view, f32(k), f32(v), batch.slots.data_as<int64_t>(), n_tokens);
+}
+
+void cpu_backend::paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
+                                  int64_t window, const tensor& out) {
+  const paged_kv_view view = kv_view(cache, "paged_attention");
+  const int64_t n_tokens = batch.n_tokens, n_seqs = batch.n_seqs, hd = view.head_dim;
+  check_host(q, dtype::f32, "paged_attention", "q");
+  check_host(out, dtype::f32, "paged_attention", "out");
+  check_host(batch.positions, dtype::i32, "paged_attention", "batch.positions");
+  check_numel(batch.positions, n_tokens, "paged_attention", "batch.positions");
+  if (n_tokens == 0)
+    return;
+  const int64_t n_head = q.numel() / (n_tokens * hd);
+  ACTORLLM_CHECK(q.numel() == n_tokens * n_head * hd && n_head > 0 && n_head % view.n_head_kv == 0,
+                 fmt::format("paged_attention: q {} is not [{}, n_head, {}] with n_head a multiple of {}", q.describe(),
+                             n_tokens, hd, view.n_head_kv)
+                     .c_str());
+  check_numel(out, q.numel(), "paged_attention", "out");
+  check_disjoint(q, out, "paged_attention", "q and out");
+  ACTORLLM_CHECK(
+      n_seqs >= 0 && batch.host_seqs.size() == static_cast<size_t>(n_seqs) * 4,
+      fmt::format("paged_attention: host_seqs holds {} ints for {} sequences (4 each)", batch.host_seqs.size(), n_seqs)
+          .c_str());
+  const auto n_table = static_cast<int64_t>(batch.host_block_tables.size());
+  seqs_.resize(static_cast<size_t>(n_seqs));
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const int32_t* e = batch.host_seqs.data() + s * 4;
+    ACTORLLM_CHECK(e[0] >= 0 && e[1] >= 0 && e[0] + static_cast<int64_t>(e[1]) <= n_tokens && e[2] >= 0 && e[3] >= 0 &&
+                       e[2] + static_cast<int64_t>(e[3]) <= n_table,
+                   fmt::format("paged_attention: sequence {} (rows {}+{}, blocks {}+{}) outside the batch ({} rows, "
+                               "{} block-table entries)",
+                               s, e[0], e[1], e[2], e[3], n_tokens, n_table)
+                       .c_str());
+    seqs_[static_cast<size_t>(s)] = attention_seq{e[0], e[1], batch.host_block_tables.data() + e[2], e[3]};
+  }
+  cpu::paged_attention(f32(q), batch.positions.data_as<int32_t>(), seqs_.data(), n_seqs, view, n_head, scale, f32(out),
+                       pool_, window);
+}
+
+void cpu_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
+  check_host(gate, dtype::f32, "silu_mul", "gate");
+  check_host(up, dtype::f32, "silu_mul", "up");
+  check_host(out, dtype::f32, "silu_mul", "out");
+  check_numel(up, gate.numel(), "silu_mul", "up");
+  check_numel(out, gate.numel(), "silu_mul", "out");
+  cpu::silu_mul(f32(gate), f32(up), gate.numel(), f32(out));
+}
+
+void cpu_backend::add(const tensor& a, const tensor& b, const tensor& out) {
+  check_host(a, dtype::f32, "add", "a");
+  check_host(b, dtype::f32, "add", "b");
+  check_host(out, dtype::f32, "add", "out");
+  const int64_t n = a.numel(), width = a.row_size();
+  check_numel(out, n, "add", "out");
+  const bool full = b.numel() == n;
+  ACTORLLM_CHECK(full || b.numel() == width,
+                 fmt::format("add: b {} is neither a's shape nor one row of a {}", b.describe(), a.describe()).c_str());
+  if (full && same_start(out, b) && !same_start(out, a)) {
+    cpu::add_inplace(f32(out), f32(a), n);  // out = b + a: float addition commutes, so this is a + b exactly
+    return;
+  }
+  if (!same_start(out, a)) {
+    check_disjoint(out, a, "add", "out and a (unless equal)");
+    check_disjoint(out, b, "add", "out and b (unless equal)");
+    std::memcpy(out.data(), a.data(), a.nbytes());
+  }
+  if (full) {
+    cpu::add_inplace(f32(out), f32(b), n);
+  } else if (width > 0) {
+    for (int64_t r = 0; r < a.rows(); ++r)
+      cpu::add_inplace(f32(out) + r * width, f32(b), width);
+  }
+}
+
+void cpu_backend::gather_rows(const tensor& x, const tensor& rows, const tensor& out) {
+  check_host(x, dtype::f32, "gather_rows", "x");
+  check_host(rows, dtype::i32, "gather_rows", "rows");
+  check_host(out, dtype::f32, "gather_rows", "out");
+  const int64_t n = x.rows(), width = x.row_size(), m = rows.numel();
+  check_numel(out, m * width, "gather_rows", "out");
+  check_disjoint(x, out, "gather_rows", "x and out");
+  const int32_t* idx = rows.data_as<int32_t>();
+  for (int64_t i = 0; i < m; ++i) {
+    ACTORLLM_CHECK(idx[i] >= 0 && idx[i] < n,
+                   fmt::format("gather_rows: row {} of {} is outside x {}", idx[i], i, x.describe()).c_str());
+    std::memcpy(f32(out) + i * width, f32(x) + idx[i] * width, static_cast<size_t>(width) * sizeof(float));
+  }
+}
+
+void cpu_backend::copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) {
+  check_host(src, dtype::f32, "copy_columns", "src");
+  check_host(dst, dtype::f32, "copy_columns", "dst");
+  ACTORLLM_CHECK(
+      src.shape.n_dims == 2 && dst.shape.n_dims == 2 && src.dim(0) == dst.dim(0),
+      fmt::format("copy_columns: src {} and dst {} must be 2-D with equal rows", src.describe(), dst.describe())
+          .c_str());
+  ACTORLLM_CHECK(
+      n_cols >= 0 && src_col >= 0 && src_col + n_cols <= src.dim(1) && dst_col >= 0 && dst_col + n_cols <= dst.dim(1),
+      fmt::format("copy_columns: columns [{}, +{}) of {} -> [{}, +{}) of {} out of range", src_col, n_cols,
+                  src.describe(), dst_col, n_cols, dst.describe())
+          .c_str());
+  const int64_t sw = src.dim(1), dw = dst.dim(1);
+  for (int64_t r = 0; r < src.dim(0); ++r)  // memmove: src and dst may be one tensor
+    std::memmove(f32(dst) + r * dw + dst_col, f32(src) + r * sw + src_col, static_cast<size_t>(n_cols) * sizeof(float));
+}
+
+void cpu_backend::sample(const tensor& logits, std::span<const ops::sample_row> rows,
+                         std::span<ops::sample_result> out) {
+  check_host(logits, dtype::f32, "sample", "logits");
+  const auto n = static_cast<int64_t>(rows.size());
+  ACTORLLM_CHECK(logits.shape.n_dims == 2 && logits.dim(0) == n,
+                 fmt::format("sample: logits {} must be [{}, n_vocab]", logits.describe(), n).c_str());
+  ACTORLLM_CHECK(out.size() == rows.size(),
+                 fmt::format("sample: {} results for {} rows", out.size(), rows.size()).c_str());
+  for (const sample_row& r : rows)
+    ACTORLLM_CHECK(r.params != nullptr && r.rng != nullptr, "sample: a row without params or generator");
+  const int64_t n_vocab = logits.dim(1);
+  float* base = f32(logits);
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const sample_row& r = rows[static_cast<size_t>(i)];
+      out[static_cast<size_t>(i)] =
+          cpu::sample(base + i * n_vocab, n_vocab, *r.params, r.prompt_ids, r.output_ids, *r.rng);
+    }
+  };
+  // Rows are independent (own logits, own generator; cpu::sample's scratch is thread_local), so they may run in
+  // parallel with results that do not depend on the thread count. Rows sharing a generator draw from it in row
+  // order, so such a batch runs serially.
+  bool shared_rng = false;
+  if (n > 1) {
+    rng_seen_.clear();
+    for (const sample_row& r : rows)
+      rng_seen_.push_back(r.rng);
+    std::sort(rng_seen_.begin(), rng_seen_.end(), std::less<const void*>());
+    shared_rng = std::adjacent_find(rng_seen_.begin(), rng_seen_.end()) != rng_seen_.end();
+  }
+  if (n <= 1 || shared_rng || pool_.size() == 1)
+    run(0, n);
+  else
+    pool_.parallel_for_dynamic(n, 1, run);
+}
+
+}  // namespace actorllm::cpu

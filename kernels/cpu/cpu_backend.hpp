@@ -1,0 +1,61 @@
+// The CPU implementation of the backend interface: host memory and the kernels of kernels/cpu on a thread pool.
+// Every op calls the existing cpu:: kernel in the order the model used to, so results are bit-identical to the
+// forward pass written against the kernels directly.
+#pragma once
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/attention.hpp"
+#include "util/thread_pool.hpp"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace actorllm::cpu {
+
+/// The backend of device "cpu": tensors live in host_buffers, ops run to completion on the calling thread and
+/// the backend's own pool before they return (synchronize() has nothing to wait for).
+class cpu_backend final : public backend {
+ public:
+  /// A backend whose kernels run on `n_threads` threads (the caller included); n_threads >= 1.
+  explicit cpu_backend(int n_threads);
+
+  /// The pool the kernels run on (for benchmarks that drive cpu:: kernels beside the backend).
+  thread_pool& pool() { return pool_; }
+
+  device where() const override;
+  std::string describe() const override;
+
+  tensor alloc(dtype type, tensor_shape shape) override;
+  tensor import_host(tensor host) override;
+  void upload(const tensor& dst, const void* src, size_t bytes) override;
+  void download(const tensor& src, void* dst, size_t bytes) override;
+  void copy(const tensor& src, const tensor& dst) override;
+  void copy_row(const tensor& t, int64_t src_row, int64_t dst_row) override;
+  void synchronize() override;
+
+  void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) override;
+  void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) override;
+  void add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
+                    const tensor& out) override;
+  void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) override;
+  rope_table make_rope_table(const rope_config& cfg) override;
+  void rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k, const tensor& q_norm,
+            const tensor& k_norm, float eps) override;
+  void write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) override;
+  void paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
+                       int64_t window, const tensor& out) override;
+  void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override;
+  void add(const tensor& a, const tensor& b, const tensor& out) override;
+  void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override;
+  void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override;
+  void sample(const tensor& logits, std::span<const ops::sample_row> rows, std::span<ops::sample_result> out) override;
+
+ private:
+  thread_pool pool_;
+  std::vector<attention_seq> seqs_;    // paged_attention's per-call sequence array, kept to reuse its memory
+  std::vector<const void*> rng_seen_;  // sample's check for generators shared between rows
+};
+
+}  // namespace actorllm::cpu

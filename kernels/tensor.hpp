@@ -1,0 +1,111 @@
+// Tensor handles of the backend interface: a buffer (memory a backend allocated on its device) and a tensor (dtype,
+// shape and a window into a buffer). Handles are cheap to copy; the buffer lives while any handle refers to it.
+#pragma once
+
+#include "kernels/device.hpp"
+#include "kernels/dtype.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+namespace actorllm {
+
+/// Memory a backend owns on its device. data() is an address on that device (a host address for the CPU).
+class buffer {
+ public:
+  virtual ~buffer() = default;
+  /// Start of the allocation, on the buffer's device.
+  virtual void* data() = 0;
+  /// Size in bytes.
+  virtual size_t size() const = 0;
+  /// The device holding the memory.
+  virtual device where() const = 0;
+};
+
+/// A 64-byte-aligned host allocation (the CPU backend's buffer), or host memory adopted from a loader.
+class host_buffer final : public buffer {
+ public:
+  /// Uninitialised memory: pages are committed only when first written (the KV cache relies on it).
+  static std::shared_ptr<host_buffer> allocate(size_t bytes);
+  /// Takes ownership of `data` (`bytes` long), released with std::free.
+  static std::shared_ptr<host_buffer> adopt(void* data, size_t bytes);
+
+  host_buffer(void* data, size_t bytes) : data_(data), size_(bytes) {}
+  ~host_buffer() override;
+  host_buffer(const host_buffer&) = delete;
+  host_buffer& operator=(const host_buffer&) = delete;
+
+  void* data() override { return data_; }
+  size_t size() const override { return size_; }
+  device where() const override { return device{}; }
+
+ private:
+  void* data_;
+  size_t size_;
+};
+
+/// Up to four dimensions, outermost first (row-major).
+struct tensor_shape {
+  static constexpr int max_dims = 4;
+  std::array<int64_t, max_dims> dims{};
+  int n_dims = 0;
+
+  tensor_shape() = default;
+  tensor_shape(std::initializer_list<int64_t> d);
+  /// Product of the dimensions (1 for a 0-d shape).
+  int64_t numel() const;
+  int64_t operator[](int i) const { return dims[static_cast<size_t>(i)]; }
+  /// "[2, 3]".
+  std::string to_string() const;
+  friend bool operator==(const tensor_shape& a, const tensor_shape& b) {
+    if (a.n_dims != b.n_dims)
+      return false;
+    for (int i = 0; i < a.n_dims; ++i)
+      if (a.dims[static_cast<size_t>(i)] != b.dims[static_cast<size_t>(i)])
+        return false;
+    return true;
+  }
+};
+
+/// A handle to a dense, row-major tensor in a buffer: `type`, `shape`, and where in the buffer it starts. A default
+/// tensor is empty (no buffer), which ops read as "absent" (an optional bias, say).
+struct tensor {
+  dtype type = dtype::f32;
+  tensor_shape shape;
+  std::shared_ptr<buffer> buf;
+  size_t offset = 0;  ///< bytes from buf->data()
+
+  bool empty() const { return buf == nullptr; }
+  explicit operator bool() const { return !empty(); }
+  int64_t numel() const { return shape.numel(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(type); }
+  int64_t dim(int i) const { return shape[i]; }
+  /// Size of the outermost dimension (1 for a 0-d tensor).
+  int64_t rows() const { return shape.n_dims == 0 ? 1 : shape[0]; }
+  /// Elements per outermost index: numel() / rows().
+  int64_t row_size() const;
+  /// The device the data is on (the CPU for an empty tensor).
+  device where() const { return buf ? buf->where() : device{}; }
+  /// Address of the first element, on the tensor's device.
+  void* data() const { return static_cast<std::byte*>(buf->data()) + offset; }
+  template <class T>
+  T* data_as() const {
+    return static_cast<T*>(data());
+  }
+
+  /// Rows [begin, begin + n) of the outermost dimension, sharing the buffer.
+  tensor slice_rows(int64_t begin, int64_t n) const;
+  /// The same elements under another shape of equal numel.
+  tensor reshape(tensor_shape s) const;
+  /// "bf16[4096, 2048] on cpu".
+  std::string describe() const;
+};
+
+/// A tensor over a fresh host_buffer (uninitialised).
+tensor make_host_tensor(dtype type, tensor_shape shape);
+
+}  // namespace actorllm

@@ -1,0 +1,36 @@
+// The weights of one shard bound to the places the forward pass reads them from: one struct per transformer layer
+// and one for the model-wide tensors. The weight table declares each Hugging Face name once, with the member it
+// binds to (weight_decl::layer_slot / model_slot), so no name is spelled again in the forward pass.
+#pragma once
+
+#include "kernels/tensor.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace actorllm::model {
+
+/// One transformer layer of the Llama family. Absent optional weights (biases, Qwen3's q/k norms) are empty tensors.
+struct layer_weights {
+  tensor attn_norm;       ///< input_layernorm
+  tensor wq, wk, wv;      ///< q/k/v_proj (column-parallel: this rank's heads)
+  tensor bq, bk, bv;      ///< their biases (Qwen2; attention_bias), as f32
+  tensor q_norm, k_norm;  ///< Qwen3's per-head RMSNorm of q and k
+  tensor wo;              ///< o_proj (row-parallel)
+  tensor bo;              ///< o_proj's bias (replicated, added after the all-reduce), as f32
+  tensor ffn_norm;        ///< post_attention_layernorm
+  tensor w_gate, w_up;    ///< gate/up_proj (column-parallel)
+  tensor w_down;          ///< down_proj (row-parallel)
+};
+
+/// Everything one shard reads, on its backend.
+struct model_tensors {
+  tensor embed;                 ///< embed_tokens (vocab slice), first stage (and last when the lm_head is tied to it)
+  tensor final_norm;            ///< model.norm, last stage
+  tensor lm_head;               ///< lm_head (vocab slice), or the embedding when tie_word_embeddings; last stage
+  int64_t vocab_row_begin = 0;  ///< first vocabulary row of this rank's embedding / lm_head slice
+  std::vector<layer_weights> layers;  ///< the stage's layers, in order
+  size_t weight_bytes = 0;            ///< bytes of all bound tensors
+};
+
+}  // namespace actorllm::model

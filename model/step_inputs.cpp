@@ -1,0 +1,58 @@
+// Per-step inputs of the forward pass.
+#include "model/step_inputs.hpp"
+
+#include <algorithm>
+
+namespace actorllm::model {
+
+tensor step_input_builder::sized(tensor& t, dtype type, int64_t n) {
+  if (t.empty() || t.numel() < n)
+    t = be_.alloc(type, {std::max<int64_t>(n, 1) * 2});  // doubling keeps reallocations rare
+  return t.slice_rows(0, n);
+}
+
+const step_inputs& step_input_builder::prepare(const forward_batch& batch, int64_t block_size) {
+  const int64_t n = batch.n_tokens();
+  in_.n_tokens = n;
+  in_.attn.n_tokens = n;
+  in_.attn.n_seqs = static_cast<int64_t>(batch.sequences.size());
+
+  host_slots_.resize(static_cast<size_t>(n));
+  auto& host_seqs = in_.attn.host_seqs;
+  auto& host_tables = in_.attn.host_block_tables;
+  host_seqs.clear();
+  host_tables.clear();
+  for (const auto& seq : batch.sequences) {
+    for (int32_t r = seq.query_begin; r < seq.query_begin + seq.n_query; ++r) {
+      const int64_t pos = batch.positions[static_cast<size_t>(r)];
+      host_slots_[static_cast<size_t>(r)] =
+          static_cast<int64_t>(seq.block_table[static_cast<size_t>(pos / block_size)]) * block_size + pos % block_size;
+    }
+    host_seqs.insert(host_seqs.end(), {seq.query_begin, seq.n_query, static_cast<int32_t>(host_tables.size()),
+                                       static_cast<int32_t>(seq.block_table.size())});
+    host_tables.insert(host_tables.end(), seq.block_table.begin(), seq.block_table.end());
+  }
+
+  in_.tokens = sized(tokens_, dtype::i32, n);
+  in_.attn.positions = sized(positions_, dtype::i32, n);
+  in_.attn.slots = sized(slots_, dtype::i64, n);
+  in_.attn.seqs = sized(seqs_, dtype::i32, static_cast<int64_t>(host_seqs.size()));
+  in_.attn.block_tables = sized(tables_, dtype::i32, static_cast<int64_t>(host_tables.size()));
+  in_.n_sample = static_cast<int64_t>(batch.sample_rows.size());
+  in_.sample_rows = sized(sample_rows_, dtype::i32, in_.n_sample);
+
+  auto upload = [&](const tensor& dst, const auto& host) {
+    if (!host.empty())
+      be_.upload(dst, host.data(), host.size() * sizeof(host[0]));
+  };
+  upload(in_.tokens, batch.tokens);
+  upload(in_.attn.positions, batch.positions);
+  upload(in_.attn.slots, host_slots_);
+  upload(in_.attn.seqs, host_seqs);
+  upload(in_.attn.block_tables, host_tables);
+  upload(in_.sample_rows, batch.sample_rows);
+  in_.attn.seqs = in_.attn.seqs.reshape({in_.attn.n_seqs, 4});
+  return in_;
+}
+
+}  // namespace actorllm::model

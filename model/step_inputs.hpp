@@ -1,0 +1,40 @@
+// A step's per-token inputs on the backend, prepared once per step and read by every layer: token ids, positions,
+// the cache slot of each new token, the per-sequence views of the block tables, and the rows to sample.
+#pragma once
+
+#include "kernels/backend.hpp"
+#include "model/forward_batch.hpp"
+
+#include <cstdint>
+
+namespace actorllm::model {
+
+/// What the layers of one step read (views into step_input_builder's buffers, valid until its next prepare()).
+struct step_inputs {
+  int64_t n_tokens = 0;
+  tensor tokens;         ///< i32 [n_tokens] (read by the first stage)
+  attention_batch attn;  ///< positions, slots, sequences and block tables
+  tensor sample_rows;    ///< i32 [n_sample]: rows whose logits the last stage returns
+  int64_t n_sample = 0;
+};
+
+/// Builds step_inputs on one backend, reusing its device buffers from step to step (grown when a batch needs more).
+class step_input_builder {
+ public:
+  explicit step_input_builder(backend& be) : be_(be) {}
+
+  /// The inputs of `batch` for a cache of `block_size`-token blocks: slot[t] = block_table[pos / block_size] *
+  /// block_size + pos % block_size. The batch must have passed forward_batch::validate.
+  const step_inputs& prepare(const forward_batch& batch, int64_t block_size);
+
+ private:
+  /// `t` with room for n elements of `type` (reallocated when smaller), as a 1-D view of exactly n.
+  tensor sized(tensor& t, dtype type, int64_t n);
+
+  backend& be_;
+  step_inputs in_;
+  tensor tokens_, positions_, slots_, seqs_, tables_, sample_rows_;
+  std::vector<int64_t> host_slots_;
+};
+
+}  // namespace actorllm::model

@@ -1,0 +1,949 @@
+// Every op of the backend interface on every compiled backend against float64 references written here (never the
+// cpu:: kernels), in the style of ggml's test-backend-ops: random odd shapes from fixed seeds (printed on failure),
+// llm.c's tolerance |out - ref| <= tol + |ref| * eps per op, and guard values around every output (a NaN sentinel
+// before and after the op's view of a larger allocation) that catch writes out of bounds and elements left
+// unwritten. A backend that compiles in (compiled_backends()) is exercised with no change here.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numbers>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cpu/sampling.hpp"
+
+using namespace actorllm;
+using ops::sample_result;
+using ops::sample_row;
+using ops::sampler_rng;
+using ops::sampling_params;
+
+namespace {
+
+// ---- backends and random data ----------------------------------------------------------------------------------
+
+device_kind kind_of(const std::string& name) {
+  if (name == "cuda")
+    return device_kind::cuda;
+  REQUIRE_MESSAGE(name == "cpu", "compiled_backends() names a backend this test does not know: " << name);
+  return device_kind::cpu;
+}
+
+// Runs f(backend&, name, kind) on a fresh backend of every compiled kind, with the name attached to any failure.
+template <class F>
+void for_each_backend(F&& f) {
+  const std::vector<std::string> names = compiled_backends();
+  REQUIRE(!names.empty());
+  for (const std::string& name : names) {
+    CAPTURE(name);
+    const device_kind kind = kind_of(name);
+    std::unique_ptr<backend> be = make_backend(kind, 2);
+    REQUIRE(be != nullptr);
+    CHECK(be->where().kind == kind);
+    CHECK(!be->describe().empty());
+    f(*be, kind);
+    be->synchronize();
+  }
+}
+
+struct random_source {
+  explicit random_source(uint32_t seed) : gen(seed) {}
+  int64_t integer(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
+  float real(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
+  std::vector<float> reals(int64_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v)
+      x = real(lo, hi);
+    return v;
+  }
+  std::mt19937 gen;
+};
+
+std::string shape_str(std::initializer_list<int64_t> dims) { return tensor_shape(dims).to_string(); }
+
+// ---- tensors on the backend under test -------------------------------------------------------------------------
+
+constexpr uint32_t sentinel = 0x7fc0deadu;  // a quiet NaN whose payload no kernel produces
+constexpr int64_t guard_front = 16;         // elements before the view (keeps 64-byte alignment for f32)
+constexpr int64_t guard_back = 29;          // elements after it (odd on purpose)
+
+std::vector<std::byte> sentinel_bytes(size_t n) {
+  std::vector<std::byte> b(n);
+  for (size_t i = 0; i < n; ++i)
+    b[i] = static_cast<std::byte>((sentinel >> (8 * (i % 4))) & 0xffu);
+  return b;
+}
+
+// An op's tensor inside a larger allocation: `view` (what the op gets) starts guard_front elements in; everything
+// around it holds the sentinel. For an output the view starts as sentinel too, so unwritten elements show up as
+// NaN; an in-place operand starts with `init`.
+struct guarded {
+  tensor whole;
+  tensor view;
+};
+
+guarded alloc_guarded(backend& be, dtype type, tensor_shape shape, const void* init = nullptr) {
+  guarded g;
+  g.whole = be.alloc(type, {guard_front + shape.numel() + guard_back});
+  g.view = g.whole;
+  g.view.shape = shape;
+  g.view.offset = g.whole.offset + static_cast<size_t>(guard_front) * dtype_size(type);
+  std::vector<std::byte> bytes = sentinel_bytes(g.whole.nbytes());
+  if (init != nullptr && g.view.nbytes() != 0)
+    std::memcpy(bytes.data() + (g.view.offset - g.whole.offset), init, g.view.nbytes());
+  be.upload(g.whole, bytes.data(), bytes.size());
+  return g;
+}
+
+template <class T>
+guarded alloc_guarded(backend& be, dtype type, tensor_shape shape, const std::vector<T>& init) {
+  REQUIRE(init.size() * sizeof(T) == static_cast<size_t>(shape.numel()) * dtype_size(type));
+  return alloc_guarded(be, type, shape, init.data());
+}
+
+// Downloads g, checks that the guards still hold the sentinel and returns the view's bytes.
+std::vector<std::byte> read_checked(backend& be, const guarded& g, const std::string& what) {
+  std::vector<std::byte> all(g.whole.nbytes());
+  be.download(g.whole, all.data(), all.size());
+  const std::vector<std::byte> pattern = sentinel_bytes(all.size());
+  const size_t begin = g.view.offset - g.whole.offset, end = begin + g.view.nbytes();
+  INFO(what);
+  CHECK_MESSAGE(std::memcmp(all.data(), pattern.data(), begin) == 0, "the op wrote before its output");
+  CHECK_MESSAGE(std::memcmp(all.data() + end, pattern.data() + end, all.size() - end) == 0,
+                "the op wrote past the end of its output");
+  return {all.begin() + static_cast<std::ptrdiff_t>(begin), all.begin() + static_cast<std::ptrdiff_t>(end)};
+}
+
+template <class T>
+std::vector<T> read_as(backend& be, const guarded& g, const std::string& what) {
+  std::vector<std::byte> bytes = read_checked(be, g, what);
+  std::vector<T> v(bytes.size() / sizeof(T));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+  return v;
+}
+
+template <class T>
+tensor input(backend& be, dtype type, tensor_shape shape, const std::vector<T>& data) {
+  tensor t = be.alloc(type, shape);
+  REQUIRE(t.nbytes() == data.size() * sizeof(T));
+  be.upload(t, data.data(), t.nbytes());
+  return t;
+}
+
+std::vector<float> download_all(backend& be, const tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  be.download(t, v.data(), t.nbytes());
+  return v;
+}
+
+// A weight of type `type` holding `values` rounded to it; `exact` are the stored values the reference uses.
+struct weight {
+  tensor t;
+  std::vector<double> exact;
+};
+
+weight make_weight(backend& be, dtype type, tensor_shape shape, const std::vector<float>& values) {
+  std::vector<uint8_t> bytes = test::to_dtype(values, type);
+  weight w{input(be, type, shape, bytes), std::vector<double>(values.size())};
+  for (size_t i = 0; i < values.size(); ++i)
+    w.exact[i] = test::element(bytes, type, i);
+  return w;
+}
+
+constexpr dtype weight_types[] = {dtype::f32, dtype::f16, dtype::bf16};
+
+// ---- float64 references ----------------------------------------------------------------------------------------
+
+void ref_rms_norm(const double* x, int64_t width, const std::vector<double>& w, double eps, double* y) {
+  double ss = 0;
+  for (int64_t i = 0; i < width; ++i)
+    ss += x[i] * x[i];
+  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(width) + eps);
+  for (int64_t i = 0; i < width; ++i)
+    y[i] = x[i] * inv * w[static_cast<size_t>(i)];
+}
+
+std::vector<double> ref_log_softmax(const float* x, int64_t n) {
+  double m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i)
+    m = std::max(m, static_cast<double>(x[i]));
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i)
+    s += std::exp(static_cast<double>(x[i]) - m);
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    out[static_cast<size_t>(i)] = static_cast<double>(x[i]) - m - std::log(s);
+  return out;
+}
+
+// transformers' rope init in float64: theta^(-2i/d), then linear or llama3 scaling.
+std::vector<double> ref_inv_freq(const rope_config& cfg) {
+  const int64_t half = cfg.head_dim / 2;
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv[static_cast<size_t>(i)] =
+        1.0 / std::pow(cfg.theta, static_cast<double>(2 * i) / static_cast<double>(cfg.head_dim));
+  const rope_scaling& s = cfg.scaling;
+  for (double& f : inv) {
+    if (s.type == rope_scaling::kind::linear) {
+      f /= s.factor;
+    } else if (s.type == rope_scaling::kind::llama3) {
+      const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
+      const double low_wavelen = old_ctx / s.low_freq_factor, high_wavelen = old_ctx / s.high_freq_factor;
+      const double wavelen = 2 * std::numbers::pi / f;
+      if (wavelen > low_wavelen) {
+        f /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = (1 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+}  // namespace
+
+// ---- memory ----------------------------------------------------------------------------------------------------
+
+TEST_CASE("backend parity: upload, download and copy on every compiled backend [asan]") {
+  const uint32_t seed = 1001;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (dtype type : {dtype::f32, dtype::f16, dtype::bf16, dtype::i32, dtype::i64}) {
+      const tensor_shape shape{rnd.integer(1, 9), rnd.integer(1, 77)};
+      const std::string what = std::string(dtype_name(type)) + shape.to_string();
+      CAPTURE(what);
+      const size_t n = static_cast<size_t>(shape.numel()) * dtype_size(type);
+      std::vector<std::byte> data(n), more(n);
+      for (size_t i = 0; i < n; ++i) {
+        data[i] = static_cast<std::byte>(rnd.integer(0, 255));
+        more[i] = static_cast<std::byte>(rnd.integer(0, 255));
+      }
+      // A whole upload reads back byte for byte, and the guards around it are untouched.
+      guarded a = alloc_guarded(be, type, shape);
+      be.upload(a.view, data.data(), n);
+      CHECK(read_checked(be, a, what + " upload") == data);
+      // A partial upload changes only the prefix; a partial download returns only the prefix.
+      const size_t part = n / 3;
+      be.upload(a.view, more.data(), part);
+      std::vector<std::byte> want = data;
+      std::copy(more.begin(), more.begin() + static_cast<std::ptrdiff_t>(part), want.begin());
+      CHECK(read_checked(be, a, what + " partial upload") == want);
+      std::vector<std::byte> prefix(part + 1, std::byte{0x5a});
+      be.download(a.view, prefix.data(), part);
+      CHECK(std::equal(prefix.begin(), prefix.begin() + static_cast<std::ptrdiff_t>(part), want.begin()));
+      CHECK(prefix[part] == std::byte{0x5a});
+      // copy: device to device, exact, nothing outside dst.
+      guarded b = alloc_guarded(be, type, shape);
+      be.copy(a.view, b.view);
+      CHECK(read_checked(be, b, what + " copy") == want);
+      CHECK(read_checked(be, a, what + " copy source") == want);
+      // A copy onto a reshaped view of the same bytes is the identity.
+      tensor flat = a.view.reshape({shape.numel()});
+      be.copy(flat, a.view);
+      CHECK(read_checked(be, a, what + " self copy") == want);
+    }
+  });
+}
+
+TEST_CASE("backend parity: copy_row on every compiled backend [asan]") {
+  const uint32_t seed = 1002;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (dtype type : {dtype::f32, dtype::bf16}) {
+      // The KV cache's shape: [n_blocks, block_size, n_head_kv, head_dim].
+      const tensor_shape shape{rnd.integer(6, 11), rnd.integer(1, 5), rnd.integer(1, 3), rnd.integer(1, 19)};
+      CAPTURE(shape.to_string());
+      std::vector<uint8_t> data = test::to_dtype(rnd.reals(shape.numel()), type);
+      guarded t = alloc_guarded(be, type, shape, data);
+      const int64_t src = 2, dst = shape[0] - 1;
+      be.copy_row(t.view, src, dst);
+      be.copy_row(t.view, 1, 1);  // a row onto itself changes nothing
+      const size_t row_bytes = data.size() / static_cast<size_t>(shape[0]);
+      std::copy(data.begin() + static_cast<std::ptrdiff_t>(src * static_cast<int64_t>(row_bytes)),
+                data.begin() + static_cast<std::ptrdiff_t>((src + 1) * static_cast<int64_t>(row_bytes)),
+                data.begin() + static_cast<std::ptrdiff_t>(dst * static_cast<int64_t>(row_bytes)));
+      CHECK(read_as<uint8_t>(be, t, "copy_row") == data);
+    }
+  });
+}
+
+TEST_CASE("backend parity: import_host and alloc on every compiled backend [asan]") {
+  const uint32_t seed = 1003;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    const std::vector<float> values = rnd.reals(3 * 37);
+    tensor host = make_host_tensor(dtype::f32, {3, 37});
+    std::memcpy(host.data(), values.data(), host.nbytes());
+    tensor t = be.import_host(host);
+    CHECK(t.where() == be.where());
+    CHECK(t.type == dtype::f32);
+    CHECK(t.shape == host.shape);
+    CHECK(download_all(be, t) == values);
+    if (kind == device_kind::cpu)
+      CHECK(t.data() == host.data());  // the CPU backend hands host tensors back as they are
+    tensor a = be.alloc(dtype::bf16, {5, 3, 2});
+    CHECK(a.type == dtype::bf16);
+    CHECK(a.shape == tensor_shape{5, 3, 2});
+    CHECK(a.nbytes() == 60);
+    CHECK(a.where() == be.where());
+    CHECK(a.buf->size() >= a.nbytes());
+  });
+}
+
+// ---- ops -------------------------------------------------------------------------------------------------------
+
+TEST_CASE("backend parity: embedding on every compiled backend [asan]") {
+  const uint32_t seed = 2001;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (dtype type : weight_types) {
+      for (int rep = 0; rep < 3; ++rep) {
+        const int64_t vocab = rnd.integer(5, 90), n_embd = rnd.integer(1, 70), n = rnd.integer(1, 40);
+        // A vocab shard: rows [row_begin, row_begin + rows) of the full table.
+        const int64_t row_begin = rep == 0 ? 0 : rnd.integer(0, vocab - 1);
+        const int64_t rows = rep == 0 ? vocab : rnd.integer(1, vocab - row_begin);
+        const std::string what = std::string(dtype_name(type)) + " shard " + std::to_string(row_begin) + "+" +
+                                 std::to_string(rows) + " of " + std::to_string(vocab) + " n_embd " +
+                                 std::to_string(n_embd);
+        CAPTURE(what);
+        weight table = make_weight(be, type, {rows, n_embd}, rnd.reals(rows * n_embd, -3.0f, 3.0f));
+        std::vector<int32_t> ids(static_cast<size_t>(n));
+        for (int32_t& id : ids)  // ids anywhere in the vocabulary, a few outside it (both sides)
+          id = static_cast<int32_t>(rnd.integer(-2, vocab + 2));
+        ids[0] = static_cast<int32_t>(row_begin);
+        ids.back() = static_cast<int32_t>(row_begin + rows - 1);
+        guarded out = alloc_guarded(be, dtype::f32, {n, n_embd});
+        be.embedding(input(be, dtype::i32, {n}, ids), table.t, row_begin, out.view);
+        std::vector<double> ref(static_cast<size_t>(n * n_embd), 0.0);
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t r = ids[static_cast<size_t>(t)] - row_begin;
+          if (r >= 0 && r < rows)
+            for (int64_t i = 0; i < n_embd; ++i)
+              ref[static_cast<size_t>(t * n_embd + i)] = table.exact[static_cast<size_t>(r * n_embd + i)];
+        }
+        test::check_close(read_as<float>(be, out, what), ref, 0.0, 0.0, what);  // exact: a conversion
+      }
+    }
+  });
+}
+
+TEST_CASE("backend parity: rms_norm on every compiled backend [asan]") {
+  const uint32_t seed = 2002;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (dtype type : weight_types) {
+      for (bool in_place : {false, true}) {
+        const int64_t n = rnd.integer(1, 9), width = rnd.integer(1, 300);
+        const float eps = in_place ? 1e-6f : 1e-5f;
+        const std::string what =
+            std::string(dtype_name(type)) + " " + shape_str({n, width}) + (in_place ? " in place" : "");
+        CAPTURE(what);
+        const std::vector<float> x = rnd.reals(n * width, -4.0f, 4.0f);
+        weight w = make_weight(be, type, {width}, rnd.reals(width, -2.0f, 2.0f));
+        guarded out = alloc_guarded(be, dtype::f32, {n, width}, in_place ? x.data() : nullptr);
+        if (in_place) {
+          be.rms_norm(out.view, w.t, eps, out.view);
+        } else {
+          tensor tx = input(be, dtype::f32, {n, width}, x);
+          be.rms_norm(tx, w.t, eps, out.view);
+          CHECK(download_all(be, tx) == x);  // the input is left alone
+        }
+        std::vector<double> xd(x.begin(), x.end()), ref(x.size());
+        for (int64_t r = 0; r < n; ++r)
+          ref_rms_norm(xd.data() + r * width, width, w.exact, eps, ref.data() + r * width);
+        test::check_close(read_as<float>(be, out, what), ref, 1e-6, 1e-5, what);
+      }
+    }
+  });
+}
+
+TEST_CASE("backend parity: add_rms_norm on every compiled backend [asan]") {
+  const uint32_t seed = 2003;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (dtype type : weight_types) {
+      const int64_t n = rnd.integer(1, 7), width = rnd.integer(1, 260);
+      const std::string what = std::string(dtype_name(type)) + " " + shape_str({n, width});
+      CAPTURE(what);
+      const std::vector<float> residual = rnd.reals(n * width, -3.0f, 3.0f), delta = rnd.reals(n * width);
+      weight w = make_weight(be, type, {width}, rnd.reals(width, -2.0f, 2.0f));
+      guarded res = alloc_guarded(be, dtype::f32, {n, width}, residual);
+      guarded out = alloc_guarded(be, dtype::f32, {n, width});
+      tensor td = input(be, dtype::f32, {n, width}, delta);
+      be.add_rms_norm(res.view, td, w.t, 1e-5f, out.view);
+      std::vector<double> sum(residual.size()), ref(residual.size());
+      for (size_t i = 0; i < sum.size(); ++i)
+        sum[i] = static_cast<double>(residual[i]) + delta[i];
+      for (int64_t r = 0; r < n; ++r)
+        ref_rms_norm(sum.data() + r * width, width, w.exact, 1e-5, ref.data() + r * width);
+      // The residual holds the f32 sum (one rounding), out the norm of it.
+      test::check_close(read_as<float>(be, res, what + " residual"), sum, 0.0, 1.2e-7, what + " residual");
+      test::check_close(read_as<float>(be, out, what + " out"), ref, 1e-6, 1e-5, what + " out");
+      CHECK(download_all(be, td) == delta);
+    }
+  });
+}
+
+TEST_CASE("backend parity: matmul on every compiled backend [asan]") {
+  const uint32_t seed = 2004;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    // 1 and 3 tokens take the CPU's GEMV path, 97 and 130 its GEMM path.
+    for (int64_t n_tokens : {1, 3, 97, 130}) {
+      for (dtype type : weight_types) {
+        for (bool with_bias : {false, true}) {
+          const int64_t n_in = rnd.integer(0, 1) ? 67 : rnd.integer(1, 90);
+          const int64_t n_out = rnd.integer(0, 1) ? 33 : rnd.integer(1, 70);
+          const std::string what = std::string(dtype_name(type)) + " " + shape_str({n_tokens, n_in}) + " x " +
+                                   shape_str({n_out, n_in}) + (with_bias ? " + bias" : "");
+          CAPTURE(what);
+          const std::vector<float> x = rnd.reals(n_tokens * n_in), bias = rnd.reals(n_out);
+          weight w = make_weight(be, type, {n_out, n_in}, rnd.reals(n_out * n_in));
+          tensor tx = input(be, dtype::f32, {n_tokens, n_in}, x);
+          tensor tb = with_bias ? input(be, dtype::f32, {n_out}, bias) : tensor{};
+          guarded y = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+          be.matmul(tx, w.t, tb, y.view);
+          std::vector<double> ref(static_cast<size_t>(n_tokens * n_out)), tol(ref.size());
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t o = 0; o < n_out; ++o) {
+              double acc = with_bias ? bias[static_cast<size_t>(o)] : 0.0, mag = std::fabs(acc);
+              for (int64_t i = 0; i < n_in; ++i) {
+                const double p = static_cast<double>(x[static_cast<size_t>(t * n_in + i)]) *
+                                 w.exact[static_cast<size_t>(o * n_in + i)];
+                acc += p;
+                mag += std::fabs(p);
+              }
+              ref[static_cast<size_t>(t * n_out + o)] = acc;
+              // f32 accumulation error grows with the sum of magnitudes, not with |ref| (cancellation).
+              tol[static_cast<size_t>(t * n_out + o)] = 1e-6 + 4e-6 * mag;
+            }
+          }
+          const std::vector<float> got = read_as<float>(be, y, what);
+          test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what);
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("backend parity: make_rope_table and rope on every compiled backend [asan]") {
+  const uint32_t seed = 2005;
+  CAPTURE(seed);
+  struct rope_case {
+    const char* name;
+    rope_config cfg;
+  };
+  std::vector<rope_case> cases(3);
+  cases[0] = {"default", rope_config{64, 10000.0, {}}};
+  cases[1] = {"linear", rope_config{18, 500000.0, {}}};
+  cases[1].cfg.scaling.type = rope_scaling::kind::linear;
+  cases[1].cfg.scaling.factor = 4.0;
+  cases[2] = {"llama3", rope_config{128, 500000.0, {}}};
+  cases[2].cfg.scaling = {rope_scaling::kind::llama3, 8.0, 1.0, 4.0, 8192};
+
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (const rope_case& rc : cases) {
+      const int64_t hd = rc.cfg.head_dim, half = hd / 2;
+      rope_table table = be.make_rope_table(rc.cfg);
+      CHECK(table.head_dim == hd);
+      REQUIRE(table.inv_freq.numel() == half);
+      CHECK(table.inv_freq.type == dtype::f32);
+      CHECK(table.inv_freq.where() == be.where());
+      const std::vector<float> inv = download_all(be, table.inv_freq);
+      // transformers computes the table in float32: a few ulp from the float64 formula.
+      test::check_close(inv, ref_inv_freq(rc.cfg), 0.0, 2e-6, std::string(rc.name) + " inv_freq");
+
+      for (int norm = 0; norm < 4; ++norm) {  // 0: none, 1..3: q/k norm with an f32/f16/bf16 weight
+        const int64_t n_tokens = rnd.integer(1, 13), n_head_kv = rnd.integer(1, 3), n_head = n_head_kv * 3;
+        const std::string what = std::string(rc.name) + " n_tokens " + std::to_string(n_tokens) + " n_head " +
+                                 std::to_string(n_head) + "/" + std::to_string(n_head_kv) + " norm " +
+                                 std::to_string(norm);
+        CAPTURE(what);
+        std::vector<int32_t> pos(static_cast<size_t>(n_tokens));
+        for (int32_t& p : pos)
+          p = static_cast<int32_t>(rnd.integer(0, 4999));
+        pos[0] = 0;
+        pos.back() = 4999;
+        const std::vector<float> q = rnd.reals(n_tokens * n_head * hd, -2.0f, 2.0f);
+        const std::vector<float> k = rnd.reals(n_tokens * n_head_kv * hd, -2.0f, 2.0f);
+        guarded tq = alloc_guarded(be, dtype::f32, {n_tokens, n_head, hd}, q);
+        guarded tk = alloc_guarded(be, dtype::f32, {n_tokens, n_head_kv, hd}, k);
+        weight qn, kn;
+        if (norm > 0) {
+          qn = make_weight(be, weight_types[norm - 1], {hd}, rnd.reals(hd, 0.5f, 1.5f));
+          kn = make_weight(be, weight_types[norm - 1], {hd}, rnd.reals(hd, 0.5f, 1.5f));
+        }
+        be.rope(table, input(be, dtype::i32, {n_tokens}, pos), tq.view, tk.view, qn.t, kn.t, 1e-6f);
+
+        // Reference: the (checked) table's frequencies, angles and rotation in float64, HF rotate_half pairs.
+        auto reference = [&](const std::vector<float>& v, int64_t heads, const weight& nw, std::vector<double>& ref,
+                             std::vector<double>& tol) {
+          ref.assign(v.size(), 0.0);
+          tol.assign(v.size(), 0.0);
+          std::vector<double> h(static_cast<size_t>(hd));
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t head = 0; head < heads; ++head) {
+              const size_t base = static_cast<size_t>((t * heads + head) * hd);
+              for (int64_t i = 0; i < hd; ++i)
+                h[static_cast<size_t>(i)] = v[base + static_cast<size_t>(i)];
+              if (!nw.t.empty())
+                ref_rms_norm(h.data(), hd, nw.exact, 1e-6, h.data());
+              for (int64_t i = 0; i < half; ++i) {
+                const double angle = pos[static_cast<size_t>(t)] * static_cast<double>(inv[static_cast<size_t>(i)]);
+                const double a = h[static_cast<size_t>(i)], b = h[static_cast<size_t>(i + half)];
+                ref[base + static_cast<size_t>(i)] = a * std::cos(angle) - b * std::sin(angle);
+                ref[base + static_cast<size_t>(i + half)] = b * std::cos(angle) + a * std::sin(angle);
+                // Float rounding of the pair's inputs and of cos/sin: relative to the pair, not to one element.
+                tol[base + static_cast<size_t>(i)] = tol[base + static_cast<size_t>(i + half)] =
+                    1e-6 + 1e-6 * (std::fabs(a) + std::fabs(b));
+              }
+            }
+          }
+        };
+        std::vector<double> ref, tol;
+        reference(q, n_head, qn, ref, tol);
+        std::vector<float> got = read_as<float>(be, tq, what + " q");
+        test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " q");
+        reference(k, n_head_kv, kn, ref, tol);
+        got = read_as<float>(be, tk, what + " k");
+        test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " k");
+      }
+    }
+  });
+}
+
+namespace {
+
+// One attention step: sequences mixing decode rows, prefill chunks in the middle of a sequence and whole prompts,
+// over random non-contiguous block tables. The cache is filled in two write_kv calls (the history, with padding
+// rows, then this step's rows) and checked; then paged_attention against float64. Under a window, the
+// block-table entries of blocks wholly before every query row's window point at a block nobody wrote (NaN): a
+// backend must skip them, not read and mask them.
+void attention_case(backend& be, random_source& rnd, int64_t n_head_kv, int64_t gqa, int64_t head_dim,
+                    int64_t block_size, int64_t window) {
+  const int64_t n_head = n_head_kv * gqa, kv_row = n_head_kv * head_dim;
+  const std::string what = "n_head " + std::to_string(n_head) + "/" + std::to_string(n_head_kv) + " head_dim " +
+                           std::to_string(head_dim) + " block_size " + std::to_string(block_size) + " window " +
+                           std::to_string(window);
+  CAPTURE(what);
+
+  struct seq_spec {
+    int64_t context, n_query;
+  };
+  std::vector<seq_spec> specs;
+  const int64_t n_seqs = rnd.integer(3, 6);
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const int64_t context = rnd.integer(1, 60);
+    switch (s % 3) {
+      case 0:
+        specs.push_back({context, 1});  // decode
+        break;
+      case 1:
+        specs.push_back({context, rnd.integer(1, context)});  // a prefill chunk
+        break;
+      default:
+        specs.push_back({context, context});  // a whole prompt
+    }
+  }
+
+  int64_t blocks_needed = 0;
+  for (const seq_spec& s : specs)
+    blocks_needed += (s.context + block_size - 1) / block_size;
+  const int64_t n_blocks = blocks_needed + 3;
+  std::vector<int32_t> pool(static_cast<size_t>(n_blocks));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rnd.gen);
+  const int32_t never_written = pool.back();
+
+  const tensor_shape cache_shape{n_blocks, block_size, n_head_kv, head_dim};
+  guarded kc = alloc_guarded(be, dtype::f32, cache_shape), vc = alloc_guarded(be, dtype::f32, cache_shape);
+  const kv_layer cache{kc.view, vc.view};
+
+  // Block tables, dense per-sequence k/v, and the slots of the history and of this step.
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<float>> dense_k, dense_v;
+  std::vector<int64_t> hist_slots, step_slots;
+  std::vector<float> hist_k, hist_v, step_k, step_v;
+  std::vector<int32_t> step_pos, host_seqs, host_tables;
+  std::vector<size_t> row_seq;
+  std::vector<float> expect_k(static_cast<size_t>(cache_shape.numel()), std::nanf("")), expect_v(expect_k);
+  size_t next = 0;
+  for (size_t s = 0; s < specs.size(); ++s) {
+    const seq_spec& sp = specs[s];
+    const int64_t nb = (sp.context + block_size - 1) / block_size;
+    tables.emplace_back(pool.begin() + static_cast<std::ptrdiff_t>(next),
+                        pool.begin() + static_cast<std::ptrdiff_t>(next + static_cast<size_t>(nb)));
+    next += static_cast<size_t>(nb);
+    dense_k.push_back(rnd.reals(sp.context * kv_row));
+    dense_v.push_back(rnd.reals(sp.context * kv_row));
+    const int64_t first_query = sp.context - sp.n_query;
+    const int64_t first_seen = window > 0 ? std::max<int64_t>(0, first_query - window + 1) : 0;
+    const int64_t first_kept_block = first_seen / block_size;  // earlier blocks are "freed" for this step
+    for (int64_t p = first_kept_block * block_size; p < sp.context; ++p) {
+      const int64_t slot = tables[s][static_cast<size_t>(p / block_size)] * block_size + p % block_size;
+      const auto kb = dense_k[s].begin() + p * kv_row, vb = dense_v[s].begin() + p * kv_row;
+      std::copy(kb, kb + kv_row, expect_k.begin() + slot * kv_row);
+      std::copy(vb, vb + kv_row, expect_v.begin() + slot * kv_row);
+      if (p >= first_query) {
+        step_slots.push_back(slot);
+        step_k.insert(step_k.end(), kb, kb + kv_row);
+        step_v.insert(step_v.end(), vb, vb + kv_row);
+        step_pos.push_back(static_cast<int32_t>(p));
+        row_seq.push_back(s);
+      } else {
+        hist_slots.push_back(slot);
+        hist_k.insert(hist_k.end(), kb, kb + kv_row);
+        hist_v.insert(hist_v.end(), vb, vb + kv_row);
+        if (p % 4 == 1) {  // a padding row: slot -1, never written
+          hist_slots.push_back(-1);
+          hist_k.insert(hist_k.end(), static_cast<size_t>(kv_row), 1e30f);
+          hist_v.insert(hist_v.end(), static_cast<size_t>(kv_row), 1e30f);
+        }
+      }
+    }
+    for (int64_t b = 0; b < first_kept_block; ++b)
+      tables[s][static_cast<size_t>(b)] = never_written;
+    host_seqs.insert(host_seqs.end(), {static_cast<int32_t>(step_pos.size() - static_cast<size_t>(sp.n_query)),
+                                       static_cast<int32_t>(sp.n_query), static_cast<int32_t>(host_tables.size()),
+                                       static_cast<int32_t>(nb)});
+    host_tables.insert(host_tables.end(), tables[s].begin(), tables[s].end());
+  }
+
+  // The history, as earlier steps would have written it (only positions and slots are read).
+  attention_batch hist;
+  hist.n_tokens = static_cast<int64_t>(hist_slots.size());
+  if (hist.n_tokens > 0) {
+    hist.slots = input(be, dtype::i64, {hist.n_tokens}, hist_slots);
+    be.write_kv(cache, input(be, dtype::f32, {hist.n_tokens, n_head_kv, head_dim}, hist_k),
+                input(be, dtype::f32, {hist.n_tokens, n_head_kv, head_dim}, hist_v), hist);
+  }
+
+  attention_batch batch;
+  batch.n_tokens = static_cast<int64_t>(step_pos.size());
+  batch.n_seqs = static_cast<int64_t>(specs.size());
+  batch.positions = input(be, dtype::i32, {batch.n_tokens}, step_pos);
+  batch.slots = input(be, dtype::i64, {batch.n_tokens}, step_slots);
+  batch.seqs = input(be, dtype::i32, {batch.n_seqs, 4}, host_seqs);
+  batch.block_tables = input(be, dtype::i32, {static_cast<int64_t>(host_tables.size())}, host_tables);
+  batch.host_seqs = host_seqs;
+  batch.host_block_tables = host_tables;
+  const int64_t n_tokens = batch.n_tokens;
+  be.write_kv(cache, input(be, dtype::f32, {n_tokens, n_head_kv, head_dim}, step_k),
+              input(be, dtype::f32, {n_tokens, n_head_kv, head_dim}, step_v), batch);
+
+  // Every written slot holds its row exactly; every other slot (and the guards) still holds the sentinel.
+  const std::vector<float> got_k = read_as<float>(be, kc, what + " k cache");
+  const std::vector<float> got_v = read_as<float>(be, vc, what + " v cache");
+  REQUIRE(got_k.size() == expect_k.size());
+  size_t bad_k = 0, bad_v = 0;
+  for (size_t i = 0; i < got_k.size(); ++i) {
+    const bool written = !std::isnan(expect_k[i]);
+    bad_k += written ? got_k[i] != expect_k[i] : std::bit_cast<uint32_t>(got_k[i]) != sentinel;
+    bad_v += written ? got_v[i] != expect_v[i] : std::bit_cast<uint32_t>(got_v[i]) != sentinel;
+  }
+  CHECK_MESSAGE(bad_k == 0, "write_kv: k cache elements wrong");
+  CHECK_MESSAGE(bad_v == 0, "write_kv: v cache elements wrong");
+
+  const std::vector<float> q = rnd.reals(n_tokens * n_head * head_dim, -1.5f, 1.5f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  tensor tq = input(be, dtype::f32, {n_tokens, n_head, head_dim}, q);
+  guarded out = alloc_guarded(be, dtype::f32, {n_tokens, n_head, head_dim});
+  be.paged_attention(tq, batch, cache, scale, window, out.view);
+
+  std::vector<double> ref(q.size());
+  for (int64_t r = 0; r < n_tokens; ++r) {
+    const size_t s = row_seq[static_cast<size_t>(r)];
+    const int64_t p = step_pos[static_cast<size_t>(r)];
+    const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+    for (int64_t h = 0; h < n_head; ++h) {
+      const int64_t g = h / gqa;
+      const float* qh = q.data() + (r * n_head + h) * head_dim;
+      std::vector<double> w(static_cast<size_t>(p + 1 - first));
+      double m = -INFINITY, sum = 0;
+      for (int64_t j = first; j <= p; ++j) {
+        const float* kj = dense_k[s].data() + (j * n_head_kv + g) * head_dim;
+        double d = 0;
+        for (int64_t i = 0; i < head_dim; ++i)
+          d += static_cast<double>(qh[i]) * kj[i];
+        w[static_cast<size_t>(j - first)] = d * scale;
+        m = std::max(m, d * scale);
+      }
+      for (double& x : w)
+        sum += (x = std::exp(x - m));
+      for (int64_t i = 0; i < head_dim; ++i) {
+        double acc = 0;
+        for (int64_t j = first; j <= p; ++j)
+          acc +=
+              w[static_cast<size_t>(j - first)] * dense_v[s][static_cast<size_t>((j * n_head_kv + g) * head_dim + i)];
+        ref[static_cast<size_t>((r * n_head + h) * head_dim + i)] = acc / sum;
+      }
+    }
+  }
+  test::check_close(read_as<float>(be, out, what + " out"), ref, 2e-6, 1e-4, what + " out");
+}
+
+}  // namespace
+
+TEST_CASE("backend parity: write_kv and paged_attention on every compiled backend [asan]") {
+  const uint32_t seed = 2006;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    struct layout {
+      int64_t n_head_kv, gqa, head_dim, block_size;
+    };
+    // GQA 1, 2 and 4; block sizes 16 and odd 5 and 3; head sizes off the vector width.
+    const layout layouts[] = {{2, 1, 16, 16}, {2, 2, 17, 5}, {1, 4, 64, 16}, {3, 2, 24, 3}};
+    // No window, windows of one token, inside one block, starting mid-block, over several blocks, and wider than
+    // any context.
+    for (const layout& l : layouts)
+      for (int64_t window : {0, 1, 4, 7, 13, 1000})
+        attention_case(be, rnd, l.n_head_kv, l.gqa, l.head_dim, l.block_size, window);
+  });
+}
+
+TEST_CASE("backend parity: silu_mul on every compiled backend [asan]") {
+  const uint32_t seed = 2007;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (int alias = 0; alias < 3; ++alias) {  // out separate, out == gate, out == up
+      const int64_t n = rnd.integer(1, 9), width = rnd.integer(1, 200);
+      const std::string what = shape_str({n, width}) + " alias " + std::to_string(alias);
+      CAPTURE(what);
+      std::vector<float> gate = rnd.reals(n * width, -10.0f, 10.0f), up = rnd.reals(n * width, -3.0f, 3.0f);
+      gate[0] = 80.0f;  // large magnitudes: exp must neither overflow into NaN nor lose the sign
+      gate.back() = -80.0f;
+      std::vector<double> ref(gate.size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double g = gate[i];
+        ref[i] = g / (1 + std::exp(-g)) * up[i];
+      }
+      guarded out = alias == 0 ? alloc_guarded(be, dtype::f32, {n, width})
+                               : alloc_guarded(be, dtype::f32, {n, width}, alias == 1 ? gate : up);
+      const tensor tg = alias == 1 ? out.view : input(be, dtype::f32, {n, width}, gate);
+      const tensor tu = alias == 2 ? out.view : input(be, dtype::f32, {n, width}, up);
+      be.silu_mul(tg, tu, out.view);
+      test::check_close(read_as<float>(be, out, what), ref, 1e-6, 1e-5, what);
+    }
+  });
+}
+
+TEST_CASE("backend parity: add on every compiled backend [asan]") {
+  const uint32_t seed = 2008;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (bool broadcast : {false, true}) {
+      for (int alias = 0; alias < (broadcast ? 2 : 3); ++alias) {  // out separate, out == a, out == b
+        const int64_t n = rnd.integer(1, 9), width = rnd.integer(1, 150);
+        const std::string what =
+            shape_str({n, width}) + (broadcast ? " + one row" : " + same shape") + " alias " + std::to_string(alias);
+        CAPTURE(what);
+        const std::vector<float> a = rnd.reals(n * width, -5.0f, 5.0f), b = rnd.reals(broadcast ? width : n * width);
+        std::vector<double> ref(a.size());
+        for (size_t i = 0; i < ref.size(); ++i)
+          ref[i] = static_cast<double>(a[i]) + b[broadcast ? i % static_cast<size_t>(width) : i];
+        guarded out = alias == 1   ? alloc_guarded(be, dtype::f32, {n, width}, a)
+                      : alias == 2 ? alloc_guarded(be, dtype::f32, {n, width}, b)
+                                   : alloc_guarded(be, dtype::f32, {n, width});
+        const tensor ta = alias == 1 ? out.view : input(be, dtype::f32, {n, width}, a);
+        const tensor tb =
+            alias == 2 ? out.view : input(be, dtype::f32, broadcast ? tensor_shape{width} : tensor_shape{n, width}, b);
+        be.add(ta, tb, out.view);
+        test::check_close(read_as<float>(be, out, what), ref, 0.0, 1.2e-7, what);  // one rounding
+      }
+    }
+  });
+}
+
+TEST_CASE("backend parity: gather_rows on every compiled backend [asan]") {
+  const uint32_t seed = 2009;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (int rep = 0; rep < 4; ++rep) {
+      const int64_t n = rnd.integer(1, 40), width = rnd.integer(1, 130), m = rnd.integer(1, 12);
+      const std::string what = shape_str({n, width}) + " -> " + std::to_string(m) + " rows";
+      CAPTURE(what);
+      const std::vector<float> x = rnd.reals(n * width);
+      std::vector<int32_t> rows(static_cast<size_t>(m));
+      for (int32_t& r : rows)  // repeats allowed, any order
+        r = static_cast<int32_t>(rnd.integer(0, n - 1));
+      rows.back() = static_cast<int32_t>(n - 1);
+      guarded out = alloc_guarded(be, dtype::f32, {m, width});
+      be.gather_rows(input(be, dtype::f32, {n, width}, x), input(be, dtype::i32, {m}, rows), out.view);
+      std::vector<double> ref;
+      for (int32_t r : rows)
+        ref.insert(ref.end(), x.begin() + r * width, x.begin() + (r + 1) * width);
+      test::check_close(read_as<float>(be, out, what), ref, 0.0, 0.0, what);
+    }
+  });
+}
+
+TEST_CASE("backend parity: copy_columns on every compiled backend [asan]") {
+  const uint32_t seed = 2010;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (int rep = 0; rep < 5; ++rep) {
+      // Vocab shards side by side: src [rows, shard], dst [rows, vocab].
+      const int64_t rows = rnd.integer(1, 7), src_w = rnd.integer(1, 90), dst_w = src_w + rnd.integer(0, 60);
+      const int64_t n_cols = rnd.integer(rep == 0 ? 0 : 1, src_w), src_col = rnd.integer(0, src_w - n_cols);
+      const int64_t dst_col = rnd.integer(0, dst_w - n_cols);
+      const std::string what = shape_str({rows, src_w}) + " [" + std::to_string(src_col) + ", +" +
+                               std::to_string(n_cols) + ") -> " + shape_str({rows, dst_w}) + " at " +
+                               std::to_string(dst_col);
+      CAPTURE(what);
+      const std::vector<float> src = rnd.reals(rows * src_w), dst = rnd.reals(rows * dst_w, 5.0f, 6.0f);
+      guarded out = alloc_guarded(be, dtype::f32, {rows, dst_w}, dst);
+      be.copy_columns(input(be, dtype::f32, {rows, src_w}, src), src_col, out.view, dst_col, n_cols);
+      std::vector<double> ref(dst.begin(), dst.end());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < n_cols; ++c)
+          ref[static_cast<size_t>(r * dst_w + dst_col + c)] = src[static_cast<size_t>(r * src_w + src_col + c)];
+      test::check_close(read_as<float>(be, out, what), ref, 0.0, 0.0, what);
+    }
+  });
+}
+
+TEST_CASE("backend parity: sample on every compiled backend [asan]") {
+  const uint32_t seed = 2011;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    std::unique_ptr<backend> serial = make_backend(kind, 1);  // results must not depend on the thread count
+    for (int64_t n_vocab : {7, 517, 4099}) {
+      const int64_t n_rows = 12;
+      CAPTURE(n_vocab);
+      std::vector<float> logits = rnd.reals(n_rows * n_vocab, -6.0f, 6.0f);
+      std::vector<sampling_params> params(static_cast<size_t>(n_rows));
+      std::vector<std::vector<int32_t>> prompt(static_cast<size_t>(n_rows)), output(prompt);
+      std::vector<uint64_t> seeds(static_cast<size_t>(n_rows));
+      for (int64_t i = 0; i < n_rows; ++i) {
+        sampling_params& p = params[static_cast<size_t>(i)];
+        float* row = logits.data() + i * n_vocab;
+        if (i < 4) {
+          // Greedy, with the maximum tied between two ids: the lower one wins.
+          p.temperature = 0.0f;
+          const auto lo = static_cast<size_t>(rnd.integer(0, n_vocab - 1));
+          const auto hi = static_cast<size_t>(rnd.integer(0, n_vocab - 1));
+          row[lo] = row[hi] = 9.0f;
+        } else {
+          const float temps[] = {0.5f, 1.0f, 1.7f};
+          p.temperature = temps[i % 3];
+          p.top_k = i % 4 == 0 ? 0 : static_cast<int32_t>(rnd.integer(1, 50));
+          p.top_p = i % 3 == 0 ? 1.0f : rnd.real(0.3f, 1.0f);
+          p.min_p = i % 5 == 0 ? 0.05f : 0.0f;
+        }
+        if (i % 3 == 1) {  // penalties over prompt and output ids (some outside the vocabulary)
+          p.repetition_penalty = 1.3f;
+          p.frequency_penalty = 0.4f;
+          p.presence_penalty = 0.2f;
+          for (int j = 0; j < 9; ++j) {
+            prompt[static_cast<size_t>(i)].push_back(static_cast<int32_t>(rnd.integer(0, n_vocab + 3)));
+            output[static_cast<size_t>(i)].push_back(static_cast<int32_t>(rnd.integer(-1, n_vocab - 1)));
+          }
+        }
+        p.logprobs = static_cast<int32_t>(i % 4) - 1;  // -1, 0, 1, 2: none, the token's, top 1, top 2
+        if (i == 5)
+          p.logprobs = 20;
+        seeds[static_cast<size_t>(i)] = rnd.gen();
+      }
+
+      // Expected: cpu::sample row by row with an identical generator on a copy of the same logits.
+      std::vector<sample_result> want;
+      std::vector<sampler_rng> want_rng;
+      for (int64_t i = 0; i < n_rows; ++i) {
+        want_rng.emplace_back(seeds[static_cast<size_t>(i)]);
+        std::vector<float> row(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+        want.push_back(cpu::sample(row.data(), n_vocab, params[static_cast<size_t>(i)], prompt[static_cast<size_t>(i)],
+                                   output[static_cast<size_t>(i)], want_rng.back()));
+      }
+
+      for (backend* b : {&be, serial.get()}) {
+        CAPTURE(b->describe());
+        std::vector<sampler_rng> rngs;
+        for (uint64_t s : seeds)
+          rngs.emplace_back(s);
+        std::vector<sample_row> rows(static_cast<size_t>(n_rows));
+        for (size_t i = 0; i < rows.size(); ++i)
+          rows[i] = sample_row{&params[i], prompt[i], output[i], &rngs[i]};
+        std::vector<sample_result> got(rows.size());
+        b->sample(input(*b, dtype::f32, {n_rows, n_vocab}, logits), rows, got);
+        for (size_t i = 0; i < rows.size(); ++i) {
+          CAPTURE(i);
+          const float* row = logits.data() + static_cast<int64_t>(i) * n_vocab;
+          const std::vector<double> lsm = ref_log_softmax(row, n_vocab);
+          if (params[i].temperature == 0.0f) {  // greedy against the float64 argmax, lowest id on ties
+            const auto best = static_cast<int32_t>(std::max_element(row, row + n_vocab) - row);
+            if (params[i].repetition_penalty == 1.0f)
+              CHECK(got[i].token == best);
+          }
+          CHECK(got[i].token == want[i].token);
+          REQUIRE(got[i].token >= 0);
+          REQUIRE(got[i].token < n_vocab);
+          // Raw logprobs (before penalties and temperature) against float64 log_softmax.
+          CHECK(std::fabs(got[i].logprob - lsm[static_cast<size_t>(got[i].token)]) <= 1e-5);
+          CHECK(std::fabs(got[i].logprob - want[i].logprob) <= 1e-5);
+          const size_t n_top = params[i].logprobs > 0 ? std::min<size_t>(static_cast<size_t>(params[i].logprobs),
+                                                                         static_cast<size_t>(n_vocab))
+                                                      : 0;
+          REQUIRE(got[i].top.size() == n_top);
+          std::vector<int32_t> order(static_cast<size_t>(n_vocab));
+          std::iota(order.begin(), order.end(), 0);
+          std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+            return lsm[static_cast<size_t>(x)] > lsm[static_cast<size_t>(y)];
+          });
+          for (size_t j = 0; j < n_top; ++j) {
+            CHECK(got[i].top[j].token == order[j]);
+            CHECK(std::fabs(got[i].top[j].logprob - lsm[static_cast<size_t>(order[j])]) <= 1e-5);
+          }
+          // The generator advanced exactly as cpu::sample's did; greedy rows draw nothing.
+          sampler_rng after = rngs[i], want_after = want_rng[i], fresh(seeds[i]);
+          CHECK(after.next() == want_after.next());
+          if (params[i].temperature == 0.0f)
+            CHECK(sampler_rng(rngs[i]).next() == fresh.next());
+        }
+      }
+
+      // Rows that share one generator draw from it in row order.
+      sampler_rng shared_want(77), shared_got(77);
+      std::vector<sample_result> want_shared;
+      for (int64_t i = 4; i < 8; ++i) {
+        std::vector<float> row(logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab);
+        want_shared.push_back(cpu::sample(row.data(), n_vocab, params[static_cast<size_t>(i)],
+                                          prompt[static_cast<size_t>(i)], output[static_cast<size_t>(i)], shared_want));
+      }
+      std::vector<sample_row> rows;
+      for (size_t i = 4; i < 8; ++i)
+        rows.push_back(sample_row{&params[i], prompt[i], output[i], &shared_got});
+      std::vector<sample_result> got(rows.size());
+      std::vector<float> part(logits.begin() + 4 * n_vocab, logits.begin() + 8 * n_vocab);
+      be.sample(input(be, dtype::f32, {4, n_vocab}, part), rows, got);
+      for (size_t i = 0; i < got.size(); ++i)
+        CHECK(got[i].token == want_shared[i].token);
+      CHECK(shared_got.next() == shared_want.next());
+    }
+  });
+}
