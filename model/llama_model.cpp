@@ -72,6 +72,8 @@ tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor
   ACTORLLM_CHECK(cache.shape().n_layer == layer_end_ - layer_begin_, "kv cache has the wrong number of layers");
   if (n == 0)
     return {};
+  // A request with n > 1 samples one prefill row several times: the sampled rows may outnumber the tokens.
+  scratch(std::max(n, in.n_sample));
   layer_scratch s = scratch(n);
   const tensor x = x_.slice_rows(0, n);
 
@@ -106,14 +108,15 @@ tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor
     be_.copy(x, out);
     return out;
   }
-  return output_logits(in, x, s.h);
+  return output_logits(in, x, full_.h);
 }
 
 tensor llama_model::output_logits(const step_inputs& in, const tensor& x, const tensor& h_rows) {
   const int64_t n_sample = in.n_sample;
   if (n_sample == 0)
     return {};
-  // Only the sampled rows go through the final norm and the (large) vocabulary projection.
+  // Only the sampled rows go through the final norm and the (large) vocabulary projection. A row may be sampled
+  // more than once (n > 1), so there may be more of them than tokens: h_rows holds the scratch's whole capacity.
   const tensor h = h_rows.slice_rows(0, n_sample);
   be_.gather_rows(x, in.sample_rows, h);
   be_.rms_norm(h, tensors_.final_norm, cfg_.rms_norm_eps, h);

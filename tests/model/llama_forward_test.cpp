@@ -381,3 +381,19 @@ TEST_CASE(
     std::filesystem::remove_all(dir);
   }
 }
+
+TEST_CASE("a row sampled several times (n > 1 from one prefill) gives that row's logits each time") {
+  // More sample rows than tokens: the final norm and lm_head must be sized by the sampled rows (a crash before).
+  stories_model m{8, 1};
+  model::forward_batch batch;
+  std::vector<int32_t> prompt{1, 403, 407};
+  batch.add_sequence(prompt, 0, {0}, true);
+  const int32_t last = batch.sample_rows.back();
+  batch.sample_rows = {last, last, last, last, last};
+  auto logits = m.llm.forward(batch, m.cache);
+  const auto n_vocab = static_cast<size_t>(m.llm.config().n_vocab);
+  REQUIRE(logits.size() == 5 * n_vocab);
+  for (size_t r = 1; r < 5; ++r)
+    CHECK(std::equal(logits.begin(), logits.begin() + static_cast<ptrdiff_t>(n_vocab),
+                     logits.begin() + static_cast<ptrdiff_t>(r * n_vocab)));
+}
