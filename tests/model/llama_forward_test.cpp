@@ -6,10 +6,10 @@
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
+#include "model/stories_golden.hpp"
 #include "test_paths.hpp"
 
 #include <doctest/doctest.h>
-#include <simdjson.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,43 +24,7 @@ using namespace actorllm;
 
 namespace {
 
-struct golden_prompt {
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> greedy_output_ids;
-  std::vector<double> first_step_logits;
-};
-
-struct golden {
-  std::vector<int32_t> bos_output_ids;
-  std::vector<golden_prompt> prompts;
-};
-
-std::vector<int32_t> int_array(simdjson::dom::element e) {
-  std::vector<int32_t> out;
-  for (auto v : e.get_array())
-    out.push_back(static_cast<int32_t>(int64_t(v)));
-  return out;
-}
-
-const golden& load_golden() {
-  static const golden g = [] {
-    static simdjson::dom::parser parser;  // the document lives as long as the parser
-    auto path = test::model_dir("stories260K") / "reference" / "expected_outputs.json";
-    simdjson::dom::element doc = parser.load(path.string());
-    golden out;
-    out.bos_output_ids = int_array(doc["greedy_from_bos"]["output_ids"]);
-    for (auto p : doc["prompts"].get_array()) {
-      golden_prompt gp;
-      gp.prompt_ids = int_array(p["prompt_ids"]);
-      gp.greedy_output_ids = int_array(p["greedy_output_ids"]);
-      for (auto v : p["first_step_logits"].get_array())
-        gp.first_step_logits.push_back(double(v));
-      out.prompts.push_back(std::move(gp));
-    }
-    return out;
-  }();
-  return g;
-}
+const test::stories_golden& load_golden() { return test::load_stories_golden(); }
 
 int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
 
