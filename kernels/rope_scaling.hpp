@@ -13,6 +13,9 @@ struct rope_scaling {
   double low_freq_factor = 1.0;                     // llama3
   double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
+  /// Field by field; a parsed value keeps the defaults in the fields its kind does not use, so equal settings compare
+  /// equal.
+  friend bool operator==(const rope_scaling&, const rope_scaling&) = default;
 };
 
 /// Everything a backend needs to rotate q and k.

@@ -250,22 +250,6 @@ rope_scaling parse_scaling_object(const field_reader& parent, std::string_view k
       key, fmt::format("has type '{}', which actorllm does not support (supported: default, linear, llama3)", *type));
 }
 
-bool same_scaling(const rope_scaling& a, const rope_scaling& b) {
-  if (a.type != b.type)
-    return false;
-  switch (a.type) {
-    case rope_scaling::kind::none:
-      return true;
-    case rope_scaling::kind::linear:
-      return a.factor == b.factor;
-    case rope_scaling::kind::llama3:
-      return a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
-             a.high_freq_factor == b.high_freq_factor &&
-             a.original_max_position_embeddings == b.original_max_position_embeddings;
-  }
-  return false;
-}
-
 std::string describe(const rope_scaling& r) {
   switch (r.type) {
     case rope_scaling::kind::none:
@@ -345,7 +329,7 @@ void parse_rope(const field_reader& fields, model_config& cfg) {
     }
     for (const auto& e : entries) {
       const auto& first = entries.front();
-      if (e.theta != first.theta || !same_scaling(e.scaling, first.scaling))
+      if (e.theta != first.theta || e.scaling != first.scaling)
         fields.fail("rope_parameters",
                     fmt::format("is keyed by layer type and its entries differ ('{}': rope_theta {}, {}; '{}': "
                                 "rope_theta {}, {}); actorllm applies one rotary embedding to every layer",
@@ -358,7 +342,7 @@ void parse_rope(const field_reader& fields, model_config& cfg) {
   if (chosen.theta && old_theta && *chosen.theta != *old_theta)
     fields.fail(chosen.name + ".rope_theta",
                 fmt::format("({}) disagrees with field 'rope_theta' ({})", *chosen.theta, *old_theta));
-  if (old_scaling && !same_scaling(*old_scaling, chosen.scaling))
+  if (old_scaling && *old_scaling != chosen.scaling)
     fields.fail(chosen.name, fmt::format("({}) disagrees with field 'rope_scaling' ({})", describe(chosen.scaling),
                                          describe(*old_scaling)));
   cfg.rope_theta = chosen.theta.value_or(old_theta.value_or(10000.0));
