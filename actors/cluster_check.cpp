@@ -23,7 +23,7 @@ namespace actorllm::actors {
 int run_cluster_check(const cluster_check_options& o, std::ostream& out) {
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  enable_network(cfg, o.tls);
+  enable_network(cfg, o.tls, o.token);
   caf::actor_system sys{cfg};
 
   auto nodes = cluster_nodes(sys, o.address, o.token, std::chrono::seconds{5});

@@ -166,7 +166,7 @@ std::vector<std::pair<std::string, std::string>> forwarded_environment() {
     const std::string_view name = entry.substr(0, eq);
     const bool wanted = name.starts_with("NCCL_") || name.starts_with("GLOO_") || name.starts_with("ACTORLLM_");
     // Per-process and per-node values (a worker's token, the node's address, binary and TLS files) are the agent's.
-    const bool own = name == "ACTORLLM_WORKER_TOKEN" || name == "ACTORLLM_HOST_IP" ||
+    const bool own = name == "ACTORLLM_WORKER_TOKEN" || name == control_key_variable || name == "ACTORLLM_HOST_IP" ||
                      name == "ACTORLLM_CLUSTER_TOKEN" || name == "ACTORLLM_WORKER_BIN" ||
                      name.starts_with("ACTORLLM_TLS_");
     if (wanted && !own)
@@ -206,7 +206,11 @@ replica build_cluster_replica(caf::actor_system& sys, const engine_config& confi
   if (hash.empty())
     throw_config(fmt::format("{} has no config.json: nothing to serve", config.model));
   auto launcher = make_cluster_launcher(sys, std::move(nodes), std::move(where), config.model, hash);
-  return build_worker_replica(sys, config, std::move(plan), std::move(launcher), data_plane_host());
+  const std::string registry_host = data_plane_host();
+  if (!sys.has_openssl_manager() && !is_loopback_host(registry_host))
+    log::warning("executor", "workers connect to this engine on {}: {}", registry_host,
+                 describe_control_transport(registry_host, false));
+  return build_worker_replica(sys, config, std::move(plan), std::move(launcher), registry_host);
 }
 
 }  // namespace actorllm::actors

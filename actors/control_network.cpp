@@ -2,16 +2,20 @@
 #include "actors/control_network.hpp"
 
 #include "actorllm/error.hpp"
+#include "actorllm/proto/error.hpp"
+#include "actors/gated_multiplexer.hpp"
 
 #include <caf/openssl/manager.hpp>
 #include <caf/sec.hpp>
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
@@ -172,8 +176,8 @@ std::vector<std::pair<std::string, std::string>> control_tls::environment() cons
   return {{certificate_field.variable, certificate}, {key_field.variable, key}, {ca_field.variable, ca_file}};
 }
 
-void enable_network(caf::actor_system_config& cfg, const control_tls& tls) {
-  cfg.load<caf::io::middleman>();
+void enable_network(caf::actor_system_config& cfg, const control_tls& tls, const std::string& control_key) {
+  load_gated_middleman(cfg, control_key);
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{500}});
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});
   if (tls.enabled()) {
@@ -185,6 +189,8 @@ void enable_network(caf::actor_system_config& cfg, const control_tls& tls) {
 }
 
 std::string describe_connect_error(caf::actor_system& sys, const caf::error& err) {
+  if (err.category() == proto::error_category)
+    return proto::message_of(err);
   std::string text = sys.render(err);
   if (err == caf::sec::disconnect_during_handshake)
     text += sys.has_openssl_manager()
@@ -192,6 +198,41 @@ std::string describe_connect_error(caf::actor_system& sys, const caf::error& err
                 : " (this process does not use TLS: if the cluster does, give --cluster-tls-cert, --cluster-tls-key "
                   "and --cluster-tls-ca)";
   return text;
+}
+
+std::string new_control_key() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1)
+    fail("control plane: OpenSSL has no randomness for a control key: " + openssl_reason());
+  std::string out;
+  for (unsigned char b : bytes)
+    out += fmt::format("{:02x}", b);
+  return out;
+}
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost")
+    return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1)
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+std::string describe_control_transport(const std::string& host, bool tls) {
+  if (tls)
+    return "control plane over mutual TLS: a peer must present a certificate of the cluster's CA before any "
+           "message is read";
+  if (is_loopback_host(host))
+    return "control plane in plaintext on loopback: a peer must prove the cluster token before any message is read";
+  return fmt::format(
+      "control plane in plaintext on {}: a peer must prove the cluster token before any message is "
+      "read, but the traffic is neither encrypted nor protected from tampering on the way; use --cluster-tls-cert, "
+      "--cluster-tls-key and --cluster-tls-ca beyond loopback",
+      host);
 }
 
 }  // namespace actorllm::actors

@@ -1,5 +1,7 @@
-// The control plane's network (DESIGN.md §2): CAF's middleman with heartbeats and connection timeouts on, and
-// optionally TLS: CAF's OpenSSL module carrying BASP over mutually authenticated TLS connections. Every process
+// The control plane's network (DESIGN.md §2): CAF's middleman with heartbeats and connection timeouts on, and one of
+// two transports, both authenticated before CAF parses a byte: plaintext TCP behind the control gate (each side
+// proves the shared key first, gated_multiplexer.hpp), or TLS: CAF's OpenSSL module carrying BASP over mutually
+// authenticated TLS connections (certificates of one CA). Every process
 // that publishes or connects to an actor of another process (engine, worker, node agent, head, `status`, `check`)
 // goes through publish_control/connect_control, so one setting decides the transport of all of them.
 // The data plane (Gloo's TCP transport) has no TLS: tensors between workers travel in the clear.
@@ -44,11 +46,26 @@ struct control_tls {
 };
 
 /// Loads CAF's middleman into `cfg` with BASP heartbeats and a connection timeout switched on (they are off by
-/// default in CAF 0.17), so a peer that stops answering is dropped within seconds; with `tls` enabled (call
-/// tls.check() first), the OpenSSL module as well. Peers met through a third node (a worker and the next stage's
-/// worker, both connected to the engine) are reached through it: CAF 0.17's automatic direct connections lost
-/// messages (a step that never finished, most likely) and kept a dead worker's proxies alive on the indirect route.
-void enable_network(caf::actor_system_config& cfg, const control_tls& tls = {});
+/// default in CAF 0.17), so a peer that stops answering is dropped within seconds. Plaintext connections pass the
+/// control gate with `control_key` (the cluster token; an engine's own random key for its mp workers): a peer that
+/// cannot prove it is dropped before CAF reads anything. With `tls` enabled (call tls.check() first), the OpenSSL
+/// module carries every connection instead and certificates authenticate both ends. Peers met through a third node
+/// (a worker and the next stage's worker, both connected to the engine) are reached through it: CAF 0.17's automatic
+/// direct connections lost messages (a step that never finished, most likely) and kept a dead worker's proxies alive
+/// on the indirect route.
+void enable_network(caf::actor_system_config& cfg, const control_tls& tls, const std::string& control_key);
+
+/// The environment variable that gives a worker process its engine's control key.
+inline constexpr const char* control_key_variable = "ACTORLLM_CONTROL_KEY";
+
+/// A fresh random control key (64 hex digits), for an engine whose workers are its own children.
+std::string new_control_key();
+
+/// True for addresses only this machine can reach: 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_host(const std::string& host);
+
+/// One line for the logs saying how the control plane listening on `host` is protected.
+std::string describe_control_transport(const std::string& host, bool tls);
 
 /// Publishes `whom` on host:port (port 0: any free one) over TLS when the system has it, else plain TCP.
 template <class Handle>

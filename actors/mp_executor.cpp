@@ -3,6 +3,7 @@
 
 #include "actorllm/error.hpp"
 #include "actors/control_network.hpp"
+#include "actors/gated_multiplexer.hpp"
 #include "actors/worker_replica.hpp"
 
 #include <fmt/format.h>
@@ -17,8 +18,9 @@ namespace {
 /// Starts workers as children of this process (they die with it).
 class local_launcher final : public worker_launcher {
  public:
-  /// `tls`: the engine's control-plane TLS, which its workers must speak too.
-  local_launcher(std::string program, control_tls tls) : program_(std::move(program)), tls_(std::move(tls)) {}
+  /// `tls` and `control_key`: the engine's control-plane transport, which its workers must speak too.
+  local_launcher(std::string program, control_tls tls, std::string control_key)
+      : program_(std::move(program)), tls_(std::move(tls)), control_key_(std::move(control_key)) {}
   std::string name() const override { return "mp executor"; }
 
   void start(int32_t index, const std::string& host, uint16_t port, const std::string& token) override {
@@ -26,6 +28,7 @@ class local_launcher final : public worker_launcher {
     o.program = program_;
     o.args = {"worker", "--registry", fmt::format("{}:{}", host, port), "--index", std::to_string(index)};
     o.env = tls_.environment();
+    o.env.emplace_back(control_key_variable, control_key_);
     o.env.emplace_back("ACTORLLM_WORKER_TOKEN", token);
     processes_.push_back(std::make_shared<util::child_process>(o));
   }
@@ -54,6 +57,7 @@ class local_launcher final : public worker_launcher {
  private:
   std::string program_;
   control_tls tls_;
+  std::string control_key_;
   std::vector<std::shared_ptr<util::child_process>> processes_;
 };
 
@@ -85,9 +89,9 @@ std::string data_plane_host() {
 replica build_mp_replica(caf::actor_system& sys, const engine_config& config) {
   replica_plan plan = plan_replica(config);
   plan.r.executor = "mp";
-  return build_worker_replica(sys, config, std::move(plan),
-                              std::make_shared<local_launcher>(worker_binary(), control_tls::of(sys)),
-                              data_plane_host());
+  return build_worker_replica(
+      sys, config, std::move(plan),
+      std::make_shared<local_launcher>(worker_binary(), control_tls::of(sys), control_key_of(sys)), data_plane_host());
 }
 
 }  // namespace actorllm::actors

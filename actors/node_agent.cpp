@@ -3,6 +3,8 @@
 
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
+#include "actors/control_network.hpp"
+#include "actors/gated_multiplexer.hpp"
 #include "model/model_hash.hpp"
 #include "util/child_process.hpp"
 #include "util/log.hpp"
@@ -86,6 +88,8 @@ caf::result<int32_t> start_worker(agent_pointer self, proto::worker_launch& laun
   for (const auto& entry : st.config.worker_env)
     o.env.push_back(entry);
   o.env.emplace_back("ACTORLLM_WORKER_TOKEN", launch.token);
+  // The engine's control key is the cluster token, which this agent holds too (it joined with it).
+  o.env.emplace_back(control_key_variable, control_key_of(self->system()));
   o.env.emplace_back("ACTORLLM_HOST_IP", info.host);
   if (info.device_kind == "cuda")
     o.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(launch.device));

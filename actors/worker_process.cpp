@@ -25,7 +25,7 @@ int run_worker(const worker_options& options) {
   ::signal(SIGPIPE, SIG_IGN);
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  enable_network(cfg, options.tls);
+  enable_network(cfg, options.tls, options.control_key);
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
   // The engine may still be coming up: retry the connection for a few seconds.

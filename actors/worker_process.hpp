@@ -13,8 +13,9 @@ struct worker_options {
   std::string registry_host;
   uint16_t registry_port = 0;
   int32_t index = 0;
-  std::string token;  ///< from ACTORLLM_WORKER_TOKEN
-  control_tls tls;    ///< from ACTORLLM_TLS_*: the engine's transport
+  std::string token;        ///< from ACTORLLM_WORKER_TOKEN
+  control_tls tls;          ///< from ACTORLLM_TLS_*: the engine's transport
+  std::string control_key;  ///< from ACTORLLM_CONTROL_KEY: what the engine's control gate asks for
 };
 
 /// Connects to the registry, registers, hosts shards until the engine is gone. Returns the exit status: 0 when the

@@ -41,6 +41,7 @@ worker_set launch_workers(caf::actor_system& sys, worker_launcher& launcher, int
                           fmt::format("cannot listen for workers on {}: {}", registry_host, sys.render(port.error()))};
   }
   out.port = *port;
+  log::info("executor", "workers register with this engine at {}:{}", registry_host, out.port);
   auto fail = [&](std::string message) {
     launcher.stop_all();
     caf::anon_send_exit(out.registry, caf::exit_reason::user_shutdown);

@@ -5,6 +5,7 @@
 
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
+#include "actors/cluster_executor.hpp"
 #include "actors/control_network.hpp"
 #include "actors/executor.hpp"
 #include "actors/replica_watch.hpp"
@@ -488,7 +489,12 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
                 "control plane over TLS (certificate {}, CA {}); tensors between workers travel over "
                 "Gloo's TCP transport, unencrypted",
                 tls.certificate, tls.ca_file);
-    actors::enable_network(im.caf_config, tls);
+    // The cluster's workers and head know the cluster token; an mp engine's workers are its children and get a
+    // key of their own through their environment.
+    const std::string control_key = im.config.distributed_executor_backend == "cluster"
+                                        ? actors::cluster_token(im.config)
+                                        : actors::new_control_key();
+    actors::enable_network(im.caf_config, tls, control_key);
   }
   im.sys = std::make_unique<caf::actor_system>(im.caf_config);
   try {

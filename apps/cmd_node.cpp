@@ -11,6 +11,7 @@
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/cluster_registry.hpp"
 #include "actors/control_network.hpp"
+#include "actors/gated_multiplexer.hpp"
 #include "actors/mp_executor.hpp"
 #include "actors/node_agent.hpp"
 #include "util/log.hpp"
@@ -48,6 +49,7 @@ struct node_cli {
   std::string node_id;
   std::string cluster_token;
   actors::control_tls tls;
+  bool insecure = false;  ///< a plaintext head beyond loopback, knowingly
 };
 
 volatile std::sig_atomic_t stop_signal = 0;
@@ -103,6 +105,8 @@ proto::node_info this_node(const node_cli& o, const std::string& host) {
 int run_node(const node_cli& o) {
   if (o.head == !o.join.empty())
     throw std::invalid_argument("give exactly one of --head and --join HEAD:PORT");
+  if (o.insecure && !o.head)
+    throw std::invalid_argument("--insecure is for --head (a joining node listens on no control port)");
   if (o.cpu_devices < 0)
     throw std::invalid_argument(fmt::format("--cpu-devices {} is negative", o.cpu_devices));
   if (!o.head && o.cpu_devices == 0)
@@ -121,6 +125,13 @@ int run_node(const node_cli& o) {
 
   const auto tls = actors::control_tls::from_environment(o.tls);
   tls.check();
+  if (o.head && !tls.enabled() && !actors::is_loopback_host(host) && !o.insecure)
+    throw std::invalid_argument(fmt::format(
+        "refusing to run the cluster head on {} in plaintext: beyond loopback the control plane needs TLS "
+        "(--cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca, or $ACTORLLM_TLS_*), so that only nodes "
+        "holding a certificate of the cluster's CA can send it a byte and no one on the way can read or alter the "
+        "traffic. To run it anyway with only the cluster token for authentication, add --insecure",
+        host));
 
   // Handlers, not blocked signals: the worker processes this node starts must not inherit a blocked SIGTERM.
   std::signal(SIGINT, on_stop_signal);
@@ -128,7 +139,7 @@ int run_node(const node_cli& o) {
 
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  actors::enable_network(cfg, tls);
+  actors::enable_network(cfg, tls, token);
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
@@ -145,6 +156,10 @@ int run_node(const node_cli& o) {
     }
     head_address = fmt::format("{}:{}", host, *port);
     log::info("node", "Cluster head listening on {}{}", head_address, tls.enabled() ? " (TLS)" : "");
+    if (!tls.enabled() && !actors::is_loopback_host(host))
+      log::warning("node", "{}", actors::describe_control_transport(host, false));
+    else
+      log::info("node", "{}", actors::describe_control_transport(host, tls.enabled()));
     if (generated_token)
       log::info("node",
                 "No cluster token was given; generated one. Join with: ACTORLLM_CLUSTER_TOKEN={} actorllm "
@@ -164,9 +179,10 @@ int run_node(const node_cli& o) {
         registry = *remote;
         break;
       }
-      if (!telling || remote.error() == caf::sec::disconnect_during_handshake)
+      if (!telling || remote.error() == caf::sec::disconnect_during_handshake ||
+          actors::refused_at_gate(remote.error()))
         telling = remote.error();
-      if (std::chrono::steady_clock::now() > deadline || stop_signal != 0) {
+      if (actors::refused_at_gate(remote.error()) || std::chrono::steady_clock::now() > deadline || stop_signal != 0) {
         log::error("node", "cannot reach the cluster head at {}: {}", head_address,
                    actors::describe_connect_error(sys, telling));
         return 1;
@@ -241,6 +257,9 @@ command_registration node_command{
       sub.add_option("--node-id", o->node_id, "This node's id in the cluster (default: the host name)");
       sub.add_option("--cluster-token", o->cluster_token, "The cluster's shared secret");
       add_cluster_tls_options(sub, o->tls.certificate, o->tls.key, o->tls.ca_file);
+      sub.add_flag("--insecure", o->insecure,
+                   "With --head on an address beyond loopback: run without TLS (peers still prove the cluster "
+                   "token before any message is read, but traffic is not encrypted or protected from tampering)");
       return [o]() { return run_node(*o); };
     }};
 

@@ -99,7 +99,7 @@ int run_status(const status_cli& o) {
   tls.check();
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  actors::enable_network(cfg, tls);
+  actors::enable_network(cfg, tls, token);
   cfg.set("scheduler.max-threads", 1);
   caf::actor_system sys{cfg};
   auto registry = actors::connect_control<proto::cluster_registry_actor>(sys, address.substr(0, colon),

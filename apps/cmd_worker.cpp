@@ -31,6 +31,8 @@ int run_worker_command(const worker_cli& o) {
   w.index = o.index;
   const char* token = std::getenv("ACTORLLM_WORKER_TOKEN");
   w.token = token != nullptr ? token : "";
+  const char* key = std::getenv(actors::control_key_variable);
+  w.control_key = key != nullptr ? key : "";
   w.tls = actors::control_tls::from_environment();
   w.tls.check();
   return actors::run_worker(w);
