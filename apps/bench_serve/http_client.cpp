@@ -85,6 +85,12 @@ asio::awaitable<http_reply> call(const http_target& target, http::verb verb, con
 
 }  // namespace
 
+asio::awaitable<http_reply> async_http_call(const http_target& target, const std::string& method,
+                                            const std::string& path, const std::string& body,
+                                            std::chrono::milliseconds timeout) {
+  co_return co_await call(target, http::string_to_verb(method), path, body, timeout);
+}
+
 http_reply http_call(const http_target& target, const std::string& method, const std::string& path,
                      const std::string& body, std::chrono::milliseconds timeout) {
   asio::io_context io;

@@ -34,6 +34,12 @@ struct http_reply {
 http_reply http_call(const http_target& target, const std::string& method, const std::string& path,
                      const std::string& body, std::chrono::milliseconds timeout);
 
+/// http_call as a coroutine, for callers that already run many requests on one io_context (the soak test,
+/// bench/serve_soak.cpp). Throws as http_call does.
+boost::asio::awaitable<http_reply> async_http_call(const http_target& target, const std::string& method,
+                                                   const std::string& path, const std::string& body,
+                                                   std::chrono::milliseconds timeout);
+
 /// POSTs a streaming completion `body` to `path` and times its chunks (request_result's fields). Never throws:
 /// connection errors, HTTP errors, an error chunk and the `timeout` (for the whole request) make a failed result.
 /// `bench_start` is the run's start, for request_result::start_time.

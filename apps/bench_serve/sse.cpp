@@ -53,7 +53,8 @@ completion_chunk parse_completion_chunk(std::string_view payload) {
   if (doc["choices"].get_array().get(choices) == simdjson::SUCCESS && choices.size() > 0) {
     simdjson::dom::element first = choices.at(0);
     std::string_view text;
-    if (first["text"].get_string().get(text) == simdjson::SUCCESS)
+    if (first["text"].get_string().get(text) == simdjson::SUCCESS ||
+        first.at_pointer("/delta/content").get_string().get(text) == simdjson::SUCCESS)
       c.text = std::string{text};
     simdjson::dom::array token_logprobs;
     if (first.at_pointer("/logprobs/token_logprobs").get_array().get(token_logprobs) == simdjson::SUCCESS)

@@ -1,5 +1,5 @@
-// Reading a streamed /v1/completions response: the server-sent-events framing and the JSON of each chunk.
-// Pure: bytes in, chunks out.
+// Reading a streamed /v1/completions (or /v1/chat/completions) response: the server-sent-events framing and the
+// JSON of each chunk. Pure: bytes in, chunks out.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,7 @@ class sse_reader {
 /// What one chunk of a streamed completion says.
 struct completion_chunk {
   bool done = false;                         ///< the "[DONE]" sentinel
-  std::string text;                          ///< choices[0].text
+  std::string text;                          ///< choices[0].text (delta.content in a chat stream)
   int64_t logprob_tokens = 0;                ///< entries of choices[0].logprobs.token_logprobs
   std::optional<int64_t> prompt_tokens;      ///< usage.prompt_tokens (the usage chunk)
   std::optional<int64_t> completion_tokens;  ///< usage.completion_tokens
