@@ -12,8 +12,10 @@ if [[ "${ACTORLLM_SKIP_SANITIZE:-0}" != 1 ]]; then
   echo "== sanitizer run (ASan+UBSan): loaders, parsers, kernels"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACTORLLM_SANITIZE=ON -DACTORLLM_CUDA=OFF \
     -DACTORLLM_BUILD_BENCH=OFF -DACTORLLM_WERROR=ON >/dev/null
-  # Only the suites that hold [asan] cases: loaders, parsers, kernels, collectives and the scheduler stress test.
-  cmake --build build-asan -j "$(nproc)" --target actorllm test_util test_kernels test_comm test_model test_text test_engine test_net
+  # Only the suites that hold [asan] cases: loaders, parsers, kernels, collectives, the scheduler stress test, the
+  # control gate and the fuzzers of the HTTP and control ports.
+  cmake --build build-asan -j "$(nproc)" --target actorllm test_util test_kernels test_comm test_model test_text test_engine test_net \
+    test_actors test_e2e_cluster
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j "$(nproc)" --timeout 900 -R '\[asan\]')
 fi

@@ -145,6 +145,11 @@ TEST_CASE("parse_completion_chunk reads text, logprob tokens, usage and errors")
   CHECK(text.carries_tokens());
   auto empty = parse_completion_chunk(R"({"choices":[{"index":0,"text":"","finish_reason":"length"}]})");
   CHECK_FALSE(empty.carries_tokens());
+  auto chat = parse_completion_chunk(R"({"choices":[{"index":0,"delta":{"content":" a"},"finish_reason":null}]})");
+  CHECK(chat.text == " a");
+  CHECK(chat.carries_tokens());
+  auto role_only = parse_completion_chunk(R"({"choices":[{"index":0,"delta":{"role":"assistant"}}]})");
+  CHECK(role_only.text.empty());
   auto lp = parse_completion_chunk(
       R"({"choices":[{"text":"","logprobs":{"tokens":[""],"token_logprobs":[-1.5],"top_logprobs":[{}]}}]})");
   CHECK(lp.logprob_tokens == 1);
