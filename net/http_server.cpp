@@ -26,7 +26,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <list>
@@ -139,8 +141,46 @@ void response_channel::cancel() {
     cancel_ = nullptr;
     waker_ = nullptr;
   }
-  if (f)
-    f();
+  if (f) {
+    // cancel() runs in asio handlers and destructors on the I/O thread: the producer's exception must stop here.
+    try {
+      f();
+    } catch (const std::exception& e) {
+      log::error("http", "a request's cancel callback threw: {}", e.what());
+    } catch (...) {
+      log::error("http", "a request's cancel callback threw");
+    }
+  }
+}
+
+void server_stop::request_stop() {
+  std::function<void()> wake;
+  {
+    std::lock_guard lock{mutex_};
+    if (!wake_) {
+      pending_ = true;
+      return;
+    }
+    wake = wake_;
+  }
+  wake();
+}
+
+void server_stop::attach(std::function<void()> wake) {
+  bool pending = false;
+  {
+    std::lock_guard lock{mutex_};
+    wake_ = wake;
+    pending = std::exchange(pending_, false);
+  }
+  if (pending)
+    wake();
+}
+
+void server_stop::detach() {
+  std::lock_guard lock{mutex_};
+  wake_ = nullptr;
+  pending_ = false;
 }
 
 namespace {
@@ -152,6 +192,7 @@ using tcp = asio::ip::tcp;
 using asio::awaitable;
 using asio::use_awaitable;
 using error_code = boost::system::error_code;
+using namespace std::chrono_literals;
 
 constexpr std::string_view where = "http";
 
@@ -170,6 +211,7 @@ struct post_gate {
 struct connection {
   beast::tcp_stream* stream = nullptr;
   bool busy = false;
+  std::weak_ptr<response_channel> channel;  ///< the request being answered, if any
 };
 
 struct server_state {
@@ -187,6 +229,31 @@ struct server_state {
     if (stopping && connections.empty())
       ctx.stop();
   }
+};
+
+/// Keeps a session's entry in server_state::connections exactly as long as the session's coroutine frame. The entry
+/// goes however the session ends, also when the frame is destroyed without resuming (an exception escaped an I/O
+/// operation and run_http_server's loop caught it): shutdown then neither waits for nor touches a connection that is
+/// gone, and the request it was answering is aborted.
+class connection_entry {
+ public:
+  connection_entry(server_state& st, beast::tcp_stream& stream) : st_{st} {
+    st_.connections.push_back({&stream, false, {}});
+    it_ = std::prev(st_.connections.end());
+  }
+  ~connection_entry() {
+    if (auto ch = it_->channel.lock())
+      ch->cancel();
+    st_.connection_done(it_);
+  }
+  connection_entry(const connection_entry&) = delete;
+  connection_entry& operator=(const connection_entry&) = delete;
+
+  connection& get() { return *it_; }
+
+ private:
+  server_state& st_;
+  std::list<connection>::iterator it_;
 };
 
 std::string lower(std::string_view s) {
@@ -336,15 +403,111 @@ awaitable<bool> answer(server_state& st, beast::tcp_stream& stream, std::shared_
   co_return again;
 }
 
+/// Whether the client has closed its side of the connection (or reset it). Asked of the socket itself: asio takes a
+/// read that returned 0 bytes (answer()'s peek seeing a half-close) as the socket being drained, and then waits for
+/// the next epoll edge before it reads again, which for an end already signalled never comes, so the next read would
+/// sit until the idle timeout.
+bool client_closed(tcp::socket& socket) {
+  char byte = 0;
+  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/// How reading one request ended: a request to answer, a silent close, or the error answer it earns.
+enum class read_outcome {
+  request,         ///< parser.is_done(): answer it
+  closed,          ///< the client closed or reset between requests, or the server is shutting down: no answer
+  head_too_large,  ///< 431: the head (or a chunk header or trailer) is over the limit
+  body_too_large,  ///< 413
+  malformed,       ///< 400: not HTTP/1.x as Beast parses it, or cut short by the client
+};
+
+using request_parser = http::request_parser<http::string_body>;
+
+/// Reads one request into `parser` from `buffer` and then the socket, until `timed_out` (set by the caller's read
+/// deadline, which also cancels the pending read). Our own loop rather than http::async_read, so
+/// every parser failure is seen here: Beast bounds the head by header_limit but not a chunk header or the trailer,
+/// which it buffers until their end (so `buffer` has a max_size: the overflow is 431), and basic_fields throws
+/// std::length_error for a field over 64 KiB, which would escape async_read's composed operation and io_context::run
+/// (a trailer of 70,000 bytes once ended the process).
+awaitable<read_outcome> read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer, request_parser& parser,
+                                     const bool& timed_out) {
+  for (;;) {
+    if (buffer.size() > 0) {
+      error_code ec;
+      std::size_t used = 0;
+      try {
+        used = parser.put(buffer.data(), ec);
+      } catch (const std::length_error&) {  // basic_fields: a field name or value too long to store
+        co_return read_outcome::head_too_large;
+      } catch (const std::exception&) {  // anything else the parser or the body's storage throws on bad input
+        co_return read_outcome::malformed;
+      }
+      buffer.consume(used);
+      if (parser.is_done())
+        co_return read_outcome::request;
+      if (ec == http::error::body_limit)
+        co_return read_outcome::body_too_large;
+      if (ec == http::error::header_limit)
+        co_return read_outcome::head_too_large;
+      if (ec && ec != http::error::need_more)
+        co_return read_outcome::malformed;
+      if (!ec && used > 0 && buffer.size() > 0)
+        continue;  // the head is parsed (put stops there): the body may be buffered already
+    }
+    if (buffer.size() >= buffer.max_size())
+      co_return read_outcome::head_too_large;  // a head, chunk header or trailer that does not end
+    if (timed_out)
+      co_return read_outcome::closed;  // the deadline cancelled a read that had completed already: no new one
+    error_code ec;
+    if (client_closed(stream.socket())) {
+      ec = asio::error::eof;  // (after answer()'s peek saw the end, a read would wait for the deadline: see above)
+    } else {
+      const std::size_t room = std::min<std::size_t>(64 * 1024, buffer.max_size() - buffer.size());
+      const std::size_t n =
+          co_await stream.async_read_some(buffer.prepare(room), asio::redirect_error(use_awaitable, ec));
+      buffer.commit(n);
+    }
+    if (ec == asio::error::eof) {  // everything buffered was offered to the parser already
+      if (!parser.got_some())
+        co_return read_outcome::closed;
+      parser.put_eof(ec);
+      co_return !ec && parser.is_done() ? read_outcome::request : read_outcome::malformed;  // a truncated request
+    }
+    if (ec)
+      co_return read_outcome::closed;  // reset, the read deadline (the caller answers 408) or shutdown
+  }
+}
+
+/// Ends a connection without losing what was written: FIN after the answer, then read and drop whatever the client
+/// still sends until it closes (bounded by `bound`). Closing a socket with unread input would send an RST instead,
+/// and the client's kernel may then drop the answer before the client reads it: a 413 or 431 sent while the client
+/// is still sending, or the answers to pipelined requests before a malformed one (RFC 9112 §9.6, nginx's lingering
+/// close).
+awaitable<void> close_gracefully(beast::tcp_stream& stream, std::chrono::milliseconds bound) {
+  error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (!ec) {
+    stream.expires_after(bound);  // a client that never stops sending is cut off (then with an RST)
+    std::array<char, 4096> sink;
+    while (!ec && !client_closed(stream.socket()))  // (an end the peek saw already would not wake the read)
+      co_await stream.async_read_some(asio::buffer(sink), asio::redirect_error(use_awaitable, ec));
+  }
+  stream.socket().close(ec);
+}
+
 awaitable<void> session(server_state& st, tcp::socket socket) {
   beast::tcp_stream stream{std::move(socket)};
-  st.connections.push_back({&stream, false});
-  auto self = std::prev(st.connections.end());
-  beast::flat_buffer buffer;
+  connection_entry entry{st, stream};
+  connection& self = entry.get();
+  // Bounded: what stays buffered is at most a head, a chunk header or a trailer being parsed (bodies go to the
+  // parser as they come), plus a read's worth of what follows.
+  beast::flat_buffer buffer{std::max<std::size_t>(st.options->max_header_bytes, 64 * 1024) + 8 * 1024};
   bool first = true;
+  bool linger = false;  // the session ends on an answer the client has yet to read (see close_gracefully)
   try {
     while (!st.stopping) {
-      http::request_parser<http::string_body> parser;
+      request_parser parser;
       parser.header_limit(static_cast<std::uint32_t>(st.options->max_header_bytes));
       parser.body_limit(st.options->max_body_bytes);
       error_code ec;
@@ -353,6 +516,8 @@ awaitable<void> session(server_state& st, tcp::socket socket) {
       // ends the connection silently (the tcp_stream's expiry closes the socket); the read deadline is a timer of
       // our own that cancels the read, so the socket stays open for the 408.
       if (buffer.size() == 0) {
+        if (!first && client_closed(stream.socket()))
+          break;  // it half-closed after its last request: no other can come
         stream.expires_after(first ? st.options->read_timeout : st.options->idle_timeout);
         const std::size_t n =
             co_await stream.async_read_some(buffer.prepare(4096), asio::redirect_error(use_awaitable, ec));
@@ -373,31 +538,30 @@ awaitable<void> session(server_state& st, tcp::socket socket) {
         error_code ignored;
         stream.socket().cancel(ignored);
       });
-      co_await http::async_read(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
+      const read_outcome outcome = co_await read_request(stream, buffer, parser, *timed_out);
       *reading = false;
       deadline.cancel();
-      if (ec) {
+      if (outcome != read_outcome::request) {
         http_response r;
-        if (*timed_out) {
+        if (*timed_out)
           r = {408,
                "application/json",
                error_body("request not received within the read timeout", "RequestTimeout"),
                {}};
-        } else if (ec == http::error::body_limit) {
-          r = {413, "application/json", error_body("request body too large", "BadRequestError"), {}};
-        } else if (ec == http::error::header_limit) {
-          r = {431, "application/json", error_body("request headers too large", "BadRequestError"), {}};
-        } else if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
-                   ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
-                   ec == asio::error::bad_descriptor) {
+        else if (outcome == read_outcome::closed)
           break;
-        } else {
+        else if (outcome == read_outcome::body_too_large)
+          r = {413, "application/json", error_body("request body too large", "BadRequestError"), {}};
+        else if (outcome == read_outcome::head_too_large)
+          r = {431, "application/json", error_body("request headers too large", "BadRequestError"), {}};
+        else
           r = {400, "application/json", error_body("malformed HTTP request", "BadRequestError"), {}};
-        }
+        log::info(where, "- - {} (the request could not be read; the connection closes)", r.status);
         co_await write_whole(stream, r, false, st.options->read_timeout);
+        linger = true;
         break;
       }
-      self->busy = true;
+      self.busy = true;
       auto& req = parser.get();
       const bool keep_alive = req.keep_alive();
       const auto started = std::chrono::steady_clock::now();
@@ -428,21 +592,33 @@ awaitable<void> session(server_state& st, tcp::socket socket) {
         ch = std::make_shared<response_channel>();
         ch->respond({500, "application/json", error_body("internal error", "InternalServerError"), {}});
       }
+      self.channel = ch;
       const bool again = co_await answer(st, stream, std::move(ch), keep_alive && !st.stopping, ex);
+      self.channel.reset();
       log::info(where, "{} {} {} {:.1f}ms request_id={}", method, target, ex.status,
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
                 ex.request_id);
-      self->busy = false;
-      if (!again)
+      self.busy = false;
+      if (!again) {
+        linger = true;  // pipelined requests after this one may be unread
         break;
+      }
     }
   } catch (const std::exception& e) {
     log::warning(where, "connection failed: {}", e.what());
+    if (st.options->on_connection_error)
+      st.options->on_connection_error(e.what());
   }
-  error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  stream.socket().close(ignored);
-  st.connection_done(self);
+  try {
+    if (linger) {
+      co_await close_gracefully(stream, std::min<std::chrono::milliseconds>(st.options->read_timeout, 5s));
+    } else {
+      error_code ignored;
+      stream.socket().close(ignored);
+    }
+  } catch (const std::exception& e) {  // not expected (errors are codes here); the entry must still go
+    log::warning(where, "closing a connection failed: {}", e.what());
+  }
 }
 
 awaitable<void> accept_loop(server_state& st) {
@@ -537,11 +713,37 @@ int run_http_server(const server_options& given, const http_handler& handler) {
   };
   signals.async_wait(on_signal);
 
+  if (options.stop)
+    options.stop->attach([gate = st.gate, &st] { gate->post([&st] { begin_shutdown(st); }); });
+  struct detach_stop {
+    server_stop* stop;
+    ~detach_stop() {
+      if (stop != nullptr)
+        stop->detach();
+    }
+  } detach_on_return{options.stop.get()};
+
   asio::co_spawn(st.ctx, accept_loop(st), asio::detached);
   log::info(where, "Listening on http://{}:{}", options.host, port);
   if (options.on_listening)
     options.on_listening(port);
-  st.ctx.run();
+  // Sessions catch what they can, but an exception thrown inside an asio or Beast composed operation surfaces here,
+  // out of run(). It belongs to one connection, whose coroutine is then destroyed without resuming (its
+  // connection_entry lets go of it): log it and go on serving everyone else.
+  for (;;) {
+    try {
+      st.ctx.run();
+      break;
+    } catch (const std::exception& e) {
+      log::error(where, "a connection failed with an uncaught exception (the server goes on): {}", e.what());
+      if (options.on_connection_error)
+        options.on_connection_error(e.what());
+    } catch (...) {
+      log::error(where, "a connection failed with an uncaught exception (the server goes on)");
+      if (options.on_connection_error)
+        options.on_connection_error("a non-standard exception");
+    }
+  }
   {
     std::lock_guard lock{st.gate->mutex};
     st.gate->ctx = nullptr;

@@ -48,7 +48,8 @@ class response_channel {
   void close();
   /// Ends with an error: `whole` when nothing was sent yet, else `stream_tail` appended to the started stream.
   void fail(http_response whole, std::string stream_tail);
-  /// What the producer does when the client is gone (e.g. abort the request). Set before the handler returns.
+  /// What the producer does when the client is gone (e.g. abort the request). Set before the handler returns. It runs
+  /// on the I/O thread and must not throw (an exception is logged and dropped).
   void on_cancel(std::function<void()> f);
 
   /// Consumer side: what arrived since the last take.
@@ -79,6 +80,25 @@ class response_channel {
 
 using http_handler = std::function<std::shared_ptr<response_channel>(http_request)>;
 
+/// Stops a running run_http_server from any thread, as SIGTERM does: the first request drains (no new connections,
+/// in-flight requests finish within shutdown_timeout), a later one stops at once. For a server that runs on a thread
+/// of a bigger program (tests, fuzzing), where a signal would reach the whole process.
+class server_stop {
+ public:
+  /// Asks the server to stop. Thread-safe and non-blocking; one made before the server runs counts when it starts.
+  void request_stop();
+
+  /// run_http_server's side: `wake` runs for each later request (and once now if one is pending). It must not block.
+  void attach(std::function<void()> wake);
+  /// run_http_server's side, before it returns: requests from now on wait for a later attach.
+  void detach();
+
+ private:
+  std::mutex mutex_;
+  bool pending_ = false;
+  std::function<void()> wake_;
+};
+
 struct server_options {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;  ///< 0: any free port (the log and on_listening give the actual one)
@@ -93,10 +113,15 @@ struct server_options {
   /// --allowed-origins: CORS origins answered with Access-Control-Allow-Origin ("*": any); empty: no CORS headers.
   std::vector<std::string> allowed_origins;
   std::function<void(uint16_t port)> on_listening;  ///< called once the socket listens
+  std::shared_ptr<server_stop> stop;                ///< a way to stop besides SIGINT/SIGTERM; null: signals only
+  /// Called on the I/O thread with the reason when an exception ends a connection (it is logged as well). None is
+  /// expected whatever a client sends, so tests and the fuzzer count them.
+  std::function<void(const std::string& what)> on_connection_error;
 };
 
-/// Serves `handler` until SIGINT or SIGTERM, then stops accepting, lets in-flight requests finish (bounded by
-/// shutdown_timeout) and returns 0. Throws std::runtime_error when it cannot listen.
+/// Serves `handler` until SIGINT or SIGTERM (or options.stop), then stops accepting, lets in-flight requests finish
+/// (bounded by shutdown_timeout) and returns 0. Throws std::runtime_error when it cannot listen. Nothing a client
+/// sends ends it: a request that cannot be parsed gets 400, 408, 413 or 431 and its connection closes.
 int run_http_server(const server_options& options, const http_handler& handler);
 
 }  // namespace actorllm::net

@@ -17,12 +17,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -133,12 +135,13 @@ inline http_reply http(uint16_t port, const std::string& method, const std::stri
   return parse_reply(raw);
 }
 
-/// A running `actorllm serve` on stories260K; killed (if still running) on destruction.
+/// A running `actorllm serve` on stories260K; killed (if still running) on destruction, its log's folder removed.
 class server {
  public:
   /// `env`: "NAME=value" entries set in the server's environment.
   explicit server(const std::vector<std::string>& extra = {}, const std::vector<std::string>& env = {}) {
-    log_ = test::make_temp_dir("e2e_server") / "server.log";
+    dir_ = test::make_temp_dir("e2e_server");
+    log_ = dir_ / "server.log";
     std::vector<std::string> args{test::actorllm_binary().string(),
                                   "serve",
                                   test::model_dir("stories260K").string(),
@@ -187,6 +190,8 @@ class server {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
   }
   server(const server&) = delete;
   server& operator=(const server&) = delete;
@@ -211,6 +216,7 @@ class server {
   std::string log() const { return read_file(log_); }
 
  private:
+  std::filesystem::path dir_;
   std::filesystem::path log_;
   pid_t pid_ = -1;
   uint16_t port_ = 0;
