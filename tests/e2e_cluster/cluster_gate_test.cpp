@@ -117,29 +117,30 @@ TEST_CASE("a head beyond loopback without TLS refuses to start unless --insecure
   CHECK(contains(insecure.out, "neither encrypted nor protected from tampering"));
 }
 
-TEST_CASE("control ports under a seeded fuzzer: a head and an mp engine's worker registry keep serving [asan]") {
-  SUBCASE("the cluster head") {
-    test::sim_cluster cluster{1, 1};
-    auto& head = cluster.head();
-    auto& node = cluster.process("node-0");
-    fuzz_port(cluster.head_port(), "the cluster head", [&] { return head.running() && node.running(); });
-    CHECK(head.running());
-    CHECK(node.running());
-    expect_one_healthy_node(cluster);
-  }
-  SUBCASE("an mp engine's worker registry") {
-    e2e::server srv{{"--distributed-executor-backend", "mp", "--tensor-parallel-size", "2"}};
-    // No std::regex here: GCC 12 warns of its internals under ASan (-Wmaybe-uninitialized), and warnings fail CI.
-    const std::string log = srv.log();
-    const std::string marker = "workers register with this engine at 127.0.0.1:";
-    const auto at = log.find(marker);
-    REQUIRE_MESSAGE(at != std::string::npos, log);
-    const auto port = static_cast<uint16_t>(std::stoi(log.substr(at + marker.size())));
-    auto healthy = [&] { return e2e::http(srv.port(), "GET", "/health").status == 200; };
-    fuzz_port(port, "the engine's worker registry", healthy);
-    CHECK(healthy());
-    const auto reply = e2e::http(srv.port(), "POST", "/v1/completions",
-                                 R"({"model":"stories","prompt":"Once upon a time","max_tokens":8,"temperature":0})");
-    CHECK_MESSAGE(reply.status == 200, reply.body);
-  }
+TEST_CASE("the control port of a cluster head under a seeded fuzzer keeps serving [asan]") {
+  test::sim_cluster cluster{1, 1};
+  auto& head = cluster.head();
+  auto& node = cluster.process("node-0");
+  fuzz_port(cluster.head_port(), "the cluster head", [&] { return head.running() && node.running(); });
+  CHECK(head.running());
+  CHECK(node.running());
+  expect_one_healthy_node(cluster);
+}
+
+// The same gate guards an engine's worker registry. Not under ASan: the head's case covers the gate's code there,
+// and an ASan mp engine with its workers starts too slowly for the serve harness on a busy 2-core machine.
+TEST_CASE("the worker registry of an mp engine under a seeded fuzzer keeps serving") {
+  e2e::server srv{{"--distributed-executor-backend", "mp", "--tensor-parallel-size", "2"}};
+  // No std::regex here: GCC 12 warns of its internals under ASan (-Wmaybe-uninitialized).
+  const std::string log = srv.log();
+  const std::string marker = "workers register with this engine at 127.0.0.1:";
+  const auto at = log.find(marker);
+  REQUIRE_MESSAGE(at != std::string::npos, log);
+  const auto port = static_cast<uint16_t>(std::stoi(log.substr(at + marker.size())));
+  auto healthy = [&] { return e2e::http(srv.port(), "GET", "/health").status == 200; };
+  fuzz_port(port, "the engine's worker registry", healthy);
+  CHECK(healthy());
+  const auto reply = e2e::http(srv.port(), "POST", "/v1/completions",
+                               R"({"model":"stories","prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+  CHECK_MESSAGE(reply.status == 200, reply.body);
 }
