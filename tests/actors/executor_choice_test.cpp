@@ -50,7 +50,7 @@ executor_inputs requesting(executor_inputs in, executor_backend backend) {
 
 }  // namespace
 
-TEST_CASE("backend names: uni, mp and cluster parse and print; ray and others do not") {
+TEST_CASE("backend names: uni, mp and cluster parse and print, ray and others do not") {
   for (auto b : {executor_backend::uni, executor_backend::mp, executor_backend::cluster})
     CHECK(actors::parse_executor_backend(actors::to_string(b)) == b);
   CHECK(actors::to_string(executor_backend::mp) == "mp");
@@ -109,7 +109,7 @@ TEST_CASE("default: on GPU without a cluster a world larger than this node is an
   CHECK_MESSAGE(contains(err, "--cluster-address HEAD:PORT"), err);
 }
 
-TEST_CASE("requested uni is taken; on GPU with more shards than devices the reason warns") {
+TEST_CASE("requested uni is taken, and on GPU with more shards than devices the reason warns") {
   auto d = decision(actors::choose_executor(requesting(gpu_node(4, 8), executor_backend::uni)));
   CHECK(d.backend == executor_backend::uni);
   CHECK_FALSE(contains(d.reason, "warning"));

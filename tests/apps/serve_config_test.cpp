@@ -107,7 +107,7 @@ TEST_CASE("every configs/*.toml parses") {
   CHECK(llama.allowed_origins == std::vector<std::string>{"https://chat.example.com"});
 }
 
-TEST_CASE("a settings file sets every section's keys; dashes work like underscores") {
+TEST_CASE("a settings file sets every section's keys, and dashes work like underscores") {
   auto o = app::parse_serve_config(R"(
 [model]
 path = "/abs/model"

@@ -484,7 +484,7 @@ TEST_CASE("jinja: strftime_now formats the render's clock") {
   CHECK(tmpl.render(jinja::value(), options) == "26 Jul 2024|2024-07-26 09:05");
 }
 
-TEST_CASE("jinja: the caller's values are read-only; containers the template builds are not") {
+TEST_CASE("jinja: the caller's values are read-only, containers the template builds are not") {
   jinja::value variables = jinja::parse_json(R"({"messages": [{"role": "user"}], "d": {}})");
   auto error = error_of("{% set _ = messages.append(1) %}", R"({"messages": []})");
   REQUIRE(error);
