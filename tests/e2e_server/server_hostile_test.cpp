@@ -5,6 +5,7 @@
 #include "server_harness.hpp"
 
 #include <doctest/doctest.h>
+#include "doctest_int_vector.hpp"
 
 #include <sys/wait.h>
 
@@ -14,18 +15,6 @@
 using namespace actorllm;
 using namespace actorllm::e2e;
 using namespace std::chrono_literals;
-
-namespace doctest {
-template <>
-struct StringMaker<std::vector<int>> {
-  static String convert(const std::vector<int>& v) {
-    std::string out = "{";
-    for (std::size_t i = 0; i < v.size(); ++i)
-      out += (i ? ", " : "") + std::to_string(v[i]);
-    return (out + "}").c_str();
-  }
-};
-}  // namespace doctest
 
 namespace {
 

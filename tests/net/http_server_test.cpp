@@ -6,6 +6,7 @@
 #include "fuzz/test_server.hpp"
 
 #include <doctest/doctest.h>
+#include "doctest_int_vector.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -16,18 +17,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-namespace doctest {
-template <>
-struct StringMaker<std::vector<int>> {
-  static String convert(const std::vector<int>& v) {
-    std::string out = "{";
-    for (std::size_t i = 0; i < v.size(); ++i)
-      out += (i ? ", " : "") + std::to_string(v[i]);
-    return (out + "}").c_str();
-  }
-};
-}  // namespace doctest
 
 using namespace actorllm;
 using namespace actorllm::fuzz;
