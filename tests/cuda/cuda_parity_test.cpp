@@ -1,11 +1,13 @@
 // The CUDA kernels against the CPU reference backend. Where no GPU is visible (as in CI) the cases that need one
 // are skipped through doctest's skip decorator, so the run counts them as skipped (not passed), and a listener
-// prints "skipped: no GPU" with the driver's reason for each.
+// (gpu_skip_listener.cpp) prints "skipped: no GPU" with the driver's reason for each.
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/rms_norm.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/norm_activation.hpp"
+
+#include "gpu_test_util.hpp"
 
 #include <doctest/doctest.h>
 
@@ -16,47 +18,9 @@
 
 namespace {
 
-// Asked once, while the test cases register (the skip decorators read it before main runs).
-bool gpu_available() {
-  static const bool available = actorllm::cuda::device_count() > 0;
-  return available;
-}
-
-// doctest only counts the cases a decorator skipped; this says which, and why.
-struct gpu_skip_listener : doctest::IReporter {
-  explicit gpu_skip_listener(const doctest::ContextOptions& opt) : out(*opt.cout) {}
-
-  void test_case_skipped(const doctest::TestCaseData& tc) override {
-    if (tc.m_skip && !gpu_available())
-      out << "[doctest] skipped: no GPU (" << actorllm::cuda::unavailable_reason() << "): " << tc.m_name << "\n";
-  }
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats&) override {}
-  void test_case_start(const doctest::TestCaseData&) override {}
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-
-  std::ostream& out;
-};
-
-REGISTER_LISTENER("gpu_skip", 1, gpu_skip_listener);
-
-// Run anyway (--no-skip) without a GPU, a case fails here with the reason instead of aborting in a CUDA call.
-void require_gpu() { REQUIRE_MESSAGE(gpu_available(), "no usable GPU: " << actorllm::cuda::unavailable_reason()); }
-
-struct device_buffer {
-  explicit device_buffer(size_t n) { ACTORLLM_CUDA_CHECK(cudaMalloc(&ptr, n * sizeof(float))); }
-  ~device_buffer() { cudaFree(ptr); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  float* ptr = nullptr;
-};
+using actorllm::cuda_test::gpu_available;
+using actorllm::cuda_test::require_gpu;
+using device_buffer = actorllm::cuda_test::device_array<float>;
 
 std::vector<float> random_vector(size_t n, uint32_t seed) {
   std::mt19937 gen{seed};
