@@ -1,6 +1,9 @@
 // A shard's step pipeline.
 #include "actors/model_runner.hpp"
 
+#include "kernels/host_staged_collective.hpp"
+#include "model/kv_cache.hpp"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -11,6 +14,9 @@ model_runner::model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_colle
                            const model::model_config& cfg, model::model_weights weights, const model::shard_spec& shard,
                            bool samples)
     : be_(std::move(be)), comm_(std::move(comm)), inputs_(*be_), samples_(samples) {
+  // The collectives of today's transports move host memory; a device backend's tensors go through it.
+  if (be_->where().kind != device_kind::cpu)
+    comm_ = std::make_unique<host_staged_collective>(std::move(comm_), *be_);
   model_ = std::make_unique<model::llama_model>(cfg, std::move(weights), shard, *comm_, *be_);
 }
 
@@ -18,12 +24,61 @@ void model_runner::allocate_cache(int64_t block_size, int64_t n_blocks) {
   cache_ = std::make_unique<model::kv_cache>(*be_, model_->cache_shape(block_size), n_blocks);
 }
 
+size_t model_runner::profile_forward(int64_t n_tokens, int64_t block_size) {
+  const int64_t n_blocks = (n_tokens + block_size - 1) / block_size;
+  model::forward_batch batch;
+  std::vector<int32_t> tokens(static_cast<size_t>(n_tokens), 0);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  for (int64_t b = 0; b < n_blocks; ++b)
+    table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  batch.add_sequence(tokens, 0, table, true);
+  const size_t before = be_->memory_info().in_use;
+  size_t peak = 0, cache_bytes = 0;
+  {
+    model::kv_cache scratch_cache{*be_, model_->cache_shape(block_size), n_blocks};
+    cache_bytes = be_->memory_info().in_use - before;  // as the allocator rounded it
+    tensor hidden;
+    if (!model_->is_first_stage()) {
+      hidden = be_->alloc(dtype::f32, {n_tokens, model_->config().n_embd});
+      std::vector<float> zeros(static_cast<size_t>(hidden.numel()), 0.0f);
+      be_->upload(hidden, zeros.data(), hidden.nbytes());
+    }
+    model::step_input_builder inputs{*be_};
+    const model::step_inputs& in = inputs.prepare(batch, block_size);
+    be_->reset_peak_memory();
+    tensor out = model_->forward(in, scratch_cache, hidden);
+    be_->synchronize();
+    peak = be_->memory_info().peak_in_use;
+  }
+  return peak > cache_bytes ? peak - cache_bytes : peak;
+}
+
 tensor model_runner::hidden_input(int64_t n_tokens) {
-  return be_->alloc(dtype::f32, {n_tokens, model_->config().n_embd});
+  return make_host_tensor(dtype::f32, {n_tokens, model_->config().n_embd});
+}
+
+tensor model_runner::to_host(const tensor& t) {
+  if (t.empty() || t.where().kind == device_kind::cpu)
+    return t;
+  tensor host = make_host_tensor(t.type, t.shape);
+  be_->download(t, host.data(), t.nbytes());
+  return host;
 }
 
 step_output model_runner::run(const proto::step_plan& plan, const tensor& hidden_in) {
+  step_output out = run_queued(plan, hidden_in);
+  be_->synchronize();  // a device backend's outputs (and its reads of hidden_in) are complete before they are handed on
+  return out;
+}
+
+step_output model_runner::run_queued(const proto::step_plan& plan, const tensor& hidden_arg) {
   step_output out;
+  tensor hidden_in = hidden_arg;
+  if (!hidden_in.empty() && hidden_in.where() != be_->where()) {  // from the host (a link) or another GPU
+    tensor local = be_->alloc(hidden_in.type, hidden_in.shape);
+    be_->copy(hidden_in, local);
+    hidden_in = std::move(local);
+  }
   const auto t_start = std::chrono::steady_clock::now();
   if (!cache_) {
     out.error = "a step arrived before the weights and the KV cache were ready";

@@ -42,12 +42,23 @@ class model_runner {
   /// Allocates the KV cache through the backend (std::bad_alloc when it does not fit).
   void allocate_cache(int64_t block_size, int64_t n_blocks);
 
-  /// A tensor on the backend for `n_tokens` rows of hidden states arriving from the previous stage.
+  /// The memory profile of a step (vLLM's profile run): a forward of `n_tokens` prompt tokens of one sequence over
+  /// a temporary cache, after which the backend's peak_in_use counts the weights and the largest activations but
+  /// not that cache. Returns that peak less the temporary cache: the shard's non-KV peak. Every TP rank of a stage
+  /// runs it at once (the forward's collectives pair them up).
+  size_t profile_forward(int64_t n_tokens, int64_t block_size);
+  /// A host tensor for `n_tokens` rows of hidden states arriving from the previous stage over a data-plane link
+  /// (links move host memory; run() brings it to the backend's device).
   tensor hidden_input(int64_t n_tokens);
+  /// `t` in host memory (itself when it is there already): a device backend's hidden states before a link sends
+  /// them.
+  tensor to_host(const tensor& t);
   /// Drops the sampler state of requests that ended (no plan carried their release).
   void release(std::span<const uint64_t> request_ids) { samplers_.release(request_ids); }
 
-  /// Runs `plan` on this shard. `hidden_in`: the previous stage's hidden states (empty on the first stage).
+  /// Runs `plan` on this shard. `hidden_in`: the previous stage's hidden states (empty on the first stage), on this
+  /// backend's device, in host memory or on another GPU (copied in first). Everything the step queued on the
+  /// device has finished when it returns, so its outputs may be read from another stream or thread.
   /// Exceptions from the collectives (a lost peer, a timeout) propagate.
   step_output run(const proto::step_plan& plan, const tensor& hidden_in);
 
@@ -55,6 +66,8 @@ class model_runner {
   const sequence_samplers& samplers() const { return samplers_; }
 
  private:
+  step_output run_queued(const proto::step_plan& plan, const tensor& hidden_in);
+
   std::unique_ptr<backend> be_;
   std::unique_ptr<tp_collective> comm_;
   std::unique_ptr<model::llama_model> model_;

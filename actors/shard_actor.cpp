@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 namespace actorllm::actors {
 
 namespace {
@@ -32,6 +34,14 @@ struct shard_state {
 };
 
 using shard_pointer = proto::shard_actor::stateful_pointer<shard_state>;
+
+// This machine's name: shards on different nodes with equal GPU indices have different GPUs.
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0)
+    return "localhost";
+  return name;
+}
 
 void report_failure(shard_pointer self, uint64_t step_id, std::string message) {
   auto& st = self->state;
@@ -73,7 +83,7 @@ void run_step(shard_pointer self, proto::stage_input& in) {
     const uint64_t step_id = plan.step_id;
     self->send(st.args.next, proto::stage_input{std::move(in.plan), {}});
     try {
-      st.next_link->send(step_id, out.hidden);
+      st.next_link->send(step_id, st.runner->to_host(out.hidden));
     } catch (const std::exception& e) {
       return report_failure(self, step_id, e.what());
     }
@@ -102,7 +112,13 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
       [self](proto::load_atom) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         try {
-          auto be = make_backend(st.args.device, std::max(1, st.args.n_threads));
+          // GPUs are shared out round robin by global rank (vLLM gives each worker its own device the same way).
+          const int rank = st.args.stage * st.args.spec.tp_size + st.args.spec.tp_rank;
+          const device where =
+              device_for_rank(st.args.device, rank, st.args.device == device_kind::cpu ? 0 : visible_gpu_count());
+          auto be = make_backend(where, std::max(1, st.args.n_threads));
+          if (where.kind != device_kind::cpu)
+            log::info("shard", "{}: runs on {}", st.where(), be->describe());
           std::unique_ptr<tp_collective> comm;
           if (st.args.make_collective)
             comm = st.args.make_collective();
@@ -122,7 +138,8 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
         }
         return caf::ok_atom::value;
       },
-      [self](proto::profile_atom, int32_t block_size, uint64_t budget) -> caf::result<proto::shard_profile> {
+      [self](proto::profile_atom, int32_t block_size, uint64_t budget,
+             int32_t profile_tokens) -> caf::result<proto::shard_profile> {
         auto& st = self->state;
         if (!st.runner)
           return proto::make_error(errc::internal, st.where() + ": profiled before its weights were loaded");
@@ -138,6 +155,25 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
         p.weight_bytes = m.weight_bytes();
         p.bytes_per_block = m.cache_shape(block_size).bytes_per_block();
         p.n_blocks_fit = p.bytes_per_block == 0 ? 0 : static_cast<int64_t>(budget / p.bytes_per_block);
+        backend& be = st.runner->device_backend();
+        if (be.memory_info().total > 0) {  // a GPU: profile a forward, report the memory it leaves
+          size_t non_kv_peak = 0;
+          try {
+            non_kv_peak = st.runner->profile_forward(std::max(profile_tokens, 1), block_size);
+          } catch (const std::bad_alloc&) {
+            return proto::make_error(errc::invalid_config,
+                                     fmt::format("{}: a profile forward of {} tokens does not fit on {}", st.where(),
+                                                 profile_tokens, be.describe()));
+          } catch (const std::exception& e) {
+            return proto::make_error(errc::load_failed, fmt::format("{}: profile forward: {}", st.where(), e.what()));
+          }
+          const device_memory mem = be.memory_info();
+          p.device = fmt::format("{}/{}", host_name(), be.where().to_string());
+          p.device_total = mem.total;
+          p.device_used = mem.total - mem.free;
+          p.in_use = mem.in_use;
+          p.peak_in_use = non_kv_peak;
+        }
         return p;
       },
       [self](proto::init_cache_atom, proto::kv_cache_config cfg) -> caf::result<caf::ok_atom> {

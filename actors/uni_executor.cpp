@@ -93,6 +93,10 @@ replica_plan plan_replica(const engine_config& config) {
   if (!chosen.error.empty())
     throw_config(chosen.error);
   plan.device = chosen.kind;
+  // A cluster's workers have their own devices (each checks its own); this process runs the other executors' shards.
+  if (config.distributed_executor_backend != "cluster")
+    if (std::string why = device_unusable_reason(plan.device); !why.empty())
+      throw_config(why);
   auto format = model::parse_load_format(config.load_format);
   if (!format)
     throw_config(fmt::format("load_format: '{}' is not one of auto, safetensors, dummy", config.load_format));
@@ -166,6 +170,8 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
     bm.device = plan.device == device_kind::cuda ? "GPU" : "CPU";
     bm.kv_cache_memory = config.kv_cache_memory;
     bm.max_model_len = r.max_model_len;
+    bm.profile_tokens = config.max_num_batched_tokens;
+    bm.gpu_memory_utilization = config.gpu_memory_utilization;
     r.block_manager = spawn_block_manager(sys, std::move(bm));
     self->request(r.block_manager, caf::infinite, proto::configure_atom::value)
         .receive([&](proto::kv_cache_config& c) { r.cache = c; },

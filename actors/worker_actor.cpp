@@ -148,6 +148,8 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   const device_choice chosen = resolve_device(a.device);
   if (!chosen.error.empty())
     throw actorllm::error{errc::invalid_config, chosen.error};
+  if (std::string why = device_unusable_reason(chosen.kind); !why.empty())
+    throw actorllm::error{errc::invalid_config, why};
   args.device = chosen.kind;
   args.load.seed = a.seed;
   args.n_threads = a.n_threads;

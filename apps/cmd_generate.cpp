@@ -36,7 +36,7 @@ struct generate_options {
   std::string output = "text";
   std::string load_format = "auto";
   std::string dtype_name = "auto";
-  std::string device = "cpu";
+  std::string device = "auto";
   int64_t block_size = 16;
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 2048;
@@ -166,7 +166,8 @@ command_registration generate_command{
       sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
           ->capture_default_str();
       sub.add_option("--dtype", o->dtype_name, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
-      sub.add_option("--device", o->device, "Device the shards run on: cpu (cuda and auto come with the CUDA backend)")
+      sub.add_option("--device", o->device,
+                     "Device the shards run on: cpu, cuda, or auto (CUDA when this machine has a GPU)")
           ->capture_default_str();
       sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->capture_default_str();
       sub.add_option("--max-model-len", o->max_model_len, "Context length limit (default: the model's)");

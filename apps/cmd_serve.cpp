@@ -122,8 +122,8 @@ int run_serve(serve_options o) {
   }
   if (o.served_model_names.empty())
     o.served_model_names.push_back(o.model);
-  // Every shard runs on the CPU backend (kernels/cpu) for now, which sizes its KV cache by --kv-cache-memory.
-  if (o.gpu_memory_utilization_set)
+  // The CPU backend sizes its KV cache by --kv-cache-memory; GPU backends by --gpu-memory-utilization.
+  if (o.gpu_memory_utilization_set && resolve_device(o.device).kind == device_kind::cpu)
     log::info("serve",
               "--gpu-memory-utilization {} applies to GPU backends only; this engine runs on the CPU and "
               "sizes its KV cache with --kv-cache-memory ({})",
@@ -275,7 +275,8 @@ command_registration serve_command{
       sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
           ->capture_default_str();
       sub.add_option("--dtype", o->dtype, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
-      sub.add_option("--device", o->device, "Device the shards run on: cpu (cuda and auto come with the CUDA backend)")
+      sub.add_option("--device", o->device,
+                     "Device the shards run on: cpu, cuda, or auto (CUDA when this machine has a GPU)")
           ->capture_default_str();
       sub.add_option("--seed", o->seed, "Engine seed")->capture_default_str();
       sub.add_option("--num-threads", o->threads, "CPU threads for the kernels (default: all cores)");

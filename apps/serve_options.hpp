@@ -31,7 +31,7 @@ struct serve_options {
   std::string distributed_executor_backend;  ///< uni, mp or cluster; empty: chosen by the world size
   int64_t max_worker_restarts = 3;           ///< mp/cluster: restarts of dead workers before exiting non-zero
   int threads = 0;                           ///< --num-threads; 0: every core
-  std::string device = "cpu";                ///< --device: cpu (cuda and auto come with the CUDA backend)
+  std::string device = "auto";               ///< --device: cpu, cuda or auto (CUDA when a GPU is visible)
 
   // [scheduler]
   int64_t max_num_seqs = 256;

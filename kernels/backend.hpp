@@ -58,6 +58,15 @@ struct rope_table {
   int64_t head_dim = 0;
 };
 
+/// Memory of a backend's device, for sizing the KV cache (GPU backends: vLLM's gpu_memory_utilization rule). A host
+/// backend reports zeros: its cache is sized by --kv-cache-memory instead.
+struct device_memory {
+  size_t total = 0;        ///< the device's memory
+  size_t free = 0;         ///< free on the device now (every process counted)
+  size_t in_use = 0;       ///< held by this backend's tensors now
+  size_t peak_in_use = 0;  ///< the most this backend held at once since reset_peak_memory()
+};
+
 /// A device, its memory and the model-level ops. Not thread-safe: one shard drives one backend from one thread.
 class backend {
  public:
@@ -67,6 +76,10 @@ class backend {
   virtual device where() const = 0;
   /// Short name for logs: "cpu (8 threads)", "cuda:0 (NVIDIA H100 80GB HBM3)".
   virtual std::string describe() const = 0;
+  /// The device's memory and this backend's share of it (zeros on the CPU).
+  virtual device_memory memory_info() { return {}; }
+  /// Starts a new peak of device_memory::peak_in_use (the memory profile of a forward pass).
+  virtual void reset_peak_memory() {}
 
   // ---- memory --------------------------------------------------------------------------------------------------
 
@@ -134,8 +147,10 @@ class backend {
                       std::span<ops::sample_result> out) = 0;
 };
 
-/// A backend for `kind` with `n_threads` kernel threads (the CPU backend's pool; a GPU backend uses one thread).
-/// Throws std::runtime_error naming the kind when this build has no such backend.
+/// A backend on `where` with `n_threads` kernel threads (the CPU backend's pool; a GPU backend uses one thread).
+/// Throws std::runtime_error naming the device when this build has no such backend or the device is unusable.
+std::unique_ptr<backend> make_backend(device where, int n_threads);
+/// make_backend on the first device of `kind`.
 std::unique_ptr<backend> make_backend(device_kind kind, int n_threads);
 
 }  // namespace actorllm

@@ -2,21 +2,32 @@
 #include "kernels/backend.hpp"
 
 #include "kernels/cpu/cpu_backend.hpp"
+#ifdef ACTORLLM_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.hpp"
+#endif
 
 #include <stdexcept>
 #include <string>
 
 namespace actorllm {
 
-std::unique_ptr<backend> make_backend(device_kind kind, int n_threads) {
-  switch (kind) {
+std::unique_ptr<backend> make_backend(device where, int n_threads) {
+  switch (where.kind) {
     case device_kind::cpu:
       return std::make_unique<cpu::cpu_backend>(n_threads);
     case device_kind::cuda:
+#ifdef ACTORLLM_HAVE_CUDA
+      return std::make_unique<cuda::cuda_backend>(where.index);
+#else
       break;
+#endif
   }
-  throw std::runtime_error("make_backend: device '" + std::string(device_kind_name(kind)) +
-                           "': this build has no CUDA backend yet (the only device is 'cpu')");
+  throw std::runtime_error("make_backend: device '" + where.to_string() +
+                           "': this build has no CUDA backend (built without nvcc); the only device is 'cpu'");
+}
+
+std::unique_ptr<backend> make_backend(device_kind kind, int n_threads) {
+  return make_backend(device{kind, 0}, n_threads);
 }
 
 }  // namespace actorllm

@@ -25,7 +25,7 @@ struct engine_config {
   int32_t max_model_len = 0;               ///< context limit; 0: the model's max_position_embeddings
   std::string load_format = "auto";        ///< auto, safetensors or dummy (seeded random weights)
   std::string dtype = "auto";              ///< weight dtype: auto, float32, float16, bfloat16
-  std::string device = "cpu";              ///< --device: "cpu"; "cuda" and "auto" come with the CUDA backend
+  std::string device = "auto";             ///< --device: "cpu", "cuda" or "auto" (CUDA when a GPU is visible)
   uint64_t seed = 0;                       ///< seed of dummy weights and of requests that bring none
   int32_t threads = 0;                     ///< kernel threads over all shards; 0: every core
   std::string scheduling_policy = "fcfs";  ///< fcfs or priority

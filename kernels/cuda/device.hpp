@@ -25,4 +25,11 @@ std::vector<device_info> devices();
 /// Why no GPU is usable (the driver's message), or empty when at least one is.
 std::string unavailable_reason();
 
+/// The device's copy bandwidth in bytes per second, counting bytes read and written (the convention of the GPU-PLAN
+/// roofline figures): the best of `reps` device-to-device copies of `bytes`, timed with CUDA events.
+double measure_copy_bandwidth(int device_index, size_t bytes, int reps);
+
+/// The driver's CUDA version (e.g. 13000), or 0 without a driver.
+int driver_version();
+
 }  // namespace actorllm::cuda

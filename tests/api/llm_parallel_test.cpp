@@ -3,6 +3,8 @@
 #include "actorllm/llm.hpp"
 #include "test_paths.hpp"
 
+#include "kernels/device.hpp"
+
 #include <doctest/doctest.h>
 #include <simdjson.h>
 
@@ -157,8 +159,9 @@ TEST_CASE("layouts the model cannot take fail at once, before any weight is load
 
 TEST_CASE("a device this build cannot run is refused at construction, naming the value, before any file is read") {
   for (const auto& [name, needle] :
-       {std::pair{"cuda", "--device cuda: the CUDA backend is not part of this build"},
-        std::pair{"auto", "--device auto"}, std::pair{"tpu", "--device 'tpu' is not a device"}}) {
+       {std::pair{"cuda", "--device cuda: no"}, std::pair{"tpu", "--device 'tpu' is not a device"}}) {
+    if (std::string{name} == "cuda" && visible_gpu_count() > 0)
+      continue;  // a machine with a GPU runs it
     engine_config cfg = stories_config(1, 1);
     cfg.model = "/nonexistent/model";  // the device is refused first
     cfg.device = name;

@@ -1,9 +1,10 @@
-// Shared by the CUDA test files: whether a GPU is usable, a skip listener that names each case skipped for want of
-// one ("skipped: no GPU", never a silent pass), and small device-memory helpers.
+// Shared by the CUDA test files: whether a GPU is usable and small device-memory helpers. tests/gpu_skip_listener.cpp
+// names each case skipped for want of a GPU ("skipped: no GPU", never a silent pass).
 #pragma once
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device.hpp"
+#include "kernels/device.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,14 +16,12 @@ namespace actorllm::cuda_test {
 
 // Asked once, while the test cases register (the skip decorators read it before main runs).
 inline bool gpu_available() {
-  static const bool available = actorllm::cuda::device_count() > 0;
+  static const bool available = actorllm::visible_gpu_count() > 0;
   return available;
 }
 
 // Run anyway (--no-skip) without a GPU, a case fails here with the reason instead of aborting in a CUDA call.
-inline void require_gpu() {
-  REQUIRE_MESSAGE(gpu_available(), "no usable GPU: " << actorllm::cuda::unavailable_reason());
-}
+inline void require_gpu() { REQUIRE_MESSAGE(gpu_available(), "no usable GPU: " << actorllm::gpu_unavailable_reason()); }
 
 /// cudaMalloc'd floats (or any trivially copyable T), freed on scope exit.
 template <class T = float>

@@ -277,7 +277,8 @@ TEST_CASE_FIXTURE(proto_fixture, "step plans, stage inputs and step results roun
   CHECK(roundtrip(rel) == rel);
   CHECK(roundtrip_message(rel) == rel);
 
-  proto::shard_profile prof{1, 3, 3, 5, 123456, 20480, 51};
+  proto::shard_profile prof{1,           3,           3,           5,          123456, 20480, 51, "node-a/cuda:1",
+                            85899345920, 21474836480, 17179869184, 19327352832};
   CHECK(roundtrip(prof) == prof);
   CHECK(roundtrip_message(prof) == prof);
   proto::kv_cache_config kv{51, 16, 20480};

@@ -69,8 +69,9 @@ using shard_actor = caf::typed_actor<
     caf::reacts_to<sampler_release>,
     /// Load the weight slice (already sliced while reading).
     caf::replies_to<load_atom>::with<caf::ok_atom>,
-    /// Report the per-block size for a block size and how many blocks fit a byte budget.
-    caf::replies_to<profile_atom, int32_t, uint64_t>::with<shard_profile>,
+    /// Report the per-block size for a block size and how many blocks fit a byte budget; a GPU shard first runs a
+    /// profile forward of that many tokens (the last int; 0: none) and reports its memory.
+    caf::replies_to<profile_atom, int32_t, uint64_t, int32_t>::with<shard_profile>,
     /// Allocate the KV cache.
     caf::replies_to<init_cache_atom, kv_cache_config>::with<caf::ok_atom>,
     /// Where sampled tokens and step failures go (the scheduler).

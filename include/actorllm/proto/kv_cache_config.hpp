@@ -5,6 +5,7 @@
 #include <caf/meta/type_name.hpp>
 
 #include <cstdint>
+#include <string>
 
 namespace actorllm::proto {
 
@@ -16,7 +17,13 @@ struct shard_profile {
   int64_t layer_end = 0;
   uint64_t weight_bytes = 0;     ///< bytes of the weight slice it holds
   uint64_t bytes_per_block = 0;  ///< bytes one KV block takes on this shard (its layers, its kv heads)
-  int64_t n_blocks_fit = 0;      ///< blocks that fit in the memory budget it was given
+  int64_t n_blocks_fit = 0;      ///< blocks that fit in the memory budget it was given (host backends)
+  // A GPU shard's memory after its profile forward (zeros on the CPU, whose cache the budget above sizes):
+  std::string device;         ///< "HOST/cuda:N": shards with equal strings share one GPU's memory
+  uint64_t device_total = 0;  ///< the GPU's memory
+  uint64_t device_used = 0;   ///< in use on the GPU by anyone (total - free), sampled after the profile
+  uint64_t in_use = 0;        ///< held by this shard after the profile (weights, scratch)
+  uint64_t peak_in_use = 0;   ///< the most this shard held during the profile forward (its non-KV peak)
 
   friend bool operator==(const shard_profile&, const shard_profile&) = default;
 };
@@ -25,7 +32,7 @@ struct shard_profile {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_profile& x) {
   return f(caf::meta::type_name("shard_profile"), x.stage, x.tp_rank, x.layer_begin, x.layer_end, x.weight_bytes,
-           x.bytes_per_block, x.n_blocks_fit);
+           x.bytes_per_block, x.n_blocks_fit, x.device, x.device_total, x.device_used, x.in_use, x.peak_in_use);
 }
 
 /// The replica's KV cache.

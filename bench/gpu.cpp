@@ -1,0 +1,289 @@
+// GPU benchmark and 8B parity at a real model shape with dummy weights (scripts/gpu_check.sh runs it on a GPU
+// machine): the device's copy bandwidth; batch-1 decode tokens/s and its share of the bandwidth roofline (weight
+// bytes read per token ÷ measured bandwidth); output tokens/s through the engine (actorllm::LLM) for batches of
+// 64 and 256 at 128 in / 128 out and 1024 / 1024; and, with --parity, the CUDA forward (bf16 weights) against the
+// CPU's (the same bf16 weights, f32 activations) on identical dummy weights: top-1 agreement and error norms.
+// Prints a table, writes JSON. Without a GPU it says "skipped: no GPU" and exits 77.
+#include "actorllm/llm.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/collective.hpp"
+#include "kernels/device.hpp"
+#include "model/kv_cache.hpp"
+#include "model/llama_model.hpp"
+#include "model/model_source.hpp"
+#include "util/json_writer.hpp"
+#include "util/thread_pool.hpp"
+#ifdef ACTORLLM_HAVE_CUDA
+#include "kernels/cuda/device.hpp"
+#endif
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace actorllm;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+std::vector<int32_t> prompt_of(int64_t seq, int64_t len, int64_t vocab) {
+  std::vector<int32_t> p(static_cast<size_t>(len));
+  for (int64_t i = 0; i < len; ++i)
+    p[static_cast<size_t>(i)] = static_cast<int32_t>((seq * 7919 + i * 104729 + 1) % vocab);
+  return p;
+}
+
+int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
+
+model::loaded_shard load_dummy(const std::string& config_dir, dtype weights) {
+  model::load_options load;
+  load.format = model::load_format::dummy;
+  load.weight_dtype = weights;
+  return model::load_shard(config_dir, model::shard_spec{}, load);
+}
+
+// Batch-1 decode: a short prompt, then `steps` timed steps. Returns tokens/s.
+double decode_batch1(model::llama_model& llm, int64_t prompt_len, int64_t steps) {
+  const int64_t block_size = 16, ctx = prompt_len + steps + 8;
+  const int64_t blocks = (ctx + block_size - 1) / block_size;
+  model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), blocks};
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  const int64_t vocab = llm.config().n_vocab;
+  model::forward_batch fb;
+  fb.add_sequence(prompt_of(0, prompt_len, vocab), 0, table, true);
+  std::vector<float> logits = llm.forward(fb, cache);
+  int32_t last = argmax(logits.data(), vocab);
+  clock_type::time_point t0;
+  for (int64_t step = -4; step < steps; ++step) {  // 4 untimed warm-up steps
+    if (step == 0)
+      t0 = clock_type::now();
+    model::forward_batch d;
+    int32_t tok[1] = {last};
+    d.add_sequence(tok, static_cast<int32_t>(prompt_len + step + 4), table, true);
+    logits = llm.forward(d, cache);
+    last = argmax(logits.data(), vocab);
+  }
+  return static_cast<double>(steps) / seconds_since(t0);
+}
+
+struct parity_result {
+  int64_t rows = 0;
+  int64_t top1_agree = 0;
+  double max_abs_error = 0.0;     // over every logit
+  double max_rel_l2_error = 0.0;  // ||gpu - cpu|| / ||cpu|| per row, the worst row
+};
+
+// The logits of a 16-token prompt and 4 greedy decode steps (the GPU's choices fed to both), GPU against CPU.
+std::vector<std::vector<float>> run_rows(model::llama_model& llm, const std::vector<int32_t>& tokens,
+                                         int64_t prompt_len) {
+  const int64_t block_size = 16, blocks = 4;
+  model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), blocks};
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  const int64_t vocab = llm.config().n_vocab;
+  std::vector<std::vector<float>> rows;
+  model::forward_batch fb;
+  fb.add_sequence(std::span<const int32_t>(tokens.data(), static_cast<size_t>(prompt_len)), 0, table, true);
+  std::vector<float> l = llm.forward(fb, cache);
+  rows.emplace_back(l.begin(), l.begin() + vocab);
+  for (size_t i = static_cast<size_t>(prompt_len); i < tokens.size(); ++i) {
+    model::forward_batch d;
+    int32_t tok[1] = {tokens[i]};
+    d.add_sequence(tok, static_cast<int32_t>(i), table, true);
+    l = llm.forward(d, cache);
+    rows.emplace_back(l.begin(), l.begin() + vocab);
+  }
+  return rows;
+}
+
+struct throughput_case {
+  int64_t batch, input_len, output_len;
+  double output_tokens_per_s = 0.0;
+  double seconds = 0.0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPU benchmark (and 8B CUDA-vs-CPU parity) with dummy weights at a real model shape"};
+  std::string config_dir = std::string{ACTORLLM_SOURCE_DIR} + "/bench/configs/llama-3.1-8b";
+  std::string json_path = "bench/results/gpu.json";
+  int64_t steps = 64;
+  bool parity = false, throughput = true;
+  double kv_cache_gib = 40.0;
+  std::vector<int64_t> batches{64, 256};
+  app.add_option("--config", config_dir, "Directory with the model's config.json")->capture_default_str();
+  app.add_option("--decode-steps", steps, "Timed batch-1 decode steps")->capture_default_str();
+  app.add_flag("--parity", parity, "Also compare the CUDA forward with the CPU's on identical weights");
+  app.add_flag("--throughput,!--no-throughput", throughput, "Measure engine output throughput")->capture_default_str();
+  app.add_option("--batches", batches, "Batch sizes of the throughput runs")->capture_default_str();
+  app.add_option("--kv-cache-gib", kv_cache_gib, "KV-cache GiB for the throughput runs")->capture_default_str();
+  app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (visible_gpu_count() == 0) {
+    std::printf("skipped: no GPU (%s)\n", gpu_unavailable_reason().c_str());
+    return 77;
+  }
+  double bandwidth = 0.0;
+#ifdef ACTORLLM_HAVE_CUDA
+  std::fprintf(stderr, "measuring copy bandwidth...\n");
+  bandwidth = cuda::measure_copy_bandwidth(0, size_t{2} << 30, 10);
+#endif
+
+  json_writer w;
+  w.begin_object();
+  w.key("benchmark").value("gpu");
+  w.key("config").value(config_dir);
+  std::vector<std::pair<std::string, std::string>> table;
+  table.emplace_back("copy bandwidth, read + write (GB/s)", fmt::format("{:.1f}", bandwidth / 1e9));
+  w.key("copy_bandwidth_bytes_per_s").value(bandwidth);
+
+  std::fprintf(stderr, "making dummy bf16 weights...\n");
+  auto t_load = clock_type::now();
+  model::loaded_shard loaded = load_dummy(config_dir, dtype::bf16);
+  const double load_secs = seconds_since(t_load);
+  const model::model_config cfg = loaded.config;
+  size_t bytes_per_token = loaded.weights.total_bytes();
+  if (!cfg.tie_word_embeddings)
+    if (const auto* e = loaded.weights.find("model.embed_tokens.weight"))
+      bytes_per_token -= e->nbytes();
+  w.key("weight_bytes_per_token").value(static_cast<uint64_t>(bytes_per_token));
+  table.emplace_back("weight bytes read per decode token (GB)", fmt::format("{:.2f}", bytes_per_token / 1e9));
+  table.emplace_back("dummy weights made on the host (s)", fmt::format("{:.1f}", load_secs));
+
+  std::vector<int32_t> parity_tokens;
+  {
+    std::unique_ptr<backend> be = make_backend(device{device_kind::cuda, 0}, 1);
+    single_rank_collective comm;
+    auto t_up = clock_type::now();
+    model::llama_model llm{cfg, std::move(loaded.weights), model::shard_spec{}, comm, *be};
+    be->synchronize();
+    table.emplace_back("weights uploaded (s)", fmt::format("{:.1f}", seconds_since(t_up)));
+    std::fprintf(stderr, "decode batch 1...\n");
+    const double tps1 = decode_batch1(llm, 16, steps);
+    const double roofline = bandwidth / static_cast<double>(bytes_per_token);
+    table.emplace_back("decode batch 1 (tokens/s)", fmt::format("{:.1f}", tps1));
+    table.emplace_back("decode batch 1 (ms/token)", fmt::format("{:.2f}", 1e3 / tps1));
+    table.emplace_back("batch-1 roofline (tokens/s)", fmt::format("{:.1f}", roofline));
+    table.emplace_back("batch-1 decode / roofline", fmt::format("{:.1f}%", 100.0 * tps1 / roofline));
+    w.key("decode_batch1_tokens_per_s").value(tps1);
+    w.key("roofline_batch1_tokens_per_s").value(roofline);
+    w.key("batch1_fraction_of_roofline").value(tps1 / roofline);
+
+    if (parity) {
+      std::fprintf(stderr, "parity: GPU forward...\n");
+      const int64_t prompt_len = 16, decode = 4;
+      parity_tokens = prompt_of(3, prompt_len, cfg.n_vocab);
+      // Greedy continuation chosen by the GPU, then fed to both forwards.
+      std::vector<std::vector<float>> gpu_rows;
+      for (int64_t i = 0; i <= decode; ++i) {
+        gpu_rows = run_rows(llm, parity_tokens, prompt_len);
+        if (i < decode)
+          parity_tokens.push_back(argmax(gpu_rows.back().data(), cfg.n_vocab));
+      }
+      std::fprintf(stderr, "parity: CPU forward (same dummy weights)...\n");
+      model::loaded_shard host = load_dummy(config_dir, dtype::bf16);
+      std::unique_ptr<backend> cpu = make_backend(device_kind::cpu, thread_pool::global().size());
+      single_rank_collective cpu_comm;
+      model::llama_model ref{cfg, std::move(host.weights), model::shard_spec{}, cpu_comm, *cpu};
+      const std::vector<std::vector<float>> cpu_rows = run_rows(ref, parity_tokens, prompt_len);
+      parity_result p;
+      for (size_t r = 0; r < gpu_rows.size() && r < cpu_rows.size(); ++r) {
+        const auto& g = gpu_rows[r];
+        const auto& c = cpu_rows[r];
+        double diff2 = 0.0, ref2 = 0.0;
+        for (size_t i = 0; i < c.size(); ++i) {
+          const double d = static_cast<double>(g[i]) - c[i];
+          diff2 += d * d;
+          ref2 += static_cast<double>(c[i]) * c[i];
+          p.max_abs_error = std::max(p.max_abs_error, std::fabs(d));
+        }
+        p.max_rel_l2_error = std::max(p.max_rel_l2_error, std::sqrt(diff2 / std::max(ref2, 1e-30)));
+        p.top1_agree += argmax(g.data(), cfg.n_vocab) == argmax(c.data(), cfg.n_vocab) ? 1 : 0;
+        ++p.rows;
+      }
+      table.emplace_back("8B parity: top-1 agreement (rows)", fmt::format("{}/{}", p.top1_agree, p.rows));
+      table.emplace_back("8B parity: worst relative L2 error", fmt::format("{:.2e}", p.max_rel_l2_error));
+      table.emplace_back("8B parity: max abs logit error", fmt::format("{:.3e}", p.max_abs_error));
+      w.key("parity_rows").value(p.rows);
+      w.key("parity_top1_agree").value(p.top1_agree);
+      w.key("parity_max_rel_l2_error").value(p.max_rel_l2_error);
+      w.key("parity_max_abs_error").value(p.max_abs_error);
+    }
+  }
+
+  if (throughput) {
+    std::vector<throughput_case> cases;
+    for (int64_t b : batches)
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{128, 128}, {1024, 1024}})
+        cases.push_back({b, in, out});
+    std::fprintf(stderr, "engine: loading (dummy bf16 weights, cuda)...\n");
+    engine_config ec;
+    ec.model = config_dir;
+    ec.load_format = "dummy";
+    ec.dtype = "bfloat16";
+    ec.device = "cuda";
+    ec.max_num_seqs = static_cast<int32_t>(*std::max_element(batches.begin(), batches.end()));
+    ec.max_num_batched_tokens = 8192;
+    ec.max_model_len = 4096;
+    ec.kv_cache_memory = static_cast<size_t>(kv_cache_gib * static_cast<double>(size_t{1} << 30));
+    LLM engine{ec};
+    for (throughput_case& c : cases) {
+      std::fprintf(stderr, "engine: batch %ld, %ld in / %ld out...\n", static_cast<long>(c.batch),
+                   static_cast<long>(c.input_len), static_cast<long>(c.output_len));
+      std::vector<prompt> prompts;
+      for (int64_t s = 0; s < c.batch; ++s)
+        prompts.push_back(prompt{prompt_of(s + 11, c.input_len, cfg.n_vocab)});
+      sampling_params sp;
+      sp.temperature = 0;
+      sp.max_tokens = static_cast<int32_t>(c.output_len);
+      sp.ignore_eos = true;
+      auto t0 = clock_type::now();
+      auto outs = engine.generate(prompts, sp);
+      c.seconds = seconds_since(t0);
+      int64_t produced = 0;
+      for (const auto& o : outs)
+        produced += static_cast<int64_t>(o.outputs.front().token_ids.size());
+      c.output_tokens_per_s = static_cast<double>(produced) / c.seconds;
+      table.emplace_back(fmt::format("engine output tokens/s, batch {}, {}/{}", c.batch, c.input_len, c.output_len),
+                         fmt::format("{:.0f}", c.output_tokens_per_s));
+    }
+    w.key("throughput").begin_array();
+    for (const throughput_case& c : cases) {
+      w.begin_object();
+      w.key("batch").value(c.batch);
+      w.key("input_len").value(c.input_len);
+      w.key("output_len").value(c.output_len);
+      w.key("seconds").value(c.seconds);
+      w.key("output_tokens_per_s").value(c.output_tokens_per_s);
+      w.end_object();
+    }
+    w.end_array();
+  }
+  w.end_object();
+
+  std::printf("%-52s %16s\n", "metric", "value");
+  for (const auto& [k, v] : table)
+    std::printf("%-52s %16s\n", k.c_str(), v.c_str());
+  std::filesystem::path out{json_path};
+  if (out.has_parent_path())
+    std::filesystem::create_directories(out.parent_path());
+  std::ofstream{out} << w.str() << "\n";
+  std::fprintf(stderr, "wrote %s\n", out.c_str());
+  return 0;
+}

@@ -1,0 +1,558 @@
+// The CUDA backend: argument checks (as the CPU backend's: cheap compares, messages formatted only on failure), then
+// the launchers of kernels/cuda on the backend's stream.
+#include "kernels/cuda/cuda_backend.hpp"
+
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/sampling.hpp"
+#include "kernels/cuda/attention_plan.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/paged_attention_small.hpp"
+#include "kernels/cuda/rms_norm.hpp"
+#include "kernels/cuda/rope.hpp"
+#include "util/check.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace actorllm::cuda {
+namespace {
+
+float* f32(const tensor& t) { return t.data_as<float>(); }
+
+element_type element_of(dtype t) {
+  switch (t) {
+    case dtype::f32:
+      return element_type::f32;
+    case dtype::f16:
+      return element_type::f16;
+    case dtype::bf16:
+      return element_type::bf16;
+    case dtype::i32:
+    case dtype::i64:
+      break;
+  }
+  ACTORLLM_CHECK(false, "cuda backend: integer tensors hold no weights or activations");
+  return element_type::f32;
+}
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw cuda_error(fmt::format("{} failed: {}", what, cublas_status_name(status)));
+}
+
+// True when the bytes of a and b intersect.
+bool overlaps(const tensor& a, const tensor& b) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data()), b0 = reinterpret_cast<uintptr_t>(b.data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes() && a.nbytes() != 0 && b.nbytes() != 0;
+}
+
+bool same_start(const tensor& a, const tensor& b) { return a.data() == b.data(); }
+
+}  // namespace
+
+// ---- checks ------------------------------------------------------------------------------------------------------
+
+namespace {
+
+struct checker {
+  device dev;
+
+  // `t` is a tensor on this backend's device that lies inside its buffer.
+  void on_device(const tensor& t, const char* op, const char* arg) const {
+    ACTORLLM_CHECK(!t.empty(), fmt::format("{}: {} is an empty tensor", op, arg).c_str());
+    ACTORLLM_CHECK(t.where() == dev,
+                   fmt::format("{}: {} must be on {}, got {}", op, arg, dev.to_string(), t.describe()).c_str());
+    ACTORLLM_CHECK(t.offset + t.nbytes() <= t.buf->size(),
+                   fmt::format("{}: {} ({} at byte {}) runs past the end of its {}-byte buffer", op, arg, t.describe(),
+                               t.offset, t.buf->size())
+                       .c_str());
+  }
+  void on_device(const tensor& t, dtype type, const char* op, const char* arg) const {
+    on_device(t, op, arg);
+    ACTORLLM_CHECK(t.type == type,
+                   fmt::format("{}: {} must be {}, got {}", op, arg, dtype_name(type), t.describe()).c_str());
+  }
+  void weight(const tensor& t, const char* op, const char* arg) const {
+    on_device(t, op, arg);
+    ACTORLLM_CHECK(is_float_dtype(t.type),
+                   fmt::format("{}: {} must be f32, f16 or bf16, got {}", op, arg, t.describe()).c_str());
+  }
+  static void numel(const tensor& t, int64_t n, const char* op, const char* arg) {
+    ACTORLLM_CHECK(t.numel() == n,
+                   fmt::format("{}: {} must hold {} elements, got {}", op, arg, n, t.describe()).c_str());
+  }
+  static void disjoint(const tensor& a, const tensor& b, const char* op, const char* what) {
+    ACTORLLM_CHECK(!overlaps(a, b), fmt::format("{}: {} must not overlap", op, what).c_str());
+  }
+};
+
+}  // namespace
+
+// ---- lifetime ----------------------------------------------------------------------------------------------------
+
+cuda_backend::cuda_backend(int device_index) : device_(device_index) {
+  int count = 0;
+  if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(fmt::format("cuda:{}: no usable CUDA driver or GPU ({}: {})", device_index,
+                                         cudaGetErrorName(err), cudaGetErrorString(err)));
+  }
+  if (device_index < 0 || device_index >= count)
+    throw std::runtime_error(
+        fmt::format("cuda:{}: this process sees {} GPU(s) (CUDA_VISIBLE_DEVICES={})", device_index, count,
+                    std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset"));
+  ACTORLLM_CUDA_CHECK(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  ACTORLLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  name_ = prop.name;
+  sm_count_ = prop.multiProcessorCount;
+  max_shared_per_block_ = prop.sharedMemPerBlockOptin;
+  ACTORLLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  check_cublas(cublasCreate(&cublas_), "cublasCreate");
+  check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
+  // Default math: no TF32 in SGEMM, so the f32 path stays close enough to the CPU for the goldens.
+  check_cublas(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  pool_ = std::make_shared<device_memory_pool>(device_);
+}
+
+cuda_backend::~cuda_backend() {
+  cudaSetDevice(device_);
+  if (stream_ != nullptr)
+    cudaStreamSynchronize(stream_);
+  gemm_input_ = tensor{};
+  attention_workspace_ = tensor{};
+  if (cublas_ != nullptr)
+    cublasDestroy(cublas_);
+  if (stream_ != nullptr)
+    cudaStreamDestroy(stream_);
+  // pool_ lives on while tensors of this backend do (each buffer holds it).
+}
+
+void cuda_backend::make_current() const { ACTORLLM_CUDA_CHECK(cudaSetDevice(device_)); }
+
+device cuda_backend::where() const { return device{device_kind::cuda, device_}; }
+
+std::string cuda_backend::describe() const { return fmt::format("cuda:{} ({})", device_, name_); }
+
+device_memory cuda_backend::memory_info() {
+  make_current();
+  size_t free = 0, total = 0;
+  ACTORLLM_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const pool_usage u = pool_->usage();
+  return device_memory{total, free, u.in_use, u.peak_in_use};
+}
+
+void cuda_backend::reset_peak_memory() { pool_->reset_peak(); }
+
+void* cuda_backend::scratch(tensor& slot, size_t bytes) {
+  if (slot.empty() || slot.nbytes() < bytes)
+    slot = alloc(dtype::i32, {static_cast<int64_t>(std::max<size_t>(bytes, 4) / 4 * 2 + 1)});  // grows by 2x
+  return slot.data();
+}
+
+// ---- memory ------------------------------------------------------------------------------------------------------
+
+tensor cuda_backend::alloc(dtype type, tensor_shape shape) {
+  for (int i = 0; i < shape.n_dims; ++i)
+    ACTORLLM_CHECK(shape[i] >= 0, fmt::format("alloc: negative dimension in {}", shape.to_string()).c_str());
+  tensor t;
+  t.type = type;
+  t.shape = shape;
+  t.buf = pool_->allocate(static_cast<size_t>(shape.numel()) * dtype_size(type));
+  return t;
+}
+
+tensor cuda_backend::import_host(tensor host) {
+  ACTORLLM_CHECK(host.where().kind == device_kind::cpu,
+                 fmt::format("import_host: the tensor must be in host memory, got {}", host.describe()).c_str());
+  tensor t = alloc(host.type, host.shape);
+  upload(t, host.data(), host.nbytes());
+  synchronize();  // the host copy may be dropped once this returns
+  return t;
+}
+
+void cuda_backend::upload(const tensor& dst, const void* src, size_t bytes) {
+  checker{where()}.on_device(dst, "upload", "dst");
+  ACTORLLM_CHECK(bytes <= dst.nbytes(),
+                 fmt::format("upload: {} bytes do not fit {} ({} bytes)", bytes, dst.describe(), dst.nbytes()).c_str());
+  if (bytes == 0)
+    return;
+  make_current();
+  // From pageable memory the copy is staged before the call returns, so the caller may reuse `src` at once.
+  ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void cuda_backend::download(const tensor& src, void* dst, size_t bytes) {
+  checker{where()}.on_device(src, "download", "src");
+  ACTORLLM_CHECK(bytes <= src.nbytes(),
+                 fmt::format("download: {} bytes asked of {} ({} bytes)", bytes, src.describe(), src.nbytes()).c_str());
+  make_current();
+  if (bytes != 0)
+    ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_));
+  ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void cuda_backend::copy(const tensor& src, const tensor& dst) {
+  const checker c{where()};
+  c.on_device(dst, "copy", "dst");
+  // src may also be host memory or another GPU's (a pipeline stage's hidden states): cudaMemcpyDefault finds out.
+  ACTORLLM_CHECK(!src.empty() && src.offset + src.nbytes() <= src.buf->size(),
+                 fmt::format("copy: src {} is empty or runs past its buffer", src.describe()).c_str());
+  ACTORLLM_CHECK(src.nbytes() == dst.nbytes(),
+                 fmt::format("copy: {} and {} differ in size", src.describe(), dst.describe()).c_str());
+  if (same_start(src, dst) || src.nbytes() == 0)
+    return;
+  if (src.where() == dst.where())
+    checker::disjoint(src, dst, "copy", "src and dst");
+  make_current();
+  ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, stream_));
+  if (src.where() != dst.where())
+    ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the source's owner may reuse it once we return
+}
+
+void cuda_backend::copy_row(const tensor& t, int64_t src_row, int64_t dst_row) {
+  checker{where()}.on_device(t, "copy_row", "t");
+  const int64_t rows = t.rows();
+  ACTORLLM_CHECK(src_row >= 0 && src_row < rows && dst_row >= 0 && dst_row < rows,
+                 fmt::format("copy_row: rows {} -> {} outside {}", src_row, dst_row, t.describe()).c_str());
+  if (src_row == dst_row)
+    return;
+  const size_t row_bytes = static_cast<size_t>(t.row_size()) * dtype_size(t.type);
+  auto* base = static_cast<std::byte*>(t.data());
+  make_current();
+  ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(base + static_cast<size_t>(dst_row) * row_bytes,
+                                      base + static_cast<size_t>(src_row) * row_bytes, row_bytes,
+                                      cudaMemcpyDeviceToDevice, stream_));
+}
+
+void cuda_backend::synchronize() {
+  make_current();
+  ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// ---- ops ---------------------------------------------------------------------------------------------------------
+
+void cuda_backend::embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) {
+  const checker c{where()};
+  c.on_device(ids, dtype::i32, "embedding", "ids");
+  c.weight(table, "embedding", "table");
+  c.on_device(out, dtype::f32, "embedding", "out");
+  ACTORLLM_CHECK(table.shape.n_dims == 2,
+                 fmt::format("embedding: table must be [rows, n_embd], got {}", table.describe()).c_str());
+  const int64_t n = ids.numel(), n_embd = table.dim(1);
+  checker::numel(out, n * n_embd, "embedding", "out");
+  make_current();
+  cuda::embedding(ids.data_as<int32_t>(), n, table.data(), element_of(table.type), row_begin, table.dim(0), n_embd,
+                  f32(out), stream_);
+}
+
+void cuda_backend::rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) {
+  const checker c{where()};
+  c.on_device(x, dtype::f32, "rms_norm", "x");
+  c.weight(weight, "rms_norm", "weight");
+  c.on_device(out, dtype::f32, "rms_norm", "out");
+  const int64_t width = weight.numel();
+  ACTORLLM_CHECK(width > 0 && x.numel() % width == 0,
+                 fmt::format("rms_norm: {} is not made of rows of the weight's {}", x.describe(), width).c_str());
+  checker::numel(out, x.numel(), "rms_norm", "out");
+  if (!same_start(x, out))
+    checker::disjoint(x, out, "rms_norm", "x and out (unless equal)");
+  make_current();
+  cuda::rms_norm(f32(x), x.numel() / width, width, weight.data(), element_of(weight.type), eps, f32(out), stream_);
+}
+
+void cuda_backend::add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
+                                const tensor& out) {
+  const checker c{where()};
+  c.on_device(residual, dtype::f32, "add_rms_norm", "residual");
+  c.on_device(delta, dtype::f32, "add_rms_norm", "delta");
+  c.weight(weight, "add_rms_norm", "weight");
+  c.on_device(out, dtype::f32, "add_rms_norm", "out");
+  const int64_t n = residual.numel(), width = weight.numel();
+  ACTORLLM_CHECK(
+      width > 0 && n % width == 0,
+      fmt::format("add_rms_norm: {} is not made of rows of the weight's {}", residual.describe(), width).c_str());
+  checker::numel(delta, n, "add_rms_norm", "delta");
+  checker::numel(out, n, "add_rms_norm", "out");
+  checker::disjoint(out, residual, "add_rms_norm", "out and residual");
+  checker::disjoint(out, delta, "add_rms_norm", "out and delta");
+  make_current();
+  cuda::add_rms_norm(f32(residual), f32(delta), n / width, width, weight.data(), element_of(weight.type), eps, f32(out),
+                     stream_);
+}
+
+void cuda_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
+  const checker c{where()};
+  c.on_device(x, dtype::f32, "matmul", "x");
+  c.weight(w, "matmul", "w");
+  c.on_device(y, dtype::f32, "matmul", "y");
+  ACTORLLM_CHECK(w.shape.n_dims == 2, fmt::format("matmul: w must be [n_out, n_in], got {}", w.describe()).c_str());
+  const int64_t n_out = w.dim(0), n_in = w.dim(1), n_tokens = x.rows();
+  ACTORLLM_CHECK(x.numel() == n_tokens * n_in,
+                 fmt::format("matmul: x {} does not match w {}", x.describe(), w.describe()).c_str());
+  ACTORLLM_CHECK(y.numel() == n_tokens * n_out,
+                 fmt::format("matmul: y {} must be [{}, {}]", y.describe(), n_tokens, n_out).c_str());
+  if (!bias.empty()) {
+    c.on_device(bias, dtype::f32, "matmul", "bias");
+    checker::numel(bias, n_out, "matmul", "bias");
+  }
+  checker::disjoint(x, y, "matmul", "x and y");
+  make_current();
+  const element_type type = element_of(w.type);
+  const void* input = x.data();
+  if (type != element_type::f32) {  // reduced-precision weights: the input is rounded to their type
+    void* converted = scratch(gemm_input_, static_cast<size_t>(x.numel()) * static_cast<size_t>(element_size(type)));
+    convert_from_f32(f32(x), x.numel(), converted, type, stream_);
+    input = converted;
+  }
+  linear(cublas_, linear_gemm_args(n_tokens, n_in, n_out), w.data(), input, type, f32(y));
+  if (!bias.empty())
+    cuda::add(f32(y), f32(bias), y.numel(), n_out, f32(y), stream_);
+}
+
+rope_table cuda_backend::make_rope_table(const rope_config& cfg) {
+  const std::vector<float> inv = cpu::rope_inv_freq(cfg);  // the CPU's frequencies exactly (scaling included)
+  rope_table t;
+  t.head_dim = cfg.head_dim;
+  t.inv_freq = alloc(dtype::f32, {static_cast<int64_t>(inv.size())});
+  upload(t.inv_freq, inv.data(), inv.size() * sizeof(float));
+  synchronize();
+  return t;
+}
+
+void cuda_backend::rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
+                        const tensor& q_norm, const tensor& k_norm, float eps) {
+  const checker c{where()};
+  const int64_t hd = table.head_dim;
+  c.on_device(table.inv_freq, dtype::f32, "rope", "table.inv_freq");
+  ACTORLLM_CHECK(hd > 0 && hd % 2 == 0 && table.inv_freq.numel() == hd / 2,
+                 fmt::format("rope: table of head_dim {} holds {}", hd, table.inv_freq.describe()).c_str());
+  c.on_device(positions, dtype::i32, "rope", "positions");
+  c.on_device(q, dtype::f32, "rope", "q");
+  const int64_t n_tokens = positions.numel();
+  if (n_tokens == 0)
+    return;
+  const int64_t token_q = q.numel() / n_tokens;
+  ACTORLLM_CHECK(q.numel() % n_tokens == 0 && token_q % hd == 0,
+                 fmt::format("rope: q {} is not [{}, n_head, {}]", q.describe(), n_tokens, hd).c_str());
+  const int64_t n_head = token_q / hd;
+  int64_t n_head_kv = 0;
+  if (!k.empty()) {
+    c.on_device(k, dtype::f32, "rope", "k");
+    const int64_t token_k = k.numel() / n_tokens;
+    ACTORLLM_CHECK(k.numel() % n_tokens == 0 && token_k % hd == 0,
+                   fmt::format("rope: k {} is not [{}, n_head_kv, {}]", k.describe(), n_tokens, hd).c_str());
+    n_head_kv = token_k / hd;
+    checker::disjoint(q, k, "rope", "q and k");
+  }
+  element_type norm_type = element_type::f32;
+  if (!q_norm.empty()) {
+    c.weight(q_norm, "rope", "q_norm");
+    checker::numel(q_norm, hd, "rope", "q_norm");
+    norm_type = element_of(q_norm.type);
+  }
+  if (!k_norm.empty()) {
+    ACTORLLM_CHECK(!k.empty(), "rope: k_norm given without k");
+    c.weight(k_norm, "rope", "k_norm");
+    checker::numel(k_norm, hd, "rope", "k_norm");
+    ACTORLLM_CHECK(
+        q_norm.empty() || k_norm.type == q_norm.type,
+        fmt::format("rope: q_norm {} and k_norm {} must share a type", q_norm.describe(), k_norm.describe()).c_str());
+    norm_type = element_of(k_norm.type);
+  }
+  ACTORLLM_CHECK(q_norm.empty() == k_norm.empty() || k.empty(),
+                 "rope: q_norm and k_norm come together (Qwen3) or not at all");
+  make_current();
+  cuda::rope(f32(table.inv_freq), hd, positions.data_as<int32_t>(), n_tokens, f32(q), n_head,
+             k.empty() ? nullptr : f32(k), n_head_kv, q_norm.empty() ? nullptr : q_norm.data(),
+             k_norm.empty() ? nullptr : k_norm.data(), norm_type, eps, stream_);
+}
+
+namespace {
+
+paged_cache_view cache_view(const kv_layer& cache, const checker& c, const char* op) {
+  c.on_device(cache.k, dtype::f32, op, "cache.k");
+  c.on_device(cache.v, dtype::f32, op, "cache.v");
+  ACTORLLM_CHECK(
+      cache.k.shape.n_dims == 4 && cache.k.shape == cache.v.shape && cache.block_size() > 0 && cache.n_head_kv() > 0 &&
+          cache.head_dim() > 0,
+      fmt::format("{}: cache k and v must both be [n_blocks, block_size, n_head_kv, head_dim], got {} and {}", op,
+                  cache.k.describe(), cache.v.describe())
+          .c_str());
+  return paged_cache_view{f32(cache.k),       f32(cache.v),      cache.n_blocks(),
+                          cache.block_size(), cache.n_head_kv(), cache.head_dim()};
+}
+
+}  // namespace
+
+void cuda_backend::write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) {
+  const checker c{where()};
+  const paged_cache_view view = cache_view(cache, c, "write_kv");
+  const int64_t n_tokens = batch.n_tokens, row = view.n_head_kv * view.head_dim;
+  c.on_device(k, dtype::f32, "write_kv", "k");
+  c.on_device(v, dtype::f32, "write_kv", "v");
+  c.on_device(batch.slots, dtype::i64, "write_kv", "batch.slots");
+  checker::numel(k, n_tokens * row, "write_kv", "k");
+  checker::numel(v, n_tokens * row, "write_kv", "v");
+  checker::numel(batch.slots, n_tokens, "write_kv", "batch.slots");
+  make_current();
+  cuda::write_kv(view, f32(k), f32(v), batch.slots.data_as<int64_t>(), n_tokens, stream_);
+}
+
+void cuda_backend::paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
+                                   int64_t window, const tensor& out) {
+  const checker c{where()};
+  const paged_cache_view view = cache_view(cache, c, "paged_attention");
+  const int64_t n_tokens = batch.n_tokens, hd = view.head_dim;
+  c.on_device(q, dtype::f32, "paged_attention", "q");
+  c.on_device(out, dtype::f32, "paged_attention", "out");
+  c.on_device(batch.positions, dtype::i32, "paged_attention", "batch.positions");
+  checker::numel(batch.positions, n_tokens, "paged_attention", "batch.positions");
+  if (n_tokens == 0)
+    return;
+  const int64_t n_head = q.numel() / (n_tokens * hd);
+  ACTORLLM_CHECK(q.numel() == n_tokens * n_head * hd && n_head > 0 && n_head % view.n_head_kv == 0,
+                 fmt::format("paged_attention: q {} is not [{}, n_head, {}] with n_head a multiple of {}", q.describe(),
+                             n_tokens, hd, view.n_head_kv)
+                     .c_str());
+  checker::numel(out, q.numel(), "paged_attention", "out");
+  checker::disjoint(q, out, "paged_attention", "q and out");
+  ACTORLLM_CHECK(batch.n_seqs >= 0 && batch.host_seqs.size() == static_cast<size_t>(batch.n_seqs) * 4,
+                 fmt::format("paged_attention: host_seqs holds {} ints for {} sequences (4 each)",
+                             batch.host_seqs.size(), batch.n_seqs)
+                     .c_str());
+  if (batch.n_seqs == 0)
+    return;
+  c.on_device(batch.seqs, dtype::i32, "paged_attention", "batch.seqs");
+  c.on_device(batch.block_tables, dtype::i32, "paged_attention", "batch.block_tables");
+  if (hd <= small_head_dim_max) {  // heads narrower than a warp (toy models): the simple kernel
+    make_current();
+    paged_attention_small_heads(f32(q), batch.positions.data_as<int32_t>(), batch.seqs.data_as<int32_t>(), batch.n_seqs,
+                                batch.block_tables.data_as<int32_t>(), view, n_tokens, n_head, scale, window, f32(out),
+                                stream_);
+    return;
+  }
+  attention_geometry g;
+  g.n_tokens = n_tokens;
+  g.n_head = n_head;
+  g.n_head_kv = view.n_head_kv;
+  g.head_dim = hd;
+  g.block_size = view.block_size;
+  g.window = window;
+  device_limits limits;
+  limits.sm_count = sm_count_;
+  attention_plan plan;
+  try {
+    plan = plan_paged_attention(g, batch.host_seqs.data(), batch.n_seqs,
+                                static_cast<int64_t>(batch.host_block_tables.size()), limits);
+  } catch (const std::invalid_argument& e) {
+    ACTORLLM_CHECK(false, fmt::format("paged_attention: {}", e.what()).c_str());
+  }
+  void* workspace =
+      plan.workspace_bytes > 0 ? scratch(attention_workspace_, static_cast<size_t>(plan.workspace_bytes)) : nullptr;
+  make_current();
+  cuda::paged_attention(plan, f32(q), batch.positions.data_as<int32_t>(), batch.seqs.data_as<int32_t>(),
+                        batch.block_tables.data_as<int32_t>(), view, scale, f32(out), workspace, stream_);
+}
+
+void cuda_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
+  const checker c{where()};
+  c.on_device(gate, dtype::f32, "silu_mul", "gate");
+  c.on_device(up, dtype::f32, "silu_mul", "up");
+  c.on_device(out, dtype::f32, "silu_mul", "out");
+  checker::numel(up, gate.numel(), "silu_mul", "up");
+  checker::numel(out, gate.numel(), "silu_mul", "out");
+  make_current();
+  cuda::silu_mul(f32(gate), f32(up), gate.numel(), f32(out), stream_);
+}
+
+void cuda_backend::add(const tensor& a, const tensor& b, const tensor& out) {
+  const checker c{where()};
+  c.on_device(a, dtype::f32, "add", "a");
+  c.on_device(b, dtype::f32, "add", "b");
+  c.on_device(out, dtype::f32, "add", "out");
+  const int64_t n = a.numel(), width = a.row_size();
+  checker::numel(out, n, "add", "out");
+  const bool full = b.numel() == n;
+  ACTORLLM_CHECK(full || b.numel() == width,
+                 fmt::format("add: b {} is neither a's shape nor one row of a {}", b.describe(), a.describe()).c_str());
+  if (!same_start(out, a))
+    checker::disjoint(out, a, "add", "out and a (unless equal)");
+  if (!same_start(out, b))
+    checker::disjoint(out, b, "add", "out and b (unless equal)");
+  make_current();
+  cuda::add(f32(a), f32(b), n, full ? n : width, f32(out), stream_);
+}
+
+void cuda_backend::gather_rows(const tensor& x, const tensor& rows, const tensor& out) {
+  const checker c{where()};
+  c.on_device(x, dtype::f32, "gather_rows", "x");
+  c.on_device(rows, dtype::i32, "gather_rows", "rows");
+  c.on_device(out, dtype::f32, "gather_rows", "out");
+  const int64_t width = x.row_size(), m = rows.numel();
+  checker::numel(out, m * width, "gather_rows", "out");
+  checker::disjoint(x, out, "gather_rows", "x and out");
+  make_current();
+  cuda::gather_rows(f32(x), x.rows(), width, rows.data_as<int32_t>(), m, f32(out), stream_);
+}
+
+void cuda_backend::copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col,
+                                int64_t n_cols) {
+  const checker c{where()};
+  c.on_device(src, dtype::f32, "copy_columns", "src");
+  c.on_device(dst, dtype::f32, "copy_columns", "dst");
+  ACTORLLM_CHECK(
+      src.shape.n_dims == 2 && dst.shape.n_dims == 2 && src.dim(0) == dst.dim(0),
+      fmt::format("copy_columns: src {} and dst {} must be 2-D with equal rows", src.describe(), dst.describe())
+          .c_str());
+  ACTORLLM_CHECK(
+      n_cols >= 0 && src_col >= 0 && src_col + n_cols <= src.dim(1) && dst_col >= 0 && dst_col + n_cols <= dst.dim(1),
+      fmt::format("copy_columns: columns [{}, +{}) of {} -> [{}, +{}) of {} out of range", src_col, n_cols,
+                  src.describe(), dst_col, n_cols, dst.describe())
+          .c_str());
+  if (n_cols == 0 || src.dim(0) == 0)
+    return;
+  make_current();
+  const size_t spitch = static_cast<size_t>(src.dim(1)) * sizeof(float),
+               dpitch = static_cast<size_t>(dst.dim(1)) * sizeof(float);
+  const float* from = f32(src) + src_col;
+  tensor staged;
+  if (overlaps(src, dst)) {  // cudaMemcpy2D does not allow overlap (the CPU's memmove does): copy src aside first
+    staged = alloc(dtype::f32, src.shape);
+    ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(staged.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+    from = f32(staged) + src_col;
+  }
+  ACTORLLM_CUDA_CHECK(cudaMemcpy2DAsync(f32(dst) + dst_col, dpitch, from, spitch,
+                                        static_cast<size_t>(n_cols) * sizeof(float), static_cast<size_t>(src.dim(0)),
+                                        cudaMemcpyDeviceToDevice, stream_));
+}
+
+void cuda_backend::sample(const tensor& logits, std::span<const ops::sample_row> rows,
+                          std::span<ops::sample_result> out) {
+  checker{where()}.on_device(logits, dtype::f32, "sample", "logits");
+  const auto n = static_cast<int64_t>(rows.size());
+  ACTORLLM_CHECK(logits.shape.n_dims == 2 && logits.dim(0) == n,
+                 fmt::format("sample: logits {} must be [{}, n_vocab]", logits.describe(), n).c_str());
+  ACTORLLM_CHECK(out.size() == rows.size(),
+                 fmt::format("sample: {} results for {} rows", out.size(), rows.size()).c_str());
+  for (const ops::sample_row& r : rows)
+    ACTORLLM_CHECK(r.params != nullptr && r.rng != nullptr, "sample: a row without params or generator");
+  const int64_t n_vocab = logits.dim(1);
+  // The rows are sampled on the host by the CPU's sampler (same semantics, same random streams); rows run in order,
+  // so rows sharing a generator draw from it in row order as on the CPU.
+  host_logits_.resize(static_cast<size_t>(logits.numel()));
+  download(logits, host_logits_.data(), logits.nbytes());
+  for (int64_t i = 0; i < n; ++i) {
+    const ops::sample_row& r = rows[static_cast<size_t>(i)];
+    out[static_cast<size_t>(i)] =
+        cpu::sample(host_logits_.data() + i * n_vocab, n_vocab, *r.params, r.prompt_ids, r.output_ids, *r.rng);
+  }
+}
+
+}  // namespace actorllm::cuda

@@ -1,0 +1,105 @@
+// Elementwise kernels: grid-stride loops over flat indices (launch_geometry.hpp sizes the grids).
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/launch_geometry.hpp"
+
+#include <type_traits>
+
+namespace actorllm::cuda {
+namespace {
+
+__device__ __forceinline__ int64_t first_index() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float g = gate[i];
+    out[i] = g * up[i] / (1.0f + expf(-g));  // the CPU's order of operations; expf, not the fast __expf
+  }
+}
+
+__global__ void add_kernel(const float* a, const float* b, int64_t n, int64_t b_n, float* out) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = a[i] + b[b_n == n ? i : i % b_n];
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ x, int64_t n_rows, int64_t width,
+                                   const int32_t* __restrict__ rows, int64_t m, float* __restrict__ out) {
+  const int64_t n = m * width;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t r = i / width, c = i % width;
+    const int32_t src = rows[r];
+    out[i] = src >= 0 && src < n_rows ? x[src * width + c] : 0.0f;
+  }
+}
+
+template <class T>
+__global__ void convert_kernel(const float* __restrict__ src, int64_t n, T* __restrict__ dst) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dst[i] = from_f32<T>(src[i]);
+}
+
+template <class T>
+__global__ void embedding_kernel(const int32_t* __restrict__ ids, int64_t n_tokens, const T* __restrict__ table,
+                                 int64_t row_begin, int64_t n_rows, int64_t n_embd, float* __restrict__ out) {
+  const int64_t n = n_tokens * n_embd;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t t = i / n_embd, c = i % n_embd;
+    const int64_t row = static_cast<int64_t>(ids[t]) - row_begin;
+    out[i] = row >= 0 && row < n_rows ? to_f32(table[row * n_embd + c]) : 0.0f;
+  }
+}
+
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
+  const grid_1d g = elementwise_grid(n);
+  if (g.blocks == 0)
+    return;
+  silu_mul_kernel<<<g.blocks, g.threads, 0, stream>>>(gate, up, n, out);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void add(const float* a, const float* b, int64_t n, int64_t b_n, float* out, cudaStream_t stream) {
+  const grid_1d g = elementwise_grid(n);
+  if (g.blocks == 0 || b_n <= 0)
+    return;
+  add_kernel<<<g.blocks, g.threads, 0, stream>>>(a, b, n, b_n, out);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const float* x, int64_t n_rows, int64_t width, const int32_t* rows, int64_t m, float* out,
+                 cudaStream_t stream) {
+  const grid_1d g = elementwise_grid(m * width);
+  if (g.blocks == 0)
+    return;
+  gather_rows_kernel<<<g.blocks, g.threads, 0, stream>>>(x, n_rows, width, rows, m, out);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void convert_from_f32(const float* src, int64_t n, void* dst, element_type type, cudaStream_t stream) {
+  const grid_1d g = elementwise_grid(n);
+  if (g.blocks == 0)
+    return;
+  dispatch_element(type, [&](auto tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    convert_kernel<T><<<g.blocks, g.threads, 0, stream>>>(src, n, static_cast<T*>(dst));
+  });
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void embedding(const int32_t* ids, int64_t n_tokens, const void* table, element_type ttype, int64_t row_begin,
+               int64_t n_rows, int64_t n_embd, float* out, cudaStream_t stream) {
+  const grid_1d g = elementwise_grid(n_tokens * n_embd);
+  if (g.blocks == 0)
+    return;
+  dispatch_element(ttype, [&](auto tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    embedding_kernel<T><<<g.blocks, g.threads, 0, stream>>>(ids, n_tokens, static_cast<const T*>(table), row_begin,
+                                                            n_rows, n_embd, out);
+  });
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace actorllm::cuda

@@ -1,0 +1,33 @@
+// Elementwise and row-copy kernels of the backend (device pointers, f32 activations): SiLU×mul, add with an optional
+// row broadcast, row gather, and the f32 -> f16/bf16 conversion the reduced-precision GEMMs read their input in.
+#pragma once
+
+#include "kernels/cuda/element_type.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace actorllm::cuda {
+
+/// out[i] = silu(gate[i]) * up[i] = gate[i] * up[i] / (1 + exp(-gate[i])). out may be gate or up.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+
+/// out[i] = a[i] + b[i % b_n] for i < n, where b_n is n (elementwise) or a row width dividing n (a bias added to
+/// every row). out may be a or b.
+void add(const float* a, const float* b, int64_t n, int64_t b_n, float* out, cudaStream_t stream);
+
+/// out[i] = x[rows[i]] for i < m (rows of `width` floats). A row index outside [0, n_rows) gives a row of zeros (the
+/// host validated the indices; this only keeps a bad one from reading out of bounds).
+void gather_rows(const float* x, int64_t n_rows, int64_t width, const int32_t* rows, int64_t m, float* out,
+                 cudaStream_t stream);
+
+/// dst[i] = src[i] rounded to `type` (f16/bf16, round to nearest even; f32 copies).
+void convert_from_f32(const float* src, int64_t n, void* dst, element_type type, cudaStream_t stream);
+
+/// out[t] = table[ids[t] - row_begin] as f32 when row_begin <= ids[t] < row_begin + n_rows, else zeros (the
+/// vocab-parallel lookup of kernels/backend.hpp). table: [n_rows, n_embd] of `ttype`.
+void embedding(const int32_t* ids, int64_t n_tokens, const void* table, element_type ttype, int64_t row_begin,
+               int64_t n_rows, int64_t n_embd, float* out, cudaStream_t stream);
+
+}  // namespace actorllm::cuda

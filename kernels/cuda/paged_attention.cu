@@ -1,0 +1,507 @@
+// Paged attention (flash-decoding with an optional split-K merge) and the KV-cache write on the GPU. The math is
+// in attention_math.hpp and the geometry in attention_plan.hpp, both tested on the CPU; this file is the thread
+// layout around them.
+//
+// Attention CTA = 4 warps, one (query row, kv head, head chunk, partition). The partition is walked in tiles of
+// 64 positions: (1) each warp takes every 4th position of the tile, its lanes hold head_dim / 32 consecutive
+// elements of the K row, and a warp reduction gives the score of every head of the chunk, stored in shared memory;
+// (2) one warp per head updates that head's online-softmax state and turns the tile's scores into weights;
+// (3) each warp accumulates weight * V for its positions into registers. At the end the 4 warps' accumulators are
+// summed in shared memory and either normalised into `out` or, when split, stored unnormalised with the
+// partition's max and sum for the merge kernel.
+#include "kernels/cuda/attention_math.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/paged_attention.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+
+namespace actorllm::cuda {
+namespace {
+
+constexpr int k_threads = static_cast<int>(attention_threads);
+constexpr int k_warps = static_cast<int>(attention_warps);
+constexpr int k_tile = static_cast<int>(attention_tile);
+constexpr unsigned k_full_mask = 0xffffffffu;
+
+__device__ inline float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    x += __shfl_xor_sync(k_full_mask, x, offset);
+  return x;
+}
+
+__device__ inline float warp_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(k_full_mask, x, offset));
+  return x;
+}
+
+// E consecutive cache or activation elements as f32, with 16- or 8-byte loads where E allows (the launcher checks
+// that the base pointers are 16-byte aligned; every offset used here is a multiple of E elements).
+template <int E, class T>
+__device__ inline void load_chunk(const T* __restrict__ src, float (&dst)[E]) {
+  if constexpr (std::is_same_v<T, float> && E % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 4) {
+      const float4 f = *reinterpret_cast<const float4*>(src + i);
+      dst[i] = f.x;
+      dst[i + 1] = f.y;
+      dst[i + 2] = f.z;
+      dst[i + 3] = f.w;
+    }
+  } else if constexpr (std::is_same_v<T, float> && E % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 2) {
+      const float2 f = *reinterpret_cast<const float2*>(src + i);
+      dst[i] = f.x;
+      dst[i + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; ++i)
+      dst[i] = static_cast<float>(src[i]);
+  }
+}
+
+// Called by a whole warp: the first sequence whose query rows contain `row`, or -1.
+__device__ inline int find_sequence(const int32_t* __restrict__ seqs, int n_seqs, int64_t row) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (int base = 0; base < n_seqs; base += 32) {
+    const int s = base + lane;
+    const bool hit = s < n_seqs && attn::row_in_sequence(seqs + 4 * static_cast<int64_t>(s), row);
+    const unsigned mask = __ballot_sync(k_full_mask, hit);
+    if (mask != 0)
+      return base + __ffs(static_cast<int>(mask)) - 1;
+  }
+  return -1;
+}
+
+// The CTA's sequence entry in shared memory (found by warp 0); returns false (for every thread) when the row
+// belongs to none.
+__device__ inline bool load_sequence(const int32_t* __restrict__ seqs, int n_seqs, int64_t row, int32_t* seq_info,
+                                     int* seq_found) {
+  if (threadIdx.x < 32) {
+    const int s = find_sequence(seqs, n_seqs, row);
+    if (threadIdx.x == 0)
+      *seq_found = s;
+    if (s >= 0 && threadIdx.x < 4)
+      seq_info[threadIdx.x] = seqs[4 * static_cast<int64_t>(s) + threadIdx.x];
+  }
+  __syncthreads();
+  return *seq_found >= 0;
+}
+
+template <class T>
+struct attention_params {
+  const float* q;
+  const int32_t* positions;
+  const int32_t* seqs;
+  const int32_t* block_tables;
+  const T* k;
+  const T* v;
+  int64_t cache_blocks;
+  int64_t window;
+  int32_t block_size;
+  int32_t n_head;
+  int32_t n_head_kv;
+  int32_t head_chunk;
+  int32_t partition_size;
+  int32_t n_partitions;
+  int32_t n_seqs;
+  bool split;
+  float scale;
+  float* out;
+  float* ws_acc;  // split: [n_tokens, n_head, n_partitions, HD]
+  float* ws_max;  // split: [n_tokens, n_head, n_partitions]
+  float* ws_sum;
+};
+
+template <int HD, class T>
+__global__ void __launch_bounds__(k_threads, 4) paged_attention_kernel(const attention_params<T> p) {
+  constexpr int E = HD / 32;  // elements per lane
+  constexpr int REP = static_cast<int>(attention_head_chunk(HD));
+  __shared__ float scores[REP][k_tile];
+  __shared__ float state_max[REP];
+  __shared__ float state_sum[REP];
+  __shared__ float state_correction[REP];
+  __shared__ float partial[k_warps][REP][HD];
+  __shared__ int32_t seq_info[4];
+  __shared__ int seq_found;
+
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int64_t row = blockIdx.x;
+  const auto part = static_cast<int32_t>(blockIdx.z);
+  if (!load_sequence(p.seqs, p.n_seqs, row, seq_info, &seq_found))
+    return;  // a row of no sequence is left as it is
+
+  const attn::head_group group =
+      attn::head_group_of(static_cast<int32_t>(blockIdx.y), p.n_head, p.n_head_kv, p.head_chunk);
+  const int n_heads = static_cast<int>(group.n_heads);
+  const int64_t out_row = row * p.n_head + group.first_head;  // (row, first head) as a row of HD
+  const attn::row_range range = attn::query_row_range(p.positions[row], p.window, seq_info[3], p.block_size);
+  // A bad position, or a range longer than the plan provided for (seqs differing from the plan's host copy): a
+  // NaN row, written here when not split and by the merge otherwise.
+  if (!range.valid || attn::partition_count(range, p.partition_size) > p.n_partitions) {
+    if (!p.split && part == 0)
+      for (int i = static_cast<int>(threadIdx.x); i < n_heads * HD; i += k_threads)
+        p.out[out_row * HD + i] = NAN;
+    return;
+  }
+  const attn::position_span span = attn::partition_span(range, part, p.partition_size);
+  if (span.begin >= span.end)
+    return;  // past this row's last partition: the merge does not read it
+
+  float q[REP][E];
+  float acc[REP][E];
+#pragma unroll
+  for (int j = 0; j < REP; ++j) {
+    if (j < n_heads) {
+      load_chunk<E>(p.q + (out_row + j) * HD + lane * E, q[j]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        q[j][e] = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      acc[j][e] = 0.0f;
+  }
+  if (threadIdx.x < REP) {
+    const attn::softmax_state start = attn::softmax_start();
+    state_max[threadIdx.x] = start.max;
+    state_sum[threadIdx.x] = start.sum;
+  }
+  __syncthreads();
+
+  const int32_t* table = p.block_tables + seq_info[2];
+  const int32_t block_size = p.block_size;
+  for (int32_t tile = span.begin; tile < span.end; tile += k_tile) {
+    const int n = span.end - tile < k_tile ? span.end - tile : k_tile;
+    // (1) scores of the tile; the table entries read are those of blocks inside the range only.
+    for (int t = warp; t < n; t += k_warps) {
+      const attn::block_slot slot = attn::block_slot_of(tile + t, block_size);
+      const int64_t block = table[slot.table_index];
+      const bool in_cache = attn::block_in_cache(block, p.cache_blocks);
+      float k[E];
+      if (in_cache) {
+        load_chunk<E>(
+            p.k + attn::cache_offset(block, slot.offset, p.block_size, p.n_head_kv, group.kv_head, HD) + lane * E, k);
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e)
+          k[e] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < REP; ++j) {
+        if (j < n_heads) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int e = 0; e < E; ++e)
+            dot = fmaf(q[j][e], k[e], dot);
+          dot = warp_sum(dot);
+          if (lane == 0)
+            scores[j][t] = in_cache ? dot * p.scale : NAN;
+        }
+      }
+    }
+    __syncthreads();
+    // (2) online softmax, one warp per head.
+    for (int j = warp; j < n_heads; j += k_warps) {
+      float tile_max = -INFINITY;
+      for (int t = lane; t < n; t += 32)
+        tile_max = fmaxf(tile_max, scores[j][t]);
+      tile_max = warp_max(tile_max);
+      attn::softmax_state state{state_max[j], state_sum[j]};
+      const float correction = attn::softmax_rescale(state, tile_max);
+      float sum = 0.0f;
+      for (int t = lane; t < n; t += 32) {
+        const float w = attn::softmax_weight(state, scores[j][t]);
+        scores[j][t] = w;
+        sum += w;
+      }
+      sum = warp_sum(sum);  // also orders every lane's read of the state before lane 0 writes it
+      if (lane == 0) {
+        state_max[j] = state.max;
+        state_sum[j] = state.sum + sum;
+        state_correction[j] = correction;
+      }
+    }
+    __syncthreads();
+    // (3) acc = acc * correction + sum over the warp's positions of weight * v.
+#pragma unroll
+    for (int j = 0; j < REP; ++j) {
+      const float correction = j < n_heads ? state_correction[j] : 1.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        acc[j][e] *= correction;
+    }
+    for (int t = warp; t < n; t += k_warps) {
+      const attn::block_slot slot = attn::block_slot_of(tile + t, block_size);
+      const int64_t block = table[slot.table_index];
+      float v[E];
+      if (attn::block_in_cache(block, p.cache_blocks)) {
+        load_chunk<E>(
+            p.v + attn::cache_offset(block, slot.offset, p.block_size, p.n_head_kv, group.kv_head, HD) + lane * E, v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e)
+          v[e] = 0.0f;  // its weight is NaN already
+      }
+#pragma unroll
+      for (int j = 0; j < REP; ++j) {
+        if (j < n_heads) {
+          const float w = scores[j][t];
+#pragma unroll
+          for (int e = 0; e < E; ++e)
+            acc[j][e] = fmaf(w, v[e], acc[j][e]);
+        }
+      }
+    }
+    __syncthreads();  // the next tile overwrites scores and corrections
+  }
+
+  // Sum the warps' accumulators (in warp order), then normalise or hand the partition to the merge.
+#pragma unroll
+  for (int j = 0; j < REP; ++j)
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      partial[warp][j][lane * E + e] = acc[j][e];
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < n_heads * HD; i += k_threads) {
+    const int j = i / HD, d = i % HD;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < k_warps; ++w)
+      sum += partial[w][j][d];
+    if (!p.split) {
+      p.out[(out_row + j) * HD + d] = sum * (1.0f / state_sum[j]);
+    } else {
+      const int64_t index = (out_row + j) * p.n_partitions + part;
+      p.ws_acc[index * HD + d] = sum;
+      if (d == 0) {
+        p.ws_max[index] = state_max[j];
+        p.ws_sum[index] = state_sum[j];
+      }
+    }
+  }
+}
+
+struct merge_params {
+  const int32_t* positions;
+  const int32_t* seqs;
+  int32_t n_seqs;
+  int32_t block_size;
+  int32_t n_head;
+  int32_t head_dim;
+  int64_t window;
+  int32_t partition_size;
+  int32_t n_partitions;
+  const float* ws_acc;
+  const float* ws_max;
+  const float* ws_sum;
+  float* out;
+};
+
+// One CTA per (row, head): out = sum_p w_p acc_p / sum_p w_p sum_p with w_p = exp(max_p - max over partitions).
+__global__ void __launch_bounds__(attention_merge_threads) merge_partitions_kernel(const merge_params p) {
+  extern __shared__ float weights[];  // [n_partitions]
+  __shared__ int32_t seq_info[4];
+  __shared__ int seq_found;
+  const int64_t row = blockIdx.x, head = blockIdx.y;
+  if (!load_sequence(p.seqs, p.n_seqs, row, seq_info, &seq_found))
+    return;
+  float* out = p.out + (row * p.n_head + head) * p.head_dim;
+  const attn::row_range range = attn::query_row_range(p.positions[row], p.window, seq_info[3], p.block_size);
+  const int32_t count = range.valid ? attn::partition_count(range, p.partition_size) : 0;
+  if (!range.valid || count > p.n_partitions) {
+    for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x)
+      out[d] = NAN;
+    return;
+  }
+  const int64_t base = (row * p.n_head + head) * p.n_partitions;
+  float global_max = -INFINITY;
+  for (int32_t i = 0; i < count; ++i)
+    global_max = fmaxf(global_max, p.ws_max[base + i]);
+  for (int32_t i = static_cast<int32_t>(threadIdx.x); i < count; i += static_cast<int32_t>(blockDim.x))
+    weights[i] = attn::partition_weight(p.ws_max[base + i], global_max);
+  __syncthreads();
+  float total = 0.0f;
+  for (int32_t i = 0; i < count; ++i)
+    total += weights[i] * p.ws_sum[base + i];
+  const float inv = 1.0f / total;
+  for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int32_t i = 0; i < count; ++i)
+      sum += weights[i] * p.ws_acc[(base + i) * p.head_dim + d];
+    out[d] = sum * inv;
+  }
+}
+
+// One CTA per token: its k and v rows to their slot, 16 bytes at a time when the row allows.
+template <class T>
+__global__ void __launch_bounds__(128)
+    write_kv_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const float* __restrict__ k,
+                    const float* __restrict__ v, const int64_t* __restrict__ slots, int64_t row, int64_t capacity) {
+  const int64_t t = blockIdx.x;
+  const int64_t slot = slots[t];
+  if (slot < 0 || slot >= capacity)
+    return;
+  const float* ks = k + t * row;
+  const float* vs = v + t * row;
+  T* kd = k_cache + slot * row;
+  T* vd = v_cache + slot * row;
+  if constexpr (std::is_same_v<T, float>) {
+    if (row % 4 == 0) {
+      for (int64_t i = threadIdx.x; i < row / 4; i += blockDim.x) {
+        reinterpret_cast<float4*>(kd)[i] = reinterpret_cast<const float4*>(ks)[i];
+        reinterpret_cast<float4*>(vd)[i] = reinterpret_cast<const float4*>(vs)[i];
+      }
+      return;
+    }
+  }
+  for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
+    kd[i] = static_cast<T>(ks[i]);
+    vd[i] = static_cast<T>(vs[i]);
+  }
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string{op} + ": " + what);
+}
+
+template <int HD>
+void launch_attention(const attention_plan& plan, const attention_params<float>& params, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(plan.grid[0]), static_cast<unsigned>(plan.grid[1]),
+                  static_cast<unsigned>(plan.grid[2]));
+  paged_attention_kernel<HD, float><<<grid, k_threads, 0, stream>>>(params);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void write_kv(const paged_cache_view& cache, const float* k, const float* v, const int64_t* slots, int64_t n_tokens,
+              cudaStream_t stream) {
+  if (cache.n_blocks < 0 || cache.block_size <= 0 || cache.n_head_kv <= 0 || cache.head_dim <= 0)
+    fail("write_kv", fmt::format("cache view [{}, {}, {}, {}] is not a cache shape", cache.n_blocks, cache.block_size,
+                                 cache.n_head_kv, cache.head_dim));
+  if (n_tokens < 0 || n_tokens > INT32_MAX)
+    fail("write_kv", fmt::format("n_tokens {} outside [0, {}]", n_tokens, INT32_MAX));
+  if (n_tokens == 0)
+    return;
+  if (cache.k == nullptr || cache.v == nullptr || k == nullptr || v == nullptr || slots == nullptr)
+    fail("write_kv", "null pointer");
+  const int64_t row = cache.n_head_kv * cache.head_dim;
+  if (row % 4 == 0 && !(aligned16(cache.k) && aligned16(cache.v) && aligned16(k) && aligned16(v)))
+    fail("write_kv", "k, v and the cache must be 16-byte aligned");
+  write_kv_kernel<float><<<static_cast<unsigned>(n_tokens), 128, 0, stream>>>(cache.k, cache.v, k, v, slots, row,
+                                                                              cache.n_blocks * cache.block_size);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void paged_attention(const attention_plan& plan, const float* q, const int32_t* positions, const int32_t* seqs,
+                     const int32_t* block_tables, const paged_cache_view& cache, float scale, float* out,
+                     void* workspace, cudaStream_t stream) {
+  const attention_geometry& g = plan.geometry;
+  if (cache.head_dim != g.head_dim || cache.n_head_kv != g.n_head_kv || cache.block_size != g.block_size ||
+      cache.n_blocks < 0)
+    fail("paged_attention", fmt::format("cache [{}, {}, {}, {}] does not match the plan (block_size {}, n_head_kv "
+                                        "{}, head_dim {})",
+                                        cache.n_blocks, cache.block_size, cache.n_head_kv, cache.head_dim, g.block_size,
+                                        g.n_head_kv, g.head_dim));
+  if (plan.empty())
+    return;
+  if (q == nullptr || positions == nullptr || seqs == nullptr || block_tables == nullptr || out == nullptr ||
+      cache.k == nullptr || cache.v == nullptr)
+    fail("paged_attention", "null pointer");
+  if (q == out)
+    fail("paged_attention", "out must not overlap q");
+  if (!(aligned16(q) && aligned16(out) && aligned16(cache.k) && aligned16(cache.v)))
+    fail("paged_attention", "q, out and the cache must be 16-byte aligned");
+  if (plan.split && (workspace == nullptr || !aligned16(workspace)))
+    fail("paged_attention",
+         fmt::format("the plan needs a 16-byte aligned workspace of {} bytes", plan.workspace_bytes));
+
+  auto* ws = static_cast<char*>(workspace);
+  attention_params<float> params{};
+  params.q = q;
+  params.positions = positions;
+  params.seqs = seqs;
+  params.block_tables = block_tables;
+  params.k = cache.k;
+  params.v = cache.v;
+  params.cache_blocks = cache.n_blocks;
+  params.window = g.window;
+  params.block_size = static_cast<int32_t>(g.block_size);
+  params.n_head = static_cast<int32_t>(g.n_head);
+  params.n_head_kv = static_cast<int32_t>(g.n_head_kv);
+  params.head_chunk = static_cast<int32_t>(plan.head_chunk);
+  params.partition_size = static_cast<int32_t>(plan.partition_size);
+  params.n_partitions = static_cast<int32_t>(plan.n_partitions);
+  params.n_seqs = static_cast<int32_t>(plan.n_seqs);
+  params.split = plan.split;
+  params.scale = scale;
+  params.out = out;
+  if (plan.split) {
+    params.ws_acc = reinterpret_cast<float*>(ws);
+    params.ws_max = reinterpret_cast<float*>(ws + plan.workspace_max_offset);
+    params.ws_sum = reinterpret_cast<float*>(ws + plan.workspace_sum_offset);
+  }
+  switch (g.head_dim) {
+    case 32:
+      launch_attention<32>(plan, params, stream);
+      break;
+    case 64:
+      launch_attention<64>(plan, params, stream);
+      break;
+    case 96:
+      launch_attention<96>(plan, params, stream);
+      break;
+    case 128:
+      launch_attention<128>(plan, params, stream);
+      break;
+    case 160:
+      launch_attention<160>(plan, params, stream);
+      break;
+    case 192:
+      launch_attention<192>(plan, params, stream);
+      break;
+    case 224:
+      launch_attention<224>(plan, params, stream);
+      break;
+    case 256:
+      launch_attention<256>(plan, params, stream);
+      break;
+    default:
+      fail("paged_attention", fmt::format("head_dim {} is not supported", g.head_dim));
+  }
+  if (!plan.split)
+    return;
+  merge_params merge{};
+  merge.positions = positions;
+  merge.seqs = seqs;
+  merge.n_seqs = params.n_seqs;
+  merge.block_size = params.block_size;
+  merge.n_head = params.n_head;
+  merge.head_dim = static_cast<int32_t>(g.head_dim);
+  merge.window = g.window;
+  merge.partition_size = params.partition_size;
+  merge.n_partitions = params.n_partitions;
+  merge.ws_acc = params.ws_acc;
+  merge.ws_max = params.ws_max;
+  merge.ws_sum = params.ws_sum;
+  merge.out = out;
+  const dim3 grid(static_cast<unsigned>(plan.merge_grid[0]), static_cast<unsigned>(plan.merge_grid[1]));
+  merge_partitions_kernel<<<grid, static_cast<unsigned>(plan.merge_threads),
+                            static_cast<size_t>(plan.merge_shared_bytes), stream>>>(merge);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace actorllm::cuda

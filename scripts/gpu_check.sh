@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# The one command for a GPU machine (x86-64 with an H100 or H200, nvcc, PyTorch and transformers, no network, none
+# of our Debian libraries). Unpacks the bundle scripts/gpu_bundle.sh built on a development machine, finds the CUDA
+# libraries there, and runs in about 10 minutes:
+#   0 probe      the GPU, driver and libraries
+#   1 sanitize   compute-sanitizer memcheck over the GPU tests at small shapes
+#   2 parity     every backend op on CUDA against float64 references, and the kernel tests
+#   3 golden     stories260K greedy ids on CUDA (f32) equal the golden file
+#   4 layouts    tp 2, pp 2 and tp 2 x pp 2 sharing the one GPU, in-process and multi-process: the same ids
+#   5 8B parity  CUDA bf16 against the CPU on identical dummy weights at Llama-3.1-8B shape: top-1 agreement
+#   6 bench      copy bandwidth, batch-1 decode vs the roofline, engine output tokens/s at b64/b256
+#   7 hf         transformers `generate` on the same shapes, same run
+# and prints one summary table last. OUTDIR gets at most 7 files (what the device tool brings back): env.json,
+# tests.log, bench.log, bench.json, hf.json, summary.txt, summary.json. Exit 0 only when every check
+# passes. It never changes clocks, modes or MIG and never resets the GPU.
+#
+#   bash scripts/gpu_check.sh OUTDIR [STEP ...]      # steps by name (probe sanitize parity golden layouts 8b bench
+#                                                   # hf); default: all
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-${OUT:-/tmp/gpu-check}}
+shift || true
+steps=("$@")
+((${#steps[@]})) || steps=(probe sanitize parity golden layouts 8b bench hf)
+mkdir -p "$out"
+bundle=${ACTORLLM_GPU_BUNDLE:-$here/.gpu-bundle/actorllm-gpu.tar.xz}
+[[ -f "$bundle" ]] || {
+  echo "gpu_check: no bundle at $bundle (build it on a development machine: bash scripts/gpu_bundle.sh)" >&2
+  exit 2
+}
+work=$(mktemp -d /tmp/actorllm-gpu.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+tar -C "$work" -xJf "$bundle"
+root=$work/actorllm-gpu
+bin=$root/bin
+
+# cuBLAS (and cuBLASLt) from the CUDA toolkit or PyTorch's nvidia-* wheels; our own libraries first.
+find_lib() {
+  local dirs=("${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
+  mapfile -t -O "${#dirs[@]}" dirs < <(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
+  for d in "${dirs[@]}"; do
+    [[ -d "$d" ]] && find "$d" -name "$1" 2>/dev/null | head -1
+  done | head -1
+}
+cublas=$(find_lib 'libcublas.so.13*')
+cublaslt=$(find_lib 'libcublasLt.so.13*')
+libpath=$root/lib
+for l in "$cublas" "$cublaslt"; do
+  [[ -n "$l" ]] && libpath=$libpath:$(dirname "$l")
+done
+export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+declare -a names=() results=() details=()
+record() { # name PASS|FAIL|SKIP detail
+  names+=("$1")
+  results+=("$2")
+  details+=("$3")
+  echo "== $1: $2 $3"
+}
+wants() {
+  local s
+  for s in "${steps[@]}"; do [[ "$s" == "$1" ]] && return 0; done
+  return 1
+}
+
+# ---- 0 probe -----------------------------------------------------------------------------------------------------
+if wants probe; then
+  echo "== probe"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv |
+    tee "$work/nvidia-smi.txt"
+  missing=$(for b in "$bin"/*; do ldd "$b" | grep 'not found'; done | sort -u)
+  "$bin/gpu_probe" >"$work/probe.txt" 2>&1
+  probe_rc=$?
+  python3 - "$out/env.json" "$cublas" "$cublaslt" "$root" <<'PY'
+import json, os, platform, subprocess, sys
+env = {"uname": platform.uname()._asdict(), "glibc": platform.libc_ver()[1], "cublas": sys.argv[2],
+       "cublasLt": sys.argv[3], "bundle_commit": open(os.path.join(sys.argv[4], "COMMIT")).read().strip()}
+try:
+    env["nvidia_smi"] = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True).stdout[:20000]
+except Exception as e:  # noqa: BLE001
+    env["nvidia_smi"] = str(e)
+try:
+    import torch, transformers
+    env["torch"] = torch.__version__
+    env["transformers"] = transformers.__version__
+    env["torch_cuda"] = torch.version.cuda
+    p = torch.cuda.get_device_properties(0)
+    env["gpu"] = {"name": p.name, "sm_count": p.multi_processor_count, "memory": p.total_memory}
+except Exception as e:  # noqa: BLE001
+    env["torch_error"] = str(e)
+json.dump(env, open(sys.argv[1], "w"), indent=1)
+PY
+  if [[ $probe_rc -ne 0 || -n "$missing" || -z "$cublas" ]]; then
+    record probe FAIL "gpu_probe rc $probe_rc; unresolved: ${missing:-none}; cublas: ${cublas:-not found}"
+  else
+    record probe PASS "$(head -1 "$work/probe.txt"); cublas $(basename "$cublas")"
+  fi
+fi
+
+# ---- 1 sanitize --------------------------------------------------------------------------------------------------
+if wants sanitize; then
+  if command -v compute-sanitizer >/dev/null; then
+    compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/test_cuda" >"$out/tests.log" 2>&1
+    rc1=$?
+    compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/test_kernels" '--test-case=*on cuda*' \
+      >>"$out/tests.log" 2>&1
+    rc2=$?
+    if [[ $rc1 -eq 0 && $rc2 -eq 0 ]]; then
+      record sanitize PASS "memcheck clean over test_cuda and the backend parity cases"
+    else
+      record sanitize FAIL "memcheck rc $rc1 / $rc2 (tests.log)"
+    fi
+  else
+    record sanitize SKIP "no compute-sanitizer on this machine"
+  fi
+fi
+
+# ---- 2 parity ----------------------------------------------------------------------------------------------------
+if wants parity; then
+  {
+    "$bin/test_kernels" '--test-case=*on cuda*'
+    rc1=$?
+    "$bin/test_cuda"
+    rc2=$?
+  } >"$work/parity.log" 2>&1
+  cat "$work/parity.log" >>"$out/tests.log"
+  cases=$(grep -h 'test cases:' "$work/parity.log" | tr '\n' ' ')
+  if [[ $rc1 -eq 0 && $rc2 -eq 0 ]] && ! grep -q 'skipped: no GPU' "$work/parity.log"; then
+    record parity PASS "$cases"
+  else
+    record parity FAIL "rc $rc1 / $rc2: $cases"
+  fi
+fi
+
+# ---- 3 golden and 4 layouts ---------------------------------------------------------------------------------------
+stories=$root/models/stories260K
+golden_ids() { # extra args -> prints the ids as JSON, or nothing
+  timeout 300 "$bin/actorllm" generate --model "$stories" --prompt-ids 1 --max-tokens 256 --temperature 0 \
+    --ignore-eos --output json "$@" 2>>"$out/tests.log" | tail -1
+}
+compare_golden() { # json -> exit 0 when equal
+  python3 - "$1" "$stories/reference/expected_outputs.json" <<'PY'
+import json, sys
+got = json.loads(sys.argv[1])["output_ids"]
+want = json.load(open(sys.argv[2]))["greedy_from_bos"]["output_ids"]
+n = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+if got == want:
+    sys.exit(0)
+print(f"first difference at {n}: got {got[n] if n is not None else len(got)} want {want[n] if n is not None else len(want)}")
+sys.exit(1)
+PY
+}
+if wants golden; then
+  ids=$(golden_ids --device cuda --dtype float32)
+  if [[ -n "$ids" ]] && why=$(compare_golden "$ids"); then
+    record golden PASS "stories260K CUDA f32: 256 greedy ids equal the golden"
+  else
+    record golden FAIL "stories260K CUDA f32: ${why:-no output (tests.log)}"
+  fi
+fi
+if wants layouts; then
+  fails=""
+  for layout in "-tp 2" "-pp 2" "-tp 2 -pp 2"; do
+    for backend in uni mp; do
+      # shellcheck disable=SC2086
+      ids=$(golden_ids --device cuda --dtype float32 $layout --distributed-executor-backend $backend)
+      if ! [[ -n "$ids" ]] || ! why=$(compare_golden "$ids"); then
+        fails="$fails [$layout $backend: ${why:-no output}]"
+      fi
+    done
+  done
+  if [[ -z "$fails" ]]; then
+    record layouts PASS "tp2, pp2, tp2xpp2 on one GPU (uni and mp): golden ids"
+  else
+    record layouts FAIL "$fails"
+  fi
+fi
+
+# ---- 5 8B parity and 6 bench --------------------------------------------------------------------------------------
+if wants 8b || wants bench; then
+  args=(--config "$root/configs/llama-3.1-8b" --json "$out/bench.json")
+  wants 8b && args+=(--parity)
+  wants bench || args+=(--no-throughput)
+  timeout 480 "$bin/bench_gpu" "${args[@]}" 2>&1 | tee "$out/bench.log"
+  rc=${PIPESTATUS[0]}
+  if [[ $rc -ne 0 || ! -f "$out/bench.json" ]]; then
+    wants 8b && record 8b FAIL "bench_gpu rc $rc (bench.log)"
+    wants bench && record bench FAIL "bench_gpu rc $rc (bench.log)"
+  else
+    if wants 8b; then
+      verdict=$(python3 - "$out/bench.json" <<'PY'
+import json, sys
+b = json.load(open(sys.argv[1]))
+ok = b["parity_top1_agree"] >= b["parity_rows"] - 1 and b["parity_max_rel_l2_error"] < 0.05
+print(("PASS " if ok else "FAIL ") + f"top-1 {b['parity_top1_agree']}/{b['parity_rows']}, rel L2 {b['parity_max_rel_l2_error']:.2e}")
+PY
+)
+      record 8b "${verdict%% *}" "${verdict#* }"
+    fi
+    if wants bench; then
+      verdict=$(python3 - "$out/bench.json" <<'PY'
+import json, sys
+b = json.load(open(sys.argv[1]))
+f = b["batch1_fraction_of_roofline"]
+t = {f"b{c['batch']} {c['input_len']}/{c['output_len']}": round(c["output_tokens_per_s"]) for c in b.get("throughput", [])}
+print(("PASS " if f >= 0.8 else "FAIL ") + f"b1 {b['decode_batch1_tokens_per_s']:.0f} tok/s = {100 * f:.0f}% of roofline; {t}")
+PY
+)
+      record bench "${verdict%% *}" "${verdict#* }"
+    fi
+  fi
+fi
+
+# ---- 7 transformers side by side ----------------------------------------------------------------------------------
+if wants hf; then
+  timeout 420 python3 "$root/gpu_check_hf.py" --config "$root/configs/llama-3.1-8b" --json "$out/hf.json" 2>&1 |
+    tee -a "$out/bench.log"
+  if [[ -f "$out/hf.json" && -f "$out/bench.json" ]]; then
+    verdict=$(python3 - "$out/bench.json" "$out/hf.json" <<'PY'
+import json, sys
+b, h = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+ours = {(c["batch"], c["input_len"], c["output_len"]): c["output_tokens_per_s"] for c in b.get("throughput", [])}
+hf = {(c["batch"], c["input_len"], c["output_len"]): c.get("output_tokens_per_s") for c in h.get("cases", [])}
+k = (64, 128, 128)
+if k not in ours or not hf.get(k):
+    print("FAIL no b64 128/128 figure on one side")
+else:
+    r = ours[k] / hf[k]
+    print(("PASS " if r >= 2 else "FAIL ") + f"b64 128/128: actorllm {ours[k]:.0f} vs transformers {hf[k]:.0f} tok/s = {r:.2f}x")
+PY
+)
+    record hf "${verdict%% *}" "${verdict#* }"
+  else
+    record hf FAIL "no hf.json or bench.json (bench.log)"
+  fi
+fi
+
+# ---- summary -------------------------------------------------------------------------------------------------------
+status=0
+{
+  printf '\n%-10s %-5s %s\n' step result detail
+  for i in "${!names[@]}"; do
+    printf '%-10s %-5s %s\n' "${names[$i]}" "${results[$i]}" "${details[$i]}"
+    [[ "${results[$i]}" == FAIL ]] && status=1
+  done
+} | tee "$out/summary.txt"
+for i in "${!names[@]}"; do [[ "${results[$i]}" == FAIL ]] && status=1; done
+python3 - "$out/summary.json" "${names[@]}" -- "${results[@]}" <<'PY'
+import json, sys
+args = sys.argv[2:]
+cut = args.index("--")
+json.dump(dict(zip(args[:cut], args[cut + 1:])), open(sys.argv[1], "w"), indent=1)
+PY
+exit $status
