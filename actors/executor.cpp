@@ -36,9 +36,9 @@ std::string resolve_executor(const engine_config& config) {
                                                       executor_backend_error(config.distributed_executor_backend)};
   }
   in.world_size = config.tensor_parallel_size * config.pipeline_parallel_size;
-  in.local_devices = local_cpu_devices();
   // An unusable device is refused with the other settings (plan_replica); here it only shapes the choice.
   in.gpu = resolve_device(config.device).kind == device_kind::cuda;
+  in.local_devices = in.gpu ? visible_gpu_count() : local_cpu_devices();
   in.cluster_configured = !config.cluster_address.empty();
   in.cluster_devices = in.world_size;  // checked exactly against the nodes when the cluster replica is placed
   auto choice = choose_executor(in);

@@ -124,14 +124,15 @@ int main(int argc, char** argv) {
   std::string json_path = "bench/results/gpu.json";
   int64_t steps = 64;
   bool parity = false, throughput = true;
-  double kv_cache_gib = 40.0;
+  double gpu_memory_utilization = 0.9;
   std::vector<int64_t> batches{64, 256};
   app.add_option("--config", config_dir, "Directory with the model's config.json")->capture_default_str();
   app.add_option("--decode-steps", steps, "Timed batch-1 decode steps")->capture_default_str();
   app.add_flag("--parity", parity, "Also compare the CUDA forward with the CPU's on identical weights");
   app.add_flag("--throughput,!--no-throughput", throughput, "Measure engine output throughput")->capture_default_str();
   app.add_option("--batches", batches, "Batch sizes of the throughput runs")->capture_default_str();
-  app.add_option("--kv-cache-gib", kv_cache_gib, "KV-cache GiB for the throughput runs")->capture_default_str();
+  app.add_option("--gpu-memory-utilization", gpu_memory_utilization, "Share of the GPU the engine may use")
+      ->capture_default_str();
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -241,7 +242,7 @@ int main(int argc, char** argv) {
     ec.max_num_seqs = static_cast<int32_t>(*std::max_element(batches.begin(), batches.end()));
     ec.max_num_batched_tokens = 8192;
     ec.max_model_len = 4096;
-    ec.kv_cache_memory = static_cast<size_t>(kv_cache_gib * static_cast<double>(size_t{1} << 30));
+    ec.gpu_memory_utilization = gpu_memory_utilization;
     LLM engine{ec};
     for (throughput_case& c : cases) {
       std::fprintf(stderr, "engine: batch %ld, %ld in / %ld out...\n", static_cast<long>(c.batch),
