@@ -159,6 +159,9 @@ proto::engine_actor::behavior_type engine_behavior(engine_pointer self, engine_a
                 [rp](caf::error& err) mutable { rp.deliver(err); });
         return rp;
       },
+      [self](proto::reset_prefix_cache_atom) -> caf::result<int32_t> {
+        return self->delegate(self->state.scheduler, proto::reset_prefix_cache_atom::value);
+      },
       [self](proto::shutdown_atom) -> caf::result<caf::ok_atom> {
         auto& s = self->state;
         s.shutting_down = true;

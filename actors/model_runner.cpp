@@ -86,14 +86,6 @@ step_output model_runner::run_queued(const proto::step_plan& plan, const tensor&
   }
   if (samples_)
     samplers_.apply(plan);
-  for (const auto& copy : plan.block_copies) {
-    if (copy.src < 0 || copy.src >= cache_->n_blocks() || copy.dst < 0 || copy.dst >= cache_->n_blocks()) {
-      out.error =
-          fmt::format("block copy {} -> {} outside a cache of {} blocks", copy.src, copy.dst, cache_->n_blocks());
-      return out;
-    }
-    cache_->copy_block(copy.src, copy.dst);
-  }
 
   batch_.tokens = plan.tokens;
   batch_.positions = plan.positions;

@@ -37,6 +37,8 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
     return fail(errc::duplicate_request, "a request with this id is still running");
   if (auto err = validate(req.params); !err.empty())
     return fail(errc::invalid_argument, err);
+  if (req.cache_salt && req.cache_salt->empty())
+    return fail(errc::invalid_argument, "cache_salt must not be empty (leave it out for no salt)");
   if (!req.params.stop.empty() && !tok_)
     return fail(errc::invalid_argument, "stop strings need a tokenizer, and this model has none");
 
@@ -81,6 +83,7 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
   spec.ignore_eos = p.ignore_eos;
   spec.stop_token_ids = p.stop_token_ids;
   spec.min_tokens = p.min_tokens;
+  spec.cache_salt = req.cache_salt;
   spec.sampling.temperature = p.temperature;
   spec.sampling.top_p = p.top_p;
   spec.sampling.top_k = p.top_k < 0 ? 0 : p.top_k;
@@ -152,6 +155,7 @@ request_output output_processor::final_output(request_state& req) const {
   out.prompt_token_ids = std::move(req.prompt_ids);
   out.finished = true;
   out.usage.prompt_tokens = static_cast<int32_t>(out.prompt_token_ids.size());
+  out.usage.cached_tokens = req.num_cached_tokens;
   for (auto& seq : req.seqs) {
     out.usage.completion_tokens += static_cast<int32_t>(seq.out.token_ids.size());
     out.outputs.push_back(std::move(seq.out));
@@ -166,6 +170,7 @@ void output_processor::process(const proto::step_update& update, step_outputs& o
       continue;
     request_state& req = it->second;
     seq_state& seq = req.seqs[u.index];
+    req.num_cached_tokens = std::max(req.num_cached_tokens, u.num_cached_tokens);
     if (seq.out.finish_reason)
       continue;
     std::string text;

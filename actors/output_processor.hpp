@@ -87,6 +87,7 @@ class output_processor {
     bool stream = false;
     std::vector<seq_state> seqs;
     int32_t n_unfinished = 0;
+    int32_t num_cached_tokens = 0;  ///< prompt tokens the prefix cache held, as the scheduler reported
   };
 
   /// Finishes `seq` (if not yet) with `reason`, flushing held-back text into `text`.

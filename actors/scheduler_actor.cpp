@@ -123,9 +123,6 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
       st.introduced.insert(seq.request_id);
     }
   }
-  p.block_copies.reserve(plan.block_copies.size());
-  for (const auto& c : plan.block_copies)
-    p.block_copies.push_back({c.src, c.dst});
   p.released_requests = std::move(st.releases);
   st.releases.clear();
   st.in_flight_samples.emplace(plan.step_id, std::move(plan.sample_seqs));
@@ -211,6 +208,7 @@ void on_result(scheduler_pointer self, proto::step_result& result) {
     u.token = e.new_token;
     u.logprob = tok.logprob;
     u.top = std::move(tok.top);
+    u.num_cached_tokens = e.n_cached_tokens;
     if (e.finished)
       u.finished = to_public(*e.finished);
     upd.seqs.push_back(std::move(u));
@@ -244,6 +242,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         req.ignore_eos = spec.ignore_eos;
         req.stop_token_ids = std::move(spec.stop_token_ids);
         req.min_tokens = spec.min_tokens;
+        req.cache_salt = spec.cache_salt;
         if (auto added = st.core->add_request(std::move(req)); !added)
           return proto::make_error(to_errc(added.error().code), added.error().message);
         st.live.insert(spec.request_id);
@@ -292,9 +291,17 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         s.n_free_blocks = c.allocator().n_free_blocks();
         s.block_size = c.allocator().block_size();
         s.kv_cache_usage = c.kv_cache_usage();
+        s.prefix_cache_queries = c.prefix_cache_queries();
+        s.prefix_cache_hits = c.prefix_cache_hits();
+        s.n_cached_blocks = c.allocator().n_cached_blocks();
         s.forward_seconds = st.forward_seconds;
         s.sample_seconds = st.sample_seconds;
         return s;
+      },
+      [self](proto::reset_prefix_cache_atom) -> int32_t {
+        const int32_t n = self->state.core->reset_prefix_cache();
+        log::info("scheduler", "Reset the prefix cache: {} cached blocks forgotten", n);
+        return n;
       },
       [self](proto::step_watch_atom) {
         auto& st = self->state;

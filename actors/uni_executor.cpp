@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -37,6 +38,7 @@ engine::scheduler_config make_scheduler_config(const engine_config& config, int3
   sc.n_blocks = 1;  // checked again with the real count once the block manager has it
   sc.max_model_len = max_model_len;
   sc.pp_size = config.pipeline_parallel_size;
+  sc.enable_prefix_caching = config.enable_prefix_caching;
   auto policy = engine::parse_scheduling_policy(config.scheduling_policy);
   if (!policy)
     throw_config(fmt::format("scheduling_policy: '{}' is not one of fcfs, priority", config.scheduling_policy));
@@ -127,6 +129,13 @@ replica_plan plan_replica(const engine_config& config) {
     throw_config(fmt::format("max_model_len must be positive (or 0 for the model's), got {}", config.max_model_len));
   }
   plan.scheduler = make_scheduler_config(config, r.max_model_len);
+  if (config.enable_prefix_caching &&
+      std::any_of(r.model.layer_window.begin(), r.model.layer_window.end(), [](int64_t w) { return w > 0; }))
+    // A window only masks attention: no block is freed when it slides out, so a cached block holds exactly the KV a
+    // recompute of the same tokens would write, and reusing it is as safe as for full attention.
+    log::info("executor",
+              "Prefix caching stays on for this sliding-window model (blocks are kept for the whole "
+              "sequence, so cached KV equals recomputed KV)");
 
   fs::path tok_dir = config.tokenizer.empty() ? fs::path{config.model} : fs::path{config.tokenizer};
   if (fs::exists(tok_dir / "tokenizer.json")) {

@@ -154,6 +154,7 @@ struct llm_impl {
     req.prompt_ids = p.token_ids();
     req.params = params;
     req.priority = priority;
+    req.cache_salt = p.cache_salt();
     req.stream = stream;
     req.sink = client;
     registry->add(id, std::move(ch));
@@ -602,6 +603,17 @@ engine_stats LLM::stats() const {
                  out.failure = "the engine did not answer: " + impl_->sys->render(err);
                });
   return out;
+}
+
+int32_t LLM::reset_prefix_cache() {
+  caf::scoped_actor self{*impl_->sys};
+  auto engine = impl_->engine();
+  if (!engine)
+    return 0;  // restarting: the new replica starts with an empty cache
+  int32_t n = 0;
+  self->request(engine, std::chrono::seconds{10}, proto::reset_prefix_cache_atom::value)
+      .receive([&](int32_t forgotten) { n = forgotten; }, [&](caf::error& err) { throw proto::to_exception(err); });
+  return n;
 }
 
 const model_info& LLM::info() const { return impl_->info; }

@@ -38,6 +38,7 @@ struct bench_serve_options {
   std::string api_key;
   int64_t num_prompts = 100;
   int64_t random_input_len = 128;
+  int64_t random_prefix_len = 0;
   int64_t random_output_len = 128;
   double random_range_ratio = 0;
   int32_t random_vocab_size = 0;  // 0: from --tokenizer, else 256
@@ -148,6 +149,7 @@ int run_bench_serve(const bench_serve_options& o) {
   random_dataset_options ds;
   ds.num_prompts = o.num_prompts;
   ds.input_len = o.random_input_len;
+  ds.prefix_len = o.random_prefix_len;
   ds.output_len = o.random_output_len;
   ds.range_ratio = o.random_range_ratio;
   ds.seed = o.seed;
@@ -183,11 +185,12 @@ int run_bench_serve(const bench_serve_options& o) {
   }
 
   std::printf(
-      "Benchmarking %s%s, model %s: %lld prompts of %lld tokens (vocab %d), %lld output tokens, rate %s, "
-      "max concurrency %s\n",
+      "Benchmarking %s%s, model %s: %lld prompts of %lld shared + %lld tokens (vocab %d), %lld output tokens, rate "
+      "%s, max concurrency %s\n",
       o.base_url.c_str(), o.endpoint.c_str(), plan.request.model.c_str(), static_cast<long long>(o.num_prompts),
-      static_cast<long long>(o.random_input_len), ds.vocab_size, static_cast<long long>(o.random_output_len),
-      o.request_rate.c_str(), o.max_concurrency > 0 ? std::to_string(o.max_concurrency).c_str() : "none");
+      static_cast<long long>(o.random_prefix_len), static_cast<long long>(o.random_input_len), ds.vocab_size,
+      static_cast<long long>(o.random_output_len), o.request_rate.c_str(),
+      o.max_concurrency > 0 ? std::to_string(o.max_concurrency).c_str() : "none");
 
   // One request first, as vLLM does: a server that cannot serve the workload fails here with its own message.
   std::printf("Starting initial single prompt test run...\n");
@@ -248,6 +251,10 @@ command_registration bench_command{
       serve->add_option("--api-key", o->api_key, "Sent as 'Authorization: Bearer KEY'");
       serve->add_option("--num-prompts", o->num_prompts, "Number of requests")->capture_default_str();
       serve->add_option("--random-input-len", o->random_input_len, "Prompt tokens per request")->capture_default_str();
+      serve
+          ->add_option("--random-prefix-len", o->random_prefix_len,
+                       "Tokens of one random prefix every prompt starts with, before its own input tokens")
+          ->capture_default_str();
       serve->add_option("--random-output-len", o->random_output_len, "Output tokens per request (max_tokens)")
           ->capture_default_str();
       serve

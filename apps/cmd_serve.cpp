@@ -146,6 +146,7 @@ int run_serve(serve_options o) {
   cfg.device = o.device;
   cfg.seed = o.seed;
   cfg.threads = o.threads;
+  cfg.enable_prefix_caching = o.enable_prefix_caching;
   cfg.gpu_memory_utilization = o.gpu_memory_utilization;
   cfg.distributed_executor_backend = o.distributed_executor_backend;
   cfg.restart_workers = o.max_worker_restarts > 0;
@@ -173,14 +174,17 @@ int run_serve(serve_options o) {
     std::raise(SIGTERM);
   });
 
-  net::openai_service service{llm,
-                              {.served_model_names = o.served_model_names,
-                               .model_path = o.model,
-                               .tokenizer_path = o.tokenizer,
-                               .max_body_bytes = o.max_body_bytes,
-                               .chat_template = o.chat_template,
-                               .generation_config = o.generation_config,
-                               .max_queued_requests = o.max_queued_requests}};
+  net::openai_service service{
+      llm,
+      {.served_model_names = o.served_model_names,
+       .model_path = o.model,
+       .tokenizer_path = o.tokenizer,
+       .max_body_bytes = o.max_body_bytes,
+       .chat_template = o.chat_template,
+       .generation_config = o.generation_config,
+       .max_queued_requests = o.max_queued_requests,
+       .enable_prompt_tokens_details = o.enable_prompt_tokens_details,
+       .log_stats_interval = o.disable_log_stats ? std::chrono::milliseconds{0} : std::chrono::milliseconds{10000}}};
   net::router router;
   router.set_api_key(o.api_key);
   service.install(router);
@@ -268,6 +272,13 @@ command_registration serve_command{
       sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->capture_default_str();
       sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard (e.g. 4GiB, 512MiB)")
           ->capture_default_str();
+      sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->enable_prefix_caching,
+                   "Reuse the KV blocks of prompt prefixes computed before (default: on)");
+      sub.add_flag("--enable-prompt-tokens-details", o->enable_prompt_tokens_details,
+                   "Report usage.prompt_tokens_details.cached_tokens (off by default: it tells a client whether "
+                   "others sent the same prefix)");
+      sub.add_flag("--disable-log-stats", o->disable_log_stats,
+                   "No periodic stats line (running, waiting, KV-cache usage, prefix cache hit rate)");
       auto* gpu_memory = sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                                         "Share of each GPU's memory the engine may use, in (0, 1]; GPU backends "
                                         "only (the CPU backend sizes its KV cache with --kv-cache-memory)")

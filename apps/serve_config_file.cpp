@@ -103,6 +103,14 @@ setter device_value(std::string& out) {
   };
 }
 
+setter bool_value(bool& out) {
+  return [&out](const toml::node& n, const key_location& at) {
+    if (!n.is_boolean())
+      type_error(at, n, "a boolean");
+    out = n.as_boolean()->get();
+  };
+}
+
 /// A string naming a file or directory: relative paths are taken relative to the settings file. `only_if_exists`:
 /// the string may also be something else (an inline chat template, "auto"), so it is resolved only when the
 /// resolved path exists.
@@ -245,6 +253,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
               o.gpu_memory_utilization_set = true;
             }},
            {"kv_cache_memory", bytes_value(o.kv_cache_memory)},
+           {"enable_prefix_caching", bool_value(o.enable_prefix_caching)},
        }},
       {"server",
        {
@@ -255,6 +264,8 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"shutdown_timeout", number_value(o.shutdown_timeout)},
            {"max_body_bytes", integer_value(o.max_body_bytes, 1)},
            {"log_level", choice_value(o.log_level, {"debug", "info", "warning", "error"})},
+           {"enable_prompt_tokens_details", bool_value(o.enable_prompt_tokens_details)},
+           {"disable_log_stats", bool_value(o.disable_log_stats)},
        }},
       {"cluster",
        {

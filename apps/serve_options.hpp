@@ -44,6 +44,7 @@ struct serve_options {
   double gpu_memory_utilization = 0.9;
   bool gpu_memory_utilization_set = false;  ///< given explicitly (flag or file): CPU-only engines say it is unused
   std::string kv_cache_memory = "4GiB";
+  bool enable_prefix_caching = true;  ///< --enable-prefix-caching / --no-enable-prefix-caching
 
   // [server]
   std::string host = "127.0.0.1";
@@ -54,7 +55,9 @@ struct serve_options {
   std::vector<std::string> allowed_origins;
   double shutdown_timeout = 10.0;
   uint64_t max_body_bytes = 16u << 20;
-  std::string log_level;  ///< debug, info, warning or error; empty: $ACTORLLM_LOG_LEVEL, else info
+  std::string log_level;                      ///< debug, info, warning or error; empty: $ACTORLLM_LOG_LEVEL, else info
+  bool enable_prompt_tokens_details = false;  ///< usage.prompt_tokens_details.cached_tokens in responses
+  bool disable_log_stats = false;             ///< no periodic stats line
 
   // [cluster]: where the cluster executor finds the head (--cluster-address / --cluster-token).
   std::string cluster_head_address;  ///< host:port of the head node

@@ -17,7 +17,7 @@ enum class engine_errc {
   exceeds_kv_cache,       ///< a sequence that could not fit even in an empty KV cache
   too_many_sequences,     ///< a request with more output sequences than max_num_seqs
   unknown_sequence,       ///< a sequence id that holds no blocks / is not live (includes a double free)
-  sequence_exists,        ///< fork onto a sequence id that already holds blocks
+  sequence_exists,        ///< starting a block table for a sequence id that already holds one
   out_of_blocks,          ///< not enough free blocks for an allocation (the caller may preempt and retry)
   unknown_step,           ///< a result for a step that is not in flight
   result_mismatch,        ///< a step result whose shape does not match its plan

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace actorllm::engine {
@@ -19,6 +20,9 @@ struct request {
   bool ignore_eos = false;              ///< keep generating through eos (stop_token_ids still stop)
   std::vector<int32_t> stop_token_ids;  ///< further ids that finish with `stop` (the token is kept in the output)
   int32_t min_tokens = 0;               ///< no eos / stop-token finish before this many output tokens
+  /// Mixed into the hash of the prompt's first KV block: only requests with the same salt share cached blocks
+  /// (vLLM's cache_salt, against timing attacks between tenants). Unset: shared with every unsalted request.
+  std::optional<std::string> cache_salt;
 };
 
 }  // namespace actorllm::engine

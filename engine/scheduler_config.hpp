@@ -38,6 +38,8 @@ struct scheduler_config {
   int32_t max_model_len = 2048;           ///< most tokens (prompt + output) of a sequence
   scheduling_policy policy = scheduling_policy::fcfs;
   int32_t pp_size = 1;  ///< step plans kept in flight at once (one per pipeline stage keeps every stage busy)
+  /// Reuse the computed KV blocks of prompt prefixes seen before (vLLM's --enable-prefix-caching, on by default).
+  bool enable_prefix_caching = true;
 
   /// Empty when every field is usable; otherwise which one is not and why.
   std::optional<engine_error> validate() const;

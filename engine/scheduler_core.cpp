@@ -30,7 +30,7 @@ expected<scheduler_core> scheduler_core::create(const scheduler_config& config) 
 }
 
 scheduler_core::scheduler_core(const scheduler_config& config)
-    : config_(config), allocator_(config.n_blocks, config.block_size) {}
+    : config_(config), allocator_(config.n_blocks, config.block_size, config.enable_prefix_caching) {}
 
 expected<void> scheduler_core::add_request(request req) {
   auto reject = [&](engine_errc code, std::string message) {
@@ -46,6 +46,8 @@ expected<void> scheduler_core::add_request(request req) {
     return reject(engine_errc::invalid_argument, fmt::format("max_tokens must be at least 1, got {}", *req.max_tokens));
   if (req.min_tokens < 0)
     return reject(engine_errc::invalid_argument, fmt::format("min_tokens must be at least 0, got {}", req.min_tokens));
+  if (req.cache_salt && req.cache_salt->empty())
+    return reject(engine_errc::invalid_argument, "cache_salt must not be empty (leave it out for no salt)");
 
   const int64_t n_prompt = static_cast<int64_t>(req.prompt.size());
   const int64_t max_len = config_.max_model_len;
@@ -80,6 +82,7 @@ expected<void> scheduler_core::add_request(request req) {
   state.max_tokens = static_cast<int32_t>(max_tokens);
   state.arrival = next_arrival_++;
   state.n_live = req.n;
+  state.extra_keys = first_block_extra_keys(req.cache_salt);
   seq_state seq;
   seq.id = seq_id{req.id, 0};
   seq.serial = next_serial_++;
@@ -163,10 +166,28 @@ bool scheduler_core::make_room(seq_state& seq, int64_t n_tokens, step_plan& plan
   return true;
 }
 
+std::vector<block_id> scheduler_core::cached_prefix(seq_state& seq) {
+  if (!allocator_.caching_enabled())
+    return {};
+  // The last token is always computed: its logits are what the step is for.
+  const auto n_blocks = (seq.tokens.size() - 1) / static_cast<size_t>(config_.block_size);
+  extend_block_hashes(seq.block_hashes, seq.tokens, config_.block_size, n_blocks,
+                      requests_.at(seq.id.request_id).extra_keys);
+  return allocator_.find_cached_prefix(std::span<const block_hash>(seq.block_hashes).first(n_blocks));
+}
+
+void scheduler_core::register_computed_blocks(seq_state& seq) {
+  // Called once no plan in flight writes into the sequence: every slot it holds has its KV.
+  if (!allocator_.caching_enabled())
+    return;
+  const auto n_full = static_cast<size_t>(seq.n_computed / config_.block_size);
+  extend_block_hashes(seq.block_hashes, seq.tokens, config_.block_size, n_full,
+                      requests_.at(seq.id.request_id).extra_keys);
+  allocator_.cache_blocks(seq.id, std::span<const block_hash>(seq.block_hashes).first(n_full)).value();
+}
+
 void scheduler_core::schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan& plan, plan_record& record) {
-  auto copy = allocator_.append_slots(seq.id, n_tokens);
-  if (copy.value())
-    plan.block_copies.push_back(**copy);
+  // The caller reserved the slots (append_slots, or start_sequence at admission).
   const int32_t start = seq.n_computed;
   const bool last_chunk = start + n_tokens == static_cast<int32_t>(seq.tokens.size());
   auto table = allocator_.block_table(seq.id);
@@ -185,20 +206,29 @@ void scheduler_core::schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan&
   request_state& req = requests_.at(seq.id.request_id);
   if (seq.id.index != 0 || req.forked || req.req.n == 1)
     return;
-  // The prompt is complete: the siblings share its blocks from here on and each samples its own first token from
-  // the same logits row. Seats were taken at admission, so the running seat count stays as it is.
+  // The prompt is complete: each sibling samples its own first token from the same logits row and shares the
+  // prompt's full blocks (this plan writes their KV before any later plan reads it: the siblings sit in this plan
+  // until its result is in). The partial last block stays sequence 0's; each sibling recomputes those tokens into a
+  // block of its own along with its first decode, so no block is ever written by two sequences, or copied. Seats
+  // were taken at admission, so the running seat count stays as it is.
   const int32_t row = plan.batch.sample_rows.back();
   n_running_seats_ -= seats_of(seq);
   req.forked = true;
   n_running_seats_ += seats_of(seq);
+  const auto n_full = static_cast<size_t>(seq.n_computed / config_.block_size);
+  const auto full_blocks = allocator_.block_table(seq.id).first(n_full);
+  const std::vector<block_id> shared(full_blocks.begin(), full_blocks.end());
   for (int32_t i = 1; i < req.req.n; ++i) {
     seq_state child;
     child.id = seq_id{seq.id.request_id, static_cast<uint32_t>(i)};
     child.serial = next_serial_++;
     child.tokens = seq.tokens;
-    child.n_computed = seq.n_computed;
+    child.n_computed = static_cast<int32_t>(n_full) * config_.block_size;
+    child.block_hashes.assign(
+        seq.block_hashes.begin(),
+        seq.block_hashes.begin() + static_cast<std::ptrdiff_t>(std::min(n_full, seq.block_hashes.size())));
     child.in_flight_step = plan.step_id;
-    allocator_.fork(seq.id, child.id).value();
+    allocator_.start_sequence(child.id, shared, 0).value();
     auto [it, inserted] = seqs_.emplace(child.id, std::move(child));
     ACTORLLM_CHECK(inserted, "a forked sequence already existed");
     enter_running(it->second);
@@ -236,6 +266,7 @@ std::optional<step_plan> scheduler_core::schedule() {
       const int64_t n_tokens = std::min(remaining, budget);
       if (!make_room(seq, n_tokens, plan))
         continue;
+      allocator_.append_slots(seq.id, n_tokens).value();
       schedule_chunk(seq, static_cast<int32_t>(n_tokens), plan, record);
       budget -= n_tokens;
     }
@@ -249,11 +280,25 @@ std::optional<step_plan> scheduler_core::schedule() {
       seq_state& seq = seqs_.at(id_of(*waiting_.begin()));
       if (n_running_seats_ + seats_of(seq) > config_.max_num_seqs)
         break;
-      const int64_t n_tokens = std::min(static_cast<int64_t>(seq.tokens.size()), budget);
-      if (!allocator_.can_append(seq.id, n_tokens))
+      const std::vector<block_id> hit = cached_prefix(seq);
+      const int32_t n_hit_tokens = static_cast<int32_t>(hit.size()) * config_.block_size;
+      const int64_t n_tokens = std::min(static_cast<int64_t>(seq.tokens.size()) - n_hit_tokens, budget);
+      if (!allocator_.can_start(hit, n_tokens))
         break;
       waiting_.erase(waiting_.begin());
       enter_running(seq);
+      allocator_.start_sequence(seq.id, hit, n_tokens).value();
+      seq.n_computed = n_hit_tokens;
+      request_state& req = requests_.at(seq.id.request_id);
+      if (seq.id.index == 0 && !req.admitted) {
+        // A new request (not a preempted one coming back): what usage and the hit-rate metric report.
+        req.admitted = true;
+        req.n_cached_tokens = n_hit_tokens;
+        if (allocator_.caching_enabled()) {
+          n_prefix_queries_ += seq.tokens.size();
+          n_prefix_hits_ += static_cast<uint64_t>(n_hit_tokens);
+        }
+      }
       schedule_chunk(seq, static_cast<int32_t>(n_tokens), plan, record);
       budget -= n_tokens;
     }
@@ -301,8 +346,10 @@ expected<std::vector<seq_event>> scheduler_core::update_from_output(uint64_t ste
     return it != seqs_.end() && it->second.serial == tagged.serial ? &it->second : nullptr;
   };
   for (const tagged_seq& tagged : record.scheduled)
-    if (seq_state* seq = live(tagged))
+    if (seq_state* seq = live(tagged)) {
       seq->in_flight_step.reset();
+      register_computed_blocks(*seq);
+    }
 
   std::vector<seq_event> events;
   events.reserve(sampled.size());
@@ -314,7 +361,8 @@ expected<std::vector<seq_event>> scheduler_core::update_from_output(uint64_t ste
     seq->tokens.push_back(token);
     auto reason = stop_reason(*seq, requests_.at(seq->id.request_id), token);
     if (!reason) {
-      events.push_back(seq_event{seq->id, token, std::nullopt, false});
+      events.push_back(
+          seq_event{seq->id, token, std::nullopt, false, requests_.at(seq->id.request_id).n_cached_tokens});
       continue;
     }
     seq_event event = finish_live(seqs_.find(seq->id), *reason);
@@ -335,7 +383,7 @@ seq_event scheduler_core::finish_live(std::map<seq_id, seq_state>::iterator it, 
   }
   // An unforked parent takes its never-created siblings with it.
   req.n_live -= seats_of(seq);
-  seq_event event{seq.id, std::nullopt, reason, false};
+  seq_event event{seq.id, std::nullopt, reason, false, req.n_cached_tokens};
   seqs_.erase(it);
   if (req.n_live == 0) {
     requests_.erase(event.seq.request_id);

@@ -31,8 +31,15 @@ namespace actorllm::engine {
 /// by recompute: its blocks are freed and it waits again, to re-prefill its prompt plus the tokens it had produced.
 /// Sequences in a plan (this one, or one still in flight) are never preempted; when only they hold the blocks a
 /// sequence needs, it preempts itself, except that with an earlier plan still in flight it just sits this step out.
-/// A request with n > 1 prefills its prompt once as sequence 0; its other sequences fork off sequence 0's blocks when
-/// the last prompt chunk is scheduled, and from then on every sequence is scheduled on its own.
+/// A request with n > 1 prefills its prompt once as sequence 0; when its last prompt chunk is scheduled, the other
+/// sequences are created sharing sequence 0's full prompt blocks and its sampling row, and each recomputes the
+/// prompt's partial last block into a block of its own with its first decode (no block is ever copied). From then
+/// on every sequence is scheduled on its own.
+///
+/// Prefix caching (on unless config.enable_prefix_caching is false): once a step's result is in, the full blocks it
+/// computed are registered under their chained hash (engine/block_hash.hpp). Admission (of a new or a preempted
+/// sequence) takes the longest run of its leading full blocks the cache holds, always leaving at least the last
+/// token to compute (its logits are needed), and schedules only the rest.
 class scheduler_core {
  public:
   /// A scheduler for `config`, or an error naming the unusable field.
@@ -79,6 +86,13 @@ class scheduler_core {
   bool has_unfinished() const { return !requests_.empty(); }
   /// Preemptions since creation (vLLM's num_preemptions counter).
   uint64_t n_preemptions() const { return n_preemptions_; }
+  /// Prompt tokens looked up in the prefix cache by new requests' first admission (vLLM's prefix_cache_queries).
+  uint64_t prefix_cache_queries() const { return n_prefix_queries_; }
+  /// Of those, tokens found (vLLM's prefix_cache_hits).
+  uint64_t prefix_cache_hits() const { return n_prefix_hits_; }
+  /// Forgets every cached block (POST /reset_prefix_cache): nothing computed before is reused. Running sequences
+  /// keep their blocks. Returns how many blocks were cached.
+  int32_t reset_prefix_cache() { return allocator_.reset_cache(); }
   /// Step plans handed out whose results have not come back.
   size_t n_in_flight() const { return in_flight_.size(); }
   /// Fraction of KV blocks in use (kv_cache_usage_perc).
@@ -102,6 +116,7 @@ class scheduler_core {
     uint64_t serial = 0;          ///< distinguishes incarnations of one id, so late results find no stale match
     std::vector<int32_t> tokens;  ///< prompt, then output
     int32_t n_computed = 0;       ///< tokens with KV slots, written or being written by a plan in flight
+    std::vector<block_hash> block_hashes;  ///< chained digests of the leading full blocks of tokens, as far as needed
     std::optional<uint64_t> in_flight_step;
     bool running = false;
   };
@@ -111,8 +126,11 @@ class scheduler_core {
     int32_t n_prompt = 0;
     int32_t max_tokens = 0;  ///< effective: req.max_tokens or what max_model_len leaves
     uint64_t arrival = 0;
-    bool forked = false;  ///< sequences 1 .. n-1 exist (forked when sequence 0's last prompt chunk was scheduled)
-    int32_t n_live = 0;   ///< sequences not finished, counting unforked ones
+    bool forked = false;     ///< sequences 1 .. n-1 exist (forked when sequence 0's last prompt chunk was scheduled)
+    int32_t n_live = 0;      ///< sequences not finished, counting unforked ones
+    std::string extra_keys;  ///< of the first block's hash (the cache salt)
+    bool admitted = false;   ///< sequence 0 was admitted once (the cache lookup that counts for usage)
+    int32_t n_cached_tokens = 0;  ///< prompt tokens that lookup found
   };
 
   struct tagged_seq {
@@ -135,6 +153,8 @@ class scheduler_core {
   void preempt(seq_state& seq, step_plan& plan);
   bool make_room(seq_state& seq, int64_t n_tokens, step_plan& plan);
   void schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan& plan, plan_record& record);
+  std::vector<block_id> cached_prefix(seq_state& seq);
+  void register_computed_blocks(seq_state& seq);
   std::optional<finish_reason> stop_reason(const seq_state& seq, const request_state& req, int32_t token) const;
   seq_event finish_live(std::map<seq_id, seq_state>::iterator it, finish_reason reason);
 
@@ -150,6 +170,8 @@ class scheduler_core {
   uint64_t next_arrival_ = 0;
   uint64_t next_serial_ = 1;
   uint64_t n_preemptions_ = 0;
+  uint64_t n_prefix_queries_ = 0;
+  uint64_t n_prefix_hits_ = 0;
 };
 
 }  // namespace actorllm::engine

@@ -36,6 +36,9 @@ struct seq_event {
   std::optional<int32_t> new_token;       ///< the token appended to the sequence's output, if any
   std::optional<finish_reason> finished;  ///< set when the sequence is done
   bool request_finished = false;          ///< this was the last unfinished sequence of its request: the request is gone
+  /// Prompt tokens of the request found in the prefix cache when it was first admitted (0 before that, or with
+  /// caching off): usage.prompt_tokens_details.cached_tokens.
+  int32_t n_cached_tokens = 0;
 };
 
 }  // namespace actorllm::engine

@@ -18,9 +18,7 @@ struct step_plan {
   model::forward_batch batch;
   std::vector<seq_id> batch_seqs;   ///< the sequence of each batch.sequences entry, same order
   std::vector<seq_id> sample_seqs;  ///< the sequence each batch.sample_rows entry samples for, same order
-  /// Copy-on-write block copies every shard performs on its KV slice before this step's forward, in order.
-  std::vector<block_copy> block_copies;
-  std::vector<seq_id> preempted;  ///< sequences preempted (blocks freed, back to waiting) while building this plan
+  std::vector<seq_id> preempted;    ///< sequences preempted (blocks freed, back to waiting) while building this plan
 };
 
 }  // namespace actorllm::engine

@@ -18,15 +18,4 @@ kv_layer kv_cache::layer(int64_t layer) const {
                   data_.slice_rows((layer * 2 + 1) * n_blocks_, n_blocks_)};
 }
 
-void kv_cache::copy_block(int64_t src, int64_t dst) {
-  ACTORLLM_CHECK(src >= 0 && src < n_blocks_ && dst >= 0 && dst < n_blocks_, "kv cache block copy out of range");
-  if (src == dst)
-    return;
-  for (int64_t l = 0; l < shape_.n_layer; ++l) {
-    kv_layer kv = layer(l);
-    be_.copy_row(kv.k, src, dst);
-    be_.copy_row(kv.v, src, dst);
-  }
-}
-
 }  // namespace actorllm::model

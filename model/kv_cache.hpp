@@ -39,9 +39,6 @@ class kv_cache {
   int64_t block_size() const { return shape_.block_size; }
   /// The k and v tensors of local layer `layer` (0-based within the shard's layer range).
   kv_layer layer(int64_t layer) const;
-  /// Copies every layer's k and v slots of block `src` into block `dst` (the scheduler's copy-on-write of a shared,
-  /// partially filled block before a sequence writes into it). Both must be in [0, n_blocks()).
-  void copy_block(int64_t src, int64_t dst);
 
  private:
   backend& be_;

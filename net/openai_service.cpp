@@ -145,6 +145,7 @@ struct job {
     for (const request_output& o : outputs) {
       usage.prompt_tokens += o.usage.prompt_tokens;
       usage.completion_tokens += o.usage.completion_tokens;
+      usage.cached_tokens += o.usage.cached_tokens;
     }
     if (stream) {
       // end() writes the usage chunk (when asked for) and `data: [DONE]`.
@@ -178,9 +179,13 @@ struct job {
 std::shared_ptr<response_channel> fail(const openai::api_error& e) { return reply(error_response(e)); }
 
 /// Submits every prompt of `j` (its channel, contexts and stream encoders set) and returns its channel.
-std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, const std::vector<prompt>& prompts,
+std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, std::vector<prompt> prompts,
                                         const sampling_params& params, int32_t priority,
+                                        const std::optional<std::string>& cache_salt,
                                         std::span<const request_output> echo_prompts) {
+  if (cache_salt)
+    for (prompt& p : prompts)
+      p.with_cache_salt(*cache_salt);
   j->outputs.resize(prompts.size());
   j->last_token.resize(prompts.size());
   j->got_token.assign(prompts.size(), false);
@@ -335,6 +340,8 @@ openai_service::openai_service(LLM& llm, service_config config)
   if (admission_.limit() >= 0)
     log::info(where, "At most {} generation requests at once (max_num_seqs {} + max_queued_requests {}); more get 429",
               admission_.limit(), llm.info().max_num_seqs, config_.max_queued_requests);
+  if (config_.log_stats_interval.count() > 0)
+    stats_logger_ = std::make_unique<stats_logger>([&llm] { return llm.stats(); }, config_.log_stats_interval);
 }
 
 openai_service::~openai_service() = default;
@@ -350,6 +357,7 @@ void openai_service::install(router& r) {
   });
   r.add("GET", "/health", [this](const http_request&) { return health(); });
   r.add("GET", "/metrics", [this](const http_request&) { return metrics(); });
+  r.add("POST", "/reset_prefix_cache", [this](const http_request&) { return reset_prefix_cache(); });
   r.add("GET", "/version", [](const http_request&) { return reply(json_response(200, openai::version_json())); });
 }
 
@@ -398,12 +406,13 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   j->ctx.logprobs = parsed->params.logprobs.has_value();
   j->ctx.echo = parsed->echo;
   j->ctx.include_usage = parsed->include_usage;
+  j->ctx.prompt_tokens_details = config_.enable_prompt_tokens_details;
   j->ctx.n = parsed->params.n;
   j->ctx.decoder = make_decoder(tokenizer_.get());
   if (j->stream)
     j->completion_chunks.emplace(j->ctx);
   j->slot = std::move(*slot);
-  return start(j, parsed->prompts, parsed->params, parsed->priority, echo);
+  return start(j, std::move(parsed->prompts), parsed->params, parsed->priority, parsed->cache_salt, echo);
 }
 
 namespace {
@@ -471,12 +480,13 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   j->ctx.model = *model;
   j->ctx.logprobs = parsed->logprobs;
   j->ctx.include_usage = parsed->include_usage;
+  j->ctx.prompt_tokens_details = config_.enable_prompt_tokens_details;
   j->ctx.n = parsed->params.n;
   j->ctx.decoder = make_decoder(tokenizer_.get());
   if (j->stream)
     j->chat_chunks.emplace(j->ctx);
   j->slot = std::move(*slot);
-  return start(j, {prompt{std::move(ids)}}, parsed->params, parsed->priority, {});
+  return start(j, {prompt{std::move(ids)}}, parsed->params, parsed->priority, parsed->cache_salt, {});
 }
 
 std::shared_ptr<response_channel> openai_service::tokenize(const http_request& req) {
@@ -564,6 +574,21 @@ std::shared_ptr<response_channel> openai_service::health() const {
       ch->respond(json_response(200, "{}"));
     else
       ch->respond(error_response(openai::api_error::unavailable("engine unhealthy: " + s.failure)));
+  });
+  return ch;
+}
+
+std::shared_ptr<response_channel> openai_service::reset_prefix_cache() {
+  auto ch = std::make_shared<response_channel>();
+  worker_->post([ch, &llm = llm_] {
+    try {
+      llm.reset_prefix_cache();
+    } catch (const std::exception& e) {
+      ch->respond(error_response(openai::api_error::unavailable(std::string{"engine unavailable: "} + e.what())));
+      return;
+    }
+    // vLLM answers 200 with an empty body.
+    ch->respond(http_response{200, "text/plain; charset=utf-8", "", {}});
   });
   return ch;
 }

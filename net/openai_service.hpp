@@ -7,9 +7,11 @@
 #include "net/openai/metrics.hpp"
 #include "net/openai/requests.hpp"
 #include "net/routes.hpp"
+#include "net/stats_logger.hpp"
 
 #include <actorllm/llm.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,6 +41,12 @@ struct service_config {
   /// --max-queued-requests: requests beyond the running ones that may wait; more get 429 with Retry-After.
   /// Negative: no limit.
   int64_t max_queued_requests = -1;
+  /// --enable-prompt-tokens-details: usage carries prompt_tokens_details.cached_tokens. Off by default, as in vLLM:
+  /// the count tells a client that some other client sent the same prefix before (unless salted apart).
+  bool enable_prompt_tokens_details = false;
+  /// How often the stats line (running, waiting, KV-cache usage, prefix cache hit rate) is logged while the engine
+  /// works; 0: never (--disable-log-stats). vLLM's interval.
+  std::chrono::milliseconds log_stats_interval{10000};
 };
 
 class openai_service {
@@ -65,6 +73,7 @@ class openai_service {
   std::shared_ptr<response_channel> model(const std::string& id) const;
   std::shared_ptr<response_channel> health() const;
   std::shared_ptr<response_channel> metrics();
+  std::shared_ptr<response_channel> reset_prefix_cache();
 
   LLM& llm_;
   service_config config_;
@@ -75,6 +84,7 @@ class openai_service {
   openai::sampling_defaults defaults_;  // --generation-config
   admission_gate admission_;            // max_num_seqs + --max-queued-requests generation requests at once
   int64_t created_ = 0;
+  std::unique_ptr<stats_logger> stats_logger_;  // last: stops first
 };
 
 }  // namespace actorllm::net

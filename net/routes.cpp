@@ -87,7 +87,8 @@ std::shared_ptr<response_channel> router::dispatch(const http_request& request) 
         0};
     return reply(error_response(e));
   }
-  if (!api_key_.empty() && request.target.starts_with("/v1/")) {
+  // The /v1 API, and /reset_prefix_cache, which changes the server's state for every client.
+  if (!api_key_.empty() && (request.target.starts_with("/v1/") || request.target.starts_with("/reset_prefix_cache"))) {
     auto auth = request.header("authorization");
     if (!auth || *auth != "Bearer " + api_key_)
       return reply(error_response(openai::api_error::unauthorized()));

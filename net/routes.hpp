@@ -32,7 +32,7 @@ class router {
   /// Adds `method prefix…`: every path that starts with `prefix` and goes on (e.g. "/v1/models/" for
   /// /v1/models/{model}); the handler reads the rest from the request's target. Exact routes are not affected.
   void add_prefix(std::string method, std::string prefix, route_handler handler);
-  /// Requires `Authorization: Bearer key` on /v1/* routes (empty: no key).
+  /// Requires `Authorization: Bearer key` on /v1/* routes and /reset_prefix_cache (empty: no key).
   void set_api_key(std::string key) { api_key_ = std::move(key); }
   /// The handler's answer, or 401/404/405 in OpenAI's error shape.
   std::shared_ptr<response_channel> dispatch(const http_request& request) const;

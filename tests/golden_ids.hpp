@@ -31,6 +31,17 @@ inline golden_case greedy_from_bos() {
   return {golden_int_list(doc["greedy_from_bos"]["prompt_ids"]), golden_int_list(doc["greedy_from_bos"]["output_ids"])};
 }
 
+/// The golden run cut after `n` output tokens: BOS and those tokens as the prompt, the rest as the output (greedy
+/// decoding continues its own output). A prompt longer than a block, so its second run reads the prefix cache.
+inline golden_case greedy_from_bos_after(size_t n) {
+  golden_case g = greedy_from_bos();
+  golden_case cut;
+  cut.prompt = g.prompt;
+  cut.prompt.insert(cut.prompt.end(), g.output.begin(), g.output.begin() + static_cast<std::ptrdiff_t>(n));
+  cut.output.assign(g.output.begin() + static_cast<std::ptrdiff_t>(n), g.output.end());
+  return cut;
+}
+
 /// `llm`'s greedy output for g.prompt, as long as g.output (EOS ignored).
 inline std::vector<int32_t> greedy_ids(LLM& llm, const golden_case& g) {
   sampling_params p;

@@ -15,6 +15,8 @@ void validate(const random_dataset_options& o) {
     throw std::invalid_argument(fmt::format("--num-prompts: must be at least 1, got {}", o.num_prompts));
   if (o.input_len < 1)
     throw std::invalid_argument(fmt::format("--random-input-len: must be at least 1, got {}", o.input_len));
+  if (o.prefix_len < 0)
+    throw std::invalid_argument(fmt::format("--random-prefix-len: must be at least 0, got {}", o.prefix_len));
   if (o.output_len < 1)
     throw std::invalid_argument(fmt::format("--random-output-len: must be at least 1, got {}", o.output_len));
   if (!(o.range_ratio >= 0 && o.range_ratio < 1))
@@ -40,12 +42,18 @@ std::vector<bench_request> random_requests(const random_dataset_options& o) {
   std::mt19937_64 rng{o.seed};
   std::uniform_int_distribution<int32_t> token{o.first_token_id, o.vocab_size - 1};
   std::vector<bench_request> out(static_cast<std::size_t>(o.num_prompts));
+  // The prefix comes from its own stream, so that --random-prefix-len 0 leaves the prompts as they were.
+  std::mt19937_64 prefix_rng{o.seed ^ 0x5851f42d4c957f2dull};
+  std::vector<int32_t> prefix(static_cast<std::size_t>(o.prefix_len));
+  for (auto& id : prefix)
+    id = token(prefix_rng);
   for (auto& r : out) {
     const int64_t in_len = draw_length(rng, o.input_len, o.range_ratio);
     r.max_tokens = draw_length(rng, o.output_len, o.range_ratio);
-    r.prompt_ids.resize(static_cast<std::size_t>(in_len));
-    for (auto& id : r.prompt_ids)
-      id = token(rng);
+    r.prompt_ids = prefix;
+    r.prompt_ids.resize(prefix.size() + static_cast<std::size_t>(in_len));
+    for (auto id = r.prompt_ids.begin() + static_cast<std::ptrdiff_t>(prefix.size()); id != r.prompt_ids.end(); ++id)
+      *id = token(rng);
   }
   return out;
 }

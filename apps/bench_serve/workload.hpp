@@ -18,6 +18,9 @@ struct bench_request {
 struct random_dataset_options {
   int64_t num_prompts = 100;
   int64_t input_len = 128;
+  /// Tokens of one random prefix every prompt starts with, before its own input_len tokens (vLLM's
+  /// --random-prefix-len: a shared system prompt, for prefix caching).
+  int64_t prefix_len = 0;
   int64_t output_len = 128;
   double range_ratio = 0;      ///< lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1)
   int32_t vocab_size = 256;    ///< token ids are drawn from [first_token_id, vocab_size)

@@ -29,6 +29,8 @@ struct engine_config {
   uint64_t seed = 0;                       ///< seed of dummy weights and of requests that bring none
   int32_t threads = 0;                     ///< kernel threads over all shards; 0: every core
   std::string scheduling_policy = "fcfs";  ///< fcfs or priority
+  /// Reuse the KV blocks of prompt prefixes computed before (vLLM's --enable-prefix-caching, on by default).
+  bool enable_prefix_caching = true;
   /// Share of a GPU's memory the engine may use (weights, activations, KV cache), in (0, 1]. The CPU backend sizes
   /// its KV cache by kv_cache_memory instead, as vLLM's CPU backend does.
   double gpu_memory_utilization = 0.9;

@@ -21,6 +21,11 @@ struct engine_stats {
   int32_t n_free_blocks = 0;       ///< blocks no sequence holds
   int32_t block_size = 0;          ///< token slots per block
   double kv_cache_usage = 0.0;     ///< fraction of blocks in use
+  /// Prefix caching, counted in tokens as vLLM counts them: prompt tokens new requests looked up in the cache, and
+  /// how many of those it held (hit rate = hits / queries). Both 0 with caching off.
+  uint64_t prefix_cache_queries = 0;
+  uint64_t prefix_cache_hits = 0;
+  int32_t n_cached_blocks = 0;  ///< blocks registered in the prefix cache (held or free)
   /// Time accounting since start, summed over steps (the engine-overhead benchmark reads these): the last stage's
   /// forward passes and sampling as its sampler shard measured them.
   double forward_seconds = 0.0;

@@ -41,11 +41,26 @@ class prompt {
   const std::string& text() const { return text_; }
   /// The token ids (empty for a text prompt).
   const std::vector<int32_t>& token_ids() const { return token_ids_; }
+  /// This prompt with a cache salt (vLLM's `cache_salt`): its KV blocks are reused only by prompts with the same
+  /// salt, so tenants that do not share a salt cannot time each other's prompts through the prefix cache. An empty
+  /// salt is refused when the request is submitted.
+  prompt& with_cache_salt(std::string salt) & {
+    cache_salt_ = std::move(salt);
+    return *this;
+  }
+  /// See with_cache_salt.
+  prompt&& with_cache_salt(std::string salt) && {
+    cache_salt_ = std::move(salt);
+    return std::move(*this);
+  }
+  /// The cache salt; unset: none.
+  const std::optional<std::string>& cache_salt() const { return cache_salt_; }
 
  private:
   std::string text_;
   std::vector<int32_t> token_ids_;
   bool is_tokens_ = false;
+  std::optional<std::string> cache_salt_;
 };
 
 /// What the engine knows about its model and cache, fixed once it is built.
@@ -160,6 +175,10 @@ class LLM {
   /// A snapshot of the engine's state, consistent with every call that returned before this one. Never throws: an
   /// engine that is restarting its workers or does not answer reports healthy = false with the reason.
   engine_stats stats() const;
+  /// Forgets every cached KV block (prefix caching): no later request reuses what was computed before. Requests
+  /// running now keep their blocks. Returns how many blocks were cached. Throws actorllm::error when the engine
+  /// does not answer.
+  int32_t reset_prefix_cache();
 
   /// With worker processes (executors mp, cluster): `handler` runs (on a supervisor thread) when the workers
   /// failed and could not be restarted (restart_workers off, or max_worker_restarts used up); the LLM then serves

@@ -65,6 +65,8 @@ struct completion_output {
 struct usage_info {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;  ///< over all n sequences
+  /// Prompt tokens whose KV came from the prefix cache (OpenAI's usage.prompt_tokens_details.cached_tokens).
+  int32_t cached_tokens = 0;
 
   int32_t total_tokens() const { return prompt_tokens + completion_tokens; }
   friend bool operator==(const usage_info&, const usage_info&) = default;

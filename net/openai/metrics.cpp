@@ -214,6 +214,10 @@ engine_metrics::engine_metrics(std::string model_name) : labels_{{"model_name", 
   preemptions_ =
       &r.get_counter("actorllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", labels_);
   prompt_tokens_ = &r.get_counter("actorllm:prompt_tokens_total", "Number of prefill tokens processed.", labels_);
+  prefix_cache_queries_ = &r.get_counter("actorllm:prefix_cache_queries_total",
+                                         "Prefix cache queries, in terms of number of queried tokens.", labels_);
+  prefix_cache_hits_ = &r.get_counter("actorllm:prefix_cache_hits_total",
+                                      "Prefix cache hits, in terms of number of cached tokens.", labels_);
   generation_tokens_ =
       &r.get_counter("actorllm:generation_tokens_total", "Number of generation tokens processed.", labels_);
   ttft_ = &r.get_histogram("actorllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
@@ -234,11 +238,20 @@ void engine_metrics::update(const engine_stats& stats) {
   running_->set(static_cast<double>(stats.n_running));
   waiting_->set(static_cast<double>(stats.n_waiting));
   kv_cache_usage_->set(stats.kv_cache_usage);
+  if (!stats.healthy)
+    return;  // a failed or restarting engine reports zeros, which are no totals
   std::lock_guard lock{preemptions_mutex_};
-  if (stats.n_preemptions > preemptions_seen_) {
-    preemptions_->inc(static_cast<double>(stats.n_preemptions - preemptions_seen_));
-    preemptions_seen_ = stats.n_preemptions;
-  }
+  auto advance = [](counter* c, uint64_t& seen, uint64_t total) {
+    if (total < seen)
+      seen = 0;  // a new engine (workers restarted) counts from 0 again; the counter stays monotonic
+    if (total > seen) {
+      c->inc(static_cast<double>(total - seen));
+      seen = total;
+    }
+  };
+  advance(preemptions_, preemptions_seen_, stats.n_preemptions);
+  advance(prefix_cache_queries_, prefix_cache_queries_seen_, stats.prefix_cache_queries);
+  advance(prefix_cache_hits_, prefix_cache_hits_seen_, stats.prefix_cache_hits);
 }
 
 void engine_metrics::observe_time_to_first_token(double seconds) { ttft_->observe(seconds); }

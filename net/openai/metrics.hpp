@@ -99,8 +99,8 @@ class engine_metrics {
  public:
   explicit engine_metrics(std::string model_name);
 
-  /// Gauges from a stats snapshot: running and waiting sequences, KV-cache usage, and the preemption counter
-  /// brought up to the engine's total.
+  /// Gauges from a stats snapshot: running and waiting sequences, KV-cache usage, and the preemption and prefix
+  /// cache counters brought up to the engine's totals (a restarted engine's totals start again from 0).
   void update(const engine_stats& stats);
   /// The time from arrival to the first output token of a request.
   void observe_time_to_first_token(double seconds);
@@ -126,8 +126,12 @@ class engine_metrics {
   histogram* itl_;
   histogram* e2e_;
   counter* success_[3];  // by finish_reason
-  std::mutex preemptions_mutex_;
+  counter* prefix_cache_queries_;
+  counter* prefix_cache_hits_;
+  std::mutex preemptions_mutex_;  // guards the *_seen_ totals
   uint64_t preemptions_seen_ = 0;
+  uint64_t prefix_cache_queries_seen_ = 0;
+  uint64_t prefix_cache_hits_seen_ = 0;
 };
 
 }  // namespace actorllm::net::openai

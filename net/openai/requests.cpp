@@ -274,6 +274,11 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
     r.user = std::string{read_string(v, param)};
   } else if (key == "priority") {
     r.priority = read_int32(v, param);
+  } else if (key == "cache_salt") {
+    std::string_view salt = read_string(v, param);
+    if (salt.empty())
+      fail(param, "cache_salt must be a non-empty string (leave it out for no salt)");
+    r.cache_salt = std::string{salt};
   } else {
     return false;
   }

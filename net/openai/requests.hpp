@@ -50,7 +50,9 @@ struct common_request {
   bool stream = false;
   bool include_usage = false;  ///< stream_options.include_usage (only with stream)
   std::optional<std::string> user;
-  int32_t priority = 0;               ///< lower runs first under the "priority" scheduling policy
+  int32_t priority = 0;  ///< lower runs first under the "priority" scheduling policy
+  /// vLLM's cache_salt: only requests with the same salt share prefix-cache blocks. A non-empty string when given.
+  std::optional<std::string> cache_salt;
   bool echo = false;                  ///< completions: prepend the prompt; chat: accepted and recorded, vLLM's meaning
   bool max_tokens_defaulted = false;  ///< params.max_tokens came from sampling_defaults (the server may clamp it)
 };

@@ -15,11 +15,16 @@ namespace {
 // -inf logprobs (a token the sampler could never pick) have no JSON number; vLLM clamps them to -9999.
 double json_logprob(float lp) { return std::max(static_cast<double>(lp), -9999.0); }
 
-void write_usage(json_writer& w, const usage_info& u) {
+void write_usage(json_writer& w, const usage_info& u, const response_context& ctx) {
   w.begin_object();
   w.key("prompt_tokens").value(u.prompt_tokens);
   w.key("completion_tokens").value(u.completion_tokens);
   w.key("total_tokens").value(u.total_tokens());
+  if (ctx.prompt_tokens_details) {
+    w.key("prompt_tokens_details").begin_object();
+    w.key("cached_tokens").value(u.cached_tokens);
+    w.end_object();
+  }
   w.end_object();
 }
 
@@ -153,6 +158,7 @@ std::string completion_response_json(std::span<const request_output> outputs, co
     const request_output& ro = outputs[p];
     usage.prompt_tokens += ro.usage.prompt_tokens;
     usage.completion_tokens += ro.usage.completion_tokens;
+    usage.cached_tokens += ro.usage.cached_tokens;
     std::string prefix = ctx.echo ? prompt_text(ro, ctx.decoder) : std::string{};
     for (const completion_output& out : ro.outputs) {
       w.begin_object();
@@ -170,7 +176,7 @@ std::string completion_response_json(std::span<const request_output> outputs, co
   }
   w.end_array();
   w.key("usage");
-  write_usage(w, usage);
+  write_usage(w, usage, ctx);
   w.end_object();
   return w.take();
 }
@@ -199,7 +205,7 @@ std::string chat_response_json(const request_output& output, const response_cont
   }
   w.end_array();
   w.key("usage");
-  write_usage(w, output.usage);
+  write_usage(w, output.usage, ctx);
   w.end_object();
   return w.take();
 }
@@ -224,7 +230,7 @@ std::string usage_chunk(const response_context& ctx, std::string_view object, co
   write_header(w, ctx, object);
   w.key("choices").begin_array().end_array();
   w.key("usage");
-  write_usage(w, usage);
+  write_usage(w, usage, ctx);
   w.end_object();
   return sse_event(w.str());
 }

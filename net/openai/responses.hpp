@@ -31,7 +31,9 @@ struct response_context {
   bool logprobs = false;       ///< the request asked for logprobs (else `logprobs` is null)
   bool echo = false;           ///< completions: prepend the prompt to the text
   bool include_usage = false;  ///< streaming: a last chunk with usage and no choices
-  int32_t n = 1;               ///< sequences per prompt (choice index = prompt index * n + sequence index)
+  /// usage carries prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details, as in vLLM).
+  bool prompt_tokens_details = false;
+  int32_t n = 1;  ///< sequences per prompt (choice index = prompt index * n + sequence index)
   token_decoder decoder;
 };
 

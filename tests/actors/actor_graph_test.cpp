@@ -91,9 +91,6 @@ proto::step_result fake_forward(fake_stage_state& st, const proto::stage_input& 
     return failed;
   }
   const auto bs = static_cast<size_t>(st.block_size);
-  for (const auto& c : plan.block_copies)
-    std::copy_n(st.cache.begin() + static_cast<ptrdiff_t>(c.src * bs), bs,
-                st.cache.begin() + static_cast<ptrdiff_t>(c.dst * bs));
   auto slot = [&](const proto::batch_sequence& s, int32_t pos) {
     return static_cast<size_t>(s.block_table.at(static_cast<size_t>(pos / st.block_size))) * bs +
            static_cast<size_t>(pos % st.block_size);

@@ -1,5 +1,6 @@
 // Acceptance 1 of the actor engine: stories260K, greedy, gives the golden ids (and the (1,1) run's) for every
-// tensor- and pipeline-parallel layout, and a layout the heads cannot take fails at once naming the numbers.
+// tensor- and pipeline-parallel layout, with prefix caching on and off (with it on, the batched second pass reads
+// every prompt's full blocks from the cache), and a layout the heads cannot take fails at once naming the numbers.
 #include "actorllm/llm.hpp"
 #include "test_paths.hpp"
 
@@ -41,8 +42,9 @@ const std::vector<golden_case>& golden() {
   return cases;
 }
 
-engine_config stories_config(int tp, int pp, std::string partition = {}) {
+engine_config stories_config(int tp, int pp, std::string partition = {}, bool prefix_caching = true) {
   engine_config c;
+  c.enable_prefix_caching = prefix_caching;
   c.model = test::model_dir("stories260K").string();
   c.tensor_parallel_size = tp;
   c.pipeline_parallel_size = pp;
@@ -78,9 +80,29 @@ std::vector<std::vector<int32_t>> run_golden(const engine_config& cfg) {
     REQUIRE(out.size() == 256);
     CHECK(std::vector<int32_t>(out.begin(), out.begin() + static_cast<ptrdiff_t>(ids[i].size())) == ids[i]);
   }
+  // Each batched run cut after 48 output tokens, as a prompt: greedy decoding continues it with the run's next
+  // tokens. With prefix caching its full blocks come from the batched run's own (prompt and output) blocks.
+  std::vector<prompt> cut_prompts;
+  for (size_t i = 0; i < golden().size(); ++i) {
+    std::vector<int32_t> ids_cut = golden()[i].prompt;
+    const auto& out = batched.at(i).outputs.at(0).token_ids;
+    ids_cut.insert(ids_cut.end(), out.begin(), out.begin() + 48);
+    cut_prompts.emplace_back(std::move(ids_cut));
+  }
+  sampling_params cont = all;
+  cont.max_tokens = 32;
+  auto continued = llm.generate(cut_prompts, cont);
+  for (size_t i = 0; i < golden().size(); ++i) {
+    const auto& out = batched.at(i).outputs.at(0).token_ids;
+    CHECK(continued.at(i).outputs.at(0).token_ids == std::vector<int32_t>(out.begin() + 48, out.begin() + 80));
+  }
   auto stats = llm.stats();
   CHECK(stats.n_free_blocks == stats.n_blocks);
   CHECK(stats.healthy);
+  if (cfg.enable_prefix_caching)
+    CHECK(stats.prefix_cache_hits > 0);
+  else
+    CHECK(stats.prefix_cache_queries == 0);
   return ids;
 }
 
@@ -93,10 +115,13 @@ TEST_CASE("stories260K greedy: every (tp, pp) layout gives the golden ids and th
   struct layout {
     int tp, pp;
   };
-  for (layout l : {layout{2, 1}, layout{4, 1}, layout{1, 2}, layout{1, 3}, layout{1, 5}, layout{2, 2}, layout{4, 2}}) {
-    INFO("tp " << l.tp << " pp " << l.pp);
-    CHECK(run_golden(stories_config(l.tp, l.pp)) == reference);
-  }
+  for (layout l :
+       {layout{1, 1}, layout{2, 1}, layout{4, 1}, layout{1, 2}, layout{1, 3}, layout{1, 5}, layout{2, 2}, layout{4, 2}})
+    for (bool caching : {true, false}) {
+      INFO("tp " << l.tp << " pp " << l.pp << " prefix caching " << caching);
+      if (l.tp * l.pp > 1 || !caching)
+        CHECK(run_golden(stories_config(l.tp, l.pp, {}, caching)) == reference);
+    }
 }
 
 TEST_CASE("stories260K greedy with tp 8 (kv heads replicated, n_ff split unevenly) gives the golden ids") {

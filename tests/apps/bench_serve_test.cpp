@@ -205,6 +205,29 @@ TEST_CASE("random_requests: seeded, exact lengths at ratio 0, ids from 3 up to t
   CHECK_THROWS_AS(random_requests(o), std::invalid_argument);
 }
 
+TEST_CASE("random_requests: --random-prefix-len puts one shared prefix before each prompt's own tokens") {
+  random_dataset_options o;
+  o.num_prompts = 20;
+  o.input_len = 16;
+  o.output_len = 4;
+  o.vocab_size = 512;
+  o.seed = 3;
+  const auto plain = random_requests(o);
+  o.prefix_len = 40;
+  const auto prefixed = random_requests(o);
+  REQUIRE(prefixed.size() == 20);
+  const std::vector<int32_t> prefix(prefixed.front().prompt_ids.begin(), prefixed.front().prompt_ids.begin() + 40);
+  for (size_t i = 0; i < prefixed.size(); ++i) {
+    const auto& ids = prefixed[i].prompt_ids;
+    REQUIRE(ids.size() == 56);
+    CHECK(std::equal(prefix.begin(), prefix.end(), ids.begin()));
+    // The prompts' own tokens are the ones they had without a prefix.
+    CHECK(std::equal(ids.begin() + 40, ids.end(), plain[i].prompt_ids.begin(), plain[i].prompt_ids.end()));
+  }
+  o.prefix_len = -1;
+  CHECK_THROWS_AS(random_requests(o), std::invalid_argument);
+}
+
 TEST_CASE("arrival_offsets: all at once for inf, Poisson gaps with the asked mean otherwise") {
   auto burst = arrival_offsets(5, std::numeric_limits<double>::infinity(), 1.0, 0);
   CHECK(burst == std::vector<double>(5, 0.0));

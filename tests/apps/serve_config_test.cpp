@@ -137,6 +137,7 @@ max_queued_requests = -1
 block_size = 32
 gpu_memory_utilization = 0.5
 kv_cache_memory = 1048576
+enable-prefix-caching = false
 [server]
 host = "0.0.0.0"
 port = 9000
@@ -145,6 +146,8 @@ allowed_origins = "*"
 shutdown_timeout = 2.5
 max_body_bytes = 1000
 log_level = "debug"
+enable_prompt_tokens_details = true
+disable_log_stats = true
 [cluster]
 head_address = "10.0.0.1:29500"
 token = "secret"
@@ -178,12 +181,15 @@ host_ip = "10.0.0.2"
   CHECK(o.shutdown_timeout == doctest::Approx(2.5));
   CHECK(o.max_body_bytes == 1000);
   CHECK(o.log_level == "debug");
+  CHECK_FALSE(o.enable_prefix_caching);
+  CHECK(o.enable_prompt_tokens_details);
+  CHECK(o.disable_log_stats);
   CHECK(o.cluster_head_address == "10.0.0.1:29500");
   CHECK(o.cluster_token == "secret");
   CHECK(o.host_ip == "10.0.0.2");
   CHECK(o.max_worker_restarts == 5);
   CHECK(o.device == "cpu");
-  CHECK(app::serve_config_keys().size() == 36);
+  CHECK(app::serve_config_keys().size() == 39);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

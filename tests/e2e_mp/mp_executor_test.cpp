@@ -115,6 +115,21 @@ TEST_CASE("mp executor: tp 2, tp 4, pp 2 and tp 2 x pp 2 in worker processes giv
     CHECK(llm.info().executor == "mp");
     CHECK(worker_pids().size() == static_cast<size_t>(tp * pp));
     CHECK(test::greedy_ids(llm, g) == g.output);
+    // A prompt of 3 full blocks, twice: both runs read them from the prefix cache, in every worker (the golden
+    // run above cached its output's blocks too, and the cut prompt is that run's first 51 tokens).
+    const golden_case cut = test::greedy_from_bos_after(50);
+    CHECK(test::greedy_ids(llm, cut) == cut.output);
+    CHECK(test::greedy_ids(llm, cut) == cut.output);
+    CHECK(llm.stats().prefix_cache_hits == 2 * 48);
+  }
+  {
+    engine_config off = mp_config(2, 2);
+    off.enable_prefix_caching = false;
+    LLM llm{off};
+    const golden_case cut = test::greedy_from_bos_after(50);
+    CHECK(test::greedy_ids(llm, cut) == cut.output);
+    CHECK(test::greedy_ids(llm, cut) == cut.output);
+    CHECK(llm.stats().prefix_cache_queries == 0);
   }
   // Destroying the LLM stopped its workers.
   const auto deadline = std::chrono::steady_clock::now() + 3s;

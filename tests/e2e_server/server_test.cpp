@@ -227,14 +227,16 @@ TEST_CASE("--api-key: 401 without the right bearer token") {
 
 namespace {
 
-/// Polls /metrics (bounded by 1 s) until `n` requests finished as aborted and none runs.
+/// Polls /metrics (bounded by 1 s) until `n` requests finished as aborted, none runs and no KV block is held (every
+/// block is free or cached and evictable: nothing leaked).
 void expect_aborted_within_1s(const server& s, double n) {
   const std::string aborted = R"(actorllm:request_success_total{model_name="stories",finished_reason="abort"})";
   const std::string running = R"(actorllm:num_requests_running{model_name="stories"})";
+  const std::string kv_usage = R"(actorllm:kv_cache_usage_perc{model_name="stories"})";
   const auto deadline = steady::now() + 1s;
   for (;;) {
     auto m = http(s.port(), "GET", "/metrics").body;
-    if (metric(m, aborted) == n && metric(m, running) == 0.0)
+    if (metric(m, aborted) == n && metric(m, running) == 0.0 && metric(m, kv_usage) == 0.0)
       break;
     REQUIRE_MESSAGE(steady::now() < deadline, "request not aborted within 1 s:\n" << m);
     std::this_thread::sleep_for(10ms);
@@ -317,4 +319,118 @@ TEST_CASE("serve without MODEL and without ACTORLLM_DEFAULT_MODEL is an error") 
       test::run_command("env -u ACTORLLM_DEFAULT_MODEL " + test::actorllm_binary().string() + " serve --port 0 2>&1");
   CHECK(r.status != 0);
   CHECK(r.out.find("MODEL") != std::string::npos);
+}
+
+namespace {
+
+/// usage.prompt_tokens_details.cached_tokens of a response body; -1 when the field is absent.
+int64_t cached_tokens_of(const std::string& body) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  REQUIRE_MESSAGE(parser.parse(body).get(e) == simdjson::SUCCESS, "not JSON: " << body);
+  int64_t n = -1;
+  if (e["usage"]["prompt_tokens_details"]["cached_tokens"].get(n) != simdjson::SUCCESS)
+    return -1;
+  return n;
+}
+
+/// A completions body with a 100-token id prompt (6 full blocks of 16 and 4 tokens) and an optional cache_salt.
+std::string long_prompt_request(const std::string& salt_field = "") {
+  std::string ids;
+  for (int i = 0; i < 100; ++i) {
+    if (i > 0)
+      ids += ',';
+    ids += std::to_string(3 + (i * 37) % 500);
+  }
+  return R"({"prompt":[)" + ids + R"(],"max_tokens":8,"temperature":0)" + salt_field + "}";
+}
+
+}  // namespace
+
+TEST_CASE("prefix caching: cached_tokens, cache_salt, POST /reset_prefix_cache and the hit metrics") {
+  server s{{"--enable-prompt-tokens-details"}};
+  const std::string queries = R"(actorllm:prefix_cache_queries_total{model_name="stories"})";
+  const std::string hits = R"(actorllm:prefix_cache_hits_total{model_name="stories"})";
+  auto first = http(s.port(), "POST", "/v1/completions", long_prompt_request());
+  REQUIRE_MESSAGE(first.status == 200, first.body);
+  CHECK(cached_tokens_of(first.body) == 0);
+  const std::string text = json_string(first.body, {"choices", "#", "text"});
+
+  // The same prompt again: the 6 full blocks come from the cache (the last token is always computed), and the
+  // output is the same.
+  auto again = http(s.port(), "POST", "/v1/completions", long_prompt_request());
+  REQUIRE(again.status == 200);
+  CHECK(cached_tokens_of(again.body) == 96);
+  CHECK(json_string(again.body, {"choices", "#", "text"}) == text);
+
+  // Another tenant's salt finds nothing; the same salt again finds its own blocks.
+  auto salted = http(s.port(), "POST", "/v1/completions", long_prompt_request(R"(,"cache_salt":"tenant-a")"));
+  REQUIRE(salted.status == 200);
+  CHECK(cached_tokens_of(salted.body) == 0);
+  CHECK(json_string(salted.body, {"choices", "#", "text"}) == text);
+  auto salted_again = http(s.port(), "POST", "/v1/completions", long_prompt_request(R"(,"cache_salt":"tenant-a")"));
+  CHECK(cached_tokens_of(salted_again.body) == 96);
+  CHECK(cached_tokens_of(
+            http(s.port(), "POST", "/v1/completions", long_prompt_request(R"(,"cache_salt":"tenant-b")")).body) == 0);
+
+  // Chat completions take cache_salt too, and report cached tokens in a streamed usage chunk as well.
+  std::string long_message(400, 'a');
+  for (std::size_t i = 0; i < long_message.size(); i += 5)
+    long_message[i] = ' ';
+  const std::string chat = R"({"messages":[{"role":"user","content":")" + long_message +
+                           R"("}],"max_tokens":4,"temperature":0,"cache_salt":"chat-tenant")";
+  auto chat_first = http(s.port(), "POST", "/v1/chat/completions", chat + "}");
+  REQUIRE_MESSAGE(chat_first.status == 200, chat_first.body);
+  CHECK(cached_tokens_of(chat_first.body) == 0);
+  auto chat_stream = http(s.port(), "POST", "/v1/chat/completions",
+                          chat + R"(,"stream":true,"stream_options":{"include_usage":true}})");
+  REQUIRE(chat_stream.status == 200);
+  const auto payloads = sse_payloads(chat_stream.body);
+  REQUIRE(payloads.size() >= 2);
+  CHECK(cached_tokens_of(payloads[payloads.size() - 2]) > 0);  // the usage chunk, before [DONE]
+
+  // Bad salts are refused with the field named.
+  for (const std::string bad : {R"(,"cache_salt":"")", R"(,"cache_salt":5)", R"(,"cache_salt":["a"])"}) {
+    auto r = http(s.port(), "POST", "/v1/completions", long_prompt_request(bad));
+    INFO(bad << " -> " << r.body);
+    check_openai_error(r, 400);
+    CHECK(json_string(r.body, {"error", "param"}) == "cache_salt");
+  }
+  auto bad_chat = http(s.port(), "POST", "/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hi"}],"cache_salt":""})");
+  check_openai_error(bad_chat, 400);
+  CHECK(json_string(bad_chat.body, {"error", "param"}) == "cache_salt");
+
+  // The counters, in tokens: every completion above looked up 100 prompt tokens, and 3 of them found 96.
+  auto m = http(s.port(), "GET", "/metrics").body;
+  CHECK(metric(m, queries) >= 500.0);
+  CHECK(metric(m, hits) >= 3 * 96.0);
+  CHECK(metric(m, R"(actorllm:kv_cache_usage_perc{model_name="stories"})") == 0.0);  // cached blocks count as free
+
+  // After a reset nothing is reused; then the cache fills again.
+  auto reset = http(s.port(), "POST", "/reset_prefix_cache");
+  CHECK(reset.status == 200);
+  CHECK(http(s.port(), "GET", "/reset_prefix_cache").status == 405);
+  CHECK(cached_tokens_of(http(s.port(), "POST", "/v1/completions", long_prompt_request()).body) == 0);
+  CHECK(cached_tokens_of(http(s.port(), "POST", "/v1/completions", long_prompt_request()).body) == 96);
+}
+
+TEST_CASE("prefix caching off: --no-enable-prefix-caching computes every prompt and reports no hit") {
+  server s{{"--no-enable-prefix-caching", "--enable-prompt-tokens-details"}};
+  auto first = http(s.port(), "POST", "/v1/completions", long_prompt_request());
+  auto again = http(s.port(), "POST", "/v1/completions", long_prompt_request());
+  REQUIRE(again.status == 200);
+  CHECK(cached_tokens_of(again.body) == 0);
+  CHECK(json_string(again.body, {"choices", "#", "text"}) == json_string(first.body, {"choices", "#", "text"}));
+  CHECK(metric(http(s.port(), "GET", "/metrics").body,
+               R"(actorllm:prefix_cache_queries_total{model_name="stories"})") == 0.0);
+  // Without --enable-prompt-tokens-details usage has no prompt_tokens_details (vLLM's default).
+  server plain;
+  CHECK(cached_tokens_of(http(plain.port(), "POST", "/v1/completions", long_prompt_request()).body) == -1);
+}
+
+TEST_CASE("--api-key guards POST /reset_prefix_cache") {
+  server s{{"--api-key", "sekrit"}};
+  check_openai_error(http(s.port(), "POST", "/reset_prefix_cache"), 401);
+  CHECK(http(s.port(), "POST", "/reset_prefix_cache", "", {"Authorization: Bearer sekrit"}).status == 200);
 }

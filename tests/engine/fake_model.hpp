@@ -1,6 +1,7 @@
-// A deterministic stand-in for the model in scheduler tests: it keeps a real paged KV cache of token ids, applies
-// each plan's block copies and writes, and samples the next token as a hash of everything the sequence's block table
-// says precedes the sampling row. A wrong block table, a missed copy-on-write or a bad re-prefill after preemption
+// A deterministic stand-in for the model in scheduler tests: it keeps a real paged KV cache whose slot for position p
+// holds, like real KV, a value that depends on every token up to p (a running hash: the slot of p - 1, read through
+// the block table, mixed with token p), and samples the next token from the slot of the sampling row. A wrong block
+// table, a cached block reused after a different prefix, an unwritten slot read or a bad re-prefill after preemption
 // therefore changes the output, which the tests compare with a run of the same sequence alone.
 #pragma once
 
@@ -30,14 +31,26 @@ inline uint64_t mix(uint64_t h, uint64_t x) {
   return h ^ (h >> 29);
 }
 
-/// The fake model's next token for a sequence whose tokens so far are `prefix`; `salt` is its seq-dependent part
-/// (the sequence index within its request), so the n sequences of a request diverge.
+/// The running hash before the first token.
+inline constexpr uint64_t kv_seed = 0x12345;
+
+/// The fake KV of a position: the previous position's, mixed with this position's token.
+inline uint64_t next_kv(uint64_t previous, int32_t token) {
+  return mix(previous, static_cast<uint64_t>(static_cast<uint32_t>(token)));
+}
+
+/// The token sampled from the fake KV of the last position; `salt` is its seq-dependent part (the sequence index
+/// within its request), so the n sequences of a request diverge.
+inline int32_t sample_from(uint64_t kv, uint32_t salt, int32_t vocab) {
+  return static_cast<int32_t>(mix(kv, salt) % static_cast<uint64_t>(vocab));
+}
+
+/// The fake model's next token for a sequence whose tokens so far are `prefix`.
 inline int32_t next_token(std::span<const int32_t> prefix, uint32_t salt, int32_t vocab) {
-  uint64_t h = 0x12345;
+  uint64_t h = kv_seed;
   for (int32_t t : prefix)
-    h = mix(h, static_cast<uint64_t>(static_cast<uint32_t>(t)));
-  h = mix(h, salt);
-  return static_cast<int32_t>(h % static_cast<uint64_t>(vocab));
+    h = next_kv(h, t);
+  return sample_from(h, salt, vocab);
 }
 
 /// What `req`'s sequence `index` generates when it runs alone: the scheduler's stop rules, reimplemented plainly.
@@ -76,21 +89,22 @@ class fake_model {
         n_blocks_(config.n_blocks),
         vocab_(vocab),
         salted_(salted),
-        cache_(static_cast<size_t>(config.n_blocks) * static_cast<size_t>(config.block_size), -1) {}
+        cache_(static_cast<size_t>(config.n_blocks) * static_cast<size_t>(config.block_size), unwritten) {}
 
-  /// Runs one step: copies, then writes, then one sampled token per sample row.
+  /// Runs one step: the writes of every row in order, then one sampled token per sample row.
   std::vector<int32_t> run(const step_plan& plan) {
     const auto& batch = plan.batch;
     REQUIRE_MESSAGE(batch.validate(block_size_, n_blocks_).empty(), batch.validate(block_size_, n_blocks_));
     REQUIRE(plan.sample_seqs.size() == batch.sample_rows.size());
     REQUIRE(plan.batch_seqs.size() == batch.sequences.size());
-    for (const block_copy& c : plan.block_copies)
-      std::copy_n(cache_.begin() + c.src * block_size_, block_size_, cache_.begin() + c.dst * block_size_);
     std::vector<size_t> seq_of_row(static_cast<size_t>(batch.n_tokens()));
     for (size_t s = 0; s < batch.sequences.size(); ++s) {
       const auto& seq = batch.sequences[s];
       for (int32_t r = seq.query_begin; r < seq.query_begin + seq.n_query; ++r) {
-        slot(seq.block_table, batch.positions[static_cast<size_t>(r)]) = batch.tokens[static_cast<size_t>(r)];
+        const int32_t pos = batch.positions[static_cast<size_t>(r)];
+        const uint64_t previous = pos == 0 ? kv_seed : slot(seq.block_table, pos - 1);
+        CHECK_MESSAGE(previous != unwritten, "position ", pos - 1, " is read before any step wrote it");
+        slot(seq.block_table, pos) = next_kv(previous, batch.tokens[static_cast<size_t>(r)]);
         seq_of_row[static_cast<size_t>(r)] = s;
       }
     }
@@ -99,16 +113,15 @@ class fake_model {
       const int32_t row = batch.sample_rows[i];
       const auto& seq = batch.sequences[seq_of_row[static_cast<size_t>(row)]];
       const int32_t pos = batch.positions[static_cast<size_t>(row)];
-      std::vector<int32_t> prefix;
-      for (int32_t p = 0; p <= pos; ++p)
-        prefix.push_back(slot(seq.block_table, p));
-      sampled.push_back(next_token(prefix, salted_ ? plan.sample_seqs[i].index : 0, vocab_));
+      sampled.push_back(sample_from(slot(seq.block_table, pos), salted_ ? plan.sample_seqs[i].index : 0, vocab_));
     }
     return sampled;
   }
 
  private:
-  int32_t& slot(const std::vector<int32_t>& table, int32_t pos) {
+  static constexpr uint64_t unwritten = 0;
+
+  uint64_t& slot(const std::vector<int32_t>& table, int32_t pos) {
     return cache_[static_cast<size_t>(table[static_cast<size_t>(pos / block_size_)] * block_size_ + pos % block_size_)];
   }
 
@@ -116,7 +129,7 @@ class fake_model {
   int32_t n_blocks_;
   int32_t vocab_;
   bool salted_;
-  std::vector<int32_t> cache_;
+  std::vector<uint64_t> cache_;
 };
 
 /// Per-plan checks that hold for every plan the scheduler may hand out.
@@ -130,7 +143,8 @@ inline void check_plan(const scheduler_core& sched, const step_plan& plan) {
   std::sort(ids.begin(), ids.end());
   CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
   // A block a sequence writes this step is its own, except right after the prompt of an n > 1 request, when the
-  // siblings forked in this very plan share it (one sample row per sibling).
+  // siblings forked in this very plan share its full blocks (one sample row per sibling). No step writes a block
+  // registered in the prefix cache: registered blocks are full and their KV is final.
   for (size_t s = 0; s < plan.batch.sequences.size(); ++s) {
     const auto& seq = plan.batch.sequences[s];
     auto last_row = seq.query_begin + seq.n_query - 1;
@@ -140,6 +154,7 @@ inline void check_plan(const scheduler_core& sched, const step_plan& plan) {
       auto b = seq.block_table[static_cast<size_t>(plan.batch.positions[static_cast<size_t>(r)] / cfg.block_size)];
       CHECK(sched.allocator().ref_count(b) >= 1);
       CHECK(sched.allocator().ref_count(b) <= allowed);
+      CHECK_FALSE(sched.allocator().hash_of(b).has_value());
     }
   }
 }

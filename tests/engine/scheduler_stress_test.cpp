@@ -1,5 +1,6 @@
-// A seeded random workload on a tiny KV cache: arrivals, aborts, stop strings, id reuse and every policy / pipeline
-// depth, with the scheduler's books checked after every step and every finished sequence checked against its solo run.
+// A seeded random workload on a tiny KV cache: arrivals, aborts, stop strings, id reuse, prompts that share prefixes
+// (some salted), prefix caching on and off and every policy / pipeline depth, with the scheduler's books checked after
+// every step, every finished sequence checked against its solo run, and no block leaked at the end.
 #include "engine/scheduler_core.hpp"
 
 #include "fake_model.hpp"
@@ -42,11 +43,18 @@ struct workload {
   std::map<uint64_t, request> live;    ///< accepted requests not yet finished, by id
   std::set<seq_id> cut_short;          ///< sequences the test finished itself (stop string, abort)
   std::vector<uint64_t> reusable_ids;  ///< ids of aborted requests whose late results may still be in flight
+  std::vector<std::vector<int32_t>> shared_prefixes;  ///< system prompts many requests start with
   uint64_t next_id = 1;
   int n_accepted = 0, n_rejected = 0, n_aborted = 0, n_verified_full = 0, n_reused_in_flight = 0;
 
   workload(const scheduler_config& c, uint64_t seed)
-      : cfg(c), sched(std::move(scheduler_core::create(c)).value()), d(sched, vocab), rng(seed) {}
+      : cfg(c), sched(std::move(scheduler_core::create(c)).value()), d(sched, vocab), rng(seed) {
+    for (int32_t len : {5, 9, 14}) {
+      shared_prefixes.emplace_back(static_cast<size_t>(len));
+      for (auto& t : shared_prefixes.back())
+        t = uniform(0, vocab - 1);
+    }
+  }
 
   int32_t uniform(int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(rng); }
   bool chance(double p) { return std::bernoulli_distribution(p)(rng); }
@@ -64,6 +72,13 @@ struct workload {
     r.prompt.resize(static_cast<size_t>(uniform(chance(0.05) ? 0 : 1, chance(0.2) ? 60 : 24)));
     for (auto& t : r.prompt)
       t = uniform(0, vocab - 1);
+    if (chance(0.6)) {
+      // The prompt starts with a shared prefix (lengths stay as drawn, so admission is tested as before).
+      const auto& prefix = shared_prefixes[static_cast<size_t>(uniform(0, 2))];
+      std::copy_n(prefix.begin(), std::min(prefix.size(), r.prompt.size()), r.prompt.begin());
+    }
+    if (chance(0.2))
+      r.cache_salt = chance(0.5) ? "tenant-a" : "tenant-b";
     if (chance(0.8))
       r.max_tokens = uniform(chance(0.02) ? 0 : 1, 30);
     r.n = chance(0.7) ? 1 : uniform(2, 3);
@@ -197,7 +212,9 @@ struct workload {
       settle();
     }
     CHECK(live.empty());
+    // No block leaked: every block is free, and every cached one evictable.
     CHECK(sched.allocator().n_free_blocks() == cfg.n_blocks);
+    CHECK(sched.allocator().n_evictable_blocks() == sched.allocator().n_cached_blocks());
     CHECK(sched.allocator().n_sequences() == 0);
     CHECK(sched.n_running() == 0);
     CHECK(sched.n_waiting() == 0);
@@ -207,32 +224,40 @@ struct workload {
 
 }  // namespace
 
-TEST_CASE("scheduler keeps its books under a random workload on a tiny cache [asan]") {
+TEST_CASE("scheduler keeps its books under a random workload on a tiny cache, prefix caching on and off [asan]") {
   uint64_t seed = 20240601;
-  for (int32_t pp : {1, 2, 3})
-    for (scheduling_policy policy : {scheduling_policy::fcfs, scheduling_policy::priority}) {
-      // max_model_len 44 fits the 11-block cache (so requests without max_tokens run); 64 does not (so some are
-      // rejected for the cache, and the ones without max_tokens all are).
-      const bool roomy = (pp + static_cast<int>(policy)) % 2 == 0;
-      scheduler_config cfg{.max_num_seqs = 6,
-                           .max_num_batched_tokens = 16,
-                           .block_size = 4,
-                           .n_blocks = roomy ? 11 : 10,
-                           .max_model_len = roomy ? 44 : 64,
-                           .policy = policy,
-                           .pp_size = pp};
-      CAPTURE(pp);
-      CAPTURE(to_string(policy));
-      workload w(cfg, seed++);
-      w.run(1500);
-      INFO("accepted ", w.n_accepted, ", rejected ", w.n_rejected, ", aborted ", w.n_aborted, " (",
-           w.n_reused_in_flight, " ids reused while in flight), preemptions ", w.sched.n_preemptions(),
-           ", fully verified sequences ", w.n_verified_full);
-      CHECK(w.sched.n_preemptions() > 20);
-      CHECK(w.n_rejected > 10);
-      CHECK(w.n_aborted > 10);
-      CHECK(w.n_verified_full > 100);
-      if (pp > 1)
-        CHECK(w.n_reused_in_flight > 3);
-    }
+  for (bool caching : {true, false})
+    for (int32_t pp : {1, 2, 3})
+      for (scheduling_policy policy : {scheduling_policy::fcfs, scheduling_policy::priority}) {
+        // max_model_len 44 fits the 11-block cache (so requests without max_tokens run); 64 does not (so some are
+        // rejected for the cache, and the ones without max_tokens all are).
+        const bool roomy = (pp + static_cast<int>(policy)) % 2 == 0;
+        scheduler_config cfg{.max_num_seqs = 6,
+                             .max_num_batched_tokens = 16,
+                             .block_size = 4,
+                             .n_blocks = roomy ? 11 : 10,
+                             .max_model_len = roomy ? 44 : 64,
+                             .policy = policy,
+                             .pp_size = pp,
+                             .enable_prefix_caching = caching};
+        CAPTURE(caching);
+        CAPTURE(pp);
+        CAPTURE(to_string(policy));
+        workload w(cfg, seed++);
+        w.run(1500);
+        INFO("accepted ", w.n_accepted, ", rejected ", w.n_rejected, ", aborted ", w.n_aborted, " (",
+             w.n_reused_in_flight, " ids reused while in flight), preemptions ", w.sched.n_preemptions(),
+             ", fully verified sequences ", w.n_verified_full, ", prefix cache hits ", w.sched.prefix_cache_hits(),
+             " of ", w.sched.prefix_cache_queries(), " tokens");
+        CHECK(w.sched.n_preemptions() > 20);
+        CHECK(w.n_rejected > 10);
+        CHECK(w.n_aborted > 10);
+        CHECK(w.n_verified_full > 100);
+        if (pp > 1)
+          CHECK(w.n_reused_in_flight >= 2);
+        if (caching)
+          CHECK(w.sched.prefix_cache_hits() > 100);
+        else
+          CHECK(w.sched.prefix_cache_queries() == 0);
+      }
 }

@@ -63,7 +63,15 @@ TEST_CASE("engine metrics carry vLLM's names under actorllm: and vLLM's buckets"
   s.kv_cache_usage = 0.25;
   s.n_preemptions = 4;
   m.update(s);
+  s.prefix_cache_queries = 100;
+  s.prefix_cache_hits = 64;
+  m.update(s);
+  engine_stats failed;  // an engine that does not answer reports zeros: no totals, so the counters do not restart
+  failed.healthy = false;
+  m.update(failed);
   s.n_preemptions = 6;
+  s.prefix_cache_queries = 300;
+  s.prefix_cache_hits = 96;
   m.update(s);
   m.update(s);  // the same snapshot twice adds nothing
   m.observe_time_to_first_token(0.03);
@@ -80,6 +88,8 @@ TEST_CASE("engine metrics carry vLLM's names under actorllm: and vLLM's buckets"
       "actorllm:kv_cache_usage_perc" + l + " 0.25\n",
       "# TYPE actorllm:num_preemptions_total counter\nactorllm:num_preemptions_total" + l + " 6\n",
       "actorllm:prompt_tokens_total" + l + " 16\n",
+      "# TYPE actorllm:prefix_cache_queries_total counter\nactorllm:prefix_cache_queries_total" + l + " 300\n",
+      "actorllm:prefix_cache_hits_total" + l + " 96\n",
       "actorllm:generation_tokens_total" + l + " 36\n",
       "# TYPE actorllm:time_to_first_token_seconds histogram\n",
       "actorllm:time_to_first_token_seconds_bucket{model_name=\"stories260K\",le=\"0.02\"} 0\n",
@@ -120,7 +130,7 @@ TEST_CASE("engine metrics carry vLLM's names under actorllm: and vLLM's buckets"
     }
     pos = end + 1;
   }
-  CHECK(type_lines == 10);
+  CHECK(type_lines == 12);
 }
 
 TEST_CASE("metrics updates from many threads are all counted [asan]") {

@@ -105,7 +105,6 @@ proto::step_plan full_plan() {
   p.sequences = {{0, 3, {4, 1}}, {3, 1, {7, 8}}};
   p.sample_rows = {2, 3};
   p.sample_seqs = {{10, 0}, {11, 2}};
-  p.block_copies = {{1, 9}};
   proto::sampler_spec spec{0.8f, 0.95f, 50, 0.1f, 1.2f, 0.3f, 0.4f, 3, 1234};
   p.new_requests = {{10, spec, {1, 15, 22}}};
   p.released_requests = {3, 4};
@@ -179,6 +178,9 @@ TEST_CASE_FIXTURE(proto_fixture, "public value types round-trip, optionals set a
   s.sample_seconds = 0.25;
   s.block_size = 16;
   s.kv_cache_usage = 54.0 / 64.0;
+  s.prefix_cache_queries = 4000;
+  s.prefix_cache_hits = 3200;
+  s.n_cached_blocks = 40;
   CHECK(roundtrip(s) == s);
 }
 
@@ -191,6 +193,7 @@ TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also
   req.prompt_ids = {1, 2, 3};
   req.params = full_sampling_params();
   req.priority = -1;
+  req.cache_salt = "tenant-a";
   req.stream = true;
   req.sink = caf::actor_cast<proto::output_sink>(sink);
   auto back = roundtrip(req);
@@ -229,10 +232,13 @@ TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also
   spec.sampling = {0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, 77};
   CHECK(roundtrip(spec) == spec);
   CHECK(roundtrip_message(spec) == spec);
+  spec.cache_salt = "tenant-b";
+  CHECK(roundtrip(spec) == spec);
 
   proto::step_update upd;
   upd.step_id = 9;
-  upd.seqs = {{12, 0, 44, -0.5f, {{44, -0.5f}}, std::nullopt}, {12, 1, std::nullopt, 0.0f, {}, finish_reason::abort}};
+  upd.seqs = {{12, 0, 44, -0.5f, {{44, -0.5f}}, std::nullopt, 32},
+              {12, 1, std::nullopt, 0.0f, {}, finish_reason::abort, 0}};
   upd.failure = "";
   CHECK(roundtrip(upd) == upd);
   CHECK(roundtrip_message(upd) == upd);

@@ -23,5 +23,7 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 /// the scheduler's own timer: fail the replica when a step has been in flight longer than the step timeout.
 using step_watch_atom = caf::atom_constant<caf::atom("step_watch")>;
+/// forget every cached KV block (POST /reset_prefix_cache).
+using reset_prefix_cache_atom = caf::atom_constant<caf::atom("resetcache")>;
 
 }  // namespace actorllm::proto

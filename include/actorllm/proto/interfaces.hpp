@@ -32,6 +32,8 @@ using engine_actor = caf::typed_actor<
     caf::reacts_to<step_update>,
     /// A stats snapshot, consistent with every message the engine processed before.
     caf::replies_to<caf::get_atom, stats_atom>::with<engine_stats>,
+    /// Forgets every cached KV block; replies with how many were cached.
+    caf::replies_to<reset_prefix_cache_atom>::with<int32_t>,
     /// Aborts everything and replies once the pipeline is empty; the replica then takes no more requests.
     caf::replies_to<shutdown_atom>::with<caf::ok_atom>>;
 
@@ -49,6 +51,8 @@ using scheduler_actor = caf::typed_actor<
     caf::reacts_to<connect_atom, update_sink>,
     /// Queue lengths, KV-cache use and counters.
     caf::replies_to<caf::get_atom, stats_atom>::with<engine_stats>,
+    /// Forgets every cached KV block; replies with how many were cached.
+    caf::replies_to<reset_prefix_cache_atom>::with<int32_t>,
     /// Aborts everything, stops scheduling, replies once no plan is in flight.
     caf::replies_to<shutdown_atom>::with<caf::ok_atom>,
     /// (from itself) checks the age of the oldest step in flight against the step timeout.

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace actorllm::proto {
@@ -25,6 +26,7 @@ struct request_spec {
   std::vector<int32_t> stop_token_ids;
   int32_t min_tokens = 0;
   sampler_spec sampling;
+  std::optional<std::string> cache_salt;  ///< mixed into the prefix cache's block hashes; unset: no salt
 
   friend bool operator==(const request_spec&, const request_spec&) = default;
 };
@@ -33,8 +35,9 @@ struct request_spec {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   optional_field max_tokens{x.max_tokens};
+  optional_field cache_salt{x.cache_salt};
   return f(caf::meta::type_name("request_spec"), x.request_id, x.prompt_ids, max_tokens, x.n, x.priority,
-           x.eos_token_ids, x.ignore_eos, x.stop_token_ids, x.min_tokens, x.sampling);
+           x.eos_token_ids, x.ignore_eos, x.stop_token_ids, x.min_tokens, x.sampling, cache_salt);
 }
 
 }  // namespace actorllm::proto

@@ -39,20 +39,6 @@ typename Inspector::result_type inspect(Inspector& f, batch_sequence& x) {
   return f(caf::meta::type_name("batch_sequence"), x.query_begin, x.n_query, x.block_table);
 }
 
-/// Copy every layer's K and V of block `src` into block `dst` before the step's forward (copy-on-write).
-struct block_copy {
-  int32_t src = 0;
-  int32_t dst = 0;
-
-  friend bool operator==(const block_copy&, const block_copy&) = default;
-};
-
-/// CAF inspection of block_copy.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, block_copy& x) {
-  return f(caf::meta::type_name("block_copy"), x.src, x.dst);
-}
-
 /// The sampling knobs of one request, as the sampler shard applies them (kernels/cpu/sampling.hpp semantics).
 struct sampler_spec {
   float temperature = 1.0f;
@@ -90,9 +76,9 @@ typename Inspector::result_type inspect(Inspector& f, sampler_setup& x) {
   return f(caf::meta::type_name("sampler_setup"), x.request_id, x.spec, x.prompt_ids);
 }
 
-/// Everything the shards need for one step. Every shard applies block_copies, then runs its layers over the
-/// batch; the sampler shard first drops the sampler state of released_requests, then creates new_requests', then
-/// samples sample_rows[i] for sample_seqs[i].
+/// Everything the shards need for one step. Every shard runs its layers over the batch (block tables may repeat
+/// block ids across sequences: shared prefix blocks, which no step writes); the sampler shard first drops the sampler
+/// state of released_requests, then creates new_requests', then samples sample_rows[i] for sample_seqs[i].
 struct step_plan {
   uint64_t step_id = 0;
   std::vector<int32_t> tokens;     ///< [n_tokens] token ids (read by the first stage)
@@ -100,7 +86,6 @@ struct step_plan {
   std::vector<batch_sequence> sequences;
   std::vector<int32_t> sample_rows;
   std::vector<seq_ref> sample_seqs;  ///< the sequence of each sample row
-  std::vector<block_copy> block_copies;
   std::vector<sampler_setup> new_requests;
   std::vector<uint64_t> released_requests;
 
@@ -111,7 +96,7 @@ struct step_plan {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
   return f(caf::meta::type_name("step_plan"), x.step_id, x.tokens, x.positions, x.sequences, x.sample_rows,
-           x.sample_seqs, x.block_copies, x.new_requests, x.released_requests);
+           x.sample_seqs, x.new_requests, x.released_requests);
 }
 
 }  // namespace actorllm::proto

@@ -23,6 +23,7 @@ struct seq_update {
   float logprob = 0.0f;
   std::vector<token_logprob> top;
   std::optional<finish_reason> finished;  ///< set when the scheduler finished the sequence
+  int32_t num_cached_tokens = 0;          ///< the request's prompt tokens found in the prefix cache at admission
 
   friend bool operator==(const seq_update&, const seq_update&) = default;
 };
@@ -32,7 +33,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, seq_update& x) {
   optional_field token{x.token};
   optional_field finished{x.finished};
-  return f(caf::meta::type_name("seq_update"), x.request_id, x.index, token, x.logprob, x.top, finished);
+  return f(caf::meta::type_name("seq_update"), x.request_id, x.index, token, x.logprob, x.top, finished,
+           x.num_cached_tokens);
 }
 
 /// The news of one step, in sample order. A non-empty failure means the replica failed: every live request is

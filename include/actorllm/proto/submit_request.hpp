@@ -2,12 +2,14 @@
 // prompt as text or token ids, the sampling parameters, and where the news goes.
 #pragma once
 
+#include "actorllm/proto/optional_field.hpp"
 #include "actorllm/proto/sampling_params.hpp"
 #include "actorllm/proto/sinks.hpp"
 
 #include <caf/meta/type_name.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,9 +23,10 @@ struct submit_request {
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
   sampling_params params;
-  int32_t priority = 0;  ///< lower runs first under the priority policy
-  bool stream = false;   ///< send per-step deltas, not just the final output
-  output_sink sink;      ///< receives the deltas, the output or the failure
+  int32_t priority = 0;                   ///< lower runs first under the priority policy
+  std::optional<std::string> cache_salt;  ///< the prompt's cache_salt (prefix caching); unset: none
+  bool stream = false;                    ///< send per-step deltas, not just the final output
+  output_sink sink;                       ///< receives the deltas, the output or the failure
 
   friend bool operator==(const submit_request&, const submit_request&) = default;
 };
@@ -31,8 +34,9 @@ struct submit_request {
 /// CAF inspection of submit_request.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_request& x) {
+  optional_field cache_salt{x.cache_salt};
   return f(caf::meta::type_name("submit_request"), x.request_id, x.prompt_is_tokens, x.prompt_text, x.prompt_ids,
-           x.params, x.priority, x.stream, x.sink);
+           x.params, x.priority, cache_salt, x.stream, x.sink);
 }
 
 }  // namespace actorllm::proto
