@@ -39,7 +39,7 @@ find_lib() {
   local dirs=("${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
   mapfile -t -O "${#dirs[@]}" dirs < <(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
   for d in "${dirs[@]}"; do
-    [[ -d "$d" ]] && find "$d" -name "$1" 2>/dev/null | head -1
+    [[ -d "$d" ]] && find "$d/" -maxdepth 5 -name "$1" 2>/dev/null | head -1
   done | head -1
 }
 cublas=$(find_lib 'libcublas.so.13*')
