@@ -15,7 +15,7 @@ model_runner::model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_colle
                            bool samples)
     : be_(std::move(be)), comm_(std::move(comm)), inputs_(*be_), samples_(samples) {
   // The collectives of today's transports move host memory; a device backend's tensors go through it.
-  if (be_->where().kind != device_kind::cpu)
+  if (be_->where().kind != device_kind::cpu && comm_->size() > 1)
     comm_ = std::make_unique<host_staged_collective>(std::move(comm_), *be_);
   model_ = std::make_unique<model::llama_model>(cfg, std::move(weights), shard, *comm_, *be_);
 }

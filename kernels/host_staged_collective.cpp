@@ -12,6 +12,8 @@ host_staged_collective::host_staged_collective(std::unique_ptr<tp_collective> in
 
 void host_staged_collective::all_reduce_sum(const tensor& t) {
   ACTORLLM_CHECK(t.type == dtype::f32, "all_reduce_sum: the tensor must be f32");
+  if (size() == 1)
+    return;  // the sum over one rank: nothing to move
   if (t.where().kind == device_kind::cpu) {
     inner_->all_reduce_sum(t);
     return;
@@ -25,6 +27,10 @@ void host_staged_collective::all_reduce_sum(const tensor& t) {
 void host_staged_collective::all_gather(const tensor& in, const tensor& out) {
   ACTORLLM_CHECK(in.type == dtype::f32 && out.type == dtype::f32, "all_gather: the tensors must be f32");
   ACTORLLM_CHECK(out.numel() == in.numel() * size(), "all_gather: the output must hold size() inputs");
+  if (size() == 1) {
+    be_.copy(in, out.reshape(in.shape));
+    return;
+  }
   if (in.where().kind == device_kind::cpu && out.where().kind == device_kind::cpu) {
     inner_->all_gather(in, out);
     return;
