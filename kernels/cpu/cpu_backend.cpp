@@ -2,6 +2,8 @@
 // decode step, so they are a few compares each and format their message only when they fail.
 #include "kernels/cpu/cpu_backend.hpp"
 
+#include "kernels/backend_checks.hpp"
+
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/matmul.hpp"
@@ -20,61 +22,21 @@
 namespace actorllm::cpu {
 namespace {
 
-// ACTORLLM_CHECK evaluates its message only when the condition fails, so the fmt::format calls below cost nothing
-// on the normal path.
+// The shared argument checks (kernels/backend_checks.hpp) for tensors in host memory.
+const backend_checks host{device{}};
 
-// `t` is a tensor on the CPU that lies inside its buffer.
-void check_host(const tensor& t, const char* op, const char* arg) {
-  ACTORLLM_CHECK(!t.empty(), fmt::format("{}: {} is an empty tensor", op, arg).c_str());
-  ACTORLLM_CHECK(t.where().kind == device_kind::cpu,
-                 fmt::format("{}: {} must be on the cpu, got {}", op, arg, t.describe()).c_str());
-  ACTORLLM_CHECK(t.offset + t.nbytes() <= t.buf->size(),
-                 fmt::format("{}: {} ({} at byte {}) runs past the end of its {}-byte buffer", op, arg, t.describe(),
-                             t.offset, t.buf->size())
-                     .c_str());
-}
-
-// check_host, and the element type is `type`.
-void check_host(const tensor& t, dtype type, const char* op, const char* arg) {
-  check_host(t, op, arg);
-  ACTORLLM_CHECK(t.type == type,
-                 fmt::format("{}: {} must be {}, got {}", op, arg, dtype_name(type), t.describe()).c_str());
-}
-
-// check_host, and a weight type (f32, f16 or bf16).
-void check_weight(const tensor& t, const char* op, const char* arg) {
-  check_host(t, op, arg);
-  ACTORLLM_CHECK(is_float_dtype(t.type),
-                 fmt::format("{}: {} must be f32, f16 or bf16, got {}", op, arg, t.describe()).c_str());
-}
-
-void check_numel(const tensor& t, int64_t n, const char* op, const char* arg) {
-  ACTORLLM_CHECK(t.numel() == n, fmt::format("{}: {} must hold {} elements, got {}", op, arg, n, t.describe()).c_str());
-}
-
-// True when the bytes of a and b intersect.
-bool overlaps(const tensor& a, const tensor& b) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a.data()), b0 = reinterpret_cast<uintptr_t>(b.data());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes() && a.nbytes() != 0 && b.nbytes() != 0;
-}
-
-bool same_start(const tensor& a, const tensor& b) { return a.data() == b.data(); }
-
+void check_host(const tensor& t, const char* op, const char* arg) { host.on_device(t, op, arg); }
+void check_host(const tensor& t, dtype type, const char* op, const char* arg) { host.on_device(t, type, op, arg); }
+void check_weight(const tensor& t, const char* op, const char* arg) { host.weight(t, op, arg); }
+void check_numel(const tensor& t, int64_t n, const char* op, const char* arg) { backend_checks::numel(t, n, op, arg); }
 void check_disjoint(const tensor& a, const tensor& b, const char* op, const char* what) {
-  ACTORLLM_CHECK(!overlaps(a, b), fmt::format("{}: {} must not overlap", op, what).c_str());
+  backend_checks::disjoint(a, b, op, what);
 }
 
 float* f32(const tensor& t) { return t.data_as<float>(); }
 
 paged_kv_view kv_view(const kv_layer& cache, const char* op) {
-  check_host(cache.k, dtype::f32, op, "cache.k");
-  check_host(cache.v, dtype::f32, op, "cache.v");
-  ACTORLLM_CHECK(
-      cache.k.shape.n_dims == 4 && cache.k.shape == cache.v.shape && cache.block_size() > 0 && cache.n_head_kv() > 0 &&
-          cache.head_dim() > 0,
-      fmt::format("{}: cache k and v must both be [n_blocks, block_size, n_head_kv, head_dim], got {} and {}", op,
-                  cache.k.describe(), cache.v.describe())
-          .c_str());
+  host.kv_cache(cache, op);
   return paged_kv_view{f32(cache.k),       f32(cache.v),      cache.n_blocks(),
                        cache.block_size(), cache.n_head_kv(), cache.head_dim()};
 }

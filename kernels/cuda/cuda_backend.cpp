@@ -2,6 +2,7 @@
 // the launchers of kernels/cuda on the backend's stream.
 #include "kernels/cuda/cuda_backend.hpp"
 
+#include "kernels/backend_checks.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/sampling.hpp"
 #include "kernels/cuda/attention_plan.hpp"
@@ -46,53 +47,9 @@ void check_cublas(cublasStatus_t status, const char* what) {
     throw cuda_error(fmt::format("{} failed: {}", what, cublas_status_name(status)));
 }
 
-// True when the bytes of a and b intersect.
-bool overlaps(const tensor& a, const tensor& b) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a.data()), b0 = reinterpret_cast<uintptr_t>(b.data());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes() && a.nbytes() != 0 && b.nbytes() != 0;
-}
-
-bool same_start(const tensor& a, const tensor& b) { return a.data() == b.data(); }
-
 }  // namespace
 
-// ---- checks ------------------------------------------------------------------------------------------------------
-
-namespace {
-
-struct checker {
-  device dev;
-
-  // `t` is a tensor on this backend's device that lies inside its buffer.
-  void on_device(const tensor& t, const char* op, const char* arg) const {
-    ACTORLLM_CHECK(!t.empty(), fmt::format("{}: {} is an empty tensor", op, arg).c_str());
-    ACTORLLM_CHECK(t.where() == dev,
-                   fmt::format("{}: {} must be on {}, got {}", op, arg, dev.to_string(), t.describe()).c_str());
-    ACTORLLM_CHECK(t.offset + t.nbytes() <= t.buf->size(),
-                   fmt::format("{}: {} ({} at byte {}) runs past the end of its {}-byte buffer", op, arg, t.describe(),
-                               t.offset, t.buf->size())
-                       .c_str());
-  }
-  void on_device(const tensor& t, dtype type, const char* op, const char* arg) const {
-    on_device(t, op, arg);
-    ACTORLLM_CHECK(t.type == type,
-                   fmt::format("{}: {} must be {}, got {}", op, arg, dtype_name(type), t.describe()).c_str());
-  }
-  void weight(const tensor& t, const char* op, const char* arg) const {
-    on_device(t, op, arg);
-    ACTORLLM_CHECK(is_float_dtype(t.type),
-                   fmt::format("{}: {} must be f32, f16 or bf16, got {}", op, arg, t.describe()).c_str());
-  }
-  static void numel(const tensor& t, int64_t n, const char* op, const char* arg) {
-    ACTORLLM_CHECK(t.numel() == n,
-                   fmt::format("{}: {} must hold {} elements, got {}", op, arg, n, t.describe()).c_str());
-  }
-  static void disjoint(const tensor& a, const tensor& b, const char* op, const char* what) {
-    ACTORLLM_CHECK(!overlaps(a, b), fmt::format("{}: {} must not overlap", op, what).c_str());
-  }
-};
-
-}  // namespace
+using checker = backend_checks;
 
 // ---- lifetime ----------------------------------------------------------------------------------------------------
 
@@ -112,7 +69,6 @@ cuda_backend::cuda_backend(int device_index) : device_(device_index) {
   ACTORLLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   name_ = prop.name;
   sm_count_ = prop.multiProcessorCount;
-  max_shared_per_block_ = prop.sharedMemPerBlockOptin;
   ACTORLLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   check_cublas(cublasCreate(&cublas_), "cublasCreate");
   check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
@@ -377,14 +333,7 @@ void cuda_backend::rope(const rope_table& table, const tensor& positions, const 
 namespace {
 
 paged_cache_view cache_view(const kv_layer& cache, const checker& c, const char* op) {
-  c.on_device(cache.k, dtype::f32, op, "cache.k");
-  c.on_device(cache.v, dtype::f32, op, "cache.v");
-  ACTORLLM_CHECK(
-      cache.k.shape.n_dims == 4 && cache.k.shape == cache.v.shape && cache.block_size() > 0 && cache.n_head_kv() > 0 &&
-          cache.head_dim() > 0,
-      fmt::format("{}: cache k and v must both be [n_blocks, block_size, n_head_kv, head_dim], got {} and {}", op,
-                  cache.k.describe(), cache.v.describe())
-          .c_str());
+  c.kv_cache(cache, op);
   return paged_cache_view{f32(cache.k),       f32(cache.v),      cache.n_blocks(),
                           cache.block_size(), cache.n_head_kv(), cache.head_dim()};
 }
@@ -523,7 +472,8 @@ void cuda_backend::copy_columns(const tensor& src, int64_t src_col, const tensor
                dpitch = static_cast<size_t>(dst.dim(1)) * sizeof(float);
   const float* from = f32(src) + src_col;
   tensor staged;
-  if (overlaps(src, dst)) {  // cudaMemcpy2D does not allow overlap (the CPU's memmove does): copy src aside first
+  if (tensors_overlap(src,
+                      dst)) {  // cudaMemcpy2D does not allow overlap (the CPU's memmove does): copy src aside first
     staged = alloc(dtype::f32, src.shape);
     ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(staged.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
     from = f32(staged) + src_col;

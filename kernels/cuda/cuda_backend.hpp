@@ -65,7 +65,6 @@ class cuda_backend final : public backend {
   int device_;
   std::string name_;
   int sm_count_ = 0;
-  size_t max_shared_per_block_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::shared_ptr<device_memory_pool> pool_;

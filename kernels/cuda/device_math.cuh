@@ -38,6 +38,13 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+/// Maximum over the 32 lanes of a warp; every lane gets it.
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
 /// Sum over the threads of a block (blockDim.x a multiple of 32, at most 1024); every thread gets the total. Uses 33
 /// floats of shared memory; callable several times in a kernel (it synchronises before reusing them).
 __device__ __forceinline__ float block_sum(float v) {

@@ -11,6 +11,7 @@
 // partition's max and sum for the merge kernel.
 #include "kernels/cuda/attention_math.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/paged_attention.hpp"
 
 #include <fmt/format.h>
@@ -26,20 +27,6 @@ constexpr int k_threads = static_cast<int>(attention_threads);
 constexpr int k_warps = static_cast<int>(attention_warps);
 constexpr int k_tile = static_cast<int>(attention_tile);
 constexpr unsigned k_full_mask = 0xffffffffu;
-
-__device__ inline float warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    x += __shfl_xor_sync(k_full_mask, x, offset);
-  return x;
-}
-
-__device__ inline float warp_max(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    x = fmaxf(x, __shfl_xor_sync(k_full_mask, x, offset));
-  return x;
-}
 
 // E consecutive cache or activation elements as f32, with 16- or 8-byte loads where E allows (the launcher checks
 // that the base pointers are 16-byte aligned; every offset used here is a multiple of E elements).

@@ -31,12 +31,6 @@ struct small_params {
   float scale;
 };
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
 __global__ void __launch_bounds__(32) small_head_attention_kernel(const small_params p) {
   const int32_t row = static_cast<int32_t>(blockIdx.x), head = static_cast<int32_t>(blockIdx.y);
   const int lane = static_cast<int>(threadIdx.x);

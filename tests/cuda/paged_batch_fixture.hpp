@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cuda/attention_plan.hpp"
+#include "kernels/kernel_test_util.hpp"
 #include "util/thread_pool.hpp"
 
 #include <algorithm>
@@ -25,24 +26,9 @@ struct seq_spec {
   int32_t n_query;
 };
 
-/// Splitmix64: test data independent of the code under test.
-class batch_rng {
- public:
-  explicit batch_rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float uniform(float lo, float hi) {
-    return lo + (hi - lo) * static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-53);
-  }
-  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
-
- private:
-  uint64_t s_;
-};
+/// The kernel tests' splitmix64 (tests/kernels/kernel_test_util.hpp): test data independent of the code under
+/// test.
+using batch_rng = actorllm::test::data_rng;
 
 /// A block id no cache holds: table entries before every row's window and never-read spares get it, so a kernel
 /// that loads one reads no memory (it is outside the cache) but produces NaN, which the comparison catches.
