@@ -1,6 +1,7 @@
 // CPU decode/prefill benchmark at a real model shape with dummy weights: decode tokens/s at batch 1 and 32,
 // prefill tokens/s for a 512-token prompt, the machine's memory bandwidth, and batch-1 decode as a fraction of the
 // bandwidth roofline (weight bytes read per token ÷ bandwidth). Prints a table, writes JSON.
+#include "bench/bench_json.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -17,7 +18,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 
 namespace {
@@ -182,10 +182,5 @@ int main(int argc, char** argv) {
   w.key("batch1_fraction_of_roofline").value(fraction);
   w.key("decode_steps").value(steps);
   w.end_object();
-  std::filesystem::path out{json_path};
-  if (out.has_parent_path())
-    std::filesystem::create_directories(out.parent_path());
-  std::ofstream{out} << w.str() << "\n";
-  std::fprintf(stderr, "wrote %s\n", out.c_str());
-  return 0;
+  return bench::write_json_result(json_path, w.str());
 }

@@ -4,6 +4,7 @@
 // per batch size that differ only in max_tokens give the steady-state cost of one more decode step (their
 // difference), free of the per-request costs of submitting, prefilling and delivering, which are reported too.
 // Prints a table, writes JSON.
+#include "bench/bench_json.hpp"
 #include "util/json_writer.hpp"
 
 #include <actorllm/llm.hpp>
@@ -12,8 +13,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <utility>
 #include <vector>
 
@@ -163,10 +162,5 @@ int main(int argc, char** argv) {
   }
   w.end_array();
   w.end_object();
-  std::filesystem::path out{json_path};
-  if (out.has_parent_path())
-    std::filesystem::create_directories(out.parent_path());
-  std::ofstream{out} << w.str() << "\n";
-  std::fprintf(stderr, "wrote %s\n", out.c_str());
-  return 0;
+  return actorllm::bench::write_json_result(json_path, w.str());
 }

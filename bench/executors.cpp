@@ -4,6 +4,7 @@
 // A step's time is the difference of two runs that differ only in max_tokens, divided by the extra steps, so
 // submitting and prefilling drop out. Reports tokens/s per layout, the ratio to tp 1, and the per-step latency
 // that going multi-process adds (mp − uni at the same tp). Prints a table, writes JSON.
+#include "bench/bench_json.hpp"
 #include "util/json_writer.hpp"
 
 #include <actorllm/llm.hpp>
@@ -14,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -140,10 +140,5 @@ int main(int argc, char** argv) {
   }
   w.end_array();
   w.end_object();
-  std::filesystem::path out{json_path};
-  if (out.has_parent_path())
-    std::filesystem::create_directories(out.parent_path());
-  std::ofstream{out} << w.str() << "\n";
-  std::fprintf(stderr, "wrote %s\n", out.c_str());
-  return 0;
+  return actorllm::bench::write_json_result(json_path, w.str());
 }

@@ -5,6 +5,7 @@
 // CPU's (the same bf16 weights, f32 activations) on identical dummy weights: top-1 agreement and error norms.
 // Prints a table, writes JSON. Without a GPU it says "skipped: no GPU" and exits 77.
 #include "actorllm/llm.hpp"
+#include "bench/bench_json.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/collective.hpp"
 #include "kernels/device.hpp"
@@ -24,8 +25,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -281,10 +280,5 @@ int main(int argc, char** argv) {
   std::printf("%-52s %16s\n", "metric", "value");
   for (const auto& [k, v] : table)
     std::printf("%-52s %16s\n", k.c_str(), v.c_str());
-  std::filesystem::path out{json_path};
-  if (out.has_parent_path())
-    std::filesystem::create_directories(out.parent_path());
-  std::ofstream{out} << w.str() << "\n";
-  std::fprintf(stderr, "wrote %s\n", out.c_str());
-  return 0;
+  return bench::write_json_result(json_path, w.str());
 }

@@ -3,6 +3,7 @@
 // like). Cold runs: the first send, the same prompt under another cache_salt (no hit: tenants stay apart), and the
 // same prompt after reset_prefix_cache. Warm runs: the prompt again (its full blocks come from the cache; only the
 // tail after the last full block is computed). Prints a table, writes JSON.
+#include "bench/bench_json.hpp"
 #include "util/json_writer.hpp"
 
 #include <actorllm/llm.hpp>
@@ -12,8 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -133,10 +132,5 @@ int main(int argc, char** argv) {
   w.key("warm_median_ttft_seconds").value(warm_median);
   w.key("ttft_ratio").value(ratio);
   w.end_object();
-  std::filesystem::path out{json_path};
-  if (out.has_parent_path())
-    std::filesystem::create_directories(out.parent_path());
-  std::ofstream{out} << w.str() << "\n";
-  std::fprintf(stderr, "wrote %s\n", out.c_str());
-  return 0;
+  return actorllm::bench::write_json_result(json_path, w.str());
 }

@@ -6,6 +6,7 @@
 //
 // Single-threaded on purpose: encode is independent per request, so throughput scales with the threads an engine
 // gives it; the per-thread word cache of the BPE model needs no locks.
+#include "bench/bench_json.hpp"
 #include "text/tokenizer.hpp"
 #include "util/json_writer.hpp"
 
@@ -245,14 +246,5 @@ int main(int argc, char** argv) {
     j.key("tokens").value(static_cast<uint64_t>(r.tokens)).end_object();
   }
   j.end_array().end_object();
-  const std::filesystem::path out{json_path};
-  if (out.has_parent_path())
-    std::filesystem::create_directories(out.parent_path());
-  std::ofstream f{out};
-  if (!(f << j.str() << "\n")) {
-    fmt::print(stderr, "bench_tokenizer_encode: cannot write {}\n", json_path);
-    return 1;
-  }
-  fmt::print("wrote {}\n", json_path);
-  return 0;
+  return bench::write_json_result(json_path, j.str());
 }

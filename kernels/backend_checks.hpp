@@ -59,6 +59,182 @@ struct backend_checks {
                                op, cache.k.describe(), cache.v.describe())
                        .c_str());
   }
+  // ---- one op's arguments, checked and turned into its dimensions (the semantics of kernels/backend.hpp) ----------
+
+  /// embedding: ids i32, table a 2-D weight, out f32 [ids, n_embd]. Returns n_embd.
+  int64_t embedding(const tensor& ids, const tensor& table, const tensor& out) const {
+    on_device(ids, dtype::i32, "embedding", "ids");
+    weight(table, "embedding", "table");
+    on_device(out, dtype::f32, "embedding", "out");
+    ACTORLLM_CHECK(table.shape.n_dims == 2,
+                   fmt::format("embedding: table must be [rows, n_embd], got {}", table.describe()).c_str());
+    numel(out, ids.numel() * table.dim(1), "embedding", "out");
+    return table.dim(1);
+  }
+  /// rms_norm: x and out f32 rows of the weight's width (out equal to x or apart from it). Returns the width.
+  int64_t rms_norm(const tensor& x, const tensor& w, const tensor& out) const {
+    on_device(x, dtype::f32, "rms_norm", "x");
+    weight(w, "rms_norm", "weight");
+    on_device(out, dtype::f32, "rms_norm", "out");
+    const int64_t width = w.numel();
+    ACTORLLM_CHECK(width > 0 && x.numel() % width == 0,
+                   fmt::format("rms_norm: {} is not made of rows of the weight's {}", x.describe(), width).c_str());
+    numel(out, x.numel(), "rms_norm", "out");
+    if (!same_start(x, out))
+      disjoint(x, out, "rms_norm", "x and out (unless equal)");
+    return width;
+  }
+  /// add_rms_norm: residual, delta and out f32 of equal size in rows of the weight's width; out apart from both.
+  /// Returns the width.
+  int64_t add_rms_norm(const tensor& residual, const tensor& delta, const tensor& w, const tensor& out) const {
+    on_device(residual, dtype::f32, "add_rms_norm", "residual");
+    on_device(delta, dtype::f32, "add_rms_norm", "delta");
+    weight(w, "add_rms_norm", "weight");
+    on_device(out, dtype::f32, "add_rms_norm", "out");
+    const int64_t n = residual.numel(), width = w.numel();
+    ACTORLLM_CHECK(
+        width > 0 && n % width == 0,
+        fmt::format("add_rms_norm: {} is not made of rows of the weight's {}", residual.describe(), width).c_str());
+    numel(delta, n, "add_rms_norm", "delta");
+    numel(out, n, "add_rms_norm", "out");
+    disjoint(out, residual, "add_rms_norm", "out and residual");
+    disjoint(out, delta, "add_rms_norm", "out and delta");
+    return width;
+  }
+  /// matmul's dimensions.
+  struct linear_dims {
+    int64_t n_tokens, n_in, n_out;
+  };
+  /// matmul: x f32 [n_tokens, n_in], w [n_out, n_in], bias f32 [n_out] or empty, y f32 [n_tokens, n_out] apart
+  /// from x.
+  linear_dims matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) const {
+    on_device(x, dtype::f32, "matmul", "x");
+    weight(w, "matmul", "w");
+    on_device(y, dtype::f32, "matmul", "y");
+    ACTORLLM_CHECK(w.shape.n_dims == 2, fmt::format("matmul: w must be [n_out, n_in], got {}", w.describe()).c_str());
+    const linear_dims d{x.rows(), w.dim(1), w.dim(0)};
+    ACTORLLM_CHECK(x.numel() == d.n_tokens * d.n_in,
+                   fmt::format("matmul: x {} does not match w {}", x.describe(), w.describe()).c_str());
+    ACTORLLM_CHECK(y.numel() == d.n_tokens * d.n_out,
+                   fmt::format("matmul: y {} must be [{}, {}]", y.describe(), d.n_tokens, d.n_out).c_str());
+    if (!bias.empty()) {
+      on_device(bias, dtype::f32, "matmul", "bias");
+      numel(bias, d.n_out, "matmul", "bias");
+    }
+    disjoint(x, y, "matmul", "x and y");
+    return d;
+  }
+  /// rope's dimensions (n_tokens 0: nothing to rotate, the rest unchecked).
+  struct rope_dims {
+    int64_t n_tokens = 0, head_dim = 0, n_head = 0, n_head_kv = 0;
+  };
+  /// rope: the table's head_dim, q [n_tokens, n_head, head_dim] and k [n_tokens, n_head_kv, head_dim] (or empty)
+  /// f32 and apart, q_norm / k_norm weights of head_dim (k_norm only with k).
+  rope_dims rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
+                 const tensor& q_norm, const tensor& k_norm) const {
+    rope_dims d;
+    d.head_dim = table.head_dim;
+    const int64_t hd = d.head_dim;
+    on_device(table.inv_freq, dtype::f32, "rope", "table.inv_freq");
+    ACTORLLM_CHECK(hd > 0 && hd % 2 == 0 && table.inv_freq.numel() == hd / 2,
+                   fmt::format("rope: table of head_dim {} holds {}", hd, table.inv_freq.describe()).c_str());
+    on_device(positions, dtype::i32, "rope", "positions");
+    on_device(q, dtype::f32, "rope", "q");
+    d.n_tokens = positions.numel();
+    if (d.n_tokens == 0)
+      return d;
+    const int64_t token_q = q.numel() / d.n_tokens;
+    ACTORLLM_CHECK(q.numel() % d.n_tokens == 0 && token_q % hd == 0,
+                   fmt::format("rope: q {} is not [{}, n_head, {}]", q.describe(), d.n_tokens, hd).c_str());
+    d.n_head = token_q / hd;
+    if (!k.empty()) {
+      on_device(k, dtype::f32, "rope", "k");
+      const int64_t token_k = k.numel() / d.n_tokens;
+      ACTORLLM_CHECK(k.numel() % d.n_tokens == 0 && token_k % hd == 0,
+                     fmt::format("rope: k {} is not [{}, n_head_kv, {}]", k.describe(), d.n_tokens, hd).c_str());
+      d.n_head_kv = token_k / hd;
+      disjoint(q, k, "rope", "q and k");
+    }
+    if (!q_norm.empty()) {
+      weight(q_norm, "rope", "q_norm");
+      numel(q_norm, hd, "rope", "q_norm");
+    }
+    if (!k_norm.empty()) {
+      ACTORLLM_CHECK(!k.empty(), "rope: k_norm given without k");
+      weight(k_norm, "rope", "k_norm");
+      numel(k_norm, hd, "rope", "k_norm");
+    }
+    return d;
+  }
+  /// write_kv: k and v f32 [n_tokens, n_head_kv, head_dim] of the cache, slots i64 [n_tokens].
+  void write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) const {
+    kv_cache(cache, "write_kv");
+    const int64_t row = cache.n_head_kv() * cache.head_dim();
+    on_device(k, dtype::f32, "write_kv", "k");
+    on_device(v, dtype::f32, "write_kv", "v");
+    on_device(batch.slots, dtype::i64, "write_kv", "batch.slots");
+    numel(k, batch.n_tokens * row, "write_kv", "k");
+    numel(v, batch.n_tokens * row, "write_kv", "v");
+    numel(batch.slots, batch.n_tokens, "write_kv", "batch.slots");
+  }
+  /// paged_attention: the cache, q and out f32 [n_tokens, n_head, head_dim] and apart (n_head a multiple of the
+  /// cache's kv heads), positions i32 [n_tokens], host_seqs 4 ints per sequence. Returns n_head (0 for no tokens).
+  int64_t paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache,
+                          const tensor& out) const {
+    kv_cache(cache, "paged_attention");
+    const int64_t n_tokens = batch.n_tokens, hd = cache.head_dim();
+    on_device(q, dtype::f32, "paged_attention", "q");
+    on_device(out, dtype::f32, "paged_attention", "out");
+    on_device(batch.positions, dtype::i32, "paged_attention", "batch.positions");
+    numel(batch.positions, n_tokens, "paged_attention", "batch.positions");
+    if (n_tokens == 0)
+      return 0;
+    const int64_t n_head = q.numel() / (n_tokens * hd);
+    ACTORLLM_CHECK(q.numel() == n_tokens * n_head * hd && n_head > 0 && n_head % cache.n_head_kv() == 0,
+                   fmt::format("paged_attention: q {} is not [{}, n_head, {}] with n_head a multiple of {}",
+                               q.describe(), n_tokens, hd, cache.n_head_kv())
+                       .c_str());
+    numel(out, q.numel(), "paged_attention", "out");
+    disjoint(q, out, "paged_attention", "q and out");
+    ACTORLLM_CHECK(batch.n_seqs >= 0 && batch.host_seqs.size() == static_cast<size_t>(batch.n_seqs) * 4,
+                   fmt::format("paged_attention: host_seqs holds {} ints for {} sequences (4 each)",
+                               batch.host_seqs.size(), batch.n_seqs)
+                       .c_str());
+    return n_head;
+  }
+  /// silu_mul: gate, up and out f32 of equal size.
+  void silu_mul(const tensor& gate, const tensor& up, const tensor& out) const {
+    on_device(gate, dtype::f32, "silu_mul", "gate");
+    on_device(up, dtype::f32, "silu_mul", "up");
+    on_device(out, dtype::f32, "silu_mul", "out");
+    numel(up, gate.numel(), "silu_mul", "up");
+    numel(out, gate.numel(), "silu_mul", "out");
+  }
+  /// gather_rows: x f32 [n, width], rows i32 [m], out f32 [m, width] apart from x. Returns the width.
+  int64_t gather_rows(const tensor& x, const tensor& rows, const tensor& out) const {
+    on_device(x, dtype::f32, "gather_rows", "x");
+    on_device(rows, dtype::i32, "gather_rows", "rows");
+    on_device(out, dtype::f32, "gather_rows", "out");
+    const int64_t width = x.row_size();
+    numel(out, rows.numel() * width, "gather_rows", "out");
+    disjoint(x, out, "gather_rows", "x and out");
+    return width;
+  }
+  /// copy_columns: src and dst f32 2-D with equal rows, the columns inside both.
+  void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) const {
+    on_device(src, dtype::f32, "copy_columns", "src");
+    on_device(dst, dtype::f32, "copy_columns", "dst");
+    ACTORLLM_CHECK(
+        src.shape.n_dims == 2 && dst.shape.n_dims == 2 && src.dim(0) == dst.dim(0),
+        fmt::format("copy_columns: src {} and dst {} must be 2-D with equal rows", src.describe(), dst.describe())
+            .c_str());
+    ACTORLLM_CHECK(
+        n_cols >= 0 && src_col >= 0 && src_col + n_cols <= src.dim(1) && dst_col >= 0 && dst_col + n_cols <= dst.dim(1),
+        fmt::format("copy_columns: columns [{}, +{}) of {} -> [{}, +{}) of {} out of range", src_col, n_cols,
+                    src.describe(), dst_col, n_cols, dst.describe())
+            .c_str());
+  }
+
   static void numel(const tensor& t, int64_t n, const char* op, const char* arg) {
     ACTORLLM_CHECK(t.numel() == n,
                    fmt::format("{}: {} must hold {} elements, got {}", op, arg, n, t.describe()).c_str());

@@ -27,7 +27,6 @@ const backend_checks host{device{}};
 
 void check_host(const tensor& t, const char* op, const char* arg) { host.on_device(t, op, arg); }
 void check_host(const tensor& t, dtype type, const char* op, const char* arg) { host.on_device(t, type, op, arg); }
-void check_weight(const tensor& t, const char* op, const char* arg) { host.weight(t, op, arg); }
 void check_numel(const tensor& t, int64_t n, const char* op, const char* arg) { backend_checks::numel(t, n, op, arg); }
 void check_disjoint(const tensor& a, const tensor& b, const char* op, const char* what) {
   backend_checks::disjoint(a, b, op, what);
@@ -35,8 +34,8 @@ void check_disjoint(const tensor& a, const tensor& b, const char* op, const char
 
 float* f32(const tensor& t) { return t.data_as<float>(); }
 
-paged_kv_view kv_view(const kv_layer& cache, const char* op) {
-  host.kv_cache(cache, op);
+// The cache as the kernels take it (its shape checked by backend_checks::kv_cache).
+paged_kv_view kv_view(const kv_layer& cache) {
   return paged_kv_view{f32(cache.k),       f32(cache.v),      cache.n_blocks(),
                        cache.block_size(), cache.n_head_kv(), cache.head_dim()};
 }
@@ -110,66 +109,27 @@ void cpu_backend::synchronize() {}
 // ---- ops -------------------------------------------------------------------------------------------------------
 
 void cpu_backend::embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) {
-  check_host(ids, dtype::i32, "embedding", "ids");
-  check_weight(table, "embedding", "table");
-  check_host(out, dtype::f32, "embedding", "out");
-  ACTORLLM_CHECK(table.shape.n_dims == 2,
-                 fmt::format("embedding: table must be [rows, n_embd], got {}", table.describe()).c_str());
-  const int64_t n = ids.numel(), n_embd = table.dim(1);
-  check_numel(out, n * n_embd, "embedding", "out");
-  cpu::embedding(ids.data_as<int32_t>(), n, table.data(), table.type, row_begin, table.dim(0), n_embd, f32(out));
+  const int64_t n_embd = host.embedding(ids, table, out);
+  cpu::embedding(ids.data_as<int32_t>(), ids.numel(), table.data(), table.type, row_begin, table.dim(0), n_embd,
+                 f32(out));
 }
 
 void cpu_backend::rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) {
-  check_host(x, dtype::f32, "rms_norm", "x");
-  check_weight(weight, "rms_norm", "weight");
-  check_host(out, dtype::f32, "rms_norm", "out");
-  const int64_t width = weight.numel();
-  ACTORLLM_CHECK(width > 0 && x.numel() % width == 0,
-                 fmt::format("rms_norm: {} is not made of rows of the weight's {}", x.describe(), width).c_str());
-  check_numel(out, x.numel(), "rms_norm", "out");
-  if (!same_start(x, out))
-    check_disjoint(x, out, "rms_norm", "x and out (unless equal)");
+  const int64_t width = host.rms_norm(x, weight, out);
   cpu::rms_norm(f32(x), x.numel() / width, width, weight.data(), weight.type, eps, f32(out));
 }
 
 void cpu_backend::add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                                const tensor& out) {
-  check_host(residual, dtype::f32, "add_rms_norm", "residual");
-  check_host(delta, dtype::f32, "add_rms_norm", "delta");
-  check_weight(weight, "add_rms_norm", "weight");
-  check_host(out, dtype::f32, "add_rms_norm", "out");
-  const int64_t n = residual.numel(), width = weight.numel();
-  ACTORLLM_CHECK(
-      width > 0 && n % width == 0,
-      fmt::format("add_rms_norm: {} is not made of rows of the weight's {}", residual.describe(), width).c_str());
-  check_numel(delta, n, "add_rms_norm", "delta");
-  check_numel(out, n, "add_rms_norm", "out");
-  check_disjoint(out, residual, "add_rms_norm", "out and residual");
-  check_disjoint(out, delta, "add_rms_norm", "out and delta");
+  const int64_t width = host.add_rms_norm(residual, delta, weight, out), n = residual.numel();
   // The unfused order of the forward pass (residual add, then the next layer's norm), so results stay identical.
   cpu::add_inplace(f32(residual), f32(delta), n);
   cpu::rms_norm(f32(residual), n / width, width, weight.data(), weight.type, eps, f32(out));
 }
 
 void cpu_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
-  check_host(x, dtype::f32, "matmul", "x");
-  check_weight(w, "matmul", "w");
-  check_host(y, dtype::f32, "matmul", "y");
-  ACTORLLM_CHECK(w.shape.n_dims == 2, fmt::format("matmul: w must be [n_out, n_in], got {}", w.describe()).c_str());
-  const int64_t n_out = w.dim(0), n_in = w.dim(1), n_tokens = x.rows();
-  ACTORLLM_CHECK(x.numel() == n_tokens * n_in,
-                 fmt::format("matmul: x {} does not match w {}", x.describe(), w.describe()).c_str());
-  ACTORLLM_CHECK(y.numel() == n_tokens * n_out,
-                 fmt::format("matmul: y {} must be [{}, {}]", y.describe(), n_tokens, n_out).c_str());
-  const float* b = nullptr;
-  if (!bias.empty()) {
-    check_host(bias, dtype::f32, "matmul", "bias");
-    check_numel(bias, n_out, "matmul", "bias");
-    b = f32(bias);
-  }
-  check_disjoint(x, y, "matmul", "x and y");
-  cpu::matmul(f32(x), n_tokens, n_in, w.data(), w.type, n_out, b, f32(y), pool_);
+  const backend_checks::linear_dims d = host.matmul(x, w, bias, y);
+  cpu::matmul(f32(x), d.n_tokens, d.n_in, w.data(), w.type, d.n_out, bias.empty() ? nullptr : f32(bias), f32(y), pool_);
 }
 
 rope_table cpu_backend::make_rope_table(const rope_config& cfg) {
@@ -183,77 +143,29 @@ rope_table cpu_backend::make_rope_table(const rope_config& cfg) {
 
 void cpu_backend::rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
                        const tensor& q_norm, const tensor& k_norm, float eps) {
-  const int64_t hd = table.head_dim;
-  check_host(table.inv_freq, dtype::f32, "rope", "table.inv_freq");
-  ACTORLLM_CHECK(hd > 0 && hd % 2 == 0 && table.inv_freq.numel() == hd / 2,
-                 fmt::format("rope: table of head_dim {} holds {}", hd, table.inv_freq.describe()).c_str());
-  check_host(positions, dtype::i32, "rope", "positions");
-  check_host(q, dtype::f32, "rope", "q");
-  const int64_t n_tokens = positions.numel();
-  if (n_tokens == 0)
+  const backend_checks::rope_dims d = host.rope(table, positions, q, k, q_norm, k_norm);
+  if (d.n_tokens == 0)
     return;
-  const int64_t token_q = q.numel() / n_tokens;
-  ACTORLLM_CHECK(q.numel() % n_tokens == 0 && token_q % hd == 0,
-                 fmt::format("rope: q {} is not [{}, n_head, {}]", q.describe(), n_tokens, hd).c_str());
-  const int64_t n_head = token_q / hd;
-  int64_t n_head_kv = 0;
-  if (!k.empty()) {
-    check_host(k, dtype::f32, "rope", "k");
-    const int64_t token_k = k.numel() / n_tokens;
-    ACTORLLM_CHECK(k.numel() % n_tokens == 0 && token_k % hd == 0,
-                   fmt::format("rope: k {} is not [{}, n_head_kv, {}]", k.describe(), n_tokens, hd).c_str());
-    n_head_kv = token_k / hd;
-    check_disjoint(q, k, "rope", "q and k");
-  }
   // Qwen3's per-head q/k norm, done in place right before the rotation as the forward pass did.
-  if (!q_norm.empty()) {
-    check_weight(q_norm, "rope", "q_norm");
-    check_numel(q_norm, hd, "rope", "q_norm");
-    cpu::rms_norm(f32(q), n_tokens * n_head, hd, q_norm.data(), q_norm.type, eps, f32(q));
-  }
-  if (!k_norm.empty()) {
-    ACTORLLM_CHECK(!k.empty(), "rope: k_norm given without k");
-    check_weight(k_norm, "rope", "k_norm");
-    check_numel(k_norm, hd, "rope", "k_norm");
-    cpu::rms_norm(f32(k), n_tokens * n_head_kv, hd, k_norm.data(), k_norm.type, eps, f32(k));
-  }
-  apply_rope(f32(table.inv_freq), hd, positions.data_as<int32_t>(), n_tokens, f32(q), n_head,
-             k.empty() ? nullptr : f32(k), n_head_kv);
+  if (!q_norm.empty())
+    cpu::rms_norm(f32(q), d.n_tokens * d.n_head, d.head_dim, q_norm.data(), q_norm.type, eps, f32(q));
+  if (!k_norm.empty())
+    cpu::rms_norm(f32(k), d.n_tokens * d.n_head_kv, d.head_dim, k_norm.data(), k_norm.type, eps, f32(k));
+  apply_rope(f32(table.inv_freq), d.head_dim, positions.data_as<int32_t>(), d.n_tokens, f32(q), d.n_head,
+             k.empty() ? nullptr : f32(k), d.n_head_kv);
 }
 
 void cpu_backend::write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) {
-  const paged_kv_view view = kv_view(cache, "write_kv");
-  const int64_t n_tokens = batch.n_tokens, row = view.n_head_kv * view.head_dim;
-  check_host(k, dtype::f32, "write_kv", "k");
-  check_host(v, dtype::f32, "write_kv", "v");
-  check_host(batch.slots, dtype::i64, "write_kv", "batch.slots");
-  check_numel(k, n_tokens * row, "write_kv", "k");
-  check_numel(v, n_tokens * row, "write_kv", "v");
-  check_numel(batch.slots, n_tokens, "write_kv", "batch.slots");
-  cpu::write_kv(view, f32(k), f32(v), batch.slots.data_as<int64_t>(), n_tokens);
+  host.write_kv(cache, k, v, batch);
+  cpu::write_kv(kv_view(cache), f32(k), f32(v), batch.slots.data_as<int64_t>(), batch.n_tokens);
 }
 
 void cpu_backend::paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                                   int64_t window, const tensor& out) {
-  const paged_kv_view view = kv_view(cache, "paged_attention");
-  const int64_t n_tokens = batch.n_tokens, n_seqs = batch.n_seqs, hd = view.head_dim;
-  check_host(q, dtype::f32, "paged_attention", "q");
-  check_host(out, dtype::f32, "paged_attention", "out");
-  check_host(batch.positions, dtype::i32, "paged_attention", "batch.positions");
-  check_numel(batch.positions, n_tokens, "paged_attention", "batch.positions");
+  const int64_t n_head = host.paged_attention(q, batch, cache, out);
+  const int64_t n_tokens = batch.n_tokens, n_seqs = batch.n_seqs;
   if (n_tokens == 0)
     return;
-  const int64_t n_head = q.numel() / (n_tokens * hd);
-  ACTORLLM_CHECK(q.numel() == n_tokens * n_head * hd && n_head > 0 && n_head % view.n_head_kv == 0,
-                 fmt::format("paged_attention: q {} is not [{}, n_head, {}] with n_head a multiple of {}", q.describe(),
-                             n_tokens, hd, view.n_head_kv)
-                     .c_str());
-  check_numel(out, q.numel(), "paged_attention", "out");
-  check_disjoint(q, out, "paged_attention", "q and out");
-  ACTORLLM_CHECK(
-      n_seqs >= 0 && batch.host_seqs.size() == static_cast<size_t>(n_seqs) * 4,
-      fmt::format("paged_attention: host_seqs holds {} ints for {} sequences (4 each)", batch.host_seqs.size(), n_seqs)
-          .c_str());
   const auto n_table = static_cast<int64_t>(batch.host_block_tables.size());
   seqs_.resize(static_cast<size_t>(n_seqs));
   for (int64_t s = 0; s < n_seqs; ++s) {
@@ -266,16 +178,12 @@ void cpu_backend::paged_attention(const tensor& q, const attention_batch& batch,
                        .c_str());
     seqs_[static_cast<size_t>(s)] = attention_seq{e[0], e[1], batch.host_block_tables.data() + e[2], e[3]};
   }
-  cpu::paged_attention(f32(q), batch.positions.data_as<int32_t>(), seqs_.data(), n_seqs, view, n_head, scale, f32(out),
-                       pool_, window);
+  cpu::paged_attention(f32(q), batch.positions.data_as<int32_t>(), seqs_.data(), n_seqs, kv_view(cache), n_head, scale,
+                       f32(out), pool_, window);
 }
 
 void cpu_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
-  check_host(gate, dtype::f32, "silu_mul", "gate");
-  check_host(up, dtype::f32, "silu_mul", "up");
-  check_host(out, dtype::f32, "silu_mul", "out");
-  check_numel(up, gate.numel(), "silu_mul", "up");
-  check_numel(out, gate.numel(), "silu_mul", "out");
+  host.silu_mul(gate, up, out);
   cpu::silu_mul(f32(gate), f32(up), gate.numel(), f32(out));
 }
 
@@ -306,12 +214,7 @@ void cpu_backend::add(const tensor& a, const tensor& b, const tensor& out) {
 }
 
 void cpu_backend::gather_rows(const tensor& x, const tensor& rows, const tensor& out) {
-  check_host(x, dtype::f32, "gather_rows", "x");
-  check_host(rows, dtype::i32, "gather_rows", "rows");
-  check_host(out, dtype::f32, "gather_rows", "out");
-  const int64_t n = x.rows(), width = x.row_size(), m = rows.numel();
-  check_numel(out, m * width, "gather_rows", "out");
-  check_disjoint(x, out, "gather_rows", "x and out");
+  const int64_t width = host.gather_rows(x, rows, out), n = x.rows(), m = rows.numel();
   const int32_t* idx = rows.data_as<int32_t>();
   for (int64_t i = 0; i < m; ++i) {
     ACTORLLM_CHECK(idx[i] >= 0 && idx[i] < n,
@@ -321,17 +224,7 @@ void cpu_backend::gather_rows(const tensor& x, const tensor& rows, const tensor&
 }
 
 void cpu_backend::copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) {
-  check_host(src, dtype::f32, "copy_columns", "src");
-  check_host(dst, dtype::f32, "copy_columns", "dst");
-  ACTORLLM_CHECK(
-      src.shape.n_dims == 2 && dst.shape.n_dims == 2 && src.dim(0) == dst.dim(0),
-      fmt::format("copy_columns: src {} and dst {} must be 2-D with equal rows", src.describe(), dst.describe())
-          .c_str());
-  ACTORLLM_CHECK(
-      n_cols >= 0 && src_col >= 0 && src_col + n_cols <= src.dim(1) && dst_col >= 0 && dst_col + n_cols <= dst.dim(1),
-      fmt::format("copy_columns: columns [{}, +{}) of {} -> [{}, +{}) of {} out of range", src_col, n_cols,
-                  src.describe(), dst_col, n_cols, dst.describe())
-          .c_str());
+  host.copy_columns(src, src_col, dst, dst_col, n_cols);
   const int64_t sw = src.dim(1), dw = dst.dim(1);
   for (int64_t r = 0; r < src.dim(0); ++r)  // memmove: src and dst may be one tensor
     std::memmove(f32(dst) + r * dw + dst_col, f32(src) + r * sw + src_col, static_cast<size_t>(n_cols) * sizeof(float));

@@ -195,70 +195,28 @@ void cuda_backend::synchronize() {
 // ---- ops ---------------------------------------------------------------------------------------------------------
 
 void cuda_backend::embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) {
-  const checker c{where()};
-  c.on_device(ids, dtype::i32, "embedding", "ids");
-  c.weight(table, "embedding", "table");
-  c.on_device(out, dtype::f32, "embedding", "out");
-  ACTORLLM_CHECK(table.shape.n_dims == 2,
-                 fmt::format("embedding: table must be [rows, n_embd], got {}", table.describe()).c_str());
-  const int64_t n = ids.numel(), n_embd = table.dim(1);
-  checker::numel(out, n * n_embd, "embedding", "out");
+  const int64_t n_embd = checker{where()}.embedding(ids, table, out);
   make_current();
-  cuda::embedding(ids.data_as<int32_t>(), n, table.data(), element_of(table.type), row_begin, table.dim(0), n_embd,
-                  f32(out), stream_);
+  cuda::embedding(ids.data_as<int32_t>(), ids.numel(), table.data(), element_of(table.type), row_begin, table.dim(0),
+                  n_embd, f32(out), stream_);
 }
 
 void cuda_backend::rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) {
-  const checker c{where()};
-  c.on_device(x, dtype::f32, "rms_norm", "x");
-  c.weight(weight, "rms_norm", "weight");
-  c.on_device(out, dtype::f32, "rms_norm", "out");
-  const int64_t width = weight.numel();
-  ACTORLLM_CHECK(width > 0 && x.numel() % width == 0,
-                 fmt::format("rms_norm: {} is not made of rows of the weight's {}", x.describe(), width).c_str());
-  checker::numel(out, x.numel(), "rms_norm", "out");
-  if (!same_start(x, out))
-    checker::disjoint(x, out, "rms_norm", "x and out (unless equal)");
+  const int64_t width = checker{where()}.rms_norm(x, weight, out);
   make_current();
   cuda::rms_norm(f32(x), x.numel() / width, width, weight.data(), element_of(weight.type), eps, f32(out), stream_);
 }
 
 void cuda_backend::add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                                 const tensor& out) {
-  const checker c{where()};
-  c.on_device(residual, dtype::f32, "add_rms_norm", "residual");
-  c.on_device(delta, dtype::f32, "add_rms_norm", "delta");
-  c.weight(weight, "add_rms_norm", "weight");
-  c.on_device(out, dtype::f32, "add_rms_norm", "out");
-  const int64_t n = residual.numel(), width = weight.numel();
-  ACTORLLM_CHECK(
-      width > 0 && n % width == 0,
-      fmt::format("add_rms_norm: {} is not made of rows of the weight's {}", residual.describe(), width).c_str());
-  checker::numel(delta, n, "add_rms_norm", "delta");
-  checker::numel(out, n, "add_rms_norm", "out");
-  checker::disjoint(out, residual, "add_rms_norm", "out and residual");
-  checker::disjoint(out, delta, "add_rms_norm", "out and delta");
+  const int64_t width = checker{where()}.add_rms_norm(residual, delta, weight, out), n = residual.numel();
   make_current();
   cuda::add_rms_norm(f32(residual), f32(delta), n / width, width, weight.data(), element_of(weight.type), eps, f32(out),
                      stream_);
 }
 
 void cuda_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
-  const checker c{where()};
-  c.on_device(x, dtype::f32, "matmul", "x");
-  c.weight(w, "matmul", "w");
-  c.on_device(y, dtype::f32, "matmul", "y");
-  ACTORLLM_CHECK(w.shape.n_dims == 2, fmt::format("matmul: w must be [n_out, n_in], got {}", w.describe()).c_str());
-  const int64_t n_out = w.dim(0), n_in = w.dim(1), n_tokens = x.rows();
-  ACTORLLM_CHECK(x.numel() == n_tokens * n_in,
-                 fmt::format("matmul: x {} does not match w {}", x.describe(), w.describe()).c_str());
-  ACTORLLM_CHECK(y.numel() == n_tokens * n_out,
-                 fmt::format("matmul: y {} must be [{}, {}]", y.describe(), n_tokens, n_out).c_str());
-  if (!bias.empty()) {
-    c.on_device(bias, dtype::f32, "matmul", "bias");
-    checker::numel(bias, n_out, "matmul", "bias");
-  }
-  checker::disjoint(x, y, "matmul", "x and y");
+  const checker::linear_dims d = checker{where()}.matmul(x, w, bias, y);
   make_current();
   const element_type type = element_of(w.type);
   const void* input = x.data();
@@ -267,9 +225,9 @@ void cuda_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, 
     convert_from_f32(f32(x), x.numel(), converted, type, stream_);
     input = converted;
   }
-  linear(cublas_, linear_gemm_args(n_tokens, n_in, n_out), w.data(), input, type, f32(y));
+  linear(cublas_, linear_gemm_args(d.n_tokens, d.n_in, d.n_out), w.data(), input, type, f32(y));
   if (!bias.empty())
-    cuda::add(f32(y), f32(bias), y.numel(), n_out, f32(y), stream_);
+    cuda::add(f32(y), f32(bias), y.numel(), d.n_out, f32(y), stream_);
 }
 
 rope_table cuda_backend::make_rope_table(const rope_config& cfg) {
@@ -284,56 +242,27 @@ rope_table cuda_backend::make_rope_table(const rope_config& cfg) {
 
 void cuda_backend::rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
                         const tensor& q_norm, const tensor& k_norm, float eps) {
-  const checker c{where()};
-  const int64_t hd = table.head_dim;
-  c.on_device(table.inv_freq, dtype::f32, "rope", "table.inv_freq");
-  ACTORLLM_CHECK(hd > 0 && hd % 2 == 0 && table.inv_freq.numel() == hd / 2,
-                 fmt::format("rope: table of head_dim {} holds {}", hd, table.inv_freq.describe()).c_str());
-  c.on_device(positions, dtype::i32, "rope", "positions");
-  c.on_device(q, dtype::f32, "rope", "q");
-  const int64_t n_tokens = positions.numel();
-  if (n_tokens == 0)
+  const checker::rope_dims d = checker{where()}.rope(table, positions, q, k, q_norm, k_norm);
+  if (d.n_tokens == 0)
     return;
-  const int64_t token_q = q.numel() / n_tokens;
-  ACTORLLM_CHECK(q.numel() % n_tokens == 0 && token_q % hd == 0,
-                 fmt::format("rope: q {} is not [{}, n_head, {}]", q.describe(), n_tokens, hd).c_str());
-  const int64_t n_head = token_q / hd;
-  int64_t n_head_kv = 0;
-  if (!k.empty()) {
-    c.on_device(k, dtype::f32, "rope", "k");
-    const int64_t token_k = k.numel() / n_tokens;
-    ACTORLLM_CHECK(k.numel() % n_tokens == 0 && token_k % hd == 0,
-                   fmt::format("rope: k {} is not [{}, n_head_kv, {}]", k.describe(), n_tokens, hd).c_str());
-    n_head_kv = token_k / hd;
-    checker::disjoint(q, k, "rope", "q and k");
-  }
-  element_type norm_type = element_type::f32;
-  if (!q_norm.empty()) {
-    c.weight(q_norm, "rope", "q_norm");
-    checker::numel(q_norm, hd, "rope", "q_norm");
-    norm_type = element_of(q_norm.type);
-  }
-  if (!k_norm.empty()) {
-    ACTORLLM_CHECK(!k.empty(), "rope: k_norm given without k");
-    c.weight(k_norm, "rope", "k_norm");
-    checker::numel(k_norm, hd, "rope", "k_norm");
-    ACTORLLM_CHECK(
-        q_norm.empty() || k_norm.type == q_norm.type,
-        fmt::format("rope: q_norm {} and k_norm {} must share a type", q_norm.describe(), k_norm.describe()).c_str());
-    norm_type = element_of(k_norm.type);
-  }
+  // The kernel normalises q and k heads with one weight type.
   ACTORLLM_CHECK(q_norm.empty() == k_norm.empty() || k.empty(),
                  "rope: q_norm and k_norm come together (Qwen3) or not at all");
+  ACTORLLM_CHECK(
+      q_norm.empty() || k_norm.empty() || k_norm.type == q_norm.type,
+      fmt::format("rope: q_norm {} and k_norm {} must share a type", q_norm.describe(), k_norm.describe()).c_str());
+  const element_type norm_type =
+      !q_norm.empty() ? element_of(q_norm.type) : (!k_norm.empty() ? element_of(k_norm.type) : element_type::f32);
   make_current();
-  cuda::rope(f32(table.inv_freq), hd, positions.data_as<int32_t>(), n_tokens, f32(q), n_head,
-             k.empty() ? nullptr : f32(k), n_head_kv, q_norm.empty() ? nullptr : q_norm.data(),
+  cuda::rope(f32(table.inv_freq), d.head_dim, positions.data_as<int32_t>(), d.n_tokens, f32(q), d.n_head,
+             k.empty() ? nullptr : f32(k), d.n_head_kv, q_norm.empty() ? nullptr : q_norm.data(),
              k_norm.empty() ? nullptr : k_norm.data(), norm_type, eps, stream_);
 }
 
 namespace {
 
-paged_cache_view cache_view(const kv_layer& cache, const checker& c, const char* op) {
-  c.kv_cache(cache, op);
+// The cache as the kernels take it (its shape checked by backend_checks::kv_cache).
+paged_cache_view cache_view(const kv_layer& cache) {
   return paged_cache_view{f32(cache.k),       f32(cache.v),      cache.n_blocks(),
                           cache.block_size(), cache.n_head_kv(), cache.head_dim()};
 }
@@ -341,41 +270,19 @@ paged_cache_view cache_view(const kv_layer& cache, const checker& c, const char*
 }  // namespace
 
 void cuda_backend::write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) {
-  const checker c{where()};
-  const paged_cache_view view = cache_view(cache, c, "write_kv");
-  const int64_t n_tokens = batch.n_tokens, row = view.n_head_kv * view.head_dim;
-  c.on_device(k, dtype::f32, "write_kv", "k");
-  c.on_device(v, dtype::f32, "write_kv", "v");
-  c.on_device(batch.slots, dtype::i64, "write_kv", "batch.slots");
-  checker::numel(k, n_tokens * row, "write_kv", "k");
-  checker::numel(v, n_tokens * row, "write_kv", "v");
-  checker::numel(batch.slots, n_tokens, "write_kv", "batch.slots");
+  checker{where()}.write_kv(cache, k, v, batch);
   make_current();
-  cuda::write_kv(view, f32(k), f32(v), batch.slots.data_as<int64_t>(), n_tokens, stream_);
+  cuda::write_kv(cache_view(cache), f32(k), f32(v), batch.slots.data_as<int64_t>(), batch.n_tokens, stream_);
 }
 
 void cuda_backend::paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                                    int64_t window, const tensor& out) {
   const checker c{where()};
-  const paged_cache_view view = cache_view(cache, c, "paged_attention");
+  const int64_t n_head = c.paged_attention(q, batch, cache, out);
+  const paged_cache_view view = cache_view(cache);
   const int64_t n_tokens = batch.n_tokens, hd = view.head_dim;
-  c.on_device(q, dtype::f32, "paged_attention", "q");
-  c.on_device(out, dtype::f32, "paged_attention", "out");
-  c.on_device(batch.positions, dtype::i32, "paged_attention", "batch.positions");
-  checker::numel(batch.positions, n_tokens, "paged_attention", "batch.positions");
   if (n_tokens == 0)
     return;
-  const int64_t n_head = q.numel() / (n_tokens * hd);
-  ACTORLLM_CHECK(q.numel() == n_tokens * n_head * hd && n_head > 0 && n_head % view.n_head_kv == 0,
-                 fmt::format("paged_attention: q {} is not [{}, n_head, {}] with n_head a multiple of {}", q.describe(),
-                             n_tokens, hd, view.n_head_kv)
-                     .c_str());
-  checker::numel(out, q.numel(), "paged_attention", "out");
-  checker::disjoint(q, out, "paged_attention", "q and out");
-  ACTORLLM_CHECK(batch.n_seqs >= 0 && batch.host_seqs.size() == static_cast<size_t>(batch.n_seqs) * 4,
-                 fmt::format("paged_attention: host_seqs holds {} ints for {} sequences (4 each)",
-                             batch.host_seqs.size(), batch.n_seqs)
-                     .c_str());
   if (batch.n_seqs == 0)
     return;
   c.on_device(batch.seqs, dtype::i32, "paged_attention", "batch.seqs");
@@ -411,12 +318,7 @@ void cuda_backend::paged_attention(const tensor& q, const attention_batch& batch
 }
 
 void cuda_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
-  const checker c{where()};
-  c.on_device(gate, dtype::f32, "silu_mul", "gate");
-  c.on_device(up, dtype::f32, "silu_mul", "up");
-  c.on_device(out, dtype::f32, "silu_mul", "out");
-  checker::numel(up, gate.numel(), "silu_mul", "up");
-  checker::numel(out, gate.numel(), "silu_mul", "out");
+  checker{where()}.silu_mul(gate, up, out);
   make_current();
   cuda::silu_mul(f32(gate), f32(up), gate.numel(), f32(out), stream_);
 }
@@ -440,31 +342,14 @@ void cuda_backend::add(const tensor& a, const tensor& b, const tensor& out) {
 }
 
 void cuda_backend::gather_rows(const tensor& x, const tensor& rows, const tensor& out) {
-  const checker c{where()};
-  c.on_device(x, dtype::f32, "gather_rows", "x");
-  c.on_device(rows, dtype::i32, "gather_rows", "rows");
-  c.on_device(out, dtype::f32, "gather_rows", "out");
-  const int64_t width = x.row_size(), m = rows.numel();
-  checker::numel(out, m * width, "gather_rows", "out");
-  checker::disjoint(x, out, "gather_rows", "x and out");
+  const int64_t width = checker{where()}.gather_rows(x, rows, out), m = rows.numel();
   make_current();
   cuda::gather_rows(f32(x), x.rows(), width, rows.data_as<int32_t>(), m, f32(out), stream_);
 }
 
 void cuda_backend::copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col,
                                 int64_t n_cols) {
-  const checker c{where()};
-  c.on_device(src, dtype::f32, "copy_columns", "src");
-  c.on_device(dst, dtype::f32, "copy_columns", "dst");
-  ACTORLLM_CHECK(
-      src.shape.n_dims == 2 && dst.shape.n_dims == 2 && src.dim(0) == dst.dim(0),
-      fmt::format("copy_columns: src {} and dst {} must be 2-D with equal rows", src.describe(), dst.describe())
-          .c_str());
-  ACTORLLM_CHECK(
-      n_cols >= 0 && src_col >= 0 && src_col + n_cols <= src.dim(1) && dst_col >= 0 && dst_col + n_cols <= dst.dim(1),
-      fmt::format("copy_columns: columns [{}, +{}) of {} -> [{}, +{}) of {} out of range", src_col, n_cols,
-                  src.describe(), dst_col, n_cols, dst.describe())
-          .c_str());
+  checker{where()}.copy_columns(src, src_col, dst, dst_col, n_cols);
   if (n_cols == 0 || src.dim(0) == 0)
     return;
   make_current();

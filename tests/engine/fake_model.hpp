@@ -24,6 +24,13 @@
 
 namespace actorllm::engine::test {
 
+/// A scheduler for `cfg`; the test fails (naming why) when the config is refused.
+inline scheduler_core make_scheduler(const scheduler_config& cfg) {
+  auto s = scheduler_core::create(cfg);
+  REQUIRE_MESSAGE(s.has_value(), (s.has_value() ? "" : s.error().message));
+  return std::move(s).value();
+}
+
 inline uint64_t mix(uint64_t h, uint64_t x) {
   h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   h ^= h >> 31;

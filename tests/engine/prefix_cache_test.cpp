@@ -15,17 +15,12 @@
 
 using namespace actorllm::engine;
 using actorllm::engine::test::driver;
+using actorllm::engine::test::make_scheduler;
 using actorllm::engine::test::run_alone;
 
 namespace {
 
 constexpr int32_t vocab = 101;
-
-scheduler_core make(const scheduler_config& cfg) {
-  auto s = scheduler_core::create(cfg);
-  REQUIRE_MESSAGE(s.has_value(), (s.has_value() ? "" : s.error().message));
-  return std::move(s).value();
-}
 
 std::vector<int32_t> tokens_of(int32_t length, int32_t seed) {
   std::vector<int32_t> p(static_cast<size_t>(length));
@@ -90,7 +85,7 @@ scheduler_config small_config() {
 }  // namespace
 
 TEST_CASE("prefix cache: a repeated prompt computes only its uncached tail and reports the cached tokens") {
-  auto s = make(small_config());
+  auto s = make_scheduler(small_config());
   driver d(s, vocab);
   const auto prompt = tokens_of(70, 1);  // 4 full blocks + 6 tokens
   auto first = run_request(s, d, make_request(1, prompt, 5));
@@ -118,7 +113,7 @@ TEST_CASE("prefix cache: a repeated prompt computes only its uncached tail and r
 }
 
 TEST_CASE("prefix cache: a block-aligned prompt still computes its last block, for the last token's logits") {
-  auto s = make(small_config());
+  auto s = make_scheduler(small_config());
   driver d(s, vocab);
   const auto prompt = tokens_of(48, 2);  // exactly 3 blocks
   run_request(s, d, make_request(1, prompt, 3));
@@ -128,7 +123,7 @@ TEST_CASE("prefix cache: a block-aligned prompt still computes its last block, f
 }
 
 TEST_CASE("prefix cache: a different cache_salt gets no hit, the same salt does") {
-  auto s = make(small_config());
+  auto s = make_scheduler(small_config());
   driver d(s, vocab);
   const auto prompt = tokens_of(40, 3);
   CHECK(run_request(s, d, make_request(1, prompt, 4, std::string{"alice"})).cached_tokens == 0);
@@ -144,7 +139,7 @@ TEST_CASE("prefix cache: a different cache_salt gets no hit, the same salt does"
 
 TEST_CASE("prefix cache: blocks are reused only after the step that computed them is back") {
   SUBCASE("two identical prompts admitted in the same step compute both") {
-    auto s = make(small_config());
+    auto s = make_scheduler(small_config());
     driver d(s, vocab);
     const auto prompt = tokens_of(40, 4);
     add(s, make_request(1, prompt, 4));
@@ -160,7 +155,7 @@ TEST_CASE("prefix cache: blocks are reused only after the step that computed the
     scheduler_config cfg = small_config();
     cfg.max_num_batched_tokens = 32;
     cfg.pp_size = 2;
-    auto s = make(cfg);
+    auto s = make_scheduler(cfg);
     driver d(s, vocab);
     const auto prompt = tokens_of(100, 5);
     add(s, make_request(1, prompt, 4));
@@ -191,7 +186,7 @@ TEST_CASE("prefix cache: a preempted sequence comes back through the cache") {
   std::vector<int32_t> recomputed;
   for (bool caching : {true, false}) {
     cfg.enable_prefix_caching = caching;
-    auto s = make(cfg);
+    auto s = make_scheduler(cfg);
     driver d(s, vocab);
     d.keep_history = true;
     std::vector<request> reqs = {make_request(1, tokens_of(17, 6), 20), make_request(2, tokens_of(17, 7), 20)};
@@ -217,7 +212,7 @@ TEST_CASE("prefix cache: n > 1 siblings share full prompt blocks and outputs mat
     for (bool caching : {true, false}) {
       scheduler_config cfg = small_config();
       cfg.enable_prefix_caching = caching;
-      auto s = make(cfg);
+      auto s = make_scheduler(cfg);
       driver d(s, vocab);
       request r = make_request(9, tokens_of(len, 8), 10, std::nullopt, /*n=*/3);
       add(s, r);
@@ -245,7 +240,7 @@ TEST_CASE("prefix cache: n > 1 siblings share full prompt blocks and outputs mat
 }
 
 TEST_CASE("prefix cache: reset_prefix_cache drops every cached block") {
-  auto s = make(small_config());
+  auto s = make_scheduler(small_config());
   driver d(s, vocab);
   const auto prompt = tokens_of(50, 9);
   run_request(s, d, make_request(1, prompt, 3));
@@ -260,7 +255,7 @@ TEST_CASE("prefix cache: reset_prefix_cache drops every cached block") {
 TEST_CASE("prefix cache: caching off computes every prompt in full and reports nothing") {
   scheduler_config cfg = small_config();
   cfg.enable_prefix_caching = false;
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   driver d(s, vocab);
   const auto prompt = tokens_of(70, 1);
   run_request(s, d, make_request(1, prompt, 5));
@@ -278,7 +273,7 @@ TEST_CASE("prefix cache: no block leaks after aborts, stop strings and finished 
                        .n_blocks = 24,
                        .max_model_len = 64,
                        .pp_size = 2};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   driver d(s, vocab);
   const auto shared = tokens_of(12, 10);
   uint64_t id = 1;

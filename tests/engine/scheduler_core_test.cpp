@@ -13,17 +13,12 @@
 
 using namespace actorllm::engine;
 using actorllm::engine::test::driver;
+using actorllm::engine::test::make_scheduler;
 using actorllm::engine::test::run_alone;
 
 namespace {
 
 constexpr int32_t vocab = 101;
-
-scheduler_core make(const scheduler_config& cfg) {
-  auto s = scheduler_core::create(cfg);
-  REQUIRE_MESSAGE(s.has_value(), (s.has_value() ? "" : s.error().message));
-  return std::move(s).value();
-}
 
 std::vector<int32_t> prompt_of(int32_t length, int32_t seed) {
   std::vector<int32_t> p(static_cast<size_t>(length));
@@ -67,7 +62,7 @@ void check_outputs_match_alone(const driver& d, const std::vector<request>& reqs
 TEST_CASE("scheduler splits a long prompt into chunks of at most max_num_batched_tokens") {
   scheduler_config cfg{
       .max_num_seqs = 4, .max_num_batched_tokens = 32, .block_size = 16, .n_blocks = 64, .max_model_len = 256};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   request r = make_request(1, 100, 5);
   add(s, r);
   std::vector<int32_t> chunks;
@@ -97,7 +92,7 @@ TEST_CASE("scheduler splits a long prompt into chunks of at most max_num_batched
 TEST_CASE("scheduler admits at most max_num_seqs sequences and keeps the rest waiting") {
   scheduler_config cfg{
       .max_num_seqs = 2, .max_num_batched_tokens = 512, .block_size = 4, .n_blocks = 64, .max_model_len = 64};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   std::vector<request> reqs;
   for (uint64_t id = 1; id <= 5; ++id) {
     reqs.push_back(make_request(id, 6, 4));
@@ -115,7 +110,7 @@ TEST_CASE("scheduler admits at most max_num_seqs sequences and keeps the rest wa
 TEST_CASE("scheduler runs decodes before prefill chunks and gives them the token budget first") {
   scheduler_config cfg{
       .max_num_seqs = 8, .max_num_batched_tokens = 8, .block_size = 4, .n_blocks = 64, .max_model_len = 128};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   for (uint64_t id = 1; id <= 3; ++id)
     add(s, make_request(id, 2, 20));
   auto first = s.schedule();  // three prompts of 2 tokens
@@ -153,7 +148,7 @@ TEST_CASE("scheduler admits in arrival order under fcfs and by priority value un
                          .n_blocks = 32,
                          .max_model_len = 64,
                          .policy = policy};
-    auto s = make(cfg);
+    auto s = make_scheduler(cfg);
     const int32_t priorities[] = {5, 1, 3, 1};
     for (uint64_t id = 1; id <= 4; ++id)
       add(s, make_request(id, 3, 2, 1, priorities[id - 1]));
@@ -180,7 +175,7 @@ TEST_CASE("scheduler preempts the last sequence in policy order when blocks run 
                          .n_blocks = 3,
                          .max_model_len = 12,
                          .policy = policy};
-    auto s = make(cfg);
+    auto s = make_scheduler(cfg);
     add(s, make_request(1, 4, 4, 1, /*priority=*/9));
     add(s, make_request(2, 4, 4, 1, /*priority=*/0));
     auto prefill = s.schedule();
@@ -211,7 +206,7 @@ TEST_CASE("scheduler completes every sequence with its solo output when the cach
                          .n_blocks = 14,
                          .max_model_len = 64,
                          .pp_size = pp};
-    auto s = make(cfg);
+    auto s = make_scheduler(cfg);
     std::vector<request> reqs;
     for (uint64_t id = 1; id <= 8; ++id) {
       reqs.push_back(make_request(id, 5 + static_cast<int32_t>(id * 3 % 11), 24));
@@ -237,7 +232,7 @@ TEST_CASE("scheduler abort frees blocks at once, also while the sequence is in a
                        .n_blocks = 32,
                        .max_model_len = 64,
                        .pp_size = 2};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   add(s, make_request(1, 10, 8));  // 3 blocks
   add(s, make_request(2, 6, 8));   // 2 blocks
   add(s, make_request(3, 5, 8));   // 2 blocks
@@ -307,7 +302,7 @@ TEST_CASE("scheduler abort frees blocks at once, also while the sequence is in a
 TEST_CASE("scheduler shares the prompt's blocks between the n sequences of a request") {
   scheduler_config cfg{
       .max_num_seqs = 8, .max_num_batched_tokens = 64, .block_size = 16, .n_blocks = 32, .max_model_len = 128};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   request r = make_request(9, 40, 12, /*n=*/3);  // 2 full blocks + a partial one
   add(s, r);
   CHECK(s.n_waiting() == 1);  // the siblings exist only once the prompt is scheduled
@@ -350,7 +345,7 @@ TEST_CASE("scheduler shares the prompt's blocks between the n sequences of a req
 TEST_CASE("scheduler gives the n sequences identical outputs when the model ignores which sequence it is") {
   scheduler_config cfg{
       .max_num_seqs = 4, .max_num_batched_tokens = 8, .block_size = 4, .n_blocks = 12, .max_model_len = 48};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   request r = make_request(3, 13, 20, /*n=*/4);  // chunked prompt, tight cache: siblings get preempted too
   add(s, r);
   driver d(s, vocab, /*salted=*/false);
@@ -369,7 +364,7 @@ TEST_CASE("scheduler with pp_size 2 keeps two plans in flight over disjoint sequ
                        .n_blocks = 64,
                        .max_model_len = 64,
                        .pp_size = 2};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   std::vector<request> reqs;
   for (uint64_t id = 1; id <= 4; ++id) {
     reqs.push_back(make_request(id, 8, 6));
@@ -402,7 +397,7 @@ TEST_CASE("scheduler with pp_size 2 keeps two plans in flight over disjoint sequ
 TEST_CASE("scheduler finishes sequences on eos, stop token ids, min_tokens, max_tokens and max_model_len") {
   scheduler_config cfg{
       .max_num_seqs = 4, .max_num_batched_tokens = 64, .block_size = 4, .n_blocks = 16, .max_model_len = 10};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   // Feeds `tokens` one step at a time to request `id` alone; returns the finish reason and the step it came at.
   auto feed = [&](request r, std::vector<int32_t> tokens) -> std::pair<std::optional<finish_reason>, size_t> {
     add(s, r);
@@ -445,7 +440,7 @@ TEST_CASE("scheduler finishes sequences on eos, stop token ids, min_tokens, max_
 TEST_CASE("scheduler rejects requests that could never run, naming the numbers") {
   scheduler_config cfg{
       .max_num_seqs = 4, .max_num_batched_tokens = 64, .block_size = 16, .n_blocks = 4, .max_model_len = 100};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   auto rejection = [&](request r) {
     auto res = s.add_request(std::move(r));
     REQUIRE_FALSE(res.has_value());
@@ -487,7 +482,7 @@ TEST_CASE("scheduler rejects requests that could never run, naming the numbers")
 TEST_CASE("scheduler rejects results for unknown steps and of the wrong size") {
   scheduler_config cfg{
       .max_num_seqs = 4, .max_num_batched_tokens = 64, .block_size = 4, .n_blocks = 16, .max_model_len = 64};
-  auto s = make(cfg);
+  auto s = make_scheduler(cfg);
   add(s, make_request(1, 3, 3));
   auto plan = s.schedule();
   REQUIRE(plan);
