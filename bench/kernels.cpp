@@ -26,6 +26,7 @@
 
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/matmul_bf16.hpp"
 #include "util/json_writer.hpp"
 #include "util/thread_pool.hpp"
 
@@ -96,13 +97,16 @@ struct matmul_result {
   std::string dtype;
   int64_t n_tokens, n_in, n_out;
   std::string path;
-  double seconds;  // median per call
+  std::string kernels;  // bf16 weights: "dot" (vdpbf16ps) or "fma"; "-" for the other types
+  double seconds;       // median per call
   double weight_gbs;
   double gflops;
 };
 
 matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n_tokens, int64_t n_in, int64_t n_out,
-                          cpu::matmul_path path, double min_seconds, int min_reps, const std::string& name) {
+                          cpu::matmul_path path, double min_seconds, int min_reps, const std::string& name,
+                          cpu::bf16_kernels kernels = cpu::bf16_kernels::best) {
+  cpu::set_bf16_kernels(kernels);
   size_t wbytes = static_cast<size_t>(n_in * n_out) * dtype_size(wt);
   std::vector<float> x(static_cast<size_t>(n_tokens * n_in)), y(static_cast<size_t>(n_tokens * n_out));
   for (size_t i = 0; i < x.size(); ++i)
@@ -126,6 +130,9 @@ matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n
           n_in,
           n_out,
           path_name,
+          wt != dtype::bf16                                                    ? "-"
+          : kernels == cpu::bf16_kernels::best && cpu::have_bf16_dot_kernels() ? "dot"
+                                                                               : "fma",
           s,
           static_cast<double>(wbytes) / s / 1e9,
           2.0 * static_cast<double>(n_tokens * n_in * n_out) / s / 1e9};
@@ -202,22 +209,39 @@ int main(int argc, char** argv) {
 
   std::vector<matmul_result> results;
   auto add = [&](matmul_result r) {
-    fmt::print("{:<14} {:>5} {:>6} x {:>6} -> {:>6}  {:>4}  {:>10.3f} ms  {:>8.2f} GB/s  {:>8.2f} GFLOP/s\n", r.name,
-               r.dtype, r.n_tokens, r.n_in, r.n_out, r.path, r.seconds * 1e3, r.weight_gbs, r.gflops);
+    fmt::print("{:<14} {:>5} {:>6} x {:>6} -> {:>6}  {:>4} {:>4}  {:>10.3f} ms  {:>8.2f} GB/s  {:>8.2f} GFLOP/s\n",
+               r.name, r.dtype, r.n_tokens, r.n_in, r.n_out, r.path, r.kernels, r.seconds * 1e3, r.weight_gbs,
+               r.gflops);
     results.push_back(std::move(r));
   };
-  fmt::print("{:<14} {:>5} {:>6}   {:>6}    {:>6}  {:>4}  {:>13}  {:>13}  {:>16}\n", "case", "dtype", "tokens", "n_in",
-             "n_out", "path", "time", "weight BW", "compute");
-  for (dtype wt : {dtype::bf16, dtype::f16, dtype::f32}) {
+  fmt::print("{:<14} {:>5} {:>6}   {:>6}    {:>6}  {:>4} {:>4}  {:>13}  {:>13}  {:>16}\n", "case", "dtype", "tokens",
+             "n_in", "n_out", "path", "kern", "time", "weight BW", "compute");
+  // bf16 runs on both kernel families where the CPU has vdpbf16ps, alternated so that drift hits both alike.
+  std::vector<cpu::bf16_kernels> bf16_families{cpu::bf16_kernels::best};
+  if (cpu::have_bf16_dot_kernels())
+    bf16_families.push_back(cpu::bf16_kernels::fma);
+  for (auto k : bf16_families) {
+    add(time_matmul(a, *pool, dtype::bf16, 1, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_ffn",
+                    k));
+    add(time_matmul(a, *pool, dtype::bf16, 1, 2048, 128256, cpu::matmul_path::automatic, min_s, min_reps,
+                    "decode_vocab", k));
+    add(time_matmul(a, *pool, dtype::bf16, 32, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_b32",
+                    k));
+  }
+  for (dtype wt : {dtype::f16, dtype::f32}) {
     add(time_matmul(a, *pool, wt, 1, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_ffn"));
     add(time_matmul(a, *pool, wt, 1, 2048, 128256, cpu::matmul_path::automatic, min_s, min_reps, "decode_vocab"));
   }
-  for (dtype wt : {dtype::bf16, dtype::f16, dtype::f32})
+  for (auto k : bf16_families)
+    add(time_matmul(a, *pool, dtype::bf16, 512, 2048, 8192, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
+                    "prefill_512", k));
+  for (dtype wt : {dtype::f16, dtype::f32})
     add(time_matmul(a, *pool, wt, 512, 2048, 8192, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2, "prefill_512"));
   for (int64_t t : {4, 8, 16, 32, 64, 128, 256}) {
     add(time_matmul(a, *pool, dtype::bf16, t, 2048, 8192, cpu::matmul_path::gemv, min_s / 2, 3, "crossover"));
     add(time_matmul(a, *pool, dtype::bf16, t, 2048, 8192, cpu::matmul_path::gemm, min_s / 2, 3, "crossover"));
   }
+  cpu::set_bf16_kernels(cpu::bf16_kernels::best);
 
   decode_step_result step = time_decode_step(a, *pool, dtype::bf16, quick ? 3 : 10);
   double roofline_s = step.weight_bytes / (bw * 1e9);
@@ -242,6 +266,7 @@ int main(int argc, char** argv) {
     j.key("n_in").value(r.n_in);
     j.key("n_out").value(r.n_out);
     j.key("path").value(r.path);
+    j.key("kernels").value(r.kernels);
     j.key("seconds").value(r.seconds);
     j.key("weight_gbs").value(r.weight_gbs);
     j.key("gflops").value(r.gflops);

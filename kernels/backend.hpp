@@ -67,6 +67,13 @@ struct device_memory {
   size_t peak_in_use = 0;  ///< the most this backend held at once since reset_peak_memory()
 };
 
+/// One output of backend::matmul_group: y = x w^T (+ bias), with matmul's shapes.
+struct linear_out {
+  tensor w;
+  tensor bias;  ///< or empty
+  tensor y;
+};
+
 /// A device, its memory and the model-level ops. Not thread-safe: one shard drives one backend from one thread.
 class backend {
  public:
@@ -88,6 +95,10 @@ class backend {
   /// `host` (a tensor on the CPU) made available on this device: the CPU backend returns it as is, a device backend
   /// allocates and uploads (the host copy may then be dropped). Weights enter the backend this way.
   virtual tensor import_host(tensor host) = 0;
+  /// import_host for a Linear weight [n_out, n_in] that only matmul (and matmul_group, matmul_silu_gate) will read:
+  /// the backend may lay it out for its kernels (tensor_layout), so no other op may be given the result. Default:
+  /// import_host.
+  virtual tensor import_linear_weight(tensor host) { return import_host(std::move(host)); }
   /// Copies `bytes` from host memory into dst, starting at dst's first byte. bytes <= dst.nbytes().
   virtual void upload(const tensor& dst, const void* src, size_t bytes) = 0;
   /// Copies `bytes` of src (from its first byte) to host memory, after everything enqueued before.
@@ -115,6 +126,21 @@ class backend {
   /// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]): x f32 [n_tokens, n_in]; w [n_out, n_in] f32/f16/bf16 (the Hugging
   /// Face Linear layout); bias f32 [n_out] or empty; y f32 [n_tokens, n_out], not overlapping x. f32 accumulation.
   virtual void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) = 0;
+  /// matmul of every output over the same x (q/k/v): a backend may read x once and run them as one pass. At most 8
+  /// outputs. Default: one matmul each.
+  virtual void matmul_group(const tensor& x, std::span<const linear_out> outs) {
+    for (const linear_out& o : outs)
+      matmul(x, o.w, o.bias, o.y);
+  }
+  /// The SwiGLU up-projection: out = silu(x w_gate^T) * (x w_up^T). w_gate, w_up: [n_ff, n_in] of one type; up and
+  /// out: f32 [n_tokens, n_ff], up is scratch (overwritten), neither overlaps x nor the other. Default: two matmuls
+  /// and silu_mul.
+  virtual void matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
+                                const tensor& out) {
+    matmul(x, w_gate, tensor{}, out);
+    matmul(x, w_up, tensor{}, up);
+    silu_mul(out, up, out);
+  }
   /// The rotary table of `cfg` (inverse frequencies computed as transformers does, scaling included).
   virtual rope_table make_rope_table(const rope_config& cfg) = 0;
   /// Rotates q [n_tokens, n_head, head_dim] and k [n_tokens, n_head_kv, head_dim] in place by positions (i32

@@ -26,9 +26,14 @@ inline bool same_start(const tensor& a, const tensor& b) { return a.data() == b.
 struct backend_checks {
   device dev;
 
-  /// `t` is a tensor on this backend's device that lies inside its buffer.
-  void on_device(const tensor& t, const char* op, const char* arg) const {
+  /// `t` is a row-major tensor (or, where `packed_ok`, a packed weight) on this backend's device that lies inside its
+  /// buffer.
+  void on_device(const tensor& t, const char* op, const char* arg, bool packed_ok = false) const {
     ACTORLLM_CHECK(!t.empty(), fmt::format("{}: {} is an empty tensor", op, arg).c_str());
+    ACTORLLM_CHECK(
+        packed_ok || t.layout == tensor_layout::row_major,
+        fmt::format("{}: {} is a packed weight ({}), which only this backend's matmul reads", op, arg, t.describe())
+            .c_str());
     ACTORLLM_CHECK(t.where() == dev,
                    fmt::format("{}: {} must be on {}, got {}", op, arg, dev.to_string(), t.describe()).c_str());
     ACTORLLM_CHECK(t.offset + t.nbytes() <= t.buf->size(),
@@ -43,8 +48,8 @@ struct backend_checks {
                    fmt::format("{}: {} must be {}, got {}", op, arg, dtype_name(type), t.describe()).c_str());
   }
   /// on_device, and a weight type (f32, f16 or bf16).
-  void weight(const tensor& t, const char* op, const char* arg) const {
-    on_device(t, op, arg);
+  void weight(const tensor& t, const char* op, const char* arg, bool packed_ok = false) const {
+    on_device(t, op, arg, packed_ok);
     ACTORLLM_CHECK(is_float_dtype(t.type),
                    fmt::format("{}: {} must be f32, f16 or bf16, got {}", op, arg, t.describe()).c_str());
   }
@@ -105,11 +110,12 @@ struct backend_checks {
   struct linear_dims {
     int64_t n_tokens, n_in, n_out;
   };
-  /// matmul: x f32 [n_tokens, n_in], w [n_out, n_in], bias f32 [n_out] or empty, y f32 [n_tokens, n_out] apart
-  /// from x.
-  linear_dims matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) const {
+  /// matmul: x f32 [n_tokens, n_in], w [n_out, n_in] (packed only where `packed_ok`: the backend made it), bias f32
+  /// [n_out] or empty, y f32 [n_tokens, n_out] apart from x.
+  linear_dims matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y,
+                     bool packed_ok = false) const {
     on_device(x, dtype::f32, "matmul", "x");
-    weight(w, "matmul", "w");
+    weight(w, "matmul", "w", packed_ok);
     on_device(y, dtype::f32, "matmul", "y");
     ACTORLLM_CHECK(w.shape.n_dims == 2, fmt::format("matmul: w must be [n_out, n_in], got {}", w.describe()).c_str());
     const linear_dims d{x.rows(), w.dim(1), w.dim(0)};

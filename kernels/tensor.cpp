@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <new>
 
+#include <sys/mman.h>
+
 namespace actorllm {
 
 std::shared_ptr<host_buffer> host_buffer::allocate(size_t bytes) {
@@ -16,6 +18,18 @@ std::shared_ptr<host_buffer> host_buffer::allocate(size_t bytes) {
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   if (p == nullptr)
     throw std::bad_alloc();
+  return std::make_shared<host_buffer>(p, bytes);
+}
+
+std::shared_ptr<host_buffer> host_buffer::allocate_huge(size_t bytes) {
+  constexpr size_t huge = size_t{2} << 20;
+  const size_t rounded = (bytes + huge - 1) / huge * huge;
+  void* p = std::aligned_alloc(huge, rounded == 0 ? huge : rounded);
+  if (p == nullptr)
+    throw std::bad_alloc();
+#if defined(MADV_HUGEPAGE)
+  madvise(p, rounded == 0 ? huge : rounded, MADV_HUGEPAGE);  // advice only: failure leaves small pages
+#endif
   return std::make_shared<host_buffer>(p, bytes);
 }
 
@@ -51,6 +65,7 @@ int64_t tensor::row_size() const {
 }
 
 tensor tensor::slice_rows(int64_t begin, int64_t n) const {
+  ACTORLLM_CHECK(layout == tensor_layout::row_major, "tensor: a packed weight has no row slices");
   ACTORLLM_CHECK(shape.n_dims >= 1 && begin >= 0 && n >= 0 && begin + n <= shape[0], "tensor: row slice out of range");
   tensor t = *this;
   t.shape.dims[0] = n;
@@ -60,13 +75,15 @@ tensor tensor::slice_rows(int64_t begin, int64_t n) const {
 
 tensor tensor::reshape(tensor_shape s) const {
   ACTORLLM_CHECK(s.numel() == numel(), "tensor: reshape changes the number of elements");
+  ACTORLLM_CHECK(layout == tensor_layout::row_major, "tensor: a packed weight cannot be reshaped");
   tensor t = *this;
   t.shape = s;
   return t;
 }
 
 std::string tensor::describe() const {
-  return fmt::format("{}{} on {}", dtype_name(type), shape.to_string(), where().to_string());
+  return fmt::format("{}{}{} on {}", dtype_name(type), shape.to_string(),
+                     layout == tensor_layout::row_major ? "" : " (packed)", where().to_string());
 }
 
 tensor make_host_tensor(dtype type, tensor_shape shape) {

@@ -31,6 +31,9 @@ class host_buffer final : public buffer {
  public:
   /// Uninitialised memory: pages are committed only when first written (the KV cache relies on it).
   static std::shared_ptr<host_buffer> allocate(size_t bytes);
+  /// As allocate, 2 MiB-aligned and advised to the kernel as transparent huge pages (weights streamed every step:
+  /// fewer TLB misses). Falls back to small pages where the kernel has no THP.
+  static std::shared_ptr<host_buffer> allocate_huge(size_t bytes);
   /// Takes ownership of `data` (`bytes` long), released with std::free.
   static std::shared_ptr<host_buffer> adopt(void* data, size_t bytes);
 
@@ -71,6 +74,15 @@ struct tensor_shape {
   }
 };
 
+/// How a tensor's elements lie in its buffer. Every op takes row_major tensors; a packed layout is made by a backend
+/// for its own matmul kernels (backend::import_linear_weight) and read by nothing else.
+enum class tensor_layout : uint8_t {
+  row_major,
+  /// The CPU backend's bf16 Linear weight [n_out, n_in]: panels of 32 output rows (the last zero-padded), each
+  /// [n_in rounded up to 32, zero-padded, / 2][32] pairs of bf16: the operand order of vdpbf16ps.
+  cpu_bf16_panels,
+};
+
 /// A handle to a dense, row-major tensor in a buffer: `type`, `shape`, and where in the buffer it starts. A default
 /// tensor is empty (no buffer), which ops read as "absent" (an optional bias, say).
 struct tensor {
@@ -78,6 +90,7 @@ struct tensor {
   tensor_shape shape;
   std::shared_ptr<buffer> buf;
   size_t offset = 0;  ///< bytes from buf->data()
+  tensor_layout layout = tensor_layout::row_major;
 
   bool empty() const { return buf == nullptr; }
   explicit operator bool() const { return !empty(); }
@@ -97,9 +110,9 @@ struct tensor {
     return static_cast<T*>(data());
   }
 
-  /// Rows [begin, begin + n) of the outermost dimension, sharing the buffer.
+  /// Rows [begin, begin + n) of the outermost dimension, sharing the buffer (row-major tensors only).
   tensor slice_rows(int64_t begin, int64_t n) const;
-  /// The same elements under another shape of equal numel.
+  /// The same elements under another shape of equal numel (row-major tensors only).
   tensor reshape(tensor_shape s) const;
   /// "bf16[4096, 2048] on cpu".
   std::string describe() const;

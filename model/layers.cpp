@@ -10,9 +10,8 @@ void attention(const layer_context& ctx, const layer_weights& w, const kv_layer&
   backend& be = ctx.be;
   const int64_t n = ctx.in.n_tokens;
   const int64_t hd = ctx.head_dim;
-  be.matmul(s.h, w.wq, w.bq, s.q);
-  be.matmul(s.h, w.wk, w.bk, s.k);
-  be.matmul(s.h, w.wv, w.bv, s.v);
+  const linear_out qkv[] = {{w.wq, w.bq, s.q}, {w.wk, w.bk, s.k}, {w.wv, w.bv, s.v}};
+  be.matmul_group(s.h, qkv);
   const tensor q = s.q.reshape({n, ctx.n_head, hd});
   const tensor k = s.k.reshape({n, ctx.n_head_kv, hd});
   const tensor v = s.v.reshape({n, ctx.n_head_kv, hd});
@@ -29,9 +28,7 @@ void attention(const layer_context& ctx, const layer_weights& w, const kv_layer&
 
 void ffn(const layer_context& ctx, const layer_weights& w, layer_scratch& s) {
   backend& be = ctx.be;
-  be.matmul(s.h, w.w_gate, tensor{}, s.gate);
-  be.matmul(s.h, w.w_up, tensor{}, s.up);
-  be.silu_mul(s.gate, s.up, s.gate);
+  be.matmul_silu_gate(s.h, w.w_gate, w.w_up, s.up, s.gate);
   be.matmul(s.gate, w.w_down, tensor{}, s.proj);
   if (ctx.comm.size() > 1)
     ctx.comm.all_reduce_sum(s.proj);

@@ -119,7 +119,8 @@ model_tensors bind_weights(const weight_table& table, model_weights weights, con
       h = std::move(f);
     }
     out.weight_bytes += h.nbytes();
-    tensor t = be.import_host(std::move(h).into_tensor());
+    tensor t =
+        d.linear ? be.import_linear_weight(std::move(h).into_tensor()) : be.import_host(std::move(h).into_tensor());
     if (d.layer_slot != nullptr)
       out.layers[static_cast<size_t>(d.layer - layer_begin)].*d.layer_slot = std::move(t);
     else if (d.model_slot != nullptr)
@@ -198,6 +199,8 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
 
   // Biases are bound as f32 (the ops add them in f32).
   auto bias = [&] { table.weights.back().bind_as_f32 = true; };
+  // Projections only matmul reads (the backend may pack them for its kernels).
+  auto linear = [&] { table.weights.back().linear = true; };
 
   bind_model(&model_tensors::embed);
   if (first_stage || (last_stage && cfg.tie_word_embeddings))
@@ -210,12 +213,15 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
     bind(&layer_weights::wq);
     declare(p + "self_attn.q_proj.weight", {q_dim, cfg.n_embd}, shard_kind::column, cfg.n_head, cfg.head_dim,
             "num_attention_heads");
+    linear();
     bind(&layer_weights::wk);
     declare(p + "self_attn.k_proj.weight", {kv_dim, cfg.n_embd}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
             "num_key_value_heads", true);
+    linear();
     bind(&layer_weights::wv);
     declare(p + "self_attn.v_proj.weight", {kv_dim, cfg.n_embd}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
             "num_key_value_heads", true);
+    linear();
     if (cfg.attention_bias) {
       bind(&layer_weights::bq);
       declare(p + "self_attn.q_proj.bias", {q_dim}, shard_kind::column, cfg.n_head, cfg.head_dim,
@@ -239,6 +245,7 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
     bind(&layer_weights::wo);
     declare(p + "self_attn.o_proj.weight", {cfg.n_embd, q_dim}, shard_kind::row, cfg.n_head, cfg.head_dim,
             "num_attention_heads");
+    linear();
     // Added once after the all-reduce of the row-parallel partial sums, so every rank holds all of it.
     if (cfg.o_proj_bias) {
       bind(&layer_weights::bo);
@@ -250,19 +257,24 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
     bind(&layer_weights::w_gate);
     declare(p + "mlp.gate_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size",
             false, true);
+    linear();
     bind(&layer_weights::w_up);
     declare(p + "mlp.up_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size",
             false, true);
+    linear();
     bind(&layer_weights::w_down);
     declare(p + "mlp.down_proj.weight", {cfg.n_embd, cfg.n_ff}, shard_kind::row, cfg.n_ff, 1, "intermediate_size",
             false, true);
+    linear();
   }
   if (last_stage) {
     bind_model(&model_tensors::final_norm);
     declare("model.norm.weight", {cfg.n_embd}, shard_kind::replicated);
     bind_model(&model_tensors::lm_head);
-    if (!cfg.tie_word_embeddings)
+    if (!cfg.tie_word_embeddings) {
       declare("lm_head.weight", {cfg.n_vocab, cfg.n_embd}, shard_kind::vocab);
+      linear();
+    }
   }
 
   // Every layer has the same sizes, so checking each declaration once for this rank checks the whole layout.

@@ -53,6 +53,7 @@ struct weight_decl {
   tensor layer_weights::*layer_slot = nullptr;
   tensor model_tensors::*model_slot = nullptr;
   bool bind_as_f32 = false;  ///< converted to f32 when bound (biases: the ops add them in f32)
+  bool linear = false;       ///< a Linear weight only matmul reads: bound through backend::import_linear_weight
 };
 
 /// The declared weights of one shard, in declaration order.

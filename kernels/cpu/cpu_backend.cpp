@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -61,6 +62,19 @@ tensor cpu_backend::import_host(tensor host) {
   ACTORLLM_CHECK(host.where().kind == device_kind::cpu,
                  fmt::format("import_host: the tensor must be in host memory, got {}", host.describe()).c_str());
   return host;
+}
+
+tensor cpu_backend::import_linear_weight(tensor host) {
+  tensor t = import_host(std::move(host));
+  if (t.type != dtype::bf16 || t.shape.n_dims != 2 || t.layout != tensor_layout::row_major ||
+      !cpu::bf16_panels_preferred())
+    return t;
+  tensor packed = t;
+  packed.buf = host_buffer::allocate_huge(cpu::bf16_panels_bytes(t.dim(0), t.dim(1)));
+  packed.offset = 0;
+  packed.layout = tensor_layout::cpu_bf16_panels;
+  cpu::pack_bf16_panels(t.data_as<uint16_t>(), t.dim(0), t.dim(1), packed.data_as<uint16_t>(), pool_);
+  return packed;
 }
 
 void cpu_backend::upload(const tensor& dst, const void* src, size_t bytes) {
@@ -128,8 +142,40 @@ void cpu_backend::add_rms_norm(const tensor& residual, const tensor& delta, cons
 }
 
 void cpu_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
-  const backend_checks::linear_dims d = host.matmul(x, w, bias, y);
-  cpu::matmul(f32(x), d.n_tokens, d.n_in, w.data(), w.type, d.n_out, bias.empty() ? nullptr : f32(bias), f32(y), pool_);
+  const backend_checks::linear_dims d = host.matmul(x, w, bias, y, true);
+  const matmul_target target{w.data(), w.type,
+                             d.n_out,  bias.empty() ? nullptr : f32(bias),
+                             f32(y),   w.layout == tensor_layout::cpu_bf16_panels};
+  cpu::matmul_group(f32(x), d.n_tokens, d.n_in, std::span{&target, 1}, pool_);
+}
+
+void cpu_backend::matmul_group(const tensor& x, std::span<const linear_out> outs) {
+  ACTORLLM_CHECK(outs.size() <= 8, "matmul_group: at most 8 outputs");
+  std::array<matmul_target, 8> targets{};
+  backend_checks::linear_dims d{};
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const linear_out& o = outs[i];
+    d = host.matmul(x, o.w, o.bias, o.y, true);
+    for (size_t j = 0; j < i; ++j)
+      check_disjoint(o.y, outs[j].y, "matmul_group", "two outputs");
+    targets[i] = matmul_target{o.w.data(), o.w.type,
+                               d.n_out,    o.bias.empty() ? nullptr : f32(o.bias),
+                               f32(o.y),   o.w.layout == tensor_layout::cpu_bf16_panels};
+  }
+  if (!outs.empty())
+    cpu::matmul_group(f32(x), d.n_tokens, d.n_in, std::span{targets.data(), outs.size()}, pool_);
+}
+
+void cpu_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
+                                   const tensor& out) {
+  const backend_checks::linear_dims d = host.matmul(x, w_gate, tensor{}, out, true);
+  host.matmul(x, w_up, tensor{}, up, true);
+  ACTORLLM_CHECK(
+      w_gate.type == w_up.type && w_gate.shape == w_up.shape && w_gate.layout == w_up.layout,
+      fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
+  check_disjoint(up, out, "matmul_silu_gate", "up and out");
+  cpu::matmul_silu_gate(f32(x), d.n_tokens, d.n_in, w_gate.data(), w_up.data(), w_gate.type,
+                        w_gate.layout == tensor_layout::cpu_bf16_panels, d.n_out, f32(up), f32(out), pool_);
 }
 
 rope_table cpu_backend::make_rope_table(const rope_config& cfg) {

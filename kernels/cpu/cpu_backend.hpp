@@ -29,6 +29,8 @@ class cpu_backend final : public backend {
 
   tensor alloc(dtype type, tensor_shape shape) override;
   tensor import_host(tensor host) override;
+  /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the vdpbf16ps kernels run.
+  tensor import_linear_weight(tensor host) override;
   void upload(const tensor& dst, const void* src, size_t bytes) override;
   void download(const tensor& src, void* dst, size_t bytes) override;
   void copy(const tensor& src, const tensor& dst) override;
@@ -40,6 +42,9 @@ class cpu_backend final : public backend {
   void add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                     const tensor& out) override;
   void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) override;
+  void matmul_group(const tensor& x, std::span<const linear_out> outs) override;
+  void matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
+                        const tensor& out) override;
   rope_table make_rope_table(const rope_config& cfg) override;
   void rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k, const tensor& q_norm,
             const tensor& k_norm, float eps) override;

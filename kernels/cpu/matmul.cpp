@@ -14,9 +14,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/matmul_bf16.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "util/check.hpp"
 
@@ -195,34 +198,6 @@ constexpr int gemm_mr = 4;
 constexpr int64_t gemm_kc = 256;  // packed panel: gemm_kc x gemm_nr f32 = 32 KiB with AVX-512, fits L1
 constexpr int64_t gemm_tc = 512;  // token rows per chunk: the x block (gemm_tc x gemm_kc f32) stays in L2
 
-#if defined(ACTORLLM_SIMD_AVX512)
-// In-register transpose of a 16x16 f32 block: r[i] holds row i on entry and column i on exit.
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xee);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
-  }
-  // u[4i + j], 128-bit lane L, holds column 4L + j of rows 4i .. 4i+3.
-  for (int j = 0; j < 4; ++j) {
-    __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
-    __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);
-    __m512 w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
-    __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
-    r[j] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-    r[4 + j] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
-    r[12 + j] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
-  }
-}
-#endif
-
 // Packs w[o0 .. o0+NR, k0 .. k0+kc) as f32 into buf[kc][NR]; rows at or past n_out become zeros.
 template <dtype D>
 void gemm_pack(const void* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k0, int64_t kc, float* buf) {
@@ -237,7 +212,7 @@ void gemm_pack(const void* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k
       __m512 r[16];
       for (int i = 0; i < 16; ++i)
         r[i] = i < valid ? simd::load_as<D>(base + (r0 + i) * n_in + k0 + k, 0) : _mm512_setzero_ps();
-      transpose16(r);
+      simd::transpose16(r);
       for (int i = 0; i < 16; ++i)
         _mm512_storeu_ps(buf + (k + i) * gemm_nr + h * 16, r[i]);
     }
@@ -249,7 +224,7 @@ void gemm_pack(const void* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k
       __m512 r[16];
       for (int i = 0; i < 16; ++i)
         r[i] = _mm512_load_ps(tmp[i]);
-      transpose16(r);
+      simd::transpose16(r);
       for (int64_t j = k; j < kc; ++j)
         _mm512_storeu_ps(buf + j * gemm_nr + h * 16, r[j - k]);
     }
@@ -358,17 +333,11 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, const void* w, int64_t
 
 }  // namespace
 
-void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
-            const float* bias, float* y, thread_pool& pool, matmul_path path) {
-  ACTORLLM_CHECK(n_tokens >= 0 && n_in >= 0 && n_out >= 0, "matmul: negative dimension");
-  if (n_tokens == 0 || n_out == 0)
-    return;
-  if (n_in == 0) {
-    for (int64_t t = 0; t < n_tokens; ++t)
-      for (int64_t o = 0; o < n_out; ++o)
-        y[t * n_out + o] = bias != nullptr ? bias[o] : 0.0f;
-    return;
-  }
+namespace {
+
+// The f32-FMA algorithms, one target. x is already rounded to bf16 for bf16 weights.
+void matmul_fma(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
+                const float* bias, float* y, thread_pool& pool, matmul_path path) {
   if (path == matmul_path::automatic)
     path = n_tokens < matmul_gemm_min_tokens ? matmul_path::gemv : matmul_path::gemm;
   bool use_gemv = path == matmul_path::gemv;
@@ -387,13 +356,113 @@ void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype
       return;
     case dtype::i32:
     case dtype::i64:
-      ACTORLLM_CHECK(false, "matmul: integer types hold no weights or activations");
+      break;
   }
+  ACTORLLM_CHECK(false, "matmul: integer types hold no weights or activations");
+}
+
+// x rounded to bf16 and back, for the f32-FMA path of bf16 weights (same products as the vdpbf16ps path).
+const float* rounded_to_bf16(const float* x, int64_t n) {
+  thread_local std::vector<float> storage;
+  storage.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    storage[static_cast<size_t>(i)] = bf16_to_f32(f32_to_bf16(x[i]));
+  return storage.data();
+}
+
+std::atomic<bf16_kernels> bf16_kernel_choice{bf16_kernels::best};
+
+bool use_bf16_dot() { return have_bf16_dot_kernels() && bf16_kernel_choice.load() == bf16_kernels::best; }
+
+void check_packed(const matmul_target& t) {
+  ACTORLLM_CHECK(!t.packed || (t.wtype == dtype::bf16 && have_bf16_dot_kernels()),
+                 "matmul: packed weights are bf16 and need this build's vdpbf16ps kernels");
+}
+
+void check_dims(int64_t n_tokens, int64_t n_in, int64_t n_out) {
+  ACTORLLM_CHECK(n_tokens >= 0 && n_in >= 0 && n_out >= 0, "matmul: negative dimension");
+}
+
+// Fills y with the bias (or zeros): the product over an empty input.
+void bias_only(int64_t n_tokens, int64_t n_out, const float* bias, float* y) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t o = 0; o < n_out; ++o)
+      y[t * n_out + o] = bias != nullptr ? bias[o] : 0.0f;
+}
+
+}  // namespace
+
+void set_bf16_kernels(bf16_kernels k) { bf16_kernel_choice.store(k); }
+bf16_kernels get_bf16_kernels() { return bf16_kernel_choice.load(); }
+
+bool bf16_panels_preferred() { return use_bf16_dot(); }
+
+void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
+            const float* bias, float* y, thread_pool& pool, matmul_path path) {
+  const matmul_target target{w, wtype, n_out, bias, y};
+  matmul_group(x, n_tokens, n_in, std::span{&target, 1}, pool, path);
 }
 
 void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
             const float* bias, float* y, thread_pool& pool) {
   matmul(x, n_tokens, n_in, w, wtype, n_out, bias, y, pool, matmul_path::automatic);
+}
+
+void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets,
+                  thread_pool& pool, matmul_path path) {
+  ACTORLLM_CHECK(targets.size() <= 8, "matmul_group: at most 8 targets");
+  bool all_bf16 = !targets.empty(), any_packed = false, all_packed = !targets.empty();
+  for (const matmul_target& t : targets) {
+    check_dims(n_tokens, n_in, t.n_out);
+    check_packed(t);
+    all_bf16 = all_bf16 && t.wtype == dtype::bf16;
+    any_packed = any_packed || t.packed;
+    all_packed = all_packed && t.packed;
+  }
+  if (n_tokens == 0)
+    return;
+  if (n_in == 0) {
+    for (const matmul_target& t : targets)
+      bias_only(n_tokens, t.n_out, t.bias, t.y);
+    return;
+  }
+  if (all_packed || (all_bf16 && !any_packed && use_bf16_dot())) {
+    matmul_bf16_dot(x, n_tokens, n_in, targets, false, pool, path);
+    return;
+  }
+  if (any_packed) {  // packed and row-major weights in one group: one call each
+    for (const matmul_target& t : targets)
+      matmul_group(x, n_tokens, n_in, std::span{&t, 1}, pool, path);
+    return;
+  }
+  const float* x_bf16 = nullptr;
+  for (const matmul_target& t : targets) {
+    if (t.n_out == 0)
+      continue;
+    const float* xt = x;
+    if (t.wtype == dtype::bf16) {
+      if (x_bf16 == nullptr)
+        x_bf16 = rounded_to_bf16(x, n_tokens * n_in);
+      xt = x_bf16;
+    }
+    matmul_fma(xt, n_tokens, n_in, t.w, t.wtype, t.n_out, t.bias, t.y, pool, path);
+  }
+}
+
+void matmul_silu_gate(const float* x, int64_t n_tokens, int64_t n_in, const void* w_gate, const void* w_up, dtype wtype,
+                      bool packed, int64_t n_ff, float* up_scratch, float* out, thread_pool& pool, matmul_path path) {
+  check_dims(n_tokens, n_in, n_ff);
+  const std::array<matmul_target, 2> targets{matmul_target{w_gate, wtype, n_ff, nullptr, out, packed},
+                                             matmul_target{w_up, wtype, n_ff, nullptr, up_scratch, packed}};
+  check_packed(targets[0]);
+  if (n_tokens == 0 || n_ff == 0)
+    return;
+  if (n_in > 0 && (packed || (wtype == dtype::bf16 && use_bf16_dot()))) {
+    matmul_bf16_dot(x, n_tokens, n_in, targets, true, pool, path);
+    return;
+  }
+  matmul_group(x, n_tokens, n_in, targets, pool, path);
+  silu_mul(out, up_scratch, n_tokens * n_ff, out);
 }
 
 }  // namespace actorllm::cpu

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/dtype.hpp"
 #include "util/thread_pool.hpp"
@@ -21,15 +22,57 @@ enum class matmul_path : uint8_t {
 /// 64 and 128 tokens: below it, packing weight panels costs more than the better register reuse saves).
 inline constexpr int64_t matmul_gemm_min_tokens = 96;
 
+/// The kernels bf16 weights run on. `best`: vdpbf16ps where this build and CPU have AVX512-BF16, else `fma`: the
+/// f32-FMA kernels of every other weight type (same products, x rounded to bf16 first). Process-wide; for tests and
+/// benchmarks that compare the two on one machine.
+enum class bf16_kernels : uint8_t { best, fma };
+void set_bf16_kernels(bf16_kernels k);
+bf16_kernels get_bf16_kernels();
+
+/// One weight of a group that shares an input: y = x w^T (+ bias). w: [n_out, n_in] of type wtype; bias: f32 [n_out]
+/// or null; y: f32 [n_tokens, n_out].
+struct matmul_target {
+  const void* w = nullptr;
+  dtype wtype = dtype::f32;
+  int64_t n_out = 0;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  /// w is in tensor_layout::cpu_bf16_panels (pack_bf16_panels), not row-major; bf16 only.
+  bool packed = false;
+};
+
+/// Bytes of a [n_out, n_in] bf16 weight in tensor_layout::cpu_bf16_panels.
+size_t bf16_panels_bytes(int64_t n_out, int64_t n_in);
+/// Writes w (bf16 [n_out, n_in], row-major) into `out` (bf16_panels_bytes) in tensor_layout::cpu_bf16_panels.
+void pack_bf16_panels(const uint16_t* w, int64_t n_out, int64_t n_in, uint16_t* out, thread_pool& pool);
+/// Whether bf16 Linear weights are worth packing here: this build and CPU run the vdpbf16ps kernels and
+/// set_bf16_kernels has not asked for the FMA ones. Packed weights always run on vdpbf16ps.
+bool bf16_panels_preferred();
+
 /// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]) for t < n_tokens, o < n_out. x: [n_tokens, n_in] f32 row-major;
 /// w: [n_out, n_in] row-major (the Hugging Face Linear layout) of type `wtype` (f32, f16 or bf16); bias: f32
 /// [n_out] or null; y: [n_tokens, n_out] f32, must not overlap x. Parallel over the pool (split over n_out).
-/// Accumulates in f32.
+/// Accumulates in f32. A bf16 weight multiplies the input rounded to bf16 (round-to-nearest-even), as a bf16 model
+/// does in transformers and in the CUDA backend; the products are exact and summed in f32. On CPUs with AVX512-BF16
+/// that is one vdpbf16ps per 32 weights.
 void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
             const float* bias, float* y, thread_pool& pool);
 
 /// As above with an explicit algorithm.
 void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
             const float* bias, float* y, thread_pool& pool, matmul_path path);
+
+/// matmul for every target over the same input (q/k/v), in one parallel region where the weights are bf16 and the CPU
+/// has AVX512-BF16 kernels (the input is then rounded once for all), else one matmul per target. Up to 8 targets.
+void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets,
+                  thread_pool& pool, matmul_path path = matmul_path::automatic);
+
+/// The SwiGLU up-projection: out = silu(x w_gate^T) * (x w_up^T), both weights [n_ff, n_in] of type wtype (both packed
+/// or neither). up_scratch:
+/// f32 [n_tokens, n_ff], overwritten; out: f32 [n_tokens, n_ff], apart from x and up_scratch. With bf16 weights on an
+/// AVX512-BF16 CPU gate and up rows are read side by side in one parallel region.
+void matmul_silu_gate(const float* x, int64_t n_tokens, int64_t n_in, const void* w_gate, const void* w_up, dtype wtype,
+                      bool packed, int64_t n_ff, float* up_scratch, float* out, thread_pool& pool,
+                      matmul_path path = matmul_path::automatic);
 
 }  // namespace actorllm::cpu

@@ -69,6 +69,32 @@ inline void load_bf16_split(const uint16_t* p, vf& even, vf& odd) {
   odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
+/// In-register transpose of a 16x16 block of 32-bit lanes: r[i] holds row i on entry and column i on exit.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xee);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+  // u[4i + j], 128-bit lane L, holds column 4L + j of rows 4i .. 4i+3.
+  for (int j = 0; j < 4; ++j) {
+    __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+    __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);
+    __m512 w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+    __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
+    r[j] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+    r[4 + j] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+    r[12 + j] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+  }
+}
+
 #elif defined(__AVX2__) && defined(__FMA__)
 #define ACTORLLM_SIMD_AVX2 1
 inline constexpr int width = 8;

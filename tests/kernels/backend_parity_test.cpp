@@ -417,51 +417,148 @@ BACKEND_PARITY_CASE(parity_add_rms_norm, "add_rms_norm") {
   });
 }
 
+// A Linear weight as the model binds it: from host memory through import_linear_weight (which may pack it).
+tensor linear_weight(backend& be, dtype type, tensor_shape shape, const std::vector<float>& values) {
+  const std::vector<uint8_t> bytes = test::to_dtype(values, type);
+  tensor host = make_host_tensor(type, shape);
+  std::memcpy(host.data(), bytes.data(), bytes.size());
+  return be.import_linear_weight(std::move(host));
+}
+
+// The input as a weight of `type` multiplies it: bf16 weights take it rounded to bf16 (every backend).
+double multiplied_input(float x, dtype type) {
+  return type == dtype::bf16 ? static_cast<double>(bf16_to_f32(f32_to_bf16(x))) : static_cast<double>(x);
+}
+
+// float64 x w^T (+ bias) and each output's tolerance for `rel` per unit of summed magnitude.
+void ref_linear(const std::vector<float>& x, const weight& w, dtype type, const std::vector<float>* bias,
+                int64_t n_tokens, int64_t n_in, int64_t n_out, double rel, std::vector<double>& ref,
+                std::vector<double>& tol) {
+  ref.assign(static_cast<size_t>(n_tokens * n_out), 0.0);
+  tol.assign(ref.size(), 0.0);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      double acc = bias ? (*bias)[static_cast<size_t>(o)] : 0.0, mag = std::fabs(acc);
+      for (int64_t i = 0; i < n_in; ++i) {
+        const double p =
+            multiplied_input(x[static_cast<size_t>(t * n_in + i)], type) * w.exact[static_cast<size_t>(o * n_in + i)];
+        acc += p;
+        mag += std::fabs(p);
+      }
+      ref[static_cast<size_t>(t * n_out + o)] = acc;
+      // f32 accumulation error grows with the sum of magnitudes, not with |ref| (cancellation).
+      tol[static_cast<size_t>(t * n_out + o)] = 1e-6 + rel * mag;
+    }
+  }
+}
+
+// The relative bound of a backend's matmul: the CPU's products are exact (bf16: of the rounded input); cuBLAS's
+// f16 GEMM reads the input rounded to f16 (2^-11 per product) and its bf16 GEMM is held to its earlier bound.
+double matmul_rel(device_kind kind, dtype type) {
+  if (kind == device_kind::cuda && type == dtype::f16)
+    return 1.2e-3;
+  if (kind == device_kind::cuda && type == dtype::bf16)
+    return 8e-3;
+  return 4e-6;
+}
+
 BACKEND_PARITY_CASE(parity_matmul, "matmul") {
   const uint32_t seed = 2004;
   CAPTURE(seed);
   for_each_backend([&](backend& be, device_kind kind) {
     random_source rnd(seed);
-    // 1 and 3 tokens take the CPU's GEMV path, 97 and 130 its GEMM path.
+    // 1 and 3 tokens take the CPU's GEMV path, 97 and 130 its GEMM path; `linear` binds the weight as the model
+    // does (the CPU packs bf16 weights for its vdpbf16ps kernels).
     for (int64_t n_tokens : {1, 3, 97, 130}) {
       for (dtype type : weight_types) {
         for (bool with_bias : {false, true}) {
-          const int64_t n_in = rnd.integer(0, 1) ? 67 : rnd.integer(1, 90);
-          const int64_t n_out = rnd.integer(0, 1) ? 33 : rnd.integer(1, 70);
-          const std::string what = std::string(dtype_name(type)) + " " + shape_str({n_tokens, n_in}) + " x " +
-                                   shape_str({n_out, n_in}) + (with_bias ? " + bias" : "");
-          CAPTURE(what);
-          const std::vector<float> x = rnd.reals(n_tokens * n_in), bias = rnd.reals(n_out);
-          // The CPU multiplies f32 inputs by the weights exactly; cuBLAS's f16/bf16 GEMMs read the input rounded to
-          // the weights' type (a relative error of 2^-11 / 2^-8 per product at most), so their bound is looser.
-          double rel = 4e-6;
-          if (kind == device_kind::cuda && type == dtype::f16)
-            rel = 1.2e-3;
-          else if (kind == device_kind::cuda && type == dtype::bf16)
-            rel = 8e-3;
-          weight w = make_weight(be, type, {n_out, n_in}, rnd.reals(n_out * n_in));
-          tensor tx = input(be, dtype::f32, {n_tokens, n_in}, x);
-          tensor tb = with_bias ? input(be, dtype::f32, {n_out}, bias) : tensor{};
-          guarded y = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
-          be.matmul(tx, w.t, tb, y.view);
-          std::vector<double> ref(static_cast<size_t>(n_tokens * n_out)), tol(ref.size());
-          for (int64_t t = 0; t < n_tokens; ++t) {
-            for (int64_t o = 0; o < n_out; ++o) {
-              double acc = with_bias ? bias[static_cast<size_t>(o)] : 0.0, mag = std::fabs(acc);
-              for (int64_t i = 0; i < n_in; ++i) {
-                const double p = static_cast<double>(x[static_cast<size_t>(t * n_in + i)]) *
-                                 w.exact[static_cast<size_t>(o * n_in + i)];
-                acc += p;
-                mag += std::fabs(p);
-              }
-              ref[static_cast<size_t>(t * n_out + o)] = acc;
-              // f32 accumulation error grows with the sum of magnitudes, not with |ref| (cancellation).
-              tol[static_cast<size_t>(t * n_out + o)] = 1e-6 + rel * mag;
-            }
+          for (bool linear : {false, true}) {
+            const int64_t n_in = rnd.integer(0, 1) ? 67 : rnd.integer(1, 90);
+            const int64_t n_out = rnd.integer(0, 1) ? 33 : rnd.integer(1, 70);
+            const std::string what = std::string(dtype_name(type)) + " " + shape_str({n_tokens, n_in}) + " x " +
+                                     shape_str({n_out, n_in}) + (with_bias ? " + bias" : "") +
+                                     (linear ? " (import_linear_weight)" : "");
+            CAPTURE(what);
+            const std::vector<float> x = rnd.reals(n_tokens * n_in), bias = rnd.reals(n_out);
+            const std::vector<float> values = rnd.reals(n_out * n_in);
+            weight w = make_weight(be, type, {n_out, n_in}, values);
+            if (linear)
+              w.t = linear_weight(be, type, {n_out, n_in}, values);
+            tensor tx = input(be, dtype::f32, {n_tokens, n_in}, x);
+            tensor tb = with_bias ? input(be, dtype::f32, {n_out}, bias) : tensor{};
+            guarded y = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+            be.matmul(tx, w.t, tb, y.view);
+            std::vector<double> ref, tol;
+            ref_linear(x, w, type, with_bias ? &bias : nullptr, n_tokens, n_in, n_out, matmul_rel(kind, type), ref,
+                       tol);
+            const std::vector<float> got = read_as<float>(be, y, what);
+            test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what);
           }
-          const std::vector<float> got = read_as<float>(be, y, what);
-          test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what);
         }
+      }
+    }
+  });
+}
+
+BACKEND_PARITY_CASE(parity_matmul_group_and_silu_gate, "matmul_group and matmul_silu_gate") {
+  const uint32_t seed = 2014;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    for (int64_t n_tokens : {1, 5, 100}) {
+      for (dtype type : weight_types) {
+        const int64_t n_in = rnd.integer(1, 80);
+        const std::string what = std::string(dtype_name(type)) + " " + shape_str({n_tokens, n_in});
+        CAPTURE(what);
+        const std::vector<float> x = rnd.reals(n_tokens * n_in);
+        const tensor tx = input(be, dtype::f32, {n_tokens, n_in}, x);
+        const double rel = matmul_rel(kind, type);
+        // q/k/v-like: three outputs, the first two with a bias.
+        const int64_t n_outs[] = {rnd.integer(1, 70), rnd.integer(1, 40), rnd.integer(1, 40)};
+        std::vector<weight> ws;
+        std::vector<std::vector<float>> biases;
+        std::vector<guarded> ys;
+        std::vector<linear_out> outs;
+        for (int i = 0; i < 3; ++i) {
+          const std::vector<float> values = rnd.reals(n_outs[i] * n_in);
+          ws.push_back(make_weight(be, type, {n_outs[i], n_in}, values));
+          ws.back().t = linear_weight(be, type, {n_outs[i], n_in}, values);
+          biases.push_back(rnd.reals(n_outs[i]));
+          ys.push_back(alloc_guarded(be, dtype::f32, {n_tokens, n_outs[i]}));
+        }
+        for (int i = 0; i < 3; ++i)
+          outs.push_back({ws[static_cast<size_t>(i)].t,
+                          i < 2 ? input(be, dtype::f32, {n_outs[i]}, biases[static_cast<size_t>(i)]) : tensor{},
+                          ys[static_cast<size_t>(i)].view});
+        be.matmul_group(tx, outs);
+        for (size_t i = 0; i < 3; ++i) {
+          std::vector<double> ref, tol;
+          ref_linear(x, ws[i], type, i < 2 ? &biases[i] : nullptr, n_tokens, n_in, n_outs[i], rel, ref, tol);
+          const std::string out_what = what + " group output " + std::to_string(i);
+          const std::vector<float> got = read_as<float>(be, ys[i], out_what);
+          test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, out_what);
+        }
+
+        const int64_t n_ff = rnd.integer(1, 70);
+        const std::vector<float> gv = rnd.reals(n_ff * n_in), uv = rnd.reals(n_ff * n_in);
+        weight wg = make_weight(be, type, {n_ff, n_in}, gv), wu = make_weight(be, type, {n_ff, n_in}, uv);
+        wg.t = linear_weight(be, type, {n_ff, n_in}, gv);
+        wu.t = linear_weight(be, type, {n_ff, n_in}, uv);
+        guarded up = alloc_guarded(be, dtype::f32, {n_tokens, n_ff}),
+                out = alloc_guarded(be, dtype::f32, {n_tokens, n_ff});
+        be.matmul_silu_gate(tx, wg.t, wu.t, up.view, out.view);
+        std::vector<double> g_ref, g_tol, u_ref, u_tol;
+        ref_linear(x, wg, type, nullptr, n_tokens, n_in, n_ff, rel, g_ref, g_tol);
+        ref_linear(x, wu, type, nullptr, n_tokens, n_in, n_ff, rel, u_ref, u_tol);
+        std::vector<double> ref(g_ref.size()), tol(g_ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          const double sig = 1.0 / (1.0 + std::exp(-g_ref[i]));
+          ref[i] = g_ref[i] * sig * u_ref[i];
+          tol[i] =
+              1.1 * g_tol[i] * std::fabs(u_ref[i]) + u_tol[i] * std::fabs(g_ref[i] * sig) + 1e-5 * std::fabs(ref[i]);
+        }
+        const std::vector<float> got = read_as<float>(be, out, what + " silu gate");
+        test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " silu gate");
       }
     }
   });

@@ -1,5 +1,7 @@
 // matmul parity against a float64 reference: both algorithms (GEMV, GEMM) and the automatic choice, every weight
-// dtype, odd shapes that are not multiples of the vector width or of the blocking, with and without bias.
+// dtype, odd shapes that are not multiples of the vector width or of the blocking, with and without bias. bf16 weights
+// run three ways where the CPU has AVX512-BF16: the f32-FMA kernels, vdpbf16ps on row-major weights, and vdpbf16ps on
+// packed panels; each multiplies the input rounded to bf16, which the reference does too.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -7,7 +9,9 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/matmul_bf16.hpp"
 
 using namespace actorllm;
 
@@ -17,39 +21,89 @@ struct shape {
   int64_t n_tokens, n_in, n_out;
 };
 
+// How a bf16 weight is run (other types: always `fma`).
+enum class bf16_variant { fma, dot_rows, dot_packed };
+
+// The variants this machine can run for `wt`.
+std::vector<bf16_variant> variants_for(dtype wt) {
+  if (wt != dtype::bf16 || !cpu::have_bf16_dot_kernels())
+    return {bf16_variant::fma};
+  return {bf16_variant::fma, bf16_variant::dot_rows, bf16_variant::dot_packed};
+}
+
+// The weight as the variant reads it: packed panels for dot_packed, else as is.
+std::vector<uint8_t> weight_for(const std::vector<uint8_t>& w, int64_t n_out, int64_t n_in, bf16_variant v,
+                                thread_pool& pool) {
+  if (v != bf16_variant::dot_packed)
+    return w;
+  std::vector<uint8_t> packed(cpu::bf16_panels_bytes(n_out, n_in));
+  cpu::pack_bf16_panels(reinterpret_cast<const uint16_t*>(w.data()), n_out, n_in,
+                        reinterpret_cast<uint16_t*>(packed.data()), pool);
+  return packed;
+}
+
+// Selects the kernel family for the variant until the end of the scope.
+struct variant_scope {
+  explicit variant_scope(bf16_variant v) {
+    cpu::set_bf16_kernels(v == bf16_variant::fma ? cpu::bf16_kernels::fma : cpu::bf16_kernels::best);
+  }
+  ~variant_scope() { cpu::set_bf16_kernels(cpu::bf16_kernels::best); }
+  variant_scope(const variant_scope&) = delete;
+  variant_scope& operator=(const variant_scope&) = delete;
+};
+
+// The input as a weight of type wt multiplies it: rounded to bf16 for bf16 weights.
+double input_as_multiplied(float x, dtype wt) {
+  return wt == dtype::bf16 ? static_cast<double>(bf16_to_f32(f32_to_bf16(x))) : static_cast<double>(x);
+}
+
+// float64 x w^T (+ bias) with the f32-accumulation tolerance of each output.
+void reference_matmul(const std::vector<float>& x, const std::vector<uint8_t>& w, dtype wt, const float* bias,
+                      int64_t n_tokens, int64_t n_in, int64_t n_out, std::vector<double>& ref,
+                      std::vector<double>& tol) {
+  ref.assign(static_cast<size_t>(n_tokens * n_out), 0.0);
+  tol.assign(ref.size(), 0.0);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      double acc = bias != nullptr ? bias[o] : 0.0, mag = std::fabs(acc);
+      for (int64_t i = 0; i < n_in; ++i) {
+        double p = input_as_multiplied(x[static_cast<size_t>(t * n_in + i)], wt) *
+                   test::element(w, wt, static_cast<size_t>(o * n_in + i));
+        acc += p;
+        mag += std::fabs(p);
+      }
+      ref[static_cast<size_t>(t * n_out + o)] = acc;
+      // f32 accumulation error grows with the sum of magnitudes, not with |ref| (cancellation).
+      tol[static_cast<size_t>(t * n_out + o)] = 1e-6 + 4e-6 * mag;
+    }
+  }
+}
+
 void check_matmul(const shape& s, dtype wt, bool with_bias, cpu::matmul_path path, thread_pool& pool, uint64_t seed) {
   auto x = test::random_floats(static_cast<size_t>(s.n_tokens * s.n_in), seed);
   auto w_values = test::random_floats(static_cast<size_t>(s.n_out * s.n_in), seed + 1);
   auto w = test::to_dtype(w_values, wt);
   auto bias = test::random_floats(static_cast<size_t>(s.n_out), seed + 2);
+  std::vector<double> ref, tol;
+  reference_matmul(x, w, wt, with_bias ? bias.data() : nullptr, s.n_tokens, s.n_in, s.n_out, ref, tol);
 
-  // Sentinels after the output catch writes past [n_tokens, n_out].
-  const size_t n_y = static_cast<size_t>(s.n_tokens * s.n_out);
-  std::vector<float> y(n_y + 37, -777.0f);
-  cpu::matmul(x.data(), s.n_tokens, s.n_in, w.data(), wt, s.n_out, with_bias ? bias.data() : nullptr, y.data(), pool,
-              path);
-
-  std::vector<double> ref(n_y), tol(n_y);
-  for (int64_t t = 0; t < s.n_tokens; ++t) {
-    for (int64_t o = 0; o < s.n_out; ++o) {
-      double acc = with_bias ? bias[static_cast<size_t>(o)] : 0.0, mag = std::fabs(acc);
-      for (int64_t i = 0; i < s.n_in; ++i) {
-        double p = static_cast<double>(x[static_cast<size_t>(t * s.n_in + i)]) *
-                   test::element(w, wt, static_cast<size_t>(o * s.n_in + i));
-        acc += p;
-        mag += std::fabs(p);
-      }
-      ref[static_cast<size_t>(t * s.n_out + o)] = acc;
-      // f32 accumulation error grows with the sum of magnitudes, not with |ref| (cancellation).
-      tol[static_cast<size_t>(t * s.n_out + o)] = 1e-6 + 4e-6 * mag;
-    }
+  for (bf16_variant v : variants_for(wt)) {
+    const variant_scope scope(v);
+    const std::vector<uint8_t> wv = weight_for(w, s.n_out, s.n_in, v, pool);
+    // Sentinels after the output catch writes past [n_tokens, n_out].
+    const size_t n_y = static_cast<size_t>(s.n_tokens * s.n_out);
+    std::vector<float> y(n_y + 37, -777.0f);
+    const cpu::matmul_target target{
+        wv.data(), wt, s.n_out, with_bias ? bias.data() : nullptr, y.data(), v == bf16_variant::dot_packed};
+    cpu::matmul_group(x.data(), s.n_tokens, s.n_in, std::span{&target, 1}, pool, path);
+    std::string what = "matmul " + std::to_string(s.n_tokens) + "x" + std::to_string(s.n_in) + " -> " +
+                       std::to_string(s.n_out) + " " + std::string(dtype_name(wt)) + (with_bias ? " +bias" : "") +
+                       " path " + std::to_string(static_cast<int>(path)) + " variant " +
+                       std::to_string(static_cast<int>(v)) + " threads " + std::to_string(pool.size());
+    test::check_close(y.data(), ref.data(), n_y, tol.data(), 0.0, 1e-6, what);
+    for (size_t i = n_y; i < y.size(); ++i)
+      REQUIRE(y[i] == -777.0f);
   }
-  std::string what = "matmul " + std::to_string(s.n_tokens) + "x" + std::to_string(s.n_in) + " -> " +
-                     std::to_string(s.n_out) + " " + std::string(dtype_name(wt)) + (with_bias ? " +bias" : "") +
-                     " path " + std::to_string(static_cast<int>(path)) + " threads " + std::to_string(pool.size());
-  test::check_close(y.data(), ref.data(), n_y, tol.data(), 0.0, 1e-6, what);
-  for (size_t i = n_y; i < y.size(); ++i)
-    REQUIRE(y[i] == -777.0f);
 }
 
 const std::vector<shape> small_shapes = {
@@ -120,22 +174,123 @@ TEST_CASE("matmul at a Llama-like shape matches float64 on sampled outputs") {
     for (dtype wt : {dtype::bf16, dtype::f16}) {
       auto x = test::random_floats(static_cast<size_t>(n_tokens * n_in), 50 + n_tokens, -2.0f, 2.0f);
       auto w = test::to_dtype(test::random_floats(static_cast<size_t>(n_out * n_in), 60, -0.05f, 0.05f), wt);
-      std::vector<float> y(static_cast<size_t>(n_tokens * n_out));
-      cpu::matmul(x.data(), n_tokens, n_in, w.data(), wt, n_out, nullptr, y.data(), pool);
-      test::data_rng pick(7);
-      for (int k = 0; k < 200; ++k) {
-        int64_t t = pick.below(n_tokens), o = pick.below(n_out);
-        double acc = 0, mag = 0;
-        for (int64_t i = 0; i < n_in; ++i) {
-          double p = static_cast<double>(x[static_cast<size_t>(t * n_in + i)]) *
-                     test::element(w, wt, static_cast<size_t>(o * n_in + i));
-          acc += p;
-          mag += std::fabs(p);
+      for (bf16_variant v : variants_for(wt)) {
+        const variant_scope scope(v);
+        const std::vector<uint8_t> wv = weight_for(w, n_out, n_in, v, pool);
+        std::vector<float> y(static_cast<size_t>(n_tokens * n_out));
+        const cpu::matmul_target target{wv.data(), wt, n_out, nullptr, y.data(), v == bf16_variant::dot_packed};
+        cpu::matmul_group(x.data(), n_tokens, n_in, std::span{&target, 1}, pool);
+        test::data_rng pick(7);
+        for (int k = 0; k < 200; ++k) {
+          int64_t t = pick.below(n_tokens), o = pick.below(n_out);
+          double acc = 0, mag = 0;
+          for (int64_t i = 0; i < n_in; ++i) {
+            double p = input_as_multiplied(x[static_cast<size_t>(t * n_in + i)], wt) *
+                       test::element(w, wt, static_cast<size_t>(o * n_in + i));
+            acc += p;
+            mag += std::fabs(p);
+          }
+          float got = y[static_cast<size_t>(t * n_out + o)];
+          INFO("t " << t << " o " << o << " tokens " << n_tokens << " variant " << static_cast<int>(v));
+          REQUIRE(std::fabs(got - acc) <= 1e-6 + 4e-6 * mag + 1e-6 * std::fabs(acc));
         }
-        float got = y[static_cast<size_t>(t * n_out + o)];
-        INFO("t " << t << " o " << o << " tokens " << n_tokens);
-        REQUIRE(std::fabs(got - acc) <= 1e-6 + 4e-6 * mag + 1e-6 * std::fabs(acc));
       }
+    }
+  }
+}
+
+TEST_CASE("matmul_group runs q/k/v-like targets in one call, each as its own matmul would [asan]") {
+  thread_pool pool(3);
+  uint64_t seed = 900;
+  for (dtype wt : {dtype::f32, dtype::f16, dtype::bf16}) {
+    for (int64_t n_tokens : {int64_t{1}, int64_t{5}, int64_t{130}}) {
+      const int64_t n_in = 77;
+      const std::vector<int64_t> n_outs = {64, 16, 16, 3};
+      auto x = test::random_floats(static_cast<size_t>(n_tokens * n_in), seed++);
+      for (bf16_variant v : variants_for(wt)) {
+        const variant_scope scope(v);
+        std::vector<std::vector<uint8_t>> w, wv;
+        std::vector<std::vector<float>> bias, y;
+        std::vector<cpu::matmul_target> targets;
+        for (size_t i = 0; i < n_outs.size(); ++i) {
+          w.push_back(test::to_dtype(test::random_floats(static_cast<size_t>(n_outs[i] * n_in), seed++), wt));
+          wv.push_back(weight_for(w.back(), n_outs[i], n_in, v, pool));
+          bias.push_back(test::random_floats(static_cast<size_t>(n_outs[i]), seed++));
+          y.emplace_back(static_cast<size_t>(n_tokens * n_outs[i]), -777.0f);
+        }
+        for (size_t i = 0; i < n_outs.size(); ++i)
+          targets.push_back({wv[i].data(), wt, n_outs[i], i % 2 == 0 ? bias[i].data() : nullptr, y[i].data(),
+                             v == bf16_variant::dot_packed});
+        cpu::matmul_group(x.data(), n_tokens, n_in, targets, pool);
+        for (size_t i = 0; i < n_outs.size(); ++i) {
+          std::vector<double> ref, tol;
+          reference_matmul(x, w[i], wt, i % 2 == 0 ? bias[i].data() : nullptr, n_tokens, n_in, n_outs[i], ref, tol);
+          const std::string what = "group target " + std::to_string(i) + " " + std::string(dtype_name(wt)) +
+                                   " tokens " + std::to_string(n_tokens) + " variant " +
+                                   std::to_string(static_cast<int>(v));
+          test::check_close(y[i].data(), ref.data(), ref.size(), tol.data(), 0.0, 1e-6, what);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul_silu_gate equals silu(x gate^T) * (x up^T) on every path [asan]") {
+  thread_pool pool(2);
+  uint64_t seed = 950;
+  for (dtype wt : {dtype::f32, dtype::bf16}) {
+    for (int64_t n_tokens : {int64_t{1}, int64_t{3}, int64_t{13}, int64_t{100}}) {
+      for (cpu::matmul_path path : {cpu::matmul_path::gemv, cpu::matmul_path::gemm}) {
+        const int64_t n_in = 70, n_ff = 45;
+        auto x = test::random_floats(static_cast<size_t>(n_tokens * n_in), seed++, -2.0f, 2.0f);
+        auto wg = test::to_dtype(test::random_floats(static_cast<size_t>(n_ff * n_in), seed++), wt);
+        auto wu = test::to_dtype(test::random_floats(static_cast<size_t>(n_ff * n_in), seed++), wt);
+        std::vector<double> g_ref, g_tol, u_ref, u_tol;
+        reference_matmul(x, wg, wt, nullptr, n_tokens, n_in, n_ff, g_ref, g_tol);
+        reference_matmul(x, wu, wt, nullptr, n_tokens, n_in, n_ff, u_ref, u_tol);
+        std::vector<double> ref(g_ref.size()), tol(g_ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          const double sig = 1.0 / (1.0 + std::exp(-g_ref[i]));
+          ref[i] = g_ref[i] * sig * u_ref[i];
+          // Both factors' errors, propagated (d silu / dg <= 1.1), plus the f32 silu itself.
+          tol[i] =
+              1.1 * g_tol[i] * std::fabs(u_ref[i]) + u_tol[i] * std::fabs(g_ref[i] * sig) + 1e-5 * std::fabs(ref[i]);
+        }
+        for (bf16_variant v : variants_for(wt)) {
+          const variant_scope scope(v);
+          const auto wgv = weight_for(wg, n_ff, n_in, v, pool), wuv = weight_for(wu, n_ff, n_in, v, pool);
+          std::vector<float> up(static_cast<size_t>(n_tokens * n_ff)), out(up.size() + 19, -777.0f);
+          cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wgv.data(), wuv.data(), wt, v == bf16_variant::dot_packed,
+                                n_ff, up.data(), out.data(), pool, path);
+          const std::string what = "silu gate " + std::string(dtype_name(wt)) + " tokens " + std::to_string(n_tokens) +
+                                   " path " + std::to_string(static_cast<int>(path)) + " variant " +
+                                   std::to_string(static_cast<int>(v));
+          test::check_close(out.data(), ref.data(), ref.size(), tol.data(), 0.0, 1e-6, what);
+          for (size_t i = ref.size(); i < out.size(); ++i)
+            REQUIRE(out[i] == -777.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("pack_bf16_panels puts each pair where the panel layout says, zeros in the padding [asan]") {
+  thread_pool pool(2);
+  const int64_t n_out = 37, n_in = 45;  // two panels (the second mostly padding), k padded to 64
+  std::vector<uint16_t> w(static_cast<size_t>(n_out * n_in));
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = static_cast<uint16_t>(i + 1);
+  const size_t bytes = cpu::bf16_panels_bytes(n_out, n_in);
+  CHECK(bytes == static_cast<size_t>(2 * 32 * 64) * sizeof(uint16_t));
+  std::vector<uint16_t> packed(bytes / sizeof(uint16_t), 0xffff);
+  cpu::pack_bf16_panels(w.data(), n_out, n_in, packed.data(), pool);
+  for (int64_t row = 0; row < 64; ++row) {
+    for (int64_t k = 0; k < 64; ++k) {
+      const int64_t p = row / 32, r = row % 32;
+      const uint16_t got = packed[static_cast<size_t>(p * 32 * 64 + ((k / 2) * 32 + r) * 2 + k % 2)];
+      const uint16_t want = row < n_out && k < n_in ? w[static_cast<size_t>(row * n_in + k)] : uint16_t{0};
+      INFO("row " << row << " k " << k);
+      REQUIRE(got == want);
     }
   }
 }

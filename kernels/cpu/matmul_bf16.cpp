@@ -1,0 +1,482 @@
+// bf16 weights x bf16-rounded activations on vdpbf16ps (AVX512-BF16): each instruction multiplies 16 pairs of bf16
+// values exactly and adds both products to 16 f32 accumulators, twice the multiply-adds of an f32 FMA in the same
+// issue slot, with no widening of the weights.
+//
+// The activations are rounded to bf16 once per call (all targets of a group share the rounded copy). Two algorithms:
+// - GEMV (few tokens): weight rows are read in the Hugging Face layout, four row streams at a time, prefetched
+//   ahead; a tile is up to 4 rows x 4 tokens of vector accumulators, reduced horizontally at the end. The rows of a
+//   group's targets form one index space split over the pool, so q/k/v (or gate/up) run in one parallel region.
+// - GEMM (many tokens): a panel of 32 outputs x 256 inputs is packed into pairs order ([k/2][32] 32-bit words, the
+//   operand layout of vdpbf16ps) and stays in L1 while a 12 x 32 register tile walks the token rows, broadcasting
+//   one pair of activations per instruction pair.
+// Gated (SwiGLU) groups compute gate and up rows of the same outputs side by side and write silu(gate) * up.
+#include "kernels/cpu/matmul_bf16.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/simd.hpp"
+#include "util/check.hpp"
+
+namespace actorllm::cpu {
+
+namespace {
+constexpr int64_t panel_rows = 32;
+int64_t panel_k_pad(int64_t n_in) { return (n_in + 31) / 32 * 32; }
+}  // namespace
+
+size_t bf16_panels_bytes(int64_t n_out, int64_t n_in) {
+  return static_cast<size_t>((n_out + panel_rows - 1) / panel_rows * panel_rows * panel_k_pad(n_in)) * sizeof(uint16_t);
+}
+
+void pack_bf16_panels(const uint16_t* w, int64_t n_out, int64_t n_in, uint16_t* out, thread_pool& pool) {
+  const int64_t k_pad = panel_k_pad(n_in);
+  const int64_t n_panels = (n_out + panel_rows - 1) / panel_rows;
+  pool.parallel_for(n_panels, [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      uint16_t* panel = out + p * panel_rows * k_pad;
+      // Row by row: each source row is read once, in order; its pairs land 32 pairs apart in the panel.
+      for (int64_t r = 0; r < panel_rows; ++r) {
+        const int64_t row = p * panel_rows + r;
+        for (int64_t k = 0; k < k_pad; ++k) {
+          const uint16_t v = row < n_out && k < n_in ? w[row * n_in + k] : uint16_t{0};
+          panel[((k / 2) * panel_rows + r) * 2 + (k % 2)] = v;
+        }
+      }
+    }
+  });
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+
+namespace {
+
+constexpr int64_t k_step = 32;  // bf16 elements per vector
+
+// Rounds token rows to bf16: xb [n_tokens][ld], zero from n_in to k_pad (k_pad a multiple of k_step, ld >= k_pad).
+void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* src = x + t * n_in;
+    uint16_t* dst = xb + t * ld;
+    for (int64_t k = 0; k < k_pad; k += k_step) {
+      const int64_t left = n_in - k;
+      const __mmask16 lo = left >= 16 ? __mmask16(0xffff) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+      const int64_t left_hi = left - 16;
+      const __mmask16 hi = left_hi >= 16  ? __mmask16(0xffff)
+                           : left_hi <= 0 ? __mmask16(0)
+                                          : __mmask16((1u << left_hi) - 1);
+      const __m512 a = _mm512_maskz_loadu_ps(lo, src + k);
+      const __m512 b = _mm512_maskz_loadu_ps(hi, src + k + 16);
+      _mm512_storeu_si512(dst + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+    }
+  }
+}
+
+inline __mmask32 tail_mask(int64_t n) { return n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1; }
+
+// One target's rows as the GEMV and GEMM read them.
+struct target_view {
+  const uint16_t* w;  // row-major, or panels when `packed`
+  int64_t n_out;
+  const float* bias;
+  float* y;
+  bool packed;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// GEMV
+
+constexpr int gemv_rows = 4;    // row streams per tile
+constexpr int gemv_tokens = 4;  // tokens per tile
+// Prefetch distance along each row: 512 bytes (8 lines) ahead, as in the f32 GEMV (measured on AVX-512 machines).
+constexpr size_t gemv_prefetch_bytes = 512;
+
+// sums[r][t] = dot(rows[r], token row t) over n_in elements, for R rows and TT tokens of xs (rows ld apart).
+template <int R, int TT>
+void dot_tile(const uint16_t* const* rows, const uint16_t* xs, int64_t ld, int64_t n_in, float (*sums)[TT]) {
+  __m512 acc[R][TT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t)
+      acc[r][t] = _mm512_setzero_ps();
+  const int64_t k_main = n_in / k_step * k_step;
+  for (int64_t k = 0; k < k_main; k += k_step) {
+    __m512i wv[R];
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + gemv_prefetch_bytes, _MM_HINT_T0);
+      wv[r] = _mm512_loadu_si512(rows[r] + k);
+    }
+    for (int t = 0; t < TT; ++t) {
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xs + t * ld + k));
+      for (int r = 0; r < R; ++r)
+        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], reinterpret_cast<__m512bh>(wv[r]), xv);
+    }
+  }
+  if (k_main < n_in) {
+    // Masked loads never touch the bytes past a row (nor fault past the matrix); the token rows are zero-padded.
+    const __mmask32 m = tail_mask(n_in - k_main);
+    __m512i wv[R];
+    for (int r = 0; r < R; ++r)
+      wv[r] = _mm512_maskz_loadu_epi16(m, rows[r] + k_main);
+    for (int t = 0; t < TT; ++t) {
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xs + t * ld + k_main));
+      for (int r = 0; r < R; ++r)
+        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], reinterpret_cast<__m512bh>(wv[r]), xv);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t)
+      sums[r][t] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+struct gemv_call {
+  const uint16_t* xb;  // token rows rounded to bf16, ld apart
+  int64_t ld;
+  int64_t k_pad;
+  int64_t n_in;
+  int64_t n_tokens;
+};
+
+// Rows [row0, row0 + R) of one target for tokens [t0, t0 + TT).
+template <int R, int TT>
+void gemv_tile(const gemv_call& c, const target_view& tv, int64_t row0, int64_t t0) {
+  const uint16_t* rows[R];
+  for (int r = 0; r < R; ++r)
+    rows[r] = tv.w + (row0 + r) * c.n_in;
+  float sums[R][TT];
+  dot_tile<R, TT>(rows, c.xb + t0 * c.ld, c.ld, c.n_in, sums);
+  for (int t = 0; t < TT; ++t) {
+    float* out = tv.y + (t0 + t) * tv.n_out + row0;
+    for (int r = 0; r < R; ++r)
+      out[r] = sums[r][t] + (tv.bias != nullptr ? tv.bias[row0 + r] : 0.0f);
+  }
+}
+
+// Gate and up rows [row0, row0 + R) side by side (2R streams) for tokens [t0, t0 + TT); writes silu(gate) * up.
+template <int R, int TT>
+void gemv_gated_tile(const gemv_call& c, const target_view& gate, const target_view& up, int64_t row0, int64_t t0) {
+  const uint16_t* rows[2 * R];
+  for (int r = 0; r < R; ++r) {
+    rows[r] = gate.w + (row0 + r) * c.n_in;
+    rows[R + r] = up.w + (row0 + r) * c.n_in;
+  }
+  float sums[2 * R][TT];
+  dot_tile<2 * R, TT>(rows, c.xb + t0 * c.ld, c.ld, c.n_in, sums);
+  for (int t = 0; t < TT; ++t) {
+    float g[R], u[R];
+    for (int r = 0; r < R; ++r) {
+      g[r] = sums[r][t] + (gate.bias != nullptr ? gate.bias[row0 + r] : 0.0f);
+      u[r] = sums[R + r][t] + (up.bias != nullptr ? up.bias[row0 + r] : 0.0f);
+    }
+    silu_mul(g, u, R, gate.y + (t0 + t) * gate.n_out + row0);
+  }
+}
+
+using gemv_fn = void (*)(const gemv_call&, const target_view&, int64_t, int64_t);
+using gemv_gated_fn = void (*)(const gemv_call&, const target_view&, const target_view&, int64_t, int64_t);
+
+template <size_t... I>
+constexpr std::array<gemv_fn, sizeof...(I)> gemv_table(std::index_sequence<I...>) {
+  return {&gemv_tile<static_cast<int>(I / gemv_tokens) + 1, static_cast<int>(I % gemv_tokens) + 1>...};
+}
+
+// Gated tiles take half as many rows per matrix so that a tile still reads four streams.
+constexpr int gemv_gated_rows = gemv_rows / 2;
+
+template <size_t... I>
+constexpr std::array<gemv_gated_fn, sizeof...(I)> gemv_gated_table(std::index_sequence<I...>) {
+  return {&gemv_gated_tile<static_cast<int>(I / gemv_tokens) + 1, static_cast<int>(I % gemv_tokens) + 1>...};
+}
+
+void gemv(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
+  static constexpr auto table = gemv_table(std::make_index_sequence<gemv_rows * gemv_tokens>{});
+  static constexpr auto gated_table = gemv_gated_table(std::make_index_sequence<gemv_gated_rows * gemv_tokens>{});
+  const int group_rows = gated ? gemv_gated_rows : gemv_rows;
+  // The targets' row groups, numbered one after another: group_begin[i] is target i's first.
+  std::array<int64_t, 9> group_begin{};
+  const size_t n_targets = gated ? 1 : targets.size();
+  for (size_t i = 0; i < n_targets; ++i)
+    group_begin[i + 1] = group_begin[i] + (targets[i].n_out + group_rows - 1) / group_rows;
+  pool.parallel_for(group_begin[n_targets], [&](int64_t g_begin, int64_t g_end) {
+    size_t i = 0;
+    for (int64_t g = g_begin; g < g_end; ++g) {
+      while (g >= group_begin[i + 1])
+        ++i;
+      const target_view& tv = targets[i];
+      const int64_t row0 = (g - group_begin[i]) * group_rows;
+      const int rows = static_cast<int>(std::min<int64_t>(group_rows, tv.n_out - row0));
+      for (int64_t t0 = 0; t0 < c.n_tokens; t0 += gemv_tokens) {
+        const int tt = static_cast<int>(std::min<int64_t>(gemv_tokens, c.n_tokens - t0));
+        const size_t fn = static_cast<size_t>((rows - 1) * gemv_tokens + (tt - 1));
+        if (gated)
+          gated_table[fn](c, targets[0], targets[1], row0, t0);
+        else
+          table[fn](c, tv, row0, t0);
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// GEMM
+
+constexpr int gemm_nr = 32;       // outputs per panel: two vectors
+constexpr int gemm_mr = 12;       // token rows per register tile: 24 accumulators + 2 panel vectors
+constexpr int64_t gemm_kc = 256;  // inputs per panel: 256 x 32 bf16 = 16 KiB, in L1
+constexpr int64_t gemm_tc = 512;  // token rows per chunk: their bf16 block (512 x 256) stays in L2
+constexpr int64_t panel_prefetch_bytes = 1024;
+// Packed weights: token rows per chunk, so that a chunk's bf16 rows (all of K) stay in L2 beside the panel.
+constexpr int64_t packed_chunk_bytes = int64_t{384} << 10;
+
+// Packs rows [o0, o0 + 32) x inputs [k0, k0 + kcb) of w into panel[kcb / 2][32] 32-bit pairs; rows past n_out and
+// inputs past n_in become zeros.
+void pack_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k0, int64_t kcb, uint32_t* panel) {
+  for (int h = 0; h < gemm_nr / 16; ++h) {
+    const int64_t r0 = o0 + h * 16;
+    const int valid = static_cast<int>(std::clamp<int64_t>(n_out - r0, 0, 16));
+    for (int64_t k = 0; k < kcb; k += k_step) {
+      const int64_t left = n_in - (k0 + k);
+      const __mmask32 m = left <= 0 ? __mmask32(0) : tail_mask(left);
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < valid ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, w + (r0 + i) * n_in + k0 + k))
+                         : _mm512_setzero_ps();
+      simd::transpose16(r);  // r[j]: input pair k/2 + j of the 16 rows
+      for (int j = 0; j < 16; ++j)
+        _mm512_storeu_ps(reinterpret_cast<float*>(panel + (k / 2 + j) * gemm_nr + h * 16), r[j]);
+    }
+  }
+}
+
+struct gemm_tile_args {
+  const uint16_t* a;  // token row 0 of the tile at input k0 (bf16)
+  int64_t lda;
+  const uint32_t* panel;
+  int64_t kcb;
+  float* y;  // token row 0 of the tile, column o0
+  int64_t ldy;
+  int n_valid;        // outputs of the panel that exist
+  bool accumulate;    // add to y (a later K block)
+  const float* bias;  // 32 values (padded) on the first K block, or null
+};
+
+// Prefetch: the panel streams from memory (a packed weight read in place), so each step asks for the lines 1 KiB
+// ahead; a panel packed per call sits in L1 already.
+template <int M, bool Prefetch>
+void gemm_tile(const gemm_tile_args& t) {
+  __m512 acc0[M], acc1[M];
+  for (int m = 0; m < M; ++m) {
+    acc0[m] = _mm512_setzero_ps();
+    acc1[m] = _mm512_setzero_ps();
+  }
+  const uint32_t* p = t.panel;
+  for (int64_t kp = 0; kp < t.kcb / 2; ++kp, p += gemm_nr) {
+    if constexpr (Prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(p) + panel_prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + panel_prefetch_bytes + 64, _MM_HINT_T0);
+    }
+    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+    const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p + 16));
+    for (int m = 0; m < M; ++m) {
+      int32_t pair;
+      std::memcpy(&pair, t.a + m * t.lda + 2 * kp, sizeof pair);
+      const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+      acc0[m] = _mm512_dpbf16_ps(acc0[m], av, b0);
+      acc1[m] = _mm512_dpbf16_ps(acc1[m], av, b1);
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    float* out = t.y + m * t.ldy;
+    if (t.bias != nullptr) {
+      acc0[m] = _mm512_add_ps(acc0[m], _mm512_loadu_ps(t.bias));
+      acc1[m] = _mm512_add_ps(acc1[m], _mm512_loadu_ps(t.bias + 16));
+    }
+    const __mmask16 m0 = t.n_valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << t.n_valid) - 1);
+    const __mmask16 m1 = t.n_valid >= 32   ? __mmask16(0xffff)
+                         : t.n_valid <= 16 ? __mmask16(0)
+                                           : __mmask16((1u << (t.n_valid - 16)) - 1);
+    if (t.accumulate) {
+      acc0[m] = _mm512_add_ps(acc0[m], _mm512_maskz_loadu_ps(m0, out));
+      acc1[m] = _mm512_add_ps(acc1[m], _mm512_maskz_loadu_ps(m1, out + 16));
+    }
+    _mm512_mask_storeu_ps(out, m0, acc0[m]);
+    _mm512_mask_storeu_ps(out + 16, m1, acc1[m]);
+  }
+}
+
+using gemm_tile_fn = void (*)(const gemm_tile_args&);
+
+template <bool Prefetch, size_t... I>
+constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<I...>) {
+  return {&gemm_tile<static_cast<int>(I) + 1, Prefetch>...};
+}
+
+void gemm(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
+  static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
+  // Work units are panels of 32 outputs, numbered across the targets; a gated unit is a gate panel and the up
+  // panel of the same outputs.
+  std::array<int64_t, 9> unit_begin{};
+  const size_t n_targets = gated ? 1 : targets.size();
+  for (size_t i = 0; i < n_targets; ++i)
+    unit_begin[i + 1] = unit_begin[i] + (targets[i].n_out + gemm_nr - 1) / gemm_nr;
+  const size_t per_unit = gated ? 2 : 1;
+  pool.parallel_for(unit_begin[n_targets], [&](int64_t u_begin, int64_t u_end) {
+    thread_local std::vector<uint32_t> panel;
+    panel.resize(static_cast<size_t>(gemm_kc / 2 * gemm_nr));
+    alignas(64) float bias_pad[gemm_nr];
+    for (int64_t t0 = 0; t0 < c.n_tokens; t0 += gemm_tc) {
+      const int64_t tc = std::min(gemm_tc, c.n_tokens - t0);
+      for (int64_t k0 = 0; k0 < c.k_pad; k0 += gemm_kc) {
+        const int64_t kcb = std::min(gemm_kc, c.k_pad - k0);
+        size_t i = 0;
+        for (int64_t u = u_begin; u < u_end; ++u) {
+          while (u >= unit_begin[i + 1])
+            ++i;
+          const int64_t o0 = (u - unit_begin[i]) * gemm_nr;
+          for (size_t part = 0; part < per_unit; ++part) {
+            const target_view& tv = targets[gated ? part : i];
+            const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
+            pack_panel(tv.w, c.n_in, tv.n_out, o0, k0, kcb, panel.data());
+            const float* tile_bias = nullptr;
+            if (tv.bias != nullptr && k0 == 0) {
+              for (int j = 0; j < gemm_nr; ++j)
+                bias_pad[j] = j < n_valid ? tv.bias[o0 + j] : 0.0f;
+              tile_bias = bias_pad;
+            }
+            for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
+              const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
+              const gemm_tile_args args{c.xb + m0 * c.ld + k0,
+                                        c.ld,
+                                        panel.data(),
+                                        kcb,
+                                        tv.y + m0 * tv.n_out + o0,
+                                        tv.n_out,
+                                        n_valid,
+                                        k0 > 0,
+                                        tile_bias};
+              table[static_cast<size_t>(mm - 1)](args);
+            }
+          }
+        }
+      }
+      if (gated) {
+        // Every K block of this chunk's gate and up panels is in: combine them while they are warm.
+        const target_view& gate = targets[0];
+        const target_view& up = targets[1];
+        for (int64_t u = u_begin; u < u_end; ++u) {
+          const int64_t o0 = u * gemm_nr;
+          const int64_t n_valid = std::min<int64_t>(gemm_nr, gate.n_out - o0);
+          for (int64_t m = t0; m < t0 + tc; ++m) {
+            float* g = gate.y + m * gate.n_out + o0;
+            silu_mul(g, up.y + m * up.n_out + o0, n_valid, g);
+          }
+        }
+      }
+    }
+  });
+}
+
+// Packed weights (tensor_layout::cpu_bf16_panels): every panel already holds all of K in pairs order, so the tiles
+// read it in place, one sequential stream per panel, with no per-call packing and no K blocking (each output is
+// written once). One algorithm for every batch size: a decode step streams each panel once; a prefill chunk reads
+// it from L2 for each tile after the first.
+void packed_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
+  static constexpr auto table = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
+  std::array<int64_t, 9> unit_begin{};
+  const size_t n_targets = gated ? 1 : targets.size();
+  for (size_t i = 0; i < n_targets; ++i)
+    unit_begin[i + 1] = unit_begin[i] + (targets[i].n_out + gemm_nr - 1) / gemm_nr;
+  const size_t per_unit = gated ? 2 : 1;
+  const int64_t n_kp = c.k_pad / 2;
+  const int64_t chunk = std::max<int64_t>(
+      gemm_mr, packed_chunk_bytes / (c.ld * static_cast<int64_t>(sizeof(uint16_t))) / gemm_mr * gemm_mr);
+  pool.parallel_for(unit_begin[n_targets], [&](int64_t u_begin, int64_t u_end) {
+    alignas(64) float bias_pad[gemm_nr];
+    for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
+      const int64_t tc = std::min(chunk, c.n_tokens - t0);
+      size_t i = 0;
+      for (int64_t u = u_begin; u < u_end; ++u) {
+        while (u >= unit_begin[i + 1])
+          ++i;
+        const int64_t p = u - unit_begin[i];
+        const int64_t o0 = p * gemm_nr;
+        for (size_t part = 0; part < per_unit; ++part) {
+          const target_view& tv = targets[gated ? part : i];
+          const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
+          const uint32_t* panel = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr;
+          const float* tile_bias = nullptr;
+          if (tv.bias != nullptr) {
+            for (int j = 0; j < gemm_nr; ++j)
+              bias_pad[j] = j < n_valid ? tv.bias[o0 + j] : 0.0f;
+            tile_bias = bias_pad;
+          }
+          for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
+            const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
+            const gemm_tile_args args{c.xb + m0 * c.ld, c.ld,    panel, c.k_pad,  tv.y + m0 * tv.n_out + o0,
+                                      tv.n_out,         n_valid, false, tile_bias};
+            table[static_cast<size_t>(mm - 1)](args);
+          }
+        }
+        if (gated) {
+          const target_view& gate = targets[0];
+          const target_view& up = targets[1];
+          const int64_t n_valid = std::min<int64_t>(gemm_nr, gate.n_out - o0);
+          for (int64_t m = t0; m < t0 + tc; ++m) {
+            float* g = gate.y + m * gate.n_out + o0;
+            silu_mul(g, up.y + m * up.n_out + o0, n_valid, g);
+          }
+        }
+      }
+    }
+  });
+}
+}  // namespace
+
+bool have_bf16_dot_kernels() { return true; }
+
+void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets, bool gated,
+                     thread_pool& pool, matmul_path path) {
+  ACTORLLM_CHECK(!targets.empty() && targets.size() <= 8, "matmul_bf16_dot: 1 to 8 targets");
+  ACTORLLM_CHECK(!gated || (targets.size() == 2 && targets[0].n_out == targets[1].n_out),
+                 "matmul_bf16_dot: a gated group is a gate and an up target of equal size");
+  std::array<target_view, 8> views{};
+  for (size_t i = 0; i < targets.size(); ++i) {
+    ACTORLLM_CHECK(targets[i].wtype == dtype::bf16, "matmul_bf16_dot: bf16 weights only");
+    ACTORLLM_CHECK(targets[i].packed == targets[0].packed, "matmul_bf16_dot: packed and row-major weights mixed");
+    views[i] = target_view{static_cast<const uint16_t*>(targets[i].w), targets[i].n_out, targets[i].bias, targets[i].y,
+                           targets[i].packed};
+  }
+  const int64_t k_pad = (n_in + k_step - 1) / k_step * k_step;
+  // One extra line per row: rows a multiple of 4 KiB apart (n_in 2048, 4096, ...) would all fall into the same L1
+  // sets, and the GEMM tile reads 12 of them at once.
+  const int64_t ld = k_pad + k_step;
+  thread_local std::vector<uint16_t> xb_storage;
+  xb_storage.resize(static_cast<size_t>(n_tokens * ld));
+  round_rows_to_bf16(x, n_tokens, n_in, xb_storage.data(), k_pad, ld);
+  const gemv_call c{xb_storage.data(), ld, k_pad, n_in, n_tokens};
+  const std::span<const target_view> tv{views.data(), targets.size()};
+  if (targets[0].packed) {
+    packed_matmul(c, tv, gated, pool);
+    return;
+  }
+  if (path == matmul_path::automatic)
+    path = n_tokens < matmul_gemm_min_tokens ? matmul_path::gemv : matmul_path::gemm;
+  if (path == matmul_path::gemv)
+    gemv(c, tv, gated, pool);
+  else
+    gemm(c, tv, gated, pool);
+}
+
+#else
+
+bool have_bf16_dot_kernels() { return false; }
+
+void matmul_bf16_dot(const float*, int64_t, int64_t, std::span<const matmul_target>, bool, thread_pool&, matmul_path) {
+  ACTORLLM_CHECK(false, "matmul_bf16_dot: this build has no AVX512-BF16 kernels");
+}
+
+#endif
+
+}  // namespace actorllm::cpu
