@@ -1,6 +1,9 @@
-// CPU decode/prefill benchmark at a real model shape with dummy weights: decode tokens/s at batch 1 and 32,
-// prefill tokens/s for a 512-token prompt, the machine's memory bandwidth, and batch-1 decode as a fraction of the
-// bandwidth roofline (weight bytes read per token ÷ bandwidth). Prints a table, writes JSON.
+// CPU decode/prefill benchmark on any Hugging Face model directory (its safetensors, or dummy weights at its shape when
+// it has none or --load-format dummy): decode tokens/s at batch 1 and 32, prefill tokens/s for a 512-token prompt,
+// the machine's memory bandwidth (bench/memory_bandwidth.hpp: the best of several read patterns), and batch-1 decode
+// as a fraction of the bandwidth roofline (weight bytes read per token ÷ bandwidth). The probe and the measurements
+// alternate for --rounds rounds and the table gives medians (each round's decode is set against that round's probe),
+// since a shared machine's bandwidth drifts. Prints a table, writes JSON.
 #include "bench/bench_json.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/collective.hpp"
@@ -16,6 +19,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <vector>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
@@ -90,42 +95,71 @@ double prefill_tokens_per_second(model::llama_model& llm, int64_t n_tokens, int6
   return best;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"CPU decode/prefill benchmark with dummy weights at a real model shape"};
+  CLI::App app{"CPU decode/prefill benchmark on a model directory (real or dummy weights)"};
   std::string config_dir = std::string{ACTORLLM_SOURCE_DIR} + "/bench/configs/llama-3.2-1b";
   std::string json_path = "bench/results/cpu_decode.json";
-  std::string dtype_name = "bfloat16";
-  int threads = 0;
+  std::string dtype_arg = "bfloat16";
+  std::string format_name = "auto";
+  int threads = 0, rounds = 3;
   int64_t steps = 16, prompt_len = 16, prefill = 512, big_batch = 32;
   int prefill_reps = 2;
-  app.add_option("--config", config_dir, "Directory with the model's config.json")->capture_default_str();
-  app.add_option("--dtype", dtype_name, "Weight dtype")->capture_default_str();
+  app.add_option("--model,--config", config_dir, "Hugging Face model directory (config.json, safetensors optional)")
+      ->capture_default_str();
+  app.add_option("--load-format", format_name,
+                 "auto (the directory's safetensors, dummy weights when it has none), safetensors or dummy")
+      ->capture_default_str();
+  app.add_option("--dtype", dtype_arg, "Weight dtype (auto: the checkpoint's)")->capture_default_str();
   app.add_option("--threads", threads, "Threads (default: all cores)");
+  app.add_option("--rounds", rounds, "Alternated rounds of probe and measurements (medians reported)")
+      ->capture_default_str();
   app.add_option("--decode-steps", steps, "Timed decode steps per batch size")->capture_default_str();
   app.add_option("--prompt-len", prompt_len, "Context each decoding sequence starts from")->capture_default_str();
   app.add_option("--prefill-tokens", prefill, "Prompt length of the prefill measurement")->capture_default_str();
-  app.add_option("--prefill-reps", prefill_reps, "Prefill repetitions (best is kept)")->capture_default_str();
+  app.add_option("--prefill-reps", prefill_reps, "Prefill repetitions per round (best is kept)")->capture_default_str();
   app.add_option("--batch", big_batch, "The larger decode batch")->capture_default_str();
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (rounds < 1) {
+    std::fprintf(stderr, "--rounds: must be at least 1, got %d\n", rounds);
+    return 2;
+  }
 
   cpu::cpu_backend be{threads > 0 ? threads : thread_pool::global().size()};
   thread_pool& pool = be.pool();
-  auto wdt = parse_dtype(dtype_name);
-  if (!wdt) {
-    std::fprintf(stderr, "--dtype: unknown dtype '%s'\n", dtype_name.c_str());
+  model::load_options load;
+  if (dtype_arg != "auto") {
+    auto wdt = parse_dtype(dtype_arg);
+    if (!wdt) {
+      std::fprintf(stderr, "--dtype: unknown dtype '%s'\n", dtype_arg.c_str());
+      return 2;
+    }
+    load.weight_dtype = *wdt;
+  }
+  auto format = model::parse_load_format(format_name);
+  if (!format) {
+    std::fprintf(stderr, "--load-format: expected auto, safetensors or dummy, got '%s'\n", format_name.c_str());
     return 2;
   }
-  std::fprintf(stderr, "measuring memory bandwidth...\n");
-  double bandwidth = bench::measure_read_bandwidth(pool);
+  load.format = *format;
+  if (load.format == model::load_format::automatic) {
+    bool has_weights = false;
+    for (const auto& e : std::filesystem::directory_iterator(config_dir))
+      has_weights = has_weights || e.path().extension() == ".safetensors";
+    load.format = has_weights ? model::load_format::safetensors : model::load_format::dummy;
+  }
+  const bool dummy = load.format == model::load_format::dummy;
 
-  std::fprintf(stderr, "making dummy weights (%s)...\n", dtype_name.c_str());
+  std::fprintf(stderr, "loading %s weights...\n", dummy ? "dummy" : "safetensors");
   model::shard_spec shard;
-  model::load_options load;
-  load.format = model::load_format::dummy;
-  load.weight_dtype = *wdt;
   auto t_load = clock_type::now();
   auto loaded = model::load_shard(config_dir, shard, load);
   double load_secs = seconds_since(t_load);
@@ -137,42 +171,73 @@ int main(int argc, char** argv) {
   if (!cfg.tie_word_embeddings)
     if (const auto* e = loaded.weights.find("model.embed_tokens.weight"))
       bytes_per_token -= e->nbytes();
+  std::string stored_dtype = "?";
+  if (const auto* e = loaded.weights.find("model.embed_tokens.weight"))
+    stored_dtype = std::string{dtype_name(e->type)};
   single_rank_collective comm;
   model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, be};
   const int64_t block_size = 16;
 
-  std::fprintf(stderr, "decode batch 1...\n");
-  double tps1 = decode_tokens_per_second(llm, 1, prompt_len, steps, block_size);
-  std::fprintf(stderr, "decode batch %ld...\n", static_cast<long>(big_batch));
-  double tpsn = decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
-  std::fprintf(stderr, "prefill %ld tokens...\n", static_cast<long>(prefill));
-  double prefill_tps = prefill_tokens_per_second(llm, prefill, block_size, prefill_reps);
-  double roofline = bandwidth / static_cast<double>(bytes_per_token);
-  double fraction = tps1 / roofline;
+  std::vector<double> bandwidths, tps1s, tpsns, prefills, fractions;
+  bench::read_pattern best_pattern;
+  double best_bandwidth = 0;
+  for (int round = 0; round < rounds; ++round) {
+    std::fprintf(stderr, "round %d/%d: memory bandwidth probe...\n", round + 1, rounds);
+    const bench::bandwidth_probe probe = bench::probe_read_bandwidth(pool);
+    if (probe.bytes_per_s > best_bandwidth) {
+      best_bandwidth = probe.bytes_per_s;
+      best_pattern = probe.best;
+    }
+    std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
+    const double tps1 = decode_tokens_per_second(llm, 1, prompt_len, steps, block_size);
+    std::fprintf(stderr, "round %d/%d: decode batch %ld...\n", round + 1, rounds, static_cast<long>(big_batch));
+    const double tpsn = decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
+    std::fprintf(stderr, "round %d/%d: prefill %ld tokens...\n", round + 1, rounds, static_cast<long>(prefill));
+    const double prefill_tps = prefill_tokens_per_second(llm, prefill, block_size, prefill_reps);
+    bandwidths.push_back(probe.bytes_per_s);
+    tps1s.push_back(tps1);
+    tpsns.push_back(tpsn);
+    prefills.push_back(prefill_tps);
+    fractions.push_back(tps1 / (probe.bytes_per_s / static_cast<double>(bytes_per_token)));
+  }
+  const double bandwidth = median(bandwidths), tps1 = median(tps1s), tpsn = median(tpsns),
+               prefill_tps = median(prefills), fraction = median(fractions);
+  const double roofline = bandwidth / static_cast<double>(bytes_per_token);
 
   std::printf("%-44s %16s\n", "metric", "value");
-  std::printf("%-44s %16s\n", "model shape", std::filesystem::path{config_dir}.filename().c_str());
-  std::printf("%-44s %16s\n", "weight dtype", std::string{dtype_name}.c_str());
+  std::printf("%-44s %16s\n", "model", std::filesystem::path{config_dir}.filename().c_str());
+  std::printf("%-44s %16s\n", "weights", dummy ? "dummy" : "safetensors");
+  std::printf("%-44s %16s\n", "weight dtype", dtype_arg == "auto" ? stored_dtype.c_str() : dtype_arg.c_str());
   std::printf("%-44s %16d\n", "threads", pool.size());
+  std::printf("%-44s %16d\n", "rounds (medians below)", rounds);
   std::printf("%-44s %16.2f\n", "weights (GB)", static_cast<double>(weight_bytes) / 1e9);
   std::printf("%-44s %16.2f\n", "weight bytes read per decode token (GB)", static_cast<double>(bytes_per_token) / 1e9);
-  std::printf("%-44s %16.2f\n", "dummy weight creation (s)", load_secs);
+  std::printf("%-44s %16.2f\n", "weight loading (s)", load_secs);
   std::printf("%-44s %16.2f\n", "memory read bandwidth (GB/s)", bandwidth / 1e9);
+  std::printf("%-44s %16s\n", "  best read pattern", best_pattern.name().c_str());
   std::printf("%-44s %16.2f\n", "decode tokens/s, batch 1", tps1);
   std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch {}", big_batch).c_str(), tpsn);
   std::printf("%-44s %16.2f\n", fmt::format("prefill tokens/s, {}-token prompt", prefill).c_str(), prefill_tps);
   std::printf("%-44s %16.2f\n", "batch-1 roofline (tokens/s)", roofline);
   std::printf("%-44s %15.1f%%\n", "batch-1 decode / roofline", fraction * 100.0);
+  std::printf("%-44s %16s\n", "per round: bandwidth GB/s, decode b1, b/roofline", "");
+  for (size_t r = 0; r < bandwidths.size(); ++r)
+    std::printf("  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%% | batch %ld %8.2f tok/s | prefill %8.2f tok/s\n", r + 1,
+                bandwidths[r] / 1e9, tps1s[r], fractions[r] * 100.0, static_cast<long>(big_batch), tpsns[r],
+                prefills[r]);
 
   json_writer w;
   w.begin_object();
   w.key("benchmark").value("cpu_decode");
-  w.key("config").value(config_dir);
-  w.key("dtype").value(dtype_name);
+  w.key("model").value(config_dir);
+  w.key("weights").value(dummy ? "dummy" : "safetensors");
+  w.key("dtype").value(dtype_arg == "auto" ? stored_dtype : dtype_arg);
   w.key("threads").value(pool.size());
+  w.key("rounds").value(rounds);
   w.key("weight_bytes").value(static_cast<uint64_t>(weight_bytes));
   w.key("weight_bytes_per_token").value(static_cast<uint64_t>(bytes_per_token));
   w.key("memory_bandwidth_bytes_per_s").value(bandwidth);
+  w.key("memory_bandwidth_best_pattern").value(best_pattern.name());
   w.key("decode_batch1_tokens_per_s").value(tps1);
   w.key("decode_batch").value(big_batch);
   w.key("decode_batchN_tokens_per_s").value(tpsn);
@@ -181,6 +246,17 @@ int main(int argc, char** argv) {
   w.key("roofline_batch1_tokens_per_s").value(roofline);
   w.key("batch1_fraction_of_roofline").value(fraction);
   w.key("decode_steps").value(steps);
+  w.key("per_round").begin_array();
+  for (size_t r = 0; r < bandwidths.size(); ++r) {
+    w.begin_object();
+    w.key("memory_bandwidth_bytes_per_s").value(bandwidths[r]);
+    w.key("decode_batch1_tokens_per_s").value(tps1s[r]);
+    w.key("decode_batchN_tokens_per_s").value(tpsns[r]);
+    w.key("prefill_tokens_per_s").value(prefills[r]);
+    w.key("batch1_fraction_of_roofline").value(fractions[r]);
+    w.end_object();
+  }
+  w.end_array();
   w.end_object();
   return bench::write_json_result(json_path, w.str());
 }

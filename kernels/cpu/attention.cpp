@@ -2,6 +2,7 @@
 #include "kernels/cpu/attention.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -15,122 +16,155 @@ namespace {
 
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
-float dot(const float* a, const float* b, int64_t n) {
-  constexpr int w = simd::width;
-  simd::vf s0 = simd::zero(), s1 = s0;
+constexpr int W = simd::width;  // keys per step: one vector of scores
+
+// acc[0 .. n) *= c.
+void scale_in_place(float* acc, float c, int64_t n) {
+  const simd::vf vc = simd::set1(c);
   int64_t i = 0;
-  for (; i + 2 * w <= n; i += 2 * w) {
-    s0 = simd::fmadd(simd::load(a + i), simd::load(b + i), s0);
-    s1 = simd::fmadd(simd::load(a + i + w), simd::load(b + i + w), s1);
-  }
-  for (; i + w <= n; i += w)
-    s0 = simd::fmadd(simd::load(a + i), simd::load(b + i), s0);
-  float s = simd::reduce_add(simd::add(s0, s1));
+  for (; i + W <= n; i += W)
+    simd::store(acc + i, simd::mul(vc, simd::load(acc + i)));
   for (; i < n; ++i)
-    s += a[i] * b[i];
-  return s;
+    acc[i] *= c;
 }
 
-// dst = p * v over n elements.
-void scaled_copy(float* dst, float p, const float* v, int64_t n) {
-  constexpr int w = simd::width;
-  simd::vf vp = simd::set1(p);
-  int64_t i = 0;
-  for (; i + w <= n; i += w)
-    simd::store(dst + i, simd::mul(vp, simd::load(v + i)));
-  for (; i < n; ++i)
-    dst[i] = p * v[i];
-}
-
-// acc += p * v over n elements.
+// acc[0 .. n) += p * v[0 .. n).
 void axpy(float* acc, float p, const float* v, int64_t n) {
-  constexpr int w = simd::width;
-  simd::vf vp = simd::set1(p);
+  const simd::vf vp = simd::set1(p);
   int64_t i = 0;
-  for (; i + w <= n; i += w)
+  for (; i + W <= n; i += W)
     simd::store(acc + i, simd::fmadd(vp, simd::load(v + i), simd::load(acc + i)));
   for (; i < n; ++i)
     acc[i] += p * v[i];
 }
 
-// x[i] = exp(x[i] - m) for i < n.
-void exp_shifted(float* x, int64_t n, float m) {
-  constexpr int w = simd::width;
-  simd::vf vm = simd::set1(m);
-  int64_t i = 0;
-  for (; i + w <= n; i += w)
-    simd::store(x + i, simd::exp(simd::sub(simd::load(x + i), vm)));
-  for (; i < n; ++i)
-    x[i] = simd::exp_scalar(x[i] - m);
-}
-
-struct work_scratch {
-  std::vector<float> acc;     // [n_rep][head_dim] running weighted sum of v
-  std::vector<float> scores;  // [n_rep][block_size] of the current block
-  std::vector<float> row_max;
-  std::vector<float> row_sum;
+struct tile_scratch {
+  std::vector<float> kt;   // [head_dim][W]: the current keys, transposed (a key per lane)
+  std::vector<float> acc;  // [pairs][head_dim]: running weighted sums of v
+  std::vector<float> row_max, row_sum;
+  std::vector<float> q;  // [pairs][head_dim]: the queries, pre-multiplied by the scale
 };
 
-// One work item: query row r (position pos) against kv head g for the n_rep query heads that share it, over the
-// cache positions [first, pos] (first > 0 under a sliding window).
-void attend(const float* q, const attention_seq& seq, int64_t r, int32_t pos, int64_t g, const paged_kv_view& cache,
-            int64_t n_head, int64_t n_rep, float scale, int64_t window, float* out, work_scratch& s) {
-  const int64_t hd = cache.head_dim, bs = cache.block_size;
-  const int64_t n_ctx = static_cast<int64_t>(pos) + 1;
-  const int64_t first = window > 0 ? std::max<int64_t>(0, n_ctx - window) : 0;
-  ACTORLLM_CHECK(pos >= 0, "paged_attention: negative position");
-  ACTORLLM_CHECK(n_ctx <= static_cast<int64_t>(seq.n_blocks) * bs,
-                 "paged_attention: position beyond the sequence's blocks");
-  s.acc.assign(static_cast<size_t>(n_rep * hd), 0.0f);
-  s.scores.resize(static_cast<size_t>(n_rep * bs));
-  s.row_max.assign(static_cast<size_t>(n_rep), neg_inf);
-  s.row_sum.assign(static_cast<size_t>(n_rep), 0.0f);
-  const float* qg = q + (r * n_head + g * n_rep) * hd;
-  const int64_t row_stride = cache.n_head_kv * hd;  // floats between consecutive slots
-
-  // Blocks before the window's first block are never touched; in that block the rows before `first` are skipped.
-  for (int64_t b = first / bs; b * bs < n_ctx; ++b) {
-    int32_t blk = seq.block_table[b];
-    ACTORLLM_CHECK(blk >= 0 && blk < cache.n_blocks, "paged_attention: block id out of range");
-    const int64_t lo = std::max<int64_t>(first - b * bs, 0);  // first row of the block inside the window
-    int64_t n = std::min(bs, n_ctx - b * bs) - lo;
-    const float* kb = cache.k + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
-    const float* vb = cache.v + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
-    for (int64_t i = 0; i < n; ++i) {
-      const float* krow = kb + i * row_stride;
-      for (int64_t j = 0; j < n_rep; ++j)
-        s.scores[static_cast<size_t>(j * bs + i)] = dot(qg + j * hd, krow, hd) * scale;
+// kt[d][k] = key k's element d for k < n (the keys row_stride floats apart), zero for k >= n.
+void transpose_keys(const float* keys, int64_t row_stride, int64_t n, int64_t hd, float* kt) {
+#if defined(ACTORLLM_SIMD_AVX512)
+  if (hd % 16 == 0) {
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+      __m512 r[16];
+      for (int64_t k = 0; k < 16; ++k)
+        r[k] = k < n ? _mm512_loadu_ps(keys + k * row_stride + d0) : _mm512_setzero_ps();
+      simd::transpose16(r);
+      for (int64_t d = 0; d < 16; ++d)
+        _mm512_storeu_ps(kt + (d0 + d) * W, r[d]);
     }
-    for (int64_t j = 0; j < n_rep; ++j) {
-      float* sc = s.scores.data() + j * bs;
-      float block_max = *std::max_element(sc, sc + n);
-      float new_max = std::max(s.row_max[static_cast<size_t>(j)], block_max);
-      // Rescale what was accumulated under the old max (exp(-inf) = 0 on the first block).
-      float correction = simd::exp_scalar(s.row_max[static_cast<size_t>(j)] - new_max);
-      s.row_max[static_cast<size_t>(j)] = new_max;
-      exp_shifted(sc, n, new_max);
-      float sum = 0.0f;
-      for (int64_t i = 0; i < n; ++i)
-        sum += sc[i];
-      s.row_sum[static_cast<size_t>(j)] = s.row_sum[static_cast<size_t>(j)] * correction + sum;
-      float* acc = s.acc.data() + j * hd;
-      if (correction != 1.0f)
-        for (int64_t d = 0; d < hd; ++d)
-          acc[d] *= correction;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const float* vrow = vb + i * row_stride;
-      for (int64_t j = 0; j < n_rep; ++j)
-        axpy(s.acc.data() + j * hd, s.scores[static_cast<size_t>(j * bs + i)], vrow, hd);
-    }
+    return;
   }
-
-  for (int64_t j = 0; j < n_rep; ++j) {
-    float* o = out + (r * n_head + g * n_rep + j) * hd;
-    float inv = 1.0f / s.row_sum[static_cast<size_t>(j)];
-    scaled_copy(o, inv, s.acc.data() + j * hd, hd);
-  }
+#endif
+  for (int64_t d = 0; d < hd; ++d)
+    for (int64_t k = 0; k < W; ++k)
+      kt[d * W + k] = k < n ? keys[k * row_stride + d] : 0.0f;
 }
+
+// One work item: query rows [r0, r1) of one sequence (consecutive positions of a prefill chunk, or one decode row)
+// against kv head g, for the n_rep query heads that share it: every (row, head) pair walks the cache W keys at a
+// time. The keys are transposed once per step for all pairs, so each score vector is head_dim FMAs with no
+// horizontal sums; each pair keeps an online softmax (running max and sum, rescaled when the max grows).
+void attend_tile(const float* q, const int32_t* positions, const attention_seq& seq, int64_t r0, int64_t r1,
+                 int64_t g, const paged_kv_view& cache, int64_t n_head, int64_t n_rep, float scale, int64_t window,
+                 float* out, tile_scratch& s) {
+  const int64_t hd = cache.head_dim, bs = cache.block_size;
+  const int64_t n_rows = r1 - r0, n_pairs = n_rows * n_rep;
+  int64_t ctx_end = 0, ctx_first = INT64_MAX;  // keys any row sees: [ctx_first, ctx_end)
+  for (int64_t r = r0; r < r1; ++r) {
+    ACTORLLM_CHECK(positions[r] >= 0, "paged_attention: negative position");
+    const int64_t n_ctx = static_cast<int64_t>(positions[r]) + 1;
+    ACTORLLM_CHECK(n_ctx <= static_cast<int64_t>(seq.n_blocks) * bs,
+                   "paged_attention: position beyond the sequence's blocks");
+    ctx_end = std::max(ctx_end, n_ctx);
+    ctx_first = std::min(ctx_first, window > 0 ? std::max<int64_t>(0, n_ctx - window) : int64_t{0});
+  }
+  s.kt.resize(static_cast<size_t>(hd * W));
+  s.acc.assign(static_cast<size_t>(n_pairs * hd), 0.0f);
+  s.row_max.assign(static_cast<size_t>(n_pairs), neg_inf);
+  s.row_sum.assign(static_cast<size_t>(n_pairs), 0.0f);
+  s.q.resize(static_cast<size_t>(n_pairs * hd));
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < n_rep; ++j) {
+      const float* src = q + (r * n_head + g * n_rep + j) * hd;
+      float* dst = s.q.data() + ((r - r0) * n_rep + j) * hd;
+      for (int64_t d = 0; d < hd; ++d)
+        dst[d] = src[d] * scale;
+    }
+  const int64_t row_stride = cache.n_head_kv * hd;  // floats between consecutive slots
+  alignas(64) float p[W];
+
+  // Blocks before the earliest window's first block are never touched (not even their table entries).
+  for (int64_t b = ctx_first / bs; b * bs < ctx_end; ++b) {
+    const int32_t blk = seq.block_table[b];
+    ACTORLLM_CHECK(blk >= 0 && blk < cache.n_blocks, "paged_attention: block id out of range");
+    const int64_t block_lo = std::max<int64_t>(ctx_first - b * bs, 0);
+    const int64_t block_hi = std::min(bs, ctx_end - b * bs);
+    for (int64_t lo = block_lo; lo < block_hi; lo += W) {
+      const int64_t n = std::min<int64_t>(W, block_hi - lo);
+      const int64_t key0 = b * bs + lo;  // position of the step's first key
+      const float* kb = cache.k + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
+      const float* vb = cache.v + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
+      transpose_keys(kb, row_stride, n, hd, s.kt.data());
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t pos = positions[r];
+        const int64_t first = window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
+        // The keys of this step that row r sees: [see_lo, see_hi) of the step's lanes.
+        const int64_t see_lo = std::max<int64_t>(first - key0, 0), see_hi = std::min<int64_t>(pos + 1 - key0, n);
+        if (see_lo >= see_hi)
+          continue;
+        for (int64_t j = 0; j < n_rep; ++j) {
+          const int64_t pair = (r - r0) * n_rep + j;
+          const float* qp = s.q.data() + pair * hd;
+          simd::vf sc0 = simd::zero(), sc1 = simd::zero();
+          int64_t d = 0;
+          for (; d + 1 < hd; d += 2) {
+            sc0 = simd::fmadd(simd::set1(qp[d]), simd::load(s.kt.data() + d * W), sc0);
+            sc1 = simd::fmadd(simd::set1(qp[d + 1]), simd::load(s.kt.data() + (d + 1) * W), sc1);
+          }
+          if (d < hd)
+            sc0 = simd::fmadd(simd::set1(qp[d]), simd::load(s.kt.data() + d * W), sc0);
+          simd::store(p, simd::add(sc0, sc1));
+          for (int64_t k = 0; k < W; ++k)
+            if (k < see_lo || k >= see_hi)
+              p[k] = neg_inf;
+          const simd::vf scores = simd::load(p);
+          float& m = s.row_max[static_cast<size_t>(pair)];
+          const float new_max = std::max(m, simd::reduce_max(scores));
+          // Rescale what was accumulated under the old max (exp(-inf) = 0 on the first step).
+          const float correction = simd::exp_scalar(m - new_max);
+          m = new_max;
+          const simd::vf e = simd::exp(simd::sub(scores, simd::set1(new_max)));
+          simd::store(p, e);
+          float& l = s.row_sum[static_cast<size_t>(pair)];
+          l = l * correction + simd::reduce_add(e);
+          float* acc = s.acc.data() + pair * hd;
+          if (correction != 1.0f)
+            scale_in_place(acc, correction, hd);
+          for (int64_t k = see_lo; k < see_hi; ++k)
+            axpy(acc, p[k], vb + k * row_stride, hd);
+        }
+      }
+    }
+  }
+
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < n_rep; ++j) {
+      const int64_t pair = (r - r0) * n_rep + j;
+      float* o = out + (r * n_head + g * n_rep + j) * hd;
+      const float inv = 1.0f / s.row_sum[static_cast<size_t>(pair)];
+      const float* acc = s.acc.data() + pair * hd;
+      for (int64_t d = 0; d < hd; ++d)
+        o[d] = acc[d] * inv;
+    }
+}
+
+// Query rows per work item: enough pairs to amortise each key step's transpose, few enough to keep the items many.
+constexpr int64_t tile_rows = 4;
 
 }  // namespace
 
@@ -154,23 +188,25 @@ void paged_attention(const float* q, const int32_t* positions, const attention_s
   ACTORLLM_CHECK(cache.n_head_kv > 0 && n_head % cache.n_head_kv == 0,
                  "paged_attention: n_head must be a multiple of n_head_kv");
   const int64_t n_rep = n_head / cache.n_head_kv;
-  // Work item w maps to (sequence, query row, kv head) through prefix sums over the sequences.
+  // Work item w maps to (sequence, tile of query rows, kv head) through prefix sums over the sequences.
   std::vector<int64_t> first_item(static_cast<size_t>(n_seqs) + 1, 0);
   for (int64_t s = 0; s < n_seqs; ++s)
-    first_item[static_cast<size_t>(s) + 1] = first_item[static_cast<size_t>(s)] + seqs[s].n_query * cache.n_head_kv;
+    first_item[static_cast<size_t>(s) + 1] =
+        first_item[static_cast<size_t>(s)] + (seqs[s].n_query + tile_rows - 1) / tile_rows * cache.n_head_kv;
   const int64_t n_items = first_item.back();
 
   // Items differ in cost (a long prefix versus a short one), so they are handed out dynamically.
   pool.parallel_for_dynamic(n_items, 1, [&](int64_t begin, int64_t end) {
-    thread_local work_scratch scratch;
+    thread_local tile_scratch scratch;
     for (int64_t w = begin; w < end; ++w) {
       auto it = std::upper_bound(first_item.begin(), first_item.end(), w);
       auto s = static_cast<int64_t>(it - first_item.begin()) - 1;
       int64_t local = w - first_item[static_cast<size_t>(s)];
       const attention_seq& seq = seqs[s];
-      int64_t r = seq.query_begin + local / cache.n_head_kv;
-      int64_t g = local % cache.n_head_kv;
-      attend(q, seq, r, positions[r], g, cache, n_head, n_rep, scale, window, out, scratch);
+      const int64_t r0 = seq.query_begin + local / cache.n_head_kv * tile_rows;
+      const int64_t r1 = std::min<int64_t>(r0 + tile_rows, seq.query_begin + seq.n_query);
+      const int64_t g = local % cache.n_head_kv;
+      attend_tile(q, positions, seq, r0, r1, g, cache, n_head, n_rep, scale, window, out, scratch);
     }
   });
 }

@@ -40,8 +40,9 @@ struct attention_seq {
 /// block-table entries not even read (a scheduler may have freed them); a window that starts inside a block reads
 /// that block from the window start on. GQA: query head h uses kv head h / (n_head / n_head_kv). q, out:
 /// [n_tokens, n_head, head_dim] f32; scores are q.k * scale. Online softmax over cache blocks (running max and
-/// sum, rescaled per block), f32 accumulation. Parallel over (sequence, query row, kv head) work items, each
-/// covering the n_head / n_head_kv query heads that share a kv head so every k/v row is loaded once for the group.
+/// sum, rescaled per step of keys), f32 accumulation. Parallel over (sequence, tile of up to 4 query rows, kv head)
+/// work items, each covering the n_head / n_head_kv query heads that share a kv head, so every k/v row is loaded
+/// (and the keys transposed for lane-parallel scores) once for all the tile's rows and heads.
 void paged_attention(const float* q, const int32_t* positions, const attention_seq* seqs, int64_t n_seqs,
                      const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool,
                      int64_t window = 0);
