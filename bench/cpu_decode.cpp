@@ -19,11 +19,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <string>
-#include <vector>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <string>
+#include <vector>
 
 namespace {
 

@@ -27,7 +27,10 @@ namespace actorllm::bench {
 struct read_pattern {
   int streams = 1;
   int prefetch = 0;
-  std::string name() const { return fmt::format("{} stream{}, prefetch {}", streams, streams > 1 ? "s" : "", prefetch == 0 ? std::string{"off"} : fmt::format("{} B", prefetch)); }
+  std::string name() const {
+    return fmt::format("{} stream{}, prefetch {}", streams, streams > 1 ? "s" : "",
+                       prefetch == 0 ? std::string{"off"} : fmt::format("{} B", prefetch));
+  }
 };
 
 /// The probe's result: the best bandwidth and the pattern that reached it.
@@ -90,9 +93,8 @@ inline bandwidth_probe probe_read_bandwidth(thread_pool& pool, size_t bytes = si
   const int64_t n_lines = static_cast<int64_t>(bytes / 64);
   const auto buf = host_buffer::allocate_huge(bytes);
   auto* data = static_cast<float*>(buf->data());
-  pool.parallel_for(n_lines, [&](int64_t b, int64_t e) {
-    std::memset(data + b * 16, 1, static_cast<size_t>(e - b) * 64);
-  });
+  pool.parallel_for(n_lines,
+                    [&](int64_t b, int64_t e) { std::memset(data + b * 16, 1, static_cast<size_t>(e - b) * 64); });
   std::vector<float> sink(static_cast<size_t>(pool.size()) * 16, 0.0f);
   bandwidth_probe best;
   for (int r = 0; r < reps; ++r)  // rounds over all patterns, so that drift of the machine hits each alike

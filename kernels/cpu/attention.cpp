@@ -69,9 +69,9 @@ void transpose_keys(const float* keys, int64_t row_stride, int64_t n, int64_t hd
 // against kv head g, for the n_rep query heads that share it: every (row, head) pair walks the cache W keys at a
 // time. The keys are transposed once per step for all pairs, so each score vector is head_dim FMAs with no
 // horizontal sums; each pair keeps an online softmax (running max and sum, rescaled when the max grows).
-void attend_tile(const float* q, const int32_t* positions, const attention_seq& seq, int64_t r0, int64_t r1,
-                 int64_t g, const paged_kv_view& cache, int64_t n_head, int64_t n_rep, float scale, int64_t window,
-                 float* out, tile_scratch& s) {
+void attend_tile(const float* q, const int32_t* positions, const attention_seq& seq, int64_t r0, int64_t r1, int64_t g,
+                 const paged_kv_view& cache, int64_t n_head, int64_t n_rep, float scale, int64_t window, float* out,
+                 tile_scratch& s) {
   const int64_t hd = cache.head_dim, bs = cache.block_size;
   const int64_t n_rows = r1 - r0, n_pairs = n_rows * n_rep;
   int64_t ctx_end = 0, ctx_first = INT64_MAX;  // keys any row sees: [ctx_first, ctx_end)

@@ -227,8 +227,6 @@ constexpr int gemm_mr = 12;       // token rows per register tile: 24 accumulato
 constexpr int64_t gemm_kc = 256;  // inputs per panel: 256 x 32 bf16 = 16 KiB, in L1
 constexpr int64_t gemm_tc = 512;  // token rows per chunk: their bf16 block (512 x 256) stays in L2
 constexpr int64_t panel_prefetch_bytes = 1024;
-// Packed weights: token rows per chunk, so that a chunk's bf16 rows (all of K) stay in L2 beside the panel.
-constexpr int64_t packed_chunk_bytes = int64_t{384} << 10;
 
 // Packs rows [o0, o0 + 32) x inputs [k0, k0 + kcb) of w into panel[kcb / 2][32] 32-bit pairs; rows past n_out and
 // inputs past n_in become zeros.
@@ -379,9 +377,14 @@ void gemm(const gemv_call& c, std::span<const target_view> targets, bool gated, 
 }
 
 // Packed weights (tensor_layout::cpu_bf16_panels): every panel already holds all of K in pairs order, so the tiles
-// read it in place, one sequential stream per panel, with no per-call packing and no K blocking (each output is
-// written once). One algorithm for every batch size: a decode step streams each panel once; a prefill chunk reads
-// it from L2 for each tile after the first.
+// read it in place with no per-call packing. Few tokens (decode): each thread streams its panels once, whole, one
+// sequential stream at a time. Many tokens (prefill): GotoBLAS blocking without the packing: K blocks of 512 inputs
+// (a panel's block is 32 KiB, L1-sized) and chunks of 384 token rows (their bf16 block, 384 KiB, stays in L2), so each
+// panel block comes from memory once per chunk and serves 32 tiles; later K blocks add into the outputs.
+constexpr int64_t packed_stream_max_tokens = 48;
+constexpr int64_t packed_kc = 512;
+constexpr int64_t packed_tc = 384;
+
 void packed_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
   static constexpr auto table = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
   std::array<int64_t, 9> unit_begin{};
@@ -390,48 +393,60 @@ void packed_matmul(const gemv_call& c, std::span<const target_view> targets, boo
     unit_begin[i + 1] = unit_begin[i] + (targets[i].n_out + gemm_nr - 1) / gemm_nr;
   const size_t per_unit = gated ? 2 : 1;
   const int64_t n_kp = c.k_pad / 2;
-  const int64_t chunk = std::max<int64_t>(
-      gemm_mr, packed_chunk_bytes / (c.ld * static_cast<int64_t>(sizeof(uint16_t))) / gemm_mr * gemm_mr);
+  const bool stream = c.n_tokens <= packed_stream_max_tokens;
+  const int64_t kc = stream ? c.k_pad : packed_kc;
+  const int64_t chunk = stream ? c.n_tokens : packed_tc;
   pool.parallel_for(unit_begin[n_targets], [&](int64_t u_begin, int64_t u_end) {
     alignas(64) float bias_pad[gemm_nr];
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, c.n_tokens - t0);
-      size_t i = 0;
-      for (int64_t u = u_begin; u < u_end; ++u) {
-        while (u >= unit_begin[i + 1])
-          ++i;
-        const int64_t p = u - unit_begin[i];
-        const int64_t o0 = p * gemm_nr;
-        for (size_t part = 0; part < per_unit; ++part) {
-          const target_view& tv = targets[gated ? part : i];
-          const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
-          const uint32_t* panel = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr;
-          const float* tile_bias = nullptr;
-          if (tv.bias != nullptr) {
-            for (int j = 0; j < gemm_nr; ++j)
-              bias_pad[j] = j < n_valid ? tv.bias[o0 + j] : 0.0f;
-            tile_bias = bias_pad;
+      for (int64_t k0 = 0; k0 < c.k_pad; k0 += kc) {
+        const int64_t kcb = std::min(kc, c.k_pad - k0);
+        size_t i = 0;
+        for (int64_t u = u_begin; u < u_end; ++u) {
+          while (u >= unit_begin[i + 1])
+            ++i;
+          const int64_t p = u - unit_begin[i];
+          const int64_t o0 = p * gemm_nr;
+          for (size_t part = 0; part < per_unit; ++part) {
+            const target_view& tv = targets[gated ? part : i];
+            const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
+            const uint32_t* panel = reinterpret_cast<const uint32_t*>(tv.w) + (p * n_kp + k0 / 2) * gemm_nr;
+            const float* tile_bias = nullptr;
+            if (tv.bias != nullptr && k0 == 0) {
+              for (int j = 0; j < gemm_nr; ++j)
+                bias_pad[j] = j < n_valid ? tv.bias[o0 + j] : 0.0f;
+              tile_bias = bias_pad;
+            }
+            for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
+              const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
+              const gemm_tile_args args{c.xb + m0 * c.ld + k0,
+                                        c.ld,
+                                        panel,
+                                        kcb,
+                                        tv.y + m0 * tv.n_out + o0,
+                                        tv.n_out,
+                                        n_valid,
+                                        k0 > 0,
+                                        tile_bias};
+              table[static_cast<size_t>(mm - 1)](args);
+            }
           }
-          for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
-            const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
-            const gemm_tile_args args{c.xb + m0 * c.ld, c.ld,    panel, c.k_pad,  tv.y + m0 * tv.n_out + o0,
-                                      tv.n_out,         n_valid, false, tile_bias};
-            table[static_cast<size_t>(mm - 1)](args);
-          }
-        }
-        if (gated) {
-          const target_view& gate = targets[0];
-          const target_view& up = targets[1];
-          const int64_t n_valid = std::min<int64_t>(gemm_nr, gate.n_out - o0);
-          for (int64_t m = t0; m < t0 + tc; ++m) {
-            float* g = gate.y + m * gate.n_out + o0;
-            silu_mul(g, up.y + m * up.n_out + o0, n_valid, g);
+          if (gated && k0 + kcb >= c.k_pad) {  // both panels complete for this chunk: combine while warm
+            const target_view& gate = targets[0];
+            const target_view& up = targets[1];
+            const int64_t n_valid = std::min<int64_t>(gemm_nr, gate.n_out - o0);
+            for (int64_t m = t0; m < t0 + tc; ++m) {
+              float* g = gate.y + m * gate.n_out + o0;
+              silu_mul(g, up.y + m * up.n_out + o0, n_valid, g);
+            }
           }
         }
       }
     }
   });
 }
+
 }  // namespace
 
 bool have_bf16_dot_kernels() { return true; }
