@@ -25,6 +25,7 @@
 #include "kernels/cpu/simd.hpp"
 
 #include "bench/memory_bandwidth.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
 #include "util/json_writer.hpp"
@@ -105,19 +106,24 @@ struct matmul_result {
 
 matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n_tokens, int64_t n_in, int64_t n_out,
                           cpu::matmul_path path, double min_seconds, int min_reps, const std::string& name,
-                          cpu::bf16_kernels kernels = cpu::bf16_kernels::best) {
+                          cpu::bf16_kernels kernels = cpu::bf16_kernels::best, bool packed = false) {
   cpu::set_bf16_kernels(kernels);
-  size_t wbytes = static_cast<size_t>(n_in * n_out) * dtype_size(wt);
+  // A packed weight is read in place, so an arena slot of random bf16 serves as one (the values do not matter).
+  size_t wbytes = packed ? cpu::bf16_panels_bytes(n_out, n_in) : static_cast<size_t>(n_in * n_out) * dtype_size(wt);
   std::vector<float> x(static_cast<size_t>(n_tokens * n_in)), y(static_cast<size_t>(n_tokens * n_out));
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
   std::vector<double> times;
   size_t slot = 0;
-  cpu::matmul(x.data(), n_tokens, n_in, a.slot(slot++, wbytes), wt, n_out, nullptr, y.data(), pool, path);  // warm
+  auto run = [&] {
+    const cpu::matmul_target target{a.slot(slot++, wbytes), wt, n_out, nullptr, y.data(), packed};
+    cpu::matmul_group(x.data(), n_tokens, n_in, std::span{&target, 1}, pool, path);
+  };
+  run();  // warm
   auto start = clock_type::now();
   while (static_cast<int>(times.size()) < min_reps || seconds_since(start) < min_seconds) {
     auto t0 = clock_type::now();
-    cpu::matmul(x.data(), n_tokens, n_in, a.slot(slot++, wbytes), wt, n_out, nullptr, y.data(), pool, path);
+    run();
     times.push_back(seconds_since(t0));
   }
   double s = median(times);
@@ -177,6 +183,52 @@ decode_step_result time_decode_step(const arena& a, thread_pool& pool, dtype wt,
   return {s, bytes, bytes / s / 1e9};
 }
 
+// Paged attention of `n_seqs` sequences, each with `n_query` query rows ending at context `ctx` (prefill: one
+// sequence, n_query == ctx; decode: many sequences, one row each), TinyLlama's heads (32 query, 4 kv, 64 wide),
+// blocks of 16. Returns the median seconds per call and the FLOPs of QK^T and PV over the causal pairs.
+struct attention_result {
+  std::string name;
+  double seconds;
+  double gflops;
+};
+
+attention_result time_attention(thread_pool& pool, const std::string& name, int64_t n_seqs, int64_t n_query,
+                                int64_t ctx, double min_seconds) {
+  const int64_t n_head = 32, n_kv = 4, hd = 64, bs = 16;
+  const int64_t blocks_per_seq = (ctx + bs - 1) / bs;
+  const int64_t n_blocks = n_seqs * blocks_per_seq;
+  std::vector<float> k(static_cast<size_t>(n_blocks * bs * n_kv * hd)), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+    v[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
+  }
+  const int64_t n_tokens = n_seqs * n_query;
+  std::vector<float> q(static_cast<size_t>(n_tokens * n_head * hd), 0.01f), out(q.size());
+  std::vector<int32_t> positions(static_cast<size_t>(n_tokens)), table(static_cast<size_t>(n_blocks));
+  std::vector<cpu::attention_seq> seqs;
+  double pairs = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    for (int64_t b = 0; b < blocks_per_seq; ++b)
+      table[static_cast<size_t>(s * blocks_per_seq + b)] = static_cast<int32_t>(s * blocks_per_seq + b);
+    for (int64_t r = 0; r < n_query; ++r) {
+      positions[static_cast<size_t>(s * n_query + r)] = static_cast<int32_t>(ctx - n_query + r);
+      pairs += static_cast<double>(ctx - n_query + r + 1);
+    }
+    seqs.push_back({static_cast<int32_t>(s * n_query), static_cast<int32_t>(n_query), table.data() + s * blocks_per_seq,
+                    static_cast<int32_t>(blocks_per_seq)});
+  }
+  const cpu::paged_kv_view cache{k.data(), v.data(), n_blocks, bs, n_kv, hd};
+  std::vector<double> times;
+  const auto start = clock_type::now();
+  while (times.size() < 3 || seconds_since(start) < min_seconds) {
+    const auto t0 = clock_type::now();
+    cpu::paged_attention(q.data(), positions.data(), seqs.data(), n_seqs, cache, n_head, 0.125f, out.data(), pool);
+    times.push_back(seconds_since(t0));
+  }
+  const double secs = median(times);
+  return {name, secs, pairs * static_cast<double>(n_head) * static_cast<double>(hd) * 4.0 / secs / 1e9};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,6 +272,18 @@ int main(int argc, char** argv) {
   std::vector<cpu::bf16_kernels> bf16_families{cpu::bf16_kernels::best};
   if (cpu::have_bf16_dot_kernels())
     bf16_families.push_back(cpu::bf16_kernels::fma);
+  if (cpu::have_bf16_dot_kernels()) {
+    add(time_matmul(a, *pool, dtype::bf16, 1, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_ffn",
+                    cpu::bf16_kernels::best, true));
+    add(time_matmul(a, *pool, dtype::bf16, 1, 2048, 128256, cpu::matmul_path::automatic, min_s, min_reps,
+                    "decode_vocab", cpu::bf16_kernels::best, true));
+    add(time_matmul(a, *pool, dtype::bf16, 32, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_b32",
+                    cpu::bf16_kernels::best, true));
+    add(time_matmul(a, *pool, dtype::bf16, 512, 2048, 8192, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
+                    "prefill_512", cpu::bf16_kernels::best, true));
+    add(time_matmul(a, *pool, dtype::bf16, 512, 5632, 2048, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
+                    "prefill_down", cpu::bf16_kernels::best, true));
+  }
   for (auto k : bf16_families) {
     add(time_matmul(a, *pool, dtype::bf16, 1, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_ffn",
                     k));
@@ -242,6 +306,14 @@ int main(int argc, char** argv) {
     add(time_matmul(a, *pool, dtype::bf16, t, 2048, 8192, cpu::matmul_path::gemm, min_s / 2, 3, "crossover"));
   }
   cpu::set_bf16_kernels(cpu::bf16_kernels::best);
+
+  std::vector<attention_result> attention;
+  attention.push_back(time_attention(*pool, "prefill_512", 1, 512, 512, min_s));
+  attention.push_back(time_attention(*pool, "decode_b32_ctx512", 32, 1, 512, min_s));
+  attention.push_back(time_attention(*pool, "decode_b1_ctx2048", 1, 1, 2048, min_s));
+  fmt::print("\npaged attention, one layer (32 heads, 4 kv heads, head_dim 64):\n");
+  for (const auto& r : attention)
+    fmt::print("{:<20} {:>10.3f} ms  {:>8.2f} GFLOP/s\n", r.name, r.seconds * 1e3, r.gflops);
 
   decode_step_result step = time_decode_step(a, *pool, dtype::bf16, quick ? 3 : 10);
   double roofline_s = step.weight_bytes / (bw * 1e9);
@@ -271,6 +343,15 @@ int main(int argc, char** argv) {
     j.key("weight_gbs").value(r.weight_gbs);
     j.key("gflops").value(r.gflops);
     j.key("fraction_of_bandwidth").value(r.weight_gbs / bw);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("attention").begin_array();
+  for (const auto& r : attention) {
+    j.begin_object();
+    j.key("case").value(r.name);
+    j.key("seconds").value(r.seconds);
+    j.key("gflops").value(r.gflops);
     j.end_object();
   }
   j.end_array();

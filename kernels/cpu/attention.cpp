@@ -38,6 +38,99 @@ void axpy(float* acc, float p, const float* v, int64_t n) {
     acc[i] += p * v[i];
 }
 
+// acc = acc * correction + sum over k in [k_lo, k_hi) of p[k] * v[k] (v rows row_stride floats apart), head_dim hd.
+// Head sizes of up to 8 vectors keep acc in registers for the whole step.
+template <int NV>
+void accumulate_values_regs(float* acc, float correction, const float* p, int64_t k_lo, int64_t k_hi, const float* v,
+                            int64_t row_stride) {
+  simd::vf a[NV];
+  const simd::vf c = simd::set1(correction);
+  for (int i = 0; i < NV; ++i)
+    a[i] = simd::mul(c, simd::load(acc + i * W));
+  for (int64_t k = k_lo; k < k_hi; ++k) {
+    const simd::vf pk = simd::set1(p[k]);
+    const float* vk = v + k * row_stride;
+    for (int i = 0; i < NV; ++i)
+      a[i] = simd::fmadd(pk, simd::load(vk + i * W), a[i]);
+  }
+  for (int i = 0; i < NV; ++i)
+    simd::store(acc + i * W, a[i]);
+}
+
+void accumulate_values(float* acc, float correction, const float* p, int64_t k_lo, int64_t k_hi, const float* v,
+                       int64_t row_stride, int64_t hd) {
+  if (hd % W == 0 && hd / W <= 8 && W > 1) {
+    switch (hd / W) {
+      case 1:
+        return accumulate_values_regs<1>(acc, correction, p, k_lo, k_hi, v, row_stride);
+      case 2:
+        return accumulate_values_regs<2>(acc, correction, p, k_lo, k_hi, v, row_stride);
+      case 3:
+        return accumulate_values_regs<3>(acc, correction, p, k_lo, k_hi, v, row_stride);
+      case 4:
+        return accumulate_values_regs<4>(acc, correction, p, k_lo, k_hi, v, row_stride);
+      case 5:
+        return accumulate_values_regs<5>(acc, correction, p, k_lo, k_hi, v, row_stride);
+      case 6:
+        return accumulate_values_regs<6>(acc, correction, p, k_lo, k_hi, v, row_stride);
+      case 7:
+        return accumulate_values_regs<7>(acc, correction, p, k_lo, k_hi, v, row_stride);
+      default:
+        return accumulate_values_regs<8>(acc, correction, p, k_lo, k_hi, v, row_stride);
+    }
+  }
+  if (correction != 1.0f)
+    scale_in_place(acc, correction, hd);
+  for (int64_t k = k_lo; k < k_hi; ++k)
+    axpy(acc, p[k], v + k * row_stride, hd);
+}
+
+// The same for NP query heads of one row at once (they see the same keys): each value vector is loaded once for all
+// of them. acc[i], correction[i] and p[i] belong to head i.
+template <int NV, int NP>
+void accumulate_values_group(float* const* acc, const float* correction, const float (*p)[W], int64_t k_lo,
+                             int64_t k_hi, const float* v, int64_t row_stride) {
+  simd::vf a[NP][NV];
+  for (int j = 0; j < NP; ++j) {
+    const simd::vf c = simd::set1(correction[j]);
+    for (int i = 0; i < NV; ++i)
+      a[j][i] = simd::mul(c, simd::load(acc[j] + i * W));
+  }
+  for (int64_t k = k_lo; k < k_hi; ++k) {
+    const float* vk = v + k * row_stride;
+    simd::vf vv[NV];
+    for (int i = 0; i < NV; ++i)
+      vv[i] = simd::load(vk + i * W);
+    for (int j = 0; j < NP; ++j) {
+      const simd::vf pk = simd::set1(p[j][k]);
+      for (int i = 0; i < NV; ++i)
+        a[j][i] = simd::fmadd(pk, vv[i], a[j][i]);
+    }
+  }
+  for (int j = 0; j < NP; ++j)
+    for (int i = 0; i < NV; ++i)
+      simd::store(acc[j] + i * W, a[j][i]);
+}
+
+// accumulate_values for n (<= 4) heads of one row, grouped where the head size allows.
+void accumulate_values_heads(float* const* acc, const float* correction, const float (*p)[W], int64_t n, int64_t k_lo,
+                             int64_t k_hi, const float* v, int64_t row_stride, int64_t hd) {
+  if (W > 1 && n == 4 && hd == 4 * W)
+    return accumulate_values_group<4, 4>(acc, correction, p, k_lo, k_hi, v, row_stride);
+  if (W > 1 && n == 4 && hd == 2 * W)
+    return accumulate_values_group<2, 4>(acc, correction, p, k_lo, k_hi, v, row_stride);
+  if (W > 1 && n >= 2 && hd == 8 * W) {
+    accumulate_values_group<8, 2>(acc, correction, p, k_lo, k_hi, v, row_stride);
+    if (n == 4)
+      accumulate_values_group<8, 2>(acc + 2, correction + 2, p + 2, k_lo, k_hi, v, row_stride);
+    else if (n == 3)
+      accumulate_values(acc[2], correction[2], p[2], k_lo, k_hi, v, row_stride, hd);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j)
+    accumulate_values(acc[j], correction[j], p[j], k_lo, k_hi, v, row_stride, hd);
+}
+
 struct tile_scratch {
   std::vector<float> kt;   // [head_dim][W]: the current keys, transposed (a key per lane)
   std::vector<float> acc;  // [pairs][head_dim]: running weighted sums of v
@@ -97,6 +190,9 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
     }
   const int64_t row_stride = cache.n_head_kv * hd;  // floats between consecutive slots
   alignas(64) float p[W];
+  alignas(64) float pg[4][W];  // probabilities of the (up to) four heads scored together
+  float corrections[4];
+  float* accs[4];
 
   // Blocks before the earliest window's first block are never touched (not even their table entries).
   for (int64_t b = ctx_first / bs; b * bs < ctx_end; ++b) {
@@ -117,36 +213,56 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         const int64_t see_lo = std::max<int64_t>(first - key0, 0), see_hi = std::min<int64_t>(pos + 1 - key0, n);
         if (see_lo >= see_hi)
           continue;
-        for (int64_t j = 0; j < n_rep; ++j) {
-          const int64_t pair = (r - r0) * n_rep + j;
-          const float* qp = s.q.data() + pair * hd;
-          simd::vf sc0 = simd::zero(), sc1 = simd::zero();
+        // Scores of up to four query heads at once: each transposed key vector is loaded once for the four, and
+        // eight independent FMA chains hide the latency. (Fewer than four heads left: the last one is repeated and
+        // its extra scores dropped.)
+        for (int64_t j0 = 0; j0 < n_rep; j0 += 4) {
+          const int64_t nj = std::min<int64_t>(4, n_rep - j0);
+          const float* qp[4];
+          simd::vf sc[4][2];
+          for (int64_t jj = 0; jj < 4; ++jj) {
+            qp[jj] = s.q.data() + ((r - r0) * n_rep + j0 + std::min(jj, nj - 1)) * hd;
+            sc[jj][0] = simd::zero();
+            sc[jj][1] = simd::zero();
+          }
+          const float* kt = s.kt.data();
           int64_t d = 0;
           for (; d + 1 < hd; d += 2) {
-            sc0 = simd::fmadd(simd::set1(qp[d]), simd::load(s.kt.data() + d * W), sc0);
-            sc1 = simd::fmadd(simd::set1(qp[d + 1]), simd::load(s.kt.data() + (d + 1) * W), sc1);
+            const simd::vf k0 = simd::load(kt + d * W), k1 = simd::load(kt + (d + 1) * W);
+            for (int64_t jj = 0; jj < 4; ++jj) {
+              sc[jj][0] = simd::fmadd(simd::set1(qp[jj][d]), k0, sc[jj][0]);
+              sc[jj][1] = simd::fmadd(simd::set1(qp[jj][d + 1]), k1, sc[jj][1]);
+            }
           }
-          if (d < hd)
-            sc0 = simd::fmadd(simd::set1(qp[d]), simd::load(s.kt.data() + d * W), sc0);
-          simd::store(p, simd::add(sc0, sc1));
-          for (int64_t k = 0; k < W; ++k)
-            if (k < see_lo || k >= see_hi)
-              p[k] = neg_inf;
-          const simd::vf scores = simd::load(p);
-          float& m = s.row_max[static_cast<size_t>(pair)];
-          const float new_max = std::max(m, simd::reduce_max(scores));
-          // Rescale what was accumulated under the old max (exp(-inf) = 0 on the first step).
-          const float correction = simd::exp_scalar(m - new_max);
-          m = new_max;
-          const simd::vf e = simd::exp(simd::sub(scores, simd::set1(new_max)));
-          simd::store(p, e);
-          float& l = s.row_sum[static_cast<size_t>(pair)];
-          l = l * correction + simd::reduce_add(e);
-          float* acc = s.acc.data() + pair * hd;
-          if (correction != 1.0f)
-            scale_in_place(acc, correction, hd);
-          for (int64_t k = see_lo; k < see_hi; ++k)
-            axpy(acc, p[k], vb + k * row_stride, hd);
+          if (d < hd) {
+            const simd::vf k0 = simd::load(kt + d * W);
+            for (int64_t jj = 0; jj < 4; ++jj)
+              sc[jj][0] = simd::fmadd(simd::set1(qp[jj][d]), k0, sc[jj][0]);
+          }
+          for (int64_t jj = 0; jj < nj; ++jj) {
+            const int64_t pair = (r - r0) * n_rep + j0 + jj;
+            simd::vf scores = simd::add(sc[jj][0], sc[jj][1]);
+            if (see_lo > 0 || see_hi < W) {  // the diagonal, a window's edge or a short step: mask the unseen keys
+              simd::store(p, scores);
+              for (int64_t k = 0; k < W; ++k)
+                if (k < see_lo || k >= see_hi)
+                  p[k] = neg_inf;
+              scores = simd::load(p);
+            }
+            float& m = s.row_max[static_cast<size_t>(pair)];
+            const float new_max = std::max(m, simd::reduce_max(scores));
+            // Rescale what was accumulated under the old max (exp(-inf) = 0 on the first step).
+            const float correction = new_max == m ? 1.0f : simd::exp_scalar(m - new_max);
+            m = new_max;
+            const simd::vf e = simd::exp(simd::sub(scores, simd::set1(new_max)));
+            simd::store(p, e);
+            float& l = s.row_sum[static_cast<size_t>(pair)];
+            l = l * correction + simd::reduce_add(e);
+            std::memcpy(pg[jj], p, sizeof p);
+            corrections[jj] = correction;
+            accs[jj] = s.acc.data() + pair * hd;
+          }
+          accumulate_values_heads(accs, corrections, pg, nj, see_lo, see_hi, vb, row_stride, hd);
         }
       }
     }

@@ -386,7 +386,9 @@ constexpr int64_t packed_kc = 512;
 constexpr int64_t packed_tc = 384;
 
 void packed_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
-  static constexpr auto table = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
+  // Streaming panels from memory wants software prefetch; a K block that 32 tiles reuse from L1 does not.
+  static constexpr auto stream_table = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
+  static constexpr auto block_table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
   std::array<int64_t, 9> unit_begin{};
   const size_t n_targets = gated ? 1 : targets.size();
   for (size_t i = 0; i < n_targets; ++i)
@@ -396,6 +398,7 @@ void packed_matmul(const gemv_call& c, std::span<const target_view> targets, boo
   const bool stream = c.n_tokens <= packed_stream_max_tokens;
   const int64_t kc = stream ? c.k_pad : packed_kc;
   const int64_t chunk = stream ? c.n_tokens : packed_tc;
+  const auto& table = stream ? stream_table : block_table;
   pool.parallel_for(unit_begin[n_targets], [&](int64_t u_begin, int64_t u_end) {
     alignas(64) float bias_pad[gemm_nr];
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
