@@ -137,6 +137,7 @@ matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n
           n_out,
           path_name,
           wt != dtype::bf16                                                    ? "-"
+          : packed                                                             ? "pack"
           : kernels == cpu::bf16_kernels::best && cpu::have_bf16_dot_kernels() ? "dot"
                                                                                : "fma",
           s,
