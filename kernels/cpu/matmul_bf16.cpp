@@ -6,9 +6,10 @@
 // - GEMV (few tokens): weight rows are read in the Hugging Face layout, four row streams at a time, prefetched
 //   ahead; a tile is up to 4 rows x 4 tokens of vector accumulators, reduced horizontally at the end. The rows of a
 //   group's targets form one index space split over the pool, so q/k/v (or gate/up) run in one parallel region.
-// - GEMM (many tokens): a panel of 32 outputs x 256 inputs is packed into pairs order ([k/2][32] 32-bit words, the
-//   operand layout of vdpbf16ps) and stays in L1 while a 12 x 32 register tile walks the token rows, broadcasting
-//   one pair of activations per instruction pair.
+// - Panels: 32 outputs x a K block in pairs order ([k/2][32] 32-bit words, the operand layout of vdpbf16ps) stay in
+//   L1 while a 12 x 32 register tile walks the token rows, broadcasting one pair of activations per instruction
+//   pair. Packed weights (packed at load) are read in place at every batch size; row-major ones are packed per call
+//   for many tokens.
 // Gated (SwiGLU) groups compute gate and up rows of the same outputs side by side and write silu(gate) * up.
 #include "kernels/cpu/matmul_bf16.hpp"
 
@@ -222,11 +223,10 @@ void gemv(const gemv_call& c, std::span<const target_view> targets, bool gated, 
 // ---------------------------------------------------------------------------------------------------------------
 // GEMM
 
-constexpr int gemm_nr = 32;       // outputs per panel: two vectors
-constexpr int gemm_mr = 12;       // token rows per register tile: 24 accumulators + 2 panel vectors
-constexpr int64_t gemm_kc = 256;  // inputs per panel: 256 x 32 bf16 = 16 KiB, in L1
-constexpr int64_t gemm_tc = 512;  // token rows per chunk: their bf16 block (512 x 256) stays in L2
+constexpr int gemm_nr = 32;  // outputs per panel: two vectors
+constexpr int gemm_mr = 12;  // token rows per register tile: 24 accumulators + 2 panel vectors
 constexpr int64_t panel_prefetch_bytes = 1024;
+constexpr int64_t bf16_dot_gemm_min_tokens = 384;  // row-major weights: GEMV below, per-call panels from here
 
 // Packs rows [o0, o0 + 32) x inputs [k0, k0 + kcb) of w into panel[kcb / 2][32] 32-bit pairs; rows past n_out and
 // inputs past n_in become zeros.
@@ -311,81 +311,17 @@ constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<
   return {&gemm_tile<static_cast<int>(I) + 1, Prefetch>...};
 }
 
-void gemm(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
-  static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
-  // Work units are panels of 32 outputs, numbered across the targets; a gated unit is a gate panel and the up
-  // panel of the same outputs.
-  std::array<int64_t, 9> unit_begin{};
-  const size_t n_targets = gated ? 1 : targets.size();
-  for (size_t i = 0; i < n_targets; ++i)
-    unit_begin[i + 1] = unit_begin[i] + (targets[i].n_out + gemm_nr - 1) / gemm_nr;
-  const size_t per_unit = gated ? 2 : 1;
-  pool.parallel_for(unit_begin[n_targets], [&](int64_t u_begin, int64_t u_end) {
-    thread_local std::vector<uint32_t> panel;
-    panel.resize(static_cast<size_t>(gemm_kc / 2 * gemm_nr));
-    alignas(64) float bias_pad[gemm_nr];
-    for (int64_t t0 = 0; t0 < c.n_tokens; t0 += gemm_tc) {
-      const int64_t tc = std::min(gemm_tc, c.n_tokens - t0);
-      for (int64_t k0 = 0; k0 < c.k_pad; k0 += gemm_kc) {
-        const int64_t kcb = std::min(gemm_kc, c.k_pad - k0);
-        size_t i = 0;
-        for (int64_t u = u_begin; u < u_end; ++u) {
-          while (u >= unit_begin[i + 1])
-            ++i;
-          const int64_t o0 = (u - unit_begin[i]) * gemm_nr;
-          for (size_t part = 0; part < per_unit; ++part) {
-            const target_view& tv = targets[gated ? part : i];
-            const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
-            pack_panel(tv.w, c.n_in, tv.n_out, o0, k0, kcb, panel.data());
-            const float* tile_bias = nullptr;
-            if (tv.bias != nullptr && k0 == 0) {
-              for (int j = 0; j < gemm_nr; ++j)
-                bias_pad[j] = j < n_valid ? tv.bias[o0 + j] : 0.0f;
-              tile_bias = bias_pad;
-            }
-            for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
-              const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
-              const gemm_tile_args args{c.xb + m0 * c.ld + k0,
-                                        c.ld,
-                                        panel.data(),
-                                        kcb,
-                                        tv.y + m0 * tv.n_out + o0,
-                                        tv.n_out,
-                                        n_valid,
-                                        k0 > 0,
-                                        tile_bias};
-              table[static_cast<size_t>(mm - 1)](args);
-            }
-          }
-        }
-      }
-      if (gated) {
-        // Every K block of this chunk's gate and up panels is in: combine them while they are warm.
-        const target_view& gate = targets[0];
-        const target_view& up = targets[1];
-        for (int64_t u = u_begin; u < u_end; ++u) {
-          const int64_t o0 = u * gemm_nr;
-          const int64_t n_valid = std::min<int64_t>(gemm_nr, gate.n_out - o0);
-          for (int64_t m = t0; m < t0 + tc; ++m) {
-            float* g = gate.y + m * gate.n_out + o0;
-            silu_mul(g, up.y + m * up.n_out + o0, n_valid, g);
-          }
-        }
-      }
-    }
-  });
-}
-
-// Packed weights (tensor_layout::cpu_bf16_panels): every panel already holds all of K in pairs order, so the tiles
-// read it in place with no per-call packing. Few tokens (decode): each thread streams its panels once, whole, one
-// sequential stream at a time. Many tokens (prefill): GotoBLAS blocking without the packing: K blocks of 512 inputs
-// (a panel's block is 32 KiB, L1-sized) and chunks of 384 token rows (their bf16 block, 384 KiB, stays in L2), so each
-// panel block comes from memory once per chunk and serves 32 tiles; later K blocks add into the outputs.
+// The panel algorithm (GotoBLAS): work units are panels of 32 outputs, numbered across the targets (a gated unit is
+// a gate panel and the up panel of the same outputs), split over the pool. Many tokens: K blocks of 512 inputs (a
+// panel's block is 32 KiB, L1-sized) and chunks of 384 token rows (their bf16 block, 384 KiB, stays in L2), so each
+// panel block is fetched once per chunk and serves 32 tiles; later K blocks add into the outputs. A row-major weight's
+// panel block is packed per call into a thread-local buffer; a packed weight (tensor_layout::cpu_bf16_panels) is read
+// in place, and with few tokens (decode) each whole panel is streamed once, prefetched ahead.
 constexpr int64_t packed_stream_max_tokens = 48;
-constexpr int64_t packed_kc = 512;
-constexpr int64_t packed_tc = 384;
+constexpr int64_t panel_kc = 512;
+constexpr int64_t panel_tc = 384;
 
-void packed_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
+void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
   // Streaming panels from memory wants software prefetch; a K block that 32 tiles reuse from L1 does not.
   static constexpr auto stream_table = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
   static constexpr auto block_table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
@@ -394,12 +330,16 @@ void packed_matmul(const gemv_call& c, std::span<const target_view> targets, boo
   for (size_t i = 0; i < n_targets; ++i)
     unit_begin[i + 1] = unit_begin[i] + (targets[i].n_out + gemm_nr - 1) / gemm_nr;
   const size_t per_unit = gated ? 2 : 1;
+  const bool packed = targets[0].packed;
   const int64_t n_kp = c.k_pad / 2;
-  const bool stream = c.n_tokens <= packed_stream_max_tokens;
-  const int64_t kc = stream ? c.k_pad : packed_kc;
-  const int64_t chunk = stream ? c.n_tokens : packed_tc;
+  const bool stream = packed && c.n_tokens <= packed_stream_max_tokens;
+  const int64_t kc = stream ? c.k_pad : panel_kc;
+  const int64_t chunk = stream ? c.n_tokens : panel_tc;
   const auto& table = stream ? stream_table : block_table;
   pool.parallel_for(unit_begin[n_targets], [&](int64_t u_begin, int64_t u_end) {
+    thread_local std::vector<uint32_t> packed_block;
+    if (!packed)
+      packed_block.resize(static_cast<size_t>(panel_kc / 2 * gemm_nr));
     alignas(64) float bias_pad[gemm_nr];
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, c.n_tokens - t0);
@@ -414,7 +354,13 @@ void packed_matmul(const gemv_call& c, std::span<const target_view> targets, boo
           for (size_t part = 0; part < per_unit; ++part) {
             const target_view& tv = targets[gated ? part : i];
             const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
-            const uint32_t* panel = reinterpret_cast<const uint32_t*>(tv.w) + (p * n_kp + k0 / 2) * gemm_nr;
+            const uint32_t* panel = nullptr;
+            if (packed) {
+              panel = reinterpret_cast<const uint32_t*>(tv.w) + (p * n_kp + k0 / 2) * gemm_nr;
+            } else {
+              pack_panel(tv.w, c.n_in, tv.n_out, o0, k0, kcb, packed_block.data());
+              panel = packed_block.data();
+            }
             const float* tile_bias = nullptr;
             if (tv.bias != nullptr && k0 == 0) {
               for (int j = 0; j < gemm_nr; ++j)
@@ -476,15 +422,17 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
   const gemv_call c{xb_storage.data(), ld, k_pad, n_in, n_tokens};
   const std::span<const target_view> tv{views.data(), targets.size()};
   if (targets[0].packed) {
-    packed_matmul(c, tv, gated, pool);
+    panel_matmul(c, tv, gated, pool);
     return;
   }
+  // Row-major weights: the GEMV's 4 x 4 dot tiles beat packing panels per call up to a few hundred tokens
+  // (bench_kernels' crossover rows on Zen 4: 368 against 302 GFLOP/s at 256 tokens).
   if (path == matmul_path::automatic)
-    path = n_tokens < matmul_gemm_min_tokens ? matmul_path::gemv : matmul_path::gemm;
+    path = n_tokens < bf16_dot_gemm_min_tokens ? matmul_path::gemv : matmul_path::gemm;
   if (path == matmul_path::gemv)
     gemv(c, tv, gated, pool);
   else
-    gemm(c, tv, gated, pool);
+    panel_matmul(c, tv, gated, pool);
 }
 
 #else
