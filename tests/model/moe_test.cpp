@@ -320,3 +320,112 @@ TEST_CASE("Qwen2-MoE (shared expert, a dense layer): greedy ids equal the float6
 TEST_CASE("Qwen3-MoE (q/k norm, renormalised top-k, uneven expert placement): greedy ids equal the reference") {
   check_model(qwen3_moe_json(), 13);
 }
+
+TEST_CASE("expert parallelism: a rank loads only its experts, whole, and holds less than a tensor-parallel rank") {
+  const model_config cfg = parse_model_config(mixtral_json(), "config.json");
+  const model_weights w = random_weights(cfg, 21, dtype::f32);
+  const auto dir = write_checkpoint(mixtral_json(), w);
+  for (int tp : {2, 4}) {
+    size_t ep_total = 0;
+    for (int r = 0; r < tp; ++r) {
+      shard_spec shard;
+      shard.tp_rank = r;
+      shard.tp_size = tp;
+      shard.expert_parallel = true;
+      const loaded_shard ep = load_shard(dir, shard, {});
+      shard.expert_parallel = false;
+      const loaded_shard tp_only = load_shard(dir, shard, {});
+      const expert_range mine = experts_of_rank(cfg.n_expert, r, tp);
+      CHECK(mine.count == cfg.n_expert / tp);
+      int64_t experts_held = 0;
+      for (const auto& [name, t] : ep.weights.tensors()) {
+        if (name.find(".experts.") == std::string::npos)
+          continue;
+        ++experts_held;
+        const int64_t e = std::stoll(name.substr(name.find(".experts.") + 9));
+        INFO(name);
+        CHECK(e >= mine.begin);
+        CHECK(e < mine.begin + mine.count);
+        CHECK(t.numel() == cfg.n_ff_exp * cfg.n_embd);  // whole, not sliced
+      }
+      CHECK(experts_held == 3 * mine.count * cfg.n_layer);
+      // Expert bytes: a TP rank holds 1/tp of all experts, an EP rank all of 1/tp of them: the same here, and the
+      // attention (TP-sliced in both) is the same too, so the totals agree; what differs is what a rank reads
+      // per token (the active experts only).
+      CHECK(ep.weights.total_bytes() == tp_only.weights.total_bytes());
+      const size_t expert_bytes = static_cast<size_t>(3 * cfg.n_expert * cfg.n_ff_exp * cfg.n_embd) * sizeof(float);
+      MESSAGE("tp " << tp << " ep rank " << r << ": " << ep.weights.total_bytes()
+                    << " bytes (all experts: " << expert_bytes * static_cast<size_t>(cfg.n_layer) << ")");
+      ep_total += ep.weights.total_bytes();
+    }
+    // Experts are not replicated: over the group every expert weight is held exactly once.
+    const loaded_shard full = load_shard(dir, {}, {});
+    size_t full_expert_bytes = 0, full_other_bytes = 0;
+    for (const auto& [name, t] : full.weights.tensors())
+      (name.find(".experts.") != std::string::npos ? full_expert_bytes : full_other_bytes) += t.nbytes();
+    CHECK(ep_total >= full_expert_bytes);
+    CHECK(ep_total - full_expert_bytes <= static_cast<size_t>(tp) * full_other_bytes);
+  }
+  // More ranks than experts is refused by name.
+  shard_spec too_many;
+  too_many.tp_size = 16;
+  too_many.tp_rank = 0;
+  too_many.expert_parallel = true;
+  CHECK(mentions(error_of([&] { llama_weight_table(cfg, too_many); }), {"expert parallelism", "16", "8"}));
+}
+
+TEST_CASE("--load-format dummy: MoE models load with a fixed seed, the same under tp 2 and expert parallelism") {
+  for (const std::string& json : {mixtral_json(), qwen2_moe_json(), qwen3_moe_json()}) {
+    auto dir = temp_dir("actorllm-moe-dummy");
+    write_file(dir / "config.json", json);
+    load_options load;
+    load.format = load_format::dummy;
+    load.seed = 7;
+    const std::vector<int32_t> prompt{1, 2, 3, 4, 5};
+    const auto one = engine_greedy(dir, {1, 1, false}, prompt, 16, load);
+    INFO(json);
+    CHECK(engine_greedy(dir, {2, 1, false}, prompt, 16, load).ids == one.ids);
+    CHECK(engine_greedy(dir, {2, 1, true}, prompt, 16, load).ids == one.ids);
+  }
+}
+
+TEST_CASE("all_to_all_rows (the default, over all_gather) delivers uneven rows in source order and back") {
+  for (int n : {1, 2, 3, 4}) {
+    auto grp = std::make_shared<comm::shared_memory_group>(n);
+    std::vector<std::thread> ranks;
+    std::vector<int> ok(static_cast<size_t>(n), 0);
+    for (int r = 0; r < n; ++r)
+      ranks.emplace_back([&, r] {
+        comm::shared_memory_collective c{grp, r};
+        constexpr int64_t width = 3;
+        // Rank r sends (r + d) % 3 rows to rank d, each row [r, d, i].
+        std::vector<int64_t> counts(static_cast<size_t>(n));
+        std::vector<float> send;
+        for (int d = 0; d < n; ++d) {
+          counts[static_cast<size_t>(d)] = (r + d) % 3;
+          for (int64_t i = 0; i < counts[static_cast<size_t>(d)]; ++i)
+            send.insert(send.end(), {static_cast<float>(r), static_cast<float>(d), static_cast<float>(i)});
+        }
+        std::vector<float> recv;
+        const std::vector<int64_t> from = c.all_to_all_rows(send.data(), counts, width, recv);
+        bool good = static_cast<int>(from.size()) == n;
+        size_t at = 0;
+        for (int s = 0; s < n && good; ++s) {
+          good = from[static_cast<size_t>(s)] == (s + r) % 3;
+          for (int64_t i = 0; i < from[static_cast<size_t>(s)] && good; ++i, at += width)
+            good = recv[at] == static_cast<float>(s) && recv[at + 1] == static_cast<float>(r) &&
+                   recv[at + 2] == static_cast<float>(i);
+        }
+        // And back: what came in returns to its source in the order it was sent.
+        std::vector<float> back;
+        c.all_to_all_rows(recv.data(), from, width, back);
+        ok[static_cast<size_t>(r)] = good && at == recv.size() && back == send;
+      });
+    for (auto& t : ranks)
+      t.join();
+    for (int r = 0; r < n; ++r) {
+      INFO("group of " << n << ", rank " << r);
+      CHECK(ok[static_cast<size_t>(r)]);
+    }
+  }
+}
