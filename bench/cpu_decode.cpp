@@ -1,6 +1,7 @@
 // CPU decode/prefill benchmark at a real model shape with dummy weights: decode tokens/s at batch 1 and 32,
 // prefill tokens/s for a 512-token prompt, the machine's memory bandwidth, and batch-1 decode as a fraction of the
-// bandwidth roofline (weight bytes read per token ÷ bandwidth). Prints a table, writes JSON.
+// bandwidth roofline (weight bytes read per token ÷ bandwidth; for MoE models only the router-picked experts count,
+// n_expert_used of n_expert per layer). Prints a table, writes JSON.
 #include "bench/bench_json.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/collective.hpp"
@@ -137,6 +138,14 @@ int main(int argc, char** argv) {
   if (!cfg.tie_word_embeddings)
     if (const auto* e = loaded.weights.find("model.embed_tokens.weight"))
       bytes_per_token -= e->nbytes();
+  // MoE: a batch-1 token runs num_experts_per_tok of each layer's experts; the others are not read.
+  size_t expert_bytes = 0;
+  for (const auto& [name, t] : loaded.weights.tensors())
+    if (name.find(".experts.") != std::string::npos)
+      expert_bytes += t.nbytes();
+  if (cfg.n_expert > 0)
+    bytes_per_token -=
+        expert_bytes - expert_bytes / static_cast<size_t>(cfg.n_expert) * static_cast<size_t>(cfg.n_expert_used);
   single_rank_collective comm;
   model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, be};
   const int64_t block_size = 16;
@@ -155,6 +164,9 @@ int main(int argc, char** argv) {
   std::printf("%-44s %16s\n", "weight dtype", std::string{dtype_name}.c_str());
   std::printf("%-44s %16d\n", "threads", pool.size());
   std::printf("%-44s %16.2f\n", "weights (GB)", static_cast<double>(weight_bytes) / 1e9);
+  if (cfg.n_expert > 0)
+    std::printf("%-44s %16s\n", "experts (active per token / per layer)",
+                fmt::format("{} / {}", cfg.n_expert_used, cfg.n_expert).c_str());
   std::printf("%-44s %16.2f\n", "weight bytes read per decode token (GB)", static_cast<double>(bytes_per_token) / 1e9);
   std::printf("%-44s %16.2f\n", "dummy weight creation (s)", load_secs);
   std::printf("%-44s %16.2f\n", "memory read bandwidth (GB/s)", bandwidth / 1e9);
@@ -172,6 +184,9 @@ int main(int argc, char** argv) {
   w.key("threads").value(pool.size());
   w.key("weight_bytes").value(static_cast<uint64_t>(weight_bytes));
   w.key("weight_bytes_per_token").value(static_cast<uint64_t>(bytes_per_token));
+  w.key("n_expert").value(cfg.n_expert);
+  w.key("n_expert_used").value(cfg.n_expert_used);
+  w.key("expert_bytes").value(static_cast<uint64_t>(expert_bytes));
   w.key("memory_bandwidth_bytes_per_s").value(bandwidth);
   w.key("decode_batch1_tokens_per_s").value(tps1);
   w.key("decode_batch").value(big_batch);
