@@ -91,6 +91,24 @@ double prefill_tokens_per_second(model::llama_model& llm, int64_t n_tokens, int6
   return best;
 }
 
+/// Weight bytes of the largest rank of a `tp`-rank group, from the weight table's slices (nothing is loaded).
+size_t max_rank_weight_bytes(const model::model_config& cfg, int tp, bool expert_parallel, dtype type) {
+  size_t most = 0;
+  for (int r = 0; r < tp; ++r) {
+    model::shard_spec shard{r, tp, 0, -1, expert_parallel};
+    size_t bytes = 0;
+    for (const auto& decl : model::llama_weight_table(cfg, shard).weights) {
+      const auto slice = model::slice_for(decl, r, tp);
+      size_t n = dtype_size(type);
+      for (int64_t d : slice.shape)
+        n *= static_cast<size_t>(d);
+      bytes += n;
+    }
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,6 +187,13 @@ int main(int argc, char** argv) {
                 fmt::format("{} / {}", cfg.n_expert_used, cfg.n_expert).c_str());
   std::printf("%-44s %16.2f\n", "weight bytes read per decode token (GB)", static_cast<double>(bytes_per_token) / 1e9);
   std::printf("%-44s %16.2f\n", "dummy weight creation (s)", load_secs);
+  if (cfg.n_expert > 0)
+    for (int tp : {2, 4})
+      if (tp <= cfg.n_expert && cfg.n_head % tp == 0)
+        std::printf("%-44s %16s\n", fmt::format("weights per rank at tp {}: TP / EP (GB)", tp).c_str(),
+                    fmt::format("{:.3f} / {:.3f}", max_rank_weight_bytes(cfg, tp, false, *wdt) / 1e9,
+                                max_rank_weight_bytes(cfg, tp, true, *wdt) / 1e9)
+                        .c_str());
   std::printf("%-44s %16.2f\n", "memory read bandwidth (GB/s)", bandwidth / 1e9);
   std::printf("%-44s %16.2f\n", "decode tokens/s, batch 1", tps1);
   std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch {}", big_batch).c_str(), tpsn);
