@@ -120,7 +120,6 @@ step_output model_runner::run_queued(const proto::step_plan& plan, const tensor&
   out.result = samplers_.sample(plan, *be_, produced);
   out.result.forward_seconds = std::chrono::duration<double>(t_forward - t_start).count();
   out.result.sample_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward).count();
-  out.result.expert_tokens = model_->expert_load();
   return out;
 }
 

@@ -131,7 +131,7 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
   arm_step_watch(self);
   auto shared = std::make_shared<const proto::step_plan>(std::move(p));
   for (const auto& shard : st.first_stage)
-    self->send(shard, proto::stage_input{shared, {}});
+    self->send(shard, proto::stage_input{shared, {}, {}});
 }
 
 void try_schedule(scheduler_pointer self) {

@@ -31,8 +31,8 @@ struct engine_stats {
   /// forward passes and sampling as its sampler shard measured them.
   double forward_seconds = 0.0;
   double sample_seconds = 0.0;
-  /// MoE models: tokens routed to each expert since start (index: expert id), summed over the MoE layers of the
-  /// last pipeline stage (all layers at pp 1); each token counts once per expert of its top-k. Empty otherwise.
+  /// MoE models: tokens routed to each expert since start (index: expert id), summed over every MoE layer; each
+  /// token counts once per expert of its top-k. Empty otherwise.
   std::vector<uint64_t> expert_tokens;
 
   friend bool operator==(const engine_stats&, const engine_stats&) = default;

@@ -258,8 +258,7 @@ void engine_metrics::update(const engine_stats& stats) {
     l.emplace_back("expert", std::to_string(e));
     expert_tokens_.push_back(&registry_.get_counter(
         "actorllm:expert_tokens_total",
-        "MoE models: tokens routed to each expert (once per expert of a token's top-k), over the MoE layers of the "
-        "last pipeline stage.",
+        "MoE models: tokens routed to each expert (once per expert of a token's top-k), summed over the MoE layers.",
         l));
     expert_tokens_seen_.push_back(0);
   }

@@ -30,12 +30,13 @@ struct moe_dir {
   std::filesystem::path path;
 };
 
-engine_config moe_config(const moe_dir& dir, int tp, bool ep) {
+engine_config moe_config(const moe_dir& dir, int tp, bool ep, int pp = 1) {
   engine_config c;
   c.model = dir.path.string();
   c.load_format = "dummy";
   c.seed = 3;
   c.tensor_parallel_size = tp;
+  c.pipeline_parallel_size = pp;
   c.enable_expert_parallel = ep;
   c.kv_cache_memory = size_t{4} << 20;
   c.threads = 2;
@@ -44,7 +45,7 @@ engine_config moe_config(const moe_dir& dir, int tp, bool ep) {
 
 }  // namespace
 
-TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1, tp 2 and expert parallelism over tp 2 and 4") {
+TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1/2, pp 2 and expert parallelism over tp 2 and 4") {
   moe_dir dir;
   sampling_params p;
   p.temperature = 0;
@@ -52,15 +53,22 @@ TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1, tp 2 and expert
   p.max_tokens = 24;
   const std::vector<int32_t> ids{5, 17, 3, 88, 41, 9};
   std::vector<int32_t> reference;
-  for (auto [tp, ep] : {std::pair{1, false}, std::pair{2, false}, std::pair{2, true}, std::pair{4, true}}) {
-    INFO("tp " << tp << (ep ? " with expert parallelism" : ""));
-    LLM llm{moe_config(dir, tp, ep)};
+  struct layout {
+    int tp;
+    bool ep;
+    int pp;
+  };
+  for (auto [tp, ep, pp] : {layout{1, false, 1}, layout{2, false, 1}, layout{2, true, 1}, layout{4, true, 1},
+                            layout{1, false, 2}, layout{2, true, 2}}) {
+    INFO("tp " << tp << " pp " << pp << (ep ? " with expert parallelism" : ""));
+    LLM llm{moe_config(dir, tp, ep, pp)};
     const auto out = llm.generate(prompt{ids}, p).outputs.at(0).token_ids;
     REQUIRE(out.size() == 24);
     if (reference.empty())
       reference = out;
     CHECK(out == reference);
-    // Every token of every step picked 2 experts in each of the 2 MoE layers: 6 prompt + 23 decoded tokens ran.
+    // Every token of every step picked 2 experts in each of the 2 MoE layers (on one stage or two): 6 prompt + 23
+    // decoded tokens ran.
     const engine_stats s = llm.stats();
     REQUIRE(s.expert_tokens.size() == 8);
     CHECK(std::accumulate(s.expert_tokens.begin(), s.expert_tokens.end(), uint64_t{0}) == (6 + 23) * 2 * 2);
