@@ -78,8 +78,8 @@ std::string check_tensor_parallel(const model::model_config& cfg, int32_t tp_siz
   return {};
 }
 
-layout_result plan_layout(const model::model_config& cfg, int32_t tp_size, int32_t pp_size,
-                          std::string_view partition) {
+layout_result plan_layout(const model::model_config& cfg, int32_t tp_size, int32_t pp_size, std::string_view partition,
+                          bool expert_parallel) {
   if (auto err = check_tensor_parallel(cfg, tp_size); !err.empty())
     return err;
   auto split = split_layers(cfg.n_layer, pp_size, partition);
@@ -89,7 +89,8 @@ layout_result plan_layout(const model::model_config& cfg, int32_t tp_size, int32
   try {
     for (const auto& stage : stages)
       for (int rank = 0; rank < tp_size; ++rank)
-        model::llama_weight_table(cfg, model::shard_spec{rank, tp_size, stage.layer_begin, stage.layer_end});
+        model::llama_weight_table(
+            cfg, model::shard_spec{rank, tp_size, stage.layer_begin, stage.layer_end, expert_parallel});
   } catch (const model::model_error& e) {
     return std::string{e.what()};
   }

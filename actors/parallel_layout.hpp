@@ -39,6 +39,7 @@ std::string check_tensor_parallel(const model::model_config& cfg, int32_t tp_siz
 
 /// The whole layout check for a model: the TP split of the heads, the layer split, then the weight table of every
 /// (stage, rank) so that any further split the model cannot take is found before loading. Returns the stages.
-layout_result plan_layout(const model::model_config& cfg, int32_t tp_size, int32_t pp_size, std::string_view partition);
+layout_result plan_layout(const model::model_config& cfg, int32_t tp_size, int32_t pp_size, std::string_view partition,
+                          bool expert_parallel = false);
 
 }  // namespace actorllm::actors

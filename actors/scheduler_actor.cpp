@@ -69,7 +69,8 @@ struct scheduler_state {
   std::chrono::milliseconds step_timeout{0};                    // zero: no limit
   bool watch_armed = false;                                     // a step_watch is on its way
   uint64_t n_steps = 0;
-  double forward_seconds = 0.0;  // summed over steps, as the sampler shard reported them
+  double forward_seconds = 0.0;         // summed over steps, as the sampler shard reported them
+  std::vector<uint64_t> expert_tokens;  // the sampler shard's latest totals (MoE models)
   double sample_seconds = 0.0;
   bool healthy = true;
   std::string failure;
@@ -130,7 +131,7 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
   arm_step_watch(self);
   auto shared = std::make_shared<const proto::step_plan>(std::move(p));
   for (const auto& shard : st.first_stage)
-    self->send(shard, proto::stage_input{shared, {}});
+    self->send(shard, proto::stage_input{shared, {}, {}});
 }
 
 void try_schedule(scheduler_pointer self) {
@@ -191,6 +192,8 @@ void on_result(scheduler_pointer self, proto::step_result& result) {
   ++st.n_steps;
   st.forward_seconds += result.forward_seconds;
   st.sample_seconds += result.sample_seconds;
+  if (!result.expert_tokens.empty())
+    st.expert_tokens = std::move(result.expert_tokens);
   on_events(st, *events);
   // Events come in sample order, skipping sequences that ended while the step ran: walk both lists together.
   proto::step_update upd;
@@ -296,6 +299,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         s.n_cached_blocks = c.allocator().n_cached_blocks();
         s.forward_seconds = st.forward_seconds;
         s.sample_seconds = st.sample_seconds;
+        s.expert_tokens = st.expert_tokens;
         return s;
       },
       [self](proto::reset_prefix_cache_atom) -> int32_t {

@@ -7,6 +7,7 @@
 #include "kernels/collective.hpp"
 #include "util/log.hpp"
 
+#include <algorithm>
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -75,13 +76,19 @@ void run_step(shard_pointer self, proto::stage_input& in) {
   }
   if (!out.error.empty())
     return report_failure(self, plan.step_id, out.error);
+  // MoE: this stage's expert load joins the earlier stages' on its way to the sampler shard.
+  std::vector<uint64_t> expert_tokens = std::move(in.expert_tokens);
+  const std::vector<uint64_t> own = st.runner->model().expert_load();
+  expert_tokens.resize(std::max(expert_tokens.size(), own.size()), 0);
+  for (size_t e = 0; e < own.size(); ++e)
+    expert_tokens[e] += own[e];
   if (!st.runner->model().is_last_stage()) {
     if (!st.next_link) {
-      self->send(st.args.next, proto::stage_input{std::move(in.plan), std::move(out.hidden)});
+      self->send(st.args.next, proto::stage_input{std::move(in.plan), std::move(out.hidden), std::move(expert_tokens)});
       return;
     }
     const uint64_t step_id = plan.step_id;
-    self->send(st.args.next, proto::stage_input{std::move(in.plan), {}});
+    self->send(st.args.next, proto::stage_input{std::move(in.plan), {}, std::move(expert_tokens)});
     try {
       st.next_link->send(step_id, st.runner->to_host(out.hidden));
     } catch (const std::exception& e) {
@@ -93,6 +100,7 @@ void run_step(shard_pointer self, proto::stage_input& in) {
     return;
   if (!out.result.error.empty())
     return report_failure(self, plan.step_id, out.result.error);
+  out.result.expert_tokens = std::move(expert_tokens);
   self->send(st.results, std::move(out.result));
 }
 

@@ -115,7 +115,11 @@ replica_plan plan_replica(const engine_config& config) {
   } catch (const model::model_error& e) {
     throw actorllm::error{errc::load_failed, e.what()};
   }
-  auto layout = plan_layout(r.model, tp, pp, config.pp_layer_partition);
+  if (config.enable_eplb)
+    throw_config(
+        "enable_eplb (--enable-eplb): expert-parallel load balancing (redundant copies of the hottest experts) is not "
+        "implemented; the per-expert load is reported in /metrics (actorllm:expert_tokens_total)");
+  auto layout = plan_layout(r.model, tp, pp, config.pp_layer_partition, config.enable_expert_parallel);
   if (auto* err = std::get_if<std::string>(&layout))
     throw_config(*err);
   r.stages = std::get<std::vector<stage_range>>(layout);
@@ -231,6 +235,7 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
       a.model_dir = config.model;
       a.spec = model::shard_spec{rank, tp, r.stages[static_cast<size_t>(s)].layer_begin,
                                  r.stages[static_cast<size_t>(s)].layer_end};
+      a.spec.expert_parallel = config.enable_expert_parallel;
       a.stage = s;
       a.load = plan.load;
       a.device = plan.device;

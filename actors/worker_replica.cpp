@@ -112,6 +112,7 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
       a.layer_end = r.stages[static_cast<size_t>(s)].layer_end;
       a.stage = s;
       a.pp_size = pp;
+      a.expert_parallel = config.enable_expert_parallel;
       a.load_format = config.load_format;
       a.dtype = config.dtype;
       a.device = config.device;

@@ -45,6 +45,8 @@ struct generate_options {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   std::string pp_layer_partition;
+  bool enable_expert_parallel = false;
+  bool enable_eplb = false;
   std::string distributed_executor_backend;
   std::string cluster_address;
   uint64_t kv_cache_memory = uint64_t{4} << 30;
@@ -89,6 +91,8 @@ int run_generate(const generate_options& o) {
   cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.pipeline_parallel_size = o.pipeline_parallel_size;
   cfg.pp_layer_partition = o.pp_layer_partition;
+  cfg.enable_expert_parallel = o.enable_expert_parallel;
+  cfg.enable_eplb = o.enable_eplb;
   cfg.max_num_seqs = 1;
   cfg.max_num_batched_tokens = static_cast<int32_t>(o.max_num_batched_tokens);
   cfg.block_size = static_cast<int32_t>(o.block_size);
@@ -189,6 +193,9 @@ command_registration generate_command{
                      "The cluster head for the cluster executor, HOST:PORT (default: $ACTORLLM_CLUSTER_ADDRESS)");
       sub.add_option("--pp-layer-partition", o->pp_layer_partition,
                      "Layers per pipeline stage, e.g. 3,2 (default: even, remainder to the stages before the last)");
+      sub.add_flag("--enable-expert-parallel", o->enable_expert_parallel,
+                   "MoE models: whole experts per rank of the tensor-parallel group, tokens dispatched to them");
+      sub.add_flag("--enable-eplb", o->enable_eplb, "Expert-parallel load balancing (not implemented: refused)");
       sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard")->capture_default_str();
       return [o]() {
         if (o->prompt.empty() && o->prompt_ids.empty())

@@ -135,6 +135,8 @@ int run_serve(serve_options o) {
   cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.pipeline_parallel_size = o.pipeline_parallel_size;
   cfg.pp_layer_partition = o.pp_layer_partition;
+  cfg.enable_expert_parallel = o.enable_expert_parallel;
+  cfg.enable_eplb = o.enable_eplb;
   cfg.max_num_seqs = static_cast<int32_t>(o.max_num_seqs);
   cfg.step_timeout = o.step_timeout;
   cfg.max_num_batched_tokens = static_cast<int32_t>(o.max_num_batched_tokens);
@@ -242,6 +244,9 @@ command_registration serve_command{
       sub.add_option("--pipeline-parallel-size", o->pipeline_parallel_size, "Pipeline stages (also -pp)")
           ->capture_default_str();
       sub.add_option("--pp-layer-partition", o->pp_layer_partition, "Layers per pipeline stage, e.g. 3,2");
+      sub.add_flag("--enable-expert-parallel", o->enable_expert_parallel,
+                   "MoE models: whole experts per rank of the tensor-parallel group, tokens dispatched to them");
+      sub.add_flag("--enable-eplb", o->enable_eplb, "Expert-parallel load balancing (not implemented: refused)");
       sub.add_option("--cluster-address", o->cluster_head_address,
                      "The cluster head (`actorllm node --head`), HOST:PORT; also $ACTORLLM_CLUSTER_ADDRESS");
       sub.add_option("--host-ip", o->host_ip,

@@ -229,6 +229,8 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"tensor_parallel_size", integer_value(o.tensor_parallel_size, 1, int_max)},
            {"pipeline_parallel_size", integer_value(o.pipeline_parallel_size, 1, int_max)},
            {"pp_layer_partition", partition_value(o.pp_layer_partition)},
+           {"enable_expert_parallel", bool_value(o.enable_expert_parallel)},
+           {"enable_eplb", bool_value(o.enable_eplb)},
            {"distributed_executor_backend", choice_value(o.distributed_executor_backend, {"uni", "mp", "cluster"})},
            {"num_threads", integer_value(o.threads, 0, int_max)},
            {"max_worker_restarts", integer_value(o.max_worker_restarts, 0, int_max)},

@@ -28,6 +28,8 @@ struct serve_options {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   std::string pp_layer_partition;
+  bool enable_expert_parallel = false;       ///< --enable-expert-parallel: whole experts per rank (MoE models)
+  bool enable_eplb = false;                  ///< --enable-eplb: refused (not implemented)
   std::string distributed_executor_backend;  ///< uni, mp or cluster; empty: chosen by the world size
   int64_t max_worker_restarts = 3;           ///< mp/cluster: restarts of dead workers before exiting non-zero
   int threads = 0;                           ///< --num-threads; 0: every core

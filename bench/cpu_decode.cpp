@@ -1,7 +1,8 @@
 // CPU decode/prefill benchmark on any Hugging Face model directory (its safetensors, or dummy weights at its shape when
 // it has none or --load-format dummy): decode tokens/s at batch 1 and 32, prefill tokens/s for a 512-token prompt,
 // the machine's memory bandwidth (bench/memory_bandwidth.hpp: the best of several read patterns), and batch-1 decode
-// as a fraction of the bandwidth roofline (weight bytes read per token ÷ bandwidth). The probe and the measurements
+// as a fraction of the bandwidth roofline (weight bytes read per token ÷ bandwidth; for MoE models only the
+// router-picked experts count, n_expert_used of n_expert per layer). The probe and the measurements
 // alternate for --rounds rounds and the table gives medians (each round's decode is set against that round's probe),
 // since a shared machine's bandwidth drifts. Prints a table, writes JSON.
 #include "bench/bench_json.hpp"
@@ -11,6 +12,7 @@
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
+#include "model/weight_table.hpp"
 #include "util/json_writer.hpp"
 #include "util/thread_pool.hpp"
 
@@ -95,6 +97,24 @@ double prefill_tokens_per_second(model::llama_model& llm, int64_t n_tokens, int6
   return best;
 }
 
+/// Weight bytes of the largest rank of a `tp`-rank group, from the weight table's slices (nothing is loaded).
+size_t max_rank_weight_bytes(const model::model_config& cfg, int tp, bool expert_parallel, dtype type) {
+  size_t most = 0;
+  for (int r = 0; r < tp; ++r) {
+    model::shard_spec shard{r, tp, 0, -1, expert_parallel};
+    size_t bytes = 0;
+    for (const auto& decl : model::llama_weight_table(cfg, shard).weights) {
+      const auto slice = model::slice_for(decl, r, tp);
+      size_t n = dtype_size(type);
+      for (int64_t d : slice.shape)
+        n *= static_cast<size_t>(d);
+      bytes += n;
+    }
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -171,9 +191,20 @@ int main(int argc, char** argv) {
   if (!cfg.tie_word_embeddings)
     if (const auto* e = loaded.weights.find("model.embed_tokens.weight"))
       bytes_per_token -= e->nbytes();
+  // MoE: a batch-1 token runs num_experts_per_tok of each layer's experts; the others are not read.
+  size_t expert_bytes = 0;
+  for (const auto& [name, t] : loaded.weights.tensors())
+    if (name.find(".experts.") != std::string::npos)
+      expert_bytes += t.nbytes();
+  if (cfg.n_expert > 0)
+    bytes_per_token -=
+        expert_bytes - expert_bytes / static_cast<size_t>(cfg.n_expert) * static_cast<size_t>(cfg.n_expert_used);
   std::string stored_dtype = "?";
-  if (const auto* e = loaded.weights.find("model.embed_tokens.weight"))
+  dtype weight_type = dtype::bf16;
+  if (const auto* e = loaded.weights.find("model.embed_tokens.weight")) {
     stored_dtype = std::string{dtype_name(e->type)};
+    weight_type = e->type;
+  }
   single_rank_collective comm;
   model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, be};
   const int64_t block_size = 16;
@@ -211,8 +242,18 @@ int main(int argc, char** argv) {
   std::printf("%-44s %16d\n", "threads", pool.size());
   std::printf("%-44s %16d\n", "rounds (medians below)", rounds);
   std::printf("%-44s %16.2f\n", "weights (GB)", static_cast<double>(weight_bytes) / 1e9);
+  if (cfg.n_expert > 0)
+    std::printf("%-44s %16s\n", "experts (active per token / per layer)",
+                fmt::format("{} / {}", cfg.n_expert_used, cfg.n_expert).c_str());
   std::printf("%-44s %16.2f\n", "weight bytes read per decode token (GB)", static_cast<double>(bytes_per_token) / 1e9);
   std::printf("%-44s %16.2f\n", "weight loading (s)", load_secs);
+  if (cfg.n_expert > 0)
+    for (int tp : {2, 4})
+      if (tp <= cfg.n_expert && cfg.n_head % tp == 0)
+        std::printf("%-44s %16s\n", fmt::format("weights per rank at tp {}: TP / EP (GB)", tp).c_str(),
+                    fmt::format("{:.3f} / {:.3f}", max_rank_weight_bytes(cfg, tp, false, weight_type) / 1e9,
+                                max_rank_weight_bytes(cfg, tp, true, weight_type) / 1e9)
+                        .c_str());
   std::printf("%-44s %16.2f\n", "memory read bandwidth (GB/s)", bandwidth / 1e9);
   std::printf("%-44s %16s\n", "  best read pattern", best_pattern.name().c_str());
   std::printf("%-44s %16.2f\n", "decode tokens/s, batch 1", tps1);
@@ -236,6 +277,9 @@ int main(int argc, char** argv) {
   w.key("rounds").value(rounds);
   w.key("weight_bytes").value(static_cast<uint64_t>(weight_bytes));
   w.key("weight_bytes_per_token").value(static_cast<uint64_t>(bytes_per_token));
+  w.key("n_expert").value(cfg.n_expert);
+  w.key("n_expert_used").value(cfg.n_expert_used);
+  w.key("expert_bytes").value(static_cast<uint64_t>(expert_bytes));
   w.key("memory_bandwidth_bytes_per_s").value(bandwidth);
   w.key("memory_bandwidth_best_pattern").value(best_pattern.name());
   w.key("decode_batch1_tokens_per_s").value(tps1);

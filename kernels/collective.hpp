@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <vector>
 
 namespace actorllm {
 
@@ -33,6 +35,16 @@ class tp_collective {
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
   /// Host primitive: out = concatenation over ranks (rank order) of each rank's `in` (n_per_rank floats each).
   virtual void all_gather(const float* in, int64_t n_per_rank, float* out) = 0;
+
+  /// Host primitive: the all-to-all of rows of `width` floats that expert parallelism dispatches tokens with and
+  /// combines their outputs with. This rank sends send_rows[d] rows to rank d (size() entries; the rows lie back to
+  /// back in `send`, in destination order) and receives into `recv` (resized) the rows every rank sent it, in source
+  /// rank order; returns how many rows came from each source. Counts may differ from rank to rank; every rank calls
+  /// it with the same width. The default is built on all_gather (each rank sees every buffer, padded to the
+  /// largest): exact for every host communicator, and cheap for the few ranks of one host; a device communicator
+  /// (NCCL) overrides it with a real all-to-all.
+  virtual std::vector<int64_t> all_to_all_rows(const float* send, std::span<const int64_t> send_rows, int64_t width,
+                                               std::vector<float>& recv);
 };
 
 /// The group of one: every collective is the identity.

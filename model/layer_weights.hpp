@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/tensor.hpp"
+#include "model/moe_weights.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -21,6 +22,7 @@ struct layer_weights {
   tensor ffn_norm;        ///< post_attention_layernorm
   tensor w_gate, w_up;    ///< gate/up_proj (column-parallel)
   tensor w_down;          ///< down_proj (row-parallel)
+  moe_weights moe;        ///< the sparse MLP block instead of gate/up/down on MoE layers (model/moe_weights.hpp)
 };
 
 /// Everything one shard reads, on its backend.

@@ -20,13 +20,17 @@ llama_model::llama_model(const model_config& cfg, model_weights weights, const s
   rope_ = be_.make_rope_table(cfg.rope_cfg());
   for (int64_t l = layer_begin_; l < layer_end_; ++l)
     windows_.push_back(cfg.window_for(l));
+  if (cfg.n_expert > 0)
+    moe_ = std::make_unique<moe_block>(cfg, shard_, comm_);
 
   const int64_t hd = cfg.head_dim;
   if (!tensors_.layers.empty()) {
     const layer_weights& first = tensors_.layers.front();
     n_head_ = first.wq.dim(0) / hd;
     n_head_kv_ = first.wk.dim(0) / hd;
-    n_ff_ = first.w_gate.dim(0);
+    for (const layer_weights& w : tensors_.layers)  // the dense MLP layers' rows (none on MoE-only stages)
+      if (!w.w_gate.empty())
+        n_ff_ = std::max(n_ff_, w.w_gate.dim(0));
     if (n_head_kv_ <= 0 || n_head_ % n_head_kv_ != 0)
       throw model_error(
           fmt::format("shard holds {} query heads and {} kv heads: not a GQA grouping", n_head_, n_head_kv_));
@@ -50,8 +54,8 @@ layer_scratch llama_model::scratch(int64_t n) {
     full_.v = be_.alloc(dtype::f32, {cap, kv_dim});
     full_.attn = be_.alloc(dtype::f32, {cap, q_dim});
     full_.proj = be_.alloc(dtype::f32, {cap, n_embd});
-    full_.gate = be_.alloc(dtype::f32, {cap, n_ff_});
-    full_.up = be_.alloc(dtype::f32, {cap, n_ff_});
+    full_.gate = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
+    full_.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
     capacity_ = cap;
   }
   layer_scratch s;
@@ -97,7 +101,10 @@ tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor
       be_.rms_norm(x, w.attn_norm, cfg_.rms_norm_eps, s.h);
     attention(ctx, w, cache.layer(static_cast<int64_t>(i)), windows_[i], s);
     be_.add_rms_norm(x, s.proj, w.ffn_norm, cfg_.rms_norm_eps, s.h);
-    ffn(ctx, w, s);
+    if (w.moe.empty())
+      ffn(ctx, w, s);
+    else
+      moe_->forward(ctx, layer_begin_ + static_cast<int64_t>(i), w.moe, s);
     pending = true;
   }
   if (pending)

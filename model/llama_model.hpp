@@ -10,6 +10,7 @@
 #include "model/layers.hpp"
 #include "model/model_config.hpp"
 #include "model/model_weights.hpp"
+#include "model/moe_layer.hpp"
 #include "model/step_inputs.hpp"
 #include "model/weight_table.hpp"
 
@@ -26,7 +27,8 @@ namespace actorllm::model {
 class llama_model {
  public:
   /// `comm` is this shard's TP group (its size must equal shard.tp_size); `be` runs the ops and holds the weights.
-  /// Both must outlive the model.
+  /// Both must outlive the model. With shard.expert_parallel the MoE layers dispatch over `comm` as the EP group
+  /// (data parallelism, whose EP group would span the replicas, does not exist yet).
   llama_model(const model_config& cfg, model_weights weights, const shard_spec& shard, tp_collective& comm,
               backend& be);
 
@@ -37,6 +39,8 @@ class llama_model {
   bool is_last_stage() const { return layer_end_ == cfg_.n_layer; }
   /// Bytes of weights this shard holds.
   size_t weight_bytes() const { return tensors_.weight_bytes; }
+  /// Tokens routed to each expert so far, over this shard's MoE layers (empty for a dense model).
+  std::vector<uint64_t> expert_load() const { return moe_ ? moe_->expert_load() : std::vector<uint64_t>{}; }
   /// What the shard's KV cache must hold per token slot, for a given block size.
   kv_cache_shape cache_shape(int64_t block_size) const;
 
@@ -65,7 +69,8 @@ class llama_model {
   int64_t n_ff_ = 0;       // feed-forward rows on this rank
   model_tensors tensors_;
   rope_table rope_;
-  std::vector<int64_t> windows_;  // per local layer: the sliding window (0: full attention)
+  std::vector<int64_t> windows_;    // per local layer: the sliding window (0: full attention)
+  std::unique_ptr<moe_block> moe_;  // the MoE layers' helper (MoE architectures only)
 
   int64_t capacity_ = 0;                             // rows the scratch tensors hold
   tensor x_;                                         // the residual stream [capacity, n_embd]

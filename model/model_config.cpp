@@ -26,11 +26,14 @@ struct architecture_entry {
   std::string_view architecture;
   std::string_view model_type;
 };
-constexpr std::array<architecture_entry, 4> known_architectures{{
+constexpr std::array<architecture_entry, 7> known_architectures{{
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
+    {"MixtralForCausalLM", "mixtral"},
+    {"Qwen2MoeForCausalLM", "qwen2_moe"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},
 }};
 
 /// Typed access to the fields of one JSON object; every error names the file and the (dotted) field.
@@ -375,7 +378,9 @@ void refuse_unsupported_math(const field_reader& fields, const model_config& cfg
       fields.fail("attention_multiplier",
                   fmt::format("is {}, but actorllm scales attention scores by 1/sqrt(head_dim) = {}", v, neutral));
   }
-  // Mixture-of-experts MLPs: the dense architectures have one MLP per layer.
+  // Mixture-of-experts MLPs: the dense architectures have one MLP per layer (the MoE ones are read by parse_moe).
+  if (cfg.n_expert > 0)
+    return;
   for (std::string_view key : {"num_experts", "num_local_experts"})
     if (auto e = fields.find(key); e && fields.as_int(key, *e) > 0)
       fields.fail(key, fmt::format("is {}, but {} is a dense architecture and actorllm implements no "
@@ -421,22 +426,24 @@ int64_t window_value(const field_reader& fields, int64_t default_when_absent) {
 /// Per-layer windows as transformers resolves them (see model_config::layer_window).
 std::vector<int64_t> parse_layer_windows(const field_reader& fields, const model_config& cfg) {
   const auto n = static_cast<size_t>(cfg.n_layer);
-  if (cfg.model_type == "mistral") {
+  if (cfg.model_type == "mistral" || cfg.model_type == "mixtral") {
     // MistralConfig: sliding_window defaults to 4096, null switches it off; it has no use_sliding_window.
-    const int64_t window = window_value(fields, 4096);
+    // MixtralConfig: the same rule, but its default is None.
+    const int64_t window = window_value(fields, cfg.model_type == "mixtral" ? 0 : 4096);
     // transformers' Mistral ignores layer_types (with a warning pointing at Ministral); a list that asks for
     // something else than the uniform behaviour was written for alternating attention, which Mistral's code lacks.
     if (auto types = parse_layer_types(fields, cfg.n_layer))
       for (size_t i = 0; i < n; ++i)
         if ((*types)[i] != (window > 0))
           fields.fail(fmt::format("layer_types[{}]", i),
-                      fmt::format("is '{}', but MistralForCausalLM applies sliding_window ({}) to every layer; "
+                      fmt::format("is '{}', but {} applies sliding_window ({}) to every layer; "
                                   "alternating attention (Ministral) is not supported",
-                                  (*types)[i] ? "sliding_attention" : "full_attention",
+                                  (*types)[i] ? "sliding_attention" : "full_attention", cfg.architecture,
                                   window > 0 ? fmt::format("{}", window) : std::string("null")));
     return std::vector<int64_t>(n, window);
   }
-  if (cfg.model_type == "qwen2" || cfg.model_type == "qwen3") {
+  if (cfg.model_type == "qwen2" || cfg.model_type == "qwen3" || cfg.model_type == "qwen2_moe" ||
+      cfg.model_type == "qwen3_moe") {
     // Qwen2Config / Qwen3Config: use_sliding_window false (default) nulls sliding_window (default 4096); without
     // layer_types, the window applies to layers i >= max_window_layers (default 28).
     const int64_t window = fields.optional_bool("use_sliding_window", false) ? window_value(fields, 4096) : 0;
@@ -460,6 +467,69 @@ std::vector<int64_t> parse_layer_windows(const field_reader& fields, const model
   // HF Llama has no sliding window: LlamaConfig keeps an unknown `sliding_window` / `layer_types` as plain
   // attributes and its attention never reads them, so the model attends to everything and so do we.
   return std::vector<int64_t>(n, 0);
+}
+
+/// The mixture-of-experts keys of MixtralForCausalLM (num_local_experts, num_experts_per_tok; experts as wide as
+/// intermediate_size; top-k always renormalised), Qwen2MoeForCausalLM (num_experts, num_experts_per_tok,
+/// moe_intermediate_size, shared_expert_intermediate_size, norm_topk_prob, decoder_sparse_step, mlp_only_layers) and
+/// Qwen3MoeForCausalLM (the same without the shared expert). Defaults are transformers' config classes'. Routing
+/// knobs that change inference and are not implemented (grouped top-k, routed scaling, other scoring functions) are
+/// refused by name; training-only ones (router_aux_loss_coef, output_router_logits, router_jitter_noise) are ignored.
+void parse_moe(const field_reader& fields, model_config& cfg) {
+  // By architecture, not model_type: the class decides which module transformers builds.
+  const bool mixtral = cfg.architecture == "MixtralForCausalLM";
+  const bool qwen2_moe = cfg.architecture == "Qwen2MoeForCausalLM";
+  if (!mixtral && !qwen2_moe && cfg.architecture != "Qwen3MoeForCausalLM")
+    return;
+  const std::string_view experts_key = mixtral ? "num_local_experts" : "num_experts";
+  // MixtralConfig: 8 experts, top 2; Qwen2MoeConfig: 60, top 4; Qwen3MoeConfig: 128, top 8.
+  cfg.n_expert = fields.optional_positive_int(experts_key).value_or(mixtral ? 8 : (qwen2_moe ? 60 : 128));
+  cfg.n_expert_used = fields.optional_positive_int("num_experts_per_tok").value_or(mixtral ? 2 : (qwen2_moe ? 4 : 8));
+  if (cfg.n_expert_used > cfg.n_expert)
+    fields.fail("num_experts_per_tok",
+                fmt::format("({}) is larger than {} ({})", cfg.n_expert_used, experts_key, cfg.n_expert));
+  if (mixtral) {
+    cfg.n_ff_exp = cfg.n_ff;
+    cfg.norm_topk_prob = true;  // MixtralSparseMoeBlock always renormalises; its config has no such key
+    if (auto e = fields.find("norm_topk_prob"); e && !fields.optional_bool("norm_topk_prob", true))
+      fields.fail("norm_topk_prob", "is false, but Mixtral always renormalises the top-k routing weights");
+  } else {
+    cfg.n_ff_exp = fields.optional_positive_int("moe_intermediate_size").value_or(qwen2_moe ? 1408 : 768);
+    cfg.norm_topk_prob = fields.optional_bool("norm_topk_prob", false);
+    if (qwen2_moe)
+      cfg.n_ff_shexp = fields.optional_positive_int("shared_expert_intermediate_size").value_or(5632);
+    else if (auto e = fields.find("shared_expert_intermediate_size");
+             e && fields.as_int("shared_expert_intermediate_size", *e) > 0)
+      fields.fail("shared_expert_intermediate_size",
+                  "is set, but Qwen3MoeForCausalLM has no shared expert (that is Qwen2MoeForCausalLM)");
+  }
+  cfg.layer_moe.assign(static_cast<size_t>(cfg.n_layer), true);
+  if (!mixtral) {
+    const int64_t step = fields.optional_positive_int("decoder_sparse_step").value_or(1);
+    for (int64_t l = 0; l < cfg.n_layer; ++l)
+      cfg.layer_moe[static_cast<size_t>(l)] = (l + 1) % step == 0;
+    if (auto e = fields.find("mlp_only_layers")) {
+      if (e->type() != element_type::ARRAY)
+        fields.fail("mlp_only_layers", fmt::format("must be a list of layer indices, got {}", json::type_name(*e)));
+      for (element item : json::as_array(*e)) {
+        const int64_t l = fields.as_int("mlp_only_layers", item);
+        if (l < 0 || l >= cfg.n_layer)
+          fields.fail("mlp_only_layers", fmt::format("names layer {}, outside num_hidden_layers ({})", l, cfg.n_layer));
+        cfg.layer_moe[static_cast<size_t>(l)] = false;
+      }
+    }
+  }
+  // DeepSeek-style routing: these change which experts run and how their outputs are weighted.
+  for (std::string_view key : {"n_group", "topk_group", "n_routed_experts", "first_k_dense_replace"})
+    if (auto e = fields.find(key); e && fields.as_int(key, *e) > 0)
+      fields.fail(key, fmt::format("is {}, but actorllm implements no grouped (DeepSeek-style) expert routing",
+                                   fields.as_int(key, *e)));
+  if (auto e = fields.find("routed_scaling_factor"); e && fields.as_number("routed_scaling_factor", *e) != 1.0)
+    fields.fail("routed_scaling_factor", "is not 1, but actorllm does not scale the routed experts' outputs");
+  if (auto f = fields.optional_string("scoring_func"); f && *f != "softmax")
+    fields.fail("scoring_func", fmt::format("is '{}', but actorllm routes with a softmax only", *f));
+  if (fields.optional_bool("moe_router_bias", false))
+    fields.fail("moe_router_bias", "is true, but actorllm's routers have no bias");
 }
 
 }  // namespace
@@ -494,7 +564,8 @@ model_config parse_model_config(std::string_view config_json, std::string_view o
   if (known == nullptr)
     fields.fail("architectures",
                 fmt::format("names '{}', which actorllm does not support (supported: LlamaForCausalLM, "
-                            "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                            "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                            "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)",
                             cfg.architecture));
   cfg.model_type = std::string(fields.optional_string("model_type").value_or(known->model_type));
 
@@ -527,19 +598,20 @@ model_config parse_model_config(std::string_view config_json, std::string_view o
     fields.fail("mlp_bias", "is true, which actorllm does not support");
 
   parse_rope(fields, cfg);
+  parse_moe(fields, cfg);
   refuse_unsupported_math(fields, cfg);
   cfg.rms_norm_eps = static_cast<float>(fields.positive_number("rms_norm_eps", 1e-6));
   cfg.tie_word_embeddings = fields.optional_bool("tie_word_embeddings", false);
 
   // Qwen2's attention always has q/k/v biases (and none on o_proj); its config carries no attention_bias key.
-  if (cfg.model_type == "qwen2") {
+  if (cfg.model_type == "qwen2" || cfg.model_type == "qwen2_moe") {
     cfg.attention_bias = true;
     cfg.o_proj_bias = false;
   } else {
     cfg.attention_bias = fields.optional_bool("attention_bias", false);
     cfg.o_proj_bias = cfg.attention_bias;
   }
-  cfg.qk_norm = cfg.model_type == "qwen3";
+  cfg.qk_norm = cfg.model_type == "qwen3" || cfg.model_type == "qwen3_moe";
 
   std::string_view dtype_key = fields.find("torch_dtype") ? "torch_dtype" : "dtype";
   if (auto name = fields.optional_string(dtype_key)) {

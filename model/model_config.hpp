@@ -17,16 +17,19 @@ namespace actorllm::model {
 /// What the Llama-family forward pass needs to know about a model. Names follow llama.cpp; the comments give the
 /// config.json key each one comes from.
 struct model_config {
-  std::string
-      architecture;  ///< architectures[0]: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
-  std::string model_type;  ///< model_type: llama, mistral, qwen2, qwen3 (derived from the architecture when absent)
-  int64_t n_embd = 0;      ///< hidden_size
-  int64_t n_ff = 0;        ///< intermediate_size
-  int64_t n_layer = 0;     ///< num_hidden_layers
-  int64_t n_head = 0;      ///< num_attention_heads
-  int64_t n_head_kv = 0;   ///< num_key_value_heads (n_head when absent or null)
-  int64_t head_dim = 0;    ///< head_dim, or n_embd / n_head when absent or null
-  int64_t n_vocab = 0;     ///< vocab_size
+  /// architectures[0]: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM,
+  /// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM
+  std::string architecture;
+  /// model_type: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe (derived from the architecture when
+  /// absent)
+  std::string model_type;
+  int64_t n_embd = 0;                   ///< hidden_size
+  int64_t n_ff = 0;                     ///< intermediate_size
+  int64_t n_layer = 0;                  ///< num_hidden_layers
+  int64_t n_head = 0;                   ///< num_attention_heads
+  int64_t n_head_kv = 0;                ///< num_key_value_heads (n_head when absent or null)
+  int64_t head_dim = 0;                 ///< head_dim, or n_embd / n_head when absent or null
+  int64_t n_vocab = 0;                  ///< vocab_size
   int64_t max_position_embeddings = 0;  ///< max_position_embeddings
   /// rope_theta, or rope_parameters.rope_theta (transformers 5); 10000 (transformers' default) when neither says.
   double rope_theta = 10000.0;
@@ -47,6 +50,22 @@ struct model_config {
   /// `use_sliding_window: true`, on the layers `layer_types` marks "sliding_attention" (without that list: layers
   /// i >= max_window_layers). Llama: always 0 (HF Llama has no sliding window; the key is ignored there too).
   std::vector<int64_t> layer_window;
+
+  // ---- mixture of experts (MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM; zero/empty otherwise) ----
+  int64_t n_expert = 0;       ///< num_local_experts (Mixtral) / num_experts (Qwen MoE); 0 = a dense model
+  int64_t n_expert_used = 0;  ///< num_experts_per_tok: the top-k of the router
+  int64_t n_ff_exp = 0;       ///< each expert's intermediate size: moe_intermediate_size (Qwen), intermediate_size
+  int64_t n_ff_shexp = 0;     ///< shared_expert_intermediate_size (Qwen2-MoE; 0: no shared expert)
+  /// Renormalise the top-k routing weights to sum to 1: always for Mixtral, norm_topk_prob for Qwen2/3-MoE.
+  bool norm_topk_prob = false;
+  /// Per layer (size n_layer when n_expert > 0): true where the MLP is the sparse MoE block. Qwen MoE: layers not in
+  /// mlp_only_layers with (layer + 1) % decoder_sparse_step == 0; Mixtral: every layer.
+  std::vector<bool> layer_moe;
+
+  /// True when `layer` is a mixture-of-experts layer.
+  bool is_moe_layer(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(layer_moe.size()) && layer_moe[static_cast<size_t>(layer)];
+  }
 
   /// The rotary embedding parameters: {head_dim, rope_theta, rope}.
   rope_config rope_cfg() const;

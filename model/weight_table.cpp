@@ -123,6 +123,8 @@ model_tensors bind_weights(const weight_table& table, model_weights weights, con
         d.linear ? be.import_linear_weight(std::move(h).into_tensor()) : be.import_host(std::move(h).into_tensor());
     if (d.layer_slot != nullptr)
       out.layers[static_cast<size_t>(d.layer - layer_begin)].*d.layer_slot = std::move(t);
+    else if (d.moe_slot != nullptr || d.expert_slot != nullptr)
+      bind_moe_weight(d, std::move(t), out.layers[static_cast<size_t>(d.layer - layer_begin)].moe);
     else if (d.model_slot != nullptr)
       out.*d.model_slot = std::move(t);
     else
@@ -254,6 +256,10 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
     }
     bind(&layer_weights::ffn_norm);
     declare(p + "post_attention_layernorm.weight", {cfg.n_embd}, shard_kind::replicated);
+    if (cfg.is_moe_layer(layer)) {
+      declare_moe_weights(cfg, shard, layer, table);
+      continue;
+    }
     bind(&layer_weights::w_gate);
     declare(p + "mlp.gate_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size",
             false, true);

@@ -52,6 +52,9 @@ struct weight_decl {
   int64_t layer = -1;
   tensor layer_weights::*layer_slot = nullptr;
   tensor model_tensors::*model_slot = nullptr;
+  tensor moe_weights::*moe_slot = nullptr;  ///< or a member of layer `layer`'s MoE block
+  int64_t expert = -1;                      ///< or a member of this expert (global id) of that block
+  tensor expert_weights::*expert_slot = nullptr;
   bool bind_as_f32 = false;  ///< converted to f32 when bound (biases: the ops add them in f32)
   bool linear = false;       ///< a Linear weight only matmul reads: bound through backend::import_linear_weight
 };
@@ -69,6 +72,16 @@ struct shard_spec {
   int tp_size = 1;
   int64_t layer_begin = 0;
   int64_t layer_end = -1;  ///< one past the last layer; -1 means n_layer
+  /// --enable-expert-parallel: MoE layers place whole experts on the ranks of the expert-parallel group (which holds
+  /// only its experts) instead of splitting every expert's intermediate rows over the TP ranks.
+  bool expert_parallel = false;
+  /// The data-parallel replica and their number. Data parallelism does not exist yet (1 replica); the EP group is
+  /// already computed from it, as in vLLM: ep_size = dp_size × tp_size, ep_rank = dp_rank × tp_size + tp_rank.
+  int dp_rank = 0;
+  int dp_size = 1;
+
+  int ep_rank() const { return expert_parallel ? dp_rank * tp_size + tp_rank : 0; }
+  int ep_size() const { return expert_parallel ? dp_size * tp_size : 1; }
 };
 
 /// The part of a full tensor one shard holds: indices [begin, end) along dimension `dim`, everything along the
@@ -92,6 +105,16 @@ tensor_slice slice_for(const weight_decl& decl, int tp_rank, int tp_size);
 /// down_proj (row); model.norm.weight and lm_head.weight (vocab) on the last stage. Checks the shard spec and
 /// every split before anything is loaded; throws model_error naming the numbers.
 weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard);
+
+/// The weights of a mixture-of-experts block (the MoE architectures' MLP on their sparse layers), declared by
+/// llama_weight_table: the router (replicated); per expert gate/up (column) and down (row) split by the expert's
+/// intermediate rows over the TP ranks, or, with shard.expert_parallel, only the experts of this rank's
+/// experts_of_rank range, whole; Qwen2-MoE's shared expert (column/row by its intermediate rows) and its sigmoid
+/// gate (replicated). Appended to `table`, bound to layer `layer`'s moe_weights.
+void declare_moe_weights(const model_config& cfg, const shard_spec& shard, int64_t layer, weight_table& table);
+
+/// Puts `t`, loaded for declaration `d` (a moe_slot or expert_slot one), into `moe`.
+void bind_moe_weight(const weight_decl& d, tensor t, moe_weights& moe);
 
 /// Binds the loaded weights of `shard` to the members the table names and hands each to `be` (import_host: no copy
 /// on the CPU). Declared weights that are absent must be optional. Throws model_error naming a missing tensor.

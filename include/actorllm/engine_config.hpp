@@ -16,6 +16,12 @@ struct engine_config {
   int32_t pipeline_parallel_size = 1;  ///< pipeline stages
   /// Layers per stage, e.g. "3,2"; empty: vLLM's even split with the remainder on the earlier stages.
   std::string pp_layer_partition;
+  /// vLLM's --enable-expert-parallel: MoE layers place whole experts on the ranks of the expert-parallel group
+  /// (data-parallel size × tensor_parallel_size ranks; data parallelism does not exist yet, so the TP group) and
+  /// dispatch tokens to them, instead of splitting every expert over the TP ranks. No effect on dense models.
+  bool enable_expert_parallel = false;
+  /// vLLM's --enable-eplb (redundant copies of the hottest experts): not implemented, refused by name.
+  bool enable_eplb = false;
   int32_t max_num_seqs = 256;             ///< most sequences running at once
   int32_t max_num_batched_tokens = 2048;  ///< most tokens per step; longer prompts are prefilled in chunks
   int32_t block_size = 16;                ///< token slots per KV-cache block

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace actorllm {
 
@@ -30,6 +31,9 @@ struct engine_stats {
   /// forward passes and sampling as its sampler shard measured them.
   double forward_seconds = 0.0;
   double sample_seconds = 0.0;
+  /// MoE models: tokens routed to each expert since start (index: expert id), summed over every MoE layer; each
+  /// token counts once per expert of its top-k. Empty otherwise.
+  std::vector<uint64_t> expert_tokens;
 
   friend bool operator==(const engine_stats&, const engine_stats&) = default;
 };

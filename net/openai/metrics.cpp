@@ -252,6 +252,18 @@ void engine_metrics::update(const engine_stats& stats) {
   advance(preemptions_, preemptions_seen_, stats.n_preemptions);
   advance(prefix_cache_queries_, prefix_cache_queries_seen_, stats.prefix_cache_queries);
   advance(prefix_cache_hits_, prefix_cache_hits_seen_, stats.prefix_cache_hits);
+  // MoE: the load of each expert (what expert-parallel load balancing would act on).
+  for (size_t e = expert_tokens_.size(); e < stats.expert_tokens.size(); ++e) {
+    metric_labels l = labels_;
+    l.emplace_back("expert", std::to_string(e));
+    expert_tokens_.push_back(&registry_.get_counter(
+        "actorllm:expert_tokens_total",
+        "MoE models: tokens routed to each expert (once per expert of a token's top-k), summed over the MoE layers.",
+        l));
+    expert_tokens_seen_.push_back(0);
+  }
+  for (size_t e = 0; e < stats.expert_tokens.size(); ++e)
+    advance(expert_tokens_[e], expert_tokens_seen_[e], stats.expert_tokens[e]);
 }
 
 void engine_metrics::observe_time_to_first_token(double seconds) { ttft_->observe(seconds); }

@@ -132,6 +132,8 @@ class engine_metrics {
   uint64_t preemptions_seen_ = 0;
   uint64_t prefix_cache_queries_seen_ = 0;
   uint64_t prefix_cache_hits_seen_ = 0;
+  std::vector<counter*> expert_tokens_;  // actorllm:expert_tokens_total{expert="e"}, made on first sight
+  std::vector<uint64_t> expert_tokens_seen_;
 };
 
 }  // namespace actorllm::net::openai

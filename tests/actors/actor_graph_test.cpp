@@ -143,7 +143,7 @@ fake_stage::behavior_type fake_stage_behavior(fake_stage::stateful_pointer<fake_
         }
         tensor hidden = make_host_tensor(dtype::f32, {static_cast<int64_t>(in.plan->tokens.size())});
         std::copy(in.plan->tokens.begin(), in.plan->tokens.end(), hidden.data_as<float>());
-        self->send(s.next, proto::stage_input{in.plan, std::move(hidden)});
+        self->send(s.next, proto::stage_input{in.plan, std::move(hidden), {}});
       },
       [self](proto::sampler_release& rel) {
         if (self->state.samples)

@@ -90,3 +90,18 @@ TEST_CASE("plan_layout checks stories260K's layouts from config.json alone") {
         "8 attention heads and 4 kv heads are not divisible by tensor_parallel_size 3");
   CHECK(error_of(actors::plan_layout(cfg, 1, 6, "")).find("larger than the model's 5 layers") != std::string::npos);
 }
+
+TEST_CASE("plan_layout with expert parallelism: at least one expert per rank, and expert splits checked") {
+  const auto cfg = model::parse_model_config(
+      R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 48,
+          "moe_intermediate_size": 3, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+          "vocab_size": 97, "max_position_embeddings": 128, "num_experts": 4, "num_experts_per_tok": 2})",
+      "moe/config.json");
+  CHECK(sizes(stages(actors::plan_layout(cfg, 4, 2, "", true))) == std::vector<int64_t>{1, 1});
+  CHECK(error_of(actors::plan_layout(cfg, 8, 1, "", true))
+            .find("expert parallelism over 8 ranks needs at least as "
+                  "many experts, but the model has 4") != std::string::npos);
+  // Tensor-parallel experts split their 3 intermediate rows: more ranks than rows is refused by name.
+  CHECK(error_of(actors::plan_layout(cfg, 4, 1, "", false)).find("moe_intermediate_size 3") != std::string::npos);
+  CHECK(sizes(stages(actors::plan_layout(cfg, 2, 1, "", false))) == std::vector<int64_t>{2});
+}

@@ -129,6 +129,7 @@ distributed_executor_backend = "mp"
 num_threads = 3
 max_worker_restarts = 5
 device = "cpu"
+enable_expert_parallel = true
 [scheduler]
 max_num_seqs = 8
 max_num_batched_tokens = 99
@@ -189,7 +190,9 @@ host_ip = "10.0.0.2"
   CHECK(o.host_ip == "10.0.0.2");
   CHECK(o.max_worker_restarts == 5);
   CHECK(o.device == "cpu");
-  CHECK(app::serve_config_keys().size() == 39);
+  CHECK(o.enable_expert_parallel);
+  CHECK_FALSE(o.enable_eplb);
+  CHECK(app::serve_config_keys().size() == 41);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

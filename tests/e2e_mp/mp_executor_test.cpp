@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -146,6 +147,45 @@ TEST_CASE("mp executor: with ACTORLLM_SHM_COLLECTIVE=0 the TP ranks all-reduce o
     CHECK(test::greedy_ids(llm, g) == g.output);
   }
   ::unsetenv("ACTORLLM_SHM_COLLECTIVE");
+}
+
+TEST_CASE("mp executor: a dummy Mixtral with expert parallelism (shared memory and Gloo) decodes as in one process") {
+  const auto dir = test::make_temp_dir("actorllm-mp-moe");
+  {
+    std::ofstream f{dir / "config.json"};
+    f << R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64, "intermediate_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 97,
+        "max_position_embeddings": 256, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": null,
+        "torch_dtype": "float32"})";
+  }
+  auto config = [&](int tp, int pp, bool ep, const std::string& executor) {
+    engine_config c = mp_config(tp, pp);
+    c.model = dir.string();
+    c.load_format = "dummy";
+    c.seed = 9;
+    c.enable_expert_parallel = ep;
+    c.distributed_executor_backend = executor;
+    return c;
+  };
+  sampling_params p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 16;
+  const prompt in{std::vector<int32_t>{7, 21, 4, 60, 33}};
+  const auto expected = LLM{config(1, 1, false, "uni")}.generate(in, p).outputs.at(0).token_ids;
+  for (const char* shm : {"1", "0"}) {
+    ::setenv("ACTORLLM_SHM_COLLECTIVE", shm, 1);  // "0": the TP/EP group is Gloo over loopback
+    for (auto [tp, pp] : {std::pair{2, 1}, std::pair{2, 2}}) {
+      INFO("tp " << tp << " pp " << pp << " shared memory " << shm);
+      LLM llm{config(tp, pp, true, "mp")};
+      CHECK(llm.info().executor == "mp");
+      CHECK(worker_pids().size() == static_cast<size_t>(tp * pp));
+      CHECK(llm.generate(in, p).outputs.at(0).token_ids == expected);
+      CHECK(llm.stats().expert_tokens.size() == 8);
+    }
+  }
+  ::unsetenv("ACTORLLM_SHM_COLLECTIVE");
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("mp executor: kill -9 of a worker ends every running request within 5 s, then serving resumes") {

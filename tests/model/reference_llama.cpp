@@ -5,6 +5,7 @@
 
 #include "model/model_error.hpp"
 #include "model/weight_table.hpp"
+#include "reference_moe.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -173,9 +174,10 @@ vec reference_logits(const model_config& cfg, const model_weights& w, const std:
       k_norm = read_weight(w, p + "self_attn.k_norm.weight", {head_dim});
     }
     const vec ffn_norm = read_weight(w, p + "post_attention_layernorm.weight", {n_embd});
-    const vec w_gate = read_weight(w, p + "mlp.gate_proj.weight", {cfg.n_ff, n_embd});
-    const vec w_up = read_weight(w, p + "mlp.up_proj.weight", {cfg.n_ff, n_embd});
-    const vec w_down = read_weight(w, p + "mlp.down_proj.weight", {n_embd, cfg.n_ff});
+    const bool moe = cfg.is_moe_layer(layer);  // the sparse MLP (reference_moe) instead of the dense one
+    const vec w_gate = moe ? vec{} : read_weight(w, p + "mlp.gate_proj.weight", {cfg.n_ff, n_embd});
+    const vec w_up = moe ? vec{} : read_weight(w, p + "mlp.up_proj.weight", {cfg.n_ff, n_embd});
+    const vec w_down = moe ? vec{} : read_weight(w, p + "mlp.down_proj.weight", {n_embd, cfg.n_ff});
 
     // q, k, v of every position; Qwen3 normalises each head before the rotation.
     std::vector<vec> q(static_cast<size_t>(n_tokens)), k(q.size()), v(q.size());
@@ -234,6 +236,12 @@ vec reference_logits(const model_config& cfg, const model_weights& w, const std:
 
     for (auto& xt : x) {
       const vec h = rms_norm(xt, ffn_norm, eps);
+      if (moe) {
+        const vec d = reference_moe_mlp(cfg, w, layer, h);
+        for (size_t i = 0; i < e; ++i)
+          xt[i] += d[i];
+        continue;
+      }
       const vec g = linear(w_gate, nullptr, h, cfg.n_ff, n_embd);
       vec u = linear(w_up, nullptr, h, cfg.n_ff, n_embd);
       for (size_t i = 0; i < u.size(); ++i)

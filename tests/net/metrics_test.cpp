@@ -154,3 +154,22 @@ TEST_CASE("metrics updates from many threads are all counted [asan]") {
   CHECK(text.find("actorllm:request_success_total{model_name=\"m\",finished_reason=\"stop\"} 8000\n") !=
         std::string::npos);
 }
+
+TEST_CASE("MoE engines: the load of each expert is a counter labelled by expert id, absent for dense models") {
+  engine_metrics m{"mixtral"};
+  engine_stats s;
+  m.update(s);
+  CHECK(m.render().find("expert_tokens_total") == std::string::npos);  // dense: no family at all
+  s.expert_tokens = {4, 0, 7};
+  m.update(s);
+  s.expert_tokens = {6, 1, 7};
+  m.update(s);
+  const std::string text = m.render();
+  for (const std::string line : {"# TYPE actorllm:expert_tokens_total counter\n",
+                                 "actorllm:expert_tokens_total{model_name=\"mixtral\",expert=\"0\"} 6\n",
+                                 "actorllm:expert_tokens_total{model_name=\"mixtral\",expert=\"1\"} 1\n",
+                                 "actorllm:expert_tokens_total{model_name=\"mixtral\",expert=\"2\"} 7\n"}) {
+    CAPTURE(line);
+    CHECK(text.find(line) != std::string::npos);
+  }
+}

@@ -260,7 +260,7 @@ TEST_CASE_FIXTURE(proto_fixture, "step plans, stage inputs and step results roun
   tensor hidden = make_host_tensor(dtype::f32, {3});
   const float values[] = {0.5f, -1.0f, 3.25f};
   std::copy(std::begin(values), std::end(values), hidden.data_as<float>());
-  proto::stage_input in{std::make_shared<const proto::step_plan>(plan), hidden};
+  proto::stage_input in{std::make_shared<const proto::step_plan>(plan), hidden, {3, 0, 7}};
   auto in_back = roundtrip(in);
   REQUIRE(in_back.plan != nullptr);
   CHECK(in_back.plan != in.plan);  // a fresh plan, equal by value
@@ -272,6 +272,7 @@ TEST_CASE_FIXTURE(proto_fixture, "step plans, stage inputs and step results roun
   res.tokens = {{15, -0.25f, {}}, {2, -3.5f, {{7, -0.1f}, {2, -3.5f}}}};
   res.forward_seconds = 0.125;
   res.sample_seconds = 0.0625;
+  res.expert_tokens = {5, 0, 9, 1};
   CHECK(roundtrip(res) == res);
   CHECK(roundtrip_message(res) == res);
   proto::step_result failed;

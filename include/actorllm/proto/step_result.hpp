@@ -35,6 +35,9 @@ struct step_result {
   std::string error;
   double forward_seconds = 0.0;  ///< the sampler shard's time in the forward pass (block copies included)
   double sample_seconds = 0.0;   ///< its time sampling the rows
+  /// MoE models: tokens routed to each expert since the shards started, summed over every stage's MoE layers (each
+  /// stage's tp rank 0 counts its layers; the totals ride stage_input to the sampler shard); empty for dense models.
+  std::vector<uint64_t> expert_tokens;
 
   friend bool operator==(const step_result&, const step_result&) = default;
 };
@@ -42,7 +45,8 @@ struct step_result {
 /// CAF inspection of step_result.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.error, x.forward_seconds, x.sample_seconds);
+  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.error, x.forward_seconds, x.sample_seconds,
+           x.expert_tokens);
 }
 
 }  // namespace actorllm::proto

@@ -37,6 +37,7 @@ struct shard_assignment {
   int64_t layer_end = 0;
   int32_t stage = 0;
   int32_t pp_size = 1;
+  bool expert_parallel = false;  ///< engine_config::enable_expert_parallel
   std::string load_format = "auto";
   std::string dtype = "auto";
   std::string device = "cpu";  ///< engine_config::device; the worker refuses one its build cannot run
@@ -55,8 +56,8 @@ struct shard_assignment {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
   return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tp_rank, x.tp_size, x.layer_begin, x.layer_end,
-           x.stage, x.pp_size, x.load_format, x.dtype, x.device, x.seed, x.n_threads, x.samples, x.next,
-           x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
+           x.stage, x.pp_size, x.expert_parallel, x.load_format, x.dtype, x.device, x.seed, x.n_threads, x.samples,
+           x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
 }
 
 /// worker: run the communication check (`actorllm check`).

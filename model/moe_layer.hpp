@@ -1,0 +1,68 @@
+// The mixture-of-experts MLP block (llama.cpp's build_moe_ffn, vLLM's FusedMoE) as a shared helper over the backend
+// interface: router logits, softmax and top-k as transformers computes them, the experts' SwiGLU MLPs over only the
+// tokens routed to each (grouped: one gather, then one matmul per expert over its rows), the weighted sum, and
+// Qwen2-MoE's shared expert. Tensor parallel: every expert's intermediate rows split over the TP ranks, the partial
+// sums combined by the layer's all-reduce. Expert parallel: whole experts on the ranks of the EP group; tokens are
+// dispatched to the ranks holding their experts and the outputs combined back with the collective's all-to-all.
+#pragma once
+
+#include "kernels/backend.hpp"
+#include "kernels/collective.hpp"
+#include "model/layers.hpp"
+#include "model/model_config.hpp"
+#include "model/moe_weights.hpp"
+#include "model/weight_table.hpp"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace actorllm::model {
+
+/// Top-k routing of one batch, as transformers' Mixtral/Qwen2-MoE/Qwen3-MoE blocks compute it: softmax in f32 over
+/// each row of `logits` ([n_tokens, n_expert]), the k largest probabilities (ties: the lower expert id first, as
+/// torch.topk returns them), divided by their sum when `renormalise`. Writes k expert ids and weights per token,
+/// highest first.
+void route_top_k(std::span<const float> logits, int64_t n_expert, int64_t k, bool renormalise,
+                 std::span<int32_t> expert_ids, std::span<float> weights);
+
+/// How a shard runs its MoE layers, and what it counts: the state of the helper across steps (scratch buffers, the
+/// expert load statistics).
+class moe_block {
+ public:
+  /// `ep_comm` is the expert-parallel group when shard.expert_parallel (today the TP group itself: data parallelism,
+  /// which would make it dp_size × tp_size ranks, does not exist yet); unused otherwise. Must outlive the block.
+  moe_block(const model_config& cfg, const shard_spec& shard, tp_collective& ep_comm);
+
+  /// The MoE block of global layer `layer`: reads s.h, writes s.proj (complete on every TP rank, like ffn()).
+  void forward(const layer_context& ctx, int64_t layer, const moe_weights& w, layer_scratch& s);
+
+  /// Tokens routed to each expert so far (each token counts once per expert it picked), summed over the shard's
+  /// MoE layers: size n_expert. Every rank of a replica counts the same routing.
+  const std::vector<uint64_t>& expert_load() const { return load_; }
+
+ private:
+  /// y[i] = expert(e_i)(x[rows[i]]) for the local experts, rows grouped by expert: `order` lists indices into
+  /// `rows` sorted by expert, `counts[e]` rows of local expert e. x is [*, n_embd] on the backend; returns y
+  /// [rows.size(), n_embd] downloaded to the host, in `order`'s order.
+  void run_experts(const layer_context& ctx, const moe_weights& w, const tensor& x, std::span<const int32_t> rows,
+                   std::span<const int64_t> counts, std::vector<float>& y);
+  /// The shared expert's sigmoid-gated output added to acc (this rank's TP part of it).
+  void add_shared_expert(const layer_context& ctx, const moe_weights& w, const layer_scratch& s,
+                         std::vector<float>& acc);
+  /// A view [rows, cols] of `buf`, which grows to hold it.
+  tensor scratch(backend& be, tensor& buf, dtype type, int64_t rows, int64_t cols);
+
+  model_config cfg_;
+  shard_spec shard_;
+  tp_collective& ep_comm_;
+  std::vector<uint64_t> load_;
+  // Scratch on the backend, reused across layers and steps.
+  tensor logits_, rows_, xg_, gate_, up_, y_, sh_gate_, sh_up_, sh_out_, sh_logit_, xr_;
+  // Host scratch.
+  std::vector<float> host_logits_, host_y_, acc_, host_h_, send_, recv_, back_, ret_, sh_host_, sh_logit_host_;
+  std::vector<int32_t> ids_;
+  std::vector<float> weights_;
+};
+
+}  // namespace actorllm::model
