@@ -84,12 +84,11 @@ void moe_block::run_experts(const layer_context& ctx, const moe_weights& w, cons
   int64_t offset = 0;
   for (size_t e = 0; e < counts.size(); ++e) {
     if (const int64_t c = counts[e]; c > 0) {
-      be.matmul(xg.slice_rows(offset, c), w.experts[e].w_gate, tensor{}, gate.slice_rows(offset, c));
-      be.matmul(xg.slice_rows(offset, c), w.experts[e].w_up, tensor{}, up.slice_rows(offset, c));
+      be.matmul_silu_gate(xg.slice_rows(offset, c), w.experts[e].w_gate, w.experts[e].w_up, up.slice_rows(offset, c),
+                          gate.slice_rows(offset, c));
       offset += c;
     }
   }
-  be.silu_mul(gate, up, gate);
   offset = 0;
   for (size_t e = 0; e < counts.size(); ++e) {
     if (const int64_t c = counts[e]; c > 0) {
@@ -110,9 +109,7 @@ void moe_block::add_shared_expert(const layer_context& ctx, const moe_weights& w
   const tensor u = scratch(be, sh_up_, dtype::f32, n, ff);
   const tensor o = scratch(be, sh_out_, dtype::f32, n, d);
   const tensor logit = scratch(be, sh_logit_, dtype::f32, n, 1);
-  be.matmul(s.h, w.shexp_gate, tensor{}, g);
-  be.matmul(s.h, w.shexp_up, tensor{}, u);
-  be.silu_mul(g, u, g);
+  be.matmul_silu_gate(s.h, w.shexp_gate, w.shexp_up, u, g);
   be.matmul(g, w.shexp_down, tensor{}, o);
   be.matmul(s.h, w.shexp_router, tensor{}, logit);
   sh_host_.resize(static_cast<size_t>(n * d));

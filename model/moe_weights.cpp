@@ -19,6 +19,7 @@ void declare_moe_weights(const model_config& cfg, const shard_spec& shard, int64
     d.shape = std::move(shape);
     d.kind = kind;
     d.layer = layer;
+    d.linear = true;  // every MoE matrix (router, experts, shared expert) is read by matmul only
     if (kind == shard_kind::replicated) {
       d.n_units = 1;
       d.unit_size = d.shape[0];
