@@ -63,13 +63,13 @@ int threads_from_env() {
   return hc == 0 ? 1 : static_cast<int>(hc);
 }
 
-// When the pool has as many threads as this process may run on (it owns the machine's cores), worker i is pinned to
-// the i-th allowed CPU, so the scheduler never stacks two pool threads on one core while another idles, and a
-// worker's caches stay warm between kernels. The calling thread (index 0: an engine or actor thread) is left free.
-// ACTORLLM_PIN_THREADS=0 turns it off.
+// ACTORLLM_PIN_THREADS=1 pins worker i to the i-th CPU this process may run on, when the pool has as many threads as
+// there are such CPUs (it owns the machine). Off by default: the calling thread (an engine or actor thread) floats,
+// and on a 2-vCPU VM it was measured sharing the pinned worker's CPU at times (bench_cpu_decode, alternated runs:
+// bandwidth probe 33 GB/s pinned against 43-47 unpinned), which costs more than migrations do.
 void pin_worker(int index, int n_threads) {
 #if defined(__linux__)
-  if (const char* env = std::getenv("ACTORLLM_PIN_THREADS"); env != nullptr && std::string_view{env} == "0")
+  if (const char* env = std::getenv("ACTORLLM_PIN_THREADS"); env == nullptr || std::string_view{env} != "1")
     return;
   cpu_set_t allowed;
   CPU_ZERO(&allowed);

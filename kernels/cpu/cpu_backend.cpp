@@ -35,6 +35,18 @@ void check_disjoint(const tensor& a, const tensor& b, const char* op, const char
 
 float* f32(const tensor& t) { return t.data_as<float>(); }
 
+// Row-wise ops (norms, rope, the cache write) run over the pool for a prefill's many rows; a decode step's few rows
+// stay on the calling thread, where a dispatch would cost more than the work.
+constexpr int64_t parallel_min_rows = 16;
+
+template <class Fn>
+void for_rows(thread_pool& pool, int64_t n_rows, Fn&& fn) {
+  if (n_rows < parallel_min_rows || pool.size() == 1)
+    fn(int64_t{0}, n_rows);
+  else
+    pool.parallel_for(n_rows, fn);
+}
+
 // The cache as the kernels take it (its shape checked by backend_checks::kv_cache).
 paged_kv_view kv_view(const kv_layer& cache) {
   return paged_kv_view{f32(cache.k),       f32(cache.v),      cache.n_blocks(),
@@ -130,15 +142,19 @@ void cpu_backend::embedding(const tensor& ids, const tensor& table, int64_t row_
 
 void cpu_backend::rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) {
   const int64_t width = host.rms_norm(x, weight, out);
-  cpu::rms_norm(f32(x), x.numel() / width, width, weight.data(), weight.type, eps, f32(out));
+  for_rows(pool_, x.numel() / width, [&](int64_t b, int64_t e) {
+    cpu::rms_norm(f32(x) + b * width, e - b, width, weight.data(), weight.type, eps, f32(out) + b * width);
+  });
 }
 
 void cpu_backend::add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                                const tensor& out) {
   const int64_t width = host.add_rms_norm(residual, delta, weight, out), n = residual.numel();
   // The unfused order of the forward pass (residual add, then the next layer's norm), so results stay identical.
-  cpu::add_inplace(f32(residual), f32(delta), n);
-  cpu::rms_norm(f32(residual), n / width, width, weight.data(), weight.type, eps, f32(out));
+  for_rows(pool_, n / width, [&](int64_t b, int64_t e) {
+    cpu::add_inplace(f32(residual) + b * width, f32(delta) + b * width, (e - b) * width);
+    cpu::rms_norm(f32(residual) + b * width, e - b, width, weight.data(), weight.type, eps, f32(out) + b * width);
+  });
 }
 
 void cpu_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
@@ -192,18 +208,26 @@ void cpu_backend::rope(const rope_table& table, const tensor& positions, const t
   const backend_checks::rope_dims d = host.rope(table, positions, q, k, q_norm, k_norm);
   if (d.n_tokens == 0)
     return;
-  // Qwen3's per-head q/k norm, done in place right before the rotation as the forward pass did.
-  if (!q_norm.empty())
-    cpu::rms_norm(f32(q), d.n_tokens * d.n_head, d.head_dim, q_norm.data(), q_norm.type, eps, f32(q));
-  if (!k_norm.empty())
-    cpu::rms_norm(f32(k), d.n_tokens * d.n_head_kv, d.head_dim, k_norm.data(), k_norm.type, eps, f32(k));
-  apply_rope(f32(table.inv_freq), d.head_dim, positions.data_as<int32_t>(), d.n_tokens, f32(q), d.n_head,
-             k.empty() ? nullptr : f32(k), d.n_head_kv);
+  for_rows(pool_, d.n_tokens, [&](int64_t b, int64_t e) {
+    const int64_t q_row = d.n_head * d.head_dim, k_row = d.n_head_kv * d.head_dim;
+    float* qb = f32(q) + b * q_row;
+    float* kb = k.empty() ? nullptr : f32(k) + b * k_row;
+    // Qwen3's per-head q/k norm, done in place right before the rotation as the forward pass did.
+    if (!q_norm.empty())
+      cpu::rms_norm(qb, (e - b) * d.n_head, d.head_dim, q_norm.data(), q_norm.type, eps, qb);
+    if (!k_norm.empty())
+      cpu::rms_norm(kb, (e - b) * d.n_head_kv, d.head_dim, k_norm.data(), k_norm.type, eps, kb);
+    apply_rope(f32(table.inv_freq), d.head_dim, positions.data_as<int32_t>() + b, e - b, qb, d.n_head, kb,
+               d.n_head_kv);
+  });
 }
 
 void cpu_backend::write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) {
   host.write_kv(cache, k, v, batch);
-  cpu::write_kv(kv_view(cache), f32(k), f32(v), batch.slots.data_as<int64_t>(), batch.n_tokens);
+  const int64_t row = cache.n_head_kv() * cache.head_dim();
+  for_rows(pool_, batch.n_tokens, [&](int64_t b, int64_t e) {
+    cpu::write_kv(kv_view(cache), f32(k) + b * row, f32(v) + b * row, batch.slots.data_as<int64_t>() + b, e - b);
+  });
 }
 
 void cpu_backend::paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,

@@ -418,7 +418,14 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
   const int64_t ld = k_pad + k_step;
   thread_local std::vector<uint16_t> xb_storage;
   xb_storage.resize(static_cast<size_t>(n_tokens * ld));
-  round_rows_to_bf16(x, n_tokens, n_in, xb_storage.data(), k_pad, ld);
+  // Rounded on the pool for a prefill's many rows (serial, it would leave the other cores idle for a while).
+  uint16_t* xb = xb_storage.data();
+  if (n_tokens >= 16 && pool.size() > 1)
+    pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+      round_rows_to_bf16(x + b * n_in, e - b, n_in, xb + b * ld, k_pad, ld);
+    });
+  else
+    round_rows_to_bf16(x, n_tokens, n_in, xb, k_pad, ld);
   const gemv_call c{xb_storage.data(), ld, k_pad, n_in, n_tokens};
   const std::span<const target_view> tv{views.data(), targets.size()};
   if (targets[0].packed) {
