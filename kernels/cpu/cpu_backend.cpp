@@ -217,8 +217,7 @@ void cpu_backend::rope(const rope_table& table, const tensor& positions, const t
       cpu::rms_norm(qb, (e - b) * d.n_head, d.head_dim, q_norm.data(), q_norm.type, eps, qb);
     if (!k_norm.empty())
       cpu::rms_norm(kb, (e - b) * d.n_head_kv, d.head_dim, k_norm.data(), k_norm.type, eps, kb);
-    apply_rope(f32(table.inv_freq), d.head_dim, positions.data_as<int32_t>() + b, e - b, qb, d.n_head, kb,
-               d.n_head_kv);
+    apply_rope(f32(table.inv_freq), d.head_dim, positions.data_as<int32_t>() + b, e - b, qb, d.n_head, kb, d.n_head_kv);
   });
 }
 

@@ -136,7 +136,7 @@ TEST_CASE("matmul GEMM covers several K blocks, token chunks and register-tile r
   // exercise every remainder tile.
   thread_pool pool(2);
   uint64_t seed = 3;
-  // Packed bf16 weights: more than 48 tokens take K blocks of 512 (1100: two and a tail) in chunks of 384 rows.
+  // Packed bf16 weights: more than 48 tokens go in chunks of 384 rows (400: two); n_in 1100 ends in a K tail.
   for (const auto& s :
        std::vector<shape>{{530, 40, 35}, {25, 513, 48}, {37, 260, 100}, {96, 64, 64}, {100, 1100, 45}, {400, 600, 40}})
     for (dtype wt : {dtype::f32, dtype::bf16})
