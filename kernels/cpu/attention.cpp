@@ -305,7 +305,10 @@ void paged_attention(const float* q, const int32_t* positions, const attention_s
                  "paged_attention: n_head must be a multiple of n_head_kv");
   const int64_t n_rep = n_head / cache.n_head_kv;
   // Work item w maps to (sequence, tile of query rows, kv head) through prefix sums over the sequences.
-  std::vector<int64_t> first_item(static_cast<size_t>(n_seqs) + 1, 0);
+  // Reused across calls (no allocation once warm); the reference, not the thread_local, is what the workers see.
+  thread_local std::vector<int64_t> first_item_storage;
+  std::vector<int64_t>& first_item = first_item_storage;
+  first_item.assign(static_cast<size_t>(n_seqs) + 1, 0);
   for (int64_t s = 0; s < n_seqs; ++s)
     first_item[static_cast<size_t>(s) + 1] =
         first_item[static_cast<size_t>(s)] + (seqs[s].n_query + tile_rows - 1) / tile_rows * cache.n_head_kv;
