@@ -47,6 +47,13 @@ struct service_config {
   /// How often the stats line (running, waiting, KV-cache usage, prefix cache hit rate) is logged while the engine
   /// works; 0: never (--disable-log-stats). vLLM's interval.
   std::chrono::milliseconds log_stats_interval{10000};
+  /// --max-logprobs: the most logprobs / top_logprobs a request may ask for (vLLM's default 20).
+  int32_t max_logprobs = 20;
+  /// --chat-template-content-format: "string" (content is the text, parts joined by "\n"), "openai" (content is a
+  /// list of {"type": "text", "text": ...} parts) or "auto" (string).
+  std::string chat_template_content_format = "auto";
+  /// --return-tokens-as-token-ids: logprob tokens written as "token_id:N" unless a request says otherwise.
+  bool return_tokens_as_token_ids = false;
 };
 
 class openai_service {
