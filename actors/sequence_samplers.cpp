@@ -26,6 +26,11 @@ void sequence_samplers::apply(const proto::step_plan& plan) {
     p.presence_penalty = setup.spec.presence_penalty;
     p.frequency_penalty = setup.spec.frequency_penalty;
     p.logprobs = setup.spec.logprobs;
+    p.allowed_token_ids = setup.spec.allowed_token_ids;
+    p.bad_words = setup.spec.bad_words;
+    p.min_tokens = setup.spec.min_tokens;
+    p.min_tokens_stop_ids = setup.spec.min_tokens_stop_ids;
+    p.logit_bias = setup.spec.logit_bias;
     add(setup.request_id, p, setup.spec.seed, setup.prompt_ids);
   }
 }

@@ -329,6 +329,20 @@ std::optional<openai::api_error> check_json_content_type(const http_request& req
       "Content-Type");
 }
 
+/// Token ids a request names (logit_bias, allowed_token_ids) must be in the vocabulary: a 400 naming the field.
+std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64_t n_vocab) {
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id >= n_vocab)
+      return openai::api_error::bad_request(
+          fmt::format("logit_bias token id {} is outside the vocabulary (size {})", id, n_vocab), "logit_bias");
+  for (int32_t id : p.allowed_token_ids)
+    if (id >= n_vocab)
+      return openai::api_error::bad_request(
+          fmt::format("allowed_token_ids: token id {} is outside the vocabulary (size {})", id, n_vocab),
+          "allowed_token_ids");
+  return std::nullopt;
+}
+
 /// Fields in no schema the server knows are ignored as vLLM ignores them, but never silently.
 void log_ignored(const openai::common_request& r) {
   if (r.ignored_fields.empty())
@@ -409,6 +423,8 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   if (!parsed)
     return fail(parsed.error());
   log_ignored(*parsed);
+  if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
+    return fail(*bad);
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
   if (!model)
     return fail(model.error());
@@ -463,6 +479,10 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   j->ctx.logprobs = parsed->params.logprobs.has_value();
   j->ctx.echo = parsed->echo;
   j->ctx.include_usage = parsed->include_usage;
+  j->ctx.return_token_ids = parsed->return_token_ids;
+  j->ctx.continuous_usage = parsed->continuous_usage_stats;
+  for (const request_output& e : echo)
+    j->ctx.prompt_token_ids.push_back(e.prompt_token_ids);
   j->ctx.prompt_tokens_details = config_.enable_prompt_tokens_details;
   j->ctx.n = parsed->params.n;
   j->ctx.decoder =
@@ -541,6 +561,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   if (!parsed)
     return fail(parsed.error());
   log_ignored(*parsed);
+  if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
+    return fail(*bad);
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
   if (!model)
     return fail(model.error());
@@ -577,6 +599,13 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   j->ctx.model = *model;
   j->ctx.logprobs = parsed->logprobs;
   j->ctx.include_usage = parsed->include_usage;
+  j->ctx.return_token_ids = parsed->return_token_ids;
+  j->ctx.continuous_usage = parsed->continuous_usage_stats;
+  j->ctx.prompt_token_ids.push_back(ids);
+  // vLLM's chat echo: the last message's content starts the reply when it is the reply's role (always when no
+  // generation prompt is added: then the reply continues that message).
+  if (parsed->echo && (!parsed->add_generation_prompt || parsed->messages.back().role == "assistant"))
+    j->ctx.echo_text = parsed->messages.back().content;
   j->ctx.prompt_tokens_details = config_.enable_prompt_tokens_details;
   j->ctx.n = parsed->params.n;
   j->ctx.decoder =

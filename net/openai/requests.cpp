@@ -302,9 +302,7 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
       if (f.key == "include_usage") {
         r.include_usage = read_bool(f.value, "stream_options.include_usage");
       } else if (f.key == "continuous_usage_stats") {
-        if (read_bool(f.value, "stream_options.continuous_usage_stats"))
-          fail("stream_options.continuous_usage_stats",
-               "stream_options.continuous_usage_stats is not supported by this server yet");
+        r.continuous_usage_stats = read_bool(f.value, "stream_options.continuous_usage_stats");
       } else if (f.key == "include_obfuscation") {
         if (read_bool(f.value, "stream_options.include_obfuscation"))
           fail("stream_options.include_obfuscation",
@@ -349,6 +347,42 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
     r.truncate_prompt_tokens = static_cast<int32_t>(k);
   } else if (key == "return_tokens_as_token_ids") {
     r.return_tokens_as_token_ids = read_bool(v, param);
+  } else if (key == "return_token_ids") {
+    r.return_token_ids = read_bool(v, param);
+  } else if (key == "logit_bias") {
+    dom::object biases;
+    if (v.get(biases))
+      fail(param, "logit_bias must be an object mapping token ids to biases, got " + type_name(v));
+    for (dom::key_value_pair b : biases) {
+      const std::string id_text{b.key};
+      int64_t id = -1;
+      std::size_t used = 0;
+      try {
+        id = std::stoll(id_text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != id_text.size() || id_text.empty() || id < 0 || id > std::numeric_limits<int32_t>::max())
+        fail(param, "logit_bias keys must be token ids, got '" + id_text + "'");
+      const double bias = read_number(b.value, "logit_bias");
+      if (!(bias >= -100 && bias <= 100))
+        fail(param, "logit_bias values must be in [-100, 100], got " + format_number(bias) + " for token " + id_text);
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+    }
+  } else if (key == "allowed_token_ids") {
+    for (dom::element id : read_array(v, param)) {
+      const int64_t x = read_integer(id, param, 0, std::numeric_limits<int32_t>::max());
+      p.allowed_token_ids.push_back(static_cast<int32_t>(x));
+    }
+    if (p.allowed_token_ids.empty())
+      fail(param, "allowed_token_ids must not be empty (leave it out to allow every token)");
+  } else if (key == "bad_words") {
+    for (dom::element w : read_array(v, param)) {
+      std::string_view word = read_string(w, param);
+      if (word.empty())
+        fail(param, "bad_words must not hold empty strings");
+      p.bad_words.emplace_back(word);
+    }
   } else {
     return false;
   }
@@ -593,7 +627,9 @@ result<completion_request> parse_completion_request(std::string_view body, const
     if (!has_prompt)
       fail("prompt", "prompt is required");
     if (r.echo && r.params.logprobs)
-      fail("echo", "echo together with logprobs is not supported (it needs prompt logprobs)");
+      fail("echo",
+           "echo together with logprobs is not supported by this server (it needs prompt logprobs, which are "
+           "not supported yet)");
     if (!st.has_max_tokens && defaults.max_tokens) {
       r.params.max_tokens = defaults.max_tokens;
       r.max_tokens_defaulted = true;

@@ -56,7 +56,7 @@ struct common_request {
   int32_t priority = 0;  ///< lower runs first under the "priority" scheduling policy
   /// vLLM's cache_salt: only requests with the same salt share prefix-cache blocks. A non-empty string when given.
   std::optional<std::string> cache_salt;
-  bool echo = false;                  ///< completions: prepend the prompt
+  bool echo = false;  ///< completions: prepend the prompt; chat: start with the last message's content (vLLM's rule)
   bool max_tokens_defaulted = false;  ///< params.max_tokens came from sampling_defaults (the server may clamp it)
   /// add_special_tokens: whether the tokenizer adds its special tokens (bos) to the prompt; unset: the endpoint's
   /// default (completions yes, chat no: the template writes them).
@@ -64,6 +64,8 @@ struct common_request {
   std::optional<std::string> request_id;          ///< vLLM's request_id: the response id's suffix
   std::optional<int32_t> truncate_prompt_tokens;  ///< keep the last k prompt tokens; -1: max_model_len
   bool return_tokens_as_token_ids = false;        ///< logprob tokens as "token_id:N"
+  bool return_token_ids = false;                  ///< choices carry token_ids, and prompt_token_ids
+  bool continuous_usage_stats = false;            ///< stream_options.continuous_usage_stats (only with stream)
   /// Fields in no schema the server knows, in body order (ignored, as vLLM ignores them; the server logs them).
   std::vector<std::string> ignored_fields;
 

@@ -132,6 +132,38 @@ int64_t choice_index(const response_context& ctx, uint32_t prompt_index, uint32_
   return static_cast<int64_t>(prompt_index) * ctx.n + seq_index;
 }
 
+// `key`: the ids with return_token_ids, else null (vLLM clients read the key either way).
+void write_ids_or_null(json_writer& w, std::string_view key, const response_context& ctx,
+                       std::span<const int32_t> ids) {
+  w.key(key);
+  if (ctx.return_token_ids)
+    w.array(ids);
+  else
+    w.null();
+}
+
+std::span<const int32_t> prompt_ids_of(const response_context& ctx, std::size_t prompt_index) {
+  if (prompt_index < ctx.prompt_token_ids.size())
+    return ctx.prompt_token_ids[prompt_index];
+  return {};
+}
+
+int64_t total_prompt_tokens(const response_context& ctx) {
+  int64_t n = 0;
+  for (const auto& ids : ctx.prompt_token_ids)
+    n += static_cast<int64_t>(ids.size()) * ctx.n;
+  return n;
+}
+
+// continuous_usage_stats: the usage so far on a streamed chunk.
+void write_running_usage(json_writer& w, const response_context& ctx, int64_t completion_tokens) {
+  usage_info u;
+  u.prompt_tokens = total_prompt_tokens(ctx) / std::max(ctx.n, 1);
+  u.completion_tokens = completion_tokens;
+  w.key("usage");
+  write_usage(w, u, ctx);
+}
+
 }  // namespace
 
 std::string make_response_id(std::string_view prefix) {
@@ -171,6 +203,13 @@ std::string completion_response_json(std::span<const request_output> outputs, co
         w.null();
       write_finish_reason(w, out.finish_reason);
       write_stop_reason(w, out);
+      w.key("prompt_logprobs").null();
+      w.key("prompt_token_ids");
+      if (ctx.return_token_ids)
+        w.array(ro.prompt_token_ids);
+      else
+        w.null();
+      write_ids_or_null(w, "token_ids", ctx, out.token_ids);
       w.end_object();
     }
   }
@@ -191,7 +230,7 @@ std::string chat_response_json(const request_output& output, const response_cont
     w.key("index").value(static_cast<int64_t>(out.index));
     w.key("message").begin_object();
     w.key("role").value("assistant");
-    w.key("content").value(out.text);
+    w.key("content").value(ctx.echo_text + out.text);
     w.key("refusal").null();
     w.end_object();
     w.key("logprobs");
@@ -201,11 +240,18 @@ std::string chat_response_json(const request_output& output, const response_cont
       w.null();
     write_finish_reason(w, out.finish_reason);
     write_stop_reason(w, out);
+    write_ids_or_null(w, "token_ids", ctx, out.token_ids);
     w.end_object();
   }
   w.end_array();
   w.key("usage");
   write_usage(w, output.usage, ctx);
+  w.key("prompt_logprobs").null();
+  w.key("prompt_token_ids");
+  if (ctx.return_token_ids)
+    w.array(output.prompt_token_ids);
+  else
+    w.null();
   w.end_object();
   return w.take();
 }
@@ -288,7 +334,19 @@ std::string completion_stream::on_delta(uint32_t prompt_index, const stream_delt
   else
     w.null();
   write_finish_reason(w, delta.finish_reason);
+  if (ctx_.return_token_ids) {
+    if (sent_prompt_ids_.size() <= static_cast<std::size_t>(index))
+      sent_prompt_ids_.resize(index + 1, false);
+    if (!sent_prompt_ids_[index]) {
+      sent_prompt_ids_[index] = true;
+      w.key("prompt_token_ids").array(prompt_ids_of(ctx_, prompt_index));
+    }
+    w.key("token_ids").array(delta.token_ids);
+  }
   w.end_object().end_array();
+  completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+  if (ctx_.continuous_usage)
+    write_running_usage(w, ctx_, completion_tokens_);
   w.end_object();
   text_offset_[index] += static_cast<int64_t>(delta.text.size());
   return sse_event(w.str());
@@ -304,11 +362,15 @@ std::string chat_stream::begin() {
     write_header(w, ctx_, "chat.completion.chunk");
     w.key("choices").begin_array().begin_object();
     w.key("index").value(i);
-    w.key("delta").begin_object().key("role").value("assistant").key("content").value("").end_object();
+    w.key("delta").begin_object().key("role").value("assistant").key("content").value(ctx_.echo_text).end_object();
     w.key("logprobs").null();
     w.key("finish_reason").null();
     w.end_object().end_array();
-    if (ctx_.include_usage)
+    if (ctx_.return_token_ids)
+      w.key("prompt_token_ids").array(prompt_ids_of(ctx_, 0));
+    if (ctx_.continuous_usage)
+      write_running_usage(w, ctx_, 0);
+    else if (ctx_.include_usage)
       w.key("usage").null();
     w.end_object();
     out += sse_event(w.str());
@@ -331,8 +393,13 @@ std::string chat_stream::on_delta(const stream_delta& delta) {
   else
     w.null();
   write_finish_reason(w, delta.finish_reason);
+  if (ctx_.return_token_ids)
+    w.key("token_ids").array(delta.token_ids);
   w.end_object().end_array();
-  if (ctx_.include_usage)
+  completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+  if (ctx_.continuous_usage)
+    write_running_usage(w, ctx_, completion_tokens_);
+  else if (ctx_.include_usage)
     w.key("usage").null();
   w.end_object();
   return sse_event(w.str());

@@ -91,7 +91,6 @@ TEST_CASE("requests are validated as vLLM validates them") {
     std::string target, body, param;
   };
   const refused_case cases[] = {
-      {"/v1/completions", R"({"prompt":"x","logit_bias":{"1":5}})", "logit_bias"},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"sound"}})",
        "response_format.type"},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"maybe"})", "tool_choice"},
@@ -117,4 +116,118 @@ TEST_CASE("requests are validated as vLLM validates them") {
   auto custom = http(s.port(), "POST", "/v1/chat/completions",
                      R"({"messages":[{"role":"narrator","content":"Once"}],"max_tokens":2})");
   CHECK_MESSAGE(custom.status == 200, custom.body);
+}
+
+namespace {
+
+/// The choices' token ids of a completion asked with return_token_ids... read from the logprobs' "token_id:N".
+std::vector<int32_t> sampled_ids(const http_reply& r) {
+  std::vector<int32_t> ids;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  REQUIRE_MESSAGE(parser.parse(r.body).get(doc) == simdjson::SUCCESS, r.body);
+  for (simdjson::dom::element t : doc["choices"].at(0)["logprobs"]["tokens"].get_array()) {
+    std::string_view s = t.get_string();
+    REQUIRE(s.starts_with("token_id:"));
+    ids.push_back(std::stoi(std::string{s.substr(9)}));
+  }
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("logit_bias, allowed_token_ids, bad_words and min_tokens act on what is sampled") {
+  server s;
+  auto ask = [&](const std::string& extra) {
+    auto r = http(s.port(), "POST", "/v1/completions",
+                  R"({"prompt":"Once upon a time","max_tokens":8,"temperature":1,"seed":3,"logprobs":0,)"
+                  R"("return_tokens_as_token_ids":true,"ignore_eos":true)" +
+                      extra + "}");
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    return sampled_ids(r);
+  };
+  for (int32_t id : ask(R"(,"logit_bias":{"300":100})"))
+    CHECK(id == 300);
+  for (int32_t id : ask(R"(,"allowed_token_ids":[310,320,330])"))
+    CHECK((id == 310 || id == 320 || id == 330));
+  // bad_words: the greedy continuation's first word never appears once banned.
+  auto greedy =
+      http(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+  REQUIRE(greedy.status == 200);
+  CHECK(greedy.body.find("there") != std::string::npos);
+  auto banned = http(s.port(), "POST", "/v1/completions",
+                     R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0,"bad_words":["there"]})");
+  REQUIRE(banned.status == 200);
+  CHECK(banned.body.find("there") == std::string::npos);
+  // min_tokens: with eos made almost certain, still min_tokens tokens come out.
+  auto early = http(s.port(), "POST", "/v1/completions",
+                    R"({"prompt":"Once upon a time","max_tokens":8,"min_tokens":5,"logit_bias":{"2":30},)"
+                    R"("logprobs":0,"return_tokens_as_token_ids":true})");
+  REQUIRE_MESSAGE(early.status == 200, early.body);
+  const auto ids = sampled_ids(early);
+  REQUIRE(ids.size() >= 5);  // 5 forced tokens, then (most likely) the eos that the bias favours
+  for (std::size_t i = 0; i < 5; ++i)
+    CHECK(ids[i] != 2);
+  CHECK(ids.size() < 8);  // the eos did come, once allowed
+  // Out-of-vocabulary ids and out-of-range biases are 400s naming the field.
+  auto oov = http(s.port(), "POST", "/v1/completions", R"({"prompt":"x","logit_bias":{"512":1}})");
+  check_openai_error(oov, 400);
+  CHECK(error_param(oov) == "logit_bias");
+  auto big = http(s.port(), "POST", "/v1/completions", R"({"prompt":"x","logit_bias":{"5":101}})");
+  check_openai_error(big, 400);
+  CHECK(error_param(big) == "logit_bias");
+  auto oov2 = http(s.port(), "POST", "/v1/chat/completions",
+                   R"({"messages":[{"role":"user","content":"x"}],"allowed_token_ids":[9999]})");
+  check_openai_error(oov2, 400);
+  CHECK(error_param(oov2) == "allowed_token_ids");
+}
+
+TEST_CASE("return_token_ids, chat echo, continuous usage stats and the keys vLLM clients read as null") {
+  server s;
+  simdjson::dom::parser parser;
+  // Completions: token_ids and prompt_token_ids when asked, null otherwise.
+  auto plain = http(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":3})");
+  REQUIRE(plain.status == 200);
+  simdjson::dom::element doc = parser.parse(plain.body);
+  CHECK(doc["choices"].at(0)["prompt_token_ids"].is_null());
+  CHECK(doc["choices"].at(0)["prompt_logprobs"].is_null());
+  CHECK(doc["choices"].at(0)["token_ids"].is_null());
+  auto with_ids = http(s.port(), "POST", "/v1/completions",
+                       R"({"prompt":"Once upon a time","max_tokens":3,"temperature":0,"return_token_ids":true})");
+  REQUIRE(with_ids.status == 200);
+  doc = parser.parse(with_ids.body);
+  auto tok = http(s.port(), "POST", "/tokenize", R"({"prompt":"Once upon a time"})");
+  simdjson::dom::parser p2;
+  CHECK(simdjson::minify(doc["choices"].at(0)["prompt_token_ids"]) == simdjson::minify(p2.parse(tok.body)["tokens"]));
+  CHECK(doc["choices"].at(0)["token_ids"].get_array().size() == 3);
+  // Chat: prompt_token_ids at the top; echo starts the reply with the last message when it is the assistant's.
+  auto chat =
+      http(s.port(), "POST", "/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"Once upon a time"},{"role":"assistant","content":"There"}],)"
+           R"("max_tokens":3,"echo":true,"return_token_ids":true})");
+  REQUIRE_MESSAGE(chat.status == 200, chat.body);
+  doc = parser.parse(chat.body);
+  CHECK(std::string_view(doc["choices"].at(0)["message"]["content"]).starts_with("There"));
+  CHECK(doc["prompt_token_ids"].get_array().size() > 3);
+  CHECK(doc["prompt_logprobs"].is_null());
+  // Streaming with continuous_usage_stats: every chunk carries the usage so far, growing to the final count.
+  auto stream = http(s.port(), "POST", "/v1/completions",
+                     R"({"prompt":"Once upon a time","max_tokens":4,"stream":true,"temperature":0,)"
+                     R"("stream_options":{"include_usage":true,"continuous_usage_stats":true}})");
+  REQUIRE(stream.status == 200);
+  int64_t last = -1;
+  int chunks = 0;
+  for (std::size_t at = stream.body.find("data: {"); at != std::string::npos;
+       at = stream.body.find("data: {", at + 1)) {
+    const std::string event = stream.body.substr(at + 6, stream.body.find("\n\n", at) - at - 6);
+    simdjson::dom::parser pe;
+    simdjson::dom::element e = pe.parse(event);
+    REQUIRE_MESSAGE(e["usage"].is_object(), event);
+    const int64_t done = e["usage"]["completion_tokens"];
+    CHECK(done >= last);
+    last = done;
+    ++chunks;
+  }
+  CHECK(chunks >= 4);
+  CHECK(last == 4);
 }

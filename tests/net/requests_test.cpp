@@ -189,8 +189,11 @@ TEST_CASE("wrong JSON types name the field") {
       {R"({"prompt":"x","seed":18446744073709551615})", "seed",
        "seed must be a 64-bit signed integer (in [-9223372036854775808, 9223372036854775807]), got "
        "18446744073709551615"},
-      {R"({"prompt":"x","logit_bias":{"1":2}})", "logit_bias",
-       "logit_bias is not supported by this server (completions): logit_bias is not supported yet"},
+      {R"({"prompt":"x","logit_bias":{"1":200}})", "logit_bias",
+       "logit_bias values must be in [-100, 100], got 200 for token 1"},
+      {R"({"prompt":"x","logit_bias":{"a":2}})", "logit_bias", "logit_bias keys must be token ids, got 'a'"},
+      {R"({"prompt":"x","prompt_embeds":"AAAA"})", "prompt_embeds",
+       "prompt_embeds is not supported by this server (completions): prompt embeddings are not supported"},
       {R"({"prompt":"x","response_format":{"type":"sound"}})", "response_format.type",
        "response_format.type must be one of text, json_object or json_schema, got 'sound'"},
   };
@@ -232,7 +235,8 @@ TEST_CASE("out-of-range values name the field and the value") {
       {R"({"prompt":"x","stop_token_ids":[-4]})", "stop_token_ids", "stop_token_ids must be token ids (>= 0), got -4"},
       {R"({"prompt":[-1]})", "prompt", "prompt token ids must be in [0, 2147483647], got -1"},
       {R"({"prompt":"x","echo":true,"logprobs":1})", "echo",
-       "echo together with logprobs is not supported (it needs prompt logprobs)"},
+       "echo together with logprobs is not supported by this server (it needs prompt logprobs, which are not "
+       "supported yet)"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.body);
