@@ -104,6 +104,12 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
   spec.sampling.logprobs = p.logprobs ? *p.logprobs : -1;
   spec.sampling.seed = p.seed ? *p.seed : default_request_seed(limits_.seed, req.request_id);
   spec.sampling.allowed_token_ids = p.allowed_token_ids;
+  if (!p.structured_pattern.empty()) {
+    if (limits_.tokenizer_dir.empty())
+      return fail(errc::invalid_argument, "structured outputs need a tokenizer, and this model has none");
+    spec.sampling.structured_pattern = p.structured_pattern;
+    spec.sampling.tokenizer_dir = limits_.tokenizer_dir;
+  }
   spec.sampling.logit_bias = p.logit_bias;
   if (p.min_tokens > 0) {
     // vLLM masks the stop tokens until min_tokens are out (the scheduler, too, never stops a sequence before).

@@ -71,6 +71,8 @@ struct sample_row {
   std::span<const int32_t> prompt_ids;
   std::span<const int32_t> output_ids;
   sampler_rng* rng = nullptr;
+  /// Structured outputs: a bit per token id (bit t of word t / 64), 1 where the token is allowed; null: all.
+  const uint64_t* allowed_mask = nullptr;
 };
 
 }  // namespace actorllm::ops

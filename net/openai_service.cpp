@@ -5,7 +5,9 @@
 #include "net/openai/responses.hpp"
 #include "text/chat_template.hpp"
 #include "text/jinja/json.hpp"
+#include "text/structured/token_constraint.hpp"
 #include "text/tokenizer.hpp"
+#include "text/tokenizer_error.hpp"
 #include "util/json_writer.hpp"
 #include "util/log.hpp"
 
@@ -343,6 +345,22 @@ std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64
   return std::nullopt;
 }
 
+/// Structured outputs: the pattern compiled here (once per pattern and process, shared with an in-process sampler),
+/// so that a pattern the engine cannot take is a 400 naming the field that set it.
+std::optional<openai::api_error> check_structured(const openai::common_request& r, const std::string& tokenizer_dir) {
+  if (r.params.structured_pattern.empty())
+    return std::nullopt;
+  try {
+    (void)text::structured::compiled_constraint(tokenizer_dir, r.params.structured_pattern);
+  } catch (const text::structured::regex_error& e) {
+    return openai::api_error::bad_request(r.structured_param + ": " + e.what(), r.structured_param);
+  } catch (const std::exception& e) {
+    return openai::api_error::bad_request(
+        r.structured_param + ": structured outputs need the model's tokenizer: " + e.what(), r.structured_param);
+  }
+  return std::nullopt;
+}
+
 /// Fields in no schema the server knows are ignored as vLLM ignores them, but never silently.
 void log_ignored(const openai::common_request& r) {
   if (r.ignored_fields.empty())
@@ -424,6 +442,8 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
     return fail(parsed.error());
   log_ignored(*parsed);
   if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
+    return fail(*bad);
+  if (auto bad = check_structured(*parsed, structured_tokenizer_dir()))
     return fail(*bad);
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
   if (!model)
@@ -563,6 +583,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   log_ignored(*parsed);
   if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
     return fail(*bad);
+  if (auto bad = check_structured(*parsed, structured_tokenizer_dir()))
+    return fail(*bad);
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
   if (!model)
     return fail(model.error());
@@ -614,6 +636,11 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
     j->chat_chunks.emplace(j->ctx);
   j->slot = std::move(*slot);
   return start(j, {prompt{std::move(ids)}}, parsed->params, parsed->priority, parsed->cache_salt, {});
+}
+
+std::string openai_service::structured_tokenizer_dir() const {
+  const std::filesystem::path dir = config_.tokenizer_path.empty() ? config_.model_path : config_.tokenizer_path;
+  return std::filesystem::absolute(dir).string();
 }
 
 std::shared_ptr<response_channel> openai_service::tokenize(const http_request& req) {

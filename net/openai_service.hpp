@@ -71,6 +71,8 @@ class openai_service {
   void install(router& r);
 
  private:
+  /// The tokenizer directory structured outputs compile their token masks against (absolute, as the engine's).
+  std::string structured_tokenizer_dir() const;
   std::shared_ptr<response_channel> completions(const http_request& req);
   std::shared_ptr<response_channel> chat_completions(const http_request& req);
   std::shared_ptr<response_channel> tokenize(const http_request& req);

@@ -34,6 +34,9 @@ struct sampling_params {
   /// Words never generated: a word's last token is banned once the output ends with its other tokens (each word
   /// tokenized as is and with a leading space, as vLLM does).
   std::vector<std::string> bad_words;
+  /// Structured outputs: every output must match this pattern (text/structured/byte_dfa.hpp's syntax; JSON
+  /// schemas and choices are turned into one by text/structured/json_schema.hpp). Empty: unconstrained.
+  std::string structured_pattern;
 
   friend bool operator==(const sampling_params&, const sampling_params&) = default;
 };

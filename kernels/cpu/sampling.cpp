@@ -308,7 +308,7 @@ void apply_penalties(float* logits, int64_t n_vocab, const sampling_params& para
 }
 
 sample_result sample(float* logits, int64_t n_vocab, const sampling_params& params, std::span<const int32_t> prompt_ids,
-                     std::span<const int32_t> output_ids, sampler_rng& rng) {
+                     std::span<const int32_t> output_ids, sampler_rng& rng, const uint64_t* allowed_mask) {
   ACTORLLM_CHECK(n_vocab > 0, "sample: empty vocabulary");
   sample_result result{0, 0.0f, {}};
 
@@ -326,10 +326,14 @@ sample_result sample(float* logits, int64_t n_vocab, const sampling_params& para
     result.top = top_logprobs(logits, n_vocab, params.logprobs, raw_max, raw_ls);
 
   // Processors change logits beyond what penalise() records; the raw row is kept for the sampled token's logprob.
-  const bool processed = params.has_logits_processors(output_ids.size());
+  const bool processed = allowed_mask != nullptr || params.has_logits_processors(output_ids.size());
   thread_local std::vector<float> raw_row;
   if (processed) {
     raw_row.assign(logits, logits + n_vocab);
+    if (allowed_mask != nullptr)
+      for (int64_t i = 0; i < n_vocab; ++i)
+        if (((allowed_mask[i / 64] >> (i % 64)) & 1) == 0)
+          logits[i] = neg_inf;
     apply_logits_processors(logits, n_vocab, params, output_ids);
   }
   auto originals = penalise(logits, n_vocab, params, prompt_ids, output_ids);

@@ -40,7 +40,9 @@ std::vector<int32_t> sampling_support(const float* logits, int64_t n_vocab, cons
 /// order. Logprobs are taken from log_softmax of the raw logits (before penalties and temperature, vLLM's default). NaN
 /// logits are treated as -inf and +inf as the largest finite float, so results are NaN-free; if every logit is -inf the
 /// token is 0 with logprob -log(n_vocab). Token ids outside [0, n_vocab) in prompt_ids/output_ids are ignored.
+/// `allowed_mask` (structured outputs): a bit per token, 1 where allowed; the others are masked out first, like
+/// allowed_token_ids. Null: no mask.
 sample_result sample(float* logits, int64_t n_vocab, const sampling_params& params, std::span<const int32_t> prompt_ids,
-                     std::span<const int32_t> output_ids, sampler_rng& rng);
+                     std::span<const int32_t> output_ids, sampler_rng& rng, const uint64_t* allowed_mask = nullptr);
 
 }  // namespace actorllm::cpu

@@ -3,6 +3,7 @@
 #include "net/openai/requests.hpp"
 
 #include "net/openai/request_fields.hpp"
+#include "text/structured/json_schema.hpp"
 
 #include <simdjson.h>
 
@@ -227,8 +228,42 @@ std::string json_text(dom::element v) { return simdjson::minify(v); }
                   std::string{rule != nullptr ? rule->note : std::string_view{"unsupported value"}});
 }
 
-// response_format: {"type": "text"} is plain generation; json_object and json_schema need structured outputs.
-void read_response_format(dom::element v, endpoint e) {
+// One structured-output constraint per request: its pattern and the field that set it.
+void set_constraint(common_request& r, const std::string& param, std::string pattern) {
+  if (!r.structured_param.empty())
+    fail(param,
+         param + ": only one structured output constraint per request (" + r.structured_param + " is given too)");
+  r.params.structured_pattern = std::move(pattern);
+  r.structured_param = param;
+}
+
+// A JSON schema (an object, or a string holding one) as a pattern; unsupported keywords are a 400 naming them.
+std::string schema_pattern(dom::element schema, const std::string& param) {
+  std::string text;
+  if (schema.is_string())
+    text = std::string{read_string(schema, param)};
+  else if (schema.is_object() || schema.is_bool())
+    text = json_text(schema);
+  else
+    fail(param, param + " must be a JSON schema (an object), got " + type_name(schema));
+  try {
+    return text::structured::json_schema_pattern(text);
+  } catch (const text::structured::schema_error& e) {
+    fail(param, param + ": " + e.what());
+  }
+}
+
+std::string choice_from(dom::element v, const std::string& param) {
+  std::vector<std::string> choices;
+  for (dom::element c : read_array(v, param))
+    choices.emplace_back(read_string(c, param));
+  if (choices.empty())
+    fail(param, param + " must not be empty");
+  return text::structured::choice_pattern(choices);
+}
+
+// response_format: text is plain generation; json_object any JSON object; json_schema the schema's JSON.
+void read_response_format(dom::element v, common_request& r) {
   dom::object obj;
   if (v.get(obj))
     fail("response_format", "response_format must be an object, got " + type_name(v));
@@ -238,10 +273,55 @@ void read_response_format(dom::element v, endpoint e) {
   std::string_view type = read_string(type_v, "response_format.type");
   if (type == "text")
     return;
-  if (type == "json_object" || type == "json_schema")
-    refuse_value("response_format", v, e);
+  if (type == "json_object") {
+    set_constraint(r, "response_format", text::structured::json_object_pattern());
+    return;
+  }
+  if (type == "json_schema") {
+    dom::object js;
+    if (obj["json_schema"].get(js))
+      fail("response_format.json_schema", "response_format.json_schema is required for type json_schema");
+    dom::element schema;
+    if (js["schema"].get(schema))
+      fail("response_format.json_schema.schema", "response_format.json_schema.schema is required");
+    dom::element strict;
+    if (js["strict"].get(strict) == simdjson::SUCCESS && !strict.is_null())
+      read_bool(strict, "response_format.json_schema.strict");  // the output always follows the schema
+    set_constraint(r, "response_format.json_schema.schema",
+                   schema_pattern(schema, "response_format.json_schema.schema"));
+    return;
+  }
   fail("response_format.type",
        "response_format.type must be one of text, json_object or json_schema, got '" + std::string{type} + "'");
+}
+
+// vLLM's structured_outputs: {json | regex | choice | json_object}; grammar and structural tags are refused.
+void read_structured_outputs(dom::element v, common_request& r) {
+  dom::object obj;
+  if (v.get(obj))
+    fail("structured_outputs", "structured_outputs must be an object, got " + type_name(v));
+  for (dom::key_value_pair f : obj) {
+    const std::string param = "structured_outputs." + std::string{f.key};
+    if (f.value.is_null())
+      continue;
+    if (f.key == "json") {
+      set_constraint(r, param, schema_pattern(f.value, param));
+    } else if (f.key == "regex") {
+      set_constraint(r, param, std::string{read_string(f.value, param)});
+    } else if (f.key == "choice") {
+      set_constraint(r, param, choice_from(f.value, param));
+    } else if (f.key == "json_object") {
+      if (read_bool(f.value, param))
+        set_constraint(r, param, text::structured::json_object_pattern());
+    } else if (f.key == "disable_any_whitespace" || f.key == "disable_additional_properties" ||
+               f.key == "disable_fallback") {
+      read_bool(f.value, param);  // JSON is always written compact, with no extra properties, by one engine
+    } else if (f.key == "backend") {
+      read_string(f.value, param);  // one built-in engine
+    } else {
+      fail(param, param + " is not supported by this server (supported: json, regex, choice, json_object)");
+    }
+  }
 }
 
 // Reads a field both endpoints share; false when `key` is not one.
@@ -332,7 +412,17 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
     if (!read_bool(v, param))
       refuse_value(key, v, e);
   } else if (key == "response_format") {
-    read_response_format(v, e);
+    read_response_format(v, r);
+  } else if (key == "structured_outputs") {
+    read_structured_outputs(v, r);
+  } else if (key == "guided_json") {
+    set_constraint(r, param, schema_pattern(v, param));
+  } else if (key == "guided_regex") {
+    set_constraint(r, param, std::string{read_string(v, param)});
+  } else if (key == "guided_choice") {
+    set_constraint(r, param, choice_from(v, param));
+  } else if (key == "guided_decoding_backend") {
+    read_string(v, param);
   } else if (key == "add_special_tokens") {
     r.add_special_tokens = read_bool(v, param);
   } else if (key == "request_id") {

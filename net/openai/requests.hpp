@@ -66,6 +66,9 @@ struct common_request {
   bool return_tokens_as_token_ids = false;        ///< logprob tokens as "token_id:N"
   bool return_token_ids = false;                  ///< choices carry token_ids, and prompt_token_ids
   bool continuous_usage_stats = false;            ///< stream_options.continuous_usage_stats (only with stream)
+  /// The field that set params.structured_pattern (response_format, structured_outputs.json, guided_regex, ...),
+  /// for the 400 when the pattern cannot be compiled; empty: no structured output.
+  std::string structured_param;
   /// Fields in no schema the server knows, in body order (ignored, as vLLM ignores them; the server logs them).
   std::vector<std::string> ignored_fields;
 

@@ -214,6 +214,15 @@ TEST_CASE("mp executor: serve exits non-zero when a dead worker may not be resta
   CHECK(srv.wait_exit(15s) == 1);
 }
 
+namespace {
+std::string testing_join(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids)
+    s += std::to_string(id) + " ";
+  return s;
+}
+}  // namespace
+
 TEST_CASE("mp executor: logits processors travel to the sampling worker and sample as in one process (tp 2 x pp 2)") {
   sampling_params p;
   p.temperature = 1.0f;
@@ -232,7 +241,10 @@ TEST_CASE("mp executor: logits processors travel to the sampling worker and samp
     uni_ids = llm.generate(prompt{prompt_ids}, p).outputs.front().token_ids;
   }
   LLM llm{mp_config(2, 2)};
+  CHECK(llm.info().executor == "mp");
+  CHECK(worker_pids().size() == 4);
   const auto mp_ids = llm.generate(prompt{prompt_ids}, p).outputs.front().token_ids;
+  MESSAGE("sampled ids: " << testing_join(mp_ids));
   CHECK(mp_ids == uni_ids);
   REQUIRE(mp_ids.size() >= 4);
   for (std::size_t i = 0; i < mp_ids.size(); ++i) {

@@ -138,7 +138,7 @@ const std::map<std::string, sample>& samples() {
       {"store", {"false", "", "true"}},
       {"service_tier", {R"("auto")", "", R"("flex")"}},
       {"modalities", {R"(["text"])", "", R"(["text","audio"])"}},
-      {"response_format", {R"({"type":"text"})", "", R"({"type":"json_object"})"}},
+      {"response_format", {R"({"type":"json_object"})"}},
       {"tool_choice", {R"("none")", "", R"("required")"}},
       {"use_beam_search", {"false", "", "true"}},
       {"length_penalty", {"1.0", "", "0.5"}},

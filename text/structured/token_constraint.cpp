@@ -95,6 +95,7 @@ void vocab_index::build_trie() {
 token_constraint::token_constraint(byte_dfa dfa, std::shared_ptr<const vocab_index> vocab)
     : dfa_(std::move(dfa)), vocab_(std::move(vocab)) {
   masks_.resize(dfa_.n_states());
+  none_.assign((static_cast<std::size_t>(vocab_->n_vocab()) + 63) / 64, 0);
 }
 
 bool token_constraint::is_eos(int32_t token) const {
@@ -140,6 +141,8 @@ std::vector<uint64_t> token_constraint::compute_mask(int32_t state) const {
 }
 
 const std::vector<uint64_t>& token_constraint::mask(int32_t state) const {
+  if (state < 0 || static_cast<std::size_t>(state) >= masks_.size())
+    return none_;
   std::lock_guard lock{mutex_};
   auto& slot = masks_[static_cast<std::size_t>(state)];
   if (!slot)

@@ -56,7 +56,8 @@ class token_constraint {
   int32_t advance(int32_t state, int32_t token) const;
   /// Whether `token` is an eos id of the vocabulary.
   bool is_eos(int32_t token) const;
-  /// The allowed tokens of `state` as bits (bit t of word t / 64); eos ids only where the output so far matches.
+  /// The allowed tokens of `state` as bits (bit t of word t / 64); eos ids only where the output so far matches;
+  /// nothing for the dead state.
   /// The reference stays valid for the constraint's lifetime.
   const std::vector<uint64_t>& mask(int32_t state) const;
   /// Whether `state` accepts (the output so far matches the whole pattern).
@@ -71,6 +72,7 @@ class token_constraint {
   std::shared_ptr<const vocab_index> vocab_;
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<std::vector<uint64_t>>> masks_;  // per state, computed on first use
+  std::vector<uint64_t> none_;                                         // the mask of the dead state: nothing allowed
 };
 
 /// The compiled constraint for `pattern` over the tokenizer in `tokenizer_dir`, compiled once per process and
