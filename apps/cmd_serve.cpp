@@ -12,6 +12,7 @@
 #include "actorllm/llm.hpp"
 #include "kernels/device.hpp"
 #include "net/http_server.hpp"
+#include "net/openai/tool_calls.hpp"
 #include "net/openai_service.hpp"
 #include "net/routes.hpp"
 #include "util/log.hpp"
@@ -105,6 +106,11 @@ void validate(const serve_options& o) {
   if (o.scheduling_policy != "fcfs" && o.scheduling_policy != "priority")
     throw std::invalid_argument(
         fmt::format("--scheduling-policy: '{}' is not one of fcfs, priority", o.scheduling_policy));
+  if (!o.tool_call_parser.empty() && !net::openai::parse_tool_parser_name(o.tool_call_parser))
+    throw std::invalid_argument(fmt::format(
+        "--tool-call-parser: '{}' is not one of hermes (also Qwen), llama3_json, mistral", o.tool_call_parser));
+  if (o.enable_auto_tool_choice && o.tool_call_parser.empty())
+    throw std::invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (hermes, llama3_json, mistral)");
   if (!o.root_path.empty() && (o.root_path.front() != '/' || o.root_path.back() == '/'))
     throw std::invalid_argument(
         fmt::format("--root-path: '{}' must start with '/' and not end with one (like /api/v1)", o.root_path));
@@ -201,7 +207,9 @@ int run_serve(serve_options o) {
        .log_stats_interval = o.disable_log_stats ? std::chrono::milliseconds{0} : std::chrono::milliseconds{10000},
        .max_logprobs = o.max_logprobs,
        .chat_template_content_format = o.chat_template_content_format,
-       .return_tokens_as_token_ids = o.return_tokens_as_token_ids}};
+       .return_tokens_as_token_ids = o.return_tokens_as_token_ids,
+       .enable_auto_tool_choice = o.enable_auto_tool_choice,
+       .tool_call_parser = o.tool_call_parser}};
   net::router router;
   // --api-key, else $VLLM_API_KEY (vLLM reads both; the flag wins).
   if (o.api_key.empty())
@@ -338,6 +346,10 @@ command_registration serve_command{
       sub.add_option("--scheduling-policy", o->scheduling_policy,
                      "fcfs (first come first served) or priority (lower `priority` first, then arrival)")
           ->capture_default_str();
+      sub.add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,
+                   "tool_choice \"auto\": parse the model's tool calls in --tool-call-parser's format");
+      sub.add_option("--tool-call-parser", o->tool_call_parser,
+                     "The format models write tool calls in: hermes (also Qwen), llama3_json, mistral");
       auto vllm = add_vllm_flags(sub);
       return [o, config, gpu_memory, vllm, &sub]() {
         if (!config->empty()) {

@@ -271,6 +271,8 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"root_path", string_value(o.root_path)},
            {"chat_template_content_format", choice_value(o.chat_template_content_format, {"auto", "string", "openai"})},
            {"return_tokens_as_token_ids", bool_value(o.return_tokens_as_token_ids)},
+           {"enable_auto_tool_choice", bool_value(o.enable_auto_tool_choice)},
+           {"tool_call_parser", choice_value(o.tool_call_parser, {"hermes", "llama3_json", "mistral"})},
        }},
       {"cluster",
        {

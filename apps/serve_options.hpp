@@ -63,6 +63,8 @@ struct serve_options {
   std::string chat_template_content_format = "auto";  ///< auto, string or openai
   bool return_tokens_as_token_ids = false;            ///< logprob tokens as "token_id:N" by default
   std::string scheduling_policy = "fcfs";             ///< fcfs or priority
+  bool enable_auto_tool_choice = false;               ///< tool_choice "auto" parses calls (needs tool_call_parser)
+  std::string tool_call_parser;                       ///< hermes, llama3_json or mistral
 
   // [cluster]: where the cluster executor finds the head (--cluster-address / --cluster-token).
   std::string cluster_head_address;  ///< host:port of the head node

@@ -515,6 +515,44 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
 
 namespace {
 
+/// An assistant message's tool_calls as templates read them: each call's `arguments` a dict when it is a JSON
+/// object (chat templates write it with tojson, as transformers passes it), else as given.
+text::jinja::value template_tool_calls(const std::string& json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  const simdjson::padded_string padded{json};
+  if (parser.parse(padded).get(root))
+    return text::jinja::parse_json(json);
+  std::vector<text::jinja::value> calls;
+  for (simdjson::dom::element call : root.get_array()) {
+    std::vector<std::pair<std::string, text::jinja::value>> fn;
+    std::string_view name, args;
+    if (call["function"]["name"].get(name) != simdjson::SUCCESS)
+      name = {};
+    fn.emplace_back("name", std::string{name});
+    simdjson::dom::element args_v;
+    if (call["function"]["arguments"].get(args_v) == simdjson::SUCCESS) {
+      if (args_v.get(args) == simdjson::SUCCESS) {
+        try {
+          fn.emplace_back("arguments", text::jinja::parse_json(args));
+        } catch (const std::exception&) {
+          fn.emplace_back("arguments", std::string{args});
+        }
+      } else {
+        fn.emplace_back("arguments", text::jinja::from_json(args_v));
+      }
+    }
+    std::string_view id;
+    std::vector<std::pair<std::string, text::jinja::value>> entry;
+    if (call["id"].get(id) == simdjson::SUCCESS)
+      entry.emplace_back("id", std::string{id});
+    entry.emplace_back("type", std::string{"function"});
+    entry.emplace_back("function", text::jinja::value::dict(std::move(fn)));
+    calls.push_back(text::jinja::value::dict(std::move(entry)));
+  }
+  return text::jinja::value::list(std::move(calls));
+}
+
 /// The chat template's text for `messages`, or the reason it cannot be rendered.
 openai::result<std::string> render_chat(const text::chat_template* server_template, const text::tokenizer& tok,
                                         const openai::chat_request& r, bool content_as_parts) {
@@ -543,6 +581,8 @@ openai::result<std::string> render_chat(const text::chat_template* server_templa
       entries.emplace_back("name", *m.name);
     if (m.tool_call_id)
       entries.emplace_back("tool_call_id", *m.tool_call_id);
+    if (!m.tool_calls_json.empty())
+      entries.emplace_back("tool_calls", template_tool_calls(m.tool_calls_json));
     list.push_back(text::jinja::value::dict(std::move(entries)));
   }
   in.messages = text::jinja::value::list(std::move(list));
@@ -551,6 +591,8 @@ openai::result<std::string> render_chat(const text::chat_template* server_templa
   in.eos_token = tok.eos_token();
   for (const auto& [name, json] : r.template_vars)
     in.extra.emplace_back(name, text::jinja::parse_json(json));
+  if (!r.tools.empty() && r.tool_choice != "none")
+    in.tools = text::jinja::parse_json(r.tools_json);
   std::string out;
   try {
     out = tmpl->render(in);
@@ -585,6 +627,22 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
     return fail(*bad);
   if (auto bad = check_structured(*parsed, structured_tokenizer_dir()))
     return fail(*bad);
+  using tool_mode = openai::response_context::tool_mode;
+  tool_mode tools = tool_mode::none;
+  std::optional<openai::tool_parser> parser;
+  if (!parsed->tools.empty() && parsed->tool_choice != "none") {
+    if (parsed->tool_choice == "required") {
+      tools = tool_mode::required;
+    } else if (parsed->tool_choice == "function") {
+      tools = tool_mode::named;
+    } else {
+      parser = openai::parse_tool_parser_name(config_.tool_call_parser);
+      if (!config_.enable_auto_tool_choice || !parser)
+        return fail(openai::api_error::bad_request(
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set", "tool_choice"));
+      tools = tool_mode::parse;
+    }
+  }
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
   if (!model)
     return fail(model.error());
@@ -628,6 +686,10 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   // generation prompt is added: then the reply continues that message).
   if (parsed->echo && (!parsed->add_generation_prompt || parsed->messages.back().role == "assistant"))
     j->ctx.echo_text = parsed->messages.back().content;
+  j->ctx.tools = tools;
+  if (parser)
+    j->ctx.parser = *parser;
+  j->ctx.named_tool = parsed->tool_choice_name;
   j->ctx.prompt_tokens_details = config_.enable_prompt_tokens_details;
   j->ctx.n = parsed->params.n;
   j->ctx.decoder =

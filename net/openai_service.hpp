@@ -54,6 +54,11 @@ struct service_config {
   std::string chat_template_content_format = "auto";
   /// --return-tokens-as-token-ids: logprob tokens written as "token_id:N" unless a request says otherwise.
   bool return_tokens_as_token_ids = false;
+  /// --enable-auto-tool-choice and --tool-call-parser (hermes, llama3_json, mistral): tool_choice "auto" parses the
+  /// output's calls in that format. Without them, "auto" with tools is a 400 (as in vLLM); required and named
+  /// functions work either way (the output is constrained to the calls' JSON).
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
 };
 
 class openai_service {

@@ -656,11 +656,18 @@ std::vector<chat_message> read_messages(dom::element v) {
         msg.name = std::string{read_string(f.value, param + ".name")};
       } else if (f.key == "tool_call_id") {
         msg.tool_call_id = std::string{read_string(f.value, param + ".tool_call_id")};
-      } else if (f.key == "tool_calls" || f.key == "function_call" || f.key == "audio") {
-        if (f.key == "tool_calls" && f.value.is_array() && read_array(f.value, param + ".tool_calls").size() == 0)
-          continue;
+      } else if (f.key == "tool_calls") {
+        const std::string p = param + ".tool_calls";
+        for (dom::element call : read_array(f.value, p)) {
+          dom::element fn;
+          std::string_view name;
+          if (call["function"].get(fn) || fn["name"].get(name))
+            fail(p, p + " entries must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+        }
+        msg.tool_calls_json = json_text(f.value);
+      } else if (f.key == "function_call" || f.key == "audio") {
         const std::string p = param + "." + std::string{f.key};
-        fail(p, p + " is not supported by this server: tool calling is not supported yet");
+        fail(p, p + " is not supported by this server (the deprecated function_call API and audio are not)");
       }
     }
     if (!has_role)
@@ -772,17 +779,44 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
       } else if (key == "tool_choice") {
         if (v.is_string()) {
           std::string_view c = read_string(v, param);
-          if (c == "none" || c == "auto")
+          if (c == "none" || c == "auto" || c == "required") {
+            r.tool_choice = std::string{c};
             return true;
-          if (c == "required")
-            refuse_value(key, v, endpoint::chat);
+          }
           fail(param, "tool_choice must be \"none\", \"auto\", \"required\" or a named function, got '" +
                           std::string{c} + "'");
         }
         dom::object named;
-        if (v.get(named))
-          fail(param, "tool_choice must be a string or an object, got " + type_name(v));
-        refuse_value(key, v, endpoint::chat);
+        std::string_view name;
+        if (v.get(named) || named["function"]["name"].get(name))
+          fail(param, "tool_choice must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}, got " +
+                          json_text(v));
+        r.tool_choice = "function";
+        r.tool_choice_name = std::string{name};
+      } else if (key == "tools") {
+        std::size_t i = 0;
+        for (dom::element t : read_array(v, param)) {
+          const std::string tp = "tools[" + std::to_string(i++) + "]";
+          std::string_view type;
+          dom::object fn;
+          if (t["type"].get(type) || type != "function")
+            fail(tp + ".type", tp + ".type must be \"function\"");
+          if (t["function"].get(fn))
+            fail(tp + ".function", tp + ".function is required");
+          tool_function f;
+          std::string_view name;
+          if (fn["name"].get(name) || name.empty())
+            fail(tp + ".function.name", tp + ".function.name must be a non-empty string");
+          f.name = std::string{name};
+          dom::element params;
+          if (fn["parameters"].get(params) == simdjson::SUCCESS && !params.is_null()) {
+            if (!params.is_object())
+              fail(tp + ".function.parameters", tp + ".function.parameters must be a JSON schema object");
+            f.parameters_json = json_text(params);
+          }
+          r.tools.push_back(std::move(f));
+        }
+        r.tools_json = json_text(v);
       } else if (key == "store") {
         if (read_bool(v, param))
           refuse_value(key, v, endpoint::chat);
@@ -802,7 +836,9 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
           read_string(m.value, "metadata." + std::string{m.key});
       } else if (key == "safety_identifier" || key == "prompt_cache_key") {
         read_string(v, param);
-      } else if (key == "parallel_tool_calls" || key == "include_reasoning") {
+      } else if (key == "parallel_tool_calls") {
+        r.parallel_tool_calls = read_bool(v, param);
+      } else if (key == "include_reasoning") {
         read_bool(v, param);
       } else {
         return read_common_field(key, v, r, st, endpoint::chat);
@@ -815,6 +851,26 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
       if (add_generation_prompt_given && r.add_generation_prompt)
         fail("continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
       r.add_generation_prompt = false;
+    }
+    // tool_choice "required" or a named function: the output is constrained to the calls' JSON, so it always parses.
+    if ((r.tool_choice == "required" || r.tool_choice == "function") && r.tools.empty())
+      fail("tool_choice", "tool_choice \"" + r.tool_choice + "\" needs tools");
+    auto constrain_to = [&](const std::string& schema, const std::string& param) {
+      try {
+        set_constraint(r, "tool_choice", text::structured::json_schema_pattern(schema));
+      } catch (const text::structured::schema_error& e) {
+        fail(param, param + ": " + e.what());
+      }
+    };
+    if (r.tool_choice == "required")
+      constrain_to(required_tools_schema(r.tools, r.parallel_tool_calls ? 3 : 1), "tools");
+    if (r.tool_choice == "function") {
+      std::size_t i = 0;
+      while (i < r.tools.size() && r.tools[i].name != r.tool_choice_name)
+        ++i;
+      if (i == r.tools.size())
+        fail("tool_choice", "tool_choice names the function '" + r.tool_choice_name + "', which tools does not have");
+      constrain_to(r.tools[i].parameters_json, "tools[" + std::to_string(i) + "].function.parameters");
     }
     if (documents)
       r.template_vars.emplace_back("documents", *documents);

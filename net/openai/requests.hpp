@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "net/openai/api_error.hpp"
+#include "net/openai/tool_calls.hpp"
 
 namespace actorllm::net::openai {
 
@@ -90,6 +91,7 @@ struct chat_message {
   std::optional<std::string> name;
   std::optional<std::string> tool_call_id;  ///< a tool message's answer to this call
   std::vector<std::string> parts;           ///< the text parts as given (a string content is one part)
+  std::string tool_calls_json;              ///< an assistant message's tool_calls, minified JSON; empty: none
 
   friend bool operator==(const chat_message&, const chat_message&) = default;
 };
@@ -105,6 +107,12 @@ struct chat_request : common_request {
   /// Further template variables, each (name, its JSON text): documents, reasoning_effort and the members of
   /// chat_template_kwargs, in that order (a later one of the same name wins).
   std::vector<std::pair<std::string, std::string>> template_vars;
+  std::vector<tool_function> tools;  ///< the request's functions
+  std::string tools_json;            ///< the request's `tools` array, minified (for the chat template)
+  /// tool_choice: "none", "auto", "required" or "function" (tool_choice_name); empty: not given (auto with tools).
+  std::string tool_choice;
+  std::string tool_choice_name;
+  bool parallel_tool_calls = true;  ///< false: at most one call
 
   friend bool operator==(const chat_request&, const chat_request&) = default;
 };

@@ -132,6 +132,47 @@ int64_t choice_index(const response_context& ctx, uint32_t prompt_index, uint32_
   return static_cast<int64_t>(prompt_index) * ctx.n + seq_index;
 }
 
+// The calls in a choice's text under ctx.tools, and the content left beside them.
+parsed_tool_output tool_output(const response_context& ctx, const std::string& text) {
+  using mode = response_context::tool_mode;
+  parsed_tool_output out;
+  switch (ctx.tools) {
+    case mode::none:
+      out.content = text;
+      break;
+    case mode::parse:
+      out = parse_tool_output(ctx.parser, text);
+      break;
+    case mode::required:
+      out.calls = parse_required_output(text);
+      if (out.calls.empty())
+        out.content = text;
+      break;
+    case mode::named:
+      out.calls.push_back({ctx.named_tool, text});
+      break;
+  }
+  return out;
+}
+
+// [{"id", "type": "function", "function": {"name", "arguments"}}, ...]; `with_index`: stream deltas' form.
+void write_tool_calls(json_writer& w, const std::vector<tool_call>& calls, bool with_index) {
+  w.begin_array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    w.begin_object();
+    if (with_index)
+      w.key("index").value(static_cast<int64_t>(i));
+    w.key("id").value(make_response_id("chatcmpl-tool-"));
+    w.key("type").value("function");
+    w.key("function").begin_object();
+    w.key("name").value(calls[i].name);
+    w.key("arguments").value(calls[i].arguments);
+    w.end_object();
+    w.end_object();
+  }
+  w.end_array();
+}
+
 // `key`: the ids with return_token_ids, else null (vLLM clients read the key either way).
 void write_ids_or_null(json_writer& w, std::string_view key, const response_context& ctx,
                        std::span<const int32_t> ids) {
@@ -230,15 +271,27 @@ std::string chat_response_json(const request_output& output, const response_cont
     w.key("index").value(static_cast<int64_t>(out.index));
     w.key("message").begin_object();
     w.key("role").value("assistant");
-    w.key("content").value(ctx.echo_text + out.text);
+    const parsed_tool_output parsed = tool_output(ctx, out.text);
+    w.key("content");
+    if (parsed.calls.empty() || !parsed.content.empty())
+      w.value(ctx.echo_text + parsed.content);
+    else
+      w.null();
     w.key("refusal").null();
+    if (!parsed.calls.empty()) {
+      w.key("tool_calls");
+      write_tool_calls(w, parsed.calls, false);
+    }
     w.end_object();
     w.key("logprobs");
     if (ctx.logprobs)
       write_chat_logprobs(w, out.logprobs, ctx.decoder);
     else
       w.null();
-    write_finish_reason(w, out.finish_reason);
+    if (!parsed.calls.empty() && out.finish_reason == finish_reason::stop)
+      w.key("finish_reason").value("tool_calls");
+    else
+      write_finish_reason(w, out.finish_reason);
     write_stop_reason(w, out);
     write_ids_or_null(w, "token_ids", ctx, out.token_ids);
     w.end_object();
@@ -381,22 +434,46 @@ std::string chat_stream::begin() {
 std::string chat_stream::on_delta(const stream_delta& delta) {
   if (delta.text.empty() && !delta.finish_reason && delta.logprobs.empty())
     return {};
+  parsed_tool_output held;
+  if (ctx_.tools != response_context::tool_mode::none) {
+    // The calls are known once the choice's text is whole: hold the text back, then send the calls as one delta.
+    if (held_.size() <= delta.index)
+      held_.resize(delta.index + 1);
+    held_[delta.index] += delta.text;
+    completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+    if (!delta.finish_reason)
+      return {};
+    held = tool_output(ctx_, held_[delta.index]);
+  } else {
+    held.content = delta.text;
+  }
   json_writer w;
   w.begin_object();
   write_header(w, ctx_, "chat.completion.chunk");
   w.key("choices").begin_array().begin_object();
   w.key("index").value(static_cast<int64_t>(delta.index));
-  w.key("delta").begin_object().key("content").value(delta.text).end_object();
+  w.key("delta").begin_object();
+  if (held.calls.empty() || !held.content.empty())
+    w.key("content").value(held.content);
+  if (!held.calls.empty()) {
+    w.key("tool_calls");
+    write_tool_calls(w, held.calls, true);
+  }
+  w.end_object();
   w.key("logprobs");
-  if (ctx_.logprobs)
+  if (ctx_.logprobs && ctx_.tools == response_context::tool_mode::none)
     write_chat_logprobs(w, delta.logprobs, ctx_.decoder);
   else
     w.null();
-  write_finish_reason(w, delta.finish_reason);
+  if (!held.calls.empty() && delta.finish_reason == finish_reason::stop)
+    w.key("finish_reason").value("tool_calls");
+  else
+    write_finish_reason(w, delta.finish_reason);
   if (ctx_.return_token_ids)
     w.key("token_ids").array(delta.token_ids);
   w.end_object().end_array();
-  completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+  if (ctx_.tools == response_context::tool_mode::none)
+    completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
   if (ctx_.continuous_usage)
     write_running_usage(w, ctx_, completion_tokens_);
   else if (ctx_.include_usage)

@@ -4,6 +4,8 @@
 
 #include <actorllm/request_output.hpp>
 
+#include "net/openai/tool_calls.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -43,6 +45,10 @@ struct response_context {
   bool continuous_usage = false;
   /// Chat echo: text that starts every choice's content (the last message's, vLLM's rule); empty: none.
   std::string echo_text;
+  /// Chat tool calls: how the output becomes `tool_calls` (none: it is content).
+  enum class tool_mode { none, parse, required, named } tools = tool_mode::none;
+  tool_parser parser = tool_parser::hermes;  ///< tool_mode::parse: the output's format
+  std::string named_tool;                    ///< tool_mode::named: the function's name
 };
 
 /// A fresh id: `prefix` followed by 32 random hex digits ("cmpl-", "chatcmpl-").
@@ -99,6 +105,7 @@ class chat_stream {
  private:
   response_context ctx_;
   int64_t completion_tokens_ = 0;  // streamed so far (continuous usage)
+  std::vector<std::string> held_;  // per choice, with tool calls: the text held back until the choice ends
 };
 
 /// One entry of /v1/models.

@@ -199,7 +199,7 @@ host_ip = "10.0.0.2"
   CHECK(o.root_path == "/api");
   CHECK(o.chat_template_content_format == "openai");
   CHECK(o.return_tokens_as_token_ids);
-  CHECK(app::serve_config_keys().size() == 44);
+  CHECK(app::serve_config_keys().size() == 46);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

@@ -139,7 +139,7 @@ const std::map<std::string, sample>& samples() {
       {"service_tier", {R"("auto")", "", R"("flex")"}},
       {"modalities", {R"(["text"])", "", R"(["text","audio"])"}},
       {"response_format", {R"({"type":"json_object"})"}},
-      {"tool_choice", {R"("none")", "", R"("required")"}},
+      {"tool_choice", {R"("none")"}},
       {"use_beam_search", {"false", "", "true"}},
       {"length_penalty", {"1.0", "", "0.5"}},
       {"spaces_between_special_tokens", {"true", "", "false"}},
