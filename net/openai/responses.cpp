@@ -71,11 +71,18 @@ void write_completion_logprobs(json_writer& w, std::span<const sample_logprobs> 
   for (const auto& lp : lps)
     w.value(json_logprob(lp.logprob));
   w.end_array();
+  // Legacy completions' `logprobs: k`: the top k, plus the sampled token when it is not among them (vLLM, OpenAI).
   w.key("top_logprobs").begin_array();
-  for (const auto& lp : lps) {
+  for (std::size_t i = 0; i < lps.size(); ++i) {
+    const auto& lp = lps[i];
     w.begin_object();
-    for (const auto& alt : lp.top)
+    bool sampled_listed = false;
+    for (const auto& alt : lp.top) {
       w.key(dec.token_text(alt.token)).value(json_logprob(alt.logprob));
+      sampled_listed = sampled_listed || alt.token == lp.token;
+    }
+    if (!sampled_listed)
+      w.key(texts[i]).value(json_logprob(lp.logprob));
     w.end_object();
   }
   w.end_array();

@@ -254,3 +254,27 @@ TEST_CASE("mp executor: logits processors travel to the sampling worker and samp
       CHECK(mp_ids[i] != 2);  // eos masked until min_tokens
   }
 }
+
+TEST_CASE("mp executor: structured outputs constrain the sampling worker as they do in one process (tp 2 x pp 2)") {
+  sampling_params p;
+  p.temperature = 1.0f;
+  p.seed = 9;
+  p.max_tokens = 60;
+  p.structured_pattern = "(?:Tom|Lily) (?:is|was) [a-z]{2,12}\\.";
+  const std::vector<int32_t> prompt_ids{1, 403, 411};
+  engine_config one = mp_config(1, 1);
+  one.distributed_executor_backend = "uni";
+  std::string uni_text;
+  {
+    LLM llm{one};
+    uni_text = llm.generate(prompt{prompt_ids}, p).outputs.front().text;
+  }
+  LLM llm{mp_config(2, 2)};
+  CHECK(llm.info().executor == "mp");
+  const auto out = llm.generate(prompt{prompt_ids}, p).outputs.front();
+  CHECK(out.text == uni_text);
+  CHECK(out.finish_reason == finish_reason::stop);
+  const bool starts_ok = out.text.starts_with("Tom ") || out.text.starts_with("Lily ");
+  CHECK_MESSAGE(starts_ok, out.text);
+  CHECK_MESSAGE(out.text.ends_with("."), out.text);
+}

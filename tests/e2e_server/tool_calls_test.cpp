@@ -75,7 +75,7 @@ TEST_CASE("tool calls: required and named functions always parse, streamed and n
   }
 }
 
-TEST_CASE("tool calls: auto needs the flags; with them a history of calls and results renders and answers") {
+TEST_CASE("tool calls: auto needs the flags, and with them a history of calls and results renders and answers") {
   {
     server s;
     auto r = http(s.port(), "POST", "/v1/chat/completions",

@@ -135,7 +135,10 @@ TEST_CASE("text completion response: fields and choices of every prompt and logp
   CHECK(double(lp["token_logprobs"].at(0)) == doctest::Approx(-0.5));
   CHECK(double(lp["token_logprobs"].at(1)) == doctest::Approx(-9999.0));  // -inf clamped as vLLM does
   CHECK(double(lp["top_logprobs"].at(0)["t8"]) == doctest::Approx(-1.5));
-  CHECK(lp["top_logprobs"].at(1).get_object().value().size() == 0);
+  // The sampled token joins the top k when it is not among them (legacy completions' logprobs: k).
+  CHECK(double(lp["top_logprobs"].at(0)["t5"]) == doctest::Approx(-0.5));
+  CHECK(lp["top_logprobs"].at(1).get_object().value().size() == 1);
+  CHECK(double(lp["top_logprobs"].at(1)["t6"]) == doctest::Approx(-9999.0));
   CHECK(int64_t(lp["text_offset"].at(0)) == 0);
   CHECK(int64_t(lp["text_offset"].at(1)) == 2);
   auto usage = doc["usage"];

@@ -8,7 +8,7 @@
 
 using namespace actorllm::net::openai;
 
-TEST_CASE("tool calls: hermes, llama3_json and mistral outputs parse into calls; plain text stays content") {
+TEST_CASE("tool calls: hermes, llama3_json and mistral outputs parse into calls, plain text stays content") {
   auto h =
       parse_tool_output(tool_parser::hermes,
                         "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"

@@ -45,7 +45,7 @@ TEST_CASE("byte_dfa: the regex subset matches what it should and nothing else") 
   }
 }
 
-TEST_CASE("json schemas become patterns whose matches validate; unsupported keywords are refused by name") {
+TEST_CASE("json schemas become patterns whose matches validate, and unsupported keywords are refused by name") {
   const std::string schema = R"({"type":"object","properties":{
       "name":{"type":"string","pattern":"^[A-Z][a-z]+$"},
       "age":{"type":"integer","minimum":0},
