@@ -438,9 +438,49 @@ std::string chat_stream::begin() {
   return out;
 }
 
+std::string chat_stream::named_call_delta(const stream_delta& delta) {
+  // A named function's output is its arguments: they stream as argument deltas of one call, as vLLM sends them.
+  if (call_started_.size() <= delta.index)
+    call_started_.resize(delta.index + 1, false);
+  completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+  json_writer w;
+  w.begin_object();
+  write_header(w, ctx_, "chat.completion.chunk");
+  w.key("choices").begin_array().begin_object();
+  w.key("index").value(static_cast<int64_t>(delta.index));
+  w.key("delta").begin_object();
+  w.key("tool_calls").begin_array().begin_object();
+  w.key("index").value(int64_t{0});
+  if (!call_started_[delta.index]) {
+    call_started_[delta.index] = true;
+    w.key("id").value(make_response_id("chatcmpl-tool-"));
+    w.key("type").value("function");
+    w.key("function").begin_object().key("name").value(ctx_.named_tool).key("arguments").value(delta.text);
+  } else {
+    w.key("function").begin_object().key("arguments").value(delta.text);
+  }
+  w.end_object();
+  w.end_object().end_array();
+  w.end_object();
+  w.key("logprobs").null();
+  if (delta.finish_reason == finish_reason::stop)
+    w.key("finish_reason").value("tool_calls");
+  else
+    write_finish_reason(w, delta.finish_reason);
+  w.end_object().end_array();
+  if (ctx_.continuous_usage)
+    write_running_usage(w, ctx_, completion_tokens_);
+  else if (ctx_.include_usage)
+    w.key("usage").null();
+  w.end_object();
+  return sse_event(w.str());
+}
+
 std::string chat_stream::on_delta(const stream_delta& delta) {
   if (delta.text.empty() && !delta.finish_reason && delta.logprobs.empty())
     return {};
+  if (ctx_.tools == response_context::tool_mode::named)
+    return named_call_delta(delta);
   parsed_tool_output held;
   if (ctx_.tools != response_context::tool_mode::none) {
     // The calls are known once the choice's text is whole: hold the text back, then send the calls as one delta.

@@ -103,9 +103,12 @@ class chat_stream {
   std::string end(const usage_info& usage);
 
  private:
+  std::string named_call_delta(const stream_delta& delta);
+
   response_context ctx_;
-  int64_t completion_tokens_ = 0;  // streamed so far (continuous usage)
-  std::vector<std::string> held_;  // per choice, with tool calls: the text held back until the choice ends
+  int64_t completion_tokens_ = 0;   // streamed so far (continuous usage)
+  std::vector<std::string> held_;   // per choice, with tool calls: the text held back until the choice ends
+  std::vector<bool> call_started_;  // per choice, named function: its call's first delta (id, name) went out
 };
 
 /// One entry of /v1/models.

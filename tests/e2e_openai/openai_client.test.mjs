@@ -357,27 +357,30 @@ test('tool calling: tool_calls in the reply, the tool result sent back, streamed
     assertSchema('CreateChatCompletionResponse', followUp, 'reply after the tool result');
     assert.equal(typeof followUp.choices[0].message.content, 'string');
   }
-  // Streamed: the deltas' tool_calls, accumulated by index as clients do, parse.
-  const chunks = await collect(
-    await client.chat.completions.create({
-      model: MODEL, messages, tools: weatherTools, tool_choice: 'required', temperature: 1, seed: 12, max_tokens: 300, stream: true,
-    }),
-  );
-  chunks.forEach((c, i) => assertSchema('CreateChatCompletionStreamResponse', c, `tool chunk ${i}`));
-  const calls = [];
-  for (const c of chunks) {
-    for (const d of c.choices[0]?.delta?.tool_calls ?? []) {
-      calls[d.index] ??= { name: '', arguments: '' };
-      calls[d.index].name += d.function?.name ?? '';
-      calls[d.index].arguments += d.function?.arguments ?? '';
+  // Streamed: the deltas' tool_calls (a named function's arguments arrive in pieces), accumulated by index as
+  // clients do, parse.
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const chunks = await collect(
+      await client.chat.completions.create({
+        model: MODEL, messages, tools: weatherTools, tool_choice, temperature: 1, seed: 12, max_tokens: 300, stream: true,
+      }),
+    );
+    chunks.forEach((c, i) => assertSchema('CreateChatCompletionStreamResponse', c, `tool chunk ${i}`));
+    const calls = [];
+    for (const c of chunks) {
+      for (const d of c.choices[0]?.delta?.tool_calls ?? []) {
+        calls[d.index] ??= { name: '', arguments: '' };
+        calls[d.index].name += d.function?.name ?? '';
+        calls[d.index].arguments += d.function?.arguments ?? '';
+      }
     }
+    assert.ok(calls.length >= 1);
+    for (const call of calls) {
+      assert.equal(call.name, 'get_weather');
+      assert.equal(typeof JSON.parse(call.arguments).city, 'string');
+    }
+    assert.equal(chunks.at(-1).choices[0].finish_reason, 'tool_calls');
   }
-  assert.ok(calls.length >= 1);
-  for (const call of calls) {
-    assert.equal(call.name, 'get_weather');
-    assert.equal(typeof JSON.parse(call.arguments).city, 'string');
-  }
-  assert.equal(chunks.at(-1).choices[0].finish_reason, 'tool_calls');
 });
 
 test("chat renders the model's template: prompt_tokens and continuation match the reference rendering", async () => {

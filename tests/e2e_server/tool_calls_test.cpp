@@ -3,11 +3,24 @@
 // history with tool_calls and tool results renders through the template.
 #include "server_harness.hpp"
 
+#include <map>
+#include <set>
 #include <string>
 
 using namespace actorllm::e2e;
 
 namespace {
+
+/// `s` as a JSON string literal (the arguments gathered from stream deltas contain no control characters).
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
 
 const std::string tools =
     R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
@@ -57,21 +70,44 @@ TEST_CASE("tool calls: required and named functions always parse, streamed and n
     }
     auto st = http(s.port(), "POST", "/v1/chat/completions", body + R"(,"stream":true})");
     REQUIRE(st.status == 200);
-    int with_calls = 0;
+    // The deltas' calls, gathered per choice and call index as clients do (a named function's arguments stream in
+    // pieces; required calls come whole), then checked as whole calls.
+    std::map<std::pair<int64_t, int64_t>, std::pair<std::string, std::string>> gathered;  // -> (name, arguments)
+    std::map<int64_t, std::string> finishes;
     for (std::size_t at = st.body.find("data: {"); at != std::string::npos; at = st.body.find("data: {", at + 1)) {
       simdjson::dom::parser pe;
       simdjson::dom::element e = pe.parse(st.body.substr(at + 6, st.body.find("\n\n", at) - at - 6));
       simdjson::dom::array choices = e["choices"];
       if (choices.size() == 0)
         continue;
-      simdjson::dom::element calls;
-      if (choices.at(0)["delta"]["tool_calls"].get(calls) == simdjson::SUCCESS) {
-        check_calls(calls, only);
-        CHECK(std::string_view(choices.at(0)["finish_reason"]) == "tool_calls");
-        ++with_calls;
+      const int64_t index = choices.at(0)["index"];
+      std::string_view finish;
+      if (choices.at(0)["finish_reason"].get(finish) == simdjson::SUCCESS)
+        finishes[index] = std::string{finish};
+      simdjson::dom::array calls;
+      if (choices.at(0)["delta"]["tool_calls"].get(calls) != simdjson::SUCCESS)
+        continue;
+      for (simdjson::dom::element c : calls) {
+        auto& [name, args] = gathered[{index, int64_t(c["index"])}];
+        std::string_view piece;
+        if (c["function"]["name"].get(piece) == simdjson::SUCCESS)
+          name += piece;
+        if (c["function"]["arguments"].get(piece) == simdjson::SUCCESS)
+          args += piece;
       }
     }
-    CHECK(with_calls == 3);
+    CHECK(finishes.size() == 3);
+    for (const auto& [i, f] : finishes)
+      CHECK(f == "tool_calls");
+    std::set<int64_t> choices_with_calls;
+    for (const auto& [key, call] : gathered) {
+      choices_with_calls.insert(key.first);
+      const std::string as_json = R"([{"id":"chatcmpl-tool-x","type":"function","function":{"name":")" + call.first +
+                                  R"(","arguments":)" + json_quote(call.second) + "}}]";
+      simdjson::dom::parser pc;
+      check_calls(pc.parse(as_json), only);
+    }
+    CHECK(choices_with_calls.size() == 3);
   }
 }
 
