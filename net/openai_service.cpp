@@ -525,27 +525,31 @@ text::jinja::value template_tool_calls(const std::string& json) {
     return text::jinja::parse_json(json);
   std::vector<text::jinja::value> calls;
   for (simdjson::dom::element call : root.get_array()) {
-    std::vector<std::pair<std::string, text::jinja::value>> fn;
-    std::string_view name, args;
+    std::string_view name, args, id;
     if (call["function"]["name"].get(name) != simdjson::SUCCESS)
       name = {};
-    fn.emplace_back("name", std::string{name});
+    text::jinja::value arguments = text::jinja::value::dict();
     simdjson::dom::element args_v;
     if (call["function"]["arguments"].get(args_v) == simdjson::SUCCESS) {
       if (args_v.get(args) == simdjson::SUCCESS) {
         try {
-          fn.emplace_back("arguments", text::jinja::parse_json(args));
+          arguments = text::jinja::parse_json(args);
         } catch (const std::exception&) {
-          fn.emplace_back("arguments", std::string{args});
+          arguments = text::jinja::value(std::string{args});
         }
       } else {
-        fn.emplace_back("arguments", text::jinja::from_json(args_v));
+        arguments = text::jinja::from_json(args_v);
       }
     }
-    std::string_view id;
+    if (call["id"].get(id) != simdjson::SUCCESS)
+      id = {};
+    std::vector<std::pair<std::string, text::jinja::value>> fn;
+    fn.reserve(2);
+    fn.emplace_back("name", std::string{name});
+    fn.emplace_back("arguments", std::move(arguments));
     std::vector<std::pair<std::string, text::jinja::value>> entry;
-    if (call["id"].get(id) == simdjson::SUCCESS)
-      entry.emplace_back("id", std::string{id});
+    entry.reserve(3);
+    entry.emplace_back("id", std::string{id});
     entry.emplace_back("type", std::string{"function"});
     entry.emplace_back("function", text::jinja::value::dict(std::move(fn)));
     calls.push_back(text::jinja::value::dict(std::move(entry)));

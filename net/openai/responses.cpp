@@ -484,13 +484,36 @@ std::string chat_stream::on_delta(const stream_delta& delta) {
   parsed_tool_output held;
   if (ctx_.tools != response_context::tool_mode::none) {
     // The calls are known once the choice's text is whole: hold the text back, then send the calls as one delta.
-    if (held_.size() <= delta.index)
+    // With auto tool choice, the text before a call's marker streams as content meanwhile.
+    if (held_.size() <= delta.index) {
       held_.resize(delta.index + 1);
-    held_[delta.index] += delta.text;
+      streamed_.resize(delta.index + 1, 0);
+    }
+    std::string& text = held_[delta.index];
+    std::size_t& sent = streamed_[delta.index];
+    text += delta.text;
     completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
-    if (!delta.finish_reason)
-      return {};
-    held = tool_output(ctx_, held_[delta.index]);
+    if (!delta.finish_reason) {
+      if (ctx_.tools != response_context::tool_mode::parse)
+        return {};
+      const std::size_t ready = streamable_prefix(ctx_.parser, text);
+      if (ready <= sent)
+        return {};
+      held.content = text.substr(sent, ready - sent);
+      sent = ready;
+    } else {
+      held = tool_output(ctx_, text);
+      if (held.calls.empty())
+        held.content = text.substr(std::min(sent, text.size()));  // the rest of the plain text
+      else
+        held.content.clear();  // the content before the calls went out already
+      if (ctx_.tools == response_context::tool_mode::parse && !held.calls.empty() && sent < text.size()) {
+        // Text between what was streamed and the marker (a held-back tail that turned out to be no marker).
+        const std::size_t marker_at = streamable_prefix(ctx_.parser, text);
+        if (marker_at > sent)
+          held.content = text.substr(sent, marker_at - sent);
+      }
+    }
   } else {
     held.content = delta.text;
   }

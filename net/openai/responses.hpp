@@ -106,9 +106,10 @@ class chat_stream {
   std::string named_call_delta(const stream_delta& delta);
 
   response_context ctx_;
-  int64_t completion_tokens_ = 0;   // streamed so far (continuous usage)
-  std::vector<std::string> held_;   // per choice, with tool calls: the text held back until the choice ends
-  std::vector<bool> call_started_;  // per choice, named function: its call's first delta (id, name) went out
+  int64_t completion_tokens_ = 0;      // streamed so far (continuous usage)
+  std::vector<std::string> held_;      // per choice, with tool calls: the text held back until the choice ends
+  std::vector<bool> call_started_;     // per choice, named function: its call's first delta (id, name) went out
+  std::vector<std::size_t> streamed_;  // per choice, auto tool choice: bytes of held_ already sent as content
 };
 
 /// One entry of /v1/models.

@@ -147,6 +147,31 @@ parsed_tool_output parse_tool_output(tool_parser format, std::string_view text) 
   return out;
 }
 
+std::size_t streamable_prefix(tool_parser format, std::string_view text) {
+  std::string_view marker;
+  switch (format) {
+    case tool_parser::hermes:
+      marker = "<tool_call>";
+      break;
+    case tool_parser::mistral:
+      marker = "[TOOL_CALLS]";
+      break;
+    case tool_parser::llama3_json: {
+      const std::string_view t = trim(text);
+      if (t.empty() || t.front() == '{' || std::string_view{"<|python_tag|>"}.starts_with(t.substr(0, 14)))
+        return 0;
+      return text.size();
+    }
+  }
+  if (auto at = text.find(marker); at != std::string_view::npos)
+    return at;
+  // Keep back the longest tail that is a start of the marker.
+  for (std::size_t keep = std::min(marker.size() - 1, text.size()); keep > 0; --keep)
+    if (marker.starts_with(text.substr(text.size() - keep)))
+      return text.size() - keep;
+  return text.size();
+}
+
 std::string required_tools_schema(const std::vector<tool_function>& tools, int max_calls) {
   std::string any_of;
   for (const tool_function& t : tools) {

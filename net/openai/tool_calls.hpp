@@ -43,6 +43,11 @@ struct parsed_tool_output {
 };
 parsed_tool_output parse_tool_output(tool_parser format, std::string_view text);
 
+/// How much of `text` (a choice's output so far) can be streamed as content before a call may start in `format`:
+/// everything before the call's marker (`<tool_call>`, `[TOOL_CALLS]`; a Llama 3 call is the whole output, so
+/// nothing once it starts with `{`), keeping back a tail that could be the start of the marker.
+std::size_t streamable_prefix(tool_parser format, std::string_view text);
+
 /// tool_choice "required": the schema of `[{"name": one of the tools, "parameters": its schema}, ...]`, at most
 /// `max_calls` entries.
 std::string required_tools_schema(const std::vector<tool_function>& tools, int max_calls);
