@@ -41,6 +41,16 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
     return fail(errc::invalid_argument, "cache_salt must not be empty (leave it out for no salt)");
   if (!req.params.stop.empty() && !tok_)
     return fail(errc::invalid_argument, "stop strings need a tokenizer, and this model has none");
+  if (!req.params.bad_words.empty() && !tok_)
+    return fail(errc::invalid_argument, "bad_words need a tokenizer, and this model has none");
+  for (const auto& [id, bias] : req.params.logit_bias)
+    if (id >= limits_.n_vocab)
+      return fail(errc::invalid_argument,
+                  fmt::format("logit_bias token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
+  for (int32_t id : req.params.allowed_token_ids)
+    if (id >= limits_.n_vocab)
+      return fail(errc::invalid_argument,
+                  fmt::format("allowed_token_ids: token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
 
   std::vector<int32_t> prompt_ids;
   if (req.prompt_is_tokens) {
@@ -93,6 +103,31 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
   spec.sampling.frequency_penalty = p.frequency_penalty;
   spec.sampling.logprobs = p.logprobs ? *p.logprobs : -1;
   spec.sampling.seed = p.seed ? *p.seed : default_request_seed(limits_.seed, req.request_id);
+  spec.sampling.allowed_token_ids = p.allowed_token_ids;
+  if (!p.structured_pattern.empty()) {
+    if (limits_.tokenizer_dir.empty())
+      return fail(errc::invalid_argument, "structured outputs need a tokenizer, and this model has none");
+    spec.sampling.structured_pattern = p.structured_pattern;
+    spec.sampling.tokenizer_dir = limits_.tokenizer_dir;
+  }
+  spec.sampling.logit_bias = p.logit_bias;
+  if (p.min_tokens > 0) {
+    // vLLM masks the stop tokens until min_tokens are out (the scheduler, too, never stops a sequence before).
+    spec.sampling.min_tokens = p.min_tokens;
+    if (!p.ignore_eos)
+      spec.sampling.min_tokens_stop_ids = limits_.eos_token_ids;
+    spec.sampling.min_tokens_stop_ids.insert(spec.sampling.min_tokens_stop_ids.end(), p.stop_token_ids.begin(),
+                                             p.stop_token_ids.end());
+  }
+  for (const std::string& word : p.bad_words) {
+    // As vLLM: the word as is and with a leading space (how it reads inside a text), each tokenized alone.
+    for (const std::string& form : {word, " " + word}) {
+      std::vector<int32_t> ids = tok_->encode(form, /*add_special_tokens=*/false);
+      if (!ids.empty() && std::find(spec.sampling.bad_words.begin(), spec.sampling.bad_words.end(), ids) ==
+                              spec.sampling.bad_words.end())
+        spec.sampling.bad_words.push_back(std::move(ids));
+    }
+  }
 
   request_state state;
   state.id = req.request_id;

@@ -27,7 +27,8 @@ struct model_limits {
   int64_t n_vocab = 0;
   int32_t max_model_len = 0;
   std::vector<int32_t> eos_token_ids;
-  uint64_t seed = 0;  ///< the engine seed, from which requests without a seed get theirs
+  uint64_t seed = 0;          ///< the engine seed, from which requests without a seed get theirs
+  std::string tokenizer_dir;  ///< absolute; what structured outputs' token masks are built from (empty: none)
 };
 
 /// The seed of a request that brought none: derived from the engine seed and the request id, so a run is

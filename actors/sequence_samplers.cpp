@@ -26,7 +26,14 @@ void sequence_samplers::apply(const proto::step_plan& plan) {
     p.presence_penalty = setup.spec.presence_penalty;
     p.frequency_penalty = setup.spec.frequency_penalty;
     p.logprobs = setup.spec.logprobs;
+    p.allowed_token_ids = setup.spec.allowed_token_ids;
+    p.bad_words = setup.spec.bad_words;
+    p.min_tokens = setup.spec.min_tokens;
+    p.min_tokens_stop_ids = setup.spec.min_tokens_stop_ids;
+    p.logit_bias = setup.spec.logit_bias;
     add(setup.request_id, p, setup.spec.seed, setup.prompt_ids);
+    if (!setup.spec.structured_pattern.empty())
+      constrain(setup.request_id, setup.spec.structured_pattern, setup.spec.tokenizer_dir);
   }
 }
 
@@ -37,6 +44,17 @@ void sequence_samplers::add(uint64_t request_id, const ops::sampling_params& par
   r.seed = seed;
   r.prompt_ids = std::move(prompt_ids);
   requests_.insert_or_assign(request_id, std::move(r));
+}
+
+void sequence_samplers::constrain(uint64_t request_id, const std::string& pattern, const std::string& tokenizer_dir) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end())
+    return;
+  try {
+    it->second.constraint = text::structured::compiled_constraint(tokenizer_dir, pattern);
+  } catch (const std::exception& e) {
+    it->second.constraint_error = e.what();
+  }
 }
 
 void sequence_samplers::release(std::span<const uint64_t> request_ids) {
@@ -69,7 +87,26 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
     if (fresh)
       it->second.rng = ops::sampler_rng{sequence_seed(req->second.seed, seq.index)};
     sequence& s = it->second;
-    rows_.push_back(ops::sample_row{&req->second.params, req->second.prompt_ids, s.output_ids, &s.rng});
+    if (!req->second.constraint_error.empty()) {
+      result.error = fmt::format("step {}: request {}: structured outputs: {}", plan.step_id, seq.request_id,
+                                 req->second.constraint_error);
+      return result;
+    }
+    ops::sample_row row{&req->second.params, req->second.prompt_ids, s.output_ids, &s.rng};
+    if (const auto& c = req->second.constraint) {
+      const std::vector<uint64_t>& mask = c->mask(s.constraint_state);
+      const auto words = static_cast<size_t>((logits.dim(1) + 63) / 64);
+      if (mask.size() >= words) {
+        row.allowed_mask = mask.data();
+      } else {  // the model's vocabulary is wider than the tokenizer's: the extra ids stay masked out
+        padded_masks_.resize(rows_.size() + 1);
+        auto& padded = padded_masks_[rows_.size()];
+        padded.assign(words, 0);
+        std::copy(mask.begin(), mask.end(), padded.begin());
+        row.allowed_mask = padded.data();
+      }
+    }
+    rows_.push_back(row);
     row_seqs_.push_back(&s);
   }
   // Two rows of one sequence in one step would share a generator and an output list: the scheduler never plans it.
@@ -79,6 +116,9 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
   for (size_t i = 0; i < n_rows; ++i) {
     ops::sample_result& r = results_[i];
     row_seqs_[i]->output_ids.push_back(r.token);
+    const auto& req = requests_.find(plan.sample_seqs[i].request_id)->second;
+    if (req.constraint)
+      row_seqs_[i]->constraint_state = req.constraint->advance(row_seqs_[i]->constraint_state, r.token);
     proto::sampled_token tok;
     tok.token = r.token;
     tok.logprob = r.logprob;

@@ -7,9 +7,12 @@
 #include "actorllm/proto/step_result.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/sampling.hpp"
+#include "text/structured/token_constraint.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -28,6 +31,9 @@ class sequence_samplers {
   /// Creates (or replaces) the state of one request: its settings, its seed and the prompt ids the repetition
   /// penalty reads.
   void add(uint64_t request_id, const ops::sampling_params& params, uint64_t seed, std::vector<int32_t> prompt_ids);
+  /// Constrains a request added before to structured outputs matching `pattern` (token masks from the tokenizer in
+  /// `tokenizer_dir`; compiled once per process and pattern).
+  void constrain(uint64_t request_id, const std::string& pattern, const std::string& tokenizer_dir);
 
   /// Drops the state of `request_ids` (unknown ids are ignored: a request may end before it was ever sampled).
   void release(std::span<const uint64_t> request_ids);
@@ -46,18 +52,23 @@ class sequence_samplers {
   struct sequence {
     ops::sampler_rng rng;
     std::vector<int32_t> output_ids;
+    int32_t constraint_state = 0;  ///< structured outputs: the automaton state after output_ids
   };
   struct request {
     ops::sampling_params params;
     uint64_t seed = 0;
     std::vector<int32_t> prompt_ids;
     std::unordered_map<uint32_t, sequence> seqs;
+    /// Structured outputs: the compiled pattern (shared, cached per process); null: free.
+    std::shared_ptr<const text::structured::token_constraint> constraint;
+    std::string constraint_error;  ///< why the pattern could not be compiled here (sampling then fails)
   };
 
   std::unordered_map<uint64_t, request> requests_;
   std::vector<ops::sample_row> rows_;  // per-step scratch
   std::vector<sequence*> row_seqs_;    // the sequence of each row
   std::vector<ops::sample_result> results_;
+  std::vector<std::vector<uint64_t>> padded_masks_;  // per row: a mask widened to the logits' vocabulary
 };
 
 }  // namespace actorllm::actors

@@ -209,6 +209,10 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
     ea.limits.max_model_len = r.max_model_len;
     ea.limits.eos_token_ids = r.model.eos_token_ids;
     ea.limits.seed = config.seed;
+    if (r.tokenizer) {
+      const std::filesystem::path dir = config.tokenizer.empty() ? config.model : config.tokenizer;
+      ea.limits.tokenizer_dir = std::filesystem::absolute(dir).string();
+    }
     r.engine = spawn_engine(sys, std::move(ea));
   } catch (...) {
     stop_actors(r);

@@ -7,10 +7,12 @@
 #include "apps/cluster_tls_options.hpp"
 #include "apps/serve_config_file.hpp"
 #include "apps/serve_options.hpp"
+#include "apps/vllm_flags.hpp"
 
 #include "actorllm/llm.hpp"
 #include "kernels/device.hpp"
 #include "net/http_server.hpp"
+#include "net/openai/tool_calls.hpp"
 #include "net/openai_service.hpp"
 #include "net/routes.hpp"
 #include "util/log.hpp"
@@ -95,6 +97,23 @@ void validate(const serve_options& o) {
         fmt::format("--max-queued-requests: must be >= -1 (-1: no limit), got {}", o.max_queued_requests));
   if (const device_choice chosen = resolve_device(o.device); !chosen.error.empty())
     throw std::invalid_argument(chosen.error);  // names --device and the value
+  if (o.max_logprobs < 0)
+    throw std::invalid_argument(fmt::format("--max-logprobs: must be >= 0, got {}", o.max_logprobs));
+  if (o.chat_template_content_format != "auto" && o.chat_template_content_format != "string" &&
+      o.chat_template_content_format != "openai")
+    throw std::invalid_argument(fmt::format("--chat-template-content-format: '{}' is not one of auto, string, openai",
+                                            o.chat_template_content_format));
+  if (o.scheduling_policy != "fcfs" && o.scheduling_policy != "priority")
+    throw std::invalid_argument(
+        fmt::format("--scheduling-policy: '{}' is not one of fcfs, priority", o.scheduling_policy));
+  if (!o.tool_call_parser.empty() && !net::openai::parse_tool_parser_name(o.tool_call_parser))
+    throw std::invalid_argument(fmt::format(
+        "--tool-call-parser: '{}' is not one of hermes (also Qwen), llama3_json, mistral", o.tool_call_parser));
+  if (o.enable_auto_tool_choice && o.tool_call_parser.empty())
+    throw std::invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (hermes, llama3_json, mistral)");
+  if (!o.root_path.empty() && (o.root_path.front() != '/' || o.root_path.back() == '/'))
+    throw std::invalid_argument(
+        fmt::format("--root-path: '{}' must start with '/' and not end with one (like /api/v1)", o.root_path));
 }
 
 std::string layout_of(const serve_options& o, const model_info& info) {
@@ -147,6 +166,7 @@ int run_serve(serve_options o) {
   cfg.dtype = o.dtype;
   cfg.device = o.device;
   cfg.seed = o.seed;
+  cfg.scheduling_policy = o.scheduling_policy;
   cfg.threads = o.threads;
   cfg.enable_prefix_caching = o.enable_prefix_caching;
   cfg.gpu_memory_utilization = o.gpu_memory_utilization;
@@ -186,8 +206,17 @@ int run_serve(serve_options o) {
        .generation_config = o.generation_config,
        .max_queued_requests = o.max_queued_requests,
        .enable_prompt_tokens_details = o.enable_prompt_tokens_details,
-       .log_stats_interval = o.disable_log_stats ? std::chrono::milliseconds{0} : std::chrono::milliseconds{10000}}};
+       .log_stats_interval = o.disable_log_stats ? std::chrono::milliseconds{0} : std::chrono::milliseconds{10000},
+       .max_logprobs = o.max_logprobs,
+       .chat_template_content_format = o.chat_template_content_format,
+       .return_tokens_as_token_ids = o.return_tokens_as_token_ids,
+       .enable_auto_tool_choice = o.enable_auto_tool_choice,
+       .tool_call_parser = o.tool_call_parser}};
   net::router router;
+  // --api-key, else $VLLM_API_KEY (vLLM reads both; the flag wins).
+  if (o.api_key.empty())
+    if (const char* env = std::getenv("VLLM_API_KEY"); env != nullptr && *env != '\0')
+      o.api_key = env;
   router.set_api_key(o.api_key);
   service.install(router);
 
@@ -204,7 +233,14 @@ int run_serve(serve_options o) {
               o.served_model_names.front(), o.model, layout_of(o, info), executor, info.n_blocks, info.block_size,
               info.max_model_len, o.host, port);
   };
-  const int status = net::run_http_server(so, [&router](net::http_request req) { return router.dispatch(req); });
+  // --root-path: a proxy that forwards /prefix/v1/... without stripping the prefix still reaches the routes.
+  const std::string root_path = o.root_path;
+  const int status = net::run_http_server(so, [&router, root_path](net::http_request req) {
+    if (!root_path.empty() && req.target.starts_with(root_path) &&
+        (req.target.size() == root_path.size() || req.target[root_path.size()] == '/'))
+      req.target = req.target.size() == root_path.size() ? "/" : req.target.substr(root_path.size());
+    return router.dispatch(req);
+  });
   return unrecoverable ? 1 : status;
 }
 
@@ -302,7 +338,25 @@ command_registration serve_command{
                      "auto (default sampling from the model's generation_config.json), vllm (ignore it), or a "
                      "directory holding a generation_config.json")
           ->capture_default_str();
-      return [o, config, gpu_memory, &sub]() {
+      sub.add_option("--max-logprobs", o->max_logprobs, "The most logprobs / top_logprobs a request may ask for")
+          ->capture_default_str();
+      sub.add_option("--root-path", o->root_path,
+                     "A path prefix a reverse proxy leaves on requests (/api routes /api/v1/... to /v1/...)");
+      sub.add_option("--chat-template-content-format", o->chat_template_content_format,
+                     "How message content reaches the chat template: string (text), openai (a list of "
+                     "{type: text, text} parts), or auto (string)")
+          ->capture_default_str();
+      sub.add_flag("--return-tokens-as-token-ids", o->return_tokens_as_token_ids,
+                   "Write logprob tokens as token_id:N (exact even when a token is not whole UTF-8)");
+      sub.add_option("--scheduling-policy", o->scheduling_policy,
+                     "fcfs (first come first served) or priority (lower `priority` first, then arrival)")
+          ->capture_default_str();
+      sub.add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,
+                   "tool_choice \"auto\": parse the model's tool calls in --tool-call-parser's format");
+      sub.add_option("--tool-call-parser", o->tool_call_parser,
+                     "The format models write tool calls in: hermes (also Qwen), llama3_json, mistral");
+      auto vllm = add_vllm_flags(sub);
+      return [o, config, gpu_memory, vllm, &sub]() {
         if (!config->empty()) {
           // The file replaces the defaults; then the flags given on the command line are applied again on top
           // (CLI11 re-runs an option's conversion into the bound field).
@@ -313,6 +367,7 @@ command_registration serve_command{
         }
         if (gpu_memory->count() > 0)
           o->gpu_memory_utilization_set = true;
+        report_vllm_flags(*vllm);
         return run_serve(*o);
       };
     }};

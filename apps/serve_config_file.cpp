@@ -242,6 +242,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"max_num_batched_tokens", integer_value(o.max_num_batched_tokens, 1, int32_max)},
            {"max_queued_requests", integer_value(o.max_queued_requests, -1)},
            {"step_timeout", number_value(o.step_timeout)},
+           {"scheduling_policy", choice_value(o.scheduling_policy, {"fcfs", "priority"})},
        }},
       {"cache",
        {
@@ -268,6 +269,12 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"log_level", choice_value(o.log_level, {"debug", "info", "warning", "error"})},
            {"enable_prompt_tokens_details", bool_value(o.enable_prompt_tokens_details)},
            {"disable_log_stats", bool_value(o.disable_log_stats)},
+           {"max_logprobs", integer_value(o.max_logprobs, 0, int32_max)},
+           {"root_path", string_value(o.root_path)},
+           {"chat_template_content_format", choice_value(o.chat_template_content_format, {"auto", "string", "openai"})},
+           {"return_tokens_as_token_ids", bool_value(o.return_tokens_as_token_ids)},
+           {"enable_auto_tool_choice", bool_value(o.enable_auto_tool_choice)},
+           {"tool_call_parser", choice_value(o.tool_call_parser, {"hermes", "llama3_json", "mistral"})},
        }},
       {"cluster",
        {

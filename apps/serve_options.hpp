@@ -60,6 +60,13 @@ struct serve_options {
   std::string log_level;                      ///< debug, info, warning or error; empty: $ACTORLLM_LOG_LEVEL, else info
   bool enable_prompt_tokens_details = false;  ///< usage.prompt_tokens_details.cached_tokens in responses
   bool disable_log_stats = false;             ///< no periodic stats line
+  int32_t max_logprobs = 20;                  ///< --max-logprobs: the most logprobs a request may ask for
+  std::string root_path;                      ///< --root-path: a prefix a proxy may leave on request paths
+  std::string chat_template_content_format = "auto";  ///< auto, string or openai
+  bool return_tokens_as_token_ids = false;            ///< logprob tokens as "token_id:N" by default
+  std::string scheduling_policy = "fcfs";             ///< fcfs or priority
+  bool enable_auto_tool_choice = false;               ///< tool_choice "auto" parses calls (needs tool_call_parser)
+  std::string tool_call_parser;                       ///< hermes, llama3_json or mistral
 
   // [cluster]: where the cluster executor finds the head (--cluster-address / --cluster-token).
   std::string cluster_head_address;  ///< host:port of the head node

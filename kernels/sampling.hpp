@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 /// Kernel-level sampling types (the public API has its own actorllm::sampling_params).
@@ -19,6 +20,20 @@ struct sampling_params {
   float presence_penalty = 0.0f;    // output tokens only (vLLM semantics)
   float frequency_penalty = 0.0f;   // output tokens only, times the count
   int32_t logprobs = -1;            // -1: none; 0: the sampled token's logprob; n > 0: also the top n
+
+  // Logits processors (vLLM's allowed_token_ids, bad_words, min_tokens and logit_bias), applied in that order before
+  // the penalties; logprobs stay those of the raw logits.
+  std::vector<int32_t> allowed_token_ids;       // non-empty: every other token is masked out
+  std::vector<std::vector<int32_t>> bad_words;  // a word's last token is masked when the output ends with the rest
+  int32_t min_tokens = 0;                       // while the output is shorter, min_tokens_stop_ids are masked out
+  std::vector<int32_t> min_tokens_stop_ids;     // eos (unless ignore_eos) and stop_token_ids
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the token's logit
+
+  /// Whether any logits processor acts on a row whose output has `n_output` tokens.
+  bool has_logits_processors(size_t n_output) const {
+    return !allowed_token_ids.empty() || !bad_words.empty() || !logit_bias.empty() ||
+           (!min_tokens_stop_ids.empty() && n_output < static_cast<size_t>(min_tokens));
+  }
 };
 
 /// A token and its log-probability.
@@ -56,6 +71,8 @@ struct sample_row {
   std::span<const int32_t> prompt_ids;
   std::span<const int32_t> output_ids;
   sampler_rng* rng = nullptr;
+  /// Structured outputs: a bit per token id (bit t of word t / 64), 1 where the token is allowed; null: all.
+  const uint64_t* allowed_mask = nullptr;
 };
 
 }  // namespace actorllm::ops

@@ -4,7 +4,10 @@
 #include "net/openai/requests.hpp"
 #include "net/openai/responses.hpp"
 #include "text/chat_template.hpp"
+#include "text/jinja/json.hpp"
+#include "text/structured/token_constraint.hpp"
 #include "text/tokenizer.hpp"
+#include "text/tokenizer_error.hpp"
 #include "util/json_writer.hpp"
 #include "util/log.hpp"
 
@@ -12,6 +15,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -299,13 +303,81 @@ std::string token_text_in_context(const text::tokenizer& tok, int32_t id) {
 /// GET /v1/models/{model}.
 constexpr std::string_view model_path_prefix = "/v1/models/";
 
-openai::token_decoder make_decoder(const text::tokenizer* tok) {
+openai::token_decoder make_decoder(const text::tokenizer* tok, bool tokens_as_ids) {
   openai::token_decoder d;
   if (tok == nullptr)
     return d;
-  d.token = [tok](int32_t id) { return token_text_in_context(*tok, id); };
+  if (tokens_as_ids)  // vLLM's return_tokens_as_token_ids: a token that is not valid UTF-8 alone stays exact
+    d.token = [](int32_t id) { return "token_id:" + std::to_string(id); };
+  else
+    d.token = [tok](int32_t id) { return token_text_in_context(*tok, id); };
   d.detokenize = [tok](std::span<const int32_t> ids) { return tok->decode(ids); };
   return d;
+}
+
+/// vLLM answers a body that is not declared JSON with a 400 before reading it.
+std::optional<openai::api_error> check_json_content_type(const http_request& req) {
+  std::string type = req.header("content-type").value_or("");
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t'))
+    type.pop_back();
+  for (auto& c : type)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (type == "application/json")
+    return std::nullopt;
+  return openai::api_error::bad_request(
+      "Unsupported Media Type: Only 'application/json' is allowed" +
+          (type.empty() ? std::string{" (no Content-Type header)"} : " (got '" + type + "')"),
+      "Content-Type");
+}
+
+/// Token ids a request names (logit_bias, allowed_token_ids) must be in the vocabulary: a 400 naming the field.
+std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64_t n_vocab) {
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id >= n_vocab)
+      return openai::api_error::bad_request(
+          fmt::format("logit_bias token id {} is outside the vocabulary (size {})", id, n_vocab), "logit_bias");
+  for (int32_t id : p.allowed_token_ids)
+    if (id >= n_vocab)
+      return openai::api_error::bad_request(
+          fmt::format("allowed_token_ids: token id {} is outside the vocabulary (size {})", id, n_vocab),
+          "allowed_token_ids");
+  return std::nullopt;
+}
+
+/// Structured outputs: the pattern compiled here (once per pattern and process, shared with an in-process sampler),
+/// so that a pattern the engine cannot take is a 400 naming the field that set it.
+std::optional<openai::api_error> check_structured(const openai::common_request& r, const std::string& tokenizer_dir) {
+  if (r.params.structured_pattern.empty())
+    return std::nullopt;
+  try {
+    (void)text::structured::compiled_constraint(tokenizer_dir, r.params.structured_pattern);
+  } catch (const text::structured::regex_error& e) {
+    return openai::api_error::bad_request(r.structured_param + ": " + e.what(), r.structured_param);
+  } catch (const std::exception& e) {
+    return openai::api_error::bad_request(
+        r.structured_param + ": structured outputs need the model's tokenizer: " + e.what(), r.structured_param);
+  }
+  return std::nullopt;
+}
+
+/// Fields in no schema the server knows are ignored as vLLM ignores them, but never silently.
+void log_ignored(const openai::common_request& r) {
+  if (r.ignored_fields.empty())
+    return;
+  std::string names;
+  for (const std::string& f : r.ignored_fields)
+    names += (names.empty() ? "" : ", ") + f;
+  log::warning(where, "The following fields were present in the request but ignored: {}", names);
+}
+
+/// truncate_prompt_tokens: the last k ids (k = -1: max_model_len).
+void truncate_prompt(std::vector<int32_t>& ids, std::optional<int32_t> k, int32_t max_model_len) {
+  if (!k)
+    return;
+  const auto keep = static_cast<std::size_t>(*k < 0 ? max_model_len : *k);
+  if (ids.size() > keep)
+    ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(keep));
 }
 
 }  // namespace
@@ -362,9 +434,17 @@ void openai_service::install(router& r) {
 }
 
 std::shared_ptr<response_channel> openai_service::completions(const http_request& req) {
-  auto parsed = openai::parse_completion_request(req.body, {.max_body_bytes = config_.max_body_bytes}, defaults_);
+  if (auto bad = check_json_content_type(req))
+    return fail(*bad);
+  auto parsed = openai::parse_completion_request(
+      req.body, {.max_body_bytes = config_.max_body_bytes, .max_logprobs = config_.max_logprobs}, defaults_);
   if (!parsed)
     return fail(parsed.error());
+  log_ignored(*parsed);
+  if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
+    return fail(*bad);
+  if (auto bad = check_structured(*parsed, structured_tokenizer_dir()))
+    return fail(*bad);
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
   if (!model)
     return fail(model.error());
@@ -373,17 +453,30 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   std::optional<int32_t> checked_max = parsed->max_tokens_defaulted ? std::nullopt : parsed->params.max_tokens;
   int64_t room = max_len;
   std::vector<request_output> echo;
-  for (const prompt& p : parsed->prompts) {
+  // Text prompts are tokenized here when the request says how (add_special_tokens, truncate_prompt_tokens), and
+  // then submitted as ids; otherwise the engine tokenizes them as its tokenizer's config says.
+  const bool own_tokens = parsed->add_special_tokens.has_value() || parsed->truncate_prompt_tokens.has_value();
+  for (prompt& p : parsed->prompts) {
     request_output e;
     if (p.is_tokens()) {
       e.prompt_token_ids = p.token_ids();
     } else {
-      if (!llm_.info().has_tokenizer)
+      if (!llm_.info().has_tokenizer || (own_tokens && !tokenizer_))
         return fail(
             openai::api_error::bad_request("this model has no tokenizer: give the prompt as token ids", "prompt"));
       e.prompt = p.text();
-      e.prompt_token_ids = llm_.tokenize(p.text());
+      e.prompt_token_ids = own_tokens ? tokenizer_->encode(p.text(), parsed->add_special_tokens.value_or(true))
+                                      : llm_.tokenize(p.text());
     }
+    if (parsed->truncate_prompt_tokens) {
+      truncate_prompt(e.prompt_token_ids, parsed->truncate_prompt_tokens, max_len);
+      if (!e.prompt.empty() && tokenizer_)
+        e.prompt = tokenizer_->decode(e.prompt_token_ids);
+    }
+    if (own_tokens)
+      p = prompt{e.prompt_token_ids};
+    if (e.prompt_token_ids.empty())
+      return fail(openai::api_error::bad_request("prompt must not be empty (it has no tokens)", "prompt"));
     if (auto err = openai::check_context_length(static_cast<int64_t>(e.prompt_token_ids.size()), checked_max, max_len))
       return fail(*err);
     room = std::min(room, max_len - static_cast<int64_t>(e.prompt_token_ids.size()));
@@ -400,15 +493,20 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   j->metrics = metrics_;
   j->channel = std::make_shared<response_channel>();
   j->stream = parsed->stream;
-  j->ctx.id = openai::make_response_id("cmpl-");
+  j->ctx.id = parsed->request_id ? "cmpl-" + *parsed->request_id : openai::make_response_id("cmpl-");
   j->ctx.created = static_cast<int64_t>(std::time(nullptr));
   j->ctx.model = *model;
   j->ctx.logprobs = parsed->params.logprobs.has_value();
   j->ctx.echo = parsed->echo;
   j->ctx.include_usage = parsed->include_usage;
+  j->ctx.return_token_ids = parsed->return_token_ids;
+  j->ctx.continuous_usage = parsed->continuous_usage_stats;
+  for (const request_output& e : echo)
+    j->ctx.prompt_token_ids.push_back(e.prompt_token_ids);
   j->ctx.prompt_tokens_details = config_.enable_prompt_tokens_details;
   j->ctx.n = parsed->params.n;
-  j->ctx.decoder = make_decoder(tokenizer_.get());
+  j->ctx.decoder =
+      make_decoder(tokenizer_.get(), parsed->return_tokens_as_token_ids || config_.return_tokens_as_token_ids);
   if (j->stream)
     j->completion_chunks.emplace(j->ctx);
   j->slot = std::move(*slot);
@@ -417,47 +515,152 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
 
 namespace {
 
+/// An assistant message's tool_calls as templates read them: each call's `arguments` a dict when it is a JSON
+/// object (chat templates write it with tojson, as transformers passes it), else as given.
+text::jinja::value template_tool_calls(const std::string& json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  const simdjson::padded_string padded{json};
+  if (parser.parse(padded).get(root))
+    return text::jinja::parse_json(json);
+  std::vector<text::jinja::value> calls;
+  for (simdjson::dom::element call : root.get_array()) {
+    std::string_view name, args, id;
+    if (call["function"]["name"].get(name) != simdjson::SUCCESS)
+      name = {};
+    text::jinja::value arguments = text::jinja::value::dict();
+    simdjson::dom::element args_v;
+    if (call["function"]["arguments"].get(args_v) == simdjson::SUCCESS) {
+      if (args_v.get(args) == simdjson::SUCCESS) {
+        try {
+          arguments = text::jinja::parse_json(args);
+        } catch (const std::exception&) {
+          arguments = text::jinja::value(std::string{args});
+        }
+      } else {
+        arguments = text::jinja::from_json(args_v);
+      }
+    }
+    if (call["id"].get(id) != simdjson::SUCCESS)
+      id = {};
+    std::vector<std::pair<std::string, text::jinja::value>> fn;
+    fn.reserve(2);
+    fn.emplace_back("name", std::string{name});
+    fn.emplace_back("arguments", std::move(arguments));
+    std::vector<std::pair<std::string, text::jinja::value>> entry;
+    entry.reserve(3);
+    entry.emplace_back("id", std::string{id});
+    entry.emplace_back("type", std::string{"function"});
+    entry.emplace_back("function", text::jinja::value::dict(std::move(fn)));
+    calls.push_back(text::jinja::value::dict(std::move(entry)));
+  }
+  return text::jinja::value::list(std::move(calls));
+}
+
 /// The chat template's text for `messages`, or the reason it cannot be rendered.
-openai::result<std::string> render_chat(const text::chat_template* tmpl, const text::tokenizer& tok,
-                                        const std::vector<openai::chat_message>& messages, bool add_generation_prompt) {
+openai::result<std::string> render_chat(const text::chat_template* server_template, const text::tokenizer& tok,
+                                        const openai::chat_request& r, bool content_as_parts) {
+  std::optional<text::chat_template> own;
+  if (r.chat_template) {
+    try {
+      own = text::chat_template::parse(*r.chat_template);
+    } catch (const std::exception& e) {
+      return openai::api_error::bad_request(std::string{"chat_template does not parse: "} + e.what(), "chat_template");
+    }
+  }
+  const text::chat_template* tmpl = own ? &*own : server_template;
   if (tmpl == nullptr)
     return openai::api_error::bad_request("this model has no chat template", "messages");
   text::chat_template_inputs in;
   std::vector<text::jinja::value> list;
-  for (const openai::chat_message& m : messages) {
+  for (const openai::chat_message& m : r.messages) {
     std::vector<std::pair<std::string, text::jinja::value>> entries{{"role", m.role}, {"content", m.content}};
+    if (content_as_parts && !m.parts.empty()) {  // --chat-template-content-format openai
+      std::vector<text::jinja::value> parts;
+      for (const std::string& p : m.parts)
+        parts.push_back(text::jinja::value::dict({{"type", "text"}, {"text", p}}));
+      entries[1].second = text::jinja::value::list(std::move(parts));
+    }
     if (m.name)
       entries.emplace_back("name", *m.name);
+    if (m.tool_call_id)
+      entries.emplace_back("tool_call_id", *m.tool_call_id);
+    if (!m.tool_calls_json.empty())
+      entries.emplace_back("tool_calls", template_tool_calls(m.tool_calls_json));
     list.push_back(text::jinja::value::dict(std::move(entries)));
   }
   in.messages = text::jinja::value::list(std::move(list));
-  in.add_generation_prompt = add_generation_prompt;
+  in.add_generation_prompt = r.add_generation_prompt;
   in.bos_token = tok.bos_token();
   in.eos_token = tok.eos_token();
+  for (const auto& [name, json] : r.template_vars)
+    in.extra.emplace_back(name, text::jinja::parse_json(json));
+  if (!r.tools.empty() && r.tool_choice != "none")
+    in.tools = text::jinja::parse_json(r.tools_json);
+  std::string out;
   try {
-    return tmpl->render(in);
+    out = tmpl->render(in);
   } catch (const std::exception& e) {
     return openai::api_error::bad_request(std::string{"chat template failed: "} + e.what(), "messages");
   }
+  if (r.continue_final_message) {
+    // As vLLM: cut what the template wrote after the last message's content (its end-of-turn), so that the output
+    // continues that message.
+    const std::string& last = r.messages.back().content;
+    const auto at = last.empty() ? std::string::npos : out.rfind(last);
+    if (at == std::string::npos)
+      return openai::api_error::bad_request(
+          "continue_final_message: the rendered template does not contain the final message's content",
+          "continue_final_message");
+    out.resize(at + last.size());
+  }
+  return out;
 }
 
 }  // namespace
 
 std::shared_ptr<response_channel> openai_service::chat_completions(const http_request& req) {
-  auto parsed = openai::parse_chat_request(req.body, {.max_body_bytes = config_.max_body_bytes}, defaults_);
+  if (auto bad = check_json_content_type(req))
+    return fail(*bad);
+  auto parsed = openai::parse_chat_request(
+      req.body, {.max_body_bytes = config_.max_body_bytes, .max_logprobs = config_.max_logprobs}, defaults_);
   if (!parsed)
     return fail(parsed.error());
+  log_ignored(*parsed);
+  if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
+    return fail(*bad);
+  if (auto bad = check_structured(*parsed, structured_tokenizer_dir()))
+    return fail(*bad);
+  using tool_mode = openai::response_context::tool_mode;
+  tool_mode tools = tool_mode::none;
+  std::optional<openai::tool_parser> parser;
+  if (!parsed->tools.empty() && parsed->tool_choice != "none") {
+    if (parsed->tool_choice == "required") {
+      tools = tool_mode::required;
+    } else if (parsed->tool_choice == "function") {
+      tools = tool_mode::named;
+    } else {
+      parser = openai::parse_tool_parser_name(config_.tool_call_parser);
+      if (!config_.enable_auto_tool_choice || !parser)
+        return fail(openai::api_error::bad_request(
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set", "tool_choice"));
+      tools = tool_mode::parse;
+    }
+  }
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
   if (!model)
     return fail(model.error());
   if (!tokenizer_)
     return fail(openai::api_error::bad_request("this model has no tokenizer", "messages"));
-  auto text = render_chat(chat_template_.get(), *tokenizer_, parsed->messages, parsed->add_generation_prompt);
+  auto text = render_chat(chat_template_.get(), *tokenizer_, *parsed, config_.chat_template_content_format == "openai");
   if (!text)
     return fail(text.error());
-  // The template writes the special tokens itself (bos_token), so none are added here.
-  std::vector<int32_t> ids = tokenizer_->encode(*text, false);
+  // The template writes the special tokens itself (bos_token), so none are added unless the request asks.
+  std::vector<int32_t> ids = tokenizer_->encode(*text, parsed->add_special_tokens.value_or(false));
   const int32_t max_len = llm_.info().max_model_len;
+  truncate_prompt(ids, parsed->truncate_prompt_tokens, max_len);
+  if (ids.empty())
+    return fail(openai::api_error::bad_request("the rendered conversation has no tokens", "messages"));
   if (auto err = openai::check_context_length(static_cast<int64_t>(ids.size()),
                                               parsed->max_tokens_defaulted ? std::nullopt : parsed->params.max_tokens,
                                               max_len))
@@ -475,21 +678,40 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   j->channel = std::make_shared<response_channel>();
   j->chat = true;
   j->stream = parsed->stream;
-  j->ctx.id = openai::make_response_id("chatcmpl-");
+  j->ctx.id = parsed->request_id ? "chatcmpl-" + *parsed->request_id : openai::make_response_id("chatcmpl-");
   j->ctx.created = static_cast<int64_t>(std::time(nullptr));
   j->ctx.model = *model;
   j->ctx.logprobs = parsed->logprobs;
   j->ctx.include_usage = parsed->include_usage;
+  j->ctx.return_token_ids = parsed->return_token_ids;
+  j->ctx.continuous_usage = parsed->continuous_usage_stats;
+  j->ctx.prompt_token_ids.push_back(ids);
+  // vLLM's chat echo: the last message's content starts the reply when it is the reply's role (always when no
+  // generation prompt is added: then the reply continues that message).
+  if (parsed->echo && (!parsed->add_generation_prompt || parsed->messages.back().role == "assistant"))
+    j->ctx.echo_text = parsed->messages.back().content;
+  j->ctx.tools = tools;
+  if (parser)
+    j->ctx.parser = *parser;
+  j->ctx.named_tool = parsed->tool_choice_name;
   j->ctx.prompt_tokens_details = config_.enable_prompt_tokens_details;
   j->ctx.n = parsed->params.n;
-  j->ctx.decoder = make_decoder(tokenizer_.get());
+  j->ctx.decoder =
+      make_decoder(tokenizer_.get(), parsed->return_tokens_as_token_ids || config_.return_tokens_as_token_ids);
   if (j->stream)
     j->chat_chunks.emplace(j->ctx);
   j->slot = std::move(*slot);
   return start(j, {prompt{std::move(ids)}}, parsed->params, parsed->priority, parsed->cache_salt, {});
 }
 
+std::string openai_service::structured_tokenizer_dir() const {
+  const std::filesystem::path dir = config_.tokenizer_path.empty() ? config_.model_path : config_.tokenizer_path;
+  return std::filesystem::absolute(dir).string();
+}
+
 std::shared_ptr<response_channel> openai_service::tokenize(const http_request& req) {
+  if (auto bad = check_json_content_type(req))
+    return fail(*bad);
   if (!tokenizer_)
     return fail(openai::api_error::bad_request("this model has no tokenizer"));
   simdjson::dom::parser parser;
@@ -501,15 +723,23 @@ std::shared_ptr<response_channel> openai_service::tokenize(const http_request& r
     auto parsed = openai::parse_chat_request(req.body, {.max_body_bytes = config_.max_body_bytes});
     if (!parsed)
       return fail(parsed.error());
-    auto text = render_chat(chat_template_.get(), *tokenizer_, parsed->messages, parsed->add_generation_prompt);
+    auto text =
+        render_chat(chat_template_.get(), *tokenizer_, *parsed, config_.chat_template_content_format == "openai");
     if (!text)
       return fail(text.error());
-    ids = tokenizer_->encode(*text, false);
+    ids = tokenizer_->encode(*text, parsed->add_special_tokens.value_or(false));
   } else {
     std::string_view text;
     if (doc["prompt"].get_string().get(text) != simdjson::SUCCESS)
       return fail(openai::api_error::bad_request("prompt must be a string (or give messages)", "prompt"));
-    ids = llm_.tokenize(std::string{text});
+    // add_special_tokens (default true for a prompt, as in vLLM) decides whether bos is added.
+    bool add_special = true;
+    if (auto f = doc["add_special_tokens"]; f.error() == simdjson::SUCCESS && !f.is_null()) {
+      if (f.get_bool().get(add_special) != simdjson::SUCCESS)
+        return fail(openai::api_error::bad_request("add_special_tokens must be a boolean", "add_special_tokens"));
+    }
+    ids = doc["add_special_tokens"].error() == simdjson::SUCCESS ? tokenizer_->encode(text, add_special)
+                                                                 : llm_.tokenize(std::string{text});
   }
   json_writer w;
   w.begin_object();
@@ -521,6 +751,8 @@ std::shared_ptr<response_channel> openai_service::tokenize(const http_request& r
 }
 
 std::shared_ptr<response_channel> openai_service::detokenize(const http_request& req) {
+  if (auto bad = check_json_content_type(req))
+    return fail(*bad);
   if (!tokenizer_)
     return fail(openai::api_error::bad_request("this model has no tokenizer"));
   simdjson::dom::parser parser;

@@ -47,6 +47,18 @@ struct service_config {
   /// How often the stats line (running, waiting, KV-cache usage, prefix cache hit rate) is logged while the engine
   /// works; 0: never (--disable-log-stats). vLLM's interval.
   std::chrono::milliseconds log_stats_interval{10000};
+  /// --max-logprobs: the most logprobs / top_logprobs a request may ask for (vLLM's default 20).
+  int32_t max_logprobs = 20;
+  /// --chat-template-content-format: "string" (content is the text, parts joined by "\n"), "openai" (content is a
+  /// list of {"type": "text", "text": ...} parts) or "auto" (string).
+  std::string chat_template_content_format = "auto";
+  /// --return-tokens-as-token-ids: logprob tokens written as "token_id:N" unless a request says otherwise.
+  bool return_tokens_as_token_ids = false;
+  /// --enable-auto-tool-choice and --tool-call-parser (hermes, llama3_json, mistral): tool_choice "auto" parses the
+  /// output's calls in that format. Without them, "auto" with tools is a 400 (as in vLLM); required and named
+  /// functions work either way (the output is constrained to the calls' JSON).
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
 };
 
 class openai_service {
@@ -64,6 +76,8 @@ class openai_service {
   void install(router& r);
 
  private:
+  /// The tokenizer directory structured outputs compile their token masks against (absolute, as the engine's).
+  std::string structured_tokenizer_dir() const;
   std::shared_ptr<response_channel> completions(const http_request& req);
   std::shared_ptr<response_channel> chat_completions(const http_request& req);
   std::shared_ptr<response_channel> tokenize(const http_request& req);

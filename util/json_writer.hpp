@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,13 @@ class json_writer {
     begin_array();
     for (const auto& v : values)
       value(v);
+    return end_array();
+  }
+  /// An array of int32 values (token ids).
+  json_writer& array(std::span<const int32_t> values) {
+    begin_array();
+    for (int32_t v : values)
+      value(static_cast<int64_t>(v));
     return end_array();
   }
   const std::string& str() const { return out_; }

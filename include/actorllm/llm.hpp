@@ -56,6 +56,9 @@ class prompt {
   /// The cache salt; unset: none.
   const std::optional<std::string>& cache_salt() const { return cache_salt_; }
 
+  /// Same text or ids and the same salt.
+  friend bool operator==(const prompt&, const prompt&) = default;
+
  private:
   std::string text_;
   std::vector<int32_t> token_ids_;

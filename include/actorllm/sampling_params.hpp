@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace actorllm {
@@ -28,6 +29,14 @@ struct sampling_params {
   bool ignore_eos = false;                  ///< generate through end-of-sequence tokens
   std::optional<int32_t> logprobs;          ///< per output token: its logprob, plus the top `logprobs` (0: just it)
   bool skip_special_tokens = true;          ///< leave special tokens out of the text
+  std::vector<std::pair<int32_t, float>> logit_bias;  ///< (token id, bias in [-100, 100]) added to the logits
+  std::vector<int32_t> allowed_token_ids;             ///< non-empty: only these tokens can be sampled
+  /// Words never generated: a word's last token is banned once the output ends with its other tokens (each word
+  /// tokenized as is and with a leading space, as vLLM does).
+  std::vector<std::string> bad_words;
+  /// Structured outputs: every output must match this pattern (text/structured/byte_dfa.hpp's syntax; JSON
+  /// schemas and choices are turned into one by text/structured/json_schema.hpp). Empty: unconstrained.
+  std::string structured_pattern;
 
   friend bool operator==(const sampling_params&, const sampling_params&) = default;
 };
@@ -72,6 +81,18 @@ inline std::string validate(const sampling_params& p) {
   for (int32_t id : p.stop_token_ids)
     if (id < 0)
       return "stop_token_ids must be token ids (>= 0), got " + std::to_string(id);
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0)
+      return "logit_bias keys must be token ids (>= 0), got " + std::to_string(id);
+    if (!(bias >= -100 && bias <= 100))
+      return "logit_bias values must be in [-100, 100], got " + num(bias) + " for token " + std::to_string(id);
+  }
+  for (int32_t id : p.allowed_token_ids)
+    if (id < 0)
+      return "allowed_token_ids must be token ids (>= 0), got " + std::to_string(id);
+  for (const auto& w : p.bad_words)
+    if (w.empty())
+      return "bad_words must not hold empty strings";
   return {};
 }
 

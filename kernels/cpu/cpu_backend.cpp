@@ -315,7 +315,7 @@ void cpu_backend::sample(const tensor& logits, std::span<const ops::sample_row> 
     for (int64_t i = begin; i < end; ++i) {
       const sample_row& r = rows[static_cast<size_t>(i)];
       out[static_cast<size_t>(i)] =
-          cpu::sample(base + i * n_vocab, n_vocab, *r.params, r.prompt_ids, r.output_ids, *r.rng);
+          cpu::sample(base + i * n_vocab, n_vocab, *r.params, r.prompt_ids, r.output_ids, *r.rng, r.allowed_mask);
     }
   };
   // Rows are independent (own logits, own generator; cpu::sample's scratch is thread_local), so they may run in

@@ -260,6 +260,37 @@ candidates& filtered_candidates(const float* logits, int64_t n_vocab, const samp
 
 }  // namespace
 
+void apply_logits_processors(float* logits, int64_t n_vocab, const sampling_params& params,
+                             std::span<const int32_t> output_ids) {
+  auto valid = [&](int32_t t) { return t >= 0 && t < n_vocab; };
+  if (!params.allowed_token_ids.empty()) {
+    thread_local std::vector<float> kept;
+    kept.clear();
+    for (int32_t t : params.allowed_token_ids)
+      kept.push_back(valid(t) ? logits[t] : neg_inf);
+    std::fill(logits, logits + n_vocab, neg_inf);
+    for (size_t i = 0; i < kept.size(); ++i)
+      if (valid(params.allowed_token_ids[i]))
+        logits[params.allowed_token_ids[i]] = kept[i];
+  }
+  for (const std::vector<int32_t>& word : params.bad_words) {
+    if (word.empty() || !valid(word.back()))
+      continue;
+    const size_t prefix = word.size() - 1;
+    if (prefix > output_ids.size())
+      continue;
+    if (std::equal(word.begin(), word.end() - 1, output_ids.end() - static_cast<std::ptrdiff_t>(prefix)))
+      logits[word.back()] = neg_inf;
+  }
+  if (output_ids.size() < static_cast<size_t>(std::max(params.min_tokens, 0)))
+    for (int32_t t : params.min_tokens_stop_ids)
+      if (valid(t))
+        logits[t] = neg_inf;
+  for (auto [t, bias] : params.logit_bias)
+    if (valid(t))
+      logits[t] += bias;
+}
+
 std::vector<int32_t> sampling_support(const float* logits, int64_t n_vocab, const sampling_params& params) {
   if (params.temperature < sampling_eps) {
     std::vector<float> x(logits, logits + n_vocab);
@@ -277,7 +308,7 @@ void apply_penalties(float* logits, int64_t n_vocab, const sampling_params& para
 }
 
 sample_result sample(float* logits, int64_t n_vocab, const sampling_params& params, std::span<const int32_t> prompt_ids,
-                     std::span<const int32_t> output_ids, sampler_rng& rng) {
+                     std::span<const int32_t> output_ids, sampler_rng& rng, const uint64_t* allowed_mask) {
   ACTORLLM_CHECK(n_vocab > 0, "sample: empty vocabulary");
   sample_result result{0, 0.0f, {}};
 
@@ -294,6 +325,17 @@ sample_result sample(float* logits, int64_t n_vocab, const sampling_params& para
   if (params.logprobs > 0)
     result.top = top_logprobs(logits, n_vocab, params.logprobs, raw_max, raw_ls);
 
+  // Processors change logits beyond what penalise() records; the raw row is kept for the sampled token's logprob.
+  const bool processed = allowed_mask != nullptr || params.has_logits_processors(output_ids.size());
+  thread_local std::vector<float> raw_row;
+  if (processed) {
+    raw_row.assign(logits, logits + n_vocab);
+    if (allowed_mask != nullptr)
+      for (int64_t i = 0; i < n_vocab; ++i)
+        if (((allowed_mask[i / 64] >> (i % 64)) & 1) == 0)
+          logits[i] = neg_inf;
+    apply_logits_processors(logits, n_vocab, params, output_ids);
+  }
   auto originals = penalise(logits, n_vocab, params, prompt_ids, output_ids);
 
   if (params.temperature < sampling_eps) {
@@ -327,6 +369,8 @@ sample_result sample(float* logits, int64_t n_vocab, const sampling_params& para
   for (auto [t, l] : originals)
     if (t == result.token)
       raw = l;
+  if (processed)
+    raw = raw_row[static_cast<size_t>(result.token)];
   result.logprob = raw_max == neg_inf ? -std::log(static_cast<float>(n_vocab)) : (raw - raw_max) - raw_ls;
   return result;
 }

@@ -385,8 +385,8 @@ void cuda_backend::sample(const tensor& logits, std::span<const ops::sample_row>
   download(logits, host_logits_.data(), logits.nbytes());
   for (int64_t i = 0; i < n; ++i) {
     const ops::sample_row& r = rows[static_cast<size_t>(i)];
-    out[static_cast<size_t>(i)] =
-        cpu::sample(host_logits_.data() + i * n_vocab, n_vocab, *r.params, r.prompt_ids, r.output_ids, *r.rng);
+    out[static_cast<size_t>(i)] = cpu::sample(host_logits_.data() + i * n_vocab, n_vocab, *r.params, r.prompt_ids,
+                                              r.output_ids, *r.rng, r.allowed_mask);
   }
 }
 

@@ -2,6 +2,9 @@
 // the first bad field), turned into an api_error at the boundary.
 #include "net/openai/requests.hpp"
 
+#include "net/openai/request_fields.hpp"
+#include "text/structured/json_schema.hpp"
+
 #include <simdjson.h>
 
 #include <cmath>
@@ -212,10 +215,117 @@ dom::object parse_object(dom::parser& parser, simdjson::padded_string& padded, s
 struct common_state {
   bool has_stream_options = false;
   bool has_max_tokens = false;
+  std::optional<int64_t> best_of;
 };
 
+std::string json_text(dom::element v) { return simdjson::minify(v); }
+
+// A restricted field's value that asks for something missing: a 400 naming the field and what is accepted.
+[[noreturn]] void refuse_value(std::string_view key, dom::element v, endpoint e) {
+  const field_rule* rule = find_request_field(e, key);
+  std::string param{key};
+  fail(param, param + " " + json_text(v) + " is not supported: " +
+                  std::string{rule != nullptr ? rule->note : std::string_view{"unsupported value"}});
+}
+
+// One structured-output constraint per request: its pattern and the field that set it.
+void set_constraint(common_request& r, const std::string& param, std::string pattern) {
+  if (!r.structured_param.empty())
+    fail(param,
+         param + ": only one structured output constraint per request (" + r.structured_param + " is given too)");
+  r.params.structured_pattern = std::move(pattern);
+  r.structured_param = param;
+}
+
+// A JSON schema (an object, or a string holding one) as a pattern; unsupported keywords are a 400 naming them.
+std::string schema_pattern(dom::element schema, const std::string& param) {
+  std::string text;
+  if (schema.is_string())
+    text = std::string{read_string(schema, param)};
+  else if (schema.is_object() || schema.is_bool())
+    text = json_text(schema);
+  else
+    fail(param, param + " must be a JSON schema (an object), got " + type_name(schema));
+  try {
+    return text::structured::json_schema_pattern(text);
+  } catch (const text::structured::schema_error& e) {
+    fail(param, param + ": " + e.what());
+  }
+}
+
+std::string choice_from(dom::element v, const std::string& param) {
+  std::vector<std::string> choices;
+  for (dom::element c : read_array(v, param))
+    choices.emplace_back(read_string(c, param));
+  if (choices.empty())
+    fail(param, param + " must not be empty");
+  return text::structured::choice_pattern(choices);
+}
+
+// response_format: text is plain generation; json_object any JSON object; json_schema the schema's JSON.
+void read_response_format(dom::element v, common_request& r) {
+  dom::object obj;
+  if (v.get(obj))
+    fail("response_format", "response_format must be an object, got " + type_name(v));
+  dom::element type_v;
+  if (obj["type"].get(type_v))
+    fail("response_format.type", "response_format.type is required");
+  std::string_view type = read_string(type_v, "response_format.type");
+  if (type == "text")
+    return;
+  if (type == "json_object") {
+    set_constraint(r, "response_format", text::structured::json_object_pattern());
+    return;
+  }
+  if (type == "json_schema") {
+    dom::object js;
+    if (obj["json_schema"].get(js))
+      fail("response_format.json_schema", "response_format.json_schema is required for type json_schema");
+    dom::element schema;
+    if (js["schema"].get(schema))
+      fail("response_format.json_schema.schema", "response_format.json_schema.schema is required");
+    dom::element strict;
+    if (js["strict"].get(strict) == simdjson::SUCCESS && !strict.is_null())
+      read_bool(strict, "response_format.json_schema.strict");  // the output always follows the schema
+    set_constraint(r, "response_format.json_schema.schema",
+                   schema_pattern(schema, "response_format.json_schema.schema"));
+    return;
+  }
+  fail("response_format.type",
+       "response_format.type must be one of text, json_object or json_schema, got '" + std::string{type} + "'");
+}
+
+// vLLM's structured_outputs: {json | regex | choice | json_object}; grammar and structural tags are refused.
+void read_structured_outputs(dom::element v, common_request& r) {
+  dom::object obj;
+  if (v.get(obj))
+    fail("structured_outputs", "structured_outputs must be an object, got " + type_name(v));
+  for (dom::key_value_pair f : obj) {
+    const std::string param = "structured_outputs." + std::string{f.key};
+    if (f.value.is_null())
+      continue;
+    if (f.key == "json") {
+      set_constraint(r, param, schema_pattern(f.value, param));
+    } else if (f.key == "regex") {
+      set_constraint(r, param, std::string{read_string(f.value, param)});
+    } else if (f.key == "choice") {
+      set_constraint(r, param, choice_from(f.value, param));
+    } else if (f.key == "json_object") {
+      if (read_bool(f.value, param))
+        set_constraint(r, param, text::structured::json_object_pattern());
+    } else if (f.key == "disable_any_whitespace" || f.key == "disable_additional_properties" ||
+               f.key == "disable_fallback") {
+      read_bool(f.value, param);  // JSON is always written compact, with no extra properties, by one engine
+    } else if (f.key == "backend") {
+      read_string(f.value, param);  // one built-in engine
+    } else {
+      fail(param, param + " is not supported by this server (supported: json, regex, choice, json_object)");
+    }
+  }
+}
+
 // Reads a field both endpoints share; false when `key` is not one.
-bool read_common_field(std::string_view key, dom::element v, common_request& r, common_state& st) {
+bool read_common_field(std::string_view key, dom::element v, common_request& r, common_state& st, endpoint e) {
   sampling_params& p = r.params;
   const std::string param{key};
   if (key == "model") {
@@ -238,11 +348,11 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
   } else if (key == "stop_token_ids") {
     p.stop_token_ids = read_token_ids(v, param);
   } else if (key == "seed") {
-    // Negative seeds are valid (vLLM takes any 64-bit integer); they map onto uint64 by two's complement.
+    // Any 64-bit signed integer (vLLM's range); negative seeds map onto uint64 by two's complement.
     if (v.type() == dom::element_type::UINT64)
-      p.seed = v.get_uint64().value_unsafe();
-    else
-      p.seed = static_cast<uint64_t>(read_integer(v, param));
+      fail(param, "seed must be a 64-bit signed integer (in [-9223372036854775808, 9223372036854775807]), got " +
+                      std::to_string(v.get_uint64().value_unsafe()));
+    p.seed = static_cast<uint64_t>(read_integer(v, param));
   } else if (key == "presence_penalty") {
     p.presence_penalty = read_float(v, param);
   } else if (key == "frequency_penalty") {
@@ -267,8 +377,19 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
       fail(param, "stream_options must be an object, got " + type_name(v));
     st.has_stream_options = true;
     for (dom::key_value_pair f : opts) {
-      if (f.key == "include_usage" && !f.value.is_null())
+      if (f.value.is_null())
+        continue;
+      if (f.key == "include_usage") {
         r.include_usage = read_bool(f.value, "stream_options.include_usage");
+      } else if (f.key == "continuous_usage_stats") {
+        r.continuous_usage_stats = read_bool(f.value, "stream_options.continuous_usage_stats");
+      } else if (f.key == "include_obfuscation") {
+        if (read_bool(f.value, "stream_options.include_obfuscation"))
+          fail("stream_options.include_obfuscation",
+               "stream_options.include_obfuscation true is not supported: chunks carry no obfuscation padding");
+      } else {
+        r.ignored_fields.push_back("stream_options." + std::string{f.key});
+      }
     }
   } else if (key == "user") {
     r.user = std::string{read_string(v, param)};
@@ -279,10 +400,106 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
     if (salt.empty())
       fail(param, "cache_salt must be a non-empty string (leave it out for no salt)");
     r.cache_salt = std::string{salt};
+  } else if (key == "best_of") {
+    st.best_of = read_integer(v, param, 1, std::numeric_limits<int32_t>::max());
+  } else if (key == "use_beam_search") {
+    if (read_bool(v, param))
+      refuse_value(key, v, e);
+  } else if (key == "length_penalty") {
+    if (read_number(v, param) != 1.0)
+      refuse_value(key, v, e);
+  } else if (key == "spaces_between_special_tokens") {
+    if (!read_bool(v, param))
+      refuse_value(key, v, e);
+  } else if (key == "response_format") {
+    read_response_format(v, r);
+  } else if (key == "structured_outputs") {
+    read_structured_outputs(v, r);
+  } else if (key == "guided_json") {
+    set_constraint(r, param, schema_pattern(v, param));
+  } else if (key == "guided_regex") {
+    set_constraint(r, param, std::string{read_string(v, param)});
+  } else if (key == "guided_choice") {
+    set_constraint(r, param, choice_from(v, param));
+  } else if (key == "guided_decoding_backend") {
+    read_string(v, param);
+  } else if (key == "add_special_tokens") {
+    r.add_special_tokens = read_bool(v, param);
+  } else if (key == "request_id") {
+    std::string_view id = read_string(v, param);
+    if (id.empty())
+      fail(param, "request_id must be a non-empty string (leave it out for a generated id)");
+    r.request_id = std::string{id};
+  } else if (key == "truncate_prompt_tokens") {
+    const int64_t k = read_integer(v, param, -1, std::numeric_limits<int32_t>::max());
+    if (k == 0)
+      fail(param, "truncate_prompt_tokens must be -1 (max_model_len) or at least 1, got 0");
+    r.truncate_prompt_tokens = static_cast<int32_t>(k);
+  } else if (key == "return_tokens_as_token_ids") {
+    r.return_tokens_as_token_ids = read_bool(v, param);
+  } else if (key == "return_token_ids") {
+    r.return_token_ids = read_bool(v, param);
+  } else if (key == "logit_bias") {
+    dom::object biases;
+    if (v.get(biases))
+      fail(param, "logit_bias must be an object mapping token ids to biases, got " + type_name(v));
+    for (dom::key_value_pair b : biases) {
+      const std::string id_text{b.key};
+      int64_t id = -1;
+      std::size_t used = 0;
+      try {
+        id = std::stoll(id_text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != id_text.size() || id_text.empty() || id < 0 || id > std::numeric_limits<int32_t>::max())
+        fail(param, "logit_bias keys must be token ids, got '" + id_text + "'");
+      const double bias = read_number(b.value, "logit_bias");
+      if (!(bias >= -100 && bias <= 100))
+        fail(param, "logit_bias values must be in [-100, 100], got " + format_number(bias) + " for token " + id_text);
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+    }
+  } else if (key == "allowed_token_ids") {
+    for (dom::element id : read_array(v, param)) {
+      const int64_t x = read_integer(id, param, 0, std::numeric_limits<int32_t>::max());
+      p.allowed_token_ids.push_back(static_cast<int32_t>(x));
+    }
+    if (p.allowed_token_ids.empty())
+      fail(param, "allowed_token_ids must not be empty (leave it out to allow every token)");
+  } else if (key == "bad_words") {
+    for (dom::element w : read_array(v, param)) {
+      std::string_view word = read_string(w, param);
+      if (word.empty())
+        fail(param, "bad_words must not hold empty strings");
+      p.bad_words.emplace_back(word);
+    }
   } else {
     return false;
   }
   return true;
+}
+
+// Reads every field of `obj` through the request-field table: nulls are "not given", fields in no schema are
+// recorded in r.ignored_fields, refused fields are a 400 naming them, and each other field must be taken by `read`
+// (a 500 naming it otherwise: the table and the readers disagree).
+template <class Read>
+void read_fields(dom::object obj, endpoint e, common_request& r, Read read) {
+  for (dom::key_value_pair f : obj) {
+    if (f.value.is_null())
+      continue;
+    const field_rule* rule = find_request_field(e, f.key);
+    if (rule == nullptr) {
+      r.ignored_fields.emplace_back(f.key);
+      continue;
+    }
+    const std::string param{f.key};
+    if (rule->support == field_support::refused)
+      fail(param, param + " is not supported by this server (" + std::string{endpoint_name(e)} +
+                      "): " + std::string{rule->note});
+    if (!read(f.key, f.value))
+      throw field_error{api_error::internal("request field " + param +
+                                            " is listed as supported but no reader takes it (a server bug)")};
+  }
 }
 
 // Starts `p` from the server's defaults; fields the body gives overwrite them.
@@ -304,6 +521,9 @@ void finish_common(common_request& r, const common_state& st, std::string_view m
                    std::string_view logprobs_param) {
   if (st.has_stream_options && !r.stream)
     fail("stream_options", "Stream options can only be defined when `stream=True`.");
+  if (st.best_of && *st.best_of != r.params.n)
+    fail("best_of", "best_of " + std::to_string(*st.best_of) + " is not supported: only best_of equal to n (" +
+                        std::to_string(r.params.n) + "): no candidates beyond the n returned are generated");
   std::string problem = validate(r.params);
   if (problem.empty())
     return;
@@ -369,13 +589,14 @@ std::vector<actorllm::prompt> read_prompts(dom::element v) {
   return out;
 }
 
-const std::string_view chat_roles[] = {"system", "developer", "user", "assistant", "tool"};
-
 // content: a string, a list of parts of which only text parts are supported (joined by "\n" as vLLM does), or
 // null for an assistant message.
-std::string read_content(dom::element v, const std::string& param, std::string_view role) {
-  if (v.is_string())
-    return std::string{read_string(v, param)};
+std::string read_content(dom::element v, const std::string& param, std::string_view role,
+                         std::vector<std::string>& parts) {
+  if (v.is_string()) {
+    parts.emplace_back(read_string(v, param));
+    return parts.back();
+  }
   if (v.is_null()) {
     if (role == "assistant")
       return {};
@@ -402,7 +623,8 @@ std::string read_content(dom::element v, const std::string& param, std::string_v
       fail(part_param + ".text", part_param + ".text is required");
     if (i > 0)
       text += '\n';
-    text += read_string(text_v, part_param + ".text");
+    parts.emplace_back(read_string(text_v, part_param + ".text"));
+    text += parts.back();
     ++i;
   }
   return text;
@@ -428,23 +650,36 @@ std::vector<chat_message> read_messages(dom::element v) {
         has_role = true;
       } else if (f.key == "content") {
         content = f.value;
-      } else if (f.key == "name" && !f.value.is_null()) {
+      } else if (f.value.is_null()) {
+        continue;
+      } else if (f.key == "name") {
         msg.name = std::string{read_string(f.value, param + ".name")};
+      } else if (f.key == "tool_call_id") {
+        msg.tool_call_id = std::string{read_string(f.value, param + ".tool_call_id")};
+      } else if (f.key == "tool_calls") {
+        const std::string p = param + ".tool_calls";
+        for (dom::element call : read_array(f.value, p)) {
+          dom::element fn;
+          std::string_view name;
+          if (call["function"].get(fn) || fn["name"].get(name))
+            fail(p, p + " entries must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+        }
+        msg.tool_calls_json = json_text(f.value);
+      } else if (f.key == "function_call" || f.key == "audio") {
+        const std::string p = param + "." + std::string{f.key};
+        fail(p, p + " is not supported by this server (the deprecated function_call API and audio are not)");
       }
     }
     if (!has_role)
       fail(param + ".role", param + ".role is required");
-    bool known = false;
-    for (std::string_view r : chat_roles)
-      known = known || msg.role == r;
-    if (!known)
-      fail(param + ".role",
-           "Unknown role '" + msg.role + "' in " + param + "; expected system, developer, user, assistant or tool");
+    // Any role goes to the template (vLLM passes custom roles on); only an empty one is refused.
+    if (msg.role.empty())
+      fail(param + ".role", param + ".role must not be empty");
     if (!content) {
       if (msg.role != "assistant")
         fail(param + ".content", param + ".content is required");
     } else {
-      msg.content = read_content(*content, param + ".content", msg.role);
+      msg.content = read_content(*content, param + ".content", msg.role, msg.parts);
     }
     out.push_back(std::move(msg));
   }
@@ -471,26 +706,27 @@ result<Request> parse_with(std::string_view body, const parse_limits& limits, Fi
 
 result<completion_request> parse_completion_request(std::string_view body, const parse_limits& limits,
                                                     const sampling_defaults& defaults) {
-  return parse_with<completion_request>(body, limits, [&defaults](dom::object obj, completion_request& r) {
+  return parse_with<completion_request>(body, limits, [&](dom::object obj, completion_request& r) {
     common_state st;
     apply_defaults(r.params, defaults);
     bool has_prompt = false;
-    for (dom::key_value_pair f : obj) {
-      if (f.value.is_null())
-        continue;
-      if (f.key == "prompt") {
-        r.prompts = read_prompts(f.value);
+    read_fields(obj, endpoint::completions, r, [&](std::string_view key, dom::element v) {
+      if (key == "prompt") {
+        r.prompts = read_prompts(v);
         has_prompt = true;
-      } else if (f.key == "logprobs") {
-        r.params.logprobs = static_cast<int32_t>(read_integer(f.value, "logprobs", 0, 20));
+      } else if (key == "logprobs") {
+        r.params.logprobs = static_cast<int32_t>(read_integer(v, "logprobs", 0, limits.max_logprobs));
       } else {
-        read_common_field(f.key, f.value, r, st);
+        return read_common_field(key, v, r, st, endpoint::completions);
       }
-    }
+      return true;
+    });
     if (!has_prompt)
       fail("prompt", "prompt is required");
     if (r.echo && r.params.logprobs)
-      fail("echo", "echo together with logprobs is not supported (it needs prompt logprobs)");
+      fail("echo",
+           "echo together with logprobs is not supported by this server (it needs prompt logprobs, which are "
+           "not supported yet)");
     if (!st.has_max_tokens && defaults.max_tokens) {
       r.params.max_tokens = defaults.max_tokens;
       r.max_tokens_defaulted = true;
@@ -501,32 +737,147 @@ result<completion_request> parse_completion_request(std::string_view body, const
 
 result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits,
                                         const sampling_defaults& defaults) {
-  return parse_with<chat_request>(body, limits, [&defaults](dom::object obj, chat_request& r) {
+  return parse_with<chat_request>(body, limits, [&](dom::object obj, chat_request& r) {
     common_state st;
     apply_defaults(r.params, defaults);
     bool has_messages = false;
     std::optional<int32_t> max_completion_tokens;
     std::optional<int32_t> top_logprobs;
-    for (dom::key_value_pair f : obj) {
-      if (f.value.is_null())
-        continue;
-      if (f.key == "messages") {
-        r.messages = read_messages(f.value);
+    std::optional<std::string> documents, reasoning_effort;
+    std::vector<std::pair<std::string, std::string>> kwargs;
+    bool add_generation_prompt_given = false;
+    read_fields(obj, endpoint::chat, r, [&](std::string_view key, dom::element v) {
+      const std::string param{key};
+      if (key == "messages") {
+        r.messages = read_messages(v);
         has_messages = true;
-      } else if (f.key == "logprobs") {
-        r.logprobs = read_bool(f.value, "logprobs");
-      } else if (f.key == "top_logprobs") {
-        top_logprobs = static_cast<int32_t>(read_integer(f.value, "top_logprobs", 0, 20));
-      } else if (f.key == "max_completion_tokens") {
-        max_completion_tokens = read_int32(f.value, "max_completion_tokens");
-      } else if (f.key == "add_generation_prompt") {
-        r.add_generation_prompt = read_bool(f.value, "add_generation_prompt");
+      } else if (key == "logprobs") {
+        r.logprobs = read_bool(v, param);
+      } else if (key == "top_logprobs") {
+        top_logprobs = static_cast<int32_t>(read_integer(v, param, 0, limits.max_logprobs));
+      } else if (key == "max_completion_tokens") {
+        max_completion_tokens = read_int32(v, param);
+      } else if (key == "add_generation_prompt") {
+        r.add_generation_prompt = read_bool(v, param);
+        add_generation_prompt_given = true;
+      } else if (key == "continue_final_message") {
+        r.continue_final_message = read_bool(v, param);
+      } else if (key == "chat_template") {
+        r.chat_template = std::string{read_string(v, param)};
+      } else if (key == "chat_template_kwargs") {
+        dom::object kw;
+        if (v.get(kw))
+          fail(param, "chat_template_kwargs must be an object, got " + type_name(v));
+        for (dom::key_value_pair k : kw)
+          kwargs.emplace_back(std::string{k.key}, json_text(k.value));
+      } else if (key == "documents") {
+        read_array(v, param);
+        documents = json_text(v);
+      } else if (key == "reasoning_effort") {
+        read_string(v, param);
+        reasoning_effort = json_text(v);
+      } else if (key == "tool_choice") {
+        if (v.is_string()) {
+          std::string_view c = read_string(v, param);
+          if (c == "none" || c == "auto" || c == "required") {
+            r.tool_choice = std::string{c};
+            return true;
+          }
+          fail(param, "tool_choice must be \"none\", \"auto\", \"required\" or a named function, got '" +
+                          std::string{c} + "'");
+        }
+        dom::object named;
+        std::string_view name;
+        if (v.get(named) || named["function"]["name"].get(name))
+          fail(param, "tool_choice must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}, got " +
+                          json_text(v));
+        r.tool_choice = "function";
+        r.tool_choice_name = std::string{name};
+      } else if (key == "tools") {
+        std::size_t i = 0;
+        for (dom::element t : read_array(v, param)) {
+          const std::string tp = "tools[" + std::to_string(i++) + "]";
+          std::string_view type;
+          dom::object fn;
+          if (t["type"].get(type) || type != "function")
+            fail(tp + ".type", tp + ".type must be \"function\"");
+          if (t["function"].get(fn))
+            fail(tp + ".function", tp + ".function is required");
+          tool_function f;
+          std::string_view name;
+          if (fn["name"].get(name) || name.empty())
+            fail(tp + ".function.name", tp + ".function.name must be a non-empty string");
+          f.name = std::string{name};
+          dom::element params;
+          if (fn["parameters"].get(params) == simdjson::SUCCESS && !params.is_null()) {
+            if (!params.is_object())
+              fail(tp + ".function.parameters", tp + ".function.parameters must be a JSON schema object");
+            f.parameters_json = json_text(params);
+          }
+          r.tools.push_back(std::move(f));
+        }
+        r.tools_json = json_text(v);
+      } else if (key == "store") {
+        if (read_bool(v, param))
+          refuse_value(key, v, endpoint::chat);
+      } else if (key == "service_tier") {
+        std::string_view tier = read_string(v, param);
+        if (tier != "auto" && tier != "default")
+          refuse_value(key, v, endpoint::chat);
+      } else if (key == "modalities") {
+        for (dom::element m : read_array(v, param))
+          if (read_string(m, param) != "text")
+            refuse_value(key, v, endpoint::chat);
+      } else if (key == "metadata") {
+        dom::object md;
+        if (v.get(md))
+          fail(param, "metadata must be an object of strings, got " + type_name(v));
+        for (dom::key_value_pair m : md)
+          read_string(m.value, "metadata." + std::string{m.key});
+      } else if (key == "safety_identifier" || key == "prompt_cache_key") {
+        read_string(v, param);
+      } else if (key == "parallel_tool_calls") {
+        r.parallel_tool_calls = read_bool(v, param);
+      } else if (key == "include_reasoning") {
+        read_bool(v, param);
       } else {
-        read_common_field(f.key, f.value, r, st);
+        return read_common_field(key, v, r, st, endpoint::chat);
       }
-    }
+      return true;
+    });
     if (!has_messages)
       fail("messages", "messages is required");
+    if (r.continue_final_message) {
+      if (add_generation_prompt_given && r.add_generation_prompt)
+        fail("continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+      r.add_generation_prompt = false;
+    }
+    // tool_choice "required" or a named function: the output is constrained to the calls' JSON, so it always parses.
+    if ((r.tool_choice == "required" || r.tool_choice == "function") && r.tools.empty())
+      fail("tool_choice", "tool_choice \"" + r.tool_choice + "\" needs tools");
+    auto constrain_to = [&](const std::string& schema, const std::string& param) {
+      try {
+        set_constraint(r, "tool_choice", text::structured::json_schema_pattern(schema));
+      } catch (const text::structured::schema_error& e) {
+        fail(param, param + ": " + e.what());
+      }
+    };
+    if (r.tool_choice == "required")
+      constrain_to(required_tools_schema(r.tools, r.parallel_tool_calls ? 3 : 1), "tools");
+    if (r.tool_choice == "function") {
+      std::size_t i = 0;
+      while (i < r.tools.size() && r.tools[i].name != r.tool_choice_name)
+        ++i;
+      if (i == r.tools.size())
+        fail("tool_choice", "tool_choice names the function '" + r.tool_choice_name + "', which tools does not have");
+      constrain_to(r.tools[i].parameters_json, "tools[" + std::to_string(i) + "].function.parameters");
+    }
+    if (documents)
+      r.template_vars.emplace_back("documents", *documents);
+    if (reasoning_effort)
+      r.template_vars.emplace_back("reasoning_effort", *reasoning_effort);
+    for (auto& kv : kwargs)
+      r.template_vars.push_back(std::move(kv));
     if (top_logprobs && *top_logprobs > 0 && !r.logprobs)
       fail("top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.");
     r.top_logprobs = top_logprobs.value_or(0);

@@ -2,8 +2,9 @@
 // structs that map onto actorllm::prompt and actorllm::sampling_params.
 //
 // Rules, as vLLM and OpenAI apply them:
-// - Unknown fields are ignored (clients send fields we do not implement, e.g. `logit_bias`, `tools`); a JSON
-//   `null` for an optional field means "not given".
+// - Every field of OpenAI's request schemas and of vLLM's extras is read through the table in request_fields.hpp:
+//   implemented, or refused with a 400 naming it. Fields in neither are ignored (as vLLM does) and listed in
+//   `ignored_fields` for the server to log. A JSON `null` for an optional field means "not given".
 // - Integers may be written as integral numbers (`2.0`); floats accept any JSON number.
 // - Every rejected body gives a 400 (413 when larger than the limit) whose `param` names the field.
 #pragma once
@@ -17,9 +18,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "net/openai/api_error.hpp"
+#include "net/openai/tool_calls.hpp"
 
 namespace actorllm::net::openai {
 
@@ -27,6 +30,7 @@ namespace actorllm::net::openai {
 struct parse_limits {
   std::size_t max_body_bytes = 16u << 20;  ///< larger bodies are refused with 413
   std::size_t max_depth = 32;              ///< deeper JSON nesting is refused with 400
+  int32_t max_logprobs = 20;               ///< the most logprobs / top_logprobs a request may ask for
 };
 
 /// Defaults for the sampling fields a request leaves out (from the model's generation_config.json, as vLLM's
@@ -53,31 +57,64 @@ struct common_request {
   int32_t priority = 0;  ///< lower runs first under the "priority" scheduling policy
   /// vLLM's cache_salt: only requests with the same salt share prefix-cache blocks. A non-empty string when given.
   std::optional<std::string> cache_salt;
-  bool echo = false;                  ///< completions: prepend the prompt; chat: accepted and recorded, vLLM's meaning
+  bool echo = false;  ///< completions: prepend the prompt; chat: start with the last message's content (vLLM's rule)
   bool max_tokens_defaulted = false;  ///< params.max_tokens came from sampling_defaults (the server may clamp it)
+  /// add_special_tokens: whether the tokenizer adds its special tokens (bos) to the prompt; unset: the endpoint's
+  /// default (completions yes, chat no: the template writes them).
+  std::optional<bool> add_special_tokens;
+  std::optional<std::string> request_id;          ///< vLLM's request_id: the response id's suffix
+  std::optional<int32_t> truncate_prompt_tokens;  ///< keep the last k prompt tokens; -1: max_model_len
+  bool return_tokens_as_token_ids = false;        ///< logprob tokens as "token_id:N"
+  bool return_token_ids = false;                  ///< choices carry token_ids, and prompt_token_ids
+  bool continuous_usage_stats = false;            ///< stream_options.continuous_usage_stats (only with stream)
+  /// The field that set params.structured_pattern (response_format, structured_outputs.json, guided_regex, ...),
+  /// for the 400 when the pattern cannot be compiled; empty: no structured output.
+  std::string structured_param;
+  /// Fields in no schema the server knows, in body order (ignored, as vLLM ignores them; the server logs them).
+  std::vector<std::string> ignored_fields;
+
+  friend bool operator==(const common_request&, const common_request&) = default;
 };
 
 /// A parsed /v1/completions body.
 struct completion_request : common_request {
   /// One entry per prompt (a list of strings or of id lists gives several); never empty, no entry empty.
   std::vector<actorllm::prompt> prompts;
+
+  friend bool operator==(const completion_request&, const completion_request&) = default;
 };
 
 /// One chat message with its text content (text parts joined by "\n", as vLLM flattens them).
 struct chat_message {
-  std::string role;  ///< system, developer, user, assistant or tool
+  std::string role;  ///< system, developer, user, assistant, tool, or any other role the template knows
   std::string content;
   std::optional<std::string> name;
+  std::optional<std::string> tool_call_id;  ///< a tool message's answer to this call
+  std::vector<std::string> parts;           ///< the text parts as given (a string content is one part)
+  std::string tool_calls_json;              ///< an assistant message's tool_calls, minified JSON; empty: none
 
   friend bool operator==(const chat_message&, const chat_message&) = default;
 };
 
 /// A parsed /v1/chat/completions body.
 struct chat_request : common_request {
-  std::vector<chat_message> messages;  ///< never empty
-  bool logprobs = false;               ///< return logprobs of the output tokens
-  int32_t top_logprobs = 0;            ///< alternatives per token (only with logprobs)
-  bool add_generation_prompt = true;   ///< end the rendered template with the assistant's turn
+  std::vector<chat_message> messages;        ///< never empty
+  bool logprobs = false;                     ///< return logprobs of the output tokens
+  int32_t top_logprobs = 0;                  ///< alternatives per token (only with logprobs)
+  bool add_generation_prompt = true;         ///< end the rendered template with the assistant's turn
+  bool continue_final_message = false;       ///< the output continues the last message (no end-of-turn after it)
+  std::optional<std::string> chat_template;  ///< a template for this request instead of the server's
+  /// Further template variables, each (name, its JSON text): documents, reasoning_effort and the members of
+  /// chat_template_kwargs, in that order (a later one of the same name wins).
+  std::vector<std::pair<std::string, std::string>> template_vars;
+  std::vector<tool_function> tools;  ///< the request's functions
+  std::string tools_json;            ///< the request's `tools` array, minified (for the chat template)
+  /// tool_choice: "none", "auto", "required" or "function" (tool_choice_name); empty: not given (auto with tools).
+  std::string tool_choice;
+  std::string tool_choice_name;
+  bool parallel_tool_calls = true;  ///< false: at most one call
+
+  friend bool operator==(const chat_request&, const chat_request&) = default;
 };
 
 /// Parses and validates a /v1/completions body. max_tokens defaults to defaults.max_tokens, else 16 (OpenAI and

@@ -71,11 +71,18 @@ void write_completion_logprobs(json_writer& w, std::span<const sample_logprobs> 
   for (const auto& lp : lps)
     w.value(json_logprob(lp.logprob));
   w.end_array();
+  // Legacy completions' `logprobs: k`: the top k, plus the sampled token when it is not among them (vLLM, OpenAI).
   w.key("top_logprobs").begin_array();
-  for (const auto& lp : lps) {
+  for (std::size_t i = 0; i < lps.size(); ++i) {
+    const auto& lp = lps[i];
     w.begin_object();
-    for (const auto& alt : lp.top)
+    bool sampled_listed = false;
+    for (const auto& alt : lp.top) {
       w.key(dec.token_text(alt.token)).value(json_logprob(alt.logprob));
+      sampled_listed = sampled_listed || alt.token == lp.token;
+    }
+    if (!sampled_listed)
+      w.key(texts[i]).value(json_logprob(lp.logprob));
     w.end_object();
   }
   w.end_array();
@@ -132,6 +139,79 @@ int64_t choice_index(const response_context& ctx, uint32_t prompt_index, uint32_
   return static_cast<int64_t>(prompt_index) * ctx.n + seq_index;
 }
 
+// The calls in a choice's text under ctx.tools, and the content left beside them.
+parsed_tool_output tool_output(const response_context& ctx, const std::string& text) {
+  using mode = response_context::tool_mode;
+  parsed_tool_output out;
+  switch (ctx.tools) {
+    case mode::none:
+      out.content = text;
+      break;
+    case mode::parse:
+      out = parse_tool_output(ctx.parser, text);
+      break;
+    case mode::required:
+      out.calls = parse_required_output(text);
+      if (out.calls.empty())
+        out.content = text;
+      break;
+    case mode::named:
+      out.calls.push_back({ctx.named_tool, text});
+      break;
+  }
+  return out;
+}
+
+// [{"id", "type": "function", "function": {"name", "arguments"}}, ...]; `with_index`: stream deltas' form.
+void write_tool_calls(json_writer& w, const std::vector<tool_call>& calls, bool with_index) {
+  w.begin_array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    w.begin_object();
+    if (with_index)
+      w.key("index").value(static_cast<int64_t>(i));
+    w.key("id").value(make_response_id("chatcmpl-tool-"));
+    w.key("type").value("function");
+    w.key("function").begin_object();
+    w.key("name").value(calls[i].name);
+    w.key("arguments").value(calls[i].arguments);
+    w.end_object();
+    w.end_object();
+  }
+  w.end_array();
+}
+
+// `key`: the ids with return_token_ids, else null (vLLM clients read the key either way).
+void write_ids_or_null(json_writer& w, std::string_view key, const response_context& ctx,
+                       std::span<const int32_t> ids) {
+  w.key(key);
+  if (ctx.return_token_ids)
+    w.array(ids);
+  else
+    w.null();
+}
+
+std::span<const int32_t> prompt_ids_of(const response_context& ctx, std::size_t prompt_index) {
+  if (prompt_index < ctx.prompt_token_ids.size())
+    return ctx.prompt_token_ids[prompt_index];
+  return {};
+}
+
+int64_t total_prompt_tokens(const response_context& ctx) {
+  int64_t n = 0;
+  for (const auto& ids : ctx.prompt_token_ids)
+    n += static_cast<int64_t>(ids.size()) * ctx.n;
+  return n;
+}
+
+// continuous_usage_stats: the usage so far on a streamed chunk.
+void write_running_usage(json_writer& w, const response_context& ctx, int64_t completion_tokens) {
+  usage_info u;
+  u.prompt_tokens = total_prompt_tokens(ctx) / std::max(ctx.n, 1);
+  u.completion_tokens = completion_tokens;
+  w.key("usage");
+  write_usage(w, u, ctx);
+}
+
 }  // namespace
 
 std::string make_response_id(std::string_view prefix) {
@@ -171,6 +251,13 @@ std::string completion_response_json(std::span<const request_output> outputs, co
         w.null();
       write_finish_reason(w, out.finish_reason);
       write_stop_reason(w, out);
+      w.key("prompt_logprobs").null();
+      w.key("prompt_token_ids");
+      if (ctx.return_token_ids)
+        w.array(ro.prompt_token_ids);
+      else
+        w.null();
+      write_ids_or_null(w, "token_ids", ctx, out.token_ids);
       w.end_object();
     }
   }
@@ -191,21 +278,40 @@ std::string chat_response_json(const request_output& output, const response_cont
     w.key("index").value(static_cast<int64_t>(out.index));
     w.key("message").begin_object();
     w.key("role").value("assistant");
-    w.key("content").value(out.text);
+    const parsed_tool_output parsed = tool_output(ctx, out.text);
+    w.key("content");
+    if (parsed.calls.empty() || !parsed.content.empty())
+      w.value(ctx.echo_text + parsed.content);
+    else
+      w.null();
     w.key("refusal").null();
+    if (!parsed.calls.empty()) {
+      w.key("tool_calls");
+      write_tool_calls(w, parsed.calls, false);
+    }
     w.end_object();
     w.key("logprobs");
     if (ctx.logprobs)
       write_chat_logprobs(w, out.logprobs, ctx.decoder);
     else
       w.null();
-    write_finish_reason(w, out.finish_reason);
+    if (!parsed.calls.empty() && out.finish_reason == finish_reason::stop)
+      w.key("finish_reason").value("tool_calls");
+    else
+      write_finish_reason(w, out.finish_reason);
     write_stop_reason(w, out);
+    write_ids_or_null(w, "token_ids", ctx, out.token_ids);
     w.end_object();
   }
   w.end_array();
   w.key("usage");
   write_usage(w, output.usage, ctx);
+  w.key("prompt_logprobs").null();
+  w.key("prompt_token_ids");
+  if (ctx.return_token_ids)
+    w.array(output.prompt_token_ids);
+  else
+    w.null();
   w.end_object();
   return w.take();
 }
@@ -288,7 +394,19 @@ std::string completion_stream::on_delta(uint32_t prompt_index, const stream_delt
   else
     w.null();
   write_finish_reason(w, delta.finish_reason);
+  if (ctx_.return_token_ids) {
+    if (sent_prompt_ids_.size() <= static_cast<std::size_t>(index))
+      sent_prompt_ids_.resize(index + 1, false);
+    if (!sent_prompt_ids_[index]) {
+      sent_prompt_ids_[index] = true;
+      w.key("prompt_token_ids").array(prompt_ids_of(ctx_, prompt_index));
+    }
+    w.key("token_ids").array(delta.token_ids);
+  }
   w.end_object().end_array();
+  completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+  if (ctx_.continuous_usage)
+    write_running_usage(w, ctx_, completion_tokens_);
   w.end_object();
   text_offset_[index] += static_cast<int64_t>(delta.text.size());
   return sse_event(w.str());
@@ -304,11 +422,15 @@ std::string chat_stream::begin() {
     write_header(w, ctx_, "chat.completion.chunk");
     w.key("choices").begin_array().begin_object();
     w.key("index").value(i);
-    w.key("delta").begin_object().key("role").value("assistant").key("content").value("").end_object();
+    w.key("delta").begin_object().key("role").value("assistant").key("content").value(ctx_.echo_text).end_object();
     w.key("logprobs").null();
     w.key("finish_reason").null();
     w.end_object().end_array();
-    if (ctx_.include_usage)
+    if (ctx_.return_token_ids)
+      w.key("prompt_token_ids").array(prompt_ids_of(ctx_, 0));
+    if (ctx_.continuous_usage)
+      write_running_usage(w, ctx_, 0);
+    else if (ctx_.include_usage)
       w.key("usage").null();
     w.end_object();
     out += sse_event(w.str());
@@ -316,23 +438,115 @@ std::string chat_stream::begin() {
   return out;
 }
 
-std::string chat_stream::on_delta(const stream_delta& delta) {
-  if (delta.text.empty() && !delta.finish_reason && delta.logprobs.empty())
-    return {};
+std::string chat_stream::named_call_delta(const stream_delta& delta) {
+  // A named function's output is its arguments: they stream as argument deltas of one call, as vLLM sends them.
+  if (call_started_.size() <= delta.index)
+    call_started_.resize(delta.index + 1, false);
+  completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
   json_writer w;
   w.begin_object();
   write_header(w, ctx_, "chat.completion.chunk");
   w.key("choices").begin_array().begin_object();
   w.key("index").value(static_cast<int64_t>(delta.index));
-  w.key("delta").begin_object().key("content").value(delta.text).end_object();
+  w.key("delta").begin_object();
+  w.key("tool_calls").begin_array().begin_object();
+  w.key("index").value(int64_t{0});
+  if (!call_started_[delta.index]) {
+    call_started_[delta.index] = true;
+    w.key("id").value(make_response_id("chatcmpl-tool-"));
+    w.key("type").value("function");
+    w.key("function").begin_object().key("name").value(ctx_.named_tool).key("arguments").value(delta.text);
+  } else {
+    w.key("function").begin_object().key("arguments").value(delta.text);
+  }
+  w.end_object();
+  w.end_object().end_array();
+  w.end_object();
+  w.key("logprobs").null();
+  if (delta.finish_reason == finish_reason::stop)
+    w.key("finish_reason").value("tool_calls");
+  else
+    write_finish_reason(w, delta.finish_reason);
+  w.end_object().end_array();
+  if (ctx_.continuous_usage)
+    write_running_usage(w, ctx_, completion_tokens_);
+  else if (ctx_.include_usage)
+    w.key("usage").null();
+  w.end_object();
+  return sse_event(w.str());
+}
+
+std::string chat_stream::on_delta(const stream_delta& delta) {
+  if (delta.text.empty() && !delta.finish_reason && delta.logprobs.empty())
+    return {};
+  if (ctx_.tools == response_context::tool_mode::named)
+    return named_call_delta(delta);
+  parsed_tool_output held;
+  if (ctx_.tools != response_context::tool_mode::none) {
+    // The calls are known once the choice's text is whole: hold the text back, then send the calls as one delta.
+    // With auto tool choice, the text before a call's marker streams as content meanwhile.
+    if (held_.size() <= delta.index) {
+      held_.resize(delta.index + 1);
+      streamed_.resize(delta.index + 1, 0);
+    }
+    std::string& text = held_[delta.index];
+    std::size_t& sent = streamed_[delta.index];
+    text += delta.text;
+    completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+    if (!delta.finish_reason) {
+      if (ctx_.tools != response_context::tool_mode::parse)
+        return {};
+      const std::size_t ready = streamable_prefix(ctx_.parser, text);
+      if (ready <= sent)
+        return {};
+      held.content = text.substr(sent, ready - sent);
+      sent = ready;
+    } else {
+      held = tool_output(ctx_, text);
+      if (held.calls.empty())
+        held.content = text.substr(std::min(sent, text.size()));  // the rest of the plain text
+      else
+        held.content.clear();  // the content before the calls went out already
+      if (ctx_.tools == response_context::tool_mode::parse && !held.calls.empty() && sent < text.size()) {
+        // Text between what was streamed and the marker (a held-back tail that turned out to be no marker).
+        const std::size_t marker_at = streamable_prefix(ctx_.parser, text);
+        if (marker_at > sent)
+          held.content = text.substr(sent, marker_at - sent);
+      }
+    }
+  } else {
+    held.content = delta.text;
+  }
+  json_writer w;
+  w.begin_object();
+  write_header(w, ctx_, "chat.completion.chunk");
+  w.key("choices").begin_array().begin_object();
+  w.key("index").value(static_cast<int64_t>(delta.index));
+  w.key("delta").begin_object();
+  if (held.calls.empty() || !held.content.empty())
+    w.key("content").value(held.content);
+  if (!held.calls.empty()) {
+    w.key("tool_calls");
+    write_tool_calls(w, held.calls, true);
+  }
+  w.end_object();
   w.key("logprobs");
-  if (ctx_.logprobs)
+  if (ctx_.logprobs && ctx_.tools == response_context::tool_mode::none)
     write_chat_logprobs(w, delta.logprobs, ctx_.decoder);
   else
     w.null();
-  write_finish_reason(w, delta.finish_reason);
+  if (!held.calls.empty() && delta.finish_reason == finish_reason::stop)
+    w.key("finish_reason").value("tool_calls");
+  else
+    write_finish_reason(w, delta.finish_reason);
+  if (ctx_.return_token_ids)
+    w.key("token_ids").array(delta.token_ids);
   w.end_object().end_array();
-  if (ctx_.include_usage)
+  if (ctx_.tools == response_context::tool_mode::none)
+    completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+  if (ctx_.continuous_usage)
+    write_running_usage(w, ctx_, completion_tokens_);
+  else if (ctx_.include_usage)
     w.key("usage").null();
   w.end_object();
   return sse_event(w.str());

@@ -4,6 +4,8 @@
 
 #include <actorllm/request_output.hpp>
 
+#include "net/openai/tool_calls.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -35,6 +37,18 @@ struct response_context {
   bool prompt_tokens_details = false;
   int32_t n = 1;  ///< sequences per prompt (choice index = prompt index * n + sequence index)
   token_decoder decoder;
+  /// vLLM's return_token_ids: choices carry `token_ids` and the prompt's `prompt_token_ids` (else both null).
+  bool return_token_ids = false;
+  /// The prompt ids of each prompt (for return_token_ids; chat: one).
+  std::vector<std::vector<int32_t>> prompt_token_ids;
+  /// stream_options.continuous_usage_stats: every streamed chunk carries the usage so far.
+  bool continuous_usage = false;
+  /// Chat echo: text that starts every choice's content (the last message's, vLLM's rule); empty: none.
+  std::string echo_text;
+  /// Chat tool calls: how the output becomes `tool_calls` (none: it is content).
+  enum class tool_mode { none, parse, required, named } tools = tool_mode::none;
+  tool_parser parser = tool_parser::hermes;  ///< tool_mode::parse: the output's format
+  std::string named_tool;                    ///< tool_mode::named: the function's name
 };
 
 /// A fresh id: `prefix` followed by 32 random hex digits ("cmpl-", "chatcmpl-").
@@ -70,7 +84,9 @@ class completion_stream {
 
  private:
   response_context ctx_;
-  std::vector<int64_t> text_offset_;  // per choice: characters sent so far (logprobs' text_offset)
+  std::vector<int64_t> text_offset_;   // per choice: characters sent so far (logprobs' text_offset)
+  std::vector<bool> sent_prompt_ids_;  // per choice: prompt_token_ids went out (return_token_ids)
+  int64_t completion_tokens_ = 0;      // streamed so far (continuous usage)
 };
 
 /// The SSE body of a streaming /v1/chat/completions request: a role chunk per choice, then content deltas, the
@@ -87,7 +103,13 @@ class chat_stream {
   std::string end(const usage_info& usage);
 
  private:
+  std::string named_call_delta(const stream_delta& delta);
+
   response_context ctx_;
+  int64_t completion_tokens_ = 0;      // streamed so far (continuous usage)
+  std::vector<std::string> held_;      // per choice, with tool calls: the text held back until the choice ends
+  std::vector<bool> call_started_;     // per choice, named function: its call's first delta (id, name) went out
+  std::vector<std::size_t> streamed_;  // per choice, auto tool choice: bytes of held_ already sent as content
 };
 
 /// One entry of /v1/models.

@@ -13,7 +13,7 @@ namespace {
 
 struct fixture {
   text::tokenizer tok = text::tokenizer::from_directory(test::model_dir("stories260K"));
-  output_processor proc{tok, actors::model_limits{512, 64, {2, 1}, 7}};
+  output_processor proc{tok, actors::model_limits{512, 64, {2, 1}, 7, {}}};
 
   proto::submit_request text_request(uint64_t id, std::string prompt, sampling_params p = {}, bool stream = true) {
     proto::submit_request r;
@@ -101,7 +101,7 @@ TEST_CASE_FIXTURE(fixture, "a submission is validated, tokenized and turned into
   CHECK(proto::message_of(invalid.error()).find("top_p must be in (0, 1], got 1.5") != std::string::npos);
   CHECK(proc.size() == 2);  // nothing tracked for the rejected ones
 
-  output_processor no_tok{std::nullopt, actors::model_limits{512, 64, {}, 0}};
+  output_processor no_tok{std::nullopt, actors::model_limits{512, 64, {}, 0, {}}};
   auto needs_tok = no_tok.add(text_request(5, "Hi"));
   REQUIRE(!needs_tok);
   CHECK(proto::message_of(needs_tok.error()).find("needs a tokenizer") != std::string::npos);

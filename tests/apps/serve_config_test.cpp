@@ -134,6 +134,7 @@ enable_expert_parallel = true
 max_num_seqs = 8
 max_num_batched_tokens = 99
 max_queued_requests = -1
+scheduling_policy = "priority"
 [cache]
 block_size = 32
 gpu_memory_utilization = 0.5
@@ -149,6 +150,10 @@ max_body_bytes = 1000
 log_level = "debug"
 enable_prompt_tokens_details = true
 disable_log_stats = true
+max_logprobs = 7
+root_path = "/api"
+chat-template-content-format = "openai"
+return_tokens_as_token_ids = true
 [cluster]
 head_address = "10.0.0.1:29500"
 token = "secret"
@@ -192,7 +197,12 @@ host_ip = "10.0.0.2"
   CHECK(o.device == "cpu");
   CHECK(o.enable_expert_parallel);
   CHECK_FALSE(o.enable_eplb);
-  CHECK(app::serve_config_keys().size() == 41);
+  CHECK(o.scheduling_policy == "priority");
+  CHECK(o.max_logprobs == 7);
+  CHECK(o.root_path == "/api");
+  CHECK(o.chat_template_content_format == "openai");
+  CHECK(o.return_tokens_as_token_ids);
+  CHECK(app::serve_config_keys().size() == 48);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

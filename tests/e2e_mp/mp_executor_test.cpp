@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -251,4 +252,69 @@ TEST_CASE("mp executor: serve exits non-zero when a dead worker may not be resta
   REQUIRE(workers.size() == 2);
   ::kill(workers.front(), SIGKILL);
   CHECK(srv.wait_exit(15s) == 1);
+}
+
+namespace {
+std::string testing_join(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids)
+    s += std::to_string(id) + " ";
+  return s;
+}
+}  // namespace
+
+TEST_CASE("mp executor: logits processors travel to the sampling worker and sample as in one process (tp 2 x pp 2)") {
+  sampling_params p;
+  p.temperature = 1.0f;
+  p.seed = 7;
+  p.max_tokens = 12;
+  p.allowed_token_ids = {300, 301, 302, 303, 2};
+  p.logit_bias = {{301, 3.0f}};
+  p.min_tokens = 4;
+  p.bad_words = {};
+  const std::vector<int32_t> prompt_ids{1, 403, 411};
+  engine_config one = mp_config(1, 1);
+  one.distributed_executor_backend = "uni";
+  std::vector<int32_t> uni_ids;
+  {
+    LLM llm{one};
+    uni_ids = llm.generate(prompt{prompt_ids}, p).outputs.front().token_ids;
+  }
+  LLM llm{mp_config(2, 2)};
+  CHECK(llm.info().executor == "mp");
+  CHECK(worker_pids().size() == 4);
+  const auto mp_ids = llm.generate(prompt{prompt_ids}, p).outputs.front().token_ids;
+  MESSAGE("sampled ids: " << testing_join(mp_ids));
+  CHECK(mp_ids == uni_ids);
+  REQUIRE(mp_ids.size() >= 4);
+  for (std::size_t i = 0; i < mp_ids.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::find(p.allowed_token_ids.begin(), p.allowed_token_ids.end(), mp_ids[i]) != p.allowed_token_ids.end());
+    if (i < 4)
+      CHECK(mp_ids[i] != 2);  // eos masked until min_tokens
+  }
+}
+
+TEST_CASE("mp executor: structured outputs constrain the sampling worker as they do in one process (tp 2 x pp 2)") {
+  sampling_params p;
+  p.temperature = 1.0f;
+  p.seed = 9;
+  p.max_tokens = 60;
+  p.structured_pattern = "(?:Tom|Lily) (?:is|was) [a-z]{2,12}\\.";
+  const std::vector<int32_t> prompt_ids{1, 403, 411};
+  engine_config one = mp_config(1, 1);
+  one.distributed_executor_backend = "uni";
+  std::string uni_text;
+  {
+    LLM llm{one};
+    uni_text = llm.generate(prompt{prompt_ids}, p).outputs.front().text;
+  }
+  LLM llm{mp_config(2, 2)};
+  CHECK(llm.info().executor == "mp");
+  const auto out = llm.generate(prompt{prompt_ids}, p).outputs.front();
+  CHECK(out.text == uni_text);
+  CHECK(out.finish_reason == finish_reason::stop);
+  const bool starts_ok = out.text.starts_with("Tom ") || out.text.starts_with("Lily ");
+  CHECK_MESSAGE(starts_ok, out.text);
+  CHECK_MESSAGE(out.text.ends_with("."), out.text);
 }

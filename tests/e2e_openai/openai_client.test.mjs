@@ -312,6 +312,77 @@ test('chat, streamed: a role chunk, then content deltas; finish_reason only on t
   assert.equal(plain.map((c) => c.choices[0].delta.content ?? '').join(''), golden.greedy_output_text);
 });
 
+const weatherTools = [
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'The weather in a city',
+      parameters: {
+        type: 'object',
+        properties: { city: { type: 'string', maxLength: 10 }, days: { type: 'integer', minimum: 0 } },
+        required: ['city', 'days'],
+      },
+    },
+  },
+];
+
+test('tool calling: tool_calls in the reply, the tool result sent back, streamed and not; required and named always parse', async () => {
+  const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const reply = await client.chat.completions.create({
+      model: MODEL, messages, tools: weatherTools, tool_choice, temperature: 1, seed: 11, max_tokens: 300,
+    });
+    assertSchema('CreateChatCompletionResponse', reply, `tool reply (${JSON.stringify(tool_choice)})`);
+    const choice = reply.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls');
+    assert.ok(choice.message.tool_calls.length >= 1);
+    for (const call of choice.message.tool_calls) {
+      assert.equal(call.type, 'function');
+      assert.equal(call.function.name, 'get_weather');
+      const args = JSON.parse(call.function.arguments);
+      assert.equal(typeof args.city, 'string');
+      assert.ok(Number.isInteger(args.days));
+    }
+    // The tool's result goes back with the assistant's message as the client returned it.
+    const call = choice.message.tool_calls[0];
+    const followUp = await client.chat.completions.create({
+      model: MODEL,
+      messages: [...messages, choice.message, { role: 'tool', tool_call_id: call.id, content: JSON.stringify({ sunny: true }) }],
+      tools: weatherTools,
+      tool_choice: 'none',
+      max_tokens: 8,
+      temperature: 0,
+    });
+    assertSchema('CreateChatCompletionResponse', followUp, 'reply after the tool result');
+    assert.equal(typeof followUp.choices[0].message.content, 'string');
+  }
+  // Streamed: the deltas' tool_calls (a named function's arguments arrive in pieces), accumulated by index as
+  // clients do, parse.
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const chunks = await collect(
+      await client.chat.completions.create({
+        model: MODEL, messages, tools: weatherTools, tool_choice, temperature: 1, seed: 12, max_tokens: 300, stream: true,
+      }),
+    );
+    chunks.forEach((c, i) => assertSchema('CreateChatCompletionStreamResponse', c, `tool chunk ${i}`));
+    const calls = [];
+    for (const c of chunks) {
+      for (const d of c.choices[0]?.delta?.tool_calls ?? []) {
+        calls[d.index] ??= { name: '', arguments: '' };
+        calls[d.index].name += d.function?.name ?? '';
+        calls[d.index].arguments += d.function?.arguments ?? '';
+      }
+    }
+    assert.ok(calls.length >= 1);
+    for (const call of calls) {
+      assert.equal(call.name, 'get_weather');
+      assert.equal(typeof JSON.parse(call.arguments).city, 'string');
+    }
+    assert.equal(chunks.at(-1).choices[0].finish_reason, 'tool_calls');
+  }
+});
+
 test("chat renders the model's template: prompt_tokens and continuation match the reference rendering", async () => {
   // The reference renders [user "Once upon a time", assistant "there was a cat."] as "<s>Once upon a time\nthere
   // was a cat.": BOS, then the contents joined by "\n". The same text as a plain prompt (the tokenizer adds BOS).

@@ -1007,7 +1007,7 @@ BACKEND_PARITY_CASE(parity_sample, "sample") {
           rngs.emplace_back(s);
         std::vector<sample_row> rows(static_cast<size_t>(n_rows));
         for (size_t i = 0; i < rows.size(); ++i)
-          rows[i] = sample_row{&params[i], prompt[i], output[i], &rngs[i]};
+          rows[i] = sample_row{&params[i], prompt[i], output[i], &rngs[i], nullptr};
         std::vector<sample_result> got(rows.size());
         b->sample(input(*b, dtype::f32, {n_rows, n_vocab}, logits), rows, got);
         for (size_t i = 0; i < rows.size(); ++i) {
@@ -1056,7 +1056,7 @@ BACKEND_PARITY_CASE(parity_sample, "sample") {
       }
       std::vector<sample_row> rows;
       for (size_t i = 4; i < 8; ++i)
-        rows.push_back(sample_row{&params[i], prompt[i], output[i], &shared_got});
+        rows.push_back(sample_row{&params[i], prompt[i], output[i], &shared_got, nullptr});
       std::vector<sample_result> got(rows.size());
       std::vector<float> part(logits.begin() + 4 * n_vocab, logits.begin() + 8 * n_vocab);
       be.sample(input(be, dtype::f32, {4, n_vocab}, part), rows, got);

@@ -416,3 +416,59 @@ TEST_CASE("sampling_support equals a brute-force sort on large vocabularies [asa
     }
   }
 }
+
+TEST_CASE("logits processors: allowed_token_ids, bad_words, min_tokens and logit_bias, with raw logprobs [asan]") {
+  const std::vector<float> base{2.0f, 1.0f, 0.5f, 3.0f, -1.0f, 0.0f};
+  const int64_t n = static_cast<int64_t>(base.size());
+  const std::vector<double> ref = ref_log_softmax(base);
+  auto draw = [&](const sampling_params& p, std::span<const int32_t> out, uint64_t seed) {
+    std::vector<float> x = base;
+    sampler_rng rng{seed};
+    return sample(x.data(), n, p, {}, out, rng);
+  };
+  SUBCASE("allowed_token_ids: only those are drawn, logprobs stay the raw ones") {
+    sampling_params p;
+    p.allowed_token_ids = {1, 4};
+    std::set<int32_t> seen;
+    for (uint64_t s = 0; s < 200; ++s) {
+      auto r = draw(p, {}, s);
+      seen.insert(r.token);
+      CHECK(r.logprob == doctest::Approx(ref[static_cast<size_t>(r.token)]).epsilon(1e-5));
+    }
+    CHECK(seen == std::set<int32_t>{1, 4});
+    p.temperature = 0;
+    CHECK(draw(p, {}, 0).token == 1);  // the argmax of the allowed ones
+  }
+  SUBCASE("bad_words: a single-token word never comes; a two-token word's last token only after its first") {
+    sampling_params p;
+    p.temperature = 0;
+    p.bad_words = {{3}};
+    CHECK(draw(p, {}, 0).token == 0);  // 3 (the argmax) is banned
+    p.bad_words = {{5, 3}};
+    CHECK(draw(p, {}, 0).token == 3);
+    const std::vector<int32_t> after_5{1, 5};
+    CHECK(draw(p, after_5, 0).token == 0);
+  }
+  SUBCASE("min_tokens: the stop ids are masked until the output is long enough") {
+    sampling_params p;
+    p.temperature = 0;
+    p.min_tokens = 2;
+    p.min_tokens_stop_ids = {3};
+    const std::vector<int32_t> one{0};
+    const std::vector<int32_t> two{0, 0};
+    CHECK(draw(p, one, 0).token == 0);
+    CHECK(draw(p, two, 0).token == 3);
+  }
+  SUBCASE("logit_bias: +100 makes a token certain, -100 makes it impossible; the logprob is the raw one") {
+    sampling_params p;
+    p.logit_bias = {{4, 100.0f}};
+    for (uint64_t s = 0; s < 50; ++s) {
+      auto r = draw(p, {}, s);
+      CHECK(r.token == 4);
+      CHECK(r.logprob == doctest::Approx(ref[4]).epsilon(1e-5));
+    }
+    p.logit_bias = {{3, -100.0f}};
+    p.temperature = 0;
+    CHECK(draw(p, {}, 0).token == 0);
+  }
+}

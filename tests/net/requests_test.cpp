@@ -64,7 +64,7 @@ TEST_CASE("completions: every sampling field maps onto sampling_params") {
     "n":3,"stop":["\n","END"],"stop_token_ids":[2,3],"seed":42,"logprobs":5,"presence_penalty":0.5,
     "frequency_penalty":-0.5,"repetition_penalty":1.1,"ignore_eos":true,"stream":true,
     "stream_options":{"include_usage":true,"continuous_usage_stats":false},"user":"u1","skip_special_tokens":false,
-    "include_stop_str_in_output":true,"min_tokens":2,"priority":-3,"logit_bias":{"1":2},"suffix":null})");
+    "include_stop_str_in_output":true,"min_tokens":2,"priority":-3,"suffix":null})");
   const auto& p = r.params;
   CHECK(p.max_tokens == 7);
   CHECK(p.temperature == doctest::Approx(0.5));
@@ -97,7 +97,8 @@ TEST_CASE("completions: every sampling field maps onto sampling_params") {
 
 TEST_CASE("null means not given and unknown fields are ignored") {
   auto r = completion_ok(R"({"prompt":"x","max_tokens":null,"temperature":null,"stop":null,"stream_options":null,
-    "tools":[{"type":"function"}],"whatever":{"deep":[1,2,3]}})");
+    "logit_bias":null,"whatever":{"deep":[1,2,3]}})");
+  CHECK(r.ignored_fields == std::vector<std::string>{"whatever"});
   CHECK(r.params.max_tokens == 16);
   CHECK(r.params.temperature == 1.0f);
   CHECK(r.params.stop.empty());
@@ -111,7 +112,10 @@ TEST_CASE("chat: messages with string content and text parts and every role") {
       {"role":"assistant","content":null},
       {"role":"tool","content":"42","tool_call_id":"t1"}]})");
   REQUIRE(r.messages.size() == 5);
-  CHECK(r.messages[0] == chat_message{"system", "be brief", std::nullopt});
+  CHECK(r.messages[0].role == "system");
+  CHECK(r.messages[0].content == "be brief");
+  CHECK(r.messages[0].parts == std::vector<std::string>{"be brief"});
+  CHECK(r.messages[4].tool_call_id == "t1");
   CHECK(r.messages[2].content == "Hello\nworld");  // text parts joined by "\n", as vLLM flattens them
   CHECK(r.messages[2].name == "bob");
   CHECK(r.messages[3].content.empty());
@@ -122,10 +126,15 @@ TEST_CASE("chat: messages with string content and text parts and every role") {
   CHECK_FALSE(r.params.logprobs.has_value());
 }
 
+TEST_CASE("chat: custom roles go to the template") {
+  auto r = chat_ok(R"({"messages":[{"role":"wizard","content":"hi"},{"role":"user","content":"x"}]})");
+  CHECK(r.messages[0].role == "wizard");
+}
+
 TEST_CASE("chat: logprobs and top_logprobs and max_completion_tokens and add_generation_prompt") {
   auto r = chat_ok(R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":3,
     "max_tokens":5,"max_completion_tokens":9,"add_generation_prompt":false,"stream":true,
-    "stream_options":{"include_usage":false},"echo":true})");
+    "stream_options":{"include_usage":false}})");
   CHECK(r.logprobs);
   CHECK(r.top_logprobs == 3);
   CHECK(r.params.logprobs == 3);
@@ -133,7 +142,6 @@ TEST_CASE("chat: logprobs and top_logprobs and max_completion_tokens and add_gen
   CHECK_FALSE(r.add_generation_prompt);
   CHECK(r.stream);
   CHECK_FALSE(r.include_usage);
-  CHECK(r.echo);
 
   auto m = chat_ok(R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"logprobs":true})");
   CHECK(m.params.max_tokens == 5);
@@ -177,8 +185,17 @@ TEST_CASE("wrong JSON types name the field") {
       {R"({"prompt":"x","priority":1e20})", "priority", "priority is out of range: 1e+20"},
       {R"({"prompt":"x","max_tokens":99999999999})", "max_tokens",
        "max_tokens must be in [-2147483648, 2147483647], got 99999999999"},
-      {R"({"prompt":"x","seed":18446744073709551615,"n":18446744073709551615})", "n",
-       "n is out of range: 18446744073709551615"},
+      {R"({"prompt":"x","n":18446744073709551615,"seed":1})", "n", "n is out of range: 18446744073709551615"},
+      {R"({"prompt":"x","seed":18446744073709551615})", "seed",
+       "seed must be a 64-bit signed integer (in [-9223372036854775808, 9223372036854775807]), got "
+       "18446744073709551615"},
+      {R"({"prompt":"x","logit_bias":{"1":200}})", "logit_bias",
+       "logit_bias values must be in [-100, 100], got 200 for token 1"},
+      {R"({"prompt":"x","logit_bias":{"a":2}})", "logit_bias", "logit_bias keys must be token ids, got 'a'"},
+      {R"({"prompt":"x","prompt_embeds":"AAAA"})", "prompt_embeds",
+       "prompt_embeds is not supported by this server (completions): prompt embeddings are not supported"},
+      {R"({"prompt":"x","response_format":{"type":"sound"}})", "response_format.type",
+       "response_format.type must be one of text, json_object or json_schema, got 'sound'"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.body);
@@ -218,7 +235,8 @@ TEST_CASE("out-of-range values name the field and the value") {
       {R"({"prompt":"x","stop_token_ids":[-4]})", "stop_token_ids", "stop_token_ids must be token ids (>= 0), got -4"},
       {R"({"prompt":[-1]})", "prompt", "prompt token ids must be in [0, 2147483647], got -1"},
       {R"({"prompt":"x","echo":true,"logprobs":1})", "echo",
-       "echo together with logprobs is not supported (it needs prompt logprobs)"},
+       "echo together with logprobs is not supported by this server (it needs prompt logprobs, which are not "
+       "supported yet)"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.body);
@@ -267,8 +285,12 @@ TEST_CASE("chat: bad messages name the message and the field") {
       {R"({"messages":"hi"})", "messages", "messages must be an array, got a string"},
       {R"({"messages":[42]})", "messages[0]", "messages[0] must be an object, got an integer"},
       {R"({"messages":[{"content":"hi"}]})", "messages[0].role", "messages[0].role is required"},
-      {R"({"messages":[{"role":"user","content":"a"},{"role":"wizard","content":"hi"}]})", "messages[1].role",
-       "Unknown role 'wizard' in messages[1]; expected system, developer, user, assistant or tool"},
+      {R"({"messages":[{"role":"user","content":"a"},{"role":"","content":"hi"}]})", "messages[1].role",
+       "messages[1].role must not be empty"},
+      {R"({"messages":[{"role":"user","content":"hi"}],"tool_choice":"sometimes"})", "tool_choice",
+       "tool_choice must be \"none\", \"auto\", \"required\" or a named function, got 'sometimes'"},
+      {R"({"messages":[{"role":"user","content":"hi"}],"cache_salt":""})", "cache_salt",
+       "cache_salt must be a non-empty string (leave it out for no salt)"},
       {R"({"messages":[{"role":7,"content":"hi"}]})", "messages[0].role",
        "messages[0].role must be a string, got an integer"},
       {R"({"messages":[{"role":"user"}]})", "messages[0].content", "messages[0].content is required"},

@@ -135,7 +135,10 @@ TEST_CASE("text completion response: fields and choices of every prompt and logp
   CHECK(double(lp["token_logprobs"].at(0)) == doctest::Approx(-0.5));
   CHECK(double(lp["token_logprobs"].at(1)) == doctest::Approx(-9999.0));  // -inf clamped as vLLM does
   CHECK(double(lp["top_logprobs"].at(0)["t8"]) == doctest::Approx(-1.5));
-  CHECK(lp["top_logprobs"].at(1).get_object().value().size() == 0);
+  // The sampled token joins the top k when it is not among them (legacy completions' logprobs: k).
+  CHECK(double(lp["top_logprobs"].at(0)["t5"]) == doctest::Approx(-0.5));
+  CHECK(lp["top_logprobs"].at(1).get_object().value().size() == 1);
+  CHECK(double(lp["top_logprobs"].at(1)["t6"]) == doctest::Approx(-9999.0));
   CHECK(int64_t(lp["text_offset"].at(0)) == 0);
   CHECK(int64_t(lp["text_offset"].at(1)) == 2);
   auto usage = doc["usage"];
@@ -274,6 +277,46 @@ TEST_CASE("chat stream without include_usage ends with DONE only and n > 1 sends
   CHECK(payload.find(R"("index":1)") != std::string::npos);
   CHECK(payload.find(R"("logprobs":{"content":[{"token":"t4","logprob":)") != std::string::npos);
   CHECK(s.end(usage_info{1, 1}) == "data: [DONE]\n\n");
+}
+
+TEST_CASE("chat stream with auto tool choice: text before a call streams, the call comes whole at the end") {
+  auto ctx = context("chatcmpl-");
+  ctx.tools = response_context::tool_mode::parse;
+  ctx.parser = tool_parser::hermes;
+  chat_stream s{ctx};
+  auto delta = [&](std::string text, bool last = false) {
+    stream_delta d;
+    d.text = std::move(text);
+    d.token_ids = {1};
+    if (last)
+      d.finish_reason = finish_reason::stop;
+    return s.on_delta(d);
+  };
+  std::string ev = delta("Sure, ");
+  CHECK(ev.find(R"("delta":{"content":"Sure, "})") != std::string::npos);
+  CHECK(delta("<tool_").empty());  // could start the marker: held back
+  CHECK(delta(R"(call>{"name":"get_weather","arguments":{"city":"Paris"}})").empty());
+  ev = delta("</tool_call>", true);
+  REQUIRE(ev.size() > 8);
+  const std::string payload = ev.substr(6, ev.size() - 8);
+  check_schema("CreateChatCompletionStreamResponse", payload);
+  CHECK(payload.find(R"("tool_calls":[{"index":0,"id":"chatcmpl-tool-)") != std::string::npos);
+  CHECK(payload.find(R"("name":"get_weather","arguments":"{\"city\":\"Paris\"}")") != std::string::npos);
+  CHECK(payload.find(R"("finish_reason":"tool_calls")") != std::string::npos);
+  CHECK(payload.find("content") == std::string::npos);
+
+  // Plain text: a held-back "<" that starts no call goes out with the rest.
+  chat_stream plain{ctx};
+  stream_delta a;
+  a.text = "Hello <";
+  std::string first = plain.on_delta(a);
+  CHECK(first.find(R"("content":"Hello ")") != std::string::npos);
+  stream_delta b;
+  b.text = "world";
+  b.finish_reason = finish_reason::stop;
+  std::string last = plain.on_delta(b);
+  CHECK(last.find(R"("content":"<world")") != std::string::npos);
+  CHECK(last.find(R"("finish_reason":"stop")") != std::string::npos);
 }
 
 TEST_CASE("completion stream: echo first then text chunks with running text_offset then usage chunk then DONE") {

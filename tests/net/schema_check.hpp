@@ -5,6 +5,8 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -49,7 +51,31 @@ class openai_schemas {
     return errors;
   }
 
+  /// The property names of components/schemas/`name`, with those of the schemas it composes by allOf / $ref.
+  std::vector<std::string> property_names(std::string_view name) {
+    std::vector<std::string> out;
+    collect_properties(schema(name), out);
+    return out;
+  }
+
  private:
+  void collect_properties(simdjson::dom::element s, std::vector<std::string>& out) {
+    std::string_view ref;
+    if (!s["$ref"].get(ref)) {
+      collect_properties(schema(ref.substr(ref.rfind('/') + 1)), out);
+      return;
+    }
+    simdjson::dom::array all;
+    if (!s["allOf"].get(all))
+      for (simdjson::dom::element part : all)
+        collect_properties(part, out);
+    simdjson::dom::object props;
+    if (!s["properties"].get(props))
+      for (auto field : props)
+        if (std::find(out.begin(), out.end(), field.key) == out.end())
+          out.emplace_back(field.key);
+  }
+
   simdjson::dom::element schema(std::string_view name) {
     simdjson::dom::element s;
     if (root_["components"]["schemas"][name].get(s))

@@ -105,7 +105,8 @@ proto::step_plan full_plan() {
   p.sequences = {{0, 3, {4, 1}}, {3, 1, {7, 8}}};
   p.sample_rows = {2, 3};
   p.sample_seqs = {{10, 0}, {11, 2}};
-  proto::sampler_spec spec{0.8f, 0.95f, 50, 0.1f, 1.2f, 0.3f, 0.4f, 3, 1234};
+  proto::sampler_spec spec{0.8f,   0.95f,         50, 0.1f, 1.2f,        0.3f,     0.4f,         3, 1234,
+                           {5, 6}, {{7}, {8, 9}}, 2,  {2},  {{5, 1.5f}}, "[a-z]+", "/models/tok"};
   p.new_requests = {{10, spec, {1, 15, 22}}};
   p.released_requests = {3, 4};
   return p;
@@ -229,7 +230,7 @@ TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also
   spec.ignore_eos = true;
   spec.stop_token_ids = {13};
   spec.min_tokens = 1;
-  spec.sampling = {0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, 77};
+  spec.sampling = {0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, 77, {}, {}, 0, {}, {{3, -2.0f}}, "", ""};
   CHECK(roundtrip(spec) == spec);
   CHECK(roundtrip_message(spec) == spec);
   spec.cache_salt = "tenant-b";

@@ -6,6 +6,8 @@
 #include <caf/meta/type_name.hpp>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace actorllm::proto {
@@ -50,6 +52,13 @@ struct sampler_spec {
   float frequency_penalty = 0.0f;
   int32_t logprobs = -1;  ///< -1: none; 0: the sampled token's; k > 0: also the top k
   uint64_t seed = 0;      ///< sequence 0 draws from this seed; sequence i > 0 from a seed derived from it and i
+  std::vector<int32_t> allowed_token_ids;             ///< non-empty: only these can be sampled
+  std::vector<std::vector<int32_t>> bad_words;        ///< token sequences whose last token is banned after the rest
+  int32_t min_tokens = 0;                             ///< min_tokens_stop_ids are masked before this many tokens
+  std::vector<int32_t> min_tokens_stop_ids;           ///< eos (unless ignore_eos) and stop_token_ids
+  std::vector<std::pair<int32_t, float>> logit_bias;  ///< added to the logits
+  std::string structured_pattern;                     ///< structured outputs: the output must match it (empty: free)
+  std::string tokenizer_dir;  ///< where the sampler finds the tokenizer the pattern's token masks need
 
   friend bool operator==(const sampler_spec&, const sampler_spec&) = default;
 };
@@ -58,7 +67,8 @@ struct sampler_spec {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_spec& x) {
   return f(caf::meta::type_name("sampler_spec"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,
-           x.presence_penalty, x.frequency_penalty, x.logprobs, x.seed);
+           x.presence_penalty, x.frequency_penalty, x.logprobs, x.seed, x.allowed_token_ids, x.bad_words, x.min_tokens,
+           x.min_tokens_stop_ids, x.logit_bias, x.structured_pattern, x.tokenizer_dir);
 }
 
 /// Sampler state to create for a request the first time one of its rows is sampled.

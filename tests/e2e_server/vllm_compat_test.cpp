@@ -1,0 +1,233 @@
+// A vLLM user's launch line and requests against the real binary: vLLM's serve flags start the server (those with
+// no meaning here logged as such), VLLM_API_KEY guards it, --root-path and --max-logprobs act, and requests are
+// validated as vLLM validates them (Content-Type, refused fields named in the 400).
+#include "server_harness.hpp"
+
+#include <string>
+
+using namespace actorllm::e2e;
+
+namespace {
+
+std::string error_param(const http_reply& r) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  if (parser.parse(r.body).get(e) != simdjson::SUCCESS)
+    return "<not JSON>";
+  std::string_view p;
+  if (e["error"]["param"].get(p) != simdjson::SUCCESS)
+    return "<null>";
+  return std::string{p};
+}
+
+}  // namespace
+
+TEST_CASE("serve starts with a launch line of vLLM flags, and VLLM_API_KEY guards it") {
+  server s{{"--trust-remote-code",
+            "--disable-frontend-multiprocessing",
+            "--enforce-eager",
+            "--max-logprobs",
+            "5",
+            "--root-path",
+            "/api",
+            "--chat-template-content-format",
+            "string",
+            "--enable-prompt-tokens-details",
+            "--tool-call-parser",
+            "hermes",
+            "--enable-auto-tool-choice",
+            "--swap-space",
+            "4",
+            "--tokenizer-mode",
+            "auto",
+            "--uvicorn-log-level",
+            "info",
+            "--disable-log-requests",
+            "--kv-cache-dtype",
+            "auto",
+            "--scheduling-policy",
+            "fcfs",
+            "--return-tokens-as-token-ids"},
+           {"VLLM_API_KEY=vk"}};
+  const std::string log = s.log();
+  CHECK(log.find("--trust-remote-code has no effect here") != std::string::npos);
+  CHECK(log.find("--swap-space 4 has no effect here") != std::string::npos);
+  const std::string auth = "Authorization: Bearer vk";
+  const std::string req = R"({"prompt":"Once upon a time","max_tokens":2,"logprobs":1})";
+  check_openai_error(http(s.port(), "POST", "/v1/completions", req), 401);
+  auto ok = http(s.port(), "POST", "/v1/completions", req, {auth});
+  CHECK_MESSAGE(ok.status == 200, ok.body);
+  CHECK(ok.body.find("token_id:") != std::string::npos);  // --return-tokens-as-token-ids
+  // --root-path: the prefix a proxy leaves on the path is taken off.
+  CHECK(http(s.port(), "POST", "/api/v1/completions", req, {auth}).status == 200);
+  // --max-logprobs 5
+  auto many =
+      http(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":2,"logprobs":6})", {auth});
+  check_openai_error(many, 400);
+  CHECK(error_param(many) == "logprobs");
+}
+
+TEST_CASE("vLLM flags that ask for what this engine does not do stop it with a message naming the flag") {
+  const std::string model = actorllm::test::model_dir("stories260K").string();
+  auto r = actorllm::test::run_command(actorllm::test::actorllm_binary().string() + " serve " + model +
+                                       " --port 0 --quantization awq 2>&1");
+  CHECK(r.status != 0);
+  CHECK(r.out.find("--quantization awq: not supported here") != std::string::npos);
+  auto unknown = actorllm::test::run_command(actorllm::test::actorllm_binary().string() + " serve " + model +
+                                             " --port 0 --max-num-seqz 4 2>&1");
+  CHECK(unknown.status == 2);
+  CHECK(unknown.out.find("did you mean --max-num-seqs?") != std::string::npos);
+}
+
+TEST_CASE("requests are validated as vLLM validates them") {
+  server s;
+  const std::string ok_body = R"({"prompt":"Once upon a time","max_tokens":2})";
+  // A body not declared JSON.
+  auto plain = http(s.port(), "POST", "/v1/completions", ok_body, {"Content-Type: text/plain"});
+  check_openai_error(plain, 400);
+  CHECK(plain.body.find("application/json") != std::string::npos);
+  // Fields that are not implemented are refused by name, never dropped.
+  struct refused_case {
+    std::string target, body, param;
+  };
+  const refused_case cases[] = {
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"sound"}})",
+       "response_format.type"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"maybe"})", "tool_choice"},
+      {"/v1/completions", R"({"prompt":"x","seed":18446744073709551615})", "seed"},
+      {"/v1/completions", R"({"prompt":"x","cache_salt":""})", "cache_salt"},
+      {"/v1/completions", R"({"prompt":"x","suffix":"y"})", "suffix"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.body);
+    auto r = http(s.port(), "POST", c.target, c.body);
+    check_openai_error(r, 400);
+    CHECK(error_param(r) == c.param);
+  }
+  // /tokenize honours add_special_tokens; custom roles reach the template (stories260K's template: role names).
+  auto with = http(s.port(), "POST", "/tokenize", R"({"prompt":"Once upon a time","add_special_tokens":true})");
+  auto without = http(s.port(), "POST", "/tokenize", R"({"prompt":"Once upon a time","add_special_tokens":false})");
+  REQUIRE(with.status == 200);
+  REQUIRE(without.status == 200);
+  simdjson::dom::parser p1, p2;
+  const auto n_with = int64_t(p1.parse(with.body)["count"]);
+  const auto n_without = int64_t(p2.parse(without.body)["count"]);
+  CHECK(n_with == n_without + 1);  // the bos token
+  auto custom = http(s.port(), "POST", "/v1/chat/completions",
+                     R"({"messages":[{"role":"narrator","content":"Once"}],"max_tokens":2})");
+  CHECK_MESSAGE(custom.status == 200, custom.body);
+}
+
+namespace {
+
+/// The choices' token ids of a completion asked with return_token_ids... read from the logprobs' "token_id:N".
+std::vector<int32_t> sampled_ids(const http_reply& r) {
+  std::vector<int32_t> ids;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  REQUIRE_MESSAGE(parser.parse(r.body).get(doc) == simdjson::SUCCESS, r.body);
+  for (simdjson::dom::element t : doc["choices"].at(0)["logprobs"]["tokens"].get_array()) {
+    std::string_view s = t.get_string();
+    REQUIRE(s.starts_with("token_id:"));
+    ids.push_back(std::stoi(std::string{s.substr(9)}));
+  }
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("logit_bias, allowed_token_ids, bad_words and min_tokens act on what is sampled") {
+  server s;
+  auto ask = [&](const std::string& extra) {
+    auto r = http(s.port(), "POST", "/v1/completions",
+                  R"({"prompt":"Once upon a time","max_tokens":8,"temperature":1,"seed":3,"logprobs":0,)"
+                  R"("return_tokens_as_token_ids":true,"ignore_eos":true)" +
+                      extra + "}");
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    return sampled_ids(r);
+  };
+  for (int32_t id : ask(R"(,"logit_bias":{"300":100})"))
+    CHECK(id == 300);
+  for (int32_t id : ask(R"(,"allowed_token_ids":[310,320,330])"))
+    CHECK((id == 310 || id == 320 || id == 330));
+  // bad_words: the greedy continuation's first word never appears once banned.
+  auto greedy =
+      http(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+  REQUIRE(greedy.status == 200);
+  CHECK(greedy.body.find("there") != std::string::npos);
+  auto banned = http(s.port(), "POST", "/v1/completions",
+                     R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0,"bad_words":["there"]})");
+  REQUIRE(banned.status == 200);
+  CHECK(banned.body.find("there") == std::string::npos);
+  // min_tokens: with eos made almost certain, still min_tokens tokens come out.
+  auto early = http(s.port(), "POST", "/v1/completions",
+                    R"({"prompt":"Once upon a time","max_tokens":8,"min_tokens":5,"logit_bias":{"2":30},)"
+                    R"("logprobs":0,"return_tokens_as_token_ids":true})");
+  REQUIRE_MESSAGE(early.status == 200, early.body);
+  const auto ids = sampled_ids(early);
+  REQUIRE(ids.size() >= 5);  // 5 forced tokens, then (most likely) the eos that the bias favours
+  for (std::size_t i = 0; i < 5; ++i)
+    CHECK(ids[i] != 2);
+  CHECK(ids.size() < 8);  // the eos did come, once allowed
+  // Out-of-vocabulary ids and out-of-range biases are 400s naming the field.
+  auto oov = http(s.port(), "POST", "/v1/completions", R"({"prompt":"x","logit_bias":{"512":1}})");
+  check_openai_error(oov, 400);
+  CHECK(error_param(oov) == "logit_bias");
+  auto big = http(s.port(), "POST", "/v1/completions", R"({"prompt":"x","logit_bias":{"5":101}})");
+  check_openai_error(big, 400);
+  CHECK(error_param(big) == "logit_bias");
+  auto oov2 = http(s.port(), "POST", "/v1/chat/completions",
+                   R"({"messages":[{"role":"user","content":"x"}],"allowed_token_ids":[9999]})");
+  check_openai_error(oov2, 400);
+  CHECK(error_param(oov2) == "allowed_token_ids");
+}
+
+TEST_CASE("return_token_ids, chat echo, continuous usage stats and the keys vLLM clients read as null") {
+  server s;
+  simdjson::dom::parser parser;
+  // Completions: token_ids and prompt_token_ids when asked, null otherwise.
+  auto plain = http(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":3})");
+  REQUIRE(plain.status == 200);
+  simdjson::dom::element doc = parser.parse(plain.body);
+  CHECK(doc["choices"].at(0)["prompt_token_ids"].is_null());
+  CHECK(doc["choices"].at(0)["prompt_logprobs"].is_null());
+  CHECK(doc["choices"].at(0)["token_ids"].is_null());
+  auto with_ids = http(s.port(), "POST", "/v1/completions",
+                       R"({"prompt":"Once upon a time","max_tokens":3,"temperature":0,"return_token_ids":true})");
+  REQUIRE(with_ids.status == 200);
+  doc = parser.parse(with_ids.body);
+  auto tok = http(s.port(), "POST", "/tokenize", R"({"prompt":"Once upon a time"})");
+  simdjson::dom::parser p2;
+  CHECK(simdjson::minify(doc["choices"].at(0)["prompt_token_ids"]) == simdjson::minify(p2.parse(tok.body)["tokens"]));
+  CHECK(doc["choices"].at(0)["token_ids"].get_array().size() == 3);
+  // Chat: prompt_token_ids at the top; echo starts the reply with the last message when it is the assistant's.
+  auto chat =
+      http(s.port(), "POST", "/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"Once upon a time"},{"role":"assistant","content":"There"}],)"
+           R"("max_tokens":3,"echo":true,"return_token_ids":true})");
+  REQUIRE_MESSAGE(chat.status == 200, chat.body);
+  doc = parser.parse(chat.body);
+  CHECK(std::string_view(doc["choices"].at(0)["message"]["content"]).starts_with("There"));
+  CHECK(doc["prompt_token_ids"].get_array().size() > 3);
+  CHECK(doc["prompt_logprobs"].is_null());
+  // Streaming with continuous_usage_stats: every chunk carries the usage so far, growing to the final count.
+  auto stream = http(s.port(), "POST", "/v1/completions",
+                     R"({"prompt":"Once upon a time","max_tokens":4,"stream":true,"temperature":0,)"
+                     R"("stream_options":{"include_usage":true,"continuous_usage_stats":true}})");
+  REQUIRE(stream.status == 200);
+  int64_t last = -1;
+  int chunks = 0;
+  for (std::size_t at = stream.body.find("data: {"); at != std::string::npos;
+       at = stream.body.find("data: {", at + 1)) {
+    const std::string event = stream.body.substr(at + 6, stream.body.find("\n\n", at) - at - 6);
+    simdjson::dom::parser pe;
+    simdjson::dom::element e = pe.parse(event);
+    REQUIRE_MESSAGE(e["usage"].is_object(), event);
+    const int64_t done = e["usage"]["completion_tokens"];
+    CHECK(done >= last);
+    last = done;
+    ++chunks;
+  }
+  CHECK(chunks >= 4);
+  CHECK(last == 4);
+}
