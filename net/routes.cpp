@@ -1,4 +1,5 @@
 #include "net/routes.hpp"
+#include "util/hex.hpp"
 
 #include <fmt/format.h>
 
@@ -25,15 +26,7 @@ std::shared_ptr<response_channel> reply(http_response r) {
 
 namespace {
 
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
+constexpr int hex_digit(char c) { return hex_digit_value(c); }
 
 }  // namespace
 

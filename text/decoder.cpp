@@ -1,5 +1,6 @@
 // Decoder steps, ported from HF tokenizers' decoders so that decode() output matches theirs byte for byte.
 #include "text/decoder.hpp"
+#include "util/hex.hpp"
 
 #include "text/byte_level.hpp"
 #include "text/normalizer.hpp"
@@ -56,15 +57,7 @@ int byte_fallback_decoder::byte_of(std::string_view token) {
   if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>')
     return -1;
   // Rust's u8::from_str_radix(.., 16) accepts either case.
-  auto hex = [](char c) {
-    if (c >= '0' && c <= '9')
-      return c - '0';
-    if (c >= 'a' && c <= 'f')
-      return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-      return c - 'A' + 10;
-    return -1;
-  };
+  constexpr auto hex = hex_digit_value;
   const int hi = hex(token[3]);
   const int lo = hex(token[4]);
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;

@@ -550,13 +550,8 @@ BACKEND_PARITY_CASE(parity_matmul_group_and_silu_gate, "matmul_group and matmul_
         std::vector<double> g_ref, g_tol, u_ref, u_tol;
         ref_linear(x, wg, type, nullptr, n_tokens, n_in, n_ff, rel, g_ref, g_tol);
         ref_linear(x, wu, type, nullptr, n_tokens, n_in, n_ff, rel, u_ref, u_tol);
-        std::vector<double> ref(g_ref.size()), tol(g_ref.size());
-        for (size_t i = 0; i < ref.size(); ++i) {
-          const double sig = 1.0 / (1.0 + std::exp(-g_ref[i]));
-          ref[i] = g_ref[i] * sig * u_ref[i];
-          tol[i] =
-              1.1 * g_tol[i] * std::fabs(u_ref[i]) + u_tol[i] * std::fabs(g_ref[i] * sig) + 1e-5 * std::fabs(ref[i]);
-        }
+        std::vector<double> ref, tol;
+        test::silu_gate_reference(g_ref, g_tol, u_ref, u_tol, ref, tol);
         const std::vector<float> got = read_as<float>(be, out, what + " silu gate");
         test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " silu gate");
       }

@@ -88,4 +88,18 @@ inline void check_close(const std::vector<float>& got, const std::vector<double>
   check_close(got.data(), ref.data(), got.size(), nullptr, tol, eps, what);
 }
 
+/// silu(g) * u from float64 gate and up values and their tolerances: each factor's error propagated
+/// (d silu / dg <= 1.1), plus the f32 silu itself.
+inline void silu_gate_reference(const std::vector<double>& g, const std::vector<double>& g_tol,
+                                const std::vector<double>& u, const std::vector<double>& u_tol,
+                                std::vector<double>& ref, std::vector<double>& tol) {
+  ref.resize(g.size());
+  tol.resize(g.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double sig = 1.0 / (1.0 + std::exp(-g[i]));
+    ref[i] = g[i] * sig * u[i];
+    tol[i] = 1.1 * g_tol[i] * std::fabs(u[i]) + u_tol[i] * std::fabs(g[i] * sig) + 1e-5 * std::fabs(ref[i]);
+  }
+}
+
 }  // namespace actorllm::test

@@ -250,14 +250,8 @@ TEST_CASE("matmul_silu_gate equals silu(x gate^T) * (x up^T) on every path [asan
         std::vector<double> g_ref, g_tol, u_ref, u_tol;
         reference_matmul(x, wg, wt, nullptr, n_tokens, n_in, n_ff, g_ref, g_tol);
         reference_matmul(x, wu, wt, nullptr, n_tokens, n_in, n_ff, u_ref, u_tol);
-        std::vector<double> ref(g_ref.size()), tol(g_ref.size());
-        for (size_t i = 0; i < ref.size(); ++i) {
-          const double sig = 1.0 / (1.0 + std::exp(-g_ref[i]));
-          ref[i] = g_ref[i] * sig * u_ref[i];
-          // Both factors' errors, propagated (d silu / dg <= 1.1), plus the f32 silu itself.
-          tol[i] =
-              1.1 * g_tol[i] * std::fabs(u_ref[i]) + u_tol[i] * std::fabs(g_ref[i] * sig) + 1e-5 * std::fabs(ref[i]);
-        }
+        std::vector<double> ref, tol;
+        test::silu_gate_reference(g_ref, g_tol, u_ref, u_tol, ref, tol);
         for (bf16_variant v : variants_for(wt)) {
           const variant_scope scope(v);
           const auto wgv = weight_for(wg, n_ff, n_in, v, pool), wuv = weight_for(wu, n_ff, n_in, v, pool);

@@ -1,6 +1,7 @@
 // The template lexer, after Jinja 3's (jinja2/lexer.py): same tag and whitespace rules, hand-written instead of
 // regex-driven.
 #include "text/jinja/lexer.hpp"
+#include "util/hex.hpp"
 
 #include <limits>
 #include <optional>
@@ -16,15 +17,7 @@ bool is_name_start(unsigned char c) {
 bool is_name_char(unsigned char c) { return is_name_start(c) || (c >= '0' && c <= '9'); }
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
+constexpr int hex_value(char c) { return hex_digit_value(c); }
 
 // Jinja splits on \r\n, \r and \n and joins with \n, dropping one trailing newline unless asked to keep it.
 std::string normalize_newlines(std::string_view source, bool keep_trailing_newline) {

@@ -1,6 +1,7 @@
 // Regex -> syntax tree -> Thompson NFA -> subset construction -> pruned DFA. Exceptions (regex_error) only while
 // compiling.
 #include "text/structured/byte_dfa.hpp"
+#include "util/hex.hpp"
 
 #include <algorithm>
 #include <bitset>
@@ -158,13 +159,10 @@ class parser {
   }
 
   int hex_digit(char c) {
-    if (c >= '0' && c <= '9')
-      return c - '0';
-    if (c >= 'a' && c <= 'f')
-      return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-      return c - 'A' + 10;
-    fail("a bad hex digit");
+    const int v = hex_digit_value(c);
+    if (v < 0)
+      fail("a bad hex digit");
+    return v;
   }
 
   // An escape after '\' (i_ at the escaped character): its byte set.

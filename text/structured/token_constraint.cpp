@@ -1,5 +1,6 @@
 // Token masks per automaton state, computed by one trie walk and cached.
 #include "text/structured/token_constraint.hpp"
+#include "util/hex.hpp"
 
 #include <algorithm>
 #include <map>
@@ -25,15 +26,7 @@ std::string token_text(const tokenizer& tok, int32_t id) {
   return both.substr(alone.size());
 }
 
-int hex(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  return -1;
-}
+constexpr int hex(char c) { return hex_digit_value(c); }
 
 }  // namespace
 
