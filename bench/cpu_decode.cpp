@@ -170,12 +170,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   load.format = *format;
-  if (load.format == model::load_format::automatic) {
-    bool has_weights = false;
-    for (const auto& e : std::filesystem::directory_iterator(config_dir))
-      has_weights = has_weights || e.path().extension() == ".safetensors";
-    load.format = has_weights ? model::load_format::safetensors : model::load_format::dummy;
-  }
+  if (load.format == model::load_format::automatic)
+    load.format =
+        model::has_safetensors_checkpoint(config_dir) ? model::load_format::safetensors : model::load_format::dummy;
   const bool dummy = load.format == model::load_format::dummy;
 
   std::fprintf(stderr, "loading %s weights...\n", dummy ? "dummy" : "safetensors");

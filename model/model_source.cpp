@@ -17,6 +17,11 @@ std::optional<load_format> parse_load_format(std::string_view s) {
   return std::nullopt;
 }
 
+bool has_safetensors_checkpoint(const std::filesystem::path& dir) {
+  return std::filesystem::exists(dir / "model.safetensors") ||
+         std::filesystem::exists(dir / "model.safetensors.index.json");
+}
+
 loaded_shard load_shard(const std::filesystem::path& dir, const shard_spec& shard, const load_options& options) {
   model_config cfg = load_model_config(dir);
   weight_table table = llama_weight_table(cfg, shard);
@@ -24,9 +29,7 @@ loaded_shard load_shard(const std::filesystem::path& dir, const shard_spec& shar
     dtype type = options.weight_dtype.value_or(cfg.torch_dtype);
     return loaded_shard{cfg, make_dummy_weights(cfg, table, shard, type, options.seed)};
   }
-  bool has_single = std::filesystem::exists(dir / "model.safetensors");
-  bool has_index = std::filesystem::exists(dir / "model.safetensors.index.json");
-  if (!has_single && !has_index)
+  if (!has_safetensors_checkpoint(dir))
     throw model_error(
         fmt::format("{}: no model.safetensors or model.safetensors.index.json (use --load-format dummy "
                     "to run with random weights)",

@@ -20,6 +20,9 @@ enum class load_format : uint8_t { automatic, safetensors, dummy };
 /// Parses "auto", "safetensors" or "dummy"; nullopt otherwise.
 std::optional<load_format> parse_load_format(std::string_view s);
 
+/// Whether `dir` holds a checkpoint the safetensors loader opens: model.safetensors or model.safetensors.index.json.
+bool has_safetensors_checkpoint(const std::filesystem::path& dir);
+
 struct load_options {
   load_format format = load_format::automatic;
   /// Weight dtype to convert to (dummy: to generate); nullopt keeps the checkpoint's (dummy: config's torch_dtype).

@@ -132,6 +132,26 @@ void dot_tile(const uint16_t* const* rows, const uint16_t* xs, int64_t ld, int64
       sums[r][t] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
+// Work units of `rows` outputs each, numbered across the targets one after another: target i owns units
+// [begin[i], begin[i + 1]). A gated group numbers its gate target only: a unit covers the same outputs of gate and up.
+struct unit_numbering {
+  std::array<int64_t, 9> begin{};
+  size_t n_targets = 0;
+
+  unit_numbering(std::span<const target_view> targets, bool gated, int64_t rows)
+      : n_targets(gated ? 1 : targets.size()) {
+    for (size_t i = 0; i < n_targets; ++i)
+      begin[i + 1] = begin[i] + (targets[i].n_out + rows - 1) / rows;
+  }
+  int64_t total() const { return begin[n_targets]; }
+  /// The target of unit u, searching on from target i (units are visited in increasing order).
+  size_t target_of(int64_t u, size_t i) const {
+    while (u >= begin[i + 1])
+      ++i;
+    return i;
+  }
+};
+
 struct gemv_call {
   const uint16_t* xb;  // token rows rounded to bf16, ld apart
   int64_t ld;
@@ -195,18 +215,13 @@ void gemv(const gemv_call& c, std::span<const target_view> targets, bool gated, 
   static constexpr auto table = gemv_table(std::make_index_sequence<gemv_rows * gemv_tokens>{});
   static constexpr auto gated_table = gemv_gated_table(std::make_index_sequence<gemv_gated_rows * gemv_tokens>{});
   const int group_rows = gated ? gemv_gated_rows : gemv_rows;
-  // The targets' row groups, numbered one after another: group_begin[i] is target i's first.
-  std::array<int64_t, 9> group_begin{};
-  const size_t n_targets = gated ? 1 : targets.size();
-  for (size_t i = 0; i < n_targets; ++i)
-    group_begin[i + 1] = group_begin[i] + (targets[i].n_out + group_rows - 1) / group_rows;
-  pool.parallel_for(group_begin[n_targets], [&](int64_t g_begin, int64_t g_end) {
+  const unit_numbering groups(targets, gated, group_rows);
+  pool.parallel_for(groups.total(), [&](int64_t g_begin, int64_t g_end) {
     size_t i = 0;
     for (int64_t g = g_begin; g < g_end; ++g) {
-      while (g >= group_begin[i + 1])
-        ++i;
+      i = groups.target_of(g, i);
       const target_view& tv = targets[i];
-      const int64_t row0 = (g - group_begin[i]) * group_rows;
+      const int64_t row0 = (g - groups.begin[i]) * group_rows;
       const int rows = static_cast<int>(std::min<int64_t>(group_rows, tv.n_out - row0));
       for (int64_t t0 = 0; t0 < c.n_tokens; t0 += gemv_tokens) {
         const int tt = static_cast<int>(std::min<int64_t>(gemv_tokens, c.n_tokens - t0));
@@ -320,17 +335,14 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
   // Streaming panels from memory wants software prefetch; a panel that the chunk's tiles reuse from L2 does not.
   static constexpr auto stream_table = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
   static constexpr auto chunk_table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
-  std::array<int64_t, 9> unit_begin{};
-  const size_t n_targets = gated ? 1 : targets.size();
-  for (size_t i = 0; i < n_targets; ++i)
-    unit_begin[i + 1] = unit_begin[i] + (targets[i].n_out + gemm_nr - 1) / gemm_nr;
+  const unit_numbering units(targets, gated, gemm_nr);
   const size_t per_unit = gated ? 2 : 1;
   const bool packed = targets[0].packed;
   const int64_t n_kp = c.k_pad / 2;
   const bool stream = packed && c.n_tokens <= packed_stream_max_tokens;
   const int64_t chunk = stream ? c.n_tokens : panel_tc;
   const auto& table = stream ? stream_table : chunk_table;
-  pool.parallel_for(unit_begin[n_targets], [&](int64_t u_begin, int64_t u_end) {
+  pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
     thread_local std::vector<uint32_t> packed_panel;
     if (!packed)
       packed_panel.resize(static_cast<size_t>(n_kp * gemm_nr));
@@ -339,9 +351,8 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
       const int64_t tc = std::min(chunk, c.n_tokens - t0);
       size_t i = 0;
       for (int64_t u = u_begin; u < u_end; ++u) {
-        while (u >= unit_begin[i + 1])
-          ++i;
-        const int64_t p = u - unit_begin[i];
+        i = units.target_of(u, i);
+        const int64_t p = u - units.begin[i];
         const int64_t o0 = p * gemm_nr;
         for (size_t part = 0; part < per_unit; ++part) {
           const target_view& tv = targets[gated ? part : i];
