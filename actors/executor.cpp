@@ -49,7 +49,8 @@ std::string resolve_executor(const engine_config& config) {
   return std::string{to_string(decision.backend)};
 }
 
-replica build_replica(caf::actor_system& sys, const engine_config& config) {
+replica build_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot) {
+  (void)slot;  // TODO(dp): device offsets and thread shares per replica
   if (config.distributed_executor_backend == "mp")
     return build_mp_replica(sys, config);
   if (config.distributed_executor_backend == "cluster")

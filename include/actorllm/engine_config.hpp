@@ -14,6 +14,15 @@ struct engine_config {
   std::string tokenizer;  ///< tokenizer directory; empty: the model directory (a model without one takes token ids)
   int32_t tensor_parallel_size = 1;    ///< TP ranks per pipeline stage (threads sharing memory in this process)
   int32_t pipeline_parallel_size = 1;  ///< pipeline stages
+  /// vLLM's --data-parallel-size: replicas of the tp × pp shards behind one endpoint (this engine's load balancer
+  /// routes each request to one of them, and moves it to another when its replica dies).
+  int32_t data_parallel_size = 1;
+  /// vLLM's --data-parallel-size-local: how many of the replicas run on this node's devices; 0: as the executor
+  /// decides (all of them for uni and mp; the cluster executor places replicas over the cluster's nodes).
+  int32_t data_parallel_size_local = 0;
+  /// vLLM's --data-parallel-rank (external load balancing): this process serves only replica `data_parallel_rank`
+  /// of data_parallel_size, on that replica's devices, with an endpoint of its own; -1: every replica here.
+  int32_t data_parallel_rank = -1;
   /// Layers per stage, e.g. "3,2"; empty: vLLM's even split with the remainder on the earlier stages.
   std::string pp_layer_partition;
   /// vLLM's --enable-expert-parallel: MoE layers place whole experts on the ranks of the expert-parallel group
