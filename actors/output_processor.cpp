@@ -82,6 +82,22 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
                 fmt::format("the prompt ({} tokens) leaves no room for output within the maximum model length of {}",
                             n_prompt, max_len));
 
+  if (!req.resume_tokens.empty()) {
+    if (req.params.n != 1)
+      return fail(errc::invalid_argument,
+                  fmt::format("only an n = 1 request can resume from its output so far, this one has n = {}",
+                              req.params.n));
+    for (const auto& t : req.resume_tokens)
+      if (t.token < 0 || t.token >= limits_.n_vocab)
+        return fail(errc::invalid_argument,
+                    fmt::format("resumed token id {} is outside the vocabulary of {}", t.token, limits_.n_vocab));
+    if (n_prompt + static_cast<int64_t>(req.resume_tokens.size()) >= max_len)
+      return fail(errc::invalid_argument,
+                  fmt::format("resumes with {} output tokens after {} prompt tokens: already at the maximum model "
+                              "length of {}",
+                              req.resume_tokens.size(), n_prompt, max_len));
+  }
+
   const sampling_params& p = req.params;
   proto::request_spec spec;
   spec.request_id = req.request_id;
@@ -144,6 +160,26 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
       s.detok.emplace(*tok_, state.prompt_ids, p.skip_special_tokens);
     if (!p.stop.empty())
       s.matcher.emplace(p.stop, p.include_stop_str_in_output);
+  }
+  if (!req.resume_tokens.empty()) {
+    // Replayed through the same detokenizer and stop-string matcher the dead replica ran them through: the text
+    // they make is what its deltas already carried, and what is held back is held back again.
+    seq_state& s = state.seqs.front();
+    for (const sample_logprobs& t : req.resume_tokens) {
+      s.out.token_ids.push_back(t.token);
+      s.out.cumulative_logprob += t.logprob;
+      if (p.logprobs)
+        s.out.logprobs.push_back(t);
+      std::string piece = s.detok ? s.detok->push(t.token) : std::string{};
+      if (s.matcher) {
+        auto m = s.matcher->push(piece);
+        if (m.stop_index)
+          return fail(errc::invalid_argument, "the resumed output already ends in a stop string");
+        piece = std::move(m.text);
+      }
+      s.out.text += piece;
+      spec.resume_output_ids.push_back(t.token);
+    }
   }
   requests_.emplace(req.request_id, std::move(state));
   return spec;

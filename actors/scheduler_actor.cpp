@@ -246,6 +246,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         req.stop_token_ids = std::move(spec.stop_token_ids);
         req.min_tokens = spec.min_tokens;
         req.cache_salt = spec.cache_salt;
+        req.resume_output = spec.resume_output_ids;
         if (auto added = st.core->add_request(std::move(req)); !added)
           return proto::make_error(to_errc(added.error().code), added.error().message);
         st.live.insert(spec.request_id);
@@ -254,6 +255,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         setup.spec = spec.sampling;
         if (spec.sampling.repetition_penalty != 1.0f)
           setup.prompt_ids = std::move(spec.prompt_ids);
+        setup.resume_output_ids = std::move(spec.resume_output_ids);
         st.pending.insert_or_assign(spec.request_id, std::move(setup));
         try_schedule(self);
         return caf::ok_atom::value;

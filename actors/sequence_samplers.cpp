@@ -34,7 +34,24 @@ void sequence_samplers::apply(const proto::step_plan& plan) {
     add(setup.request_id, p, setup.spec.seed, setup.prompt_ids);
     if (!setup.spec.structured_pattern.empty())
       constrain(setup.request_id, setup.spec.structured_pattern, setup.spec.tokenizer_dir);
+    if (!setup.resume_output_ids.empty())
+      resume(setup.request_id, setup.resume_output_ids);
   }
+}
+
+void sequence_samplers::resume(uint64_t request_id, std::span<const int32_t> output_ids) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end())
+    return;
+  request& req = it->second;
+  sequence s{ops::sampler_rng{sequence_seed(req.seed, 0)}, {output_ids.begin(), output_ids.end()}, 0};
+  if (req.params.draws_random())
+    for (size_t i = 0; i < output_ids.size(); ++i)
+      (void)s.rng.uniform();
+  if (req.constraint)
+    for (int32_t token : output_ids)
+      s.constraint_state = req.constraint->advance(s.constraint_state, token);
+  req.seqs.insert_or_assign(0u, std::move(s));
 }
 
 void sequence_samplers::add(uint64_t request_id, const ops::sampling_params& params, uint64_t seed,

@@ -35,6 +35,11 @@ class sequence_samplers {
   /// `tokenizer_dir`; compiled once per process and pattern).
   void constrain(uint64_t request_id, const std::string& pattern, const std::string& tokenizer_dir);
 
+  /// Failover: starts sequence 0 of a request added (and constrained) before as if it had already sampled
+  /// `output_ids` here: penalties see them, its generator has advanced once per token, its structured-output
+  /// automaton has consumed them.
+  void resume(uint64_t request_id, std::span<const int32_t> output_ids);
+
   /// Drops the state of `request_ids` (unknown ids are ignored: a request may end before it was ever sampled).
   void release(std::span<const uint64_t> request_ids);
 

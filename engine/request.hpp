@@ -23,6 +23,9 @@ struct request {
   /// Mixed into the hash of the prompt's first KV block: only requests with the same salt share cached blocks
   /// (vLLM's cache_salt, against timing attacks between tenants). Unset: shared with every unsalted request.
   std::optional<std::string> cache_salt;
+  /// Failover: the output sequence 0 already had on a replica that died (n = 1 only). The sequence starts with
+  /// prompt + these tokens, all to prefill, and counts them as output (max_tokens, min_tokens); empty: fresh.
+  std::vector<int32_t> resume_output;
 };
 
 }  // namespace actorllm::engine

@@ -76,6 +76,15 @@ expected<void> scheduler_core::add_request(request req) {
   if (req.n > config_.max_num_seqs)
     return reject(engine_errc::too_many_sequences,
                   fmt::format("n = {} output sequences exceeds max_num_seqs {}", req.n, config_.max_num_seqs));
+  if (!req.resume_output.empty()) {
+    if (req.n != 1)
+      return reject(engine_errc::invalid_argument,
+                    fmt::format("only an n = 1 request can resume from its output so far, this one has n = {}", req.n));
+    if (static_cast<int64_t>(req.resume_output.size()) >= max_tokens)
+      return reject(engine_errc::invalid_argument,
+                    fmt::format("resumes with {} output tokens, but max_tokens {} would already have finished it",
+                                req.resume_output.size(), max_tokens));
+  }
 
   request_state state;
   state.n_prompt = static_cast<int32_t>(n_prompt);
@@ -88,6 +97,9 @@ expected<void> scheduler_core::add_request(request req) {
   seq.serial = next_serial_++;
   seq.tokens = std::move(req.prompt);
   req.prompt.clear();
+  // A resumed request re-prefills its output so far with the prompt; they count as output (stop_reason).
+  seq.tokens.insert(seq.tokens.end(), req.resume_output.begin(), req.resume_output.end());
+  req.resume_output.clear();
   state.req = std::move(req);
   const uint64_t id = state.req.id;
   requests_.emplace(id, std::move(state));

@@ -29,6 +29,12 @@ struct sampling_params {
   std::vector<int32_t> min_tokens_stop_ids;     // eos (unless ignore_eos) and stop_token_ids
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the token's logit
 
+  /// Temperatures below this are greedy (vLLM's _SAMPLING_EPS).
+  static constexpr float greedy_below = 1e-5f;
+  /// Whether sampling draws from the sequence's generator: once per sampled token unless greedy (or, in the
+  /// degenerate case of every logit being -inf after the processors, not at all).
+  bool draws_random() const { return temperature >= greedy_below; }
+
   /// Whether any logits processor acts on a row whose output has `n_output` tokens.
   bool has_logits_processors(size_t n_output) const {
     return !allowed_token_ids.empty() || !bad_words.empty() || !logit_bias.empty() ||

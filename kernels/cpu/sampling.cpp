@@ -16,7 +16,7 @@ namespace {
 
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 constexpr float max_finite = std::numeric_limits<float>::max();
-constexpr float sampling_eps = 1e-5f;  // vLLM's _SAMPLING_EPS: temperatures below it mean greedy
+constexpr float sampling_eps = sampling_params::greedy_below;
 
 // "a ranks above b": larger value, then lower id.
 inline bool ranks_above(float va, int32_t ia, float vb, int32_t ib) { return va > vb || (va == vb && ia < ib); }

@@ -547,3 +547,56 @@ TEST_CASE_FIXTURE(graph_fixture, "a stop string found by the engine finishes the
   CHECK(s.n_free_blocks == s.n_blocks);
   sched.run();
 }
+
+TEST_CASE_FIXTURE(graph_fixture, "a request resumed from a dead replica's output carries on as if uninterrupted") {
+  options o;
+  o.pp = 2;
+  o.block_size = 4;
+  build(o);
+  const std::vector<int32_t> prompt{1, 5, 6, 7, 9};
+  const auto expected = alone(prompt, 14, vocab);
+  for (size_t cut : {size_t{1}, size_t{6}, size_t{13}}) {
+    CAPTURE(cut);
+    const uint64_t id = 100 + cut;
+    proto::submit_request r;
+    r.request_id = id;
+    r.prompt_is_tokens = true;
+    r.prompt_ids = prompt;
+    r.params = greedy(14);
+    r.params.logprobs = 0;
+    r.stream = true;
+    r.sink = caf::actor_cast<proto::output_sink>(self);
+    for (size_t i = 0; i < cut; ++i)
+      r.resume_tokens.push_back({expected[i], -0.25f, {}});
+    self->send(engine, std::move(r));
+    sched.run();
+    drain();
+    auto& n = received[id];
+    REQUIRE(n.output);
+    // The new tokens depend on every earlier one through the KV slots: the resumed ones were prefilled.
+    CHECK(n.output->outputs.at(0).token_ids == expected);
+    CHECK(n.streamed_ids == std::vector<int32_t>(expected.begin() + static_cast<std::ptrdiff_t>(cut), expected.end()));
+    CHECK(n.output->outputs[0].finish_reason == finish_reason::length);
+    REQUIRE(n.output->outputs[0].logprobs.size() == expected.size());
+    CHECK(n.output->outputs[0].logprobs.front().logprob == -0.25f);  // the dead replica's, kept
+    CHECK(n.output->usage.prompt_tokens == static_cast<int32_t>(prompt.size()));
+    CHECK(n.output->usage.completion_tokens == static_cast<int32_t>(expected.size()));
+  }
+
+  // A resume that could not continue is refused by name.
+  proto::submit_request bad;
+  bad.request_id = 200;
+  bad.prompt_is_tokens = true;
+  bad.prompt_ids = prompt;
+  bad.params = greedy(3);
+  bad.sink = caf::actor_cast<proto::output_sink>(self);
+  for (int32_t t : {5, 6, 7})
+    bad.resume_tokens.push_back({t, 0.0f, {}});
+  self->send(engine, bad);
+  sched.run();
+  drain();
+  REQUIRE(received[200].failure);
+  CHECK(received[200].failure->message.find("max_tokens 3 would already have finished it") != std::string::npos);
+  auto s = stats();
+  CHECK(s.n_free_blocks == s.n_blocks);
+}

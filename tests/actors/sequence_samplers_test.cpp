@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <set>
 
 using namespace actorllm;
 
@@ -140,4 +141,57 @@ TEST_CASE("released requests lose their state, sampling one then is an error") {
   auto wrong_size = plan_sampling(3, {{9, 0}});
   std::vector<float> short_logits(3);
   CHECK(sample_host(samplers, wrong_size, short_logits).error.find("for 1 sample rows") != std::string::npos);
+}
+
+TEST_CASE("a sequence resumed from its output so far samples what it would have sampled next") {
+  // Presence penalty and a seeded draw at temperature 1: both depend on the state the first tokens left behind.
+  auto seeded = [] {
+    auto s = setup(9, 1.0f, 1234);
+    s.spec.presence_penalty = 0.7f;
+    return s;
+  };
+  actors::sequence_samplers whole;
+  std::vector<int32_t> tokens;
+  for (uint64_t step = 1; step <= 12; ++step) {
+    auto plan = plan_sampling(step, {{9, 0}});
+    if (step == 1)
+      plan.new_requests.push_back(seeded());
+    whole.apply(plan);
+    auto result = sample_host(whole, plan, logits_for(1));
+    REQUIRE(result.error.empty());
+    tokens.push_back(result.tokens.at(0).token);
+  }
+  REQUIRE(std::set<int32_t>(tokens.begin(), tokens.end()).size() > 2);  // the draws had real choices
+
+  for (size_t cut : {size_t{1}, size_t{5}, size_t{11}}) {
+    CAPTURE(cut);
+    actors::sequence_samplers resumed;
+    auto plan = plan_sampling(100, {{9, 0}});
+    auto s = seeded();
+    s.resume_output_ids.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(cut));
+    plan.new_requests.push_back(s);
+    std::vector<int32_t> rest;
+    for (size_t i = cut; i < tokens.size(); ++i) {
+      auto step = i == cut ? plan : plan_sampling(100 + i, {{9, 0}});
+      resumed.apply(step);
+      auto result = sample_host(resumed, step, logits_for(1));
+      REQUIRE(result.error.empty());
+      rest.push_back(result.tokens.at(0).token);
+    }
+    CHECK(rest == std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(cut), tokens.end()));
+    CHECK(std::vector<int32_t>(resumed.outputs({9, 0}).begin(), resumed.outputs({9, 0}).end()) == tokens);
+  }
+
+  // Without the generator's advance the continuation differs: the test can tell.
+  actors::sequence_samplers fresh;
+  auto plan = plan_sampling(200, {{9, 0}});
+  plan.new_requests.push_back(seeded());
+  std::vector<int32_t> from_scratch;
+  for (size_t i = 0; i < 7; ++i) {
+    auto step = i == 0 ? plan : plan_sampling(200 + i, {{9, 0}});
+    fresh.apply(step);
+    auto result = sample_host(fresh, step, logits_for(1));
+    from_scratch.push_back(result.tokens.at(0).token);
+  }
+  CHECK(from_scratch != std::vector<int32_t>(tokens.begin() + 5, tokens.end()));
 }

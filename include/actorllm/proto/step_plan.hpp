@@ -76,6 +76,10 @@ struct sampler_setup {
   uint64_t request_id = 0;
   sampler_spec spec;
   std::vector<int32_t> prompt_ids;  ///< for the repetition penalty; empty when that penalty is off
+  /// Failover: sequence 0's output so far (a request resumed on this replica). The sampler starts from the state it
+  /// had after them: penalties and min_tokens see them, the generator has advanced once per token, a structured
+  /// output's automaton has consumed them.
+  std::vector<int32_t> resume_output_ids;
 
   friend bool operator==(const sampler_setup&, const sampler_setup&) = default;
 };
@@ -83,7 +87,7 @@ struct sampler_setup {
 /// CAF inspection of sampler_setup.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_setup& x) {
-  return f(caf::meta::type_name("sampler_setup"), x.request_id, x.spec, x.prompt_ids);
+  return f(caf::meta::type_name("sampler_setup"), x.request_id, x.spec, x.prompt_ids, x.resume_output_ids);
 }
 
 /// Everything the shards need for one step. Every shard runs its layers over the batch (block tables may repeat

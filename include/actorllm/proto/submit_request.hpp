@@ -3,6 +3,7 @@
 #pragma once
 
 #include "actorllm/proto/optional_field.hpp"
+#include "actorllm/proto/request_output.hpp"
 #include "actorllm/proto/sampling_params.hpp"
 #include "actorllm/proto/sinks.hpp"
 
@@ -27,6 +28,11 @@ struct submit_request {
   std::optional<std::string> cache_salt;  ///< the prompt's cache_salt (prefix caching); unset: none
   bool stream = false;                    ///< send per-step deltas, not just the final output
   output_sink sink;                       ///< receives the deltas, the output or the failure
+  /// Failover: the tokens a replica that died had already generated for sequence 0 (with their logprobs), in order.
+  /// The engine continues the request from there: it prefills the prompt plus these tokens, the sampler resumes
+  /// with the same state, and deltas and the output carry on as if nothing had happened (the final output holds
+  /// every token). Only for n = 1; empty: a fresh request.
+  std::vector<sample_logprobs> resume_tokens;
 
   friend bool operator==(const submit_request&, const submit_request&) = default;
 };
@@ -36,7 +42,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_request& x) {
   optional_field cache_salt{x.cache_salt};
   return f(caf::meta::type_name("submit_request"), x.request_id, x.prompt_is_tokens, x.prompt_text, x.prompt_ids,
-           x.params, x.priority, cache_salt, x.stream, x.sink);
+           x.params, x.priority, cache_salt, x.stream, x.sink, x.resume_tokens);
 }
 
 }  // namespace actorllm::proto
