@@ -84,9 +84,9 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
 
   if (!req.resume_tokens.empty()) {
     if (req.params.n != 1)
-      return fail(errc::invalid_argument,
-                  fmt::format("only an n = 1 request can resume from its output so far, this one has n = {}",
-                              req.params.n));
+      return fail(
+          errc::invalid_argument,
+          fmt::format("only an n = 1 request can resume from its output so far, this one has n = {}", req.params.n));
     for (const auto& t : req.resume_tokens)
       if (t.token < 0 || t.token >= limits_.n_vocab)
         return fail(errc::invalid_argument,
@@ -147,7 +147,7 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
 
   request_state state;
   state.id = req.request_id;
-  state.prompt_text = req.prompt_is_tokens ? std::string{} : req.prompt_text;
+  state.prompt_text = req.prompt_text;  // also with ids: a front end that tokenized the text keeps it for the output
   state.prompt_ids = std::move(prompt_ids);
   state.params = p;
   state.stream = req.stream;

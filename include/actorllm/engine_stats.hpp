@@ -8,7 +8,24 @@
 
 namespace actorllm {
 
-/// Engine state at one instant.
+/// One data-parallel replica at one instant (as the LLM facade sees it).
+struct replica_stats {
+  int32_t rank = 0;                ///< its data-parallel rank
+  bool healthy = true;             ///< serving (false: failed, being restarted, or given up on)
+  std::string failure;             ///< why not, when not healthy
+  int32_t restarts = 0;            ///< restarts since start
+  uint64_t n_requests = 0;         ///< live requests routed to it
+  uint64_t n_running = 0;          ///< its sequences holding KV blocks
+  uint64_t n_waiting = 0;          ///< its sequences waiting for admission
+  double kv_cache_usage = 0.0;     ///< fraction of its KV blocks in use
+  uint64_t routed_requests = 0;    ///< requests the router sent it since start (failovers included)
+  int64_t outstanding_tokens = 0;  ///< the work the router counts for it (prompt and output tokens still to go)
+
+  friend bool operator==(const replica_stats&, const replica_stats&) = default;
+};
+
+/// Engine state at one instant. With data-parallel replicas the counts are summed over the replicas that serve,
+/// block counts are per replica, and `replicas` has one entry each.
 struct engine_stats {
   bool healthy = true;             ///< false once a shard failed
   std::string failure;             ///< what failed, when not healthy
@@ -34,6 +51,9 @@ struct engine_stats {
   /// MoE models: tokens routed to each expert since start (index: expert id), summed over every MoE layer; each
   /// token counts once per expert of its top-k. Empty otherwise.
   std::vector<uint64_t> expert_tokens;
+  /// Per replica (the LLM facade fills it; empty from a single engine).
+  std::vector<replica_stats> replicas;
+  uint64_t n_failovers = 0;  ///< requests moved to another replica after theirs failed, since start
 
   friend bool operator==(const engine_stats&, const engine_stats&) = default;
 };

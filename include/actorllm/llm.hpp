@@ -76,6 +76,7 @@ struct model_info {
   int32_t n_blocks = 0;                ///< KV-cache blocks (the minimum over the shards)
   int32_t block_size = 0;
   int32_t max_num_seqs = 0;           ///< most sequences running at once (engine_config::max_num_seqs)
+  int32_t data_parallel_size = 1;     ///< replicas behind this LLM (each with max_num_seqs and its own KV cache)
   std::vector<int64_t> stage_layers;  ///< layers per pipeline stage
 };
 

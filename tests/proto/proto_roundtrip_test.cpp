@@ -107,7 +107,7 @@ proto::step_plan full_plan() {
   p.sample_seqs = {{10, 0}, {11, 2}};
   proto::sampler_spec spec{0.8f,   0.95f,         50, 0.1f, 1.2f,        0.3f,     0.4f,         3, 1234,
                            {5, 6}, {{7}, {8, 9}}, 2,  {2},  {{5, 1.5f}}, "[a-z]+", "/models/tok"};
-  p.new_requests = {{10, spec, {1, 15, 22}}};
+  p.new_requests = {{10, spec, {1, 15, 22}, {7, 8}}};
   p.released_requests = {3, 4};
   return p;
 }
@@ -197,6 +197,7 @@ TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also
   req.cache_salt = "tenant-a";
   req.stream = true;
   req.sink = caf::actor_cast<proto::output_sink>(sink);
+  req.resume_tokens = {{5, -0.5f, {{5, -0.5f}, {9, -1.5f}}}, {6, -0.25f, {}}};
   auto back = roundtrip(req);
   CHECK(back == req);
   CHECK(back.sink == req.sink);  // a local handle deserializes to the same actor
@@ -234,6 +235,7 @@ TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also
   CHECK(roundtrip(spec) == spec);
   CHECK(roundtrip_message(spec) == spec);
   spec.cache_salt = "tenant-b";
+  spec.resume_output_ids = {5, 6};
   CHECK(roundtrip(spec) == spec);
 
   proto::step_update upd;

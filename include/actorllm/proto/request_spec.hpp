@@ -26,7 +26,7 @@ struct request_spec {
   std::vector<int32_t> stop_token_ids;
   int32_t min_tokens = 0;
   sampler_spec sampling;
-  std::optional<std::string> cache_salt;  ///< mixed into the prefix cache's block hashes; unset: no salt
+  std::optional<std::string> cache_salt;   ///< mixed into the prefix cache's block hashes; unset: no salt
   std::vector<int32_t> resume_output_ids;  ///< failover: sequence 0's output so far (n = 1); empty: a fresh request
 
   friend bool operator==(const request_spec&, const request_spec&) = default;

@@ -1,0 +1,499 @@
+// The data-parallel replica set: see replica_set.hpp.
+#include "api/replica_set.hpp"
+
+#include "actorllm/proto/atoms.hpp"
+#include "actorllm/proto/error.hpp"
+#include "actors/executor.hpp"
+#include "actors/replica_watch.hpp"
+#include "text/tokenizer_error.hpp"
+#include "util/log.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace actorllm::detail {
+
+namespace {
+
+std::vector<int32_t> replica_ranks(const engine_config& config) {
+  if (config.data_parallel_rank >= 0)
+    return {config.data_parallel_rank};
+  std::vector<int32_t> ranks(static_cast<size_t>(std::max(config.data_parallel_size, 1)));
+  for (size_t i = 0; i < ranks.size(); ++i)
+    ranks[i] = static_cast<int32_t>(i);
+  return ranks;
+}
+
+router::options router_options(const engine_config& config) {
+  router::options o;
+  o.block_size = config.block_size;
+  o.prefix_affinity = config.enable_prefix_caching;
+  o.affinity_slack = std::max<int64_t>(config.max_num_batched_tokens, 1);
+  return o;
+}
+
+}  // namespace
+
+replica_set::replica_set(caf::actor_system& sys, const engine_config& config)
+    : sys_(sys),
+      config_(config),
+      dp_size_(std::max(config.data_parallel_size, 1)),
+      ranks_(replica_ranks(config)),
+      supervisor_(static_cast<int32_t>(ranks_.size()), {config.restart_workers, config.max_worker_restarts}),
+      router_(static_cast<int32_t>(ranks_.size()), router_options(config)) {
+  if (config.data_parallel_rank >= dp_size_)
+    throw error{errc::invalid_config, fmt::format("data_parallel_rank: {} is not in [0, {}) (data_parallel_size {})",
+                                                  config.data_parallel_rank, dp_size_, dp_size_)};
+  replicas_.resize(ranks_.size());
+  watches_.resize(ranks_.size());
+  try {
+    for (size_t i = 0; i < ranks_.size(); ++i)
+      replicas_[i] = build(static_cast<int32_t>(i));
+  } catch (...) {
+    for (auto& r : replicas_)
+      if (r.engine)
+        actors::stop_replica(sys_, r);
+    replicas_.clear();
+    throw;
+  }
+  // The facts only: no handles, so that no actor or process outlives its replica through this copy.
+  const actors::replica& r0 = replicas_.front();
+  first_.model = r0.model;
+  first_.stages = r0.stages;
+  first_.cache = r0.cache;
+  first_.max_model_len = r0.max_model_len;
+  first_.tokenizer = r0.tokenizer;
+  first_.executor = r0.executor;
+  tokenizer_ = first_.tokenizer;
+  delivery_ = spawn_delivery(sys_, [this](proto::output_batch& b) { on_batch(b); });
+  if (ranks_.size() > 1)
+    log::info("replicas", "{} data-parallel replicas behind one endpoint: requests go to the least loaded{}",
+              ranks_.size(), config.enable_prefix_caching ? ", or where their prompt's prefix is cached" : "");
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    watch(static_cast<int32_t>(i));
+  supervisor_thread_ = std::thread{[this] { supervise(); }};
+}
+
+replica_set::~replica_set() {
+  {
+    std::lock_guard lock{mutex_};
+    stopping_ = true;
+  }
+  jobs_cv_.notify_all();
+  if (supervisor_thread_.joinable())
+    supervisor_thread_.join();
+  std::vector<actors::replica> replicas;
+  {
+    std::lock_guard lock{mutex_};
+    for (auto& w : watches_)
+      if (w)
+        caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+    watches_.clear();
+    replicas = std::move(replicas_);
+    replicas_.clear();
+  }
+  // Draining aborts what still runs: those outputs reach their callers through the delivery thread.
+  for (auto& r : replicas)
+    if (r.engine)
+      actors::stop_replica(sys_, r);
+  replicas.clear();
+  first_ = actors::replica{};
+  if (delivery_) {
+    // The delivery actor has handed out everything sent before its exit message (one mailbox, in order).
+    caf::scoped_actor self{sys_};
+    self->monitor(delivery_);
+    caf::anon_send_exit(delivery_, caf::exit_reason::user_shutdown);
+    self->receive([](caf::down_msg&) {}, caf::after(std::chrono::seconds{10}) >> [] {});
+    delivery_ = nullptr;
+  }
+  std::vector<std::shared_ptr<channel>> left;
+  request_book::deliveries parked;
+  {
+    std::lock_guard lock{mutex_};
+    left = book_.take_all();
+    std::swap(parked, parked_);
+  }
+  deliver(parked);
+  for (auto& ch : left)
+    if (ch)
+      ch->on_error(error{errc::shut_down, "the engine shut down before the request finished"});
+}
+
+actors::replica replica_set::build(int32_t index) {
+  actors::replica_slot slot;
+  slot.dp_rank = ranks_.at(static_cast<size_t>(index));
+  slot.dp_size = dp_size_;
+  return actors::build_replica(sys_, config_, slot);
+}
+
+std::vector<bool> replica_set::serving_locked() const {
+  std::vector<bool> serving(replicas_.size(), false);
+  for (size_t i = 0; i < replicas_.size(); ++i)
+    serving[i] = supervisor_.serving(static_cast<int32_t>(i)) && replicas_[i].engine != nullptr;
+  return serving;
+}
+
+std::string replica_set::unavailable_locked() const {
+  std::string reasons;
+  for (int32_t i = 0; i < supervisor_.size(); ++i) {
+    if (supervisor_.serving(i))
+      continue;
+    if (!reasons.empty())
+      reasons += "; ";
+    reasons += supervisor_.size() > 1
+                   ? fmt::format("replica {}: {}", ranks_[static_cast<size_t>(i)], supervisor_.failure(i))
+                   : supervisor_.failure(i);
+  }
+  return (supervisor_.all_given_up() ? "the engine cannot serve any more: "
+                                     : "the engine is restarting its workers after a failure: ") +
+         reasons;
+}
+
+uint64_t replica_set::submit(const prompt& p, const sampling_params& params, int32_t priority, bool stream,
+                             std::shared_ptr<channel> ch) {
+  const uint64_t id = next_id_.fetch_add(1);
+  proto::submit_request req;
+  req.request_id = id;
+  req.prompt_is_tokens = p.is_tokens();
+  req.prompt_text = p.text();
+  req.prompt_ids = p.token_ids();
+  req.params = params;
+  req.priority = priority;
+  req.cache_salt = p.cache_salt();
+  req.stream = true;  // the deltas are the record a failover resumes from; the book passes them on only if asked
+  req.sink = delivery_;
+  if (!req.prompt_is_tokens && tokenizer_) {
+    // Tokenized once, here: the router needs the ids, and a failover resubmits them.
+    try {
+      req.prompt_ids = tokenizer_->encode(req.prompt_text, /*add_special_tokens=*/true);
+      req.prompt_is_tokens = true;
+    } catch (const text::tokenizer_error& e) {
+      ch->on_error(
+          error{errc::invalid_argument, fmt::format("request {}: the prompt cannot be tokenized: {}", id, e.what())});
+      return id;
+    }
+  }
+  proto::engine_actor engine;
+  {
+    std::lock_guard lock{mutex_};
+    const auto serving = serving_locked();
+    const auto work = book_.work(static_cast<int32_t>(replicas_.size()));
+    if (auto r = router_.pick(req.prompt_ids, work, serving)) {
+      engine = replicas_[static_cast<size_t>(*r)].engine;
+      router_.routed(req.prompt_ids, *r);
+      book_.add(id, req, ch, stream, *r);
+    } else {
+      const std::string why = unavailable_locked();
+      ch->on_error(error{errc::engine_failure, why});
+      return id;
+    }
+  }
+  caf::anon_send(engine, std::move(req));
+  return id;
+}
+
+void replica_set::place_locked(uint64_t id, const std::string& reason, request_book::deliveries& out) {
+  if (book_.aborting(id)) {
+    if (auto done = book_.finish_aborted(id))
+      out.outputs.push_back(std::move(*done));
+    return;
+  }
+  const auto serving = serving_locked();
+  const auto work = book_.work(static_cast<int32_t>(replicas_.size()));
+  auto r = stopping_ ? std::nullopt : router_.pick({}, work, serving);
+  if (!r || book_.moves(id) >= max_moves) {
+    const std::string why = !r || stopping_ ? reason
+                                            : fmt::format(
+                                                  "{} (the request moved replicas {} times already: it may be "
+                                                  "what fails them)",
+                                                  reason, book_.moves(id));
+    if (auto ch = book_.fail(id))
+      out.errors.emplace_back(std::move(ch), error{stopping_ ? errc::shut_down : errc::engine_failure, why});
+    return;
+  }
+  const uint64_t attempt = next_id_.fetch_add(1);
+  auto sub = book_.resubmission(id, *r, attempt);
+  if (!sub)
+    return;
+  sub->sink = delivery_;
+  router_.routed({}, *r);
+  log::info("replicas", "request {} moves to replica {} ({} token(s) so far, resumed there)", id,
+            ranks_[static_cast<size_t>(*r)], sub->resume_tokens.size());
+  caf::anon_send(replicas_[static_cast<size_t>(*r)].engine, std::move(*sub));
+}
+
+void replica_set::report_failure_locked(int32_t replica, const std::string& reason, std::vector<uint64_t>& lost) {
+  auto d = supervisor_.on_failure(replica, reason);
+  if (!d)
+    return;  // already known
+  log::error("replicas", "replica {} failed: {}{}", ranks_[static_cast<size_t>(replica)], reason,
+             supervisor_.any_serving() ? "; its requests move to the replicas that serve" : "");
+  auto moved = book_.lose_replica(replica);
+  lost.insert(lost.end(), moved.begin(), moved.end());
+  jobs_.push_back({replica, *d});
+  jobs_cv_.notify_all();
+}
+
+void replica_set::on_batch(proto::output_batch& batch) {
+  request_book::deliveries out;
+  {
+    std::lock_guard lock{mutex_};
+    std::swap(out, parked_);
+    book_.take(std::move(batch), out);
+    for (const auto& l : out.to_fail_over) {
+      std::vector<uint64_t> lost;
+      if (l.replica >= 0 && !stopping_)
+        report_failure_locked(l.replica, l.reason, lost);
+      lost.push_back(l.id);
+      for (uint64_t id : lost)
+        place_locked(id, l.reason, out);
+    }
+  }
+  deliver(out);
+}
+
+void replica_set::watch(int32_t index) {
+  const actors::replica& r = replicas_[static_cast<size_t>(index)];
+  if (r.workers.empty())
+    return;
+  watches_[static_cast<size_t>(index)] = actors::spawn_replica_watch(
+      sys_, actors::watch_args_for(r, config_.tensor_parallel_size, [this, index](std::string reason) {
+        {
+          std::lock_guard lock{mutex_};
+          if (stopping_)
+            return;
+          std::vector<uint64_t> lost;
+          report_failure_locked(index, reason, lost);
+          for (uint64_t id : lost)
+            place_locked(id, "the engine's workers failed: " + reason, parked_);
+        }
+        // Channels hear only from the delivery thread: an empty batch wakes it to hand out what was parked.
+        caf::anon_send(delivery_, proto::output_batch{});
+      }));
+}
+
+void replica_set::supervise() {
+  for (;;) {
+    failure_job job;
+    actors::replica old;
+    caf::actor old_watch;
+    {
+      std::unique_lock lock{mutex_};
+      jobs_cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (stopping_)
+        return;
+      job = jobs_.front();
+      jobs_.pop_front();
+      old = std::move(replicas_[static_cast<size_t>(job.replica)]);
+      replicas_[static_cast<size_t>(job.replica)] = actors::replica{};
+      old_watch = std::move(watches_[static_cast<size_t>(job.replica)]);
+      router_.forget(job.replica);
+    }
+    const int32_t rank = ranks_[static_cast<size_t>(job.replica)];
+    if (old_watch)
+      caf::anon_send_exit(old_watch, caf::exit_reason::user_shutdown);
+    // Its requests moved already: what the drain aborts now reaches nobody.
+    if (old.engine)
+      actors::stop_replica(sys_, old);
+    old = actors::replica{};
+    auto decision = job.decision;
+    for (;;) {
+      if (!decision.restart) {
+        log::error("replicas", "{}", decision.why);
+        std::function<void(const std::string&)> fatal;
+        std::string why;
+        {
+          std::lock_guard lock{mutex_};
+          if (supervisor_.all_given_up()) {
+            fatal = fatal_handler_;
+            why = ranks_.size() > 1 ? "every replica failed: " + unavailable_locked() : decision.why;
+          }
+        }
+        if (fatal)
+          fatal(why);
+        break;
+      }
+      if (decision.wait.count() > 0) {
+        std::unique_lock lock{mutex_};
+        if (jobs_cv_.wait_for(lock, decision.wait, [this] { return stopping_; }))
+          return;
+      }
+      log::warning("replicas", "{}", decision.why);
+      const auto t0 = std::chrono::steady_clock::now();
+      actors::replica fresh;
+      std::string failure;
+      try {
+        fresh = build(job.replica);
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      std::lock_guard lock{mutex_};
+      if (stopping_) {
+        if (fresh.engine)
+          actors::stop_replica(sys_, fresh);
+        return;
+      }
+      if (!failure.empty()) {
+        log::error("replicas", "replica {}: the restart failed: {}", rank, failure);
+        decision = supervisor_.on_restart_failed(job.replica, failure);
+        continue;
+      }
+      replicas_[static_cast<size_t>(job.replica)] = std::move(fresh);
+      supervisor_.on_restarted(job.replica);
+      watch(job.replica);
+      log::info("replicas", "replica {} serves again, {:.2f} s after its restart began", rank,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      break;
+    }
+  }
+}
+
+bool replica_set::abort(uint64_t id) {
+  proto::engine_actor engine;
+  uint64_t attempt = 0;
+  {
+    std::lock_guard lock{mutex_};
+    auto where = book_.abort(id);
+    if (!where)
+      return false;
+    engine = replicas_[static_cast<size_t>(where->first)].engine;
+    attempt = where->second;
+  }
+  if (!engine)
+    return false;
+  caf::scoped_actor self{sys_};
+  bool live = false;
+  self->request(engine, caf::infinite, proto::abort_atom::value, attempt)
+      .receive([&](bool b) { live = b; }, [&](caf::error& err) { throw proto::to_exception(err); });
+  return live;
+}
+
+void replica_set::abort_async(uint64_t id) {
+  proto::engine_actor engine;
+  uint64_t attempt = 0;
+  {
+    std::lock_guard lock{mutex_};
+    auto where = book_.abort(id);
+    if (!where)
+      return;
+    engine = replicas_[static_cast<size_t>(where->first)].engine;
+    attempt = where->second;
+  }
+  if (engine)
+    caf::anon_send(engine, proto::abort_atom::value, attempt);
+}
+
+engine_stats replica_set::stats() {
+  std::vector<proto::engine_actor> engines;
+  engine_stats out;
+  {
+    std::lock_guard lock{mutex_};
+    const auto n = static_cast<int32_t>(replicas_.size());
+    const auto work = book_.work(n);
+    const auto requests = book_.requests(n);
+    for (int32_t i = 0; i < n; ++i) {
+      replica_stats r;
+      r.rank = ranks_[static_cast<size_t>(i)];
+      r.healthy = supervisor_.serving(i) && replicas_[static_cast<size_t>(i)].engine != nullptr;
+      r.failure = supervisor_.failure(i);
+      r.restarts = supervisor_.restarts(i);
+      r.n_requests = static_cast<uint64_t>(requests[static_cast<size_t>(i)]);
+      r.routed_requests = router_.routed_counts()[static_cast<size_t>(i)];
+      r.outstanding_tokens = work[static_cast<size_t>(i)];
+      engines.push_back(r.healthy ? replicas_[static_cast<size_t>(i)].engine : proto::engine_actor{});
+      out.replicas.push_back(std::move(r));
+    }
+    out.n_failovers = book_.n_failovers();
+    out.healthy = supervisor_.any_serving();
+    if (!out.healthy)
+      out.failure = unavailable_locked();
+  }
+  caf::scoped_actor self{sys_};
+  bool first = true;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    if (!engines[i])
+      continue;
+    replica_stats& rs = out.replicas[i];
+    self->request(engines[i], std::chrono::seconds{10}, caf::get_atom::value, proto::stats_atom::value)
+        .receive(
+            [&](engine_stats& s) {
+              rs.healthy = s.healthy;
+              if (!s.healthy)
+                rs.failure = s.failure;
+              rs.n_running = s.n_running;
+              rs.n_waiting = s.n_waiting;
+              rs.kv_cache_usage = s.kv_cache_usage;
+              out.n_requests += s.n_requests;
+              out.n_running += s.n_running;
+              out.n_waiting += s.n_waiting;
+              out.n_preemptions += s.n_preemptions;
+              out.n_steps += s.n_steps;
+              out.n_steps_in_flight += s.n_steps_in_flight;
+              out.n_blocks = s.n_blocks;
+              out.block_size = s.block_size;
+              out.prefix_cache_queries += s.prefix_cache_queries;
+              out.prefix_cache_hits += s.prefix_cache_hits;
+              out.forward_seconds += s.forward_seconds;
+              out.sample_seconds += s.sample_seconds;
+              out.expert_tokens.resize(std::max(out.expert_tokens.size(), s.expert_tokens.size()), 0);
+              for (size_t e = 0; e < s.expert_tokens.size(); ++e)
+                out.expert_tokens[e] += s.expert_tokens[e];
+              if (first) {
+                // Block counts are per replica (the KV cache is not pooled): the first serving replica's.
+                out.n_free_blocks = s.n_free_blocks;
+                out.n_cached_blocks = s.n_cached_blocks;
+                out.kv_cache_usage = s.kv_cache_usage;
+              } else {
+                out.kv_cache_usage = std::max(out.kv_cache_usage, s.kv_cache_usage);
+              }
+              first = false;
+            },
+            [&](caf::error& err) {
+              // The engine went away (a replica being replaced) or did not answer: report, don't throw.
+              rs.healthy = false;
+              rs.failure = "the engine did not answer: " + sys_.render(err);
+            });
+  }
+  if (out.replicas.size() == 1 && !out.replicas.front().healthy) {
+    out.healthy = false;
+    if (out.failure.empty())
+      out.failure = out.replicas.front().failure;
+  } else if (std::none_of(out.replicas.begin(), out.replicas.end(), [](const auto& r) { return r.healthy; })) {
+    out.healthy = false;
+    if (out.failure.empty())
+      out.failure = "no replica serves";
+  }
+  return out;
+}
+
+int32_t replica_set::reset_prefix_cache() {
+  std::vector<proto::engine_actor> engines;
+  {
+    std::lock_guard lock{mutex_};
+    const auto serving = serving_locked();
+    for (size_t i = 0; i < replicas_.size(); ++i)
+      if (serving[i]) {
+        engines.push_back(replicas_[i].engine);
+        router_.forget(static_cast<int32_t>(i));
+      }
+  }
+  caf::scoped_actor self{sys_};
+  int32_t n = 0;
+  for (const auto& e : engines)
+    self->request(e, std::chrono::seconds{10}, proto::reset_prefix_cache_atom::value)
+        .receive([&](int32_t forgotten) { n += forgotten; }, [&](caf::error& err) { throw proto::to_exception(err); });
+  return n;
+}
+
+void replica_set::on_unrecoverable_failure(std::function<void(const std::string&)> handler) {
+  std::lock_guard lock{mutex_};
+  fatal_handler_ = std::move(handler);
+}
+
+}  // namespace actorllm::detail

@@ -1,0 +1,103 @@
+// The data-parallel replicas behind one LLM: data_parallel_size copies of the tp × pp actor graph, a router that
+// sends each request to one of them, and the failover that moves a dead replica's requests to the others while the
+// supervisor thread rebuilds it. The policy lives in plain classes (request_book, router, replica_supervisor); this
+// class holds the actors and the threads and applies what those decide.
+#pragma once
+
+#include "actorllm/engine_config.hpp"
+#include "actorllm/engine_stats.hpp"
+#include "actorllm/llm.hpp"
+#include "actors/uni_executor.hpp"
+#include "api/delivery.hpp"
+#include "api/replica_supervisor.hpp"
+#include "api/request_book.hpp"
+#include "api/router.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace actorllm::detail {
+
+class replica_set {
+ public:
+  /// Builds every replica of `config` (data_parallel_size of them; one when data_parallel_rank picks one) in `sys`.
+  /// Throws actorllm::error when one cannot be built (the others are stopped again).
+  replica_set(caf::actor_system& sys, const engine_config& config);
+  /// Stops every replica; requests still live end with errc::shut_down.
+  ~replica_set();
+  replica_set(const replica_set&) = delete;
+  replica_set& operator=(const replica_set&) = delete;
+
+  /// Routes a request to a replica and returns its id; its news goes to `ch`.
+  uint64_t submit(const prompt& p, const sampling_params& params, int32_t priority, bool stream,
+                  std::shared_ptr<channel> ch);
+  /// Aborts a request and waits until its blocks are free; false when it is not live.
+  bool abort(uint64_t id);
+  /// Aborts without waiting.
+  void abort_async(uint64_t id);
+  /// Stats summed over the serving replicas, with one entry per replica.
+  engine_stats stats();
+  /// Resets every serving replica's prefix cache; returns the blocks forgotten in all.
+  int32_t reset_prefix_cache();
+
+  /// The first replica as built (model facts, cache size, stages): what model_info reports.
+  const actors::replica& first() const { return first_; }
+  /// Called once, from the supervisor thread, when no replica can serve any more.
+  void on_unrecoverable_failure(std::function<void(const std::string&)> handler);
+
+ private:
+  struct failure_job {
+    int32_t replica = 0;
+    replica_supervisor::decision decision;
+  };
+
+  /// A replica failed (its watch, or a request it failed, said so). Under mutex_: marks it, moves its requests.
+  void report_failure_locked(int32_t replica, const std::string& reason, std::vector<uint64_t>& lost);
+  /// Sends request `id` (between replicas) to a serving replica, or fails it when none serves. Under mutex_.
+  void place_locked(uint64_t id, const std::string& reason, request_book::deliveries& out);
+  /// The delivery thread's handler for every engine batch.
+  void on_batch(proto::output_batch& batch);
+  void watch(int32_t replica);
+  void supervise();
+  /// The replica `index` is, in config terms (its slot), and its build.
+  actors::replica build(int32_t index);
+  std::vector<bool> serving_locked() const;
+  /// The message a request gets when no replica serves.
+  std::string unavailable_locked() const;
+
+  caf::actor_system& sys_;
+  engine_config config_;
+  int32_t dp_size_ = 1;         ///< replicas of the engine (data_parallel_size)
+  std::vector<int32_t> ranks_;  ///< the data-parallel rank of each replica held here
+  actors::replica first_;
+  std::optional<text::tokenizer> tokenizer_;
+  proto::output_sink delivery_;
+
+  mutable std::mutex mutex_;
+  std::vector<actors::replica> replicas_;
+  std::vector<caf::actor> watches_;
+  replica_supervisor supervisor_;
+  router router_;
+  request_book book_;
+  request_book::deliveries parked_;  ///< for channels, from threads other than the delivery thread
+  /// A request is moved at most this many times: one that fails every replica it reaches is failed itself.
+  static constexpr int32_t max_moves = 3;
+  std::atomic<uint64_t> next_id_{1};
+  bool stopping_ = false;
+  std::deque<failure_job> jobs_;
+  std::condition_variable jobs_cv_;
+  std::function<void(const std::string&)> fatal_handler_;
+  std::thread supervisor_thread_;
+};
+
+}  // namespace actorllm::detail
