@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -317,4 +319,120 @@ TEST_CASE("mp executor: structured outputs constrain the sampling worker as they
   const bool starts_ok = out.text.starts_with("Tom ") || out.text.starts_with("Lily ");
   CHECK_MESSAGE(starts_ok, out.text);
   CHECK_MESSAGE(out.text.ends_with("."), out.text);
+}
+
+namespace {
+
+/// 32 distinct prompts that each generate for a while at temperature 0.
+std::vector<std::string> failover_prompts() {
+  const char* who[] = {"a cat", "a dog", "Lily", "Tom", "a bird", "the sun", "a fish", "Ben"};
+  const char* what[] = {"went to the park", "found a box", "was sad", "saw a tree"};
+  std::vector<std::string> out;
+  for (const char* w : who)
+    for (const char* v : what)
+      out.push_back(std::string{"Once upon a time, "} + w + " " + v + ".");
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("mp executor, dp 2: kill -9 of one replica's worker under 32 greedy streams: each ends as undisturbed") {
+  engine_config config = mp_config(1, 1);
+  config.data_parallel_size = 2;
+  config.max_num_seqs = 8;  // so that the kill finds requests running and waiting on both replicas
+  LLM llm{config};
+  CHECK(llm.info().data_parallel_size == 2);
+  const auto prompts = failover_prompts();
+  sampling_params p;
+  p.temperature = 0;
+  p.max_tokens = 160;
+  p.ignore_eos = true;
+
+  // Undisturbed: the reference every stream must reproduce, token for token and character for character.
+  std::vector<prompt> batch(prompts.begin(), prompts.end());
+  const auto reference = llm.generate(batch, p);
+  REQUIRE(reference.size() == 32);
+  const auto before = llm.stats();
+  REQUIRE(before.replicas.size() == 2);
+  CHECK(before.replicas[0].routed_requests > 0);
+  CHECK(before.replicas[1].routed_requests > 0);
+
+  struct result {
+    std::mutex mutex;
+    std::string text;
+    std::vector<int32_t> ids;
+    std::optional<request_output> output;
+    std::optional<std::string> error;
+  };
+  std::vector<result> results(prompts.size());
+  std::atomic<int> ended{0};
+  std::atomic<int> tokens{0};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    stream_callbacks cb;
+    result& r = results[i];
+    cb.on_delta = [&r, &tokens](const stream_delta& d) {
+      std::lock_guard lock{r.mutex};
+      r.text += d.text;
+      r.ids.insert(r.ids.end(), d.token_ids.begin(), d.token_ids.end());
+      tokens += static_cast<int>(d.token_ids.size());
+    };
+    cb.on_output = [&r, &ended](request_output o) {
+      std::lock_guard lock{r.mutex};
+      r.output = std::move(o);
+      ++ended;
+    };
+    cb.on_error = [&r, &ended](const error& e) {
+      std::lock_guard lock{r.mutex};
+      r.error = e.what();
+      ++ended;
+    };
+    llm.submit(prompt{prompts[i]}, p, std::move(cb));
+  }
+  const auto wait_until = [](auto done, std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    return done();
+  };
+  REQUIRE(wait_until([&] { return tokens.load() >= 200; }, 20s));  // well under way on both replicas
+  REQUIRE(ended.load() == 0);
+  auto workers = worker_pids();
+  REQUIRE(workers.size() == 2);
+  std::sort(workers.begin(), workers.end());
+  ::kill(workers.back(), SIGKILL);  // replica 1's (built second)
+
+  bool healthy_throughout = true;
+  const bool all_ended = wait_until(
+      [&] {
+        healthy_throughout = healthy_throughout && llm.stats().healthy;
+        return ended.load() == 32;
+      },
+      60s);
+  REQUIRE(all_ended);
+  CHECK(healthy_throughout);
+  const auto after = llm.stats();
+  MESSAGE(after.n_failovers << " request(s) moved to the other replica");
+  CHECK(after.n_failovers > 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    result& r = results[i];
+    std::lock_guard lock{r.mutex};
+    REQUIRE_MESSAGE(!r.error, *r.error);
+    REQUIRE(r.output);
+    const completion_output& want = reference[i].outputs.at(0);
+    CHECK(r.ids == want.token_ids);
+    CHECK(r.text == want.text);
+    CHECK(r.output->outputs.at(0).token_ids == want.token_ids);
+    CHECK(r.output->outputs.at(0).text == want.text);
+    CHECK(r.output->outputs.at(0).finish_reason == finish_reason::length);
+  }
+
+  // The dead replica comes back and takes traffic again.
+  REQUIRE(wait_until([&] { return llm.stats().replicas.at(1).healthy; }, 30s));
+  const uint64_t routed_before = llm.stats().replicas.at(1).routed_requests;
+  const auto again = llm.generate(batch, p);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    CHECK(again[i].outputs.at(0).token_ids == reference[i].outputs.at(0).token_ids);
+  CHECK(llm.stats().replicas.at(1).routed_requests > routed_before);
+  CHECK(llm.stats().replicas.at(1).restarts == 1);
 }
