@@ -429,6 +429,9 @@ engine_stats replica_set::stats() {
               rs.n_running = s.n_running;
               rs.n_waiting = s.n_waiting;
               rs.kv_cache_usage = s.kv_cache_usage;
+              rs.n_preemptions = s.n_preemptions;
+              rs.prefix_cache_queries = s.prefix_cache_queries;
+              rs.prefix_cache_hits = s.prefix_cache_hits;
               out.n_requests += s.n_requests;
               out.n_running += s.n_running;
               out.n_waiting += s.n_waiting;

@@ -387,7 +387,10 @@ openai_service::openai_service(LLM& llm, service_config config)
       config_(std::move(config)),
       worker_(std::make_shared<engine_worker>()),
       metrics_(std::make_shared<openai::engine_metrics>(config_.served_model_names.front())),
-      admission_(config_.max_queued_requests < 0 ? -1 : llm.info().max_num_seqs + config_.max_queued_requests),
+      // Each data-parallel replica runs max_num_seqs sequences; the queue is shared.
+      admission_(config_.max_queued_requests < 0
+                     ? -1
+                     : llm.info().max_num_seqs * llm.info().data_parallel_size + config_.max_queued_requests),
       created_(static_cast<int64_t>(std::time(nullptr))) {
   const std::filesystem::path dir = config_.tokenizer_path.empty() ? config_.model_path : config_.tokenizer_path;
   if (std::filesystem::exists(dir / "tokenizer.json"))
@@ -410,8 +413,11 @@ openai_service::openai_service(LLM& llm, service_config config)
               "(fields a request sets win; --generation-config vllm ignores the file)",
               openai::describe(defaults_));
   if (admission_.limit() >= 0)
-    log::info(where, "At most {} generation requests at once (max_num_seqs {} + max_queued_requests {}); more get 429",
-              admission_.limit(), llm.info().max_num_seqs, config_.max_queued_requests);
+    log::info(where,
+              "At most {} generation requests at once (max_num_seqs {}{} + max_queued_requests {}); more get 429",
+              admission_.limit(), llm.info().max_num_seqs,
+              llm.info().data_parallel_size > 1 ? fmt::format(" x {} replicas", llm.info().data_parallel_size) : "",
+              config_.max_queued_requests);
   if (config_.log_stats_interval.count() > 0)
     stats_logger_ = std::make_unique<stats_logger>([&llm] { return llm.stats(); }, config_.log_stats_interval);
 }
@@ -453,8 +459,8 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   std::optional<int32_t> checked_max = parsed->max_tokens_defaulted ? std::nullopt : parsed->params.max_tokens;
   int64_t room = max_len;
   std::vector<request_output> echo;
-  // Text prompts are tokenized here when the request says how (add_special_tokens, truncate_prompt_tokens), and
-  // then submitted as ids; otherwise the engine tokenizes them as its tokenizer's config says.
+  // Text prompts are tokenized here (with add_special_tokens when the request says how, else as the tokenizer's
+  // config says) and submitted as ids with their text: tokenized once.
   const bool own_tokens = parsed->add_special_tokens.has_value() || parsed->truncate_prompt_tokens.has_value();
   for (prompt& p : parsed->prompts) {
     request_output e;
@@ -474,7 +480,9 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
         e.prompt = tokenizer_->decode(e.prompt_token_ids);
     }
     if (own_tokens)
-      p = prompt{e.prompt_token_ids};
+      p = prompt{e.prompt_token_ids};  // truncated, or tokenized as the request said
+    else if (!p.is_tokens())
+      p = prompt::tokenized(e.prompt, e.prompt_token_ids);
     if (e.prompt_token_ids.empty())
       return fail(openai::api_error::bad_request("prompt must not be empty (it has no tokens)", "prompt"));
     if (auto err = openai::check_context_length(static_cast<int64_t>(e.prompt_token_ids.size()), checked_max, max_len))
@@ -803,7 +811,7 @@ std::shared_ptr<response_channel> openai_service::health() const {
       s.failure = e.what();
     }
     if (s.healthy)
-      ch->respond(json_response(200, "{}"));
+      ch->respond(json_response(200, openai::health_json(s)));
     else
       ch->respond(error_response(openai::api_error::unavailable("engine unhealthy: " + s.failure)));
   });

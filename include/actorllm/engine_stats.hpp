@@ -20,6 +20,10 @@ struct replica_stats {
   double kv_cache_usage = 0.0;     ///< fraction of its KV blocks in use
   uint64_t routed_requests = 0;    ///< requests the router sent it since start (failovers included)
   int64_t outstanding_tokens = 0;  ///< the work the router counts for it (prompt and output tokens still to go)
+  /// Its engine's totals since it was (re)built (a restart starts them from 0 again).
+  uint64_t n_preemptions = 0;
+  uint64_t prefix_cache_queries = 0;
+  uint64_t prefix_cache_hits = 0;
 
   friend bool operator==(const replica_stats&, const replica_stats&) = default;
 };

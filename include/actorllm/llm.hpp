@@ -34,10 +34,16 @@ class prompt {
   prompt(const char* text) : text_(text) {}
   /// A prompt of token ids.
   prompt(std::vector<int32_t> token_ids) : token_ids_(std::move(token_ids)), is_tokens_(true) {}
+  /// A text prompt the caller tokenized already: the model sees `token_ids`; the text is what outputs report.
+  static prompt tokenized(std::string text, std::vector<int32_t> token_ids) {
+    prompt p{std::move(token_ids)};
+    p.text_ = std::move(text);
+    return p;
+  }
 
   /// Whether this prompt is token ids.
   bool is_tokens() const { return is_tokens_; }
-  /// The text (empty for a token prompt).
+  /// The text (empty for a token prompt, unless made by tokenized()).
   const std::string& text() const { return text_; }
   /// The token ids (empty for a text prompt).
   const std::vector<int32_t>& token_ids() const { return token_ids_; }

@@ -213,6 +213,10 @@ engine_metrics::engine_metrics(std::string model_name) : labels_{{"model_name", 
   kv_cache_usage_ = &r.get_gauge("actorllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels_);
   preemptions_ =
       &r.get_counter("actorllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", labels_);
+  failovers_ = &r.get_counter("actorllm:request_failovers_total",
+                              "Data-parallel replicas: requests moved to another replica after theirs failed (their "
+                              "clients saw no error).",
+                              labels_);
   prompt_tokens_ = &r.get_counter("actorllm:prompt_tokens_total", "Number of prefill tokens processed.", labels_);
   prefix_cache_queries_ = &r.get_counter("actorllm:prefix_cache_queries_total",
                                          "Prefix cache queries, in terms of number of queried tokens.", labels_);
@@ -249,9 +253,30 @@ void engine_metrics::update(const engine_stats& stats) {
       seen = total;
     }
   };
-  advance(preemptions_, preemptions_seen_, stats.n_preemptions);
-  advance(prefix_cache_queries_, prefix_cache_queries_seen_, stats.prefix_cache_queries);
-  advance(prefix_cache_hits_, prefix_cache_hits_seen_, stats.prefix_cache_hits);
+  if (stats.replicas.size() > 1) {
+    // Data-parallel replicas: a series per replica (label `replica`), and the totals advanced replica by replica
+    // (one replica's restart resets only its own).
+    for (const replica_stats& r : stats.replicas) {
+      replica_series& s = replica(r.rank);
+      s.healthy->set(r.healthy ? 1.0 : 0.0);
+      s.running->set(static_cast<double>(r.n_running));
+      s.waiting->set(static_cast<double>(r.n_waiting));
+      s.kv_cache_usage->set(r.kv_cache_usage);
+      s.outstanding->set(static_cast<double>(r.outstanding_tokens));
+      advance(s.routed, s.routed_seen, r.routed_requests);
+      advance(s.restarts, s.restarts_seen, static_cast<uint64_t>(r.restarts));
+      if (!r.healthy)
+        continue;
+      advance(preemptions_, s.preemptions_seen, r.n_preemptions);
+      advance(prefix_cache_queries_, s.prefix_cache_queries_seen, r.prefix_cache_queries);
+      advance(prefix_cache_hits_, s.prefix_cache_hits_seen, r.prefix_cache_hits);
+    }
+    advance(failovers_, failovers_seen_, stats.n_failovers);
+  } else {
+    advance(preemptions_, preemptions_seen_, stats.n_preemptions);
+    advance(prefix_cache_queries_, prefix_cache_queries_seen_, stats.prefix_cache_queries);
+    advance(prefix_cache_hits_, prefix_cache_hits_seen_, stats.prefix_cache_hits);
+  }
   // MoE: the load of each expert (what expert-parallel load balancing would act on).
   for (size_t e = expert_tokens_.size(); e < stats.expert_tokens.size(); ++e) {
     metric_labels l = labels_;
@@ -264,6 +289,32 @@ void engine_metrics::update(const engine_stats& stats) {
   }
   for (size_t e = 0; e < stats.expert_tokens.size(); ++e)
     advance(expert_tokens_[e], expert_tokens_seen_[e], stats.expert_tokens[e]);
+}
+
+engine_metrics::replica_series& engine_metrics::replica(int32_t rank) {
+  auto it = replicas_.find(rank);
+  if (it != replicas_.end())
+    return it->second;
+  metric_labels l = labels_;
+  l.emplace_back("replica", std::to_string(rank));
+  replica_series s;
+  s.healthy = &registry_.get_gauge("actorllm:replica_healthy",
+                                   "Data-parallel replicas: 1 while the replica serves, 0 while it is restarted.", l);
+  s.running =
+      &registry_.get_gauge("actorllm:num_requests_running", "Number of requests in model execution batches.", l);
+  s.waiting = &registry_.get_gauge("actorllm:num_requests_waiting", "Number of requests waiting to be processed.", l);
+  s.kv_cache_usage =
+      &registry_.get_gauge("actorllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l);
+  s.outstanding = &registry_.get_gauge(
+      "actorllm:replica_outstanding_tokens",
+      "Data-parallel replicas: prompt and output tokens the replica's requests still stand for (what the router "
+      "balances).",
+      l);
+  s.routed = &registry_.get_counter("actorllm:replica_routed_requests_total",
+                                    "Data-parallel replicas: requests routed to the replica (failovers included).", l);
+  s.restarts = &registry_.get_counter("actorllm:replica_restarts_total",
+                                      "Data-parallel replicas: restarts of the replica after a failure.", l);
+  return replicas_.emplace(rank, s).first->second;
 }
 
 void engine_metrics::observe_time_to_first_token(double seconds) { ttft_->observe(seconds); }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -115,7 +116,27 @@ class engine_metrics {
 
  private:
   metrics_registry registry_;
+  struct replica_series {
+    gauge* healthy = nullptr;
+    gauge* running = nullptr;
+    gauge* waiting = nullptr;
+    gauge* kv_cache_usage = nullptr;
+    gauge* outstanding = nullptr;
+    counter* routed = nullptr;
+    counter* restarts = nullptr;
+    uint64_t routed_seen = 0;
+    uint64_t restarts_seen = 0;
+    uint64_t preemptions_seen = 0;
+    uint64_t prefix_cache_queries_seen = 0;
+    uint64_t prefix_cache_hits_seen = 0;
+  };
+  /// The series of data-parallel replica `rank` (created on first use; guarded by preemptions_mutex_).
+  replica_series& replica(int32_t rank);
+
   metric_labels labels_;
+  std::map<int32_t, replica_series> replicas_;
+  counter* failovers_;
+  uint64_t failovers_seen_ = 0;
   gauge* running_;
   gauge* waiting_;
   gauge* kv_cache_usage_;

@@ -588,6 +588,31 @@ std::string model_json(const model_card& model) {
   return w.take();
 }
 
+std::string health_json(const engine_stats& stats) {
+  json_writer w;
+  w.begin_object();
+  if (stats.replicas.size() > 1) {
+    w.key("replicas").begin_array();
+    for (const replica_stats& r : stats.replicas)
+      w.begin_object().key("replica").value(int64_t{r.rank}).key("healthy").value(r.healthy).end_object();
+    w.end_array();
+    w.key("degraded").begin_array();
+    for (const replica_stats& r : stats.replicas)
+      if (!r.healthy)
+        w.begin_object()
+            .key("replica")
+            .value(int64_t{r.rank})
+            .key("reason")
+            .value(r.failure)
+            .key("restarts")
+            .value(int64_t{r.restarts})
+            .end_object();
+    w.end_array();
+  }
+  w.end_object();
+  return w.take();
+}
+
 std::string version_json() {
   json_writer w;
   w.begin_object().key("version").value(actorllm::version_string).end_object();

@@ -2,6 +2,7 @@
 // Server-Sent Events framing, /v1/models and /version.
 #pragma once
 
+#include <actorllm/engine_stats.hpp>
 #include <actorllm/request_output.hpp>
 
 #include "net/openai/tool_calls.hpp"
@@ -129,5 +130,10 @@ std::string model_json(const model_card& model);
 
 /// `{"version":"<actorllm version>"}`.
 std::string version_json();
+
+/// GET /health's body while the engine serves: `{}` with one replica (as vLLM); with data-parallel replicas
+/// `{"replicas":[{"replica":0,"healthy":true},…],"degraded":[{"replica":1,"reason":"…","restarts":1}]}`, so a
+/// load balancer sees which replicas are down while the endpoint still serves.
+std::string health_json(const engine_stats& stats);
 
 }  // namespace actorllm::net::openai

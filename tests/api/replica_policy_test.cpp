@@ -197,9 +197,9 @@ TEST_CASE("router: a prompt goes where its longest prefix was computed, unless t
   b.insert(b.end(), {12, 13, 14});
   CHECK(r.block_hashes(a).size() == 2);  // the last token never counts: (11 - 1) / 4 full blocks
   r.routed(a, 1);
-  CHECK(r.pick(b, std::vector<int64_t>{0, 50}, {true, true}) == 1);    // shares 2 blocks with replica 1
-  CHECK(r.pick(b, std::vector<int64_t>{0, 101}, {true, true}) == 0);   // over the slack: least loaded
-  CHECK(r.pick(b, std::vector<int64_t>{0, 50}, {true, false}) == 0);   // replica 1 does not serve
+  CHECK(r.pick(b, std::vector<int64_t>{0, 50}, {true, true}) == 1);   // shares 2 blocks with replica 1
+  CHECK(r.pick(b, std::vector<int64_t>{0, 101}, {true, true}) == 0);  // over the slack: least loaded
+  CHECK(r.pick(b, std::vector<int64_t>{0, 50}, {true, false}) == 0);  // replica 1 does not serve
   const std::vector<int32_t> other{7, 7, 7, 7, 7, 7, 7, 7, 7};
   CHECK(r.pick(other, std::vector<int64_t>{10, 0}, {true, true}) == 1);  // no prefix anywhere: least loaded
   CHECK(r.pick(other, std::vector<int64_t>{0, 10}, {true, true}) == 0);

@@ -130,7 +130,7 @@ TEST_CASE("engine metrics carry vLLM's names under actorllm: and vLLM's buckets"
     }
     pos = end + 1;
   }
-  CHECK(type_lines == 12);
+  CHECK(type_lines == 13);
 }
 
 TEST_CASE("metrics updates from many threads are all counted [asan]") {
@@ -172,4 +172,38 @@ TEST_CASE("MoE engines: the load of each expert is a counter labelled by expert 
     CAPTURE(line);
     CHECK(text.find(line) != std::string::npos);
   }
+}
+
+TEST_CASE("data-parallel replicas: series labelled by replica, totals that survive one replica's restart") {
+  engine_metrics m{"m"};
+  engine_stats s;
+  s.replicas.resize(2);
+  s.replicas[0].rank = 0;
+  s.replicas[0].n_running = 3;
+  s.replicas[0].n_preemptions = 5;
+  s.replicas[0].routed_requests = 10;
+  s.replicas[1].rank = 1;
+  s.replicas[1].n_preemptions = 2;
+  s.replicas[1].routed_requests = 7;
+  s.n_failovers = 0;
+  m.update(s);
+  // Replica 1 died and came back: its totals start from 0 again, replica 0's keep going.
+  s.replicas[1].n_preemptions = 1;
+  s.replicas[1].restarts = 1;
+  s.replicas[1].routed_requests = 9;
+  s.replicas[0].n_preemptions = 6;
+  s.n_failovers = 4;
+  m.update(s);
+  s.replicas[1].healthy = false;
+  s.replicas[1].failure = "worker 0 is gone";
+  m.update(s);
+  const std::string text = m.render();
+  CHECK(text.find("actorllm:num_requests_running{model_name=\"m\",replica=\"0\"} 3") != std::string::npos);
+  CHECK(text.find("actorllm:replica_healthy{model_name=\"m\",replica=\"1\"} 0") != std::string::npos);
+  CHECK(text.find("actorllm:replica_healthy{model_name=\"m\",replica=\"0\"} 1") != std::string::npos);
+  CHECK(text.find("actorllm:replica_routed_requests_total{model_name=\"m\",replica=\"1\"} 9") != std::string::npos);
+  CHECK(text.find("actorllm:replica_restarts_total{model_name=\"m\",replica=\"1\"} 1") != std::string::npos);
+  CHECK(text.find("actorllm:num_preemptions_total{model_name=\"m\"} 9") !=
+        std::string::npos);  // 5 + 2, then +1 and the new 1
+  CHECK(text.find("actorllm:request_failovers_total{model_name=\"m\"} 4") != std::string::npos);
 }
