@@ -284,8 +284,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
       [self](proto::finish_sequences& fin) {
         auto& st = self->state;
         for (const auto& seq : fin.seqs)
-          if (auto events =
-                  st.core->finish_sequence(engine::seq_id{seq.request_id, seq.index}, engine::finish_reason::stop))
+          if (auto events = st.core->finish_sequence(seq, engine::finish_reason::stop))
             on_events(st, *events);
         try_schedule(self);
       },

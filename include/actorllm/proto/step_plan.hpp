@@ -5,6 +5,8 @@
 // finished_req_ids.
 #pragma once
 
+#include "engine/seq_id.hpp"
+
 #include <caf/meta/type_name.hpp>
 
 #include <cstdint>
@@ -14,19 +16,10 @@
 
 namespace actorllm::proto {
 
-/// Names one output sequence: sequence `index` of request `request_id`.
-struct seq_ref {
-  uint64_t request_id = 0;
-  uint32_t index = 0;
-
-  friend auto operator<=>(const seq_ref&, const seq_ref&) = default;
-};
-
-/// CAF inspection of seq_ref.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, seq_ref& x) {
-  return f(caf::meta::type_name("seq_ref"), x.request_id, x.index);
-}
+/// Names one output sequence: sequence `index` of request `request_id`. The engine's own type, serialized through
+/// its inspect overload (engine/seq_id.hpp), so the scheduler's sequence lists go into a plan without a copy per
+/// field.
+using seq_ref = engine::seq_id;
 
 /// One scheduled sequence's rows of the flattened batch and the KV blocks the shards must add to its block table:
 /// with `new_table`, `blocks` is the whole table (a sequence the shards do not hold: new, re-admitted after a

@@ -52,7 +52,7 @@ CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::finish_sequences))
 
 // Scheduler <-> shards.
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::step_plan))
-CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::seq_ref))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::engine::seq_id))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::scheduled_sequence))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::sampler_spec))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::sampler_setup))
