@@ -124,14 +124,11 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
     const auto& s = plan.batch.sequences[i];
     const engine::seq_id seq = plan.batch_seqs[i];
     engine::table_delta delta = st.tables.update(seq, s.block_table);
-    p.sequences.push_back(
-        {{seq.request_id, seq.index}, s.query_begin, s.n_query, delta.new_table, std::move(delta.blocks)});
+    p.sequences.push_back({seq, s.query_begin, s.n_query, delta.new_table, std::move(delta.blocks)});
   }
-  for (const auto& seq : st.tables.take_dropped())
-    p.dropped_seqs.push_back({seq.request_id, seq.index});
-  p.sample_seqs.reserve(plan.sample_seqs.size());
+  p.dropped_seqs = st.tables.take_dropped();
+  p.sample_seqs = plan.sample_seqs;
   for (const auto& seq : plan.sample_seqs) {
-    p.sample_seqs.push_back({seq.request_id, seq.index});
     if (auto it = st.pending.find(seq.request_id); it != st.pending.end()) {
       p.new_requests.push_back(std::move(it->second));
       st.pending.erase(it);
