@@ -87,28 +87,23 @@ step_output model_runner::run_queued(const proto::step_plan& plan, const tensor&
   if (samples_)
     samplers_.apply(plan);
 
-  batch_.tokens = plan.tokens;
-  batch_.positions = plan.positions;
-  batch_.sample_rows = plan.sample_rows;
-  batch_.sequences.resize(plan.sequences.size());
-  for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    const auto& s = plan.sequences[i];
-    batch_.sequences[i].query_begin = s.query_begin;
-    batch_.sequences[i].n_query = s.n_query;
-    batch_.sequences[i].block_table = s.block_table;
+  if (auto err = tables_.apply(plan); !err.empty()) {
+    out.error = std::move(err);
+    return out;
   }
-  if (auto err = batch_.validate(cache_->block_size(), cache_->n_blocks()); !err.empty()) {
+  const model::forward_batch& batch = tables_.batch();
+  if (auto err = batch.validate(cache_->block_size(), cache_->n_blocks()); !err.empty()) {
     out.error = std::move(err);
     return out;
   }
   const int64_t n_embd = model_->config().n_embd;
-  if (!model_->is_first_stage() && (hidden_in.empty() || hidden_in.numel() != batch_.n_tokens() * n_embd)) {
+  if (!model_->is_first_stage() && (hidden_in.empty() || hidden_in.numel() != batch.n_tokens() * n_embd)) {
     out.error = fmt::format("{} hidden-state floats for {} tokens of {}", hidden_in.empty() ? 0 : hidden_in.numel(),
-                            batch_.n_tokens(), n_embd);
+                            batch.n_tokens(), n_embd);
     return out;
   }
 
-  const model::step_inputs& in = inputs_.prepare(batch_, cache_->block_size());
+  const model::step_inputs& in = inputs_.prepare(batch, cache_->block_size());
   tensor produced = model_->forward(in, *cache_, hidden_in);
   if (!model_->is_last_stage()) {
     out.hidden = std::move(produced);

@@ -1,7 +1,8 @@
 // A shard's step pipeline as a plain class (no actor, no CAF runtime: it reads the plan's protocol structs only):
-// the backend, the TP group, the model, the KV cache and the sampler state of one shard, and the one call that runs
-// a step's plan: bookkeeping, block copies, the per-step inputs prepared once, the forward pass, and on the sampler
-// shard the whole batch sampled in one call. shard_actor is the thin actor around it.
+// the backend, the TP group, the model, the KV cache, the block tables and the sampler state of one shard, and the
+// one call that runs a step's plan: bookkeeping (the plan's block-table diff applied), the per-step inputs prepared
+// once, the forward pass, and on the sampler shard the whole batch sampled in one call. shard_actor is the thin
+// actor around it.
 //
 // It lives in actors/ rather than model/ because it consumes proto::step_plan directly; it moves to model/ when the
 // step protocol is owned by scheduler_core (docs/architecture.md, "what comes next").
@@ -9,6 +10,7 @@
 
 #include "actorllm/proto/step_plan.hpp"
 #include "actorllm/proto/step_result.hpp"
+#include "actors/persistent_batch.hpp"
 #include "actors/sequence_samplers.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/collective.hpp"
@@ -53,8 +55,6 @@ class model_runner {
   /// `t` in host memory (itself when it is there already): a device backend's hidden states before a link sends
   /// them.
   tensor to_host(const tensor& t);
-  /// Drops the sampler state of requests that ended (no plan carried their release).
-  void release(std::span<const uint64_t> request_ids) { samplers_.release(request_ids); }
 
   /// Runs `plan` on this shard. `hidden_in`: the previous stage's hidden states (empty on the first stage), on this
   /// backend's device, in host memory or on another GPU (copied in first). Everything the step queued on the
@@ -74,7 +74,7 @@ class model_runner {
   std::unique_ptr<model::kv_cache> cache_;
   model::step_input_builder inputs_;
   sequence_samplers samplers_;
-  model::forward_batch batch_;  // reused: the plan's batch in the model's terms
+  persistent_batch tables_;  // the block tables the plans built up, and the plan's batch in the model's terms
   bool samples_ = false;
 };
 

@@ -2,6 +2,7 @@
 #include "actors/scheduler_actor.hpp"
 
 #include "actorllm/proto/error.hpp"
+#include "engine/block_table_mirror.hpp"
 #include "engine/scheduler_core.hpp"
 #include "util/check.hpp"
 #include "util/log.hpp"
@@ -58,7 +59,8 @@ finish_reason to_public(engine::finish_reason r) {
 
 struct scheduler_state {
   std::optional<engine::scheduler_core> core;
-  std::vector<proto::shard_link> first_stage;
+  std::vector<proto::shard_link> shards;  // every shard of the replica: each gets every plan
+  engine::block_table_mirror tables;      // the block tables the shards hold after the plans sent so far
   proto::update_sink engine;
   std::set<uint64_t> live;                                     // requests the core holds
   std::unordered_map<uint64_t, proto::sampler_setup> pending;  // sampler setups not sent yet
@@ -82,6 +84,8 @@ using scheduler_pointer = proto::scheduler_actor::stateful_pointer<scheduler_sta
 
 void on_events(scheduler_state& st, const std::vector<engine::seq_event>& events) {
   for (const auto& e : events) {
+    if (e.finished)
+      st.tables.forget(e.seq);
     if (!e.request_finished)
       continue;
     const uint64_t id = e.seq.request_id;
@@ -112,12 +116,19 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
   p.tokens = std::move(plan.batch.tokens);
   p.positions = std::move(plan.batch.positions);
   p.sample_rows = std::move(plan.batch.sample_rows);
+  // Block tables as a diff against what the shards hold: preempted sequences first (the plan may re-admit one).
+  for (const auto& seq : plan.preempted)
+    st.tables.forget(seq);
   p.sequences.reserve(plan.batch.sequences.size());
-  for (auto& s : plan.batch.sequences)
-    p.sequences.push_back({s.query_begin, s.n_query, std::move(s.block_table)});
-  p.sample_seqs.reserve(plan.sample_seqs.size());
+  for (size_t i = 0; i < plan.batch.sequences.size(); ++i) {
+    const auto& s = plan.batch.sequences[i];
+    const engine::seq_id seq = plan.batch_seqs[i];
+    engine::table_delta delta = st.tables.update(seq, s.block_table);
+    p.sequences.push_back({seq, s.query_begin, s.n_query, delta.new_table, std::move(delta.blocks)});
+  }
+  p.dropped_seqs = st.tables.take_dropped();
+  p.sample_seqs = plan.sample_seqs;
   for (const auto& seq : plan.sample_seqs) {
-    p.sample_seqs.push_back({seq.request_id, seq.index});
     if (auto it = st.pending.find(seq.request_id); it != st.pending.end()) {
       p.new_requests.push_back(std::move(it->second));
       st.pending.erase(it);
@@ -129,21 +140,20 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
   st.in_flight_samples.emplace(plan.step_id, std::move(plan.sample_seqs));
   st.dispatched.emplace(plan.step_id, self->clock().now());
   arm_step_watch(self);
-  auto shared = std::make_shared<const proto::step_plan>(std::move(p));
-  for (const auto& shard : st.first_stage)
-    self->send(shard, proto::stage_input{shared, {}, {}});
+  // One plan for the whole replica: shared in process, serialized once for every shard in other processes. The last
+  // stage first, so that a plan tends to be waiting when the previous stage's output arrives.
+  const proto::shared_plan shared{std::make_shared<const proto::step_plan>(std::move(p))};
+  for (auto it = st.shards.rbegin(); it != st.shards.rend(); ++it)
+    self->send(*it, shared);
 }
 
 void try_schedule(scheduler_pointer self) {
   auto& st = self->state;
+  // Sequences that ended and requests released while no plan went out ride the next plan: until then the shards
+  // keep a little state nobody reads.
   if (st.healthy && !st.draining)
     while (auto plan = st.core->schedule())
       dispatch(self, std::move(*plan));
-  // Releases that no plan carried follow the plans already sent, on the same path, so they never overtake one.
-  if (!st.releases.empty() && st.healthy && !st.first_stage.empty()) {
-    self->send(st.first_stage.front(), proto::sampler_release{std::move(st.releases)});
-    st.releases.clear();
-  }
   if (st.core->n_in_flight() == 0 || !st.healthy) {
     for (auto& rp : st.drained)
       rp.deliver(caf::ok_atom::value);
@@ -226,7 +236,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
   auto core = engine::scheduler_core::create(args.config);
   ACTORLLM_CHECK(core.has_value(), "the scheduler was spawned with an invalid config");
   self->state.core.emplace(std::move(*core));
-  self->state.first_stage = std::move(args.first_stage);
+  self->state.shards = std::move(args.shards);
   self->state.step_timeout = args.step_timeout;
   return {
       [self](proto::request_spec& spec) -> caf::result<caf::ok_atom> {
@@ -273,8 +283,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
       [self](proto::finish_sequences& fin) {
         auto& st = self->state;
         for (const auto& seq : fin.seqs)
-          if (auto events =
-                  st.core->finish_sequence(engine::seq_id{seq.request_id, seq.index}, engine::finish_reason::stop))
+          if (auto events = st.core->finish_sequence(seq, engine::finish_reason::stop))
             on_events(st, *events);
         try_schedule(self);
       },

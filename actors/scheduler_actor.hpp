@@ -1,6 +1,7 @@
-// The scheduler actor: a thin shell around engine::scheduler_core. It turns plans into messages to the first
-// stage, keeps up to pp_size of them in flight (the core enforces the count), folds sampled tokens back in, and
-// reports each step's news to the engine in one message. A step that gets no result within the step timeout fails
+// The scheduler actor: a thin shell around engine::scheduler_core. It turns each plan into one message for every
+// shard of the replica (block tables as a diff against what the shards hold: engine::block_table_mirror), keeps up
+// to pp_size of them in flight (the core enforces the count), folds sampled tokens back in, and reports each step's
+// news to the engine in one message. A step that gets no result within the step timeout fails
 // the replica like a dead shard does, so no request waits forever on a message that was lost.
 #pragma once
 
@@ -16,8 +17,8 @@ namespace actorllm::actors {
 
 /// Everything the scheduler is built from.
 struct scheduler_args {
-  engine::scheduler_config config;             ///< n_blocks from the block manager, pp_size = pipeline stages
-  std::vector<proto::shard_link> first_stage;  ///< every tp rank of stage 0
+  engine::scheduler_config config;        ///< n_blocks from the block manager, pp_size = pipeline stages
+  std::vector<proto::shard_link> shards;  ///< every shard of the replica (all stages, all tp ranks)
   /// A step with no result after this long fails the replica (a shard or a link that stopped answering without
   /// going down); zero: no limit.
   std::chrono::milliseconds step_timeout{0};

@@ -3,6 +3,7 @@
 
 #include "actorllm/proto/error.hpp"
 #include "actors/model_runner.hpp"
+#include "actors/step_inbox.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/collective.hpp"
 #include "util/log.hpp"
@@ -26,6 +27,7 @@ struct shard_state {
   std::unique_ptr<activation_link> next_link;
   std::unique_ptr<model_runner> runner;
   proto::result_sink results;
+  step_inbox inbox;     // plans from the scheduler and the previous stage's handoffs, paired by step
   bool failed = false;  // once a step failed, later steps are dropped: the replica is unusable
 
   std::string where() const {
@@ -57,38 +59,45 @@ void report_failure(shard_pointer self, uint64_t step_id, std::string message) {
   }
 }
 
-void run_step(shard_pointer self, proto::stage_input& in) {
+// Whether this shard's steps wait for a stage_handoff from the previous stage: its hidden states when they come as a
+// message (in-process), and on tp rank 0 of an MoE model the expert totals (which ride a message in every executor).
+bool expects_handoff(const shard_state& st) {
+  if (st.args.stage == 0)
+    return false;
+  return !st.prev_link || (st.args.spec.tp_rank == 0 && st.runner && st.runner->model().config().n_expert > 0);
+}
+
+void run_step(shard_pointer self, ready_step& in) {
   auto& st = self->state;
-  if (st.failed)
-    return;
   const proto::step_plan& plan = *in.plan;
-  if (!st.runner)
-    return report_failure(self, plan.step_id, "a step arrived before the weights and the KV cache were ready");
+  const uint64_t step_id = plan.step_id;
   step_output out;
   try {
+    tensor hidden = std::move(in.handoff.hidden);
     if (st.prev_link) {
-      in.hidden = st.runner->hidden_input(static_cast<int64_t>(plan.tokens.size()));
-      st.prev_link->recv(plan.step_id, in.hidden);
+      hidden = st.runner->hidden_input(static_cast<int64_t>(plan.tokens.size()));
+      st.prev_link->recv(step_id, hidden);
     }
-    out = st.runner->run(plan, in.hidden);
+    out = st.runner->run(plan, hidden);
   } catch (const std::exception& e) {  // a collective or link that timed out or lost a peer
-    return report_failure(self, plan.step_id, e.what());
+    return report_failure(self, step_id, e.what());
   }
   if (!out.error.empty())
-    return report_failure(self, plan.step_id, out.error);
-  // MoE: this stage's expert load joins the earlier stages' on its way to the sampler shard.
-  std::vector<uint64_t> expert_tokens = std::move(in.expert_tokens);
+    return report_failure(self, step_id, out.error);
+  // MoE: this stage's expert load joins the earlier stages' on its way to the sampler shard (tp rank 0's chain).
+  std::vector<uint64_t> expert_tokens = std::move(in.handoff.expert_tokens);
   const std::vector<uint64_t> own = st.runner->model().expert_load();
   expert_tokens.resize(std::max(expert_tokens.size(), own.size()), 0);
   for (size_t e = 0; e < own.size(); ++e)
     expert_tokens[e] += own[e];
   if (!st.runner->model().is_last_stage()) {
     if (!st.next_link) {
-      self->send(st.args.next, proto::stage_input{std::move(in.plan), std::move(out.hidden), std::move(expert_tokens)});
+      self->send(st.args.next, proto::stage_handoff{step_id, std::move(out.hidden), std::move(expert_tokens)});
       return;
     }
-    const uint64_t step_id = plan.step_id;
-    self->send(st.args.next, proto::stage_input{std::move(in.plan), {}, std::move(expert_tokens)});
+    // The hidden states go over the data plane; only tp rank 0 of an MoE model has something for a message.
+    if (st.args.spec.tp_rank == 0 && st.runner->model().config().n_expert > 0)
+      self->send(st.args.next, proto::stage_handoff{step_id, {}, std::move(expert_tokens)});
     try {
       st.next_link->send(step_id, st.runner->to_host(out.hidden));
     } catch (const std::exception& e) {
@@ -99,23 +108,39 @@ void run_step(shard_pointer self, proto::stage_input& in) {
   if (!st.args.samples)
     return;
   if (!out.result.error.empty())
-    return report_failure(self, plan.step_id, out.result.error);
+    return report_failure(self, step_id, out.result.error);
   out.result.expert_tokens = std::move(expert_tokens);
   self->send(st.results, std::move(out.result));
+}
+
+// Runs every step whose inputs are all in, in plan order.
+void run_ready(shard_pointer self) {
+  auto& st = self->state;
+  while (!st.failed) {
+    if (!st.runner) {
+      if (st.inbox.n_plans() == 0)
+        return;
+      auto head = st.inbox.next();
+      return report_failure(self, head ? head->plan->step_id : 0,
+                            "a step arrived before the weights and the KV cache were ready");
+    }
+    auto step = st.inbox.next();
+    if (!step)
+      return;
+    run_step(self, *step);
+  }
 }
 
 proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args args) {
   self->state.args = std::move(args);
   return {
-      [self](proto::stage_input& in) { run_step(self, in); },
-      [self](proto::sampler_release& release) {
-        auto& st = self->state;
-        if (st.args.samples) {
-          if (st.runner)
-            st.runner->release(release.request_ids);
-        } else if (st.args.spec.tp_rank == 0 && st.args.next) {
-          self->send(st.args.next, std::move(release));
-        }
+      [self](proto::shared_plan& p) {
+        self->state.inbox.push(std::move(p.plan));
+        run_ready(self);
+      },
+      [self](proto::stage_handoff& h) {
+        self->state.inbox.push(std::move(h));
+        run_ready(self);
       },
       [self](proto::load_atom) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
@@ -141,6 +166,7 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
           auto loaded = model::load_shard(st.args.model_dir, st.args.spec, st.args.load);
           st.runner = std::make_unique<model_runner>(std::move(be), std::move(comm), loaded.config,
                                                      std::move(loaded.weights), st.args.spec, st.args.samples);
+          st.inbox.expect_handoff(expects_handoff(st));
         } catch (const std::exception& e) {
           return proto::make_error(errc::load_failed, fmt::format("{}: {}", st.where(), e.what()));
         }

@@ -1,6 +1,7 @@
 // A shard: one tensor-parallel rank of one pipeline stage, as an actor. Its model_runner (a plain class) owns the
 // backend (with its kernel threads), the weight slice, the slice of the paged KV cache and the sampler state, and
-// runs each step; the actor only loads, answers the startup requests and moves plans, hidden states and results.
+// runs each step; the actor only loads, answers the startup requests, pairs each plan (sent by the scheduler to every
+// shard) with the previous stage's output (step_inbox), and moves hidden states and results on.
 // It lives in a detached actor (its own thread), so loading and forward passes never block CAF's scheduler
 // threads; the ranks of a stage meet in the TP collective inside the forward pass.
 #pragma once
@@ -22,7 +23,7 @@
 namespace actorllm::actors {
 
 /// Carries hidden states between the same tp rank of two adjacent stages when they live in different processes
-/// (the data plane): the plan still travels in a CAF message, the floats do not.
+/// (the data plane): the plan reaches every shard from the scheduler in a CAF message, the floats never do.
 class activation_link {
  public:
   virtual ~activation_link() = default;
@@ -48,7 +49,7 @@ struct shard_args {
   /// Worker processes: builds the TP collective when the shard loads (Gloo); null: shared memory through `group`.
   std::function<std::unique_ptr<tp_collective>()> make_collective;
   /// Worker processes: build the links to the previous and next stage when the shard loads (after the
-  /// collective); null: hidden states travel inside stage_input.
+  /// collective); null: hidden states travel inside stage_handoff.
   std::function<std::unique_ptr<activation_link>()> make_prev_link;
   std::function<std::unique_ptr<activation_link>()> make_next_link;
 };

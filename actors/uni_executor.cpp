@@ -171,7 +171,6 @@ std::string describe_stages(const std::vector<stage_range>& stages) {
 
 void finish_replica(caf::actor_system& sys, const engine_config& config, replica_plan& plan) {
   replica& r = plan.r;
-  const int32_t tp = config.tensor_parallel_size;
   caf::scoped_actor self{sys};
   try {
     // Load every shard's slice in parallel, then size and allocate the KV cache.
@@ -195,8 +194,8 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
     scheduler_args sa;
     sa.config = plan.scheduler;
     sa.step_timeout = std::chrono::milliseconds{static_cast<int64_t>(config.step_timeout * 1000.0)};
-    for (int32_t rank = 0; rank < tp; ++rank)
-      sa.first_stage.push_back(r.shards[static_cast<size_t>(rank)]);
+    for (const auto& shard : r.shards)
+      sa.shards.push_back(shard);
     r.scheduler = spawn_scheduler(sys, std::move(sa));
     auto sink = caf::actor_cast<proto::result_sink>(r.scheduler);
     await_all(r.shards, [&](const proto::shard_actor& s) {

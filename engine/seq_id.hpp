@@ -16,6 +16,13 @@ struct seq_id {
   friend auto operator<=>(const seq_id&, const seq_id&) = default;
 };
 
+/// Serialization in CAF's inspect protocol (a template: the engine itself does not depend on CAF): the request id,
+/// then the index. The step protocol carries seq_ids as they are (proto::seq_ref).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, seq_id& x) {
+  return f(x.request_id, x.index);
+}
+
 /// "request_id-index", as vLLM names its sequences in logs.
 inline std::string to_string(seq_id id) { return std::to_string(id.request_id) + "-" + std::to_string(id.index); }
 

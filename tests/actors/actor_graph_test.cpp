@@ -1,12 +1,15 @@
 // The engine and scheduler actors over fake pipeline stages, run by CAF's deterministic test coordinator: every
 // message is delivered when the test says so, so "two plans in flight" and "blocks free while a step is still in
-// flight" are observed exactly, with no sleeps and no real model. The fake stages keep a paged cache of token ids
-// and "predict" a hash of everything a sequence's block table holds, so a wrong block table, a missed block copy or
-// a bad recompute after preemption changes the output.
+// flight" are observed exactly, with no sleeps and no real model. Every fake stage gets every plan from the scheduler
+// and keeps the block tables its diffs build up (actors::persistent_batch), a paged cache of token ids, and
+// "predicts" a hash of everything a sequence's block table holds, so a wrong block table, a missed diff or a bad
+// recompute after preemption changes the output.
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/engine_actor.hpp"
+#include "actors/persistent_batch.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/sequence_samplers.hpp"
+#include "actors/step_inbox.hpp"
 #include "kernels/backend.hpp"
 #include "test_paths.hpp"
 
@@ -51,8 +54,14 @@ std::vector<int32_t> alone(std::vector<int32_t> tokens, int32_t max_tokens, int3
   return out;
 }
 
-using fake_stage = caf::typed_actor<caf::reacts_to<proto::stage_input>, caf::reacts_to<proto::sampler_release>,
+using fake_stage = caf::typed_actor<caf::reacts_to<proto::shared_plan>, caf::reacts_to<proto::stage_handoff>,
                                     caf::reacts_to<proto::connect_atom, proto::result_sink>>;
+
+// Block ids the plans shipped, and how many the whole tables of their sequences held.
+struct block_counts {
+  size_t shipped = 0;
+  size_t whole = 0;
+};
 
 struct fake_stage_state {
   int32_t block_size = 4;
@@ -65,6 +74,9 @@ struct fake_stage_state {
   std::shared_ptr<backend> be = make_backend(device_kind::cpu, 1);  // the sampler's
   std::optional<uint64_t> fail_step;
   std::shared_ptr<std::vector<uint64_t>> steps_seen = std::make_shared<std::vector<uint64_t>>();
+  actors::persistent_batch tables;
+  actors::step_inbox inbox;
+  std::shared_ptr<block_counts> blocks = std::make_shared<block_counts>();
 };
 
 struct fake_stage_args {
@@ -75,27 +87,36 @@ struct fake_stage_args {
   proto::shard_link next;
   std::optional<uint64_t> fail_step;
   std::shared_ptr<std::vector<uint64_t>> steps_seen;
+  std::shared_ptr<block_counts> blocks = std::make_shared<block_counts>();
+  bool expects_handoff = false;  // a later stage: its hidden states come from the previous one
 };
 
-proto::step_result fake_forward(fake_stage_state& st, const proto::stage_input& in) {
-  const auto& plan = *in.plan;
+proto::step_result fake_forward(fake_stage_state& st, const proto::step_plan& plan, const tensor& hidden) {
   proto::step_result failed;
   failed.step_id = plan.step_id;
   if (st.fail_step && plan.step_id == *st.fail_step) {
     failed.error = "fake stage: step failed on purpose";
     return failed;
   }
-  if (!in.hidden.empty() &&
-      proto::hidden_floats(in.hidden) != std::vector<float>(plan.tokens.begin(), plan.tokens.end())) {
+  if (!hidden.empty() && proto::hidden_floats(hidden) != std::vector<float>(plan.tokens.begin(), plan.tokens.end())) {
     failed.error = "fake stage: hidden states are not the previous stage's";
     return failed;
   }
+  if (auto err = st.tables.apply(plan); !err.empty()) {
+    failed.error = "fake stage: " + err;
+    return failed;
+  }
+  const model::forward_batch& batch = st.tables.batch();
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    st.blocks->shipped += plan.sequences[i].blocks.size();
+    st.blocks->whole += batch.sequences[i].block_table.size();
+  }
   const auto bs = static_cast<size_t>(st.block_size);
-  auto slot = [&](const proto::batch_sequence& s, int32_t pos) {
+  auto slot = [&](const model::batch_sequence& s, int32_t pos) {
     return static_cast<size_t>(s.block_table.at(static_cast<size_t>(pos / st.block_size))) * bs +
            static_cast<size_t>(pos % st.block_size);
   };
-  for (const auto& s : plan.sequences)
+  for (const auto& s : batch.sequences)
     for (int32_t q = 0; q < s.n_query; ++q) {
       const auto row = static_cast<size_t>(s.query_begin + q);
       st.cache.at(slot(s, plan.positions[row])) = plan.tokens[row];
@@ -108,7 +129,7 @@ proto::step_result fake_forward(fake_stage_state& st, const proto::stage_input& 
   std::fill(logits.begin(), logits.end(), 0.0f);
   for (size_t i = 0; i < plan.sample_rows.size(); ++i) {
     const int32_t row = plan.sample_rows[i];
-    for (const auto& s : plan.sequences) {
+    for (const auto& s : batch.sequences) {
       if (row < s.query_begin || row >= s.query_begin + s.n_query)
         continue;
       std::vector<int32_t> seen;
@@ -130,26 +151,33 @@ fake_stage::behavior_type fake_stage_behavior(fake_stage::stateful_pointer<fake_
   st.next = args.next;
   st.fail_step = args.fail_step;
   st.steps_seen = args.steps_seen;
+  st.blocks = args.blocks;
+  st.inbox.expect_handoff(args.expects_handoff);
+  auto run_ready = [self] {
+    auto& s = self->state;
+    while (auto step = s.inbox.next()) {
+      const proto::step_plan& plan = *step->plan;
+      s.steps_seen->push_back(plan.step_id);
+      if (s.samples)
+        s.samplers.apply(plan);
+      proto::step_result r = fake_forward(s, plan, step->handoff.hidden);
+      if (!r.error.empty() || s.samples) {
+        self->send(s.results, std::move(r));
+        continue;
+      }
+      tensor hidden = make_host_tensor(dtype::f32, {static_cast<int64_t>(plan.tokens.size())});
+      std::copy(plan.tokens.begin(), plan.tokens.end(), hidden.data_as<float>());
+      self->send(s.next, proto::stage_handoff{plan.step_id, std::move(hidden), {}});
+    }
+  };
   return {
-      [self](proto::stage_input& in) {
-        auto& s = self->state;
-        s.steps_seen->push_back(in.plan->step_id);
-        if (s.samples)
-          s.samplers.apply(*in.plan);
-        proto::step_result r = fake_forward(s, in);
-        if (!r.error.empty() || s.samples) {
-          self->send(s.results, std::move(r));
-          return;
-        }
-        tensor hidden = make_host_tensor(dtype::f32, {static_cast<int64_t>(in.plan->tokens.size())});
-        std::copy(in.plan->tokens.begin(), in.plan->tokens.end(), hidden.data_as<float>());
-        self->send(s.next, proto::stage_input{in.plan, std::move(hidden), {}});
+      [self, run_ready](proto::shared_plan& p) {
+        self->state.inbox.push(std::move(p.plan));
+        run_ready();
       },
-      [self](proto::sampler_release& rel) {
-        if (self->state.samples)
-          self->state.samplers.release(rel.request_ids);
-        else
-          self->send(self->state.next, std::move(rel));
+      [self, run_ready](proto::stage_handoff& h) {
+        self->state.inbox.push(std::move(h));
+        run_ready();
       },
       [self](proto::connect_atom, proto::result_sink sink) { self->state.results = std::move(sink); },
   };
@@ -176,6 +204,8 @@ struct graph_fixture {
   proto::scheduler_actor scheduler;
   std::vector<fake_stage> stages;
   std::shared_ptr<std::vector<uint64_t>> first_stage_steps = std::make_shared<std::vector<uint64_t>>();
+  std::shared_ptr<std::vector<uint64_t>> last_stage_steps = std::make_shared<std::vector<uint64_t>>();
+  std::shared_ptr<block_counts> first_stage_blocks = std::make_shared<block_counts>();
   std::map<uint64_t, news> received;
   int32_t vocab = 32;
 
@@ -214,11 +244,13 @@ struct graph_fixture {
       a.samples = s == o.pp - 1;
       if (s + 1 < o.pp)
         a.next = stages[static_cast<size_t>(s + 1)];
+      a.expects_handoff = s > 0;
       if (s == 0) {
         a.fail_step = o.fail_step;
         a.steps_seen = first_stage_steps;
+        a.blocks = first_stage_blocks;
       } else {
-        a.steps_seen = std::make_shared<std::vector<uint64_t>>();
+        a.steps_seen = s == o.pp - 1 ? last_stage_steps : std::make_shared<std::vector<uint64_t>>();
       }
       stages[static_cast<size_t>(s)] = sys.spawn(fake_stage_behavior, a);
     }
@@ -229,7 +261,8 @@ struct graph_fixture {
     sa.config.max_num_batched_tokens = o.max_num_batched_tokens;
     sa.config.max_model_len = o.max_model_len;
     sa.config.pp_size = o.pp;
-    sa.first_stage.push_back(stages.front());
+    for (const auto& stage : stages)
+      sa.shards.push_back(stage);
     sa.step_timeout = o.step_timeout;
     scheduler = actors::spawn_scheduler(sys, sa);
     for (const auto& s : stages)
@@ -346,11 +379,14 @@ TEST_CASE_FIXTURE(graph_fixture, "with pp 2 the scheduler keeps two plans in fli
     CHECK(n.output->usage.prompt_tokens == static_cast<int32_t>(prompts[i].size()));
   }
   CHECK(first_stage_steps->size() >= 12);
+  CHECK(*last_stage_steps == *first_stage_steps);  // every stage got every plan, in the same order
   auto after = stats();
   CHECK(after.n_free_blocks == after.n_blocks);
   CHECK(after.n_steps_in_flight == 0);
   CHECK(after.n_requests == 0);
   CHECK(after.n_steps == first_stage_steps->size());
+  // The plans shipped each block id about once, not each sequence's whole table every step.
+  CHECK(first_stage_blocks->shipped < first_stage_blocks->whole / 2);
 }
 
 TEST_CASE_FIXTURE(graph_fixture, "an abort frees the request's blocks before its step in flight has come back") {

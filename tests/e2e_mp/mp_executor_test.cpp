@@ -3,6 +3,7 @@
 // a worker killed with SIGKILL ends every in-flight request with an error at once, after which the engine restarts its
 // workers and serves the golden output again.
 #include "actorllm/llm.hpp"
+#include "actorllm/proto/shared_plan.hpp"
 #include "e2e_server/server_harness.hpp"
 #include "golden_ids.hpp"
 #include "test_paths.hpp"
@@ -140,6 +141,20 @@ TEST_CASE("mp executor: tp 2, tp 4, pp 2 and tp 2 x pp 2 in worker processes giv
   while (!worker_pids().empty() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
   CHECK(worker_pids().empty());
+}
+
+TEST_CASE("mp executor: tp 2 x pp 2 serializes each step's plan once for its 4 worker processes") {
+  const golden_case g = greedy_from_bos();
+  LLM llm{mp_config(2, 2)};
+  REQUIRE(worker_pids().size() == 4);
+  const uint64_t steps_before = llm.stats().n_steps;
+  const uint64_t before = proto::plan_serializations().load();
+  CHECK(test::greedy_ids(llm, g) == g.output);
+  const uint64_t steps = llm.stats().n_steps - steps_before;
+  CHECK(steps >= g.output.size());
+  // One per step (the engine's scheduler writes it for every shard at once), where a plan relayed stage by stage
+  // would be written tp * (2 pp - 1) = 6 times.
+  CHECK(proto::plan_serializations().load() - before == steps);
 }
 
 TEST_CASE("mp executor: with ACTORLLM_SHM_COLLECTIVE=0 the TP ranks all-reduce over Gloo and give the golden ids") {

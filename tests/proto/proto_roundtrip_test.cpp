@@ -6,6 +6,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
+#include <caf/deep_to_string.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/message.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -102,7 +103,8 @@ proto::step_plan full_plan() {
   p.step_id = 42;
   p.tokens = {1, 15, 22, 9};
   p.positions = {0, 1, 2, 17};
-  p.sequences = {{0, 3, {4, 1}}, {3, 1, {7, 8}}};
+  p.sequences = {{{10, 0}, 0, 3, true, {4, 1}}, {{11, 2}, 3, 1, false, {}}, {{12, 0}, 4, 0, false, {8}}};
+  p.dropped_seqs = {{3, 0}, {4, 1}};
   p.sample_rows = {2, 3};
   p.sample_seqs = {{10, 0}, {11, 2}};
   proto::sampler_spec spec{0.8f,   0.95f,         50, 0.1f, 1.2f,        0.3f,     0.4f,         3, 1234,
@@ -255,20 +257,45 @@ TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also
   caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE_FIXTURE(proto_fixture, "step plans, stage inputs and step results round-trip") {
+TEST_CASE_FIXTURE(proto_fixture, "a shared plan is serialized once however many messages carry it") {
+  const proto::shared_plan shared{std::make_shared<const proto::step_plan>(full_plan())};
+  const uint64_t before = proto::plan_serializations().load();
+  for (int shard = 0; shard < 4; ++shard) {  // as the scheduler sends it to 4 shards in other processes
+    auto back = roundtrip_message(shared);
+    REQUIRE(back.plan != nullptr);
+    CHECK(back.plan != shared.plan);  // a fresh plan, equal by value
+    CHECK(*back.plan == *shared.plan);
+    CHECK(roundtrip(shared) == shared);
+  }
+  CHECK(proto::plan_serializations().load() - before == 1);
+  // Another step's plan is serialized on its own.
+  proto::step_plan next = full_plan();
+  next.step_id = 43;
+  const proto::shared_plan other{std::make_shared<const proto::step_plan>(next)};
+  CHECK(roundtrip(other).plan->step_id == 43);
+  CHECK(proto::plan_serializations().load() - before == 2);
+  // Printing a plan (CAF's to_string) serializes nothing.
+  CHECK(caf::deep_to_string(other).find("43") != std::string::npos);
+  CHECK(proto::plan_serializations().load() - before == 2);
+}
+
+TEST_CASE_FIXTURE(proto_fixture, "step plans, stage handoffs and step results round-trip") {
   auto plan = full_plan();
   CHECK(roundtrip(plan) == plan);
   CHECK(roundtrip_message(plan) == plan);
 
-  tensor hidden = make_host_tensor(dtype::f32, {3});
+  tensor hidden = make_host_tensor(dtype::f32, {3, 1});
   const float values[] = {0.5f, -1.0f, 3.25f};
   std::copy(std::begin(values), std::end(values), hidden.data_as<float>());
-  proto::stage_input in{std::make_shared<const proto::step_plan>(plan), hidden, {3, 0, 7}};
-  auto in_back = roundtrip(in);
-  REQUIRE(in_back.plan != nullptr);
-  CHECK(in_back.plan != in.plan);  // a fresh plan, equal by value
-  CHECK(in_back == in);
-  CHECK(roundtrip_message(in) == in);
+  proto::stage_handoff handoff{42, hidden, {3, 0, 7}};
+  auto handoff_back = roundtrip(handoff);
+  CHECK(handoff_back == handoff);
+  CHECK(handoff_back.hidden.shape == hidden.shape);
+  CHECK(handoff_back.hidden.buf != hidden.buf);  // fresh floats, equal by value
+  CHECK(roundtrip_message(handoff) == handoff);
+  proto::stage_handoff experts_only{43, {}, {1, 2}};
+  CHECK(roundtrip(experts_only) == experts_only);
+  CHECK(roundtrip(experts_only).hidden.empty());
 
   proto::step_result res;
   res.step_id = 42;
@@ -282,10 +309,6 @@ TEST_CASE_FIXTURE(proto_fixture, "step plans, stage inputs and step results roun
   failed.step_id = 43;
   failed.error = "block 99 outside a cache of 64 blocks";
   CHECK(roundtrip(failed) == failed);
-
-  proto::sampler_release rel{{1, 2, 3}};
-  CHECK(roundtrip(rel) == rel);
-  CHECK(roundtrip_message(rel) == rel);
 
   proto::shard_profile prof{1,           3,           3,           5,          123456, 20480, 51, "node-a/cuda:1",
                             85899345920, 21474836480, 17179869184, 19327352832};

@@ -1,7 +1,7 @@
 // The typed interfaces of the long-lived roles of one replica: engine, scheduler, block manager, shard.
 //
-//   submitter --submit_request--> engine --request_spec--> scheduler --stage_input--> stage 0 shards (every tp rank)
-//   stage s rank r --stage_input(hidden)--> stage s+1 rank r ... last stage rank 0 (samples) --step_result-->
+//   submitter --submit_request--> engine --request_spec--> scheduler --shared_plan--> every shard (all stages)
+//   stage s rank r --stage_handoff(hidden)--> stage s+1 rank r ... last stage rank 0 (samples) --step_result-->
 //   scheduler --step_update--> engine --output_batch--> submitter
 #pragma once
 
@@ -67,10 +67,11 @@ using block_manager_actor = caf::typed_actor<
 
 /// A shard: one tp rank of one pipeline stage, with its weight slice, KV-cache slice and kernel threads.
 using shard_actor = caf::typed_actor<
-    /// A step: copy blocks, run the layers, pass hidden states on (or sample, on the sampler shard).
-    caf::reacts_to<stage_input>,
-    /// Drop sampler state (forwarded by rank 0 of each stage to the sampler shard).
-    caf::reacts_to<sampler_release>,
+    /// A step's plan (from the scheduler, to every shard): update the block tables, run the layers once the previous
+    /// stage's output is in, pass hidden states on (or sample, on the sampler shard).
+    caf::reacts_to<shared_plan>,
+    /// The previous stage's output for a step.
+    caf::reacts_to<stage_handoff>,
     /// Load the weight slice (already sliced while reading).
     caf::replies_to<load_atom>::with<caf::ok_atom>,
     /// Report the per-block size for a block size and how many blocks fit a byte budget; a GPU shard first runs a

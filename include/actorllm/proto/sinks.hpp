@@ -4,8 +4,8 @@
 #pragma once
 
 #include "actorllm/proto/output_batch.hpp"
-#include "actorllm/proto/sampler_release.hpp"
-#include "actorllm/proto/stage_input.hpp"
+#include "actorllm/proto/shared_plan.hpp"
+#include "actorllm/proto/stage_handoff.hpp"
 #include "actorllm/proto/step_result.hpp"
 #include "actorllm/proto/step_update.hpp"
 
@@ -23,7 +23,7 @@ using update_sink = caf::typed_actor<caf::reacts_to<step_update>>;
 /// The scheduler, as the sampler shard (and any shard that fails a step) reports to it.
 using result_sink = caf::typed_actor<caf::reacts_to<step_result>>;
 
-/// A shard, as the scheduler and the previous stage feed it.
-using shard_link = caf::typed_actor<caf::reacts_to<stage_input>, caf::reacts_to<sampler_release>>;
+/// A shard, as the scheduler (every step's plan) and the previous stage (its output for a step) feed it.
+using shard_link = caf::typed_actor<caf::reacts_to<shared_plan>, caf::reacts_to<stage_handoff>>;
 
 }  // namespace actorllm::proto

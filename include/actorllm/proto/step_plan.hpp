@@ -1,7 +1,11 @@
-// One step of continuous batching as the scheduler sends it down the pipeline: the flattened batch (tokens,
-// positions, block tables, sample rows), the KV block copies to do first, and the sampler bookkeeping (which
-// sequence each sample row belongs to, sampler state to create and to drop).
+// One step of continuous batching as the scheduler sends it to every shard of the replica: the flattened batch
+// (tokens, positions, sample rows), each scheduled sequence's block table as a diff against what the shards already
+// hold, the sequences whose tables the shards drop, and the sampler bookkeeping (which sequence each sample row
+// belongs to, sampler state to create and to drop). vLLM's SchedulerOutput: new vs. cached requests, new_block_ids,
+// finished_req_ids.
 #pragma once
+
+#include "engine/seq_id.hpp"
 
 #include <caf/meta/type_name.hpp>
 
@@ -12,33 +16,29 @@
 
 namespace actorllm::proto {
 
-/// Names one output sequence: sequence `index` of request `request_id`.
-struct seq_ref {
-  uint64_t request_id = 0;
-  uint32_t index = 0;
+/// Names one output sequence: sequence `index` of request `request_id`. The engine's own type, serialized through
+/// its inspect overload (engine/seq_id.hpp), so the scheduler's sequence lists go into a plan without a copy per
+/// field.
+using seq_ref = engine::seq_id;
 
-  friend auto operator<=>(const seq_ref&, const seq_ref&) = default;
-};
-
-/// CAF inspection of seq_ref.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, seq_ref& x) {
-  return f(caf::meta::type_name("seq_ref"), x.request_id, x.index);
-}
-
-/// One sequence's rows of the flattened batch and the KV blocks that hold it (as model::batch_sequence).
-struct batch_sequence {
+/// One scheduled sequence's rows of the flattened batch and the KV blocks the shards must add to its block table:
+/// with `new_table`, `blocks` is the whole table (a sequence the shards do not hold: new, re-admitted after a
+/// preemption, or whose table changed other than by appending); otherwise the blocks appended since the last plan
+/// that scheduled it (often none).
+struct scheduled_sequence {
+  seq_ref seq;
   int32_t query_begin = 0;
   int32_t n_query = 0;
-  std::vector<int32_t> block_table;
+  bool new_table = false;
+  std::vector<int32_t> blocks;
 
-  friend bool operator==(const batch_sequence&, const batch_sequence&) = default;
+  friend bool operator==(const scheduled_sequence&, const scheduled_sequence&) = default;
 };
 
-/// CAF inspection of batch_sequence.
+/// CAF inspection of scheduled_sequence.
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, batch_sequence& x) {
-  return f(caf::meta::type_name("batch_sequence"), x.query_begin, x.n_query, x.block_table);
+typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
+  return f(caf::meta::type_name("scheduled_sequence"), x.seq, x.query_begin, x.n_query, x.new_table, x.blocks);
 }
 
 /// The sampling knobs of one request, as the sampler shard applies them (kernels/cpu/sampling.hpp semantics).
@@ -90,18 +90,21 @@ typename Inspector::result_type inspect(Inspector& f, sampler_setup& x) {
   return f(caf::meta::type_name("sampler_setup"), x.request_id, x.spec, x.prompt_ids, x.resume_output_ids);
 }
 
-/// Everything the shards need for one step. Every shard runs its layers over the batch (block tables may repeat
-/// block ids across sequences: shared prefix blocks, which no step writes); the sampler shard first drops the sampler
-/// state of released_requests, then creates new_requests', then samples sample_rows[i] for sample_seqs[i].
+/// Everything the shards need for one step. Every shard applies the plans in the order they were sent: it first
+/// drops the block tables of dropped_seqs, then applies each scheduled sequence's blocks to its table, and runs its
+/// layers over the batch (block tables may repeat block ids across sequences: shared prefix blocks, which no step
+/// writes). The sampler shard first drops the sampler state of released_requests, then creates new_requests', then
+/// samples sample_rows[i] for sample_seqs[i].
 struct step_plan {
   uint64_t step_id = 0;
   std::vector<int32_t> tokens;     ///< [n_tokens] token ids (read by the first stage)
   std::vector<int32_t> positions;  ///< [n_tokens] absolute positions
-  std::vector<batch_sequence> sequences;
+  std::vector<scheduled_sequence> sequences;
+  std::vector<seq_ref> dropped_seqs;  ///< finished or preempted since the last plan: the shards forget their tables
   std::vector<int32_t> sample_rows;
   std::vector<seq_ref> sample_seqs;  ///< the sequence of each sample row
   std::vector<sampler_setup> new_requests;
-  std::vector<uint64_t> released_requests;
+  std::vector<uint64_t> released_requests;  ///< requests that ended since the last plan
 
   friend bool operator==(const step_plan&, const step_plan&) = default;
 };
@@ -109,8 +112,8 @@ struct step_plan {
 /// CAF inspection of step_plan.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
-  return f(caf::meta::type_name("step_plan"), x.step_id, x.tokens, x.positions, x.sequences, x.sample_rows,
-           x.sample_seqs, x.new_requests, x.released_requests);
+  return f(caf::meta::type_name("step_plan"), x.step_id, x.tokens, x.positions, x.sequences, x.dropped_seqs,
+           x.sample_rows, x.sample_seqs, x.new_requests, x.released_requests);
 }
 
 }  // namespace actorllm::proto

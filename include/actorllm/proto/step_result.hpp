@@ -36,7 +36,7 @@ struct step_result {
   double forward_seconds = 0.0;  ///< the sampler shard's time in the forward pass (block copies included)
   double sample_seconds = 0.0;   ///< its time sampling the rows
   /// MoE models: tokens routed to each expert since the shards started, summed over every stage's MoE layers (each
-  /// stage's tp rank 0 counts its layers; the totals ride stage_input to the sampler shard); empty for dense models.
+  /// stage's tp rank 0 counts its layers; the totals ride stage_handoff to the sampler shard); empty for dense models.
   std::vector<uint64_t> expert_tokens;
 
   friend bool operator==(const step_result&, const step_result&) = default;

@@ -11,10 +11,10 @@
 #include "actorllm/proto/output_batch.hpp"
 #include "actorllm/proto/request_output.hpp"
 #include "actorllm/proto/request_spec.hpp"
-#include "actorllm/proto/sampler_release.hpp"
 #include "actorllm/proto/sampling_params.hpp"
+#include "actorllm/proto/shared_plan.hpp"
 #include "actorllm/proto/sinks.hpp"
-#include "actorllm/proto/stage_input.hpp"
+#include "actorllm/proto/stage_handoff.hpp"
 #include "actorllm/proto/step_plan.hpp"
 #include "actorllm/proto/step_result.hpp"
 #include "actorllm/proto/step_update.hpp"
@@ -52,14 +52,14 @@ CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::finish_sequences))
 
 // Scheduler <-> shards.
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::step_plan))
-CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::seq_ref))
-CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::batch_sequence))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::engine::seq_id))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::scheduled_sequence))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::sampler_spec))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::sampler_setup))
-CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::stage_input))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::shared_plan))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::stage_handoff))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::step_result))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::sampled_token))
-CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::sampler_release))
 
 // Cache sizing.
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::shard_profile))
