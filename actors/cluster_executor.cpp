@@ -189,7 +189,8 @@ replica build_cluster_replica(caf::actor_system& sys, const engine_config& confi
   for (auto& n : all) {
     if (!n.healthy)
       continue;
-    resources.push_back({n.info.node_id, n.info.host, n.info.n_devices, n.info.device_kind, n.info.free_memory_bytes});
+    resources.push_back(
+        {n.info.node_id, n.info.host, n.info.n_devices, n.info.device_kind, n.info.free_memory_bytes, {}});
     nodes.push_back(std::move(n));
   }
   auto placed = place_ranks(tp, pp, resources);
