@@ -24,10 +24,14 @@ std::string cluster_token(const engine_config& config);
 std::vector<proto::cluster_node> cluster_nodes(caf::actor_system& sys, const std::string& address,
                                                const std::string& token, std::chrono::milliseconds timeout);
 
-/// Builds the replica on the cluster at config.cluster_address (the actor system must have the middleman
-/// loaded). Fails at once when the cluster cannot fit tp × pp, listing what was asked and what each node has;
-/// a node without the model (or with another one) is named.
-replica build_cluster_replica(caf::actor_system& sys, const engine_config& config);
+/// Builds replica `slot` on the cluster at config.cluster_address (the actor system must have the middleman
+/// loaded). Its ranks go to devices that no running worker holds (as the agents report them now) and that no other
+/// replica of this process is being placed on. Fails at once when the cluster cannot fit tp × pp, listing what was
+/// asked and what each node has; a node without the model (or with another one) is named.
+replica build_cluster_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot = {});
+
+/// The devices of a node that its agent's workers hold (node_info::workers).
+std::vector<int32_t> devices_in_use(const proto::node_info& info);
 
 /// A launcher that starts worker i on where.slots[i] through that node's agent (model_dir empty: no model check).
 std::shared_ptr<worker_launcher> make_cluster_launcher(caf::actor_system& sys, std::vector<proto::cluster_node> nodes,

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -27,7 +28,33 @@ int32_t local_cpu_devices() {
   return static_cast<int32_t>(n);
 }
 
+int32_t local_replica_count(const engine_config& config) {
+  const int32_t dp = std::max(1, config.data_parallel_size);
+  return config.data_parallel_size_local > 0 ? std::min(config.data_parallel_size_local, dp) : dp;
+}
+
 std::string resolve_executor(const engine_config& config) {
+  if (config.data_parallel_size < 1)
+    throw actorllm::error{errc::invalid_config, fmt::format("data_parallel_size (--data-parallel-size) must be at "
+                                                            "least 1, got {}",
+                                                            config.data_parallel_size)};
+  if (config.data_parallel_size_local < 0 || config.data_parallel_size_local > config.data_parallel_size)
+    throw actorllm::error{errc::invalid_config,
+                          fmt::format("data_parallel_size_local (--data-parallel-size-local) must be in [0, "
+                                      "data_parallel_size {}], got {}",
+                                      config.data_parallel_size, config.data_parallel_size_local)};
+  if (config.data_parallel_rank < -1 || config.data_parallel_rank >= config.data_parallel_size)
+    throw actorllm::error{
+        errc::invalid_config,
+        fmt::format("data_parallel_rank (--data-parallel-rank) must be in [0, data_parallel_size {}), "
+                    "got {}",
+                    config.data_parallel_size, config.data_parallel_rank)};
+  if (config.enable_expert_parallel && config.data_parallel_size > 1)
+    // vLLM's EP group is dp × tp because its DP ranks step in lockstep; these replicas are independent engines.
+    log::info("executor",
+              "expert parallelism with {} data-parallel replicas: each replica's expert-parallel group "
+              "is its own tensor-parallel group (replicas do not step together)",
+              config.data_parallel_size);
   executor_inputs in;
   if (!config.distributed_executor_backend.empty()) {
     in.requested = parse_executor_backend(config.distributed_executor_backend);
@@ -36,11 +63,15 @@ std::string resolve_executor(const engine_config& config) {
                                                       executor_backend_error(config.distributed_executor_backend)};
   }
   in.world_size = config.tensor_parallel_size * config.pipeline_parallel_size;
+  // Replicas on this node each take tp × pp devices of their own; an external-LB rank (data_parallel_rank) takes
+  // its rank's share, so the node needs as many as all its local replicas together all the same.
+  in.replicas = local_replica_count(config);
   // An unusable device is refused with the other settings (plan_replica); here it only shapes the choice.
   in.gpu = resolve_device(config.device).kind == device_kind::cuda;
   in.local_devices = in.gpu ? visible_gpu_count() : local_cpu_devices();
   in.cluster_configured = !config.cluster_address.empty();
-  in.cluster_devices = in.world_size;  // checked exactly against the nodes when the cluster replica is placed
+  // Checked exactly against the nodes when each cluster replica is placed.
+  in.cluster_devices = devices_needed(in);
   auto choice = choose_executor(in);
   if (auto* err = std::get_if<std::string>(&choice))
     throw actorllm::error{errc::invalid_config, *err};
@@ -50,12 +81,11 @@ std::string resolve_executor(const engine_config& config) {
 }
 
 replica build_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot) {
-  (void)slot;  // TODO(dp): device offsets and thread shares per replica
   if (config.distributed_executor_backend == "mp")
-    return build_mp_replica(sys, config);
+    return build_mp_replica(sys, config, slot);
   if (config.distributed_executor_backend == "cluster")
-    return build_cluster_replica(sys, config);
-  return build_uni_replica(sys, config);
+    return build_cluster_replica(sys, config, slot);
+  return build_uni_replica(sys, config, slot);
 }
 
 }  // namespace actorllm::actors

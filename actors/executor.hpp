@@ -19,14 +19,13 @@ int32_t local_cpu_devices();
 /// (invalid_config) for an unknown or impossible --distributed-executor-backend, naming the numbers.
 std::string resolve_executor(const engine_config& config);
 
-/// Which of an engine's data-parallel replicas is being built: its rank among them and how many there are (for its
-/// share of the devices and threads).
-struct replica_slot {
-  int32_t dp_rank = 0;
-  int32_t dp_size = 1;
-};
+/// The replicas whose shards run on this node's devices (executor rule and device check): data_parallel_size_local
+/// when given, else data_parallel_size.
+int32_t local_replica_count(const engine_config& config);
 
-/// Builds the replica with config.distributed_executor_backend (as resolve_executor returned it), for `slot`.
+/// Builds the replica with config.distributed_executor_backend (as resolve_executor returned it), for `slot`
+/// (replica_slot is declared in uni_executor.hpp): uni and mp give it its own share of this node's devices and
+/// threads (replica_share), cluster places its ranks on devices no other live replica uses.
 replica build_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot = {});
 
 }  // namespace actorllm::actors

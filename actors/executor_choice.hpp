@@ -27,11 +27,14 @@ std::string_view to_string(executor_backend backend);
 /// What the choice depends on.
 struct executor_inputs {
   std::optional<executor_backend> requested;  ///< --distributed-executor-backend; nullopt: choose by the rule
-  int32_t world_size = 1;                     ///< tensor_parallel_size × pipeline_parallel_size
-  int32_t local_devices = 0;                  ///< devices of this node (GPUs, or CPU devices when !gpu)
-  bool gpu = false;                           ///< whether the shards run on GPUs (CPU devices may be oversubscribed)
-  bool cluster_configured = false;            ///< whether a cluster head is configured
-  int32_t cluster_devices = 0;                ///< devices of all the cluster's nodes together
+  int32_t world_size = 1;                     ///< tensor_parallel_size × pipeline_parallel_size (one replica)
+  /// Data-parallel replicas whose shards this node runs (each needs world_size devices of its own); the devices
+  /// compared with local_devices are world_size × replicas.
+  int32_t replicas = 1;
+  int32_t local_devices = 0;        ///< devices of this node (GPUs, or CPU devices when !gpu)
+  bool gpu = false;                 ///< whether the shards run on GPUs (CPU devices may be oversubscribed)
+  bool cluster_configured = false;  ///< whether a cluster head is configured
+  int32_t cluster_devices = 0;      ///< devices of all the cluster's nodes together
 };
 
 /// The backend chosen and why, in words fit for the startup log (it carries any warning, e.g. shards sharing a GPU).
@@ -42,6 +45,9 @@ struct executor_decision {
 
 /// A decision, or the message saying why no backend can run this world (with the numbers).
 using executor_choice = std::variant<executor_decision, std::string>;
+
+/// world_size × replicas: the devices the replicas placed on this node need together.
+int32_t devices_needed(const executor_inputs& in);
 
 /// The executor for `in`. A requested backend is taken when it can run: `mp` on GPUs needs world_size devices on
 /// this node; `cluster` needs a configured cluster with world_size devices; `uni` always runs (on GPUs with more

@@ -19,14 +19,20 @@ namespace {
 class local_launcher final : public worker_launcher {
  public:
   /// `tls` and `control_key`: the engine's control-plane transport, which its workers must speak too.
-  local_launcher(std::string program, control_tls tls, std::string control_key)
-      : program_(std::move(program)), tls_(std::move(tls)), control_key_(std::move(control_key)) {}
+  local_launcher(std::string program, control_tls tls, std::string control_key, int32_t dp_rank)
+      : program_(std::move(program)), tls_(std::move(tls)), control_key_(std::move(control_key)), dp_rank_(dp_rank) {}
   std::string name() const override { return "mp executor"; }
 
   void start(int32_t index, const std::string& host, uint16_t port, const std::string& token) override {
     util::child_process::options o;
     o.program = program_;
-    o.args = {"worker", "--registry", fmt::format("{}:{}", host, port), "--index", std::to_string(index)};
+    o.args = {"worker",
+              "--registry",
+              fmt::format("{}:{}", host, port),
+              "--index",
+              std::to_string(index),
+              "--replica",
+              std::to_string(dp_rank_)};
     o.env = tls_.environment();
     o.env.emplace_back(control_key_variable, control_key_);
     o.env.emplace_back("ACTORLLM_WORKER_TOKEN", token);
@@ -36,7 +42,8 @@ class local_launcher final : public worker_launcher {
   std::optional<std::string> dead_worker() override {
     for (size_t i = 0; i < processes_.size(); ++i)
       if (auto status = processes_[i]->exit_status())
-        return fmt::format("worker {} (pid {}) exited with status {}", i, processes_[i]->pid(), *status);
+        return fmt::format("replica {} worker {} (pid {}) exited with status {}", dp_rank_, i, processes_[i]->pid(),
+                           *status);
     return std::nullopt;
   }
 
@@ -58,6 +65,7 @@ class local_launcher final : public worker_launcher {
   std::string program_;
   control_tls tls_;
   std::string control_key_;
+  int32_t dp_rank_ = 0;
   std::vector<std::shared_ptr<util::child_process>> processes_;
 };
 
@@ -86,12 +94,13 @@ std::string data_plane_host() {
   return env != nullptr && *env != '\0' ? std::string{env} : std::string{"127.0.0.1"};
 }
 
-replica build_mp_replica(caf::actor_system& sys, const engine_config& config) {
-  replica_plan plan = plan_replica(config);
+replica build_mp_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot) {
+  replica_plan plan = plan_replica(config, slot);
   plan.r.executor = "mp";
   return build_worker_replica(
       sys, config, std::move(plan),
-      std::make_shared<local_launcher>(worker_binary(), control_tls::of(sys), control_key_of(sys)), data_plane_host());
+      std::make_shared<local_launcher>(worker_binary(), control_tls::of(sys), control_key_of(sys), slot.dp_rank),
+      data_plane_host());
 }
 
 }  // namespace actorllm::actors

@@ -21,7 +21,8 @@ std::string worker_binary();
 std::string data_plane_host();
 
 /// Builds a replica whose shards live in worker processes of this node (the actor system must have the middleman
-/// loaded). Throws actorllm::error naming the worker or shard that failed; every process started is stopped again.
-replica build_mp_replica(caf::actor_system& sys, const engine_config& config);
+/// loaded), for replica `slot`: its workers take the GPUs of its share (replica_share) and its part of the threads.
+/// Throws actorllm::error naming the worker or shard that failed; every process started is stopped again.
+replica build_mp_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot = {});
 
 }  // namespace actorllm::actors

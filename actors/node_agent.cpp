@@ -32,6 +32,10 @@ using reap_atom = caf::atom_constant<caf::atom("reap")>;
 struct worker_entry {
   std::string token;  // the engine's worker token
   int32_t index = 0;
+  int32_t dp_rank = 0;  // what the engine said the worker serves, reported back to the registry
+  int32_t stage = 0;
+  int32_t tp_rank = 0;
+  int32_t device = 0;
   std::string registry;  // HOST:PORT of the engine's worker registry
   std::unique_ptr<util::child_process> process;
 };
@@ -81,7 +85,13 @@ caf::result<int32_t> start_worker(agent_pointer self, proto::worker_launch& laun
   util::child_process::options o;
   o.program = st.config.worker_program;
   const std::string registry = fmt::format("{}:{}", launch.registry_host, launch.registry_port);
-  o.args = {"worker", "--registry", registry, "--index", std::to_string(launch.index)};
+  o.args = {"worker",
+            "--registry",
+            registry,
+            "--index",
+            std::to_string(launch.index),
+            "--replica",
+            std::to_string(launch.dp_rank)};
   // The engine's environment first, so that this node's own address and the worker token always win.
   for (size_t i = 0; i < launch.env_names.size(); ++i)
     o.env.emplace_back(launch.env_names[i], launch.env_values[i]);
@@ -99,6 +109,10 @@ caf::result<int32_t> start_worker(agent_pointer self, proto::worker_launch& laun
   worker_entry w;
   w.token = launch.token;
   w.index = launch.index;
+  w.dp_rank = launch.dp_rank;
+  w.stage = launch.stage;
+  w.tp_rank = launch.tp_rank;
+  w.device = launch.device;
   w.registry = registry;
   try {
     w.process = std::make_unique<util::child_process>(o);
@@ -107,8 +121,8 @@ caf::result<int32_t> start_worker(agent_pointer self, proto::worker_launch& laun
                              fmt::format("{} cannot start worker {}: {}", node_name(info), launch.index, e.what()));
   }
   const auto pid = static_cast<int32_t>(w.process->pid());
-  log::info("node", "started worker {} on {} device {} for the engine at {} (pid {})", launch.index, info.device_kind,
-            launch.device, registry, pid);
+  log::info("node", "started worker {} (replica {} stage {} rank {}) on {} device {} for the engine at {} (pid {})",
+            launch.index, launch.dp_rank, launch.stage, launch.tp_rank, info.device_kind, launch.device, registry, pid);
   st.workers.push_back(std::move(w));
   return pid;
 }
@@ -127,6 +141,10 @@ caf::behavior agent_behavior(agent_pointer self, node_agent_config config) {
           info.free_memory_bytes = mem.available_bytes;
         }
         info.n_workers = static_cast<int32_t>(self->state.workers.size());
+        info.workers.clear();
+        for (const auto& w : self->state.workers)
+          info.workers.push_back(proto::worker_report{w.index, w.dp_rank, w.stage, w.tp_rank, w.device,
+                                                      static_cast<int32_t>(w.process->pid())});
         return info;
       },
       [self](proto::start_worker_atom, proto::worker_launch& launch) { return start_worker(self, launch); },

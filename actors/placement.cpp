@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 #include <numeric>
 
@@ -10,13 +11,26 @@ namespace actorllm::actors {
 
 namespace {
 
+// Which of the node's devices are in use already (indices in range only).
+std::vector<bool> taken_mask(const node_resources& n) {
+  std::vector<bool> taken(static_cast<size_t>(std::max(0, n.n_devices)), false);
+  for (int32_t d : n.taken_devices)
+    if (d >= 0 && d < n.n_devices)
+      taken[static_cast<size_t>(d)] = true;
+  return taken;
+}
+
 std::string describe_nodes(const std::vector<node_resources>& nodes) {
   if (nodes.empty())
     return " no node has joined the cluster";
   std::string out;
-  for (const auto& n : nodes)
+  for (const auto& n : nodes) {
     fmt::format_to(std::back_inserter(out), "\n  node '{}' ({}): {} {} device(s), {:.1f} GiB free", n.node_id,
                    n.address, n.n_devices, n.device_kind, static_cast<double>(n.free_memory_bytes) / (1ull << 30));
+    const auto taken = taken_mask(n);
+    if (const auto used = std::count(taken.begin(), taken.end(), true); used > 0)
+      fmt::format_to(std::back_inserter(out), ", {} taken by other workers", used);
+  }
   return out;
 }
 
@@ -39,19 +53,27 @@ placement_result place_ranks(int32_t tp, int32_t pp, const std::vector<node_reso
       return fmt::format("node '{}' ({}) reports {} devices", n.node_id, n.address, n.n_devices);
 
   const int64_t asked = static_cast<int64_t>(tp) * pp;
-  const int64_t total = std::accumulate(nodes.begin(), nodes.end(), int64_t{0},
-                                        [](int64_t sum, const node_resources& n) { return sum + n.n_devices; });
-  if (total < asked)
-    return fmt::format("cannot place tp {} × pp {} = {} devices: the cluster has {} device(s) on {} node(s):{}", tp, pp,
-                       asked, total, nodes.size(), describe_nodes(nodes));
-
+  std::vector<std::vector<bool>> taken(nodes.size());
   std::vector<int32_t> free_devices(nodes.size());
-  std::vector<int32_t> next_device(nodes.size(), 0);
-  for (size_t i = 0; i < nodes.size(); ++i)
-    free_devices[i] = nodes[i].n_devices;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    taken[i] = taken_mask(nodes[i]);
+    free_devices[i] = static_cast<int32_t>(std::count(taken[i].begin(), taken[i].end(), false));
+  }
+  const int64_t total = std::accumulate(free_devices.begin(), free_devices.end(), int64_t{0});
+  const bool any_taken = std::any_of(nodes.begin(), nodes.end(), [](const node_resources& n) {
+    return std::any_of(n.taken_devices.begin(), n.taken_devices.end(),
+                       [&](int32_t d) { return d >= 0 && d < n.n_devices; });
+  });
+  if (total < asked)
+    return fmt::format("cannot place tp {} × pp {} = {} devices: the cluster has {} {}device(s) on {} node(s):{}", tp,
+                       pp, asked, total, any_taken ? "free " : "", nodes.size(), describe_nodes(nodes));
+
   auto take = [&](size_t node) {
+    auto& mask = taken[node];
+    const auto device = static_cast<int32_t>(std::find(mask.begin(), mask.end(), false) - mask.begin());
+    mask[static_cast<size_t>(device)] = true;
     --free_devices[node];
-    return next_device[node]++;
+    return device;
   };
 
   placement out;

@@ -14,9 +14,12 @@ namespace actorllm::actors {
 struct node_resources {
   std::string node_id;
   std::string address;             ///< host:port the node's agent listens on
-  int32_t n_devices = 0;           ///< free devices on the node
+  int32_t n_devices = 0;           ///< the node's devices, 0..n_devices-1 (agents report all, used or not)
   std::string device_kind;         ///< "cpu" or "cuda"
   uint64_t free_memory_bytes = 0;  ///< free device memory (all devices together)
+  /// Devices that other workers hold already (other replicas of this engine, other engines): never handed out.
+  /// Indices outside 0..n_devices-1 and repeats are ignored.
+  std::vector<int32_t> taken_devices;
 };
 
 /// One rank: its pipeline stage, its rank inside the stage's TP group, and the node and device it runs on.
@@ -39,12 +42,15 @@ struct placement {
 /// A placement, or the message saying why the ranks do not fit (what was asked and what each node has).
 using placement_result = std::variant<placement, std::string>;
 
-/// Places tp × pp ranks on `nodes`, each stage in turn: a stage whose TP group fits on one node stays on the node
+/// Places tp × pp ranks on the devices of `nodes` that are not taken (node_resources::taken_devices), so that
+/// placing a second replica, or a replica again while the others serve, never hands out a device in use. Each
+/// stage in turn: a stage whose TP group fits on one node stays on the node
 /// of the stage before when that node still has tp free devices (stages share a node that has room), else goes to
 /// the node with the most free devices (ties: the earlier node). A TP group spans nodes only when no node has tp
 /// free devices; it takes devices from the nodes with the most free first and adds a warning naming the stage and
-/// the nodes. Devices on a node are handed out in index order. When all nodes together have fewer than tp × pp
-/// devices the error says so at once, listing every node (id, address, devices, kind, free memory in GiB).
+/// the nodes. Free devices on a node are handed out in index order. When all nodes together have fewer than
+/// tp × pp free devices the error says so at once, listing every node (id, address, devices, kind, free memory in
+/// GiB, devices taken).
 placement_result place_ranks(int32_t tp, int32_t pp, const std::vector<node_resources>& nodes);
 
 }  // namespace actorllm::actors

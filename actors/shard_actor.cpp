@@ -145,8 +145,9 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
       [self](proto::load_atom) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         try {
-          // GPUs are shared out round robin by global rank (vLLM gives each worker its own device the same way).
-          const int rank = st.args.stage * st.args.spec.tp_size + st.args.spec.tp_rank;
+          // GPUs are shared out round robin by global rank (vLLM gives each worker its own device the same way);
+          // a data-parallel replica's ranks start after those of the replicas before it on this node.
+          const int rank = st.args.device_offset + st.args.stage * st.args.spec.tp_size + st.args.spec.tp_rank;
           const device where =
               device_for_rank(st.args.device, rank, st.args.device == device_kind::cpu ? 0 : visible_gpu_count());
           auto be = make_backend(where, std::max(1, st.args.n_threads));

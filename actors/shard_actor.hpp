@@ -44,8 +44,11 @@ struct shard_args {
   std::shared_ptr<comm::shared_memory_group> group;
   device_kind device = device_kind::cpu;  ///< the backend the shard runs on (--device)
   int32_t n_threads = 1;                  ///< kernel threads, this shard's thread included
-  bool samples = false;                   ///< tp rank 0 of the last stage: samples and returns tokens
-  proto::shard_link next;                 ///< the same tp rank of the next stage; null on the last stage
+  /// Added to the shard's rank (stage × tp + tp rank) when it picks its GPU: the first rank of its data-parallel
+  /// replica among this node's devices (replica_share::device_offset), so that replicas get GPUs of their own.
+  int32_t device_offset = 0;
+  bool samples = false;    ///< tp rank 0 of the last stage: samples and returns tokens
+  proto::shard_link next;  ///< the same tp rank of the next stage; null on the last stage
   /// Worker processes: builds the TP collective when the shard loads (Gloo); null: shared memory through `group`.
   std::function<std::unique_ptr<tp_collective>()> make_collective;
   /// Worker processes: build the links to the previous and next stage when the shard loads (after the

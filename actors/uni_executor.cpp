@@ -83,7 +83,22 @@ void await_all(const Handles& handles, Send send) {
 
 }  // namespace
 
-replica_plan plan_replica(const engine_config& config) {
+replica_share share_of(const engine_config& config, const replica_slot& slot, int32_t hardware_threads) {
+  replica_share share;
+  const int32_t dp = std::max(1, slot.dp_size);
+  share.local_replicas = config.data_parallel_size_local > 0 ? std::min(config.data_parallel_size_local, dp) : dp;
+  share.local_index = std::max(0, slot.dp_rank) % share.local_replicas;
+  share.device_offset = share.local_index * config.tensor_parallel_size * config.pipeline_parallel_size;
+  const int32_t threads = config.threads > 0 ? config.threads : std::max(1, hardware_threads);
+  share.threads = std::max(1, threads / share.local_replicas);
+  return share;
+}
+
+std::string replica_prefix(int32_t dp_rank, int32_t dp_size) {
+  return dp_size > 1 ? fmt::format("replica {}: ", dp_rank) : std::string{};
+}
+
+replica_plan plan_replica(const engine_config& config, const replica_slot& slot) {
   namespace fs = std::filesystem;
   replica_plan plan;
   replica& r = plan.r;
@@ -152,10 +167,14 @@ replica_plan plan_replica(const engine_config& config) {
     throw actorllm::error{errc::load_failed, fmt::format("{} has no tokenizer.json", tok_dir.string())};
   }
 
+  if (slot.dp_size < 1 || slot.dp_rank < 0 || slot.dp_rank >= slot.dp_size)
+    throw_config(fmt::format("replica {} of data_parallel_size {} does not exist (ranks are 0..{})", slot.dp_rank,
+                             slot.dp_size, slot.dp_size - 1));
+  r.dp_rank = slot.dp_rank;
+  r.dp_size = slot.dp_size;
   const int32_t world = tp * pp;
-  const int32_t threads =
-      config.threads > 0 ? config.threads : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  plan.threads_per_shard = std::max(1, threads / world);
+  plan.share = share_of(config, slot, static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
+  plan.threads_per_shard = std::max(1, plan.share.threads / world);
   plan.load.format = *format;
   plan.load.weight_dtype = weight_dtype;
   plan.load.seed = config.seed;
@@ -219,15 +238,19 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
   }
 }
 
-replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
-  replica_plan plan = plan_replica(config);
+replica build_uni_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot) {
+  replica_plan plan = plan_replica(config, slot);
   replica& r = plan.r;
   const int32_t tp = config.tensor_parallel_size;
   const int32_t pp = config.pipeline_parallel_size;
   log::info("executor",
-            "uni executor: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}), {} kernel thread(s) "
-            "per shard",
-            pp, tp, config.model, describe_stages(r.stages), plan.threads_per_shard);
+            "{}uni executor: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}), {} kernel thread(s) "
+            "per shard{}",
+            replica_prefix(r.dp_rank, r.dp_size), pp, tp, config.model, describe_stages(r.stages),
+            plan.threads_per_shard,
+            plan.device == device_kind::cuda && plan.share.local_replicas > 1
+                ? fmt::format(", GPUs from rank {} on", plan.share.device_offset)
+                : std::string{});
 
   // Shards, last stage first so that each one is spawned knowing its successor.
   r.shards.resize(static_cast<size_t>(tp * pp));
@@ -244,6 +267,7 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config) {
       a.device = plan.device;
       a.group = group;
       a.n_threads = plan.threads_per_shard;
+      a.device_offset = plan.share.device_offset;
       a.samples = s == pp - 1 && rank == 0;
       if (s + 1 < pp)
         a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];

@@ -23,8 +23,34 @@
 
 namespace actorllm::actors {
 
+/// Which of an engine's data-parallel replicas is being built: its rank among them and how many there are (for its
+/// share of the devices and threads).
+struct replica_slot {
+  int32_t dp_rank = 0;
+  int32_t dp_size = 1;
+};
+
+/// A replica's share of this node when several replicas of one engine run on it: its own devices (the shards of
+/// local replica i take the node's devices from i × tp × pp on) and its part of the kernel threads.
+struct replica_share {
+  int32_t local_replicas = 1;  ///< replicas of the engine on this node's devices and cores (--data-parallel-size-local)
+  int32_t local_index = 0;     ///< this replica's place among them
+  int32_t device_offset = 0;   ///< the node-wide rank of its first shard: local_index × tp × pp
+  int32_t threads = 1;         ///< kernel threads of the whole replica (engine_config::threads, or every core, split)
+};
+
+/// The share of replica `slot` for `config` on a node with `hardware_threads` cores: local_replicas is
+/// data_parallel_size_local when given (at most slot.dp_size), else slot.dp_size; local_index is dp_rank modulo
+/// local_replicas; threads is (config.threads, or hardware_threads when 0) / local_replicas, at least 1.
+replica_share share_of(const engine_config& config, const replica_slot& slot, int32_t hardware_threads);
+
+/// "replica 1: " when the engine has more than one replica, else "" (log prefixes).
+std::string replica_prefix(int32_t dp_rank, int32_t dp_size);
+
 /// The actors of one replica and the facts it was built with.
 struct replica {
+  int32_t dp_rank = 0;  ///< its data-parallel rank (replica_slot::dp_rank), for logs and metrics
+  int32_t dp_size = 1;  ///< how many replicas the engine has
   proto::engine_actor engine;
   proto::scheduler_actor scheduler;
   proto::block_manager_actor block_manager;
@@ -51,12 +77,14 @@ struct replica_plan {
   engine::scheduler_config scheduler;
   model::load_options load;
   device_kind device = device_kind::cpu;  ///< engine_config::device, resolved
-  int32_t threads_per_shard = 1;
+  replica_share share;                    ///< this replica's devices and threads on this node
+  int32_t threads_per_shard = 1;          ///< share.threads / (tp × pp), at least 1
 };
 
 /// Checks `config` against the model's config.json (TP split of the heads, pipeline layout, scheduler limits) and
-/// loads the tokenizer, before any weight is read. Throws actorllm::error (invalid_config, load_failed).
-replica_plan plan_replica(const engine_config& config);
+/// loads the tokenizer, before any weight is read; sizes the shards' threads from the share of replica `slot`.
+/// Throws actorllm::error (invalid_config, load_failed).
+replica_plan plan_replica(const engine_config& config, const replica_slot& slot = {});
 
 /// With plan.r.shards spawned (stage-major, by any executor): loads them, sizes the KV cache through the block
 /// manager, spawns the scheduler and the engine. On failure stops every actor of plan.r and rethrows.
@@ -69,7 +97,8 @@ std::string describe_stages(const std::vector<stage_range>& stages);
 /// before any weight is read, then spawns the shards, loads them in parallel, sizes the KV cache through the block
 /// manager, and spawns the scheduler and the engine. Throws actorllm::error (invalid_config, load_failed) naming
 /// the problem; actors spawned before a failure are stopped again.
-replica build_uni_replica(caf::actor_system& sys, const engine_config& config);
+/// Replica `slot`'s shards use its share: GPUs from share.device_offset on, share.threads kernel threads.
+replica build_uni_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot = {});
 
 /// Aborts what still runs, waits for the pipeline to drain, and stops every actor of `r` (the actor system's
 /// destructor then joins their threads).

@@ -154,6 +154,7 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   args.device = chosen.kind;
   args.load.seed = a.seed;
   args.n_threads = a.n_threads;
+  args.device_offset = a.device_offset;
   args.samples = a.samples;
   args.next = a.next;
   auto store = std::make_shared<registry_store>(sys, registry);
@@ -206,8 +207,8 @@ proto::worker_actor spawn_worker(caf::actor_system& sys, proto::worker_registry_
         [self, &sys, registry](proto::spawn_shard_atom, proto::shard_assignment& a) -> caf::result<proto::shard_actor> {
           if (a.model_dir.empty() || a.tp_size < 1 || a.tp_rank < 0 || a.tp_rank >= a.tp_size)
             return proto::make_error(errc::invalid_config, "an invalid shard assignment");
-          log::info("worker", "hosting stage {} rank {} (layers {}-{})", a.stage, a.tp_rank, a.layer_begin,
-                    a.layer_end - 1);
+          log::info("worker", "hosting replica {} stage {} rank {} (layers {}-{})", a.dp_rank, a.stage, a.tp_rank,
+                    a.layer_begin, a.layer_end - 1);
           shard_args args;
           try {
             args = make_worker_shard_args(sys, a, registry);

@@ -82,7 +82,8 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
   const int32_t tp = config.tensor_parallel_size;
   const int32_t pp = config.pipeline_parallel_size;
   const int32_t world = tp * pp;
-  log::info("executor", "{}: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}) in {} worker process(es)",
+  const std::string who = replica_prefix(r.dp_rank, r.dp_size);
+  log::info("executor", "{}{}: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}) in {} worker process(es)", who,
             launcher->name(), pp, tp, config.model, describe_stages(r.stages), world);
 
   // 1. Start the workers and wait until each has registered (or died trying).
@@ -98,8 +99,9 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
     throw actorllm::error{errc::load_failed, std::move(message)};
   };
 
-  // 2. One shard per worker, last stage first so that each one is spawned knowing its successor.
-  const std::string prefix = fmt::format("gen-{}", token.substr(0, 8));
+  // 2. One shard per worker, last stage first so that each one is spawned knowing its successor. Each replica
+  // generation has its own registry (store) and token; the replica in the prefix keeps keys apart all the same.
+  const std::string prefix = fmt::format("dp{}-gen-{}", r.dp_rank, token.substr(0, 8));
   r.shards.resize(static_cast<size_t>(world));
   for (int32_t s = pp - 1; s >= 0; --s) {
     for (int32_t rank = 0; rank < tp; ++rank) {
@@ -118,6 +120,8 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
       a.device = config.device;
       a.seed = config.seed;
       a.n_threads = launcher->threads_for(static_cast<int32_t>(index), plan.threads_per_shard);
+      a.device_offset = launcher->device_offset(plan.share.device_offset);
+      a.dp_rank = r.dp_rank;
       a.samples = s == pp - 1 && rank == 0;
       if (s + 1 < pp)
         a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
@@ -128,7 +132,7 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
           .receive([&](proto::shard_actor& shard) { r.shards[index] = std::move(shard); },
                    [&](caf::error& err) { error = sys.render(err); });
       if (error)
-        fail(fmt::format("worker {} could not host stage {} rank {}: {}", index, s, rank, *error));
+        fail(fmt::format("{}worker {} could not host stage {} rank {}: {}", who, index, s, rank, *error));
     }
   }
 

@@ -29,6 +29,9 @@ class worker_launcher {
   virtual std::optional<std::string> dead_worker() = 0;
   /// Kernel threads for the shard of worker `index`.
   virtual int32_t threads_for(int32_t /*index*/, int32_t planned) const { return planned; }
+  /// The node-wide rank of the replica's first shard for GPU choice (replica_share::device_offset); cluster: 0,
+  /// as each worker sees only the device its agent gave it.
+  virtual int32_t device_offset(int32_t planned) const { return planned; }
   /// Stops every worker this launcher started (the replica stops, or building it failed).
   virtual void stop_all() = 0;
   /// The processes it started on this node, for the replica watch (cluster: none, the agents watch theirs).

@@ -1,6 +1,7 @@
 // `actorllm generate`: offline generation for one prompt through the embedding API (actorllm::LLM), so the same
 // actor graph as a server runs it: TP shards and pipeline stages in this process.
 #include "apps/command_registry.hpp"
+#include "apps/serve_config_file.hpp"
 #include "apps/token_id_list.hpp"
 
 #include "actorllm/llm.hpp"
@@ -44,6 +45,7 @@ struct generate_options {
   int threads = 0;
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
+  int data_parallel_size = 1;
   std::string pp_layer_partition;
   bool enable_expert_parallel = false;
   bool enable_eplb = false;
@@ -76,6 +78,7 @@ int run_generate(const generate_options& o) {
     throw std::invalid_argument(fmt::format("--output: '{}' is not one of text, json", o.output));
   if (o.max_model_len < 0)
     throw std::invalid_argument(fmt::format("--max-model-len: must be positive, got {}", o.max_model_len));
+  validate_data_parallel(o.data_parallel_size, 0, -1);
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_ids.empty())
     prompt_ids = parse_token_id_list(o.prompt_ids, "--prompt-ids");
@@ -90,6 +93,7 @@ int run_generate(const generate_options& o) {
   cfg.tokenizer = o.tokenizer_dir;
   cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.pipeline_parallel_size = o.pipeline_parallel_size;
+  cfg.data_parallel_size = o.data_parallel_size;
   cfg.pp_layer_partition = o.pp_layer_partition;
   cfg.enable_expert_parallel = o.enable_expert_parallel;
   cfg.enable_eplb = o.enable_eplb;
@@ -145,6 +149,7 @@ int run_generate(const generate_options& o) {
 
 option_alias tp_alias{"-tp", "--tensor-parallel-size"};
 option_alias pp_alias{"-pp", "--pipeline-parallel-size"};
+option_alias dp_alias{"-dp", "--data-parallel-size"};
 
 command_registration generate_command{
     "generate", "Generate a completion for one prompt (offline, in this process)", [](CLI::App& sub) {
@@ -186,6 +191,9 @@ command_registration generate_command{
                      "Tensor-parallel ranks per pipeline stage (also -tp)")
           ->capture_default_str();
       sub.add_option("--pipeline-parallel-size", o->pipeline_parallel_size, "Pipeline stages (also -pp)")
+          ->capture_default_str();
+      sub.add_option("--data-parallel-size", o->data_parallel_size,
+                     "Replicas of the tp x pp shards, each on devices of its own (also -dp)")
           ->capture_default_str();
       sub.add_option("--distributed-executor-backend", o->distributed_executor_backend,
                      "Where shards run: uni (threads of this process), mp (one worker process per shard) or cluster");

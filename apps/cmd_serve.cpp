@@ -111,6 +111,7 @@ void validate(const serve_options& o) {
         "--tool-call-parser: '{}' is not one of hermes (also Qwen), llama3_json, mistral", o.tool_call_parser));
   if (o.enable_auto_tool_choice && o.tool_call_parser.empty())
     throw std::invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (hermes, llama3_json, mistral)");
+  validate_data_parallel(o.data_parallel_size, o.data_parallel_size_local, o.data_parallel_rank);
   if (!o.root_path.empty() && (o.root_path.front() != '/' || o.root_path.back() == '/'))
     throw std::invalid_argument(
         fmt::format("--root-path: '{}' must start with '/' and not end with one (like /api/v1)", o.root_path));
@@ -120,8 +121,9 @@ std::string layout_of(const serve_options& o, const model_info& info) {
   std::string stages;
   for (auto n : info.stage_layers)
     stages += fmt::format("{}{}", stages.empty() ? "" : "+", n);
-  return fmt::format("tp {} x pp {} (layers per stage {})", o.tensor_parallel_size, o.pipeline_parallel_size,
-                     stages.empty() ? "?" : stages);
+  return fmt::format("{}tp {} x pp {} (layers per stage {})",
+                     o.data_parallel_size > 1 ? fmt::format("dp {} x ", o.data_parallel_size) : std::string{},
+                     o.tensor_parallel_size, o.pipeline_parallel_size, stages.empty() ? "?" : stages);
 }
 
 int run_serve(serve_options o) {
@@ -153,6 +155,9 @@ int run_serve(serve_options o) {
   cfg.tokenizer = o.tokenizer;
   cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.pipeline_parallel_size = o.pipeline_parallel_size;
+  cfg.data_parallel_size = o.data_parallel_size;
+  cfg.data_parallel_size_local = o.data_parallel_size_local;
+  cfg.data_parallel_rank = o.data_parallel_rank;
   cfg.pp_layer_partition = o.pp_layer_partition;
   cfg.enable_expert_parallel = o.enable_expert_parallel;
   cfg.enable_eplb = o.enable_eplb;
@@ -183,8 +188,11 @@ int run_serve(serve_options o) {
   cfg.cluster_tls_ca_file = o.cluster_tls_ca;
   if (!o.host_ip.empty())
     ::setenv("ACTORLLM_HOST_IP", o.host_ip.c_str(), 1);  // read by the executors (and forwarded to nothing: per node)
-  log::info("serve", "Loading model {} as '{}' (tp {}, pp {})", o.model, o.served_model_names.front(),
-            o.tensor_parallel_size, o.pipeline_parallel_size);
+  log::info("serve", "Loading model {} as '{}' (dp {}, tp {}, pp {}{})", o.model, o.served_model_names.front(),
+            o.data_parallel_size, o.tensor_parallel_size, o.pipeline_parallel_size,
+            o.data_parallel_rank >= 0
+                ? fmt::format("; external load balancing: this server is replica {} only", o.data_parallel_rank)
+                : std::string{});
   LLM llm{cfg};
   const model_info& info = llm.info();
   const std::string& executor = info.executor;
@@ -279,6 +287,15 @@ command_registration serve_command{
           ->capture_default_str();
       sub.add_option("--pipeline-parallel-size", o->pipeline_parallel_size, "Pipeline stages (also -pp)")
           ->capture_default_str();
+      sub.add_option("--data-parallel-size", o->data_parallel_size,
+                     "Replicas of the tp x pp shards behind this endpoint, each on devices of its own (also -dp)")
+          ->capture_default_str();
+      sub.add_option("--data-parallel-size-local", o->data_parallel_size_local,
+                     "Replicas on this node's devices (default: all for uni/mp; the cluster executor places them "
+                     "over the nodes)");
+      sub.add_option("--data-parallel-rank", o->data_parallel_rank,
+                     "External load balancing: serve only replica R of --data-parallel-size, on R's devices, at "
+                     "this server's own --port");
       sub.add_option("--pp-layer-partition", o->pp_layer_partition, "Layers per pipeline stage, e.g. 3,2");
       sub.add_flag("--enable-expert-parallel", o->enable_expert_parallel,
                    "MoE models: whole experts per rank of the tensor-parallel group, tokens dispatched to them");

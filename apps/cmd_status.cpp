@@ -1,4 +1,5 @@
-// `actorllm status`: the nodes of a cluster as its head sees them, one line each (like `ray status`).
+// `actorllm status`: the nodes of a cluster as its head sees them, one line each (like `ray status`), with the
+// workers each runs (data-parallel replica, stage, rank, device) under it.
 #include "apps/command_registry.hpp"
 
 #include "apps/cluster_tls_options.hpp"
@@ -17,8 +18,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace actorllm::app {
@@ -37,13 +40,41 @@ std::string env_or(const char* name, std::string fallback) {
 
 double gib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
-/// The table: a header, one row per node, a totals line.
+/// The workers of a node under its row, one line each, by replica, stage and rank ("replica 0 stage 0 rank 1
+/// device 2 (worker 1, pid 4242)"): which data-parallel replica each serves, on which device.
+std::string render_workers(const proto::node_info& info) {
+  auto workers = info.workers;
+  std::sort(workers.begin(), workers.end(), [](const proto::worker_report& a, const proto::worker_report& b) {
+    return std::tie(a.dp_rank, a.stage, a.tp_rank, a.pid) < std::tie(b.dp_rank, b.stage, b.tp_rank, b.pid);
+  });
+  std::string out;
+  for (const auto& w : workers)
+    out += fmt::format("      replica {} stage {} rank {} device {} (worker {}, pid {})\n", w.dp_rank, w.stage,
+                       w.tp_rank, w.device, w.index, w.pid);
+  return out;
+}
+
+/// "Replicas: 2 (replica 0: 4 workers, replica 1: 4 workers)", or "" when no node runs a worker.
+std::string render_replicas(const std::vector<proto::cluster_node>& nodes) {
+  std::map<int32_t, int32_t> workers_of;
+  for (const auto& n : nodes)
+    for (const auto& w : n.info.workers)
+      ++workers_of[w.dp_rank];
+  if (workers_of.empty())
+    return "";
+  std::string list;
+  for (const auto& [replica, count] : workers_of)
+    list += fmt::format("{}replica {}: {} worker{}", list.empty() ? "" : ", ", replica, count, count == 1 ? "" : "s");
+  return fmt::format("Replicas: {} ({})\n", workers_of.size(), list);
+}
+
+/// The table: a header, one row per node (its workers under it), a totals line, the replicas.
 std::string render_status(const std::string& address, const std::vector<proto::cluster_node>& nodes) {
   struct row {
-    std::string id, host, devices, memory, workers, health;
+    std::string id, host, devices, memory, workers, health, worker_lines;
   };
   std::vector<row> rows;
-  rows.push_back({"NODE", "HOST", "DEVICES", "MEMORY (free / total)", "WORKERS", "HEALTH"});
+  rows.push_back({"NODE", "HOST", "DEVICES", "MEMORY (free / total)", "WORKERS", "HEALTH", ""});
   int32_t devices = 0;
   int32_t workers = 0;
   int32_t healthy = 0;
@@ -57,7 +88,8 @@ std::string render_status(const std::string& address, const std::vector<proto::c
                      i.cores_per_device == 1 ? "" : "s"),
          fmt::format("{:.1f} / {:.1f} GiB", gib(i.free_memory_bytes), gib(i.total_memory_bytes)),
          std::to_string(i.n_workers),
-         n.healthy ? std::string{"healthy"} : fmt::format("unhealthy (last seen {:.1f} s ago)", n.last_seen_seconds)});
+         n.healthy ? std::string{"healthy"} : fmt::format("unhealthy (last seen {:.1f} s ago)", n.last_seen_seconds),
+         render_workers(i)});
     devices += i.n_devices;
     workers += i.n_workers;
     healthy += n.healthy ? 1 : 0;
@@ -71,11 +103,14 @@ std::string render_status(const std::string& address, const std::vector<proto::c
       width[c] = std::max(width[c], cells[c]->size());
   }
   std::string out = fmt::format("Cluster head {}: {} node(s), {} healthy\n", address, nodes.size(), healthy);
-  for (const auto& r : rows)
+  for (const auto& r : rows) {
     out += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {:>{}}  {:>{}}  {}\n", r.id, width[0], r.host, width[1], r.devices,
                        width[2], r.memory, width[3], r.workers, width[4], r.health);
+    out += r.worker_lines;
+  }
   out += fmt::format("Total: {} device(s) on {} node(s), {:.1f} / {:.1f} GiB memory free, {} worker(s)\n", devices,
                      nodes.size(), gib(free), gib(total), workers);
+  out += render_replicas(nodes);
   return out;
 }
 

@@ -16,6 +16,7 @@ namespace {
 struct worker_cli {
   std::string registry;
   int32_t index = 0;
+  int32_t replica = 0;  // only names the process (ps, the agent's log): the registry already tells replicas apart
 };
 
 int run_worker_command(const worker_cli& o) {
@@ -43,6 +44,7 @@ command_registration worker_command{
       auto o = std::make_shared<worker_cli>();
       sub.add_option("--registry", o->registry, "The engine's worker registry, HOST:PORT")->required();
       sub.add_option("--index", o->index, "This worker's index, given by the engine")->required();
+      sub.add_option("--replica", o->replica, "The data-parallel replica this worker belongs to (names the process)");
       return [o]() { return run_worker_command(*o); };
     }};
 

@@ -228,6 +228,9 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
        {
            {"tensor_parallel_size", integer_value(o.tensor_parallel_size, 1, int_max)},
            {"pipeline_parallel_size", integer_value(o.pipeline_parallel_size, 1, int_max)},
+           {"data_parallel_size", integer_value(o.data_parallel_size, 1, int_max)},
+           {"data_parallel_size_local", integer_value(o.data_parallel_size_local, 0, int_max)},
+           {"data_parallel_rank", integer_value(o.data_parallel_rank, -1, int_max)},
            {"pp_layer_partition", partition_value(o.pp_layer_partition)},
            {"enable_expert_parallel", bool_value(o.enable_expert_parallel)},
            {"enable_eplb", bool_value(o.enable_eplb)},
@@ -385,6 +388,18 @@ std::vector<std::string> serve_config_keys() {
     for (const auto& k : s.keys)
       out.push_back(s.name + "." + k.name);
   return out;
+}
+
+void validate_data_parallel(int size, int size_local, int rank) {
+  if (size < 1)
+    throw std::invalid_argument(fmt::format("--data-parallel-size: must be at least 1, got {}", size));
+  if (size_local < 0 || size_local > size)
+    throw std::invalid_argument(fmt::format(
+        "--data-parallel-size-local: must be in [0, --data-parallel-size {}] (0: as the executor decides), got {}",
+        size, size_local));
+  if (rank < -1 || rank >= size)
+    throw std::invalid_argument(
+        fmt::format("--data-parallel-rank: must be in [0, --data-parallel-size {}), got {}", size, rank));
 }
 
 std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& entries) {

@@ -45,4 +45,9 @@ std::vector<std::string> serve_config_keys();
 /// comma-separated list, or one origin. Throws std::invalid_argument on a malformed JSON list.
 std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& entries);
 
+/// Checks the data-parallel settings together (serve and generate): --data-parallel-size at least 1,
+/// --data-parallel-size-local in [0, size], --data-parallel-rank in [0, size) when given (-1: not given). Throws
+/// std::invalid_argument naming the flag and the numbers.
+void validate_data_parallel(int size, int size_local, int rank);
+
 }  // namespace actorllm::app

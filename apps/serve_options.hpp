@@ -27,6 +27,9 @@ struct serve_options {
   // [parallel]
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
+  int data_parallel_size = 1;        ///< --data-parallel-size / -dp: replicas of the tp × pp shards
+  int data_parallel_size_local = 0;  ///< --data-parallel-size-local: replicas on this node; 0: as the executor decides
+  int data_parallel_rank = -1;       ///< --data-parallel-rank (external LB): serve only this replica; -1: all
   std::string pp_layer_partition;
   bool enable_expert_parallel = false;       ///< --enable-expert-parallel: whole experts per rank (MoE models)
   bool enable_eplb = false;                  ///< --enable-eplb: refused (not implemented)

@@ -45,7 +45,6 @@ constexpr std::array flags{
     vllm_flag{"--max-num-partial-prefills", true, "1", "one prompt is prefilled in chunks at a time per step plan"},
     vllm_flag{"--compilation-config", true, "", "there is no torch.compile"},
     vllm_flag{"--uvicorn-log-level", true, "", "there is no uvicorn; see --log-level"},
-    vllm_flag{"--data-parallel-size", true, "1", "one replica per server"},
     vllm_flag{"--api-server-count", true, "1", "one HTTP server per engine"},
     vllm_flag{"--limit-mm-per-prompt", true, "", "multimodal inputs are not supported"},
     vllm_flag{"--otlp-traces-endpoint", true, "", "no OpenTelemetry traces are exported"},
@@ -65,20 +64,53 @@ constexpr std::array flags{
     vllm_flag{"--max-parallel-loading-workers", true, "", "weights are read through mmap"},
     vllm_flag{"--tokenizer-pool-size", true, "", "tokenization runs in the HTTP handlers"},
 };
+
+// vLLM's data-parallel deployment flags beyond --data-parallel-size, -size-local and -rank (which are implemented):
+// each is an error naming it, except the values listed (vLLM's defaults), which have no effect.
+constexpr std::array refused{
+    vllm_flag{"--data-parallel-address", true, "", "replicas on other nodes are placed by the cluster executor (--cluster-address), not by a DP master address"},
+    vllm_flag{"--data-parallel-rpc-port", true, "", "replicas on other nodes are placed by the cluster executor (--cluster-address), not over a DP RPC port"},
+    vllm_flag{"--data-parallel-backend", true, "mp", "replicas run on this engine's executors (--distributed-executor-backend); there is no ray"},
+    vllm_flag{"--data-parallel-start-rank", true, "0", "a process serves all its replicas from rank 0, or one replica with --data-parallel-rank"},
+    vllm_flag{"--data-parallel-hybrid-lb", false, "", "load balancing is internal (one endpoint for all replicas) or external (--data-parallel-rank, one endpoint per rank)"},
+    vllm_flag{"--headless", false, "", "every engine process serves HTTP; worker-only nodes join a cluster with `actorllm node --join`"},
+};
 // clang-format on
+
+// Whether `value` is one of the comma-separated `accepted` values.
+bool accepted_value(std::string_view accepted, const std::string& value) {
+  std::string_view rest = accepted;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    if (rest.substr(0, comma) == value)
+      return true;
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  return false;
+}
+
+// Row i of flags, then of refused.
+const vllm_flag& row(std::size_t i) { return i < flags.size() ? flags[i] : refused[i - flags.size()]; }
+constexpr std::size_t n_rows = flags.size() + refused.size();
 
 }  // namespace
 
 std::span<const vllm_flag> vllm_flags_without_effect() { return flags; }
 
+std::span<const vllm_flag> vllm_flags_refused() { return refused; }
+
 std::shared_ptr<vllm_flag_values> add_vllm_flags(CLI::App& sub) {
   auto v = std::make_shared<vllm_flag_values>();
-  v->values.resize(flags.size());
-  v->options.resize(flags.size());
-  const std::string group = "vLLM flags accepted without effect";
-  for (std::size_t i = 0; i < flags.size(); ++i) {
-    const vllm_flag& f = flags[i];
-    const std::string help = fmt::format("Accepted for vLLM launch lines; no effect: {}", f.why);
+  v->values.resize(n_rows);
+  v->options.resize(n_rows);
+  for (std::size_t i = 0; i < n_rows; ++i) {
+    const vllm_flag& f = row(i);
+    const bool is_refused = i >= flags.size();
+    const std::string group = is_refused ? "vLLM flags refused" : "vLLM flags accepted without effect";
+    const std::string help = is_refused
+                                 ? (f.accepted.empty() ? fmt::format("Refused: {}", f.why)
+                                                       : fmt::format("Only {} (no effect): {}", f.accepted, f.why))
+                                 : fmt::format("Accepted for vLLM launch lines; no effect: {}", f.why);
     std::string& slot = v->values[i];
     if (f.takes_value)
       v->options[i] = sub.add_option(std::string{f.name}, slot, help)->group(group);
@@ -91,23 +123,16 @@ std::shared_ptr<vllm_flag_values> add_vllm_flags(CLI::App& sub) {
 }
 
 void report_vllm_flags(const vllm_flag_values& given) {
-  for (std::size_t i = 0; i < flags.size(); ++i) {
-    const vllm_flag& f = flags[i];
+  for (std::size_t i = 0; i < n_rows; ++i) {
+    const vllm_flag& f = row(i);
     if (given.options[i] == nullptr || given.options[i]->count() == 0)
       continue;
     const std::string& value = given.values[i];
-    if (f.takes_value && !f.accepted.empty()) {
-      bool ok = false;
-      std::string_view rest = f.accepted;
-      while (!rest.empty() && !ok) {
-        const auto comma = rest.find(',');
-        ok = rest.substr(0, comma) == value;
-        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-      }
-      if (!ok)
-        throw std::invalid_argument(
-            fmt::format("{} {}: not supported here ({}; accepted: {})", f.name, value, f.why, f.accepted));
-    }
+    if (i >= flags.size() && f.accepted.empty())
+      throw std::invalid_argument(fmt::format("{}: not supported here ({})", f.name, f.why));
+    if (f.takes_value && !f.accepted.empty() && !accepted_value(f.accepted, value))
+      throw std::invalid_argument(
+          fmt::format("{} {}: not supported here ({}; accepted: {})", f.name, value, f.why, f.accepted));
     if (f.takes_value)
       log::info("serve", "{} {} has no effect here: {}", f.name, value, f.why);
     else

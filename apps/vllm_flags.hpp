@@ -24,7 +24,12 @@ struct vllm_flag {
 /// Every vLLM serve flag accepted without effect.
 std::span<const vllm_flag> vllm_flags_without_effect();
 
-/// What the command line gave for the flags of vllm_flags_without_effect(), filled by CLI11.
+/// vLLM's data-parallel deployment flags this engine refuses by name (--data-parallel-address, -rpc-port,
+/// -backend, -start-rank, -hybrid-lb, --headless); a row's accepted values (vLLM's defaults) pass without effect.
+std::span<const vllm_flag> vllm_flags_refused();
+
+/// What the command line gave for the flags of vllm_flags_without_effect() and vllm_flags_refused(), filled by
+/// CLI11.
 struct vllm_flag_values {
   std::vector<std::string> values;  ///< one per table row (a flag without a value: "true" when given)
   std::vector<CLI::Option*> options;
@@ -34,8 +39,8 @@ struct vllm_flag_values {
 /// outlive the parse.
 std::shared_ptr<vllm_flag_values> add_vllm_flags(CLI::App& sub);
 
-/// After the parse: throws std::invalid_argument naming the flag when a given value is not an accepted one; logs
-/// one line per given flag saying it has no effect.
+/// After the parse: throws std::invalid_argument naming the flag when a given value is not an accepted one, or a
+/// refused flag was given; logs one line per given flag saying it has no effect.
 void report_vllm_flags(const vllm_flag_values& given);
 
 }  // namespace actorllm::app

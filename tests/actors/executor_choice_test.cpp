@@ -160,3 +160,41 @@ TEST_CASE("a world size below 1 or a negative device count is an error") {
   CHECK(contains(error_of(actors::choose_executor(gpu_node(0, 4))), "at least 1, got 0"));
   CHECK(contains(error_of(actors::choose_executor(gpu_node(2, -1))), "cannot be negative"));
 }
+
+TEST_CASE("data-parallel replicas: the devices compared with this node's are dp × tp × pp") {
+  executor_inputs two = cpu_node(2, 4);
+  two.replicas = 2;
+  CHECK(actors::devices_needed(two) == 4);
+  auto d = decision(actors::choose_executor(two));
+  CHECK(d.backend == executor_backend::mp);
+  CHECK_MESSAGE(contains(d.reason, "dp 2 × world size 2 = 4 fits this node's 4 CPU device(s)"), d.reason);
+
+  // dp 2 × tp 2 on 2 GPUs: too few for mp; no cluster: an error naming every number.
+  executor_inputs gpus = gpu_node(2, 2);
+  gpus.replicas = 2;
+  const std::string err = error_of(actors::choose_executor(gpus));
+  CHECK_MESSAGE(
+      contains(err, "data_parallel_size 2 × tensor_parallel_size × pipeline_parallel_size 2 = 4 needs 4 devices"), err);
+  CHECK_MESSAGE(contains(err, "this node has 2"), err);
+  const std::string mp = error_of(actors::choose_executor(requesting(gpus, executor_backend::mp)));
+  CHECK_MESSAGE(contains(mp, "dp 2 × world size 2 = 4 needs 4 GPUs and this node has 2"), mp);
+  // A cluster with the devices takes them.
+  auto c = decision(actors::choose_executor(with_cluster(gpus, 8)));
+  CHECK(c.backend == executor_backend::cluster);
+}
+
+TEST_CASE("data-parallel replicas of one shard: uni while the node has a device for each, else refused on GPUs") {
+  executor_inputs one = gpu_node(1, 2);
+  one.replicas = 2;
+  auto d = decision(actors::choose_executor(one));
+  CHECK(d.backend == executor_backend::uni);
+  CHECK_MESSAGE(contains(d.reason, "each of the 2 replicas' one shard runs in this process"), d.reason);
+  one.replicas = 3;
+  CHECK(contains(error_of(actors::choose_executor(one)), "= 3 needs 3 devices; this node has 2"));
+  // On CPU devices shards can share the cores: uni threads.
+  executor_inputs cpu = cpu_node(1, 1);
+  cpu.replicas = 2;
+  CHECK(decision(actors::choose_executor(cpu)).backend == executor_backend::uni);
+  cpu.replicas = 0;
+  CHECK(contains(error_of(actors::choose_executor(cpu)), "data_parallel_size must be at least 1, got 0"));
+}

@@ -29,7 +29,7 @@ bool contains(const std::string& s, std::string_view part) { return s.find(part)
 node_resources node(std::string id, int32_t n_devices, std::string kind = "cuda", uint64_t free_memory = 80 * gib) {
   std::string address = id;
   address.append(".local:29501");
-  return node_resources{std::move(id), std::move(address), n_devices, std::move(kind), free_memory};
+  return node_resources{std::move(id), std::move(address), n_devices, std::move(kind), free_memory, {}};
 }
 
 std::vector<node_resources> nodes(int32_t n_nodes, int32_t n_devices) {
@@ -120,4 +120,70 @@ TEST_CASE("a node with no devices is skipped, and the placement is the same ever
 TEST_CASE("tp or pp below 1 is an error") {
   CHECK(contains(error_of(actors::place_ranks(0, 1, nodes(1, 4))), "at least 1"));
   CHECK(contains(error_of(actors::place_ranks(1, 0, nodes(1, 4))), "at least 1"));
+}
+
+// Data-parallel replicas: each replica's ranks are placed on the devices the live replicas leave free.
+namespace {
+
+/// `ns` with the devices of `p` marked taken on their nodes (what the agents report once p's workers run).
+std::vector<node_resources> taking(std::vector<node_resources> ns, const actors::placement& p) {
+  for (const auto& s : p.slots)
+    for (auto& n : ns)
+      if (n.node_id == s.node_id)
+        n.taken_devices.push_back(s.device);
+  return ns;
+}
+
+}  // namespace
+
+TEST_CASE("dp 2 × tp 2 × pp 2 on two nodes of 4 devices: replica 1 gets the devices replica 0 left free") {
+  const auto ns = nodes(2, 4);
+  auto r0 = placed(actors::place_ranks(2, 2, ns));
+  // Both stages of replica 0 fit on n0 (it stays on the node of the stage before while that has room).
+  CHECK(r0.slots == std::vector<rank_slot>{{0, 0, "n0", 0}, {0, 1, "n0", 1}, {1, 0, "n0", 2}, {1, 1, "n0", 3}});
+  auto r1 = placed(actors::place_ranks(2, 2, taking(ns, r0)));
+  CHECK(r1.slots == std::vector<rank_slot>{{0, 0, "n1", 0}, {0, 1, "n1", 1}, {1, 0, "n1", 2}, {1, 1, "n1", 3}});
+  CHECK(r1.warnings.empty());
+  // A third replica finds nothing free, and the error says that the devices are taken.
+  const std::string err = error_of(actors::place_ranks(2, 2, taking(taking(ns, r0), r1)));
+  CHECK_MESSAGE(contains(err, "the cluster has 0 free device(s) on 2 node(s)"), err);
+  CHECK_MESSAGE(contains(err, "4 taken by other workers"), err);
+}
+
+TEST_CASE("restarting replica 1 while replica 0 holds its devices puts replica 1 back on the free ones") {
+  const auto ns = nodes(2, 4);
+  auto r0 = placed(actors::place_ranks(2, 2, ns));
+  auto r1 = placed(actors::place_ranks(2, 2, taking(ns, r0)));
+  // Replica 1 died and its workers were stopped: only replica 0's devices are taken; the restart lands where it was.
+  auto again = placed(actors::place_ranks(2, 2, taking(ns, r0)));
+  CHECK(again.slots == r1.slots);
+}
+
+TEST_CASE("devices taken in the middle of a node are skipped; a partly used node still takes a whole TP group") {
+  auto ns = nodes(2, 4);
+  ns[0].taken_devices = {1, 2};     // n0 has devices 0 and 3 free
+  ns[1].taken_devices = {0, 1, 2};  // n1 has device 3 free
+  auto p = placed(actors::place_ranks(2, 1, ns));
+  CHECK(p.slots == std::vector<rank_slot>{{0, 0, "n0", 0}, {0, 1, "n0", 3}});
+  // Out-of-range and repeated entries are ignored.
+  ns[1].taken_devices = {0, 0, 7, -1};
+  auto q = placed(actors::place_ranks(2, 2, ns));
+  CHECK(q.slots == std::vector<rank_slot>{{0, 0, "n1", 1}, {0, 1, "n1", 2}, {1, 0, "n0", 0}, {1, 1, "n0", 3}});
+}
+
+TEST_CASE("a node gone: the replica that lived there is placed on what the other node has free, or refused") {
+  const auto ns = nodes(2, 4);
+  auto r0 = placed(actors::place_ranks(2, 2, ns));              // on n0
+  auto r1 = placed(actors::place_ranks(2, 2, taking(ns, r0)));  // on n1
+  REQUIRE(r1.slots.front().node_id == "n1");
+  // n0 is gone (and replica 0 with it): replica 0 restarts on n1, which replica 1 fills: refused, naming n1.
+  std::vector<node_resources> left{ns[1]};
+  const std::string err = error_of(actors::place_ranks(2, 2, taking(left, r1)));
+  CHECK_MESSAGE(contains(err, "tp 2 × pp 2 = 4 devices"), err);
+  CHECK_MESSAGE(contains(err, "node 'n1'"), err);
+  CHECK_FALSE(contains(err, "node 'n0'"));
+  // A bigger surviving node takes the restarted replica beside the one it holds.
+  std::vector<node_resources> big{node("n1", 8)};
+  auto restarted = placed(actors::place_ranks(2, 2, taking(big, r1)));
+  CHECK(restarted.slots == std::vector<rank_slot>{{0, 0, "n1", 4}, {0, 1, "n1", 5}, {1, 0, "n1", 6}, {1, 1, "n1", 7}});
 }

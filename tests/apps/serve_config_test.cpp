@@ -124,6 +124,9 @@ generation_config = "vllm"
 [parallel]
 tensor-parallel-size = 4
 pipeline_parallel_size = 3
+data-parallel-size = 4
+data_parallel_size_local = 2
+data_parallel_rank = 3
 pp_layer_partition = "2,2,1"
 distributed_executor_backend = "mp"
 num_threads = 3
@@ -202,7 +205,10 @@ host_ip = "10.0.0.2"
   CHECK(o.root_path == "/api");
   CHECK(o.chat_template_content_format == "openai");
   CHECK(o.return_tokens_as_token_ids);
-  CHECK(app::serve_config_keys().size() == 48);
+  CHECK(o.data_parallel_size == 4);
+  CHECK(o.data_parallel_size_local == 2);
+  CHECK(o.data_parallel_rank == 3);
+  CHECK(app::serve_config_keys().size() == 51);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
@@ -242,6 +248,28 @@ TEST_CASE("an unknown section, a key outside any section and a key set twice are
 
   auto twice = config_error("[server]\nmax_body_bytes = 1\nmax-body-bytes = 2\n");
   CHECK(twice.find("set twice") != std::string::npos);
+}
+
+TEST_CASE("data-parallel settings are checked together, each error naming its flag and the numbers") {
+  CHECK_NOTHROW(app::validate_data_parallel(1, 0, -1));
+  CHECK_NOTHROW(app::validate_data_parallel(4, 2, 3));
+  CHECK_NOTHROW(app::validate_data_parallel(2, 2, 0));
+  auto message = [](int size, int local, int rank) {
+    try {
+      app::validate_data_parallel(size, local, rank);
+    } catch (const std::invalid_argument& e) {
+      return std::string{e.what()};
+    }
+    return std::string{"(no error)"};
+  };
+  CHECK(message(0, 0, -1) == "--data-parallel-size: must be at least 1, got 0");
+  CHECK(message(2, -1, -1).find("--data-parallel-size-local: must be in [0, --data-parallel-size 2]") == 0);
+  CHECK(message(2, 3, -1).find("got 3") != std::string::npos);
+  CHECK(message(2, 0, 2) == "--data-parallel-rank: must be in [0, --data-parallel-size 2), got 2");
+  CHECK(message(2, 0, -2) == "--data-parallel-rank: must be in [0, --data-parallel-size 2), got -2");
+  // In a settings file the keys have their own ranges.
+  CHECK_THROWS_AS(app::parse_serve_config("[parallel]\ndata_parallel_size = 0\n", "s.toml"), app::config_file_error);
+  CHECK_THROWS_AS(app::parse_serve_config("[parallel]\ndata_parallel_rank = -2\n", "s.toml"), app::config_file_error);
 }
 
 TEST_CASE("a value of the wrong type is an error naming the key, the file and line, and the type expected") {
@@ -319,7 +347,8 @@ TEST_CASE("serve --help documents every flag") {
   CHECK(r.status == 0);
   for (const char* flag : {"--config", "--gpu-memory-utilization", "--distributed-executor-backend", "--chat-template",
                            "--generation-config", "--max-queued-requests", "--allowed-origins", "--log-level",
-                           "--tensor-parallel-size", "--kv-cache-memory", "--served-model-name", "--device"}) {
+                           "--tensor-parallel-size", "--kv-cache-memory", "--served-model-name", "--device",
+                           "--data-parallel-size", "--data-parallel-size-local", "--data-parallel-rank"}) {
     INFO(flag);
     CHECK(r.out.find(flag) != std::string::npos);
   }
@@ -342,6 +371,15 @@ TEST_CASE("serve rejects bad values of the new flags with a message naming the f
       {"--device tpu", "--device 'tpu' is not a device"},
       {"--allowed-origins '[\"*\"'", "--allowed-origins"},
       {"--config /nonexistent/x.toml", "/nonexistent/x.toml"},
+      {"--data-parallel-size 0", "--data-parallel-size: must be at least 1, got 0"},
+      {"-dp 2 --data-parallel-rank 2", "--data-parallel-rank: must be in [0, --data-parallel-size 2), got 2"},
+      {"-dp 2 --data-parallel-size-local 3", "--data-parallel-size-local: must be in [0, --data-parallel-size 2]"},
+      {"--data-parallel-address 10.0.0.1", "--data-parallel-address: not supported here"},
+      {"--data-parallel-rpc-port 13345", "--data-parallel-rpc-port: not supported here"},
+      {"--data-parallel-backend ray", "--data-parallel-backend ray: not supported here"},
+      {"--data-parallel-start-rank 2", "--data-parallel-start-rank 2: not supported here"},
+      {"--data-parallel-hybrid-lb", "--data-parallel-hybrid-lb: not supported here"},
+      {"--headless", "--headless: not supported here"},
   };
   if (visible_gpu_count() == 0)  // no CUDA backend in the build, or no GPU for it: refused either way
     cases.push_back({"--device cuda", "--device cuda: no"});

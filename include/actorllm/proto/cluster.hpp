@@ -22,6 +22,23 @@ using start_worker_atom = caf::atom_constant<caf::atom("start_wrk")>;
 using stop_workers_atom = caf::atom_constant<caf::atom("stop_wrks")>;
 using model_hash_atom = caf::atom_constant<caf::atom("model_hash")>;
 
+/// A worker process an agent runs: which engine replica and rank it serves, on which of the node's devices.
+struct worker_report {
+  int32_t index = 0;    ///< its index in the replica's world (stage-major)
+  int32_t dp_rank = 0;  ///< the engine's data-parallel replica
+  int32_t stage = 0;
+  int32_t tp_rank = 0;
+  int32_t device = 0;  ///< which of the node's devices it holds
+  int32_t pid = 0;
+
+  friend bool operator==(const worker_report&, const worker_report&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_report& x) {
+  return f(caf::meta::type_name("worker_report"), x.index, x.dp_rank, x.stage, x.tp_rank, x.device, x.pid);
+}
+
 /// What a node is and has, as its agent reports it.
 struct node_info {
   std::string node_id;      ///< unique in the cluster (--node-id, default host name + port)
@@ -33,6 +50,9 @@ struct node_info {
   uint64_t free_memory_bytes = 0;
   int32_t n_workers = 0;  ///< worker processes the agent runs now
   int32_t agent_pid = 0;
+  /// The workers it runs now (n_workers of them): the devices they hold are taken for placement, and `actorllm
+  /// status` shows which replica, stage and rank each serves.
+  std::vector<worker_report> workers;
 
   friend bool operator==(const node_info&, const node_info&) = default;
 };
@@ -40,7 +60,7 @@ struct node_info {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("node_info"), x.node_id, x.host, x.device_kind, x.n_devices, x.cores_per_device,
-           x.total_memory_bytes, x.free_memory_bytes, x.n_workers, x.agent_pid);
+           x.total_memory_bytes, x.free_memory_bytes, x.n_workers, x.agent_pid, x.workers);
 }
 
 /// A worker process an agent starts for an engine. The agent checks the model first: a node that lacks
@@ -48,9 +68,12 @@ typename Inspector::result_type inspect(Inspector& f, node_info& x) {
 struct worker_launch {
   std::string registry_host;  ///< the engine's worker registry
   uint16_t registry_port = 0;
-  int32_t index = 0;   ///< the worker's index in the engine's world (stage-major shard order)
-  std::string token;   ///< the engine's worker token (ACTORLLM_WORKER_TOKEN of the worker)
-  int32_t device = 0;  ///< which of the node's devices (CPU: which core slice)
+  int32_t index = 0;    ///< the worker's index in the engine's world (stage-major shard order)
+  std::string token;    ///< the engine's worker token (ACTORLLM_WORKER_TOKEN of the worker)
+  int32_t device = 0;   ///< which of the node's devices (CPU: which core slice)
+  int32_t dp_rank = 0;  ///< the engine's data-parallel replica the worker serves (reported back, names the process)
+  int32_t stage = 0;    ///< the pipeline stage and TP rank it will host (reported back for `actorllm status`)
+  int32_t tp_rank = 0;
   std::string model_dir;
   std::string model_hash;              ///< model_content_hash() on the engine's node
   std::vector<std::string> env_names;  ///< environment for the worker (NCCL_*, GLOO_*, ACTORLLM_* of the head)
@@ -62,7 +85,7 @@ struct worker_launch {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_launch& x) {
   return f(caf::meta::type_name("worker_launch"), x.registry_host, x.registry_port, x.index, x.token, x.device,
-           x.model_dir, x.model_hash, x.env_names, x.env_values);
+           x.dp_rank, x.stage, x.tp_rank, x.model_dir, x.model_hash, x.env_names, x.env_values);
 }
 
 /// A node agent (`actorllm node --join`): reports its node and starts, watches and stops worker processes.

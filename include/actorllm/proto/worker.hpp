@@ -43,6 +43,10 @@ struct shard_assignment {
   std::string device = "cpu";  ///< engine_config::device; the worker refuses one its build cannot run
   uint64_t seed = 0;
   int32_t n_threads = 1;
+  /// The node-wide rank of the replica's first shard (shard_args::device_offset): replicas of one engine on one
+  /// node take distinct GPUs. 0 where the worker sees only its own device (cluster: CUDA_VISIBLE_DEVICES).
+  int32_t device_offset = 0;
+  int32_t dp_rank = 0;  ///< the data-parallel replica the shard belongs to (logs)
   bool samples = false;
   shard_link next;                ///< the same tp rank of the next stage; null on the last stage
   std::string data_plane_host;    ///< the address this worker's Gloo device binds (ACTORLLM_HOST_IP)
@@ -56,8 +60,9 @@ struct shard_assignment {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
   return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tp_rank, x.tp_size, x.layer_begin, x.layer_end,
-           x.stage, x.pp_size, x.expert_parallel, x.load_format, x.dtype, x.device, x.seed, x.n_threads, x.samples,
-           x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
+           x.stage, x.pp_size, x.expert_parallel, x.load_format, x.dtype, x.device, x.seed, x.n_threads,
+           x.device_offset, x.dp_rank, x.samples, x.next, x.data_plane_host, x.rendezvous_prefix,
+           x.collective_timeout_ms);
 }
 
 /// worker: run the communication check (`actorllm check`).

@@ -1,0 +1,151 @@
+// Data-parallel replicas on the mp executor: two replicas of stories260K built in one actor system through
+// actors::build_replica with slots {0, 2} and {1, 2}, tp 2 each, on a node of 4 CPU devices. Each has worker
+// processes of its own (named by replica), a rendezvous of its own, its share of the threads, and both give the
+// golden greedy ids; stopping one leaves the other serving, and it can be built again beside it.
+#include "actorllm/error.hpp"
+#include "actors/executor.hpp"
+#include "golden_ids.hpp"
+#include "replica_driver.hpp"
+#include "test_paths.hpp"
+
+#include <doctest/doctest.h>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace actorllm;
+
+namespace {
+
+/// The command lines of this process's live `actorllm worker` children.
+std::vector<std::string> worker_command_lines() {
+  std::vector<std::string> out;
+  DIR* proc = ::opendir("/proc");
+  REQUIRE(proc != nullptr);
+  while (dirent* e = ::readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0)
+      continue;
+    std::ifstream stat{"/proc/" + std::to_string(pid) + "/stat"};
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos)
+      continue;
+    std::istringstream rest{line.substr(close + 2)};
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != ::getpid() || state == 'Z')
+      continue;
+    std::ifstream cmd{"/proc/" + std::to_string(pid) + "/cmdline"};
+    std::string args{std::istreambuf_iterator<char>{cmd}, {}};
+    for (auto& c : args)
+      if (c == '\0')
+        c = ' ';
+    if (args.find(" worker ") != std::string::npos)
+      out.push_back(args);
+  }
+  ::closedir(proc);
+  return out;
+}
+
+size_t count_containing(const std::vector<std::string>& lines, const std::string& part) {
+  size_t n = 0;
+  for (const auto& l : lines)
+    n += l.find(part) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+/// Sets an environment variable for one test and restores the old value.
+struct scoped_env {
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name))
+      old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~scoped_env() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+engine_config dp_config() {
+  engine_config c;
+  c.model = test::model_dir("stories260K").string();
+  c.tensor_parallel_size = 2;
+  c.data_parallel_size = 2;
+  c.kv_cache_memory = size_t{4} << 20;
+  c.threads = 2;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("mp executor: dp 2 × tp 2 on 4 CPU devices, built by slot in one actor system, both give the golden ids") {
+  const scoped_env devices{"ACTORLLM_CPU_DEVICES", "4"};
+  const scoped_env binary{"ACTORLLM_WORKER_BIN", test::actorllm_binary().c_str()};
+  engine_config config = dp_config();
+  // dp × tp = 4 devices fit this node: mp by default.
+  config.distributed_executor_backend = actors::resolve_executor(config);
+  REQUIRE(config.distributed_executor_backend == "mp");
+
+  const test::golden_case g = test::greedy_from_bos();
+  test::replica_driver driver;
+  auto& r0 = driver.build(config, {0, 2});
+  auto& r1 = driver.build(config, {1, 2});
+  CHECK(r0.executor == "mp");
+  CHECK(r0.dp_rank == 0);
+  CHECK(r1.dp_rank == 1);
+  CHECK(r1.dp_size == 2);
+  CHECK(r0.registry != r1.registry);  // a registry (rendezvous store, token) each
+
+  // Four worker processes, two per replica, each named by its replica.
+  const auto lines = worker_command_lines();
+  CHECK(lines.size() == 4);
+  CHECK(count_containing(lines, "--replica 0") == 2);
+  CHECK(count_containing(lines, "--replica 1") == 2);
+
+  CHECK(driver.greedy_ids(0, g) == g.output);
+  CHECK(driver.greedy_ids(1, g) == g.output);
+
+  // Replica 1 stops (its workers with it) while replica 0 serves; built again, it serves the golden ids too.
+  driver.stop(1);
+  CHECK(count_containing(worker_command_lines(), "--replica 1") == 0);
+  CHECK(driver.greedy_ids(0, g) == g.output);
+  driver.build(config, {1, 2});
+  CHECK(driver.greedy_ids(2, g) == g.output);
+  CHECK(count_containing(worker_command_lines(), "--replica 1") == 2);
+}
+
+TEST_CASE("executor rule with replicas: dp × tp × pp devices on this node, or a clear refusal naming the numbers") {
+  const scoped_env devices{"ACTORLLM_CPU_DEVICES", "3"};
+  engine_config config = dp_config();
+  // 2 × 2 = 4 devices on a node of 3: not mp by default (CPU shards share the cores as threads)...
+  CHECK(actors::resolve_executor(config) == "uni");
+  // ...and a bad data-parallel setting is refused by name.
+  config.data_parallel_rank = 2;
+  CHECK_THROWS_WITH_AS(actors::resolve_executor(config),
+                       doctest::Contains("data_parallel_rank (--data-parallel-rank) must be in [0, data_parallel_size "
+                                         "2), got 2"),
+                       actorllm::error);
+  config.data_parallel_rank = -1;
+  config.data_parallel_size_local = 1;
+  // One local replica of tp 2: 2 devices, mp fits.
+  CHECK(actors::resolve_executor(config) == "mp");
+}
