@@ -2,6 +2,7 @@
 // tensor- and pipeline-parallel layout, with prefix caching on and off (with it on, the batched second pass reads
 // every prompt's full blocks from the cache), and a layout the heads cannot take fails at once naming the numbers.
 #include "actorllm/llm.hpp"
+#include "golden_ids.hpp"
 #include "test_paths.hpp"
 
 #include "kernels/device.hpp"
@@ -219,4 +220,22 @@ TEST_CASE("a missing model directory is a load error naming the path") {
     CHECK(e.code() == errc::load_failed);
     CHECK(std::string{e.what()}.find("/nonexistent/model") != std::string::npos);
   }
+}
+
+TEST_CASE("dp 2 in one process: both replicas serve the golden output and the router spreads the requests") {
+  engine_config c;
+  c.model = test::model_dir("stories260K").string();
+  c.kv_cache_memory = size_t{4} << 20;
+  c.threads = 2;
+  c.data_parallel_size = 2;
+  LLM llm{c};
+  CHECK(llm.info().data_parallel_size == 2);
+  const test::golden_case g = test::greedy_from_bos();
+  for (int i = 0; i < 4; ++i)
+    CHECK(test::greedy_ids(llm, g) == g.output);
+  const engine_stats s = llm.stats();
+  REQUIRE(s.replicas.size() == 2);
+  CHECK(s.replicas[0].routed_requests == 2);  // idle replicas alternate (fewer routed first)
+  CHECK(s.replicas[1].routed_requests == 2);
+  CHECK(s.healthy);
 }
