@@ -354,17 +354,16 @@ void replica_set::supervise() {
   }
 }
 
+std::pair<proto::engine_actor, uint64_t> replica_set::mark_abort(uint64_t id) {
+  std::lock_guard lock{mutex_};
+  auto where = book_.abort(id);
+  if (!where)
+    return {};
+  return {replicas_[static_cast<size_t>(where->first)].engine, where->second};
+}
+
 bool replica_set::abort(uint64_t id) {
-  proto::engine_actor engine;
-  uint64_t attempt = 0;
-  {
-    std::lock_guard lock{mutex_};
-    auto where = book_.abort(id);
-    if (!where)
-      return false;
-    engine = replicas_[static_cast<size_t>(where->first)].engine;
-    attempt = where->second;
-  }
+  auto [engine, attempt] = mark_abort(id);
   if (!engine)
     return false;
   caf::scoped_actor self{sys_};
@@ -375,16 +374,7 @@ bool replica_set::abort(uint64_t id) {
 }
 
 void replica_set::abort_async(uint64_t id) {
-  proto::engine_actor engine;
-  uint64_t attempt = 0;
-  {
-    std::lock_guard lock{mutex_};
-    auto where = book_.abort(id);
-    if (!where)
-      return;
-    engine = replicas_[static_cast<size_t>(where->first)].engine;
-    attempt = where->second;
-  }
+  auto [engine, attempt] = mark_abort(id);
   if (engine)
     caf::anon_send(engine, proto::abort_atom::value, attempt);
 }

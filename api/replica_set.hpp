@@ -65,6 +65,9 @@ class replica_set {
   void report_failure_locked(int32_t replica, const std::string& reason, std::vector<uint64_t>& lost);
   /// Sends request `id` (between replicas) to a serving replica, or fails it when none serves. Under mutex_.
   void place_locked(uint64_t id, const std::string& reason, request_book::deliveries& out);
+  /// Marks an abort in the book; the engine running the request's current attempt and that attempt's id (a null
+  /// engine: not live, or between replicas, where it ends when it would have moved).
+  std::pair<proto::engine_actor, uint64_t> mark_abort(uint64_t id);
   /// The delivery thread's handler for every engine batch.
   void on_batch(proto::output_batch& batch);
   void watch(int32_t replica);

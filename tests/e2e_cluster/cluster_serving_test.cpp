@@ -8,6 +8,7 @@
 #include "e2e_server/server_harness.hpp"
 #include "golden_ids.hpp"
 #include "test_paths.hpp"
+#include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
 
@@ -46,36 +47,6 @@ engine_config cluster_config(const test::sim_cluster& cluster, int tp, int pp,
   return c;
 }
 
-/// Live `actorllm worker` processes whose parent is `parent`.
-std::vector<pid_t> workers_of(pid_t parent) {
-  std::vector<pid_t> out;
-  DIR* proc = ::opendir("/proc");
-  REQUIRE(proc != nullptr);
-  while (dirent* e = ::readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0)
-      continue;
-    std::ifstream stat{"/proc/" + std::to_string(pid) + "/stat"};
-    std::string line;
-    std::getline(stat, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos)
-      continue;
-    std::istringstream rest{line.substr(close + 2)};
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent || state == 'Z')
-      continue;
-    std::ifstream cmd{"/proc/" + std::to_string(pid) + "/cmdline"};
-    std::string args{std::istreambuf_iterator<char>{cmd}, {}};
-    if (args.find("worker") != std::string::npos)
-      out.push_back(pid);
-  }
-  ::closedir(proc);
-  return out;
-}
-
 template <class Done>
 bool wait_until(Done done, std::chrono::milliseconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
@@ -92,8 +63,8 @@ TEST_CASE("cluster: tp 2 x pp 2 over 2 simulated nodes (4 worker processes) give
   LLM llm{cluster_config(cluster, 2, 2)};
   CHECK(llm.info().executor == "cluster");
   // Each stage's TP group sits inside one node: two workers under each agent.
-  CHECK(workers_of(cluster.process("node-0").pid).size() == 2);
-  CHECK(workers_of(cluster.process("node-1").pid).size() == 2);
+  CHECK(test::worker_pids_of(cluster.process("node-0").pid).size() == 2);
+  CHECK(test::worker_pids_of(cluster.process("node-1").pid).size() == 2);
   CHECK(test::greedy_ids(llm, g) == g.output);
 }
 
@@ -180,7 +151,7 @@ TEST_CASE("cluster: kill -9 of a node agent ends every running request, then ser
   // The agent that hosts workers (the placement fills node-0 first).
   std::string victim;
   for (const char* n : {"node-0", "node-1", "node-2"})
-    if (victim.empty() && !workers_of(cluster.process(n).pid).empty())
+    if (victim.empty() && !test::worker_pids_of(cluster.process(n).pid).empty())
       victim = n;
   REQUIRE(!victim.empty());
   const auto t0 = std::chrono::steady_clock::now();
@@ -191,7 +162,7 @@ TEST_CASE("cluster: kill -9 of a node agent ends every running request, then ser
   CHECK(errors.load() == 32);
   CHECK(wait_until([&] { return llm.stats().healthy; }, 15s));
   CHECK(test::greedy_ids(llm, g) == g.output);
-  CHECK(workers_of(cluster.process(victim).pid).empty());
+  CHECK(test::worker_pids_of(cluster.process(victim).pid).empty());
 }
 
 TEST_CASE("cluster: a failed restart waits and tries again, so a node that joins meanwhile is placed") {
@@ -245,7 +216,7 @@ TEST_CASE(
         return running && waiting && *running + *waiting >= 32;
       },
       10s));
-  std::vector<pid_t> victims = workers_of(cluster.process("node-1").pid);
+  std::vector<pid_t> victims = test::worker_pids_of(cluster.process("node-1").pid);
   REQUIRE(!victims.empty());
   std::atomic<bool> saw_unhealthy{false};
   std::atomic<bool> polling{true};

@@ -7,6 +7,7 @@
 #include "golden_ids.hpp"
 #include "replica_driver.hpp"
 #include "test_paths.hpp"
+#include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
 
@@ -27,33 +28,8 @@ namespace {
 /// The command lines of this process's live `actorllm worker` children.
 std::vector<std::string> worker_command_lines() {
   std::vector<std::string> out;
-  DIR* proc = ::opendir("/proc");
-  REQUIRE(proc != nullptr);
-  while (dirent* e = ::readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0)
-      continue;
-    std::ifstream stat{"/proc/" + std::to_string(pid) + "/stat"};
-    std::string line;
-    std::getline(stat, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos)
-      continue;
-    std::istringstream rest{line.substr(close + 2)};
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != ::getpid() || state == 'Z')
-      continue;
-    std::ifstream cmd{"/proc/" + std::to_string(pid) + "/cmdline"};
-    std::string args{std::istreambuf_iterator<char>{cmd}, {}};
-    for (auto& c : args)
-      if (c == '\0')
-        c = ' ';
-    if (args.find(" worker ") != std::string::npos)
-      out.push_back(args);
-  }
-  ::closedir(proc);
+  for (auto& w : test::worker_children(::getpid()))
+    out.push_back(std::move(w.command_line));
   return out;
 }
 

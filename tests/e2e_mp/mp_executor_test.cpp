@@ -7,6 +7,7 @@
 #include "e2e_server/server_harness.hpp"
 #include "golden_ids.hpp"
 #include "test_paths.hpp"
+#include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
 
@@ -31,6 +32,10 @@ using namespace std::chrono_literals;
 namespace {
 
 using test::golden_case;
+
+/// Worker processes whose parent is this process.
+std::vector<pid_t> worker_pids() { return test::worker_pids_of(::getpid()); }
+
 using test::greedy_from_bos;
 
 engine_config mp_config(int tp, int pp) {
@@ -73,36 +78,6 @@ std::vector<pid_t> all_worker_pids() {
     std::ifstream cmd{"/proc/" + std::to_string(pid) + "/cmdline"};
     std::string args{std::istreambuf_iterator<char>{cmd}, {}};
     if (args.find("worker") != std::string::npos && args.find("--registry") != std::string::npos)
-      out.push_back(pid);
-  }
-  ::closedir(proc);
-  return out;
-}
-
-/// Worker processes whose parent is this process.
-std::vector<pid_t> worker_pids() {
-  std::vector<pid_t> out;
-  DIR* proc = ::opendir("/proc");
-  REQUIRE(proc != nullptr);
-  while (dirent* e = ::readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0)
-      continue;
-    std::ifstream stat{"/proc/" + std::to_string(pid) + "/stat"};
-    std::string line;
-    std::getline(stat, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos)
-      continue;
-    std::istringstream rest{line.substr(close + 2)};
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != ::getpid() || state == 'Z')
-      continue;
-    std::ifstream cmd{"/proc/" + std::to_string(pid) + "/cmdline"};
-    std::string args{std::istreambuf_iterator<char>{cmd}, {}};
-    if (args.find("worker") != std::string::npos)
       out.push_back(pid);
   }
   ::closedir(proc);

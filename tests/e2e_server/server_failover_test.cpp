@@ -3,15 +3,14 @@
 // no error, its text equal to the same request run undisturbed; /health stays 200 throughout; the killed replica
 // restarts and takes traffic again.
 #include "e2e_server/server_harness.hpp"
+#include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
 #include <simdjson.h>
 
-#include <dirent.h>
 #include <signal.h>
 
 #include <atomic>
-#include <fstream>
 #include <thread>
 
 using namespace actorllm;
@@ -82,39 +81,6 @@ sse_result parse_sse(const std::string& body) {
   return r;
 }
 
-/// Live `actorllm worker` children of `parent` whose command line holds `needle`.
-std::vector<pid_t> workers_of(pid_t parent, const std::string& needle) {
-  std::vector<pid_t> out;
-  DIR* proc = ::opendir("/proc");
-  REQUIRE(proc != nullptr);
-  while (dirent* e = ::readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0)
-      continue;
-    std::ifstream stat{"/proc/" + std::to_string(pid) + "/stat"};
-    std::string line;
-    std::getline(stat, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos)
-      continue;
-    std::istringstream rest{line.substr(close + 2)};
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent || state == 'Z')
-      continue;
-    std::ifstream cmd{"/proc/" + std::to_string(pid) + "/cmdline"};
-    std::string args{std::istreambuf_iterator<char>{cmd}, {}};
-    for (auto& c : args)
-      if (c == '\0')
-        c = ' ';
-    if (args.find("worker") != std::string::npos && args.find(needle) != std::string::npos)
-      out.push_back(pid);
-  }
-  ::closedir(proc);
-  return out;
-}
-
 /// The value of the first /metrics sample line starting with `series` (-1 when absent).
 double metric(uint16_t port, const std::string& series) {
   const std::string text = e2e::http(port, "GET", "/metrics").body;
@@ -172,7 +138,7 @@ TEST_CASE("serve -dp 2: kill -9 of one replica's worker under 32 greedy SSE stre
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (metric(port, running) < 4 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(5ms);
-  const auto victims = workers_of(srv.pid(), "--replica 1");
+  const auto victims = test::worker_pids_of(srv.pid(), "--replica 1");
   REQUIRE(victims.size() == 1);
   CHECK(ended.load() == 0);
   ::kill(victims.front(), SIGKILL);
@@ -200,7 +166,7 @@ TEST_CASE("serve -dp 2: kill -9 of one replica's worker under 32 greedy SSE stre
          std::chrono::steady_clock::now() < back_by)
     std::this_thread::sleep_for(20ms);
   REQUIRE(e2e::http(port, "GET", "/health").body.find(R"("degraded":[])") != std::string::npos);
-  CHECK(workers_of(srv.pid(), "--replica 1").size() == 1);
+  CHECK(test::worker_pids_of(srv.pid(), "--replica 1").size() == 1);
   const double before = metric(port, routed1);
   std::vector<std::thread> again;
   std::atomic<int> matched{0};
