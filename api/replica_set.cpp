@@ -184,9 +184,9 @@ uint64_t replica_set::submit(const prompt& p, const sampling_params& params, int
     std::lock_guard lock{mutex_};
     const auto serving = serving_locked();
     const auto work = book_.work(static_cast<int32_t>(replicas_.size()));
-    if (auto r = router_.pick(req.prompt_ids, work, serving)) {
+    if (auto r = router_.pick(req.prompt_ids, work, serving, req.cache_salt)) {
       engine = replicas_[static_cast<size_t>(*r)].engine;
-      router_.routed(req.prompt_ids, *r);
+      router_.routed(req.prompt_ids, *r, req.cache_salt);
       book_.add(id, req, ch, stream, *r);
     } else {
       const std::string why = unavailable_locked();

@@ -23,14 +23,12 @@ replica_supervisor::decision replica_supervisor::next_try(int32_t index) {
     d.why = fmt::format("replica {}: gave up after {} restart(s): {}", index, r.restarts, r.failure);
     return d;
   }
-  // The first try at once; after a failed one wait 1, 2, 4, 8 s, so a node agent that comes back (restarted by its
-  // service manager, say) can still be placed before the restarts run out.
-  const int32_t failed_tries = r.restarts;
-  ++r.restarts;
+  // A replica that served is rebuilt at once; after a failed try wait 1, 2, 4, 8 s, so a node agent that comes back
+  // (restarted by its service manager, say) can still be placed before the restarts run out.
   d.restart = true;
-  d.wait = failed_tries == 0 || r.st == state::serving
-               ? std::chrono::milliseconds{0}
-               : std::chrono::milliseconds{1000LL << std::min(failed_tries - 1, 3)};
+  d.wait = r.st == state::serving ? std::chrono::milliseconds{0}
+                                  : std::chrono::milliseconds{1000LL << std::min(r.restarts - 1, 3)};
+  ++r.restarts;
   r.st = state::restarting;
   d.why = fmt::format("replica {}: restart {} of at most {}", index, r.restarts, policy_.max_restarts);
   return d;
@@ -41,11 +39,7 @@ std::optional<replica_supervisor::decision> replica_supervisor::on_failure(int32
   if (r.st != state::serving)
     return std::nullopt;
   r.failure = reason;
-  // Rebuilding a replica that served counts as a restart; its first try never waits.
-  auto d = next_try(index);
-  if (d.restart)
-    d.wait = std::chrono::milliseconds{0};
-  return d;
+  return next_try(index);  // rebuilding a replica that served counts as a restart
 }
 
 replica_supervisor::decision replica_supervisor::on_restart_failed(int32_t index, const std::string& reason) {

@@ -2,43 +2,25 @@
 #include "api/router.hpp"
 
 #include <algorithm>
-#include <limits>
 
 namespace actorllm::detail {
-
-namespace {
-
-uint64_t mix(uint64_t h, uint64_t x) {
-  h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  h ^= h >> 31;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  return h ^ (h >> 29);
-}
-
-}  // namespace
 
 router::router(int32_t n_replicas, options opts)
     : opts_(opts), cached_(static_cast<size_t>(n_replicas)), counts_(static_cast<size_t>(n_replicas), 0) {
   opts_.block_size = std::max(opts_.block_size, 1);
 }
 
-std::vector<uint64_t> router::block_hashes(std::span<const int32_t> prompt) const {
-  std::vector<uint64_t> out;
+std::vector<engine::block_hash> router::block_hashes(std::span<const int32_t> prompt,
+                                                     const std::optional<std::string>& cache_salt) const {
+  std::vector<engine::block_hash> out;
   if (prompt.empty())
     return out;
-  const auto bs = static_cast<size_t>(opts_.block_size);
-  const size_t n_blocks = (prompt.size() - 1) / bs;
-  out.reserve(n_blocks);
-  uint64_t h = 0x6a09e667f3bcc908ULL;
-  for (size_t b = 0; b < n_blocks; ++b) {
-    for (size_t i = b * bs; i < (b + 1) * bs; ++i)
-      h = mix(h, static_cast<uint32_t>(prompt[i]));
-    out.push_back(h);
-  }
+  const size_t n_blocks = (prompt.size() - 1) / static_cast<size_t>(opts_.block_size);
+  engine::extend_block_hashes(out, prompt, opts_.block_size, n_blocks, engine::first_block_extra_keys(cache_salt));
   return out;
 }
 
-size_t router::matched_blocks(int32_t replica, const std::vector<uint64_t>& hashes) const {
+size_t router::matched_blocks(int32_t replica, const std::vector<engine::block_hash>& hashes) const {
   const lru_set& set = cached_[static_cast<size_t>(replica)];
   size_t n = 0;
   while (n < hashes.size() && set.where.contains(hashes[n]))
@@ -47,7 +29,8 @@ size_t router::matched_blocks(int32_t replica, const std::vector<uint64_t>& hash
 }
 
 std::optional<int32_t> router::pick(std::span<const int32_t> prompt, std::span<const int64_t> work,
-                                    const std::vector<bool>& serving) const {
+                                    const std::vector<bool>& serving,
+                                    const std::optional<std::string>& cache_salt) const {
   const auto n = static_cast<int32_t>(counts_.size());
   std::optional<int32_t> least;
   auto better = [&](int32_t a, int32_t b) {  // a less loaded than b
@@ -65,7 +48,7 @@ std::optional<int32_t> router::pick(std::span<const int32_t> prompt, std::span<c
   }
   if (!least || !opts_.prefix_affinity)
     return least;
-  const std::vector<uint64_t> hashes = block_hashes(prompt);
+  const std::vector<engine::block_hash> hashes = block_hashes(prompt, cache_salt);
   if (hashes.empty())
     return least;
   std::optional<int32_t> affine;
@@ -85,14 +68,14 @@ std::optional<int32_t> router::pick(std::span<const int32_t> prompt, std::span<c
   return excess <= opts_.affinity_slack ? affine : least;
 }
 
-void router::routed(std::span<const int32_t> prompt, int32_t replica) {
+void router::routed(std::span<const int32_t> prompt, int32_t replica, const std::optional<std::string>& cache_salt) {
   if (replica < 0 || static_cast<size_t>(replica) >= counts_.size())
     return;
   ++counts_[static_cast<size_t>(replica)];
   if (!opts_.prefix_affinity)
     return;
   lru_set& set = cached_[static_cast<size_t>(replica)];
-  for (uint64_t h : block_hashes(prompt)) {
+  for (const engine::block_hash& h : block_hashes(prompt, cache_salt)) {
     if (auto it = set.where.find(h); it != set.where.end()) {
       set.order.splice(set.order.begin(), set.order, it->second);
       continue;

@@ -3,11 +3,14 @@
 // longest prefix of the prompt before, unless it is overloaded compared with the least loaded one.
 #pragma once
 
+#include "engine/block_hash.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <list>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -29,10 +32,12 @@ class router {
   /// The replica for a prompt, among those with serving[r]; `work[r]` is each replica's outstanding work. nullopt
   /// when none serves. Ties go to the replica with fewer requests routed so far, then the lower rank.
   std::optional<int32_t> pick(std::span<const int32_t> prompt, std::span<const int64_t> work,
-                              const std::vector<bool>& serving) const;
+                              const std::vector<bool>& serving,
+                              const std::optional<std::string>& cache_salt = std::nullopt) const;
 
   /// Records that `prompt` went to `replica` (its full blocks will be in that replica's prefix cache).
-  void routed(std::span<const int32_t> prompt, int32_t replica);
+  void routed(std::span<const int32_t> prompt, int32_t replica,
+              const std::optional<std::string>& cache_salt = std::nullopt);
 
   /// Forgets what a replica had cached (it was restarted with an empty cache, or its cache was reset).
   void forget(int32_t replica);
@@ -40,16 +45,18 @@ class router {
   /// Requests routed to each replica since start.
   const std::vector<uint64_t>& routed_counts() const { return counts_; }
 
-  /// The chained hashes of a prompt's full blocks (the last token never counts: it is always computed).
-  std::vector<uint64_t> block_hashes(std::span<const int32_t> prompt) const;
+  /// The prompt's full blocks as the replicas' prefix caches key them (engine/block_hash.hpp, salt included; the
+  /// last token never counts: it is always computed).
+  std::vector<engine::block_hash> block_hashes(std::span<const int32_t> prompt,
+                                               const std::optional<std::string>& cache_salt = std::nullopt) const;
 
  private:
   struct lru_set {
-    std::list<uint64_t> order;  // most recent first
-    std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
+    std::list<engine::block_hash> order;  // most recent first
+    std::unordered_map<engine::block_hash, std::list<engine::block_hash>::iterator, engine::block_hash_hasher> where;
   };
   /// Leading blocks of `hashes` that `replica` holds.
-  size_t matched_blocks(int32_t replica, const std::vector<uint64_t>& hashes) const;
+  size_t matched_blocks(int32_t replica, const std::vector<engine::block_hash>& hashes) const;
 
   options opts_;
   std::vector<lru_set> cached_;

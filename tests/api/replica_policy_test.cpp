@@ -203,6 +203,8 @@ TEST_CASE("router: a prompt goes where its longest prefix was computed, unless t
   const std::vector<int32_t> other{7, 7, 7, 7, 7, 7, 7, 7, 7};
   CHECK(r.pick(other, std::vector<int64_t>{10, 0}, {true, true}) == 1);  // no prefix anywhere: least loaded
   CHECK(r.pick(other, std::vector<int64_t>{0, 10}, {true, true}) == 0);
+  // A salted prompt shares no cached block with an unsalted one (the engines' cache keys include the salt).
+  CHECK(r.pick(b, std::vector<int64_t>{0, 50}, {true, true}, std::string{"tenant-a"}) == 0);
   r.forget(1);  // restarted with an empty cache
   CHECK(r.pick(b, std::vector<int64_t>{0, 50}, {true, true}) == 0);
 }

@@ -6,6 +6,7 @@
 #include "actorllm/proto/shared_plan.hpp"
 #include "e2e_server/server_harness.hpp"
 #include "golden_ids.hpp"
+#include "story_prompts.hpp"
 #include "test_paths.hpp"
 #include "worker_processes.hpp"
 
@@ -311,28 +312,13 @@ TEST_CASE("mp executor: structured outputs constrain the sampling worker as they
   CHECK_MESSAGE(out.text.ends_with("."), out.text);
 }
 
-namespace {
-
-/// 32 distinct prompts that each generate for a while at temperature 0.
-std::vector<std::string> failover_prompts() {
-  const char* who[] = {"a cat", "a dog", "Lily", "Tom", "a bird", "the sun", "a fish", "Ben"};
-  const char* what[] = {"went to the park", "found a box", "was sad", "saw a tree"};
-  std::vector<std::string> out;
-  for (const char* w : who)
-    for (const char* v : what)
-      out.push_back(std::string{"Once upon a time, "} + w + " " + v + ".");
-  return out;
-}
-
-}  // namespace
-
 TEST_CASE("mp executor, dp 2: kill -9 of one replica's worker under 32 greedy streams: each ends as undisturbed") {
   engine_config config = mp_config(1, 1);
   config.data_parallel_size = 2;
   config.max_num_seqs = 8;  // so that the kill finds requests running and waiting on both replicas
   LLM llm{config};
   CHECK(llm.info().data_parallel_size == 2);
-  const auto prompts = failover_prompts();
+  const auto prompts = test::story_prompts();
   sampling_params p;
   p.temperature = 0;
   p.max_tokens = 160;

@@ -3,6 +3,7 @@
 // no error, its text equal to the same request run undisturbed; /health stays 200 throughout; the killed replica
 // restarts and takes traffic again.
 #include "e2e_server/server_harness.hpp"
+#include "story_prompts.hpp"
 #include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
@@ -17,16 +18,6 @@ using namespace actorllm;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::vector<std::string> prompts() {
-  const char* who[] = {"a cat", "a dog", "Lily", "Tom", "a bird", "the sun", "a fish", "Ben"};
-  const char* what[] = {"went to the park", "found a box", "was sad", "saw a tree"};
-  std::vector<std::string> out;
-  for (const char* w : who)
-    for (const char* v : what)
-      out.push_back(std::string{"Once upon a time, "} + w + " " + v + ".");
-  return out;
-}
 
 std::string body_for(const std::string& prompt, bool stream) {
   return std::string{R"({"model":"stories","temperature":0,"max_tokens":300,"ignore_eos":true,"stream":)"} +
@@ -97,7 +88,7 @@ TEST_CASE("serve -dp 2: kill -9 of one replica's worker under 32 greedy SSE stre
       {"-dp", "2", "--distributed-executor-backend", "mp", "--max-num-seqs", "8", "--kv-cache-memory", "4MiB"},
       {"ACTORLLM_WORKER_BIN=" + test::actorllm_binary().string(), "ACTORLLM_CPU_DEVICES=2"}};
   const uint16_t port = srv.port();
-  const auto all = prompts();
+  const auto all = test::story_prompts();
 
   // Undisturbed, all at once.
   std::vector<std::string> reference(all.size());
