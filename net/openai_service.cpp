@@ -420,15 +420,18 @@ openai_service::openai_service(LLM& llm, service_config config)
               config_.max_queued_requests);
   if (config_.log_stats_interval.count() > 0)
     stats_logger_ = std::make_unique<stats_logger>([&llm] { return llm.stats(); }, config_.log_stats_interval);
+  preprocess_ = std::make_unique<handler_pool>(config_.preprocess_threads);
 }
 
 openai_service::~openai_service() = default;
 
 void openai_service::install(router& r) {
-  r.add("POST", "/v1/completions", [this](const http_request& q) { return completions(q); });
-  r.add("POST", "/v1/chat/completions", [this](const http_request& q) { return chat_completions(q); });
-  r.add("POST", "/tokenize", [this](const http_request& q) { return tokenize(q); });
-  r.add("POST", "/detokenize", [this](const http_request& q) { return detokenize(q); });
+  // Parsing, chat rendering, constraint compiling and tokenizing run on the preprocessing threads.
+  auto off = [this](router::route_handler h) { return preprocess_->offload(std::move(h)); };
+  r.add("POST", "/v1/completions", off([this](const http_request& q) { return completions(q); }));
+  r.add("POST", "/v1/chat/completions", off([this](const http_request& q) { return chat_completions(q); }));
+  r.add("POST", "/tokenize", off([this](const http_request& q) { return tokenize(q); }));
+  r.add("POST", "/detokenize", off([this](const http_request& q) { return detokenize(q); }));
   r.add("GET", "/v1/models", [this](const http_request&) { return models(); });
   r.add_prefix("GET", std::string{model_path_prefix}, [this](const http_request& q) {
     return model(percent_decode(std::string_view{q.target}.substr(model_path_prefix.size())));

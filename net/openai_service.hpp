@@ -4,6 +4,7 @@
 #pragma once
 
 #include "net/admission.hpp"
+#include "net/handler_pool.hpp"
 #include "net/openai/metrics.hpp"
 #include "net/openai/requests.hpp"
 #include "net/routes.hpp"
@@ -59,6 +60,9 @@ struct service_config {
   /// functions work either way (the output is constrained to the calls' JSON).
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
+  /// Threads that parse, render chat templates, compile structured-output constraints, tokenize and submit the
+  /// generation and tokenizer requests, so the HTTP I/O thread only moves bytes (see handler_pool.hpp).
+  std::size_t preprocess_threads = 2;
 };
 
 class openai_service {
@@ -98,7 +102,8 @@ class openai_service {
   openai::sampling_defaults defaults_;  // --generation-config
   admission_gate admission_;            // max_num_seqs + --max-queued-requests generation requests at once
   int64_t created_ = 0;
-  std::unique_ptr<stats_logger> stats_logger_;  // last: stops first
+  std::unique_ptr<stats_logger> stats_logger_;
+  std::unique_ptr<handler_pool> preprocess_;  // last: its threads use everything above, so it stops first
 };
 
 }  // namespace actorllm::net
