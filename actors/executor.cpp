@@ -49,6 +49,22 @@ std::string resolve_executor(const engine_config& config) {
         fmt::format("data_parallel_rank (--data-parallel-rank) must be in [0, data_parallel_size {}), "
                     "got {}",
                     config.data_parallel_size, config.data_parallel_rank)};
+  const int32_t local = local_replica_count(config);
+  const bool remote_replicas = config.data_parallel_rank < 0 && local < config.data_parallel_size;
+  if (remote_replicas) {
+    const std::string which = fmt::format(
+        "data_parallel_size_local (--data-parallel-size-local) {} < "
+        "data_parallel_size {}: replicas {}..{} run on a cluster's nodes",
+        local, config.data_parallel_size, local, config.data_parallel_size - 1);
+    if (config.cluster_address.empty())
+      throw actorllm::error{errc::invalid_config, which + ", so cluster_address (--cluster-address) must be set"};
+    if (config.distributed_executor_backend == "cluster")
+      throw actorllm::error{errc::invalid_config,
+                            which +
+                                " and the local ones on this node, but distributed_executor_backend "
+                                "(--distributed-executor-backend) cluster puts every replica on the cluster: "
+                                "leave out one of the two"};
+  }
   if (config.enable_expert_parallel && config.data_parallel_size > 1)
     // vLLM's EP group is dp × tp because its DP ranks step in lockstep; these replicas are independent engines.
     log::info("executor",
@@ -69,7 +85,8 @@ std::string resolve_executor(const engine_config& config) {
   // An unusable device is refused with the other settings (plan_replica); here it only shapes the choice.
   in.gpu = resolve_device(config.device).kind == device_kind::cuda;
   in.local_devices = in.gpu ? visible_gpu_count() : local_cpu_devices();
-  in.cluster_configured = !config.cluster_address.empty();
+  // With replicas on the cluster, the local ones stay on this node: the cluster is not theirs to choose.
+  in.cluster_configured = !config.cluster_address.empty() && !remote_replicas;
   // Checked exactly against the nodes when each cluster replica is placed.
   in.cluster_devices = devices_needed(in);
   auto choice = choose_executor(in);
@@ -77,10 +94,28 @@ std::string resolve_executor(const engine_config& config) {
     throw actorllm::error{errc::invalid_config, *err};
   const auto& decision = std::get<executor_decision>(choice);
   log::info("executor", "executor {}: {}", to_string(decision.backend), decision.reason);
+  if (remote_replicas)
+    log::info("executor", "replicas 0..{} on this node ({}), replicas {}..{} on the cluster at {}", local - 1,
+              to_string(decision.backend), local, config.data_parallel_size - 1, config.cluster_address);
   return std::string{to_string(decision.backend)};
 }
 
+bool runs_on_cluster(const engine_config& config, const replica_slot& slot) {
+  return config.distributed_executor_backend != "cluster" && config.data_parallel_rank < 0 &&
+         slot.dp_rank >= local_replica_count(config);
+}
+
+bool uses_cluster(const engine_config& config) {
+  return config.distributed_executor_backend == "cluster" ||
+         runs_on_cluster(config, replica_slot{config.data_parallel_size - 1, config.data_parallel_size});
+}
+
 replica build_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot) {
+  if (runs_on_cluster(config, slot)) {
+    engine_config remote = config;  // everything about it is the cluster executor's, its device checks included
+    remote.distributed_executor_backend = "cluster";
+    return build_cluster_replica(sys, remote, slot);
+  }
   if (config.distributed_executor_backend == "mp")
     return build_mp_replica(sys, config, slot);
   if (config.distributed_executor_backend == "cluster")

@@ -123,13 +123,15 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
     if (const char* env = std::getenv("ACTORLLM_CLUSTER_ADDRESS"))
       im.config.cluster_address = env;
   im.config.distributed_executor_backend = actors::resolve_executor(im.config);
-  if (im.config.distributed_executor_backend == "uni" &&
+  const bool cluster = actors::uses_cluster(im.config);
+  const bool networked = im.config.distributed_executor_backend != "uni" || cluster;
+  if (!networked &&
       !(im.config.cluster_tls_certificate.empty() && im.config.cluster_tls_key.empty() &&
         im.config.cluster_tls_ca_file.empty()))
     log::warning("executor",
                  "the control-plane TLS settings are not used: executor uni runs every shard in this "
                  "process, with no connection to secure");
-  if (im.config.distributed_executor_backend != "uni") {
+  if (networked) {
     const auto tls = actors::control_tls::from_environment(
         {im.config.cluster_tls_certificate, im.config.cluster_tls_key, im.config.cluster_tls_ca_file});
     tls.check();
@@ -139,10 +141,8 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
                 "Gloo's TCP transport, unencrypted",
                 tls.certificate, tls.ca_file);
     // The cluster's workers and head know the cluster token; an mp engine's workers are its children and get a
-    // key of their own through their environment.
-    const std::string control_key = im.config.distributed_executor_backend == "cluster"
-                                        ? actors::cluster_token(im.config)
-                                        : actors::new_control_key();
+    // key of their own through their environment (the cluster token when some replicas run on a cluster).
+    const std::string control_key = cluster ? actors::cluster_token(im.config) : actors::new_control_key();
     actors::enable_network(im.caf_config, tls, control_key);
   }
   im.sys = std::make_unique<caf::actor_system>(im.caf_config);

@@ -122,6 +122,23 @@ TEST_CASE("executor rule with replicas: dp × tp × pp devices on this node, or 
                        actorllm::error);
   config.data_parallel_rank = -1;
   config.data_parallel_size_local = 1;
-  // One local replica of tp 2: 2 devices, mp fits.
+  // Replica 1 runs on a cluster's nodes: without a cluster, refused by name.
+  CHECK_THROWS_WITH_AS(actors::resolve_executor(config),
+                       doctest::Contains("data_parallel_size_local (--data-parallel-size-local) 1 < data_parallel_size "
+                                         "2: replicas 1..1 run on a cluster's nodes, so cluster_address "
+                                         "(--cluster-address) must be set"),
+                       actorllm::error);
+  config.cluster_address = "127.0.0.1:1";  // not contacted: the local replica's executor is chosen by this node
+  // One local replica of tp 2: 2 devices, mp fits; replica 1 is the cluster's.
   CHECK(actors::resolve_executor(config) == "mp");
+  config.distributed_executor_backend = "mp";
+  CHECK_FALSE(actors::runs_on_cluster(config, {0, 2}));
+  CHECK(actors::runs_on_cluster(config, {1, 2}));
+  config.data_parallel_rank = 1;  // external load balancing: this server runs rank 1 only, here
+  CHECK_FALSE(actors::runs_on_cluster(config, {1, 2}));
+  config.data_parallel_rank = -1;
+  // The cluster executor for every replica contradicts local ones.
+  config.distributed_executor_backend = "cluster";
+  CHECK_THROWS_WITH_AS(actors::resolve_executor(config), doctest::Contains("leave out one of the two"),
+                       actorllm::error);
 }

@@ -1,8 +1,9 @@
-// Data-parallel serving end to end: `serve -dp 2` (mp executor, one worker process per replica) under 32 concurrent
+// Data-parallel serving end to end with the mp executor: `serve -dp 2 -tp 2` gives the golden continuation from both
+// replicas; `serve -dp 2` (one worker process per replica) under 32 concurrent
 // temperature-0 SSE streams, one replica's worker killed with SIGKILL mid-stream. Every stream ends with [DONE] and
 // no error, its text equal to the same request run undisturbed; /health stays 200 throughout; the killed replica
-// restarts and takes traffic again (tests/e2e_server/stream_failover.hpp).
-#include "e2e_server/stream_failover.hpp"
+// restarts and takes traffic again (tests/e2e_server/data_parallel_checks.hpp).
+#include "e2e_server/data_parallel_checks.hpp"
 #include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
@@ -11,6 +12,14 @@
 
 using namespace actorllm;
 using namespace std::chrono_literals;
+
+TEST_CASE("serve -dp 2 -tp 2 (mp, 4 worker processes): both replicas give the golden continuation") {
+  e2e::server srv{{"-dp", "2", "-tp", "2", "--distributed-executor-backend", "mp", "--kv-cache-memory", "4MiB"},
+                  {"ACTORLLM_WORKER_BIN=" + test::actorllm_binary().string(), "ACTORLLM_CPU_DEVICES=4"}};
+  CHECK(test::worker_pids_of(srv.pid(), "--replica 0").size() == 2);
+  CHECK(test::worker_pids_of(srv.pid(), "--replica 1").size() == 2);
+  e2e::check_golden_on_every_replica(srv.port(), 2);
+}
 
 TEST_CASE("serve -dp 2: kill -9 of one replica's worker under 32 greedy SSE streams: all end as undisturbed") {
   e2e::server srv{

@@ -1,8 +1,8 @@
-// The failover scenario of the data-parallel serve tests, for any way of killing a replica: 32 temperature-0
-// completions of tests/story_prompts.hpp run undisturbed, then again as SSE streams while `kill` takes replica 1
-// down once it runs; every stream must end with [DONE] and no error, its text equal to the undisturbed one, and
-// /health must stay 200 throughout. Then replica 1 must come back and take requests again. Header-only; used by
-// tests/e2e_server (a worker killed) and tests/e2e_cluster (a node agent killed).
+// Checks of a data-parallel `actorllm serve`: every replica gives the golden continuation; and the failover scenario,
+// for any way of killing a replica: 32 temperature-0 completions of tests/story_prompts.hpp run undisturbed, then again
+// as SSE streams while `kill` takes replica 1 down once it runs; every stream must end with [DONE] and no error, its
+// text equal to the undisturbed one, and /health must stay 200 throughout. Then replica 1 must come back and take
+// requests again. Header-only; used by tests/e2e_server (a worker killed) and tests/e2e_cluster (a node agent killed).
 #pragma once
 
 #include "e2e_server/server_harness.hpp"
@@ -76,6 +76,31 @@ inline sse_result parse_sse(const std::string& body) {
 /// The value of the first /metrics sample line starting with `series` (-1 when absent).
 inline double metric(uint16_t port, const std::string& series) {
   return metric(http(port, "GET", "/metrics").body, series).value_or(-1);
+}
+
+/// Sends 4 × `replicas` greedy "Once upon a time" completions at once: each is the golden continuation, and every
+/// replica served some (the prompt fills no KV block, so the router goes by load alone).
+inline void check_golden_on_every_replica(uint16_t port, int replicas) {
+  const std::string golden = golden_continuation();
+  const std::string body = R"({"model":"stories","prompt":"Once upon a time","max_tokens":48,"temperature":0})";
+  std::vector<std::string> texts(static_cast<size_t>(4 * replicas));
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < texts.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto r = http(port, "POST", "/v1/completions", body);
+      texts[i] = r.status == 200 ? completion_text(r.body) : "HTTP " + std::to_string(r.status) + r.body;
+    });
+  for (auto& t : clients)
+    t.join();
+  for (const auto& text : texts) {
+    CHECK(text.size() > 100);
+    CHECK_MESSAGE(golden.rfind(text, 0) == 0, text);
+  }
+  for (int r = 0; r < replicas; ++r) {
+    CAPTURE(r);
+    CHECK(metric(port, R"(actorllm:replica_routed_requests_total{model_name="stories",replica=")" + std::to_string(r) +
+                           R"("})") > 0);
+  }
 }
 
 /// The story prompts' texts, all sent at once and undisturbed; checks that replica 1 took a share.
