@@ -166,7 +166,9 @@ uint64_t replica_set::submit(const prompt& p, const sampling_params& params, int
   req.params = params;
   req.priority = priority;
   req.cache_salt = p.cache_salt();
-  req.stream = true;  // the deltas are the record a failover resumes from; the book passes them on only if asked
+  // With other replicas to move to, the deltas are the record a failover resumes from (the book passes them on only
+  // if asked); with one replica there is nowhere to move, so only a caller who asked gets deltas, as before.
+  req.stream = stream || replicas_.size() > 1;
   req.sink = delivery_;
   if (!req.prompt_is_tokens && tokenizer_) {
     // Tokenized once, here: the router needs the ids, and a failover resubmits them.
