@@ -43,15 +43,23 @@ engine_config moe_config(const moe_dir& dir, int tp, bool ep, int pp = 1) {
   return c;
 }
 
-}  // namespace
-
-TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1/2, pp 2 and expert parallelism over tp 2 and 4") {
-  moe_dir dir;
+/// 24 greedy tokens, whatever they are (the dummy model's eos must not end them early).
+sampling_params greedy_24() {
   sampling_params p;
   p.temperature = 0;
   p.ignore_eos = true;
   p.max_tokens = 24;
-  const std::vector<int32_t> ids{5, 17, 3, 88, 41, 9};
+  return p;
+}
+
+std::vector<int32_t> test_prompt() { return {5, 17, 3, 88, 41, 9}; }
+
+}  // namespace
+
+TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1/2, pp 2 and expert parallelism over tp 2 and 4") {
+  moe_dir dir;
+  const sampling_params p = greedy_24();
+  const std::vector<int32_t> ids = test_prompt();
   std::vector<int32_t> reference;
   struct layout {
     int tp;
@@ -77,11 +85,8 @@ TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1/2, pp 2 and expe
 
 TEST_CASE("a dummy Mixtral with dp 2 and expert parallelism over tp 2: both replicas give the tp 1 ids") {
   moe_dir dir;
-  sampling_params p;
-  p.temperature = 0;
-  p.ignore_eos = true;
-  p.max_tokens = 24;
-  const std::vector<int32_t> ids{5, 17, 3, 88, 41, 9};
+  const sampling_params p = greedy_24();
+  const std::vector<int32_t> ids = test_prompt();
   std::vector<int32_t> reference;
   {
     LLM one{moe_config(dir, 1, false)};
