@@ -149,8 +149,10 @@ __device__ __forceinline__ void sum_tail(const car_rank_table* __restrict__ t, i
   }
 }
 
+// __launch_bounds__(512, 1): with the thread count alone ptxas aimed at full occupancy (32 registers) and spilled
+// in the bf16 two-shot; one block per SM is all these launches (at most 36 blocks) ever need.
 template <class T>
-__global__ void __launch_bounds__(car::block_threads)
+__global__ void __launch_bounds__(car::block_threads, 1)
     one_shot_kernel(const car_rank_table* __restrict__ t, int rank, int world, int64_t n, T* __restrict__ out) {
   signal_layout* self = t->signal[rank];
   const uint32_t flag = self->counter[blockIdx.x] + 1;
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(car::block_threads)
 }
 
 template <class T>
-__global__ void __launch_bounds__(car::block_threads)
+__global__ void __launch_bounds__(car::block_threads, 1)
     two_shot_kernel(const car_rank_table* __restrict__ t, int rank, int world, int64_t n, T* __restrict__ out) {
   signal_layout* self = t->signal[rank];
   const uint32_t flag = self->counter[blockIdx.x] + 1;
@@ -186,15 +188,14 @@ __global__ void __launch_bounds__(car::block_threads)
     sum_tail<T>(t, world, n, out);
   barrier<barrier_phase::mid>(t, self, rank, world, flag);
   // All-gather: partition k from rank k's staging buffer, for every k.
+  // Not unrolled: the table is in device memory (any index is cheap), and unrolling 8 copy loops spills registers.
   uint4* out4 = reinterpret_cast<uint4*>(out);
-#pragma unroll
-  for (int k = 0; k < car::max_ranks; ++k) {
-    if (k < world) {
-      const car::index_range part = car::partition(packs, world, k);
-      const uint4* src = static_cast<const uint4*>(t->data[k]);
-      for (int64_t i = first; i < part.size(); i += stride)
-        out4[part.begin + i] = __ldcg(src + part.begin + i);
-    }
+#pragma unroll 1
+  for (int k = 0; k < world; ++k) {
+    const car::index_range part = car::partition(packs, world, k);
+    const uint4* src = static_cast<const uint4*>(t->data[k]);
+    for (int64_t i = first; i < part.size(); i += stride)
+      out4[part.begin + i] = __ldcg(src + part.begin + i);
   }
   barrier<barrier_phase::end>(t, self, rank, world, flag);
   if (threadIdx.x == 0)
