@@ -1,7 +1,7 @@
 // The custom all-reduce kernels over CUDA-IPC-mapped buffers (vLLM's one-stage / two-stage design, written anew):
 // 16-byte loads from every rank's staging buffer, sums in f32 in rank order, per-block flag barriers between ranks.
 //
-// Memory ordering (the reasoning; unverified on a GPU here, see docs/custom-all-reduce.md):
+// Memory ordering (the reasoning; unverified on a GPU here; docs/custom-all-reduce.md):
 // * A barrier is one flag per (phase, block, sender) in the receiver's signal buffer. Thread k < world of block b
 //   stores `flag` into rank k's slot [b][this rank] with release semantics at system scope, then spins on its own
 //   slot [b][k] with acquire loads at system scope. System scope, because the peer may be another GPU (over NVLink
