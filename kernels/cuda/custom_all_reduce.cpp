@@ -92,6 +92,8 @@ void custom_all_reduce::all_reduce_device(void* data, int64_t n, element_type ty
                                 std::to_string(buffers_->data_bytes()) + "-byte staging buffer");
   if (n <= 0)
     return;
+  // The staging buffer's device: the shard's thread may not have made it current (the buffers were made for it).
+  ACTORLLM_CUDA_CHECK(cudaSetDevice(buffers_->at(rank()).device_id));
   if (device_table_ == nullptr) {
     car_rank_table table{};
     for (int r = 0; r < size(); ++r) {

@@ -2,12 +2,14 @@
 // so CUDA is initialised only in the workers), which meet through comm::ipc_handshake over a directory, map each
 // other's buffers with CUDA IPC, and all-reduce messages across the one-shot/two-shot boundary and of odd sizes, f32
 // and bf16, by the size rule's path and by each shot forced. Every result must equal the rank-order host sum bit for
-// bit on both ranks. On one GPU both workers share it (GPU-PLAN §5: same-device IPC across processes is allowed;
-// their kernels are time-sliced, so this checks correctness, not speed); with two GPUs that can reach each other a
-// second case puts one worker on each. Skipped ("skipped: no GPU") without a GPU.
+// bit on both ranks; then the tensor form on a cuda_backend's tensors and stream. On one GPU both workers share it
+// (GPU-PLAN §5: same-device IPC across processes is allowed; their kernels are time-sliced, so this checks correctness,
+// not speed); with two GPUs that can reach each other a second case puts one worker on each. Skipped ("skipped: no
+// GPU") without a GPU.
 #include "comm/ipc_handshake.hpp"
 #include "file_store.hpp"
 #include "gpu_test_util.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_ipc_backend.hpp"
 #include "kernels/cuda/custom_all_reduce.hpp"
 #include "kernels/dtype.hpp"
@@ -204,6 +206,31 @@ TEST_CASE("custom all-reduce: worker process of the two-process cases" *
     ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   ACTORLLM_CUDA_CHECK(cudaStreamDestroy(stream));
+  {
+    // The tensor form, as a shard would call it: tensors of a cuda_backend, on the backend's stream, the path by the
+    // rule. A second group (epoch 2) over the same buffers: the first one's mappings are closed.
+    cuda::cuda_backend be(a.device);
+    cfg.epoch = 2;
+    auto peers2 = comm::ipc_handshake(store, ipc, cfg);
+    const auto topology2 = cuda::ipc_group_topology(*peers2, false);
+    cuda::custom_all_reduce car(std::move(peers2), std::make_unique<refusing_collective>(a.rank, world), topology2,
+                                be.stream(), limits);
+    const std::vector<message_case> tensor_cases{{dtype::f32, 1001}, {dtype::bf16, 262149}, {dtype::f32, 131075}};
+    for (size_t c = 0; c < tensor_cases.size(); ++c) {
+      const auto& m = tensor_cases[c];
+      CAPTURE(m.n);
+      const int id = 100 + static_cast<int>(c);
+      const auto input = message_bytes(id, m, a.rank);
+      const tensor t = be.alloc(m.type, tensor_shape{m.n});
+      be.upload(t, input.data(), input.size());
+      car.all_reduce_sum(t);
+      CHECK(car.last_path() == all_reduce_path::custom_one_shot);
+      std::vector<char> got(input.size());
+      be.download(t, got.data(), got.size());
+      CHECK_MESSAGE(got == expected_bytes(id, m), "the tensor form differs from the rank-order host sum");
+    }
+    be.synchronize();
+  }
   // Proof to the parent that the worker ran (a filter that matched nothing would also exit 0).
   std::ofstream(std::filesystem::path(a.dir) / ("done" + std::to_string(a.rank))) << "ok\n";
 }
