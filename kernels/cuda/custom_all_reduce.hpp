@@ -72,7 +72,9 @@ class custom_all_reduce final : public tp_collective {
   int size() const override { return buffers_->size(); }
 
   /// t = sum over ranks of t, in place: device f32 and bf16 tensors by the rule's path; host tensors and every
-  /// other message through the fallback.
+  /// other message through the fallback. The rule looks at t's address (16-byte alignment), so every rank must
+  /// pass tensors allocated alike (aligned on all ranks or on none, as the same allocations from the caching pool
+  /// are): ranks that chose differently would wait for each other in different collectives.
   void all_reduce_sum(const tensor& t) override;
   void all_gather(const tensor& in, const tensor& out) override { fallback_->all_gather(in, out); }
   void all_reduce_sum(float* data, int64_t n) override { fallback_->all_reduce_sum(data, n); }
