@@ -39,6 +39,9 @@ class cuda_backend final : public backend {
   void copy(const tensor& src, const tensor& dst) override;
   void copy_row(const tensor& t, int64_t src_row, int64_t dst_row) override;
   void synchronize() override;
+  /// The stream every op of this backend is queued on: a device collective (custom_all_reduce, NCCL) runs its work
+  /// there, ordered with the ops that produce and consume its tensors.
+  cudaStream_t stream() const { return stream_; }
 
   void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) override;
   void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) override;
