@@ -10,8 +10,10 @@
 
 namespace actorllm::cuda {
 
-/// Threads per row: a multiple of 32, at most 1024.
-inline constexpr int sample_threads = 256;
+/// Threads per row: a multiple of 32, at most 1024. A row takes some 20 passes over the vocabulary (more with top_k,
+/// top_p or top logprobs), so a small batch's latency scales with the passes' length; 1024 keeps it short, and large
+/// batches still fill the GPU with one block per row. Not timed yet (no GPU here): tune on one.
+inline constexpr int sample_threads = 1024;
 
 /// Samples rows [0, n_rows) of `batch`, whose pointers are all device addresses, on `stream` (asynchronous).
 void sample_rows(const sampling::batch_view& batch, int64_t n_rows, cudaStream_t stream);
