@@ -5,6 +5,8 @@
 #   0 probe      the GPU, driver and libraries
 #   1 sanitize   compute-sanitizer memcheck over the GPU tests at small shapes
 #   2 parity     every backend op on CUDA against float64 references, and the kernel tests
+#   2b sampling  the GPU sampler against cpu::sample: greedy identical, seeded draws and random streams identical,
+#                logprobs within tolerance, chi-square over 1e5 seeded draws (test_cuda's "cuda sample:" cases)
 #   allreduce    the custom all-reduce across two processes (CUDA IPC; one GPU shared, or two GPUs): bit-equal to
 #                the rank-order host sum, both shots, f32 and bf16, odd sizes
 #   3 golden     stories260K greedy ids on CUDA (f32) equal the golden file
@@ -16,14 +18,14 @@
 # tests.log, bench.log, bench.json, hf.json, summary.txt, summary.json. Exit 0 only when every check
 # passes. It never changes clocks, modes or MIG and never resets the GPU.
 #
-#   bash scripts/gpu_check.sh OUTDIR [STEP ...]      # steps by name (probe sanitize parity allreduce golden layouts
+#   bash scripts/gpu_check.sh OUTDIR [STEP ...]      # steps by name (probe sanitize parity sampling allreduce golden layouts
 #                                                   # 8b bench hf); default: all
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-${OUT:-/tmp/gpu-check}}
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(probe sanitize parity allreduce golden layouts 8b bench hf)
+((${#steps[@]})) || steps=(probe sanitize parity sampling allreduce golden layouts 8b bench hf)
 mkdir -p "$out"
 bundle=${ACTORLLM_GPU_BUNDLE:-$here/.gpu-bundle/actorllm-gpu.tar.xz}
 [[ -f "$bundle" ]] || {
@@ -127,7 +129,7 @@ if wants parity; then
   {
     "$bin/test_kernels" '--test-case=*on cuda*'
     rc1=$?
-    "$bin/test_cuda" "--test-case-exclude=$car_cases"
+    "$bin/test_cuda" "--test-case-exclude=cuda sample:*,$car_cases"
     rc2=$?
   } >"$work/parity.log" 2>&1
   cat "$work/parity.log" >>"$out/tests.log"
@@ -136,6 +138,21 @@ if wants parity; then
     record parity PASS "$cases"
   else
     record parity FAIL "rc $rc1 / $rc2: $cases"
+  fi
+fi
+
+# ---- 2b sampling ---------------------------------------------------------------------------------------------------
+if wants sampling; then
+  "$bin/test_cuda" '--test-case=cuda sample:*' >"$work/sampling.log" 2>&1
+  rc=$?
+  cat "$work/sampling.log" >>"$out/tests.log"
+  cases=$(grep -h 'test cases:' "$work/sampling.log" | tr '\n' ' ')
+  chi=$(grep -ho 'chi-square [0-9.e+-]* (threshold [0-9.e+-]*)' "$work/sampling.log" | tr '\n' ';')
+  if [[ $rc -eq 0 ]] && grep -q 'test cases: *[1-9][0-9]* | *[1-9]' "$work/sampling.log" &&
+    ! grep -q 'skipped: no GPU' "$work/sampling.log"; then
+    record sampling PASS "$cases $chi"
+  else
+    record sampling FAIL "rc $rc: $cases (tests.log)"
   fi
 fi
 

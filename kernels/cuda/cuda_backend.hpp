@@ -1,6 +1,6 @@
 // The CUDA implementation of the backend interface: tensors in device memory (a caching pool), ops queued on one
-// stream per backend, GEMMs through cuBLAS, the kernels of kernels/cuda for the rest, and sampling on the host over
-// the downloaded logits (kernels/cpu/sampling, so the semantics and the random streams are the CPU's exactly).
+// stream per backend, GEMMs through cuBLAS, the kernels of kernels/cuda for the rest, sampling included (with
+// kernels/cpu/sampling's semantics and random streams; only the per-row results are downloaded).
 #pragma once
 
 #include "kernels/backend.hpp"
@@ -73,7 +73,10 @@ class cuda_backend final : public backend {
   std::shared_ptr<device_memory_pool> pool_;
   tensor gemm_input_;  // x converted to the weight type for f16/bf16 GEMMs
   tensor attention_workspace_;
-  std::vector<float> host_logits_;
+  tensor sample_input_;   // the sample_plan's descriptors and edits
+  tensor sample_output_;  // the kernel's per-row results
+  tensor sample_work_;    // processed logits of the rows with processors or penalties
+  std::vector<uint64_t> host_sample_output_;
 };
 
 }  // namespace actorllm::cuda
