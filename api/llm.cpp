@@ -125,9 +125,8 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
   im.config.distributed_executor_backend = actors::resolve_executor(im.config);
   const bool cluster = actors::uses_cluster(im.config);
   const bool networked = im.config.distributed_executor_backend != "uni" || cluster;
-  if (!networked &&
-      !(im.config.cluster_tls_certificate.empty() && im.config.cluster_tls_key.empty() &&
-        im.config.cluster_tls_ca_file.empty()))
+  if (!networked && !(im.config.cluster_tls_certificate.empty() && im.config.cluster_tls_key.empty() &&
+                      im.config.cluster_tls_ca_file.empty()))
     log::warning("executor",
                  "the control-plane TLS settings are not used: executor uni runs every shard in this "
                  "process, with no connection to secure");
