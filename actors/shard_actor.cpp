@@ -59,6 +59,15 @@ void report_failure(shard_pointer self, uint64_t step_id, std::string message) {
   }
 }
 
+// What the shard's runner does about decode graphs.
+graph_options shard_graph_options(const shard_args& a) {
+  graph_options o;
+  o.enabled = !a.enforce_eager;
+  o.max_num_seqs = a.max_num_seqs;
+  o.max_model_len = a.max_model_len;
+  return o;
+}
+
 // Whether this shard's steps wait for a stage_handoff from the previous stage: its hidden states when they come as a
 // message (in-process), and on tp rank 0 of an MoE model the expert totals (which ride a message in every executor).
 bool expects_handoff(const shard_state& st) {
@@ -167,6 +176,7 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
           auto loaded = model::load_shard(st.args.model_dir, st.args.spec, st.args.load);
           st.runner = std::make_unique<model_runner>(std::move(be), std::move(comm), loaded.config,
                                                      std::move(loaded.weights), st.args.spec, st.args.samples);
+          st.runner->set_graph_options(shard_graph_options(st.args));
           st.inbox.expect_handoff(expects_handoff(st));
         } catch (const std::exception& e) {
           return proto::make_error(errc::load_failed, fmt::format("{}: {}", st.where(), e.what()));
