@@ -59,15 +59,6 @@ void report_failure(shard_pointer self, uint64_t step_id, std::string message) {
   }
 }
 
-// What the shard's runner does about decode graphs.
-graph_options shard_graph_options(const shard_args& a) {
-  graph_options o;
-  o.enabled = !a.enforce_eager;
-  o.max_num_seqs = a.max_num_seqs;
-  o.max_model_len = a.max_model_len;
-  return o;
-}
-
 // Whether this shard's steps wait for a stage_handoff from the previous stage: its hidden states when they come as a
 // message (in-process), and on tp rank 0 of an MoE model the expert totals (which ride a message in every executor).
 bool expects_handoff(const shard_state& st) {
@@ -243,6 +234,14 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
 }
 
 }  // namespace
+
+graph_options shard_graph_options(const shard_args& a) {
+  graph_options o;
+  o.enabled = !a.enforce_eager;
+  o.max_num_seqs = a.max_num_seqs;
+  o.max_model_len = a.max_model_len;
+  return o;
+}
 
 proto::shard_actor spawn_shard(caf::actor_system& sys, shard_args args) {
   return sys.spawn<caf::detached>(shard_behavior, std::move(args));

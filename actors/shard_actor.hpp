@@ -22,6 +22,8 @@
 
 namespace actorllm::actors {
 
+struct graph_options;  // actors/model_runner.hpp
+
 /// Carries hidden states between the same tp rank of two adjacent stages when they live in different processes
 /// (the data plane): the plan reaches every shard from the scheduler in a CAF message, the floats never do.
 class activation_link {
@@ -61,6 +63,9 @@ struct shard_args {
   std::function<std::unique_ptr<activation_link>()> make_prev_link;
   std::function<std::unique_ptr<activation_link>()> make_next_link;
 };
+
+/// What the shard's model_runner does about decode graphs, from its args.
+graph_options shard_graph_options(const shard_args& a);
 
 /// Spawns a shard in a detached actor. It loads nothing until asked (load_atom).
 proto::shard_actor spawn_shard(caf::actor_system& sys, shard_args args);

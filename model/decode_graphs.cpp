@@ -1,11 +1,10 @@
 // Capturing and replaying a shard's decode graphs.
 #include "model/decode_graphs.hpp"
 
-#include "util/check.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace actorllm::model {
 namespace {
@@ -34,11 +33,15 @@ struct graph_scratch_scope {
 decode_graphs::decode_graphs(backend& be, llama_model& model, kv_cache& cache, std::vector<int32_t> sizes,
                              int64_t max_blocks_per_seq)
     : be_(be), model_(model), cache_(cache), sizes_(std::move(sizes)), max_blocks_(max_blocks_per_seq) {
-  ACTORLLM_CHECK(!sizes_.empty() && sizes_.front() >= 1 && std::is_sorted(sizes_.begin(), sizes_.end()),
-                 "decode_graphs: the sizes must be positive and ascending");
-  ACTORLLM_CHECK(max_blocks_ >= 1, "decode_graphs: max_blocks_per_seq must be at least 1");
-  ACTORLLM_CHECK(be_.supports_graphs(), fmt::format("decode_graphs: {} has no graphs", be_.describe()).c_str());
-  ACTORLLM_CHECK(model_.graph_capable(), "decode_graphs: the model is not graph-capable (stages, TP or MoE)");
+  // Thrown, not asserted: the runner then goes on eagerly.
+  if (sizes_.empty() || sizes_.front() < 1 || !std::is_sorted(sizes_.begin(), sizes_.end()))
+    throw std::invalid_argument("decode_graphs: the sizes must be positive and ascending");
+  if (max_blocks_ < 1)
+    throw std::invalid_argument("decode_graphs: max_blocks_per_seq must be at least 1");
+  if (!be_.supports_graphs())
+    throw std::invalid_argument(fmt::format("decode_graphs: {} has no graphs", be_.describe()));
+  if (!model_.graph_capable())
+    throw std::invalid_argument("decode_graphs: the model is not graph-capable (stages, TP or MoE)");
   be_.synchronize();
   const size_t before = be_.memory_info().in_use;
 
@@ -105,8 +108,8 @@ graph_ineligible decode_graphs::eligibility(const forward_batch& batch) const {
 }
 
 tensor decode_graphs::replay(const forward_batch& batch) {
-  const graph_ineligible why = eligibility(batch);
-  ACTORLLM_CHECK(why == graph_ineligible::none, fmt::format("decode_graphs::replay: {}", describe(why)).c_str());
+  if (const graph_ineligible why = eligibility(batch); why != graph_ineligible::none)
+    throw std::invalid_argument(fmt::format("decode_graphs::replay: {}", describe(why)));
   const int32_t size = padded_graph_size(sizes_, batch.n_tokens());
   const auto it = std::find(sizes_.begin(), sizes_.end(), size);
   graph_size& g = graphs_[static_cast<size_t>(it - sizes_.begin())];

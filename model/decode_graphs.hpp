@@ -32,7 +32,8 @@ class decode_graphs {
   /// Warms up and captures a graph for each of `sizes` (ascending, not empty) over `cache`, whose block tables hold
   /// at most `max_blocks_per_seq` blocks per sequence. `model` must be graph_capable() and `be` support graphs. The
   /// warm-up writes nothing into the cache (its rows are all padding). model, cache and be must outlive this, and
-  /// the cache must not be reallocated while it lives. Throws what the backend or the model throws.
+  /// the cache must not be reallocated while it lives. Throws std::invalid_argument for a backend without graphs or a
+  /// model that is not graph_capable(), else what the backend or the model throws.
   decode_graphs(backend& be, llama_model& model, kv_cache& cache, std::vector<int32_t> sizes,
                 int64_t max_blocks_per_seq);
   ~decode_graphs();
@@ -47,9 +48,9 @@ class decode_graphs {
 
   /// Whether `batch` can replay a graph (graph_ineligible::none) and otherwise why.
   graph_ineligible eligibility(const forward_batch& batch) const;
-  /// Runs `batch` (eligible) through the graph of its padded size: packs its inputs, uploads them in one copy,
-  /// replays. Returns the logits of its rows, f32 [rows, n_vocab] in row order: a view of the graphs' buffer,
-  /// valid until the next replay. Queued like any op: download (or synchronize) before reading.
+  /// Runs `batch` (eligible, else std::invalid_argument) through the graph of its padded size: packs its inputs,
+  /// uploads them in one copy, replays. Returns the logits of its rows, f32 [rows, n_vocab] in row order: a view of the
+  /// graphs' buffer, valid until the next replay. Queued like any op: download (or synchronize) before reading.
   tensor replay(const forward_batch& batch);
 
  private:
