@@ -69,8 +69,10 @@ decode_graphs::decode_graphs(backend& be, llama_model& model, kv_cache& cache, s
       model_.forward_into(g.in, cache_, g.logits);
     }
     be_.synchronize();
-    for (graph_size& g : graphs_)
-      g.graph = be_.capture_graph([&] { model_.forward_into(g.in, cache_, g.logits); });
+    for (graph_size& g : graphs_) {
+      const graph_size* size = &g;  // the recording may be kept (a backend that replays it): no loop reference
+      g.graph = be_.capture_graph([this, size] { model_.forward_into(size->in, cache_, size->logits); });
+    }
   }
   be_.synchronize();
   const size_t after = be_.memory_info().in_use;
