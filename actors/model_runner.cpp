@@ -57,7 +57,8 @@ size_t model_runner::graph_memory_estimate(int64_t block_size) const {
   d.n_vocab = cfg.n_vocab;
   d.block_size = block_size;
   d.max_blocks_per_seq = graph_max_blocks(graph_options_, cfg, block_size);
-  return model::decode_graph_memory_for(model::decode_graph_sizes(graph_options_.max_num_seqs), d).total();
+  return model::decode_graph_memory_for(model::decode_graph_sizes(graph_options_.max_num_seqs), d).total() +
+         be_->graph_reserve_bytes();
 }
 
 void model_runner::allocate_cache(int64_t block_size, int64_t n_blocks) {

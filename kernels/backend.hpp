@@ -188,6 +188,9 @@ class backend {
   /// already at the size the capture needs; eager steps grow (and so move) only the eager set, never memory a graph
   /// reads. No effect where there are no graphs.
   virtual void use_graph_scratch(bool on) { (void)on; }
+  /// Device memory the backend itself sets aside once graphs are used (beside the graph scratch, which grows with
+  /// the work): what the KV-cache sizing reserves with the graphs' own buffers. 0 where there are no graphs.
+  virtual size_t graph_reserve_bytes() const { return 0; }
   /// Records the ops `record` enqueues from this thread into a graph instead of running them. While recording, an
   /// op that would allocate, grow its scratch, synchronise, upload or download throws std::logic_error naming it,
   /// and the capture is dropped. Throws std::logic_error where supports_graphs() is false.

@@ -107,6 +107,7 @@ class recording_graph_backend final : public backend {
   }
 
   bool supports_graphs() const override { return true; }
+  size_t graph_reserve_bytes() const override { return 1000; }  // a marker the memory tests can see
   void use_graph_scratch(bool on) override {
     guard("use_graph_scratch");
     ++(on ? graph_scratch_on : graph_scratch_off);

@@ -136,6 +136,8 @@ constexpr size_t cublas_workspace_bytes = size_t{32} << 20;
 
 }  // namespace
 
+size_t cuda_backend::graph_reserve_bytes() const { return cublas_workspace_bytes; }
+
 void cuda_backend::use_graph_scratch(bool on) {
   not_capturing("use_graph_scratch");
   if (on && cublas_workspace_.empty()) {

@@ -59,6 +59,7 @@ class cuda_backend final : public backend {
 
   bool supports_graphs() const override { return true; }
   void use_graph_scratch(bool on) override;
+  size_t graph_reserve_bytes() const override;
   std::unique_ptr<op_graph> capture_graph(const std::function<void()>& record) override;
 
  private:

@@ -106,7 +106,7 @@ TEST_CASE("a graph-capable shard captures graphs up to max_num_seqs and reserves
   const size_t reserve = runner->graph_memory_estimate(16);
   CHECK(reserve > 0);
   // stories260K: 512-token context in 32 blocks, vocab 512, sizes 1, 2, 4.
-  CHECK(reserve >= 4u * 512 * 4);  // at least the logits of the largest graph
+  CHECK(reserve >= 4u * 512 * 4 + 1000);  // at least the logits of the largest graph and the backend's reserve
   CHECK(runner->profile_forward(32, 16) >= reserve);
   runner->allocate_cache(16, 16);
   REQUIRE(runner->graphs() != nullptr);
