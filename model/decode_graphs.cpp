@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace actorllm::model {
@@ -64,12 +65,15 @@ decode_graphs::decode_graphs(backend& be, llama_model& model, kv_cache& cache, s
     // Warm-up: every size once, eagerly, on all-padding rows (no KV written), so that each op's graph scratch
     // reaches the size its capture will ask for (the attention plan, and so its workspace, differs by size).
     const forward_batch padding;
-    for (const graph_size& g : graphs_) {
+    for (graph_size& g : graphs_) {
       upload(g, padding);
       model_.forward_into(g.in, cache_, g.logits);
     }
     be_.synchronize();
     for (graph_size& g : graphs_) {
+      // The buffer holds this size's layout while it is recorded (a backend that runs the ops as it records them
+      // reads it; a CUDA capture runs nothing).
+      upload(g, padding);
       const graph_size* size = &g;  // the recording may be kept (a backend that replays it): no loop reference
       g.graph = be_.capture_graph([this, size] { model_.forward_into(size->in, cache_, size->logits); });
     }
@@ -100,9 +104,14 @@ step_inputs decode_graphs::inputs_for(const decode_graph_layout& l) const {
   return in;
 }
 
-void decode_graphs::upload(const graph_size& g, const forward_batch& batch) {
+void decode_graphs::upload(graph_size& g, const forward_batch& batch) {
   pack_decode_inputs(batch, cache_.block_size(), g.layout, host_);
   be_.upload(inputs_, host_.data(), g.layout.bytes);  // the step's one host-to-device copy
+  // A backend in host memory walks the host copy of the block tables (attention_batch's contract); a device backend
+  // reads only its size, fixed at capture.
+  if (inputs_.where().kind == device_kind::cpu)
+    std::memcpy(g.in.attn.host_block_tables.data(), host_.data() + g.layout.block_tables,
+                g.in.attn.host_block_tables.size() * sizeof(int32_t));
 }
 
 graph_ineligible decode_graphs::eligibility(const forward_batch& batch) const {

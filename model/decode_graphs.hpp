@@ -63,7 +63,8 @@ class decode_graphs {
 
   /// Views of inputs_ for a graph of `layout`.
   step_inputs inputs_for(const decode_graph_layout& layout) const;
-  void upload(const graph_size& g, const forward_batch& batch);
+  /// Packs `batch` for g and uploads it (padding rows for an empty batch).
+  void upload(graph_size& g, const forward_batch& batch);
 
   backend& be_;
   llama_model& model_;
