@@ -35,8 +35,9 @@ std::vector<int32_t> sampling_support(const float* logits, int64_t n_vocab, cons
 
 /// Samples one token from `logits` (n_vocab entries; modified, used as scratch). Order as vLLM's sampler:
 /// logits processors (apply_logits_processors) -> repetition/frequency/presence penalties -> temperature (below 1e-5:
-/// argmax of the penalised logits, ties to the lowest id, no random draw) -> min_p, top_k, top_p (each keeps ties at
-/// its threshold, top_p always keeps the most likely token) -> one draw of rng.uniform() over the survivors in token-id
+/// argmax of the penalised logits, ties to the lowest id, no random draw) -> min_p, top_k, top_p (min_p and top_k keep
+/// ties at their threshold; top_p keeps the shortest prefix in rank order, ties by the lower id first, whose mass
+/// reaches top_p, and always the most likely token) -> one draw of rng.uniform() over the survivors in token-id
 /// order. Logprobs are taken from log_softmax of the raw logits (before penalties and temperature, vLLM's default). NaN
 /// logits are treated as -inf and +inf as the largest finite float, so results are NaN-free; if every logit is -inf the
 /// token is 0 with logprob -log(n_vocab). Token ids outside [0, n_vocab) in prompt_ids/output_ids are ignored.

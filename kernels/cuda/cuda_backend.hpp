@@ -1,6 +1,6 @@
 // The CUDA implementation of the backend interface: tensors in device memory (a caching pool), ops queued on one
-// stream per backend, GEMMs through cuBLAS, the kernels of kernels/cuda for the rest, and sampling on the host over
-// the downloaded logits (kernels/cpu/sampling, so the semantics and the random streams are the CPU's exactly).
+// stream per backend, GEMMs through cuBLAS, the kernels of kernels/cuda for the rest, sampling included (with
+// kernels/cpu/sampling's semantics and random streams; only the per-row results are downloaded).
 #pragma once
 
 #include "kernels/backend.hpp"
@@ -39,6 +39,9 @@ class cuda_backend final : public backend {
   void copy(const tensor& src, const tensor& dst) override;
   void copy_row(const tensor& t, int64_t src_row, int64_t dst_row) override;
   void synchronize() override;
+  /// The stream every op of this backend is queued on: a device collective (custom_all_reduce, NCCL) runs its work
+  /// there, ordered with the ops that produce and consume its tensors.
+  cudaStream_t stream() const { return stream_; }
 
   void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) override;
   void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) override;
@@ -88,7 +91,10 @@ class cuda_backend final : public backend {
   scratch_set* scratch_ = &eager_scratch_;
   bool capturing_ = false;
   tensor cublas_workspace_;  // set once graphs are used, so captured GEMMs use memory that lives with the backend
-  std::vector<float> host_logits_;
+  tensor sample_input_;      // the sample_plan's descriptors and edits
+  tensor sample_output_;     // the kernel's per-row results
+  tensor sample_work_;       // processed logits of the rows with processors or penalties
+  std::vector<uint64_t> host_sample_output_;
 };
 
 }  // namespace actorllm::cuda
