@@ -3,9 +3,11 @@
 
 #include "kernels/host_staged_collective.hpp"
 #include "model/kv_cache.hpp"
+#include "util/log.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace actorllm::actors {
@@ -20,8 +22,66 @@ model_runner::model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_colle
   model_ = std::make_unique<model::llama_model>(cfg, std::move(weights), shard, *comm_, *be_);
 }
 
+std::string model_runner::graphs_disabled_reason() const {
+  model::graph_setting s;
+  s.enforce_eager = !graph_options_.enabled;
+  s.device_graphs = be_->supports_graphs();
+  s.tp_size = comm_->size();
+  s.single_stage = model_->is_first_stage() && model_->is_last_stage();
+  s.moe = model_->config().n_expert > 0;
+  s.max_num_seqs = graph_options_.max_num_seqs;
+  return model::graphs_disabled_reason(s);
+}
+
+namespace {
+
+int64_t graph_max_blocks(const graph_options& o, const model::model_config& cfg, int64_t block_size) {
+  const int64_t len = o.max_model_len > 0 ? o.max_model_len : cfg.max_position_embeddings;
+  return std::max<int64_t>(1, (len + block_size - 1) / block_size);
+}
+
+}  // namespace
+
+size_t model_runner::graph_memory_estimate(int64_t block_size) const {
+  if (!graphs_disabled_reason().empty())
+    return 0;
+  const model::model_config& cfg = model_->config();
+  model::decode_graph_dims d;  // one rank (graphs need tp 1): the model's own head counts
+  d.n_embd = cfg.n_embd;
+  d.n_head = cfg.n_head;
+  d.n_head_kv = cfg.n_head_kv;
+  d.head_dim = cfg.head_dim;
+  d.q_dim = cfg.n_head * cfg.head_dim;
+  d.kv_dim = cfg.n_head_kv * cfg.head_dim;
+  d.n_ff = cfg.n_ff;
+  d.n_vocab = cfg.n_vocab;
+  d.block_size = block_size;
+  d.max_blocks_per_seq = graph_max_blocks(graph_options_, cfg, block_size);
+  return model::decode_graph_memory_for(model::decode_graph_sizes(graph_options_.max_num_seqs), d).total() +
+         be_->graph_reserve_bytes();
+}
+
 void model_runner::allocate_cache(int64_t block_size, int64_t n_blocks) {
+  graphs_.reset();  // they name the old cache
   cache_ = std::make_unique<model::kv_cache>(*be_, model_->cache_shape(block_size), n_blocks);
+  if (const std::string why = graphs_disabled_reason(); !why.empty()) {
+    if (graph_options_.enabled && be_->supports_graphs())
+      log::info("shard", "decode steps run eagerly: {}", why);
+    return;
+  }
+  const std::vector<int32_t> sizes = model::decode_graph_sizes(graph_options_.max_num_seqs);
+  const int64_t max_blocks = graph_max_blocks(graph_options_, model_->config(), block_size);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    graphs_ = std::make_unique<model::decode_graphs>(*be_, *model_, *cache_, sizes, max_blocks);
+  } catch (const std::exception& e) {
+    graphs_.reset();
+    log::warning("shard", "capturing decode graphs failed, decode steps run eagerly: {}", e.what());
+    return;
+  }
+  log::info("shard", "captured {} decode graphs (batch sizes {}..{}) in {:.2f} s; they hold {:.1f} MiB", sizes.size(),
+            sizes.front(), sizes.back(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+            static_cast<double>(graphs_->device_bytes()) / (1 << 20));
 }
 
 size_t model_runner::profile_forward(int64_t n_tokens, int64_t block_size) {
@@ -50,7 +110,8 @@ size_t model_runner::profile_forward(int64_t n_tokens, int64_t block_size) {
     be_->synchronize();
     peak = be_->memory_info().peak_in_use;
   }
-  return peak > cache_bytes ? peak - cache_bytes : peak;
+  // The decode graphs are captured after the cache is sized: their buffers are reserved now.
+  return (peak > cache_bytes ? peak - cache_bytes : peak) + graph_memory_estimate(block_size);
 }
 
 tensor model_runner::hidden_input(int64_t n_tokens) {
@@ -103,8 +164,14 @@ step_output model_runner::run_queued(const proto::step_plan& plan, const tensor&
     return out;
   }
 
-  const model::step_inputs& in = inputs_.prepare(batch, cache_->block_size());
-  tensor produced = model_->forward(in, *cache_, hidden_in);
+  tensor produced;
+  if (graphs_ && graphs_->eligibility(batch) == model::graph_ineligible::none) {
+    produced = graphs_->replay(batch);  // one upload of the packed inputs, one graph launch
+    ++graph_replays_;
+  } else {
+    const model::step_inputs& in = inputs_.prepare(batch, cache_->block_size());
+    produced = model_->forward(in, *cache_, hidden_in);
+  }
   if (!model_->is_last_stage()) {
     out.hidden = std::move(produced);
     return out;

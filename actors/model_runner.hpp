@@ -14,6 +14,7 @@
 #include "actors/sequence_samplers.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/collective.hpp"
+#include "model/decode_graphs.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/step_inputs.hpp"
@@ -31,6 +32,14 @@ struct step_output {
   std::string error;          ///< a plan this shard cannot run (the replica is then unusable)
 };
 
+/// Whether and how a runner replays decode steps as graphs (model/decode_graphs). Default: never (tools and tests
+/// that build a runner directly run eagerly); the shard sets it from the engine config.
+struct graph_options {
+  bool enabled = false;       ///< engine_config::enforce_eager off (and a shard that asked for graphs)
+  int32_t max_num_seqs = 0;   ///< the capture sizes go up to the first that holds it (model::decode_graph_sizes)
+  int32_t max_model_len = 0;  ///< the graphs' block-table width; 0: the model's max_position_embeddings
+};
+
 /// One shard's model, cache and sampler state on one backend.
 class model_runner {
  public:
@@ -41,8 +50,21 @@ class model_runner {
   const model::llama_model& model() const { return *model_; }
   backend& device_backend() { return *be_; }
   bool has_cache() const { return cache_ != nullptr; }
-  /// Allocates the KV cache through the backend (std::bad_alloc when it does not fit).
+  /// Sets how decode graphs are used; takes effect at the next allocate_cache.
+  void set_graph_options(const graph_options& o) { graph_options_ = o; }
+  /// Empty when allocate_cache captures decode graphs on this shard; else why its steps all run eagerly.
+  std::string graphs_disabled_reason() const;
+  /// Allocates the KV cache through the backend (std::bad_alloc when it does not fit), then captures the decode
+  /// graphs over it when graphs_disabled_reason() is empty. A capture that fails is logged and the shard runs
+  /// eagerly (what --enforce-eager does).
   void allocate_cache(int64_t block_size, int64_t n_blocks);
+  /// The captured decode graphs (null when none).
+  const model::decode_graphs* graphs() const { return graphs_.get(); }
+  /// Steps run by replaying a graph so far.
+  uint64_t graph_replays() const { return graph_replays_; }
+  /// Device memory the decode graphs will keep beside the eager path (0 when none are captured): added to the
+  /// profile's non-KV peak so that the KV cache leaves room for them (model::decode_graph_memory_for).
+  size_t graph_memory_estimate(int64_t block_size) const;
 
   /// The memory profile of a step (vLLM's profile run): a forward of `n_tokens` prompt tokens of one sequence over
   /// a temporary cache, after which the backend's peak_in_use counts the weights and the largest activations but
@@ -72,6 +94,9 @@ class model_runner {
   std::unique_ptr<tp_collective> comm_;
   std::unique_ptr<model::llama_model> model_;
   std::unique_ptr<model::kv_cache> cache_;
+  graph_options graph_options_;
+  std::unique_ptr<model::decode_graphs> graphs_;  // after cache_: destroyed first, it reads the cache
+  uint64_t graph_replays_ = 0;
   model::step_input_builder inputs_;
   sequence_samplers samplers_;
   persistent_batch tables_;  // the block tables the plans built up, and the plan's batch in the model's terms

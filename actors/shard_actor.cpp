@@ -167,6 +167,7 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
           auto loaded = model::load_shard(st.args.model_dir, st.args.spec, st.args.load);
           st.runner = std::make_unique<model_runner>(std::move(be), std::move(comm), loaded.config,
                                                      std::move(loaded.weights), st.args.spec, st.args.samples);
+          st.runner->set_graph_options(shard_graph_options(st.args));
           st.inbox.expect_handoff(expects_handoff(st));
         } catch (const std::exception& e) {
           return proto::make_error(errc::load_failed, fmt::format("{}: {}", st.where(), e.what()));
@@ -233,6 +234,14 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
 }
 
 }  // namespace
+
+graph_options shard_graph_options(const shard_args& a) {
+  graph_options o;
+  o.enabled = !a.enforce_eager;
+  o.max_num_seqs = a.max_num_seqs;
+  o.max_model_len = a.max_model_len;
+  return o;
+}
 
 proto::shard_actor spawn_shard(caf::actor_system& sys, shard_args args) {
   return sys.spawn<caf::detached>(shard_behavior, std::move(args));

@@ -22,6 +22,8 @@
 
 namespace actorllm::actors {
 
+struct graph_options;  // actors/model_runner.hpp
+
 /// Carries hidden states between the same tp rank of two adjacent stages when they live in different processes
 /// (the data plane): the plan reaches every shard from the scheduler in a CAF message, the floats never do.
 class activation_link {
@@ -47,8 +49,13 @@ struct shard_args {
   /// Added to the shard's rank (stage × tp + tp rank) when it picks its GPU: the first rank of its data-parallel
   /// replica among this node's devices (replica_share::device_offset), so that replicas get GPUs of their own.
   int32_t device_offset = 0;
-  bool samples = false;    ///< tp rank 0 of the last stage: samples and returns tokens
-  proto::shard_link next;  ///< the same tp rank of the next stage; null on the last stage
+  bool samples = false;  ///< tp rank 0 of the last stage: samples and returns tokens
+  /// engine_config::enforce_eager: no decode graphs (model_runner's graph_options); else they are captured where the
+  /// shard can (a CUDA backend, one stage, one TP rank, a dense model) for batches up to max_num_seqs.
+  bool enforce_eager = false;
+  int32_t max_num_seqs = 0;   ///< the engine's max_num_seqs (the largest decode graph)
+  int32_t max_model_len = 0;  ///< the replica's context limit (the graphs' block-table width); 0: the model's
+  proto::shard_link next;     ///< the same tp rank of the next stage; null on the last stage
   /// Worker processes: builds the TP collective when the shard loads (Gloo); null: shared memory through `group`.
   std::function<std::unique_ptr<tp_collective>()> make_collective;
   /// Worker processes: build the links to the previous and next stage when the shard loads (after the
@@ -56,6 +63,9 @@ struct shard_args {
   std::function<std::unique_ptr<activation_link>()> make_prev_link;
   std::function<std::unique_ptr<activation_link>()> make_next_link;
 };
+
+/// What the shard's model_runner does about decode graphs, from its args.
+graph_options shard_graph_options(const shard_args& a);
 
 /// Spawns a shard in a detached actor. It loads nothing until asked (load_atom).
 proto::shard_actor spawn_shard(caf::actor_system& sys, shard_args args);

@@ -269,6 +269,9 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
       a.n_threads = plan.threads_per_shard;
       a.device_offset = plan.share.device_offset;
       a.samples = s == pp - 1 && rank == 0;
+      a.enforce_eager = config.enforce_eager;
+      a.max_num_seqs = config.max_num_seqs;
+      a.max_model_len = r.max_model_len;
       if (s + 1 < pp)
         a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
       r.shards[static_cast<size_t>(s * tp + rank)] = spawn_shard(sys, std::move(a));

@@ -156,6 +156,9 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   args.n_threads = a.n_threads;
   args.device_offset = a.device_offset;
   args.samples = a.samples;
+  args.enforce_eager = a.enforce_eager;
+  args.max_num_seqs = a.max_num_seqs;
+  args.max_model_len = a.max_model_len;
   args.next = a.next;
   auto store = std::make_shared<registry_store>(sys, registry);
   comm::gloo_group_options options;

@@ -123,6 +123,9 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
       a.device_offset = launcher->device_offset(plan.share.device_offset);
       a.dp_rank = r.dp_rank;
       a.samples = s == pp - 1 && rank == 0;
+      a.enforce_eager = config.enforce_eager;
+      a.max_num_seqs = config.max_num_seqs;
+      a.max_model_len = r.max_model_len;
       if (s + 1 < pp)
         a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
       a.data_plane_host = "";  // each worker binds its own node's address (ACTORLLM_HOST_IP)

@@ -40,6 +40,7 @@ struct generate_options {
   std::string device = "auto";
   int64_t block_size = 16;
   bool enable_prefix_caching = true;
+  bool enforce_eager = false;
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 2048;
   int threads = 0;
@@ -101,6 +102,7 @@ int run_generate(const generate_options& o) {
   cfg.max_num_batched_tokens = static_cast<int32_t>(o.max_num_batched_tokens);
   cfg.block_size = static_cast<int32_t>(o.block_size);
   cfg.enable_prefix_caching = o.enable_prefix_caching;
+  cfg.enforce_eager = o.enforce_eager;
   cfg.kv_cache_memory = o.kv_cache_memory;
   cfg.max_model_len = static_cast<int32_t>(o.max_model_len);
   cfg.load_format = o.load_format;
@@ -183,6 +185,7 @@ command_registration generate_command{
       sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->capture_default_str();
       sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->enable_prefix_caching,
                    "Reuse the KV blocks of prompt prefixes computed before (default: on)");
+      sub.add_flag("--enforce-eager", o->enforce_eager, "Run every step eagerly: no CUDA graphs of decode steps");
       sub.add_option("--max-model-len", o->max_model_len, "Context length limit (default: the model's)");
       sub.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Prefill chunk size")
           ->capture_default_str();

@@ -174,6 +174,7 @@ int run_serve(serve_options o) {
   cfg.scheduling_policy = o.scheduling_policy;
   cfg.threads = o.threads;
   cfg.enable_prefix_caching = o.enable_prefix_caching;
+  cfg.enforce_eager = o.enforce_eager;
   cfg.gpu_memory_utilization = o.gpu_memory_utilization;
   cfg.distributed_executor_backend = o.distributed_executor_backend;
   cfg.restart_workers = o.max_worker_restarts > 0;
@@ -332,6 +333,9 @@ command_registration serve_command{
           ->capture_default_str();
       sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->enable_prefix_caching,
                    "Reuse the KV blocks of prompt prefixes computed before (default: on)");
+      sub.add_flag("--enforce-eager", o->enforce_eager,
+                   "Run every step eagerly: no CUDA graphs of decode steps (by default a CUDA engine of one shard "
+                   "captures them for batch sizes 1, 2, 4, 8, ... up to --max-num-seqs, at most 512)");
       sub.add_flag("--enable-prompt-tokens-details", o->enable_prompt_tokens_details,
                    "Report usage.prompt_tokens_details.cached_tokens (off by default: it tells a client whether "
                    "others sent the same prefix)");

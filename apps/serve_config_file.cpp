@@ -223,6 +223,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"seed", integer_value(o.seed, 0)},
            {"chat_template", path_value(o.chat_template, base_dir, true)},
            {"generation_config", path_value(o.generation_config, base_dir, true)},
+           {"enforce_eager", bool_value(o.enforce_eager)},
        }},
       {"parallel",
        {

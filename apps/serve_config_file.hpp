@@ -2,7 +2,7 @@
 // and keys (flag names with underscores; dashes work too):
 //
 //   [model]     path, tokenizer, served_model_name, dtype, load_format, max_model_len, seed, chat_template,
-//               generation_config
+//               generation_config, enforce_eager
 //   [parallel]  tensor_parallel_size, pipeline_parallel_size, pp_layer_partition, distributed_executor_backend,
 //               num_threads, max_worker_restarts, device
 //   [scheduler] max_num_seqs, max_num_batched_tokens, max_queued_requests, step_timeout

@@ -23,6 +23,7 @@ struct serve_options {
   uint64_t seed = 0;
   std::string chat_template;  ///< a Jinja file or the template itself; empty: tokenizer_config.json's
   std::string generation_config = "auto";
+  bool enforce_eager = false;  ///< --enforce-eager: no CUDA graphs of decode steps
 
   // [parallel]
   int tensor_parallel_size = 1;

@@ -18,7 +18,6 @@ namespace {
 constexpr std::array flags{
     vllm_flag{"--trust-remote-code", false, "", "no Python code from the model repository ever runs here"},
     vllm_flag{"--disable-frontend-multiprocessing", false, "", "the HTTP front end always runs in the engine's process"},
-    vllm_flag{"--enforce-eager", false, "", "no CUDA graphs are captured: the engine always runs eagerly"},
     vllm_flag{"--disable-custom-all-reduce", false, "", "there is no custom all-reduce kernel to turn off"},
     vllm_flag{"--disable-log-requests", false, "", "requests are not logged one by one (only the access line)"},
     vllm_flag{"--enable-log-requests", false, "", "each request is logged by its access line already"},
@@ -41,7 +40,7 @@ constexpr std::array flags{
     vllm_flag{"--cpu-offload-gb", true, "0", "weights are never offloaded"},
     vllm_flag{"--kv-cache-dtype", true, "auto", "the KV cache is f32"},
     vllm_flag{"--quantization", true, "none", "weights are f32, f16 or bf16"},
-    vllm_flag{"--max-seq-len-to-capture", true, "", "no CUDA graphs are captured"},
+    vllm_flag{"--max-seq-len-to-capture", true, "", "the decode graphs hold block tables of --max-model-len, so every length replays them"},
     vllm_flag{"--max-num-partial-prefills", true, "1", "one prompt is prefilled in chunks at a time per step plan"},
     vllm_flag{"--compilation-config", true, "", "there is no torch.compile"},
     vllm_flag{"--uvicorn-log-level", true, "", "there is no uvicorn; see --log-level"},

@@ -18,8 +18,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,16 @@ struct linear_out {
   tensor w;
   tensor bias;  ///< or empty
   tensor y;
+};
+
+/// A recorded sequence of one backend's ops (a CUDA graph), replayed on its stream as one launch. It reads and
+/// writes the device memory the ops named when they were recorded, so the caller keeps those tensors alive and
+/// changes their contents (an upload before the replay), never their addresses. The backend must outlive it.
+class op_graph {
+ public:
+  virtual ~op_graph() = default;
+  /// Enqueues the recorded ops again, in order, on the backend's stream.
+  virtual void replay() = 0;
 };
 
 /// A device, its memory and the model-level ops. Not thread-safe: one shard drives one backend from one thread.
@@ -167,6 +179,26 @@ class backend {
   /// dst[r, dst_col + c] = src[r, src_col + c] for c < n_cols and every row r (src, dst f32 2-D, equal rows): puts
   /// vocab shards side by side.
   virtual void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) = 0;
+  // ---- graphs (decode steps replayed as one launch; model/decode_graphs.hpp) -----------------------------------
+
+  /// Whether capture_graph works here (CUDA). The CPU runs each op at once and has nothing to record.
+  virtual bool supports_graphs() const { return false; }
+  /// Routes the backend's internal scratch (GEMM input conversion, attention workspace) to a set kept for graphs
+  /// (true) or back to the eager set (false). Graph warm-up runs with it on, so that every op finds its scratch
+  /// already at the size the capture needs; eager steps grow (and so move) only the eager set, never memory a graph
+  /// reads. No effect where there are no graphs.
+  virtual void use_graph_scratch(bool on) { (void)on; }
+  /// Device memory the backend itself sets aside once graphs are used (beside the graph scratch, which grows with
+  /// the work): what the KV-cache sizing reserves with the graphs' own buffers. 0 where there are no graphs.
+  virtual size_t graph_reserve_bytes() const { return 0; }
+  /// Records the ops `record` enqueues from this thread into a graph instead of running them. While recording, an
+  /// op that would allocate, grow its scratch, synchronise, upload or download throws std::logic_error naming it,
+  /// and the capture is dropped. Throws std::logic_error where supports_graphs() is false.
+  virtual std::unique_ptr<op_graph> capture_graph(const std::function<void()>& record) {
+    (void)record;
+    throw std::logic_error("capture_graph: " + describe() + " has no graphs");
+  }
+
   /// Samples one token per row of logits (f32 [rows.size(), n_vocab], used as scratch), row i with rows[i]'s
   /// settings, ids and generator, with the semantics of kernels/cpu/sampling.hpp (vLLM's). out.size() == rows.size().
   virtual void sample(const tensor& logits, std::span<const ops::sample_row> rows,

@@ -41,45 +41,70 @@ kv_cache_shape llama_model::cache_shape(int64_t block_size) const {
   return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size};
 }
 
-layer_scratch llama_model::scratch(int64_t n) {
-  if (n > capacity_) {
-    const int64_t cap = std::max(n, capacity_ * 2);
+layer_scratch llama_model::scratch(activations& a, int64_t n) {
+  if (n > a.capacity) {
+    const int64_t cap = std::max(n, a.capacity * 2);
     const int64_t n_embd = cfg_.n_embd;
     const int64_t q_dim = n_head_ * cfg_.head_dim;
     const int64_t kv_dim = n_head_kv_ * cfg_.head_dim;
-    x_ = be_.alloc(dtype::f32, {cap, n_embd});
-    full_.h = be_.alloc(dtype::f32, {cap, n_embd});
-    full_.q = be_.alloc(dtype::f32, {cap, q_dim});
-    full_.k = be_.alloc(dtype::f32, {cap, kv_dim});
-    full_.v = be_.alloc(dtype::f32, {cap, kv_dim});
-    full_.attn = be_.alloc(dtype::f32, {cap, q_dim});
-    full_.proj = be_.alloc(dtype::f32, {cap, n_embd});
-    full_.gate = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
-    full_.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
-    capacity_ = cap;
+    a.x = be_.alloc(dtype::f32, {cap, n_embd});
+    a.full.h = be_.alloc(dtype::f32, {cap, n_embd});
+    a.full.q = be_.alloc(dtype::f32, {cap, q_dim});
+    a.full.k = be_.alloc(dtype::f32, {cap, kv_dim});
+    a.full.v = be_.alloc(dtype::f32, {cap, kv_dim});
+    a.full.attn = be_.alloc(dtype::f32, {cap, q_dim});
+    a.full.proj = be_.alloc(dtype::f32, {cap, n_embd});
+    a.full.gate = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
+    a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
+    a.capacity = cap;
   }
   layer_scratch s;
-  s.h = full_.h.slice_rows(0, n);
-  s.q = full_.q.slice_rows(0, n);
-  s.k = full_.k.slice_rows(0, n);
-  s.v = full_.v.slice_rows(0, n);
-  s.attn = full_.attn.slice_rows(0, n);
-  s.proj = full_.proj.slice_rows(0, n);
-  s.gate = full_.gate.slice_rows(0, n);
-  s.up = full_.up.slice_rows(0, n);
+  s.h = a.full.h.slice_rows(0, n);
+  s.q = a.full.q.slice_rows(0, n);
+  s.k = a.full.k.slice_rows(0, n);
+  s.v = a.full.v.slice_rows(0, n);
+  s.attn = a.full.attn.slice_rows(0, n);
+  s.proj = a.full.proj.slice_rows(0, n);
+  s.gate = a.full.gate.slice_rows(0, n);
+  s.up = a.full.up.slice_rows(0, n);
   return s;
 }
 
 tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor& hidden_in) {
+  ACTORLLM_CHECK(cache.shape().n_layer == layer_end_ - layer_begin_, "kv cache has the wrong number of layers");
+  if (in.n_tokens == 0)
+    return {};
+  const tensor x = run_layers(in, cache, hidden_in, eager_);
+  if (!is_last_stage()) {
+    tensor out = be_.alloc(dtype::f32, {in.n_tokens, cfg_.n_embd});
+    be_.copy(x, out);
+    return out;
+  }
+  return output_logits(in, x, eager_.full.h);
+}
+
+bool llama_model::graph_capable() const { return is_first_stage() && is_last_stage() && comm_.size() == 1 && !moe_; }
+
+void llama_model::reserve_graph_activations(int64_t n_rows) { scratch(graph_, n_rows); }
+
+void llama_model::forward_into(const step_inputs& in, kv_cache& cache, const tensor& logits) {
+  ACTORLLM_CHECK(graph_capable(), "forward_into: only a single-stage, single-rank, dense shard runs graphs");
+  ACTORLLM_CHECK(cache.shape().n_layer == layer_end_ - layer_begin_, "kv cache has the wrong number of layers");
+  ACTORLLM_CHECK(
+      in.n_tokens > 0 && logits.shape.n_dims == 2 && logits.dim(0) == in.n_sample && logits.dim(1) == cfg_.n_vocab,
+      fmt::format("forward_into: logits {} for {} sampled rows of {}", logits.describe(), in.n_sample, cfg_.n_vocab)
+          .c_str());
+  const tensor x = run_layers(in, cache, tensor{}, graph_);
+  output_logits(in, x, graph_.full.h, logits);
+}
+
+tensor llama_model::run_layers(const step_inputs& in, kv_cache& cache, const tensor& hidden_in, activations& a) {
   const int64_t n = in.n_tokens;
   const int64_t n_embd = cfg_.n_embd;
-  ACTORLLM_CHECK(cache.shape().n_layer == layer_end_ - layer_begin_, "kv cache has the wrong number of layers");
-  if (n == 0)
-    return {};
   // A request with n > 1 samples one prefill row several times: the sampled rows may outnumber the tokens.
-  scratch(std::max(n, in.n_sample));
-  layer_scratch s = scratch(n);
-  const tensor x = x_.slice_rows(0, n);
+  scratch(a, std::max(n, in.n_sample));
+  layer_scratch s = scratch(a, n);
+  const tensor x = a.x.slice_rows(0, n);
 
   if (is_first_stage()) {
     be_.embedding(in.tokens, tensors_.embed, tensors_.vocab_row_begin, x);
@@ -109,16 +134,11 @@ tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor
   }
   if (pending)
     be_.add(x, s.proj, x);
-
-  if (!is_last_stage()) {
-    tensor out = be_.alloc(dtype::f32, {n, n_embd});
-    be_.copy(x, out);
-    return out;
-  }
-  return output_logits(in, x, full_.h);
+  return x;
 }
 
-tensor llama_model::output_logits(const step_inputs& in, const tensor& x, const tensor& h_rows) {
+tensor llama_model::output_logits(const step_inputs& in, const tensor& x, const tensor& h_rows,
+                                  const tensor& logits_out) {
   const int64_t n_sample = in.n_sample;
   if (n_sample == 0)
     return {};
@@ -130,6 +150,10 @@ tensor llama_model::output_logits(const step_inputs& in, const tensor& x, const 
 
   const int64_t n_vocab = cfg_.n_vocab;
   const int64_t rows = tensors_.lm_head.dim(0);
+  if (!logits_out.empty()) {  // one rank (forward_into checked it)
+    be_.matmul(h, tensors_.lm_head, tensor{}, logits_out);
+    return logits_out;
+  }
   tensor logits = be_.alloc(dtype::f32, {n_sample, n_vocab});
   if (comm_.size() == 1) {
     be_.matmul(h, tensors_.lm_head, tensor{}, logits);

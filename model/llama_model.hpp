@@ -53,10 +53,29 @@ class llama_model {
   /// forward() on host data, for tests and tools: prepares the inputs of `batch` and downloads the result.
   std::vector<float> forward(const forward_batch& batch, kv_cache& cache, std::span<const float> hidden_in = {});
 
+  /// Whether forward_into may run here (a decode graph's forward): the only stage, one TP rank, a dense model.
+  bool graph_capable() const;
+  /// Sizes the activation scratch of forward_into for `n_rows` rows now, so that a graph capture allocates none.
+  void reserve_graph_activations(int64_t n_rows);
+  /// The forward of a decode graph: forward() over an activation scratch of its own (eager steps never move it),
+  /// writing the logits of in.sample_rows into `logits` (f32 [in.n_sample, n_vocab], kept by the caller) instead of
+  /// a fresh tensor. Allocates nothing when reserve_graph_activations covered the rows. Requires graph_capable().
+  void forward_into(const step_inputs& in, kv_cache& cache, const tensor& logits);
+
  private:
-  /// Scratch views of n rows (reallocated when a batch needs more than ever before).
-  layer_scratch scratch(int64_t n);
-  tensor output_logits(const step_inputs& in, const tensor& x, const tensor& h);
+  /// The residual stream and the scratch of one kind of forward, `capacity` rows each.
+  struct activations {
+    int64_t capacity = 0;
+    tensor x;            // the residual stream [capacity, n_embd]
+    layer_scratch full;  // scratch of `capacity` rows
+  };
+
+  /// Scratch views of n rows of `a` (reallocated when a batch needs more than ever before).
+  layer_scratch scratch(activations& a, int64_t n);
+  /// The layers of this shard over in's rows; returns the residual stream's first in.n_tokens rows.
+  tensor run_layers(const step_inputs& in, kv_cache& cache, const tensor& hidden_in, activations& a);
+  /// The logits of in.sample_rows, into `logits` when given (one rank only), else into a fresh tensor.
+  tensor output_logits(const step_inputs& in, const tensor& x, const tensor& h, const tensor& logits = {});
 
   model_config cfg_;
   shard_spec shard_;
@@ -72,9 +91,8 @@ class llama_model {
   std::vector<int64_t> windows_;    // per local layer: the sliding window (0: full attention)
   std::unique_ptr<moe_block> moe_;  // the MoE layers' helper (MoE architectures only)
 
-  int64_t capacity_ = 0;                             // rows the scratch tensors hold
-  tensor x_;                                         // the residual stream [capacity, n_embd]
-  layer_scratch full_;                               // scratch of `capacity_` rows
+  activations eager_;                                // forward()'s
+  activations graph_;                                // forward_into()'s: what the decode graphs read
   std::unique_ptr<step_input_builder> host_inputs_;  // for the host forward()
 };
 

@@ -48,6 +48,10 @@ struct engine_config {
   std::string scheduling_policy = "fcfs";  ///< fcfs or priority
   /// Reuse the KV blocks of prompt prefixes computed before (vLLM's --enable-prefix-caching, on by default).
   bool enable_prefix_caching = true;
+  /// vLLM's --enforce-eager: run every step eagerly. Off (the default), a CUDA shard that is the whole model (one
+  /// stage, one TP rank, dense) captures CUDA graphs of its decode steps for batch sizes 1, 2, 4, 8, ... up to
+  /// max_num_seqs (at most 512) and replays them, padding a batch up to the next size.
+  bool enforce_eager = false;
   /// Share of a GPU's memory the engine may use (weights, activations, KV cache), in (0, 1]. The CPU backend sizes
   /// its KV cache by kv_cache_memory instead, as vLLM's CPU backend does.
   double gpu_memory_utilization = 0.9;

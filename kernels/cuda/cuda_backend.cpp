@@ -6,6 +6,7 @@
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cuda/attention_plan.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_graph.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/paged_attention.hpp"
@@ -82,8 +83,9 @@ cuda_backend::~cuda_backend() {
   cudaSetDevice(device_);
   if (stream_ != nullptr)
     cudaStreamSynchronize(stream_);
-  gemm_input_ = tensor{};
-  attention_workspace_ = tensor{};
+  eager_scratch_ = scratch_set{};
+  graph_scratch_ = scratch_set{};
+  cublas_workspace_ = tensor{};
   if (cublas_ != nullptr)
     cublasDestroy(cublas_);
   if (stream_ != nullptr)
@@ -108,14 +110,65 @@ device_memory cuda_backend::memory_info() {
 void cuda_backend::reset_peak_memory() { pool_->reset_peak(); }
 
 void* cuda_backend::scratch(tensor& slot, size_t bytes) {
-  if (slot.empty() || slot.nbytes() < bytes)
-    slot = alloc(dtype::i32, {static_cast<int64_t>(std::max<size_t>(bytes, 4) / 4 * 2 + 1)});  // grows by 2x
+  if (slot.empty() || slot.nbytes() < bytes) {
+    if (capturing_)
+      throw std::logic_error(
+          fmt::format("graph capture: an op needs {} bytes of scratch beyond the {} its warm-up "
+                      "sized (the warm-up must run the captured shapes first)",
+                      bytes, slot.empty() ? 0 : slot.nbytes()));
+    const size_t words = (std::max<size_t>(bytes, 4) + 3) / 4;
+    slot = alloc(dtype::i32, {static_cast<int64_t>(scratch_ == &graph_scratch_ ? words : words * 2 + 1)});
+  }
   return slot.data();
+}
+
+void cuda_backend::not_capturing(const char* op) const {
+  if (capturing_)
+    throw std::logic_error(fmt::format("graph capture: {} cannot be recorded into a graph", op));
+}
+
+// ---- graphs ------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// cuBLAS's workspace for every GEMM once graphs are in use: what its documentation recommends for Hopper. Without a
+// workspace of ours, cuBLAS takes one inside each capture (CUDA 12.2+: stream-ordered allocations in the graph).
+constexpr size_t cublas_workspace_bytes = size_t{32} << 20;
+
+}  // namespace
+
+size_t cuda_backend::graph_reserve_bytes() const { return cublas_workspace_bytes; }
+
+void cuda_backend::use_graph_scratch(bool on) {
+  not_capturing("use_graph_scratch");
+  if (on && cublas_workspace_.empty()) {
+    make_current();
+    ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no GEMM queued may still use the default workspace
+    cublas_workspace_ = alloc(dtype::i32, {static_cast<int64_t>(cublas_workspace_bytes / 4)});
+    check_cublas(cublasSetWorkspace(cublas_, cublas_workspace_.data(), cublas_workspace_bytes), "cublasSetWorkspace");
+  }
+  scratch_ = on ? &graph_scratch_ : &eager_scratch_;
+}
+
+std::unique_ptr<op_graph> cuda_backend::capture_graph(const std::function<void()>& record) {
+  not_capturing("capture_graph");
+  make_current();
+  ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  capturing_ = true;
+  try {
+    std::unique_ptr<op_graph> g = capture_stream(device_, stream_, record);
+    capturing_ = false;
+    return g;
+  } catch (...) {
+    capturing_ = false;
+    throw;
+  }
 }
 
 // ---- memory ------------------------------------------------------------------------------------------------------
 
 tensor cuda_backend::alloc(dtype type, tensor_shape shape) {
+  not_capturing("alloc");
   for (int i = 0; i < shape.n_dims; ++i)
     ACTORLLM_CHECK(shape[i] >= 0, fmt::format("alloc: negative dimension in {}", shape.to_string()).c_str());
   tensor t;
@@ -135,6 +188,7 @@ tensor cuda_backend::import_host(tensor host) {
 }
 
 void cuda_backend::upload(const tensor& dst, const void* src, size_t bytes) {
+  not_capturing("upload");
   checker{where()}.on_device(dst, "upload", "dst");
   ACTORLLM_CHECK(bytes <= dst.nbytes(),
                  fmt::format("upload: {} bytes do not fit {} ({} bytes)", bytes, dst.describe(), dst.nbytes()).c_str());
@@ -146,6 +200,7 @@ void cuda_backend::upload(const tensor& dst, const void* src, size_t bytes) {
 }
 
 void cuda_backend::download(const tensor& src, void* dst, size_t bytes) {
+  not_capturing("download");
   checker{where()}.on_device(src, "download", "src");
   ACTORLLM_CHECK(bytes <= src.nbytes(),
                  fmt::format("download: {} bytes asked of {} ({} bytes)", bytes, src.describe(), src.nbytes()).c_str());
@@ -167,6 +222,8 @@ void cuda_backend::copy(const tensor& src, const tensor& dst) {
     return;
   if (src.where() == dst.where())
     checker::disjoint(src, dst, "copy", "src and dst");
+  else
+    not_capturing("copy between devices");
   make_current();
   ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, stream_));
   if (src.where() != dst.where())
@@ -189,6 +246,7 @@ void cuda_backend::copy_row(const tensor& t, int64_t src_row, int64_t dst_row) {
 }
 
 void cuda_backend::synchronize() {
+  not_capturing("synchronize");
   make_current();
   ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -222,7 +280,8 @@ void cuda_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, 
   const element_type type = element_of(w.type);
   const void* input = x.data();
   if (type != element_type::f32) {  // reduced-precision weights: the input is rounded to their type
-    void* converted = scratch(gemm_input_, static_cast<size_t>(x.numel()) * static_cast<size_t>(element_size(type)));
+    void* converted =
+        scratch(scratch_->gemm_input, static_cast<size_t>(x.numel()) * static_cast<size_t>(element_size(type)));
     convert_from_f32(f32(x), x.numel(), converted, type, stream_);
     input = converted;
   }
@@ -311,8 +370,9 @@ void cuda_backend::paged_attention(const tensor& q, const attention_batch& batch
   } catch (const std::invalid_argument& e) {
     ACTORLLM_CHECK(false, fmt::format("paged_attention: {}", e.what()).c_str());
   }
-  void* workspace =
-      plan.workspace_bytes > 0 ? scratch(attention_workspace_, static_cast<size_t>(plan.workspace_bytes)) : nullptr;
+  void* workspace = plan.workspace_bytes > 0
+                        ? scratch(scratch_->attention_workspace, static_cast<size_t>(plan.workspace_bytes))
+                        : nullptr;
   make_current();
   cuda::paged_attention(plan, f32(q), batch.positions.data_as<int32_t>(), batch.seqs.data_as<int32_t>(),
                         batch.block_tables.data_as<int32_t>(), view, scale, f32(out), workspace, stream_);
@@ -371,6 +431,7 @@ void cuda_backend::copy_columns(const tensor& src, int64_t src_col, const tensor
 
 void cuda_backend::sample(const tensor& logits, std::span<const ops::sample_row> rows,
                           std::span<ops::sample_result> out) {
+  not_capturing("sample");
   checker{where()}.on_device(logits, dtype::f32, "sample", "logits");
   const auto n = static_cast<int64_t>(rows.size());
   ACTORLLM_CHECK(logits.shape.n_dims == 2 && logits.dim(0) == n,

@@ -60,10 +60,25 @@ class cuda_backend final : public backend {
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override;
   void sample(const tensor& logits, std::span<const ops::sample_row> rows, std::span<ops::sample_result> out) override;
 
+  bool supports_graphs() const override { return true; }
+  void use_graph_scratch(bool on) override;
+  size_t graph_reserve_bytes() const override;
+  std::unique_ptr<op_graph> capture_graph(const std::function<void()>& record) override;
+
  private:
+  /// The scratch the ops use internally; one set for eager steps, one for graphs (use_graph_scratch).
+  struct scratch_set {
+    tensor gemm_input;  // x converted to the weight type for f16/bf16 GEMMs
+    tensor attention_workspace;
+  };
+
   void make_current() const;
-  /// A device scratch of at least `bytes`, grown (never shrunk) as needed; valid until the next call.
+  /// A device scratch of at least `bytes`, grown (never shrunk) as needed; valid until the next call. Eager scratch
+  /// grows by doubling; graph scratch to the exact size (it is sized once, by the warm-up of every graph size).
   void* scratch(tensor& slot, size_t bytes);
+  /// Throws std::logic_error naming `op` while a graph is being captured (it would allocate, copy from the host or
+  /// wait, none of which a graph can hold).
+  void not_capturing(const char* op) const;
 
   int device_;
   std::string name_;
@@ -71,11 +86,14 @@ class cuda_backend final : public backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::shared_ptr<device_memory_pool> pool_;
-  tensor gemm_input_;  // x converted to the weight type for f16/bf16 GEMMs
-  tensor attention_workspace_;
-  tensor sample_input_;   // the sample_plan's descriptors and edits
-  tensor sample_output_;  // the kernel's per-row results
-  tensor sample_work_;    // processed logits of the rows with processors or penalties
+  scratch_set eager_scratch_;
+  scratch_set graph_scratch_;
+  scratch_set* scratch_ = &eager_scratch_;
+  bool capturing_ = false;
+  tensor cublas_workspace_;  // set once graphs are used, so captured GEMMs use memory that lives with the backend
+  tensor sample_input_;      // the sample_plan's descriptors and edits
+  tensor sample_output_;     // the kernel's per-row results
+  tensor sample_work_;       // processed logits of the rows with processors or penalties
   std::vector<uint64_t> host_sample_output_;
 };
 

@@ -52,6 +52,15 @@ TEST_CASE("generate --device cpu gives the same greedy ids as the default") {
   CHECK(ids_of(on_cpu["output_ids"]) == ids_of(by_default["output_ids"]));
 }
 
+TEST_CASE("generate --enforce-eager gives the same greedy ids as the default (where a GPU would replay graphs)") {
+  simdjson::dom::parser parser_default, parser_eager;
+  auto by_default = parser_default.parse(generate("--prompt-ids 1 --max-tokens 32 --temperature 0 --output json"));
+  auto eager =
+      parser_eager.parse(generate("--prompt-ids 1 --max-tokens 32 --temperature 0 --output json --enforce-eager"));
+  CHECK(ids_of(eager["output_ids"]).size() == 32);
+  CHECK(ids_of(eager["output_ids"]) == ids_of(by_default["output_ids"]));
+}
+
 TEST_CASE("generate --prompt text continues like llama2.c's reference") {
   auto out = generate("--prompt \"Once upon a time\" --temperature 0 --max-tokens 40");
   CHECK(out.rfind(", there was a little girl named Lily.", 0) == 0);

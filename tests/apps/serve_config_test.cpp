@@ -121,6 +121,7 @@ max_model_len = 256
 seed = 7
 chat_template = "{{ messages }}"
 generation_config = "vllm"
+enforce_eager = true
 [parallel]
 tensor-parallel-size = 4
 pipeline_parallel_size = 3
@@ -208,7 +209,8 @@ host_ip = "10.0.0.2"
   CHECK(o.data_parallel_size == 4);
   CHECK(o.data_parallel_size_local == 2);
   CHECK(o.data_parallel_rank == 3);
-  CHECK(app::serve_config_keys().size() == 51);
+  CHECK(o.enforce_eager);
+  CHECK(app::serve_config_keys().size() == 52);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
@@ -223,6 +225,7 @@ TEST_CASE("a settings file keeps what it does not set, and a chat template file 
   CHECK(o.tensor_parallel_size == 2);
   CHECK(o.chat_template == (dir / "chat.jinja").string());
   CHECK_FALSE(o.gpu_memory_utilization_set);
+  CHECK_FALSE(o.enforce_eager);  // CUDA graphs stay on unless asked
 }
 
 TEST_CASE("an unknown key is an error naming the section, file and line, with the nearest valid key") {
@@ -345,10 +348,11 @@ TEST_CASE("an unknown flag exits 2 and suggests the nearest valid flag") {
 TEST_CASE("serve --help documents every flag") {
   auto r = run_actorllm("serve --help");
   CHECK(r.status == 0);
-  for (const char* flag : {"--config", "--gpu-memory-utilization", "--distributed-executor-backend", "--chat-template",
-                           "--generation-config", "--max-queued-requests", "--allowed-origins", "--log-level",
-                           "--tensor-parallel-size", "--kv-cache-memory", "--served-model-name", "--device",
-                           "--data-parallel-size", "--data-parallel-size-local", "--data-parallel-rank"}) {
+  for (const char* flag :
+       {"--config", "--gpu-memory-utilization", "--distributed-executor-backend", "--chat-template",
+        "--generation-config", "--max-queued-requests", "--allowed-origins", "--log-level", "--tensor-parallel-size",
+        "--kv-cache-memory", "--served-model-name", "--device", "--data-parallel-size", "--data-parallel-size-local",
+        "--data-parallel-rank", "--enforce-eager"}) {
     INFO(flag);
     CHECK(r.out.find(flag) != std::string::npos);
   }

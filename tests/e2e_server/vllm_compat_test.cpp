@@ -51,6 +51,7 @@ TEST_CASE("serve starts with a launch line of vLLM flags, and VLLM_API_KEY guard
            {"VLLM_API_KEY=vk"}};
   const std::string log = s.log();
   CHECK(log.find("--trust-remote-code has no effect here") != std::string::npos);
+  CHECK(log.find("--enforce-eager has no effect") == std::string::npos);  // a real flag now (no CUDA graphs)
   CHECK(log.find("--swap-space 4 has no effect here") != std::string::npos);
   const std::string auth = "Authorization: Bearer vk";
   const std::string req = R"({"prompt":"Once upon a time","max_tokens":2,"logprobs":1})";

@@ -335,13 +335,20 @@ TEST_CASE_FIXTURE(proto_fixture, "a shard assignment round-trips with its device
   a.seed = 42;
   a.n_threads = 4;
   a.samples = true;
+  a.enforce_eager = true;
+  a.max_num_seqs = 64;
+  a.max_model_len = 4096;
   a.data_plane_host = "10.0.0.2";
   a.rendezvous_prefix = "gen-1234abcd";
   a.collective_timeout_ms = 5000;
   auto back = roundtrip(a);
   CHECK(back == a);
   CHECK(back.device == "cuda");
+  CHECK(back.enforce_eager);  // a worker's shard is told to run eagerly (no decode graphs)
+  CHECK(back.max_num_seqs == 64);
+  CHECK(back.max_model_len == 4096);
   CHECK(roundtrip_message(a) == a);
+  CHECK_FALSE(roundtrip(proto::shard_assignment{}).enforce_eager);
   CHECK(roundtrip(proto::shard_assignment{}).device == "cpu");
 }
 

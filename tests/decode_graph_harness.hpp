@@ -1,0 +1,102 @@
+// stories260K decoded greedily with several sequences in one batch, each decode step either eager (llama_model's
+// forward) or replayed through model::decode_graphs: what the decode-graph tests compare, on the recording CPU
+// backend (tests/model) and on CUDA (tests/cuda). Header-only.
+#pragma once
+
+#include "kernels/backend.hpp"
+#include "kernels/collective.hpp"
+#include "model/decode_graph_plan.hpp"
+#include "model/decode_graphs.hpp"
+#include "model/kv_cache.hpp"
+#include "model/llama_model.hpp"
+#include "model/model_source.hpp"
+#include "test_paths.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace actorllm::test {
+
+/// stories260K (f32) on `be` with a cache of n_blocks blocks of 16 tokens and, on demand, its decode graphs.
+struct stories_graph_model {
+  static constexpr int64_t block_size = 16;
+
+  explicit stories_graph_model(backend& b, int64_t n_blocks = 128)
+      : be(b),
+        loaded(model::load_shard(model_dir("stories260K"), {}, {})),
+        llm(loaded.config, std::move(loaded.weights), {}, comm, be),
+        cache(be, llm.cache_shape(block_size), n_blocks) {}
+
+  /// Captures graphs for batches up to max_num_seqs (block tables of max_position_embeddings = 512 tokens).
+  void capture(int32_t max_num_seqs) {
+    graphs = std::make_unique<model::decode_graphs>(be, llm, cache, model::decode_graph_sizes(max_num_seqs),
+                                                    llm.config().max_position_embeddings / block_size);
+  }
+
+  /// The logits of `batch` (f32 [rows, n_vocab]): eagerly, or by replaying a graph (the batch must be eligible).
+  std::vector<float> logits(const model::forward_batch& batch, bool through_graph) {
+    if (!through_graph)
+      return llm.forward(batch, cache);
+    const tensor out = graphs->replay(batch);
+    std::vector<float> host(static_cast<size_t>(out.numel()));
+    be.download(out, host.data(), out.nbytes());
+    return host;
+  }
+
+  /// Block tables: sequence s of n takes blocks first + s, first + s + n, first + s + 2n, ... (interleaved, so a
+  /// wrong table reads another sequence's cache).
+  static std::vector<int32_t> table_of(int64_t s, int64_t n, int64_t blocks, int32_t first) {
+    std::vector<int32_t> t;
+    for (int64_t i = 0; i < blocks; ++i)
+      t.push_back(first + static_cast<int32_t>(s + i * n));
+    return t;
+  }
+
+  /// Greedy continuation of each prompt by n_steps tokens: each prompt prefilled alone (eagerly), then every decode
+  /// step one batch of all sequences, eager or through the graphs. `first_block`: where the tables start.
+  std::vector<std::vector<int32_t>> greedy(const std::vector<std::vector<int32_t>>& prompts, int64_t n_steps,
+                                           bool through_graphs, int32_t first_block = 0) {
+    const auto n = static_cast<int64_t>(prompts.size());
+    const int64_t vocab = llm.config().n_vocab;
+    size_t longest = 0;
+    for (const auto& p : prompts)
+      longest = std::max(longest, p.size());
+    const int64_t blocks = (static_cast<int64_t>(longest) + n_steps + block_size - 1) / block_size;
+    std::vector<std::vector<int32_t>> tables, out(prompts.size());
+    for (int64_t s = 0; s < n; ++s) {
+      tables.push_back(table_of(s, n, blocks, first_block));
+      model::forward_batch fb;
+      fb.add_sequence(prompts[static_cast<size_t>(s)], 0, tables.back(), true);
+      const std::vector<float> l = llm.forward(fb, cache);
+      out[static_cast<size_t>(s)].push_back(argmax(l.data(), vocab));
+    }
+    for (int64_t step = 1; step < n_steps; ++step) {
+      model::forward_batch fb;
+      for (int64_t s = 0; s < n; ++s) {
+        const auto& o = out[static_cast<size_t>(s)];
+        const int32_t tok[1] = {o.back()};
+        fb.add_sequence(tok, static_cast<int32_t>(prompts[static_cast<size_t>(s)].size() + o.size() - 1),
+                        tables[static_cast<size_t>(s)], true);
+      }
+      const std::vector<float> l = logits(fb, through_graphs);
+      for (int64_t s = 0; s < n; ++s)
+        out[static_cast<size_t>(s)].push_back(argmax(l.data() + s * vocab, vocab));
+    }
+    return out;
+  }
+
+  static int32_t argmax(const float* row, int64_t n) {
+    return static_cast<int32_t>(std::max_element(row, row + n) - row);
+  }
+
+  backend& be;
+  single_rank_collective comm;
+  model::loaded_shard loaded;
+  model::llama_model llm;
+  model::kv_cache cache;
+  std::unique_ptr<model::decode_graphs> graphs;
+};
+
+}  // namespace actorllm::test
