@@ -57,6 +57,10 @@ class cuda_backend final : public backend {
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override;
   void sample(const tensor& logits, std::span<const ops::sample_row> rows, std::span<ops::sample_result> out) override;
 
+  /// The one stream every op of this backend is queued on: a device communicator (NCCL) queues its collectives there
+  /// too, so they run in order with the kernels that produce and consume their tensors.
+  cudaStream_t stream() const { return stream_; }
+
  private:
   void make_current() const;
   /// A device scratch of at least `bytes`, grown (never shrunk) as needed; valid until the next call.
