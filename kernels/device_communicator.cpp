@@ -68,6 +68,7 @@ device_communicator make_nccl_communicator(std::span<const char> unique_id, int 
   auto comm = std::make_unique<cuda::nccl_collective>(unique_id, rank, size, *gpu, options);
   device_communicator out;
   out.abort = comm->abort_handle();
+  out.peer_link = comm.get();
   out.collective = std::move(comm);
   return out;
 #else

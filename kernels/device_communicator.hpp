@@ -5,6 +5,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/collective.hpp"
+#include "kernels/device_peer_link.hpp"
 
 #include <chrono>
 #include <functional>
@@ -28,6 +29,8 @@ std::string gpu_identity(backend& be);
 /// A device communicator and the way to abort it from another thread.
 struct device_communicator {
   std::unique_ptr<tp_collective> collective;
+  /// The same communicator's point-to-point transfers (owned by `collective`).
+  device_peer_link* peer_link = nullptr;
   /// Aborts the communicator from any thread; stays safe (a no-op) after the collective is gone.
   std::function<void(const std::string&)> abort;
 };

@@ -7,6 +7,10 @@
 #   2 parity     every backend op on CUDA against float64 references, and the kernel tests
 #   3 golden     stories260K greedy ids on CUDA (f32) equal the golden file
 #   4 layouts    tp 2, pp 2 and tp 2 x pp 2 sharing the one GPU, in-process and multi-process: the same ids
+#   4b nccl      the NCCL communicator's GPU tests (test_cuda "nccl*"). On one GPU: a one-rank communicator's
+#                all-reduce/all-gather, two ranks on one GPU refused without a hang, the init timeout; the cases
+#                that need 2 GPUs (all-reduce/all-gather/all-to-all/send-recv vs host, abort and watchdog timeout
+#                unblocking a rank) say "skipped: needs 2 GPUs" there and run where there are 2 or more
 #   5 8B parity  CUDA bf16 against the CPU on identical dummy weights at Llama-3.1-8B shape: top-1 agreement
 #   6 bench      copy bandwidth, batch-1 decode vs the roofline, engine output tokens/s at b64/b256
 #   7 hf         transformers `generate` on the same shapes, same run
@@ -14,14 +18,14 @@
 # tests.log, bench.log, bench.json, hf.json, summary.txt, summary.json. Exit 0 only when every check
 # passes. It never changes clocks, modes or MIG and never resets the GPU.
 #
-#   bash scripts/gpu_check.sh OUTDIR [STEP ...]      # steps by name (probe sanitize parity golden layouts 8b bench
-#                                                   # hf); default: all
+#   bash scripts/gpu_check.sh OUTDIR [STEP ...]      # steps by name (probe sanitize parity golden layouts nccl 8b
+#                                                   # bench hf); default: all
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-${OUT:-/tmp/gpu-check}}
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(probe sanitize parity golden layouts 8b bench hf)
+((${#steps[@]})) || steps=(probe sanitize parity golden layouts nccl 8b bench hf)
 mkdir -p "$out"
 bundle=${ACTORLLM_GPU_BUNDLE:-$here/.gpu-bundle/actorllm-gpu.tar.xz}
 [[ -f "$bundle" ]] || {
@@ -34,7 +38,9 @@ tar -C "$work" -xJf "$bundle"
 root=$work/actorllm-gpu
 bin=$root/bin
 
-# cuBLAS (and cuBLASLt) from the CUDA toolkit or PyTorch's nvidia-* wheels; our own libraries first.
+# cuBLAS (and cuBLASLt) and NCCL from the CUDA toolkit or PyTorch's nvidia-* wheels (nvidia/nccl/lib for NCCL); our
+# own libraries first. The binaries link libnccl.so.2 (built against NCCL 2.28.9 headers; the wheel's version is
+# recorded in env.json and printed by the nccl step).
 find_lib() {
   local dirs=("${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
   mapfile -t -O "${#dirs[@]}" dirs < <(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
@@ -44,8 +50,9 @@ find_lib() {
 }
 cublas=$(find_lib 'libcublas.so.13*')
 cublaslt=$(find_lib 'libcublasLt.so.13*')
+nccl=$(find_lib 'libnccl.so.2*')
 libpath=$root/lib
-for l in "$cublas" "$cublaslt"; do
+for l in "$cublas" "$cublaslt" "$nccl"; do
   [[ -n "$l" ]] && libpath=$libpath:$(dirname "$l")
 done
 export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -71,10 +78,11 @@ if wants probe; then
   missing=$(for b in "$bin"/*; do ldd "$b" | grep 'not found'; done | sort -u)
   "$bin/gpu_probe" >"$work/probe.txt" 2>&1
   probe_rc=$?
-  python3 - "$out/env.json" "$cublas" "$cublaslt" "$root" <<'PY'
+  python3 - "$out/env.json" "$cublas" "$cublaslt" "$root" "$nccl" <<'PY'
 import json, os, platform, subprocess, sys
 env = {"uname": platform.uname()._asdict(), "glibc": platform.libc_ver()[1], "cublas": sys.argv[2],
-       "cublasLt": sys.argv[3], "bundle_commit": open(os.path.join(sys.argv[4], "COMMIT")).read().strip()}
+       "cublasLt": sys.argv[3], "nccl": sys.argv[5],
+       "bundle_commit": open(os.path.join(sys.argv[4], "COMMIT")).read().strip()}
 try:
     env["nvidia_smi"] = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True).stdout[:20000]
 except Exception as e:  # noqa: BLE001
@@ -90,17 +98,20 @@ except Exception as e:  # noqa: BLE001
     env["torch_error"] = str(e)
 json.dump(env, open(sys.argv[1], "w"), indent=1)
 PY
-  if [[ $probe_rc -ne 0 || -n "$missing" || -z "$cublas" ]]; then
-    record probe FAIL "gpu_probe rc $probe_rc; unresolved: ${missing:-none}; cublas: ${cublas:-not found}"
+  if [[ $probe_rc -ne 0 || -n "$missing" || -z "$cublas" || -z "$nccl" ]]; then
+    record probe FAIL "gpu_probe rc $probe_rc; unresolved: ${missing:-none}; cublas: ${cublas:-not found}; nccl: ${nccl:-not found}"
   else
-    record probe PASS "$(head -1 "$work/probe.txt"); cublas $(basename "$cublas")"
+    record probe PASS "$(head -1 "$work/probe.txt"); cublas $(basename "$cublas"); nccl $(basename "$nccl")"
   fi
 fi
 
 # ---- 1 sanitize --------------------------------------------------------------------------------------------------
 if wants sanitize; then
   if command -v compute-sanitizer >/dev/null; then
-    compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/test_cuda" >"$out/tests.log" 2>&1
+    # NCCL's cases stay out: its own kernels and proxy threads are not ours to sanitize, and its timeouts would
+    # stretch under memcheck (the nccl step runs them).
+    compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/test_cuda" '--test-case-exclude=nccl*' \
+      >"$out/tests.log" 2>&1
     rc1=$?
     compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/test_kernels" '--test-case=*on cuda*' \
       >>"$out/tests.log" 2>&1
@@ -178,6 +189,21 @@ if wants layouts; then
     record layouts PASS "${#runs[@]} layouts on $gpus GPU(s): golden ids"
   else
     record layouts FAIL "$fails"
+  fi
+fi
+
+# ---- 4b nccl -------------------------------------------------------------------------------------------------------
+if wants nccl; then
+  timeout 300 "$bin/test_cuda" '--test-case=nccl*' >"$work/nccl.log" 2>&1
+  rc=$?
+  cat "$work/nccl.log" >>"$out/tests.log"
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  cases=$(grep -h 'test cases:' "$work/nccl.log" | tr -s ' ')
+  needs2=$(grep -c 'skipped: needs 2 GPUs' "$work/nccl.log")
+  if [[ $rc -eq 0 ]] && ! grep -q 'skipped: no GPU' "$work/nccl.log"; then
+    record nccl PASS "$gpus GPU(s): $cases; $needs2 case(s) needing 2 GPUs skipped"
+  else
+    record nccl FAIL "rc $rc on $gpus GPU(s): $cases (tests.log)"
   fi
 fi
 

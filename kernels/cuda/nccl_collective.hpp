@@ -14,6 +14,7 @@
 
 #include "kernels/collective.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/device_peer_link.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -38,7 +39,7 @@ struct nccl_options {
 /// One rank's NCCL communicator. One thread drives it (the shard's); abort() and the returned abort handle may be
 /// called from any thread. Every failure throws comm::comm_error naming the group, the rank and the call; after one,
 /// every later operation throws too.
-class nccl_collective final : public tp_collective {
+class nccl_collective final : public tp_collective, public device_peer_link {
  public:
   using tp_collective::all_gather;
   using tp_collective::all_reduce_sum;
@@ -75,9 +76,9 @@ class nccl_collective final : public tp_collective {
 
   /// Queues sending `t` (on this GPU) to `peer`; the peer posts a recv of the same dtype and element count.
   /// Transfers between two ranks match in the order they are queued (NCCL has no tags).
-  void send(const tensor& t, int peer);
+  void send(const tensor& t, int peer) override;
   /// Queues receiving into `t` (on this GPU) what `peer` sends.
-  void recv(const tensor& t, int peer);
+  void recv(const tensor& t, int peer) override;
 
   /// Throws the comm_error that broke the communicator, if one did (see tp_collective::raise_if_broken).
   void raise_if_broken() override;
