@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <unistd.h>
@@ -65,6 +66,9 @@ device_communicator make_nccl_communicator(std::span<const char> unique_id, int 
   cuda::nccl_options options;
   options.group = group;
   options.timeout = timeout;
+  // NCCL's creation (topology detection, connecting every rank) can take seconds on a big node: never bound it
+  // tighter than 30 s, even when the operations are (a test of failure detection may set a short timeout).
+  options.init_timeout = std::max(timeout, std::chrono::milliseconds{30'000});
   auto comm = std::make_unique<cuda::nccl_collective>(unique_id, rank, size, *gpu, options);
   device_communicator out;
   out.abort = comm->abort_handle();

@@ -39,8 +39,9 @@ struct device_communicator {
 std::vector<char> make_nccl_unique_id();
 
 /// Joins the NCCL communicator `unique_id` names as `rank` of `size` on `be` (a CUDA backend, outliving the result).
-/// `group` names it in messages; `timeout` bounds its creation and every operation. Throws std::runtime_error
-/// without NCCL or for a backend that is not CUDA, comm::comm_error when the communicator cannot be made.
+/// `group` names it in messages; `timeout` bounds every operation, and its creation (at least 30 s). Throws
+/// std::runtime_error without NCCL or for a backend that is not CUDA, comm::comm_error when the communicator cannot
+/// be made.
 device_communicator make_nccl_communicator(std::span<const char> unique_id, int rank, int size, backend& be,
                                            const std::string& group, std::chrono::milliseconds timeout);
 

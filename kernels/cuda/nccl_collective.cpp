@@ -168,9 +168,13 @@ static void queue_operation(nccl_collective::state& s, cudaStream_t stream, cons
     s.spare.push_back(e);
     throw_cuda_error(err, "cudaEventRecord", __FILE__, __LINE__);
   }
+  // The watchdog sleeps on the condition only while nothing is queued; otherwise it polls anyway, and a wake-up per
+  // collective (64 per decode step of an 8B model) would cost a context switch each.
+  const bool was_idle = s.watchdog.pending() == 0;
   s.queued.push_back(e);
   s.watchdog.started(call, clock_type::now());
-  s.wake.notify_all();
+  if (was_idle)
+    s.wake.notify_all();
 }
 
 std::vector<char> nccl_collective::new_unique_id() {
@@ -187,6 +191,8 @@ std::string nccl_collective::library_version() {
   // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z since 2.9.
   return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
 }
+
+std::string nccl_collective::header_version() { return fmt::format("{}.{}.{}", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH); }
 
 nccl_collective::nccl_collective(std::span<const char> unique_id, int rank, int size, cuda_backend& be,
                                  nccl_options options)
@@ -210,7 +216,9 @@ nccl_collective::nccl_collective(std::span<const char> unique_id, int rank, int 
     ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
     s.comm = comm;  // set even while in progress: an abort must be able to reach it
     s.watchdog.started("ncclCommInitRankConfig", clock_type::now());
-    const auto deadline = clock_type::now() + options.timeout;
+    const std::chrono::milliseconds init_timeout =
+        options.init_timeout.count() > 0 ? options.init_timeout : options.timeout;
+    const auto deadline = clock_type::now() + init_timeout;
     while (r == ncclInProgress && comm != nullptr) {
       lock.unlock();
       std::this_thread::sleep_for(options.poll_interval);
@@ -220,7 +228,7 @@ nccl_collective::nccl_collective(std::span<const char> unique_id, int rank, int 
       if (ncclResult_t q = ncclCommGetAsyncError(comm, &r); q != ncclSuccess)
         r = q;
       if (r == ncclInProgress && clock_type::now() > deadline)
-        s.request_abort_locked(fmt::format("not every rank joined within {} ms", options.timeout.count()));
+        s.request_abort_locked(fmt::format("not every rank joined within {} ms", init_timeout.count()));
     }
     if (!s.watchdog.aborted() && r != ncclSuccess) {
       const std::string last = comm != nullptr ? ncclGetLastError(comm) : ncclGetLastError(nullptr);

@@ -30,8 +30,10 @@ namespace actorllm::cuda {
 struct nccl_options {
   /// The group's name in messages and in NCCL's own logs (commName), e.g. "<replica>/tp/0".
   std::string group = "nccl";
-  /// Bound on the creation and on every operation, counted from when it is the oldest one queued.
+  /// Bound on every operation, counted from when it is the oldest one queued.
   std::chrono::milliseconds timeout{30'000};
+  /// Bound on the creation (every rank joining, NCCL's topology detection); 0: the same as `timeout`.
+  std::chrono::milliseconds init_timeout{0};
   /// How often the watchdog looks while operations are queued.
   std::chrono::microseconds poll_interval{500};
 };
@@ -48,6 +50,8 @@ class nccl_collective final : public tp_collective, public device_peer_link {
   static std::vector<char> new_unique_id();
   /// NCCL's version as "2.28.9" (the library loaded at run time).
   static std::string library_version();
+  /// The version of the nccl.h this was compiled against.
+  static std::string header_version();
 
   /// Joins the communicator `unique_id` names as `rank` of `size`, on `be`'s GPU and stream (`be` must outlive it).
   /// Blocks until every rank has joined, or throws comm_error after the timeout (the half-made communicator is

@@ -76,6 +76,7 @@ void with_ranks(int n, F&& body, std::chrono::milliseconds timeout = 20'000ms) {
     cuda::nccl_options options;
     options.group = "test";
     options.timeout = timeout;
+    options.init_timeout = 60'000ms;  // NCCL's first init on a machine can take seconds; only the operations are timed
     cuda::nccl_collective comm{id, rank, n, be, options};
     body(rank, be, comm);
   });
@@ -86,6 +87,9 @@ void with_ranks(int n, F&& body, std::chrono::milliseconds timeout = 20'000ms) {
 TEST_CASE("nccl (1 GPU): a one-rank communicator runs the NCCL path: all-reduce is the identity, all-gather a copy" *
           doctest::skip(!gpu_available())) {
   require_gpu();
+  // Which NCCL the binary found (a wheel's on a GPU machine) against the headers it was built with.
+  MESSAGE("NCCL library " << cuda::nccl_collective::library_version() << ", built against "
+                          << cuda::nccl_collective::header_version());
   with_ranks(1, [](int, cuda::cuda_backend& be, cuda::nccl_collective& comm) {
     std::vector<float> host(1000);
     for (int64_t i = 0; i < 1000; ++i)
