@@ -4,7 +4,6 @@
 
 #include "kernels/backend_checks.hpp"
 #include "kernels/cpu/rope.hpp"
-#include "kernels/cpu/sampling.hpp"
 #include "kernels/cuda/attention_plan.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/elementwise.hpp"
@@ -13,6 +12,8 @@
 #include "kernels/cuda/paged_attention_small.hpp"
 #include "kernels/cuda/rms_norm.hpp"
 #include "kernels/cuda/rope.hpp"
+#include "kernels/cuda/sampling.hpp"
+#include "kernels/cuda/sampling_plan.hpp"
 #include "util/check.hpp"
 
 #include <fmt/format.h>
@@ -379,15 +380,35 @@ void cuda_backend::sample(const tensor& logits, std::span<const ops::sample_row>
   for (const ops::sample_row& r : rows)
     ACTORLLM_CHECK(r.params != nullptr && r.rng != nullptr, "sample: a row without params or generator");
   const int64_t n_vocab = logits.dim(1);
-  // The rows are sampled on the host by the CPU's sampler (same semantics, same random streams); rows run in order,
-  // so rows sharing a generator draw from it in row order as on the CPU.
-  host_logits_.resize(static_cast<size_t>(logits.numel()));
-  download(logits, host_logits_.data(), logits.nbytes());
-  for (int64_t i = 0; i < n; ++i) {
-    const ops::sample_row& r = rows[static_cast<size_t>(i)];
-    out[static_cast<size_t>(i)] = cpu::sample(host_logits_.data() + i * n_vocab, n_vocab, *r.params, r.prompt_ids,
-                                              r.output_ids, *r.rng, r.allowed_mask);
+  if (n == 0)
+    return;
+  // On the device, one block per row (kernels/cuda/sampling.cu); the host prepares what depends only on ids and takes
+  // the draws from the rows' generators in row order, as cpu::sample would, so the random streams stay the CPU's.
+  // Only the descriptors go up and the per-row results (token, raw statistics, top-n) come back.
+  sampling::sample_plan plan(rows, n_vocab);
+  make_current();
+  auto* input = static_cast<std::byte*>(scratch(sample_input_, plan.input().size()));
+  auto* output = static_cast<std::byte*>(scratch(sample_output_, plan.output_bytes()));
+  float* work = plan.work_floats() == 0
+                    ? nullptr
+                    : static_cast<float*>(scratch(sample_work_, plan.work_floats() * sizeof(float)));
+  host_sample_output_.resize((plan.output_bytes() + 7) / 8);
+  const std::span<std::byte> host_output(reinterpret_cast<std::byte*>(host_sample_output_.data()), plan.output_bytes());
+  const sampling::batch_view view = plan.view(f32(logits), input, output, work);
+  for (int run = 0;; ++run) {
+    ACTORLLM_CUDA_CHECK(
+        cudaMemcpyAsync(input, plan.input().data(), plan.input().size(), cudaMemcpyHostToDevice, stream_));
+    sample_rows(view, n, stream_);
+    ACTORLLM_CUDA_CHECK(
+        cudaMemcpyAsync(host_output.data(), output, host_output.size(), cudaMemcpyDeviceToHost, stream_));
+    ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // A row that could not draw (every logit -inf after its processors) gives its draw back; only when it shares a
+    // generator with a later row do that row's draws change, and the batch runs once more with them.
+    if (!plan.settle_draws(host_output))
+      break;
+    ACTORLLM_CHECK(run == 0, "sample: the draws did not settle after a second run");
   }
+  plan.results(host_output, out);
 }
 
 }  // namespace actorllm::cuda

@@ -1,6 +1,6 @@
 // The CUDA implementation of the backend interface: tensors in device memory (a caching pool), ops queued on one
-// stream per backend, GEMMs through cuBLAS, the kernels of kernels/cuda for the rest, and sampling on the host over
-// the downloaded logits (kernels/cpu/sampling, so the semantics and the random streams are the CPU's exactly).
+// stream per backend, GEMMs through cuBLAS, the kernels of kernels/cuda for the rest, sampling included (with
+// kernels/cpu/sampling's semantics and random streams; only the per-row results are downloaded).
 #pragma once
 
 #include "kernels/backend.hpp"
@@ -39,6 +39,9 @@ class cuda_backend final : public backend {
   void copy(const tensor& src, const tensor& dst) override;
   void copy_row(const tensor& t, int64_t src_row, int64_t dst_row) override;
   void synchronize() override;
+  /// The stream every op of this backend is queued on: a device collective (custom_all_reduce, NCCL) runs its work
+  /// there, ordered with the ops that produce and consume its tensors.
+  cudaStream_t stream() const { return stream_; }
 
   void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) override;
   void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) override;
@@ -57,10 +60,6 @@ class cuda_backend final : public backend {
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override;
   void sample(const tensor& logits, std::span<const ops::sample_row> rows, std::span<ops::sample_result> out) override;
 
-  /// The one stream every op of this backend is queued on: a device communicator (NCCL) queues its collectives there
-  /// too, so they run in order with the kernels that produce and consume their tensors.
-  cudaStream_t stream() const { return stream_; }
-
  private:
   void make_current() const;
   /// A device scratch of at least `bytes`, grown (never shrunk) as needed; valid until the next call.
@@ -74,7 +73,10 @@ class cuda_backend final : public backend {
   std::shared_ptr<device_memory_pool> pool_;
   tensor gemm_input_;  // x converted to the weight type for f16/bf16 GEMMs
   tensor attention_workspace_;
-  std::vector<float> host_logits_;
+  tensor sample_input_;   // the sample_plan's descriptors and edits
+  tensor sample_output_;  // the kernel's per-row results
+  tensor sample_work_;    // processed logits of the rows with processors or penalties
+  std::vector<uint64_t> host_sample_output_;
 };
 
 }  // namespace actorllm::cuda

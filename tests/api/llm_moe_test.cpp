@@ -1,6 +1,6 @@
 // MoE models through the engine (actorllm::LLM, uni executor): a dummy-weight Mixtral-style model gives the same
-// greedy ids under tp 1, tp 2 and expert parallelism over tp 2 and 4; the per-expert load reaches the stats that
-// /metrics exports; --enable-eplb is refused by name.
+// greedy ids under tp 1, tp 2 and expert parallelism over tp 2 and 4, and with dp 2 replicas each with EP over tp 2;
+// the per-expert load reaches the stats that /metrics exports; --enable-eplb is refused by name.
 #include "actorllm/llm.hpp"
 #include "test_paths.hpp"
 
@@ -43,15 +43,23 @@ engine_config moe_config(const moe_dir& dir, int tp, bool ep, int pp = 1) {
   return c;
 }
 
-}  // namespace
-
-TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1/2, pp 2 and expert parallelism over tp 2 and 4") {
-  moe_dir dir;
+/// 24 greedy tokens, whatever they are (the dummy model's eos must not end them early).
+sampling_params greedy_24() {
   sampling_params p;
   p.temperature = 0;
   p.ignore_eos = true;
   p.max_tokens = 24;
-  const std::vector<int32_t> ids{5, 17, 3, 88, 41, 9};
+  return p;
+}
+
+std::vector<int32_t> test_prompt() { return {5, 17, 3, 88, 41, 9}; }
+
+}  // namespace
+
+TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1/2, pp 2 and expert parallelism over tp 2 and 4") {
+  moe_dir dir;
+  const sampling_params p = greedy_24();
+  const std::vector<int32_t> ids = test_prompt();
   std::vector<int32_t> reference;
   struct layout {
     int tp;
@@ -73,6 +81,29 @@ TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1/2, pp 2 and expe
     REQUIRE(s.expert_tokens.size() == 8);
     CHECK(std::accumulate(s.expert_tokens.begin(), s.expert_tokens.end(), uint64_t{0}) == (6 + 23) * 2 * 2);
   }
+}
+
+TEST_CASE("a dummy Mixtral with dp 2 and expert parallelism over tp 2: both replicas give the tp 1 ids") {
+  moe_dir dir;
+  const sampling_params p = greedy_24();
+  const std::vector<int32_t> ids = test_prompt();
+  std::vector<int32_t> reference;
+  {
+    LLM one{moe_config(dir, 1, false)};
+    reference = one.generate(prompt{ids}, p).outputs.at(0).token_ids;
+  }
+  engine_config c = moe_config(dir, 2, true);
+  c.data_parallel_size = 2;
+  LLM llm{c};
+  // Submitted together, so the router gives one to each replica (each replica's EP group is its own TP group).
+  const auto out = llm.generate(std::vector<prompt>{prompt{ids}, prompt{ids}}, p);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].outputs.at(0).token_ids == reference);
+  CHECK(out[1].outputs.at(0).token_ids == reference);
+  const engine_stats s = llm.stats();
+  REQUIRE(s.replicas.size() == 2);
+  CHECK(s.replicas[0].routed_requests == 1);
+  CHECK(s.replicas[1].routed_requests == 1);
 }
 
 TEST_CASE("--enable-eplb is refused by name before anything loads") {

@@ -1,5 +1,5 @@
-// Data-parallel serving end to end with the mp executor: `serve -dp 2 -tp 2` gives the golden continuation from both
-// replicas; `serve -dp 2` (one worker process per replica) under 32 concurrent
+// Data-parallel serving end to end: `serve -dp 2` (in one process) and `serve -dp 2 -tp 2` (mp) give the golden
+// continuation from both replicas; `serve -dp 2` (mp: one worker process per replica) under 32 concurrent
 // temperature-0 SSE streams, one replica's worker killed with SIGKILL mid-stream. Every stream ends with [DONE] and
 // no error, its text equal to the same request run undisturbed; /health stays 200 throughout; the killed replica
 // restarts and takes traffic again (tests/e2e_server/data_parallel_checks.hpp).
@@ -12,6 +12,12 @@
 
 using namespace actorllm;
 using namespace std::chrono_literals;
+
+TEST_CASE("serve -dp 2 (the default executor: both replicas in the server's process) gives the golden continuation") {
+  e2e::server srv{{"-dp", "2", "--kv-cache-memory", "4MiB"}};
+  CHECK(test::worker_pids_of(srv.pid()).empty());
+  e2e::check_golden_on_every_replica(srv.port(), 2);
+}
 
 TEST_CASE("serve -dp 2 -tp 2 (mp, 4 worker processes): both replicas give the golden continuation") {
   e2e::server srv{{"-dp", "2", "-tp", "2", "--distributed-executor-backend", "mp", "--kv-cache-memory", "4MiB"},

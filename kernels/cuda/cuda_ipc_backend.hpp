@@ -1,0 +1,27 @@
+// The CUDA implementation of ipc_backend: cudaIpcGetMemHandle / cudaIpcOpenMemHandle / cudaIpcCloseMemHandle on one
+// device. What comm/ipc_handshake maps the peers' custom all-reduce buffers with.
+#pragma once
+
+#include "kernels/ipc_memory.hpp"
+
+namespace actorllm::cuda {
+
+/// IPC of device memory on visible device `device_index` (made current for every call). Handles may be opened only
+/// in another process than the one that exported them (CUDA's rule; opens_own_process() is false), also when both
+/// processes use the same device.
+class cuda_ipc_backend final : public ipc_backend {
+ public:
+  explicit cuda_ipc_backend(int device_index) : device_(device_index) {}
+
+  /// `base` must be the start of a cudaMalloc allocation (IPC exports whole allocations).
+  ipc_handle export_handle(void* base) override;
+  /// Maps with cudaIpcMemLazyEnablePeerAccess (peer access is enabled on first use when the devices differ).
+  void* open_handle(const ipc_handle& handle) override;
+  void close_handle(void* mapped) override;
+  int device_id() const override { return device_; }
+
+ private:
+  int device_;
+};
+
+}  // namespace actorllm::cuda
