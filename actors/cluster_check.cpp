@@ -15,8 +15,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <ostream>
+#include <utility>
 
 namespace actorllm::actors {
 
@@ -77,8 +79,11 @@ bool print_round(const check_round& round, const std::vector<rank_slot>& slots,
                        res.transport.empty() ? "-" : res.transport, ok ? "ok" : "FAILED", res.all_reduce_latency_us,
                        res.all_reduce_bus_gbs);
   }
-  out << fmt::format("\n{:<12} {:<30} {:>10} {:>14} {:>16}\n", "pair", "nodes", "verified", "latency (us)",
-                     "bandwidth (GB/s)");
+  const bool any_pairs = std::any_of(round.results.begin(), round.results.end(),
+                                     [](const proto::comm_check_result& res) { return !res.pairs.empty(); });
+  if (any_pairs)  // the custom all-reduce has no point-to-point transfers to measure
+    out << fmt::format("\n{:<12} {:<30} {:>10} {:>14} {:>16}\n", "pair", "nodes", "verified", "latency (us)",
+                       "bandwidth (GB/s)");
   for (int32_t r = 0; r < world; ++r) {
     for (const auto& p : round.results[static_cast<size_t>(r)].pairs) {
       const auto& a = slots[static_cast<size_t>(r)];
@@ -133,23 +138,30 @@ int run_cluster_check(const cluster_check_options& o, std::ostream& out) {
   worker_set ws = launch_workers(sys, *launcher, world, data_plane_host());
 
   // Everyone joins one group; the requests run concurrently (each worker answers from a thread of its own). First
-  // over Gloo (host memory: every cluster), then over NCCL (GPU clusters; skipped with the reason elsewhere).
+  // over Gloo (host memory: every cluster), then over NCCL (GPU clusters) and the custom all-reduce (the GPUs of one
+  // node), each skipped with the reason where it does not apply.
   const std::string group = fmt::format("check-{}", ws.token.substr(0, 8));
   const check_round gloo = run_round(sys, ws, world, group, "gloo", o);
   const check_round nccl = run_round(sys, ws, world, group + "-nccl", "nccl", o);
+  const check_round custom = run_round(sys, ws, world, group + "-custom", "custom", o);
   launcher->stop_all();
   caf::anon_send_exit(ws.registry, caf::exit_reason::user_shutdown);
 
   bool all_ok = print_round(gloo, slots, host_of, out);
-  const std::string& skipped = nccl.results.empty() ? std::string{} : nccl.results.front().skipped;
-  const bool nccl_skipped = nccl.errors.front().empty() && !skipped.empty();
-  if (nccl_skipped)
-    out << fmt::format("\nNCCL: skipped: {}\n", skipped);
-  else
-    all_ok = print_round(nccl, slots, host_of, out) && all_ok;
+  std::string measured = "Gloo";
+  // The GPU rounds: a table each, or one line saying why the transport does not apply to this cluster.
+  for (const auto& [round, name] : {std::pair{&nccl, "NCCL"}, std::pair{&custom, "custom all-reduce"}}) {
+    const std::string& skipped = round->results.front().skipped;
+    if (round->errors.front().empty() && !skipped.empty()) {
+      out << fmt::format("\n{}: skipped: {}\n", name, skipped);
+      continue;
+    }
+    all_ok = print_round(*round, slots, host_of, out) && all_ok;
+    measured += fmt::format(", {}", name);
+  }
   const size_t n_pairs = static_cast<size_t>(world) * static_cast<size_t>(world - 1) / 2;
-  out << fmt::format("\n{}: {} rank(s), {} pair(s){}\n", all_ok ? "All checks passed" : "CHECK FAILED", world, n_pairs,
-                     nccl_skipped ? "" : ", over Gloo and NCCL");
+  out << fmt::format("\n{}: {} rank(s), {} pair(s), over {}\n", all_ok ? "All checks passed" : "CHECK FAILED", world,
+                     n_pairs, measured);
   return all_ok ? 0 : 1;
 }
 

@@ -2,6 +2,7 @@
 #include "actors/worker_actor.hpp"
 
 #include "actorllm/proto/error.hpp"
+#include "actors/custom_all_reduce_check.hpp"
 #include "actors/mp_executor.hpp"
 #include "actors/shard_actor.hpp"
 #include "comm/abort_registry.hpp"
@@ -219,8 +220,13 @@ check_actor::behavior_type check_behavior(check_actor::pointer self, proto::work
           self->quit();
           return out;
         }
-        // Extension point: the custom IPC all-reduce (kernels/cuda/custom_allreduce*) gets a transport of its own
-        // here ("custom"), measured like NCCL below, once its interface is on main.
+        if (req.transport == "custom") {
+          registry_store store{self->system(), registry};
+          out = run_custom_all_reduce_check(store, req);
+          out.host = data_plane_host();
+          self->quit();
+          return out;
+        }
         out.transport = "gloo/tcp";
         try {
           registry_store store{self->system(), registry};

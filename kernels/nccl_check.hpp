@@ -2,8 +2,7 @@
 // result each rank verifies (latency of a small one, bus bandwidth of a large one), then for every pair of ranks a
 // ping-pong (latency) and a one-way bulk transfer (bandwidth) with ncclSend/ncclRecv: the figures
 // comm/comm_check.hpp measures over Gloo, in the same shape. Declared for every build; without NCCL it says so in the
-// report's error. The custom IPC all-reduce (kernels/cuda/custom_allreduce*, another change) gets its own
-// measurement next to this one once its interface is on main: see the extension point in actors/worker_actor.cpp.
+// report's error. The custom IPC all-reduce is measured next to it (actors/custom_all_reduce_check.hpp).
 #pragma once
 
 #include "kernels/backend.hpp"

@@ -69,7 +69,7 @@ typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
 using comm_check_atom = caf::atom_constant<caf::atom("comm_check")>;
 
 /// The check every worker of `actorllm check` runs together: one group of all of them, over Gloo (host memory, every
-/// cluster) or NCCL (GPUs, each worker's own).
+/// cluster), NCCL (GPUs, each worker's own) or the custom all-reduce (the GPUs of one node).
 struct comm_check_request {
   int32_t rank = 0;
   int32_t world = 1;
@@ -78,7 +78,7 @@ struct comm_check_request {
   int64_t large_floats = 4 << 20;
   int32_t iterations = 5;
   int64_t timeout_ms = 30000;
-  std::string transport = "gloo";  ///< "gloo" or "nccl"
+  std::string transport = "gloo";  ///< "gloo", "nccl" or "custom" (the custom all-reduce)
 
   friend bool operator==(const comm_check_request&, const comm_check_request&) = default;
 };
@@ -115,8 +115,8 @@ struct comm_check_result {
   double all_reduce_bus_gbs = 0;
   std::vector<comm_pair_result> pairs;
   std::string error;
-  /// Non-empty when the transport does not apply here (NCCL without GPUs of their own, or without NCCL in the
-  /// build): why. Not a failure.
+  /// Non-empty when the transport does not apply here (NCCL without GPUs of their own or without NCCL in the build,
+  /// the custom all-reduce across nodes): why. Not a failure.
   std::string skipped;
 
   friend bool operator==(const comm_check_result&, const comm_check_result&) = default;
