@@ -30,8 +30,9 @@ struct check_round {
   std::vector<std::string> errors;
 };
 
-check_round run_round(caf::actor_system& sys, const worker_set& ws, int32_t world, const std::string& group,
-                      const std::string& transport, const cluster_check_options& o) {
+check_round run_round(caf::actor_system& sys, const worker_set& ws, const std::vector<rank_slot>& slots,
+                      const std::string& group, const std::string& transport, const cluster_check_options& o) {
+  const auto world = static_cast<int32_t>(slots.size());
   caf::scoped_actor self{sys};
   check_round round;
   round.results.resize(static_cast<size_t>(world));
@@ -47,6 +48,7 @@ check_round run_round(caf::actor_system& sys, const worker_set& ws, int32_t worl
     req.large_floats = o.large_bytes / 4;
     req.iterations = o.iterations;
     req.transport = transport;
+    req.device = slots[static_cast<size_t>(r)].device;
     pending.push_back(self->request(ws.workers[static_cast<size_t>(r)], std::chrono::seconds{120},
                                     proto::comm_check_atom::value, req));
   }
@@ -141,9 +143,9 @@ int run_cluster_check(const cluster_check_options& o, std::ostream& out) {
   // over Gloo (host memory: every cluster), then over NCCL (GPU clusters) and the custom all-reduce (the GPUs of one
   // node), each skipped with the reason where it does not apply.
   const std::string group = fmt::format("check-{}", ws.token.substr(0, 8));
-  const check_round gloo = run_round(sys, ws, world, group, "gloo", o);
-  const check_round nccl = run_round(sys, ws, world, group + "-nccl", "nccl", o);
-  const check_round custom = run_round(sys, ws, world, group + "-custom", "custom", o);
+  const check_round gloo = run_round(sys, ws, slots, group, "gloo", o);
+  const check_round nccl = run_round(sys, ws, slots, group + "-nccl", "nccl", o);
+  const check_round custom = run_round(sys, ws, slots, group + "-custom", "custom", o);
   launcher->stop_all();
   caf::anon_send_exit(ws.registry, caf::exit_reason::user_shutdown);
 

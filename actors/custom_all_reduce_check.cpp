@@ -77,8 +77,8 @@ proto::comm_check_result run_custom_all_reduce_check(comm::rendezvous_store& sto
     const std::chrono::milliseconds timeout{req.timeout_ms};
     const std::string key = comm::device_group_key(req.group_name, 0);
     std::unique_ptr<backend> be;
-    if (visible_gpu_count() > 0)
-      be = make_backend(device{device_kind::cuda, 0}, 1);  // a node's agent gives each worker its GPU as device 0
+    if (const int gpus = visible_gpu_count(); gpus > 0)
+      be = make_backend(device_for_rank(device_kind::cuda, req.device, gpus), 1);
     const comm::rank_device mine{be ? gpu_identity(*be) : std::string{}, nccl_built()};
     const auto ranks = comm::exchange_rank_devices(store, key, req.rank, req.world, mine, timeout);
     if (std::string why = custom_all_reduce_check_refusal(ranks); !why.empty()) {

@@ -135,9 +135,11 @@ class gloo_activation_link final : public activation_link {
   std::shared_ptr<comm::gloo_group> group_;
 };
 
-/// The NCCL half of `actorllm check` on this worker: every rank says which GPU it has (a node's agent gives each
-/// worker one, as CUDA_VISIBLE_DEVICES), all decide alike whether NCCL applies (comm::choose_device_transport), and if
-/// it does they measure over one communicator whose unique id travels through the registry's store.
+/// The NCCL half of `actorllm check` on this worker: every rank says which GPU it takes (its device index on the
+/// node mod the GPUs it sees: the one CUDA_VISIBLE_DEVICES leaves it on a node that reports GPUs, one GPU per CPU
+/// slice on a node that reports `--cpu-devices`), all decide alike whether NCCL applies
+/// (comm::choose_device_transport), and if it does they measure over one communicator whose unique id travels through
+/// the registry's store.
 proto::comm_check_result nccl_check(caf::actor_system& sys, proto::worker_registry_actor registry,
                                     const proto::comm_check_request& req) {
   proto::comm_check_result out;
@@ -149,8 +151,8 @@ proto::comm_check_result nccl_check(caf::actor_system& sys, proto::worker_regist
     const std::chrono::milliseconds timeout{req.timeout_ms};
     const std::string key = comm::device_group_key(req.group_name, 0);
     std::unique_ptr<backend> be;
-    if (visible_gpu_count() > 0)
-      be = make_backend(device{device_kind::cuda, 0}, 1);
+    if (const int gpus = visible_gpu_count(); gpus > 0)
+      be = make_backend(device_for_rank(device_kind::cuda, req.device, gpus), 1);
     const comm::rank_device mine{be ? gpu_identity(*be) : std::string{}, nccl_built()};
     const auto ranks = comm::exchange_rank_devices(store, key, req.rank, req.world, mine, timeout);
     const comm::device_transport_choice choice = comm::choose_device_transport(ranks, comm::nccl_mode::automatic);

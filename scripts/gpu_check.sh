@@ -14,7 +14,8 @@
 #   4b nccl      the NCCL communicator's GPU tests (test_cuda "nccl*"). On one GPU: a one-rank communicator's
 #                all-reduce/all-gather, two ranks on one GPU refused without a hang, the init timeout; the cases
 #                that need 2 GPUs (all-reduce/all-gather/all-to-all/send-recv vs host, abort and watchdog timeout
-#                unblocking a rank) say "skipped: needs 2 GPUs" there and run where there are 2 or more
+#                unblocking a rank) say "skipped: needs 2 GPUs" there and run where there are 2 or more, with
+#                `actorllm check` over a one-node cluster of this machine (Gloo, NCCL, custom all-reduce tables)
 #   5 8B parity  CUDA bf16 against the CPU on identical dummy weights at Llama-3.1-8B shape: top-1 agreement
 #   6 bench      copy bandwidth, batch-1 decode vs the roofline, engine output tokens/s at b64/b256
 #   7 hf         transformers `generate` on the same shapes, same run
@@ -230,6 +231,37 @@ if wants layouts; then
   fi
 fi
 
+# `actorllm check` over a one-node cluster of this machine with N CPU slices (a head and one agent on loopback,
+# stopped again): prints the check's tables, returns its status (2 when the cluster did not come up).
+local_cluster_check() { # actorllm N
+  local actorllm=$1 n=$2 token address="" head_pid node_pid rc
+  token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  "$actorllm" node --head --host 127.0.0.1 --port 0 --cpu-devices 0 --cluster-token "$token" >"$work/head.log" 2>&1 &
+  head_pid=$!
+  for _ in $(seq 100); do
+    address=$(grep -oE 'Cluster head listening on [0-9.]+:[0-9]+' "$work/head.log" | awk '{print $5}')
+    [[ -n "$address" ]] && break
+    sleep 0.1
+  done
+  if [[ -z "$address" ]]; then
+    kill "$head_pid" 2>/dev/null
+    cat "$work/head.log"
+    return 2
+  fi
+  "$actorllm" node --join "$address" --host 127.0.0.1 --cpu-devices "$n" --node-id gpu-node --cluster-token "$token" \
+    >"$work/node.log" 2>&1 &
+  node_pid=$!
+  for _ in $(seq 100); do
+    "$actorllm" status --address "$address" --cluster-token "$token" 2>/dev/null | grep -q ': 1 node(s)' && break
+    sleep 0.1
+  done
+  timeout 300 "$actorllm" check --address "$address" --cluster-token "$token"
+  rc=$?
+  kill "$node_pid" "$head_pid" 2>/dev/null
+  wait "$node_pid" "$head_pid" 2>/dev/null
+  return $rc
+}
+
 # ---- 4b nccl -------------------------------------------------------------------------------------------------------
 if wants nccl; then
   timeout 300 "$bin/test_cuda" '--test-case=nccl*' >"$work/nccl.log" 2>&1
@@ -238,10 +270,21 @@ if wants nccl; then
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   cases=$(grep -h 'test cases:' "$work/nccl.log" | tr -s ' ')
   needs2=$(grep -c 'skipped: needs 2 GPUs' "$work/nccl.log")
-  if [[ $rc -eq 0 ]] && ! grep -q 'skipped: no GPU' "$work/nccl.log"; then
-    record nccl PASS "$gpus GPU(s): $cases; $needs2 case(s) needing 2 GPUs skipped"
+  detail="$gpus GPU(s): $cases; $needs2 case(s) needing 2 GPUs skipped"
+  # With 2 or more GPUs, `actorllm check` on a one-node cluster of this machine (one CPU slice per GPU: a worker
+  # takes the GPU of its slice) measures Gloo, NCCL and the custom all-reduce; its tables go to tests.log.
+  check_rc=0
+  if ((gpus >= 2)); then
+    local_cluster_check "$bin/actorllm" "$((gpus > 8 ? 8 : gpus))" >"$work/check.txt" 2>&1
+    check_rc=$?
+    cat "$work/check.txt" >>"$out/tests.log"
+    detail="$detail; actorllm check rc $check_rc: $(grep -E '^(All checks passed|CHECK FAILED)' "$work/check.txt")"
+    grep -q 'NCCL: skipped' "$work/check.txt" && check_rc=1 && detail="$detail (NCCL skipped)"
+  fi
+  if [[ $rc -eq 0 && $check_rc -eq 0 ]] && ! grep -q 'skipped: no GPU' "$work/nccl.log"; then
+    record nccl PASS "$detail"
   else
-    record nccl FAIL "rc $rc on $gpus GPU(s): $cases (tests.log)"
+    record nccl FAIL "rc $rc on $detail (tests.log)"
   fi
 fi
 

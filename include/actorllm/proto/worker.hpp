@@ -79,6 +79,9 @@ struct comm_check_request {
   int32_t iterations = 5;
   int64_t timeout_ms = 30000;
   std::string transport = "gloo";  ///< "gloo", "nccl" or "custom" (the custom all-reduce)
+  /// The worker's device index on its node: a GPU round runs on visible GPU `device` mod the GPUs the worker sees
+  /// (one, CUDA_VISIBLE_DEVICES, on a node that reports GPUs; all of them on a node that reports CPU slices).
+  int32_t device = 0;
 
   friend bool operator==(const comm_check_request&, const comm_check_request&) = default;
 };
@@ -86,7 +89,7 @@ struct comm_check_request {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, comm_check_request& x) {
   return f(caf::meta::type_name("comm_check_request"), x.rank, x.world, x.group_name, x.small_floats, x.large_floats,
-           x.iterations, x.timeout_ms, x.transport);
+           x.iterations, x.timeout_ms, x.transport, x.device);
 }
 
 /// One pair's figures, measured by its lower rank.
