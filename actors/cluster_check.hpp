@@ -1,6 +1,8 @@
 // `actorllm check`: a communication sanity check over a running cluster, like vLLM's troubleshooting script. One
 // worker per device of every node joins one Gloo group; each verifies an all-reduce and measures every pair
-// (latency, bandwidth); the results come back as a table.
+// (latency, bandwidth); the results come back as a table. Then the same over NCCL when every worker has a GPU of its
+// own and NCCL, and the custom all-reduce's latency and bus bandwidth when those GPUs are on one node (a table each),
+// else one line saying why each was skipped.
 #pragma once
 
 #include "actors/control_network.hpp"

@@ -16,8 +16,9 @@ model_runner::model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_colle
                            const model::model_config& cfg, model::model_weights weights, const model::shard_spec& shard,
                            bool samples)
     : be_(std::move(be)), comm_(std::move(comm)), inputs_(*be_), samples_(samples) {
-  // The collectives of today's transports move host memory; a device backend's tensors go through it.
-  if (be_->where().kind != device_kind::cpu && comm_->size() > 1)
+  // The host transports (threads, shared memory, Gloo) move host memory: a device backend's tensors are staged through
+  // it. A device communicator (NCCL) takes them as they are.
+  if (be_->where().kind != device_kind::cpu && comm_->size() > 1 && !comm_->takes_device_tensors())
     comm_ = std::make_unique<host_staged_collective>(std::move(comm_), *be_);
   model_ = std::make_unique<model::llama_model>(cfg, std::move(weights), shard, *comm_, *be_);
 }
@@ -108,6 +109,7 @@ size_t model_runner::profile_forward(int64_t n_tokens, int64_t block_size) {
     be_->reset_peak_memory();
     tensor out = model_->forward(in, scratch_cache, hidden);
     be_->synchronize();
+    comm_->raise_if_broken();
     peak = be_->memory_info().peak_in_use;
   }
   // The decode graphs are captured after the cache is sized: their buffers are reserved now.
@@ -116,6 +118,10 @@ size_t model_runner::profile_forward(int64_t n_tokens, int64_t block_size) {
 
 tensor model_runner::hidden_input(int64_t n_tokens) {
   return make_host_tensor(dtype::f32, {n_tokens, model_->config().n_embd});
+}
+
+tensor model_runner::device_hidden_input(int64_t n_tokens) {
+  return be_->alloc(dtype::f32, {n_tokens, model_->config().n_embd});
 }
 
 tensor model_runner::to_host(const tensor& t) {
@@ -129,6 +135,9 @@ tensor model_runner::to_host(const tensor& t) {
 step_output model_runner::run(const proto::step_plan& plan, const tensor& hidden_in) {
   step_output out = run_queued(plan, hidden_in);
   be_->synchronize();  // a device backend's outputs (and its reads of hidden_in) are complete before they are handed on
+  // A device communicator's collectives ran after they were queued: one its watchdog aborted (a peer gone) left
+  // garbage in the outputs, and the step fails here instead of handing it on.
+  comm_->raise_if_broken();
   return out;
 }
 

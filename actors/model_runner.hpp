@@ -74,6 +74,8 @@ class model_runner {
   /// A host tensor for `n_tokens` rows of hidden states arriving from the previous stage over a data-plane link
   /// (links move host memory; run() brings it to the backend's device).
   tensor hidden_input(int64_t n_tokens);
+  /// As hidden_input, on this backend's device: for a link that moves device memory (NCCL).
+  tensor device_hidden_input(int64_t n_tokens);
   /// `t` in host memory (itself when it is there already): a device backend's hidden states before a link sends
   /// them.
   tensor to_host(const tensor& t);
@@ -81,7 +83,7 @@ class model_runner {
   /// Runs `plan` on this shard. `hidden_in`: the previous stage's hidden states (empty on the first stage), on this
   /// backend's device, in host memory or on another GPU (copied in first). Everything the step queued on the
   /// device has finished when it returns, so its outputs may be read from another stream or thread.
-  /// Exceptions from the collectives (a lost peer, a timeout) propagate.
+  /// Exceptions from the collectives (a lost peer, a timeout, a device communicator aborted meanwhile) propagate.
   step_output run(const proto::step_plan& plan, const tensor& hidden_in);
 
   /// Sampler state, for tests.

@@ -75,10 +75,17 @@ void run_step(shard_pointer self, ready_step& in) {
   try {
     tensor hidden = std::move(in.handoff.hidden);
     if (st.prev_link) {
-      hidden = st.runner->hidden_input(static_cast<int64_t>(plan.tokens.size()));
+      const auto n_tokens = static_cast<int64_t>(plan.tokens.size());
+      hidden = st.prev_link->takes_device_tensors() ? st.runner->device_hidden_input(n_tokens)
+                                                    : st.runner->hidden_input(n_tokens);
       st.prev_link->recv(step_id, hidden);
     }
     out = st.runner->run(plan, hidden);
+    // A device link's transfers ran on the stream run() synchronised: one a watchdog aborted fails the step here.
+    if (st.prev_link)
+      st.prev_link->raise_if_broken();
+    if (st.next_link)
+      st.next_link->raise_if_broken();
   } catch (const std::exception& e) {  // a collective or link that timed out or lost a peer
     return report_failure(self, step_id, e.what());
   }
@@ -99,7 +106,7 @@ void run_step(shard_pointer self, ready_step& in) {
     if (st.args.spec.tp_rank == 0 && st.runner->model().config().n_expert > 0)
       self->send(st.args.next, proto::stage_handoff{step_id, {}, std::move(expert_tokens)});
     try {
-      st.next_link->send(step_id, st.runner->to_host(out.hidden));
+      st.next_link->send(step_id, st.next_link->takes_device_tensors() ? out.hidden : st.runner->to_host(out.hidden));
     } catch (const std::exception& e) {
       return report_failure(self, step_id, e.what());
     }
@@ -155,15 +162,15 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
             log::info("shard", "{}: runs on {}", st.where(), be->describe());
           std::unique_ptr<tp_collective> comm;
           if (st.args.make_collective)
-            comm = st.args.make_collective();
+            comm = st.args.make_collective(*be);
           else if (st.args.spec.tp_size > 1)
             comm = std::make_unique<comm::shared_memory_collective>(st.args.group, st.args.spec.tp_rank);
           else
             comm = std::make_unique<single_rank_collective>();
           if (st.args.make_prev_link)
-            st.prev_link = st.args.make_prev_link();
+            st.prev_link = st.args.make_prev_link(*be);
           if (st.args.make_next_link)
-            st.next_link = st.args.make_next_link();
+            st.next_link = st.args.make_next_link(*be);
           auto loaded = model::load_shard(st.args.model_dir, st.args.spec, st.args.load);
           st.runner = std::make_unique<model_runner>(std::move(be), std::move(comm), loaded.config,
                                                      std::move(loaded.weights), st.args.spec, st.args.samples);

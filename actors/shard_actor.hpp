@@ -8,6 +8,7 @@
 
 #include "actorllm/proto/interfaces.hpp"
 #include "comm/shared_memory_collective.hpp"
+#include "kernels/backend.hpp"
 #include "kernels/device.hpp"
 #include "kernels/tensor.hpp"
 #include "model/model_source.hpp"
@@ -34,6 +35,10 @@ class activation_link {
   /// Receives step `step_id`'s hidden states from the previous stage into `hidden` (allocated by the receiver with
   /// the expected shape). Throws on timeout or a lost peer.
   virtual void recv(uint64_t step_id, const tensor& hidden) = 0;
+  /// Whether send and recv take tensors on the shard's GPU (NCCL); false: host memory (Gloo).
+  virtual bool takes_device_tensors() const { return false; }
+  /// Throws when a transfer queued earlier failed (a device link learns of it after send/recv returned).
+  virtual void raise_if_broken() {}
 };
 
 /// Everything a shard is built from.
@@ -56,12 +61,14 @@ struct shard_args {
   int32_t max_num_seqs = 0;   ///< the engine's max_num_seqs (the largest decode graph)
   int32_t max_model_len = 0;  ///< the replica's context limit (the graphs' block-table width); 0: the model's
   proto::shard_link next;     ///< the same tp rank of the next stage; null on the last stage
-  /// Worker processes: builds the TP collective when the shard loads (Gloo); null: shared memory through `group`.
-  std::function<std::unique_ptr<tp_collective>()> make_collective;
+  /// Worker processes: builds the TP collective when the shard loads, on the shard's backend (NCCL between GPUs of
+  /// their own, else shared memory or Gloo); null: shared memory through `group`.
+  std::function<std::unique_ptr<tp_collective>(backend&)> make_collective;
   /// Worker processes: build the links to the previous and next stage when the shard loads (after the
-  /// collective); null: hidden states travel inside stage_handoff.
-  std::function<std::unique_ptr<activation_link>()> make_prev_link;
-  std::function<std::unique_ptr<activation_link>()> make_next_link;
+  /// collective), on the shard's backend (NCCL between GPUs of their own, else Gloo); null: hidden states travel
+  /// inside stage_handoff.
+  std::function<std::unique_ptr<activation_link>(backend&)> make_prev_link;
+  std::function<std::unique_ptr<activation_link>(backend&)> make_next_link;
 };
 
 /// What the shard's model_runner does about decode graphs, from its args.

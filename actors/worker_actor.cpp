@@ -2,16 +2,22 @@
 #include "actors/worker_actor.hpp"
 
 #include "actorllm/proto/error.hpp"
+#include "actors/custom_all_reduce_check.hpp"
 #include "actors/mp_executor.hpp"
 #include "actors/shard_actor.hpp"
+#include "comm/abort_registry.hpp"
 #include "comm/comm_check.hpp"
 #include "comm/comm_error.hpp"
+#include "comm/device_rendezvous.hpp"
+#include "comm/device_transport_choice.hpp"
 #include "comm/gloo_collective.hpp"
 #include "comm/gloo_group.hpp"
 #include "comm/gloo_pipe.hpp"
 #include "comm/interprocess_collective.hpp"
 #include "comm/rendezvous_store.hpp"
 #include "kernels/device.hpp"
+#include "kernels/device_communicator.hpp"
+#include "kernels/nccl_check.hpp"
 #include "util/log.hpp"
 
 #include <caf/actor_system.hpp>
@@ -20,8 +26,11 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 namespace actorllm::actors {
 namespace {
@@ -70,6 +79,36 @@ bool shm_collective_allowed() {
   return v != "0" && v != "off" && v != "false";
 }
 
+/// The NCCL communicator of group `name` (this rank `rank` of `size`, on `be`) when every rank is on a GPU of its own
+/// with NCCL: each publishes its GPU under the group's key and all decide alike (comm::choose_device_transport), then
+/// rank 0's unique id goes round. Null when the group stays on the host transports (`why` says why). The abort joins
+/// the process's abort_registry, which the worker aborts when its engine is gone. Throws when ACTORLLM_NCCL is
+/// malformed, or is 1 and NCCL is impossible (naming why).
+std::optional<device_communicator> try_nccl(comm::rendezvous_store& store, const std::string& name, int rank, int size,
+                                            backend& be, std::chrono::milliseconds timeout, std::string& why) {
+  if (be.where().kind != device_kind::cuda) {
+    why = "not on a GPU";
+    return std::nullopt;
+  }
+  const char* env = std::getenv("ACTORLLM_NCCL");
+  const std::optional<comm::nccl_mode> mode = comm::parse_nccl_mode(env);
+  if (!mode)
+    throw comm::comm_error(fmt::format("ACTORLLM_NCCL={}: expected auto, 1 or 0", env));
+  const std::string key = comm::device_group_key(name, 0);  // a replica's restart takes a new name prefix
+  const auto ranks =
+      comm::exchange_rank_devices(store, key, rank, size, comm::rank_device{gpu_identity(be), nccl_built()}, timeout);
+  const comm::device_transport_choice choice = comm::choose_device_transport(ranks, *mode);
+  if (!choice.error.empty())
+    throw comm::comm_error(fmt::format("{}: {}", name, choice.error));
+  why = choice.reason;
+  if (choice.transport != comm::device_transport::nccl)
+    return std::nullopt;
+  const std::vector<char> id = comm::exchange_unique_id(store, key, rank, &make_nccl_unique_id, timeout);
+  device_communicator dc = make_nccl_communicator(id, rank, size, be, name, timeout);
+  comm::abort_registry::process().add(dc.abort);
+  return dc;
+}
+
 /// Hidden states over a two-rank Gloo group: rank 0 is the earlier stage, rank 1 the later one.
 class gloo_activation_link final : public activation_link {
  public:
@@ -96,6 +135,79 @@ class gloo_activation_link final : public activation_link {
   std::shared_ptr<comm::gloo_group> group_;
 };
 
+/// The NCCL half of `actorllm check` on this worker: every rank says which GPU it takes (its device index on the
+/// node mod the GPUs it sees: the one CUDA_VISIBLE_DEVICES leaves it on a node that reports GPUs, one GPU per CPU
+/// slice on a node that reports `--cpu-devices`), all decide alike whether NCCL applies
+/// (comm::choose_device_transport), and if it does they measure over one communicator whose unique id travels through
+/// the registry's store.
+proto::comm_check_result nccl_check(caf::actor_system& sys, proto::worker_registry_actor registry,
+                                    const proto::comm_check_request& req) {
+  proto::comm_check_result out;
+  out.rank = req.rank;
+  out.host = data_plane_host();
+  out.transport = "nccl";
+  try {
+    registry_store store{sys, registry};
+    const std::chrono::milliseconds timeout{req.timeout_ms};
+    const std::string key = comm::device_group_key(req.group_name, 0);
+    std::unique_ptr<backend> be;
+    if (const int gpus = visible_gpu_count(); gpus > 0)
+      be = make_backend(device_for_rank(device_kind::cuda, req.device, gpus), 1);
+    const comm::rank_device mine{be ? gpu_identity(*be) : std::string{}, nccl_built()};
+    const auto ranks = comm::exchange_rank_devices(store, key, req.rank, req.world, mine, timeout);
+    const comm::device_transport_choice choice = comm::choose_device_transport(ranks, comm::nccl_mode::automatic);
+    if (choice.transport != comm::device_transport::nccl) {
+      out.skipped = choice.reason;
+      return out;
+    }
+    const std::vector<char> id = comm::exchange_unique_id(store, key, req.rank, &make_nccl_unique_id, timeout);
+    nccl_check_options options;
+    options.small_floats = req.small_floats;
+    options.large_floats = req.large_floats;
+    options.iterations = req.iterations;
+    const nccl_check_report r = run_nccl_check(id, req.rank, req.world, *be, req.group_name, timeout, options);
+    out.transport = "nccl " + nccl_version();
+    out.all_reduce_ok = r.all_reduce_ok;
+    out.all_reduce_latency_us = r.all_reduce_latency_us;
+    out.all_reduce_bus_gbs = r.all_reduce_bus_gbs;
+    for (const auto& p : r.pairs)
+      out.pairs.push_back({p.peer, p.ok, p.latency_us, p.bandwidth_gbs, p.error});
+    out.error = r.error;
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+/// Hidden states over a two-rank NCCL communicator between the GPUs of two stages: rank 0 is the earlier stage, rank
+/// 1 the later one. The tensors stay on the GPUs; transfers match in plan order (NCCL has no tags, and a shard runs
+/// its steps in plan order), so the step id only names the step in errors.
+class nccl_activation_link final : public activation_link {
+ public:
+  explicit nccl_activation_link(device_communicator comm) : comm_(std::move(comm)) {}
+  void send(uint64_t, const tensor& hidden) override { comm_.peer_link->send(hidden, 1); }
+  void recv(uint64_t, const tensor& hidden) override { comm_.peer_link->recv(hidden, 0); }
+  bool takes_device_tensors() const override { return true; }
+  void raise_if_broken() override { comm_.peer_link->raise_if_broken(); }
+
+ private:
+  device_communicator comm_;
+};
+
+/// The link of one pipeline hop (group `name`, this side `rank`: 0 sends, 1 receives): NCCL when both sides are on
+/// GPUs of their own with NCCL (as for a TP group), else Gloo over host memory.
+std::unique_ptr<activation_link> make_activation_link(comm::rendezvous_store& store, const std::string& name, int rank,
+                                                      backend& be, const comm::gloo_group_options& options) {
+  std::string why;
+  if (auto dc = try_nccl(store, name, rank, 2, be, options.timeout, why)) {
+    if (rank == 0)
+      log::info("worker", "{}: hidden states over NCCL {} ({})", name, nccl_version(), why);
+    return std::make_unique<nccl_activation_link>(std::move(*dc));
+  }
+  auto group = std::make_shared<comm::gloo_group>(store, name, rank, 2, options);
+  return std::make_unique<gloo_activation_link>(std::move(group));
+}
+
 using check_actor = caf::typed_actor<
     caf::replies_to<proto::comm_check_atom, proto::comm_check_request>::with<proto::comm_check_result>>;
 
@@ -105,6 +217,18 @@ check_actor::behavior_type check_behavior(check_actor::pointer self, proto::work
         proto::comm_check_result out;
         out.rank = req.rank;
         out.host = data_plane_host();
+        if (req.transport == "nccl") {
+          out = nccl_check(self->system(), registry, req);
+          self->quit();
+          return out;
+        }
+        if (req.transport == "custom") {
+          registry_store store{self->system(), registry};
+          out = run_custom_all_reduce_check(store, req);
+          out.host = data_plane_host();
+          self->quit();
+          return out;
+        }
         out.transport = "gloo/tcp";
         try {
           registry_store store{self->system(), registry};
@@ -166,8 +290,16 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   options.timeout = std::chrono::milliseconds{a.collective_timeout_ms};
   const std::string prefix = a.rendezvous_prefix;
   if (a.tp_size > 1) {
-    args.make_collective = [store, options, prefix, stage = a.stage, rank = a.tp_rank, size = a.tp_size] {
+    args.make_collective = [store, options, prefix, stage = a.stage, rank = a.tp_rank, size = a.tp_size](backend& be) {
       const std::string name = fmt::format("{}/tp/{}", prefix, stage);
+      std::string why;
+      if (auto dc = try_nccl(*store, name, rank, size, be, options.timeout, why)) {
+        if (rank == 0)
+          log::info("worker", "stage {}: TP collectives over NCCL {} ({})", stage, nccl_version(), why);
+        return std::move(dc->collective);
+      }
+      if (rank == 0 && be.where().kind == device_kind::cuda)
+        log::info("worker", "stage {}: GPU collectives staged through host memory: {}", stage, why);
       // Ranks of one host share memory (the mp executor's always do, a cluster's when the placement kept the TP
       // group inside a node); Gloo connects the others. ACTORLLM_SHM_COLLECTIVE=0 takes Gloo everywhere.
       if (shm_collective_allowed()) {
@@ -188,17 +320,13 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
     };
   }
   if (a.stage > 0) {
-    args.make_prev_link = [store, options, prefix, stage = a.stage, rank = a.tp_rank] {
-      auto group = std::make_shared<comm::gloo_group>(*store, fmt::format("{}/pp/{}/{}", prefix, stage - 1, rank), 1, 2,
-                                                      options);
-      return std::unique_ptr<activation_link>(std::make_unique<gloo_activation_link>(std::move(group)));
+    args.make_prev_link = [store, options, prefix, stage = a.stage, rank = a.tp_rank](backend& be) {
+      return make_activation_link(*store, fmt::format("{}/pp/{}/{}", prefix, stage - 1, rank), 1, be, options);
     };
   }
   if (a.stage + 1 < a.pp_size) {
-    args.make_next_link = [store, options, prefix, stage = a.stage, rank = a.tp_rank] {
-      auto group =
-          std::make_shared<comm::gloo_group>(*store, fmt::format("{}/pp/{}/{}", prefix, stage, rank), 0, 2, options);
-      return std::unique_ptr<activation_link>(std::make_unique<gloo_activation_link>(std::move(group)));
+    args.make_next_link = [store, options, prefix, stage = a.stage, rank = a.tp_rank](backend& be) {
+      return make_activation_link(*store, fmt::format("{}/pp/{}/{}", prefix, stage, rank), 0, be, options);
     };
   }
   return args;

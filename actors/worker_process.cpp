@@ -3,6 +3,7 @@
 
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/worker_actor.hpp"
+#include "comm/abort_registry.hpp"
 #include "util/log.hpp"
 
 #include <caf/actor_system.hpp>
@@ -15,6 +16,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <future>
+#include <memory>
 #include <thread>
 
 namespace actorllm::actors {
@@ -65,6 +68,18 @@ int run_worker(const worker_options& options) {
   self->monitor(*registry);
   self->receive([](caf::down_msg&) {});
   log::info("worker", "worker {}: the engine is gone; exiting", options.index);
+  // The engine tears a replica down this way when it declared one of its workers dead: abort this process's device
+  // communicators (NCCL) so that their peers on other hosts see the group end now rather than at their timeout.
+  // Bounded: an abort that hangs must not keep a dead replica's worker alive.
+  {
+    auto done = std::make_shared<std::promise<void>>();
+    auto finished = done->get_future();
+    std::thread([done] {
+      comm::abort_registry::process().abort_all("the engine is gone (its replica was failed or stopped)");
+      done->set_value();
+    }).detach();
+    finished.wait_for(std::chrono::seconds{2});
+  }
   std::fflush(stderr);
   std::_Exit(0);
 }

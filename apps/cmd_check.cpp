@@ -13,7 +13,8 @@ namespace actorllm::app {
 namespace {
 
 command_registration check_command{
-    "check", "Check communication across every device of a running cluster (all-reduce, every pair)",
+    "check",
+    "Check communication across every device of a running cluster (all-reduce, every pair; Gloo, and NCCL on GPUs)",
     [](CLI::App& sub) {
       auto o = std::make_shared<actors::cluster_check_options>();
       const char* address = std::getenv("ACTORLLM_CLUSTER_ADDRESS");

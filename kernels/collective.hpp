@@ -1,6 +1,6 @@
 // The data-plane collectives a tensor-parallel group needs, behind one small interface. Implementations: a single
 // rank (no-op), threads of one process sharing memory, processes of one host over shared memory, Gloo between
-// hosts; NCCL between GPUs later.
+// hosts; NCCL between GPUs (kernels/cuda/nccl_collective.hpp).
 #pragma once
 
 #include "kernels/tensor.hpp"
@@ -30,6 +30,14 @@ class tp_collective {
   virtual void all_reduce_sum(const tensor& t);
   /// out = concatenation over ranks (rank order) of each rank's `in` (f32; out holds size() * in.numel()).
   virtual void all_gather(const tensor& in, const tensor& out);
+
+  /// Whether the tensor forms take tensors on the backend's device as they are (a device communicator: NCCL). A GPU
+  /// shard wraps a communicator that answers false in host_staged_collective.
+  virtual bool takes_device_tensors() const { return false; }
+  /// Throws the error that broke the group, if one did. A device communicator returns before its collectives run
+  /// and learns of a failure (a peer gone, a timeout) later, from its watchdog: the shard calls this after each step's
+  /// device work has finished, so a step whose collective was aborted reports the failure instead of its garbage.
+  virtual void raise_if_broken() {}
 
   /// Host primitive: data[i] = sum over ranks of data[i], in place.
   virtual void all_reduce_sum(float* data, int64_t n) = 0;

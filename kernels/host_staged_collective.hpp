@@ -19,6 +19,9 @@ class host_staged_collective final : public tp_collective {
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
+  /// Device tensors are what it is for (staged through host memory), so a GPU shard does not wrap it again.
+  bool takes_device_tensors() const override { return true; }
+  void raise_if_broken() override { inner_->raise_if_broken(); }
 
   void all_reduce_sum(const tensor& t) override;
   void all_gather(const tensor& in, const tensor& out) override;

@@ -2,8 +2,8 @@
 # Builds, on a development machine, what scripts/gpu_check.sh runs on a GPU machine (x86-64, H100/H200, nvcc,
 # PyTorch and transformers, but none of our Debian libraries and no network): `actorllm`, the GPU test binaries and
 # bench_gpu, built for CUDA architecture 90 without -march=native (this host's AVX-512 code could SIGILL there), with
-# their shared libraries except glibc and the CUDA libraries the GPU machine has itself (cuBLAS comes from its
-# PyTorch wheels), stories260K with its golden ids (from ../shared) and the 8B-shape config, packed as one tar.xz
+# their shared libraries except glibc and the CUDA libraries the GPU machine has itself (cuBLAS and NCCL come from
+# its PyTorch wheels), stories260K with its golden ids (from ../shared) and the 8B-shape config, packed as one tar.xz
 # under .gpu-bundle/ (git-ignored; the device tool carries it with `carry: [".gpu-bundle"]`). Fails above 64 MiB.
 #
 #   bash scripts/gpu_bundle.sh            # -> .gpu-bundle/actorllm-gpu.tar.xz
@@ -38,15 +38,15 @@ cp "${bins[@]}" "$b/bin/"
 strip --strip-unneeded "$b"/bin/* 2>/dev/null || true
 
 # Shared libraries: everything ldd resolves except glibc's own (the GPU machine's newer glibc runs our binaries)
-# and the CUDA libraries found there (cuBLAS is 600 MB; the driver's libcuda must be the machine's). cudart is
-# small and must match the toolkit we compiled with, so it travels.
+# and the CUDA libraries found there (cuBLAS is 600 MB, NCCL 218 MB; the driver's libcuda must be the machine's).
+# cudart is small and must match the toolkit we compiled with, so it travels.
 for bin in "${bins[@]}"; do
   ldd "$bin" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
   name=$(basename "$lib")
   case "$name" in
   libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libcuda.so* | libcublas.so* | \
-    libcublasLt.so* | libnvidia*) ;;
+    libcublasLt.so* | libnccl.so* | libnvidia*) ;;
   *) cp -L "$lib" "$b/lib/$name" ;;
   esac
 done

@@ -11,6 +11,11 @@
 #                the rank-order host sum, both shots, f32 and bf16, odd sizes
 #   3 golden     stories260K greedy ids on CUDA (f32) equal the golden file
 #   4 layouts    tp 2, pp 2 and tp 2 x pp 2 sharing the one GPU, in-process and multi-process: the same ids
+#   4b nccl      the NCCL communicator's GPU tests (test_cuda "nccl*"). On one GPU: a one-rank communicator's
+#                all-reduce/all-gather, two ranks on one GPU refused without a hang, the init timeout; the cases
+#                that need 2 GPUs (all-reduce/all-gather/all-to-all/send-recv vs host, abort and watchdog timeout
+#                unblocking a rank) say "skipped: needs 2 GPUs" there and run where there are 2 or more, with
+#                `actorllm check` over a one-node cluster of this machine (Gloo, NCCL, custom all-reduce tables)
 #   5 8B parity  CUDA bf16 against the CPU on identical dummy weights at Llama-3.1-8B shape: top-1 agreement
 #   6 bench      copy bandwidth, batch-1 decode vs the roofline (eager, and with CUDA graphs: bar 85%), engine
 #                output tokens/s at b64/b256
@@ -19,14 +24,14 @@
 # tests.log, bench.log, bench.json, hf.json, summary.txt, summary.json. Exit 0 only when every check
 # passes. It never changes clocks, modes or MIG and never resets the GPU.
 #
-#   bash scripts/gpu_check.sh OUTDIR [STEP ...]      # steps by name (probe sanitize parity sampling allreduce golden layouts
-#                                                   # 8b bench hf); default: all
+#   bash scripts/gpu_check.sh OUTDIR [STEP ...]      # steps by name (probe sanitize parity sampling allreduce golden
+#                                                   # layouts nccl 8b bench hf); default: all
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-${OUT:-/tmp/gpu-check}}
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(probe sanitize parity sampling allreduce golden layouts 8b bench hf)
+((${#steps[@]})) || steps=(probe sanitize parity sampling allreduce golden layouts nccl 8b bench hf)
 mkdir -p "$out"
 bundle=${ACTORLLM_GPU_BUNDLE:-$here/.gpu-bundle/actorllm-gpu.tar.xz}
 [[ -f "$bundle" ]] || {
@@ -41,7 +46,9 @@ bin=$root/bin
 # The test binaries find stories260K (the decode-graph golden cases) in the bundle, not at the build machine's path.
 export ACTORLLM_SHARED=$root
 
-# cuBLAS (and cuBLASLt) from the CUDA toolkit or PyTorch's nvidia-* wheels; our own libraries first.
+# cuBLAS (and cuBLASLt) and NCCL from the CUDA toolkit or PyTorch's nvidia-* wheels (nvidia/nccl/lib for NCCL); our
+# own libraries first. The binaries link libnccl.so.2 (built against NCCL 2.28.9 headers; the wheel's version is
+# recorded in env.json and printed by the nccl step).
 find_lib() {
   local dirs=("${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
   mapfile -t -O "${#dirs[@]}" dirs < <(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
@@ -51,8 +58,9 @@ find_lib() {
 }
 cublas=$(find_lib 'libcublas.so.13*')
 cublaslt=$(find_lib 'libcublasLt.so.13*')
+nccl=$(find_lib 'libnccl.so.2*')
 libpath=$root/lib
-for l in "$cublas" "$cublaslt"; do
+for l in "$cublas" "$cublaslt" "$nccl"; do
   [[ -n "$l" ]] && libpath=$libpath:$(dirname "$l")
 done
 export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -80,10 +88,11 @@ if wants probe; then
   missing=$(for b in "$bin"/*; do ldd "$b" | grep 'not found'; done | sort -u)
   "$bin/gpu_probe" >"$work/probe.txt" 2>&1
   probe_rc=$?
-  python3 - "$out/env.json" "$cublas" "$cublaslt" "$root" <<'PY'
+  python3 - "$out/env.json" "$cublas" "$cublaslt" "$root" "$nccl" <<'PY'
 import json, os, platform, subprocess, sys
 env = {"uname": platform.uname()._asdict(), "glibc": platform.libc_ver()[1], "cublas": sys.argv[2],
-       "cublasLt": sys.argv[3], "bundle_commit": open(os.path.join(sys.argv[4], "COMMIT")).read().strip()}
+       "cublasLt": sys.argv[3], "nccl": sys.argv[5],
+       "bundle_commit": open(os.path.join(sys.argv[4], "COMMIT")).read().strip()}
 try:
     env["nvidia_smi"] = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True).stdout[:20000]
 except Exception as e:  # noqa: BLE001
@@ -99,10 +108,10 @@ except Exception as e:  # noqa: BLE001
     env["torch_error"] = str(e)
 json.dump(env, open(sys.argv[1], "w"), indent=1)
 PY
-  if [[ $probe_rc -ne 0 || -n "$missing" || -z "$cublas" ]]; then
-    record probe FAIL "gpu_probe rc $probe_rc; unresolved: ${missing:-none}; cublas: ${cublas:-not found}"
+  if [[ $probe_rc -ne 0 || -n "$missing" || -z "$cublas" || -z "$nccl" ]]; then
+    record probe FAIL "gpu_probe rc $probe_rc; unresolved: ${missing:-none}; cublas: ${cublas:-not found}; nccl: ${nccl:-not found}"
   else
-    record probe PASS "$(head -1 "$work/probe.txt"); cublas $(basename "$cublas")"
+    record probe PASS "$(head -1 "$work/probe.txt"); cublas $(basename "$cublas"); nccl $(basename "$nccl")"
   fi
 fi
 
@@ -110,8 +119,10 @@ fi
 if wants sanitize; then
   if command -v compute-sanitizer >/dev/null; then
     # The custom all-reduce's two-process cases run in their own step: whether memcheck follows CUDA IPC across
-    # processes with spinning barriers fast enough (they trap after 10 s) is unverified.
-    compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/test_cuda" "--test-case-exclude=$car_cases" \
+    # processes with spinning barriers fast enough (they trap after 10 s) is unverified. NCCL's cases stay out too:
+    # its own kernels and proxy threads are not ours to sanitize, and its timeouts would stretch under memcheck (the
+    # nccl step runs them).
+    compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/test_cuda" "--test-case-exclude=$car_cases,nccl*" \
       >"$out/tests.log" 2>&1
     rc1=$?
     compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/test_kernels" '--test-case=*on cuda*' \
@@ -132,7 +143,7 @@ if wants parity; then
   {
     "$bin/test_kernels" '--test-case=*on cuda*'
     rc1=$?
-    "$bin/test_cuda" "--test-case-exclude=cuda sample:*,$car_cases"
+    "$bin/test_cuda" "--test-case-exclude=cuda sample:*,$car_cases,nccl*"
     rc2=$?
   } >"$work/parity.log" 2>&1
   cat "$work/parity.log" >>"$out/tests.log"
@@ -223,6 +234,63 @@ if wants layouts; then
     record layouts PASS "${#runs[@]} layouts on $gpus GPU(s): golden ids"
   else
     record layouts FAIL "$fails"
+  fi
+fi
+
+# `actorllm check` over a one-node cluster of this machine with N CPU slices (a head and one agent on loopback,
+# stopped again): prints the check's tables, returns its status (2 when the cluster did not come up).
+local_cluster_check() { # actorllm N
+  local actorllm=$1 n=$2 token address="" head_pid node_pid rc
+  token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  "$actorllm" node --head --host 127.0.0.1 --port 0 --cpu-devices 0 --cluster-token "$token" >"$work/head.log" 2>&1 &
+  head_pid=$!
+  for _ in $(seq 100); do
+    address=$(grep -oE 'Cluster head listening on [0-9.]+:[0-9]+' "$work/head.log" | awk '{print $5}')
+    [[ -n "$address" ]] && break
+    sleep 0.1
+  done
+  if [[ -z "$address" ]]; then
+    kill "$head_pid" 2>/dev/null
+    cat "$work/head.log"
+    return 2
+  fi
+  "$actorllm" node --join "$address" --host 127.0.0.1 --cpu-devices "$n" --node-id gpu-node --cluster-token "$token" \
+    >"$work/node.log" 2>&1 &
+  node_pid=$!
+  for _ in $(seq 100); do
+    "$actorllm" status --address "$address" --cluster-token "$token" 2>/dev/null | grep -q ': 1 node(s)' && break
+    sleep 0.1
+  done
+  timeout 300 "$actorllm" check --address "$address" --cluster-token "$token"
+  rc=$?
+  kill "$node_pid" "$head_pid" 2>/dev/null
+  wait "$node_pid" "$head_pid" 2>/dev/null
+  return $rc
+}
+
+# ---- 4b nccl -------------------------------------------------------------------------------------------------------
+if wants nccl; then
+  timeout 300 "$bin/test_cuda" '--test-case=nccl*' >"$work/nccl.log" 2>&1
+  rc=$?
+  cat "$work/nccl.log" >>"$out/tests.log"
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  cases=$(grep -h 'test cases:' "$work/nccl.log" | tr -s ' ')
+  needs2=$(grep -c 'skipped: needs 2 GPUs' "$work/nccl.log")
+  detail="$gpus GPU(s): $cases; $needs2 case(s) needing 2 GPUs skipped"
+  # With 2 or more GPUs, `actorllm check` on a one-node cluster of this machine (one CPU slice per GPU: a worker
+  # takes the GPU of its slice) measures Gloo, NCCL and the custom all-reduce; its tables go to tests.log.
+  check_rc=0
+  if ((gpus >= 2)); then
+    local_cluster_check "$bin/actorllm" "$((gpus > 8 ? 8 : gpus))" >"$work/check.txt" 2>&1
+    check_rc=$?
+    cat "$work/check.txt" >>"$out/tests.log"
+    detail="$detail; actorllm check rc $check_rc: $(grep -E '^(All checks passed|CHECK FAILED)' "$work/check.txt")"
+    grep -q 'NCCL: skipped' "$work/check.txt" && check_rc=1 && detail="$detail (NCCL skipped)"
+  fi
+  if [[ $rc -eq 0 && $check_rc -eq 0 ]] && ! grep -q 'skipped: no GPU' "$work/nccl.log"; then
+    record nccl PASS "$detail"
+  else
+    record nccl FAIL "rc $rc on $detail (tests.log)"
   fi
 fi
 

@@ -70,6 +70,10 @@ class custom_all_reduce final : public tp_collective {
   using tp_collective::all_reduce_sum;
   int rank() const override { return buffers_->rank(); }
   int size() const override { return buffers_->size(); }
+  /// Device tensors as they are (the custom kernels, or the fallback, which serves them: NCCL or host-staged).
+  bool takes_device_tensors() const override { return true; }
+  /// A failure of the fallback (an aborted NCCL communicator) surfaces here after the step's synchronisation.
+  void raise_if_broken() override { fallback_->raise_if_broken(); }
 
   /// t = sum over ranks of t, in place: device f32 and bf16 tensors by the rule's path; host tensors and every
   /// other message through the fallback. The rule looks at t's address (16-byte alignment), so every rank must

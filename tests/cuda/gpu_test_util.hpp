@@ -23,6 +23,18 @@ inline bool gpu_available() {
 // Run anyway (--no-skip) without a GPU, a case fails here with the reason instead of aborting in a CUDA call.
 inline void require_gpu() { REQUIRE_MESSAGE(gpu_available(), "no usable GPU: " << actorllm::gpu_unavailable_reason()); }
 
+// Visible GPUs, asked once. Cases that need several carry "(N GPUs)" in their name; tests/gpu_skip_listener.cpp then
+// says "skipped: needs N GPUs" on a machine with fewer.
+inline int gpu_count() {
+  static const int count = actorllm::visible_gpu_count();
+  return count;
+}
+
+// As require_gpu, for a case that needs `n` GPUs.
+inline void require_gpus(int n) {
+  REQUIRE_MESSAGE(gpu_count() >= n, "needs " << n << " GPUs, " << gpu_count() << " visible");
+}
+
 /// cudaMalloc'd floats (or any trivially copyable T), freed on scope exit.
 template <class T = float>
 struct device_array {

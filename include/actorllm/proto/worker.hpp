@@ -71,7 +71,8 @@ typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
 /// worker: run the communication check (`actorllm check`).
 using comm_check_atom = caf::atom_constant<caf::atom("comm_check")>;
 
-/// The check every worker of `actorllm check` runs together: one Gloo group of all of them.
+/// The check every worker of `actorllm check` runs together: one group of all of them, over Gloo (host memory, every
+/// cluster), NCCL (GPUs, each worker's own) or the custom all-reduce (the GPUs of one node).
 struct comm_check_request {
   int32_t rank = 0;
   int32_t world = 1;
@@ -80,6 +81,10 @@ struct comm_check_request {
   int64_t large_floats = 4 << 20;
   int32_t iterations = 5;
   int64_t timeout_ms = 30000;
+  std::string transport = "gloo";  ///< "gloo", "nccl" or "custom" (the custom all-reduce)
+  /// The worker's device index on its node: a GPU round runs on visible GPU `device` mod the GPUs the worker sees
+  /// (one, CUDA_VISIBLE_DEVICES, on a node that reports GPUs; all of them on a node that reports CPU slices).
+  int32_t device = 0;
 
   friend bool operator==(const comm_check_request&, const comm_check_request&) = default;
 };
@@ -87,7 +92,7 @@ struct comm_check_request {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, comm_check_request& x) {
   return f(caf::meta::type_name("comm_check_request"), x.rank, x.world, x.group_name, x.small_floats, x.large_floats,
-           x.iterations, x.timeout_ms);
+           x.iterations, x.timeout_ms, x.transport, x.device);
 }
 
 /// One pair's figures, measured by its lower rank.
@@ -116,6 +121,9 @@ struct comm_check_result {
   double all_reduce_bus_gbs = 0;
   std::vector<comm_pair_result> pairs;
   std::string error;
+  /// Non-empty when the transport does not apply here (NCCL without GPUs of their own or without NCCL in the build,
+  /// the custom all-reduce across nodes): why. Not a failure.
+  std::string skipped;
 
   friend bool operator==(const comm_check_result&, const comm_check_result&) = default;
 };
@@ -123,7 +131,7 @@ struct comm_check_result {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, comm_check_result& x) {
   return f(caf::meta::type_name("comm_check_result"), x.rank, x.host, x.transport, x.all_reduce_ok,
-           x.all_reduce_latency_us, x.all_reduce_bus_gbs, x.pairs, x.error);
+           x.all_reduce_latency_us, x.all_reduce_bus_gbs, x.pairs, x.error, x.skipped);
 }
 
 /// A worker process: hosts shards on request and answers liveness probes.
