@@ -1,6 +1,8 @@
 // The custom all-reduce check: see custom_all_reduce_check.hpp.
 #include "actors/custom_all_reduce_check.hpp"
 
+#include "actors/gpu_check_peers.hpp"
+
 #include "comm/device_rendezvous.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/device.hpp"
@@ -25,8 +27,6 @@
 #include <vector>
 
 namespace actorllm::actors {
-
-namespace {}  // namespace
 
 std::string custom_all_reduce_check_refusal(const std::vector<comm::rank_device>& ranks) {
   constexpr size_t max_ranks = 8;  // the custom kernels' signal layout (car::max_ranks)
@@ -75,18 +75,13 @@ proto::comm_check_result run_custom_all_reduce_check(comm::rendezvous_store& sto
   out.transport = "custom";
   try {
     const std::chrono::milliseconds timeout{req.timeout_ms};
-    const std::string key = comm::device_group_key(req.group_name, 0);
-    std::unique_ptr<backend> be;
-    if (const int gpus = visible_gpu_count(); gpus > 0)
-      be = make_backend(device_for_rank(device_kind::cuda, req.device, gpus), 1);
-    const comm::rank_device mine{be ? gpu_identity(*be) : std::string{}, nccl_built()};
-    const auto ranks = comm::exchange_rank_devices(store, key, req.rank, req.world, mine, timeout);
-    if (std::string why = custom_all_reduce_check_refusal(ranks); !why.empty()) {
+    const gpu_check_peers meeting = meet_gpu_check_peers(store, req, timeout);
+    if (std::string why = custom_all_reduce_check_refusal(meeting.devices); !why.empty()) {
       out.skipped = why;
       return out;
     }
 #ifdef ACTORLLM_HAVE_CUDA
-    auto& gpu = dynamic_cast<cuda::cuda_backend&>(*be);
+    auto& gpu = dynamic_cast<cuda::cuda_backend&>(*meeting.be);
     const int device = gpu.where().index;
     // The large message: two-shot, at most the 8 MiB the custom path takes, a multiple of 16 bytes.
     const int64_t large_floats = std::min<int64_t>(req.large_floats, (int64_t{8} << 20) / 4 - 4) / 4 * 4;

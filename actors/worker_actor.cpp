@@ -3,6 +3,7 @@
 
 #include "actorllm/proto/error.hpp"
 #include "actors/custom_all_reduce_check.hpp"
+#include "actors/gpu_check_peers.hpp"
 #include "actors/mp_executor.hpp"
 #include "actors/shard_actor.hpp"
 #include "comm/abort_registry.hpp"
@@ -135,6 +136,18 @@ class gloo_activation_link final : public activation_link {
   std::shared_ptr<comm::gloo_group> group_;
 };
 
+/// A check's figures in its result message: Gloo's comm::comm_check_report and NCCL's nccl_check_report have the
+/// same fields.
+template <class Report>
+void put_figures(const Report& r, proto::comm_check_result& out) {
+  out.all_reduce_ok = r.all_reduce_ok;
+  out.all_reduce_latency_us = r.all_reduce_latency_us;
+  out.all_reduce_bus_gbs = r.all_reduce_bus_gbs;
+  for (const auto& p : r.pairs)
+    out.pairs.push_back({p.peer, p.ok, p.latency_us, p.bandwidth_gbs, p.error});
+  out.error = r.error;
+}
+
 /// The NCCL half of `actorllm check` on this worker: every rank says which GPU it takes (its device index on the
 /// node mod the GPUs it sees: the one CUDA_VISIBLE_DEVICES leaves it on a node that reports GPUs, one GPU per CPU
 /// slice on a node that reports `--cpu-devices`), all decide alike whether NCCL applies
@@ -150,12 +163,9 @@ proto::comm_check_result nccl_check(caf::actor_system& sys, proto::worker_regist
     registry_store store{sys, registry};
     const std::chrono::milliseconds timeout{req.timeout_ms};
     const std::string key = comm::device_group_key(req.group_name, 0);
-    std::unique_ptr<backend> be;
-    if (const int gpus = visible_gpu_count(); gpus > 0)
-      be = make_backend(device_for_rank(device_kind::cuda, req.device, gpus), 1);
-    const comm::rank_device mine{be ? gpu_identity(*be) : std::string{}, nccl_built()};
-    const auto ranks = comm::exchange_rank_devices(store, key, req.rank, req.world, mine, timeout);
-    const comm::device_transport_choice choice = comm::choose_device_transport(ranks, comm::nccl_mode::automatic);
+    gpu_check_peers peers = meet_gpu_check_peers(store, req, timeout);
+    const comm::device_transport_choice choice =
+        comm::choose_device_transport(peers.devices, comm::nccl_mode::automatic);
     if (choice.transport != comm::device_transport::nccl) {
       out.skipped = choice.reason;
       return out;
@@ -165,14 +175,8 @@ proto::comm_check_result nccl_check(caf::actor_system& sys, proto::worker_regist
     options.small_floats = req.small_floats;
     options.large_floats = req.large_floats;
     options.iterations = req.iterations;
-    const nccl_check_report r = run_nccl_check(id, req.rank, req.world, *be, req.group_name, timeout, options);
     out.transport = "nccl " + nccl_version();
-    out.all_reduce_ok = r.all_reduce_ok;
-    out.all_reduce_latency_us = r.all_reduce_latency_us;
-    out.all_reduce_bus_gbs = r.all_reduce_bus_gbs;
-    for (const auto& p : r.pairs)
-      out.pairs.push_back({p.peer, p.ok, p.latency_us, p.bandwidth_gbs, p.error});
-    out.error = r.error;
+    put_figures(run_nccl_check(id, req.rank, req.world, *peers.be, req.group_name, timeout, options), out);
   } catch (const std::exception& e) {
     out.error = e.what();
   }
@@ -240,13 +244,7 @@ check_actor::behavior_type check_behavior(check_actor::pointer self, proto::work
           check.small_floats = req.small_floats;
           check.large_floats = req.large_floats;
           check.iterations = req.iterations;
-          const comm::comm_check_report r = comm::run_comm_check(group, check);
-          out.all_reduce_ok = r.all_reduce_ok;
-          out.all_reduce_latency_us = r.all_reduce_latency_us;
-          out.all_reduce_bus_gbs = r.all_reduce_bus_gbs;
-          for (const auto& p : r.pairs)
-            out.pairs.push_back({p.peer, p.ok, p.latency_us, p.bandwidth_gbs, p.error});
-          out.error = r.error;
+          put_figures(comm::run_comm_check(group, check), out);
         } catch (const std::exception& e) {
           out.error = e.what();
         }

@@ -10,6 +10,7 @@
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
+#include "model/stories_golden.hpp"
 #include "test_paths.hpp"
 
 #include <algorithm>
@@ -18,6 +19,27 @@
 #include <vector>
 
 namespace actorllm::test {
+
+/// The golden prompts, cycled to n sequences, and the golden greedy ids of each.
+struct golden_batch {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> expected;
+};
+
+inline golden_batch golden_prompts(size_t n) {
+  const stories_golden& g = load_stories_golden();
+  std::vector<std::vector<int32_t>> p{g.bos_prompt_ids}, e{g.bos_output_ids};
+  for (const auto& q : g.prompts) {
+    p.push_back(q.prompt_ids);
+    e.push_back(q.greedy_output_ids);
+  }
+  golden_batch b;
+  for (size_t i = 0; i < n; ++i) {
+    b.prompts.push_back(p[i % p.size()]);
+    b.expected.push_back(e[i % e.size()]);
+  }
+  return b;
+}
 
 /// stories260K (f32) on `be` with a cache of n_blocks blocks of 16 tokens and, on demand, its decode graphs.
 struct stories_graph_model {

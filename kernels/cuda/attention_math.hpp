@@ -7,11 +7,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define ACTORLLM_HOST_DEVICE __host__ __device__
-#else
-#define ACTORLLM_HOST_DEVICE
-#endif
+#include "kernels/cuda/host_device.hpp"
 
 namespace actorllm::cuda::attn {
 

@@ -6,13 +6,7 @@
 
 #include <cstdint>
 
-#ifndef ACTORLLM_HOST_DEVICE
-#ifdef __CUDACC__
-#define ACTORLLM_HOST_DEVICE __host__ __device__
-#else
-#define ACTORLLM_HOST_DEVICE
-#endif
-#endif
+#include "kernels/cuda/host_device.hpp"
 
 namespace actorllm::cuda::car {
 

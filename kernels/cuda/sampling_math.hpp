@@ -13,13 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef ACTORLLM_HOST_DEVICE
-#ifdef __CUDACC__
-#define ACTORLLM_HOST_DEVICE __host__ __device__
-#else
-#define ACTORLLM_HOST_DEVICE
-#endif
-#endif
+#include "kernels/cuda/host_device.hpp"
 
 namespace actorllm::cuda::sampling {
 

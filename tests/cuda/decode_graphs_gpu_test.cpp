@@ -16,36 +16,12 @@ using namespace actorllm;
 using actorllm::cuda_test::gpu_available;
 using actorllm::cuda_test::require_gpu;
 
-namespace {
-
-struct golden_batch {
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<int32_t>> expected;
-};
-
-golden_batch golden_prompts(size_t n) {
-  const test::stories_golden& g = test::load_stories_golden();
-  std::vector<std::vector<int32_t>> p{g.bos_prompt_ids}, e{g.bos_output_ids};
-  for (const auto& q : g.prompts) {
-    p.push_back(q.prompt_ids);
-    e.push_back(q.greedy_output_ids);
-  }
-  golden_batch b;
-  for (size_t i = 0; i < n; ++i) {
-    b.prompts.push_back(p[i % p.size()]);
-    b.expected.push_back(e[i % e.size()]);
-  }
-  return b;
-}
-
-}  // namespace
-
 TEST_CASE("cuda decode graphs: stories260K greedy ids equal eager and the golden at batch 1, 3 and 8" *
           doctest::skip(!gpu_available())) {
   require_gpu();
   for (size_t n : {size_t{1}, size_t{3}, size_t{8}}) {
     CAPTURE(n);
-    const golden_batch g = golden_prompts(n);
+    const test::golden_batch g = test::golden_prompts(n);
     const int64_t steps = 32;
     cuda::cuda_backend eager_be{0};
     test::stories_graph_model eager{eager_be};
@@ -68,7 +44,7 @@ TEST_CASE("cuda decode graphs: stories260K greedy ids equal eager and the golden
 TEST_CASE("cuda decode graphs: a replay after the block tables change gives the eager logits" *
           doctest::skip(!gpu_available())) {
   require_gpu();
-  const golden_batch g = golden_prompts(3);
+  const test::golden_batch g = test::golden_prompts(3);
   cuda::cuda_backend eager_be{0}, be{0};
   test::stories_graph_model eager{eager_be}, m{be};
   m.capture(4);

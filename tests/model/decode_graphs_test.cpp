@@ -16,27 +16,6 @@ using namespace actorllm;
 
 namespace {
 
-// The golden prompts, cycled to n sequences, and the golden greedy ids of each.
-struct golden_batch {
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<int32_t>> expected;
-};
-
-golden_batch golden_prompts(size_t n) {
-  const test::stories_golden& g = test::load_stories_golden();
-  std::vector<std::vector<int32_t>> p{g.bos_prompt_ids}, e{g.bos_output_ids};
-  for (const auto& q : g.prompts) {
-    p.push_back(q.prompt_ids);
-    e.push_back(q.greedy_output_ids);
-  }
-  golden_batch b;
-  for (size_t i = 0; i < n; ++i) {
-    b.prompts.push_back(p[i % p.size()]);
-    b.expected.push_back(e[i % e.size()]);
-  }
-  return b;
-}
-
 std::vector<float> cache_snapshot(const model::kv_cache& cache) {
   std::vector<float> out;
   for (int64_t l = 0; l < cache.shape().n_layer; ++l) {
@@ -67,7 +46,7 @@ TEST_CASE("decode graphs: a capture per size, recorded without allocating, copyi
 TEST_CASE("decode graphs: greedy stories260K through the graphs equals eager and the golden ids at batch 1, 3, 8") {
   for (size_t n : {size_t{1}, size_t{3}, size_t{8}}) {
     CAPTURE(n);
-    const golden_batch g = golden_prompts(n);
+    const test::golden_batch g = test::golden_prompts(n);
     const int64_t steps = 24;
 
     cpu::cpu_backend eager_be{1};
@@ -97,7 +76,7 @@ TEST_CASE("decode graphs: a replay is exactly one upload; padded rows write no K
   test::stories_graph_model m{be};
   m.capture(4);
   // Three sequences with a few cached tokens each (prefilled eagerly), then one decode step of 3 rows (graph of 4).
-  const golden_batch g = golden_prompts(3);
+  const test::golden_batch g = test::golden_prompts(3);
   std::vector<std::vector<int32_t>> tables;
   for (int64_t s = 0; s < 3; ++s) {
     tables.push_back(test::stories_graph_model::table_of(s, 3, 2, 10));
@@ -136,7 +115,7 @@ TEST_CASE("decode graphs: a replay is exactly one upload; padded rows write no K
 }
 
 TEST_CASE("decode graphs: a replay after the block tables change gives the eager result") {
-  const golden_batch g = golden_prompts(3);
+  const test::golden_batch g = test::golden_prompts(3);
   cpu::cpu_backend eager_be{1};
   test::stories_graph_model eager{eager_be};
   test::recording_graph_backend be;
