@@ -63,8 +63,6 @@ comm_check_report run_comm_check(const std::shared_ptr<gloo_group>& group, const
         if (me != lo && me != hi)
           continue;
         const int32_t peer = me == lo ? hi : lo;
-        pair_measurement m;
-        m.peer = peer;
         double best_rtt = std::numeric_limits<double>::max();
         double best_bulk = std::numeric_limits<double>::max();
         bool pair_ok = true;
@@ -97,14 +95,8 @@ comm_check_report run_comm_check(const std::shared_ptr<gloo_group>& group, const
         }
         pipe.flush();
         if (me == lo) {
-          m.ok = pair_ok;
-          m.latency_us = best_rtt / 2 * 1e6;
-          const double one_way_small = best_rtt / 2;
-          m.bandwidth_gbs = static_cast<double>(options.large_floats) * sizeof(float) /
-                            std::max(best_bulk - one_way_small, 1e-9) / 1e9;
-          if (!pair_ok)
-            m.error = "payload mismatch";
-          report.pairs.push_back(m);
+          report.pairs.push_back(pair_figures_of(peer, pair_ok, best_rtt, best_bulk,
+                                                 options.large_floats * static_cast<int64_t>(sizeof(float))));
         } else if (!pair_ok) {
           report.error = "payload from rank " + std::to_string(peer) + " did not verify";
         }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "comm/gloo_group.hpp"
+#include "kernels/link_figures.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -18,14 +19,8 @@ struct comm_check_options {
   int32_t iterations = 5;          ///< timed repetitions (the best is reported)
 };
 
-/// One pair's figures, measured by the lower rank of the pair.
-struct pair_measurement {
-  int32_t peer = 0;
-  bool ok = false;
-  double latency_us = 0;     ///< half the best small round trip
-  double bandwidth_gbs = 0;  ///< large payload bytes / best one-way time, GB/s
-  std::string error;
-};
+/// One pair's figures (kernels/link_figures.hpp), as NCCL's check reports them too.
+using pair_measurement = pair_figures;
 
 /// What one rank measured.
 struct comm_check_report {

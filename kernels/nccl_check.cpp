@@ -130,16 +130,8 @@ nccl_check_report run_nccl_check(std::span<const char> unique_id, int rank, int 
           }
         }
         if (rank == lo) {
-          nccl_pair_figures m;
-          m.peer = peer;
-          m.ok = pair_ok;
-          m.latency_us = best_rtt / 2 * 1e6;
-          const double one_way_small = best_rtt / 2;
-          m.bandwidth_gbs = static_cast<double>(options.large_floats) * sizeof(float) /
-                            std::max(best_bulk - one_way_small, 1e-9) / 1e9;
-          if (!pair_ok)
-            m.error = "payload mismatch";
-          report.pairs.push_back(m);
+          report.pairs.push_back(pair_figures_of(peer, pair_ok, best_rtt, best_bulk,
+                                                 options.large_floats * static_cast<int64_t>(sizeof(float))));
         } else if (!pair_ok) {
           report.error = fmt::format("payload from rank {} did not verify", peer);
         }

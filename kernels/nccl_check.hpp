@@ -6,6 +6,7 @@
 #pragma once
 
 #include "kernels/backend.hpp"
+#include "kernels/link_figures.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -22,14 +23,8 @@ struct nccl_check_options {
   int32_t iterations = 5;          ///< timed repetitions after one untimed warm-up (the best is reported)
 };
 
-/// One pair's figures, measured by the lower rank of the pair.
-struct nccl_pair_figures {
-  int32_t peer = 0;
-  bool ok = false;
-  double latency_us = 0;     ///< half the best small round trip
-  double bandwidth_gbs = 0;  ///< large payload bytes / best one-way time, GB/s
-  std::string error;
-};
+/// One pair's figures (kernels/link_figures.hpp), as Gloo's check reports them too.
+using nccl_pair_figures = pair_figures;
 
 /// What one rank measured.
 struct nccl_check_report {
