@@ -160,6 +160,8 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
     info.eos_token_ids.push_back(*first.tokenizer->eos_id());
   info.has_tokenizer = first.tokenizer.has_value();
   info.executor = im.config.distributed_executor_backend;
+  if (cluster && info.executor != "cluster")
+    info.executor += " + cluster";  // --data-parallel-size-local: the other replicas run on the cluster's nodes
   info.n_blocks = first.cache.n_blocks;
   info.block_size = first.cache.block_size;
   info.max_num_seqs = im.config.max_num_seqs;

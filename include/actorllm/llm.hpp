@@ -77,9 +77,11 @@ struct model_info {
   int64_t n_vocab = 0;
   int32_t max_model_len = 0;           ///< the context limit the engine enforces
   std::vector<int32_t> eos_token_ids;  ///< end-of-sequence ids (generation_config.json, else config.json)
-  std::string executor;                ///< where the shards run: uni, mp or cluster
-  bool has_tokenizer = false;          ///< text prompts work (else token ids only)
-  int32_t n_blocks = 0;                ///< KV-cache blocks (the minimum over the shards)
+  /// Where the shards run: uni, mp or cluster; "uni + cluster" or "mp + cluster" when the replicas beyond
+  /// data_parallel_size_local run on the cluster's nodes.
+  std::string executor;
+  bool has_tokenizer = false;  ///< text prompts work (else token ids only)
+  int32_t n_blocks = 0;        ///< KV-cache blocks (the minimum over the shards)
   int32_t block_size = 0;
   int32_t max_num_seqs = 0;           ///< most sequences running at once (engine_config::max_num_seqs)
   int32_t data_parallel_size = 1;     ///< replicas behind this LLM (each with max_num_seqs and its own KV cache)

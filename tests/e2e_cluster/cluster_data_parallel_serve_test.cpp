@@ -41,6 +41,7 @@ TEST_CASE("cluster: serve -dp 2 --data-parallel-size-local 1: replica 0 in the s
   CHECK_MESSAGE(log.find("replicas 0..0 on this node (uni), replicas 1..1 on the cluster at " +
                          cluster.head_address()) != std::string::npos,
                 log);
+  CHECK_MESSAGE(log.find("executor uni + cluster,") != std::string::npos, log);  // the Ready line
 }
 
 TEST_CASE(
