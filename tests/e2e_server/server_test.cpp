@@ -273,6 +273,13 @@ TEST_CASE("a client that hangs up while waiting for a non-streamed answer gets i
   int fd = connect_to(s.port());
   send_all(fd, request_text("POST", "/v1/completions",
                             R"({"prompt":"Once upon a time","max_tokens":500,"ignore_eos":true})", {}));
+  // Hang up once the request runs: one that hangs up sooner is dropped before it is submitted (net/handler_pool),
+  // with nothing to abort.
+  const std::string running = R"(actorllm:num_requests_running{model_name="stories"})";
+  const auto deadline = steady::now() + 5s;
+  while (metric(http(s.port(), "GET", "/metrics").body, running) != 1.0 && steady::now() < deadline)
+    std::this_thread::sleep_for(2ms);
+  REQUIRE(metric(http(s.port(), "GET", "/metrics").body, running) == 1.0);
   reset_and_close(fd);
   expect_aborted_within_1s(s, 1.0);
   CHECK(http(s.port(), "GET", "/health").status == 200);
