@@ -81,7 +81,7 @@ std::string resolve_executor(const engine_config& config) {
   in.world_size = config.tensor_parallel_size * config.pipeline_parallel_size;
   // Replicas on this node each take tp × pp devices of their own; an external-LB rank (data_parallel_rank) takes
   // its rank's share, so the node needs as many as all its local replicas together all the same.
-  in.replicas = local_replica_count(config);
+  in.replicas = local;
   // An unusable device is refused with the other settings (plan_replica); here it only shapes the choice.
   in.gpu = resolve_device(config.device).kind == device_kind::cuda;
   in.local_devices = in.gpu ? visible_gpu_count() : local_cpu_devices();

@@ -70,7 +70,6 @@ replica_set::replica_set(caf::actor_system& sys, const engine_config& config)
   first_.max_model_len = r0.max_model_len;
   first_.tokenizer = r0.tokenizer;
   first_.executor = r0.executor;
-  tokenizer_ = first_.tokenizer;
   delivery_ = spawn_delivery(sys_, [this](proto::output_batch& b) { on_batch(b); });
   if (ranks_.size() > 1)
     log::info("replicas", "{} data-parallel replicas behind one endpoint: requests go to the least loaded{}",
@@ -168,20 +167,30 @@ uint64_t replica_set::submit(const prompt& p, const sampling_params& params, int
   req.cache_salt = p.cache_salt();
   // With other replicas to move to, the deltas are the record a failover resumes from (the book passes them on only
   // if asked); with one replica there is nowhere to move, so only a caller who asked gets deltas, as before.
-  req.stream = stream || replicas_.size() > 1;
+  req.stream = stream || ranks_.size() > 1;
   req.sink = delivery_;
-  if (!req.prompt_is_tokens && tokenizer_) {
+  // A refusal reaches the caller on the delivery thread, like every other outcome: callers may hold their own lock
+  // around submit that their callbacks take.
+  auto refuse = [&](error e) {
+    {
+      std::lock_guard lock{mutex_};
+      parked_.errors.emplace_back(std::move(ch), std::move(e));
+    }
+    caf::anon_send(delivery_, proto::output_batch{});  // wakes it to hand out what was parked
+    return id;
+  };
+  if (!req.prompt_is_tokens && first_.tokenizer) {
     // Tokenized once, here: the router needs the ids, and a failover resubmits them.
     try {
-      req.prompt_ids = tokenizer_->encode(req.prompt_text, /*add_special_tokens=*/true);
+      req.prompt_ids = first_.tokenizer->encode(req.prompt_text, /*add_special_tokens=*/true);
       req.prompt_is_tokens = true;
     } catch (const text::tokenizer_error& e) {
-      ch->on_error(
+      return refuse(
           error{errc::invalid_argument, fmt::format("request {}: the prompt cannot be tokenized: {}", id, e.what())});
-      return id;
     }
   }
   proto::engine_actor engine;
+  std::optional<error> unavailable;
   {
     std::lock_guard lock{mutex_};
     const auto serving = serving_locked();
@@ -191,11 +200,11 @@ uint64_t replica_set::submit(const prompt& p, const sampling_params& params, int
       router_.routed(req.prompt_ids, *r, req.cache_salt);
       book_.add(id, req, ch, stream, *r);
     } else {
-      const std::string why = unavailable_locked();
-      ch->on_error(error{errc::engine_failure, why});
-      return id;
+      unavailable.emplace(errc::engine_failure, unavailable_locked());
     }
   }
+  if (unavailable)
+    return refuse(std::move(*unavailable));
   caf::anon_send(engine, std::move(req));
   return id;
 }

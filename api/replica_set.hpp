@@ -83,7 +83,6 @@ class replica_set {
   int32_t dp_size_ = 1;         ///< replicas of the engine (data_parallel_size)
   std::vector<int32_t> ranks_;  ///< the data-parallel rank of each replica held here
   actors::replica first_;
-  std::optional<text::tokenizer> tokenizer_;
   proto::output_sink delivery_;
 
   mutable std::mutex mutex_;

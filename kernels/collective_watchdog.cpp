@@ -28,11 +28,12 @@ watchdog_action collective_watchdog::give_up(std::string reason) {
 watchdog_action collective_watchdog::poll(clock::time_point now, bool oldest_done, std::string_view async_error) {
   if (aborted_)
     return watchdog_action::wait;
-  const std::string during = pending_.empty() ? std::string{} : fmt::format(" during {}", pending_.front().call);
+  // Formatted only when giving up: poll runs every few hundred microseconds while collectives are queued.
+  auto during = [this] { return pending_.empty() ? std::string{} : fmt::format(" during {}", pending_.front().call); };
   if (abort_requested_)
-    return give_up(fmt::format("aborted{}: {}", during, abort_request_));
+    return give_up(fmt::format("aborted{}: {}", during(), abort_request_));
   if (!async_error.empty())
-    return give_up(fmt::format("asynchronous error{}: {}", during, async_error));
+    return give_up(fmt::format("asynchronous error{}: {}", during(), async_error));
   if (pending_.empty())
     return watchdog_action::wait;
   if (oldest_done) {

@@ -457,12 +457,9 @@ void cuda_backend::sample(const tensor& logits, std::span<const ops::sample_row>
   const std::span<std::byte> host_output(reinterpret_cast<std::byte*>(host_sample_output_.data()), plan.output_bytes());
   const sampling::batch_view view = plan.view(f32(logits), input, output, work);
   for (int run = 0;; ++run) {
-    ACTORLLM_CUDA_CHECK(
-        cudaMemcpyAsync(input, plan.input().data(), plan.input().size(), cudaMemcpyHostToDevice, stream_));
+    upload(sample_input_, plan.input().data(), plan.input().size());
     sample_rows(view, n, stream_);
-    ACTORLLM_CUDA_CHECK(
-        cudaMemcpyAsync(host_output.data(), output, host_output.size(), cudaMemcpyDeviceToHost, stream_));
-    ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    download(sample_output_, host_output.data(), host_output.size());  // waits for the stream
     // A row that could not draw (every logit -inf after its processors) gives its draw back; only when it shares a
     // generator with a later row do that row's draws change, and the batch runs once more with them.
     if (!plan.settle_draws(host_output))

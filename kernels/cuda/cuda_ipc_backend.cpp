@@ -9,6 +9,14 @@ namespace actorllm::cuda {
 
 static_assert(sizeof(cudaIpcMemHandle_t) == ipc_handle::size, "cudaIpcMemHandle_t is CUDA_IPC_HANDLE_SIZE bytes");
 
+cuda_ipc_backend::cuda_ipc_backend(int device_index) : device_(device_index) {
+  int domain = 0, bus = 0, dev = 0;
+  ACTORLLM_CUDA_CHECK(cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, device_));
+  ACTORLLM_CUDA_CHECK(cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, device_));
+  ACTORLLM_CUDA_CHECK(cudaDeviceGetAttribute(&dev, cudaDevAttrPciDeviceId, device_));
+  pci_id_ = (domain << 16) | (bus << 8) | dev;
+}
+
 ipc_handle cuda_ipc_backend::export_handle(void* base) {
   ACTORLLM_CUDA_CHECK(cudaSetDevice(device_));
   cudaIpcMemHandle_t h;

@@ -11,17 +11,21 @@ namespace actorllm::cuda {
 /// processes use the same device.
 class cuda_ipc_backend final : public ipc_backend {
  public:
-  explicit cuda_ipc_backend(int device_index) : device_(device_index) {}
+  /// Reads the device's PCI location, which names it across processes whatever CUDA_VISIBLE_DEVICES each one has.
+  explicit cuda_ipc_backend(int device_index);
 
   /// `base` must be the start of a cudaMalloc allocation (IPC exports whole allocations).
   ipc_handle export_handle(void* base) override;
   /// Maps with cudaIpcMemLazyEnablePeerAccess (peer access is enabled on first use when the devices differ).
   void* open_handle(const ipc_handle& handle) override;
   void close_handle(void* mapped) override;
-  int device_id() const override { return device_; }
+  /// The device's PCI domain, bus and device numbers packed in one int (not its visible index: cluster workers each
+  /// see their own GPU as device 0).
+  int device_id() const override { return pci_id_; }
 
  private:
   int device_;
+  int pci_id_ = 0;
 };
 
 }  // namespace actorllm::cuda

@@ -260,14 +260,18 @@ nccl_collective::~nccl_collective() {
       lock.unlock();
       std::this_thread::sleep_for(s.poll_interval);
       lock.lock();
+      if (s.comm == nullptr)
+        break;  // aborted meanwhile through an abort handle (the worker's abort registry)
       if (ncclResult_t q = ncclCommGetAsyncError(s.comm, &r); q != ncclSuccess)
         r = q;
     }
-    if (r == ncclSuccess)
-      ncclCommDestroy(s.comm);
-    else
-      ncclCommAbort(s.comm);
-    s.comm = nullptr;
+    if (s.comm != nullptr) {
+      if (r == ncclSuccess)
+        ncclCommDestroy(s.comm);
+      else
+        ncclCommAbort(s.comm);
+      s.comm = nullptr;
+    }
   }
   for (cudaEvent_t e : s.queued)
     cudaEventDestroy(e);

@@ -242,9 +242,18 @@ void engine_metrics::update(const engine_stats& stats) {
   running_->set(static_cast<double>(stats.n_running));
   waiting_->set(static_cast<double>(stats.n_waiting));
   kv_cache_usage_->set(stats.kv_cache_usage);
+  std::lock_guard lock{preemptions_mutex_};
+  if (stats.replicas.size() > 1)
+    for (const replica_stats& r : stats.replicas) {  // the gauges also while no replica serves
+      replica_series& s = replica(r.rank);
+      s.healthy->set(r.healthy ? 1.0 : 0.0);
+      s.running->set(static_cast<double>(r.n_running));
+      s.waiting->set(static_cast<double>(r.n_waiting));
+      s.kv_cache_usage->set(r.kv_cache_usage);
+      s.outstanding->set(static_cast<double>(r.outstanding_tokens));
+    }
   if (!stats.healthy)
     return;  // a failed or restarting engine reports zeros, which are no totals
-  std::lock_guard lock{preemptions_mutex_};
   auto advance = [](counter* c, uint64_t& seen, uint64_t total) {
     if (total < seen)
       seen = 0;  // a new engine (workers restarted) counts from 0 again; the counter stays monotonic
@@ -254,15 +263,9 @@ void engine_metrics::update(const engine_stats& stats) {
     }
   };
   if (stats.replicas.size() > 1) {
-    // Data-parallel replicas: a series per replica (label `replica`), and the totals advanced replica by replica
-    // (one replica's restart resets only its own).
+    // Data-parallel replicas: the totals advanced replica by replica (one replica's restart resets only its own).
     for (const replica_stats& r : stats.replicas) {
       replica_series& s = replica(r.rank);
-      s.healthy->set(r.healthy ? 1.0 : 0.0);
-      s.running->set(static_cast<double>(r.n_running));
-      s.waiting->set(static_cast<double>(r.n_waiting));
-      s.kv_cache_usage->set(r.kv_cache_usage);
-      s.outstanding->set(static_cast<double>(r.outstanding_tokens));
       advance(s.routed, s.routed_seen, r.routed_requests);
       advance(s.restarts, s.restarts_seen, static_cast<uint64_t>(r.restarts));
       if (!r.healthy)

@@ -235,6 +235,47 @@ TEST_CASE("mp executor: kill -9 of a worker ends every running request within 5 
     CHECK(std::find(workers.begin(), workers.end(), pid) == workers.end());
 }
 
+TEST_CASE("a request refused for want of a serving replica hears so on the delivery thread, not inside submit") {
+  // A caller may hold its own lock around submit that its callbacks take (the HTTP front end does): a refusal
+  // answered inside submit would deadlock it.
+  engine_config config = mp_config(1, 1);
+  config.max_worker_restarts = 0;  // the killed worker stays dead: no replica serves
+  LLM llm{config};
+  const auto workers = worker_pids();
+  REQUIRE(workers.size() == 1);
+  ::kill(workers.front(), SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const auto given_up = [&] { return llm.stats().failure.find("cannot serve any more") != std::string::npos; };
+  while (!given_up() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  REQUIRE(given_up());
+  std::mutex callers_lock;
+  std::atomic<bool> answered{false};
+  std::atomic<bool> inside_submit{false};
+  std::string message;
+  stream_callbacks cb;
+  const std::thread::id caller = std::this_thread::get_id();
+  cb.on_error = [&](const error& e) {
+    if (std::this_thread::get_id() == caller) {  // inside submit, under the caller's lock: taking it would deadlock
+      inside_submit = true;
+    } else {
+      std::lock_guard lock{callers_lock};
+      message = e.what();
+    }
+    answered = true;
+  };
+  {
+    std::lock_guard lock{callers_lock};
+    llm.submit(prompt{std::vector<int32_t>{1, 2, 3}}, sampling_params{}, std::move(cb));
+  }
+  const auto by = std::chrono::steady_clock::now() + 5s;
+  while (!answered && std::chrono::steady_clock::now() < by)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(answered.load());
+  CHECK_FALSE(inside_submit.load());
+  CHECK_MESSAGE(message.find("cannot serve any more") != std::string::npos, message);
+}
+
 TEST_CASE("mp executor: serve exits non-zero when a dead worker may not be restarted (--max-worker-restarts 0)") {
   e2e::server srv{{"-tp", "2", "--distributed-executor-backend", "mp", "--max-worker-restarts", "0"},
                   {"ACTORLLM_WORKER_BIN=" + test::actorllm_binary().string()}};
