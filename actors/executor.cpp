@@ -6,6 +6,8 @@
 #include "actors/executor_choice.hpp"
 #include "actors/mp_executor.hpp"
 #include "kernels/device.hpp"
+#include "model/model_config.hpp"
+#include "model/model_error.hpp"
 #include "util/log.hpp"
 
 #include <fmt/format.h>
@@ -32,6 +34,19 @@ int32_t local_replica_count(const engine_config& config) {
   const int32_t dp = std::max(1, config.data_parallel_size);
   return config.data_parallel_size_local > 0 ? std::min(config.data_parallel_size_local, dp) : dp;
 }
+
+namespace {
+
+// Whether the model directory's config.json names an MoE model (false when it cannot be read: loading says why).
+bool is_moe_model(const std::string& dir) {
+  try {
+    return model::load_model_config(dir).n_expert > 0;
+  } catch (const model::model_error&) {
+    return false;
+  }
+}
+
+}  // namespace
 
 std::string resolve_executor(const engine_config& config) {
   if (config.data_parallel_size < 1)
@@ -65,12 +80,15 @@ std::string resolve_executor(const engine_config& config) {
                                 "(--distributed-executor-backend) cluster puts every replica on the cluster: "
                                 "leave out one of the two"};
   }
-  if (config.enable_expert_parallel && config.data_parallel_size > 1)
-    // vLLM's EP group is dp × tp because its DP ranks step in lockstep; these replicas are independent engines.
+  if (config.distributed_executor_backend.empty() && config.enable_expert_parallel && config.data_parallel_size > 1 &&
+      config.data_parallel_rank < 0 && !remote_replicas && config.pipeline_parallel_size == 1 &&
+      is_moe_model(config.model)) {
     log::info("executor",
-              "expert parallelism with {} data-parallel replicas: each replica's expert-parallel group "
-              "is its own tensor-parallel group (replicas do not step together)",
+              "executor uni: expert parallelism over {} data-parallel replicas steps them in lockstep, in one "
+              "process",
               config.data_parallel_size);
+    return "uni";
+  }
   executor_inputs in;
   if (!config.distributed_executor_backend.empty()) {
     in.requested = parse_executor_backend(config.distributed_executor_backend);

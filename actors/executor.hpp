@@ -15,7 +15,9 @@ namespace actorllm::actors {
 /// the shards of one process share as threads).
 int32_t local_cpu_devices();
 
-/// The backend that runs `config` ("uni", "mp" or "cluster"), logged with the reason. Throws actorllm::error
+/// The backend that runs `config` ("uni", "mp" or "cluster"), logged with the reason. Left to choose, it picks uni
+/// for expert parallelism over the data-parallel replicas of an MoE model, whose replicas step in lockstep in one
+/// process (actors/lockstep_replicas.hpp). Throws actorllm::error
 /// (invalid_config) for an unknown or impossible --distributed-executor-backend, naming the numbers.
 std::string resolve_executor(const engine_config& config);
 

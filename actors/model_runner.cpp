@@ -14,13 +14,14 @@ namespace actorllm::actors {
 
 model_runner::model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_collective> comm,
                            const model::model_config& cfg, model::model_weights weights, const model::shard_spec& shard,
-                           bool samples)
-    : be_(std::move(be)), comm_(std::move(comm)), inputs_(*be_), samples_(samples) {
+                           bool samples, std::unique_ptr<tp_collective> expert_comm)
+    : be_(std::move(be)), comm_(std::move(comm)), expert_comm_(std::move(expert_comm)), inputs_(*be_),
+      samples_(samples) {
   // The host transports (threads, shared memory, Gloo) move host memory: a device backend's tensors are staged through
   // it. A device communicator (NCCL) takes them as they are.
   if (be_->where().kind != device_kind::cpu && comm_->size() > 1 && !comm_->takes_device_tensors())
     comm_ = std::make_unique<host_staged_collective>(std::move(comm_), *be_);
-  model_ = std::make_unique<model::llama_model>(cfg, std::move(weights), shard, *comm_, *be_);
+  model_ = std::make_unique<model::llama_model>(cfg, std::move(weights), shard, *comm_, *be_, expert_comm_.get());
 }
 
 std::string model_runner::graphs_disabled_reason() const {
@@ -139,6 +140,14 @@ step_output model_runner::run(const proto::step_plan& plan, const tensor& hidden
   // garbage in the outputs, and the step fails here instead of handing it on.
   comm_->raise_if_broken();
   return out;
+}
+
+std::string model_runner::run_idle() {
+  if (!model_->serves_experts())
+    return "an idle step reached a shard that serves no experts to other replicas";
+  model_->idle_step();
+  be_->synchronize();
+  return {};
 }
 
 step_output model_runner::run_queued(const proto::step_plan& plan, const tensor& hidden_arg) {

@@ -44,8 +44,10 @@ struct graph_options {
 class model_runner {
  public:
   /// Builds the model from already-sliced weights. `samples`: this shard (tp rank 0 of the last stage) samples.
+  /// `expert_comm`: the expert-parallel group when it spans lockstep replicas (null: the TP group is the EP group).
   model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_collective> comm, const model::model_config& cfg,
-               model::model_weights weights, const model::shard_spec& shard, bool samples);
+               model::model_weights weights, const model::shard_spec& shard, bool samples,
+               std::unique_ptr<tp_collective> expert_comm = nullptr);
 
   const model::llama_model& model() const { return *model_; }
   backend& device_backend() { return *be_; }
@@ -86,6 +88,11 @@ class model_runner {
   /// Exceptions from the collectives (a lost peer, a timeout, a device communicator aborted meanwhile) propagate.
   step_output run(const proto::step_plan& plan, const tensor& hidden_in);
 
+  /// Runs an idle plan (proto::step_plan::idle, lockstep expert parallelism): only the MoE layers' exchanges, in
+  /// which this shard's experts serve the other replicas' tokens (model::llama_model::idle_step). Returns an error
+  /// message for a shard that serves no experts (empty: done). Collective failures propagate as in run().
+  std::string run_idle();
+
   /// Sampler state, for tests.
   const sequence_samplers& samplers() const { return samplers_; }
 
@@ -94,6 +101,7 @@ class model_runner {
 
   std::unique_ptr<backend> be_;
   std::unique_ptr<tp_collective> comm_;
+  std::unique_ptr<tp_collective> expert_comm_;  // null unless the EP group spans replicas
   std::unique_ptr<model::llama_model> model_;
   std::unique_ptr<model::kv_cache> cache_;
   graph_options graph_options_;

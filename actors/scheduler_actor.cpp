@@ -3,6 +3,7 @@
 
 #include "actorllm/proto/error.hpp"
 #include "engine/block_table_mirror.hpp"
+#include "engine/lockstep_rounds.hpp"
 #include "engine/scheduler_core.hpp"
 #include "util/check.hpp"
 #include "util/log.hpp"
@@ -78,6 +79,9 @@ struct scheduler_state {
   std::string failure;
   bool draining = false;
   std::vector<caf::typed_response_promise<caf::ok_atom>> drained;
+  bool lockstep = false;                  // expert parallelism over lockstep replicas
+  engine::lockstep_rounds rounds;         // steps dispatched here and by the peers
+  std::vector<proto::round_sink> peers;   // the other replicas' schedulers
 };
 
 using scheduler_pointer = proto::scheduler_actor::stateful_pointer<scheduler_state>;
@@ -145,6 +149,28 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
   const proto::shared_plan shared{std::make_shared<const proto::step_plan>(std::move(p))};
   for (auto it = st.shards.rbegin(); it != st.shards.rend(); ++it)
     self->send(*it, shared);
+  if (st.lockstep) {
+    const uint64_t round = st.rounds.on_step();
+    for (const auto& peer : st.peers)
+      self->send(peer, proto::lockstep_round_atom::value, round);
+  }
+}
+
+// Lockstep expert parallelism: with no step of its own in flight, idle plans until this replica has dispatched as
+// many steps as its peers (their steps wait in the MoE exchanges for this replica's shards). Idle plans are not
+// announced: the step they pair with was, to every peer.
+void keep_lockstep(scheduler_pointer self) {
+  auto& st = self->state;
+  if (!st.lockstep || !st.healthy)
+    return;
+  for (uint64_t n = st.rounds.idle_steps_owed(st.core->n_in_flight() > 0); n > 0; --n) {
+    proto::step_plan p;
+    p.idle = true;
+    const proto::shared_plan shared{std::make_shared<const proto::step_plan>(std::move(p))};
+    for (const auto& shard : st.shards)
+      self->send(shard, shared);
+    st.rounds.on_step();
+  }
 }
 
 void try_schedule(scheduler_pointer self) {
@@ -154,6 +180,7 @@ void try_schedule(scheduler_pointer self) {
   if (st.healthy && !st.draining)
     while (auto plan = st.core->schedule())
       dispatch(self, std::move(*plan));
+  keep_lockstep(self);  // also while draining: a peer's step in flight may still need this replica's experts
   if (st.core->n_in_flight() == 0 || !st.healthy) {
     for (auto& rp : st.drained)
       rp.deliver(caf::ok_atom::value);
@@ -238,6 +265,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
   self->state.core.emplace(std::move(*core));
   self->state.shards = std::move(args.shards);
   self->state.step_timeout = args.step_timeout;
+  self->state.lockstep = args.lockstep;
   return {
       [self](proto::request_spec& spec) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
@@ -289,6 +317,14 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
       },
       [self](proto::step_result& result) { on_result(self, result); },
       [self](proto::connect_atom, proto::update_sink sink) { self->state.engine = std::move(sink); },
+      [self](proto::lockstep_round_atom, uint64_t round) {
+        self->state.rounds.peer_reached(round);
+        keep_lockstep(self);
+      },
+      [self](proto::connect_atom, proto::round_sink peer) -> caf::ok_atom {
+        self->state.peers.push_back(std::move(peer));
+        return caf::ok_atom::value;
+      },
       [self](caf::get_atom, proto::stats_atom) -> engine_stats {
         const auto& st = self->state;
         const auto& c = *st.core;

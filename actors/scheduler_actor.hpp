@@ -2,7 +2,8 @@
 // shard of the replica (block tables as a diff against what the shards hold: engine::block_table_mirror), keeps up
 // to pp_size of them in flight (the core enforces the count), folds sampled tokens back in, and reports each step's
 // news to the engine in one message. A step that gets no result within the step timeout fails
-// the replica like a dead shard does, so no request waits forever on a message that was lost.
+// the replica like a dead shard does, so no request waits forever on a message that was lost. With lockstep expert
+// parallelism it also keeps its step count equal to its peer replicas' (engine::lockstep_rounds), with idle plans.
 #pragma once
 
 #include "actorllm/proto/interfaces.hpp"
@@ -22,6 +23,9 @@ struct scheduler_args {
   /// A step with no result after this long fails the replica (a shard or a link that stopped answering without
   /// going down); zero: no limit.
   std::chrono::milliseconds step_timeout{0};
+  /// Lockstep expert parallelism (actors/lockstep_replicas.hpp): every step this scheduler dispatches is announced
+  /// to its peers (connect_atom, round_sink), and it dispatches idle plans to keep up with theirs.
+  bool lockstep = false;
 };
 
 /// Spawns the scheduler (an event-based actor: it never blocks). Its config must be valid (see

@@ -71,6 +71,17 @@ void run_step(shard_pointer self, ready_step& in) {
   auto& st = self->state;
   const proto::step_plan& plan = *in.plan;
   const uint64_t step_id = plan.step_id;
+  if (plan.idle) {  // lockstep expert parallelism: serve this shard's experts to the other replicas' step
+    std::string error;
+    try {
+      error = st.runner->run_idle();
+    } catch (const std::exception& e) {  // the EP group was aborted: a peer replica failed
+      error = e.what();
+    }
+    if (!error.empty())
+      report_failure(self, step_id, "idle step: " + error);
+    return;
+  }
   step_output out;
   try {
     tensor hidden = std::move(in.handoff.hidden);
@@ -171,9 +182,14 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
             st.prev_link = st.args.make_prev_link(*be);
           if (st.args.make_next_link)
             st.next_link = st.args.make_next_link(*be);
+          std::unique_ptr<tp_collective> expert_comm;
+          if (st.args.expert_group)
+            expert_comm =
+                std::make_unique<comm::shared_memory_collective>(st.args.expert_group, st.args.spec.ep_rank());
           auto loaded = model::load_shard(st.args.model_dir, st.args.spec, st.args.load);
           st.runner = std::make_unique<model_runner>(std::move(be), std::move(comm), loaded.config,
-                                                     std::move(loaded.weights), st.args.spec, st.args.samples);
+                                                     std::move(loaded.weights), st.args.spec, st.args.samples,
+                                                     std::move(expert_comm));
           st.runner->set_graph_options(shard_graph_options(st.args));
           st.inbox.expect_handoff(expects_handoff(st));
         } catch (const std::exception& e) {

@@ -49,6 +49,9 @@ struct shard_args {
   model::load_options load;
   /// The stage's TP group (one per stage, shared by its ranks); null when tp_size is 1.
   std::shared_ptr<comm::shared_memory_group> group;
+  /// Lockstep expert parallelism: the EP group over every replica's TP ranks (spec.ep_size() ranks; this shard is
+  /// spec.ep_rank()), whose MoE exchanges the shard runs also in idle steps; null: the TP group is the EP group.
+  std::shared_ptr<comm::shared_memory_group> expert_group;
   device_kind device = device_kind::cpu;  ///< the backend the shard runs on (--device)
   int32_t n_threads = 1;                  ///< kernel threads, this shard's thread included
   /// Added to the shard's rank (stage × tp + tp rank) when it picks its GPU: the first rank of its data-parallel

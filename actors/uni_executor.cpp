@@ -213,6 +213,7 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
     scheduler_args sa;
     sa.config = plan.scheduler;
     sa.step_timeout = std::chrono::milliseconds{static_cast<int64_t>(config.step_timeout * 1000.0)};
+    sa.lockstep = plan.lockstep;
     for (const auto& shard : r.shards)
       sa.shards.push_back(shard);
     r.scheduler = spawn_scheduler(sys, std::move(sa));
@@ -243,14 +244,18 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
   replica& r = plan.r;
   const int32_t tp = config.tensor_parallel_size;
   const int32_t pp = config.pipeline_parallel_size;
+  plan.lockstep = slot.expert_group != nullptr;
   log::info("executor",
             "{}uni executor: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}), {} kernel thread(s) "
-            "per shard{}",
+            "per shard{}{}",
             replica_prefix(r.dp_rank, r.dp_size), pp, tp, config.model, describe_stages(r.stages),
             plan.threads_per_shard,
             plan.device == device_kind::cuda && plan.share.local_replicas > 1
                 ? fmt::format(", GPUs from rank {} on", plan.share.device_offset)
-                : std::string{});
+                : std::string{},
+            plan.lockstep ? fmt::format(", expert-parallel ranks {}..{} of {}", r.dp_rank * tp, r.dp_rank * tp + tp - 1,
+                                        slot.expert_group->size())
+                          : std::string{});
 
   // Shards, last stage first so that each one is spawned knowing its successor.
   r.shards.resize(static_cast<size_t>(tp * pp));
@@ -262,6 +267,11 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
       a.spec = model::shard_spec{rank, tp, r.stages[static_cast<size_t>(s)].layer_begin,
                                  r.stages[static_cast<size_t>(s)].layer_end};
       a.spec.expert_parallel = config.enable_expert_parallel;
+      if (slot.expert_group) {
+        a.spec.dp_rank = slot.dp_rank;
+        a.spec.dp_size = slot.dp_size;
+        a.expert_group = slot.expert_group;
+      }
       a.stage = s;
       a.load = plan.load;
       a.device = plan.device;

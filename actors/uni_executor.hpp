@@ -21,13 +21,25 @@
 #include <string>
 #include <vector>
 
+namespace actorllm::comm {
+class shared_memory_group;
+}
+
 namespace actorllm::actors {
 
 /// Which of an engine's data-parallel replicas is being built: its rank among them and how many there are (for its
 /// share of the devices and threads).
 struct replica_slot {
+  replica_slot() = default;
+  replica_slot(int32_t rank, int32_t size, std::shared_ptr<comm::shared_memory_group> group = nullptr)
+      : dp_rank(rank), dp_size(size), expert_group(std::move(group)) {}
+
   int32_t dp_rank = 0;
   int32_t dp_size = 1;
+  /// Lockstep expert parallelism (actors/lockstep_replicas.hpp, uni executor only): the EP group over every
+  /// replica's TP ranks, which this replica's shards join at ranks dp_rank × tp + tp rank; its scheduler keeps step
+  /// with the others'. Null: the replica steps alone (its EP group, if any, is its TP group).
+  std::shared_ptr<comm::shared_memory_group> expert_group;
 };
 
 /// A replica's share of this node when several replicas of one engine run on it: its own devices (the shards of
@@ -79,6 +91,7 @@ struct replica_plan {
   device_kind device = device_kind::cpu;  ///< engine_config::device, resolved
   replica_share share;                    ///< this replica's devices and threads on this node
   int32_t threads_per_shard = 1;          ///< share.threads / (tp × pp), at least 1
+  bool lockstep = false;                  ///< its scheduler keeps step with its peers' (replica_slot::expert_group)
 };
 
 /// Checks `config` against the model's config.json (TP split of the heads, pipeline layout, scheduler limits) and

@@ -4,6 +4,7 @@
 #include "actorllm/proto/atoms.hpp"
 #include "actorllm/proto/error.hpp"
 #include "actors/executor.hpp"
+#include "actors/lockstep_replicas.hpp"
 #include "actors/replica_watch.hpp"
 #include "text/tokenizer_error.hpp"
 #include "util/log.hpp"
@@ -52,9 +53,16 @@ replica_set::replica_set(caf::actor_system& sys, const engine_config& config)
                                                   config.data_parallel_rank, dp_size_, dp_size_)};
   replicas_.resize(ranks_.size());
   watches_.resize(ranks_.size());
+  lockstep_ = actors::steps_in_lockstep(config_);
   try {
-    for (size_t i = 0; i < ranks_.size(); ++i)
-      replicas_[i] = build(static_cast<int32_t>(i));
+    if (lockstep_) {
+      auto set = actors::build_lockstep_replicas(sys_, config_, dp_size_);
+      replicas_ = std::move(set.replicas);
+      expert_group_ = std::move(set.expert_group);
+    } else {
+      for (size_t i = 0; i < ranks_.size(); ++i)
+        replicas_[i] = build(static_cast<int32_t>(i));
+    }
   } catch (...) {
     for (auto& r : replicas_)
       if (r.engine)
@@ -88,6 +96,7 @@ replica_set::~replica_set() {
   if (supervisor_thread_.joinable())
     supervisor_thread_.join();
   std::vector<actors::replica> replicas;
+  std::shared_ptr<comm::shared_memory_group> expert_group;
   {
     std::lock_guard lock{mutex_};
     for (auto& w : watches_)
@@ -96,11 +105,16 @@ replica_set::~replica_set() {
     watches_.clear();
     replicas = std::move(replicas_);
     replicas_.clear();
+    expert_group = std::move(expert_group_);
   }
   // Draining aborts what still runs: those outputs reach their callers through the delivery thread.
-  for (auto& r : replicas)
-    if (r.engine)
-      actors::stop_replica(sys_, r);
+  if (lockstep_) {
+    actors::stop_lockstep_replicas(sys_, replicas, expert_group, "the engine shut down");
+  } else {
+    for (auto& r : replicas)
+      if (r.engine)
+        actors::stop_replica(sys_, r);
+  }
   replicas.clear();
   first_ = actors::replica{};
   if (delivery_) {
@@ -243,6 +257,24 @@ void replica_set::report_failure_locked(int32_t replica, const std::string& reas
   auto d = supervisor_.on_failure(replica, reason);
   if (!d)
     return;  // already known
+  if (lockstep_) {
+    // The others' steps wait for this replica's experts: abort their group, and restart the set together.
+    const int32_t rank = ranks_[static_cast<size_t>(replica)];
+    log::error("replicas", "replica {} failed: {}; the replicas of its expert-parallel set restart together", rank,
+               reason);
+    if (expert_group_)
+      expert_group_->abort(fmt::format("replica {} failed", rank));
+    for (int32_t j = 0; j < supervisor_.size(); ++j) {
+      if (j != replica)
+        supervisor_.on_failure(j, fmt::format("restarts with replica {} of its expert-parallel set, which failed: {}",
+                                              rank, reason));
+      auto moved = book_.lose_replica(j);
+      lost.insert(lost.end(), moved.begin(), moved.end());
+    }
+    jobs_.push_back({replica, *d});
+    jobs_cv_.notify_all();
+    return;
+  }
   log::error("replicas", "replica {} failed: {}{}", ranks_[static_cast<size_t>(replica)], reason,
              supervisor_.any_serving() ? "; its requests move to the replicas that serve" : "");
   auto moved = book_.lose_replica(replica);
@@ -301,6 +333,14 @@ void replica_set::supervise() {
         return;
       job = jobs_.front();
       jobs_.pop_front();
+    }
+    if (lockstep_) {
+      if (!restart_lockstep_set(job))
+        return;
+      continue;
+    }
+    {
+      std::lock_guard lock{mutex_};
       old = std::move(replicas_[static_cast<size_t>(job.replica)]);
       replicas_[static_cast<size_t>(job.replica)] = actors::replica{};
       old_watch = std::move(watches_[static_cast<size_t>(job.replica)]);
@@ -362,6 +402,73 @@ void replica_set::supervise() {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       break;
     }
+  }
+}
+
+bool replica_set::restart_lockstep_set(failure_job job) {
+  std::vector<actors::replica> old;
+  std::shared_ptr<comm::shared_memory_group> old_group;
+  {
+    std::lock_guard lock{mutex_};
+    old = std::move(replicas_);
+    replicas_.assign(old.size(), actors::replica{});
+    old_group = std::move(expert_group_);
+    for (int32_t i = 0; i < static_cast<int32_t>(old.size()); ++i)
+      router_.forget(i);
+  }
+  // Their requests moved (or failed) already: what the drain aborts now reaches nobody.
+  actors::stop_lockstep_replicas(sys_, old, old_group, "its set is being restarted");
+  auto decision = job.decision;
+  for (;;) {
+    if (!decision.restart) {
+      log::error("replicas", "{}", decision.why);
+      std::function<void(const std::string&)> fatal;
+      std::string why;
+      {
+        std::lock_guard lock{mutex_};
+        if (supervisor_.all_given_up()) {
+          fatal = fatal_handler_;
+          why = "every replica failed: " + unavailable_locked();
+        }
+      }
+      if (fatal)
+        fatal(why);
+      return true;
+    }
+    if (decision.wait.count() > 0) {
+      std::unique_lock lock{mutex_};
+      if (jobs_cv_.wait_for(lock, decision.wait, [this] { return stopping_; }))
+        return false;
+    }
+    log::warning("replicas", "{} (with every replica of its expert-parallel set)", decision.why);
+    const auto t0 = std::chrono::steady_clock::now();
+    actors::lockstep_set fresh;
+    std::string failure;
+    try {
+      fresh = actors::build_lockstep_replicas(sys_, config_, dp_size_);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    std::lock_guard lock{mutex_};
+    if (stopping_) {
+      actors::stop_lockstep_replicas(sys_, fresh.replicas, fresh.expert_group, "the engine shut down");
+      return false;
+    }
+    if (!failure.empty()) {
+      log::error("replicas", "the expert-parallel set's restart failed: {}", failure);
+      decision = supervisor_.on_restart_failed(job.replica, failure);
+      for (int32_t j = 0; j < supervisor_.size(); ++j)
+        if (j != job.replica)
+          supervisor_.on_restart_failed(j, failure);
+      continue;
+    }
+    replicas_ = std::move(fresh.replicas);
+    expert_group_ = std::move(fresh.expert_group);
+    for (int32_t j = 0; j < supervisor_.size(); ++j)
+      supervisor_.on_restarted(j);
+    log::info("replicas", "the {} replicas of the expert-parallel set serve again, {:.2f} s after their restart began",
+              replicas_.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return true;
   }
 }
 

@@ -1,13 +1,15 @@
 // The data-parallel replicas behind one LLM: data_parallel_size copies of the tp × pp actor graph, a router that
 // sends each request to one of them, and the failover that moves a dead replica's requests to the others while the
-// supervisor thread rebuilds it. The policy lives in plain classes (request_book, router, replica_supervisor); this
-// class holds the actors and the threads and applies what those decide.
+// supervisor thread rebuilds it (the whole set, when the replicas step in lockstep for expert parallelism). The
+// policy lives in plain classes (request_book, router, replica_supervisor); this class holds the actors and the
+// threads and applies what those decide.
 #pragma once
 
 #include "actorllm/engine_config.hpp"
 #include "actorllm/engine_stats.hpp"
 #include "actorllm/llm.hpp"
 #include "actors/uni_executor.hpp"
+#include "comm/shared_memory_collective.hpp"
 #include "api/delivery.hpp"
 #include "api/replica_supervisor.hpp"
 #include "api/request_book.hpp"
@@ -72,6 +74,9 @@ class replica_set {
   void on_batch(proto::output_batch& batch);
   void watch(int32_t replica);
   void supervise();
+  /// Lockstep replicas (expert parallelism over data parallelism): the supervisor's job for a failure, which stops
+  /// the whole set and rebuilds it. Returns false when the engine is stopping.
+  bool restart_lockstep_set(failure_job job);
   /// The replica `index` is, in config terms (its slot), and its build.
   actors::replica build(int32_t index);
   std::vector<bool> serving_locked() const;
@@ -82,6 +87,10 @@ class replica_set {
   engine_config config_;
   int32_t dp_size_ = 1;         ///< replicas of the engine (data_parallel_size)
   std::vector<int32_t> ranks_;  ///< the data-parallel rank of each replica held here
+  /// The replicas step in lockstep over one expert-parallel group (actors/lockstep_replicas.hpp): they are built,
+  /// fail and restart together.
+  bool lockstep_ = false;
+  std::shared_ptr<comm::shared_memory_group> expert_group_;  ///< the lockstep set's EP group (under mutex_)
   actors::replica first_;
   proto::output_sink delivery_;
 

@@ -1,16 +1,71 @@
 // The data plane between the TP shards of one process.
 #include "comm/shared_memory_collective.hpp"
 
+#include "comm/comm_error.hpp"
 #include "util/check.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 
 namespace actorllm::comm {
 
-shared_memory_group::shared_memory_group(int size)
-    : size_(size), sync_(size), inputs_(static_cast<size_t>(size), nullptr) {
+abortable_barrier::abortable_barrier(int size, std::string name) : size_(size), name_(std::move(name)) {
+  ACTORLLM_CHECK(size >= 1, "a barrier needs at least one rank");
+}
+
+void abortable_barrier::arrive_and_wait() {
+  std::unique_lock lock{mutex_};
+  if (!abort_reason_.empty())
+    throw comm_error(fmt::format("{} was aborted: {}", name_, abort_reason_));
+  const uint64_t generation = generation_;
+  if (++arrived_ == size_) {
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+    return;
+  }
+  cv_.wait(lock, [&] { return generation_ != generation || !abort_reason_.empty(); });
+  if (generation_ == generation)
+    throw comm_error(fmt::format("{} was aborted: {}", name_, abort_reason_));
+}
+
+void abortable_barrier::abort(const std::string& why) {
+  {
+    std::lock_guard lock{mutex_};
+    if (abort_reason_.empty())
+      abort_reason_ = why.empty() ? "aborted" : why;
+  }
+  cv_.notify_all();
+}
+
+bool abortable_barrier::aborted() const {
+  std::lock_guard lock{mutex_};
+  return !abort_reason_.empty();
+}
+
+shared_memory_group::shared_memory_group(int size) : size_(size), inputs_(static_cast<size_t>(size), nullptr) {
   ACTORLLM_CHECK(size >= 1, "a TP group needs at least one rank");
+  sync_.emplace(size);
+}
+
+shared_memory_group::shared_memory_group(int size, std::string name)
+    : size_(size), inputs_(static_cast<size_t>(size), nullptr) {
+  ACTORLLM_CHECK(size >= 1, "a group needs at least one rank");
+  abortable_.emplace(size, std::move(name));
+}
+
+void shared_memory_group::abort(const std::string& why) {
+  ACTORLLM_CHECK(abortable_.has_value(), "a TP group cannot be aborted: its ranks live and die together");
+  abortable_->abort(why);
+}
+
+void shared_memory_group::wait() {
+  if (abortable_)
+    abortable_->arrive_and_wait();
+  else
+    sync_->arrive_and_wait();
 }
 
 shared_memory_collective::shared_memory_collective(std::shared_ptr<shared_memory_group> group, int rank)
@@ -27,7 +82,7 @@ void shared_memory_collective::all_reduce_sum(float* data, int64_t n) {
   // Rank 0 sizes the scratch before anyone writes it: the first barrier orders that resize before every write.
   if (rank_ == 0 && static_cast<int64_t>(scratch.size()) < n)
     scratch.resize(static_cast<size_t>(n));
-  g.sync_.arrive_and_wait();
+  g.wait();
   // Reduce-scatter: this rank sums its chunk over all ranks, in rank order.
   const int64_t chunk = (n + g.size_ - 1) / g.size_;
   const int64_t begin = std::min(n, chunk * rank_);
@@ -40,7 +95,7 @@ void shared_memory_collective::all_reduce_sum(float* data, int64_t n) {
     for (int64_t i = begin; i < end; ++i)
       out[i] += in[i];
   }
-  g.sync_.arrive_and_wait();
+  g.wait();
   // All-gather: everyone copies the reduced vector back (every rank has finished reading the inputs).
   std::memcpy(data, out, static_cast<size_t>(n) * sizeof(float));
 }
@@ -54,12 +109,12 @@ void shared_memory_collective::all_gather(const float* in, int64_t n_per_rank, f
   }
   ++op_;
   g.inputs_[static_cast<size_t>(rank_)] = in;
-  g.sync_.arrive_and_wait();
+  g.wait();
   for (int r = 0; r < g.size_; ++r)
     std::memcpy(out + r * n_per_rank, g.inputs_[static_cast<size_t>(r)],
                 static_cast<size_t>(n_per_rank) * sizeof(float));
   // Inputs stay valid until every rank has copied them.
-  g.sync_.arrive_and_wait();
+  g.wait();
 }
 
 }  // namespace actorllm::comm

@@ -1,27 +1,63 @@
-// The data plane between the TP shards of one process: threads that share memory, so an all-reduce is a
-// reduce-scatter and an all-gather over each other's buffers, with no copies through messages.
+// The data plane between ranks that are threads of one process: they share memory, so an all-reduce is a
+// reduce-scatter and an all-gather over each other's buffers, with no copies through messages. A TP group's ranks
+// live and die together; the expert-parallel group of lockstep replicas (actors/lockstep_replicas.hpp) spans
+// replicas that fail apart, so it can be aborted: its ranks blocked in a collective wake up and throw.
 #pragma once
 
 #include "kernels/collective.hpp"
 
 #include <barrier>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace actorllm::comm {
 
-/// State shared by the ranks of one in-process TP group. Create one per group, then one
-/// shared_memory_collective per rank (each used by exactly one thread).
+/// A barrier that can be aborted: every rank waiting in it, and every later arrival, throws comm_error with the
+/// reason. A plain class (mutex and condition variable).
+class abortable_barrier {
+ public:
+  abortable_barrier(int size, std::string name);
+  /// Waits until all `size` ranks arrived (the barrier then resets), or throws comm_error once it was aborted.
+  void arrive_and_wait();
+  /// Wakes every waiting rank with comm_error("<name> was aborted: <why>"); the first reason stays.
+  void abort(const std::string& why);
+  bool aborted() const;
+
+ private:
+  const int size_;
+  const std::string name_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::string abort_reason_;
+};
+
+/// State shared by the ranks of one in-process group. Create one per group, then one shared_memory_collective per
+/// rank (each used by exactly one thread).
 class shared_memory_group {
  public:
+  /// A TP group: its collectives wait on std::barrier.
   explicit shared_memory_group(int size);
+  /// A group whose ranks may fail apart: its collectives wait on an abortable_barrier (`name` in their errors).
+  shared_memory_group(int size, std::string name);
   int size() const { return size_; }
+  /// Aborts an abortable group (see abortable_barrier::abort); a TP group cannot be.
+  void abort(const std::string& why);
+  bool abortable() const { return abortable_.has_value(); }
 
  private:
   friend class shared_memory_collective;
+  void wait();
+
   int size_;
-  std::barrier<> sync_;
+  std::optional<std::barrier<>> sync_;
+  std::optional<abortable_barrier> abortable_;
   std::vector<const float*> inputs_;  // per rank: the buffer it contributes to the current collective
   std::vector<float> scratch_[2];     // alternated per collective so a fast rank never overwrites a slow reader
 };

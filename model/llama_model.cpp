@@ -6,10 +6,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace actorllm::model {
 
 llama_model::llama_model(const model_config& cfg, model_weights weights, const shard_spec& shard, tp_collective& comm,
-                         backend& be)
+                         backend& be, tp_collective* ep_comm)
     : cfg_(cfg), shard_(resolve_shard(cfg, shard)), comm_(comm), be_(be) {
   if (comm_.size() != shard.tp_size)
     throw model_error(fmt::format("TP group has {} ranks but the shard was sliced for tensor_parallel_size {}",
@@ -21,7 +23,7 @@ llama_model::llama_model(const model_config& cfg, model_weights weights, const s
   for (int64_t l = layer_begin_; l < layer_end_; ++l)
     windows_.push_back(cfg.window_for(l));
   if (cfg.n_expert > 0)
-    moe_ = std::make_unique<moe_block>(cfg, shard_, comm_);
+    moe_ = std::make_unique<moe_block>(cfg, shard_, ep_comm != nullptr ? *ep_comm : comm_);
 
   const int64_t hd = cfg.head_dim;
   if (!tensors_.layers.empty()) {
@@ -81,6 +83,21 @@ tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor
     return out;
   }
   return output_logits(in, x, eager_.full.h);
+}
+
+bool llama_model::serves_experts() const {
+  if (!moe_ || !shard_.expert_parallel || shard_.ep_size() <= 1)
+    return false;
+  return std::any_of(tensors_.layers.begin(), tensors_.layers.end(), [](const layer_weights& w) {
+    return !w.moe.empty();
+  });
+}
+
+void llama_model::idle_step() {
+  ACTORLLM_CHECK(serves_experts(), "idle_step: this shard serves no experts to other replicas");
+  for (const layer_weights& w : tensors_.layers)
+    if (!w.moe.empty())
+      moe_->forward_idle(be_, w.moe);
 }
 
 bool llama_model::graph_capable() const { return is_first_stage() && is_last_stage() && comm_.size() == 1 && !moe_; }

@@ -27,10 +27,11 @@ namespace actorllm::model {
 class llama_model {
  public:
   /// `comm` is this shard's TP group (its size must equal shard.tp_size); `be` runs the ops and holds the weights.
-  /// Both must outlive the model. With shard.expert_parallel the MoE layers dispatch over `comm` as the EP group
-  /// (data parallelism, whose EP group would span the replicas, does not exist yet).
+  /// With shard.expert_parallel the MoE layers dispatch over `ep_comm`, the EP group of shard.ep_size() ranks
+  /// (lockstep data-parallel replicas: every replica's TP ranks), or over `comm` when it is null (one replica: the
+  /// EP group is the TP group). All must outlive the model.
   llama_model(const model_config& cfg, model_weights weights, const shard_spec& shard, tp_collective& comm,
-              backend& be);
+              backend& be, tp_collective* ep_comm = nullptr);
 
   const model_config& config() const { return cfg_; }
   const shard_spec& shard() const { return shard_; }
@@ -52,6 +53,14 @@ class llama_model {
 
   /// forward() on host data, for tests and tools: prepares the inputs of `batch` and downloads the result.
   std::vector<float> forward(const forward_batch& batch, kv_cache& cache, std::span<const float> hidden_in = {});
+
+  /// Whether this shard has MoE layers whose experts are spread over an EP group of more than one rank: such a
+  /// shard must take part in every step of its group, idle_step() when it has no tokens.
+  bool serves_experts() const;
+  /// A step of lockstep expert parallelism with no tokens on this replica: each of the shard's MoE layers runs its
+  /// dispatch and combine only (moe_block::forward_idle), so that its experts serve the rows other replicas route
+  /// to them. Touches neither the KV cache nor the residual stream. Requires serves_experts().
+  void idle_step();
 
   /// Whether forward_into may run here (a decode graph's forward): the only stage, one TP rank, a dense model.
   bool graph_capable() const;

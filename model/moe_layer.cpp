@@ -65,9 +65,8 @@ tensor moe_block::scratch(backend& be, tensor& buf, dtype type, int64_t rows, in
   return buf.slice_rows(0, rows);
 }
 
-void moe_block::run_experts(const layer_context& ctx, const moe_weights& w, const tensor& x,
-                            std::span<const int32_t> rows, std::span<const int64_t> counts, std::vector<float>& y) {
-  backend& be = ctx.be;
+void moe_block::run_experts(backend& be, const moe_weights& w, const tensor& x, std::span<const int32_t> rows,
+                            std::span<const int64_t> counts, std::vector<float>& y) {
   const auto m = static_cast<int64_t>(rows.size());
   const int64_t d = cfg_.n_embd;
   y.resize(static_cast<size_t>(m * d));
@@ -126,6 +125,92 @@ void moe_block::add_shared_expert(const layer_context& ctx, const moe_weights& w
   }
 }
 
+void moe_block::dispatch_and_combine(backend& be, const moe_weights& w, int64_t n) {
+  const int64_t n_expert = cfg_.n_expert;
+  const int64_t k = cfg_.n_expert_used;
+  const int64_t d = cfg_.n_embd;
+  const int64_t n_local = static_cast<int64_t>(w.experts.size());
+  std::vector<int64_t> counts(static_cast<size_t>(n_local), 0);
+  // The TP ranks of a replica hold the same tokens; token t is sent on by TP rank t mod tp (its source), to the EP
+  // ranks holding its experts, as [expert id, hidden row]; the outputs come back to the source in the order they
+  // were sent, and the layer's TP all-reduce puts every token's sum on every rank. With lockstep replicas the EP
+  // group spans them all (ep = dp × tp): a replica with n = 0 tokens still runs its experts for the others' rows.
+  const int ep = ep_comm_.size();
+  const int64_t width = d + 1;
+  std::vector<int64_t> send_rows(static_cast<size_t>(ep), 0);
+  std::vector<int32_t> dest_of_pair(ids_.size(), -1);
+  for (size_t p = 0; p < ids_.size(); ++p) {
+    if ((static_cast<int64_t>(p) / k) % shard_.tp_size != shard_.tp_rank)
+      continue;
+    dest_of_pair[p] = static_cast<int32_t>(rank_of_expert(n_expert, ep, ids_[p]));
+    ++send_rows[static_cast<size_t>(dest_of_pair[p])];
+  }
+  std::vector<int64_t> next(send_rows.size(), 0);
+  std::exclusive_scan(send_rows.begin(), send_rows.end(), next.begin(), int64_t{0});
+  const int64_t n_send = std::accumulate(send_rows.begin(), send_rows.end(), int64_t{0});
+  send_.resize(static_cast<size_t>(n_send * width));
+  std::vector<int64_t> slot_of_pair(ids_.size(), -1);
+  for (size_t p = 0; p < ids_.size(); ++p) {
+    if (dest_of_pair[p] < 0)
+      continue;
+    const int64_t q = next[static_cast<size_t>(dest_of_pair[p])]++;
+    slot_of_pair[p] = q;
+    float* row = send_.data() + q * width;
+    row[0] = static_cast<float>(ids_[p]);  // expert ids stay far below 2^24: exact as floats
+    std::copy_n(host_h_.data() + (static_cast<int64_t>(p) / k) * d, d, row + 1);
+  }
+  const std::vector<int64_t> from = ep_comm_.all_to_all_rows(send_.data(), send_rows, width, recv_);
+
+  // The rows this rank's experts must run, grouped by expert.
+  const auto m = static_cast<int64_t>(recv_.size()) / width;
+  std::vector<int32_t> local_of(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    const auto e = static_cast<int64_t>(recv_[static_cast<size_t>(i * width)]);
+    const int64_t local = e - w.expert_begin;
+    ACTORLLM_CHECK(local >= 0 && local < n_local, "expert parallel: a token was sent to a rank without its expert");
+    local_of[static_cast<size_t>(i)] = static_cast<int32_t>(local);
+    ++counts[static_cast<size_t>(local)];
+  }
+  std::vector<int64_t> pos_next(counts.size(), 0);
+  std::exclusive_scan(counts.begin(), counts.end(), pos_next.begin(), int64_t{0});
+  std::vector<int32_t> rows(static_cast<size_t>(m));
+  std::vector<int64_t> pos_of_row(static_cast<size_t>(m));
+  host_h_.resize(static_cast<size_t>(std::max(m, n) * d));
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t pos = pos_next[static_cast<size_t>(local_of[static_cast<size_t>(i)])]++;
+    rows[static_cast<size_t>(pos)] = static_cast<int32_t>(i);
+    pos_of_row[static_cast<size_t>(i)] = pos;
+    std::copy_n(recv_.data() + i * width + 1, d, host_h_.data() + i * d);
+  }
+  if (m > 0) {
+    const tensor xr = scratch(be, xr_, dtype::f32, m, d);
+    be.upload(xr, host_h_.data(), static_cast<size_t>(m * d) * sizeof(float));
+    run_experts(be, w, xr, rows, counts, host_y_);
+  }
+  ret_.resize(static_cast<size_t>(m * d));
+  for (int64_t i = 0; i < m; ++i)
+    std::copy_n(host_y_.data() + pos_of_row[static_cast<size_t>(i)] * d, d, ret_.data() + i * d);
+  ep_comm_.all_to_all_rows(ret_.data(), from, d, back_);
+  ACTORLLM_CHECK(static_cast<int64_t>(back_.size()) == n_send * d, "expert parallel: outputs lost on the way back");
+  for (size_t p = 0; p < ids_.size(); ++p) {
+    if (slot_of_pair[p] < 0)
+      continue;
+    float* a = acc_.data() + (static_cast<int64_t>(p) / k) * d;
+    const float* y = back_.data() + slot_of_pair[p] * d;
+    const float wt = weights_[p];
+    for (int64_t i = 0; i < d; ++i)
+      a[i] += wt * y[i];
+  }
+}
+
+void moe_block::forward_idle(backend& be, const moe_weights& w) {
+  ACTORLLM_CHECK(shard_.expert_parallel && ep_comm_.size() > 1, "an idle MoE step outside expert parallelism");
+  ids_.clear();
+  weights_.clear();
+  acc_.clear();
+  dispatch_and_combine(be, w, 0);
+}
+
 void moe_block::forward(const layer_context& ctx, int64_t layer, const moe_weights& w, layer_scratch& s) {
   backend& be = ctx.be;
   const int64_t n = ctx.in.n_tokens;
@@ -145,11 +230,10 @@ void moe_block::forward(const layer_context& ctx, int64_t layer, const moe_weigh
     ++load_[static_cast<size_t>(e)];
 
   acc_.assign(static_cast<size_t>(n * d), 0.0f);
-  const int64_t n_local = static_cast<int64_t>(w.experts.size());
-  std::vector<int64_t> counts(static_cast<size_t>(n_local), 0);
   if (!shard_.expert_parallel || ep_comm_.size() == 1) {
     // Tensor parallel: this rank holds its slice of every expert and runs it for every token routed there.
-    ACTORLLM_CHECK(n_local == n_expert, "a tensor-parallel MoE shard holds every expert");
+    ACTORLLM_CHECK(static_cast<int64_t>(w.experts.size()) == n_expert, "a tensor-parallel MoE shard holds every expert");
+    std::vector<int64_t> counts(static_cast<size_t>(n_expert), 0);
     for (int32_t e : ids_)
       ++counts[static_cast<size_t>(e)];
     std::vector<int64_t> next(counts.size(), 0);
@@ -161,7 +245,7 @@ void moe_block::forward(const layer_context& ctx, int64_t layer, const moe_weigh
       rows[static_cast<size_t>(pos)] = static_cast<int32_t>(static_cast<int64_t>(p) / k);
       pos_of_pair[p] = pos;
     }
-    run_experts(ctx, w, s.h, rows, counts, host_y_);
+    run_experts(be, w, s.h, rows, counts, host_y_);
     for (size_t p = 0; p < ids_.size(); ++p) {
       float* a = acc_.data() + (static_cast<int64_t>(p) / k) * d;
       const float* y = host_y_.data() + pos_of_pair[p] * d;
@@ -170,77 +254,9 @@ void moe_block::forward(const layer_context& ctx, int64_t layer, const moe_weigh
         a[i] += wt * y[i];
     }
   } else {
-    // Expert parallel. The TP ranks of a replica hold the same tokens; token t is sent on by TP rank t mod tp
-    // (its source), to the EP ranks holding its experts, as [expert id, hidden row]; the outputs come back to the
-    // source in the order they were sent, and the layer's TP all-reduce puts every token's sum on every rank.
-    const int ep = ep_comm_.size();
-    const int64_t width = d + 1;
     host_h_.resize(static_cast<size_t>(n * d));
     be.download(s.h, host_h_.data(), host_h_.size() * sizeof(float));
-    std::vector<int64_t> send_rows(static_cast<size_t>(ep), 0);
-    std::vector<int32_t> dest_of_pair(ids_.size(), -1);
-    for (size_t p = 0; p < ids_.size(); ++p) {
-      if ((static_cast<int64_t>(p) / k) % shard_.tp_size != shard_.tp_rank)
-        continue;
-      dest_of_pair[p] = static_cast<int32_t>(rank_of_expert(n_expert, ep, ids_[p]));
-      ++send_rows[static_cast<size_t>(dest_of_pair[p])];
-    }
-    std::vector<int64_t> next(send_rows.size(), 0);
-    std::exclusive_scan(send_rows.begin(), send_rows.end(), next.begin(), int64_t{0});
-    const int64_t n_send = std::accumulate(send_rows.begin(), send_rows.end(), int64_t{0});
-    send_.resize(static_cast<size_t>(n_send * width));
-    std::vector<int64_t> slot_of_pair(ids_.size(), -1);
-    for (size_t p = 0; p < ids_.size(); ++p) {
-      if (dest_of_pair[p] < 0)
-        continue;
-      const int64_t q = next[static_cast<size_t>(dest_of_pair[p])]++;
-      slot_of_pair[p] = q;
-      float* row = send_.data() + q * width;
-      row[0] = static_cast<float>(ids_[p]);  // expert ids stay far below 2^24: exact as floats
-      std::copy_n(host_h_.data() + (static_cast<int64_t>(p) / k) * d, d, row + 1);
-    }
-    const std::vector<int64_t> from = ep_comm_.all_to_all_rows(send_.data(), send_rows, width, recv_);
-
-    // The rows this rank's experts must run, grouped by expert.
-    const auto m = static_cast<int64_t>(recv_.size()) / width;
-    std::vector<int32_t> local_of(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) {
-      const auto e = static_cast<int64_t>(recv_[static_cast<size_t>(i * width)]);
-      const int64_t local = e - w.expert_begin;
-      ACTORLLM_CHECK(local >= 0 && local < n_local, "expert parallel: a token was sent to a rank without its expert");
-      local_of[static_cast<size_t>(i)] = static_cast<int32_t>(local);
-      ++counts[static_cast<size_t>(local)];
-    }
-    std::vector<int64_t> pos_next(counts.size(), 0);
-    std::exclusive_scan(counts.begin(), counts.end(), pos_next.begin(), int64_t{0});
-    std::vector<int32_t> rows(static_cast<size_t>(m));
-    std::vector<int64_t> pos_of_row(static_cast<size_t>(m));
-    host_h_.resize(static_cast<size_t>(std::max(m, n) * d));
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t pos = pos_next[static_cast<size_t>(local_of[static_cast<size_t>(i)])]++;
-      rows[static_cast<size_t>(pos)] = static_cast<int32_t>(i);
-      pos_of_row[static_cast<size_t>(i)] = pos;
-      std::copy_n(recv_.data() + i * width + 1, d, host_h_.data() + i * d);
-    }
-    if (m > 0) {
-      const tensor xr = scratch(be, xr_, dtype::f32, m, d);
-      be.upload(xr, host_h_.data(), static_cast<size_t>(m * d) * sizeof(float));
-      run_experts(ctx, w, xr, rows, counts, host_y_);
-    }
-    ret_.resize(static_cast<size_t>(m * d));
-    for (int64_t i = 0; i < m; ++i)
-      std::copy_n(host_y_.data() + pos_of_row[static_cast<size_t>(i)] * d, d, ret_.data() + i * d);
-    ep_comm_.all_to_all_rows(ret_.data(), from, d, back_);
-    ACTORLLM_CHECK(static_cast<int64_t>(back_.size()) == n_send * d, "expert parallel: outputs lost on the way back");
-    for (size_t p = 0; p < ids_.size(); ++p) {
-      if (slot_of_pair[p] < 0)
-        continue;
-      float* a = acc_.data() + (static_cast<int64_t>(p) / k) * d;
-      const float* y = back_.data() + slot_of_pair[p] * d;
-      const float wt = weights_[p];
-      for (int64_t i = 0; i < d; ++i)
-        a[i] += wt * y[i];
-    }
+    dispatch_and_combine(be, w, n);
   }
 
   if (!w.shexp_gate.empty())

@@ -30,22 +30,32 @@ void route_top_k(std::span<const float> logits, int64_t n_expert, int64_t k, boo
 /// expert load statistics).
 class moe_block {
  public:
-  /// `ep_comm` is the expert-parallel group when shard.expert_parallel (today the TP group itself: data parallelism,
-  /// which would make it dp_size × tp_size ranks, does not exist yet); unused otherwise. Must outlive the block.
+  /// `ep_comm` is the expert-parallel group when shard.expert_parallel: shard.ep_size() ranks, the TP group itself
+  /// with one replica, every replica's TP ranks with lockstep data-parallel replicas (rank shard.ep_rank()); unused
+  /// otherwise. Must outlive the block.
   moe_block(const model_config& cfg, const shard_spec& shard, tp_collective& ep_comm);
 
   /// The MoE block of global layer `layer`: reads s.h, writes s.proj (complete on every TP rank, like ffn()).
   void forward(const layer_context& ctx, int64_t layer, const moe_weights& w, layer_scratch& s);
+
+  /// The MoE block of a step with no tokens on this replica (lockstep expert parallelism: another replica's step
+  /// runs): the dispatch and combine alone, so that this rank's experts serve the rows the other replicas route to
+  /// them. Every rank of the EP group runs each MoE layer's exchange once per step, idle or not.
+  void forward_idle(backend& be, const moe_weights& w);
 
   /// Tokens routed to each expert so far (each token counts once per expert it picked), summed over the shard's
   /// MoE layers: size n_expert. Every rank of a replica counts the same routing.
   const std::vector<uint64_t>& expert_load() const { return load_; }
 
  private:
+  /// Expert parallel: sends this rank's share of the n routed tokens (ids_, weights_, hidden rows in host_h_) to
+  /// the ranks holding their experts, runs the rows it receives through its own experts, sends them back, and adds
+  /// the weighted outputs into acc_.
+  void dispatch_and_combine(backend& be, const moe_weights& w, int64_t n);
   /// y[i] = expert(e_i)(x[rows[i]]) for the local experts, rows grouped by expert: `order` lists indices into
   /// `rows` sorted by expert, `counts[e]` rows of local expert e. x is [*, n_embd] on the backend; returns y
   /// [rows.size(), n_embd] downloaded to the host, in `order`'s order.
-  void run_experts(const layer_context& ctx, const moe_weights& w, const tensor& x, std::span<const int32_t> rows,
+  void run_experts(backend& be, const moe_weights& w, const tensor& x, std::span<const int32_t> rows,
                    std::span<const int64_t> counts, std::vector<float>& y);
   /// The shared expert's sigmoid-gated output added to acc (this rank's TP part of it).
   void add_shared_expert(const layer_context& ctx, const moe_weights& w, const layer_scratch& s,

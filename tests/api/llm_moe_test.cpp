@@ -1,6 +1,7 @@
 // MoE models through the engine (actorllm::LLM, uni executor): a dummy-weight Mixtral-style model gives the same
-// greedy ids under tp 1, tp 2 and expert parallelism over tp 2 and 4, and with dp 2 replicas each with EP over tp 2;
-// the per-expert load reaches the stats that /metrics exports; --enable-eplb is refused by name.
+// greedy ids under tp 1, tp 2 and expert parallelism over tp 2 and 4, and with dp 2 lockstep replicas whose EP group
+// spans both (busy or idle); the per-expert load reaches the stats that /metrics exports; lockstep DP+EP where it
+// cannot run and --enable-eplb are refused by name.
 #include "actorllm/llm.hpp"
 #include "test_paths.hpp"
 
@@ -83,27 +84,70 @@ TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1/2, pp 2 and expe
   }
 }
 
-TEST_CASE("a dummy Mixtral with dp 2 and expert parallelism over tp 2: both replicas give the tp 1 ids") {
+TEST_CASE("lockstep DP+EP: dp 2 x tp 2 over one expert-parallel group of 4 gives the tp 1 ids, busy or idle") {
   moe_dir dir;
-  const sampling_params p = greedy_24();
   const std::vector<int32_t> ids = test_prompt();
-  std::vector<int32_t> reference;
+  sampling_params longer = greedy_24();
+  longer.max_tokens = 40;
+  std::vector<int32_t> reference, reference_long;
   {
     LLM one{moe_config(dir, 1, false)};
-    reference = one.generate(prompt{ids}, p).outputs.at(0).token_ids;
+    reference = one.generate(prompt{ids}, greedy_24()).outputs.at(0).token_ids;
+    reference_long = one.generate(prompt{ids}, longer).outputs.at(0).token_ids;
   }
-  engine_config c = moe_config(dir, 2, true);
-  c.data_parallel_size = 2;
-  LLM llm{c};
-  // Submitted together, so the router gives one to each replica (each replica's EP group is its own TP group).
-  const auto out = llm.generate(std::vector<prompt>{prompt{ids}, prompt{ids}}, p);
-  REQUIRE(out.size() == 2);
-  CHECK(out[0].outputs.at(0).token_ids == reference);
-  CHECK(out[1].outputs.at(0).token_ids == reference);
-  const engine_stats s = llm.stats();
-  REQUIRE(s.replicas.size() == 2);
-  CHECK(s.replicas[0].routed_requests == 1);
-  CHECK(s.replicas[1].routed_requests == 1);
+  for (int tp : {1, 2}) {
+    INFO("dp 2 x tp " << tp);
+    engine_config c = moe_config(dir, tp, true);
+    c.data_parallel_size = 2;
+    c.step_timeout = 60;  // a step whose exchange never found its partners fails the test instead of hanging it
+    LLM llm{c};
+    // One request: replica 0 runs it, replica 1 has nothing and runs idle steps so that its experts serve it.
+    CHECK(llm.generate(prompt{ids}, greedy_24()).outputs.at(0).token_ids == reference);
+    // Two together (one per replica), then one longer and one shorter: the shorter's replica idles for the rest.
+    auto both = llm.generate(std::vector<prompt>{prompt{ids}, prompt{ids}}, greedy_24());
+    REQUIRE(both.size() == 2);
+    CHECK(both[0].outputs.at(0).token_ids == reference);
+    CHECK(both[1].outputs.at(0).token_ids == reference);
+    auto long_out = llm.generate(std::vector<prompt>{prompt{ids}}, longer);
+    CHECK(long_out.at(0).outputs.at(0).token_ids == reference_long);
+    const engine_stats s = llm.stats();
+    REQUIRE(s.replicas.size() == 2);
+    CHECK(s.replicas[0].healthy);
+    CHECK(s.replicas[1].healthy);
+    CHECK(s.replicas[0].routed_requests + s.replicas[1].routed_requests == 4);
+    CHECK(s.replicas[0].routed_requests >= 1);
+    CHECK(s.replicas[1].routed_requests >= 1);
+    // Each replica counts the routing of its own tokens; the sum is every token's 2 experts in each of the 2 layers.
+    REQUIRE(s.expert_tokens.size() == 8);
+    CHECK(std::accumulate(s.expert_tokens.begin(), s.expert_tokens.end(), uint64_t{0}) ==
+          ((6 + 23) * 3 + (6 + 39)) * 2 * 2);
+  }
+}
+
+TEST_CASE("lockstep DP+EP is refused by name where the replicas cannot step together in one process") {
+  moe_dir dir;
+  auto refused = [&](engine_config c, const char* what) {
+    INFO(what);
+    try {
+      LLM llm{c};
+      FAIL("the engine started");
+    } catch (const error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      const std::string msg = e.what();
+      CHECK(msg.find("enable_expert_parallel") != std::string::npos);
+      CHECK(msg.find(what) != std::string::npos);
+    }
+  };
+  engine_config pp2 = moe_config(dir, 1, true, 2);
+  pp2.data_parallel_size = 2;
+  refused(pp2, "pipeline_parallel_size 2");
+  engine_config rank = moe_config(dir, 1, true);
+  rank.data_parallel_size = 2;
+  rank.data_parallel_rank = 1;
+  refused(rank, "data_parallel_rank 1");
+  engine_config too_many = moe_config(dir, 4, true);
+  too_many.data_parallel_size = 4;
+  refused(too_many, "16 expert-parallel ranks are more than the model's 8 experts");
 }
 
 TEST_CASE("--enable-eplb is refused by name before anything loads") {

@@ -1,8 +1,12 @@
 // The in-process TP collectives: exact sums and gathers, identical on every rank, over many back-to-back calls.
 #include "comm/shared_memory_collective.hpp"
 
+#include "comm/comm_error.hpp"
+
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -69,4 +73,46 @@ TEST_CASE("shared-memory all_gather concatenates in rank order [asan]") {
       }
     });
   }
+}
+
+TEST_CASE("an abortable group: collectives work as usual, and an abort wakes every blocked rank with the reason [asan]") {
+  constexpr int n = 4;
+  auto group = std::make_shared<comm::shared_memory_group>(n, "the expert-parallel group");
+  CHECK(group->abortable());
+  // Ranks 0..2 sum, then wait in a second collective that rank 3 never joins; the abort must wake them.
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<float> sums(static_cast<size_t>(n), 0.0f);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      comm::shared_memory_collective c{group, r};
+      float v = static_cast<float>(r + 1);
+      c.all_reduce_sum(&v, 1);
+      sums[static_cast<size_t>(r)] = v;
+      if (r == n - 1)
+        return;  // the rank that is lost
+      try {
+        c.all_reduce_sum(&v, 1);
+      } catch (const comm::comm_error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  threads.back().join();
+  threads.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});  // let the others block
+  group->abort("replica 1 failed");
+  for (auto& t : threads)
+    t.join();
+  for (int r = 0; r < n; ++r)
+    CHECK(sums[static_cast<size_t>(r)] == 10.0f);
+  for (int r = 0; r < n - 1; ++r)
+    CHECK(errors[static_cast<size_t>(r)] == "the expert-parallel group was aborted: replica 1 failed");
+  // A later collective throws at once, even on a rank that would complete it alone.
+  comm::shared_memory_collective late{group, 0};
+  float v = 1.0f;
+  CHECK_THROWS_AS(late.all_reduce_sum(&v, 1), comm::comm_error);
+}
+
+TEST_CASE("a TP group is not abortable: its ranks live and die together") {
+  CHECK_FALSE(comm::shared_memory_group{2}.abortable());
 }

@@ -1,7 +1,8 @@
 // Mixture-of-experts models (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE): config validation, transformers'
 // top-k routing, and greedy decoding of small random-weight models against the independent float64 reference
-// (reference_llama + reference_moe) under every layout: tp 1/2/4, pp 2, and expert parallelism over tp 2 and 4. A
-// rank under expert parallelism holds only its experts.
+// (reference_llama + reference_moe) under every layout: tp 1/2/4, pp 2, expert parallelism over tp 2 and 4, and
+// lockstep expert parallelism over data-parallel replicas (idle replicas serving their experts). A rank under expert
+// parallelism holds only its experts.
 #include "comm/shared_memory_collective.hpp"
 #include "kernels/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -165,6 +166,77 @@ run_result engine_greedy(const std::filesystem::path& dir, const layout& l, cons
   return result;
 }
 
+/// What a lockstep run gives: each replica's greedy ids and each (replica, rank)'s weight bytes.
+struct lockstep_result {
+  std::vector<std::vector<int32_t>> ids;  ///< per replica
+  std::vector<size_t> weight_bytes;       ///< per (replica, rank), replica-major
+};
+
+/// Lockstep expert parallelism over dp replicas of tp ranks each (vLLM's DP+EP), one thread per (replica, rank):
+/// the EP group spans all dp × tp ranks, each replica has its own TP group. Replica i decodes prompts[i] greedily for
+/// n_tokens[i] tokens (one step each), then runs idle steps (llama_model::idle_step) until every replica has run as
+/// many steps as the busiest, as its scheduler would: its experts keep serving the others' tokens.
+lockstep_result lockstep_greedy(const std::filesystem::path& dir, int tp, int dp,
+                                const std::vector<std::vector<int32_t>>& prompts, const std::vector<int64_t>& n_tokens) {
+  const model_config cfg = load_model_config(dir);
+  const int64_t n_steps = *std::max_element(n_tokens.begin(), n_tokens.end());
+  auto expert_group = std::make_shared<comm::shared_memory_group>(dp * tp, "the expert-parallel group");
+  std::vector<std::shared_ptr<comm::shared_memory_group>> tp_groups;
+  for (int d = 0; d < dp; ++d)
+    tp_groups.push_back(std::make_shared<comm::shared_memory_group>(tp));
+  std::vector<std::vector<int32_t>> outputs(static_cast<size_t>(dp * tp));
+  lockstep_result result;
+  result.weight_bytes.resize(static_cast<size_t>(dp * tp));
+  std::vector<std::thread> ranks;
+  for (int d = 0; d < dp; ++d)
+    for (int r = 0; r < tp; ++r)
+      ranks.emplace_back([&, d, r] {
+        cpu::cpu_backend be{1};
+        shard_spec shard;
+        shard.tp_rank = r;
+        shard.tp_size = tp;
+        shard.layer_begin = 0;
+        shard.layer_end = cfg.n_layer;
+        shard.expert_parallel = true;
+        shard.dp_rank = d;
+        shard.dp_size = dp;
+        comm::shared_memory_collective tp_comm{tp_groups[static_cast<size_t>(d)], r};
+        comm::shared_memory_collective ep_comm{expert_group, shard.ep_rank()};
+        auto loaded = load_shard(dir, shard, {});
+        llama_model m{loaded.config, std::move(loaded.weights), shard, tp_comm, be, &ep_comm};
+        REQUIRE(m.serves_experts());
+        const size_t slot = static_cast<size_t>(d * tp + r);
+        result.weight_bytes[slot] = m.weight_bytes();
+        kv_cache cache{be, m.cache_shape(16), 8};
+        const std::vector<int32_t> table{5, 0, 7, 2, 1, 6, 3, 4};
+        const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(d)];
+        std::vector<int32_t> out;
+        for (int64_t step = 0; step < n_steps; ++step) {
+          if (static_cast<int64_t>(out.size()) == n_tokens[static_cast<size_t>(d)]) {
+            m.idle_step();
+            continue;
+          }
+          forward_batch fb;
+          if (out.empty()) {
+            fb.add_sequence(prompt, 0, table, true);
+          } else {
+            const int32_t tok[1] = {out.back()};
+            fb.add_sequence(tok, static_cast<int32_t>(prompt.size() + out.size() - 1), table, true);
+          }
+          out.push_back(argmax(m.forward(fb, cache)));
+        }
+        outputs[slot] = out;
+      });
+  for (auto& t : ranks)
+    t.join();
+  for (int d = 0; d < dp; ++d) {
+    for (int r = 1; r < tp; ++r)
+      CHECK(outputs[static_cast<size_t>(d * tp + r)] == outputs[static_cast<size_t>(d * tp)]);
+    result.ids.push_back(outputs[static_cast<size_t>(d * tp)]);
+  }
+  return result;
+}
+
 const std::vector<layout> all_layouts{{1, 1, false}, {2, 1, false}, {4, 1, false}, {1, 2, false},
                                       {2, 1, true},  {4, 1, true},  {2, 2, true}};
 
@@ -184,6 +256,24 @@ void check_model(const std::string& config_json, uint64_t seed) {
   for (const layout& l : all_layouts) {
     INFO(cfg.architecture << " " << describe(l));
     CHECK(engine_greedy(dir, l, prompt, n).ids == expected);
+  }
+  // Lockstep DP+EP: replica 0 decodes the prompt; replica 1 decodes another for 12 tokens, then idles while its
+  // experts serve replica 0's tokens (and with 3 replicas, replica 2 only idles).
+  const std::vector<int32_t> other{7, 1, 60, 33, 21};
+  const std::vector<int32_t> other_expected = reference_greedy(cfg, w, other, 12);
+  for (auto [dp, tp] : {std::pair{2, 1}, std::pair{2, 2}, std::pair{3, 1}}) {
+    if (dp * tp > cfg.n_expert)
+      continue;
+    INFO(cfg.architecture << " lockstep dp " << dp << " x tp " << tp);
+    std::vector<std::vector<int32_t>> prompts{prompt, other};
+    std::vector<int64_t> counts{n, 12};
+    if (dp == 3) {
+      prompts.push_back({});
+      counts.push_back(0);
+    }
+    const lockstep_result got = lockstep_greedy(dir, tp, dp, prompts, counts);
+    CHECK(got.ids[0] == expected);
+    CHECK(got.ids[1] == other_expected);
   }
   model_config other_k = cfg;
   other_k.n_expert_used = cfg.n_expert_used + 1;
@@ -372,6 +462,48 @@ TEST_CASE("expert parallelism: a rank loads only its experts, whole, and holds l
   too_many.tp_rank = 0;
   too_many.expert_parallel = true;
   CHECK(mentions(error_of([&] { llama_weight_table(cfg, too_many); }), {"expert parallelism", "16", "8"}));
+}
+
+TEST_CASE("lockstep expert parallelism: a dp 2 x tp 2 rank holds a quarter of the experts, half a tp 2 EP rank's") {
+  const model_config cfg = parse_model_config(mixtral_json(), "config.json");
+  const model_weights w = random_weights(cfg, 22, dtype::f32);
+  const auto dir = write_checkpoint(mixtral_json(), w);
+  auto expert_bytes = [](const loaded_shard& s) {
+    size_t bytes = 0;
+    for (const auto& [name, t] : s.weights.tensors())
+      if (name.find(".experts.") != std::string::npos)
+        bytes += t.nbytes();
+    return bytes;
+  };
+  std::set<int64_t> held;  // every expert of every layer, over the 4 ranks
+  for (int d = 0; d < 2; ++d)
+    for (int r = 0; r < 2; ++r) {
+      shard_spec shard;
+      shard.tp_rank = r;
+      shard.tp_size = 2;
+      shard.expert_parallel = true;
+      const loaded_shard one_replica = load_shard(dir, shard, {});
+      shard.dp_rank = d;
+      shard.dp_size = 2;
+      const loaded_shard lockstep = load_shard(dir, shard, {});
+      const expert_range mine = experts_of_rank(cfg.n_expert, shard.ep_rank(), 4);
+      CHECK(mine.count == 2);
+      for (const auto& [name, t] : lockstep.weights.tensors()) {
+        if (name.find(".experts.") == std::string::npos)
+          continue;
+        const int64_t e = std::stoll(name.substr(name.find(".experts.") + 9));
+        INFO(name);
+        CHECK(e >= mine.begin);
+        CHECK(e < mine.begin + mine.count);
+        held.insert(e);
+      }
+      CHECK(expert_bytes(lockstep) * 2 == expert_bytes(one_replica));
+      CHECK(lockstep.weights.total_bytes() < one_replica.weights.total_bytes());
+      MESSAGE("dp 2 x tp 2 lockstep rank " << shard.ep_rank() << ": " << lockstep.weights.total_bytes()
+                                           << " bytes (a tp 2 EP rank of one replica: "
+                                           << one_replica.weights.total_bytes() << ")");
+    }
+  CHECK(held.size() == static_cast<size_t>(cfg.n_expert));
 }
 
 TEST_CASE("--load-format dummy: MoE models load with a fixed seed, the same under tp 2 and expert parallelism") {

@@ -23,6 +23,8 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 /// the scheduler's own timer: fail the replica when a step has been in flight longer than the step timeout.
 using step_watch_atom = caf::atom_constant<caf::atom("step_watch")>;
+/// lockstep expert parallelism: a peer replica's scheduler dispatched another step (scheduler to scheduler).
+using lockstep_round_atom = caf::atom_constant<caf::atom("lsround")>;
 /// forget every cached KV block (POST /reset_prefix_cache).
 using reset_prefix_cache_atom = caf::atom_constant<caf::atom("resetcache")>;
 

@@ -49,6 +49,11 @@ using scheduler_actor = caf::typed_actor<
     caf::reacts_to<step_result>,
     /// Where step updates go (the engine).
     caf::reacts_to<connect_atom, update_sink>,
+    /// Lockstep expert parallelism: a peer replica's scheduler has dispatched `round` steps; this one dispatches
+    /// idle plans until it has as many, whenever it has no step of its own in flight.
+    caf::reacts_to<lockstep_round_atom, uint64_t>,
+    /// Lockstep expert parallelism: a peer (another replica's scheduler) to tell of every step dispatched here.
+    caf::replies_to<connect_atom, round_sink>::with<caf::ok_atom>,
     /// Queue lengths, KV-cache use and counters.
     caf::replies_to<caf::get_atom, stats_atom>::with<engine_stats>,
     /// Forgets every cached KV block; replies with how many were cached.

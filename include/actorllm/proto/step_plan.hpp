@@ -105,6 +105,10 @@ struct step_plan {
   std::vector<seq_ref> sample_seqs;  ///< the sequence of each sample row
   std::vector<sampler_setup> new_requests;
   std::vector<uint64_t> released_requests;  ///< requests that ended since the last plan
+  /// Lockstep expert parallelism: a step with no tokens (every list above empty, no result expected), sent while
+  /// another replica's step runs, so that this replica's shards join its MoE layers' exchanges and serve their
+  /// experts (vLLM's dummy batch of an idle data-parallel rank).
+  bool idle = false;
 
   friend bool operator==(const step_plan&, const step_plan&) = default;
 };
@@ -113,7 +117,7 @@ struct step_plan {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
   return f(caf::meta::type_name("step_plan"), x.step_id, x.tokens, x.positions, x.sequences, x.dropped_seqs,
-           x.sample_rows, x.sample_seqs, x.new_requests, x.released_requests);
+           x.sample_rows, x.sample_seqs, x.new_requests, x.released_requests, x.idle);
 }
 
 }  // namespace actorllm::proto

@@ -92,6 +92,7 @@ CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::node_join))
 CAF_ADD_TYPE_ID(actorllm, (std::vector<actorllm::proto::cluster_node>))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::node_agent_actor))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::cluster_registry_actor))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::round_sink))
 
 CAF_END_TYPE_ID_BLOCK(actorllm)
 

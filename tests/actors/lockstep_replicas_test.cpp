@@ -1,0 +1,173 @@
+// A lockstep set of replicas (expert parallelism over data parallelism) built by actors::build_lockstep_replicas
+// for a dummy Mixtral: both replicas serve while the other idles; when the set's expert-parallel group is aborted
+// (what the replica set does once one replica failed) the request that runs fails at once, naming the group,
+// instead of waiting for a partner that is gone; the set stops promptly; and a fresh set serves again.
+#include "actorllm/proto/type_ids.hpp"
+#include "actors/executor.hpp"
+#include "actors/lockstep_replicas.hpp"
+#include "test_paths.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+using namespace actorllm;
+
+namespace {
+
+struct mixtral_dir {
+  mixtral_dir() : path{test::make_temp_dir("actorllm-lockstep")} {
+    std::ofstream f{path / "config.json"};
+    f << R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64, "intermediate_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 97,
+        "max_position_embeddings": 512, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": null,
+        "torch_dtype": "float32"})";
+  }
+  ~mixtral_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::filesystem::path path;
+};
+
+engine_config lockstep_config(const mixtral_dir& dir) {
+  engine_config c;
+  c.model = dir.path.string();
+  c.load_format = "dummy";
+  c.seed = 5;
+  c.enable_expert_parallel = true;
+  c.data_parallel_size = 2;
+  c.tensor_parallel_size = 2;
+  c.distributed_executor_backend = "uni";
+  c.kv_cache_memory = size_t{4} << 20;
+  c.threads = 2;
+  c.step_timeout = 60;
+  return c;
+}
+
+struct outcome {
+  std::vector<int32_t> ids;
+  std::string failure;
+};
+
+/// Submits a greedy request to `engine` and collects its news; `on_first_token` runs once the first token is in.
+template <class F>
+outcome run_request(caf::actor_system& sys, const proto::engine_actor& engine, uint64_t id, int32_t max_tokens,
+                    F on_first_token) {
+  caf::scoped_actor self{sys};
+  proto::submit_request req;
+  req.request_id = id;
+  req.prompt_is_tokens = true;
+  req.prompt_ids = {5, 17, 3, 88, 41, 9};
+  req.params.temperature = 0;
+  req.params.max_tokens = max_tokens;
+  req.params.ignore_eos = true;
+  req.stream = true;
+  req.sink = caf::actor_cast<proto::output_sink>(self);
+  caf::anon_send(engine, std::move(req));
+  outcome out;
+  bool done = false, first = true;
+  while (!done) {
+    bool timed_out = false;
+    self->receive(
+        [&](proto::output_batch& batch) {
+          if (first && !batch.deltas.empty()) {
+            first = false;
+            on_first_token();
+          }
+          for (auto& f : batch.failures) {
+            out.failure = f.message;
+            done = true;
+          }
+          for (auto& o : batch.outputs)
+            if (o.finished && !o.outputs.empty()) {
+              out.ids = o.outputs.front().token_ids;
+              done = true;
+            }
+        },
+        caf::after(std::chrono::seconds{30}) >> [&] { timed_out = true; });
+    REQUIRE_MESSAGE(!timed_out, "no news of request " << id << " within 30 s");
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a lockstep set: each replica serves while the other idles; an aborted group fails the running request") {
+  mixtral_dir dir;
+  const engine_config c = lockstep_config(dir);
+  REQUIRE(actors::steps_in_lockstep(c));
+  caf::actor_system_config cfg;
+  proto::add_message_types(cfg);
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+
+  actors::lockstep_set set = actors::build_lockstep_replicas(sys, c, 2);
+  REQUIRE(set.replicas.size() == 2);
+  CHECK(set.expert_group->size() == 4);
+  const outcome on0 = run_request(sys, set.replicas[0].engine, 1, 24, [] {});
+  const outcome on1 = run_request(sys, set.replicas[1].engine, 2, 24, [] {});
+  REQUIRE(on0.failure.empty());
+  REQUIRE(on1.failure.empty());
+  CHECK(on0.ids.size() == 24);
+  CHECK(on1.ids == on0.ids);
+
+  // A long request on replica 0; once it streams, the group is aborted as when replica 1 is lost.
+  const auto t0 = std::chrono::steady_clock::now();
+  const outcome cut = run_request(sys, set.replicas[0].engine, 3, 400, [&] { set.expert_group->abort("replica 1 failed"); });
+  CHECK(cut.ids.empty());
+  INFO(cut.failure);
+  CHECK(cut.failure.find("the expert-parallel group was aborted: replica 1 failed") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{20});
+
+  const auto t1 = std::chrono::steady_clock::now();
+  actors::stop_lockstep_replicas(sys, set.replicas, set.expert_group, "the test is over");
+  CHECK(set.replicas.empty());
+  CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::seconds{10});
+
+  // What the replica set's restart does: a fresh set over a fresh group serves the same ids.
+  actors::lockstep_set fresh = actors::build_lockstep_replicas(sys, c, 2);
+  CHECK(run_request(sys, fresh.replicas[1].engine, 4, 24, [] {}).ids == on0.ids);
+  actors::stop_lockstep_replicas(sys, fresh.replicas, fresh.expert_group, "the test is over");
+}
+
+TEST_CASE("lockstep: only an MoE model with expert parallelism and more than one replica steps in lockstep") {
+  mixtral_dir dir;
+  engine_config c = lockstep_config(dir);
+  CHECK(actors::steps_in_lockstep(c));
+  c.enable_expert_parallel = false;
+  CHECK_FALSE(actors::steps_in_lockstep(c));
+  c.enable_expert_parallel = true;
+  c.data_parallel_size = 1;
+  CHECK_FALSE(actors::steps_in_lockstep(c));
+  c.data_parallel_size = 2;
+  c.distributed_executor_backend = "mp";
+  CHECK_THROWS_WITH_AS(actors::steps_in_lockstep(c), doctest::Contains("not distributed_executor_backend 'mp'"),
+                       actorllm::error);
+  c.distributed_executor_backend = "uni";
+  c.data_parallel_size_local = 1;
+  CHECK_THROWS_WITH_AS(actors::steps_in_lockstep(c), doctest::Contains("data_parallel_size_local 1"),
+                       actorllm::error);
+  c.model = (dir.path / "missing").string();
+  CHECK_FALSE(actors::steps_in_lockstep(c));  // building the replica says what is wrong with it
+}
+
+TEST_CASE("left to choose, the executor is uni for lockstep DP+EP even where a node has a device per rank") {
+  mixtral_dir dir;
+  engine_config c = lockstep_config(dir);
+  c.distributed_executor_backend.clear();
+  ::setenv("ACTORLLM_CPU_DEVICES", "4", 1);  // dp 2 x tp 2 would get a worker process per rank: mp
+  CHECK(actors::resolve_executor(c) == "uni");
+  c.enable_expert_parallel = false;
+  CHECK(actors::resolve_executor(c) == "mp");
+  ::unsetenv("ACTORLLM_CPU_DEVICES");
+}
