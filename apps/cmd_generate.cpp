@@ -205,7 +205,8 @@ command_registration generate_command{
       sub.add_option("--pp-layer-partition", o->pp_layer_partition,
                      "Layers per pipeline stage, e.g. 3,2 (default: even, remainder to the stages before the last)");
       sub.add_flag("--enable-expert-parallel", o->enable_expert_parallel,
-                   "MoE models: whole experts per rank of the tensor-parallel group, tokens dispatched to them");
+                   "MoE models: whole experts per rank of the expert-parallel group (dp x tp ranks: data-parallel "
+                   "replicas step in lockstep), tokens dispatched to them");
       sub.add_flag("--enable-eplb", o->enable_eplb, "Expert-parallel load balancing (not implemented: refused)");
       sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard")->capture_default_str();
       return [o]() {

@@ -299,7 +299,8 @@ command_registration serve_command{
                      "this server's own --port");
       sub.add_option("--pp-layer-partition", o->pp_layer_partition, "Layers per pipeline stage, e.g. 3,2");
       sub.add_flag("--enable-expert-parallel", o->enable_expert_parallel,
-                   "MoE models: whole experts per rank of the tensor-parallel group, tokens dispatched to them");
+                   "MoE models: whole experts per rank of the expert-parallel group (dp x tp ranks: data-parallel "
+                   "replicas step in lockstep), tokens dispatched to them");
       sub.add_flag("--enable-eplb", o->enable_eplb, "Expert-parallel load balancing (not implemented: refused)");
       sub.add_option("--cluster-address", o->cluster_head_address,
                      "The cluster head (`actorllm node --head`), HOST:PORT; also $ACTORLLM_CLUSTER_ADDRESS");

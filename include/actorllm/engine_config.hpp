@@ -26,9 +26,9 @@ struct engine_config {
   /// Layers per stage, e.g. "3,2"; empty: vLLM's even split with the remainder on the earlier stages.
   std::string pp_layer_partition;
   /// vLLM's --enable-expert-parallel: MoE layers place whole experts on the ranks of the expert-parallel group
-  /// and dispatch tokens to them, instead of splitting every expert over the TP ranks. vLLM's EP group is
-  /// data_parallel_size × tensor_parallel_size ranks because its DP ranks step in lockstep; the replicas here are
-  /// independent engines, so each replica's EP group is its own TP group (logged once when dp > 1). No effect on
+  /// and dispatch tokens to them, instead of splitting every expert over the TP ranks. The EP group is
+  /// data_parallel_size × tensor_parallel_size ranks, as in vLLM: with more than one replica they step in lockstep
+  /// in one process (actors/lockstep_replicas.hpp; uni executor, one pipeline stage, else refused). No effect on
   /// dense models.
   bool enable_expert_parallel = false;
   /// vLLM's --enable-eplb (redundant copies of the hottest experts): not implemented, refused by name.

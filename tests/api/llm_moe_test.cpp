@@ -7,9 +7,12 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <string>
+#include <thread>
 
 using namespace actorllm;
 
@@ -122,6 +125,64 @@ TEST_CASE("lockstep DP+EP: dp 2 x tp 2 over one expert-parallel group of 4 gives
     CHECK(std::accumulate(s.expert_tokens.begin(), s.expert_tokens.end(), uint64_t{0}) ==
           ((6 + 23) * 3 + (6 + 39)) * 2 * 2);
   }
+}
+
+TEST_CASE("lockstep DP+EP: one replica's failure restarts the whole set, whose replicas then serve the same ids") {
+  // A larger model, so that a 4000-token prefill takes far longer than the step timeout (about 2 s on this 2-core
+  // machine, against 0.3 s) while a decode step stays far below it (a few ms): the prefill's replica fails by the
+  // step timeout, as a hung shard would.
+  const auto dir = test::make_temp_dir("actorllm-lockstep-restart");
+  {
+    std::ofstream f{dir / "config.json"};
+    f << R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 512, "intermediate_size": 512,
+        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 97,
+        "max_position_embeddings": 8192, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": null,
+        "torch_dtype": "bfloat16"})";
+  }
+  engine_config c;
+  c.model = dir.string();
+  c.load_format = "dummy";
+  c.seed = 4;
+  c.enable_expert_parallel = true;
+  c.data_parallel_size = 2;
+  c.kv_cache_memory = size_t{96} << 20;
+  c.max_num_batched_tokens = 8192;
+  c.threads = 2;
+  c.step_timeout = 0.3;
+  LLM llm{c};
+  const std::vector<int32_t> short_prompt = test_prompt();
+  sampling_params p = greedy_24();
+  p.max_tokens = 8;
+  const auto before = llm.generate(prompt{short_prompt}, p).outputs.at(0).token_ids;
+  REQUIRE(before.size() == 8);
+
+  std::vector<int32_t> long_prompt(4000);
+  for (size_t i = 0; i < long_prompt.size(); ++i)
+    long_prompt[i] = static_cast<int32_t>(3 + (i * 7) % 90);
+  sampling_params one = p;
+  one.max_tokens = 1;
+  try {
+    llm.generate(prompt{long_prompt}, one);
+    FAIL("a 4000-token prefill finished within the 0.3 s step timeout: the test cannot tell a failure");
+  } catch (const error& e) {
+    MESSAGE("the long request: " << std::string{e.what()});
+    CHECK(e.code() == errc::engine_failure);
+  }
+  // Both replicas restart together; wait until they serve again (the first restart waits 1 s).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{60};
+  engine_stats s = llm.stats();
+  while (!(s.replicas.at(0).healthy && s.replicas.at(1).healthy) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{100});
+    s = llm.stats();
+  }
+  REQUIRE(s.replicas.at(0).healthy);
+  REQUIRE(s.replicas.at(1).healthy);
+  CHECK(s.replicas[0].restarts == 1);
+  CHECK(s.replicas[1].restarts == 1);
+  const auto after = llm.generate(std::vector<prompt>{prompt{short_prompt}, prompt{short_prompt}}, p);
+  CHECK(after.at(0).outputs.at(0).token_ids == before);
+  CHECK(after.at(1).outputs.at(0).token_ids == before);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("lockstep DP+EP is refused by name where the replicas cannot step together in one process") {
