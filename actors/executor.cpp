@@ -80,8 +80,12 @@ std::string resolve_executor(const engine_config& config) {
                                 "(--distributed-executor-backend) cluster puts every replica on the cluster: "
                                 "leave out one of the two"};
   }
+  // Lockstep DP+EP runs in one process: uni, where this node has a device per rank (a GPU node with too few is
+  // refused below, as for any layout).
+  const bool on_gpu = resolve_device(config.device).kind == device_kind::cuda;
   if (config.distributed_executor_backend.empty() && config.enable_expert_parallel && config.data_parallel_size > 1 &&
       config.data_parallel_rank < 0 && !remote_replicas && config.pipeline_parallel_size == 1 &&
+      (!on_gpu || visible_gpu_count() >= config.data_parallel_size * config.tensor_parallel_size) &&
       is_moe_model(config.model)) {
     log::info("executor",
               "executor uni: expert parallelism over {} data-parallel replicas steps them in lockstep, in one "
@@ -101,7 +105,7 @@ std::string resolve_executor(const engine_config& config) {
   // its rank's share, so the node needs as many as all its local replicas together all the same.
   in.replicas = local;
   // An unusable device is refused with the other settings (plan_replica); here it only shapes the choice.
-  in.gpu = resolve_device(config.device).kind == device_kind::cuda;
+  in.gpu = on_gpu;
   in.local_devices = in.gpu ? visible_gpu_count() : local_cpu_devices();
   // With replicas on the cluster, the local ones stay on this node: the cluster is not theirs to choose.
   in.cluster_configured = !config.cluster_address.empty() && !remote_replicas;

@@ -40,15 +40,15 @@ bool steps_in_lockstep(const engine_config& config, const model::model_config& m
     refuse(config, fmt::format("data_parallel_rank {} runs one replica per engine: leave it out and serve all {} "
                                "replicas from one",
                                config.data_parallel_rank, dp));
-  if (config.distributed_executor_backend != "uni")
-    refuse(config, fmt::format("that needs the uni executor, not distributed_executor_backend '{}'",
-                               config.distributed_executor_backend));
   if (config.data_parallel_size_local > 0 && config.data_parallel_size_local < dp)
     refuse(config, fmt::format("data_parallel_size_local {} would put replicas on other nodes",
                                config.data_parallel_size_local));
   if (config.pipeline_parallel_size > 1)
     refuse(config, fmt::format("that runs with one pipeline stage, not pipeline_parallel_size {}",
                                config.pipeline_parallel_size));
+  if (config.distributed_executor_backend != "uni")
+    refuse(config, fmt::format("that needs the uni executor, not distributed_executor_backend '{}'",
+                               config.distributed_executor_backend));
   const int64_t ep = int64_t{dp} * config.tensor_parallel_size;
   if (ep > model.n_expert)
     refuse(config, fmt::format("{} expert-parallel ranks are more than the model's {} experts", ep, model.n_expert));
@@ -135,11 +135,13 @@ void stop_lockstep_replicas(caf::actor_system& sys, std::vector<replica>& replic
                                proto::message_of(err));
                 });
   }
+  // Drained, no step of any replica is in flight, so no shard is in (or will enter) a collective of the group unless
+  // a replica failed: then the abort wakes its peers' shards still waiting for it, before their actors are stopped.
+  if (expert_group)
+    expert_group->abort(why);
   for (auto& r : replicas)
     if (r.engine || !r.shards.empty())
       stop_replica(sys, r);  // drained: its own drain returns at once
-  if (expert_group)
-    expert_group->abort(why);  // wakes a shard still waiting for a peer that failed
   replicas.clear();
 }
 

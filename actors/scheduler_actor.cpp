@@ -79,9 +79,9 @@ struct scheduler_state {
   std::string failure;
   bool draining = false;
   std::vector<caf::typed_response_promise<caf::ok_atom>> drained;
-  bool lockstep = false;                  // expert parallelism over lockstep replicas
-  engine::lockstep_rounds rounds;         // steps dispatched here and by the peers
-  std::vector<proto::round_sink> peers;   // the other replicas' schedulers
+  bool lockstep = false;                 // expert parallelism over lockstep replicas
+  engine::lockstep_rounds rounds;        // steps dispatched here and by the peers
+  std::vector<proto::round_sink> peers;  // the other replicas' schedulers
 };
 
 using scheduler_pointer = proto::scheduler_actor::stateful_pointer<scheduler_state>;

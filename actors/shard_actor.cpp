@@ -50,7 +50,17 @@ void report_failure(shard_pointer self, uint64_t step_id, std::string message) {
   auto& st = self->state;
   st.failed = true;
   log::error("shard", "{}: step {} failed: {}", st.where(), step_id, message);
-  // Every rank of a stage sees the same plan and fails the same way; one report per stage is enough.
+  // Lockstep expert parallelism: this replica's other TP ranks and every rank of the other replicas may wait in a
+  // collective this shard will not reach. Aborting the groups fails their steps at once (and their replicas with
+  // them, which restarts the set) instead of leaving them blocked. A no-op when they were aborted already.
+  if (st.args.expert_group) {
+    const std::string why = fmt::format("replica {} {} failed", st.args.spec.dp_rank, st.where());
+    st.args.expert_group->abort(why);
+    if (st.args.group && st.args.group->abortable())
+      st.args.group->abort(why);
+  }
+  // Every rank of a stage sees the same plan and fails the same way (under lockstep EP, a rank that fails alone
+  // has aborted the groups above, so rank 0 fails too); one report per stage is enough.
   if (st.args.spec.tp_rank == 0 && st.results) {
     proto::step_result r;
     r.step_id = step_id;
@@ -187,9 +197,9 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
             expert_comm =
                 std::make_unique<comm::shared_memory_collective>(st.args.expert_group, st.args.spec.ep_rank());
           auto loaded = model::load_shard(st.args.model_dir, st.args.spec, st.args.load);
-          st.runner = std::make_unique<model_runner>(std::move(be), std::move(comm), loaded.config,
-                                                     std::move(loaded.weights), st.args.spec, st.args.samples,
-                                                     std::move(expert_comm));
+          st.runner =
+              std::make_unique<model_runner>(std::move(be), std::move(comm), loaded.config, std::move(loaded.weights),
+                                             st.args.spec, st.args.samples, std::move(expert_comm));
           st.runner->set_graph_options(shard_graph_options(st.args));
           st.inbox.expect_handoff(expects_handoff(st));
         } catch (const std::exception& e) {

@@ -260,7 +260,12 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
   // Shards, last stage first so that each one is spawned knowing its successor.
   r.shards.resize(static_cast<size_t>(tp * pp));
   for (int32_t s = pp - 1; s >= 0; --s) {
-    auto group = tp > 1 ? std::make_shared<comm::shared_memory_group>(tp) : nullptr;
+    // A lockstep set's TP groups can be aborted like its EP group: its replicas fail and restart as one.
+    std::shared_ptr<comm::shared_memory_group> group;
+    if (tp > 1)
+      group = slot.expert_group ? std::make_shared<comm::shared_memory_group>(
+                                      tp, fmt::format("the tensor-parallel group of replica {}", slot.dp_rank))
+                                : std::make_shared<comm::shared_memory_group>(tp);
     for (int32_t rank = 0; rank < tp; ++rank) {
       shard_args a;
       a.model_dir = config.model;

@@ -266,8 +266,8 @@ void replica_set::report_failure_locked(int32_t replica, const std::string& reas
       expert_group_->abort(fmt::format("replica {} failed", rank));
     for (int32_t j = 0; j < supervisor_.size(); ++j) {
       if (j != replica)
-        supervisor_.on_failure(j, fmt::format("restarts with replica {} of its expert-parallel set, which failed: {}",
-                                              rank, reason));
+        supervisor_.on_failure(
+            j, fmt::format("restarts with replica {} of its expert-parallel set, which failed: {}", rank, reason));
       auto moved = book_.lose_replica(j);
       lost.insert(lost.end(), moved.begin(), moved.end());
     }
@@ -440,6 +440,11 @@ bool replica_set::restart_lockstep_set(failure_job job) {
       if (jobs_cv_.wait_for(lock, decision.wait, [this] { return stopping_; }))
         return false;
     }
+    {
+      std::lock_guard lock{mutex_};
+      if (stopping_)
+        return false;
+    }
     log::warning("replicas", "{} (with every replica of its expert-parallel set)", decision.why);
     const auto t0 = std::chrono::steady_clock::now();
     actors::lockstep_set fresh;
@@ -449,8 +454,9 @@ bool replica_set::restart_lockstep_set(failure_job job) {
     } catch (const std::exception& e) {
       failure = e.what();
     }
-    std::lock_guard lock{mutex_};
+    std::unique_lock lock{mutex_};
     if (stopping_) {
+      lock.unlock();  // the set has no requests: nothing its drain sends needs the lock, but nothing should wait on it
       actors::stop_lockstep_replicas(sys_, fresh.replicas, fresh.expert_group, "the engine shut down");
       return false;
     }
@@ -464,8 +470,10 @@ bool replica_set::restart_lockstep_set(failure_job job) {
     }
     replicas_ = std::move(fresh.replicas);
     expert_group_ = std::move(fresh.expert_group);
-    for (int32_t j = 0; j < supervisor_.size(); ++j)
+    for (int32_t j = 0; j < supervisor_.size(); ++j) {
       supervisor_.on_restarted(j);
+      watch(j);  // as every rebuilt replica is (a no-op for uni replicas, which have no worker processes)
+    }
     log::info("replicas", "the {} replicas of the expert-parallel set serve again, {:.2f} s after their restart began",
               replicas_.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return true;

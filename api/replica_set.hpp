@@ -9,11 +9,11 @@
 #include "actorllm/engine_stats.hpp"
 #include "actorllm/llm.hpp"
 #include "actors/uni_executor.hpp"
-#include "comm/shared_memory_collective.hpp"
 #include "api/delivery.hpp"
 #include "api/replica_supervisor.hpp"
 #include "api/request_book.hpp"
 #include "api/router.hpp"
+#include "comm/shared_memory_collective.hpp"
 
 #include <caf/fwd.hpp>
 

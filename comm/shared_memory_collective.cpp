@@ -15,9 +15,9 @@ abortable_barrier::abortable_barrier(int size, std::string name) : size_(size), 
   ACTORLLM_CHECK(size >= 1, "a barrier needs at least one rank");
 }
 
-void abortable_barrier::arrive_and_wait() {
+void abortable_barrier::arrive_and_wait(bool abortable) {
   std::unique_lock lock{mutex_};
-  if (!abort_reason_.empty())
+  if (abortable && !abort_reason_.empty())
     throw comm_error(fmt::format("{} was aborted: {}", name_, abort_reason_));
   const uint64_t generation = generation_;
   if (++arrived_ == size_) {
@@ -26,7 +26,7 @@ void abortable_barrier::arrive_and_wait() {
     cv_.notify_all();
     return;
   }
-  cv_.wait(lock, [&] { return generation_ != generation || !abort_reason_.empty(); });
+  cv_.wait(lock, [&] { return generation_ != generation || (abortable && !abort_reason_.empty()); });
   if (generation_ == generation)
     throw comm_error(fmt::format("{} was aborted: {}", name_, abort_reason_));
 }
@@ -68,6 +68,13 @@ void shared_memory_group::wait() {
     sync_->arrive_and_wait();
 }
 
+void shared_memory_group::wait_closing() {
+  if (abortable_)
+    abortable_->arrive_and_wait(/*abortable=*/false);
+  else
+    sync_->arrive_and_wait();
+}
+
 shared_memory_collective::shared_memory_collective(std::shared_ptr<shared_memory_group> group, int rank)
     : group_(std::move(group)), rank_(rank) {
   ACTORLLM_CHECK(rank_ >= 0 && rank_ < group_->size_, "rank outside its TP group");
@@ -95,7 +102,7 @@ void shared_memory_collective::all_reduce_sum(float* data, int64_t n) {
     for (int64_t i = begin; i < end; ++i)
       out[i] += in[i];
   }
-  g.wait();
+  g.wait_closing();
   // All-gather: everyone copies the reduced vector back (every rank has finished reading the inputs).
   std::memcpy(data, out, static_cast<size_t>(n) * sizeof(float));
 }
@@ -114,7 +121,7 @@ void shared_memory_collective::all_gather(const float* in, int64_t n_per_rank, f
     std::memcpy(out + r * n_per_rank, g.inputs_[static_cast<size_t>(r)],
                 static_cast<size_t>(n_per_rank) * sizeof(float));
   // Inputs stay valid until every rank has copied them.
-  g.wait();
+  g.wait_closing();
 }
 
 }  // namespace actorllm::comm

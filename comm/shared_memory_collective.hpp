@@ -23,7 +23,10 @@ class abortable_barrier {
  public:
   abortable_barrier(int size, std::string name);
   /// Waits until all `size` ranks arrived (the barrier then resets), or throws comm_error once it was aborted.
-  void arrive_and_wait();
+  /// `abortable` false: waits for the others even after an abort, for a barrier that every rank is sure to reach
+  /// once it passed the previous one (a collective's closing barrier, which keeps each rank's input alive until
+  /// every peer has read it: a rank that threw there would free a buffer a peer is still copying).
+  void arrive_and_wait(bool abortable = true);
   /// Wakes every waiting rank with comm_error("<name> was aborted: <why>"); the first reason stays.
   void abort(const std::string& why);
   bool aborted() const;
@@ -53,7 +56,11 @@ class shared_memory_group {
 
  private:
   friend class shared_memory_collective;
+  /// The opening barrier of a collective: throws once an abortable group was aborted.
   void wait();
+  /// The closing barrier: every rank that passed the opening one reaches it, so it waits out an abort (see
+  /// abortable_barrier::arrive_and_wait).
+  void wait_closing();
 
   int size_;
   std::optional<std::barrier<>> sync_;

@@ -88,9 +88,8 @@ tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor
 bool llama_model::serves_experts() const {
   if (!moe_ || !shard_.expert_parallel || shard_.ep_size() <= 1)
     return false;
-  return std::any_of(tensors_.layers.begin(), tensors_.layers.end(), [](const layer_weights& w) {
-    return !w.moe.empty();
-  });
+  return std::any_of(tensors_.layers.begin(), tensors_.layers.end(),
+                     [](const layer_weights& w) { return !w.moe.empty(); });
 }
 
 void llama_model::idle_step() {

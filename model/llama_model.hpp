@@ -30,8 +30,8 @@ class llama_model {
   /// With shard.expert_parallel the MoE layers dispatch over `ep_comm`, the EP group of shard.ep_size() ranks
   /// (lockstep data-parallel replicas: every replica's TP ranks), or over `comm` when it is null (one replica: the
   /// EP group is the TP group). All must outlive the model.
-  llama_model(const model_config& cfg, model_weights weights, const shard_spec& shard, tp_collective& comm,
-              backend& be, tp_collective* ep_comm = nullptr);
+  llama_model(const model_config& cfg, model_weights weights, const shard_spec& shard, tp_collective& comm, backend& be,
+              tp_collective* ep_comm = nullptr);
 
   const model_config& config() const { return cfg_; }
   const shard_spec& shard() const { return shard_; }

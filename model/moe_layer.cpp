@@ -232,7 +232,8 @@ void moe_block::forward(const layer_context& ctx, int64_t layer, const moe_weigh
   acc_.assign(static_cast<size_t>(n * d), 0.0f);
   if (!shard_.expert_parallel || ep_comm_.size() == 1) {
     // Tensor parallel: this rank holds its slice of every expert and runs it for every token routed there.
-    ACTORLLM_CHECK(static_cast<int64_t>(w.experts.size()) == n_expert, "a tensor-parallel MoE shard holds every expert");
+    ACTORLLM_CHECK(static_cast<int64_t>(w.experts.size()) == n_expert,
+                   "a tensor-parallel MoE shard holds every expert");
     std::vector<int64_t> counts(static_cast<size_t>(n_expert), 0);
     for (int32_t e : ids_)
       ++counts[static_cast<size_t>(e)];

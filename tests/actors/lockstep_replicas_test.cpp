@@ -2,9 +2,9 @@
 // for a dummy Mixtral: both replicas serve while the other idles; when the set's expert-parallel group is aborted
 // (what the replica set does once one replica failed) the request that runs fails at once, naming the group,
 // instead of waiting for a partner that is gone; the set stops promptly; and a fresh set serves again.
+#include "actors/lockstep_replicas.hpp"
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/executor.hpp"
-#include "actors/lockstep_replicas.hpp"
 #include "test_paths.hpp"
 
 #include <caf/actor_system.hpp>
@@ -48,6 +48,7 @@ engine_config lockstep_config(const mixtral_dir& dir) {
   c.data_parallel_size = 2;
   c.tensor_parallel_size = 2;
   c.distributed_executor_backend = "uni";
+  c.device = "cpu";
   c.kv_cache_memory = size_t{4} << 20;
   c.threads = 2;
   c.step_timeout = 60;
@@ -123,7 +124,8 @@ TEST_CASE("a lockstep set: each replica serves while the other idles; an aborted
 
   // A long request on replica 0; once it streams, the group is aborted as when replica 1 is lost.
   const auto t0 = std::chrono::steady_clock::now();
-  const outcome cut = run_request(sys, set.replicas[0].engine, 3, 400, [&] { set.expert_group->abort("replica 1 failed"); });
+  const outcome cut =
+      run_request(sys, set.replicas[0].engine, 3, 400, [&] { set.expert_group->abort("replica 1 failed"); });
   CHECK(cut.ids.empty());
   INFO(cut.failure);
   CHECK(cut.failure.find("the expert-parallel group was aborted: replica 1 failed") != std::string::npos);
@@ -155,8 +157,7 @@ TEST_CASE("lockstep: only an MoE model with expert parallelism and more than one
                        actorllm::error);
   c.distributed_executor_backend = "uni";
   c.data_parallel_size_local = 1;
-  CHECK_THROWS_WITH_AS(actors::steps_in_lockstep(c), doctest::Contains("data_parallel_size_local 1"),
-                       actorllm::error);
+  CHECK_THROWS_WITH_AS(actors::steps_in_lockstep(c), doctest::Contains("data_parallel_size_local 1"), actorllm::error);
   c.model = (dir.path / "missing").string();
   CHECK_FALSE(actors::steps_in_lockstep(c));  // building the replica says what is wrong with it
 }

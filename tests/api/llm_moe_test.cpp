@@ -106,7 +106,7 @@ TEST_CASE("lockstep DP+EP: dp 2 x tp 2 over one expert-parallel group of 4 gives
     LLM llm{c};
     // One request: replica 0 runs it, replica 1 has nothing and runs idle steps so that its experts serve it.
     CHECK(llm.generate(prompt{ids}, greedy_24()).outputs.at(0).token_ids == reference);
-    // Two together (one per replica), then one longer and one shorter: the shorter's replica idles for the rest.
+    // Two together (one per replica), then a longer one alone (replica 0 or 1 idles throughout, whichever has it).
     auto both = llm.generate(std::vector<prompt>{prompt{ids}, prompt{ids}}, greedy_24());
     REQUIRE(both.size() == 2);
     CHECK(both[0].outputs.at(0).token_ids == reference);
@@ -128,13 +128,13 @@ TEST_CASE("lockstep DP+EP: dp 2 x tp 2 over one expert-parallel group of 4 gives
 }
 
 TEST_CASE("lockstep DP+EP: one replica's failure restarts the whole set, whose replicas then serve the same ids") {
-  // A larger model, so that a 4000-token prefill takes far longer than the step timeout (about 2 s on this 2-core
-  // machine, against 0.3 s) while a decode step stays far below it (a few ms): the prefill's replica fails by the
+  // A larger model, so that a 4000-token prefill takes far longer than the step timeout (about 8 s on this 2-core
+  // machine, against 1 s) while a decode step stays far below it (tens of ms): the prefill's replica fails by the
   // step timeout, as a hung shard would.
   const auto dir = test::make_temp_dir("actorllm-lockstep-restart");
   {
     std::ofstream f{dir / "config.json"};
-    f << R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 512, "intermediate_size": 512,
+    f << R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 1024, "intermediate_size": 1024,
         "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 97,
         "max_position_embeddings": 8192, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": null,
         "torch_dtype": "bfloat16"})";
@@ -146,9 +146,10 @@ TEST_CASE("lockstep DP+EP: one replica's failure restarts the whole set, whose r
   c.enable_expert_parallel = true;
   c.data_parallel_size = 2;
   c.kv_cache_memory = size_t{96} << 20;
+  c.max_model_len = 4096;
   c.max_num_batched_tokens = 8192;
   c.threads = 2;
-  c.step_timeout = 0.3;
+  c.step_timeout = 1.0;
   LLM llm{c};
   const std::vector<int32_t> short_prompt = test_prompt();
   sampling_params p = greedy_24();
@@ -163,12 +164,12 @@ TEST_CASE("lockstep DP+EP: one replica's failure restarts the whole set, whose r
   one.max_tokens = 1;
   try {
     llm.generate(prompt{long_prompt}, one);
-    FAIL("a 4000-token prefill finished within the 0.3 s step timeout: the test cannot tell a failure");
+    FAIL("a 4000-token prefill finished within the 1 s step timeout: the test cannot tell a failure");
   } catch (const error& e) {
     MESSAGE("the long request: " << std::string{e.what()});
     CHECK(e.code() == errc::engine_failure);
   }
-  // Both replicas restart together; wait until they serve again (the first restart waits 1 s).
+  // Both replicas restart together (the first restart at once); wait until they serve again.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{60};
   engine_stats s = llm.stats();
   while (!(s.replicas.at(0).healthy && s.replicas.at(1).healthy) && std::chrono::steady_clock::now() < deadline) {
@@ -199,14 +200,18 @@ TEST_CASE("lockstep DP+EP is refused by name where the replicas cannot step toge
       CHECK(msg.find(what) != std::string::npos);
     }
   };
+  // On the CPU: on a GPU host the device count would decide the executor first.
   engine_config pp2 = moe_config(dir, 1, true, 2);
+  pp2.device = "cpu";
   pp2.data_parallel_size = 2;
   refused(pp2, "pipeline_parallel_size 2");
   engine_config rank = moe_config(dir, 1, true);
+  rank.device = "cpu";
   rank.data_parallel_size = 2;
   rank.data_parallel_rank = 1;
   refused(rank, "data_parallel_rank 1");
   engine_config too_many = moe_config(dir, 4, true);
+  too_many.device = "cpu";
   too_many.data_parallel_size = 4;
   refused(too_many, "16 expert-parallel ranks are more than the model's 8 experts");
 }

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -75,7 +76,8 @@ TEST_CASE("shared-memory all_gather concatenates in rank order [asan]") {
   }
 }
 
-TEST_CASE("an abortable group: collectives work as usual, and an abort wakes every blocked rank with the reason [asan]") {
+TEST_CASE(
+    "an abortable group: collectives work as usual, and an abort wakes every blocked rank with the reason [asan]") {
   constexpr int n = 4;
   auto group = std::make_shared<comm::shared_memory_group>(n, "the expert-parallel group");
   CHECK(group->abortable());
@@ -111,6 +113,33 @@ TEST_CASE("an abortable group: collectives work as usual, and an abort wakes eve
   comm::shared_memory_collective late{group, 0};
   float v = 1.0f;
   CHECK_THROWS_AS(late.all_reduce_sum(&v, 1), comm::comm_error);
+}
+
+TEST_CASE("an abortable barrier's closing wait outlasts an abort: ranks that passed the opening one all meet") {
+  // What keeps a collective's input buffers alive until every peer has copied them: an abort between the opening
+  // and the closing barrier must not let a rank leave early (and free what a peer still reads).
+  comm::abortable_barrier barrier{3, "the expert-parallel group"};
+  std::atomic<int> passed{0};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.emplace_back([&, r] {
+      barrier.arrive_and_wait();  // opening: completes normally
+      if (r == 2)
+        std::this_thread::sleep_for(std::chrono::milliseconds{100});  // a slow reader
+      if (r == 0)
+        barrier.abort("replica 1 failed");
+      try {
+        barrier.arrive_and_wait(/*abortable=*/false);  // closing: must wait for the slow rank
+        passed.fetch_add(1);
+      } catch (const comm::comm_error&) {
+      }
+    });
+  for (auto& t : ranks)
+    t.join();
+  CHECK(passed.load() == 3);
+  CHECK(barrier.aborted());
+  CHECK_THROWS_WITH_AS(barrier.arrive_and_wait(), "the expert-parallel group was aborted: replica 1 failed",
+                       comm::comm_error);
 }
 
 TEST_CASE("a TP group is not abortable: its ranks live and die together") {

@@ -24,6 +24,7 @@
 #include <memory>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -177,58 +178,70 @@ struct lockstep_result {
 /// n_tokens[i] tokens (one step each), then runs idle steps (llama_model::idle_step) until every replica has run as
 /// many steps as the busiest, as its scheduler would: its experts keep serving the others' tokens.
 lockstep_result lockstep_greedy(const std::filesystem::path& dir, int tp, int dp,
-                                const std::vector<std::vector<int32_t>>& prompts, const std::vector<int64_t>& n_tokens) {
+                                const std::vector<std::vector<int32_t>>& prompts,
+                                const std::vector<int64_t>& n_tokens) {
   const model_config cfg = load_model_config(dir);
   const int64_t n_steps = *std::max_element(n_tokens.begin(), n_tokens.end());
   auto expert_group = std::make_shared<comm::shared_memory_group>(dp * tp, "the expert-parallel group");
   std::vector<std::shared_ptr<comm::shared_memory_group>> tp_groups;
   for (int d = 0; d < dp; ++d)
-    tp_groups.push_back(std::make_shared<comm::shared_memory_group>(tp));
+    tp_groups.push_back(std::make_shared<comm::shared_memory_group>(tp, fmt::format("replica {}'s TP group", d)));
   std::vector<std::vector<int32_t>> outputs(static_cast<size_t>(dp * tp));
+  std::vector<std::string> errors(static_cast<size_t>(dp * tp));
   lockstep_result result;
   result.weight_bytes.resize(static_cast<size_t>(dp * tp));
   std::vector<std::thread> ranks;
   for (int d = 0; d < dp; ++d)
     for (int r = 0; r < tp; ++r)
       ranks.emplace_back([&, d, r] {
-        cpu::cpu_backend be{1};
-        shard_spec shard;
-        shard.tp_rank = r;
-        shard.tp_size = tp;
-        shard.layer_begin = 0;
-        shard.layer_end = cfg.n_layer;
-        shard.expert_parallel = true;
-        shard.dp_rank = d;
-        shard.dp_size = dp;
-        comm::shared_memory_collective tp_comm{tp_groups[static_cast<size_t>(d)], r};
-        comm::shared_memory_collective ep_comm{expert_group, shard.ep_rank()};
-        auto loaded = load_shard(dir, shard, {});
-        llama_model m{loaded.config, std::move(loaded.weights), shard, tp_comm, be, &ep_comm};
-        REQUIRE(m.serves_experts());
-        const size_t slot = static_cast<size_t>(d * tp + r);
-        result.weight_bytes[slot] = m.weight_bytes();
-        kv_cache cache{be, m.cache_shape(16), 8};
-        const std::vector<int32_t> table{5, 0, 7, 2, 1, 6, 3, 4};
-        const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(d)];
-        std::vector<int32_t> out;
-        for (int64_t step = 0; step < n_steps; ++step) {
-          if (static_cast<int64_t>(out.size()) == n_tokens[static_cast<size_t>(d)]) {
-            m.idle_step();
-            continue;
+        // A rank that fails aborts the groups, so that the others fail too instead of waiting for it forever.
+        try {
+          cpu::cpu_backend be{1};
+          shard_spec shard;
+          shard.tp_rank = r;
+          shard.tp_size = tp;
+          shard.layer_begin = 0;
+          shard.layer_end = cfg.n_layer;
+          shard.expert_parallel = true;
+          shard.dp_rank = d;
+          shard.dp_size = dp;
+          comm::shared_memory_collective tp_comm{tp_groups[static_cast<size_t>(d)], r};
+          comm::shared_memory_collective ep_comm{expert_group, shard.ep_rank()};
+          auto loaded = load_shard(dir, shard, {});
+          llama_model m{loaded.config, std::move(loaded.weights), shard, tp_comm, be, &ep_comm};
+          const size_t slot = static_cast<size_t>(d * tp + r);
+          if (!m.serves_experts())
+            throw std::runtime_error("the shard serves no experts");
+          result.weight_bytes[slot] = m.weight_bytes();
+          kv_cache cache{be, m.cache_shape(16), 8};
+          const std::vector<int32_t> table{5, 0, 7, 2, 1, 6, 3, 4};
+          const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(d)];
+          std::vector<int32_t> out;
+          for (int64_t step = 0; step < n_steps; ++step) {
+            if (static_cast<int64_t>(out.size()) == n_tokens[static_cast<size_t>(d)]) {
+              m.idle_step();
+              continue;
+            }
+            forward_batch fb;
+            if (out.empty()) {
+              fb.add_sequence(prompt, 0, table, true);
+            } else {
+              const int32_t tok[1] = {out.back()};
+              fb.add_sequence(tok, static_cast<int32_t>(prompt.size() + out.size() - 1), table, true);
+            }
+            out.push_back(argmax(m.forward(fb, cache)));
           }
-          forward_batch fb;
-          if (out.empty()) {
-            fb.add_sequence(prompt, 0, table, true);
-          } else {
-            const int32_t tok[1] = {out.back()};
-            fb.add_sequence(tok, static_cast<int32_t>(prompt.size() + out.size() - 1), table, true);
-          }
-          out.push_back(argmax(m.forward(fb, cache)));
+          outputs[slot] = out;
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(d * tp + r)] = e.what();
+          expert_group->abort(e.what());
+          tp_groups[static_cast<size_t>(d)]->abort(e.what());
         }
-        outputs[slot] = out;
       });
   for (auto& t : ranks)
     t.join();
+  for (const auto& e : errors)
+    CHECK_MESSAGE(e.empty(), e);
   for (int d = 0; d < dp; ++d) {
     for (int r = 1; r < tp; ++r)
       CHECK(outputs[static_cast<size_t>(d * tp + r)] == outputs[static_cast<size_t>(d * tp)]);
@@ -499,9 +512,9 @@ TEST_CASE("lockstep expert parallelism: a dp 2 x tp 2 rank holds a quarter of th
       }
       CHECK(expert_bytes(lockstep) * 2 == expert_bytes(one_replica));
       CHECK(lockstep.weights.total_bytes() < one_replica.weights.total_bytes());
-      MESSAGE("dp 2 x tp 2 lockstep rank " << shard.ep_rank() << ": " << lockstep.weights.total_bytes()
-                                           << " bytes (a tp 2 EP rank of one replica: "
-                                           << one_replica.weights.total_bytes() << ")");
+      MESSAGE("dp 2 x tp 2 lockstep rank "
+              << shard.ep_rank() << ": " << lockstep.weights.total_bytes()
+              << " bytes (a tp 2 EP rank of one replica: " << one_replica.weights.total_bytes() << ")");
     }
   CHECK(held.size() == static_cast<size_t>(cfg.n_expert));
 }
