@@ -115,7 +115,7 @@ TEST_CASE(
   CHECK_THROWS_AS(late.all_reduce_sum(&v, 1), comm::comm_error);
 }
 
-TEST_CASE("an abortable barrier's closing wait outlasts an abort: ranks that passed the opening one all meet") {
+TEST_CASE("an abortable barrier's closing wait outlasts an abort: ranks that passed the opening one all meet [asan]") {
   // What keeps a collective's input buffers alive until every peer has copied them: an abort between the opening
   // and the closing barrier must not let a rank leave early (and free what a peer still reads).
   comm::abortable_barrier barrier{3, "the expert-parallel group"};
