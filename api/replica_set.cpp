@@ -356,18 +356,7 @@ void replica_set::supervise() {
     auto decision = job.decision;
     for (;;) {
       if (!decision.restart) {
-        log::error("replicas", "{}", decision.why);
-        std::function<void(const std::string&)> fatal;
-        std::string why;
-        {
-          std::lock_guard lock{mutex_};
-          if (supervisor_.all_given_up()) {
-            fatal = fatal_handler_;
-            why = ranks_.size() > 1 ? "every replica failed: " + unavailable_locked() : decision.why;
-          }
-        }
-        if (fatal)
-          fatal(why);
+        give_up(decision);
         break;
       }
       if (decision.wait.count() > 0) {
@@ -405,6 +394,21 @@ void replica_set::supervise() {
   }
 }
 
+void replica_set::give_up(const replica_supervisor::decision& decision) {
+  log::error("replicas", "{}", decision.why);
+  std::function<void(const std::string&)> fatal;
+  std::string why;
+  {
+    std::lock_guard lock{mutex_};
+    if (supervisor_.all_given_up()) {
+      fatal = fatal_handler_;
+      why = ranks_.size() > 1 ? "every replica failed: " + unavailable_locked() : decision.why;
+    }
+  }
+  if (fatal)
+    fatal(why);
+}
+
 bool replica_set::restart_lockstep_set(failure_job job) {
   std::vector<actors::replica> old;
   std::shared_ptr<comm::shared_memory_group> old_group;
@@ -421,18 +425,7 @@ bool replica_set::restart_lockstep_set(failure_job job) {
   auto decision = job.decision;
   for (;;) {
     if (!decision.restart) {
-      log::error("replicas", "{}", decision.why);
-      std::function<void(const std::string&)> fatal;
-      std::string why;
-      {
-        std::lock_guard lock{mutex_};
-        if (supervisor_.all_given_up()) {
-          fatal = fatal_handler_;
-          why = "every replica failed: " + unavailable_locked();
-        }
-      }
-      if (fatal)
-        fatal(why);
+      give_up(decision);
       return true;
     }
     if (decision.wait.count() > 0) {

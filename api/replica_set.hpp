@@ -74,6 +74,9 @@ class replica_set {
   void on_batch(proto::output_batch& batch);
   void watch(int32_t replica);
   void supervise();
+  /// A replica (or a lockstep set) will not be rebuilt: logs why, and once no replica can come back, tells the
+  /// handler of on_unrecoverable_failure.
+  void give_up(const replica_supervisor::decision& decision);
   /// Lockstep replicas (expert parallelism over data parallelism): the supervisor's job for a failure, which stops
   /// the whole set and rebuilds it. Returns false when the engine is stopping.
   bool restart_lockstep_set(failure_job job);

@@ -10,6 +10,7 @@
 #include "actors/scheduler_actor.hpp"
 #include "actors/sequence_samplers.hpp"
 #include "actors/step_inbox.hpp"
+#include "deterministic_system.hpp"
 #include "kernels/backend.hpp"
 #include "test_paths.hpp"
 
@@ -189,17 +190,7 @@ struct news {
   std::optional<proto::request_failure> failure;
 };
 
-struct graph_fixture {
-  static caf::actor_system_config& testing(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    proto::add_message_types(cfg);
-    return cfg;
-  }
-  caf::actor_system_config cfg;
-  caf::actor_system sys{testing(cfg)};
-  caf::scheduler::test_coordinator& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  caf::scoped_actor self{sys};
-
+struct graph_fixture : test::deterministic_system {
   proto::engine_actor engine;
   proto::scheduler_actor scheduler;
   std::vector<fake_stage> stages;

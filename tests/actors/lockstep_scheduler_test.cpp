@@ -4,6 +4,7 @@
 // busy peer, and none ahead of it; two busy replicas add none; a scheduler not in lockstep sends none.
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/scheduler_actor.hpp"
+#include "deterministic_system.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -53,16 +54,7 @@ fake_shard::behavior_type fake_shard_behavior(fake_shard::stateful_pointer<fake_
   };
 }
 
-struct lockstep_fixture {
-  static caf::actor_system_config& testing(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    proto::add_message_types(cfg);
-    return cfg;
-  }
-  caf::actor_system_config cfg;
-  caf::actor_system sys{testing(cfg)};
-  caf::scheduler::test_coordinator& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  caf::scoped_actor self{sys};
+struct lockstep_fixture : test::deterministic_system {
   std::vector<proto::scheduler_actor> schedulers;
   std::vector<fake_shard> shards;
   std::vector<plan_log> seen;

@@ -5,6 +5,7 @@
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/shard_actor.hpp"
 #include "actors/worker_actor.hpp"
+#include "deterministic_system.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -22,16 +23,7 @@ using namespace actorllm;
 
 namespace {
 
-struct worker_fixture {
-  static caf::actor_system_config& testing(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    proto::add_message_types(cfg);
-    return cfg;
-  }
-  caf::actor_system_config cfg;
-  caf::actor_system sys{testing(cfg)};
-  caf::scheduler::test_coordinator& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  caf::scoped_actor self{sys};
+struct worker_fixture : test::deterministic_system {
   proto::worker_actor worker = actors::spawn_worker(sys, proto::worker_registry_actor{}, 0);
 
   ~worker_fixture() {
