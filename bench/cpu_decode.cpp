@@ -98,20 +98,25 @@ double prefill_tokens_per_second(model::llama_model& llm, int64_t n_tokens, int6
 }
 
 /// Weight bytes of the largest rank of a `tp`-rank group, from the weight table's slices (nothing is loaded).
-size_t max_rank_weight_bytes(const model::model_config& cfg, int tp, bool expert_parallel, dtype type) {
+/// The most weight bytes any rank holds with tp ranks per replica; with expert parallelism over dp lockstep
+/// replicas the EP group has dp × tp ranks (each replica's ranks hold other experts).
+size_t max_rank_weight_bytes(const model::model_config& cfg, int tp, bool expert_parallel, dtype type, int dp = 1) {
   size_t most = 0;
-  for (int r = 0; r < tp; ++r) {
-    model::shard_spec shard{r, tp, 0, -1, expert_parallel};
-    size_t bytes = 0;
-    for (const auto& decl : model::llama_weight_table(cfg, shard).weights) {
-      const auto slice = model::slice_for(decl, r, tp);
-      size_t n = dtype_size(type);
-      for (int64_t d : slice.shape)
-        n *= static_cast<size_t>(d);
-      bytes += n;
+  for (int d = 0; d < dp; ++d)
+    for (int r = 0; r < tp; ++r) {
+      model::shard_spec shard{r, tp, 0, -1, expert_parallel};
+      shard.dp_rank = d;
+      shard.dp_size = dp;
+      size_t bytes = 0;
+      for (const auto& decl : model::llama_weight_table(cfg, shard).weights) {
+        const auto slice = model::slice_for(decl, r, tp);
+        size_t n = dtype_size(type);
+        for (int64_t dim : slice.shape)
+          n *= static_cast<size_t>(dim);
+        bytes += n;
+      }
+      most = std::max(most, bytes);
     }
-    most = std::max(most, bytes);
-  }
   return most;
 }
 
@@ -251,6 +256,10 @@ int main(int argc, char** argv) {
                     fmt::format("{:.3f} / {:.3f}", max_rank_weight_bytes(cfg, tp, false, weight_type) / 1e9,
                                 max_rank_weight_bytes(cfg, tp, true, weight_type) / 1e9)
                         .c_str());
+  const bool lockstep_fits = cfg.n_expert >= 4 && cfg.n_head % 2 == 0;
+  if (lockstep_fits)
+    std::printf("%-44s %16.3f\n", "weights per rank, EP over dp 2 x tp 2 (GB)",
+                max_rank_weight_bytes(cfg, 2, true, weight_type, 2) / 1e9);
   std::printf("%-44s %16.2f\n", "memory read bandwidth (GB/s)", bandwidth / 1e9);
   std::printf("%-44s %16s\n", "  best read pattern", best_pattern.name().c_str());
   std::printf("%-44s %16.2f\n", "decode tokens/s, batch 1", tps1);
@@ -277,6 +286,9 @@ int main(int argc, char** argv) {
   w.key("n_expert").value(cfg.n_expert);
   w.key("n_expert_used").value(cfg.n_expert_used);
   w.key("expert_bytes").value(static_cast<uint64_t>(expert_bytes));
+  if (lockstep_fits)
+    w.key("rank_weight_bytes_ep_dp2_tp2")
+        .value(static_cast<uint64_t>(max_rank_weight_bytes(cfg, 2, true, weight_type, 2)));
   w.key("memory_bandwidth_bytes_per_s").value(bandwidth);
   w.key("memory_bandwidth_best_pattern").value(best_pattern.name());
   w.key("decode_batch1_tokens_per_s").value(tps1);
