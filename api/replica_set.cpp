@@ -46,7 +46,7 @@ replica_set::replica_set(caf::actor_system& sys, const engine_config& config)
       config_(config),
       dp_size_(std::max(config.data_parallel_size, 1)),
       ranks_(replica_ranks(config)),
-      supervisor_(static_cast<int32_t>(ranks_.size()), {config.restart_workers, config.max_worker_restarts}),
+      supervisor_(static_cast<int32_t>(ranks_.size()), {config.restart_workers, config.max_worker_restarts}, ranks_),
       router_(static_cast<int32_t>(ranks_.size()), router_options(config)) {
   if (config.data_parallel_rank >= dp_size_)
     throw error{errc::invalid_config, fmt::format("data_parallel_rank: {} is not in [0, {}) (data_parallel_size {})",

@@ -7,20 +7,24 @@
 
 namespace actorllm::detail {
 
-replica_supervisor::replica_supervisor(int32_t n_replicas, policy p)
-    : policy_(p), replicas_(static_cast<size_t>(std::max(n_replicas, 0))) {}
+replica_supervisor::replica_supervisor(int32_t n_replicas, policy p, std::vector<int32_t> ranks)
+    : policy_(p), ranks_(std::move(ranks)), replicas_(static_cast<size_t>(std::max(n_replicas, 0))) {}
+
+int32_t replica_supervisor::rank_of(int32_t replica) const {
+  return static_cast<size_t>(replica) < ranks_.size() ? ranks_[static_cast<size_t>(replica)] : replica;
+}
 
 replica_supervisor::decision replica_supervisor::next_try(int32_t index) {
   replica_state& r = replicas_.at(static_cast<size_t>(index));
   decision d;
   if (!policy_.restart) {
     r.st = state::given_up;
-    d.why = fmt::format("replica {}: worker restarts are off (restart_workers = false): {}", index, r.failure);
+    d.why = fmt::format("replica {}: worker restarts are off (restart_workers = false): {}", rank_of(index), r.failure);
     return d;
   }
   if (r.restarts >= policy_.max_restarts) {
     r.st = state::given_up;
-    d.why = fmt::format("replica {}: gave up after {} restart(s): {}", index, r.restarts, r.failure);
+    d.why = fmt::format("replica {}: gave up after {} restart(s): {}", rank_of(index), r.restarts, r.failure);
     return d;
   }
   // A replica that served is rebuilt at once; after a failed try wait 1, 2, 4, 8 s, so a node agent that comes back
@@ -30,7 +34,7 @@ replica_supervisor::decision replica_supervisor::next_try(int32_t index) {
                                   : std::chrono::milliseconds{1000LL << std::min(r.restarts - 1, 3)};
   ++r.restarts;
   r.st = state::restarting;
-  d.why = fmt::format("replica {}: restart {} of at most {}", index, r.restarts, policy_.max_restarts);
+  d.why = fmt::format("replica {}: restart {} of at most {}", rank_of(index), r.restarts, policy_.max_restarts);
   return d;
 }
 

@@ -24,7 +24,8 @@ class replica_supervisor {
     int32_t max_restarts = 3;  ///< engine_config::max_worker_restarts, per replica
   };
 
-  replica_supervisor(int32_t n_replicas, policy p);
+  /// `ranks`: each replica's data-parallel rank, which the decisions' messages name (empty: its index).
+  replica_supervisor(int32_t n_replicas, policy p, std::vector<int32_t> ranks = {});
 
   /// What to do after a failure or a failed restart.
   struct decision {
@@ -60,8 +61,11 @@ class replica_supervisor {
     std::string failure;
   };
   decision next_try(int32_t replica);
+  /// The replica's data-parallel rank (its index when no ranks were given).
+  int32_t rank_of(int32_t replica) const;
 
   policy policy_;
+  std::vector<int32_t> ranks_;
   std::vector<replica_state> replicas_;
 };
 

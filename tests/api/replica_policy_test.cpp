@@ -260,3 +260,13 @@ TEST_CASE("replica supervisor: with restarts off a failed replica is given up at
   CHECK(s.all_given_up());
   CHECK(!s.any_serving());
 }
+
+TEST_CASE("replica supervisor: its messages name a replica by its data-parallel rank, not its index") {
+  // An engine that serves only rank 3 of 4 (--data-parallel-rank 3) holds one replica, at index 0.
+  replica_supervisor s{1, {.restart = true, .max_restarts = 1}, {3}};
+  auto d = s.on_failure(0, "worker 0 is gone");
+  REQUIRE(d);
+  CHECK(d->why.rfind("replica 3: restart 1 of at most 1", 0) == 0);
+  const auto given_up = s.on_restart_failed(0, "no device");
+  CHECK(given_up.why.rfind("replica 3: gave up after 1 restart(s)", 0) == 0);
+}
