@@ -54,7 +54,7 @@ void report_failure(shard_pointer self, uint64_t step_id, std::string message) {
   // collective this shard will not reach. Aborting the groups fails their steps at once (and their replicas with
   // them, which restarts the set) instead of leaving them blocked. A no-op when they were aborted already.
   if (st.args.expert_group) {
-    const std::string why = fmt::format("replica {} {} failed", st.args.spec.dp_rank, st.where());
+    const std::string why = fmt::format("replica {} {} failed: {}", st.args.spec.dp_rank, st.where(), message);
     st.args.expert_group->abort(why);
     if (st.args.group && st.args.group->abortable())
       st.args.group->abort(why);

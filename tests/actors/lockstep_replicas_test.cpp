@@ -172,3 +172,32 @@ TEST_CASE("left to choose, the executor is uni for lockstep DP+EP even where a n
   CHECK(actors::resolve_executor(c) == "mp");
   ::unsetenv("ACTORLLM_CPU_DEVICES");
 }
+
+TEST_CASE("a lockstep set: one shard failing alone fails the other replica's running step at once") {
+  // TP rank 1 of replica 1 gets a plan no other shard gets, whose block table points outside its cache: it fails
+  // alone. Replica 1's rank 0 would then wait for it in the next idle step, and replica 0's step for both, until the
+  // step timeout (60 s here); the failing shard aborts the groups instead, so the request fails within seconds.
+  mixtral_dir dir;
+  const engine_config c = lockstep_config(dir);
+  caf::actor_system_config cfg;
+  proto::add_message_types(cfg);
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  actors::lockstep_set set = actors::build_lockstep_replicas(sys, c, 2);
+  REQUIRE(set.replicas[1].shards.size() == 2);
+
+  proto::step_plan bad;
+  bad.step_id = 9999;
+  bad.tokens = {1};
+  bad.positions = {0};
+  bad.sequences.push_back({engine::seq_id{777, 0}, 0, 1, true, {1 << 30}});
+  caf::anon_send(set.replicas[1].shards[1], proto::shared_plan{std::make_shared<const proto::step_plan>(bad)});
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const outcome cut = run_request(sys, set.replicas[0].engine, 1, 200, [] {});
+  INFO(cut.failure);
+  CHECK(cut.ids.empty());
+  CHECK(cut.failure.find("was aborted: replica 1 stage 0 rank 1") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{20});
+  actors::stop_lockstep_replicas(sys, set.replicas, set.expert_group, "the test is over");
+}
