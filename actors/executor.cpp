@@ -4,10 +4,9 @@
 #include "actorllm/error.hpp"
 #include "actors/cluster_executor.hpp"
 #include "actors/executor_choice.hpp"
+#include "actors/lockstep_replicas.hpp"
 #include "actors/mp_executor.hpp"
 #include "kernels/device.hpp"
-#include "model/model_config.hpp"
-#include "model/model_error.hpp"
 #include "util/log.hpp"
 
 #include <fmt/format.h>
@@ -34,19 +33,6 @@ int32_t local_replica_count(const engine_config& config) {
   const int32_t dp = std::max(1, config.data_parallel_size);
   return config.data_parallel_size_local > 0 ? std::min(config.data_parallel_size_local, dp) : dp;
 }
-
-namespace {
-
-// Whether the model directory's config.json names an MoE model (false when it cannot be read: loading says why).
-bool is_moe_model(const std::string& dir) {
-  try {
-    return model::load_model_config(dir).n_expert > 0;
-  } catch (const model::model_error&) {
-    return false;
-  }
-}
-
-}  // namespace
 
 std::string resolve_executor(const engine_config& config) {
   if (config.data_parallel_size < 1)
@@ -86,7 +72,7 @@ std::string resolve_executor(const engine_config& config) {
   if (config.distributed_executor_backend.empty() && config.enable_expert_parallel && config.data_parallel_size > 1 &&
       config.data_parallel_rank < 0 && !remote_replicas && config.pipeline_parallel_size == 1 &&
       (!on_gpu || visible_gpu_count() >= config.data_parallel_size * config.tensor_parallel_size) &&
-      is_moe_model(config.model)) {
+      names_moe_model(config.model)) {
     log::info("executor",
               "executor uni: expert parallelism over {} data-parallel replicas steps them in lockstep, in one "
               "process",

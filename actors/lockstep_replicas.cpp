@@ -15,6 +15,7 @@
 #include <chrono>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace actorllm::actors {
@@ -55,16 +56,28 @@ bool steps_in_lockstep(const engine_config& config, const model::model_config& m
   return true;
 }
 
+namespace {
+
+std::optional<model::model_config> read_model_config(const std::string& dir) {
+  try {
+    return model::load_model_config(dir);
+  } catch (const model::model_error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
 bool steps_in_lockstep(const engine_config& config) {
   if (!config.enable_expert_parallel || config.data_parallel_size <= 1)
     return false;
-  model::model_config model;
-  try {
-    model = model::load_model_config(config.model);
-  } catch (const model::model_error&) {
-    return false;
-  }
-  return steps_in_lockstep(config, model);
+  const auto model = read_model_config(config.model);
+  return model && steps_in_lockstep(config, *model);
+}
+
+bool names_moe_model(const std::string& dir) {
+  const auto model = read_model_config(dir);
+  return model && model->n_expert > 0;
 }
 
 lockstep_set build_lockstep_replicas(caf::actor_system& sys, const engine_config& config, int32_t dp_size) {

@@ -33,6 +33,9 @@ bool steps_in_lockstep(const engine_config& config, const model::model_config& m
 /// As above, reading the model's config.json; false when it cannot be read (building the replica then reports why).
 bool steps_in_lockstep(const engine_config& config);
 
+/// Whether the model directory's config.json names an MoE model; false when it cannot be read.
+bool names_moe_model(const std::string& dir);
+
 /// The replicas of one lockstep set and the EP group they share.
 struct lockstep_set {
   std::vector<replica> replicas;  ///< data-parallel ranks 0..dp_size-1, in order

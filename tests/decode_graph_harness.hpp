@@ -121,4 +121,27 @@ struct stories_graph_model {
   std::unique_ptr<model::decode_graphs> graphs;
 };
 
+/// One decode step's logits eagerly (`want`) and replayed through `m`'s graphs (`got`), over block tables other
+/// than those of the previous replay (the graphs' persistent tables are overwritten by this replay's upload), after
+/// the same 3 tokens were prefilled eagerly into both caches. `m` has graphs for 3 sequences or more.
+struct step_logits {
+  std::vector<float> want;
+  std::vector<float> got;
+};
+
+inline step_logits logits_over_new_tables(stories_graph_model& eager, stories_graph_model& m) {
+  model::forward_batch step;
+  for (int64_t s = 0; s < 3; ++s) {
+    const int32_t tok[1] = {5};
+    step.add_sequence(tok, 3, stories_graph_model::table_of(s, 3, 1, 90), true);
+  }
+  for (int64_t s = 0; s < 3; ++s) {
+    model::forward_batch fb;
+    fb.add_sequence(std::vector<int32_t>{1, 5, 9}, 0, step.sequences[static_cast<size_t>(s)].block_table, false);
+    eager.llm.forward(fb, eager.cache);
+    m.llm.forward(fb, m.cache);
+  }
+  return {eager.logits(step, false), m.logits(step, true)};
+}
+
 }  // namespace actorllm::test

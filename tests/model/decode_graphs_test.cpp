@@ -130,19 +130,7 @@ TEST_CASE("decode graphs: a replay after the block tables change gives the eager
   CHECK(moved == reference);
 
   // Logits too, not only their argmax: one decode step over tables that differ from the previous replay's.
-  model::forward_batch step;
-  for (int64_t s = 0; s < 3; ++s) {
-    const int32_t tok[1] = {5};
-    step.add_sequence(tok, 3, test::stories_graph_model::table_of(s, 3, 1, 90), true);
-  }
-  for (int64_t s = 0; s < 3; ++s) {  // the same cache contents on both sides: positions 0..2 prefilled eagerly
-    model::forward_batch fb;
-    fb.add_sequence(std::vector<int32_t>{1, 5, 9}, 0, step.sequences[static_cast<size_t>(s)].block_table, false);
-    eager.llm.forward(fb, eager.cache);
-    m.llm.forward(fb, m.cache);
-  }
-  const std::vector<float> want = eager.logits(step, false);
-  const std::vector<float> got = m.logits(step, true);
+  const auto [want, got] = test::logits_over_new_tables(eager, m);
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i)
     REQUIRE(std::fabs(got[i] - want[i]) <= 1e-5f + 1e-5f * std::fabs(want[i]));
