@@ -72,23 +72,20 @@ std::string acceptor_handshake::feed(std::string_view bytes) {
   if (peer_nonce_.empty()) {
     if (!same_bytes(std::string_view{received_}.substr(0, magic.size()), magic)) {
       state_ = outcome::refused;
-      reason_ = "it did not open with actorllm's control handshake (not actorllm, or it speaks TLS)";
+      reason_ = "it did not open with actorllm's control handshake (not actorllm, an older version, or it speaks TLS)";
       return {};
     }
     peer_nonce_ = received_.substr(magic.size());
     received_.clear();
-    std::string reply{magic};
-    reply += own_nonce_;
-    reply += proof(key_, acceptor_label, peer_nonce_, own_nonce_);
-    return reply;
+    return std::string{magic} + own_nonce_;
   }
   if (!same_bytes(received_, proof(key_, connector_label, own_nonce_, peer_nonce_))) {
     state_ = outcome::refused;
     reason_ = "it does not hold the cluster token";
-    return {};
+    return std::string{refusal};
   }
   state_ = outcome::accepted;
-  return {};
+  return proof(key_, acceptor_label, peer_nonce_, own_nonce_);
 }
 
 // -- connector ----------------------------------------------------------------------------------------------------
@@ -98,35 +95,46 @@ connector_handshake::connector_handshake(std::string key) : key_(std::move(key))
 }
 
 std::size_t connector_handshake::wanted() const {
-  return state_ == outcome::pending ? reply_bytes - received_.size() : 0;
+  if (state_ != outcome::pending)
+    return 0;
+  return peer_nonce_.empty() ? challenge_bytes - received_.size() : verdict_bytes - received_.size();
 }
 
 std::string connector_handshake::feed(std::string_view bytes) {
   if (bytes.size() > wanted())
     throw std::logic_error("connector_handshake::feed: more bytes than wanted()");
   received_.append(bytes);
-  // The magic is checked as soon as it is here: a peer that answers otherwise may never send 80 bytes.
-  const std::size_t head = std::min(received_.size(), magic.size());
-  if (state_ == outcome::pending && !same_bytes(std::string_view{received_}.substr(0, head), magic.substr(0, head))) {
-    state_ = outcome::refused;
-    no_gate_ = true;
-    reason_ = "the peer did not answer with actorllm's control handshake (does it use TLS?)";
-    return {};
+  // The magic is checked as soon as it is here: a peer that answers otherwise may never send 48 bytes.
+  if (peer_nonce_.empty()) {
+    const std::size_t head = std::min(received_.size(), magic.size());
+    if (state_ == outcome::pending && !same_bytes(std::string_view{received_}.substr(0, head), magic.substr(0, head))) {
+      state_ = outcome::refused;
+      no_gate_ = true;
+      reason_ =
+          "the peer did not answer with actorllm's control handshake (does it use TLS, or another actorllm version?)";
+      return {};
+    }
   }
   if (state_ != outcome::pending || wanted() != 0)
     return {};
-  const std::string_view reply{received_};
-  const std::string_view peer_nonce = reply.substr(magic.size(), nonce_bytes);
-  const std::string_view peer_proof = reply.substr(magic.size() + nonce_bytes);
-  if (!same_bytes(peer_proof, proof(key_, acceptor_label, own_nonce_, peer_nonce))) {
+  if (peer_nonce_.empty()) {
+    peer_nonce_ = received_.substr(magic.size());
+    received_.clear();
+    return proof(key_, connector_label, peer_nonce_, own_nonce_);
+  }
+  if (same_bytes(received_, refusal)) {
     state_ = outcome::refused;
     reason_ =
-        "wrong cluster token: the peer proved another token than ours (give both the same --cluster-token "
-        "or $ACTORLLM_CLUSTER_TOKEN)";
+        "wrong cluster token: the peer refused ours (give both the same --cluster-token or $ACTORLLM_CLUSTER_TOKEN)";
+    return {};
+  }
+  if (!same_bytes(received_, proof(key_, acceptor_label, own_nonce_, peer_nonce_))) {
+    state_ = outcome::refused;
+    reason_ = "the peer could not prove the cluster token (it is not the head or worker it claims to be)";
     return {};
   }
   state_ = outcome::accepted;
-  return proof(key_, connector_label, peer_nonce, own_nonce_);
+  return {};
 }
 
 // -- blocking client ----------------------------------------------------------------------------------------------
@@ -166,21 +174,27 @@ std::optional<gate_failure> connect_through_gate(int fd, const std::string& key,
   connector_handshake hs{key};
   if (auto failed = send_all(hs.hello()))
     return failed;
-  char buf[gate::reply_bytes];
+  char buf[gate::max_message_bytes];
   while (hs.state() == outcome::pending) {
     if (!wait(POLLIN))
       return gate_failure{true, fmt::format("no control handshake from the peer within {} ms", timeout.count())};
     const ssize_t n = ::recv(fd, buf, hs.wanted(), MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       continue;
+    if (n == 0 && hs.proved())  // a refusing acceptor sends its verdict first; one that only closes most likely refused
+      return gate_failure{false,
+                          "the peer closed the connection after our proof (does it hold another cluster token?)"};
     if (n <= 0)
       return gate_failure{
           true, n == 0 ? "the peer closed the connection during the control handshake"
                        : fmt::format("the connection broke during the control handshake: {}", std::strerror(errno))};
-    std::string answer = hs.feed(std::string_view{buf, static_cast<std::size_t>(n)});
-    if (hs.state() == outcome::accepted)
-      return send_all(answer);
+    const std::string answer = hs.feed(std::string_view{buf, static_cast<std::size_t>(n)});
+    if (!answer.empty())
+      if (auto failed = send_all(answer))
+        return failed;
   }
+  if (hs.state() == outcome::accepted)
+    return std::nullopt;
   return gate_failure{hs.no_gate(), hs.reason()};
 }
 

@@ -3,6 +3,7 @@
 
 #include "actorllm/error.hpp"
 #include "actorllm/proto/error.hpp"
+#include "actors/cluster_token.hpp"
 #include "actors/gated_multiplexer.hpp"
 
 #include <caf/openssl/manager.hpp>
@@ -177,6 +178,7 @@ std::vector<std::pair<std::string, std::string>> control_tls::environment() cons
 }
 
 void enable_network(caf::actor_system_config& cfg, const control_tls& tls, const std::string& control_key) {
+  check_cluster_token(control_key, "--cluster-token or $ACTORLLM_CLUSTER_TOKEN");
   load_gated_middleman(cfg, control_key);
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{500}});
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});

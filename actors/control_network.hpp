@@ -52,7 +52,8 @@ struct control_tls {
 /// module carries every connection instead and certificates authenticate both ends. Peers met through a third node
 /// (a worker and the next stage's worker, both connected to the engine) are reached through it: CAF 0.17's automatic
 /// direct connections lost messages (a step that never finished, most likely) and kept a dead worker's proxies alive
-/// on the indirect route.
+/// on the indirect route. Throws actorllm::error (invalid_config) when `control_key` is too weak for a cluster token
+/// (check_cluster_token).
 void enable_network(caf::actor_system_config& cfg, const control_tls& tls, const std::string& control_key);
 
 /// The environment variable that gives a worker process its engine's control key.

@@ -209,7 +209,7 @@ void gate_keeper::step(pending& p, short revents) {
     return;
   }
   if ((revents & POLLIN) != 0 && p.out.empty() && p.handshake->wanted() > 0) {
-    char buf[gate::reply_bytes];
+    char buf[gate::max_message_bytes];
     const ssize_t n = ::recv(p.fd, buf, std::min(p.handshake->wanted(), sizeof buf), MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       return;
@@ -217,7 +217,7 @@ void gate_keeper::step(pending& p, short revents) {
       if (n < 0)
         refuse(p, "the connection broke during the handshake");
       else if (p.handshake->replied())
-        refuse(p, "it closed the connection after our proof (a peer with another cluster token does that)");
+        refuse(p, "it closed the connection after our challenge, without a proof");
       else
         refuse(p, "it closed the connection during the handshake");
       return;

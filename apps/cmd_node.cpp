@@ -32,7 +32,6 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -59,11 +58,6 @@ extern "C" void on_stop_signal(int sig) { stop_signal = sig; }
 std::string env_or(const char* name, std::string fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? std::string{v} : std::move(fallback);
-}
-
-std::string random_token() {
-  std::random_device rd;
-  return fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
 }
 
 std::string host_name() {
@@ -121,7 +115,7 @@ int run_node(const node_cli& o) {
         "--join needs the cluster token: --cluster-token T or ACTORLLM_CLUSTER_TOKEN (the "
         "head prints it when it starts)");
   if (generated_token)
-    token = random_token();
+    token = actors::new_control_key();  // 256 random bits from OpenSSL
 
   const auto tls = actors::control_tls::from_environment(o.tls);
   tls.check();

@@ -2,6 +2,7 @@
 // take hostile bytes on their control ports — the reproduction of the head crash (garbage after a handshake
 // prefix), then a seeded fuzzer for a bounded time — and keep serving; a head beyond loopback without TLS refuses to
 // start unless --insecure, and says why.
+#include "actors/cluster_token.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
 #include "e2e_cluster/control_port_fuzz.hpp"
 #include "e2e_server/server_harness.hpp"
@@ -76,9 +77,10 @@ TEST_CASE("a head takes garbage after a handshake prefix, forged proofs and rand
     for (std::size_t k = 0; k < garbage.size(); ++k)
       garbage[k] = static_cast<char>((k * 131 + static_cast<std::size_t>(i) * 17) ^ 0x5a);
     test::send_quietly(fd, garbage);
-    // The head drops us instead of parsing a byte of it.
+    // The head takes the first 32 bytes as a (wrong) proof, answers its constant refusal and drops us instead of
+    // parsing a byte of the rest.
     const std::string after = test::read_until_closed(fd, 6s);
-    CHECK(after.empty());
+    CHECK(after == actors::gate::refusal);
     ::close(fd);
   }
   for (int i = 0; i < 20; ++i) {  // no handshake at all
@@ -97,6 +99,7 @@ TEST_CASE("a head takes garbage after a handshake prefix, forged proofs and rand
 
 TEST_CASE("a head beyond loopback without TLS refuses to start unless --insecure, and says why") {
   const std::string binary = test::actorllm_binary().string();
+  const std::string strong_token = "3f9c2b7e1d0a4c6e8b5f2a9d7c3e1b0f";
   const auto refused = test::run_command(
       fmt::format("'{}' node --head --host 0.0.0.0 --port 0 --cpu-devices 0 --cluster-token t 2>&1", binary));
   CHECK(refused.status != 0);
@@ -110,11 +113,45 @@ TEST_CASE("a head beyond loopback without TLS refuses to start unless --insecure
 
   // With --insecure it runs (SIGTERM from `timeout` ends it) and warns in its log.
   const auto insecure = test::run_command(fmt::format(
-      "timeout -s TERM 3 '{}' node --head --host 0.0.0.0 --port 0 --cpu-devices 0 --cluster-token t --insecure 2>&1",
-      binary));
+      "timeout -s TERM 3 '{}' node --head --host 0.0.0.0 --port 0 --cpu-devices 0 --cluster-token {} --insecure 2>&1",
+      binary, strong_token));
   CHECK(contains(insecure.out, "Cluster head listening on 0.0.0.0:"));
   CHECK(contains(insecure.out, "control plane in plaintext on 0.0.0.0"));
   CHECK(contains(insecure.out, "neither encrypted nor protected from tampering"));
+}
+
+TEST_CASE("weak cluster tokens are refused when a head, a joining node or `status` starts, naming the flag") {
+  // The issue's report: `--cluster-token abc` was accepted, so a token could be guessed. Each process that would
+  // hold the token refuses it at start (no head ever listens with it), and a generated token is accepted.
+  const std::string binary = test::actorllm_binary().string();
+  for (const std::string& weak : std::vector<std::string>{"abc", "0123456789abcdef0123456789abcde",
+                                                          std::string(40, 'a'), "abababababababababababababababab"}) {
+    const auto head = test::run_command(fmt::format(
+        "timeout -s KILL 10 '{}' node --head --port 0 --cpu-devices 0 --cluster-token '{}' 2>&1", binary, weak));
+    CHECK_MESSAGE(head.status != 0, head.out);
+    CHECK_MESSAGE(contains(head.out, "--cluster-token or $ACTORLLM_CLUSTER_TOKEN"), head.out);
+    CHECK(contains(head.out, "openssl rand -hex 32"));
+    CHECK_FALSE(contains(head.out, "Cluster head listening"));
+    CHECK_FALSE(contains(head.out, "'" + weak + "'"));  // the message never echoes the token
+  }
+  const auto join = test::run_command(
+      fmt::format("timeout -s KILL 10 '{}' node --join 127.0.0.1:1 --cpu-devices 1 --cluster-token abc 2>&1", binary));
+  CHECK(join.status != 0);
+  CHECK(contains(join.out, "the cluster token has 3 characters, fewer than the 32"));
+  const auto status = test::run_command(
+      fmt::format("timeout -s KILL 10 '{}' status --address 127.0.0.1:1 --cluster-token abc 2>&1", binary));
+  CHECK(status.status != 0);
+  CHECK(contains(status.out, "fewer than the 32"));
+
+  // Without a token, the head makes one of 64 hex characters (accepted by the same check) and prints it.
+  const auto generated = test::run_command(fmt::format(
+      "env -u ACTORLLM_CLUSTER_TOKEN timeout -s TERM 3 '{}' node --head --port 0 --cpu-devices 0 2>&1", binary));
+  CHECK_MESSAGE(contains(generated.out, "Cluster head listening"), generated.out);
+  const auto at = generated.out.find("ACTORLLM_CLUSTER_TOKEN=");
+  REQUIRE(at != std::string::npos);
+  const std::string token = generated.out.substr(at + 23, generated.out.find(' ', at) - at - 23);
+  CHECK(token.size() == 64);
+  CHECK_FALSE(actors::cluster_token_weakness(token).has_value());
 }
 
 TEST_CASE("the control port of a cluster head under a seeded fuzzer keeps serving [asan]") {

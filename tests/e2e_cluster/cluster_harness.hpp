@@ -95,7 +95,7 @@ class sim_cluster {
     dir_ = make_temp_dir("sim-cluster");
     if (options_.token.empty()) {
       std::random_device rd;
-      options_.token = fmt::format("{:08x}{:08x}", rd(), rd());
+      options_.token = fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
     }
     try {
       start_head();

@@ -91,10 +91,10 @@ class control_port_fuzzer {
       case 2: {  // a well-formed hello from a peer without the key, then a forged proof and BASP-looking bytes
         actors::gate::connector_handshake hs{random_bytes(16)};
         send_quietly(fd, hs.hello());
-        const std::string reply = read_exactly(fd, actors::gate::reply_bytes);
+        const std::string reply = read_exactly(fd, actors::gate::challenge_bytes);
         CHECK_MESSAGE((reply.empty() || reply.rfind(std::string{actors::gate::magic}, 0) == 0),
                       "the gate answered a hello without its magic");
-        if (reply.size() == actors::gate::reply_bytes)
+        if (reply.size() == actors::gate::challenge_bytes)
           ++replies_;
         send_quietly(fd, random_bytes(actors::gate::proof_bytes) + basp_like_bytes());
         break;
