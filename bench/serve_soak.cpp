@@ -1,12 +1,13 @@
 // Soak test of a running `actorllm serve`: keeps --concurrency requests in flight for --duration seconds, mixing
 // streamed and non-streamed completions and chat completions, clients that hang up mid-stream, before any answer
 // or mid-request, and bad requests (malformed JSON, invalid values, unknown model or route, garbage HTTP, oversized
-// heads and bodies), and checks each outcome (serve_soak/soak_traffic.hpp). Before and after it reads the server's
-// RSS and open descriptors (/proc/PID) and its KV-cache usage and request gauges (/metrics), and it sends the same
-// temperature-0 request at the start and at the end. Leaks show as growth between two idle points, so "before" is
-// taken after a warm-up of the same traffic (allocator caches and first-use growth are not leaks) and "after" once
-// everything drained. Not in the default test run: scripts/soak.sh starts a server and runs this against it.
-// Prints a table, writes JSON (--json PATH), exits 1 when a criterion fails, 2 when it cannot run.
+// heads and bodies) and the attacks of issue 30 (hostile structured outputs and limits, idle connections), and checks
+// each outcome (serve_soak/soak_traffic.hpp). Before and after it reads the server's RSS and open descriptors
+// (/proc/PID) and its KV-cache usage and request gauges (/metrics), and it sends the same temperature-0 request at the
+// start and at the end. Leaks show as growth between two idle points, so "before" is taken after a warm-up of the same
+// traffic (allocator caches and first-use growth are not leaks) and "after" once everything drained. Not in the default
+// test run: scripts/soak.sh starts a server and runs this against it. Prints a table, writes JSON (--json PATH), exits
+// 1 when a criterion fails, 2 when it cannot run.
 #include "apps/bench_serve/http_client.hpp"
 #include "apps/bench_serve/sse.hpp"
 #include "apps/bench_serve/target_policy.hpp"
@@ -324,6 +325,19 @@ int run(const soak_options& o) {
     total += soak.counts[static_cast<std::size_t>(i)].sent;
   }
   criteria.push_back({"every outcome as expected", unexpected == 0, fmt::format("{} unexpected", unexpected)});
+  // /health is probed once a second beside the traffic (attacks included): it must answer 200 within a second.
+  health_probe health = soak.health;
+  health.probes += warm.health.probes;
+  health.not_ok += warm.health.not_ok;
+  health.over_1s += warm.health.over_1s;
+  health.max_ms = std::max(health.max_ms, warm.health.max_ms);
+  if (health.first_problem.empty())
+    health.first_problem = warm.health.first_problem;
+  criteria.push_back({"/health 200 within 1 s throughout",
+                      health.probes > 0 && health.not_ok == 0 && health.over_1s == 0,
+                      fmt::format("{} probes, {} not 200, {} over 1 s, slowest {:.0f} ms{}{}", health.probes,
+                                  health.not_ok, health.over_1s, health.max_ms,
+                                  health.first_problem.empty() ? "" : "; first: ", health.first_problem)});
   bool passed = true;
   for (const auto& cr : criteria)
     passed = passed && cr.passed;
@@ -417,6 +431,9 @@ int run(const soak_options& o) {
   w.key("duration_s").value(soak.seconds);
   w.key("requests").value(total);
   w.key("requests_per_s").value(soak.seconds > 0 ? static_cast<double>(total) / soak.seconds : 0.0);
+  w.key("health").begin_object();
+  w.key("probes").value(health.probes).key("not_ok").value(health.not_ok).key("over_1s").value(health.over_1s);
+  w.key("max_ms").value(health.max_ms).end_object();
   w.key("kinds");
   write_tallies(w, soak.counts);
   w.key("warmup_kinds");

@@ -27,8 +27,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -231,6 +233,146 @@ asio::awaitable<raw_result> raw_exchange(const soak_context& c, const std::strin
   co_return r;
 }
 
+/// The hostile bodies of issue 30 (built once: some are a megabyte), each with the route it goes to.
+struct hostile_body {
+  const char* path;
+  std::string body;
+  const char* what;
+};
+
+std::string nested_groups(int depth, std::string_view open) {
+  std::string out;
+  out.reserve(static_cast<std::size_t>(depth) * (open.size() + 1) + 1);
+  for (int i = 0; i < depth; ++i)
+    out += open;
+  out += 'a';
+  out.append(static_cast<std::size_t>(depth), ')');
+  return out;
+}
+
+std::string chat_body(std::string_view model, const std::function<void(json_writer&)>& extra) {
+  json_writer w;
+  w.begin_object().key("model").value(model).key("max_tokens").value(8);
+  w.key("messages").begin_array().begin_object().key("role").value("user").key("content").value("hi");
+  w.end_object().end_array();
+  extra(w);
+  w.end_object();
+  return w.take();
+}
+
+/// A completion body; `extra` writes the prompt itself when `own_prompt`.
+std::string completion_body(std::string_view model, const std::function<void(json_writer&)>& extra,
+                            bool own_prompt = false) {
+  json_writer w;
+  w.begin_object().key("model").value(model).key("max_tokens").value(8);
+  if (!own_prompt)
+    w.key("prompt").value("Once upon a time");
+  extra(w);
+  w.end_object();
+  return w.take();
+}
+
+const std::vector<hostile_body>& structured_attacks(const std::string& model) {
+  static const std::vector<hostile_body> bodies = [&] {
+    std::vector<hostile_body> v;
+    const std::string deep = nested_groups(20000, "(");
+    const std::string deep_nc = nested_groups(20000, "(?:");
+    const std::string stars = "a" + std::string(100000, '*');
+    const std::string heavy = "(.{0,100}){0,100}";
+    for (const auto* regex : {&deep, &stars, &heavy})
+      v.push_back({"/v1/completions",
+                   completion_body(model, [&](json_writer& w) { w.key("guided_regex").value(*regex); }),
+                   "completions guided_regex"});
+    v.push_back({"/v1/completions",
+                 completion_body(model,
+                                 [&](json_writer& w) {
+                                   w.key("structured_outputs").begin_object().key("regex").value(deep_nc).end_object();
+                                 }),
+                 "completions structured_outputs.regex, (?: groups"});
+    v.push_back({"/v1/chat/completions", chat_body(model, [&](json_writer& w) { w.key("guided_regex").value(deep); }),
+                 "chat guided_regex"});
+    v.push_back({"/v1/chat/completions",
+                 chat_body(model,
+                           [&](json_writer& w) {
+                             w.key("response_format").begin_object().key("type").value("json_schema");
+                             w.key("json_schema").begin_object().key("name").value("x").key("schema").begin_object();
+                             w.key("type").value("object").key("properties").begin_object().key("s").begin_object();
+                             w.key("type").value("string").key("pattern").value(stars);
+                             w.end_object().end_object().end_object().end_object().end_object();
+                           }),
+                 "chat json_schema pattern"});
+    return v;
+  }();
+  return bodies;
+}
+
+const std::vector<hostile_body>& limit_attacks(const std::string& model) {
+  static const std::vector<hostile_body> bodies = [&] {
+    std::vector<hostile_body> v;
+    v.push_back({"/v1/completions",
+                 completion_body(model,
+                                 [](json_writer& w) {
+                                   w.key("n").value(256).key("stop").begin_array();
+                                   for (int i = 0; i < 100000; ++i)
+                                     w.value(fmt::format("stop{:06d}", i));
+                                   w.end_array();
+                                 }),
+                 "100,000 stop strings, n=256"});
+    v.push_back({"/v1/completions", completion_body(model, [](json_writer& w) { w.key("n").value(10'000'000); }),
+                 "n=10,000,000"});
+    v.push_back(
+        {"/v1/completions", completion_body(model, [](json_writer& w) { w.key("n").value(2147483647); }), "n=2^31-1"});
+    v.push_back({"/v1/completions",
+                 completion_body(
+                     model,
+                     [](json_writer& w) {
+                       w.key("n").value(256).key("prompt").begin_array();
+                       for (int i = 0; i < 10000; ++i)
+                         w.value("hi");
+                       w.end_array();
+                     },
+                     true),
+                 "10,000 prompts x n=256"});
+    v.push_back({"/v1/chat/completions",
+                 chat_body(model,
+                           [](json_writer& w) {
+                             w.key("chat_template_kwargs").begin_object();
+                             for (int i = 0; i < 100000; ++i)
+                               w.key(fmt::format("k{}", i)).value(i);
+                             w.end_object();
+                           }),
+                 "100,000 chat_template_kwargs"});
+    v.push_back({"/v1/chat/completions",
+                 chat_body(model,
+                           [](json_writer& w) {
+                             w.key("tool_choice").value("required").key("tools").begin_array();
+                             for (int i = 0; i < 300; ++i) {
+                               w.begin_object().key("type").value("function").key("function").begin_object();
+                               w.key("name").value(fmt::format("tool_{}", i)).key("parameters").begin_object();
+                               w.key("type").value("object").key("properties").begin_object().key("x").begin_object();
+                               w.key("type").value("string").end_object().end_object().end_object();
+                               w.end_object().end_object();
+                             }
+                             w.end_array();
+                           }),
+                 "300 tools, tool_choice required"});
+    return v;
+  }();
+  return bodies;
+}
+
+/// GET /health; nullopt when it answered 200 within a second, else what it did.
+asio::awaitable<std::optional<std::string>> health_within_1s(const soak_context& c) {
+  const auto t0 = steady::now();
+  const http_reply r = co_await app::bench::async_http_call(c.target, "GET", "/health", "", 5s);
+  const double ms = 1000.0 * seconds_since(t0);
+  if (r.status != 200)
+    co_return fmt::format("/health answered {}", r.status);
+  if (ms > 1000.0)
+    co_return fmt::format("/health took {:.0f} ms", ms);
+  co_return std::nullopt;
+}
+
 /// Runs one request of kind `k`; nullopt when its outcome is the expected one, else what happened.
 asio::awaitable<std::optional<std::string>> run_one(const soak_context& c, kind k, std::mt19937_64& rng,
                                                     steady::time_point phase_start) {
@@ -374,6 +516,50 @@ asio::awaitable<std::optional<std::string>> run_one(const soak_context& c, kind 
       const raw_result r = co_await raw_exchange(c, bytes, -1, hang_up::close);
       co_return check_error_reply(r.status, r.body, {413});
     }
+    case kind::hostile_structured:
+    case kind::hostile_limits: {
+      const auto& all = k == kind::hostile_structured ? structured_attacks(c.model) : limit_attacks(c.model);
+      const hostile_body& h = pick(all, rng);
+      const auto t0 = steady::now();
+      const http_reply r = co_await bench::async_http_call(c.target, "POST", h.path, h.body, c.timeout);
+      if (auto wrong = check_error_reply(r.status, r.body, {400}))
+        co_return fmt::format("{}: {}", h.what, *wrong);
+      if (seconds_since(t0) > 2.0)  // refused before the work: a 4xx that took seconds was still an outage
+        co_return fmt::format("{}: refused only after {:.1f} s", h.what, seconds_since(t0));
+      co_return std::nullopt;
+    }
+    case kind::batch_hang_up: {
+      json_writer w;
+      w.begin_object().key("model").value(c.model).key("max_tokens").value(300).key("temperature").value(temperature);
+      w.key("ignore_eos").value(true).key("n").value(2).key("stream").value(random_int(rng, 0, 1) == 1);
+      w.key("prompt").begin_array();
+      for (int i = 0; i < 4; ++i)
+        w.value(random_prompt(rng));
+      w.end_array().end_object();
+      co_await raw_exchange(c, request_bytes(c.target, "POST", "/v1/completions", w.take()), 0, how);
+      co_return std::nullopt;
+    }
+    case kind::idle_connections: {
+      // Connections that never send a byte; the server may also close some (a connection cap): either is fine, as
+      // long as /health answers within a second while they are held.
+      std::vector<std::unique_ptr<beast::tcp_stream>> held;
+      for (int i = 0; i < 64; ++i) {
+        auto s = std::make_unique<beast::tcp_stream>(co_await asio::this_coro::executor);
+        s->expires_after(5s);
+        beast::error_code ec;
+        co_await s->async_connect(c.target.endpoints, asio::redirect_error(use_awaitable, ec));
+        if (!ec)
+          held.push_back(std::move(s));
+      }
+      asio::steady_timer hold{co_await asio::this_coro::executor};
+      hold.expires_after(std::chrono::milliseconds{random_int(rng, 500, 2000)});
+      beast::error_code ignored;
+      co_await hold.async_wait(asio::redirect_error(use_awaitable, ignored));
+      auto verdict = co_await health_within_1s(c);
+      for (auto& s : held)
+        s->socket().close(ignored);
+      co_return verdict;
+    }
   }
   co_return "unknown kind";
 }
@@ -444,6 +630,36 @@ phase_result run_traffic(const soak_context& c, const char* phase, std::chrono::
       }
     }
   };
+  auto health_prober = [&]() -> asio::awaitable<void> {
+    asio::steady_timer timer{io};
+    while (steady::now() < end && !stop) {
+      beast::error_code ec;
+      timer.expires_after(1s);
+      co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
+      const auto t0 = steady::now();
+      std::string problem;
+      try {
+        const http_reply r = co_await app::bench::async_http_call(c.target, "GET", "/health", "", 10s);
+        if (r.status != 200)
+          problem = fmt::format("/health answered {} at {:.0f} s", r.status, seconds_since(start));
+      } catch (const std::exception& e) {
+        problem = fmt::format("/health failed at {:.0f} s: {}", seconds_since(start), e.what());
+      }
+      const double ms = 1000.0 * seconds_since(t0);
+      health_probe& h = out.health;
+      ++h.probes;
+      h.max_ms = std::max(h.max_ms, ms);
+      if (!problem.empty())
+        ++h.not_ok;
+      if (ms > 1000.0) {
+        ++h.over_1s;
+        if (problem.empty())
+          problem = fmt::format("/health took {:.0f} ms at {:.0f} s", ms, seconds_since(start));
+      }
+      if (!problem.empty() && h.first_problem.empty())
+        h.first_problem = problem;
+    }
+  };
   auto on_done = [&](std::exception_ptr e) {
     if (e && !failure)
       failure = e;
@@ -451,6 +667,7 @@ phase_result run_traffic(const soak_context& c, const char* phase, std::chrono::
   for (int i = 0; i < concurrency; ++i)
     asio::co_spawn(io, worker(seed * 1'000'003 + static_cast<uint64_t>(i)), on_done);
   asio::co_spawn(io, sampler(), on_done);
+  asio::co_spawn(io, health_prober(), on_done);
   io.run();
   out.seconds = seconds_since(start);
   if (failure)

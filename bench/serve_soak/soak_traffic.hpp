@@ -32,8 +32,15 @@ enum class kind : int {
   garbage_http,
   oversized_head,  ///< a 16 KiB header
   oversized_body,  ///< a Content-Length over --max-body-bytes
+  // The attacks of issue 30, each answered with a 4xx while everyone else is served:
+  hostile_structured,  ///< regexes/schemas that crashed or stalled the compiler (deep nesting, a**...,
+                       ///< (.{0,100}){0,100})
+  hostile_limits,    ///< 100,000 stop strings, n = 10^7 or 2^31-1, 10,000 prompts x n=256, 100,000 template kwargs, 300
+                     ///< tools
+  batch_hang_up,     ///< a prompt list with n > 1, then the client goes away (every sequence must be aborted)
+  idle_connections,  ///< 64 connections that say nothing for a while; /health must answer within 1 s meanwhile
 };
-constexpr int n_kinds = 15;
+constexpr int n_kinds = 19;
 
 /// How a kind is reported and how often it is picked.
 struct kind_info {
@@ -59,6 +66,10 @@ constexpr std::array<kind_info, n_kinds> kinds{{
     {"garbage HTTP", "400 error body", 4},
     {"oversized head", "431 error body", 3},
     {"oversized body", "413 error body", 3},
+    {"hostile structured output", "400 error body, fast", 2},
+    {"hostile limits", "400 error body, fast", 2},
+    {"batch hang-up", "request sent, then reset/close", 2},
+    {"idle connections", "held; /health 200 within 1 s", 1},
 }};
 
 /// The requests of one kind and their outcomes.
@@ -84,9 +95,19 @@ struct series_point {
   process_sample process;
 };
 
+/// The /health probe that runs beside the traffic (once a second): how it answered.
+struct health_probe {
+  int64_t probes = 0;
+  int64_t not_ok = 0;   ///< answers other than 200, or no answer
+  int64_t over_1s = 0;  ///< answers that took longer than a second
+  double max_ms = 0;    ///< the slowest answer
+  std::string first_problem;
+};
+
 /// One phase of traffic (warm-up or soak).
 struct phase_result {
   tallies counts;
+  health_probe health;
   double seconds = 0;
   bool server_died = false;  ///< the process went away (the phase stopped early)
 };
