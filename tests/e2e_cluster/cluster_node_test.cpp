@@ -124,6 +124,9 @@ proto::worker_launch launch_for(const std::string& model_dir, const std::string&
 
 }  // namespace
 
+/// A token strong enough to be accepted at start (cluster_token.hpp) that is not the cluster's.
+const std::string strong_wrong_token = "0123456789abcdef0123456789abcdef";
+
 TEST_CASE("two simulated nodes with two cpu devices each join the head and show in `actorllm status`") {
   test::sim_cluster cluster{2, 2};
   const auto status = cluster.status();
@@ -141,7 +144,7 @@ TEST_CASE("two simulated nodes with two cpu devices each join the head and show 
   CHECK(contains(status.out, "Total: 4 device(s) on 2 node(s)"));
 
   SUBCASE("a wrong token gets no node list") {
-    const auto refused = cluster.status("not-the-token");
+    const auto refused = cluster.status(strong_wrong_token);
     CHECK(refused.status == 1);
     CHECK(contains(refused.out, "wrong cluster token"));
   }
@@ -149,7 +152,7 @@ TEST_CASE("two simulated nodes with two cpu devices each join the head and show 
 
 TEST_CASE("an agent with a wrong token is refused and not listed") {
   test::sim_cluster cluster{1, 1};
-  auto& intruder = cluster.start_agent("intruder", 1, "not-the-token");
+  auto& intruder = cluster.start_agent("intruder", 1, strong_wrong_token);
   const auto status = intruder.wait_for(5s);
   REQUIRE_MESSAGE(status.has_value(), "the refused agent still runs; its log:\n" << intruder.log_text());
   CHECK(*status != 0);
