@@ -144,3 +144,30 @@ TEST_CASE("attack: SIGTERM with both preprocessing threads busy exits 0 within t
   for (int fd : fds)
     ::close(fd);
 }
+
+TEST_CASE("attack: a client that hangs up while its handler runs in preprocessing gets nothing submitted") {
+  // The hook stalls each handler 1 s once a preprocessing thread has taken it: the client hangs up meanwhile. The
+  // handler then sees its request cancelled (handler_pool::cancelled()) before it tokenizes or submits anything;
+  // before, it submitted the request and the engine ran it until the abort that followed.
+  server s{{}, {"ACTORLLM_TEST_HANDLER_DELAY_MS=1000"}};
+  const int fd = start_request(s.port(), false);
+  // Long enough for an idle preprocessing thread to take the request (a test assumption, not a synchronization: a
+  // request still queued at the hang-up is skipped, which passes as well).
+  std::this_thread::sleep_for(200ms);
+  linger lg{1, 0};  // reset, as a killed client does
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  ::close(fd);
+  // A request after it: its handler starts after the hung-up one's, so once it is answered that one has run.
+  const auto r = http(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":4})");
+  CHECK(r.status == 200);
+  const std::string aborted = R"(actorllm:request_success_total{model_name="stories",finished_reason="abort"})";
+  const std::string finished = R"(actorllm:request_success_total{model_name="stories",finished_reason="length"})";
+  // An abort would show within a moment (bounded: nothing to wait for when all is well).
+  const auto deadline = steady::now() + 1s;
+  std::string m = http(s.port(), "GET", "/metrics").body;
+  while (metric(m, aborted).value_or(0) == 0 && steady::now() < deadline)
+    m = http(s.port(), "GET", "/metrics").body;
+  CHECK(metric(m, aborted).value_or(0) == 0);
+  CHECK(metric(m, finished).value_or(0) == 1);  // only the second request reached the engine
+  CHECK(http(s.port(), "GET", "/health").status == 200);
+}
