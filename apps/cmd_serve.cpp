@@ -89,6 +89,8 @@ void validate(const serve_options& o) {
     throw std::invalid_argument(fmt::format("--block-size: must be in [1, 256], got {}", o.block_size));
   if (o.shutdown_timeout < 0)
     throw std::invalid_argument(fmt::format("--shutdown-timeout: must be >= 0, got {}", o.shutdown_timeout));
+  if (o.max_connections < 1)
+    throw std::invalid_argument(fmt::format("--max-connections: must be >= 1, got {}", o.max_connections));
   if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
     throw std::invalid_argument(
         fmt::format("--gpu-memory-utilization: must be in (0, 1], got {}", o.gpu_memory_utilization));
@@ -234,6 +236,14 @@ int run_serve(serve_options o) {
   so.port = static_cast<uint16_t>(o.port);
   so.max_body_bytes = o.max_body_bytes;
   so.shutdown_timeout = std::chrono::milliseconds{static_cast<int64_t>(o.shutdown_timeout * 1000)};
+  so.max_connections = static_cast<std::size_t>(o.max_connections);
+  // The drain's end, which also bounds the preprocessing threads below; set on the I/O thread, which is this one
+  // again once run_http_server returns.
+  std::optional<std::chrono::steady_clock::time_point> drain_deadline;
+  so.on_shutdown = [&service, &drain_deadline](std::chrono::steady_clock::time_point deadline) {
+    drain_deadline = drain_deadline ? std::min(*drain_deadline, deadline) : deadline;
+    service.begin_drain();
+  };
   so.allowed_origins = allowed_origins;
   so.on_listening = [&](uint16_t port) {
     log::info("serve",
@@ -250,7 +260,16 @@ int run_serve(serve_options o) {
       req.target = req.target.size() == root_path.size() ? "/" : req.target.substr(root_path.size());
     return router.dispatch(req);
   });
-  return unrecoverable ? 1 : status;
+  const int exit_status = unrecoverable ? 1 : status;
+  // A handler still running on a preprocessing thread (a huge prompt to tokenize, a heavy template) may take minutes
+  // and polls its cancellation only between steps. The shutdown timeout bounds the whole exit, so such a thread is
+  // not waited for past the drain's deadline; and since it still uses the service and the engine, neither may be
+  // destroyed: the process ends here, without destructors (worker processes die with it: PR_SET_PDEATHSIG).
+  if (!service.stop_preprocessing(drain_deadline.value_or(std::chrono::steady_clock::now()))) {
+    log::warning("serve", "Exiting without waiting for the preprocessing threads still busy (shutdown timeout)");
+    std::_Exit(exit_status);
+  }
+  return exit_status;
 }
 
 command_registration serve_command{
@@ -280,6 +299,11 @@ command_registration serve_command{
           ->capture_default_str();
       sub.add_option("--shutdown-timeout", o->shutdown_timeout,
                      "Seconds in-flight requests get to finish after SIGINT/SIGTERM")
+          ->capture_default_str();
+      sub.add_option("--max-connections", o->max_connections,
+                     "Most HTTP connections open at once (also bounded by RLIMIT_NOFILE less the engine's own files; "
+                     "the log says the cap in force). Over it, the oldest idle connection is closed to make room, "
+                     "or the newcomer gets 503 when every open one is busy")
           ->capture_default_str();
       sub.add_option("--log-level", o->log_level,
                      "debug, info, warning or error (default: $ACTORLLM_LOG_LEVEL, else info)");

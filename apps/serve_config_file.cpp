@@ -269,6 +269,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"api_key", string_value(o.api_key)},
            {"allowed_origins", string_list_value(o.allowed_origins)},
            {"shutdown_timeout", number_value(o.shutdown_timeout)},
+           {"max_connections", integer_value(o.max_connections, 1)},
            {"max_body_bytes", integer_value(o.max_body_bytes, 1)},
            {"log_level", choice_value(o.log_level, {"debug", "info", "warning", "error"})},
            {"enable_prompt_tokens_details", bool_value(o.enable_prompt_tokens_details)},

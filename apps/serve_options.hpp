@@ -60,6 +60,7 @@ struct serve_options {
   /// parse_allowed_origins() (serve_config_file.hpp) flattens them.
   std::vector<std::string> allowed_origins;
   double shutdown_timeout = 10.0;
+  int64_t max_connections = 1024;  ///< --max-connections: HTTP connections open at once (see server_options)
   uint64_t max_body_bytes = 16u << 20;
   std::string log_level;                      ///< debug, info, warning or error; empty: $ACTORLLM_LOG_LEVEL, else info
   bool enable_prompt_tokens_details = false;  ///< usage.prompt_tokens_details.cached_tokens in responses

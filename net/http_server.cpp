@@ -23,6 +23,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -31,6 +32,8 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
+#include <limits>
 #include <list>
 #include <random>
 #include <stdexcept>
@@ -208,25 +211,58 @@ struct post_gate {
   }
 };
 
+enum class connection_state {
+  waiting,  ///< for the first bytes of a request (a new connection, or an idle keep-alive one): may be closed for room
+  reading,  ///< a request's head or body (bounded by the read timeout)
+  busy,     ///< a request is being answered
+};
+
 struct connection {
   beast::tcp_stream* stream = nullptr;
-  bool busy = false;
+  connection_state state = connection_state::waiting;
+  bool evicted = false;                     ///< closed to make room for a newer one (no longer counted as open)
   std::weak_ptr<response_channel> channel;  ///< the request being answered, if any
 };
 
+/// Counts what the connection cap did, for a log line at most every few seconds rather than one per connection.
+struct cap_report {
+  std::chrono::steady_clock::time_point last{};
+  uint64_t evicted = 0;  ///< idle connections closed to make room since the last line
+  uint64_t refused = 0;  ///< connections answered 503 (every open one busy) since the last line
+  uint64_t starved = 0;  ///< accepts that failed for want of file descriptors since the last line
+};
+
+/// The I/O thread's state. The members' order is the teardown's: `ctx` is destroyed after the I/O objects declared
+/// below it and before `connections`, because destroying it destroys the coroutine frames of the sessions still
+/// pending (a drain that ran out), and each of those unhooks its entry from `connections` on the way (the list once
+/// died first, and a SIGTERM with a request running ended in SIGSEGV).
 struct server_state {
-  asio::io_context ctx;
+  std::list<connection> connections;
+  /// Connections counted against the cap: accepted ones, also before their session starts; not the evicted ones,
+  /// which the list holds until their sessions end.
+  std::size_t open = 0;
+  std::size_t cap = 1;  ///< the effective connection cap
+  bool stopping = false;
+  bool tearing_down = false;  ///< ctx is being destroyed: a session's end must not call into it
   const server_options* options = nullptr;
   const http_handler* handler = nullptr;
   std::shared_ptr<post_gate> gate = std::make_shared<post_gate>();
+  std::string busy_answer;  ///< the 503 a connection over the cap gets
+  cap_report report;
+  asio::io_context ctx;
   std::optional<tcp::acceptor> acceptor;
-  std::list<connection> connections;
-  bool stopping = false;
   std::optional<asio::steady_timer> shutdown_timer;
 
+  server_state() = default;
+  ~server_state() { tearing_down = true; }  // runs before the members go (see above)
+  server_state(const server_state&) = delete;
+  server_state& operator=(const server_state&) = delete;
+
   void connection_done(std::list<connection>::iterator it) {
+    if (!it->evicted)
+      --open;
     connections.erase(it);
-    if (stopping && connections.empty())
+    if (stopping && connections.empty() && !tearing_down)
       ctx.stop();
   }
 };
@@ -238,8 +274,8 @@ struct server_state {
 class connection_entry {
  public:
   connection_entry(server_state& st, beast::tcp_stream& stream) : st_{st} {
-    st_.connections.push_back({&stream, false, {}});
-    it_ = std::prev(st_.connections.end());
+    st_.connections.push_back({&stream, connection_state::waiting, false, {}});
+    it_ = std::prev(st_.connections.end());  // (counted in `open` by the accept loop already)
   }
   ~connection_entry() {
     if (auto ch = it_->channel.lock())
@@ -519,12 +555,14 @@ awaitable<void> session(server_state& st, tcp::socket socket) {
         if (!first && client_closed(stream.socket()))
           break;  // it half-closed after its last request: no other can come
         stream.expires_after(first ? st.options->read_timeout : st.options->idle_timeout);
+        self.state = connection_state::waiting;  // the connection cap may close it now (see accept_loop)
         const std::size_t n =
             co_await stream.async_read_some(buffer.prepare(4096), asio::redirect_error(use_awaitable, ec));
         buffer.commit(n);
-        if (ec)
-          break;  // the client closed, stayed idle too long, or the server is shutting down
+        if (ec || self.evicted)
+          break;  // the client closed, stayed idle too long, the server is shutting down, or needed the room
       }
+      self.state = connection_state::reading;
       first = false;
       stream.expires_never();
       auto timed_out = std::make_shared<bool>(false);
@@ -561,7 +599,7 @@ awaitable<void> session(server_state& st, tcp::socket socket) {
         linger = true;
         break;
       }
-      self.busy = true;
+      self.state = connection_state::busy;
       auto& req = parser.get();
       const bool keep_alive = req.keep_alive();
       const auto started = std::chrono::steady_clock::now();
@@ -598,7 +636,7 @@ awaitable<void> session(server_state& st, tcp::socket socket) {
       log::info(where, "{} {} {} {:.1f}ms request_id={}", method, target, ex.status,
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
                 ex.request_id);
-      self.busy = false;
+      self.state = connection_state::reading;  // (waiting again once no pipelined request is buffered)
       if (!again) {
         linger = true;  // pipelined requests after this one may be unread
         break;
@@ -621,15 +659,89 @@ awaitable<void> session(server_state& st, tcp::socket socket) {
   }
 }
 
+/// Closes the oldest connection that waits for a request (an idle keep-alive one, or a new one that has sent
+/// nothing yet), so that a newer one gets its room; false when every connection is reading or answering a request.
+/// Its descriptor is free when this returns; its session ends when it next runs.
+bool evict_idle(server_state& st) {
+  for (connection& c : st.connections) {
+    if (c.evicted || c.state != connection_state::waiting)
+      continue;
+    c.evicted = true;
+    --st.open;
+    error_code ignored;
+    c.stream->socket().close(ignored);  // its pending read ends with operation_aborted
+    ++st.report.evicted;
+    return true;
+  }
+  return false;
+}
+
+/// Answers 503 on a connection over the cap and closes it at once: best effort (one non-blocking send, which a new
+/// connection's empty send buffer takes whole), so that the connection neither waits in the backlog nor holds a
+/// descriptor.
+void refuse(tcp::socket& socket, const std::string& answer) {
+  (void)::send(socket.native_handle(), answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  error_code ignored;
+  socket.shutdown(tcp::socket::shutdown_send, ignored);
+  socket.close(ignored);
+}
+
+/// accept() failed for want of a file descriptor (or kernel memory): the connection stays in the backlog and the
+/// listening socket stays readable, so accepting again at once would spin.
+bool out_of_descriptors(const error_code& ec) {
+  if (ec.category() != boost::system::system_category())
+    return false;
+  const int v = ec.value();
+  return v == EMFILE || v == ENFILE || v == ENOBUFS || v == ENOMEM;
+}
+
+/// One line at most every 10 s about what the connection cap did since the last one.
+void report_cap(server_state& st) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - st.report.last < 10s)
+    return;
+  if (st.report.evicted + st.report.refused + st.report.starved == 0)
+    return;
+  log::warning(where,
+               "Connection cap: {} open (limit {}, --max-connections); {} idle connection(s) closed to make room, {} "
+               "refused with 503 (every open one busy), {} accept(s) out of file descriptors, since the last report",
+               st.open, st.cap, st.report.evicted, st.report.refused, st.report.starved);
+  st.report = {now, 0, 0, 0};
+}
+
 awaitable<void> accept_loop(server_state& st) {
+  asio::steady_timer backoff{st.ctx};
   for (;;) {
     error_code ec;
     tcp::socket socket = co_await st.acceptor->async_accept(asio::redirect_error(use_awaitable, ec));
     if (ec) {
       if (st.stopping || !st.acceptor->is_open())
         co_return;
+      if (ec == asio::error::connection_aborted)
+        continue;  // that client gave up while it waited in the backlog
+      if (out_of_descriptors(ec)) {
+        ++st.report.starved;
+        if (evict_idle(st)) {  // a descriptor came free: the next accept takes the waiting connection
+          report_cap(st);
+          continue;
+        }
+      } else {
+        log::warning(where, "accept failed: {}", ec.message());
+      }
+      report_cap(st);
+      // Waited for on the I/O thread's timer, not slept: everyone else's I/O goes on meanwhile.
+      backoff.expires_after(100ms);
+      co_await backoff.async_wait(asio::redirect_error(use_awaitable, ec));
       continue;
     }
+    if (st.open >= st.cap && !evict_idle(st)) {
+      refuse(socket, st.busy_answer);
+      ++st.report.refused;
+      report_cap(st);
+      continue;
+    }
+    report_cap(st);
+    ++st.open;
     socket.set_option(tcp::no_delay{true}, ec);
 #ifdef TCP_QUICKACK
     int one = 1;
@@ -642,15 +754,19 @@ awaitable<void> accept_loop(server_state& st) {
 void begin_shutdown(server_state& st) {
   if (st.stopping) {  // a second signal: stop at once
     log::warning(where, "second signal: stopping now");
+    if (st.options->on_shutdown)
+      st.options->on_shutdown(std::chrono::steady_clock::now());
     st.ctx.stop();
     return;
   }
   st.stopping = true;
   log::info(where, "Shutting down: no new connections; waiting for {} connection(s)", st.connections.size());
+  if (st.options->on_shutdown)
+    st.options->on_shutdown(std::chrono::steady_clock::now() + st.options->shutdown_timeout);
   error_code ignored;
   st.acceptor->close(ignored);
   for (connection& c : st.connections)
-    if (!c.busy)
+    if (c.state != connection_state::busy && !c.evicted)
       c.stream->socket().cancel(ignored);  // idle keep-alive reads end now
   if (st.connections.empty()) {
     st.ctx.stop();
@@ -666,7 +782,22 @@ void begin_shutdown(server_state& st) {
   });
 }
 
+/// Files the process has open now (0 when /proc cannot tell).
+std::size_t count_open_fds() {
+  std::error_code ec;
+  std::size_t n = 0;
+  for (std::filesystem::directory_iterator it{"/proc/self/fd", ec}, end; !ec && it != end; it.increment(ec))
+    ++n;
+  return ec ? 0 : n;
+}
+
 }  // namespace
+
+std::size_t effective_connection_cap(std::size_t requested, std::size_t fd_limit, std::size_t fds_open) {
+  constexpr std::size_t reserve = 64;  // the engine's own later files: worker sockets, model files, /proc reads
+  const std::size_t room = fd_limit > fds_open + reserve ? fd_limit - fds_open - reserve : 1;
+  return std::max<std::size_t>(1, std::min(requested, room));
+}
 
 int run_http_server(const server_options& given, const http_handler& handler) {
   server_options options = given;
@@ -682,6 +813,31 @@ int run_http_server(const server_options& given, const http_handler& handler) {
   server_state st;
   st.options = &options;
   st.handler = &handler;
+  {
+    rlimit nofile{};
+    const std::size_t fd_limit = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY
+                                     ? static_cast<std::size_t>(nofile.rlim_cur)
+                                     : std::numeric_limits<std::size_t>::max();
+    const std::size_t fds_open = count_open_fds();
+    st.cap = effective_connection_cap(options.max_connections, fd_limit, fds_open);
+    if (st.cap < options.max_connections)
+      log::warning(where,
+                   "At most {} connections at once: --max-connections {} does not fit RLIMIT_NOFILE {} beside the {} "
+                   "files open now (raise `ulimit -n` for more)",
+                   st.cap, options.max_connections, fd_limit, fds_open);
+    else
+      log::info(
+          where, "At most {} connections at once (--max-connections; RLIMIT_NOFILE {})", st.cap,
+          fd_limit == std::numeric_limits<std::size_t>::max() ? std::string{"unlimited"} : std::to_string(fd_limit));
+    const std::string body = error_body(fmt::format("the server has {} connections open, its limit "
+                                                    "(--max-connections): retry later",
+                                                    st.cap),
+                                        "ServiceUnavailableError");
+    st.busy_answer = fmt::format(
+        "HTTP/1.1 503 Service Unavailable\r\nServer: actorllm\r\nContent-Type: application/json\r\nRetry-After: "
+        "1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+        body.size(), body);
+  }
   {
     std::lock_guard lock{st.gate->mutex};
     st.gate->ctx = &st.ctx;
@@ -748,6 +904,11 @@ int run_http_server(const server_options& given, const http_handler& handler) {
     std::lock_guard lock{st.gate->mutex};
     st.gate->ctx = nullptr;
   }
+  if (!st.connections.empty())
+    log::warning(where, "Closing {} connection(s) the drain left open; their requests are cancelled",
+                 st.connections.size());
+  // `st` goes next: its io_context first, which destroys the sessions still pending (each cancels its request and
+  // leaves the connection list, which is still there), then the list.
   log::info(where, "Server stopped");
   return 0;
 }

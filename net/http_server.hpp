@@ -110,6 +110,12 @@ struct server_options {
   std::chrono::seconds read_timeout{30};
   std::chrono::seconds idle_timeout{60};  ///< a keep-alive connection with no request is closed after this
   std::chrono::milliseconds shutdown_timeout{10000};
+  /// --max-connections: the most connections open at once. The server takes the smaller of this and what
+  /// RLIMIT_NOFILE leaves beside the files the process has open already (and a reserve for the engine's own), and
+  /// logs it. A connection beyond it closes the oldest one waiting for a request (an idle keep-alive, or a new one
+  /// that has sent nothing yet) to make room; when every open connection is busy with a request, the newcomer gets
+  /// 503 with Retry-After and is closed at once, so none waits in the listen backlog.
+  std::size_t max_connections = 1024;
   /// --allowed-origins: CORS origins answered with Access-Control-Allow-Origin ("*": any); empty: no CORS headers.
   std::vector<std::string> allowed_origins;
   std::function<void(uint16_t port)> on_listening;  ///< called once the socket listens
@@ -117,11 +123,22 @@ struct server_options {
   /// Called on the I/O thread with the reason when an exception ends a connection (it is logged as well). None is
   /// expected whatever a client sends, so tests and the fuzzer count them.
   std::function<void(const std::string& what)> on_connection_error;
+  /// Called on the I/O thread when the drain begins (the first SIGINT/SIGTERM or server_stop), with the time it ends
+  /// at the latest: in-flight requests get until then, and whatever the caller stops after run_http_server returns
+  /// (handler threads) should not outlast it either. A second signal, which stops at once, calls it again with now.
+  std::function<void(std::chrono::steady_clock::time_point deadline)> on_shutdown;
 };
+
+/// The connection cap run_http_server uses for `requested` (server_options::max_connections) when the process may
+/// open `fd_limit` files (RLIMIT_NOFILE's soft limit) and has `fds_open` open now: requested, but at most
+/// fd_limit - fds_open - a reserve of 64 for the files the engine opens later (and at least 1).
+std::size_t effective_connection_cap(std::size_t requested, std::size_t fd_limit, std::size_t fds_open);
 
 /// Serves `handler` until SIGINT or SIGTERM (or options.stop), then stops accepting, lets in-flight requests finish
 /// (bounded by shutdown_timeout) and returns 0. Throws std::runtime_error when it cannot listen. Nothing a client
-/// sends ends it: a request that cannot be parsed gets 400, 408, 413 or 431 and its connection closes.
+/// sends ends it: a request that cannot be parsed gets 400, 408, 413 or 431 and its connection closes. When the
+/// drain runs out, the connections still open are closed (their requests cancelled) before it returns; nothing of
+/// the server is touched after that, whatever still feeds their channels.
 int run_http_server(const server_options& options, const http_handler& handler);
 
 }  // namespace actorllm::net

@@ -182,6 +182,12 @@ struct job {
 
 std::shared_ptr<response_channel> fail(const openai::api_error& e) { return reply(error_response(e)); }
 
+/// What a handler answers once handler_pool::cancelled() says its request is cancelled: nobody reads it when the
+/// client hung up; a client of a server that stops gets this 503.
+openai::api_error cancelled_request() {
+  return openai::api_error::unavailable("the request was cancelled: the server is shutting down");
+}
+
 /// Submits every prompt of `j` (its channel, contexts and stream encoders set) and returns its channel.
 std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, std::vector<prompt> prompts,
                                         const sampling_params& params, int32_t priority,
@@ -218,6 +224,15 @@ std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, std::vect
         j->channel->send_chunk(std::move(first));
     }
     for (std::size_t p = 0; p < prompts.size(); ++p) {
+      if (handler_pool::cancelled()) {  // the client left (or the server stops): submit nothing more for it
+        to_abort = j->ids;
+        j->remaining = j->ids.size();
+        if (j->remaining == 0)
+          j->slot.release();
+        j->failed = true;
+        j->fail_locked(cancelled_request());
+        break;
+      }
       const auto index = static_cast<uint32_t>(p);
       stream_callbacks cb;
       cb.on_delta = [j, index](const stream_delta& d) { j->on_delta(index, d); };
@@ -420,10 +435,17 @@ openai_service::openai_service(LLM& llm, service_config config)
               config_.max_queued_requests);
   if (config_.log_stats_interval.count() > 0)
     stats_logger_ = std::make_unique<stats_logger>([&llm] { return llm.stats(); }, config_.log_stats_interval);
+  health_worker_ = std::make_shared<engine_worker>();
   preprocess_ = std::make_unique<handler_pool>(config_.preprocess_threads);
 }
 
 openai_service::~openai_service() = default;
+
+void openai_service::begin_drain() { draining_ = true; }
+
+bool openai_service::stop_preprocessing(std::chrono::steady_clock::time_point deadline) {
+  return preprocess_->stop(deadline);
+}
 
 void openai_service::install(router& r) {
   // Parsing, chat rendering, constraint compiling and tokenizing run on the preprocessing threads.
@@ -466,6 +488,8 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   // config says) and submitted as ids with their text: tokenized once.
   const bool own_tokens = parsed->add_special_tokens.has_value() || parsed->truncate_prompt_tokens.has_value();
   for (prompt& p : parsed->prompts) {
+    if (handler_pool::cancelled())  // polled per prompt: a batch's tokenizing stops once its client is gone
+      return fail(cancelled_request());
     request_output e;
     if (p.is_tokens()) {
       e.prompt_token_ids = p.token_ids();
@@ -495,6 +519,8 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   }
   if (parsed->max_tokens_defaulted && parsed->params.max_tokens && *parsed->params.max_tokens > room)
     parsed->params.max_tokens = static_cast<int32_t>(std::max<int64_t>(room, 1));
+  if (handler_pool::cancelled())
+    return fail(cancelled_request());
   auto slot = admission_.try_enter();
   if (!slot)
     return fail(queue_full(admission_.limit()));
@@ -666,6 +692,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   auto text = render_chat(chat_template_.get(), *tokenizer_, *parsed, config_.chat_template_content_format == "openai");
   if (!text)
     return fail(text.error());
+  if (handler_pool::cancelled())
+    return fail(cancelled_request());
   // The template writes the special tokens itself (bos_token), so none are added unless the request asks.
   std::vector<int32_t> ids = tokenizer_->encode(*text, parsed->add_special_tokens.value_or(false));
   const int32_t max_len = llm_.info().max_model_len;
@@ -679,6 +707,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   if (const int64_t room = max_len - static_cast<int64_t>(ids.size());
       parsed->max_tokens_defaulted && parsed->params.max_tokens && *parsed->params.max_tokens > room)
     parsed->params.max_tokens = static_cast<int32_t>(std::max<int64_t>(room, 1));
+  if (handler_pool::cancelled())
+    return fail(cancelled_request());
   auto slot = admission_.try_enter();
   if (!slot)
     return fail(queue_full(admission_.limit()));
@@ -804,19 +834,23 @@ std::shared_ptr<response_channel> openai_service::model(const std::string& id) c
 }
 
 std::shared_ptr<response_channel> openai_service::health() const {
+  // 503 whenever no work can be taken (a load balancer's signal): the server drains for shutdown, or no replica
+  // serves (failed, restarting, or given up on; LLM::stats says so and why). Never 500, and always an answer.
+  if (draining_)
+    return fail(openai::api_error::unavailable("the server is shutting down"));
   auto ch = std::make_shared<response_channel>();
-  worker_->post([ch, &llm = llm_] {
-    engine_stats s;
+  health_worker_->post([ch, &llm = llm_, &draining = draining_] {
     try {
-      s = llm.stats();
+      const engine_stats s = llm.stats();
+      if (draining)
+        ch->respond(error_response(openai::api_error::unavailable("the server is shutting down")));
+      else if (s.healthy)
+        ch->respond(json_response(200, openai::health_json(s)));
+      else
+        ch->respond(error_response(openai::api_error::unavailable("engine unhealthy: " + s.failure)));
     } catch (const std::exception& e) {  // the engine is being replaced or is gone: not healthy, and say why
-      s.healthy = false;
-      s.failure = e.what();
+      ch->respond(error_response(openai::api_error::unavailable(std::string{"engine unhealthy: "} + e.what())));
     }
-    if (s.healthy)
-      ch->respond(json_response(200, openai::health_json(s)));
-    else
-      ch->respond(error_response(openai::api_error::unavailable("engine unhealthy: " + s.failure)));
   });
   return ch;
 }

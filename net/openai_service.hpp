@@ -12,6 +12,7 @@
 
 #include <actorllm/llm.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -79,6 +80,13 @@ class openai_service {
   /// Adds every endpoint to `r`.
   void install(router& r);
 
+  /// The server drains for shutdown: /health answers 503 from now on (the engine may still finish what runs).
+  void begin_drain();
+  /// Stops the preprocessing threads (handler_pool::stop): queued requests get 503, running handlers see their
+  /// request cancelled and have until `deadline`. False when one still runs then: its thread uses this service and
+  /// the LLM, so neither may be destroyed (the caller ends the process instead).
+  bool stop_preprocessing(std::chrono::steady_clock::time_point deadline);
+
  private:
   /// The tokenizer directory structured outputs compile their token masks against (absolute, as the engine's).
   std::string structured_tokenizer_dir() const;
@@ -103,6 +111,10 @@ class openai_service {
   admission_gate admission_;            // max_num_seqs + --max-queued-requests generation requests at once
   int64_t created_ = 0;
   std::unique_ptr<stats_logger> stats_logger_;
+  std::atomic<bool> draining_{false};  // begin_drain(): /health says 503
+  // /health's own thread: a probe never queues behind aborts or /metrics on worker_ (a client that leaves a batch
+  // of thousands of prompts posts as many aborts there).
+  std::shared_ptr<engine_worker> health_worker_;
   std::unique_ptr<handler_pool> preprocess_;  // last: its threads use everything above, so it stops first
 };
 

@@ -150,6 +150,7 @@ port = 9000
 api_key = "k"
 allowed_origins = "*"
 shutdown_timeout = 2.5
+max_connections = 77
 max_body_bytes = 1000
 log_level = "debug"
 enable_prompt_tokens_details = true
@@ -189,6 +190,7 @@ host_ip = "10.0.0.2"
   CHECK(o.api_key == "k");
   CHECK(o.allowed_origins == std::vector<std::string>{"*"});
   CHECK(o.shutdown_timeout == doctest::Approx(2.5));
+  CHECK(o.max_connections == 77);
   CHECK(o.max_body_bytes == 1000);
   CHECK(o.log_level == "debug");
   CHECK_FALSE(o.enable_prefix_caching);

@@ -263,6 +263,93 @@ TEST_CASE("handler_pool: handlers still queued when the pool stops get 503 at on
   CHECK(consume(*running).response->status == 200);
 }
 
+TEST_CASE("handler_pool: a running handler sees cancelled() once its client hangs up, and returns early [asan]") {
+  net::handler_pool pool{1};
+  CHECK_FALSE(net::handler_pool::cancelled());  // not a pool thread
+  CHECK(net::handler_pool::cancellation() == nullptr);
+  std::atomic<bool> started{false};
+  std::atomic<int> steps{0};
+  std::atomic<bool> returned{false};
+  auto out = pool.run(request(), [&](const net::http_request&) {
+    started = true;
+    // A handler's long loop (the prompts of a batch), polling its flag between steps; bounded so a broken flag fails
+    // the checks below instead of hanging.
+    const auto limit = std::chrono::steady_clock::now() + 10s;
+    while (!net::handler_pool::cancelled() && std::chrono::steady_clock::now() < limit) {
+      ++steps;
+      std::this_thread::yield();
+    }
+    returned = true;
+    return net::reply(net::json_response(200, "{}"));
+  });
+  REQUIRE(eventually(started));
+  const auto t0 = std::chrono::steady_clock::now();
+  out->cancel();  // the connection's side: the client is gone
+  REQUIRE(eventually(returned));
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+  // The thread is free again, and the next handler's flag starts clear.
+  std::atomic<bool> next_saw_cancelled{true};
+  auto next = pool.run(request(), [&](const net::http_request&) {
+    next_saw_cancelled = net::handler_pool::cancelled();
+    return net::reply(net::json_response(200, "{}"));
+  });
+  CHECK(consume(*next).response->status == 200);
+  CHECK_FALSE(next_saw_cancelled.load());
+}
+
+TEST_CASE("handler_pool: stop(deadline) does not wait past the deadline for a handler that does not return [asan]") {
+  // What the handler shares with the test lives in a shared_ptr: the pool leaves its thread running, unjoined.
+  struct shared_state {
+    std::atomic<bool> started{false};
+    std::atomic<bool> saw_cancelled{false};
+    std::atomic<bool> finished{false};
+    std::promise<void> release;
+    std::shared_future<void> gate = release.get_future().share();
+  };
+  auto sh = std::make_shared<shared_state>();
+  auto pool = std::make_unique<net::handler_pool>(1);
+  auto running = pool->run(request(), [sh](const net::http_request&) {
+    sh->started = true;
+    sh->gate.wait_for(20s);  // a tokenizer or template that takes minutes and never polls
+    sh->saw_cancelled = net::handler_pool::cancelled();
+    sh->finished = true;
+    return net::reply(net::json_response(200, "{}"));
+  });
+  REQUIRE(eventually(sh->started));
+  auto queued =
+      pool->run(request(), [](const net::http_request&) { return net::reply(net::json_response(200, "{}")); });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(pool->stop(t0 + 300ms));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 300ms);
+  CHECK(took < 2s);
+  const seen q = consume(*queued);
+  REQUIRE(q.response);
+  CHECK(q.response->status == 503);
+  pool.reset();  // the pool goes while its thread still runs the handler: that thread must touch nothing of it
+  sh->release.set_value();
+  const std::atomic<bool>& finished = sh->finished;
+  CHECK(eventually(finished));
+  CHECK(sh->saw_cancelled.load());   // stop() raised the flag of the running handler
+  const seen r = consume(*running);  // its answer still reaches the channel (nobody reads it in a server)
+  REQUIRE(r.response);
+  CHECK(r.response->status == 200);
+}
+
+TEST_CASE("handler_pool: stop(deadline) joins at once when no handler runs, and later requests get 503") {
+  net::handler_pool pool{2};
+  CHECK(consume(*pool.run(request(), [](const net::http_request&) {
+          return net::reply(net::json_response(200, "{}"));
+        })).response->status == 200);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(pool.stop(t0 + 10s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+  const seen late =
+      consume(*pool.run(request(), [](const net::http_request&) { return net::reply(net::json_response(200, "{}")); }));
+  REQUIRE(late.response);
+  CHECK(late.response->status == 503);
+}
+
 TEST_CASE("handler_pool behind run_http_server: a slow handler leaves the I/O thread free for other requests") {
   net::handler_pool pool{1};
   std::atomic<bool> slow_started{false};

@@ -8,12 +8,15 @@
 #include <doctest/doctest.h>
 #include "doctest_int_vector.hpp"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +53,37 @@ const std::string chunked_head =
     "POST /json HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n";
 
 std::vector<int> statuses(std::initializer_list<int> l) { return l; }
+
+/// A blocking loopback connection to `port` (receives time out after 5 s); -1 when it cannot connect.
+int connect_local(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return -1;
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// Receives on `fd` until `text` arrived, the peer closed, or 5 s passed; what arrived.
+std::string receive_until(int fd, std::string_view text) {
+  std::string got;
+  char buf[4096];
+  while (got.find(text) == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0)
+      break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  return got;
+}
 
 }  // namespace
 
@@ -292,4 +326,171 @@ TEST_CASE("server_stop stops run_http_server without a signal, also when request
     CHECK_FALSE(s.running());
     CHECK(s.failure().empty());
   }
+}
+
+TEST_CASE("run_http_server: a stop that runs out with requests in flight frees nothing they still use [asan]") {
+  // The issue's SIGSEGV: a drain that runs out (here a zero timeout) while requests are answered. The sessions still
+  // pending are destroyed with the io_context, and each unhooks itself from the connection list, which used to be
+  // gone by then. Afterwards the producer (the engine's delivery thread) still feeds their channels.
+  struct held_requests {
+    std::mutex mutex;
+    std::vector<std::shared_ptr<net::response_channel>> channels;
+    std::atomic<int> cancelled{0};
+  };
+  auto held = std::make_shared<held_requests>();
+  net::server_options o = test_server_options();
+  o.shutdown_timeout = 0ms;
+  o.stop = std::make_shared<net::server_stop>();
+  auto listening = std::make_shared<std::promise<uint16_t>>();
+  o.on_listening = [listening](uint16_t port) { listening->set_value(port); };
+  auto drain_deadline = std::make_shared<std::atomic<bool>>(false);
+  o.on_shutdown = [drain_deadline](std::chrono::steady_clock::time_point) { *drain_deadline = true; };
+  auto done = std::make_shared<std::promise<int>>();
+  auto result = done->get_future();
+  std::thread server{[o, held, done] {
+    try {
+      done->set_value(net::run_http_server(o, [held](net::http_request q) {
+        auto ch = std::make_shared<net::response_channel>();
+        ch->on_cancel([held] { ++held->cancelled; });
+        if (q.target == "/stream")
+          ch->send_chunk("data: 0\n\n");  // a stream under way; the others wait for an answer that never comes
+        std::lock_guard lock{held->mutex};
+        held->channels.push_back(ch);
+        return ch;
+      }));
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  }};
+  const uint16_t port = listening->get_future().get();
+  std::vector<int> fds;
+  for (const char* target : {"/hold", "/hold", "/stream"}) {
+    const int fd = connect_local(port);
+    REQUIRE(fd >= 0);
+    const std::string req = std::string{"GET "} + target + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+    fds.push_back(fd);
+  }
+  CHECK(receive_until(fds.back(), "data: 0").find("data: 0") != std::string::npos);
+  fds.push_back(connect_local(port));  // and an idle one
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    {
+      std::lock_guard lock{held->mutex};
+      if (held->channels.size() == 3 || std::chrono::steady_clock::now() > deadline)
+        break;
+    }
+    std::this_thread::yield();
+  }
+  REQUIRE(held->channels.size() == 3);
+
+  o.stop->request_stop();
+  const bool returned = result.wait_for(5s) == std::future_status::ready;
+  CHECK_MESSAGE(returned, "run_http_server did not return within 5 s of a stop with a zero shutdown timeout");
+  if (!returned)
+    o.stop->request_stop();  // a second stop is immediate: fail rather than hang
+  server.join();
+  if (returned)
+    CHECK(result.get() == 0);
+  CHECK(drain_deadline->load());
+  CHECK(held->cancelled.load() == 3);  // each request left behind was cancelled (its engine request aborted)
+  // The delivery thread goes on feeding them: nothing of the server may be reached from here.
+  for (const auto& ch : held->channels) {
+    ch->send_chunk("data: 1\n\n");
+    ch->respond({200, "application/json", "{}", {}});
+    ch->close();
+  }
+  for (int fd : fds)
+    if (fd >= 0) {
+      CHECK(receive_until(fd, "\r\n0\r\n\r\n").find("data: 1") == std::string::npos);
+      ::close(fd);
+    }
+}
+
+TEST_CASE(
+    "run_http_server: at the connection cap the oldest idle connection makes room; all busy, a newcomer gets 503") {
+  auto held = std::make_shared<std::vector<std::shared_ptr<net::response_channel>>>();
+  auto held_mutex = std::make_shared<std::mutex>();
+  net::server_options o = test_server_options();
+  o.max_connections = 3;
+  o.stop = std::make_shared<net::server_stop>();
+  auto listening = std::make_shared<std::promise<uint16_t>>();
+  o.on_listening = [listening](uint16_t port) { listening->set_value(port); };
+  std::thread server{[o, held, held_mutex] {
+    net::run_http_server(o, [held, held_mutex](net::http_request q) {
+      auto ch = std::make_shared<net::response_channel>();
+      if (q.target == "/hold") {
+        std::lock_guard lock{*held_mutex};
+        held->push_back(ch);  // answered by the test later: a busy connection
+      } else {
+        ch->respond({200, "application/json", "{}", {}});
+      }
+      return ch;
+    });
+  }};
+  const uint16_t port = listening->get_future().get();
+  const std::string get_json = "GET /json HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string get_hold = "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n";
+  auto exchange = [](int fd, const std::string& req) {
+    ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    return receive_until(fd, "{}");
+  };
+  auto closed_by_server = [](int fd) {
+    char c = 0;
+    return ::recv(fd, &c, 1, 0) == 0;
+  };
+  // a and b: keep-alive connections that had a request each and now wait for the next; c: busy.
+  const int a = connect_local(port);
+  const int b = connect_local(port);
+  REQUIRE(exchange(a, get_json).starts_with("HTTP/1.1 200"));
+  REQUIRE(exchange(b, get_json).starts_with("HTTP/1.1 200"));
+  const int c = connect_local(port);
+  ::send(c, get_hold.data(), get_hold.size(), MSG_NOSIGNAL);
+  // A fourth: the oldest idle one (a) is closed for it, and it is served.
+  const int d = connect_local(port);
+  CHECK(exchange(d, get_json).starts_with("HTTP/1.1 200"));
+  CHECK(closed_by_server(a));
+  // Two more busy ones take the room of b and then d; now every open connection is busy.
+  const int e = connect_local(port);
+  ::send(e, get_hold.data(), get_hold.size(), MSG_NOSIGNAL);
+  CHECK(closed_by_server(b));
+  const int f = connect_local(port);
+  ::send(f, get_hold.data(), get_hold.size(), MSG_NOSIGNAL);
+  CHECK(closed_by_server(d));
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (;;) {  // until the server has read the three held requests (so none of them still counts as waiting)
+    {
+      std::lock_guard lock{*held_mutex};
+      if (held->size() == 3 || std::chrono::steady_clock::now() > deadline)
+        break;
+    }
+    std::this_thread::yield();
+  }
+  // So a newcomer gets 503 with Retry-After, and its connection is closed at once (not left in the backlog).
+  const int g = connect_local(port);
+  const std::string refused = receive_until(g, "(--max-connections)");
+  CHECK(refused.starts_with("HTTP/1.1 503"));
+  CHECK(refused.find("Retry-After: 1") != std::string::npos);
+  CHECK(refused.find("(--max-connections)") != std::string::npos);
+  CHECK(closed_by_server(g));
+  // The busy ones were never cut: answered now, each gets its 200.
+  {
+    std::lock_guard lock{*held_mutex};
+    REQUIRE(held->size() == 3);
+    for (const auto& ch : *held)
+      ch->respond({200, "application/json", "{}", {}});
+  }
+  for (int fd : {c, e, f})
+    CHECK(receive_until(fd, "{}").starts_with("HTTP/1.1 200"));
+  for (int fd : {a, b, c, d, e, f, g})
+    ::close(fd);
+  o.stop->request_stop();
+  server.join();
+}
+
+TEST_CASE("effective_connection_cap: --max-connections, bounded by what RLIMIT_NOFILE leaves beside open files") {
+  CHECK(net::effective_connection_cap(1024, 1 << 20, 40) == 1024);
+  CHECK(net::effective_connection_cap(1024, 1024, 40) == 1024 - 40 - 64);
+  CHECK(net::effective_connection_cap(10, 1024, 40) == 10);
+  CHECK(net::effective_connection_cap(1024, 50, 40) == 1);  // never 0: a server that cannot serve is no use
 }
