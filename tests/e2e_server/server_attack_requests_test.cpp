@@ -89,10 +89,16 @@ http_reply attack(const server& s, double normal_s, const std::string& target, c
     }
     done = true;
   }};
-  do
-    check_serving(s, normal_s);
-  while (!done);
-  attacker.join();
+  {
+    // A failed REQUIRE below ends the test case: the attacker is joined first (its answer is bounded by 10 s).
+    struct joiner {
+      std::thread& t;
+      ~joiner() { t.join(); }
+    } join_attacker{attacker};
+    do
+      check_serving(s, normal_s);
+    while (!done);
+  }
   check_serving(s, normal_s);
   return reply;
 }
