@@ -153,13 +153,16 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
   state.stream = req.stream;
   state.n_unfinished = p.n;
   state.seqs.resize(static_cast<size_t>(p.n));
+  // One stop-string automaton per request: the n sequences' matchers share it.
+  std::optional<text::stop_string_matcher> matcher;
+  if (!p.stop.empty())
+    matcher.emplace(p.stop, p.include_stop_str_in_output);
   for (int32_t i = 0; i < p.n; ++i) {
     seq_state& s = state.seqs[static_cast<size_t>(i)];
     s.out.index = static_cast<uint32_t>(i);
     if (tok_)
       s.detok.emplace(*tok_, state.prompt_ids, p.skip_special_tokens);
-    if (!p.stop.empty())
-      s.matcher.emplace(p.stop, p.include_stop_str_in_output);
+    s.matcher = matcher;
   }
   if (!req.resume_tokens.empty()) {
     // Replayed through the same detokenizer and stop-string matcher the dead replica ran them through: the text

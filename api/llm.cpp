@@ -224,6 +224,8 @@ uint64_t LLM::submit(const prompt& p, const sampling_params& params, stream_call
 
 bool LLM::abort(uint64_t request_id) { return impl_->replicas->abort(request_id); }
 
+void LLM::abort_async(uint64_t request_id) { impl_->abort_async(request_id); }
+
 engine_stats LLM::stats() const { return impl_->replicas->stats(); }
 
 int32_t LLM::reset_prefix_cache() { return impl_->replicas->reset_prefix_cache(); }

@@ -31,6 +31,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace actorllm::app {
@@ -101,6 +102,14 @@ void validate(const serve_options& o) {
     throw std::invalid_argument(chosen.error);  // names --device and the value
   if (o.max_logprobs < 0)
     throw std::invalid_argument(fmt::format("--max-logprobs: must be >= 0, got {}", o.max_logprobs));
+  for (const auto& [flag, value, min] :
+       {std::tuple{"--max-stop-strings", o.max_stop_strings, 0}, std::tuple{"--max-stop-bytes", o.max_stop_bytes, 0},
+        std::tuple{"--max-prompts-per-request", o.max_prompts_per_request, 1},
+        std::tuple{"--max-tools", o.max_tools, 0},
+        std::tuple{"--max-chat-template-kwargs", o.max_chat_template_kwargs, 0},
+        std::tuple{"--max-bad-words", o.max_bad_words, 0}})
+    if (value < min)
+      throw std::invalid_argument(fmt::format("{}: must be >= {}, got {}", flag, min, value));
   if (o.chat_template_content_format != "auto" && o.chat_template_content_format != "string" &&
       o.chat_template_content_format != "openai")
     throw std::invalid_argument(fmt::format("--chat-template-content-format: '{}' is not one of auto, string, openai",
@@ -222,7 +231,13 @@ int run_serve(serve_options o) {
        .chat_template_content_format = o.chat_template_content_format,
        .return_tokens_as_token_ids = o.return_tokens_as_token_ids,
        .enable_auto_tool_choice = o.enable_auto_tool_choice,
-       .tool_call_parser = o.tool_call_parser}};
+       .tool_call_parser = o.tool_call_parser,
+       .max_stop_strings = static_cast<std::size_t>(o.max_stop_strings),
+       .max_stop_bytes = static_cast<std::size_t>(o.max_stop_bytes),
+       .max_prompts_per_request = static_cast<std::size_t>(o.max_prompts_per_request),
+       .max_tools = static_cast<std::size_t>(o.max_tools),
+       .max_chat_template_kwargs = static_cast<std::size_t>(o.max_chat_template_kwargs),
+       .max_bad_words = static_cast<std::size_t>(o.max_bad_words)}};
   net::router router;
   // --api-key, else $VLLM_API_KEY (vLLM reads both; the flag wins).
   if (o.api_key.empty())
@@ -351,7 +366,8 @@ command_registration serve_command{
                      "end with the reason; worker processes restart); 0: no limit")
           ->capture_default_str();
       sub.add_option("--max-queued-requests", o->max_queued_requests,
-                     "Requests that may wait beyond the running ones; more get 429 (-1: no limit)")
+                     "Sequences (n x prompts of each request) that may wait beyond the running ones; more get 429, "
+                     "a request for more than max_num_seqs + this at once 400 (-1: no limit)")
           ->capture_default_str();
       sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->capture_default_str();
       sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard (e.g. 4GiB, 512MiB)")
@@ -385,6 +401,21 @@ command_registration serve_command{
                      "directory holding a generation_config.json")
           ->capture_default_str();
       sub.add_option("--max-logprobs", o->max_logprobs, "The most logprobs / top_logprobs a request may ask for")
+          ->capture_default_str();
+      sub.add_option("--max-stop-strings", o->max_stop_strings, "The most stop strings a request may give (more: 400)")
+          ->capture_default_str();
+      sub.add_option("--max-stop-bytes", o->max_stop_bytes,
+                     "The most bytes all stop strings of a request may hold together (more: 400)")
+          ->capture_default_str();
+      sub.add_option("--max-prompts-per-request", o->max_prompts_per_request,
+                     "The most prompts one /v1/completions prompt list may hold (more: 400)")
+          ->capture_default_str();
+      sub.add_option("--max-tools", o->max_tools, "The most tools a chat request may give (more: 400)")
+          ->capture_default_str();
+      sub.add_option("--max-chat-template-kwargs", o->max_chat_template_kwargs,
+                     "The most keys a request's chat_template_kwargs may hold (more: 400)")
+          ->capture_default_str();
+      sub.add_option("--max-bad-words", o->max_bad_words, "The most bad_words a request may give (more: 400)")
           ->capture_default_str();
       sub.add_option("--root-path", o->root_path,
                      "A path prefix a reverse proxy leaves on requests (/api routes /api/v1/... to /v1/...)");

@@ -66,7 +66,14 @@ struct serve_options {
   bool enable_prompt_tokens_details = false;  ///< usage.prompt_tokens_details.cached_tokens in responses
   bool disable_log_stats = false;             ///< no periodic stats line
   int32_t max_logprobs = 20;                  ///< --max-logprobs: the most logprobs a request may ask for
-  std::string root_path;                      ///< --root-path: a prefix a proxy may leave on request paths
+  // Request-size limits, each checked before the work it guards (a 400 naming the field and the flag).
+  int64_t max_stop_strings = 128;          ///< --max-stop-strings: entries of `stop`
+  int64_t max_stop_bytes = 16384;          ///< --max-stop-bytes: bytes of all stop strings of a request
+  int64_t max_prompts_per_request = 1024;  ///< --max-prompts-per-request: entries of a completions prompt list
+  int64_t max_tools = 128;                 ///< --max-tools: entries of a chat request's `tools`
+  int64_t max_chat_template_kwargs = 64;   ///< --max-chat-template-kwargs: keys of chat_template_kwargs
+  int64_t max_bad_words = 128;             ///< --max-bad-words: entries of `bad_words`
+  std::string root_path;                   ///< --root-path: a prefix a proxy may leave on request paths
   std::string chat_template_content_format = "auto";  ///< auto, string or openai
   bool return_tokens_as_token_ids = false;            ///< logprob tokens as "token_id:N" by default
   std::string scheduling_policy = "fcfs";             ///< fcfs or priority

@@ -1,7 +1,8 @@
-// Admission control for generation requests (--max-queued-requests): at most `limit` HTTP requests may be accepted
-// and not yet finished; the server answers the rest 429 at once instead of queueing without bound. Slots are
-// released by the request's last engine callback (or by the slot's destructor, whichever comes first), so a
-// request that finishes, fails or is aborted never leaks its slot.
+// Admission control for generation requests (--max-queued-requests): at most `limit` sequences may be accepted and
+// not yet finished; the server answers the rest 429 at once instead of queueing without bound. A request weighs its
+// sequences (n × prompts), so that one prompt list cannot slip thousands of sequences past the bound as one
+// request. Slots are released by the request's last engine callback (or by the slot's destructor, whichever comes
+// first), so a request that finishes, fails or is aborted never leaks its slot.
 #pragma once
 
 #include <atomic>
@@ -22,11 +23,12 @@ class admission_gate {
   class slot {
    public:
     slot() = default;
-    slot(slot&& other) noexcept : state_(std::move(other.state_)) {}
+    slot(slot&& other) noexcept : state_(std::move(other.state_)), weight_(other.weight_) {}
     slot& operator=(slot&& other) noexcept {
       if (this != &other) {
         release();
         state_ = std::move(other.state_);
+        weight_ = other.weight_;
       }
       return *this;
     }
@@ -37,31 +39,35 @@ class admission_gate {
     /// Gives the place back (no-op when already released or empty).
     void release() {
       if (auto s = std::move(state_))
-        s->active.fetch_sub(1, std::memory_order_acq_rel);
+        s->active.fetch_sub(weight_, std::memory_order_acq_rel);
     }
     /// Whether this still holds a place.
     bool held() const { return state_ != nullptr; }
+    /// The sequences it holds.
+    int64_t weight() const { return weight_; }
 
    private:
     friend class admission_gate;
-    explicit slot(std::shared_ptr<state> s) : state_(std::move(s)) {}
+    slot(std::shared_ptr<state> s, int64_t weight) : state_(std::move(s)), weight_(weight) {}
     std::shared_ptr<state> state_;
+    int64_t weight_ = 0;
   };
 
   /// `limit` < 0: no limit (every try_enter succeeds, still counted).
   explicit admission_gate(int64_t limit) : state_(std::make_shared<state>()) { state_->limit = limit; }
 
-  /// A slot, or nullopt when `limit` requests hold one already.
-  std::optional<slot> try_enter() {
+  /// A slot for `weight` (>= 1) sequences, or nullopt when they do not fit beside those admitted already. A weight
+  /// over the whole limit never fits (callers refuse it outright: waiting would not help).
+  std::optional<slot> try_enter(int64_t weight = 1) {
     int64_t n = state_->active.load(std::memory_order_relaxed);
     do {
-      if (state_->limit >= 0 && n >= state_->limit)
+      if (state_->limit >= 0 && n + weight > state_->limit)
         return std::nullopt;
-    } while (!state_->active.compare_exchange_weak(n, n + 1, std::memory_order_acq_rel));
-    return slot{state_};
+    } while (!state_->active.compare_exchange_weak(n, n + weight, std::memory_order_acq_rel));
+    return slot{state_, weight};
   }
 
-  /// Requests holding a slot now.
+  /// Sequences holding a slot now.
   int64_t active() const { return state_->active.load(std::memory_order_acquire); }
   /// The limit (< 0: none).
   int64_t limit() const { return state_->limit; }

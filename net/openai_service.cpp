@@ -32,8 +32,8 @@
 
 namespace actorllm::net {
 
-/// One thread for the LLM calls that wait for the engine's answer (stats(), abort()), so that neither the I/O thread
-/// nor the delivery thread ever waits on the engine. Drains its queue before it stops.
+/// One thread for the LLM calls that wait for the engine's answer (stats(), reset_prefix_cache()), so that neither the
+/// I/O thread nor the delivery thread ever waits on the engine. Drains its queue before it stops.
 struct engine_worker {
   engine_worker() : thread([this] { run(); }) {}
   ~engine_worker() {
@@ -201,6 +201,9 @@ std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, std::vect
   j->got_token.assign(prompts.size(), false);
   j->remaining = prompts.size();
   std::weak_ptr<job> weak = j;
+  // The client is gone: every engine request of the job (each prompt of a list, with its n sequences) is aborted.
+  // abort_async only sends the aborts, so thousands of them cost no round trip each to an engine that may be busy
+  // (they used to queue one by one on the engine worker, ahead of /health and /metrics).
   j->channel->on_cancel([weak] {
     auto self = weak.lock();
     if (!self)
@@ -210,10 +213,8 @@ std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, std::vect
       std::lock_guard lock{self->mutex};
       ids = self->ids;
     }
-    self->worker->post([llm = self->llm, ids] {
-      for (uint64_t id : ids)
-        llm->abort(id);
-    });
+    for (uint64_t id : ids)
+      self->llm->abort_async(id);
   });
   std::vector<uint64_t> to_abort;
   {
@@ -251,11 +252,8 @@ std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, std::vect
       }
     }
   }
-  if (!to_abort.empty())
-    j->worker->post([llm = j->llm, to_abort] {
-      for (uint64_t id : to_abort)
-        llm->abort(id);
-    });
+  for (uint64_t id : to_abort)
+    j->llm->abort_async(id);
   return j->channel;
 }
 
@@ -290,12 +288,29 @@ text::chat_template load_chat_template(const std::string& value) {
 /// The 429 for a full queue (OpenAI's rate-limit shape: code rate_limit_exceeded, Retry-After).
 openai::api_error queue_full(int64_t limit) {
   openai::api_error e = openai::api_error::too_many_requests(
-      fmt::format("The server is busy: {} generation requests are running or queued (max_num_seqs + "
+      fmt::format("The server is busy: {} sequences of generation requests are running or queued (max_num_seqs + "
                   "max_queued_requests). Retry later.",
                   limit),
       1);
   e.code = "rate_limit_exceeded";
   return e;
+}
+
+/// The sequences a request asks for (n × prompts) against the most the engine can hold at all (max_num_seqs per
+/// replica + --max-queued-requests): more could never be admitted, so the answer is a 400 rather than a 429.
+std::optional<openai::api_error> check_capacity(int64_t sequences, int32_t n, std::size_t prompts,
+                                                const admission_gate& gate, const model_info& info,
+                                                int64_t max_queued) {
+  if (gate.limit() < 0 || sequences <= gate.limit())
+    return std::nullopt;
+  return openai::api_error::bad_request(
+      fmt::format(
+          "n × prompts: {} prompt{} × n={} = {} sequences, more than the server can hold (--max-num-seqs {}{} + "
+          "--max-queued-requests {} = {})",
+          prompts, prompts == 1 ? "" : "s", n, sequences, info.max_num_seqs,
+          info.data_parallel_size > 1 ? fmt::format(" × {} replicas", info.data_parallel_size) : "", max_queued,
+          gate.limit()),
+      "n");
 }
 
 /// A token's text as it reads inside generated text, for logprobs: " there" for "▁there". decode({id}) alone drops
@@ -348,6 +363,21 @@ std::optional<openai::api_error> check_json_content_type(const http_request& req
 
 /// Token ids a request names (logit_bias, allowed_token_ids) must be in the vocabulary: a 400 naming the field.
 std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64_t n_vocab) {
+  // Lists the sampler walks for every token of every sequence: never longer than the vocabulary (a list that is
+  // longer repeats ids, and costs each step more than the vocabulary-wide pass the sampler makes anyway).
+  auto too_long = [&](std::size_t size, const char* field) -> std::optional<openai::api_error> {
+    if (static_cast<int64_t>(size) <= n_vocab)
+      return std::nullopt;
+    return openai::api_error::bad_request(
+        fmt::format("{}: {} entries, more than the vocabulary ({} tokens): list each token once", field, size, n_vocab),
+        field);
+  };
+  if (auto e = too_long(p.logit_bias.size(), "logit_bias"))
+    return e;
+  if (auto e = too_long(p.allowed_token_ids.size(), "allowed_token_ids"))
+    return e;
+  if (auto e = too_long(p.stop_token_ids.size(), "stop_token_ids"))
+    return e;
   for (const auto& [id, bias] : p.logit_bias)
     if (id >= n_vocab)
       return openai::api_error::bad_request(
@@ -429,7 +459,8 @@ openai_service::openai_service(LLM& llm, service_config config)
               openai::describe(defaults_));
   if (admission_.limit() >= 0)
     log::info(where,
-              "At most {} generation requests at once (max_num_seqs {}{} + max_queued_requests {}); more get 429",
+              "At most {} sequences of generation requests at once (max_num_seqs {}{} + max_queued_requests {}); more "
+              "get 429",
               admission_.limit(), llm.info().max_num_seqs,
               llm.info().data_parallel_size > 1 ? fmt::format(" x {} replicas", llm.info().data_parallel_size) : "",
               config_.max_queued_requests);
@@ -467,10 +498,13 @@ void openai_service::install(router& r) {
 std::shared_ptr<response_channel> openai_service::completions(const http_request& req) {
   if (auto bad = check_json_content_type(req))
     return fail(*bad);
-  auto parsed = openai::parse_completion_request(
-      req.body, {.max_body_bytes = config_.max_body_bytes, .max_logprobs = config_.max_logprobs}, defaults_);
+  auto parsed = openai::parse_completion_request(req.body, parse_limits(), defaults_);
   if (!parsed)
     return fail(parsed.error());
+  const int64_t sequences = int64_t{parsed->params.n} * static_cast<int64_t>(parsed->prompts.size());
+  if (auto bad = check_capacity(sequences, parsed->params.n, parsed->prompts.size(), admission_, llm_.info(),
+                                config_.max_queued_requests))
+    return fail(*bad);
   log_ignored(*parsed);
   if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
     return fail(*bad);
@@ -521,7 +555,7 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
     parsed->params.max_tokens = static_cast<int32_t>(std::max<int64_t>(room, 1));
   if (handler_pool::cancelled())
     return fail(cancelled_request());
-  auto slot = admission_.try_enter();
+  auto slot = admission_.try_enter(sequences);
   if (!slot)
     return fail(queue_full(admission_.limit()));
   auto j = std::make_shared<job>();
@@ -659,8 +693,7 @@ openai::result<std::string> render_chat(const text::chat_template* server_templa
 std::shared_ptr<response_channel> openai_service::chat_completions(const http_request& req) {
   if (auto bad = check_json_content_type(req))
     return fail(*bad);
-  auto parsed = openai::parse_chat_request(
-      req.body, {.max_body_bytes = config_.max_body_bytes, .max_logprobs = config_.max_logprobs}, defaults_);
+  auto parsed = openai::parse_chat_request(req.body, parse_limits(), defaults_);
   if (!parsed)
     return fail(parsed.error());
   log_ignored(*parsed);
@@ -709,7 +742,7 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
     parsed->params.max_tokens = static_cast<int32_t>(std::max<int64_t>(room, 1));
   if (handler_pool::cancelled())
     return fail(cancelled_request());
-  auto slot = admission_.try_enter();
+  auto slot = admission_.try_enter(parsed->params.n);
   if (!slot)
     return fail(queue_full(admission_.limit()));
   auto j = std::make_shared<job>();
@@ -745,6 +778,18 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   return start(j, {prompt{std::move(ids)}}, parsed->params, parsed->priority, parsed->cache_salt, {});
 }
 
+openai::parse_limits openai_service::parse_limits() const {
+  return {.max_body_bytes = config_.max_body_bytes,
+          .max_logprobs = config_.max_logprobs,
+          .max_n = llm_.info().max_num_seqs,
+          .max_stop_strings = config_.max_stop_strings,
+          .max_stop_bytes = config_.max_stop_bytes,
+          .max_prompts = config_.max_prompts_per_request,
+          .max_tools = config_.max_tools,
+          .max_template_kwargs = config_.max_chat_template_kwargs,
+          .max_bad_words = config_.max_bad_words};
+}
+
 std::string openai_service::structured_tokenizer_dir() const {
   const std::filesystem::path dir = config_.tokenizer_path.empty() ? config_.model_path : config_.tokenizer_path;
   return std::filesystem::absolute(dir).string();
@@ -761,7 +806,7 @@ std::shared_ptr<response_channel> openai_service::tokenize(const http_request& r
     return fail(openai::api_error::bad_request("the body must be a JSON object"));
   std::vector<int32_t> ids;
   if (doc["messages"].error() == simdjson::SUCCESS) {
-    auto parsed = openai::parse_chat_request(req.body, {.max_body_bytes = config_.max_body_bytes});
+    auto parsed = openai::parse_chat_request(req.body, parse_limits());
     if (!parsed)
       return fail(parsed.error());
     auto text =

@@ -40,8 +40,8 @@ struct service_config {
   /// --generation-config: "auto" (the model's generation_config.json supplies default sampling fields),
   /// "vllm" (ignore it), or a directory holding a generation_config.json.
   std::string generation_config = "auto";
-  /// --max-queued-requests: requests beyond the running ones that may wait; more get 429 with Retry-After.
-  /// Negative: no limit.
+  /// --max-queued-requests: sequences (n × prompts of each request) beyond the running ones that may wait; more get
+  /// 429 with Retry-After, and a request asking for more than max_num_seqs + this at once a 400. Negative: no limit.
   int64_t max_queued_requests = -1;
   /// --enable-prompt-tokens-details: usage carries prompt_tokens_details.cached_tokens. Off by default, as in vLLM:
   /// the count tells a client that some other client sent the same prefix before (unless salted apart).
@@ -64,6 +64,13 @@ struct service_config {
   /// Threads that parse, render chat templates, compile structured-output constraints, tokenize and submit the
   /// generation and tokenizer requests, so the HTTP I/O thread only moves bytes (see handler_pool.hpp).
   std::size_t preprocess_threads = 2;
+  // Request-size limits (each a serve flag; see openai::parse_limits): checked before the work they guard.
+  std::size_t max_stop_strings = 128;          ///< --max-stop-strings
+  std::size_t max_stop_bytes = 16384;          ///< --max-stop-bytes
+  std::size_t max_prompts_per_request = 1024;  ///< --max-prompts-per-request
+  std::size_t max_tools = 128;                 ///< --max-tools
+  std::size_t max_chat_template_kwargs = 64;   ///< --max-chat-template-kwargs
+  std::size_t max_bad_words = 128;             ///< --max-bad-words
 };
 
 class openai_service {
@@ -88,6 +95,8 @@ class openai_service {
   bool stop_preprocessing(std::chrono::steady_clock::time_point deadline);
 
  private:
+  /// The parser's limits: the request-size flags, and n bounded by the engine's max_num_seqs.
+  openai::parse_limits parse_limits() const;
   /// The tokenizer directory structured outputs compile their token masks against (absolute, as the engine's).
   std::string structured_tokenizer_dir() const;
   std::shared_ptr<response_channel> completions(const http_request& req);

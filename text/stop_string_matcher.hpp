@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +20,10 @@ namespace actorllm::text {
 /// output ends right after the stop string. (vLLM checks its stop strings in list order, which can release an
 /// earlier occurrence of a later-listed stop string when both arrive in one delta; the earliest match avoids
 /// that.)
+///
+/// The stop strings are compiled once into an Aho-Corasick automaton, so push() costs O(delta) whatever the number
+/// and length of the stop strings (the construction is O(total bytes × log)). Copies share the automaton: the n
+/// sequences of one request build it once.
 class stop_string_matcher {
  public:
   /// Empty stop strings are ignored.
@@ -41,14 +47,12 @@ class stop_string_matcher {
   bool stopped() const { return stopped_; }
 
  private:
-  size_t held_suffix(std::string_view text) const;
+  struct automaton;
 
-  std::vector<std::string> stops_;
-  std::vector<size_t> original_index_;
+  std::shared_ptr<const automaton> automaton_;  // null: no stop strings
   bool include_;
-  size_t max_length_ = 0;
-  std::string window_;  // the last max_length_ - 1 bytes of all text seen (released or held)
-  size_t held_ = 0;     // how many bytes at the end of window_ are not released yet
+  uint32_t state_ = 0;  // the automaton's node: the longest suffix of the text that begins some stop string
+  std::string held_;    // the text not released yet: the state's string (always empty with include_)
   bool stopped_ = false;
 };
 

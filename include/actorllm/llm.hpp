@@ -183,6 +183,10 @@ class LLM {
   /// Aborts a request: its sequences finish with `abort` and its KV blocks are free when this returns. False when
   /// the request is not live (finished, aborted already, or unknown).
   bool abort(uint64_t request_id);
+  /// Asks for a request's abort and returns at once: its end reaches its callbacks (finish_reason abort) or its
+  /// stream. For callers that must not wait on the engine (a server aborting the thousands of requests of a client
+  /// that hung up); unknown or finished ids are ignored.
+  void abort_async(uint64_t request_id);
 
   /// A snapshot of the engine's state, consistent with every call that returned before this one. Never throws: an
   /// engine that is restarting its workers or does not answer reports healthy = false with the reason.

@@ -26,11 +26,21 @@
 
 namespace actorllm::net::openai {
 
-/// Limits the parser enforces before and while reading a body.
+/// Limits the parser enforces before and while reading a body. Each count is checked before the field's entries
+/// are read or copied; a request over one gets a 400 whose message names the field and the serve flag that sets it.
 struct parse_limits {
   std::size_t max_body_bytes = 16u << 20;  ///< larger bodies are refused with 413
   std::size_t max_depth = 32;              ///< deeper JSON nesting is refused with 400
   int32_t max_logprobs = 20;               ///< the most logprobs / top_logprobs a request may ask for
+  /// The most sequences (n) one prompt may ask for: the engine's --max-num-seqs (more could never run at once).
+  /// Checked before any other field is read.
+  int32_t max_n = 256;
+  std::size_t max_stop_strings = 128;    ///< --max-stop-strings: entries of `stop`
+  std::size_t max_stop_bytes = 16384;    ///< --max-stop-bytes: the bytes of all of `stop` together
+  std::size_t max_prompts = 1024;        ///< --max-prompts-per-request: entries of a completions prompt list
+  std::size_t max_tools = 128;           ///< --max-tools: entries of `tools`
+  std::size_t max_template_kwargs = 64;  ///< --max-chat-template-kwargs: keys of chat_template_kwargs
+  std::size_t max_bad_words = 128;       ///< --max-bad-words: entries of `bad_words`
 };
 
 /// Defaults for the sampling fields a request leaves out (from the model's generation_config.json, as vLLM's

@@ -156,6 +156,12 @@ log_level = "debug"
 enable_prompt_tokens_details = true
 disable_log_stats = true
 max_logprobs = 7
+max_stop_strings = 3
+max_stop_bytes = 40
+max_prompts_per_request = 5
+max_tools = 6
+max_chat_template_kwargs = 7
+max_bad_words = 8
 root_path = "/api"
 chat-template-content-format = "openai"
 return_tokens_as_token_ids = true
@@ -205,6 +211,12 @@ host_ip = "10.0.0.2"
   CHECK_FALSE(o.enable_eplb);
   CHECK(o.scheduling_policy == "priority");
   CHECK(o.max_logprobs == 7);
+  CHECK(o.max_stop_strings == 3);
+  CHECK(o.max_stop_bytes == 40);
+  CHECK(o.max_prompts_per_request == 5);
+  CHECK(o.max_tools == 6);
+  CHECK(o.max_chat_template_kwargs == 7);
+  CHECK(o.max_bad_words == 8);
   CHECK(o.root_path == "/api");
   CHECK(o.chat_template_content_format == "openai");
   CHECK(o.return_tokens_as_token_ids);
@@ -212,7 +224,7 @@ host_ip = "10.0.0.2"
   CHECK(o.data_parallel_size_local == 2);
   CHECK(o.data_parallel_rank == 3);
   CHECK(o.enforce_eager);
-  CHECK(app::serve_config_keys().size() == 53);
+  CHECK(app::serve_config_keys().size() == 59);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
@@ -350,11 +362,28 @@ TEST_CASE("an unknown flag exits 2 and suggests the nearest valid flag") {
 TEST_CASE("serve --help documents every flag") {
   auto r = run_actorllm("serve --help");
   CHECK(r.status == 0);
-  for (const char* flag :
-       {"--config", "--gpu-memory-utilization", "--distributed-executor-backend", "--chat-template",
-        "--generation-config", "--max-queued-requests", "--allowed-origins", "--log-level", "--tensor-parallel-size",
-        "--kv-cache-memory", "--served-model-name", "--device", "--data-parallel-size", "--data-parallel-size-local",
-        "--data-parallel-rank", "--enforce-eager"}) {
+  for (const char* flag : {"--config",
+                           "--gpu-memory-utilization",
+                           "--distributed-executor-backend",
+                           "--chat-template",
+                           "--generation-config",
+                           "--max-queued-requests",
+                           "--allowed-origins",
+                           "--log-level",
+                           "--tensor-parallel-size",
+                           "--kv-cache-memory",
+                           "--served-model-name",
+                           "--device",
+                           "--data-parallel-size",
+                           "--data-parallel-size-local",
+                           "--data-parallel-rank",
+                           "--enforce-eager",
+                           "--max-stop-strings",
+                           "--max-stop-bytes",
+                           "--max-prompts-per-request",
+                           "--max-tools",
+                           "--max-chat-template-kwargs",
+                           "--max-bad-words"}) {
     INFO(flag);
     CHECK(r.out.find(flag) != std::string::npos);
   }
@@ -373,6 +402,8 @@ TEST_CASE("serve rejects bad values of the new flags with a message naming the f
       {"--distributed-executor-backend threads", "valid values: uni, mp, cluster"},
       {"--distributed-executor-backend cluster", "the cluster executor needs a cluster and none is configured"},
       {"--max-queued-requests -2", "--max-queued-requests"},
+      {"--max-prompts-per-request 0", "--max-prompts-per-request: must be >= 1, got 0"},
+      {"--max-stop-strings -1", "--max-stop-strings: must be >= 0, got -1"},
       {"--log-level loud", "--log-level"},
       {"--device tpu", "--device 'tpu' is not a device"},
       {"--allowed-origins '[\"*\"'", "--allowed-origins"},

@@ -84,3 +84,23 @@ TEST_CASE("admission_gate never admits more than its limit under contention") {
   CHECK(over.load() == 0);
   CHECK(gate.active() == 0);
 }
+
+TEST_CASE("admission_gate counts sequences: a request weighs n x prompts and fits only beside what is admitted") {
+  admission_gate gate{10};
+  auto a = gate.try_enter(6);
+  REQUIRE(a);
+  CHECK(a->weight() == 6);
+  CHECK(gate.active() == 6);
+  CHECK_FALSE(gate.try_enter(5));  // 6 + 5 > 10: one request cannot slip 5 sequences past the bound as "one"
+  auto b = gate.try_enter(4);
+  REQUIRE(b);
+  CHECK(gate.active() == 10);
+  CHECK_FALSE(gate.try_enter());
+  a->release();
+  CHECK(gate.active() == 4);
+  CHECK_FALSE(gate.try_enter(11));  // over the whole limit: never fits
+  admission_gate unlimited{-1};
+  auto c = unlimited.try_enter(1000000);
+  REQUIRE(c);
+  CHECK(unlimited.active() == 1000000);
+}

@@ -419,3 +419,49 @@ TEST_CASE("model resolution: the default model or a served name or a 404 for oth
   CHECK(r.error().message == "The model `gpt-4` does not exist.");
   CHECK(resolve_model("", std::vector<std::string>{}).error().status == 503);
 }
+
+TEST_CASE(
+    "request limits: n is checked first, each list's count before its entries are read, each a 400 naming "
+    "field and flag") {
+  // n over max_num_seqs, whatever else the body holds (here too many stop strings, listed first).
+  std::string stops = "[";
+  for (int i = 0; i < 500; ++i) {
+    if (i > 0)
+      stops += ',';
+    stops += "\"s\"";
+  }
+  stops += ']';
+  for (const std::string n : {"257", "10000000", "2147483647"}) {
+    auto r = parse_completion_request(R"({"prompt":"p","stop":)" + stops + R"(,"n":)" + n + "}");
+    REQUIRE_FALSE(r);
+    CHECK(r.error().status == 400);
+    CHECK(r.error().param == "n");
+    CHECK(r.error().message == "n: " + n + " sequences, more than --max-num-seqs (256) can run at once");
+  }
+  auto big_n = parse_chat_request(R"({"messages":[{"role":"user","content":"u"}],"n":1000})", {.max_n = 999});
+  REQUIRE_FALSE(big_n);
+  CHECK(big_n.error().param == "n");
+  CHECK(parse_completion_request(R"({"prompt":"p","n":256})").has_value());
+  // The defaults.
+  auto stop = parse_completion_request(R"({"prompt":"p","stop":)" + stops + "}");
+  REQUIRE_FALSE(stop);
+  CHECK(stop.error().message == "stop: 500 stop strings, more than --max-stop-strings (128)");
+  auto bytes = parse_completion_request(R"({"prompt":"p","stop":")" + std::string(16385, 'x') + R"("})");
+  REQUIRE_FALSE(bytes);
+  CHECK(bytes.error().param == "stop");
+  CHECK(bytes.error().message == "stop: 16385 bytes of stop strings, more than --max-stop-bytes (16384)");
+  CHECK(parse_completion_request(R"({"prompt":"p","stop":")" + std::string(16384, 'x') + R"("})").has_value());
+  // A list of token ids is one prompt, however long; a list of lists is counted.
+  std::string ids = "[";
+  for (int i = 0; i < 2000; ++i) {
+    if (i > 0)
+      ids += ',';
+    ids += "[1]";
+  }
+  ids += ']';
+  auto prompts = parse_completion_request(R"({"prompt":)" + ids + "}");
+  REQUIRE_FALSE(prompts);
+  CHECK(prompts.error().param == "prompt");
+  CHECK(prompts.error().message == "prompt: 2000 prompts, more than --max-prompts-per-request (1024)");
+  CHECK(parse_completion_request(R"({"prompt":[1,1,1,1,1,1,1,1,1,1]})", {.max_prompts = 1}).has_value());
+}

@@ -599,3 +599,24 @@ TEST_CASE("jinja: deeply nested and self-referencing values are handled without 
   CHECK(render("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns.self.self is defined }}") == "True");
   CHECK(render("{% macro m() %}{{ m is defined }}{% endmacro %}{% set ns = namespace(f=m) %}{{ ns.f() }}") == "True");
 }
+
+TEST_CASE("jinja: 100,000 variables are set and looked up in linear time, a later one shadowing a builtin") {
+  // Chat requests' chat_template_kwargs become template variables: the globals frame used to scan every name per
+  // assignment (24 s for 100,000 of them).
+  jinja::value vars = jinja::value::dict();
+  auto& d = vars.mutable_dict();
+  for (int i = 0; i < 100000; ++i) {
+    std::string name = std::to_string(i);
+    name.insert(0, 1, 'k');
+    d.set(jinja::value(std::move(name)), jinja::value(int64_t{i}));
+  }
+  d.set(jinja::value("range"), jinja::value("shadowed"));  // a builtin global, overridden by the caller's variable
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string out =
+      jinja::compiled_template::parse("{{ k0 }} {{ k99999 }} {{ k500 + k1 }} {{ range }} {{ missing is defined }}")
+          .render(vars);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(out == "0 99999 501 shadowed False");
+  MESSAGE("render with 100,000 variables: " << seconds << " s");
+  CHECK(seconds < 1.0);
+}

@@ -1,7 +1,10 @@
 // The tree-walking renderer.
 #include "text/jinja/renderer.hpp"
 
+#include <functional>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
 
 #include "text/jinja/callable.hpp"
 #include "text/jinja/globals.hpp"
@@ -16,14 +19,19 @@ constexpr size_t bytes_per_step = 64;
 // Steps charged per loop iteration, for the bookkeeping (scope, loop object) an empty body still costs.
 constexpr uint64_t iteration_steps = 8;
 
-// One scope. Lookups walk the parent chain; assignments go to the innermost frame.
+// One scope. Lookups walk the parent chain; assignments go to the innermost frame. A frame with many names (the
+// globals of a render given many template variables: chat_template_kwargs) indexes them, so that filling it and
+// each lookup stay linear and constant rather than a scan per name.
 struct frame {
   explicit frame(std::shared_ptr<frame> p) : parent(std::move(p)) {}
   std::shared_ptr<frame> parent;
-  std::vector<std::pair<std::string, value>> vars;
 
   value* find_local(std::string_view name) {
-    for (auto& [key, v] : vars)
+    if (!index_.empty()) {
+      auto it = index_.find(name);
+      return it == index_.end() ? nullptr : &vars_[it->second].second;
+    }
+    for (auto& [key, v] : vars_)
       if (key == name)
         return &v;
     return nullptr;
@@ -35,11 +43,30 @@ struct frame {
     return nullptr;
   }
   void set(std::string_view name, value v) {
-    if (value* slot = find_local(name))
+    if (value* slot = find_local(name)) {
       *slot = std::move(v);
-    else
-      vars.emplace_back(std::string(name), std::move(v));
+      return;
+    }
+    vars_.emplace_back(std::string(name), std::move(v));
+    if (!index_.empty())
+      index_.emplace(vars_.back().first, vars_.size() - 1);
+    else if (vars_.size() > index_threshold)
+      for (size_t i = 0; i < vars_.size(); ++i)
+        index_.emplace(vars_[i].first, i);
   }
+  void clear() {
+    vars_.clear();
+    index_.clear();
+  }
+
+ private:
+  static constexpr size_t index_threshold = 32;
+  struct name_hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  std::vector<std::pair<std::string, value>> vars_;
+  std::unordered_map<std::string, size_t, name_hash, std::equal_to<>> index_;
 };
 using frame_ptr = std::shared_ptr<frame>;
 
@@ -95,13 +122,13 @@ class renderer {
   // Frames captured by macros hold the macro, which holds the frame: empty them so the cycle is freed.
   ~renderer() {
     for (auto& f : captured_frames_)
-      f->vars.clear();
+      f->clear();
   }
 
   std::string run(const stmt_list& body, const value& variables) {
     auto globals = std::make_shared<frame>(nullptr);
     for (const auto& [key, fn] : builtin_globals())
-      globals->vars.emplace_back(key, fn);
+      globals->set(key, fn);
     if (variables.is_dict() || variables.is_namespace()) {
       for (const auto& [key, v] : variables.as_dict().entries())
         if (key.is_string())
@@ -280,7 +307,7 @@ class renderer {
       std::vector<value> kept;
       auto probe = std::make_shared<frame>(f);
       for (auto& item : items) {
-        probe->vars.clear();
+        probe->clear();
         assign(probe, node.target, item);
         if (eval(*node.condition, probe).truthy())
           kept.push_back(std::move(item));
