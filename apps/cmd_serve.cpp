@@ -15,6 +15,7 @@
 #include "net/openai/tool_calls.hpp"
 #include "net/openai_service.hpp"
 #include "net/routes.hpp"
+#include "text/structured/structured_limits.hpp"
 #include "util/log.hpp"
 
 #include <fmt/format.h>
@@ -99,6 +100,19 @@ void validate(const serve_options& o) {
     throw std::invalid_argument(chosen.error);  // names --device and the value
   if (o.max_logprobs < 0)
     throw std::invalid_argument(fmt::format("--max-logprobs: must be >= 0, got {}", o.max_logprobs));
+  if (o.max_structured_output_bytes < 1 || o.max_structured_output_bytes > (uint64_t{1} << 30))
+    throw std::invalid_argument(fmt::format("--max-structured-output-bytes: must be in [1, {}], got {}",
+                                            uint64_t{1} << 30, o.max_structured_output_bytes));
+  if (o.max_structured_output_depth < 1 ||
+      o.max_structured_output_depth > text::structured::max_structured_depth_setting)
+    throw std::invalid_argument(fmt::format("--max-structured-output-depth: must be in [1, {}], got {}",
+                                            text::structured::max_structured_depth_setting,
+                                            o.max_structured_output_depth));
+  if (o.max_structured_output_states < 1 || o.max_structured_output_states > (uint64_t{1} << 24))
+    throw std::invalid_argument(fmt::format("--max-structured-output-states: must be in [1, {}], got {}",
+                                            uint64_t{1} << 24, o.max_structured_output_states));
+  if (o.structured_output_compile_budget < 1)
+    throw std::invalid_argument("--structured-output-compile-budget: must be >= 1");
   if (o.chat_template_content_format != "auto" && o.chat_template_content_format != "string" &&
       o.chat_template_content_format != "openai")
     throw std::invalid_argument(fmt::format("--chat-template-content-format: '{}' is not one of auto, string, openai",
@@ -220,7 +234,11 @@ int run_serve(serve_options o) {
        .chat_template_content_format = o.chat_template_content_format,
        .return_tokens_as_token_ids = o.return_tokens_as_token_ids,
        .enable_auto_tool_choice = o.enable_auto_tool_choice,
-       .tool_call_parser = o.tool_call_parser}};
+       .tool_call_parser = o.tool_call_parser,
+       .structured_limits = {.max_bytes = o.max_structured_output_bytes,
+                             .max_depth = o.max_structured_output_depth,
+                             .max_states = o.max_structured_output_states,
+                             .compile_budget = o.structured_output_compile_budget}}};
   net::router router;
   // --api-key, else $VLLM_API_KEY (vLLM reads both; the flag wins).
   if (o.api_key.empty())
@@ -361,6 +379,22 @@ command_registration serve_command{
                      "directory holding a generation_config.json")
           ->capture_default_str();
       sub.add_option("--max-logprobs", o->max_logprobs, "The most logprobs / top_logprobs a request may ask for")
+          ->capture_default_str();
+      sub.add_option("--max-structured-output-bytes", o->max_structured_output_bytes,
+                     "The largest structured-output regex, JSON schema or choice list a request may give, in bytes "
+                     "(a schema's generated pattern may be 16 times as long)")
+          ->capture_default_str();
+      sub.add_option("--max-structured-output-depth", o->max_structured_output_depth,
+                     "How deep groups and quantifiers may nest in a structured-output regex, and subschemas in a "
+                     "JSON schema (at most 1000)")
+          ->capture_default_str();
+      sub.add_option("--max-structured-output-states", o->max_structured_output_states,
+                     "The most states of a structured output's automaton (also bounds its construction's memory: "
+                     "8 NFA states and 256 set entries per state)")
+          ->capture_default_str();
+      sub.add_option("--structured-output-compile-budget", o->structured_output_compile_budget,
+                     "The most work units compiling one structured-output pattern may take (deterministic; about "
+                     "5-10 ns each on one core: the default stops within about 0.2 s)")
           ->capture_default_str();
       sub.add_option("--root-path", o->root_path,
                      "A path prefix a reverse proxy leaves on requests (/api routes /api/v1/... to /v1/...)");

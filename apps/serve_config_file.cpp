@@ -3,6 +3,7 @@
 
 #include "apps/nearest_name.hpp"
 #include "kernels/device.hpp"
+#include "text/structured/structured_limits.hpp"
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -274,6 +275,12 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"enable_prompt_tokens_details", bool_value(o.enable_prompt_tokens_details)},
            {"disable_log_stats", bool_value(o.disable_log_stats)},
            {"max_logprobs", integer_value(o.max_logprobs, 0, int32_max)},
+           {"max_structured_output_bytes", integer_value(o.max_structured_output_bytes, 1, int64_t{1} << 30)},
+           {"max_structured_output_depth",
+            integer_value(o.max_structured_output_depth, 1,
+                          static_cast<int64_t>(text::structured::max_structured_depth_setting))},
+           {"max_structured_output_states", integer_value(o.max_structured_output_states, 1, int64_t{1} << 24)},
+           {"structured_output_compile_budget", integer_value(o.structured_output_compile_budget, 1)},
            {"root_path", string_value(o.root_path)},
            {"chat_template_content_format", choice_value(o.chat_template_content_format, {"auto", "string", "openai"})},
            {"return_tokens_as_token_ids", bool_value(o.return_tokens_as_token_ids)},

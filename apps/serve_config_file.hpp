@@ -7,7 +7,9 @@
 //               num_threads, max_worker_restarts, device
 //   [scheduler] max_num_seqs, max_num_batched_tokens, max_queued_requests, step_timeout
 //   [cache]     block_size, gpu_memory_utilization, kv_cache_memory
-//   [server]    host, port, api_key, allowed_origins, shutdown_timeout, max_body_bytes, log_level
+//   [server]    host, port, api_key, allowed_origins, shutdown_timeout, max_body_bytes, log_level,
+//               max_structured_output_bytes, max_structured_output_depth, max_structured_output_states,
+//               structured_output_compile_budget
 //   [cluster]   head_address, token, host_ip, tls_cert, tls_key, tls_ca (the cluster executor; the TLS files
 //               secure the control plane of mp as well)
 //

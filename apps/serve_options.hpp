@@ -65,7 +65,13 @@ struct serve_options {
   bool enable_prompt_tokens_details = false;  ///< usage.prompt_tokens_details.cached_tokens in responses
   bool disable_log_stats = false;             ///< no periodic stats line
   int32_t max_logprobs = 20;                  ///< --max-logprobs: the most logprobs a request may ask for
-  std::string root_path;                      ///< --root-path: a prefix a proxy may leave on request paths
+  /// --max-structured-output-bytes / -depth / -states, --structured-output-compile-budget: structured outputs'
+  /// limits (text/structured/structured_limits.hpp has what each bounds and why its default).
+  uint64_t max_structured_output_bytes = 65536;
+  uint64_t max_structured_output_depth = 64;
+  uint64_t max_structured_output_states = 50000;
+  uint64_t structured_output_compile_budget = 20'000'000;
+  std::string root_path;                              ///< --root-path: a prefix a proxy may leave on request paths
   std::string chat_template_content_format = "auto";  ///< auto, string or openai
   bool return_tokens_as_token_ids = false;            ///< logprob tokens as "token_id:N" by default
   std::string scheduling_policy = "fcfs";             ///< fcfs or priority

@@ -23,6 +23,7 @@
 
 #include "net/openai/api_error.hpp"
 #include "net/openai/tool_calls.hpp"
+#include "text/structured/structured_limits.hpp"
 
 namespace actorllm::net::openai {
 
@@ -31,6 +32,8 @@ struct parse_limits {
   std::size_t max_body_bytes = 16u << 20;  ///< larger bodies are refused with 413
   std::size_t max_depth = 32;              ///< deeper JSON nesting is refused with 400
   int32_t max_logprobs = 20;               ///< the most logprobs / top_logprobs a request may ask for
+  /// Structured outputs: a regex, schema or choice list larger, deeper or costlier than these is refused with 400.
+  text::structured::structured_limits structured{};
 };
 
 /// Defaults for the sampling fields a request leaves out (from the model's generation_config.json, as vLLM's

@@ -210,7 +210,7 @@ host_ip = "10.0.0.2"
   CHECK(o.data_parallel_size_local == 2);
   CHECK(o.data_parallel_rank == 3);
   CHECK(o.enforce_eager);
-  CHECK(app::serve_config_keys().size() == 52);
+  CHECK(app::serve_config_keys().size() == 56);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
