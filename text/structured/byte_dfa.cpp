@@ -575,7 +575,7 @@ class subset_builder {
                         std::to_string(limits_.compile_budget) + " units)");
   }
 
-  // Returns the table (n_states x classes) and the accepting flags.
+  // Fills the table (n_states x classes, dead where no byte of a class moves on) and the accepting flags.
   void run(int32_t start, std::vector<int32_t>& table, std::vector<uint8_t>& accept) {
     std::vector<int32_t> seeds{start};
     closure(seeds);
