@@ -1,5 +1,6 @@
 // The sampler shard's per-sequence state.
 #include "actors/sequence_samplers.hpp"
+#include "text/structured/constraint_cache.hpp"
 
 #include <fmt/format.h>
 
@@ -68,6 +69,9 @@ void sequence_samplers::constrain(uint64_t request_id, const std::string& patter
   if (it == requests_.end())
     return;
   try {
+    // In the server's process the HTTP layer compiled this pattern under --max-structured-output-* and holds it
+    // while the request runs, so this is a cache hit; elsewhere (a cluster worker) it compiles under the default
+    // limits: bounded either way.
     it->second.constraint = text::structured::compiled_constraint(tokenizer_dir, pattern);
   } catch (const std::exception& e) {
     it->second.constraint_error = e.what();

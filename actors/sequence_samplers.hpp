@@ -32,7 +32,8 @@ class sequence_samplers {
   /// penalty reads.
   void add(uint64_t request_id, const ops::sampling_params& params, uint64_t seed, std::vector<int32_t> prompt_ids);
   /// Constrains a request added before to structured outputs matching `pattern` (token masks from the tokenizer in
-  /// `tokenizer_dir`; compiled once per process and pattern).
+  /// `tokenizer_dir`; compiled once per process and pattern, within structured_limits' defaults when this process
+  /// has not compiled it already).
   void constrain(uint64_t request_id, const std::string& pattern, const std::string& tokenizer_dir);
 
   /// Failover: starts sequence 0 of a request added (and constrained) before as if it had already sampled

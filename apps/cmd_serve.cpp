@@ -15,6 +15,7 @@
 #include "net/openai/tool_calls.hpp"
 #include "net/openai_service.hpp"
 #include "net/routes.hpp"
+#include "text/structured/structured_limits.hpp"
 #include "util/log.hpp"
 
 #include <fmt/format.h>
@@ -110,6 +111,19 @@ void validate(const serve_options& o) {
         std::tuple{"--max-bad-words", o.max_bad_words, 0}})
     if (value < min)
       throw std::invalid_argument(fmt::format("{}: must be >= {}, got {}", flag, min, value));
+  if (o.max_structured_output_bytes < 1 || o.max_structured_output_bytes > (uint64_t{1} << 30))
+    throw std::invalid_argument(fmt::format("--max-structured-output-bytes: must be in [1, {}], got {}",
+                                            uint64_t{1} << 30, o.max_structured_output_bytes));
+  if (o.max_structured_output_depth < 1 ||
+      o.max_structured_output_depth > text::structured::max_structured_depth_setting)
+    throw std::invalid_argument(fmt::format("--max-structured-output-depth: must be in [1, {}], got {}",
+                                            text::structured::max_structured_depth_setting,
+                                            o.max_structured_output_depth));
+  if (o.max_structured_output_states < 1 || o.max_structured_output_states > (uint64_t{1} << 24))
+    throw std::invalid_argument(fmt::format("--max-structured-output-states: must be in [1, {}], got {}",
+                                            uint64_t{1} << 24, o.max_structured_output_states));
+  if (o.structured_output_compile_budget < 1)
+    throw std::invalid_argument("--structured-output-compile-budget: must be >= 1");
   if (o.chat_template_content_format != "auto" && o.chat_template_content_format != "string" &&
       o.chat_template_content_format != "openai")
     throw std::invalid_argument(fmt::format("--chat-template-content-format: '{}' is not one of auto, string, openai",
@@ -237,7 +251,11 @@ int run_serve(serve_options o) {
        .max_prompts_per_request = static_cast<std::size_t>(o.max_prompts_per_request),
        .max_tools = static_cast<std::size_t>(o.max_tools),
        .max_chat_template_kwargs = static_cast<std::size_t>(o.max_chat_template_kwargs),
-       .max_bad_words = static_cast<std::size_t>(o.max_bad_words)}};
+       .max_bad_words = static_cast<std::size_t>(o.max_bad_words),
+       .structured_limits = {.max_bytes = o.max_structured_output_bytes,
+                             .max_depth = o.max_structured_output_depth,
+                             .max_states = o.max_structured_output_states,
+                             .compile_budget = o.structured_output_compile_budget}}};
   net::router router;
   // --api-key, else $VLLM_API_KEY (vLLM reads both; the flag wins).
   if (o.api_key.empty())
@@ -416,6 +434,22 @@ command_registration serve_command{
                      "The most keys a request's chat_template_kwargs may hold (more: 400)")
           ->capture_default_str();
       sub.add_option("--max-bad-words", o->max_bad_words, "The most bad_words a request may give (more: 400)")
+          ->capture_default_str();
+      sub.add_option("--max-structured-output-bytes", o->max_structured_output_bytes,
+                     "The largest structured-output regex, JSON schema or choice list a request may give, in bytes "
+                     "(a schema's generated pattern may be 16 times as long)")
+          ->capture_default_str();
+      sub.add_option("--max-structured-output-depth", o->max_structured_output_depth,
+                     "How deep groups and quantifiers may nest in a structured-output regex, and subschemas in a "
+                     "JSON schema (at most 1000)")
+          ->capture_default_str();
+      sub.add_option("--max-structured-output-states", o->max_structured_output_states,
+                     "The most states of a structured output's automaton (also bounds its construction's memory: "
+                     "8 NFA states and 256 set entries per state)")
+          ->capture_default_str();
+      sub.add_option("--structured-output-compile-budget", o->structured_output_compile_budget,
+                     "The most work units compiling one structured-output pattern may take (deterministic; about "
+                     "5-10 ns each on one core: the default stops within about 0.2 s)")
           ->capture_default_str();
       sub.add_option("--root-path", o->root_path,
                      "A path prefix a reverse proxy leaves on requests (/api routes /api/v1/... to /v1/...)");

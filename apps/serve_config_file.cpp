@@ -3,6 +3,7 @@
 
 #include "apps/nearest_name.hpp"
 #include "kernels/device.hpp"
+#include "text/structured/structured_limits.hpp"
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -281,6 +282,12 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"max_tools", integer_value(o.max_tools, 0)},
            {"max_chat_template_kwargs", integer_value(o.max_chat_template_kwargs, 0)},
            {"max_bad_words", integer_value(o.max_bad_words, 0)},
+           {"max_structured_output_bytes", integer_value(o.max_structured_output_bytes, 1, int64_t{1} << 30)},
+           {"max_structured_output_depth",
+            integer_value(o.max_structured_output_depth, 1,
+                          static_cast<int64_t>(text::structured::max_structured_depth_setting))},
+           {"max_structured_output_states", integer_value(o.max_structured_output_states, 1, int64_t{1} << 24)},
+           {"structured_output_compile_budget", integer_value(o.structured_output_compile_budget, 1)},
            {"root_path", string_value(o.root_path)},
            {"chat_template_content_format", choice_value(o.chat_template_content_format, {"auto", "string", "openai"})},
            {"return_tokens_as_token_ids", bool_value(o.return_tokens_as_token_ids)},

@@ -9,7 +9,9 @@
 //   [cache]     block_size, gpu_memory_utilization, kv_cache_memory
 //   [server]    host, port, api_key, allowed_origins, shutdown_timeout, max_connections, max_body_bytes, log_level,
 //               max_stop_strings, max_stop_bytes, max_prompts_per_request, max_tools, max_chat_template_kwargs,
-//               max_bad_words (and the other [server] flags of `actorllm serve --help`)
+//               max_bad_words, max_structured_output_bytes, max_structured_output_depth,
+//               max_structured_output_states, structured_output_compile_budget (and the other [server] flags of
+//               `actorllm serve --help`)
 //   [cluster]   head_address, token, host_ip, tls_cert, tls_key, tls_ca (the cluster executor; the TLS files
 //               secure the control plane of mp as well)
 //

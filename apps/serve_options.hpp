@@ -73,7 +73,13 @@ struct serve_options {
   int64_t max_tools = 128;                 ///< --max-tools: entries of a chat request's `tools`
   int64_t max_chat_template_kwargs = 64;   ///< --max-chat-template-kwargs: keys of chat_template_kwargs
   int64_t max_bad_words = 128;             ///< --max-bad-words: entries of `bad_words`
-  std::string root_path;                   ///< --root-path: a prefix a proxy may leave on request paths
+  /// --max-structured-output-bytes / -depth / -states, --structured-output-compile-budget: structured outputs'
+  /// limits (text/structured/structured_limits.hpp has what each bounds and why its default).
+  uint64_t max_structured_output_bytes = 65536;
+  uint64_t max_structured_output_depth = 64;
+  uint64_t max_structured_output_states = 50000;
+  uint64_t structured_output_compile_budget = 20'000'000;
+  std::string root_path;                              ///< --root-path: a prefix a proxy may leave on request paths
   std::string chat_template_content_format = "auto";  ///< auto, string or openai
   bool return_tokens_as_token_ids = false;            ///< logprob tokens as "token_id:N" by default
   std::string scheduling_policy = "fcfs";             ///< fcfs or priority

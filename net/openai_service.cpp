@@ -5,7 +5,7 @@
 #include "net/openai/responses.hpp"
 #include "text/chat_template.hpp"
 #include "text/jinja/json.hpp"
-#include "text/structured/token_constraint.hpp"
+#include "text/structured/constraint_cache.hpp"
 #include "text/tokenizer.hpp"
 #include "text/tokenizer_error.hpp"
 #include "util/json_writer.hpp"
@@ -109,6 +109,9 @@ struct job {
   std::size_t remaining = 0;
   bool failed = false;
   admission_gate::slot slot;  // given back once every engine request of this job has ended
+  // The structured-output constraint, held while the job lives: the cache may drop it meanwhile, yet the sampler
+  // still finds this one instead of compiling it again.
+  std::shared_ptr<const text::structured::token_constraint> constraint;
   clock_type::time_point start = clock_type::now();
 
   void on_delta(uint32_t p, const stream_delta& d) {
@@ -390,13 +393,16 @@ std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64
   return std::nullopt;
 }
 
-/// Structured outputs: the pattern compiled here (once per pattern and process, shared with an in-process sampler),
-/// so that a pattern the engine cannot take is a 400 naming the field that set it.
-std::optional<openai::api_error> check_structured(const openai::common_request& r, const std::string& tokenizer_dir) {
+/// Structured outputs: the pattern compiled here under the --max-structured-output-* limits (once per pattern and
+/// process, shared with an in-process sampler; `compiled` keeps it for the request), so that a pattern the engine
+/// cannot take is a 400 naming the field that set it and the limit it passes.
+std::optional<openai::api_error> check_structured(const openai::common_request& r, const std::string& tokenizer_dir,
+                                                  const text::structured::structured_limits& limits,
+                                                  std::shared_ptr<const text::structured::token_constraint>& compiled) {
   if (r.params.structured_pattern.empty())
     return std::nullopt;
   try {
-    (void)text::structured::compiled_constraint(tokenizer_dir, r.params.structured_pattern);
+    compiled = text::structured::compiled_constraint(tokenizer_dir, r.params.structured_pattern, limits);
   } catch (const text::structured::regex_error& e) {
     return openai::api_error::bad_request(r.structured_param + ": " + e.what(), r.structured_param);
   } catch (const std::exception& e) {
@@ -508,7 +514,8 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   log_ignored(*parsed);
   if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
     return fail(*bad);
-  if (auto bad = check_structured(*parsed, structured_tokenizer_dir()))
+  std::shared_ptr<const text::structured::token_constraint> constraint;
+  if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
     return fail(*bad);
   auto model = openai::resolve_model(parsed->model, config_.served_model_names);
   if (!model)
@@ -581,6 +588,7 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   if (j->stream)
     j->completion_chunks.emplace(j->ctx);
   j->slot = std::move(*slot);
+  j->constraint = std::move(constraint);
   return start(j, std::move(parsed->prompts), parsed->params, parsed->priority, parsed->cache_salt, echo);
 }
 
@@ -699,7 +707,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   log_ignored(*parsed);
   if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
     return fail(*bad);
-  if (auto bad = check_structured(*parsed, structured_tokenizer_dir()))
+  std::shared_ptr<const text::structured::token_constraint> constraint;
+  if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
     return fail(*bad);
   using tool_mode = openai::response_context::tool_mode;
   tool_mode tools = tool_mode::none;
@@ -775,6 +784,7 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   if (j->stream)
     j->chat_chunks.emplace(j->ctx);
   j->slot = std::move(*slot);
+  j->constraint = std::move(constraint);
   return start(j, {prompt{std::move(ids)}}, parsed->params, parsed->priority, parsed->cache_salt, {});
 }
 
@@ -787,7 +797,8 @@ openai::parse_limits openai_service::parse_limits() const {
           .max_prompts = config_.max_prompts_per_request,
           .max_tools = config_.max_tools,
           .max_template_kwargs = config_.max_chat_template_kwargs,
-          .max_bad_words = config_.max_bad_words};
+          .max_bad_words = config_.max_bad_words,
+          .structured = config_.structured_limits};
 }
 
 std::string openai_service::structured_tokenizer_dir() const {

@@ -9,6 +9,7 @@
 #include "net/openai/requests.hpp"
 #include "net/routes.hpp"
 #include "net/stats_logger.hpp"
+#include "text/structured/structured_limits.hpp"
 
 #include <actorllm/llm.hpp>
 
@@ -61,6 +62,9 @@ struct service_config {
   /// functions work either way (the output is constrained to the calls' JSON).
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
+  /// --max-structured-output-bytes / -depth / -states and --structured-output-compile-budget: what a
+  /// structured-output constraint may cost to parse and compile (more: a 400 naming the limit).
+  text::structured::structured_limits structured_limits{};
   /// Threads that parse, render chat templates, compile structured-output constraints, tokenize and submit the
   /// generation and tokenizer requests, so the HTTP I/O thread only moves bytes (see handler_pool.hpp).
   std::size_t preprocess_threads = 2;

@@ -3,6 +3,7 @@
 #include "net/openai/requests.hpp"
 
 #include "net/openai/request_fields.hpp"
+#include "text/structured/byte_dfa.hpp"
 #include "text/structured/json_schema.hpp"
 
 #include <simdjson.h>
@@ -261,7 +262,8 @@ void set_constraint(common_request& r, const std::string& param, std::string pat
 }
 
 // A JSON schema (an object, or a string holding one) as a pattern; unsupported keywords are a 400 naming them.
-std::string schema_pattern(dom::element schema, const std::string& param) {
+std::string schema_pattern(dom::element schema, const std::string& param,
+                           const text::structured::structured_limits& limits) {
   std::string text;
   if (schema.is_string())
     text = std::string{read_string(schema, param)};
@@ -270,23 +272,38 @@ std::string schema_pattern(dom::element schema, const std::string& param) {
   else
     fail(param, param + " must be a JSON schema (an object), got " + type_name(schema));
   try {
-    return text::structured::json_schema_pattern(text);
+    return text::structured::json_schema_pattern(text, limits);
   } catch (const text::structured::schema_error& e) {
     fail(param, param + ": " + e.what());
   }
 }
 
-std::string choice_from(dom::element v, const std::string& param) {
+std::string choice_from(dom::element v, const std::string& param, const text::structured::structured_limits& limits) {
   std::vector<std::string> choices;
   for (dom::element c : read_array(v, param))
     choices.emplace_back(read_string(c, param));
   if (choices.empty())
     fail(param, param + " must not be empty");
-  return text::structured::choice_pattern(choices);
+  try {
+    return text::structured::choice_pattern(choices, limits);
+  } catch (const text::structured::schema_error& e) {
+    fail(param, param + ": " + e.what());
+  }
+}
+
+// A regex as given: its size and syntax checked here, its automaton compiled (under the same limits) by the server.
+std::string regex_from(dom::element v, const std::string& param, const text::structured::structured_limits& limits) {
+  std::string regex{read_string(v, param)};
+  try {
+    text::structured::check_regex(regex, limits);
+  } catch (const text::structured::regex_error& e) {
+    fail(param, param + ": " + e.what());
+  }
+  return regex;
 }
 
 // response_format: text is plain generation; json_object any JSON object; json_schema the schema's JSON.
-void read_response_format(dom::element v, common_request& r) {
+void read_response_format(dom::element v, common_request& r, const text::structured::structured_limits& limits) {
   dom::object obj;
   if (v.get(obj))
     fail("response_format", "response_format must be an object, got " + type_name(v));
@@ -311,7 +328,7 @@ void read_response_format(dom::element v, common_request& r) {
     if (js["strict"].get(strict) == simdjson::SUCCESS && !strict.is_null())
       read_bool(strict, "response_format.json_schema.strict");  // the output always follows the schema
     set_constraint(r, "response_format.json_schema.schema",
-                   schema_pattern(schema, "response_format.json_schema.schema"));
+                   schema_pattern(schema, "response_format.json_schema.schema", limits));
     return;
   }
   fail("response_format.type",
@@ -319,7 +336,7 @@ void read_response_format(dom::element v, common_request& r) {
 }
 
 // vLLM's structured_outputs: {json | regex | choice | json_object}; grammar and structural tags are refused.
-void read_structured_outputs(dom::element v, common_request& r) {
+void read_structured_outputs(dom::element v, common_request& r, const text::structured::structured_limits& limits) {
   dom::object obj;
   if (v.get(obj))
     fail("structured_outputs", "structured_outputs must be an object, got " + type_name(v));
@@ -328,11 +345,11 @@ void read_structured_outputs(dom::element v, common_request& r) {
     if (f.value.is_null())
       continue;
     if (f.key == "json") {
-      set_constraint(r, param, schema_pattern(f.value, param));
+      set_constraint(r, param, schema_pattern(f.value, param, limits));
     } else if (f.key == "regex") {
-      set_constraint(r, param, std::string{read_string(f.value, param)});
+      set_constraint(r, param, regex_from(f.value, param, limits));
     } else if (f.key == "choice") {
-      set_constraint(r, param, choice_from(f.value, param));
+      set_constraint(r, param, choice_from(f.value, param, limits));
     } else if (f.key == "json_object") {
       if (read_bool(f.value, param))
         set_constraint(r, param, text::structured::json_object_pattern());
@@ -435,15 +452,15 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
     if (!read_bool(v, param))
       refuse_value(key, v, e);
   } else if (key == "response_format") {
-    read_response_format(v, r);
+    read_response_format(v, r, st.limits->structured);
   } else if (key == "structured_outputs") {
-    read_structured_outputs(v, r);
+    read_structured_outputs(v, r, st.limits->structured);
   } else if (key == "guided_json") {
-    set_constraint(r, param, schema_pattern(v, param));
+    set_constraint(r, param, schema_pattern(v, param, st.limits->structured));
   } else if (key == "guided_regex") {
-    set_constraint(r, param, std::string{read_string(v, param)});
+    set_constraint(r, param, regex_from(v, param, st.limits->structured));
   } else if (key == "guided_choice") {
-    set_constraint(r, param, choice_from(v, param));
+    set_constraint(r, param, choice_from(v, param, st.limits->structured));
   } else if (key == "guided_decoding_backend") {
     read_string(v, param);
   } else if (key == "add_special_tokens") {
@@ -904,7 +921,7 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
       fail("tool_choice", "tool_choice \"" + r.tool_choice + "\" needs tools");
     auto constrain_to = [&](const std::string& schema, const std::string& param) {
       try {
-        set_constraint(r, "tool_choice", text::structured::json_schema_pattern(schema));
+        set_constraint(r, "tool_choice", text::structured::json_schema_pattern(schema, limits.structured));
       } catch (const text::structured::schema_error& e) {
         fail(param, param + ": " + e.what());
       }

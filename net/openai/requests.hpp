@@ -23,6 +23,7 @@
 
 #include "net/openai/api_error.hpp"
 #include "net/openai/tool_calls.hpp"
+#include "text/structured/structured_limits.hpp"
 
 namespace actorllm::net::openai {
 
@@ -41,6 +42,8 @@ struct parse_limits {
   std::size_t max_tools = 128;           ///< --max-tools: entries of `tools`
   std::size_t max_template_kwargs = 64;  ///< --max-chat-template-kwargs: keys of chat_template_kwargs
   std::size_t max_bad_words = 128;       ///< --max-bad-words: entries of `bad_words`
+  /// Structured outputs: a regex, schema or choice list larger, deeper or costlier than these is refused with 400.
+  text::structured::structured_limits structured{};
 };
 
 /// Defaults for the sampling fields a request leaves out (from the model's generation_config.json, as vLLM's

@@ -224,7 +224,7 @@ host_ip = "10.0.0.2"
   CHECK(o.data_parallel_size_local == 2);
   CHECK(o.data_parallel_rank == 3);
   CHECK(o.enforce_eager);
-  CHECK(app::serve_config_keys().size() == 59);
+  CHECK(app::serve_config_keys().size() == 63);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

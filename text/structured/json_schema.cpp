@@ -29,14 +29,22 @@ const std::set<std::string_view> annotations{
     "readOnly", "writeOnly",   "deprecated", "$defs",    "definitions", "required", "additionalProperties",
     "strict",   "name"};
 
+// The pattern grows while it is generated: every piece is checked against the limit as soon as it is built, so a
+// schema that expands ($ref used many times, nested anyOf, nested arrays repeating their items) is refused before
+// the next level copies it again (a piece is at most a few times the limit when it is checked).
 class converter {
  public:
-  explicit converter(dom::element root) : root_(root) {}
+  converter(dom::element root, const structured_limits& limits) : root_(root), limits_(limits) {}
 
-  std::string value(dom::element s, const std::string& where, int depth) {
-    if (depth > 12)
-      throw schema_error(where,
-                         "the schema nests deeper than 12 levels or has a recursive $ref, which is not supported");
+  std::string value(dom::element s, const std::string& where, std::size_t depth) {
+    if (depth > limits_.max_depth)
+      throw schema_error(where, "the schema nests deeper than --max-structured-output-depth (" +
+                                    std::to_string(limits_.max_depth) +
+                                    ") levels or has a recursive $ref, which is not supported");
+    return bounded(value_of(s, where, depth), where);
+  }
+
+  std::string value_of(dom::element s, const std::string& where, std::size_t depth) {
     bool b = false;
     if (s.get(b) == simdjson::SUCCESS) {
       if (!b)
@@ -86,6 +94,7 @@ class converter {
           if (i > 0)
             out += '|';
           out += value(o, where + "/" + combiner + "/" + std::to_string(i), depth + 1);
+          out = bounded(std::move(out), where + "/" + combiner);
           ++i;
         }
         return out + ")";
@@ -107,6 +116,7 @@ class converter {
           if (!first)
             out += '|';
           out += typed(obj, t, where, depth);
+          out = bounded(std::move(out), where + "/type");
           first = false;
         }
         return out + ")";
@@ -136,6 +146,14 @@ class converter {
   }
 
  private:
+  std::string bounded(std::string piece, const std::string& where) const {
+    if (piece.size() > limits_.pattern_bytes())
+      throw schema_error(where, "the pattern the schema generates passes " + std::to_string(limits_.pattern_bytes()) +
+                                    " bytes (16 x --max-structured-output-bytes); $ref, anyOf and arrays copy their "
+                                    "subschemas");
+    return piece;
+  }
+
   dom::element resolve(std::string_view ref, const std::string& where) {
     for (std::string_view prefix : {"#/$defs/", "#/definitions/"}) {
       if (ref.starts_with(prefix)) {
@@ -175,7 +193,7 @@ class converter {
     return true;
   }
 
-  std::string typed(dom::object obj, dom::element type_v, const std::string& where, int depth) {
+  std::string typed(dom::object obj, dom::element type_v, const std::string& where, std::size_t depth) {
     std::string_view type;
     if (type_v.get(type))
       throw schema_error(where + "/type", "type must be a string or a list of strings");
@@ -188,7 +206,7 @@ class converter {
         if (p.ends_with('$') && !p.ends_with("\\$"))
           p.pop_back();
         try {
-          (void)byte_dfa::compile(p);
+          byte_dfa::check_syntax(p, limits_);  // the whole pattern is compiled, under the limits, once at the end
         } catch (const regex_error& e) {
           throw schema_error(where + "/pattern", e.what());
         }
@@ -215,7 +233,7 @@ class converter {
     throw schema_error(where + "/type", "unknown type '" + std::string{type} + "'");
   }
 
-  std::string object(dom::object obj, const std::string& where, int depth) {
+  std::string object(dom::object obj, const std::string& where, std::size_t depth) {
     dom::object props;
     if (obj["properties"].get(props) || props.size() == 0)
       return any_object(any_value(1));
@@ -228,12 +246,13 @@ class converter {
       out += regex_escape("\"" + key + "\"");
       out += ':';
       out += value(kv.value, where + "/properties/" + key, depth + 1);
+      out = bounded(std::move(out), where + "/properties");
       first = false;
     }
     return out + R"(\})";
   }
 
-  std::string array(dom::object obj, const std::string& where, int depth) {
+  std::string array(dom::object obj, const std::string& where, std::size_t depth) {
     dom::element items;
     std::string item =
         obj["items"].get(items) == simdjson::SUCCESS ? value(items, where + "/items", depth + 1) : any_value(1);
@@ -251,17 +270,22 @@ class converter {
   }
 
   dom::element root_;
+  const structured_limits& limits_;
 };
 
 }  // namespace
 
-std::string json_schema_pattern(std::string_view schema_json) {
+std::string json_schema_pattern(std::string_view schema_json, const structured_limits& limits) {
+  if (schema_json.size() > limits.max_bytes)
+    throw schema_error("#", "the schema is " + std::to_string(schema_json.size()) +
+                                " bytes, more than --max-structured-output-bytes (" + std::to_string(limits.max_bytes) +
+                                ")");
   dom::parser parser;
   dom::element root;
   const simdjson::padded_string padded{schema_json};
   if (auto err = parser.parse(padded).get(root))
     throw schema_error("#", std::string{"the schema is not valid JSON: "} + simdjson::error_message(err));
-  converter c{root};
+  converter c{root, limits};
   return c.value(root, "#", 0);
 }
 
@@ -270,9 +294,16 @@ std::string json_object_pattern() {
   return converter::any_object("(?:" + std::string{} + converter::any_value(1) + ")");
 }
 
-std::string choice_pattern(const std::vector<std::string>& choices) {
+std::string choice_pattern(const std::vector<std::string>& choices, const structured_limits& limits) {
   if (choices.empty())
     throw schema_error("choice", "the choice list must not be empty");
+  std::size_t bytes = 0;
+  for (const std::string& c : choices)
+    bytes += c.size() + 1;
+  if (bytes > limits.max_bytes)
+    throw schema_error("choice", "the choices hold " + std::to_string(bytes) +
+                                     " bytes, more than --max-structured-output-bytes (" +
+                                     std::to_string(limits.max_bytes) + ")");
   std::string out = "(?:";
   for (std::size_t i = 0; i < choices.size(); ++i) {
     if (i > 0)

@@ -9,7 +9,12 @@
 // and pattern (byte_dfa's syntax), integer/number minimum 0 (no minus sign), additionalProperties (nothing extra is
 // ever written), and annotations (title, description, default, examples, ...). Anything else is refused with a
 // schema_error naming the keyword and where it is.
+//
+// Bounded by structured_limits: the schema's text (max_bytes), its nesting (max_depth, $ref hops included) and the
+// pattern it generates (pattern_bytes(), checked as each piece is built, so an exponential schema fails early).
 #pragma once
+
+#include "text/structured/structured_limits.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -30,13 +35,15 @@ class schema_error : public std::runtime_error {
   std::string where_;
 };
 
-/// The pattern of JSON texts valid against `schema_json`. Throws schema_error.
-std::string json_schema_pattern(std::string_view schema_json);
+/// The pattern of JSON texts valid against `schema_json`. Throws schema_error (also when the schema passes one of
+/// `limits`; the message names the limit and its `serve` flag).
+std::string json_schema_pattern(std::string_view schema_json, const structured_limits& limits = {});
 
 /// The pattern of JSON objects (any keys, values nested up to two levels, sizes capped as above).
 std::string json_object_pattern();
 
-/// The pattern matching exactly one of `choices` (non-empty).
-std::string choice_pattern(const std::vector<std::string>& choices);
+/// The pattern matching exactly one of `choices` (non-empty, at most `limits.max_bytes` together). Throws
+/// schema_error.
+std::string choice_pattern(const std::vector<std::string>& choices, const structured_limits& limits = {});
 
 }  // namespace actorllm::text::structured

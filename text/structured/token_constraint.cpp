@@ -3,7 +3,6 @@
 #include "util/hex.hpp"
 
 #include <algorithm>
-#include <map>
 #include <utility>
 
 namespace actorllm::text::structured {
@@ -138,27 +137,16 @@ const std::vector<uint64_t>& token_constraint::mask(int32_t state) const {
     return none_;
   std::lock_guard lock{mutex_};
   auto& slot = masks_[static_cast<std::size_t>(state)];
-  if (!slot)
+  if (!slot) {
     slot = std::make_unique<std::vector<uint64_t>>(compute_mask(state));
+    mask_bytes_ += slot->size() * sizeof(uint64_t) + sizeof(*slot);
+  }
   return *slot;
 }
 
-std::shared_ptr<const token_constraint> compiled_constraint(const std::string& tokenizer_dir,
-                                                            const std::string& pattern) {
-  static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const vocab_index>> vocabs;
-  static std::map<std::pair<std::string, std::string>, std::shared_ptr<const token_constraint>> cache;
-  std::lock_guard lock{mutex};
-  if (auto it = cache.find({tokenizer_dir, pattern}); it != cache.end())
-    return it->second;
-  auto& vocab = vocabs[tokenizer_dir];
-  if (!vocab)
-    vocab = vocab_index::from_tokenizer(tokenizer::from_directory(tokenizer_dir));
-  auto c = std::make_shared<const token_constraint>(byte_dfa::compile(pattern), vocab);
-  if (cache.size() > 256)  // a bound on memory: forget everything rather than track use
-    cache.clear();
-  cache.emplace(std::pair{tokenizer_dir, pattern}, c);
-  return c;
+std::size_t token_constraint::memory_bytes() const {
+  return sizeof(*this) + dfa_.memory_bytes() + masks_.size() * sizeof(masks_[0]) + none_.size() * sizeof(uint64_t) +
+         mask_bytes_.load();
 }
 
 }  // namespace actorllm::text::structured

@@ -1,12 +1,14 @@
 // Token masks for structured outputs: a pattern's byte_dfa walked over a vocabulary's token bytes. A mask depends
 // only on the automaton state, so each state's mask is computed once (a walk of the vocabulary's byte trie that
 // stops at the first dead byte) and cached; a decoding step then costs one lookup plus the walk of the sampled
-// token's bytes. Compiled constraints are cached per (tokenizer, pattern), so a schema is compiled once.
+// token's bytes. Compiled constraints are shared through constraint_cache.hpp, so a schema is compiled once.
 #pragma once
 
 #include "text/structured/byte_dfa.hpp"
 #include "text/tokenizer.hpp"
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -64,6 +66,8 @@ class token_constraint {
   bool accepting(int32_t state) const { return dfa_.accepting(state); }
   const byte_dfa& dfa() const { return dfa_; }
   int32_t n_vocab() const { return vocab_->n_vocab(); }
+  /// The bytes it holds: the automaton and the masks computed so far (they grow as states are visited).
+  std::size_t memory_bytes() const;
 
  private:
   std::vector<uint64_t> compute_mask(int32_t state) const;
@@ -72,12 +76,8 @@ class token_constraint {
   std::shared_ptr<const vocab_index> vocab_;
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<std::vector<uint64_t>>> masks_;  // per state, computed on first use
+  mutable std::atomic<std::size_t> mask_bytes_{0};                     // what masks_ holds
   std::vector<uint64_t> none_;                                         // the mask of the dead state: nothing allowed
 };
-
-/// The compiled constraint for `pattern` over the tokenizer in `tokenizer_dir`, compiled once per process and
-/// shared. Throws regex_error (pattern) or tokenizer_error (directory).
-std::shared_ptr<const token_constraint> compiled_constraint(const std::string& tokenizer_dir,
-                                                            const std::string& pattern);
 
 }  // namespace actorllm::text::structured
