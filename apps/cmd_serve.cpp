@@ -246,16 +246,16 @@ int run_serve(serve_options o) {
        .return_tokens_as_token_ids = o.return_tokens_as_token_ids,
        .enable_auto_tool_choice = o.enable_auto_tool_choice,
        .tool_call_parser = o.tool_call_parser,
+       .structured_limits = {.max_bytes = o.max_structured_output_bytes,
+                             .max_depth = o.max_structured_output_depth,
+                             .max_states = o.max_structured_output_states,
+                             .compile_budget = o.structured_output_compile_budget},
        .max_stop_strings = static_cast<std::size_t>(o.max_stop_strings),
        .max_stop_bytes = static_cast<std::size_t>(o.max_stop_bytes),
        .max_prompts_per_request = static_cast<std::size_t>(o.max_prompts_per_request),
        .max_tools = static_cast<std::size_t>(o.max_tools),
        .max_chat_template_kwargs = static_cast<std::size_t>(o.max_chat_template_kwargs),
-       .max_bad_words = static_cast<std::size_t>(o.max_bad_words),
-       .structured_limits = {.max_bytes = o.max_structured_output_bytes,
-                             .max_depth = o.max_structured_output_depth,
-                             .max_states = o.max_structured_output_states,
-                             .compile_budget = o.structured_output_compile_budget}}};
+       .max_bad_words = static_cast<std::size_t>(o.max_bad_words)}};
   net::router router;
   // --api-key, else $VLLM_API_KEY (vLLM reads both; the flag wins).
   if (o.api_key.empty())
