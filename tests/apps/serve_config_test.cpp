@@ -162,6 +162,7 @@ return_tokens_as_token_ids = true
 head_address = "10.0.0.1:29500"
 token = "secret"
 host_ip = "10.0.0.2"
+max_control_message_bytes = 1048576
 )",
                                    "/etc/actorllm/s.toml");
   CHECK(o.model == "/abs/model");
@@ -197,6 +198,7 @@ host_ip = "10.0.0.2"
   CHECK(o.cluster_head_address == "10.0.0.1:29500");
   CHECK(o.cluster_token == "secret");
   CHECK(o.host_ip == "10.0.0.2");
+  CHECK(o.max_control_message_bytes == 1048576);
   CHECK(o.max_worker_restarts == 5);
   CHECK(o.device == "cpu");
   CHECK(o.enable_expert_parallel);
@@ -352,7 +354,7 @@ TEST_CASE("serve --help documents every flag") {
        {"--config", "--gpu-memory-utilization", "--distributed-executor-backend", "--chat-template",
         "--generation-config", "--max-queued-requests", "--allowed-origins", "--log-level", "--tensor-parallel-size",
         "--kv-cache-memory", "--served-model-name", "--device", "--data-parallel-size", "--data-parallel-size-local",
-        "--data-parallel-rank", "--enforce-eager"}) {
+        "--data-parallel-rank", "--enforce-eager", "--max-control-message-bytes"}) {
     INFO(flag);
     CHECK(r.out.find(flag) != std::string::npos);
   }
@@ -384,6 +386,7 @@ TEST_CASE("serve rejects bad values of the new flags with a message naming the f
       {"--data-parallel-start-rank 2", "--data-parallel-start-rank 2: not supported here"},
       {"--data-parallel-hybrid-lb", "--data-parallel-hybrid-lb: not supported here"},
       {"--headless", "--headless: not supported here"},
+      {"--max-control-message-bytes 100", "--max-control-message-bytes"},
   };
   if (visible_gpu_count() == 0)  // no CUDA backend in the build, or no GPU for it: refused either way
     cases.push_back({"--device cuda", "--device cuda: no"});
