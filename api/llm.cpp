@@ -142,7 +142,7 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
     // The cluster's workers and head know the cluster token; an mp engine's workers are its children and get a
     // key of their own through their environment (the cluster token when some replicas run on a cluster).
     const std::string control_key = cluster ? actors::cluster_token(im.config) : actors::new_control_key();
-    actors::enable_network(im.caf_config, tls, control_key, im.config.max_control_message_bytes);
+    actors::enable_network(im.caf_config, tls, control_key);
   }
   im.sys = std::make_unique<caf::actor_system>(im.caf_config);
   try {

@@ -187,9 +187,10 @@ int run_serve(serve_options o) {
   cfg.cluster_tls_certificate = o.cluster_tls_cert;
   cfg.cluster_tls_key = o.cluster_tls_key;
   cfg.cluster_tls_ca_file = o.cluster_tls_ca;
-  cfg.max_control_message_bytes = o.max_control_message_bytes;
   if (!o.host_ip.empty())
     ::setenv("ACTORLLM_HOST_IP", o.host_ip.c_str(), 1);  // read by the executors (and forwarded to nothing: per node)
+  // Read by enable_network for the engine's control plane, and passed on to its workers by their launchers.
+  ::setenv("ACTORLLM_CONTROL_MAX_MESSAGE_BYTES", std::to_string(o.max_control_message_bytes).c_str(), 1);
   log::info("serve", "Loading model {} as '{}' (dp {}, tp {}, pp {}{})", o.model, o.served_model_names.front(),
             o.data_parallel_size, o.tensor_parallel_size, o.pipeline_parallel_size,
             o.data_parallel_rank >= 0

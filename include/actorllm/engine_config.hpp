@@ -61,15 +61,12 @@ struct engine_config {
   std::string cluster_address;
   /// The cluster's shared token (also $ACTORLLM_CLUSTER_TOKEN).
   std::string cluster_token;
-  /// Executors mp and cluster: TLS for every control-plane connection (mutual TLS, the control gate inside; both ends
-  /// authenticated by one CA). PEM files: this engine's certificate, its unencrypted key and the CA; all three or none.
-  /// Empty: $ACTORLLM_TLS_CERT, $ACTORLLM_TLS_KEY, $ACTORLLM_TLS_CA. Tensors between workers (Gloo) are not encrypted.
+  /// Executors mp and cluster: TLS for every control-plane connection (CAF over OpenSSL, both ends authenticated
+  /// by one CA). PEM files: this engine's certificate, its unencrypted key and the CA; all three or none. Empty:
+  /// $ACTORLLM_TLS_CERT, $ACTORLLM_TLS_KEY, $ACTORLLM_TLS_CA. Tensors between workers (Gloo) are not encrypted.
   std::string cluster_tls_certificate;
   std::string cluster_tls_key;
   std::string cluster_tls_ca_file;
-  /// Executors mp and cluster: the largest control-plane message a peer may send this engine (and its workers); a
-  /// bigger one closes that connection (`--max-control-message-bytes`).
-  std::size_t max_control_message_bytes = std::size_t{256} << 20;
   /// Seconds a step may go without a result before the replica counts as failed, like a dead shard (its requests
   /// end with the reason, workers restart): a shard or link that stopped answering without going down. 0: no limit.
   double step_timeout = 300.0;

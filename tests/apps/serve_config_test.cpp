@@ -212,7 +212,7 @@ max_control_message_bytes = 1048576
   CHECK(o.data_parallel_size_local == 2);
   CHECK(o.data_parallel_rank == 3);
   CHECK(o.enforce_eager);
-  CHECK(app::serve_config_keys().size() == 52);
+  CHECK(app::serve_config_keys().size() == 53);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
