@@ -337,7 +337,7 @@ replica build_cluster_replica(caf::actor_system& sys, const engine_config& confi
   auto launcher = std::make_shared<cluster_launcher>(sys, std::move(nodes), std::move(where), config.model, hash,
                                                      slot.dp_rank, slot.dp_size, owner);
   const std::string registry_host = data_plane_host();
-  if (!sys.has_openssl_manager() && !is_loopback_host(registry_host))
+  if (!control_tls::of(sys).enabled() && !is_loopback_host(registry_host))
     log::warning("executor", "workers connect to this engine on {}: {}", registry_host,
                  describe_control_transport(registry_host, false));
   return build_worker_replica(sys, config, std::move(plan), std::move(launcher), registry_host);

@@ -6,11 +6,9 @@
 #include "actors/cluster_token.hpp"
 #include "actors/gated_multiplexer.hpp"
 
-#include <caf/openssl/manager.hpp>
 #include <caf/sec.hpp>
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -26,48 +24,6 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-
-// CAF 0.17's OpenSSL sessions call SSL_get_error without emptying the thread's OpenSSL error queue first (and,
-// in Debian's build without logging, never drain it after a failure). All sessions share the middleman's thread,
-// so one failed handshake (a node with the wrong CA, a client without TLS) or one peer that closed without
-// close_notify leaves an error behind that makes the next SSL_read of a healthy connection look failed: CAF then
-// drops that connection, and with it a node. These definitions take the place of OpenSSL's I/O calls for the
-// whole process (CAF's library binds to them at load time) and empty the queue before each, as OpenSSL's manual
-// asks of every caller. tests/e2e_cluster checks that a refused handshake leaves the joined nodes alone.
-namespace {
-template <class F>
-F openssl_function(const char* name) {
-  void* f = ::dlsym(RTLD_NEXT, name);
-  if (f == nullptr) {
-    std::fprintf(stderr, "actorllm: OpenSSL's %s is not loaded: %s\n", name, ::dlerror());
-    std::abort();
-  }
-  return reinterpret_cast<F>(f);
-}
-}  // namespace
-
-extern "C" {
-int SSL_read(SSL* ssl, void* buf, int num) {
-  static const auto real = openssl_function<int (*)(SSL*, void*, int)>("SSL_read");
-  ERR_clear_error();
-  return real(ssl, buf, num);
-}
-int SSL_write(SSL* ssl, const void* buf, int num) {
-  static const auto real = openssl_function<int (*)(SSL*, const void*, int)>("SSL_write");
-  ERR_clear_error();
-  return real(ssl, buf, num);
-}
-int SSL_connect(SSL* ssl) {
-  static const auto real = openssl_function<int (*)(SSL*)>("SSL_connect");
-  ERR_clear_error();
-  return real(ssl);
-}
-int SSL_accept(SSL* ssl) {
-  static const auto real = openssl_function<int (*)(SSL*)>("SSL_accept");
-  ERR_clear_error();
-  return real(ssl);
-}
-}  // extern "C"
 
 namespace actorllm::actors {
 namespace {
@@ -124,8 +80,6 @@ control_tls control_tls::from_environment(control_tls given) {
 }
 
 control_tls control_tls::of(const caf::actor_system& sys) {
-  if (!sys.has_openssl_manager())
-    return {};
   const auto& cfg = sys.config();
   return {cfg.openssl_certificate, cfg.openssl_key, cfg.openssl_cafile};
 }
@@ -177,17 +131,34 @@ std::vector<std::pair<std::string, std::string>> control_tls::environment() cons
   return {{certificate_field.variable, certificate}, {key_field.variable, key}, {ca_field.variable, ca_file}};
 }
 
-void enable_network(caf::actor_system_config& cfg, const control_tls& tls, const std::string& control_key) {
+void enable_network(caf::actor_system_config& cfg, const control_tls& tls, const std::string& control_key,
+                    std::size_t max_message_bytes) {
   check_cluster_token(control_key, "--cluster-token or $ACTORLLM_CLUSTER_TOKEN");
-  load_gated_middleman(cfg, control_key);
-  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{500}});
-  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});
+  gate_settings settings;
+  settings.key = control_key;
+  settings.max_message_bytes = max_message_bytes;
+  if (max_message_bytes == 0) {  // a worker: its launcher's limit, passed down
+    const std::string given = env_or_empty(control_message_limit_variable);
+    settings.max_message_bytes = default_max_control_message_bytes;
+    if (!given.empty())
+      try {
+        settings.max_message_bytes = std::stoull(given);
+      } catch (const std::exception&) {
+        fail(fmt::format("${} is not a number of bytes: '{}'", control_message_limit_variable, given));
+      }
+  }
   if (tls.enabled()) {
-    cfg.load<caf::openssl::manager>();
+    settings.tls_certificate = tls.certificate;
+    settings.tls_key = tls.key;
+    settings.tls_ca_file = tls.ca_file;
+    // Where control_tls::of finds them again; CAF's OpenSSL module, which reads these too, is not loaded.
     cfg.openssl_certificate = tls.certificate;
     cfg.openssl_key = tls.key;
     cfg.openssl_cafile = tls.ca_file;
   }
+  load_gated_middleman(cfg, settings);
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{500}});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});
 }
 
 std::string describe_connect_error(caf::actor_system& sys, const caf::error& err) {
@@ -195,11 +166,15 @@ std::string describe_connect_error(caf::actor_system& sys, const caf::error& err
     return proto::message_of(err);
   std::string text = sys.render(err);
   if (err == caf::sec::disconnect_during_handshake)
-    text += sys.has_openssl_manager()
+    text += control_tls::of(sys).enabled()
                 ? " (this process uses TLS: does the peer, with a certificate of the same CA?)"
                 : " (this process does not use TLS: if the cluster does, give --cluster-tls-cert, --cluster-tls-key "
                   "and --cluster-tls-ca)";
   return text;
+}
+
+std::string control_message_limit_of(const caf::actor_system& sys) {
+  return std::to_string(control_message_limit(sys));
 }
 
 std::string new_control_key() {
@@ -226,8 +201,8 @@ bool is_loopback_host(const std::string& host) {
 
 std::string describe_control_transport(const std::string& host, bool tls) {
   if (tls)
-    return "control plane over mutual TLS: a peer must present a certificate of the cluster's CA before any "
-           "message is read";
+    return "control plane over mutual TLS: a peer must present a certificate of the cluster's CA and then prove the "
+           "cluster token before any message is read";
   if (is_loopback_host(host))
     return "control plane in plaintext on loopback: a peer must prove the cluster token before any message is read";
   return fmt::format(

@@ -1,18 +1,18 @@
 // The control plane's network (DESIGN.md §2): CAF's middleman with heartbeats and connection timeouts on, and one of
 // two transports, both authenticated before CAF parses a byte: plaintext TCP behind the control gate (each side
-// proves the shared key first, gated_multiplexer.hpp), or TLS: CAF's OpenSSL module carrying BASP over mutually
-// authenticated TLS connections (certificates of one CA). Every process
+// proves the shared key first, gated_multiplexer.hpp), or TLS (certificates of one CA, checked both ways) with the
+// same gate inside it, ended in actorllm's own threads (tls_relay.hpp), not by CAF's OpenSSL module. Every process
 // that publishes or connects to an actor of another process (engine, worker, node agent, head, `status`, `check`)
 // goes through publish_control/connect_control, so one setting decides the transport of all of them.
 // The data plane (Gloo's TCP transport) has no TLS: tensors between workers travel in the clear.
 #pragma once
 
+#include "actors/basp_screen.hpp"
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/expected.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/publish.hpp>
-#include <caf/openssl/remote_actor.hpp>
 
 #include <cstdint>
 #include <string>
@@ -46,18 +46,27 @@ struct control_tls {
 };
 
 /// Loads CAF's middleman into `cfg` with BASP heartbeats and a connection timeout switched on (they are off by
-/// default in CAF 0.17), so a peer that stops answering is dropped within seconds. Plaintext connections pass the
+/// default in CAF 0.17), so a peer that stops answering is dropped within seconds. Every connection passes the
 /// control gate with `control_key` (the cluster token; an engine's own random key for its mp workers): a peer that
-/// cannot prove it is dropped before CAF reads anything. With `tls` enabled (call tls.check() first), the OpenSSL
-/// module carries every connection instead and certificates authenticate both ends. Peers met through a third node
+/// cannot prove it is dropped before CAF reads anything. With `tls` enabled (call tls.check() first), the gate runs
+/// inside mutually authenticated TLS. What a peer sends after the gate is screened (basp_screen.hpp): a payload over
+/// `max_message_bytes` (0: $ACTORLLM_CONTROL_MAX_MESSAGE_BYTES, else default_max_control_message_bytes) or a
+/// malformed message ends that connection. Peers met through a third node
 /// (a worker and the next stage's worker, both connected to the engine) are reached through it: CAF 0.17's automatic
 /// direct connections lost messages (a step that never finished, most likely) and kept a dead worker's proxies alive
 /// on the indirect route. Throws actorllm::error (invalid_config) when `control_key` is too weak for a cluster token
 /// (check_cluster_token).
-void enable_network(caf::actor_system_config& cfg, const control_tls& tls, const std::string& control_key);
+void enable_network(caf::actor_system_config& cfg, const control_tls& tls, const std::string& control_key,
+                    std::size_t max_message_bytes = 0);
 
 /// The environment variable that gives a worker process its engine's control key.
 inline constexpr const char* control_key_variable = "ACTORLLM_CONTROL_KEY";
+
+/// The environment variable that gives a worker process its launcher's --max-control-message-bytes.
+inline constexpr const char* control_message_limit_variable = "ACTORLLM_CONTROL_MAX_MESSAGE_BYTES";
+
+/// The message limit `sys` was started with (enable_network), as the value of control_message_limit_variable.
+std::string control_message_limit_of(const caf::actor_system& sys);
 
 /// A fresh random control key (64 hex digits), for an engine whose workers are its own children.
 std::string new_control_key();
@@ -68,21 +77,16 @@ bool is_loopback_host(const std::string& host);
 /// One line for the logs saying how the control plane listening on `host` is protected.
 std::string describe_control_transport(const std::string& host, bool tls);
 
-/// Publishes `whom` on host:port (port 0: any free one) over TLS when the system has it, else plain TCP.
+/// Publishes `whom` on host:port (port 0: any free one), over TLS when the system has it (enable_network).
 template <class Handle>
 caf::expected<uint16_t> publish_control(const Handle& whom, uint16_t port, const std::string& host) {
-  auto& sys = whom.home_system();
-  if (sys.has_openssl_manager())
-    return caf::openssl::publish(whom, port, host.c_str(), true);
-  return sys.middleman().publish(whom, port, host.c_str(), true);
+  return whom.home_system().middleman().publish(whom, port, host.c_str(), true);
 }
 
 /// Connects to the actor published at host:port, over TLS when the system has it. The error of a failed TLS
 /// handshake is explained by describe_connect_error.
 template <class Handle>
 caf::expected<Handle> connect_control(caf::actor_system& sys, const std::string& host, uint16_t port) {
-  if (sys.has_openssl_manager())
-    return caf::openssl::remote_actor<Handle>(sys, host, port);
   return sys.middleman().template remote_actor<Handle>(host, port);
 }
 

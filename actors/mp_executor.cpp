@@ -18,9 +18,15 @@ namespace {
 /// Starts workers as children of this process (they die with it).
 class local_launcher final : public worker_launcher {
  public:
-  /// `tls` and `control_key`: the engine's control-plane transport, which its workers must speak too.
-  local_launcher(std::string program, control_tls tls, std::string control_key, int32_t dp_rank)
-      : program_(std::move(program)), tls_(std::move(tls)), control_key_(std::move(control_key)), dp_rank_(dp_rank) {}
+  /// `tls`, `control_key` and `message_limit`: the engine's control-plane transport, which its workers must speak
+  /// too.
+  local_launcher(std::string program, control_tls tls, std::string control_key, std::string message_limit,
+                 int32_t dp_rank)
+      : program_(std::move(program)),
+        tls_(std::move(tls)),
+        control_key_(std::move(control_key)),
+        message_limit_(std::move(message_limit)),
+        dp_rank_(dp_rank) {}
   std::string name() const override { return "mp executor"; }
 
   void start(int32_t index, const std::string& host, uint16_t port, const std::string& token) override {
@@ -35,6 +41,7 @@ class local_launcher final : public worker_launcher {
               std::to_string(dp_rank_)};
     o.env = tls_.environment();
     o.env.emplace_back(control_key_variable, control_key_);
+    o.env.emplace_back(control_message_limit_variable, message_limit_);
     o.env.emplace_back("ACTORLLM_WORKER_TOKEN", token);
     processes_.push_back(std::make_shared<util::child_process>(o));
   }
@@ -65,6 +72,7 @@ class local_launcher final : public worker_launcher {
   std::string program_;
   control_tls tls_;
   std::string control_key_;
+  std::string message_limit_;
   int32_t dp_rank_ = 0;
   std::vector<std::shared_ptr<util::child_process>> processes_;
 };
@@ -99,7 +107,8 @@ replica build_mp_replica(caf::actor_system& sys, const engine_config& config, co
   plan.r.executor = "mp";
   return build_worker_replica(
       sys, config, std::move(plan),
-      std::make_shared<local_launcher>(worker_binary(), control_tls::of(sys), control_key_of(sys), slot.dp_rank),
+      std::make_shared<local_launcher>(worker_binary(), control_tls::of(sys), control_key_of(sys),
+                                       control_message_limit_of(sys), slot.dp_rank),
       data_plane_host());
 }
 

@@ -100,6 +100,7 @@ caf::result<int32_t> start_worker(agent_pointer self, proto::worker_launch& laun
   o.env.emplace_back("ACTORLLM_WORKER_TOKEN", launch.token);
   // The engine's control key is the cluster token, which this agent holds too (it joined with it).
   o.env.emplace_back(control_key_variable, control_key_of(self->system()));
+  o.env.emplace_back(control_message_limit_variable, control_message_limit_of(self->system()));
   o.env.emplace_back("ACTORLLM_HOST_IP", info.host);
   if (info.device_kind == "cuda")
     o.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(launch.device));

@@ -18,4 +18,13 @@ void add_cluster_tls_options(CLI::App& sub, std::string& certificate, std::strin
       ->group("Cluster TLS");
 }
 
+void add_control_message_limit_option(CLI::App& sub, uint64_t& bytes) {
+  sub.add_option("--max-control-message-bytes", bytes,
+                 "Control plane: the largest message another actorllm process may send this one; a bigger one "
+                 "closes its connection (workers started by this process get the same limit)")
+      ->check(CLI::Range(min_control_message_bytes, max_control_message_bytes))
+      ->capture_default_str()
+      ->group("Cluster TLS");
+}
+
 }  // namespace actorllm::app

@@ -49,6 +49,7 @@ struct node_cli {
   std::string cluster_token;
   actors::control_tls tls;
   bool insecure = false;  ///< a plaintext head beyond loopback, knowingly
+  uint64_t max_control_message_bytes = 256u << 20;
 };
 
 volatile std::sig_atomic_t stop_signal = 0;
@@ -133,7 +134,7 @@ int run_node(const node_cli& o) {
 
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
-  actors::enable_network(cfg, tls, token);
+  actors::enable_network(cfg, tls, token, o.max_control_message_bytes);
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
@@ -251,6 +252,7 @@ command_registration node_command{
       sub.add_option("--node-id", o->node_id, "This node's id in the cluster (default: the host name)");
       sub.add_option("--cluster-token", o->cluster_token, "The cluster's shared secret");
       add_cluster_tls_options(sub, o->tls.certificate, o->tls.key, o->tls.ca_file);
+      add_control_message_limit_option(sub, o->max_control_message_bytes);
       sub.add_flag("--insecure", o->insecure,
                    "With --head on an address beyond loopback: run without TLS (peers still prove the cluster "
                    "token before any message is read, but traffic is not encrypted or protected from tampering)");

@@ -214,6 +214,8 @@ int run_serve(serve_options o) {
   cfg.cluster_tls_ca_file = o.cluster_tls_ca;
   if (!o.host_ip.empty())
     ::setenv("ACTORLLM_HOST_IP", o.host_ip.c_str(), 1);  // read by the executors (and forwarded to nothing: per node)
+  // Read by enable_network for the engine's control plane, and passed on to its workers by their launchers.
+  ::setenv("ACTORLLM_CONTROL_MAX_MESSAGE_BYTES", std::to_string(o.max_control_message_bytes).c_str(), 1);
   log::info("serve", "Loading model {} as '{}' (dp {}, tp {}, pp {}{})", o.model, o.served_model_names.front(),
             o.data_parallel_size, o.tensor_parallel_size, o.pipeline_parallel_size,
             o.data_parallel_rank >= 0
@@ -367,6 +369,7 @@ command_registration serve_command{
       sub.add_option("--cluster-token", o->cluster_token,
                      "The cluster's shared token (default: $ACTORLLM_CLUSTER_TOKEN)");
       add_cluster_tls_options(sub, o->cluster_tls_cert, o->cluster_tls_key, o->cluster_tls_ca);
+      add_control_message_limit_option(sub, o->max_control_message_bytes);
       sub.add_option("--max-worker-restarts", o->max_worker_restarts,
                      "mp/cluster: times dead worker processes are restarted before the server exits non-zero "
                      "(0: never)")

@@ -1,6 +1,7 @@
 // Reads `actorllm serve` settings from TOML (see serve_config_file.hpp for the sections and keys).
 #include "apps/serve_config_file.hpp"
 
+#include "apps/cluster_tls_options.hpp"
 #include "apps/nearest_name.hpp"
 #include "kernels/device.hpp"
 #include "text/structured/structured_limits.hpp"
@@ -302,6 +303,9 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"tls_cert", path_value(o.cluster_tls_cert, base_dir)},
            {"tls_key", path_value(o.cluster_tls_key, base_dir)},
            {"tls_ca", path_value(o.cluster_tls_ca, base_dir)},
+           {"max_control_message_bytes",
+            integer_value(o.max_control_message_bytes, static_cast<int64_t>(min_control_message_bytes),
+                          static_cast<int64_t>(max_control_message_bytes))},
        }},
   };
 }

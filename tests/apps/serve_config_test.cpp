@@ -169,6 +169,7 @@ return_tokens_as_token_ids = true
 head_address = "10.0.0.1:29500"
 token = "secret"
 host_ip = "10.0.0.2"
+max_control_message_bytes = 1048576
 )",
                                    "/etc/actorllm/s.toml");
   CHECK(o.model == "/abs/model");
@@ -205,6 +206,7 @@ host_ip = "10.0.0.2"
   CHECK(o.cluster_head_address == "10.0.0.1:29500");
   CHECK(o.cluster_token == "secret");
   CHECK(o.host_ip == "10.0.0.2");
+  CHECK(o.max_control_message_bytes == 1048576);
   CHECK(o.max_worker_restarts == 5);
   CHECK(o.device == "cpu");
   CHECK(o.enable_expert_parallel);
@@ -224,7 +226,7 @@ host_ip = "10.0.0.2"
   CHECK(o.data_parallel_size_local == 2);
   CHECK(o.data_parallel_rank == 3);
   CHECK(o.enforce_eager);
-  CHECK(app::serve_config_keys().size() == 63);
+  CHECK(app::serve_config_keys().size() == 64);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
@@ -383,7 +385,10 @@ TEST_CASE("serve --help documents every flag") {
                            "--max-prompts-per-request",
                            "--max-tools",
                            "--max-chat-template-kwargs",
-                           "--max-bad-words"}) {
+                           "--max-bad-words",
+                           "--max-connections",
+                           "--max-structured-output-bytes",
+                           "--max-control-message-bytes"}) {
     INFO(flag);
     CHECK(r.out.find(flag) != std::string::npos);
   }
@@ -417,6 +422,7 @@ TEST_CASE("serve rejects bad values of the new flags with a message naming the f
       {"--data-parallel-start-rank 2", "--data-parallel-start-rank 2: not supported here"},
       {"--data-parallel-hybrid-lb", "--data-parallel-hybrid-lb: not supported here"},
       {"--headless", "--headless: not supported here"},
+      {"--max-control-message-bytes 100", "--max-control-message-bytes"},
   };
   if (visible_gpu_count() == 0)  // no CUDA backend in the build, or no GPU for it: refused either way
     cases.push_back({"--device cuda", "--device cuda: no"});
