@@ -362,9 +362,8 @@ void gate_keeper::step(pending& p) {
       continue;
     }
     if (read == tls_step::failed) {
-      refuse(p, p.handshake->replied()
-                    ? "it closed the connection after our challenge, without a proof"
-                    : "it closed the connection during the handshake");
+      refuse(p, p.handshake->replied() ? "it closed the connection after our challenge, without a proof"
+                                       : "it closed the connection during the handshake");
       return;
     }
     p.events = read == tls_step::want_write ? POLLOUT : POLLIN;

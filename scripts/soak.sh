@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Soak test of `actorllm serve` (not in the default test run): builds actorllm and bench_serve_soak, starts the
 # server on a free port, runs bench/serve_soak.cpp against it (mixed traffic at concurrency 32: streams,
-# non-streams, hang-ups, bad requests; RSS, fds and KV usage before and after; a temperature-0 text at the start
-# and the end), stops the server with SIGTERM and exits with the driver's status (1 when a criterion failed, or
-# when the server did not stop cleanly).
+# non-streams, hang-ups, bad requests, and the attacks of issue 30 interleaved: hostile regexes and schemas, oversized
+# stop lists, n and prompt lists, idle connections; /health probed every second; RSS, fds and KV usage before and
+# after; a temperature-0 text at the start and the end), stops the server with SIGTERM and exits with the driver's
+# status (1 when a criterion failed, or when the server did not stop cleanly).
 #
 #   scripts/soak.sh [serve args...] [-- bench_serve_soak args...]
 #   SOAK_MINUTES=1 scripts/soak.sh --max-num-seqs 64 -- --seed 7
 #
 # MODEL (default ../shared/models/stories260K), SOAK_MINUTES (default 10), SOAK_WARMUP_S (default 120: glibc's
 # arenas grow once in the first minutes under load, a one-off step rather than a leak, measured with malloc_stats),
-# SOAK_CONCURRENCY (default 32), SOAK_JSON (default bench/results/serve_soak.json), ACTORLLM_BUILD_DIR (default
-# build), SOAK_SKIP_BUILD=1 to use the binaries as they are, ACTORLLM_STARTUP_TIMEOUT (seconds, default 300).
+# SOAK_CONCURRENCY (default 32), SOAK_KV_CACHE_MEMORY (default 1GiB, unless --kv-cache-memory is given),
+# SOAK_JSON (default bench/results/serve_soak.json), ACTORLLM_BUILD_DIR (default build), SOAK_SKIP_BUILD=1 to use the
+# binaries as they are, ACTORLLM_STARTUP_TIMEOUT (seconds, default 300).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,6 +79,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The KV cache's pages are first touched as blocks are first used, a one-off growth that is not a leak: the default
+# 4 GiB takes minutes of traffic to touch, so unless the caller sizes it, the soak serves a 1 GiB cache, which the
+# warm-up touches whole (SOAK_KV_CACHE_MEMORY overrides it).
+if [[ " ${serve_args[*]} " != *" --kv-cache-memory "* ]]; then
+  serve_args+=(--kv-cache-memory "${SOAK_KV_CACHE_MEMORY:-1GiB}")
+fi
 echo "soak.sh: actorllm serve $model --port 0 ${serve_args[*]}"
 "$bin" serve "$model" --port 0 "${serve_args[@]}" 2>"$log" >&2 &
 server_pid=$!

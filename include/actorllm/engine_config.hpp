@@ -59,11 +59,12 @@ struct engine_config {
   std::string distributed_executor_backend;
   /// Executor `cluster`: the head's address (`actorllm node --head`), HOST:PORT; empty: no cluster configured.
   std::string cluster_address;
-  /// The cluster's shared token (also $ACTORLLM_CLUSTER_TOKEN).
+  /// The cluster's shared token (also $ACTORLLM_CLUSTER_TOKEN): at least 32 characters, 8 of them distinct.
   std::string cluster_token;
-  /// Executors mp and cluster: TLS for every control-plane connection (CAF over OpenSSL, both ends authenticated
-  /// by one CA). PEM files: this engine's certificate, its unencrypted key and the CA; all three or none. Empty:
-  /// $ACTORLLM_TLS_CERT, $ACTORLLM_TLS_KEY, $ACTORLLM_TLS_CA. Tensors between workers (Gloo) are not encrypted.
+  /// Executors mp and cluster: TLS for every control-plane connection (terminated by actorllm's own threads, both
+  /// ends authenticated by one CA). PEM files: this engine's certificate, its unencrypted key and the CA; all three or
+  /// none. Empty: $ACTORLLM_TLS_CERT, $ACTORLLM_TLS_KEY, $ACTORLLM_TLS_CA. Tensors between workers (Gloo) are not
+  /// encrypted.
   std::string cluster_tls_certificate;
   std::string cluster_tls_key;
   std::string cluster_tls_ca_file;
