@@ -86,6 +86,7 @@ if [[ " ${serve_args[*]} " != *" --kv-cache-memory "* ]]; then
   serve_args+=(--kv-cache-memory "${SOAK_KV_CACHE_MEMORY:-1GiB}")
 fi
 echo "soak.sh: actorllm serve $model --port 0 ${serve_args[*]}"
+: >"$log"  # exists before the server's shell opens it: the wait below reads it at once
 "$bin" serve "$model" --port 0 "${serve_args[@]}" 2>"$log" >&2 &
 server_pid=$!
 
