@@ -11,7 +11,7 @@
 #
 # MODEL (default ../shared/models/stories260K), SOAK_MINUTES (default 10), SOAK_WARMUP_S (default 120: glibc's
 # arenas grow once in the first minutes under load, a one-off step rather than a leak, measured with malloc_stats),
-# SOAK_CONCURRENCY (default 32), SOAK_KV_CACHE_MEMORY (default 1GiB, unless --kv-cache-memory is given),
+# SOAK_CONCURRENCY (default 32), SOAK_KV_CACHE_MEMORY (default 128MiB, unless --kv-cache-memory is given),
 # SOAK_JSON (default bench/results/serve_soak.json), ACTORLLM_BUILD_DIR (default build), SOAK_SKIP_BUILD=1 to use the
 # binaries as they are, ACTORLLM_STARTUP_TIMEOUT (seconds, default 300).
 set -euo pipefail
@@ -80,10 +80,11 @@ cleanup() {
 trap cleanup EXIT
 
 # The KV cache's pages are first touched as blocks are first used, a one-off growth that is not a leak: the default
-# 4 GiB takes minutes of traffic to touch, so unless the caller sizes it, the soak serves a 1 GiB cache, which the
-# warm-up touches whole (SOAK_KV_CACHE_MEMORY overrides it).
+# 4 GiB takes many minutes of traffic to touch, so unless the caller sizes it, the soak serves a 128 MiB cache (6,553
+# blocks of 16 tokens, several times what its requests in flight hold), which the warm-up touches (SOAK_KV_CACHE_MEMORY
+# overrides it).
 if [[ " ${serve_args[*]} " != *" --kv-cache-memory "* ]]; then
-  serve_args+=(--kv-cache-memory "${SOAK_KV_CACHE_MEMORY:-1GiB}")
+  serve_args+=(--kv-cache-memory "${SOAK_KV_CACHE_MEMORY:-128MiB}")
 fi
 echo "soak.sh: actorllm serve $model --port 0 ${serve_args[*]}"
 : >"$log"  # exists before the server's shell opens it: the wait below reads it at once
