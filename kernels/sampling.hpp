@@ -65,6 +65,8 @@ class sampler_rng {
   double uniform();
   /// The next 64 random bits.
   uint64_t next();
+  /// Same state: the same draws from here on. Compares without drawing (a check that draws moves the generator).
+  friend bool operator==(const sampler_rng&, const sampler_rng&) = default;
 
  private:
   uint64_t s_[4];

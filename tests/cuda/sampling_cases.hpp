@@ -17,6 +17,7 @@
 #include <random>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace actorllm::sampling_test {
@@ -93,6 +94,41 @@ inline void compare_results(const sampling_batch& b, std::span<const ops::sample
       CHECK(got[i].top[j].token == expected[i].top[j].token);
       CHECK(logprob_close(got[i].top[j].logprob, expected[i].top[j].logprob));
     }
+  }
+}
+
+/// Every generator in the state the reference left it in. Compares states, drawing nothing: the GPU test's check once
+/// drew from each generator under test, so the next step's rows drew one number later than the CPU's (issue 37).
+inline void check_generators(std::span<const ops::sampler_rng> got, std::span<const ops::sampler_rng> expected) {
+  REQUIRE(got.size() == expected.size());
+  for (size_t g = 0; g < got.size(); ++g) {
+    CAPTURE(g);
+    CHECK(got[g] == expected[g]);
+  }
+}
+
+/// Successive steps as the engine runs them: the generators carry over from step to step and each row's token joins
+/// its output (penalties, bad words and min_tokens move on). `sample(batch, rngs)` is the sampler under test over the
+/// rows of `batch` with generators `rngs`; every step is checked against cpu::sample on each row in order, results
+/// and generators.
+template <class Sampler>
+void check_successive_steps(sampling_batch batch, int n_steps, Sampler&& sample) {
+  std::vector<ops::sampler_rng> rngs = batch.fresh_rngs(), cpu_rngs = batch.fresh_rngs();
+  for (int step = 0; step < n_steps; ++step) {
+    CAPTURE(step);
+    std::vector<ops::sample_result> expected;
+    for (size_t i = 0; i < batch.n_rows(); ++i) {
+      std::vector<float> row(batch.logits.begin() + static_cast<ptrdiff_t>(i) * batch.n_vocab,
+                             batch.logits.begin() + static_cast<ptrdiff_t>(i + 1) * batch.n_vocab);
+      expected.push_back(cpu::sample(row.data(), batch.n_vocab, batch.params[i], batch.prompt[i], batch.output[i],
+                                     cpu_rngs[batch.rng_of[i]],
+                                     batch.masks[i].empty() ? nullptr : batch.masks[i].data()));
+    }
+    const std::vector<ops::sample_result> got = sample(std::as_const(batch), rngs);
+    compare_results(batch, got, expected);
+    check_generators(rngs, cpu_rngs);
+    for (size_t i = 0; i < batch.n_rows(); ++i)
+      batch.output[i].push_back(expected[i].token);
   }
 }
 

@@ -25,6 +25,8 @@ using actorllm::tensor;
 using actorllm::cuda::cuda_backend;
 using actorllm::cuda_test::gpu_available;
 using actorllm::cuda_test::require_gpu;
+using actorllm::sampling_test::check_generators;
+using actorllm::sampling_test::check_successive_steps;
 using actorllm::sampling_test::chi_square;
 using actorllm::sampling_test::chi_square_of;
 using actorllm::sampling_test::compare_results;
@@ -48,11 +50,6 @@ std::vector<ops::sample_result> sample_on_gpu(cuda_backend& be, const sampling_b
   be.download(logits, after.data(), after.size() * sizeof(float));
   CHECK(std::memcmp(after.data(), b.logits.data(), after.size() * sizeof(float)) == 0);
   return out;
-}
-
-void check_generators(std::vector<ops::sampler_rng>& got, const std::vector<ops::sampler_rng>& expected) {
-  for (size_t g = 0; g < got.size(); ++g)
-    CHECK(got[g].next() == ops::sampler_rng(expected[g]).next());
 }
 
 }  // namespace
@@ -103,30 +100,15 @@ TEST_CASE("cuda sample: greedy on a 128256-token vocabulary is the CPU's argmax,
   check_generators(rngs, expected.rngs);
 }
 
-TEST_CASE("cuda sample: two successive steps consume the random streams as the CPU does" *
+TEST_CASE("cuda sample: three successive steps consume the random streams as the CPU does" *
           doctest::skip(!gpu_available())) {
   require_gpu();
   cuda_backend be{0};
   std::mt19937_64 gen{31337};
-  sampling_batch batch = random_batch(gen, 3000, 32);
-  std::vector<ops::sampler_rng> gpu_rngs = batch.fresh_rngs(), cpu_rngs = batch.fresh_rngs();
-  for (int step = 0; step < 2; ++step) {
-    CAPTURE(step);
-    std::vector<ops::sample_result> expected;
-    for (size_t i = 0; i < batch.n_rows(); ++i) {
-      std::vector<float> row(batch.logits.begin() + static_cast<ptrdiff_t>(i) * batch.n_vocab,
-                             batch.logits.begin() + static_cast<ptrdiff_t>(i + 1) * batch.n_vocab);
-      expected.push_back(cpu::sample(row.data(), batch.n_vocab, batch.params[i], batch.prompt[i], batch.output[i],
-                                     cpu_rngs[batch.rng_of[i]],
-                                     batch.masks[i].empty() ? nullptr : batch.masks[i].data()));
-    }
-    const std::vector<ops::sample_result> got = sample_on_gpu(be, batch, gpu_rngs);
-    compare_results(batch, got, expected);
-    check_generators(gpu_rngs, cpu_rngs);
-    // The next step sees each row's token in its output (penalties, bad words and min_tokens move on).
-    for (size_t i = 0; i < batch.n_rows(); ++i)
-      batch.output[i].push_back(expected[i].token);
-  }
+  check_successive_steps(random_batch(gen, 3000, 32), 3,
+                         [&](const sampling_batch& b, std::vector<ops::sampler_rng>& rngs) {
+                           return sample_on_gpu(be, b, rngs);
+                         });
 }
 
 TEST_CASE("cuda sample: 1e5 seeded draws pass a chi-square test against the CPU's probabilities" *
