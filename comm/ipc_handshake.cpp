@@ -74,10 +74,33 @@ uint64_t random_instance() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
+constexpr std::string_view outcome_ok = "ok";
+constexpr std::string_view outcome_failed = "failed\n";
+
+// What a rank says after its first phase: "ok", or "failed\n" and its error.
+std::vector<char> encode_outcome(std::string_view failure) {
+  const std::string text = failure.empty() ? std::string(outcome_ok) : fmt::format("{}{}", outcome_failed, failure);
+  return {text.begin(), text.end()};
+}
+
+// The failure a peer reported ("" for ok); throws on bytes that are neither.
+std::string decode_outcome(const std::vector<char>& bytes, const std::string& key) {
+  const std::string_view v(bytes.data(), bytes.size());
+  if (v == outcome_ok)
+    return {};
+  if (v.starts_with(outcome_failed) && v.size() > outcome_failed.size())
+    return std::string(v.substr(outcome_failed.size()));
+  throw comm_error(fmt::format("ipc handshake: the value under '{}' is not a rank's outcome", key));
+}
+
 }  // namespace
 
 std::string ipc_handshake_key(const std::string& group, uint64_t epoch, int rank) {
   return fmt::format("{}/ipc/{}/rank{}", group, epoch, rank);
+}
+
+std::string ipc_outcome_key(const std::string& group, uint64_t epoch, int rank, uint64_t instance) {
+  return fmt::format("{}/ipc/{}/outcome/rank{}/{:016x}", group, epoch, rank, instance);
 }
 
 std::vector<char> encode_ipc_record(const ipc_rank_record& r) {
@@ -118,36 +141,20 @@ ipc_rank_record decode_ipc_record(const std::vector<char>& bytes, const std::str
   return r;
 }
 
-std::unique_ptr<ipc_peer_buffers> ipc_handshake(rendezvous_store& store, ipc_backend& backend,
-                                                const ipc_handshake_config& config) {
-  const auto where =
-      fmt::format("ipc handshake of group '{}' (epoch {}), rank {}", config.group, config.epoch, config.rank);
-  if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size)
-    throw comm_error(fmt::format("{}: rank outside a group of {}", where, config.world_size));
-  if (config.data == nullptr || config.signal == nullptr || config.data_bytes == 0 || config.signal_bytes == 0)
-    throw comm_error(fmt::format("{}: no data or signal buffer to share", where));
+namespace {
 
-  ipc_rank_record own;
-  own.group = config.group;
-  own.epoch = config.epoch;
-  own.rank = config.rank;
-  own.world_size = config.world_size;
-  own.device_id = backend.device_id();
-  own.process_id = static_cast<int64_t>(::getpid());
-  own.instance = random_instance();
-  own.data_bytes = config.data_bytes;
-  own.signal_bytes = config.signal_bytes;
-  own.data = backend.export_handle(config.data);
-  own.signal = backend.export_handle(config.signal);
-  store.set(ipc_handshake_key(config.group, config.epoch, config.rank), encode_ipc_record(own));
-
+// The first phase after publishing: read every record, validate them all, then open the peers' handles.
+std::unique_ptr<ipc_peer_buffers> read_and_open_peers(rendezvous_store& store, ipc_backend& backend,
+                                                      const ipc_handshake_config& config, const ipc_rank_record& own,
+                                                      const std::string& where,
+                                                      std::chrono::steady_clock::time_point deadline,
+                                                      std::vector<uint64_t>& instances) {
   auto buffers = std::make_unique<ipc_peer_buffers>(backend, config.rank, config.world_size, config.data_bytes,
                                                     config.signal_bytes);
   buffers->set_own({config.data, config.signal, own.device_id});
 
   // Read every record first (this rank's own too: another process that claimed this rank replaced it), validate
   // them all, and only then open: a group that does not belong together maps nothing.
-  const auto deadline = std::chrono::steady_clock::now() + config.timeout;
   std::vector<ipc_rank_record> records(static_cast<size_t>(config.world_size));
   for (int r = 0; r < config.world_size; ++r) {
     const auto key = ipc_handshake_key(config.group, config.epoch, r);
@@ -188,6 +195,7 @@ std::unique_ptr<ipc_peer_buffers> ipc_handshake(rendezvous_store& store, ipc_bac
       if (records[static_cast<size_t>(q)].data == rec.data || records[static_cast<size_t>(q)].signal == rec.signal)
         throw comm_error(fmt::format("{}: ranks {} and {} published the same buffer handle", where, q, r));
     records[static_cast<size_t>(r)] = rec;
+    instances[static_cast<size_t>(r)] = rec.instance;
   }
 
   // Open in rank order; a failure leaves the peers opened so far in `buffers`, whose destructor closes them.
@@ -206,6 +214,70 @@ std::unique_ptr<ipc_peer_buffers> ipc_handshake(rendezvous_store& store, ipc_bac
       throw comm_error(fmt::format("{}: opening rank {}'s IPC handles failed: {}", where, r, e.what()));
     }
     buffers->set_opened_peer(r, mapped);
+  }
+  return buffers;
+}
+
+}  // namespace
+
+std::unique_ptr<ipc_peer_buffers> ipc_handshake(rendezvous_store& store, ipc_backend& backend,
+                                                const ipc_handshake_config& config) {
+  const auto where =
+      fmt::format("ipc handshake of group '{}' (epoch {}), rank {}", config.group, config.epoch, config.rank);
+  if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size)
+    throw comm_error(fmt::format("{}: rank outside a group of {}", where, config.world_size));
+  if (config.data == nullptr || config.signal == nullptr || config.data_bytes == 0 || config.signal_bytes == 0)
+    throw comm_error(fmt::format("{}: no data or signal buffer to share", where));
+
+  ipc_rank_record own;
+  own.group = config.group;
+  own.epoch = config.epoch;
+  own.rank = config.rank;
+  own.world_size = config.world_size;
+  own.device_id = backend.device_id();
+  own.process_id = static_cast<int64_t>(::getpid());
+  own.instance = random_instance();
+  own.data_bytes = config.data_bytes;
+  own.signal_bytes = config.signal_bytes;
+  own.data = backend.export_handle(config.data);
+  own.signal = backend.export_handle(config.signal);
+  store.set(ipc_handshake_key(config.group, config.epoch, config.rank), encode_ipc_record(own));
+
+  const auto deadline = std::chrono::steady_clock::now() + config.timeout;
+  const auto time_left = [&] {
+    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+                    std::chrono::milliseconds{0});
+  };
+  std::unique_ptr<ipc_peer_buffers> buffers;
+  std::vector<uint64_t> instances(static_cast<size_t>(config.world_size));  // of the records this rank read
+  try {
+    buffers = read_and_open_peers(store, backend, config, own, where, deadline, instances);
+  } catch (const std::exception& e) {
+    // The peers learn of it in their second phase instead of waiting for this rank until their timeout.
+    store.set(ipc_outcome_key(config.group, config.epoch, config.rank, own.instance), encode_outcome(e.what()));
+    throw;
+  }
+  store.set(ipc_outcome_key(config.group, config.epoch, config.rank, own.instance), encode_outcome(""));
+
+  // The second phase: no rank returns before every peer has mapped its buffers. A rank that returned at once could
+  // fail or exit before a slower peer opened its handles, freeing what that peer was opening (the first GPU run:
+  // cudaIpcOpenMemHandle "invalid argument" on rank 1 after rank 0 had thrown); and a group where one rank could
+  // not map fails on every rank, naming it, rather than on one.
+  for (int r = 0; r < config.world_size; ++r) {
+    if (r == config.rank)
+      continue;
+    // Under the instance of the record this rank opened: an earlier handshake's outcome is never read.
+    const auto key = ipc_outcome_key(config.group, config.epoch, r, instances[static_cast<size_t>(r)]);
+    std::vector<char> bytes;
+    try {
+      bytes = store.get(key, time_left());
+    } catch (const comm_error&) {
+      throw comm_error(fmt::format("{}: rank {} did not report mapping the group's buffers within {} ms (key '{}')",
+                                   where, r, config.timeout.count(), key));
+    }
+    const std::string failure = decode_outcome(bytes, key);
+    if (!failure.empty())
+      throw comm_error(fmt::format("{}: rank {} could not join the group: {}", where, r, failure));
   }
   return buffers;
 }

@@ -52,6 +52,10 @@ struct ipc_rank_record {
 /// The store key of `rank`'s record.
 std::string ipc_handshake_key(const std::string& group, uint64_t epoch, int rank);
 
+/// The store key of `rank`'s outcome ("ok" once it has mapped every peer, or its failure) for the record of that
+/// `instance`: a rank that publishes again (a new handshake in the same epoch) never has its old outcome read.
+std::string ipc_outcome_key(const std::string& group, uint64_t epoch, int rank, uint64_t instance);
+
 /// The record's bytes (a magic and version first, little-endian fixed-width fields).
 std::vector<char> encode_ipc_record(const ipc_rank_record& record);
 
@@ -59,7 +63,8 @@ std::vector<char> encode_ipc_record(const ipc_rank_record& record);
 ipc_rank_record decode_ipc_record(const std::vector<char>& bytes, const std::string& key);
 
 /// Runs the handshake of one rank: publish, read every peer, validate, open the peers' handles (never this rank's
-/// own). Every failure is a comm_error naming the group, the epoch, this rank, the peer and the field: a peer that
+/// own), then publish the outcome and wait for every peer's: no rank returns before every peer has mapped its
+/// buffers (so none frees them while a peer is still opening them), and one rank's failure fails every rank, named. Every failure is a comm_error naming the group, the epoch, this rank, the peer and the field: a peer that
 /// never published (after the timeout), a record of another group, epoch or world size, a different buffer size,
 /// two ranks with one record, a peer in this very process when the backend cannot open those. On failure every
 /// handle already opened is closed again. The returned object closes the peers' mappings when destroyed.

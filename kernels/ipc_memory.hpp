@@ -29,8 +29,12 @@ class ipc_backend {
   virtual void* open_handle(const ipc_handle& handle) = 0;
   /// Unmaps what open_handle returned.
   virtual void close_handle(void* mapped) = 0;
-  /// The device this process's allocations live on (published so peers can tell whether they share it).
+  /// The device this process's allocations live on, named so that every process names it alike (CUDA: its PCI
+  /// location, whatever CUDA_VISIBLE_DEVICES each process has); published so peers can tell whether they share it.
+  /// Not an ordinal: never pass it to cudaSetDevice.
   virtual int device_id() const = 0;
+  /// The same device as this process numbers it (CUDA: the visible ordinal cudaSetDevice takes).
+  virtual int device_index() const = 0;
   /// Whether a handle exported by this very process may be opened here: CUDA refuses it (cudaIpcOpenMemHandle in
   /// the exporting process fails), a fake over host memory allows it so ranks can be threads of one test.
   virtual bool opens_own_process() const { return false; }
@@ -41,7 +45,7 @@ class ipc_backend {
 struct ipc_rank_buffers {
   void* data = nullptr;
   void* signal = nullptr;
-  int device_id = -1;
+  int device_id = -1;  ///< ipc_backend::device_id(): the same for ranks on one device, not an ordinal
 };
 
 /// Every rank's buffers as addresses in this process: this rank's as allocated, the peers' as opened through the
@@ -61,6 +65,8 @@ class ipc_peer_buffers {
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(ranks_.size()); }
+  /// This rank's device as this process numbers it (the ordinal to make current before touching the buffers).
+  int device_index() const { return backend_.device_index(); }
   size_t data_bytes() const { return data_bytes_; }
   size_t signal_bytes() const { return signal_bytes_; }
   /// Rank r's buffers as seen from this process.

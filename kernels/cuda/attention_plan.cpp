@@ -111,7 +111,10 @@ attention_plan plan_paged_attention(const attention_geometry& geometry, const in
       plan.partition_size *= 2;
       plan.n_partitions = ceil_div(longest, plan.partition_size);
     }
-    plan.merge_shared_bytes = plan.n_partitions * 4;
+    // Rounded up to whole 16-byte vectors: ptxas merges the merge loop's remainder loads (up to three weights) into
+    // one wider load that can run past the last weight. The first GPU run's memcheck caught it at 2 partitions: a
+    // 12-byte read of an 8-byte allocation (the values past the end are never used, but the read is out of bounds).
+    plan.merge_shared_bytes = ceil_div(plan.n_partitions, 4) * 16;
     plan.merge_grid[0] = geometry.n_tokens;
     plan.merge_grid[1] = geometry.n_head;
     const int64_t n_partials = geometry.n_tokens * geometry.n_head * plan.n_partitions;

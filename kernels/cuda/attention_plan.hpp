@@ -81,7 +81,7 @@ struct attention_plan {
 
   int64_t merge_grid[2] = {0, 1};  ///< (n_tokens, n_head): launched only when split
   int64_t merge_threads = attention_merge_threads;
-  int64_t merge_shared_bytes = 0;  ///< dynamic: one weight per partition
+  int64_t merge_shared_bytes = 0;  ///< dynamic: one weight per partition, rounded up to whole 16-byte vectors
 
   /// Split-K partials in the workspace, f32: acc [n_tokens, n_head, n_partitions, head_dim] (unnormalised), then
   /// max and sum [n_tokens, n_head, n_partitions]. 0 when not split.

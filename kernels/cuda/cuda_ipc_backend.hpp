@@ -22,6 +22,7 @@ class cuda_ipc_backend final : public ipc_backend {
   /// The device's PCI domain, bus and device numbers packed in one int (not its visible index: cluster workers each
   /// see their own GPU as device 0).
   int device_id() const override { return pci_id_; }
+  int device_index() const override { return device_; }
 
  private:
   int device_;

@@ -93,7 +93,9 @@ void custom_all_reduce::all_reduce_device(void* data, int64_t n, element_type ty
   if (n <= 0)
     return;
   // The staging buffer's device: the shard's thread may not have made it current (the buffers were made for it).
-  ACTORLLM_CUDA_CHECK(cudaSetDevice(buffers_->at(rank()).device_id));
+  // Its ordinal in this process, not the PCI location the ranks published (the first GPU run made PCI id 6400
+  // current: invalid device ordinal).
+  ACTORLLM_CUDA_CHECK(cudaSetDevice(buffers_->device_index()));
   if (device_table_ == nullptr) {
     car_rank_table table{};
     for (int r = 0; r < size(); ++r) {

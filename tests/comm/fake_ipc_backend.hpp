@@ -5,11 +5,13 @@
 
 #include "kernels/ipc_memory.hpp"
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace actorllm::test {
@@ -20,6 +22,7 @@ struct fake_ipc_registry {
   std::map<uint64_t, void*> by_id;   // handle id -> address
   std::map<uint64_t, int> exporter;  // handle id -> rank that exported it
   uint64_t next_id = 1;
+  int opens = 0;  // by every rank
 };
 
 class fake_ipc_backend final : public ipc_backend {
@@ -37,6 +40,8 @@ class fake_ipc_backend final : public ipc_backend {
     return h;
   }
   void* open_handle(const ipc_handle& handle) override {
+    if (open_delay.count() > 0)
+      std::this_thread::sleep_for(open_delay);  // a slow first mapping, as CUDA's can be
     uint64_t id = 0;
     std::memcpy(&id, handle.bytes.data(), sizeof id);
     std::lock_guard lock{registry_.mutex};
@@ -47,6 +52,7 @@ class fake_ipc_backend final : public ipc_backend {
     void* p = registry_.by_id.at(id);
     open.insert(p);
     ++opens;
+    ++registry_.opens;
     return p;
   }
   void close_handle(void* mapped) override {
@@ -56,6 +62,7 @@ class fake_ipc_backend final : public ipc_backend {
     ++closes;
   }
   int device_id() const override { return device_; }
+  int device_index() const override { return 0; }
   bool opens_own_process() const override { return allow_same_process; }
 
   // What the test inspects (read after the rank's thread has joined).
@@ -67,6 +74,7 @@ class fake_ipc_backend final : public ipc_backend {
   // What the test sets up.
   bool allow_same_process = true;
   int fail_open_of_rank = -1;
+  std::chrono::milliseconds open_delay{0};
 
  private:
   fake_ipc_registry& registry_;

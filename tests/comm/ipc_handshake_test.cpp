@@ -38,6 +38,7 @@ struct group_run {
   std::vector<std::unique_ptr<rank_memory>> memory;
   std::vector<std::unique_ptr<ipc_peer_buffers>> results;
   std::vector<std::string> errors;
+  std::vector<int> opens_at_return;  // per rank: the mappings every rank had made when this rank's handshake returned
 
   explicit group_run(int world_size, size_t data_bytes = 4096, size_t signal_bytes = 512) : world(world_size) {
     for (int r = 0; r < world; ++r) {
@@ -46,6 +47,7 @@ struct group_run {
     }
     results.resize(static_cast<size_t>(world));
     errors.resize(static_cast<size_t>(world));
+    opens_at_return.resize(static_cast<size_t>(world));
   }
 
   ipc_handshake_config config(int r, uint64_t epoch = 1) const {
@@ -74,6 +76,8 @@ struct group_run {
         } catch (const comm_error& e) {
           errors[static_cast<size_t>(r)] = e.what();
         }
+        std::lock_guard lock{registry.mutex};
+        opens_at_return[static_cast<size_t>(r)] = registry.opens;
       });
     for (auto& t : threads)
       t.join();
@@ -203,16 +207,17 @@ TEST_CASE("ipc handshake: a dead epoch's keys are never read") {
     c.timeout = 100ms;
   });
   CHECK(contains(g.errors[0], "(epoch 2), rank 0: rank 1 did not publish"));
-  // And epoch 2 in full meets, with its own sizes (rank 0 publishes again, replacing its first record).
+  // The group made again takes epoch 3 and meets in full, with its own sizes: neither epoch 1's records nor the
+  // failed epoch 2's record and outcome of rank 0 are read.
   g.errors.assign(2, {});
-  g.run({0, 1}, [](ipc_handshake_config& c) { c.epoch = 2; });
+  g.run({0, 1}, [](ipc_handshake_config& c) { c.epoch = 3; });
   CHECK(g.errors[0].empty());
   CHECK(g.errors[1].empty());
   REQUIRE(g.results[1] != nullptr);
   CHECK(g.results[1]->at(0).data == g.memory[0]->data.data());
 }
 
-TEST_CASE("ipc handshake: a failed open closes what was opened before") {
+TEST_CASE("ipc handshake: a failed open closes what was opened before, and fails every rank, naming it") {
   group_run g(4);
   g.backends[0]->fail_open_of_rank = 3;
   g.run_all();
@@ -221,8 +226,57 @@ TEST_CASE("ipc handshake: a failed open closes what was opened before") {
   CHECK(g.backends[0]->opens == 4);  // ranks 1 and 2, data and signal
   CHECK(g.backends[0]->closes == 4);
   CHECK(g.backends[0]->open.empty());
-  for (int r = 1; r < 4; ++r)
-    CHECK(g.errors[static_cast<size_t>(r)].empty());
+  for (int r = 1; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(g.results[static_cast<size_t>(r)] == nullptr);
+    CHECK(contains(g.errors[static_cast<size_t>(r)], "rank 0 could not join the group"));
+    CHECK(contains(g.errors[static_cast<size_t>(r)], "opening rank 3's IPC handles failed"));
+    CHECK(g.backends[static_cast<size_t>(r)]->open.empty());  // what it had mapped is closed again
+  }
+}
+
+// The first GPU run: rank 0 returned from the handshake while rank 1 was still opening its handles, then failed and
+// exited, and rank 1's cudaIpcOpenMemHandle of the freed memory said "invalid argument". No rank may return before
+// every peer has mapped its buffers.
+TEST_CASE("ipc handshake: no rank returns before every peer has mapped its buffers") {
+  for (int world : {2, 4}) {
+    CAPTURE(world);
+    group_run g(world);
+    g.backends[static_cast<size_t>(world - 1)]->open_delay = 50ms;  // the last rank maps slowly
+    g.run_all();
+    const int all_opens = 2 * world * (world - 1);
+    for (int r = 0; r < world; ++r) {
+      CAPTURE(r);
+      REQUIRE_MESSAGE(g.errors[static_cast<size_t>(r)].empty(), g.errors[static_cast<size_t>(r)]);
+      CHECK(g.opens_at_return[static_cast<size_t>(r)] == all_opens);
+    }
+  }
+}
+
+TEST_CASE("ipc handshake: a rank that maps but never reports is named after the timeout") {
+  // Rank 1 publishes its record and maps, but its outcome never comes (the store drops it): rank 0 names it.
+  group_run g(2);
+  g.run({0}, [](ipc_handshake_config& c) { c.timeout = 300ms; });
+  CHECK(contains(g.errors[0], "rank 1 did not publish its IPC buffers"));
+  ipc_rank_record fake;
+  fake.group = "tp0";
+  fake.epoch = 7;
+  fake.rank = 1;
+  fake.world_size = 2;
+  fake.data_bytes = 4096;
+  fake.signal_bytes = 512;
+  fake.instance = 42;
+  fake.data = g.backends[1]->export_handle(g.memory[1]->data.data());
+  fake.signal = g.backends[1]->export_handle(g.memory[1]->signal.data());
+  g.store.set(ipc_handshake_key("tp0", 7, 1), encode_ipc_record(fake));
+  g.errors.assign(2, {});
+  g.run({0}, [](ipc_handshake_config& c) {
+    c.epoch = 7;
+    c.timeout = 300ms;
+  });
+  CHECK(contains(g.errors[0], "rank 1 did not report mapping the group's buffers within 300 ms"));
+  CHECK(contains(g.errors[0], ipc_outcome_key("tp0", 7, 1, 42)));
+  CHECK(g.backends[0]->open.empty());
 }
 
 TEST_CASE("ipc handshake: a backend that cannot open its own process's handles refuses ranks of this process") {

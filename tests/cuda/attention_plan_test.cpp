@@ -77,7 +77,7 @@ TEST_CASE("plan: decode b1 at 4K context splits into partitions of 128 to fill t
   CHECK(p.grid[0] * p.grid[1] * p.grid[2] == 256);
   CHECK(p.merge_grid[0] == 1);
   CHECK(p.merge_grid[1] == 32);
-  CHECK(p.merge_shared_bytes == 32 * 4);
+  CHECK(p.merge_shared_bytes == 32 * 4);  // 8 whole vectors of 4 weights
   CHECK(p.workspace_bytes == split_workspace(p));
   CHECK(p.workspace_max_offset == 1 * 32 * 32 * 128 * 4);
   CHECK(p.workspace_sum_offset == p.workspace_max_offset + 32 * 32 * 4);
@@ -226,4 +226,22 @@ TEST_CASE("plan: bad arguments are refused by name") {
   attention_plan_options negative;
   negative.partition_size = -5;
   CHECK_THROWS_WITH_AS(plan_for(llama8b(2), b, negative), doctest::Contains("partition_size"), std::invalid_argument);
+}
+
+// The first GPU run's memcheck: the merge kernel read 12 bytes at the start of an 8-byte weight array (2 partitions):
+// the compiled kernel loads the loop's remainder (up to 3 weights) at once. Every partition count gets whole vectors.
+TEST_CASE("plan: the merge's shared weights are whole 16-byte vectors, for every partition count") {
+  for (int32_t context : {129, 257, 300, 385, 513, 1000, 4096}) {
+    CAPTURE(context);
+    const batch b = make_batch({{1, context}}, 16);
+    attention_plan_options options;
+    options.split = split_policy::always;
+    options.partition_size = 128;
+    const attention_plan p = plan_for(llama8b(b.n_tokens), b, options);
+    REQUIRE(p.split);
+    CHECK(p.n_partitions == (context + 127) / 128);
+    CHECK(p.merge_shared_bytes % 16 == 0);
+    CHECK(p.merge_shared_bytes >= p.n_partitions * 4);
+    CHECK(p.merge_shared_bytes < p.n_partitions * 4 + 16);
+  }
 }

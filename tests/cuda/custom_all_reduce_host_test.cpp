@@ -22,6 +22,7 @@ struct no_ipc final : ipc_backend {
   void* open_handle(const ipc_handle&) override { return nullptr; }
   void close_handle(void*) override { closes++; }
   int device_id() const override { return 0; }
+  int device_index() const override { return 0; }
   int closes = 0;
 };
 
