@@ -3,7 +3,10 @@
 // bytes read per token ÷ measured bandwidth); output tokens/s through the engine (actorllm::LLM) for batches of
 // 64 and 256 at 128 in / 128 out and 1024 / 1024; and, with --parity, the CUDA forward (bf16 weights) against the
 // CPU's (the same bf16 weights, f32 activations) on identical dummy weights: top-1 agreement and error norms.
-// Prints a table, writes JSON. Without a GPU it says "skipped: no GPU" and exits 77.
+// Prints a table, writes JSON. With --profile it runs no benchmark: one eager decode step at each of the given batch
+// sizes inside a profiler region (kernels/cuda/profile_range.hpp) for `ncu --profile-from-start off`, which
+// scripts/gpu_check.sh's profile step turns into a table per kernel kind. Without a GPU it says "skipped: no GPU" and
+// exits 77.
 #include "actorllm/llm.hpp"
 #include "bench/bench_json.hpp"
 #include "kernels/backend.hpp"
@@ -18,6 +21,7 @@
 #include "util/thread_pool.hpp"
 #ifdef ACTORLLM_HAVE_CUDA
 #include "kernels/cuda/device.hpp"
+#include "kernels/cuda/profile_range.hpp"
 #endif
 
 #include <fmt/format.h>
@@ -92,6 +96,42 @@ double decode_batch1(model::llama_model& llm, int64_t prompt_len, int64_t steps,
   return static_cast<double>(steps) / seconds_since(t0);
 }
 
+// One eager decode step of `batch` sequences (16-token prompts, prefilled and decoded twice untimed first) inside a
+// profiler region: what ncu measures kernel by kernel.
+void profile_decode_step(model::llama_model& llm, int64_t batch) {
+  const int64_t block_size = 16, prompt_len = 16, warm = 2;
+  const int64_t blocks_per_seq = (prompt_len + warm + 1 + block_size - 1) / block_size;
+  model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), batch * blocks_per_seq};
+  const int64_t vocab = llm.config().n_vocab;
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
+  std::vector<int32_t> last(static_cast<size_t>(batch));
+  model::forward_batch prefill;
+  for (int64_t s = 0; s < batch; ++s) {
+    tables[static_cast<size_t>(s)].resize(static_cast<size_t>(blocks_per_seq));
+    std::iota(tables[static_cast<size_t>(s)].begin(), tables[static_cast<size_t>(s)].end(),
+              static_cast<int32_t>(s * blocks_per_seq));
+    prefill.add_sequence(prompt_of(s, prompt_len, vocab), 0, tables[static_cast<size_t>(s)], true);
+  }
+  std::vector<float> logits = llm.forward(prefill, cache);
+  for (int64_t step = 0; step <= warm; ++step) {
+    for (int64_t s = 0; s < batch; ++s)
+      last[static_cast<size_t>(s)] = argmax(logits.data() + s * vocab, vocab);
+    model::forward_batch d;
+    for (int64_t s = 0; s < batch; ++s)
+      d.add_sequence(std::span<const int32_t>(&last[static_cast<size_t>(s)], 1),
+                     static_cast<int32_t>(prompt_len + step), tables[static_cast<size_t>(s)], true);
+    if (step < warm) {
+      logits = llm.forward(d, cache);
+      continue;
+    }
+#ifdef ACTORLLM_HAVE_CUDA
+    const cuda::profile_range region(llm.device_backend().where().index);
+    logits = llm.forward(d, cache);
+#endif
+  }
+  std::fprintf(stderr, "profiled one decode step at batch %ld\n", static_cast<long>(batch));
+}
+
 struct parity_result {
   int64_t rows = 0;
   int64_t top1_agree = 0;
@@ -137,16 +177,37 @@ int main(int argc, char** argv) {
   int64_t steps = 64;
   bool parity = false, throughput = true;
   double gpu_memory_utilization = 0.9;
-  std::vector<int64_t> batches{64, 256};
+  std::vector<std::string> case_specs{"64x128x128", "256x128x128", "64x1024x1024"};
+  std::vector<int64_t> profile_batches;
   app.add_option("--config", config_dir, "Directory with the model's config.json")->capture_default_str();
   app.add_option("--decode-steps", steps, "Timed batch-1 decode steps")->capture_default_str();
   app.add_flag("--parity", parity, "Also compare the CUDA forward with the CPU's on identical weights");
   app.add_flag("--throughput,!--no-throughput", throughput, "Measure engine output throughput")->capture_default_str();
-  app.add_option("--batches", batches, "Batch sizes of the throughput runs")->capture_default_str();
+  app.add_option("--cases", case_specs, "Throughput runs as BATCHxINxOUT (sequences, prompt and output tokens)")
+      ->capture_default_str();
+  app.add_option("--profile", profile_batches,
+                 "Only profile: one eager decode step at each of these batch sizes, each in a profiler region for "
+                 "`ncu --profile-from-start off` (no benchmark, no JSON)");
   app.add_option("--gpu-memory-utilization", gpu_memory_utilization, "Share of the GPU the engine may use")
       ->capture_default_str();
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  std::vector<throughput_case> cases;
+  for (const std::string& s : case_specs) {
+    long long b = 0, in = 0, out = 0;
+    char x1 = 0, x2 = 0, extra = 0;
+    if (std::sscanf(s.c_str(), "%lld%c%lld%c%lld%c", &b, &x1, &in, &x2, &out, &extra) != 5 || x1 != 'x' ||
+        x2 != 'x' || b < 1 || in < 1 || out < 1) {
+      std::fprintf(stderr, "--cases: '%s' is not BATCHxINxOUT with positive counts (e.g. 64x128x128)\n", s.c_str());
+      return 2;
+    }
+    cases.push_back({b, in, out});
+  }
+  for (int64_t b : profile_batches)
+    if (b < 1) {
+      std::fprintf(stderr, "--profile: batch sizes must be positive, got %ld\n", static_cast<long>(b));
+      return 2;
+    }
 
   if (visible_gpu_count() == 0) {
     std::printf("skipped: no GPU (%s)\n", gpu_unavailable_reason().c_str());
@@ -178,6 +239,15 @@ int main(int argc, char** argv) {
   w.key("weight_bytes_per_token").value(static_cast<uint64_t>(bytes_per_token));
   table.emplace_back("weight bytes read per decode token (GB)", fmt::format("{:.2f}", bytes_per_token / 1e9));
   table.emplace_back("dummy weights made on the host (s)", fmt::format("{:.1f}", load_secs));
+
+  if (!profile_batches.empty()) {
+    std::unique_ptr<backend> be = make_backend(device{device_kind::cuda, 0}, 1);
+    single_rank_collective comm;
+    model::llama_model llm{cfg, std::move(loaded.weights), model::shard_spec{}, comm, *be};
+    for (int64_t b : profile_batches)
+      profile_decode_step(llm, b);
+    return 0;
+  }
 
   std::vector<int32_t> parity_tokens;
   {
@@ -248,20 +318,21 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (throughput) {
-    std::vector<throughput_case> cases;
-    for (int64_t b : batches)
-      for (auto [in, out] : {std::pair<int64_t, int64_t>{128, 128}, {1024, 1024}})
-        cases.push_back({b, in, out});
+  if (throughput && !cases.empty()) {
+    int64_t max_batch = 1, max_len = 0;
+    for (const throughput_case& c : cases) {
+      max_batch = std::max(max_batch, c.batch);
+      max_len = std::max(max_len, c.input_len + c.output_len);
+    }
     std::fprintf(stderr, "engine: loading (dummy bf16 weights, cuda)...\n");
     engine_config ec;
     ec.model = config_dir;
     ec.load_format = "dummy";
     ec.dtype = "bfloat16";
     ec.device = "cuda";
-    ec.max_num_seqs = static_cast<int32_t>(*std::max_element(batches.begin(), batches.end()));
+    ec.max_num_seqs = static_cast<int32_t>(max_batch);
     ec.max_num_batched_tokens = 8192;
-    ec.max_model_len = 4096;
+    ec.max_model_len = static_cast<int32_t>(std::max<int64_t>(max_len, 4096));
     ec.gpu_memory_utilization = gpu_memory_utilization;
     LLM engine{ec};
     for (throughput_case& c : cases) {

@@ -3,7 +3,8 @@
 # PyTorch and transformers, but none of our Debian libraries and no network): `actorllm`, the GPU test binaries and
 # bench_gpu, built for CUDA architecture 90 without -march=native (this host's AVX-512 code could SIGILL there), with
 # their shared libraries except glibc and the CUDA libraries the GPU machine has itself (cuBLAS and NCCL come from
-# its PyTorch wheels), stories260K with its golden ids (from ../shared) and the 8B-shape config, packed as one tar.xz
+# its PyTorch wheels), and what scripts/gpu_root.sh lays out beside them (stories260K with its golden ids and the
+# Llama 3 tokenizer from ../shared, the 8B-shape config, the check's Python helpers), packed as one tar.xz
 # under .gpu-bundle/ (git-ignored; the device tool carries it with `carry: [".gpu-bundle"]`). Fails above 64 MiB.
 #
 #   bash scripts/gpu_bundle.sh            # -> .gpu-bundle/actorllm-gpu.tar.xz
@@ -31,10 +32,10 @@ cmake --build "$build" -j "${ACTORLLM_JOBS:-$(nproc)}" --target actorllm test_cu
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 b=$stage/actorllm-gpu
-mkdir -p "$b/bin" "$b/lib" "$b/models" "$b/configs"
+ACTORLLM_SHARED_DIR=$shared bash scripts/gpu_root.sh "$build" "$b"
+mkdir -p "$b/lib"
 bins=("$build/actorllm" "$build/tests/test_cuda" "$build/tests/test_kernels" "$build/tests/gpu_probe"
   "$build/bench/bench_gpu")
-cp "${bins[@]}" "$b/bin/"
 strip --strip-unneeded "$b"/bin/* 2>/dev/null || true
 
 # Shared libraries: everything ldd resolves except glibc's own (the GPU machine's newer glibc runs our binaries)
@@ -50,12 +51,6 @@ done | sort -u | while read -r lib; do
   *) cp -L "$lib" "$b/lib/$name" ;;
   esac
 done
-
-cp -r "$shared/models/stories260K" "$b/models/"
-cp -r bench/configs/llama-3.1-8b "$b/configs/"
-cp scripts/gpu_check_hf.py "$b/"
-git rev-parse HEAD >"$b/COMMIT" 2>/dev/null || echo unknown >"$b/COMMIT"
-date -u +%FT%TZ >"$b/BUILT"
 
 mkdir -p "$out_dir"
 tar -C "$stage" -cf - actorllm-gpu | xz -T0 -6 >"$out_dir/actorllm-gpu.tar.xz.tmp"
