@@ -196,8 +196,8 @@ int main(int argc, char** argv) {
   for (const std::string& s : case_specs) {
     long long b = 0, in = 0, out = 0;
     char x1 = 0, x2 = 0, extra = 0;
-    if (std::sscanf(s.c_str(), "%lld%c%lld%c%lld%c", &b, &x1, &in, &x2, &out, &extra) != 5 || x1 != 'x' ||
-        x2 != 'x' || b < 1 || in < 1 || out < 1) {
+    if (std::sscanf(s.c_str(), "%lld%c%lld%c%lld%c", &b, &x1, &in, &x2, &out, &extra) != 5 || x1 != 'x' || x2 != 'x' ||
+        b < 1 || in < 1 || out < 1) {
       std::fprintf(stderr, "--cases: '%s' is not BATCHxINxOUT with positive counts (e.g. 64x128x128)\n", s.c_str());
       return 2;
     }

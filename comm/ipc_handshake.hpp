@@ -64,10 +64,11 @@ ipc_rank_record decode_ipc_record(const std::vector<char>& bytes, const std::str
 
 /// Runs the handshake of one rank: publish, read every peer, validate, open the peers' handles (never this rank's
 /// own), then publish the outcome and wait for every peer's: no rank returns before every peer has mapped its
-/// buffers (so none frees them while a peer is still opening them), and one rank's failure fails every rank, named. Every failure is a comm_error naming the group, the epoch, this rank, the peer and the field: a peer that
-/// never published (after the timeout), a record of another group, epoch or world size, a different buffer size,
-/// two ranks with one record, a peer in this very process when the backend cannot open those. On failure every
-/// handle already opened is closed again. The returned object closes the peers' mappings when destroyed.
+/// buffers (so none frees them while a peer is still opening them), and one rank's failure fails every rank, named.
+/// Every failure is a comm_error naming the group, the epoch, this rank, the peer and the field: a peer that never
+/// published (after the timeout), a record of another group, epoch or world size, a different buffer size, two ranks
+/// with one record, a peer in this very process when the backend cannot open those. On failure every handle already
+/// opened is closed again. The returned object closes the peers' mappings when destroyed.
 std::unique_ptr<ipc_peer_buffers> ipc_handshake(rendezvous_store& store, ipc_backend& backend,
                                                 const ipc_handshake_config& config);
 

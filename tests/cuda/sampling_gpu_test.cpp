@@ -105,10 +105,9 @@ TEST_CASE("cuda sample: three successive steps consume the random streams as the
   require_gpu();
   cuda_backend be{0};
   std::mt19937_64 gen{31337};
-  check_successive_steps(random_batch(gen, 3000, 32), 3,
-                         [&](const sampling_batch& b, std::vector<ops::sampler_rng>& rngs) {
-                           return sample_on_gpu(be, b, rngs);
-                         });
+  check_successive_steps(
+      random_batch(gen, 3000, 32), 3,
+      [&](const sampling_batch& b, std::vector<ops::sampler_rng>& rngs) { return sample_on_gpu(be, b, rngs); });
 }
 
 TEST_CASE("cuda sample: 1e5 seeded draws pass a chi-square test against the CPU's probabilities" *
