@@ -9,6 +9,7 @@
 // exits 77.
 #include "actorllm/llm.hpp"
 #include "bench/bench_json.hpp"
+#include "bench/parity/logit_rows.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/collective.hpp"
 #include "kernels/device.hpp"
@@ -39,25 +40,12 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using namespace actorllm;
+using bench::argmax;
+using bench::load_dummy;
+using bench::prompt_of;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-std::vector<int32_t> prompt_of(int64_t seq, int64_t len, int64_t vocab) {
-  std::vector<int32_t> p(static_cast<size_t>(len));
-  for (int64_t i = 0; i < len; ++i)
-    p[static_cast<size_t>(i)] = static_cast<int32_t>((seq * 7919 + i * 104729 + 1) % vocab);
-  return p;
-}
-
-int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
-
-model::loaded_shard load_dummy(const std::string& config_dir, dtype weights) {
-  model::load_options load;
-  load.format = model::load_format::dummy;
-  load.weight_dtype = weights;
-  return model::load_shard(config_dir, model::shard_spec{}, load);
 }
 
 // Batch-1 decode: a short prompt, then `steps` timed steps, each eager or (graphs) a replay of a batch-1 decode
@@ -130,36 +118,6 @@ void profile_decode_step(model::llama_model& llm, int64_t batch) {
 #endif
   }
   std::fprintf(stderr, "profiled one decode step at batch %ld\n", static_cast<long>(batch));
-}
-
-struct parity_result {
-  int64_t rows = 0;
-  int64_t top1_agree = 0;
-  double max_abs_error = 0.0;     // over every logit
-  double max_rel_l2_error = 0.0;  // ||gpu - cpu|| / ||cpu|| per row, the worst row
-};
-
-// The logits of a 16-token prompt and 4 greedy decode steps (the GPU's choices fed to both), GPU against CPU.
-std::vector<std::vector<float>> run_rows(model::llama_model& llm, const std::vector<int32_t>& tokens,
-                                         int64_t prompt_len) {
-  const int64_t block_size = 16, blocks = 4;
-  model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), blocks};
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  std::iota(table.begin(), table.end(), 0);
-  const int64_t vocab = llm.config().n_vocab;
-  std::vector<std::vector<float>> rows;
-  model::forward_batch fb;
-  fb.add_sequence(std::span<const int32_t>(tokens.data(), static_cast<size_t>(prompt_len)), 0, table, true);
-  std::vector<float> l = llm.forward(fb, cache);
-  rows.emplace_back(l.begin(), l.begin() + vocab);
-  for (size_t i = static_cast<size_t>(prompt_len); i < tokens.size(); ++i) {
-    model::forward_batch d;
-    int32_t tok[1] = {tokens[i]};
-    d.add_sequence(tok, static_cast<int32_t>(i), table, true);
-    l = llm.forward(d, cache);
-    rows.emplace_back(l.begin(), l.begin() + vocab);
-  }
-  return rows;
 }
 
 struct throughput_case {
@@ -280,34 +238,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "parity: GPU forward...\n");
       const int64_t prompt_len = 16, decode = 4;
       parity_tokens = prompt_of(3, prompt_len, cfg.n_vocab);
-      // Greedy continuation chosen by the GPU, then fed to both forwards.
-      std::vector<std::vector<float>> gpu_rows;
-      for (int64_t i = 0; i <= decode; ++i) {
-        gpu_rows = run_rows(llm, parity_tokens, prompt_len);
-        if (i < decode)
-          parity_tokens.push_back(argmax(gpu_rows.back().data(), cfg.n_vocab));
-      }
+      // Greedy continuation chosen by the GPU, then fed to the CPU's forward.
+      const bench::logit_rows gpu_rows = bench::greedy_rows(llm, parity_tokens, decode);
       std::fprintf(stderr, "parity: CPU forward (same dummy weights)...\n");
       model::loaded_shard host = load_dummy(config_dir, dtype::bf16);
       std::unique_ptr<backend> cpu = make_backend(device_kind::cpu, thread_pool::global().size());
       single_rank_collective cpu_comm;
       model::llama_model ref{cfg, std::move(host.weights), model::shard_spec{}, cpu_comm, *cpu};
-      const std::vector<std::vector<float>> cpu_rows = run_rows(ref, parity_tokens, prompt_len);
-      parity_result p;
-      for (size_t r = 0; r < gpu_rows.size() && r < cpu_rows.size(); ++r) {
-        const auto& g = gpu_rows[r];
-        const auto& c = cpu_rows[r];
-        double diff2 = 0.0, ref2 = 0.0;
-        for (size_t i = 0; i < c.size(); ++i) {
-          const double d = static_cast<double>(g[i]) - c[i];
-          diff2 += d * d;
-          ref2 += static_cast<double>(c[i]) * c[i];
-          p.max_abs_error = std::max(p.max_abs_error, std::fabs(d));
-        }
-        p.max_rel_l2_error = std::max(p.max_rel_l2_error, std::sqrt(diff2 / std::max(ref2, 1e-30)));
-        p.top1_agree += argmax(g.data(), cfg.n_vocab) == argmax(c.data(), cfg.n_vocab) ? 1 : 0;
-        ++p.rows;
-      }
+      const bench::rows_difference p = bench::compare_rows(gpu_rows, bench::rows_of(ref, parity_tokens, prompt_len));
       table.emplace_back("8B parity: top-1 agreement (rows)", fmt::format("{}/{}", p.top1_agree, p.rows));
       table.emplace_back("8B parity: worst relative L2 error", fmt::format("{:.2e}", p.max_rel_l2_error));
       table.emplace_back("8B parity: max abs logit error", fmt::format("{:.3e}", p.max_abs_error));
@@ -315,6 +253,10 @@ int main(int argc, char** argv) {
       w.key("parity_top1_agree").value(p.top1_agree);
       w.key("parity_max_rel_l2_error").value(p.max_rel_l2_error);
       w.key("parity_max_abs_error").value(p.max_abs_error);
+      w.key("parity_rel_l2_per_row").begin_array();
+      for (double e : p.rel_l2)
+        w.value(e);
+      w.end_array();
     }
   }
 
