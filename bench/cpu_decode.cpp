@@ -4,7 +4,9 @@
 // as a fraction of the bandwidth roofline (weight bytes read per token ÷ bandwidth; for MoE models only the
 // router-picked experts count, n_expert_used of n_expert per layer). The probe and the measurements
 // alternate for --rounds rounds and the table gives medians (each round's decode is set against that round's probe),
-// since a shared machine's bandwidth drifts. Prints a table, writes JSON.
+// since a shared machine's bandwidth drifts. With --hog N every round also decodes batch 1 beside N busy processes
+// this bench starts and stops itself (the cores shared with other work): the ratio to the round's quiet decode says
+// whether the engine keeps its fair share. Prints a table, writes JSON.
 #include "bench/bench_json.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/collective.hpp"
@@ -19,12 +21,18 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -120,6 +128,33 @@ size_t max_rank_weight_bytes(const model::model_config& cfg, int tp, bool expert
   return most;
 }
 
+// N busy processes (a shell loop each) beside the engine, killed when this goes out of scope.
+class cpu_hog {
+ public:
+  explicit cpu_hog(int n) {
+    for (int i = 0; i < n; ++i) {
+      char sh[] = "/bin/sh", flag[] = "-c", loop[] = "while :; do :; done";
+      char* argv[] = {sh, flag, loop, nullptr};
+      pid_t pid = 0;
+      if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv, environ) == 0)
+        pids_.push_back(pid);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // running before the measurement starts
+  }
+  ~cpu_hog() {
+    for (pid_t p : pids_)
+      ::kill(p, SIGKILL);
+    for (pid_t p : pids_)
+      ::waitpid(p, nullptr, 0);
+  }
+  cpu_hog(const cpu_hog&) = delete;
+  cpu_hog& operator=(const cpu_hog&) = delete;
+  size_t running() const { return pids_.size(); }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -134,7 +169,7 @@ int main(int argc, char** argv) {
   std::string json_path = "bench/results/cpu_decode.json";
   std::string dtype_arg = "bfloat16";
   std::string format_name = "auto";
-  int threads = 0, rounds = 3;
+  int threads = 0, rounds = 3, hog = 0;
   int64_t steps = 16, prompt_len = 16, prefill = 512, big_batch = 32;
   int prefill_reps = 2;
   app.add_option("--model,--config", config_dir, "Hugging Face model directory (config.json, safetensors optional)")
@@ -151,6 +186,9 @@ int main(int argc, char** argv) {
   app.add_option("--prefill-tokens", prefill, "Prompt length of the prefill measurement")->capture_default_str();
   app.add_option("--prefill-reps", prefill_reps, "Prefill repetitions per round (best is kept)")->capture_default_str();
   app.add_option("--batch", big_batch, "The larger decode batch")->capture_default_str();
+  app.add_option("--hog", hog, "Also decode batch 1 beside N busy processes, every round (0: not)")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (rounds < 1) {
@@ -211,7 +249,7 @@ int main(int argc, char** argv) {
   model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, be};
   const int64_t block_size = 16;
 
-  std::vector<double> bandwidths, tps1s, tpsns, prefills, fractions;
+  std::vector<double> bandwidths, tps1s, tpsns, prefills, fractions, hogged, hog_ratios;
   bench::read_pattern best_pattern;
   double best_bandwidth = 0;
   for (int round = 0; round < rounds; ++round) {
@@ -223,6 +261,16 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
     const double tps1 = decode_tokens_per_second(llm, 1, prompt_len, steps, block_size);
+    if (hog > 0) {
+      std::fprintf(stderr, "round %d/%d: decode batch 1 beside %d busy processes...\n", round + 1, rounds, hog);
+      const cpu_hog busy(hog);
+      if (busy.running() != static_cast<size_t>(hog)) {
+        std::fprintf(stderr, "--hog: started %zu of %d busy processes\n", busy.running(), hog);
+        return 1;
+      }
+      hogged.push_back(decode_tokens_per_second(llm, 1, prompt_len, steps, block_size));
+      hog_ratios.push_back(hogged.back() / tps1);
+    }
     std::fprintf(stderr, "round %d/%d: decode batch %ld...\n", round + 1, rounds, static_cast<long>(big_batch));
     const double tpsn = decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
     std::fprintf(stderr, "round %d/%d: prefill %ld tokens...\n", round + 1, rounds, static_cast<long>(prefill));
@@ -265,13 +313,21 @@ int main(int argc, char** argv) {
   std::printf("%-44s %16.2f\n", "decode tokens/s, batch 1", tps1);
   std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch {}", big_batch).c_str(), tpsn);
   std::printf("%-44s %16.2f\n", fmt::format("prefill tokens/s, {}-token prompt", prefill).c_str(), prefill_tps);
+  if (hog > 0) {
+    std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch 1, beside {} busy", hog).c_str(), median(hogged));
+    std::printf("%-44s %15.1f%%\n", "  / quiet (median of per-round ratios)", 100.0 * median(hog_ratios));
+    std::printf("%-44s %15.1f%%\n", "  fair share: threads / (threads + hog)",
+                100.0 * pool.size() / static_cast<double>(pool.size() + hog));
+  }
   std::printf("%-44s %16.2f\n", "batch-1 roofline (tokens/s)", roofline);
   std::printf("%-44s %15.1f%%\n", "batch-1 decode / roofline", fraction * 100.0);
   std::printf("%-44s %16s\n", "per round: bandwidth GB/s, decode b1, b/roofline", "");
   for (size_t r = 0; r < bandwidths.size(); ++r)
-    std::printf("  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%% | batch %ld %8.2f tok/s | prefill %8.2f tok/s\n", r + 1,
-                bandwidths[r] / 1e9, tps1s[r], fractions[r] * 100.0, static_cast<long>(big_batch), tpsns[r],
-                prefills[r]);
+    std::printf(
+        "  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%% | batch %ld %8.2f tok/s | prefill %8.2f tok/s%s\n", r + 1,
+        bandwidths[r] / 1e9, tps1s[r], fractions[r] * 100.0, static_cast<long>(big_batch), tpsns[r], prefills[r],
+        hog > 0 ? fmt::format(" | beside the hog {:.2f} tok/s ({:.0f}%)", hogged[r], 100.0 * hog_ratios[r]).c_str()
+                : "");
 
   json_writer w;
   w.begin_object();
@@ -299,6 +355,11 @@ int main(int argc, char** argv) {
   w.key("roofline_batch1_tokens_per_s").value(roofline);
   w.key("batch1_fraction_of_roofline").value(fraction);
   w.key("decode_steps").value(steps);
+  w.key("hog_processes").value(hog);
+  if (hog > 0) {
+    w.key("decode_batch1_beside_hog_tokens_per_s").value(median(hogged));
+    w.key("decode_batch1_hog_over_quiet").value(median(hog_ratios));
+  }
   w.key("per_round").begin_array();
   for (size_t r = 0; r < bandwidths.size(); ++r) {
     w.begin_object();
@@ -307,6 +368,8 @@ int main(int argc, char** argv) {
     w.key("decode_batchN_tokens_per_s").value(tpsns[r]);
     w.key("prefill_tokens_per_s").value(prefills[r]);
     w.key("batch1_fraction_of_roofline").value(fractions[r]);
+    if (hog > 0)
+      w.key("decode_batch1_beside_hog_tokens_per_s").value(hogged[r]);
     w.end_object();
   }
   w.end_array();

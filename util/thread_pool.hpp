@@ -1,6 +1,8 @@
 // A fork-join thread pool for the CPU kernels. One parallel_for per kernel call (about ten per layer per decode
 // step), so dispatch latency matters more than generality: workers spin briefly on a generation counter before
-// they go to sleep, and the calling thread runs the first chunk itself.
+// they go to sleep, and the calling thread takes chunks itself. Chunks are claimed, not assigned: a thread the OS
+// has not scheduled (the cores shared with other work) leaves its chunk to whoever runs, so a kernel waits only for
+// chunks already started, not for a whole time slice of a thread that has not begun.
 #pragma once
 
 #include <atomic>
@@ -30,35 +32,46 @@ class thread_pool {
   /// Number of threads that run chunks, including the caller.
   int size() const { return n_threads_; }
 
-  /// Splits [0, n) into min(n, size()) contiguous chunks of near-equal length, runs fn(begin, end) on each (the
-  /// caller runs the first) and returns when all have run. An exception thrown by fn is rethrown here after
-  /// every chunk has finished (the first one wins).
+  /// How many chunks parallel_for(n) makes: min(n, 4 x size()), 1 for a one-thread pool. Several per thread, so a
+  /// thread the OS takes off its core mid-call holds the call up by one small chunk while the others take the rest.
+  int64_t chunks_for(int64_t n) const;
+
+  /// Splits [0, n) into chunks_for(n) contiguous chunks of near-equal length (the same boundaries whoever runs
+  /// them), runs fn(begin, end) on each, the caller and the workers claiming chunks in order, and returns when all
+  /// have run. An exception thrown by fn is rethrown here after every chunk has finished (the first one wins).
   void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
 
   /// Like parallel_for but hands out chunks of `grain` indices on demand, for work items of uneven cost.
   void parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
 
-  /// Process-wide pool sized by ACTORLLM_NUM_THREADS, else std::thread::hardware_concurrency().
+  /// Process-wide pool sized by ACTORLLM_NUM_THREADS, else usable_cpu_count() (the CPUs this process may run on,
+  /// capped by its cgroup's CPU quota).
   static thread_pool& global();
 
  private:
-  void worker_main(int index);
+  void worker_main();
+  // Claims and runs chunks of job `generation` until none is left.
+  void run_claimed(uint64_t generation) noexcept;
   void run_chunk(int index) noexcept;
   bool inside_this_pool() const;
 
   int n_threads_;
   std::vector<std::thread> workers_;
 
-  // The current job, written by the dispatcher before it bumps generation_ and read by workers after they see
-  // the new generation; stable until every worker has acknowledged (pending_ == 0).
+  // The current job, written by the dispatcher before it publishes the claim word and read by a thread only after it
+  // has claimed one of the job's chunks: stable until every chunk is done (chunks_done_ == job_chunks_).
   const std::function<void(int64_t, int64_t)>* job_fn_ = nullptr;
   int64_t job_n_ = 0;
   int job_chunks_ = 0;
   std::exception_ptr job_error_;
   std::mutex error_mutex_;
 
+  // The claim word: the job's generation (high 32 bits), its chunk count (16 bits) and the next unclaimed chunk (low
+  // 16 bits). A thread claims chunk i by moving i to i + 1 with a compare-exchange that also checks the generation,
+  // so a thread that woke for an earlier job never takes a chunk of a later one.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int> chunks_done_{0};
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
 
   // Sleeping (after the spin budget): workers wait on wake_cv_, the dispatcher on done_cv_. The sleeper counts

@@ -11,13 +11,14 @@
 #include <thread>
 #include <vector>
 
+#include "util/cpu_count.hpp"
 #include "util/thread_pool.hpp"
 
 using actorllm::thread_pool;
 
 namespace {
 
-// Runs parallel_for(n) and checks that the chunks tile [0, n) exactly, in at most pool.size() pieces.
+// Runs parallel_for(n) and checks that the chunks tile [0, n) exactly, in pool.chunks_for(n) pieces.
 void check_coverage(thread_pool& pool, int64_t n) {
   std::vector<std::atomic<int>> hits(static_cast<size_t>(std::max<int64_t>(n, 1)));
   std::mutex m;
@@ -36,7 +37,9 @@ void check_coverage(thread_pool& pool, int64_t n) {
     CHECK(chunks.empty());
     return;
   }
-  CHECK(static_cast<int64_t>(chunks.size()) == std::min<int64_t>(n, pool.size()));
+  CHECK(static_cast<int64_t>(chunks.size()) == pool.chunks_for(n));
+  CHECK(static_cast<int64_t>(chunks.size()) ==
+        (pool.size() == 1 ? std::min<int64_t>(n, 1) : std::min<int64_t>(n, 4 * pool.size())));
   std::sort(chunks.begin(), chunks.end());
   CHECK(chunks.front().first == 0);
   CHECK(chunks.back().second == n);
@@ -58,16 +61,53 @@ TEST_CASE("thread_pool parallel_for covers every index exactly once [asan]") {
   }
 }
 
-TEST_CASE("thread_pool chunks run on distinct threads, the caller included [asan]") {
+TEST_CASE("thread_pool chunks run at the same time when the workers are free [asan]") {
+  // Each chunk waits until all four have started: only four threads at once get past it (a pool that ran the chunks
+  // one after another would time out here).
   thread_pool pool(4);
+  std::atomic<int> started{0};
+  std::atomic<bool> all_met{true};
   std::mutex m;
   std::set<std::thread::id> ids;
   pool.parallel_for(4, [&](int64_t, int64_t) {
-    std::lock_guard lock(m);
-    ids.insert(std::this_thread::get_id());
+    {
+      std::lock_guard lock(m);
+      ids.insert(std::this_thread::get_id());
+    }
+    started.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (started.load() < 4) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        all_met = false;
+        return;
+      }
+      std::this_thread::yield();
+    }
   });
+  CHECK(all_met.load());
   CHECK(ids.size() == 4);
   CHECK(ids.count(std::this_thread::get_id()) == 1);
+}
+
+TEST_CASE("thread_pool: the caller takes the chunks of workers that have not started [asan]") {
+  // Asleep after an idle gap, the workers wake tens of microseconds after the call begins; by then the caller has
+  // finished its first chunk and takes the next unclaimed one instead of waiting. (Before chunks were claimed, the
+  // caller ran chunk 0 and nothing else, however late the workers came.)
+  thread_pool pool(3);
+  int caller_ran_two = 0;
+  for (int call = 0; call < 200 && caller_ran_two == 0; ++call) {
+    std::atomic<int> by_caller{0};
+    const auto caller = std::this_thread::get_id();
+    pool.parallel_for(3, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() == caller)
+        by_caller.fetch_add(1);
+    });
+    if (by_caller.load() >= 2)
+      ++caller_ran_two;
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(2));  // the workers go to sleep: the next call wakes them late
+  }
+  CHECK(caller_ran_two > 0);
 }
 
 TEST_CASE("thread_pool survives many back-to-back calls [asan]") {
@@ -173,4 +213,20 @@ TEST_CASE("thread_pool::global is one process-wide pool") {
   CHECK(&a == &b);
   CHECK(a.size() >= 1);
   check_coverage(a, 777);
+}
+
+TEST_CASE("usable CPUs: cgroup quotas are read as vLLM users set them in containers") {
+  using actorllm::cpus_from_cfs;
+  using actorllm::cpus_from_cpu_max;
+  CHECK(cpus_from_cpu_max("200000 100000") == 2);
+  CHECK(cpus_from_cpu_max("150000 100000\n") == 2);  // a part of a CPU counts as one
+  CHECK(cpus_from_cpu_max("50000 100000") == 1);
+  CHECK_FALSE(cpus_from_cpu_max("max 100000").has_value());
+  CHECK_FALSE(cpus_from_cpu_max("").has_value());
+  CHECK_FALSE(cpus_from_cpu_max("lots 100000").has_value());
+  CHECK(cpus_from_cfs(400000, 100000) == 4);
+  CHECK_FALSE(cpus_from_cfs(-1, 100000).has_value());
+  const int n = actorllm::usable_cpu_count();
+  CHECK(n >= 1);
+  CHECK(n <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
