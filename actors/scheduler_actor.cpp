@@ -5,6 +5,7 @@
 #include "engine/block_table_mirror.hpp"
 #include "engine/lockstep_rounds.hpp"
 #include "engine/scheduler_core.hpp"
+#include "engine/step_pace.hpp"
 #include "util/check.hpp"
 #include "util/log.hpp"
 
@@ -68,8 +69,13 @@ struct scheduler_state {
   std::unordered_set<uint64_t> introduced;                     // requests whose setup went out
   std::vector<uint64_t> releases;                              // introduced, finished, release not sent yet
   std::unordered_map<uint64_t, std::vector<engine::seq_id>> in_flight_samples;  // step -> its sample rows
-  std::map<uint64_t, caf::actor_clock::time_point> dispatched;  // step -> when it went out (steps in flight)
-  std::chrono::milliseconds step_timeout{0};                    // zero: no limit
+  struct in_flight {
+    caf::actor_clock::time_point since;  // when it went out
+    int64_t tokens = 0;                  // its query tokens
+  };
+  std::map<uint64_t, in_flight> dispatched;  // the steps in flight
+  std::chrono::milliseconds step_timeout{0};  // zero: no limit
+  engine::step_pace pace{std::chrono::milliseconds{0}};  // the timeout stretched for long or slowed steps
   bool watch_armed = false;                                     // a step_watch is on its way
   uint64_t n_steps = 0;
   double forward_seconds = 0.0;         // summed over steps, as the sampler shard reported them
@@ -142,7 +148,8 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
   p.released_requests = std::move(st.releases);
   st.releases.clear();
   st.in_flight_samples.emplace(plan.step_id, std::move(plan.sample_seqs));
-  st.dispatched.emplace(plan.step_id, self->clock().now());
+  st.dispatched.emplace(p.step_id, scheduler_state::in_flight{self->clock().now(),
+                                                             static_cast<int64_t>(p.tokens.size())});
   arm_step_watch(self);
   // One plan for the whole replica: shared in process, serialized once for every shard in other processes. The last
   // stage first, so that a plan tends to be waiting when the previous stage's output arrives.
@@ -218,7 +225,10 @@ void on_result(scheduler_pointer self, proto::step_result& result) {
     return fail(self, fmt::format("a result for step {}, which is not in flight", result.step_id));
   std::vector<engine::seq_id> samples = std::move(samples_it->second);
   st.in_flight_samples.erase(samples_it);
-  st.dispatched.erase(result.step_id);
+  if (auto it = st.dispatched.find(result.step_id); it != st.dispatched.end()) {
+    st.pace.observe(it->second.tokens, self->clock().now() - it->second.since);
+    st.dispatched.erase(it);
+  }
   std::vector<int32_t> tokens;
   tokens.reserve(result.tokens.size());
   for (const auto& t : result.tokens)
@@ -265,6 +275,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
   self->state.core.emplace(std::move(*core));
   self->state.shards = std::move(args.shards);
   self->state.step_timeout = args.step_timeout;
+  self->state.pace = engine::step_pace{args.step_timeout};
   self->state.lockstep = args.lockstep;
   return {
       [self](proto::request_spec& spec) -> caf::result<caf::ok_atom> {
@@ -359,13 +370,20 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         st.watch_armed = false;
         if (!st.healthy || st.dispatched.empty())
           return;
-        const auto& [step, since] = *std::min_element(st.dispatched.begin(), st.dispatched.end(),
-                                                      [](const auto& a, const auto& b) { return a.second < b.second; });
-        const auto waited = self->clock().now() - since;
-        if (waited > st.step_timeout)
-          return fail(self, fmt::format("step {} got no result within {:.1f} s (the step timeout): a shard, or a link "
-                                        "between stages, stopped answering",
-                                        step, std::chrono::duration<double>(st.step_timeout).count()));
+        // Every step in flight against its own limit: a long prefill behind a short decode step must not be judged
+        // by the decode step's limit, nor the other way round.
+        for (const auto& [step, f] : st.dispatched) {
+          const auto waited = self->clock().now() - f.since;
+          const auto limit = st.pace.limit(f.tokens);
+          if (waited > limit)
+            return fail(self,
+                        fmt::format("step {} got no result within {:.1f} s (the step timeout of {:.1f} s, stretched "
+                                    "for its {} tokens at the recent pace of {:.3f} s per token): a shard, or a link "
+                                    "between stages, stopped answering",
+                                    step, std::chrono::duration<double>(limit).count(),
+                                    std::chrono::duration<double>(st.step_timeout).count(), f.tokens,
+                                    st.pace.seconds_per_token()));
+        }
         arm_step_watch(self);
       },
       [self](proto::shutdown_atom) -> caf::result<caf::ok_atom> {

@@ -130,7 +130,8 @@ TEST_CASE("lockstep DP+EP: dp 2 x tp 2 over one expert-parallel group of 4 gives
 TEST_CASE("lockstep DP+EP: one replica's failure restarts the whole set, whose replicas then serve the same ids") {
   // A larger model, so that a 4000-token prefill takes far longer than the step timeout (about 8 s on this 2-core
   // machine, against 1 s) while a decode step stays far below it (tens of ms): the prefill's replica fails by the
-  // step timeout, as a hung shard would.
+  // step timeout, as a hung shard would. It is the engine's first step: once steps have run, the timeout stretches
+  // for a step of many tokens by the pace they ran at (engine/step_pace.hpp), and the prefill would be given its time.
   const auto dir = test::make_temp_dir("actorllm-lockstep-restart");
   {
     std::ofstream f{dir / "config.json"};
@@ -150,12 +151,12 @@ TEST_CASE("lockstep DP+EP: one replica's failure restarts the whole set, whose r
   c.max_num_batched_tokens = 8192;
   c.threads = 2;
   c.step_timeout = 1.0;
-  LLM llm{c};
   const std::vector<int32_t> short_prompt = test_prompt();
   sampling_params p = greedy_24();
   p.max_tokens = 8;
-  const auto before = llm.generate(prompt{short_prompt}, p).outputs.at(0).token_ids;
+  const auto before = LLM{c}.generate(prompt{short_prompt}, p).outputs.at(0).token_ids;  // another engine, same seed
   REQUIRE(before.size() == 8);
+  LLM llm{c};
 
   std::vector<int32_t> long_prompt(4000);
   for (size_t i = 0; i < long_prompt.size(); ++i)
