@@ -73,10 +73,10 @@ struct scheduler_state {
     caf::actor_clock::time_point since;  // when it went out
     int64_t tokens = 0;                  // its query tokens
   };
-  std::map<uint64_t, in_flight> dispatched;  // the steps in flight
-  std::chrono::milliseconds step_timeout{0};  // zero: no limit
+  std::map<uint64_t, in_flight> dispatched;              // the steps in flight
+  std::chrono::milliseconds step_timeout{0};             // zero: no limit
   engine::step_pace pace{std::chrono::milliseconds{0}};  // the timeout stretched for long or slowed steps
-  bool watch_armed = false;                                     // a step_watch is on its way
+  bool watch_armed = false;                              // a step_watch is on its way
   uint64_t n_steps = 0;
   double forward_seconds = 0.0;         // summed over steps, as the sampler shard reported them
   std::vector<uint64_t> expert_tokens;  // the sampler shard's latest totals (MoE models)
@@ -148,8 +148,8 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
   p.released_requests = std::move(st.releases);
   st.releases.clear();
   st.in_flight_samples.emplace(plan.step_id, std::move(plan.sample_seqs));
-  st.dispatched.emplace(p.step_id, scheduler_state::in_flight{self->clock().now(),
-                                                             static_cast<int64_t>(p.tokens.size())});
+  st.dispatched.emplace(p.step_id,
+                        scheduler_state::in_flight{self->clock().now(), static_cast<int64_t>(p.tokens.size())});
   arm_step_watch(self);
   // One plan for the whole replica: shared in process, serialized once for every shard in other processes. The last
   // stage first, so that a plan tends to be waiting when the previous stage's output arrives.

@@ -384,7 +384,8 @@ command_registration serve_command{
           ->capture_default_str();
       sub.add_option("--step-timeout", o->step_timeout,
                      "Seconds a step may go without a result before the replica counts as failed (its requests "
-                     "end with the reason; worker processes restart); 0: no limit")
+                     "end with the reason; worker processes restart), stretched for a step of many tokens by the pace "
+                     "of recent steps; 0: no limit")
           ->capture_default_str();
       sub.add_option("--max-queued-requests", o->max_queued_requests,
                      "Sequences (n x prompts of each request) that may wait beyond the running ones; more get 429, "
