@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# scripts/check_layers.sh: the repository passes; a copy of its folders with one forbidden include added fails, naming
+# the file, the line and the rule; an exception that no longer occurs fails; an excepted include passes.
+#   check_layers_test.sh SOURCE_DIR
+set -uo pipefail
+src=$1
+tmp=$(mktemp -d /tmp/actorllm-layers-test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { # description condition...
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
+}
+
+bash "$src/scripts/check_layers.sh" "$src" >"$tmp/repo.log" 2>&1
+check "the repository keeps its layers (got: $(tail -1 "$tmp/repo.log"))" grep -q 'every include keeps the layers' "$tmp/repo.log"
+
+tree=$tmp/tree
+mkdir -p "$tree/scripts"
+for d in util kernels comm model text engine include actors net api apps; do
+  [[ -d "$src/$d" ]] && cp -r "$src/$d" "$tree/$d"
+done
+cp "$src/scripts/layer_exceptions.txt" "$tree/scripts/"
+bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/copy.log" 2>&1
+check "a copy of the tree passes too" test $? -eq 0
+
+# One forbidden include: the scheduler core reaching for CAF.
+printf '#pragma once\n#include "engine/seq_id.hpp"\n#include <caf/actor.hpp>\n' >"$tree/engine/bad_layer.hpp"
+bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/bad.log" 2>&1
+rc=$?
+check "a forbidden include fails the check (exit $rc)" test "$rc" -eq 1
+check "naming the file, the line, the include and the rule" \
+  grep -q 'engine/bad_layer.hpp:3 includes "caf/actor.hpp": the engine core is plain state machines: no CAF, no model (never caf/)' "$tmp/bad.log"
+rm "$tree/engine/bad_layer.hpp"
+
+# A public header that pulls in CAF.
+printf '#pragma once\n#include "caf/all.hpp"\n' >"$tree/include/actorllm/bad_public.hpp"
+bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/public.log" 2>&1
+check "a public header with CAF fails" grep -q 'include/actorllm/bad_public.hpp:2 includes "caf/all.hpp": public headers' "$tmp/public.log"
+rm "$tree/include/actorllm/bad_public.hpp"
+
+# An exception whose include is gone.
+echo "util/json_writer.hpp -> kernels/tensor.hpp  # gone" >>"$tree/scripts/layer_exceptions.txt"
+bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/stale.log" 2>&1
+rc=$?
+check "a stale exception fails the check (exit $rc)" test "$rc" -eq 1
+check "saying to remove it" grep -q "'util/json_writer.hpp -> kernels/tensor.hpp' is listed in scripts/layer_exceptions.txt but no longer occurs" "$tmp/stale.log"
+
+exit $fail
