@@ -11,9 +11,9 @@ bash scripts/build.sh "$ACTORLLM_WERROR_FLAG"
 
 if [[ "${ACTORLLM_SKIP_SANITIZE:-0}" != 1 ]]; then
   echo "== sanitizer run (ASan+UBSan): loaders, parsers, kernels"
-  # -O1 -g1: ASan's reports keep their file:line stacks (line tables) at a fraction of -O2 -g's compile time; a
+  # -g1: ASan's reports keep their file:line stacks (line tables) without the cost of full debug information; a
   # sanitizer build compiles only the test files that hold [asan] cases (tests/CMakeLists.txt).
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
     -DACTORLLM_SANITIZE=ON -DACTORLLM_CUDA=OFF -DACTORLLM_BUILD_BENCH=OFF -DACTORLLM_WERROR=ON >/dev/null
   # Only the suites that hold [asan] cases: loaders, parsers, kernels, collectives, the scheduler stress test, the
   # control gate and the fuzzers of the HTTP and control ports.
