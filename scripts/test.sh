@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# ccache across clones in other directories (scripts/build.sh says why); the sanitizer build below uses it too.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(cd .. && pwd)} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 ACTORLLM_WERROR_FLAG=-DACTORLLM_WERROR=ON
 bash scripts/build.sh "$ACTORLLM_WERROR_FLAG"
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600)
