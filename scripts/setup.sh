@@ -7,6 +7,7 @@ packages=(
   libcaf-dev libboost-dev libsimdjson-dev doctest-dev libpcre2-dev libtomlplusplus-dev
   libfmt-dev libcli11-dev libgloo-dev libssl-dev libicu-dev
   openssl  # the command: the control-plane TLS tests make their certificates with it
+  python3  # the GPU check's scripts and their tests (tests/scripts)
 )
 
 missing=()
