@@ -249,14 +249,7 @@ int main(int argc, char** argv) {
       table.emplace_back("8B parity: top-1 agreement (rows)", fmt::format("{}/{}", p.top1_agree, p.rows));
       table.emplace_back("8B parity: worst relative L2 error", fmt::format("{:.2e}", p.max_rel_l2_error));
       table.emplace_back("8B parity: max abs logit error", fmt::format("{:.3e}", p.max_abs_error));
-      w.key("parity_rows").value(p.rows);
-      w.key("parity_top1_agree").value(p.top1_agree);
-      w.key("parity_max_rel_l2_error").value(p.max_rel_l2_error);
-      w.key("parity_max_abs_error").value(p.max_abs_error);
-      w.key("parity_rel_l2_per_row").begin_array();
-      for (double e : p.rel_l2)
-        w.value(e);
-      w.end_array();
+      bench::write_difference(w, p, "parity_");
     }
   }
 

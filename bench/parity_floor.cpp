@@ -12,7 +12,6 @@
 #include "kernels/collective.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
-#include "util/json_writer.hpp"
 #include "util/thread_pool.hpp"
 
 #include <fmt/format.h>
@@ -107,14 +106,7 @@ int main(int argc, char** argv) {
   w.key("benchmark").value("parity_floor");
   w.key("config").value(config_dir);
   w.key("layers").value(static_cast<int64_t>(layers));
-  w.key("rows").value(d.rows);
-  w.key("top1_agree").value(d.top1_agree);
-  w.key("max_rel_l2_error").value(d.max_rel_l2_error);
-  w.key("max_abs_error").value(d.max_abs_error);
-  w.key("rel_l2_per_row").begin_array();
-  for (double e : d.rel_l2)
-    w.value(e);
-  w.end_array();
+  bench::write_difference(w, d, "");
   w.key("seconds").value(secs);
   w.end_object();
 

@@ -50,39 +50,31 @@ check() { # file line include rule
   failures=$((failures + 1))
 }
 
-scan() { # folder forbidden-prefixes rule [exclude-subfolder]
-  local folder=$1 forbidden=$2 rule=$3 exclude=${4:-} file line inc p
-  [[ -d "$folder" ]] || return 0
+# Every #include of the grep -n output read on stdin ("file:line:text") against the forbidden prefixes.
+check_includes() { # forbidden-prefixes rule
+  local forbidden=$1 rule=$2 file line inc p
   while IFS=: read -r file line inc; do
-    [[ -n "$exclude" && "$file" == "$exclude"* ]] && continue
-    inc=${inc#*#include}
-    inc=$(echo "$inc" | sed -E 's/^[[:space:]]*[<"]([^>"]*)[>"].*/\1/')
+    inc=$(echo "${inc#*#include}" | sed -E 's/^[[:space:]]*[<"]([^>"]*)[>"].*/\1/')
     for p in $forbidden; do
       if [[ "$inc" == "$p"* ]]; then
         check "$file" "$line" "$inc" "$rule (never $p)"
         break
       fi
     done
-  done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]' "$folder" \
-    --include='*.hpp' --include='*.cpp' --include='*.h' --include='*.cu' --include='*.cuh' 2>/dev/null | sed -E 's/^([^:]*):([0-9]*):/\1:\2:/')
+  done
 }
+include_line='^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]'
 
 for r in "${rules[@]}"; do
   IFS='|' read -r folder forbidden rule <<<"$r"
-  scan "$folder" "$forbidden" "$rule"
+  [[ -d "$folder" ]] || continue
+  check_includes "$forbidden" "$rule" < <(grep -rnHE "$include_line" "$folder" --include='*.hpp' --include='*.cpp' \
+    --include='*.h' --include='*.cu' --include='*.cuh')
 done
-if [[ -d include/actorllm ]]; then
-  while IFS= read -r f; do
-    while IFS=: read -r line inc; do
-      inc=$(echo "${inc#*#include}" | sed -E 's/^[[:space:]]*[<"]([^>"]*)[>"].*/\1/')
-      for p in $public_forbidden; do
-        if [[ "$inc" == "$p"* ]]; then
-          check "$f" "$line" "$inc" "public headers build against the installed package alone (never $p)"
-          break
-        fi
-      done
-    done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]' "$f")
-  done < <(find include/actorllm -maxdepth 1 -name '*.hpp' | sort)
+mapfile -t public_headers < <(find include/actorllm -maxdepth 1 -name '*.hpp' 2>/dev/null | sort)
+if ((${#public_headers[@]})); then
+  check_includes "$public_forbidden" "public headers build against the installed package alone" \
+    < <(grep -nHE "$include_line" "${public_headers[@]}")
 fi
 
 for key in "${!allowed[@]}"; do

@@ -94,4 +94,16 @@ rows_difference compare_rows(const logit_rows& got, const logit_rows& ref) {
   return p;
 }
 
+void write_difference(json_writer& w, const rows_difference& d, std::string_view prefix) {
+  const auto key = [&](std::string_view name) { return std::string{prefix} + std::string{name}; };
+  w.key(key("rows")).value(d.rows);
+  w.key(key("top1_agree")).value(d.top1_agree);
+  w.key(key("max_rel_l2_error")).value(d.max_rel_l2_error);
+  w.key(key("max_abs_error")).value(d.max_abs_error);
+  w.key(key("rel_l2_per_row")).begin_array();
+  for (double e : d.rel_l2)
+    w.value(e);
+  w.end_array();
+}
+
 }  // namespace actorllm::bench

@@ -5,9 +5,11 @@
 #include "kernels/tensor.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
+#include "util/json_writer.hpp"
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace actorllm::bench {
@@ -40,5 +42,9 @@ struct rows_difference {
   std::vector<double> rel_l2;  // per row
 };
 rows_difference compare_rows(const logit_rows& got, const logit_rows& ref);
+
+/// Writes `d` as JSON keys PREFIXrows, PREFIXtop1_agree, PREFIXmax_rel_l2_error, PREFIXmax_abs_error and
+/// PREFIXrel_l2_per_row into the open object of `w`.
+void write_difference(json_writer& w, const rows_difference& d, std::string_view prefix);
 
 }  // namespace actorllm::bench

@@ -82,6 +82,17 @@ struct group_run {
     for (auto& t : threads)
       t.join();
   }
+  // A record as rank r would publish it (this test's sizes), for a test to put in the store itself.
+  ipc_rank_record record(int r, const std::string& group, uint64_t epoch) const {
+    ipc_rank_record rec;
+    rec.group = group;
+    rec.epoch = epoch;
+    rec.rank = r;
+    rec.world_size = world;
+    rec.data_bytes = memory[static_cast<size_t>(r)]->data.size();
+    rec.signal_bytes = memory[static_cast<size_t>(r)]->signal.size();
+    return rec;
+  }
   void run_all() {
     std::vector<int> all;
     for (int r = 0; r < world; ++r)
@@ -163,13 +174,7 @@ TEST_CASE("ipc handshake: a different world size or group name is named") {
 
   // A record of another group under this group's key (a misconfigured prefix).
   group_run h(2);
-  ipc_rank_record foreign;
-  foreign.group = "tp1";
-  foreign.epoch = 1;
-  foreign.rank = 1;
-  foreign.world_size = 2;
-  foreign.data_bytes = 4096;
-  foreign.signal_bytes = 512;
+  const ipc_rank_record foreign = h.record(1, "tp1", 1);
   h.store.set(ipc_handshake_key("tp0", 1, 1), encode_ipc_record(foreign));
   h.run({0}, [](ipc_handshake_config&) {});
   CHECK(contains(h.errors[0], "rank 1 reports group = tp1, this rank has tp0"));
@@ -258,13 +263,7 @@ TEST_CASE("ipc handshake: a rank that maps but never reports is named after the 
   group_run g(2);
   g.run({0}, [](ipc_handshake_config& c) { c.timeout = 300ms; });
   CHECK(contains(g.errors[0], "rank 1 did not publish its IPC buffers"));
-  ipc_rank_record fake;
-  fake.group = "tp0";
-  fake.epoch = 7;
-  fake.rank = 1;
-  fake.world_size = 2;
-  fake.data_bytes = 4096;
-  fake.signal_bytes = 512;
+  ipc_rank_record fake = g.record(1, "tp0", 7);
   fake.instance = 42;
   fake.data = g.backends[1]->export_handle(g.memory[1]->data.data());
   fake.signal = g.backends[1]->export_handle(g.memory[1]->signal.data());

@@ -53,6 +53,18 @@ struct sampling_batch {
   }
 };
 
+/// cpu::sample on each row of `b` in order, drawing from `rngs` (one per generator of the batch).
+inline std::vector<ops::sample_result> cpu_sample_rows(const sampling_batch& b, std::vector<ops::sampler_rng>& rngs) {
+  std::vector<ops::sample_result> out;
+  for (size_t i = 0; i < b.n_rows(); ++i) {
+    std::vector<float> row(b.logits.begin() + static_cast<ptrdiff_t>(i) * b.n_vocab,
+                           b.logits.begin() + static_cast<ptrdiff_t>(i + 1) * b.n_vocab);
+    out.push_back(cpu::sample(row.data(), b.n_vocab, b.params[i], b.prompt[i], b.output[i], rngs[b.rng_of[i]],
+                              b.masks[i].empty() ? nullptr : b.masks[i].data()));
+  }
+  return out;
+}
+
 /// cpu::sample on each row in order, over fresh generators; `rngs` ends where the CPU leaves them.
 struct reference_run {
   std::vector<ops::sample_result> results;
@@ -61,12 +73,7 @@ struct reference_run {
 
 inline reference_run reference(const sampling_batch& b) {
   reference_run r{{}, b.fresh_rngs()};
-  for (size_t i = 0; i < b.n_rows(); ++i) {
-    std::vector<float> row(b.logits.begin() + static_cast<ptrdiff_t>(i) * b.n_vocab,
-                           b.logits.begin() + static_cast<ptrdiff_t>(i + 1) * b.n_vocab);
-    r.results.push_back(cpu::sample(row.data(), b.n_vocab, b.params[i], b.prompt[i], b.output[i], r.rngs[b.rng_of[i]],
-                                    b.masks[i].empty() ? nullptr : b.masks[i].data()));
-  }
+  r.results = cpu_sample_rows(b, r.rngs);
   return r;
 }
 
@@ -116,14 +123,7 @@ void check_successive_steps(sampling_batch batch, int n_steps, Sampler&& sample)
   std::vector<ops::sampler_rng> rngs = batch.fresh_rngs(), cpu_rngs = batch.fresh_rngs();
   for (int step = 0; step < n_steps; ++step) {
     CAPTURE(step);
-    std::vector<ops::sample_result> expected;
-    for (size_t i = 0; i < batch.n_rows(); ++i) {
-      std::vector<float> row(batch.logits.begin() + static_cast<ptrdiff_t>(i) * batch.n_vocab,
-                             batch.logits.begin() + static_cast<ptrdiff_t>(i + 1) * batch.n_vocab);
-      expected.push_back(cpu::sample(row.data(), batch.n_vocab, batch.params[i], batch.prompt[i], batch.output[i],
-                                     cpu_rngs[batch.rng_of[i]],
-                                     batch.masks[i].empty() ? nullptr : batch.masks[i].data()));
-    }
+    const std::vector<ops::sample_result> expected = cpu_sample_rows(batch, cpu_rngs);
     const std::vector<ops::sample_result> got = sample(std::as_const(batch), rngs);
     compare_results(batch, got, expected);
     check_generators(rngs, cpu_rngs);

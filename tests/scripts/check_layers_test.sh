@@ -6,12 +6,8 @@ set -uo pipefail
 src=$1
 tmp=$(mktemp -d /tmp/actorllm-layers-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # description condition...
-  local what=$1
-  shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
-}
+# shellcheck source=tests/scripts/check_helpers.sh
+source "$(dirname "$0")/check_helpers.sh"
 
 bash "$src/scripts/check_layers.sh" "$src" >"$tmp/repo.log" 2>&1
 check "the repository keeps its layers (got: $(tail -1 "$tmp/repo.log"))" grep -q 'every include keeps the layers' "$tmp/repo.log"

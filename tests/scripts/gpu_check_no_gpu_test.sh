@@ -13,12 +13,8 @@ if "$build/tests/gpu_probe" >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d /tmp/actorllm-gpucheck-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # description condition...
-  local what=$1
-  shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
-}
+# shellcheck source=tests/scripts/check_helpers.sh
+source "$(dirname "$0")/check_helpers.sh"
 
 bash "$src/scripts/gpu_root.sh" "$build" "$tmp/root" --link || exit 1
 export ACTORLLM_GPU_ROOT=$tmp/root
