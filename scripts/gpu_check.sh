@@ -224,11 +224,17 @@ step_sanitize() {
     ((r == 124)) && break
   done
   cat "$work/sanitize.log" >>"$out/tests.log"
+  # memcheck and synccheck end with "ERROR SUMMARY: N errors"; racecheck with "RACECHECK SUMMARY: N hazards
+  # displayed (E errors, W warnings)", and its warnings (a read and a write of shared memory with no barrier
+  # between them) are races too.
   errors=$(grep -ho 'ERROR SUMMARY: [0-9]* error' "$work/sanitize.log" | awk '{s += $3} END {print s + 0}')
-  if ((rc == 0)); then
+  hazards=$(grep -ho '([0-9]* errors, [0-9]* warnings)' "$work/sanitize.log" | tr -d '(,' |
+    awk '{s += $1 + $3} END {print s + 0}')
+  errors=$((errors + hazards))
+  if ((rc == 0 && errors == 0)); then
     record sanitize PASS "memcheck (test_cuda, parity cases), racecheck and synccheck (attention, sampling): $errors errors"
   else
-    record_failure sanitize "$rc" "$lim" "$errors errors reported (tests.log)"
+    record_failure sanitize "$rc" "$lim" "$errors errors and race hazards reported (tests.log)"
   fi
 }
 
@@ -488,6 +494,8 @@ step_profile() {
     record profile PASS "$(cat "$work/profile-summary.txt") (tables in bench.log)"
   else
     tail -20 "$work/profile-run.log" >>"$out/tests.log"
+    echo "== the first lines of ncu's CSV" >>"$out/tests.log"
+    head -12 "$work/ncu.csv" >>"$out/tests.log" 2>&1
     record_failure profile "$rc" "$1" "ncu / table rc $table_rc: $(cat "$work/profile-summary.txt" 2>/dev/null)"
   fi
 }

@@ -53,8 +53,9 @@ def kernel_kind(name):
 
 
 def read_kernels(path):
-    """[(name, time_ns, dram_bytes or None)] in launch order, from ncu's raw-page CSV (ncu's own lines before the
-    header are skipped; a units row after it is read when present)."""
+    """[(name, time_ns, dram_bytes or None)] in launch order, from ncu's CSV: the raw page (one row per kernel, a
+    column per metric, a units row after the header when present) or the details page (a row per metric); ncu's
+    own lines before the header are skipped."""
     with open(path, newline="", errors="replace") as f:
         lines = f.read().splitlines()
     start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
@@ -67,6 +68,8 @@ def read_kernels(path):
     if body and body[0] and body[0][0] == "":
         units, body = body[0], body[1:]
     name_col = col.get("Kernel Name")
+    if name_col is not None and "Metric Name" in col and "Metric Value" in col:
+        return long_rows(path, body, col)
     time_col = col.get("gpu__time_duration.sum")
     if name_col is None or time_col is None:
         raise SystemExit(f"{path}: no 'Kernel Name' or gpu__time_duration.sum column in {header}")
@@ -79,6 +82,31 @@ def read_kernels(path):
         parts = [number(r[c], units[c]) for c in byte_cols]
         moved = sum(parts) if byte_cols and None not in parts else None
         kernels.append((r[name_col], t or 0.0, moved))
+    return kernels
+
+
+def long_rows(path, body, col):
+    """The same list from ncu's details layout (what --csv gives without --page raw): one row per kernel and
+    metric, with 'Metric Name', 'Metric Unit' and 'Metric Value' columns; a kernel is the rows of one ID."""
+    by_id, order = {}, []
+    width = max(col.values()) + 1
+    for r in body:
+        if len(r) < width:
+            continue
+        key = r[col["ID"]] if "ID" in col else str(len(order))
+        if key not in by_id:
+            by_id[key] = {"name": r[col["Kernel Name"]], "metrics": {}}
+            order.append(key)
+        unit = r[col["Metric Unit"]] if "Metric Unit" in col else ""
+        by_id[key]["metrics"][r[col["Metric Name"]]] = number(r[col["Metric Value"]], unit)
+    if order and all("gpu__time_duration.sum" not in by_id[k]["metrics"] for k in order):
+        raise SystemExit(f"{path}: no gpu__time_duration.sum metric among the kernels' rows")
+    kernels = []
+    for k in order:
+        m = by_id[k]["metrics"]
+        parts = [m.get(name) for name in ("dram__bytes_read.sum", "dram__bytes_write.sum")]
+        moved = sum(parts) if None not in parts else None
+        kernels.append((by_id[k]["name"], m.get("gpu__time_duration.sum") or 0.0, moved))
     return kernels
 
 

@@ -212,7 +212,8 @@ __global__ void __launch_bounds__(k_threads, 4) paged_attention_kernel(const att
         scores[j][t] = w;
         sum += w;
       }
-      sum = warp_sum(sum);  // also orders every lane's read of the state before lane 0 writes it
+      sum = warp_sum(sum);
+      __syncwarp();  // every lane's read of the state before lane 0 writes it (a shuffle does not order memory)
       if (lane == 0) {
         state_max[j] = state.max;
         state_sum[j] = state.sum + sum;

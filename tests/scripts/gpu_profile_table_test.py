@@ -14,6 +14,9 @@ sys.path.insert(0, scripts)
 import gpu_profile_table as t  # noqa: E402
 
 FIXTURE = os.path.join(here, "ncu_raw_fixture.csv")
+# The same kernels in the layout ncu's --csv gives by default (the details page: a row per kernel and metric), as
+# the first GPU run's ncu 2025 wrote it; one time in microseconds.
+DETAILS = os.path.join(here, "ncu_details_fixture.csv")
 
 
 class KernelKind(unittest.TestCase):
@@ -49,6 +52,14 @@ class Regions(unittest.TestCase):
         self.assertAlmostEqual(kinds["rms_norm_kernel"][3], 24000 / total)
         self.assertEqual(kinds["rms_norm_kernel"][4], 2 * (32768 + 16384))
         self.assertEqual(rows[0][0], "nvjet_sm90_tss_64x8_64x16_2x1_v_bz_TNT")  # by time, largest first
+
+    def test_the_details_layout_gives_the_same_kernels(self):
+        raw, details = t.read_kernels(FIXTURE), t.read_kernels(DETAILS)
+        self.assertEqual(len(details), 7)
+        self.assertEqual([k[0] for k in details], [k[0] for k in raw])
+        for a, b in zip(raw, details):
+            self.assertAlmostEqual(a[1], b[1])
+            self.assertEqual(a[2], b[2])
 
     def test_the_table_and_the_summary(self):
         with tempfile.TemporaryDirectory() as d:
