@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <stdexcept>
 
@@ -274,20 +275,63 @@ void cuda_backend::add_rms_norm(const tensor& residual, const tensor& delta, con
                      stream_);
 }
 
+const void* cuda_backend::gemm_input(const tensor& x, element_type type) {
+  if (type == element_type::f32)
+    return x.data();
+  // Reduced-precision weights: the input is rounded to their type, into scratch that lives until the next op.
+  void* converted =
+      scratch(scratch_->gemm_input, static_cast<size_t>(x.numel()) * static_cast<size_t>(element_size(type)));
+  convert_from_f32(f32(x), x.numel(), converted, type, stream_);
+  return converted;
+}
+
+void cuda_backend::linear_on(const void* input, const checker::linear_dims& d, const tensor& w, const tensor& bias,
+                             const tensor& y) {
+  linear(cublas_, linear_gemm_args(d.n_tokens, d.n_in, d.n_out), w.data(), input, element_of(w.type), f32(y));
+  if (!bias.empty())
+    cuda::add(f32(y), f32(bias), y.numel(), d.n_out, f32(y), stream_);
+}
+
 void cuda_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
   const checker::linear_dims d = checker{where()}.matmul(x, w, bias, y);
   make_current();
-  const element_type type = element_of(w.type);
-  const void* input = x.data();
-  if (type != element_type::f32) {  // reduced-precision weights: the input is rounded to their type
-    void* converted =
-        scratch(scratch_->gemm_input, static_cast<size_t>(x.numel()) * static_cast<size_t>(element_size(type)));
-    convert_from_f32(f32(x), x.numel(), converted, type, stream_);
-    input = converted;
+  linear_on(gemm_input(x, element_of(w.type)), d, w, bias, y);
+}
+
+void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> outs) {
+  ACTORLLM_CHECK(outs.size() <= 8, "matmul_group: at most 8 outputs");
+  const checker c{where()};
+  std::array<checker::linear_dims, 8> dims{};
+  for (size_t i = 0; i < outs.size(); ++i) {
+    dims[i] = c.matmul(x, outs[i].w, outs[i].bias, outs[i].y);
+    ACTORLLM_CHECK(outs[i].w.type == outs[0].w.type, fmt::format("matmul_group: weights {} and {} differ in type",
+                                                                 outs[0].w.describe(), outs[i].w.describe())
+                                                         .c_str());
+    for (size_t j = 0; j < i; ++j)
+      checker::disjoint(outs[i].y, outs[j].y, "matmul_group", "two outputs");
   }
-  linear(cublas_, linear_gemm_args(d.n_tokens, d.n_in, d.n_out), w.data(), input, type, f32(y));
-  if (!bias.empty())
-    cuda::add(f32(y), f32(bias), y.numel(), d.n_out, f32(y), stream_);
+  if (outs.empty())
+    return;
+  make_current();
+  const void* input = gemm_input(x, element_of(outs[0].w.type));
+  for (size_t i = 0; i < outs.size(); ++i)
+    linear_on(input, dims[i], outs[i].w, outs[i].bias, outs[i].y);
+}
+
+void cuda_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
+                                    const tensor& out) {
+  const checker c{where()};
+  const checker::linear_dims d = c.matmul(x, w_gate, tensor{}, out);
+  const checker::linear_dims du = c.matmul(x, w_up, tensor{}, up);
+  ACTORLLM_CHECK(
+      w_gate.type == w_up.type && w_gate.shape == w_up.shape,
+      fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
+  checker::disjoint(up, out, "matmul_silu_gate", "up and out");
+  make_current();
+  const void* input = gemm_input(x, element_of(w_gate.type));
+  linear_on(input, d, w_gate, tensor{}, out);
+  linear_on(input, du, w_up, tensor{}, up);
+  silu_mul(out, up, out);
 }
 
 rope_table cuda_backend::make_rope_table(const rope_config& cfg) {

@@ -4,7 +4,9 @@
 #pragma once
 
 #include "kernels/backend.hpp"
+#include "kernels/backend_checks.hpp"
 #include "kernels/cuda/device_memory.hpp"
+#include "kernels/cuda/element_type.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -48,6 +50,11 @@ class cuda_backend final : public backend {
   void add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                     const tensor& out) override;
   void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) override;
+  /// x rounded to the weights' type once for every output (q/k/v), not once per GEMM.
+  void matmul_group(const tensor& x, std::span<const linear_out> outs) override;
+  /// x rounded once for the gate and up GEMMs, then silu_mul.
+  void matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
+                        const tensor& out) override;
   rope_table make_rope_table(const rope_config& cfg) override;
   void rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k, const tensor& q_norm,
             const tensor& k_norm, float eps) override;
@@ -79,6 +86,12 @@ class cuda_backend final : public backend {
   /// Throws std::logic_error naming `op` while a graph is being captured (it would allocate, copy from the host or
   /// wait, none of which a graph can hold).
   void not_capturing(const char* op) const;
+  /// x as the GEMMs over weights of `type` take it: x itself for f32, else x rounded to `type` in scratch (valid
+  /// until the next op that converts).
+  const void* gemm_input(const tensor& x, element_type type);
+  /// y = input w^T (+ bias) with input from gemm_input and dimensions already checked.
+  void linear_on(const void* input, const backend_checks::linear_dims& d, const tensor& w, const tensor& bias,
+                 const tensor& y);
 
   int device_;
   std::string name_;

@@ -28,8 +28,26 @@ constexpr grid_1d elementwise_grid(int64_t n, int threads = elementwise_threads,
   return {static_cast<unsigned>(blocks), static_cast<unsigned>(threads)};
 }
 
-/// Threads per block of the row kernels (RMSNorm: one block per row; a block-wide reduction over warps).
-inline constexpr int row_threads = 256;
+/// Threads per block of the row kernels (RMSNorm: one block per row; a block-wide reduction over warps) at most.
+inline constexpr int row_threads = 1024;
+
+/// One row per block: each thread takes `vector` consecutive elements at a time (4: 16-byte loads, when the width is
+/// a multiple of 4 and every row pointer is 16-byte aligned), and the block has enough warps that a row of up to
+/// 4096 floats is read in one pass, every load in flight at once: one block of a 4096-wide row at batch 1 is latency,
+/// not a chain of 16 dependent loads per thread.
+struct row_launch {
+  unsigned threads = 0;  ///< a multiple of 32 in [32, row_threads]
+  int vector = 1;        ///< elements per load: 1 or 4
+};
+
+constexpr row_launch row_launch_of(int64_t width, bool aligned_16) {
+  if (width <= 0)
+    return {};
+  const int vector = aligned_16 && width % 4 == 0 ? 4 : 1;
+  const int64_t lanes = (width + vector - 1) / vector;  // threads that would each do one load
+  const int64_t threads = std::clamp<int64_t>((lanes + 31) / 32 * 32, 32, row_threads);
+  return {static_cast<unsigned>(threads), vector};
+}
 /// Rows per launch of a one-block-per-row kernel: gridDim.x may be up to 2^31 - 1, far above any batch.
 inline constexpr int64_t max_grid_x = 2147483647;
 

@@ -106,6 +106,31 @@ TEST_CASE("cuda host: elementwise and per-head grids cover every element without
   CHECK(warp_per_item_grid(0).blocks == 0);
 }
 
+TEST_CASE("cuda host: a norm row is read in one pass up to 4096 floats, with 16-byte loads only where they fit") {
+  CHECK(row_launch_of(0, true).threads == 0);
+  // Llama's 4096-wide rows: 1024 threads of one float4 each (the old kernel: 256 threads, 16 dependent loads each).
+  CHECK(row_launch_of(4096, true).threads == 1024);
+  CHECK(row_launch_of(4096, true).vector == 4);
+  CHECK(row_launch_of(4096, false).vector == 1);  // a misaligned row pointer: scalar loads
+  CHECK(row_launch_of(4098, true).vector == 1);   // a width that is no multiple of 4
+  CHECK(row_launch_of(64, true).threads == 32);   // stories260K: one warp
+  CHECK(row_launch_of(1, true).threads == 32);
+  for (int64_t width : {int64_t{1}, int64_t{3}, int64_t{31}, int64_t{300}, int64_t{4095}, int64_t{5120}, int64_t{8192},
+                        int64_t{1} << 20}) {
+    for (bool aligned : {false, true}) {
+      CAPTURE(width);
+      CAPTURE(aligned);
+      const row_launch r = row_launch_of(width, aligned);
+      CHECK(r.threads % 32 == 0);
+      CHECK(r.threads >= 32);
+      CHECK(r.threads <= static_cast<unsigned>(row_threads));
+      CHECK((r.vector == 1 || (r.vector == 4 && width % 4 == 0 && aligned)));
+      // No more threads than one load each would need, beyond rounding to a warp.
+      CHECK(static_cast<int64_t>(r.threads) < (width + r.vector - 1) / r.vector + 32);
+    }
+  }
+}
+
 TEST_CASE("cuda host: allocation size classes round up to 512 B below 1 MiB and to 2 MiB above") {
   CHECK(round_allocation(0) == 0);
   CHECK(round_allocation(1) == 512);

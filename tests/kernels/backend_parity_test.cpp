@@ -363,27 +363,31 @@ BACKEND_PARITY_CASE(parity_rms_norm, "rms_norm") {
   CAPTURE(seed);
   for_each_backend([&](backend& be, device_kind) {
     random_source rnd(seed);
+    // Random narrow rows, and wide ones as the models have them (a multiple of 4: the GPU's 16-byte loads; one
+    // that is not; one wider than a block's single pass).
     for (dtype type : weight_types) {
       for (bool in_place : {false, true}) {
-        const int64_t n = rnd.integer(1, 9), width = rnd.integer(1, 300);
-        const float eps = in_place ? 1e-6f : 1e-5f;
-        const std::string what =
-            std::string(dtype_name(type)) + " " + shape_str({n, width}) + (in_place ? " in place" : "");
-        CAPTURE(what);
-        const std::vector<float> x = rnd.reals(n * width, -4.0f, 4.0f);
-        weight w = make_weight(be, type, {width}, rnd.reals(width, -2.0f, 2.0f));
-        guarded out = alloc_guarded(be, dtype::f32, {n, width}, in_place ? x.data() : nullptr);
-        if (in_place) {
-          be.rms_norm(out.view, w.t, eps, out.view);
-        } else {
-          tensor tx = input(be, dtype::f32, {n, width}, x);
-          be.rms_norm(tx, w.t, eps, out.view);
-          CHECK(download_all(be, tx) == x);  // the input is left alone
+        for (const int64_t wide : {int64_t{0}, int64_t{4096}, int64_t{4098}, int64_t{5120}}) {
+          const int64_t n = wide == 0 ? rnd.integer(1, 9) : 2, width = wide == 0 ? rnd.integer(1, 300) : wide;
+          const float eps = in_place ? 1e-6f : 1e-5f;
+          const std::string what =
+              std::string(dtype_name(type)) + " " + shape_str({n, width}) + (in_place ? " in place" : "");
+          CAPTURE(what);
+          const std::vector<float> x = rnd.reals(n * width, -4.0f, 4.0f);
+          weight w = make_weight(be, type, {width}, rnd.reals(width, -2.0f, 2.0f));
+          guarded out = alloc_guarded(be, dtype::f32, {n, width}, in_place ? x.data() : nullptr);
+          if (in_place) {
+            be.rms_norm(out.view, w.t, eps, out.view);
+          } else {
+            tensor tx = input(be, dtype::f32, {n, width}, x);
+            be.rms_norm(tx, w.t, eps, out.view);
+            CHECK(download_all(be, tx) == x);  // the input is left alone
+          }
+          std::vector<double> xd(x.begin(), x.end()), ref(x.size());
+          for (int64_t r = 0; r < n; ++r)
+            ref_rms_norm(xd.data() + r * width, width, w.exact, eps, ref.data() + r * width);
+          test::check_close(read_as<float>(be, out, what), ref, 1e-6, 1e-5, what);
         }
-        std::vector<double> xd(x.begin(), x.end()), ref(x.size());
-        for (int64_t r = 0; r < n; ++r)
-          ref_rms_norm(xd.data() + r * width, width, w.exact, eps, ref.data() + r * width);
-        test::check_close(read_as<float>(be, out, what), ref, 1e-6, 1e-5, what);
       }
     }
   });
@@ -395,24 +399,26 @@ BACKEND_PARITY_CASE(parity_add_rms_norm, "add_rms_norm") {
   for_each_backend([&](backend& be, device_kind) {
     random_source rnd(seed);
     for (dtype type : weight_types) {
-      const int64_t n = rnd.integer(1, 7), width = rnd.integer(1, 260);
-      const std::string what = std::string(dtype_name(type)) + " " + shape_str({n, width});
-      CAPTURE(what);
-      const std::vector<float> residual = rnd.reals(n * width, -3.0f, 3.0f), delta = rnd.reals(n * width);
-      weight w = make_weight(be, type, {width}, rnd.reals(width, -2.0f, 2.0f));
-      guarded res = alloc_guarded(be, dtype::f32, {n, width}, residual);
-      guarded out = alloc_guarded(be, dtype::f32, {n, width});
-      tensor td = input(be, dtype::f32, {n, width}, delta);
-      be.add_rms_norm(res.view, td, w.t, 1e-5f, out.view);
-      std::vector<double> sum(residual.size()), ref(residual.size());
-      for (size_t i = 0; i < sum.size(); ++i)
-        sum[i] = static_cast<double>(residual[i]) + delta[i];
-      for (int64_t r = 0; r < n; ++r)
-        ref_rms_norm(sum.data() + r * width, width, w.exact, 1e-5, ref.data() + r * width);
-      // The residual holds the f32 sum (one rounding), out the norm of it.
-      test::check_close(read_as<float>(be, res, what + " residual"), sum, 0.0, 1.2e-7, what + " residual");
-      test::check_close(read_as<float>(be, out, what + " out"), ref, 1e-6, 1e-5, what + " out");
-      CHECK(download_all(be, td) == delta);
+      for (const int64_t wide : {int64_t{0}, int64_t{4096}, int64_t{4098}}) {
+        const int64_t n = wide == 0 ? rnd.integer(1, 7) : 3, width = wide == 0 ? rnd.integer(1, 260) : wide;
+        const std::string what = std::string(dtype_name(type)) + " " + shape_str({n, width});
+        CAPTURE(what);
+        const std::vector<float> residual = rnd.reals(n * width, -3.0f, 3.0f), delta = rnd.reals(n * width);
+        weight w = make_weight(be, type, {width}, rnd.reals(width, -2.0f, 2.0f));
+        guarded res = alloc_guarded(be, dtype::f32, {n, width}, residual);
+        guarded out = alloc_guarded(be, dtype::f32, {n, width});
+        tensor td = input(be, dtype::f32, {n, width}, delta);
+        be.add_rms_norm(res.view, td, w.t, 1e-5f, out.view);
+        std::vector<double> sum(residual.size()), ref(residual.size());
+        for (size_t i = 0; i < sum.size(); ++i)
+          sum[i] = static_cast<double>(residual[i]) + delta[i];
+        for (int64_t r = 0; r < n; ++r)
+          ref_rms_norm(sum.data() + r * width, width, w.exact, 1e-5, ref.data() + r * width);
+        // The residual holds the f32 sum (one rounding), out the norm of it.
+        test::check_close(read_as<float>(be, res, what + " residual"), sum, 0.0, 1.2e-7, what + " residual");
+        test::check_close(read_as<float>(be, out, what + " out"), ref, 1e-6, 1e-5, what + " out");
+        CHECK(download_all(be, td) == delta);
+      }
     }
   });
 }
