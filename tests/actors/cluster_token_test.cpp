@@ -12,7 +12,7 @@
 using namespace actorllm;
 using namespace actorllm::actors;
 
-TEST_CASE("cluster token: too short, empty or too uniform is weak; long random tokens pass") {
+TEST_CASE("cluster token: too short, empty or too uniform is weak, long random tokens pass") {
   CHECK(cluster_token_weakness("").value() == "no cluster token was given");
   CHECK(cluster_token_weakness("abc").value().find("3 characters, fewer than the 32") != std::string::npos);
   CHECK(cluster_token_weakness("0123456789abcdef0123456789abcde").has_value());  // 31 characters

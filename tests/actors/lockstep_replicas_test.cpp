@@ -103,7 +103,7 @@ outcome run_request(caf::actor_system& sys, const proto::engine_actor& engine, u
 
 }  // namespace
 
-TEST_CASE("a lockstep set: each replica serves while the other idles; an aborted group fails the running request") {
+TEST_CASE("a lockstep set: each replica serves while the other idles, an aborted group fails the running request") {
   mixtral_dir dir;
   const engine_config c = lockstep_config(dir);
   REQUIRE(actors::steps_in_lockstep(c));

@@ -159,7 +159,7 @@ TEST_CASE("restarting replica 1 while replica 0 holds its devices puts replica 1
   CHECK(again.slots == r1.slots);
 }
 
-TEST_CASE("devices taken in the middle of a node are skipped; a partly used node still takes a whole TP group") {
+TEST_CASE("devices taken in the middle of a node are skipped, a partly used node still takes a whole TP group") {
   auto ns = nodes(2, 4);
   ns[0].taken_devices = {1, 2};     // n0 has devices 0 and 3 free
   ns[1].taken_devices = {0, 1, 2};  // n1 has device 3 free

@@ -38,7 +38,7 @@ TEST_CASE("dp 2 on 2 cores: each replica gets one kernel thread, replica 1's dev
   CHECK(r1.device_offset == 1);
 }
 
-TEST_CASE("dp 2 × tp 2 × pp 2: replica r's GPU ranks start at r × 4; --num-threads is split, never below 1") {
+TEST_CASE("dp 2 × tp 2 × pp 2: replica r's GPU ranks start at r × 4, --num-threads is split, never below 1") {
   auto c = parallel(2, 2, 12);
   CHECK(share_of(c, replica_slot{0, 2}, 64).device_offset == 0);
   CHECK(share_of(c, replica_slot{1, 2}, 64).device_offset == 4);

@@ -105,7 +105,7 @@ TEST_CASE("request book: an n = 1 request resumes elsewhere with its tokens so f
   CHECK(book.size() == 0);
 }
 
-TEST_CASE("request book: an n > 1 request runs again and swallows what its caller saw; a diverging run fails") {
+TEST_CASE("request book: an n > 1 request runs again and swallows what its caller saw, a diverging run fails") {
   request_book book;
   auto ch = std::make_shared<recording_channel>();
   book.add(3, submission(3, /*n=*/2), ch, true, 0);
@@ -136,7 +136,7 @@ TEST_CASE("request book: an n > 1 request runs again and swallows what its calle
   CHECK(book.size() == 0);
 }
 
-TEST_CASE("request book: request errors name the caller's id; an abort between replicas ends with what it had") {
+TEST_CASE("request book: request errors name the caller's id, an abort between replicas ends with what it had") {
   request_book book;
   auto ch = std::make_shared<recording_channel>();
   book.add(5, submission(5), ch, false, 0);

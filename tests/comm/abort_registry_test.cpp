@@ -11,7 +11,7 @@
 
 using actorllm::comm::abort_registry;
 
-TEST_CASE("abort registry: every entry once, with the reason; removed ones never") {
+TEST_CASE("abort registry: every entry once, with the reason, removed ones never") {
   abort_registry reg;
   std::vector<std::string> seen;
   reg.add([&](const std::string& r) { seen.push_back("a:" + r); });

@@ -55,7 +55,7 @@ TEST_CASE("transport: a rank without NCCL or without a GPU keeps the group host-
   CHECK(has(c.error, "rank 1 is not on a GPU"));
 }
 
-TEST_CASE("transport: ACTORLLM_NCCL=0 turns NCCL off; one rank has nothing to communicate") {
+TEST_CASE("transport: ACTORLLM_NCCL=0 turns NCCL off, one rank has nothing to communicate") {
   auto c = choose_device_transport(gpus({"a/1", "a/2"}), nccl_mode::off);
   CHECK(c.transport == device_transport::host_staged);
   CHECK(c.error.empty());

@@ -194,7 +194,7 @@ TEST_CASE("attack: n=10,000,000 and n=2^31-1 get a 400 naming --max-num-seqs bef
   check_peak_memory(s);
 }
 
-TEST_CASE("attack: prompt lists of 10,000 x n=256 get a 400; n x prompts is admitted as sequences") {
+TEST_CASE("attack: prompt lists of 10,000 x n=256 get a 400, n x prompts is admitted as sequences") {
   server s{{"--max-num-seqs", "16", "--max-queued-requests", "16"}};
   const double normal_s = normal_latency(s);
   const std::string huge = R"({"max_tokens":64,"n":16,"prompt":)" +
@@ -251,7 +251,7 @@ TEST_CASE("attack: a client that hangs up on a batch prompt list aborts every pr
   check_peak_memory(s);
 }
 
-TEST_CASE("attack: 100,000 chat_template_kwargs keys get a 400; under a raised limit they render in linear time") {
+TEST_CASE("attack: 100,000 chat_template_kwargs keys get a 400, under a raised limit they render in linear time") {
   std::string kwargs = "{";
   for (int i = 0; i < 100000; ++i) {
     kwargs += i > 0 ? ",\"k" : "\"k";

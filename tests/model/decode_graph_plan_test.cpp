@@ -57,7 +57,7 @@ TEST_CASE("decode graph sizes follow vLLM's shape: 1, 2, 4, steps of 8 to 248, s
   CHECK(decode_graph_sizes(16, 0).empty());
 }
 
-TEST_CASE("a batch runs the graph of the smallest size that holds it; beyond the largest it runs eagerly") {
+TEST_CASE("a batch runs the graph of the smallest size that holds it, beyond the largest it runs eagerly") {
   const std::vector<int32_t> sizes = decode_graph_sizes(256);
   CHECK(padded_graph_size(sizes, 1) == 1);
   CHECK(padded_graph_size(sizes, 3) == 4);

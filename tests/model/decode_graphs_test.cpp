@@ -71,7 +71,7 @@ TEST_CASE("decode graphs: greedy stories260K through the graphs equals eager and
   }
 }
 
-TEST_CASE("decode graphs: a replay is exactly one upload; padded rows write no KV and their logits are not returned") {
+TEST_CASE("decode graphs: a replay is exactly one upload, padded rows write no KV and their logits are not returned") {
   test::recording_graph_backend be;
   test::stories_graph_model m{be};
   m.capture(4);
