@@ -118,6 +118,7 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
   spec.sampling.presence_penalty = p.presence_penalty;
   spec.sampling.frequency_penalty = p.frequency_penalty;
   spec.sampling.logprobs = p.logprobs ? *p.logprobs : -1;
+  spec.sampling.prompt_logprobs = p.prompt_logprobs ? *p.prompt_logprobs : -1;
   spec.sampling.seed = p.seed ? *p.seed : default_request_seed(limits_.seed, req.request_id);
   spec.sampling.allowed_token_ids = p.allowed_token_ids;
   if (!p.structured_pattern.empty()) {
@@ -152,6 +153,8 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
   state.params = p;
   state.stream = req.stream;
   state.n_unfinished = p.n;
+  if (p.prompt_logprobs)
+    state.prompt_logprobs.resize(state.prompt_ids.size() > 0 ? state.prompt_ids.size() - 1 : 0);
   state.seqs.resize(static_cast<size_t>(p.n));
   // One stop-string automaton per request: the n sequences' matchers share it.
   std::optional<text::stop_string_matcher> matcher;
@@ -230,6 +233,7 @@ request_output output_processor::final_output(request_state& req) const {
   out.finished = true;
   out.usage.prompt_tokens = static_cast<int32_t>(out.prompt_token_ids.size());
   out.usage.cached_tokens = req.num_cached_tokens;
+  out.prompt_logprobs = std::move(req.prompt_logprobs);
   for (auto& seq : req.seqs) {
     out.usage.completion_tokens += static_cast<int32_t>(seq.out.token_ids.size());
     out.outputs.push_back(std::move(seq.out));
@@ -238,6 +242,13 @@ request_output output_processor::final_output(request_state& req) const {
 }
 
 void output_processor::process(const proto::step_update& update, step_outputs& out) {
+  // Prompt logprobs first: the step that scores a prompt's last chunk also samples its first token.
+  for (const auto& p : update.prompts) {
+    auto it = requests_.find(p.request_id);
+    if (it == requests_.end() || p.position < 0 || static_cast<size_t>(p.position) >= it->second.prompt_logprobs.size())
+      continue;
+    it->second.prompt_logprobs[static_cast<size_t>(p.position)] = p.entry;
+  }
   for (const auto& u : update.seqs) {
     auto it = requests_.find(u.request_id);
     if (it == requests_.end() || u.index >= it->second.seqs.size())

@@ -89,6 +89,8 @@ class output_processor {
     std::vector<seq_state> seqs;
     int32_t n_unfinished = 0;
     int32_t num_cached_tokens = 0;  ///< prompt tokens the prefix cache held, as the scheduler reported
+    std::vector<prompt_logprob>
+        prompt_logprobs;  ///< with sampling_params::prompt_logprobs: per prompt token after the first
   };
 
   /// Finishes `seq` (if not yet) with `reason`, flushing held-back text into `text`.

@@ -10,7 +10,9 @@ std::string persistent_batch::apply(const proto::step_plan& plan) {
     tables_.erase(seq);
   batch_.tokens = plan.tokens;
   batch_.positions = plan.positions;
+  // The last stage computes the logits of the sample rows, then of the score rows (prompt logprobs).
   batch_.sample_rows = plan.sample_rows;
+  batch_.sample_rows.insert(batch_.sample_rows.end(), plan.score_rows.begin(), plan.score_rows.end());
   batch_.sequences.resize(plan.sequences.size());
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const proto::scheduled_sequence& s = plan.sequences[i];

@@ -138,11 +138,18 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
   }
   p.dropped_seqs = st.tables.take_dropped();
   p.sample_seqs = plan.sample_seqs;
-  for (const auto& seq : plan.sample_seqs) {
-    if (auto it = st.pending.find(seq.request_id); it != st.pending.end()) {
-      p.new_requests.push_back(std::move(it->second));
-      st.pending.erase(it);
-      st.introduced.insert(seq.request_id);
+  p.score_rows = std::move(plan.score_rows);
+  p.score_seqs = std::move(plan.score_seqs);
+  p.score_positions = std::move(plan.score_positions);
+  p.score_tokens = std::move(plan.score_tokens);
+  // The sampler learns a request's settings with its first sample or score row.
+  for (const auto* seqs : {&p.score_seqs, &p.sample_seqs}) {
+    for (const auto& seq : *seqs) {
+      if (auto it = st.pending.find(seq.request_id); it != st.pending.end()) {
+        p.new_requests.push_back(std::move(it->second));
+        st.pending.erase(it);
+        st.introduced.insert(seq.request_id);
+      }
     }
   }
   p.released_requests = std::move(st.releases);
@@ -245,6 +252,9 @@ void on_result(scheduler_pointer self, proto::step_result& result) {
   // Events come in sample order, skipping sequences that ended while the step ran: walk both lists together.
   proto::step_update upd;
   upd.step_id = result.step_id;
+  upd.prompts.reserve(result.prompt_scores.size());
+  for (auto& s : result.prompt_scores)  // the engine ignores those of requests that ended meanwhile
+    upd.prompts.push_back({s.seq.request_id, s.position, {s.token, s.logprob, s.rank, std::move(s.top)}});
   upd.seqs.reserve(events->size());
   size_t row = 0;
   for (const auto& e : *events) {
@@ -264,7 +274,7 @@ void on_result(scheduler_pointer self, proto::step_result& result) {
     upd.seqs.push_back(std::move(u));
     ++row;
   }
-  if (st.engine && !upd.seqs.empty())
+  if (st.engine && (!upd.seqs.empty() || !upd.prompts.empty()))
     self->send(st.engine, std::move(upd));
   try_schedule(self);
 }
@@ -296,6 +306,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         req.min_tokens = spec.min_tokens;
         req.cache_salt = spec.cache_salt;
         req.resume_output = spec.resume_output_ids;
+        req.score_prompt = spec.sampling.prompt_logprobs >= 0;
         if (auto added = st.core->add_request(std::move(req)); !added)
           return proto::make_error(to_errc(added.error().code), added.error().message);
         st.live.insert(spec.request_id);

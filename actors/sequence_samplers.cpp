@@ -27,6 +27,7 @@ void sequence_samplers::apply(const proto::step_plan& plan) {
     p.presence_penalty = setup.spec.presence_penalty;
     p.frequency_penalty = setup.spec.frequency_penalty;
     p.logprobs = setup.spec.logprobs;
+    p.prompt_logprobs = setup.spec.prompt_logprobs;
     p.allowed_token_ids = setup.spec.allowed_token_ids;
     p.bad_words = setup.spec.bad_words;
     p.min_tokens = setup.spec.min_tokens;
@@ -83,17 +84,31 @@ void sequence_samplers::release(std::span<const uint64_t> request_ids) {
     requests_.erase(id);
 }
 
-proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backend& be, const tensor& logits) {
+proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backend& be, const tensor& all_logits) {
   proto::step_result result;
   result.step_id = plan.step_id;
-  const size_t n_rows = plan.sample_seqs.size();
-  if (n_rows == 0)
+  const size_t n_rows = plan.sample_seqs.size(), n_scores = plan.score_rows.size();
+  if (n_rows + n_scores == 0)
     return result;
-  if (logits.empty() || logits.shape.n_dims != 2 || logits.dim(0) != static_cast<int64_t>(n_rows)) {
-    result.error = fmt::format("step {}: logits {} for {} sample rows", plan.step_id,
-                               logits.empty() ? std::string("(none)") : logits.describe(), n_rows);
+  if (all_logits.empty() || all_logits.shape.n_dims != 2 ||
+      all_logits.dim(0) != static_cast<int64_t>(n_rows + n_scores) || plan.score_seqs.size() != n_scores ||
+      plan.score_positions.size() != n_scores || plan.score_tokens.size() != n_scores) {
+    result.error = fmt::format("step {}: logits {} for {} sample rows and {} score rows", plan.step_id,
+                               all_logits.empty() ? std::string("(none)") : all_logits.describe(), n_rows, n_scores);
     return result;
   }
+  // Scored first: sampling uses its rows as scratch, the score rows after them are left alone.
+  if (n_scores > 0) {
+    if (auto err = score(plan, be, all_logits.slice_rows(static_cast<int64_t>(n_rows), static_cast<int64_t>(n_scores)),
+                         result.prompt_scores);
+        !err.empty()) {
+      result.error = std::move(err);
+      return result;
+    }
+  }
+  if (n_rows == 0)
+    return result;
+  const tensor logits = all_logits.slice_rows(0, static_cast<int64_t>(n_rows));
   rows_.clear();
   row_seqs_.clear();
   for (size_t i = 0; i < n_rows; ++i) {
@@ -149,6 +164,40 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
     result.tokens.push_back(std::move(tok));
   }
   return result;
+}
+
+std::string sequence_samplers::score(const proto::step_plan& plan, backend& be, const tensor& logits,
+                                     std::vector<proto::prompt_score>& out) {
+  const int64_t n_vocab = logits.dim(1);
+  const auto n = static_cast<size_t>(logits.dim(0));
+  score_host_.resize(n * static_cast<size_t>(n_vocab));
+  be.download(logits, score_host_.data(), score_host_.size() * sizeof(float));
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const proto::seq_ref seq = plan.score_seqs[i];
+    auto req = requests_.find(seq.request_id);
+    if (req == requests_.end())
+      return fmt::format("step {}: no sampler state for request {} (its setup never arrived)", plan.step_id,
+                         seq.request_id);
+    const int32_t token = plan.score_tokens[i];
+    if (token < 0 || token >= n_vocab)
+      return fmt::format("step {}: request {} scores token {} outside the vocabulary of {}", plan.step_id,
+                         seq.request_id, token, n_vocab);
+    const ops::row_logprobs lp = ops::logprobs_of(
+        std::span<const float>(score_host_).subspan(i * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab)),
+        token, std::max(req->second.params.prompt_logprobs, 0));
+    proto::prompt_score s;
+    s.seq = seq;
+    s.position = plan.score_positions[i];
+    s.token = token;
+    s.logprob = lp.logprob;
+    s.rank = lp.rank;
+    s.top.reserve(lp.top.size());
+    for (const auto& t : lp.top)
+      s.top.push_back({t.token, t.logprob});
+    out.push_back(std::move(s));
+  }
+  return {};
 }
 
 std::span<const int32_t> sequence_samplers::outputs(proto::seq_ref seq) const {

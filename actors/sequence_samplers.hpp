@@ -47,6 +47,8 @@ class sequence_samplers {
   /// Samples plan.sample_seqs[i] from row i of `logits` (f32 [n_rows, n_vocab] on `be`, used as scratch), the whole
   /// batch in one backend call with per-row settings. A sample row of a request with no state is a protocol error,
   /// returned as step_result::error.
+  /// Then rows n_rows .. n_rows + plan.score_rows.size() - 1 of `logits` are the score rows: each gives the logprob
+  /// and rank of its prompt token and the request's top prompt_logprobs (step_result::prompt_scores).
   proto::step_result sample(const proto::step_plan& plan, backend& be, const tensor& logits);
 
   /// Requests with state.
@@ -70,7 +72,12 @@ class sequence_samplers {
     std::string constraint_error;  ///< why the pattern could not be compiled here (sampling then fails)
   };
 
+  /// The score rows' logprobs (downloaded: they are few, and a prompt's worth of rows once per request).
+  std::string score(const proto::step_plan& plan, backend& be, const tensor& logits,
+                    std::vector<proto::prompt_score>& out);
+
   std::unordered_map<uint64_t, request> requests_;
+  std::vector<float> score_host_;      // the score rows' logits on the host
   std::vector<ops::sample_row> rows_;  // per-step scratch
   std::vector<sequence*> row_seqs_;    // the sequence of each row
   std::vector<ops::sample_result> results_;

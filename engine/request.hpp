@@ -26,6 +26,9 @@ struct request {
   /// Failover: the output sequence 0 already had on a replica that died (n = 1 only). The sequence starts with
   /// prompt + these tokens, all to prefill, and counts them as output (max_tokens, min_tokens); empty: fresh.
   std::vector<int32_t> resume_output;
+  /// Score the prompt: each prompt position's logits are computed (not only the last one's), so that the sampler
+  /// reports the logprob of the prompt token that follows. Such a request bypasses the prefix cache.
+  bool score_prompt = false;
 };
 
 }  // namespace actorllm::engine

@@ -179,7 +179,8 @@ bool scheduler_core::make_room(seq_state& seq, int64_t n_tokens, step_plan& plan
 }
 
 std::vector<block_id> scheduler_core::cached_prefix(seq_state& seq) {
-  if (!allocator_.caching_enabled())
+  // A scored prompt runs through the model whole: a cached block's positions would have no logits.
+  if (!allocator_.caching_enabled() || requests_.at(seq.id.request_id).req.score_prompt)
     return {};
   // The last token is always computed: its logits are what the step is for.
   const auto n_blocks = (seq.tokens.size() - 1) / static_cast<size_t>(config_.block_size);
@@ -202,6 +203,8 @@ void scheduler_core::schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan&
   // The caller reserved the slots (append_slots, or start_sequence at admission).
   const int32_t start = seq.n_computed;
   const bool last_chunk = start + n_tokens == static_cast<int32_t>(seq.tokens.size());
+  const auto first_row = static_cast<int32_t>(plan.batch.tokens.size());
+  plan_scores(seq, start, n_tokens, first_row, plan);
   auto table = allocator_.block_table(seq.id);
   plan.batch.add_sequence(
       std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(start), static_cast<size_t>(n_tokens)), start,
@@ -249,6 +252,22 @@ void scheduler_core::schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan&
     record.scheduled.push_back({it->second.id, it->second.serial});
     record.samples.push_back({it->second.id, it->second.serial});
   }
+}
+
+void scheduler_core::plan_scores(seq_state& seq, int32_t start, int32_t n_tokens, int32_t first_row, step_plan& plan) {
+  const request_state& req = requests_.at(seq.id.request_id);
+  if (!req.req.score_prompt || seq.id.index != 0)
+    return;
+  // Position p's logits score prompt token p + 1: positions [start, start + n_tokens) below n_prompt - 1, each
+  // once (a recomputed prefix after a preemption is not scored again).
+  const int32_t end = std::min(start + n_tokens, req.n_prompt - 1);
+  for (int32_t p = std::max(start, seq.n_prompt_scored); p < end; ++p) {
+    plan.score_rows.push_back(first_row + (p - start));
+    plan.score_seqs.push_back(seq.id);
+    plan.score_positions.push_back(p);
+    plan.score_tokens.push_back(seq.tokens[static_cast<size_t>(p) + 1]);
+  }
+  seq.n_prompt_scored = std::max(seq.n_prompt_scored, end);
 }
 
 std::optional<step_plan> scheduler_core::schedule() {

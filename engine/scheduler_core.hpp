@@ -119,6 +119,7 @@ class scheduler_core {
     std::vector<block_hash> block_hashes;  ///< chained digests of the leading full blocks of tokens, as far as needed
     std::optional<uint64_t> in_flight_step;
     bool running = false;
+    int32_t n_prompt_scored = 0;  ///< prompt scoring: positions below this have been planned (never twice)
   };
 
   struct request_state {
@@ -137,6 +138,10 @@ class scheduler_core {
     seq_id id;
     uint64_t serial = 0;
   };
+
+  /// Prompt scoring: the score rows of a chunk of `seq` at positions [start, start + n_tokens), whose first row is
+  /// batch row first_row.
+  void plan_scores(seq_state& seq, int32_t start, int32_t n_tokens, int32_t first_row, step_plan& plan);
 
   struct plan_record {
     std::vector<tagged_seq> scheduled;

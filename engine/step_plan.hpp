@@ -18,7 +18,13 @@ struct step_plan {
   model::forward_batch batch;
   std::vector<seq_id> batch_seqs;   ///< the sequence of each batch.sequences entry, same order
   std::vector<seq_id> sample_seqs;  ///< the sequence each batch.sample_rows entry samples for, same order
-  std::vector<seq_id> preempted;    ///< sequences preempted (blocks freed, back to waiting) while building this plan
+  /// Prompt scoring (request::score_prompt): batch row score_rows[i] is prompt position score_positions[i] of
+  /// score_seqs[i], whose logits score the prompt token score_tokens[i] that follows it.
+  std::vector<int32_t> score_rows;
+  std::vector<seq_id> score_seqs;
+  std::vector<int32_t> score_positions;
+  std::vector<int32_t> score_tokens;
+  std::vector<seq_id> preempted;  ///< sequences preempted (blocks freed, back to waiting) while building this plan
 };
 
 }  // namespace actorllm::engine

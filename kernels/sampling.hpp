@@ -20,6 +20,7 @@ struct sampling_params {
   float presence_penalty = 0.0f;    // output tokens only (vLLM semantics)
   float frequency_penalty = 0.0f;   // output tokens only, times the count
   int32_t logprobs = -1;            // -1: none; 0: the sampled token's logprob; n > 0: also the top n
+  int32_t prompt_logprobs = -1;     // -1: none; k >= 0: scored prompt positions report the top k too
 
   // Logits processors (vLLM's allowed_token_ids, bad_words, min_tokens and logit_bias), applied in that order before
   // the penalties; logprobs stay those of the raw logits.
@@ -55,6 +56,18 @@ struct sample_result {
   float logprob;
   std::vector<token_logprob> top;
 };
+
+/// A token's place in one row of raw logits: its log-softmax (computed in double), its rank (1 + the number of
+/// tokens with a larger logit) and the top k tokens, as sample_result::top orders them.
+struct row_logprobs {
+  float logprob = 0.0f;
+  int32_t rank = 0;
+  std::vector<token_logprob> top;
+};
+
+/// The logprobs of `token` in `logits` (one row, the whole vocabulary) and the top min(k, size) tokens. NaN logits
+/// count as -inf.
+row_logprobs logprobs_of(std::span<const float> logits, int32_t token, int32_t k);
 
 /// Per-request random generator: xoshiro256** seeded through splitmix64. Its output depends only on the seed, on
 /// every platform (unlike std::uniform_*_distribution, whose algorithm is implementation-defined).

@@ -576,6 +576,7 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   j->ctx.model = *model;
   j->ctx.logprobs = parsed->params.logprobs.has_value();
   j->ctx.echo = parsed->echo;
+  j->ctx.echo_only = parsed->echo_only;
   j->ctx.include_usage = parsed->include_usage;
   j->ctx.return_token_ids = parsed->return_token_ids;
   j->ctx.continuous_usage = parsed->continuous_usage_stats;

@@ -47,6 +47,16 @@ struct sample_logprobs {
   friend bool operator==(const sample_logprobs&, const sample_logprobs&) = default;
 };
 
+/// The logprob of one prompt token given the tokens before it (vLLM's prompt_logprobs entry).
+struct prompt_logprob {
+  int32_t token = 0;               ///< the prompt token
+  float logprob = 0.0f;            ///< its log-probability (raw model distribution)
+  int32_t rank = 0;                ///< 1 + the number of tokens more likely than it
+  std::vector<token_logprob> top;  ///< the top `sampling_params::prompt_logprobs` tokens, most likely first
+
+  friend bool operator==(const prompt_logprob&, const prompt_logprob&) = default;
+};
+
 /// One output sequence of a request.
 struct completion_output {
   uint32_t index = 0;              ///< which of the request's n sequences
@@ -78,7 +88,10 @@ struct request_output {
   std::string prompt;                      ///< the prompt text, when it was given as text
   std::vector<int32_t> prompt_token_ids;   ///< the prompt as the model saw it
   std::vector<completion_output> outputs;  ///< one per sequence, by index
-  bool finished = false;                   ///< every sequence is done
+  /// With sampling_params::prompt_logprobs: entry i is prompt token i + 1's (the first prompt token has none, as
+  /// vLLM's leading null); empty otherwise.
+  std::vector<prompt_logprob> prompt_logprobs;
+  bool finished = false;  ///< every sequence is done
   usage_info usage;
 
   friend bool operator==(const request_output&, const request_output&) = default;

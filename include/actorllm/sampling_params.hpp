@@ -28,7 +28,11 @@ struct sampling_params {
   bool include_stop_str_in_output = false;  ///< keep the matched stop string in the text
   bool ignore_eos = false;                  ///< generate through end-of-sequence tokens
   std::optional<int32_t> logprobs;          ///< per output token: its logprob, plus the top `logprobs` (0: just it)
-  bool skip_special_tokens = true;          ///< leave special tokens out of the text
+  /// Per prompt token after the first: its logprob given the tokens before it, its rank, plus the top
+  /// `prompt_logprobs` tokens at that position (0: just it). Computed in the prompt's prefill; such a request does
+  /// not read the prefix cache (every prompt position must go through the model).
+  std::optional<int32_t> prompt_logprobs;
+  bool skip_special_tokens = true;                    ///< leave special tokens out of the text
   std::vector<std::pair<int32_t, float>> logit_bias;  ///< (token id, bias in [-100, 100]) added to the logits
   std::vector<int32_t> allowed_token_ids;             ///< non-empty: only these tokens can be sampled
   /// Words never generated: a word's last token is banned once the output ends with its other tokens (each word
@@ -75,6 +79,8 @@ inline std::string validate(const sampling_params& p) {
            std::to_string(*p.max_tokens) + ")";
   if (p.logprobs && *p.logprobs < 0)
     return "logprobs must be at least 0, got " + std::to_string(*p.logprobs);
+  if (p.prompt_logprobs && *p.prompt_logprobs < 0)
+    return "prompt_logprobs must be at least 0, got " + std::to_string(*p.prompt_logprobs);
   for (const auto& s : p.stop)
     if (s.empty())
       return "stop strings must not be empty";

@@ -409,6 +409,8 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
     p.min_tokens = read_int32(v, param);
   } else if (key == "echo") {
     r.echo = read_bool(v, param);
+  } else if (key == "prompt_logprobs") {
+    p.prompt_logprobs = static_cast<int32_t>(read_integer(v, param, 0, st.limits->max_logprobs));
   } else if (key == "stream") {
     r.stream = read_bool(v, param);
   } else if (key == "stream_options") {
@@ -566,6 +568,10 @@ void finish_common(common_request& r, const common_state& st, std::string_view m
                    std::string_view logprobs_param) {
   if (st.has_stream_options && !r.stream)
     fail("stream_options", "Stream options can only be defined when `stream=True`.");
+  if (r.stream && r.params.prompt_logprobs)
+    fail("prompt_logprobs",
+         "prompt_logprobs is not supported with stream: true (they come with the whole "
+         "response)");
   if (st.best_of && *st.best_of != r.params.n)
     fail("best_of", "best_of " + std::to_string(*st.best_of) + " is not supported: only best_of equal to n (" +
                         std::to_string(r.params.n) + "): no candidates beyond the n returned are generated");
@@ -777,10 +783,19 @@ result<completion_request> parse_completion_request(std::string_view body, const
     });
     if (!has_prompt)
       fail("prompt", "prompt is required");
-    if (r.echo && r.params.logprobs)
+    // vLLM: echo with logprobs reports the prompt's tokens too, from prompt logprobs of the same k.
+    if (r.echo && r.params.logprobs && !r.params.prompt_logprobs)
+      r.params.prompt_logprobs = r.params.logprobs;
+    if (r.echo && st.has_max_tokens && r.params.max_tokens == 0) {
+      r.echo_only = true;
+      r.params.max_tokens = 1;
+    }
+    if (r.stream && r.echo_only)
+      fail("max_tokens", "max_tokens 0 (echo the prompt, generate nothing) is not supported with stream: true");
+    if (r.stream && r.echo && r.params.logprobs)
       fail("echo",
-           "echo together with logprobs is not supported by this server (it needs prompt logprobs, which are "
-           "not supported yet)");
+           "echo with logprobs is not supported with stream: true (the prompt's logprobs come with the "
+           "whole response)");
     if (!st.has_max_tokens && defaults.max_tokens) {
       r.params.max_tokens = defaults.max_tokens;
       r.max_tokens_defaulted = true;

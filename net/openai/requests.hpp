@@ -93,6 +93,9 @@ struct common_request {
 struct completion_request : common_request {
   /// One entry per prompt (a list of strings or of id lists gives several); never empty, no entry empty.
   std::vector<actorllm::prompt> prompts;
+  /// echo with max_tokens 0 (lm-evaluation-harness's loglikelihood request): score the prompt, return it alone. The
+  /// engine runs one token, which the response leaves out (vLLM does the same).
+  bool echo_only = false;
 
   friend bool operator==(const completion_request&, const completion_request&) = default;
 };

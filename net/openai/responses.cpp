@@ -55,26 +55,35 @@ void write_stop_reason(json_writer& w, const completion_output& out) {
 }
 
 // Completions' logprobs: tokens, token_logprobs, top_logprobs (token text -> logprob) and text_offset, the
-// offset of each token's text in the choice's text starting at `offset`.
+// offset of each token's text in the choice's text starting at 0. With echo, the prompt's tokens come first:
+// `leading` (>= 0) is the first prompt token (null logprob and top_logprobs, as vLLM), the rest are in `lps`.
 void write_completion_logprobs(json_writer& w, std::span<const sample_logprobs> lps, const token_decoder& dec,
-                               int64_t offset) {
+                               int64_t offset, int32_t leading = -1) {
   std::vector<std::string> texts;
-  texts.reserve(lps.size());
+  texts.reserve(lps.size() + 1);
+  if (leading >= 0)
+    texts.push_back(dec.token_text(leading));
   for (const auto& lp : lps)
     texts.push_back(dec.token_text(lp.token));
+  const std::size_t skip = leading >= 0 ? 1 : 0;
   w.begin_object();
   w.key("tokens").begin_array();
   for (const auto& t : texts)
     w.value(t);
   w.end_array();
   w.key("token_logprobs").begin_array();
+  if (leading >= 0)
+    w.null();
   for (const auto& lp : lps)
     w.value(json_logprob(lp.logprob));
   w.end_array();
   // Legacy completions' `logprobs: k`: the top k, plus the sampled token when it is not among them (vLLM, OpenAI).
   w.key("top_logprobs").begin_array();
+  if (leading >= 0)
+    w.null();
   for (std::size_t i = 0; i < lps.size(); ++i) {
     const auto& lp = lps[i];
+    const std::string& text = texts[i + skip];
     w.begin_object();
     bool sampled_listed = false;
     for (const auto& alt : lp.top) {
@@ -82,7 +91,7 @@ void write_completion_logprobs(json_writer& w, std::span<const sample_logprobs> 
       sampled_listed = sampled_listed || alt.token == lp.token;
     }
     if (!sampled_listed)
-      w.key(texts[i]).value(json_logprob(lp.logprob));
+      w.key(text).value(json_logprob(lp.logprob));
     w.end_object();
   }
   w.end_array();
@@ -93,6 +102,42 @@ void write_completion_logprobs(json_writer& w, std::span<const sample_logprobs> 
   }
   w.end_array();
   w.end_object();
+}
+
+// vLLM's prompt_logprobs: null for the first prompt token, then per token {"<id>": {logprob, rank, decoded_token}}
+// for the prompt token and the top k (the prompt token first; listed once when it is among the top).
+void write_prompt_logprobs(json_writer& w, const request_output& ro, const token_decoder& dec) {
+  if (ro.prompt_logprobs.empty()) {
+    w.null();
+    return;
+  }
+  auto entry = [&](int32_t token, float logprob, int32_t rank) {
+    w.key(std::to_string(token)).begin_object();
+    w.key("logprob").value(json_logprob(logprob));
+    w.key("rank").value(static_cast<int64_t>(rank));
+    w.key("decoded_token").value(dec.token_text(token));
+    w.end_object();
+  };
+  w.begin_array();
+  w.null();
+  for (const prompt_logprob& p : ro.prompt_logprobs) {
+    w.begin_object();
+    entry(p.token, p.logprob, p.rank);
+    for (std::size_t i = 0; i < p.top.size(); ++i)
+      if (p.top[i].token != p.token)
+        entry(p.top[i].token, p.top[i].logprob, static_cast<int32_t>(i + 1));
+    w.end_object();
+  }
+  w.end_array();
+}
+
+// The prompt's tokens as completions' logprobs entries (echo with logprobs): token i + 1 from prompt_logprobs[i].
+std::vector<sample_logprobs> prompt_entries(const request_output& ro) {
+  std::vector<sample_logprobs> out;
+  out.reserve(ro.prompt_logprobs.size());
+  for (const prompt_logprob& p : ro.prompt_logprobs)
+    out.push_back({p.token, p.logprob, p.top});
+  return out;
 }
 
 void write_bytes(json_writer& w, std::string_view text) {
@@ -239,25 +284,40 @@ std::string completion_response_json(std::span<const request_output> outputs, co
     usage.prompt_tokens += ro.usage.prompt_tokens;
     usage.completion_tokens += ro.usage.completion_tokens;
     usage.cached_tokens += ro.usage.cached_tokens;
+    if (ctx.echo_only)  // the one token the engine ran is not part of the answer
+      usage.completion_tokens -= ro.usage.completion_tokens;
     std::string prefix = ctx.echo ? prompt_text(ro, ctx.decoder) : std::string{};
+    // echo with logprobs: the prompt's tokens lead the logprobs (their offsets start at 0, the text's start).
+    const bool prompt_in_logprobs = ctx.echo && ctx.logprobs && !ro.prompt_token_ids.empty() &&
+                                    ro.prompt_logprobs.size() + 1 == ro.prompt_token_ids.size();
+    std::vector<sample_logprobs> lps;
     for (const completion_output& out : ro.outputs) {
       w.begin_object();
       w.key("index").value(choice_index(ctx, static_cast<uint32_t>(p), out.index));
-      w.key("text").value(prefix + out.text);
+      w.key("text").value(ctx.echo_only ? prefix : prefix + out.text);
       w.key("logprobs");
-      if (ctx.logprobs)
-        write_completion_logprobs(w, out.logprobs, ctx.decoder, static_cast<int64_t>(prefix.size()));
-      else
+      if (ctx.logprobs) {
+        lps.clear();
+        if (prompt_in_logprobs)
+          lps = prompt_entries(ro);
+        if (!ctx.echo_only)
+          lps.insert(lps.end(), out.logprobs.begin(), out.logprobs.end());
+        const int32_t leading = prompt_in_logprobs ? ro.prompt_token_ids.front() : -1;
+        write_completion_logprobs(w, lps, ctx.decoder, prompt_in_logprobs ? 0 : static_cast<int64_t>(prefix.size()),
+                                  leading);
+      } else {
         w.null();
+      }
       write_finish_reason(w, out.finish_reason);
       write_stop_reason(w, out);
-      w.key("prompt_logprobs").null();
+      w.key("prompt_logprobs");
+      write_prompt_logprobs(w, ro, ctx.decoder);
       w.key("prompt_token_ids");
       if (ctx.return_token_ids)
         w.array(ro.prompt_token_ids);
       else
         w.null();
-      write_ids_or_null(w, "token_ids", ctx, out.token_ids);
+      write_ids_or_null(w, "token_ids", ctx, ctx.echo_only ? std::span<const int32_t>{} : out.token_ids);
       w.end_object();
     }
   }
@@ -306,7 +366,8 @@ std::string chat_response_json(const request_output& output, const response_cont
   w.end_array();
   w.key("usage");
   write_usage(w, output.usage, ctx);
-  w.key("prompt_logprobs").null();
+  w.key("prompt_logprobs");
+  write_prompt_logprobs(w, output, ctx.decoder);
   w.key("prompt_token_ids");
   if (ctx.return_token_ids)
     w.array(output.prompt_token_ids);

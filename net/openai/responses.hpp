@@ -28,11 +28,13 @@ struct token_decoder {
 
 /// What every response of one request shares.
 struct response_context {
-  std::string id;              ///< "cmpl-…" or "chatcmpl-…" (make_response_id)
-  int64_t created = 0;         ///< unix seconds
-  std::string model;           ///< the served model name
-  bool logprobs = false;       ///< the request asked for logprobs (else `logprobs` is null)
-  bool echo = false;           ///< completions: prepend the prompt to the text
+  std::string id;         ///< "cmpl-…" or "chatcmpl-…" (make_response_id)
+  int64_t created = 0;    ///< unix seconds
+  std::string model;      ///< the served model name
+  bool logprobs = false;  ///< the request asked for logprobs (else `logprobs` is null)
+  bool echo = false;      ///< completions: prepend the prompt to the text
+  /// completions: echo with max_tokens 0: the choice is the prompt alone (text, logprobs), no generated token
+  bool echo_only = false;
   bool include_usage = false;  ///< streaming: a last chunk with usage and no choices
   /// usage carries prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details, as in vLLM).
   bool prompt_tokens_details = false;

@@ -200,6 +200,44 @@ test('completions logprobs: tokens, token_logprobs, top_logprobs, text_offset; s
   logprobs.tokens.forEach((t, i) => assert.ok(text.startsWith(t, logprobs.text_offset[i]), `text_offset[${i}]`));
 });
 
+test("lm-evaluation-harness's loglikelihood request: echo, logprobs 1, max_tokens 0 scores the prompt alone", async () => {
+  // The golden prompt and the first 12 tokens of its greedy continuation, as ids: each continuation token is the
+  // model's top choice at its position, and the first one's logprob is the reference's first-step log-softmax.
+  const ids = [...golden.prompt_ids, ...golden.greedy_output_ids.slice(0, 12)];
+  const r = await client.completions.create({ model: MODEL, prompt: ids, echo: true, logprobs: 1, max_tokens: 0, temperature: 0 });
+  const choice = r.choices[0];
+  const { logprobs } = choice;
+  assert.equal(logprobs.tokens.length, ids.length);
+  assert.equal(logprobs.token_logprobs[0], null); // the first token has no context (vLLM writes null, as here)
+  assert.equal(logprobs.top_logprobs[0], null);
+  assert.equal(logprobs.tokens.join(''), choice.text, 'the prompt alone: no generated text');
+  assert.equal(r.usage.completion_tokens, 0);
+  assert.equal(r.usage.prompt_tokens, ids.length);
+  const logits = golden.first_step_logits;
+  const max = Math.max(...logits);
+  const logZ = max + Math.log(logits.reduce((s, v) => s + Math.exp(v - max), 0));
+  const first = golden.prompt_ids.length; // the first continuation token
+  assert.ok(Math.abs(logprobs.token_logprobs[first] - (logits[ids[first]] - logZ)) < 1e-4, `${logprobs.token_logprobs[first]}`);
+  for (let i = first; i < ids.length; ++i) {
+    const top = Object.values(logprobs.top_logprobs[i]);
+    assert.ok(top.every((lp) => lp <= logprobs.token_logprobs[i] + 1e-5), `greedy token ${i} is the top one`);
+  }
+  // prompt_logprobs (vLLM's field): null first, then {id: {logprob, rank, decoded_token}} with the prompt token.
+  assert.equal(choice.prompt_logprobs.length, ids.length);
+  assert.equal(choice.prompt_logprobs[0], null);
+  for (let i = 1; i < ids.length; ++i) {
+    const entry = choice.prompt_logprobs[i][String(ids[i])];
+    assert.ok(entry, `prompt_logprobs[${i}] holds the prompt token`);
+    assert.ok(Math.abs(entry.logprob - logprobs.token_logprobs[i]) < 1e-6);
+    if (i >= first) assert.equal(entry.rank, 1);
+  }
+  // Streamed, the prompt's logprobs would come with the whole response only: refused by name.
+  await assert.rejects(
+    client.completions.create({ model: MODEL, prompt: ids, echo: true, logprobs: 1, max_tokens: 1, stream: true }),
+    (e) => e instanceof BadRequestError && e.param === 'echo',
+  );
+});
+
 test('completions n=2: two choices, indices 0 and 1; streamed choices carry their index', async () => {
   const req = { model: MODEL, prompt: golden.prompt, max_tokens: 12, temperature: 1, seed: 11, n: 2 };
   const r = await client.completions.create(req);

@@ -95,6 +95,25 @@ TEST_CASE("completions: every sampling field maps onto sampling_params") {
   CHECK(s.params.temperature == 0.0f);
 }
 
+TEST_CASE("completions: prompt_logprobs, echo with logprobs scores the prompt, echo with max_tokens 0 scores only") {
+  auto plain = completion_ok(R"({"prompt":"x","prompt_logprobs":3})");
+  CHECK(plain.params.prompt_logprobs == 3);
+  CHECK_FALSE(plain.echo_only);
+  // vLLM: echo with logprobs k computes prompt logprobs of the same k.
+  auto echoed = completion_ok(R"({"prompt":"x","echo":true,"logprobs":2})");
+  CHECK(echoed.params.prompt_logprobs == 2);
+  CHECK(echoed.params.logprobs == 2);
+  // lm-evaluation-harness's loglikelihood request: nothing generated for the client; the engine runs one token.
+  auto scoring = completion_ok(R"({"prompt":"x","echo":true,"logprobs":1,"max_tokens":0,"temperature":0})");
+  CHECK(scoring.echo_only);
+  CHECK(scoring.params.max_tokens == 1);
+  CHECK(scoring.params.prompt_logprobs == 1);
+  auto chat = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"prompt_logprobs":0})");
+  CHECK(chat.params.prompt_logprobs == 0);
+  CHECK(completion_error(R"({"prompt":"x","max_tokens":0})").param == "max_tokens");  // without echo: refused
+  CHECK(completion_error(R"({"prompt":"x","echo":true,"max_tokens":0,"stream":true})").param == "max_tokens");
+}
+
 TEST_CASE("null means not given and unknown fields are ignored") {
   auto r = completion_ok(R"({"prompt":"x","max_tokens":null,"temperature":null,"stop":null,"stream_options":null,
     "logit_bias":null,"whatever":{"deep":[1,2,3]}})");
@@ -234,9 +253,12 @@ TEST_CASE("out-of-range values name the field and the value") {
       {R"({"prompt":"x","stop":[""]})", "stop", "stop strings must not be empty"},
       {R"({"prompt":"x","stop_token_ids":[-4]})", "stop_token_ids", "stop_token_ids must be token ids (>= 0), got -4"},
       {R"({"prompt":[-1]})", "prompt", "prompt token ids must be in [0, 2147483647], got -1"},
-      {R"({"prompt":"x","echo":true,"logprobs":1})", "echo",
-       "echo together with logprobs is not supported by this server (it needs prompt logprobs, which are not "
-       "supported yet)"},
+      {R"({"prompt":"x","echo":true,"logprobs":1,"stream":true})", "echo",
+       "echo with logprobs is not supported with stream: true (the prompt's logprobs come with the whole response)"},
+      {R"({"prompt":"x","prompt_logprobs":1,"stream":true})", "prompt_logprobs",
+       "prompt_logprobs is not supported with stream: true (they come with the whole response)"},
+      {R"({"prompt":"x","prompt_logprobs":21})", "prompt_logprobs", "prompt_logprobs must be in [0, 20], got 21"},
+      {R"({"prompt":"x","prompt_logprobs":-1})", "prompt_logprobs", "prompt_logprobs must be in [0, 20], got -1"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.body);

@@ -21,6 +21,12 @@ typename Inspector::result_type inspect(Inspector& f, sample_logprobs& x) {
   return f(caf::meta::type_name("sample_logprobs"), x.token, x.logprob, x.top);
 }
 
+/// CAF inspection of prompt_logprob.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prompt_logprob& x) {
+  return f(caf::meta::type_name("prompt_logprob"), x.token, x.logprob, x.rank, x.top);
+}
+
 /// CAF inspection of completion_output.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion_output& x) {
@@ -40,8 +46,8 @@ typename Inspector::result_type inspect(Inspector& f, usage_info& x) {
 /// CAF inspection of request_output.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_output& x) {
-  return f(caf::meta::type_name("request_output"), x.request_id, x.prompt, x.prompt_token_ids, x.outputs, x.finished,
-           x.usage);
+  return f(caf::meta::type_name("request_output"), x.request_id, x.prompt, x.prompt_token_ids, x.outputs,
+           x.prompt_logprobs, x.finished, x.usage);
 }
 
 /// CAF inspection of stream_delta.

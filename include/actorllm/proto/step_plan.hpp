@@ -58,7 +58,8 @@ struct sampler_spec {
   std::vector<int32_t> min_tokens_stop_ids;           ///< eos (unless ignore_eos) and stop_token_ids
   std::vector<std::pair<int32_t, float>> logit_bias;  ///< added to the logits
   std::string structured_pattern;                     ///< structured outputs: the output must match it (empty: free)
-  std::string tokenizer_dir;  ///< where the sampler finds the tokenizer the pattern's token masks need
+  std::string tokenizer_dir;     ///< where the sampler finds the tokenizer the pattern's token masks need
+  int32_t prompt_logprobs = -1;  ///< -1: none; k >= 0: score rows report the prompt token's and the top k
 
   friend bool operator==(const sampler_spec&, const sampler_spec&) = default;
 };
@@ -68,7 +69,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_spec& x) {
   return f(caf::meta::type_name("sampler_spec"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,
            x.presence_penalty, x.frequency_penalty, x.logprobs, x.seed, x.allowed_token_ids, x.bad_words, x.min_tokens,
-           x.min_tokens_stop_ids, x.logit_bias, x.structured_pattern, x.tokenizer_dir);
+           x.min_tokens_stop_ids, x.logit_bias, x.structured_pattern, x.tokenizer_dir, x.prompt_logprobs);
 }
 
 /// Sampler state to create for a request the first time one of its rows is sampled.
@@ -103,6 +104,12 @@ struct step_plan {
   std::vector<seq_ref> dropped_seqs;  ///< finished or preempted since the last plan: the shards forget their tables
   std::vector<int32_t> sample_rows;
   std::vector<seq_ref> sample_seqs;  ///< the sequence of each sample row
+  /// Prompt logprobs: rows whose logits score the next prompt token (score_tokens[i], at prompt position
+  /// score_positions[i] + 1, for score_seqs[i]); the last stage computes their logits after the sample rows'.
+  std::vector<int32_t> score_rows;
+  std::vector<seq_ref> score_seqs;
+  std::vector<int32_t> score_positions;
+  std::vector<int32_t> score_tokens;
   std::vector<sampler_setup> new_requests;
   std::vector<uint64_t> released_requests;  ///< requests that ended since the last plan
   /// Lockstep expert parallelism: a step with no tokens (every list above empty, no result expected), sent while
@@ -117,7 +124,8 @@ struct step_plan {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
   return f(caf::meta::type_name("step_plan"), x.step_id, x.tokens, x.positions, x.sequences, x.dropped_seqs,
-           x.sample_rows, x.sample_seqs, x.new_requests, x.released_requests, x.idle);
+           x.sample_rows, x.sample_seqs, x.score_rows, x.score_seqs, x.score_positions, x.score_tokens, x.new_requests,
+           x.released_requests, x.idle);
 }
 
 }  // namespace actorllm::proto

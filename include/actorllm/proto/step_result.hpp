@@ -3,6 +3,7 @@
 #pragma once
 
 #include "actorllm/proto/request_output.hpp"
+#include "engine/seq_id.hpp"
 
 #include <caf/meta/type_name.hpp>
 
@@ -27,11 +28,30 @@ typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
   return f(caf::meta::type_name("sampled_token"), x.token, x.logprob, x.top);
 }
 
+/// A score row's result: prompt token `token` at prompt position `position` + 1 of sequence `seq`.
+struct prompt_score {
+  seq_ref seq;
+  int32_t position = 0;
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int32_t rank = 0;
+  std::vector<token_logprob> top;
+
+  friend bool operator==(const prompt_score&, const prompt_score&) = default;
+};
+
+/// CAF inspection of prompt_score.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prompt_score& x) {
+  return f(caf::meta::type_name("prompt_score"), x.seq, x.position, x.token, x.logprob, x.rank, x.top);
+}
+
 /// The result of step `step_id`: tokens[i] for the plan's sample_rows[i]. A non-empty error means a shard failed
 /// the step (tokens is then empty) and the replica is unusable.
 struct step_result {
   uint64_t step_id = 0;
   std::vector<sampled_token> tokens;
+  std::vector<prompt_score> prompt_scores;  ///< one per score row of the plan, in its order
   std::string error;
   double forward_seconds = 0.0;  ///< the sampler shard's time in the forward pass (block copies included)
   double sample_seconds = 0.0;   ///< its time sampling the rows
@@ -45,8 +65,8 @@ struct step_result {
 /// CAF inspection of step_result.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.error, x.forward_seconds, x.sample_seconds,
-           x.expert_tokens);
+  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.prompt_scores, x.error, x.forward_seconds,
+           x.sample_seconds, x.expert_tokens);
 }
 
 }  // namespace actorllm::proto

@@ -37,11 +37,27 @@ typename Inspector::result_type inspect(Inspector& f, seq_update& x) {
            x.num_cached_tokens);
 }
 
+/// Prompt logprobs computed by one step: prompt token position + 1 of request_id.
+struct prompt_update {
+  uint64_t request_id = 0;
+  int32_t position = 0;
+  prompt_logprob entry;
+
+  friend bool operator==(const prompt_update&, const prompt_update&) = default;
+};
+
+/// CAF inspection of prompt_update.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prompt_update& x) {
+  return f(caf::meta::type_name("prompt_update"), x.request_id, x.position, x.entry);
+}
+
 /// The news of one step, in sample order. A non-empty failure means the replica failed: every live request is
 /// lost and the engine reports the failure to their submitters.
 struct step_update {
   uint64_t step_id = 0;
   std::vector<seq_update> seqs;
+  std::vector<prompt_update> prompts;  ///< prompt logprobs, folded in before seqs
   std::string failure;
 
   friend bool operator==(const step_update&, const step_update&) = default;
@@ -50,7 +66,7 @@ struct step_update {
 /// CAF inspection of step_update.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_update& x) {
-  return f(caf::meta::type_name("step_update"), x.step_id, x.seqs, x.failure);
+  return f(caf::meta::type_name("step_update"), x.step_id, x.seqs, x.prompts, x.failure);
 }
 
 }  // namespace actorllm::proto

@@ -37,6 +37,7 @@ CAF_ADD_TYPE_ID(actorllm, (actorllm::completion_output))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::stream_delta))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::token_logprob))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::sample_logprobs))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::prompt_logprob))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::usage_info))
 
 // Front end <-> engine.
@@ -48,6 +49,7 @@ CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::request_failure))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::request_spec))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::step_update))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::seq_update))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::prompt_update))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::finish_sequences))
 
 // Scheduler <-> shards.
@@ -60,6 +62,7 @@ CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::shared_plan))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::stage_handoff))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::step_result))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::sampled_token))
+CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::prompt_score))
 
 // Cache sizing.
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::shard_profile))
