@@ -146,3 +146,30 @@ TEST_CASE("prompt logprobs: k = 0 gives the prompt tokens alone, n > 1 scores th
   sampling_params bad = scored(-1);
   CHECK_THROWS_AS(llm.generate(prompt{ids}, bad), actorllm::error);
 }
+
+TEST_CASE("prompt logprobs survive preemptions: a small cache with 8 scored requests, each prompt scored once") {
+  engine_config cfg = stories(1, 1, 32);
+  cfg.kv_cache_memory = 20 * (2 * 5 * 16 * 4 * 8 * sizeof(float));  // 20 blocks of 16
+  cfg.max_model_len = 128;
+  cfg.max_num_seqs = 8;
+  LLM llm{cfg};
+  REQUIRE(llm.info().n_blocks == 20);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<generation_stream> streams;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> ids = prompt_ids(30 + i);
+    ids[1] = 3 + i;  // each prompt its own
+    sampling_params p = scored(2);
+    p.max_tokens = 40;
+    p.ignore_eos = true;
+    streams.push_back(llm.stream(prompt{ids}, p));
+    prompts.push_back(std::move(ids));
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    while (streams[i].wait_next()) {
+    }
+    CAPTURE(i);
+    check_against_reference(streams[i].output().prompt_logprobs, prompts[i], reference_logprobs(prompts[i]), 2);
+  }
+  CHECK(llm.stats().n_preemptions > 0);  // the case is about them
+}

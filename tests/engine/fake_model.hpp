@@ -184,6 +184,8 @@ struct driver {
   std::deque<plan_in_flight> in_flight;
   std::vector<step_plan> history;  ///< every plan handed out (when keep_history)
   bool keep_history = false;
+  /// Prompt scoring: every (position, token) planned per sequence, in plan order.
+  std::map<seq_id, std::vector<std::pair<int32_t, int32_t>>> scores;
 
   driver(scheduler_core& s, int32_t vocab, bool salted = true) : sched(s), model(s.config(), vocab, salted) {}
 
@@ -210,6 +212,16 @@ struct driver {
     for (const auto& other : in_flight)
       for (seq_id id : live)
         CHECK_MESSAGE(!other.live.contains(id), to_string(id), " is in two plans in flight");
+    // A score row is a row of its sequence at its position, scoring the token the plan names.
+    REQUIRE(plan.score_seqs.size() == plan.score_rows.size());
+    REQUIRE(plan.score_positions.size() == plan.score_rows.size());
+    REQUIRE(plan.score_tokens.size() == plan.score_rows.size());
+    for (size_t i = 0; i < plan.score_rows.size(); ++i) {
+      const auto row = static_cast<size_t>(plan.score_rows[i]);
+      REQUIRE(row < plan.batch.positions.size());
+      CHECK(plan.batch.positions[row] == plan.score_positions[i]);
+      scores[plan.score_seqs[i]].emplace_back(plan.score_positions[i], plan.score_tokens[i]);
+    }
     if (keep_history)
       history.push_back(plan);
     in_flight.push_back({std::move(plan), std::move(live)});

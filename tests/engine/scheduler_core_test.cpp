@@ -225,6 +225,45 @@ TEST_CASE("scheduler completes every sequence with its solo output when the cach
   }
 }
 
+TEST_CASE("scheduler plans each prompt position of a scored request once, through chunks and preemptions") {
+  for (int32_t pp : {1, 2}) {
+    CAPTURE(pp);
+    scheduler_config cfg{.max_num_seqs = 8,
+                         .max_num_batched_tokens = 24,
+                         .block_size = 4,
+                         .n_blocks = 14,
+                         .max_model_len = 64,
+                         .pp_size = pp,
+                         .enable_prefix_caching = true};
+    auto s = make_scheduler(cfg);
+    std::vector<request> reqs;
+    for (uint64_t id = 1; id <= 8; ++id) {
+      reqs.push_back(make_request(id, 5 + static_cast<int32_t>(id * 3 % 11), 24, id == 3 ? 2 : 1));
+      reqs.back().eos_token_ids = {100};
+      reqs.back().score_prompt = id % 2 == 1;  // half of them
+      add(s, reqs.back());
+    }
+    driver d(s, vocab);
+    d.run_to_completion();
+    CHECK(s.n_preemptions() > 0);
+    check_outputs_match_alone(d, reqs, cfg.max_model_len);  // scoring changes no output
+    for (const request& r : reqs) {
+      CAPTURE(r.id);
+      const auto it = d.scores.find(seq_id{r.id, 0});
+      if (!r.score_prompt) {
+        CHECK(it == d.scores.end());
+        continue;
+      }
+      REQUIRE(it != d.scores.end());
+      std::vector<std::pair<int32_t, int32_t>> want;
+      for (size_t p = 0; p + 1 < r.prompt.size(); ++p)
+        want.emplace_back(static_cast<int32_t>(p), r.prompt[p + 1]);
+      CHECK(it->second == want);                        // each position once, in order, its next token
+      CHECK_FALSE(d.scores.contains(seq_id{r.id, 1}));  // a fork shares the prompt: scored by sequence 0 only
+    }
+  }
+}
+
 TEST_CASE("scheduler abort frees blocks at once, also while the sequence is in a plan in flight") {
   scheduler_config cfg{.max_num_seqs = 8,
                        .max_num_batched_tokens = 64,
