@@ -105,6 +105,7 @@ struct metrics_registry::family {
     std::unique_ptr<histogram> h;
   };
   std::vector<series> members;
+  std::vector<std::pair<std::string, std::string>> aliases;  // (name, help)
 
   series* find(const metric_labels& labels) {
     for (auto& s : members)
@@ -163,33 +164,75 @@ histogram& metrics_registry::get_histogram(std::string_view name, std::string_vi
   return *f.members.back().h;
 }
 
+void metrics_registry::alias(std::string_view name, std::string_view alias, std::string_view help) {
+  std::lock_guard lock{mutex_};
+  if (!valid_name(alias))
+    throw std::invalid_argument("invalid metric name '" + std::string{alias} + "'");
+  family* target = nullptr;
+  for (auto& f : families_) {
+    if (f->name == alias || std::any_of(f->aliases.begin(), f->aliases.end(),
+                                        [&](const auto& a) { return a.first == alias; }))
+      throw std::invalid_argument("metric name '" + std::string{alias} + "' is taken");
+    if (f->name == name)
+      target = f.get();
+  }
+  if (target == nullptr)
+    throw std::invalid_argument("no metric '" + std::string{name} + "' to alias as '" + std::string{alias} + "'");
+  target->aliases.emplace_back(std::string{alias}, help.empty() ? target->help : std::string{help});
+}
+
 std::string metrics_registry::render() const {
   std::lock_guard lock{mutex_};
   std::string out;
-  for (const auto& f : families_) {
-    out += "# HELP " + f->name + " ";
-    append_escaped(out, f->help, false);
-    out += "\n# TYPE " + f->name + " ";
-    out += f->type == counter_type ? "counter" : f->type == gauge_type ? "gauge" : "histogram";
+  auto write = [&out](const family& f, const std::string& name, const std::string& help) {
+    out += "# HELP " + name + " ";
+    append_escaped(out, help, false);
+    out += "\n# TYPE " + name + " ";
+    out += f.type == counter_type ? "counter" : f.type == gauge_type ? "gauge" : "histogram";
     out += '\n';
-    for (const auto& s : f->members) {
-      if (f->type == histogram_type) {
+    for (const auto& s : f.members) {
+      if (f.type == histogram_type) {
         auto snap = s.h->snap();
         uint64_t cumulative = 0;
         for (std::size_t i = 0; i <= snap.bounds.size(); ++i) {
           cumulative += snap.counts[i];
           std::string le = i < snap.bounds.size() ? format_value(snap.bounds[i]) : "+Inf";
-          out += f->name + "_bucket" + label_block(s.labels, "le", le) + " " + std::to_string(cumulative) + "\n";
+          out += name + "_bucket" + label_block(s.labels, "le", le) + " " + std::to_string(cumulative) + "\n";
         }
-        out += f->name + "_sum" + label_block(s.labels) + " " + format_value(snap.sum) + "\n";
-        out += f->name + "_count" + label_block(s.labels) + " " + std::to_string(snap.count) + "\n";
+        out += name + "_sum" + label_block(s.labels) + " " + format_value(snap.sum) + "\n";
+        out += name + "_count" + label_block(s.labels) + " " + std::to_string(snap.count) + "\n";
       } else {
-        double v = f->type == counter_type ? s.c->value() : s.g->value();
-        out += f->name + label_block(s.labels) + " " + format_value(v) + "\n";
+        double v = f.type == counter_type ? s.c->value() : s.g->value();
+        out += name + label_block(s.labels) + " " + format_value(v) + "\n";
       }
     }
-  }
+  };
+  for (const auto& f : families_)
+    write(*f, f->name, f->help);
+  for (const auto& f : families_)
+    for (const auto& [name, help] : f->aliases)
+      write(*f, name, help);
   return out;
+}
+
+const std::vector<std::pair<std::string, std::string>>& vllm_metric_aliases() {
+  static const std::vector<std::pair<std::string, std::string>> table = {
+      {"actorllm:num_requests_running", "vllm:num_requests_running"},
+      {"actorllm:num_requests_waiting", "vllm:num_requests_waiting"},
+      {"actorllm:kv_cache_usage_perc", "vllm:kv_cache_usage_perc"},
+      {"actorllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+      {"actorllm:num_preemptions_total", "vllm:num_preemptions_total"},
+      {"actorllm:prompt_tokens_total", "vllm:prompt_tokens_total"},
+      {"actorllm:generation_tokens_total", "vllm:generation_tokens_total"},
+      {"actorllm:prefix_cache_queries_total", "vllm:prefix_cache_queries_total"},
+      {"actorllm:prefix_cache_hits_total", "vllm:prefix_cache_hits_total"},
+      {"actorllm:time_to_first_token_seconds", "vllm:time_to_first_token_seconds"},
+      {"actorllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds"},
+      {"actorllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"},
+      {"actorllm:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds"},
+      {"actorllm:request_success_total", "vllm:request_success_total"},
+  };
+  return table;
 }
 
 std::vector<double> ttft_buckets() {
@@ -236,6 +279,8 @@ engine_metrics::engine_metrics(std::string model_name) : labels_{{"model_name", 
     success_[static_cast<int>(reason)] =
         &r.get_counter("actorllm:request_success_total", "Count of successfully processed requests.", l);
   }
+  for (const auto& [ours, vllm] : vllm_metric_aliases())
+    r.alias(ours, vllm);
 }
 
 void engine_metrics::update(const engine_stats& stats) {

@@ -80,7 +80,13 @@ class metrics_registry {
   histogram& get_histogram(std::string_view name, std::string_view help, const std::vector<double>& bounds,
                            const metric_labels& labels = {});
 
-  /// The text exposition format: per family `# HELP`, `# TYPE`, then its series in registration order.
+  /// Family `name` (registered before) is also exposed as `alias`, with the same series and values: vLLM's names
+  /// beside ours, so dashboards written for vLLM read them unchanged. Throws std::invalid_argument when `name` is
+  /// not registered or `alias` is not a valid metric name or is taken.
+  void alias(std::string_view name, std::string_view alias, std::string_view help = {});
+
+  /// The text exposition format: per family `# HELP`, `# TYPE`, then its series in registration order; then the
+  /// same for each of its aliases.
   std::string render() const;
 
  private:
@@ -90,12 +96,17 @@ class metrics_registry {
   std::vector<std::unique_ptr<family>> families_;
 };
 
+/// (our family, vLLM's name) for every metric vLLM exposes that we have: vllm:gpu_cache_usage_perc (its older name)
+/// beside vllm:kv_cache_usage_perc, vllm:time_per_output_token_seconds beside vllm:inter_token_latency_seconds.
+const std::vector<std::pair<std::string, std::string>>& vllm_metric_aliases();
+
 /// vLLM's histogram buckets (v1 metrics).
 std::vector<double> ttft_buckets();
 std::vector<double> inter_token_latency_buckets();
 std::vector<double> e2e_latency_buckets();
 
-/// The engine's metrics with vLLM's names (`actorllm:` instead of `vllm:`), each labelled model_name.
+/// The engine's metrics with vLLM's names (`actorllm:` instead of `vllm:`), each labelled model_name; those vLLM
+/// has are exposed under its `vllm:` names too (vllm_metric_aliases).
 class engine_metrics {
  public:
   explicit engine_metrics(std::string model_name);

@@ -45,6 +45,19 @@ TEST_CASE("registry renders counters and gauges and histograms in the text expos
         "app:latency_seconds_count{path=\"/v1/\\\"x\\\"\"} 4\n");
 }
 
+TEST_CASE("registry aliases: a family under a second name with the same series, refused when unknown or taken") {
+  metrics_registry r;
+  r.get_counter("a:x_total", "x", {{"k", "v"}}).inc(3);
+  r.alias("a:x_total", "b:x_total");
+  const std::string text = r.render();
+  CHECK(text.find("a:x_total{k=\"v\"} 3\n") != std::string::npos);
+  CHECK(text.find("# TYPE b:x_total counter\nb:x_total{k=\"v\"} 3\n") != std::string::npos);
+  CHECK_THROWS_AS(r.alias("a:nothing", "b:y"), std::invalid_argument);
+  CHECK_THROWS_AS(r.alias("a:x_total", "b:x_total"), std::invalid_argument);
+  CHECK_THROWS_AS(r.alias("a:x_total", "a:x_total"), std::invalid_argument);
+  CHECK_THROWS_AS(r.alias("a:x_total", "bad name"), std::invalid_argument);
+}
+
 TEST_CASE("registry refuses a name reused with another type and invalid names and unsorted buckets") {
   metrics_registry r;
   r.get_counter("x_total", "x");
@@ -109,7 +122,17 @@ TEST_CASE("engine metrics carry vLLM's names under actorllm: and vLLM's buckets"
   for (const std::string& line : expected_lines) {
     CAPTURE(line);
     CHECK(text.find(line) != std::string::npos);
+    // The same series under vLLM's name (its dashboards read vllm:...).
+    std::string vllm = line;
+    for (std::size_t at; (at = vllm.find("actorllm:")) != std::string::npos;)
+      vllm.replace(at, 9, "vllm:");
+    CAPTURE(vllm);
+    CHECK(text.find(vllm) != std::string::npos);
   }
+  // vLLM's older names for two of them.
+  CHECK(text.find("vllm:gpu_cache_usage_perc" + l + " 0.25\n") != std::string::npos);
+  CHECK(text.find("vllm:time_per_output_token_seconds_count" + l + " 2\n") != std::string::npos);
+  CHECK(text.find("vllm:request_failovers_total") == std::string::npos);  // ours alone: no vLLM name claimed
   CHECK(ttft_buckets().size() == 22);
   CHECK(inter_token_latency_buckets().size() == 19);
   CHECK(e2e_latency_buckets().size() == 21);
@@ -124,13 +147,13 @@ TEST_CASE("engine metrics carry vLLM's names under actorllm: and vLLM's buckets"
       ++type_lines;
     else if (line.rfind("# HELP ", 0) != 0) {
       CAPTURE(line);
-      CHECK(line.rfind("actorllm:", 0) == 0);
+      CHECK((line.rfind("actorllm:", 0) == 0 || line.rfind("vllm:", 0) == 0));
       CHECK(line.find(' ') != std::string::npos);
       CHECK(line.find(' ') == line.rfind(' '));
     }
     pos = end + 1;
   }
-  CHECK(type_lines == 13);
+  CHECK(type_lines == 13 + static_cast<int>(vllm_metric_aliases().size()));
 }
 
 TEST_CASE("metrics updates from many threads are all counted [asan]") {
