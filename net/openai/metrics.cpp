@@ -170,8 +170,8 @@ void metrics_registry::alias(std::string_view name, std::string_view alias, std:
     throw std::invalid_argument("invalid metric name '" + std::string{alias} + "'");
   family* target = nullptr;
   for (auto& f : families_) {
-    if (f->name == alias || std::any_of(f->aliases.begin(), f->aliases.end(),
-                                        [&](const auto& a) { return a.first == alias; }))
+    if (f->name == alias ||
+        std::any_of(f->aliases.begin(), f->aliases.end(), [&](const auto& a) { return a.first == alias; }))
       throw std::invalid_argument("metric name '" + std::string{alias} + "' is taken");
     if (f->name == name)
       target = f.get();
