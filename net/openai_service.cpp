@@ -390,6 +390,11 @@ std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64
       return openai::api_error::bad_request(
           fmt::format("allowed_token_ids: token id {} is outside the vocabulary (size {})", id, n_vocab),
           "allowed_token_ids");
+  for (int32_t id : p.stop_token_ids)
+    if (id >= n_vocab)
+      return openai::api_error::bad_request(
+          fmt::format("stop_token_ids: token id {} is outside the vocabulary (size {})", id, n_vocab),
+          "stop_token_ids");
   return std::nullopt;
 }
 

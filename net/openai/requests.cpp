@@ -568,6 +568,8 @@ void finish_common(common_request& r, const common_state& st, std::string_view m
                    std::string_view logprobs_param) {
   if (st.has_stream_options && !r.stream)
     fail("stream_options", "Stream options can only be defined when `stream=True`.");
+  // vLLM: usage on every chunk only when the stream reports usage at all.
+  r.continuous_usage_stats = r.continuous_usage_stats && r.include_usage;
   if (r.stream && r.params.prompt_logprobs)
     fail("prompt_logprobs",
          "prompt_logprobs is not supported with stream: true (they come with the whole "
@@ -824,7 +826,10 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
       } else if (key == "logprobs") {
         r.logprobs = read_bool(v, param);
       } else if (key == "top_logprobs") {
-        top_logprobs = static_cast<int32_t>(read_integer(v, param, 0, limits.max_logprobs));
+        // -1: as many as the server gives (--max-logprobs), as vLLM reads it.
+        top_logprobs = static_cast<int32_t>(read_integer(v, param, -1, limits.max_logprobs));
+        if (*top_logprobs == -1)
+          top_logprobs = limits.max_logprobs;
       } else if (key == "max_completion_tokens") {
         max_completion_tokens = read_int32(v, param);
       } else if (key == "add_generation_prompt") {
@@ -932,8 +937,10 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
       r.add_generation_prompt = false;
     }
     // tool_choice "required" or a named function: the output is constrained to the calls' JSON, so it always parses.
-    if ((r.tool_choice == "required" || r.tool_choice == "function") && r.tools.empty())
-      fail("tool_choice", "tool_choice \"" + r.tool_choice + "\" needs tools");
+    // vLLM: a tool_choice other than "none" needs tools.
+    if (!r.tool_choice.empty() && r.tool_choice != "none" && r.tools.empty())
+      fail("tool_choice", "When using `tool_choice`, `tools` must be set (tool_choice \"" + r.tool_choice +
+                              "\" was given without tools).");
     auto constrain_to = [&](const std::string& schema, const std::string& param) {
       try {
         set_constraint(r, "tool_choice", text::structured::json_schema_pattern(schema, limits.structured));

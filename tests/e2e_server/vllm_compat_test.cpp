@@ -181,6 +181,10 @@ TEST_CASE("logit_bias, allowed_token_ids, bad_words and min_tokens act on what i
                    R"({"messages":[{"role":"user","content":"x"}],"allowed_token_ids":[9999]})");
   check_openai_error(oov2, 400);
   CHECK(error_param(oov2) == "allowed_token_ids");
+  auto oov3 = http(s.port(), "POST", "/v1/completions", R"({"prompt":"x","stop_token_ids":[7,99999]})");
+  check_openai_error(oov3, 400);
+  CHECK(error_param(oov3) == "stop_token_ids");
+  CHECK(oov3.body.find("token id 99999 is outside the vocabulary (size 512)") != std::string::npos);
 }
 
 TEST_CASE("return_token_ids, chat echo, continuous usage stats and the keys vLLM clients read as null") {

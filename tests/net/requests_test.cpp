@@ -114,6 +114,19 @@ TEST_CASE("completions: prompt_logprobs, echo with logprobs scores the prompt, e
   CHECK(completion_error(R"({"prompt":"x","echo":true,"max_tokens":0,"stream":true})").param == "max_tokens");
 }
 
+TEST_CASE("top_logprobs -1 is --max-logprobs, tool_choice none needs no tools, continuous usage needs include_usage") {
+  auto all = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":-1})");
+  CHECK(all.top_logprobs == 20);
+  CHECK(all.params.logprobs == 20);
+  auto none = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none"})");
+  CHECK(none.tool_choice == "none");
+  auto bare = completion_ok(R"({"prompt":"x","stream":true,"stream_options":{"continuous_usage_stats":true}})");
+  CHECK_FALSE(bare.continuous_usage_stats);  // vLLM: no usage anywhere without include_usage
+  auto both = completion_ok(
+      R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}})");
+  CHECK(both.continuous_usage_stats);
+}
+
 TEST_CASE("null means not given and unknown fields are ignored") {
   auto r = completion_ok(R"({"prompt":"x","max_tokens":null,"temperature":null,"stop":null,"stream_options":null,
     "logit_bias":null,"whatever":{"deep":[1,2,3]}})");
@@ -339,7 +352,14 @@ TEST_CASE("chat: bad messages name the message and the field") {
       {R"({"messages":[{"role":"user","content":"hi"}],"top_logprobs":2})", "top_logprobs",
        "when using `top_logprobs`, `logprobs` must be set to true."},
       {R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":21})", "top_logprobs",
-       "top_logprobs must be in [0, 20], got 21"},
+       "top_logprobs must be in [-1, 20], got 21"},
+      {R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":-2})", "top_logprobs",
+       "top_logprobs must be in [-1, 20], got -2"},
+      {R"({"messages":[{"role":"user","content":"hi"}],"tool_choice":"auto"})", "tool_choice",
+       "When using `tool_choice`, `tools` must be set (tool_choice \"auto\" was given without tools)."},
+      {R"({"messages":[{"role":"user","content":"hi"}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
+       "tool_choice",
+       "When using `tool_choice`, `tools` must be set (tool_choice \"function\" was given without tools)."},
       {R"({"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":0})", "max_completion_tokens",
        "max_tokens must be at least 1, got 0"},
       {R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":-5})", "max_tokens",
