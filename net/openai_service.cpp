@@ -504,6 +504,32 @@ void openai_service::install(router& r) {
   r.add("GET", "/metrics", [this](const http_request&) { return metrics(); });
   r.add("POST", "/reset_prefix_cache", [this](const http_request&) { return reset_prefix_cache(); });
   r.add("GET", "/version", [](const http_request&) { return reply(json_response(200, openai::version_json())); });
+  // SageMaker's entry point (vLLM's too): a chat completions body or a completions body, told apart by its fields.
+  r.add("POST", "/invocations", off([this](const http_request& q) { return invocations(q); }));
+  // vLLM's load probe: sequences admitted and not finished.
+  r.add("GET", "/load", [this](const http_request&) {
+    json_writer w;
+    w.begin_object().key("server_load").value(admission_.active()).end_object();
+    return reply(json_response(200, w.take()));
+  });
+}
+
+std::shared_ptr<response_channel> openai_service::invocations(const http_request& req) {
+  if (auto bad = check_json_content_type(req))
+    return fail(*bad);
+  simdjson::dom::parser parser;
+  simdjson::dom::object body;
+  if (parser.parse(req.body).get(body) != simdjson::SUCCESS)
+    return fail(openai::api_error::bad_request("/invocations takes a JSON object", ""));
+  simdjson::dom::element unused;
+  if (body["messages"].get(unused) == simdjson::SUCCESS)
+    return chat_completions(req);
+  if (body["prompt"].get(unused) == simdjson::SUCCESS)
+    return completions(req);
+  return fail(openai::api_error::bad_request(
+      "/invocations takes a chat completions body (with messages) or a completions body (with prompt); this one has "
+      "neither",
+      ""));
 }
 
 std::shared_ptr<response_channel> openai_service::completions(const http_request& req) {

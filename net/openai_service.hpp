@@ -111,6 +111,8 @@ class openai_service {
   // GET /v1/models/{model}: `id` is the percent-decoded path segment (served names may hold '/').
   std::shared_ptr<response_channel> model(const std::string& id) const;
   std::shared_ptr<response_channel> health() const;
+  // POST /invocations: chat_completions or completions, by the body's fields.
+  std::shared_ptr<response_channel> invocations(const http_request& req);
   std::shared_ptr<response_channel> metrics();
   std::shared_ptr<response_channel> reset_prefix_cache();
 

@@ -80,8 +80,10 @@ std::shared_ptr<response_channel> router::dispatch(const http_request& request) 
         0};
     return reply(error_response(e));
   }
-  // The /v1 API, and /reset_prefix_cache, which changes the server's state for every client.
-  if (!api_key_.empty() && (request.target.starts_with("/v1/") || request.target.starts_with("/reset_prefix_cache"))) {
+  // The /v1 API, /invocations (the same generation under SageMaker's path), and /reset_prefix_cache, which changes
+  // the server's state for every client.
+  if (!api_key_.empty() && (request.target.starts_with("/v1/") || request.target.starts_with("/invocations") ||
+                            request.target.starts_with("/reset_prefix_cache"))) {
     auto auth = request.header("authorization");
     if (!auth || *auth != "Bearer " + api_key_)
       return reply(error_response(openai::api_error::unauthorized()));

@@ -56,6 +56,7 @@ TEST_CASE("serve starts with a launch line of vLLM flags, and VLLM_API_KEY guard
   const std::string auth = "Authorization: Bearer vk";
   const std::string req = R"({"prompt":"Once upon a time","max_tokens":2,"logprobs":1})";
   check_openai_error(http(s.port(), "POST", "/v1/completions", req), 401);
+  check_openai_error(http(s.port(), "POST", "/invocations", req), 401);  // generation: guarded like /v1
   auto ok = http(s.port(), "POST", "/v1/completions", req, {auth});
   CHECK_MESSAGE(ok.status == 200, ok.body);
   CHECK(ok.body.find("token_id:") != std::string::npos);  // --return-tokens-as-token-ids
@@ -185,6 +186,23 @@ TEST_CASE("logit_bias, allowed_token_ids, bad_words and min_tokens act on what i
   check_openai_error(oov3, 400);
   CHECK(error_param(oov3) == "stop_token_ids");
   CHECK(oov3.body.find("token id 99999 is outside the vocabulary (size 512)") != std::string::npos);
+}
+
+TEST_CASE("/invocations takes a completions or a chat body, /load reports the server's load") {
+  server s;
+  simdjson::dom::parser parser;
+  auto cmpl = http(s.port(), "POST", "/invocations", R"({"prompt":"Once upon a time","max_tokens":2})");
+  REQUIRE_MESSAGE(cmpl.status == 200, cmpl.body);
+  CHECK(std::string_view(parser.parse(cmpl.body)["object"]) == "text_completion");
+  auto chat = http(s.port(), "POST", "/invocations", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})");
+  REQUIRE_MESSAGE(chat.status == 200, chat.body);
+  CHECK(std::string_view(parser.parse(chat.body)["object"]) == "chat.completion");
+  auto neither = http(s.port(), "POST", "/invocations", R"({"input":"hi"})");
+  check_openai_error(neither, 400);
+  CHECK(neither.body.find("neither") != std::string::npos);
+  auto load = http(s.port(), "GET", "/load", "");
+  REQUIRE(load.status == 200);
+  CHECK(int64_t(parser.parse(load.body)["server_load"]) == 0);  // nothing in flight
 }
 
 TEST_CASE("return_token_ids, chat echo, continuous usage stats and the keys vLLM clients read as null") {
