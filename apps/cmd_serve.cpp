@@ -12,6 +12,7 @@
 #include "actorllm/llm.hpp"
 #include "kernels/device.hpp"
 #include "net/http_server.hpp"
+#include "net/openai/reasoning_parser.hpp"
 #include "net/openai/tool_calls.hpp"
 #include "net/openai_service.hpp"
 #include "net/routes.hpp"
@@ -134,6 +135,9 @@ void validate(const serve_options& o) {
   if (!o.tool_call_parser.empty() && !net::openai::parse_tool_parser_name(o.tool_call_parser))
     throw std::invalid_argument(fmt::format(
         "--tool-call-parser: '{}' is not one of hermes (also Qwen), llama3_json, mistral", o.tool_call_parser));
+  if (!o.reasoning_parser.empty() && !net::openai::parse_reasoning_format(o.reasoning_parser))
+    throw std::invalid_argument(
+        fmt::format("--reasoning-parser: '{}' is not one of deepseek_r1, qwen3", o.reasoning_parser));
   if (o.enable_auto_tool_choice && o.tool_call_parser.empty())
     throw std::invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (hermes, llama3_json, mistral)");
   validate_data_parallel(o.data_parallel_size, o.data_parallel_size_local, o.data_parallel_rank);
@@ -248,6 +252,7 @@ int run_serve(serve_options o) {
        .return_tokens_as_token_ids = o.return_tokens_as_token_ids,
        .enable_auto_tool_choice = o.enable_auto_tool_choice,
        .tool_call_parser = o.tool_call_parser,
+       .reasoning_parser = o.reasoning_parser,
        .structured_limits = {.max_bytes = o.max_structured_output_bytes,
                              .max_depth = o.max_structured_output_depth,
                              .max_states = o.max_structured_output_states,
@@ -470,6 +475,9 @@ command_registration serve_command{
                    "tool_choice \"auto\": parse the model's tool calls in --tool-call-parser's format");
       sub.add_option("--tool-call-parser", o->tool_call_parser,
                      "The format models write tool calls in: hermes (also Qwen), llama3_json, mistral");
+      sub.add_option("--reasoning-parser", o->reasoning_parser,
+                     "Thinking models: chat replies' reasoning (<think>...</think>) returned as reasoning_content, "
+                     "apart from the content: deepseek_r1, qwen3");
       auto vllm = add_vllm_flags(sub);
       return [o, config, gpu_memory, vllm, &sub]() {
         if (!config->empty()) {

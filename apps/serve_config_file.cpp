@@ -294,6 +294,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"return_tokens_as_token_ids", bool_value(o.return_tokens_as_token_ids)},
            {"enable_auto_tool_choice", bool_value(o.enable_auto_tool_choice)},
            {"tool_call_parser", choice_value(o.tool_call_parser, {"hermes", "llama3_json", "mistral"})},
+           {"reasoning_parser", choice_value(o.reasoning_parser, {"deepseek_r1", "qwen3"})},
        }},
       {"cluster",
        {

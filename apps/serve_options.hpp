@@ -85,6 +85,7 @@ struct serve_options {
   std::string scheduling_policy = "fcfs";             ///< fcfs or priority
   bool enable_auto_tool_choice = false;               ///< tool_choice "auto" parses calls (needs tool_call_parser)
   std::string tool_call_parser;                       ///< hermes, llama3_json or mistral
+  std::string reasoning_parser;                       ///< deepseek_r1 or qwen3: chat replies' <think> part apart
 
   // [cluster]: where the cluster executor finds the head (--cluster-address / --cluster-token).
   std::string cluster_head_address;  ///< host:port of the head node

@@ -62,6 +62,8 @@ struct service_config {
   /// functions work either way (the output is constrained to the calls' JSON).
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
+  /// --reasoning-parser (deepseek_r1, qwen3): chat replies split into reasoning_content and content; empty: none.
+  std::string reasoning_parser;
   /// --max-structured-output-bytes / -depth / -states and --structured-output-compile-budget: what a
   /// structured-output constraint may cost to parse and compile (more: a 400 naming the limit).
   text::structured::structured_limits structured_limits{};

@@ -82,7 +82,7 @@ constexpr std::array rules{
     field_rule{"use_beam_search", both, restricted, "only false: beam search is not supported", true},
     field_rule{"length_penalty", both, restricted, "only 1.0 (it applies to beam search, which is not supported)", true},
     field_rule{"spaces_between_special_tokens", both, restricted, "only true", true},
-    field_rule{"include_reasoning", chat, informational, "no reasoning parser runs, so there is no reasoning to include", true},
+    field_rule{"include_reasoning", chat, implemented, "with --reasoning-parser: false leaves the reasoning out", true},
     field_rule{"echo", chat, implemented, "the reply starts with the last message's content", true},
     field_rule{"allowed_token_ids", both, implemented, "only these tokens can be sampled", true},
     field_rule{"bad_words", both, implemented, "words never generated", true},

@@ -923,7 +923,7 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
       } else if (key == "parallel_tool_calls") {
         r.parallel_tool_calls = read_bool(v, param);
       } else if (key == "include_reasoning") {
-        read_bool(v, param);
+        r.include_reasoning = read_bool(v, param);
       } else {
         return read_common_field(key, v, r, st, endpoint::chat);
       }

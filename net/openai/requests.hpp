@@ -129,6 +129,7 @@ struct chat_request : common_request {
   std::string tool_choice;
   std::string tool_choice_name;
   bool parallel_tool_calls = true;  ///< false: at most one call
+  bool include_reasoning = true;    ///< with --reasoning-parser: false leaves the reasoning out of the reply
 
   friend bool operator==(const chat_request&, const chat_request&) = default;
 };

@@ -338,9 +338,27 @@ std::string chat_response_json(const request_output& output, const response_cont
     w.key("index").value(static_cast<int64_t>(out.index));
     w.key("message").begin_object();
     w.key("role").value("assistant");
-    const parsed_tool_output parsed = tool_output(ctx, out.text);
+    std::optional<reasoning_split> split;
+    if (ctx.reasoning)
+      split = split_reasoning(*ctx.reasoning, out.text);
+    const parsed_tool_output parsed = tool_output(ctx, split ? split->content : out.text);
+    if (split) {
+      const bool shown = split->reasoning && ctx.include_reasoning;
+      w.key("reasoning_content");
+      if (shown)
+        w.value(*split->reasoning);
+      else
+        w.null();
+      w.key("reasoning");
+      if (shown)
+        w.value(*split->reasoning);
+      else
+        w.null();
+    }
     w.key("content");
-    if (parsed.calls.empty() || !parsed.content.empty())
+    // With a reasoning parser, a reply that is all reasoning has null content (vLLM).
+    const bool no_content = split && parsed.content.empty() && ctx.echo_text.empty();
+    if ((parsed.calls.empty() && !no_content) || !parsed.content.empty())
       w.value(ctx.echo_text + parsed.content);
     else
       w.null();
@@ -538,6 +556,48 @@ std::string chat_stream::named_call_delta(const stream_delta& delta) {
 }
 
 std::string chat_stream::on_delta(const stream_delta& delta) {
+  if (!ctx_.reasoning)
+    return content_delta(delta);
+  // The reasoning part goes out as reasoning deltas; the content part as the content deltas it would be alone.
+  while (reasoning_.size() <= delta.index)
+    reasoning_.emplace_back(*ctx_.reasoning);
+  reasoning_stream::delta split = reasoning_[delta.index].push(delta.text);
+  if (delta.finish_reason) {
+    reasoning_stream::delta rest = reasoning_[delta.index].finish();
+    split.reasoning += rest.reasoning;
+    split.content += rest.content;
+  }
+  std::string out;
+  stream_delta content = delta;
+  content.text = std::move(split.content);
+  // A delta that is all reasoning: its tokens are counted here (content_delta sends nothing for it).
+  if (content.text.empty() && !content.finish_reason && content.logprobs.empty())
+    completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+  if (!split.reasoning.empty() && ctx_.include_reasoning) {
+    json_writer w;
+    w.begin_object();
+    write_header(w, ctx_, "chat.completion.chunk");
+    w.key("choices").begin_array().begin_object();
+    w.key("index").value(static_cast<int64_t>(delta.index));
+    w.key("delta").begin_object();
+    w.key("reasoning_content").value(split.reasoning);
+    w.key("reasoning").value(split.reasoning);
+    w.end_object();
+    w.key("logprobs").null();
+    w.key("finish_reason").null();
+    w.end_object().end_array();
+    if (ctx_.continuous_usage)
+      write_running_usage(w, ctx_, completion_tokens_);
+    else if (ctx_.include_usage)
+      w.key("usage").null();
+    w.end_object();
+    out += sse_event(w.str());
+  }
+  out += content_delta(content);
+  return out;
+}
+
+std::string chat_stream::content_delta(const stream_delta& delta) {
   if (delta.text.empty() && !delta.finish_reason && delta.logprobs.empty())
     return {};
   if (ctx_.tools == response_context::tool_mode::named)

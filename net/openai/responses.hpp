@@ -5,6 +5,7 @@
 #include <actorllm/engine_stats.hpp>
 #include <actorllm/request_output.hpp>
 
+#include "net/openai/reasoning_parser.hpp"
 #include "net/openai/tool_calls.hpp"
 
 #include <cstdint>
@@ -52,6 +53,10 @@ struct response_context {
   enum class tool_mode { none, parse, required, named } tools = tool_mode::none;
   tool_parser parser = tool_parser::hermes;  ///< tool_mode::parse: the output's format
   std::string named_tool;                    ///< tool_mode::named: the function's name
+  /// --reasoning-parser: chat replies split into reasoning (message.reasoning_content and .reasoning, streamed as
+  /// such) and content; tool calls are parsed from the content. Nothing: no split.
+  std::optional<reasoning_format> reasoning;
+  bool include_reasoning = true;  ///< the request's include_reasoning: false leaves the reasoning out
 };
 
 /// A fresh id: `prefix` followed by 32 random hex digits ("cmpl-", "chatcmpl-").
@@ -107,12 +112,14 @@ class chat_stream {
 
  private:
   std::string named_call_delta(const stream_delta& delta);
+  std::string content_delta(const stream_delta& delta);
 
   response_context ctx_;
-  int64_t completion_tokens_ = 0;      // streamed so far (continuous usage)
-  std::vector<std::string> held_;      // per choice, with tool calls: the text held back until the choice ends
-  std::vector<bool> call_started_;     // per choice, named function: its call's first delta (id, name) went out
-  std::vector<std::size_t> streamed_;  // per choice, auto tool choice: bytes of held_ already sent as content
+  std::vector<reasoning_stream> reasoning_;  // per choice, with a reasoning parser
+  int64_t completion_tokens_ = 0;            // streamed so far (continuous usage)
+  std::vector<std::string> held_;            // per choice, with tool calls: the text held back until the choice ends
+  std::vector<bool> call_started_;           // per choice, named function: its call's first delta (id, name) went out
+  std::vector<std::size_t> streamed_;        // per choice, auto tool choice: bytes of held_ already sent as content
 };
 
 /// One entry of /v1/models.

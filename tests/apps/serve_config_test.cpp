@@ -165,6 +165,7 @@ max_bad_words = 8
 root_path = "/api"
 chat-template-content-format = "openai"
 return_tokens_as_token_ids = true
+reasoning_parser = "qwen3"
 [cluster]
 head_address = "10.0.0.1:29500"
 token = "secret"
@@ -226,7 +227,8 @@ max_control_message_bytes = 1048576
   CHECK(o.data_parallel_size_local == 2);
   CHECK(o.data_parallel_rank == 3);
   CHECK(o.enforce_eager);
-  CHECK(app::serve_config_keys().size() == 64);
+  CHECK(o.reasoning_parser == "qwen3");
+  CHECK(app::serve_config_keys().size() == 65);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

@@ -188,6 +188,27 @@ TEST_CASE("logit_bias, allowed_token_ids, bad_words and min_tokens act on what i
   CHECK(oov3.body.find("token id 99999 is outside the vocabulary (size 512)") != std::string::npos);
 }
 
+TEST_CASE("--reasoning-parser: a reply that never closes its reasoning is all reasoning, constraints are refused") {
+  server s{{"--reasoning-parser", "deepseek_r1"}};
+  simdjson::dom::parser parser;
+  // stories260K never writes </think>: as DeepSeek-R1 cut off while thinking, the reply is all reasoning.
+  auto r = http(s.port(), "POST", "/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":6,"temperature":0})");
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  simdjson::dom::element msg = parser.parse(r.body)["choices"].at(0)["message"];
+  CHECK(std::string_view(msg["reasoning_content"]).size() > 0);
+  CHECK(std::string_view(msg["reasoning"]) == std::string_view(msg["reasoning_content"]));
+  CHECK(msg["content"].is_null());
+  auto hidden = http(s.port(), "POST", "/v1/chat/completions",
+                     R"({"messages":[{"role":"user","content":"x"}],"max_tokens":3,"include_reasoning":false})");
+  REQUIRE(hidden.status == 200);
+  CHECK(parser.parse(hidden.body)["choices"].at(0)["message"]["reasoning_content"].is_null());
+  auto constrained = http(s.port(), "POST", "/v1/chat/completions",
+                          R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})");
+  check_openai_error(constrained, 400);
+  CHECK(error_param(constrained) == "response_format");
+}
+
 TEST_CASE("/invocations takes a completions or a chat body, /load reports the server's load") {
   server s;
   simdjson::dom::parser parser;

@@ -1,0 +1,52 @@
+// vLLM's --reasoning-parser for thinking models: the part of a reply between <think> and </think> is the reasoning
+// (message.reasoning_content / reasoning), the rest the content. Whole replies and streamed pieces (a tag split over
+// two pieces is held back until it is whole).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace actorllm::net::openai {
+
+/// deepseek_r1: the reply starts inside the reasoning (the template opened <think>; a leading <think> is dropped)
+/// and </think> ends it; a reply without </think> is all reasoning (cut off while thinking). qwen3: a reply that
+/// starts with <think> reasons until </think>; one that does not start with it is all content (thinking off).
+enum class reasoning_format { deepseek_r1, qwen3 };
+
+/// The format named `name` (deepseek_r1, qwen3); nothing for another name.
+std::optional<reasoning_format> parse_reasoning_format(std::string_view name);
+
+/// A reply split into its reasoning (nothing when it has none) and its content.
+struct reasoning_split {
+  std::optional<std::string> reasoning;
+  std::string content;
+};
+
+/// Splits a whole reply.
+reasoning_split split_reasoning(reasoning_format format, std::string_view text);
+
+/// Splits a reply piece by piece: what each piece adds to the reasoning and to the content. Text that may be the
+/// start of a tag is held back until the next piece or finish().
+class reasoning_stream {
+ public:
+  explicit reasoning_stream(reasoning_format format) : format_(format) {}
+
+  struct delta {
+    std::string reasoning;
+    std::string content;
+  };
+  delta push(std::string_view piece);
+  /// The reply ended: whatever was held back, in the part it belongs to.
+  delta finish();
+
+ private:
+  enum class state { start, reasoning, content };
+  delta drain(bool final);
+
+  reasoning_format format_;
+  state state_ = state::start;
+  std::string pending_;  // text not yet assigned (a possible tag start)
+};
+
+}  // namespace actorllm::net::openai
