@@ -246,6 +246,7 @@ int run_serve(serve_options o) {
        .generation_config = o.generation_config,
        .max_queued_requests = o.max_queued_requests,
        .enable_prompt_tokens_details = o.enable_prompt_tokens_details,
+       .enable_force_include_usage = o.enable_force_include_usage,
        .log_stats_interval = o.disable_log_stats ? std::chrono::milliseconds{0} : std::chrono::milliseconds{10000},
        .max_logprobs = o.max_logprobs,
        .chat_template_content_format = o.chat_template_content_format,
@@ -407,6 +408,8 @@ command_registration serve_command{
       sub.add_flag("--enable-prompt-tokens-details", o->enable_prompt_tokens_details,
                    "Report usage.prompt_tokens_details.cached_tokens (off by default: it tells a client whether "
                    "others sent the same prefix)");
+      sub.add_flag("--enable-force-include-usage", o->enable_force_include_usage,
+                   "Every streamed response ends with a usage chunk, as if stream_options.include_usage were set");
       sub.add_flag("--disable-log-stats", o->disable_log_stats,
                    "No periodic stats line (running, waiting, KV-cache usage, prefix cache hit rate)");
       auto* gpu_memory = sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,

@@ -608,7 +608,7 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   j->ctx.logprobs = parsed->params.logprobs.has_value();
   j->ctx.echo = parsed->echo;
   j->ctx.echo_only = parsed->echo_only;
-  j->ctx.include_usage = parsed->include_usage;
+  j->ctx.include_usage = parsed->include_usage || (parsed->stream && config_.enable_force_include_usage);
   j->ctx.return_token_ids = parsed->return_token_ids;
   j->ctx.continuous_usage = parsed->continuous_usage_stats;
   for (const request_output& e : echo)
@@ -803,7 +803,7 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   j->ctx.created = static_cast<int64_t>(std::time(nullptr));
   j->ctx.model = *model;
   j->ctx.logprobs = parsed->logprobs;
-  j->ctx.include_usage = parsed->include_usage;
+  j->ctx.include_usage = parsed->include_usage || (parsed->stream && config_.enable_force_include_usage);
   j->ctx.return_token_ids = parsed->return_token_ids;
   j->ctx.continuous_usage = parsed->continuous_usage_stats;
   j->ctx.prompt_token_ids.push_back(ids);

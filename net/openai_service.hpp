@@ -47,6 +47,8 @@ struct service_config {
   /// --enable-prompt-tokens-details: usage carries prompt_tokens_details.cached_tokens. Off by default, as in vLLM:
   /// the count tells a client that some other client sent the same prefix before (unless salted apart).
   bool enable_prompt_tokens_details = false;
+  /// --enable-force-include-usage: a stream reports its usage in a last chunk whether or not the request asked.
+  bool enable_force_include_usage = false;
   /// How often the stats line (running, waiting, KV-cache usage, prefix cache hit rate) is logged while the engine
   /// works; 0: never (--disable-log-stats). vLLM's interval.
   std::chrono::milliseconds log_stats_interval{10000};

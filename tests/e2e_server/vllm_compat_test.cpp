@@ -209,6 +209,17 @@ TEST_CASE("--reasoning-parser: a reply that never closes its reasoning is all re
   CHECK(error_param(constrained) == "response_format");
 }
 
+TEST_CASE("--enable-force-include-usage: a stream ends with its usage unasked, --structured-outputs-config.backend") {
+  server s{{"--enable-force-include-usage", "--structured-outputs-config.backend", "xgrammar"}};
+  CHECK(s.log().find("--structured-outputs-config.backend xgrammar has no effect here") != std::string::npos);
+  auto stream =
+      http(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":3,"stream":true})");
+  REQUIRE(stream.status == 200);
+  CHECK(stream.body.find(R"("choices":[],"usage":{"prompt_tokens":)") != std::string::npos);
+  auto plain = http(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":3})");
+  CHECK(plain.body.find(R"("usage":{"prompt_tokens":)") != std::string::npos);
+}
+
 TEST_CASE("/invocations takes a completions or a chat body, /load reports the server's load") {
   server s;
   simdjson::dom::parser parser;
