@@ -1,7 +1,12 @@
 // Tool-call formats: parsing with simdjson, each call's arguments kept as minified JSON text.
 #include "net/openai/tool_calls.hpp"
 
+#include "util/json_writer.hpp"
+
 #include <simdjson.h>
+
+#include <utility>
+#include <vector>
 
 namespace actorllm::net::openai {
 
@@ -172,9 +177,72 @@ std::size_t streamable_prefix(tool_parser format, std::string_view text) {
   return text.size();
 }
 
+namespace {
+
+// Writes schema `e` with its references to local definitions ("#/$defs/N", "#/definitions/N") renamed to
+// "#/$defs/<prefix>N"; at the top the definitions themselves are left out (the caller hoists them).
+void write_renamed(json_writer& w, dom::element e, const std::string& prefix, bool top) {
+  dom::object obj;
+  dom::array arr;
+  if (e.get(obj) == simdjson::SUCCESS) {
+    w.begin_object();
+    for (dom::key_value_pair kv : obj) {
+      if (top && (kv.key == "$defs" || kv.key == "definitions"))
+        continue;
+      w.key(kv.key);
+      std::string_view ref;
+      if (kv.key == "$ref" && kv.value.get(ref) == simdjson::SUCCESS) {
+        std::string renamed{ref};
+        for (std::string_view local : {"#/$defs/", "#/definitions/"})
+          if (ref.starts_with(local))
+            renamed = "#/$defs/" + prefix + std::string{ref.substr(local.size())};
+        w.value(renamed);
+      } else {
+        write_renamed(w, kv.value, prefix, false);
+      }
+    }
+    w.end_object();
+  } else if (e.get(arr) == simdjson::SUCCESS) {
+    w.begin_array();
+    for (dom::element item : arr)
+      write_renamed(w, item, prefix, false);
+    w.end_array();
+  } else {
+    w.raw(simdjson::minify(e));
+  }
+}
+
+// A tool's parameters as part of a larger schema: its local definitions ($defs or definitions, as Pydantic writes
+// them) move to the root under "tool<i>_" names, and its references follow them.
+std::string hoisted_parameters(const std::string& parameters_json, std::size_t i,
+                               std::vector<std::pair<std::string, std::string>>& root_defs) {
+  dom::parser parser;
+  dom::element root;
+  if (parser.parse(parameters_json).get(root) != simdjson::SUCCESS)
+    return parameters_json;
+  const std::string prefix = "tool" + std::to_string(i) + "_";
+  for (std::string_view section : {"$defs", "definitions"}) {
+    dom::object defs;
+    if (root[section].get(defs) != simdjson::SUCCESS)
+      continue;
+    for (dom::key_value_pair kv : defs) {
+      json_writer w;
+      write_renamed(w, kv.value, prefix, false);
+      root_defs.emplace_back(prefix + std::string{kv.key}, w.take());
+    }
+  }
+  json_writer w;
+  write_renamed(w, root, prefix, true);
+  return w.take();
+}
+
+}  // namespace
+
 std::string required_tools_schema(const std::vector<tool_function>& tools, int max_calls) {
   std::string any_of;
-  for (const tool_function& t : tools) {
+  std::vector<std::pair<std::string, std::string>> defs;
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const tool_function& t = tools[i];
     if (!any_of.empty())
       any_of += ',';
     std::string name_json = "\"";
@@ -185,10 +253,19 @@ std::string required_tools_schema(const std::vector<tool_function>& tools, int m
     }
     name_json += '"';
     any_of += R"({"type":"object","properties":{"name":{"const":)" + name_json + R"(},"parameters":)" +
-              t.parameters_json + R"(},"required":["name","parameters"]})";
+              hoisted_parameters(t.parameters_json, i, defs) + R"(},"required":["name","parameters"]})";
   }
-  return R"({"type":"array","minItems":1,"maxItems":)" + std::to_string(max_calls) + R"(,"items":{"anyOf":[)" + any_of +
-         "]}}";
+  std::string schema = R"({"type":"array","minItems":1,"maxItems":)" + std::to_string(max_calls) +
+                       R"(,"items":{"anyOf":[)" + any_of + "]}";
+  if (!defs.empty()) {
+    json_writer w;
+    w.begin_object();
+    for (const auto& [name, body] : defs)
+      w.key(name).raw(body);
+    w.end_object();
+    schema += R"(,"$defs":)" + w.take();
+  }
+  return schema + "}";
 }
 
 std::vector<tool_call> parse_required_output(std::string_view text) {

@@ -49,3 +49,21 @@ TEST_CASE("tool calls: the required schema's matches parse into calls of the lis
   CHECK(calls[0] == tool_call{"get_weather", R"({"city":"Rome"})"});
   CHECK(calls[1] == tool_call{"noop", "{}"});
 }
+
+TEST_CASE("tool calls: Pydantic tools ($defs and $ref in their parameters) constrain tool_choice required") {
+  // Two tools as Pydantic writes them, each with its own "Unit" definition: hoisted to the root under their own
+  // names, so each $ref still means its tool's definition.
+  const std::vector<tool_function> tools{
+      {"weather", R"({"$defs":{"Unit":{"enum":["c","f"],"type":"string"}},"properties":{"city":{"type":"string"},)"
+                  R"("unit":{"$ref":"#/$defs/Unit"}},"required":["city","unit"],"type":"object"})"},
+      {"length", R"({"definitions":{"Unit":{"enum":["m","ft"],"type":"string"}},"properties":{"unit":)"
+                 R"({"$ref":"#/definitions/Unit"}},"required":["unit"],"type":"object"})"}};
+  const std::string schema = required_tools_schema(tools, 2);
+  CHECK(schema.find(R"("$defs":{"tool0_Unit":)") != std::string::npos);
+  const auto dfa =
+      actorllm::text::structured::byte_dfa::compile(actorllm::text::structured::json_schema_pattern(schema));
+  CHECK(dfa.matches(R"([{"name":"weather","parameters":{"city":"Oslo","unit":"c"}}])"));
+  CHECK(dfa.matches(R"([{"name":"length","parameters":{"unit":"ft"}}])"));
+  CHECK_FALSE(dfa.matches(R"([{"name":"weather","parameters":{"city":"Oslo","unit":"ft"}}])"));  // not its Unit
+  CHECK_FALSE(dfa.matches(R"([{"name":"length","parameters":{"unit":"c"}}])"));
+}
