@@ -157,7 +157,9 @@ replica_plan plan_replica(const engine_config& config, const replica_slot& slot)
               "sequence, so cached KV equals recomputed KV)");
 
   fs::path tok_dir = config.tokenizer.empty() ? fs::path{config.model} : fs::path{config.tokenizer};
-  if (fs::exists(tok_dir / "tokenizer.json")) {
+  if (config.skip_tokenizer_init) {
+    log::info("executor", "--skip-tokenizer-init: no tokenizer; prompts must be token ids, outputs carry no text");
+  } else if (fs::exists(tok_dir / "tokenizer.json")) {
     try {
       r.tokenizer = text::tokenizer::from_directory(tok_dir);
     } catch (const text::tokenizer_error& e) {

@@ -203,6 +203,7 @@ int run_serve(serve_options o) {
   cfg.scheduling_policy = o.scheduling_policy;
   cfg.threads = o.threads;
   cfg.enable_prefix_caching = o.enable_prefix_caching;
+  cfg.skip_tokenizer_init = o.skip_tokenizer_init;
   cfg.enforce_eager = o.enforce_eager;
   cfg.gpu_memory_utilization = o.gpu_memory_utilization;
   cfg.distributed_executor_backend = o.distributed_executor_backend;
@@ -247,6 +248,7 @@ int run_serve(serve_options o) {
        .max_queued_requests = o.max_queued_requests,
        .enable_prompt_tokens_details = o.enable_prompt_tokens_details,
        .enable_force_include_usage = o.enable_force_include_usage,
+       .skip_tokenizer_init = o.skip_tokenizer_init,
        .log_stats_interval = o.disable_log_stats ? std::chrono::milliseconds{0} : std::chrono::milliseconds{10000},
        .max_logprobs = o.max_logprobs,
        .chat_template_content_format = o.chat_template_content_format,
@@ -408,6 +410,9 @@ command_registration serve_command{
       sub.add_flag("--enable-prompt-tokens-details", o->enable_prompt_tokens_details,
                    "Report usage.prompt_tokens_details.cached_tokens (off by default: it tells a client whether "
                    "others sent the same prefix)");
+      sub.add_flag("--skip-tokenizer-init", o->skip_tokenizer_init,
+                   "Load no tokenizer: prompts must be token ids, outputs carry token ids and no text (chat and "
+                   "text prompts answer 400)");
       sub.add_flag("--enable-force-include-usage", o->enable_force_include_usage,
                    "Every streamed response ends with a usage chunk, as if stream_options.include_usage were set");
       sub.add_flag("--disable-log-stats", o->disable_log_stats,

@@ -276,6 +276,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"log_level", choice_value(o.log_level, {"debug", "info", "warning", "error"})},
            {"enable_prompt_tokens_details", bool_value(o.enable_prompt_tokens_details)},
            {"enable_force_include_usage", bool_value(o.enable_force_include_usage)},
+           {"skip_tokenizer_init", bool_value(o.skip_tokenizer_init)},
            {"disable_log_stats", bool_value(o.disable_log_stats)},
            {"max_logprobs", integer_value(o.max_logprobs, 0, int32_max)},
            {"max_stop_strings", integer_value(o.max_stop_strings, 0)},

@@ -65,6 +65,7 @@ struct serve_options {
   std::string log_level;                      ///< debug, info, warning or error; empty: $ACTORLLM_LOG_LEVEL, else info
   bool enable_prompt_tokens_details = false;  ///< usage.prompt_tokens_details.cached_tokens in responses
   bool enable_force_include_usage = false;    ///< every stream ends with a usage chunk, asked for or not
+  bool skip_tokenizer_init = false;           ///< no tokenizer: token-id prompts, outputs without text
   bool disable_log_stats = false;             ///< no periodic stats line
   int32_t max_logprobs = 20;                  ///< --max-logprobs: the most logprobs a request may ask for
   // Request-size limits, each checked before the work it guards (a 400 naming the field and the flag).

@@ -449,7 +449,7 @@ openai_service::openai_service(LLM& llm, service_config config)
                      : llm.info().max_num_seqs * llm.info().data_parallel_size + config_.max_queued_requests),
       created_(static_cast<int64_t>(std::time(nullptr))) {
   const std::filesystem::path dir = config_.tokenizer_path.empty() ? config_.model_path : config_.tokenizer_path;
-  if (std::filesystem::exists(dir / "tokenizer.json"))
+  if (!config_.skip_tokenizer_init && std::filesystem::exists(dir / "tokenizer.json"))
     tokenizer_ = std::make_unique<text::tokenizer>(text::tokenizer::from_directory(dir));
   if (!config_.chat_template.empty()) {
     chat_template_ = std::make_unique<text::chat_template>(load_chat_template(config_.chat_template));

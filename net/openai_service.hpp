@@ -49,6 +49,8 @@ struct service_config {
   bool enable_prompt_tokens_details = false;
   /// --enable-force-include-usage: a stream reports its usage in a last chunk whether or not the request asked.
   bool enable_force_include_usage = false;
+  /// --skip-tokenizer-init: the front end loads no tokenizer either (token-id prompts only, no text in outputs).
+  bool skip_tokenizer_init = false;
   /// How often the stats line (running, waiting, KV-cache usage, prefix cache hit rate) is logged while the engine
   /// works; 0: never (--disable-log-stats). vLLM's interval.
   std::chrono::milliseconds log_stats_interval{10000};

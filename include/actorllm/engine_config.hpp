@@ -48,6 +48,9 @@ struct engine_config {
   std::string scheduling_policy = "fcfs";  ///< fcfs or priority
   /// Reuse the KV blocks of prompt prefixes computed before (vLLM's --enable-prefix-caching, on by default).
   bool enable_prefix_caching = true;
+  /// vLLM's --skip-tokenizer-init: load no tokenizer even where the model has one; prompts are token ids and
+  /// outputs carry ids without text.
+  bool skip_tokenizer_init = false;
   /// vLLM's --enforce-eager: run every step eagerly. Off (the default), a CUDA shard that is the whole model (one
   /// stage, one TP rank, dense) captures CUDA graphs of its decode steps for batch sizes 1, 2, 4, 8, ... up to
   /// max_num_seqs (at most 512) and replays them, padding a batch up to the next size.

@@ -167,6 +167,7 @@ chat-template-content-format = "openai"
 return_tokens_as_token_ids = true
 reasoning_parser = "qwen3"
 enable_force_include_usage = true
+skip_tokenizer_init = true
 [cluster]
 head_address = "10.0.0.1:29500"
 token = "secret"
@@ -230,7 +231,8 @@ max_control_message_bytes = 1048576
   CHECK(o.enforce_eager);
   CHECK(o.reasoning_parser == "qwen3");
   CHECK(o.enable_force_include_usage);
-  CHECK(app::serve_config_keys().size() == 66);
+  CHECK(o.skip_tokenizer_init);
+  CHECK(app::serve_config_keys().size() == 67);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

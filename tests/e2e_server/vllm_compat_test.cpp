@@ -220,6 +220,21 @@ TEST_CASE("--enable-force-include-usage: a stream ends with its usage unasked, -
   CHECK(plain.body.find(R"("usage":{"prompt_tokens":)") != std::string::npos);
 }
 
+TEST_CASE("--skip-tokenizer-init: token-id prompts give ids and no text, text prompts and chat are refused") {
+  server s{{"--skip-tokenizer-init"}};
+  simdjson::dom::parser parser;
+  auto ids = http(s.port(), "POST", "/v1/completions",
+                  R"({"prompt":[1,403,407,261,265],"max_tokens":4,"temperature":0,"return_token_ids":true})");
+  REQUIRE_MESSAGE(ids.status == 200, ids.body);
+  simdjson::dom::element choice = parser.parse(ids.body)["choices"].at(0);
+  CHECK(std::string_view(choice["text"]).empty());
+  CHECK(choice["token_ids"].get_array().size() == 4);
+  check_openai_error(http(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":2})"), 400);
+  check_openai_error(
+      http(s.port(), "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2})"),
+      400);
+}
+
 TEST_CASE("/invocations takes a completions or a chat body, /load reports the server's load") {
   server s;
   simdjson::dom::parser parser;
