@@ -12,6 +12,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
@@ -326,6 +328,34 @@ TEST_CASE("mp executor: logits processors travel to the sampling worker and samp
     CHECK(std::find(p.allowed_token_ids.begin(), p.allowed_token_ids.end(), mp_ids[i]) != p.allowed_token_ids.end());
     if (i < 4)
       CHECK(mp_ids[i] != 2);  // eos masked until min_tokens
+  }
+}
+
+TEST_CASE("mp executor: prompt logprobs come back from the sampling worker as in one process (tp 2 x pp 2)") {
+  sampling_params p;
+  p.temperature = 0;
+  p.max_tokens = 3;
+  p.prompt_logprobs = 2;
+  const std::vector<int32_t> prompt_ids{1, 403, 407, 261, 265, 300, 411, 290};
+  engine_config one = mp_config(1, 1);
+  one.distributed_executor_backend = "uni";
+  std::vector<prompt_logprob> uni;
+  {
+    LLM llm{one};
+    uni = llm.generate(prompt{prompt_ids}, p).prompt_logprobs;
+  }
+  REQUIRE(uni.size() == prompt_ids.size() - 1);
+  LLM llm{mp_config(2, 2)};
+  CHECK(llm.info().executor == "mp");
+  const auto mp = llm.generate(prompt{prompt_ids}, p).prompt_logprobs;
+  REQUIRE(mp.size() == uni.size());
+  for (std::size_t i = 0; i < mp.size(); ++i) {
+    CAPTURE(i);
+    CHECK(mp[i].token == prompt_ids[i + 1]);
+    CHECK(mp[i].rank == uni[i].rank);
+    CHECK(std::abs(mp[i].logprob - uni[i].logprob) < 1e-4);  // tp 2 sums in another order
+    REQUIRE(mp[i].top.size() == 2);
+    CHECK(mp[i].top[0].token == uni[i].top[0].token);
   }
 }
 
