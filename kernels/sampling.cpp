@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace actorllm::ops {
 namespace {
@@ -39,39 +40,54 @@ uint64_t sampler_rng::next() {
 
 double sampler_rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
-row_logprobs logprobs_of(std::span<const float> logits, int32_t token, int32_t k) {
-  auto value = [&](size_t i) {
-    const float v = logits[i];
-    return std::isnan(v) ? -std::numeric_limits<double>::infinity() : static_cast<double>(v);
+std::vector<token_logprob> top_logprobs(const float* x, int64_t n, int64_t k, float m, float ls) {
+  k = std::min(k, n);
+  // "a ranks above b": larger value, then lower id. With it as the heap's less-than, heap.front() is the
+  // lowest-ranked token kept so far.
+  const auto ranks_above = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
-  double max = -std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < logits.size(); ++i)
-    max = std::max(max, value(i));
-  double sum = 0.0;
-  for (size_t i = 0; i < logits.size(); ++i)
-    sum += std::exp(value(i) - max);
-  const double log_z = max + std::log(sum);
-  row_logprobs out;
-  const double mine = value(static_cast<size_t>(token));
-  out.logprob = static_cast<float>(mine - log_z);
-  out.rank = 1;
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (value(i) > mine)
-      ++out.rank;
-  const size_t n_top = std::min(logits.size(), static_cast<size_t>(std::max(k, 0)));
-  if (n_top > 0) {
-    std::vector<int32_t> ids(logits.size());
-    for (size_t i = 0; i < ids.size(); ++i)
-      ids[i] = static_cast<int32_t>(i);
-    const auto before = [&](int32_t a, int32_t b) {  // larger logit first, ties by lower id
-      const double va = value(static_cast<size_t>(a)), vb = value(static_cast<size_t>(b));
-      return va != vb ? va > vb : a < b;
-    };
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n_top), ids.end(), before);
-    out.top.reserve(n_top);
-    for (size_t i = 0; i < n_top; ++i)
-      out.top.push_back({ids[i], static_cast<float>(value(static_cast<size_t>(ids[i])) - log_z)});
+  std::vector<std::pair<float, int32_t>> heap;
+  heap.reserve(static_cast<size_t>(std::max<int64_t>(k, 0)));
+  for (int64_t i = 0; i < n && k > 0; ++i) {
+    const std::pair<float, int32_t> entry{x[i], static_cast<int32_t>(i)};
+    if (static_cast<int64_t>(heap.size()) < k) {
+      heap.push_back(entry);
+      std::push_heap(heap.begin(), heap.end(), ranks_above);
+    } else if (ranks_above(entry, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), ranks_above);
+      heap.back() = entry;
+      std::push_heap(heap.begin(), heap.end(), ranks_above);
+    }
   }
+  std::sort_heap(heap.begin(), heap.end(), ranks_above);
+  std::vector<token_logprob> out;
+  out.reserve(heap.size());
+  for (auto [v, id] : heap)
+    out.push_back({id, m == -std::numeric_limits<float>::infinity() ? -std::log(static_cast<float>(n)) : (v - m) - ls});
+  return out;
+}
+
+row_logprobs logprobs_of(std::span<const float> logits, int32_t token, int32_t k) {
+  // The sampler's view of a row: NaN is -inf, +inf the largest finite value.
+  thread_local std::vector<float> row;
+  row.resize(logits.size());
+  float m = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float v = logits[i];
+    row[i] = std::isnan(v) ? -std::numeric_limits<float>::infinity() : std::min(v, std::numeric_limits<float>::max());
+    m = std::max(m, row[i]);
+  }
+  const auto n = static_cast<int64_t>(row.size());
+  double sum = 0.0;  // in double: a whole vocabulary of terms
+  for (float v : row)
+    sum += std::exp(static_cast<double>(v) - m);
+  const float ls = m == -std::numeric_limits<float>::infinity() ? 0.0f : static_cast<float>(std::log(sum));
+  row_logprobs out;
+  const float mine = row[static_cast<size_t>(token)];
+  out.logprob = m == -std::numeric_limits<float>::infinity() ? -std::log(static_cast<float>(n)) : (mine - m) - ls;
+  out.rank = 1 + static_cast<int32_t>(std::count_if(row.begin(), row.end(), [&](float v) { return v > mine; }));
+  out.top = top_logprobs(row.data(), n, k, m, ls);
   return out;
 }
 

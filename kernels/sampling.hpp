@@ -65,8 +65,13 @@ struct row_logprobs {
   std::vector<token_logprob> top;
 };
 
-/// The logprobs of `token` in `logits` (one row, the whole vocabulary) and the top min(k, size) tokens. NaN logits
-/// count as -inf.
+/// The `k` highest of `x` (n NaN-free logits whose max is m and log(sum(exp(x - m))) is ls) as (token, logprob), best
+/// first, ties by the lower id: sample_result::top of every backend and the prompt scores. All -inf (m = -inf):
+/// each -log(n).
+std::vector<token_logprob> top_logprobs(const float* x, int64_t n, int64_t k, float m, float ls);
+
+/// The logprobs of `token` in `logits` (one row, the whole vocabulary) and the top min(k, size) tokens, with the
+/// sampler's conventions (NaN is -inf, +inf the largest finite value; top entries as sample() picks them).
 row_logprobs logprobs_of(std::span<const float> logits, int32_t token, int32_t k);
 
 /// Per-request random generator: xoshiro256** seeded through splitmix64. Its output depends only on the seed, on

@@ -30,35 +30,6 @@ int32_t argmax(const float* x, int64_t n) {
   return 0;
 }
 
-// The `k` highest raw logits (NaN-free) as (token, logprob), best first.
-std::vector<token_logprob> top_logprobs(const float* x, int64_t n, int64_t k, float m, float ls) {
-  k = std::min(k, n);
-  // With "ranks above" as the heap's less-than, heap.front() is the lowest-ranked token kept so far.
-  std::vector<std::pair<float, int32_t>> heap;
-  heap.reserve(static_cast<size_t>(k));
-  auto ranks_above_pair = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return ranks_above(a.first, a.second, b.first, b.second);
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i];
-    auto id = static_cast<int32_t>(i);
-    if (static_cast<int64_t>(heap.size()) < k) {
-      heap.emplace_back(v, id);
-      std::push_heap(heap.begin(), heap.end(), ranks_above_pair);
-    } else if (ranks_above(v, id, heap.front().first, heap.front().second)) {
-      std::pop_heap(heap.begin(), heap.end(), ranks_above_pair);
-      heap.back() = {v, id};
-      std::push_heap(heap.begin(), heap.end(), ranks_above_pair);
-    }
-  }
-  std::sort_heap(heap.begin(), heap.end(), ranks_above_pair);
-  std::vector<token_logprob> out;
-  out.reserve(heap.size());
-  for (auto [v, id] : heap)
-    out.push_back({id, m == neg_inf ? -std::log(static_cast<float>(n)) : (v - m) - ls});
-  return out;
-}
-
 // Candidates of the random path, always in ascending token-id order.
 struct candidates {
   std::vector<int32_t> id;
@@ -323,7 +294,7 @@ sample_result sample(float* logits, int64_t n_vocab, const sampling_params& para
   const float raw_max = max_value(logits, n_vocab);
   const float raw_ls = raw_max == neg_inf ? 0.0f : log_sum_exp_shifted(logits, n_vocab, raw_max);
   if (params.logprobs > 0)
-    result.top = top_logprobs(logits, n_vocab, params.logprobs, raw_max, raw_ls);
+    result.top = ops::top_logprobs(logits, n_vocab, params.logprobs, raw_max, raw_ls);
 
   // Processors change logits beyond what penalise() records; the raw row is kept for the sampled token's logprob.
   const bool processed = allowed_mask != nullptr || params.has_logits_processors(output_ids.size());

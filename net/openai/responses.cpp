@@ -493,26 +493,34 @@ std::string completion_stream::on_delta(uint32_t prompt_index, const stream_delt
 
 std::string completion_stream::end(const usage_info& usage) { return stream_end(ctx_, "text_completion", usage); }
 
+void chat_stream::begin_chunk(json_writer& w, uint32_t index) const {
+  w.begin_object();
+  write_header(w, ctx_, "chat.completion.chunk");
+  w.key("choices").begin_array().begin_object();
+  w.key("index").value(static_cast<int64_t>(index));
+}
+
+std::string chat_stream::end_chunk(json_writer& w, int64_t completion_tokens) const {
+  if (ctx_.continuous_usage)
+    write_running_usage(w, ctx_, completion_tokens);
+  else if (ctx_.include_usage)
+    w.key("usage").null();
+  w.end_object();
+  return sse_event(w.str());
+}
+
 std::string chat_stream::begin() {
   std::string out;
   for (int32_t i = 0; i < ctx_.n; ++i) {
     json_writer w;
-    w.begin_object();
-    write_header(w, ctx_, "chat.completion.chunk");
-    w.key("choices").begin_array().begin_object();
-    w.key("index").value(i);
+    begin_chunk(w, static_cast<uint32_t>(i));
     w.key("delta").begin_object().key("role").value("assistant").key("content").value(ctx_.echo_text).end_object();
     w.key("logprobs").null();
     w.key("finish_reason").null();
     w.end_object().end_array();
     if (ctx_.return_token_ids)
       w.key("prompt_token_ids").array(prompt_ids_of(ctx_, 0));
-    if (ctx_.continuous_usage)
-      write_running_usage(w, ctx_, 0);
-    else if (ctx_.include_usage)
-      w.key("usage").null();
-    w.end_object();
-    out += sse_event(w.str());
+    out += end_chunk(w, 0);
   }
   return out;
 }
@@ -523,10 +531,7 @@ std::string chat_stream::named_call_delta(const stream_delta& delta) {
     call_started_.resize(delta.index + 1, false);
   completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
   json_writer w;
-  w.begin_object();
-  write_header(w, ctx_, "chat.completion.chunk");
-  w.key("choices").begin_array().begin_object();
-  w.key("index").value(static_cast<int64_t>(delta.index));
+  begin_chunk(w, delta.index);
   w.key("delta").begin_object();
   w.key("tool_calls").begin_array().begin_object();
   w.key("index").value(int64_t{0});
@@ -547,12 +552,7 @@ std::string chat_stream::named_call_delta(const stream_delta& delta) {
   else
     write_finish_reason(w, delta.finish_reason);
   w.end_object().end_array();
-  if (ctx_.continuous_usage)
-    write_running_usage(w, ctx_, completion_tokens_);
-  else if (ctx_.include_usage)
-    w.key("usage").null();
-  w.end_object();
-  return sse_event(w.str());
+  return end_chunk(w, completion_tokens_);
 }
 
 std::string chat_stream::on_delta(const stream_delta& delta) {
@@ -575,10 +575,7 @@ std::string chat_stream::on_delta(const stream_delta& delta) {
     completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
   if (!split.reasoning.empty() && ctx_.include_reasoning) {
     json_writer w;
-    w.begin_object();
-    write_header(w, ctx_, "chat.completion.chunk");
-    w.key("choices").begin_array().begin_object();
-    w.key("index").value(static_cast<int64_t>(delta.index));
+    begin_chunk(w, delta.index);
     w.key("delta").begin_object();
     w.key("reasoning_content").value(split.reasoning);
     w.key("reasoning").value(split.reasoning);
@@ -586,12 +583,7 @@ std::string chat_stream::on_delta(const stream_delta& delta) {
     w.key("logprobs").null();
     w.key("finish_reason").null();
     w.end_object().end_array();
-    if (ctx_.continuous_usage)
-      write_running_usage(w, ctx_, completion_tokens_);
-    else if (ctx_.include_usage)
-      w.key("usage").null();
-    w.end_object();
-    out += sse_event(w.str());
+    out += end_chunk(w, completion_tokens_);
   }
   out += content_delta(content);
   return out;
@@ -639,10 +631,7 @@ std::string chat_stream::content_delta(const stream_delta& delta) {
     held.content = delta.text;
   }
   json_writer w;
-  w.begin_object();
-  write_header(w, ctx_, "chat.completion.chunk");
-  w.key("choices").begin_array().begin_object();
-  w.key("index").value(static_cast<int64_t>(delta.index));
+  begin_chunk(w, delta.index);
   w.key("delta").begin_object();
   if (held.calls.empty() || !held.content.empty())
     w.key("content").value(held.content);
@@ -665,12 +654,7 @@ std::string chat_stream::content_delta(const stream_delta& delta) {
   w.end_object().end_array();
   if (ctx_.tools == response_context::tool_mode::none)
     completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
-  if (ctx_.continuous_usage)
-    write_running_usage(w, ctx_, completion_tokens_);
-  else if (ctx_.include_usage)
-    w.key("usage").null();
-  w.end_object();
-  return sse_event(w.str());
+  return end_chunk(w, completion_tokens_);
 }
 
 std::string chat_stream::end(const usage_info& usage) { return stream_end(ctx_, "chat.completion.chunk", usage); }

@@ -7,6 +7,7 @@
 
 #include "net/openai/reasoning_parser.hpp"
 #include "net/openai/tool_calls.hpp"
+#include "util/json_writer.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -113,6 +114,11 @@ class chat_stream {
  private:
   std::string named_call_delta(const stream_delta& delta);
   std::string content_delta(const stream_delta& delta);
+  /// A chunk of choice `index` up to its choice's members (header, choices, index): the caller writes the rest of
+  /// the choice and closes it and the choices array.
+  void begin_chunk(json_writer& w, uint32_t index) const;
+  /// The chunk's usage (running with continuous_usage_stats, null with include_usage) and its SSE event.
+  std::string end_chunk(json_writer& w, int64_t completion_tokens) const;
 
   response_context ctx_;
   std::vector<reasoning_stream> reasoning_;  // per choice, with a reasoning parser
