@@ -81,6 +81,10 @@ enum class tensor_layout : uint8_t {
   /// The CPU backend's bf16 Linear weight [n_out, n_in]: panels of 32 output rows (the last zero-padded), each
   /// [n_in rounded up to 32, zero-padded, / 2][32] pairs of bf16: the operand order of vdpbf16ps.
   cpu_bf16_panels,
+  /// The CPU backend's quantized Linear weights (backend::import_quantized_linear): the buffer is a
+  /// cpu::quantized_panels holding 8-bit or 4-bit codes with their group scales and zero points in its kernels' order.
+  cpu_q8,
+  cpu_q4,
 };
 
 /// A handle to a dense, row-major tensor in a buffer: `type`, `shape`, and where in the buffer it starts. A default
