@@ -127,9 +127,13 @@ replica_plan plan_replica(const engine_config& config, const replica_slot& slot)
     throw_config(fmt::format("block_size must be in [1, 256], got {}", config.block_size));
   try {
     r.model = model::load_model_config(config.model);
+    r.model.quant = model::resolve_quantization(
+        r.model.quant, config.quantization.empty() ? std::nullopt : std::optional<std::string>(config.quantization));
   } catch (const model::model_error& e) {
     throw actorllm::error{errc::load_failed, e.what()};
   }
+  if (r.model.quant.quantized())
+    log::info("executor", "Quantization: {}", r.model.quant.describe());
   if (config.enable_eplb)
     throw_config(
         "enable_eplb (--enable-eplb): expert-parallel load balancing (redundant copies of the hottest experts) is not "
@@ -180,6 +184,8 @@ replica_plan plan_replica(const engine_config& config, const replica_slot& slot)
   plan.load.format = *format;
   plan.load.weight_dtype = weight_dtype;
   plan.load.seed = config.seed;
+  if (!config.quantization.empty())
+    plan.load.quantization = config.quantization;
   return plan;
 }
 

@@ -267,6 +267,8 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   args.load.format = format.value_or(model::load_format::automatic);
   if (a.dtype != "auto")
     args.load.weight_dtype = parse_dtype(a.dtype);
+  if (!a.quantization.empty())
+    args.load.quantization = a.quantization;
   // The engine checked the device against its own build; this worker's binary (another node's) may lack it.
   const device_choice chosen = resolve_device(a.device);
   if (!chosen.error.empty())

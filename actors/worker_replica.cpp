@@ -117,6 +117,7 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
       a.expert_parallel = config.enable_expert_parallel;
       a.load_format = config.load_format;
       a.dtype = config.dtype;
+      a.quantization = config.quantization;
       a.device = config.device;
       a.seed = config.seed;
       a.n_threads = launcher->threads_for(static_cast<int32_t>(index), plan.threads_per_shard);

@@ -198,6 +198,7 @@ int run_serve(serve_options o) {
   cfg.max_model_len = static_cast<int32_t>(o.max_model_len);
   cfg.load_format = o.load_format;
   cfg.dtype = o.dtype;
+  cfg.quantization = o.quantization;
   cfg.device = o.device;
   cfg.seed = o.seed;
   cfg.scheduling_policy = o.scheduling_policy;
@@ -424,6 +425,11 @@ command_registration serve_command{
       sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
           ->capture_default_str();
       sub.add_option("--dtype", o->dtype, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
+      sub.add_option(
+          "--quantization,-q", o->quantization,
+          "Quantized weights: empty follows the checkpoint's quantization_config (awq, gptq, fp8, compressed-tensors); "
+          "naming one checks it (awq_marlin and gptq_marlin are aliases); fp8 on a float checkpoint quantizes its "
+          "Linear weights at load");
       sub.add_option("--device", o->device,
                      "Device the shards run on: cpu, cuda, or auto (CUDA when this machine has a GPU)")
           ->capture_default_str();

@@ -220,6 +220,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"tokenizer", path_value(o.tokenizer, base_dir)},
            {"served_model_name", string_list_value(o.served_model_names)},
            {"dtype", string_value(o.dtype)},
+           {"quantization", string_value(o.quantization)},
            {"load_format", string_value(o.load_format)},
            {"max_model_len", integer_value(o.max_model_len, 0, int32_max)},
            {"seed", integer_value(o.seed, 0)},

@@ -18,6 +18,7 @@ struct serve_options {
   std::string tokenizer;
   std::vector<std::string> served_model_names;
   std::string dtype = "auto";
+  std::string quantization;  ///< --quantization (engine_config::quantization)
   std::string load_format = "auto";
   int64_t max_model_len = 0;
   uint64_t seed = 0;

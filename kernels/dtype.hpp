@@ -69,6 +69,12 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+/// FP8 e4m3 ("e4m3fn", the OCP format of F8_E4M3 checkpoints): 1 sign, 4 exponent bits (bias 7), 3 mantissa bits,
+/// subnormals, no infinities, 0x7f / 0xff NaN, largest finite 448. Exact.
+float fp8_e4m3_to_f32(uint8_t v);
+/// The nearest e4m3 value (ties to even), saturated to +-448 (as vLLM clamps before converting); NaN gives 0x7f.
+uint8_t f32_to_fp8_e4m3(float f);
+
 /// Reads element `i` of a buffer of type `t` as float.
 inline float load_as_f32(const void* data, dtype t, size_t i) {
   switch (t) {

@@ -41,8 +41,8 @@ void quantized_linear::validate() const {
   if (bits < 8) {
     if (std::any_of(codes.begin(), codes.end(), [&](uint8_t c) { return c >= limit; }))
       fail(fmt::format("a code is {} or more", limit));
-    if (std::any_of(zeros.begin(), zeros.end(), [&](uint8_t z) { return z >= limit; }))
-      fail(fmt::format("a zero point is {} or more", limit));
+    if (std::any_of(zeros.begin(), zeros.end(), [&](uint8_t z) { return z > limit; }))
+      fail(fmt::format("a zero point is above {}", limit));
   }
   if (std::any_of(scales.begin(), scales.end(), [](float s) { return !std::isfinite(s); }))
     fail("a scale is not finite");

@@ -31,7 +31,8 @@ struct quantized_linear {
   int64_t group_size = 0;      ///< input columns per scale; divides n_in
   std::vector<uint8_t> codes;  ///< [n_out, n_in] row-major, each < 2^bits
   std::vector<float> scales;   ///< [n_out, n_groups()] row-major
-  std::vector<uint8_t> zeros;  ///< [n_out, n_groups()] row-major, each < 2^bits
+  /// [n_out, n_groups()] row-major, each <= 2^bits (GPTQ v1's zero offset makes 2^bits possible for 4-bit codes).
+  std::vector<uint8_t> zeros;
   activation_quant activations = activation_quant::none;
 
   int64_t n_groups() const { return group_size > 0 ? n_in / group_size : 0; }

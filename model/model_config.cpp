@@ -628,6 +628,13 @@ model_config parse_model_config(std::string_view config_json, std::string_view o
     cfg.eos_token_ids = std::move(*eos);
 
   cfg.layer_window = parse_layer_windows(fields, cfg);
+  for (std::string_view key : {"quantization_config", "compression_config"})
+    if (auto q = fields.find(key)) {
+      if (q->type() != element_type::OBJECT)
+        fields.fail(key, fmt::format("must be an object, got {}", json::type_name(*q)));
+      cfg.quant = parse_quantization_config(simdjson::minify(*q), origin);
+      break;
+    }
   return cfg;
 }
 

@@ -4,6 +4,7 @@
 
 #include "kernels/dtype.hpp"
 #include "kernels/rope_scaling.hpp"
+#include "model/quantization_config.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -61,6 +62,9 @@ struct model_config {
   /// Per layer (size n_layer when n_expert > 0): true where the MLP is the sparse MoE block. Qwen MoE: layers not in
   /// mlp_only_layers with (layer + 1) % decoder_sparse_step == 0; Mixtral: every layer.
   std::vector<bool> layer_moe;
+  /// quantization_config (compression_config in older compressed-tensors checkpoints): how the Linear weights are
+  /// stored; method none for a float checkpoint.
+  quantization_config quant;
 
   /// True when `layer` is a mixture-of-experts layer.
   bool is_moe_layer(int64_t layer) const {

@@ -24,10 +24,13 @@ bool has_safetensors_checkpoint(const std::filesystem::path& dir) {
 
 loaded_shard load_shard(const std::filesystem::path& dir, const shard_spec& shard, const load_options& options) {
   model_config cfg = load_model_config(dir);
+  cfg.quant = resolve_quantization(cfg.quant, options.quantization);
   weight_table table = llama_weight_table(cfg, shard);
   if (options.format == load_format::dummy) {
     dtype type = options.weight_dtype.value_or(cfg.torch_dtype);
-    return loaded_shard{cfg, make_dummy_weights(cfg, table, shard, type, options.seed)};
+    model_weights weights = make_dummy_weights(cfg, table, shard, type, options.seed);
+    quantize_dummy_weights(cfg, table, shard, weights);
+    return loaded_shard{cfg, std::move(weights)};
   }
   if (!has_safetensors_checkpoint(dir))
     throw model_error(

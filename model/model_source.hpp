@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace actorllm::model {
@@ -29,6 +30,8 @@ struct load_options {
   std::optional<dtype> weight_dtype;
   /// Seed of dummy weights.
   uint64_t seed = 0;
+  /// --quantization (model::resolve_quantization): nullopt follows the checkpoint's quantization_config.
+  std::optional<std::string> quantization;
 };
 
 /// A model's configuration and one shard's weights.

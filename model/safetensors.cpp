@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -29,14 +30,22 @@ using simdjson::dom::element_type;
 // Real headers are a few hundred KB even for 400-tensor-per-shard checkpoints; anything near this is corruption.
 constexpr uint64_t max_header_bytes = 100ull * 1000 * 1000;
 
-/// safetensors spells dtypes in upper case; only these three are weights actorllm computes with.
-std::optional<dtype> parse_safetensors_dtype(std::string_view s) {
-  if (s == "F32")
-    return dtype::f32;
-  if (s == "F16")
-    return dtype::f16;
-  if (s == "BF16")
-    return dtype::bf16;
+constexpr std::array<std::pair<std::string_view, stored_type>, 9> stored_type_names{{
+    {"F32", stored_type::f32},
+    {"F16", stored_type::f16},
+    {"BF16", stored_type::bf16},
+    {"I64", stored_type::i64},
+    {"I32", stored_type::i32},
+    {"I16", stored_type::i16},
+    {"I8", stored_type::i8},
+    {"U8", stored_type::u8},
+    {"F8_E4M3", stored_type::f8_e4m3},
+}};
+
+std::optional<stored_type> parse_stored_type(std::string_view s) {
+  for (const auto& [name, t] : stored_type_names)
+    if (name == s)
+      return t;
   return std::nullopt;
 }
 
@@ -79,10 +88,15 @@ class header_reader {
     if (dtype_el.type() != element_type::STRING)
       fail(name, fmt::format("has a dtype that is {}, not a string", json::type_name(dtype_el)));
     std::string_view dtype_text = dtype_el.get_string().value_unsafe();
-    auto type = parse_safetensors_dtype(dtype_text);
+    auto type = parse_stored_type(dtype_text);
     if (!type)
-      fail(name, fmt::format("has dtype {}, which actorllm does not support (F32, F16, BF16)", dtype_text));
-    info.type = *type;
+      fail(name, fmt::format("has dtype {}, which actorllm does not support (F32, F16, BF16; I64, I32, I16, I8, U8 "
+                             "and F8_E4M3 in quantized checkpoints)",
+                             dtype_text));
+    info.stored = *type;
+    info.type = info.stored == stored_type::f16    ? dtype::f16
+                : info.stored == stored_type::bf16 ? dtype::bf16
+                                                   : dtype::f32;
 
     element shape_el;
     if (obj.at_key("shape").get(shape_el) != simdjson::SUCCESS)
@@ -107,8 +121,8 @@ class header_reader {
       overflow |= !empty && __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel);
     uint64_t nbytes = 0;
     if (!overflow && numel != 0)
-      overflow =
-          numel > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, dtype_size(info.type), &nbytes);
+      overflow = numel > static_cast<uint64_t>(INT64_MAX) ||
+                 __builtin_mul_overflow(numel, stored_type_size(info.stored), &nbytes);
     if (overflow)
       fail(name, fmt::format("has shape [{}] whose byte size overflows 64 bits", fmt::join(info.shape, ", ")));
 
@@ -149,6 +163,32 @@ class header_reader {
 };
 
 }  // namespace
+
+size_t stored_type_size(stored_type t) {
+  switch (t) {
+    case stored_type::f32:
+    case stored_type::i32:
+      return 4;
+    case stored_type::f16:
+    case stored_type::bf16:
+    case stored_type::i16:
+      return 2;
+    case stored_type::i64:
+      return 8;
+    case stored_type::i8:
+    case stored_type::u8:
+    case stored_type::f8_e4m3:
+      return 1;
+  }
+  return 0;
+}
+
+std::string_view stored_type_name(stored_type t) {
+  for (const auto& [name, s] : stored_type_names)
+    if (s == t)
+      return name;
+  return "?";
+}
 
 int64_t tensor_info::numel() const {
   // Cannot overflow: checked when the header was read (a shape with a zero may have huge other dimensions).

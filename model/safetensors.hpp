@@ -16,10 +16,22 @@
 
 namespace actorllm::model {
 
+/// How a safetensors file stores a tensor's elements: the float types weights are computed in, and the integer and
+/// 8-bit float types quantized checkpoints pack their codes, scales and shapes into.
+enum class stored_type : uint8_t { f32, f16, bf16, i64, i32, i16, i8, u8, f8_e4m3 };
+
+/// Bytes per element of `t`.
+size_t stored_type_size(stored_type t);
+/// The safetensors spelling: "F32", "I32", "F8_E4M3", ...
+std::string_view stored_type_name(stored_type t);
+
 /// One tensor of a safetensors file.
 struct tensor_info {
   std::string name;
+  /// The element type when it is a float one (F32, F16, BF16); for the others (`stored` says which) f32, and the
+  /// loader refuses them where it expects float weights.
   dtype type = dtype::f32;
+  stored_type stored = stored_type::f32;
   std::vector<int64_t> shape;
   uint64_t data_begin = 0;  ///< absolute file offset of the first byte
   uint64_t data_end = 0;    ///< absolute file offset one past the last byte
@@ -28,6 +40,10 @@ struct tensor_info {
   int64_t numel() const;
   /// data_end - data_begin.
   uint64_t nbytes() const { return data_end - data_begin; }
+  /// Whether the elements are F32, F16 or BF16 (`type` holds which).
+  bool is_float() const {
+    return stored == stored_type::f32 || stored == stored_type::f16 || stored == stored_type::bf16;
+  }
 };
 
 /// One .safetensors file, mapped read-only. Everything the header claims is checked at open, so a tensor_info from

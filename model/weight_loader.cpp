@@ -6,6 +6,7 @@
 #include "util/progress_bar.hpp"
 
 #include "model/model_error.hpp"
+#include "model/quantized_checkpoint.hpp"
 #include "model/safetensors.hpp"
 #include "model/slice_plan.hpp"
 #include "util/log.hpp"
@@ -87,6 +88,13 @@ void convert_elements(const std::byte* src, dtype src_type, void* dst, dtype dst
 
 std::string format_shape(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
+/// Whether `--quantization fp8` quantizes `decl` at load: every Linear weight of the layers but the MoE routers (vLLM
+/// leaves the lm_head and the router gates unquantized).
+bool quantizes_at_load(const weight_decl& decl) {
+  return decl.linear && decl.shape.size() == 2 && decl.kind != shard_kind::vocab &&
+         decl.moe_slot != &moe_weights::router && decl.moe_slot != &moe_weights::shexp_router;
+}
+
 }  // namespace
 
 model_weights load_weights(const model_config& cfg, const weight_table& table, const std::filesystem::path& dir,
@@ -95,10 +103,23 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
   const shard_spec shard = resolve_shard(cfg, shard_in);
   const auto ckpt = safetensors_checkpoint::open(dir);
 
+  // How each Linear weight is stored (a quantized format, or float), every quantized tensor checked against its
+  // declaration before anything is copied.
+  std::vector<quantized_source> sources(table.weights.size());
+  for (size_t i = 0; i < table.weights.size(); ++i) {
+    const weight_decl& decl = table.weights[i];
+    if (decl.linear)
+      sources[i] = find_quantized_source(ckpt, decl, cfg.quant);
+    if (sources[i].storage != linear_storage::float_weight && sources[i].storage != linear_storage::fp8_weight)
+      check_group_split(decl, source_group_size(sources[i], cfg.quant, decl.shape[1]), shard.tp_rank, shard.tp_size);
+  }
+
   std::vector<std::string> missing;
-  for (const auto& decl : table.weights)
-    if (!decl.optional && !ckpt.find(decl.name))
+  for (size_t i = 0; i < table.weights.size(); ++i) {
+    const weight_decl& decl = table.weights[i];
+    if (!decl.optional && sources[i].storage == linear_storage::float_weight && !ckpt.find(decl.name))
       missing.push_back(fmt::format("'{}'", decl.name));
+  }
   if (!missing.empty()) {
     const size_t shown = std::min<size_t>(missing.size(), 8);
     throw model_error(
@@ -115,11 +136,28 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
   std::vector<copy_job> jobs;
   std::vector<slice_chunk> chunks;
   model_weights weights;
-  for (const auto& decl : table.weights) {
+  std::vector<size_t> quantized;  // declarations read by the quantized path, after the plain copies
+  for (size_t di = 0; di < table.weights.size(); ++di) {
+    const weight_decl& decl = table.weights[di];
+    if (sources[di].storage != linear_storage::float_weight) {
+      quantized.push_back(di);
+      continue;
+    }
     auto src = ckpt.find(decl.name);
     if (!src)
       continue;  // optional and absent
     const tensor_info& info = *src->info;
+    if (!info.is_float())
+      throw model_error(fmt::format("{}: tensor '{}' has dtype {}, but it is read as a float weight",
+                                    src->file->path().string(), decl.name, stored_type_name(info.stored)));
+    if (cfg.quant.quantize_at_load && quantizes_at_load(decl)) {
+      if (info.shape != decl.shape)
+        throw model_error(fmt::format("{}: tensor '{}' has shape {}, expected {} from the model config",
+                                      src->file->path().string(), decl.name, format_shape(info.shape),
+                                      format_shape(decl.shape)));
+      quantized.push_back(di);
+      continue;
+    }
     if (info.shape != decl.shape)
       throw model_error(fmt::format("{}: tensor '{}' has shape {}, expected {} from the model config",
                                     src->file->path().string(), decl.name, format_shape(info.shape),
@@ -150,6 +188,28 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
     progress.advance(static_cast<uint64_t>(c.outer_end - c.outer_begin) *
                      static_cast<uint64_t>(c.run_end - c.run_begin) * dtype_size(job.dst->type));
   });
+
+  // Quantized weights: each read by its format's accessor (in parallel over its rows).
+  for (size_t di : quantized) {
+    const weight_decl& decl = table.weights[di];
+    const quantized_source& src = sources[di];
+    switch (src.storage) {
+      case linear_storage::float_weight:
+        weights.insert(decl.name,
+                       quantize_fp8_slice_as_bf16(*ckpt.find(decl.name), decl, shard.tp_rank, shard.tp_size));
+        break;
+      case linear_storage::fp8_weight:
+        weights.insert(decl.name, read_fp8_slice_as_bf16(src, decl, cfg.quant, shard.tp_rank, shard.tp_size))
+            .row_offset = decl.kind == shard_kind::vocab ? slice_for(decl, shard.tp_rank, shard.tp_size).begin : 0;
+        break;
+      case linear_storage::awq:
+      case linear_storage::gptq:
+      case linear_storage::ct_packed:
+      case linear_storage::int8_weight:
+        weights.insert_quantized(decl.name, read_quantized_slice(src, decl, cfg.quant, shard.tp_rank, shard.tp_size));
+        break;
+    }
+  }
   progress.finish_if_complete();
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -28,4 +28,11 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
 model_weights make_dummy_weights(const model_config& cfg, const weight_table& table, const shard_spec& shard,
                                  dtype type, uint64_t seed);
 
+/// `--load-format dummy` of a quantized config: the dummy Linear weights (not the routers) made what the format
+/// would hold: integer formats by round-to-nearest quantization with the config's bits, group size and symmetry
+/// (quantize_linear_rtn; groups of a row-parallel slice are the full tensor's, a per-channel scale is the slice
+/// row's), fp8 by rounding each row to e4m3 with scale max|w| / 448 and back to bf16. No-op for a float config.
+void quantize_dummy_weights(const model_config& cfg, const weight_table& table, const shard_spec& shard,
+                            model_weights& weights);
+
 }  // namespace actorllm::model

@@ -104,23 +104,32 @@ model_tensors bind_weights(const weight_table& table, model_weights weights, con
   out.layers.resize(static_cast<size_t>(n_layers));
   for (const auto& d : table.weights) {
     host_tensor* found = weights.find_mutable(d.name);
-    if (found == nullptr) {
+    quantized_linear* quantized = found == nullptr ? weights.find_quantized_mutable(d.name) : nullptr;
+    if (found == nullptr && quantized == nullptr) {
       if (d.optional)
         continue;
       throw model_error(fmt::format("{}: declared by the weight table but not loaded", d.name));
     }
-    if (d.kind == shard_kind::vocab)
-      out.vocab_row_begin = found->row_offset;
-    host_tensor h = std::move(*found);
-    if (d.bind_as_f32 && h.type != dtype::f32) {
-      host_tensor f(dtype::f32, h.shape);
-      for (int64_t i = 0; i < h.numel(); ++i)
-        f.data_as<float>()[i] = load_as_f32(h.data(), h.type, static_cast<size_t>(i));
-      h = std::move(f);
+    tensor t;
+    if (quantized != nullptr) {
+      if (!d.linear || d.kind == shard_kind::vocab)
+        throw model_error(fmt::format("{}: quantized, but only the layers' Linear weights may be", d.name));
+      out.weight_bytes += quantized->packed_bytes();
+      t = be.import_quantized_linear(*quantized);
+      *quantized = quantized_linear{};  // the backend holds its own layout now
+    } else {
+      if (d.kind == shard_kind::vocab)
+        out.vocab_row_begin = found->row_offset;
+      host_tensor h = std::move(*found);
+      if (d.bind_as_f32 && h.type != dtype::f32) {
+        host_tensor f(dtype::f32, h.shape);
+        for (int64_t i = 0; i < h.numel(); ++i)
+          f.data_as<float>()[i] = load_as_f32(h.data(), h.type, static_cast<size_t>(i));
+        h = std::move(f);
+      }
+      out.weight_bytes += h.nbytes();
+      t = d.linear ? be.import_linear_weight(std::move(h).into_tensor()) : be.import_host(std::move(h).into_tensor());
     }
-    out.weight_bytes += h.nbytes();
-    tensor t =
-        d.linear ? be.import_linear_weight(std::move(h).into_tensor()) : be.import_host(std::move(h).into_tensor());
     if (d.layer_slot != nullptr)
       out.layers[static_cast<size_t>(d.layer - layer_begin)].*d.layer_slot = std::move(t);
     else if (d.moe_slot != nullptr || d.expert_slot != nullptr)

@@ -39,9 +39,12 @@ struct engine_config {
   /// Bytes of KV cache each shard may use (vLLM's VLLM_CPU_KVCACHE_SPACE); the block count is the minimum over the
   /// shards of what fits.
   size_t kv_cache_memory = size_t{4} << 30;
-  int32_t max_model_len = 0;               ///< context limit; 0: the model's max_position_embeddings
-  std::string load_format = "auto";        ///< auto, safetensors or dummy (seeded random weights)
-  std::string dtype = "auto";              ///< weight dtype: auto, float32, float16, bfloat16
+  int32_t max_model_len = 0;         ///< context limit; 0: the model's max_position_embeddings
+  std::string load_format = "auto";  ///< auto, safetensors or dummy (seeded random weights)
+  std::string dtype = "auto";        ///< weight dtype: auto, float32, float16, bfloat16
+  /// --quantization: empty to follow the checkpoint's quantization_config; awq, gptq, compressed-tensors (their
+  /// marlin aliases) to check it; fp8 to quantize a float checkpoint's Linear weights at load.
+  std::string quantization;
   std::string device = "auto";             ///< --device: "cpu", "cuda" or "auto" (CUDA when a GPU is visible)
   uint64_t seed = 0;                       ///< seed of dummy weights and of requests that bring none
   int32_t threads = 0;                     ///< kernel threads over all shards; 0: every core

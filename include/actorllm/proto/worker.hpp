@@ -40,6 +40,7 @@ struct shard_assignment {
   bool expert_parallel = false;  ///< engine_config::enable_expert_parallel
   std::string load_format = "auto";
   std::string dtype = "auto";
+  std::string quantization;    ///< engine_config::quantization
   std::string device = "cpu";  ///< engine_config::device; the worker refuses one its build cannot run
   uint64_t seed = 0;
   int32_t n_threads = 1;
@@ -63,7 +64,7 @@ struct shard_assignment {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
   return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tp_rank, x.tp_size, x.layer_begin, x.layer_end,
-           x.stage, x.pp_size, x.expert_parallel, x.load_format, x.dtype, x.device, x.seed, x.n_threads,
+           x.stage, x.pp_size, x.expert_parallel, x.load_format, x.dtype, x.quantization, x.device, x.seed, x.n_threads,
            x.device_offset, x.dp_rank, x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len, x.next,
            x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
 }

@@ -1,0 +1,584 @@
+// Quantized Linear weights out of a checkpoint. Each format is an accessor of full-tensor coordinates (code, zero
+// point and scale of weight element (o, i)); one generic loop cuts a shard's slice out through it, so slicing is
+// written once and every format splits exactly as the float weights do.
+#include "model/quantized_checkpoint.hpp"
+
+#include "model/model_error.hpp"
+#include "model/slice_plan.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+namespace actorllm::model {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+[[noreturn]] void fail(const safetensors_checkpoint::entry& e, std::string_view what) {
+  throw model_error(fmt::format("{}: tensor '{}' {}", e.file->path().string(), e.info->name, what));
+}
+
+const std::byte* bytes_of(const safetensors_checkpoint::entry& e) { return e.file->data(*e.info); }
+
+void expect_type(const safetensors_checkpoint::entry& e, std::initializer_list<stored_type> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), e.info->stored) != allowed.end())
+    return;
+  std::vector<std::string_view> names;
+  for (stored_type t : allowed)
+    names.push_back(stored_type_name(t));
+  fail(e, fmt::format("has dtype {}, expected {}", stored_type_name(e.info->stored), fmt::join(names, " or ")));
+}
+
+void expect_shape(const safetensors_checkpoint::entry& e, const std::vector<int64_t>& want, std::string_view why) {
+  if (e.info->shape != want)
+    fail(e, fmt::format("has shape {}, expected {} ({})", shape_text(e.info->shape), shape_text(want), why));
+}
+
+int32_t read_i32(const std::byte* base, int64_t i) {
+  int32_t v;
+  std::memcpy(&v, base + 4 * i, 4);
+  return v;
+}
+
+int64_t read_int(const safetensors_checkpoint::entry& e, int64_t i) {
+  const std::byte* p = bytes_of(e);
+  switch (e.info->stored) {
+    case stored_type::i64: {
+      int64_t v;
+      std::memcpy(&v, p + 8 * i, 8);
+      return v;
+    }
+    case stored_type::i32:
+      return read_i32(p, i);
+    default:
+      fail(e, "is not an integer tensor");
+  }
+}
+
+/// A float tensor of scales seen as [n_out, n_groups], broadcasting the dimensions it lacks: [n_out, G], [n_out, 1],
+/// [n_out], [1] and [] all read.
+class scale_reader {
+ public:
+  scale_reader() = default;
+  scale_reader(const safetensors_checkpoint::entry& e, int64_t n_out, int64_t n_groups, bool transposed = false)
+      : base_(bytes_of(e)), type_(e.info->type) {
+    expect_type(e, {stored_type::f32, stored_type::f16, stored_type::bf16});
+    const std::vector<int64_t>& s = e.info->shape;
+    if (transposed) {  // AWQ / GPTQ: [n_groups, n_out]
+      expect_shape(e, {n_groups, n_out}, "groups x output channels");
+      row_stride_ = 1;
+      group_stride_ = n_out;
+      return;
+    }
+    const int64_t numel = e.info->numel();
+    if (s.size() == 2 && s[0] == n_out && s[1] == n_groups) {
+      row_stride_ = n_groups;
+      group_stride_ = 1;
+    } else if (numel == n_out && (s.size() == 1 || (s.size() == 2 && s[1] == 1))) {
+      if (n_groups != 1)
+        fail(e, fmt::format("has one scale per channel, but the format has {} groups per channel", n_groups));
+      row_stride_ = 1;
+    } else if (numel == 1) {
+      if (n_groups != 1)
+        fail(e, fmt::format("has one scale, but the format has {} groups per channel", n_groups));
+    } else {
+      fail(e, fmt::format("has shape {}, expected [{}, {}] (output channels x groups), [{}, 1], [1] or []",
+                          shape_text(s), n_out, n_groups, n_out));
+    }
+  }
+  float operator()(int64_t o, int64_t g) const {
+    const auto i = static_cast<size_t>(o * row_stride_ + g * group_stride_);
+    if (type_ == dtype::f32) {
+      float v;
+      std::memcpy(&v, base_ + 4 * i, 4);
+      return v;
+    }
+    uint16_t h;
+    std::memcpy(&h, base_ + 2 * i, 2);
+    return type_ == dtype::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+  }
+
+ private:
+  const std::byte* base_ = nullptr;
+  dtype type_ = dtype::f32;
+  int64_t row_stride_ = 0;
+  int64_t group_stride_ = 0;
+};
+
+/// Position (in nibbles) of output column j of an 8-column AWQ word: AutoAWQ packs columns in the order
+/// 0, 2, 4, 6, 1, 3, 5, 7 (so nibble p holds column order[p]); this is that permutation's inverse.
+constexpr std::array<int, 8> awq_nibble_of_column{0, 4, 1, 5, 2, 6, 3, 7};
+
+/// Weight element accessors of one integer format in full-tensor coordinates.
+struct int_format {
+  int bits = 4;
+  int64_t group = 0;  ///< input columns per group (full tensor)
+  std::function<uint8_t(int64_t o, int64_t i)> code;
+  std::function<int(int64_t o, int64_t g)> zero;
+  scale_reader scale;
+};
+
+int_format awq_format(const quantized_source& src, int64_t n_out, int64_t n_in, int64_t group) {
+  const int64_t n_groups = n_in / group;
+  expect_type(src.codes, {stored_type::i32});
+  expect_type(src.zeros, {stored_type::i32});
+  if (n_out % 8 != 0)
+    fail(src.codes, fmt::format("packs 8 output channels per int32, but the weight has {} outputs", n_out));
+  expect_shape(src.codes, {n_in, n_out / 8}, "input columns x output channels / 8");
+  expect_shape(src.zeros, {n_groups, n_out / 8}, "groups x output channels / 8");
+  int_format f;
+  f.bits = 4;
+  f.group = group;
+  const std::byte* qw = bytes_of(src.codes);
+  const std::byte* qz = bytes_of(src.zeros);
+  const int64_t words = n_out / 8;
+  f.code = [=](int64_t o, int64_t i) {
+    return static_cast<uint8_t>((static_cast<uint32_t>(read_i32(qw, i * words + o / 8)) >>
+                                 (4 * awq_nibble_of_column[static_cast<size_t>(o % 8)])) &
+                                0xfu);
+  };
+  f.zero = [=](int64_t o, int64_t g) {
+    return static_cast<int>((static_cast<uint32_t>(read_i32(qz, g * words + o / 8)) >>
+                             (4 * awq_nibble_of_column[static_cast<size_t>(o % 8)])) &
+                            0xfu);
+  };
+  f.scale = scale_reader(src.scales, n_out, n_groups, true);
+  return f;
+}
+
+int_format gptq_format(const quantized_source& src, const quantization_config& q, int64_t n_out, int64_t n_in,
+                       int64_t group) {
+  const int64_t n_groups = n_in / group;
+  const int bits = q.bits;
+  const int64_t pack = 32 / bits;
+  expect_type(src.codes, {stored_type::i32});
+  expect_type(src.zeros, {stored_type::i32});
+  if (n_in % pack != 0 || n_out % pack != 0)
+    fail(src.codes,
+         fmt::format("packs {} values per int32, which does not divide the weight's [{}, {}]", pack, n_out, n_in));
+  expect_shape(src.codes, {n_in / pack, n_out}, fmt::format("input columns / {} x output channels", pack));
+  expect_shape(src.zeros, {n_groups, n_out / pack}, fmt::format("groups x output channels / {}", pack));
+  if (src.g_idx.file != nullptr) {
+    expect_type(src.g_idx, {stored_type::i32, stored_type::i64});
+    expect_shape(src.g_idx, {n_in}, "one group index per input column");
+    for (int64_t i = 0; i < n_in; ++i)
+      if (read_int(src.g_idx, i) != i / group)
+        fail(src.g_idx, fmt::format("maps input column {} to group {}, not {}: act-order (desc_act) checkpoints are "
+                                    "not implemented",
+                                    i, read_int(src.g_idx, i), i / group));
+  }
+  int_format f;
+  f.bits = bits;
+  f.group = group;
+  const std::byte* qw = bytes_of(src.codes);
+  const std::byte* qz = bytes_of(src.zeros);
+  const uint32_t mask = (1u << bits) - 1;
+  const int offset = q.gptq_zero_offset ? 1 : 0;
+  f.code = [=](int64_t o, int64_t i) {
+    return static_cast<uint8_t>((static_cast<uint32_t>(read_i32(qw, (i / pack) * n_out + o)) >> (bits * (i % pack))) &
+                                mask);
+  };
+  const int64_t zero_words = n_out / pack;
+  f.zero = [=](int64_t o, int64_t g) {
+    return static_cast<int>((static_cast<uint32_t>(read_i32(qz, g * zero_words + o / pack)) >> (bits * (o % pack))) &
+                            mask) +
+           offset;
+  };
+  f.scale = scale_reader(src.scales, n_out, n_groups, true);
+  return f;
+}
+
+int_format ct_packed_format(const quantized_source& src, const quantization_config& q, int64_t n_out, int64_t n_in,
+                            int64_t group) {
+  const int bits = q.bits;
+  const int64_t pack = 32 / bits;
+  expect_type(src.codes, {stored_type::i32});
+  const int64_t words = (n_in + pack - 1) / pack;
+  expect_shape(src.codes, {n_out, words}, fmt::format("output channels x input columns / {}", pack));
+  if (src.shape.file != nullptr) {
+    expect_type(src.shape, {stored_type::i64, stored_type::i32});
+    if (src.shape.info->numel() != 2 || read_int(src.shape, 0) != n_out || read_int(src.shape, 1) != n_in)
+      fail(src.shape, fmt::format("does not say [{}, {}], the model's shape of the weight", n_out, n_in));
+  }
+  int_format f;
+  f.bits = bits;
+  f.group = group;
+  const std::byte* wp = bytes_of(src.codes);
+  const uint32_t mask = (1u << bits) - 1;
+  f.code = [=](int64_t o, int64_t i) {
+    return static_cast<uint8_t>((static_cast<uint32_t>(read_i32(wp, o * words + i / pack)) >> (bits * (i % pack))) &
+                                mask);
+  };
+  const int mid = 1 << (bits - 1);  // codes are the signed values plus 2^(bits-1)
+  f.zero = [=](int64_t, int64_t) { return mid; };
+  f.scale = scale_reader(src.scales, n_out, n_in / group);
+  return f;
+}
+
+int_format int8_format(const quantized_source& src, int64_t n_out, int64_t n_in, int64_t group) {
+  expect_type(src.codes, {stored_type::i8});
+  expect_shape(src.codes, {n_out, n_in}, "the model's shape of the weight");
+  int_format f;
+  f.bits = 8;
+  f.group = group;
+  const std::byte* w = bytes_of(src.codes);
+  f.code = [=](int64_t o, int64_t i) {
+    return static_cast<uint8_t>(static_cast<int>(static_cast<int8_t>(w[o * n_in + i])) + 128);
+  };
+  f.zero = [](int64_t, int64_t) { return 128; };
+  f.scale = scale_reader(src.scales, n_out, n_in / group);
+  return f;
+}
+
+std::optional<safetensors_checkpoint::entry> find_entry(const safetensors_checkpoint& ckpt, const std::string& name) {
+  return ckpt.find(name);
+}
+
+safetensors_checkpoint::entry require(const safetensors_checkpoint& ckpt, const std::string& name,
+                                      std::string_view why) {
+  auto e = ckpt.find(name);
+  if (!e)
+    throw model_error(fmt::format("{}: the checkpoint lacks '{}' ({})", ckpt.path().string(), name, why));
+  return *e;
+}
+
+/// The [begin, end) of rows and of columns tp rank `tp_rank` holds of a 2-D weight.
+struct slice_box {
+  int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+};
+
+slice_box box_of(const weight_decl& decl, int tp_rank, int tp_size) {
+  const tensor_slice s = slice_for(decl, tp_rank, tp_size);
+  slice_box b{0, decl.shape[0], 0, decl.shape[1]};
+  if (s.dim == 0) {
+    b.r0 = s.begin;
+    b.r1 = s.end;
+  } else {
+    b.c0 = s.begin;
+    b.c1 = s.end;
+  }
+  return b;
+}
+
+/// Runs fn(r0, r1) over row ranges of about 64 rows on the loader's threads.
+void for_row_chunks(int64_t n_rows, const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr int64_t chunk = 64;
+  const auto n_chunks = static_cast<size_t>((n_rows + chunk - 1) / chunk);
+  parallel_for(n_chunks, [&](size_t c) {
+    const int64_t r0 = static_cast<int64_t>(c) * chunk;
+    fn(r0, std::min(n_rows, r0 + chunk));
+  });
+}
+
+}  // namespace
+
+std::string_view linear_storage_name(linear_storage s) {
+  switch (s) {
+    case linear_storage::float_weight:
+      return "float";
+    case linear_storage::awq:
+      return "awq";
+    case linear_storage::gptq:
+      return "gptq";
+    case linear_storage::ct_packed:
+      return "compressed-tensors pack-quantized";
+    case linear_storage::int8_weight:
+      return "int8";
+    case linear_storage::fp8_weight:
+      return "fp8";
+  }
+  return "?";
+}
+
+int64_t source_group_size(const quantized_source& src, const quantization_config& quant, int64_t n_in) {
+  switch (src.storage) {
+    case linear_storage::awq:
+    case linear_storage::gptq:
+    case linear_storage::ct_packed:
+      return quant.group_size > 0 ? quant.group_size : n_in;
+    case linear_storage::int8_weight: {
+      // int-quantized: the scale's shape says (per channel, or groups when the config says so).
+      return quant.group_size > 0 ? quant.group_size : n_in;
+    }
+    case linear_storage::float_weight:
+    case linear_storage::fp8_weight:
+      return n_in;
+  }
+  return n_in;
+}
+
+quantized_source find_quantized_source(const safetensors_checkpoint& ckpt, const weight_decl& decl,
+                                       const quantization_config& quant) {
+  quantized_source src;
+  const std::string_view suffix = ".weight";
+  if (decl.shape.size() != 2 || decl.name.size() <= suffix.size() ||
+      decl.name.compare(decl.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return src;
+  src.prefix = decl.name.substr(0, decl.name.size() - suffix.size());
+  const int64_t n_out = decl.shape[0];
+  const int64_t n_in = decl.shape[1];
+  auto name = [&](std::string_view part) { return fmt::format("{}.{}", src.prefix, part); };
+  auto announce = [&](quant_method needed, std::string_view found) {
+    if (quant.method != needed)
+      throw model_error(
+          fmt::format("{}: the checkpoint holds '{}' ({}), but config.json's quantization_config says "
+                      "{}",
+                      ckpt.path().string(), name(found), linear_storage_name(src.storage),
+                      quant.quantized() ? quant.describe() : std::string("nothing (a float model)")));
+  };
+
+  if (auto qweight = find_entry(ckpt, name("qweight"))) {
+    src.storage = quant.method == quant_method::gptq ? linear_storage::gptq : linear_storage::awq;
+    if (quant.method != quant_method::gptq)
+      announce(quant_method::awq, "qweight");
+    src.codes = *qweight;
+    src.zeros = require(ckpt, name("qzeros"), "the zero points beside qweight");
+    src.scales = require(ckpt, name("scales"), "the scales beside qweight");
+    if (auto g = find_entry(ckpt, name("g_idx")))
+      src.g_idx = *g;
+  } else if (auto packed = find_entry(ckpt, name("weight_packed"))) {
+    src.storage = linear_storage::ct_packed;
+    announce(quant_method::compressed_tensors, "weight_packed");
+    if (quant.format != ct_format::pack_quantized)
+      throw model_error(fmt::format("{}: '{}' is pack-quantized, but the config's format is another",
+                                    ckpt.path().string(), name("weight_packed")));
+    src.codes = *packed;
+    src.scales = require(ckpt, name("weight_scale"), "the scales beside weight_packed");
+    if (auto shape = find_entry(ckpt, name("weight_shape")))
+      src.shape = *shape;
+    if (find_entry(ckpt, name("weight_zero_point")))
+      throw model_error(
+          fmt::format("{}: '{}' holds zero points: asymmetric pack-quantized weights are not "
+                      "implemented",
+                      ckpt.path().string(), name("weight_zero_point")));
+  } else if (auto w = find_entry(ckpt, decl.name); w && w->info->stored == stored_type::i8) {
+    src.storage = linear_storage::int8_weight;
+    announce(quant_method::compressed_tensors, "weight");
+    src.codes = *w;
+    src.scales = require(ckpt, name("weight_scale"), "the scale beside an int8 weight");
+    if (find_entry(ckpt, name("weight_zero_point")))
+      throw model_error(fmt::format("{}: '{}': asymmetric int8 weights are not implemented", ckpt.path().string(),
+                                    name("weight_zero_point")));
+  } else if (w && w->info->stored == stored_type::f8_e4m3) {
+    src.storage = linear_storage::fp8_weight;
+    if (quant.method != quant_method::compressed_tensors)
+      announce(quant_method::fp8, "weight");
+    src.codes = *w;
+    if (auto s = find_entry(ckpt, name("weight_scale")))
+      src.scales = *s;
+    else if (auto inv = find_entry(ckpt, name("weight_scale_inv")))
+      src.scales = *inv;
+    else
+      throw model_error(fmt::format("{}: the checkpoint lacks '{}' (the scale of an fp8 weight)", ckpt.path().string(),
+                                    name("weight_scale")));
+    expect_shape(src.codes, {n_out, n_in}, "the model's shape of the weight");
+    const int64_t numel = src.scales.info->numel();
+    const bool per_tensor = numel == 1;
+    const bool per_channel = numel == n_out && src.scales.info->shape.size() <= 2;
+    const bool block = quant.block_out > 0;
+    expect_type(src.scales, {stored_type::f32, stored_type::f16, stored_type::bf16});
+    if (block) {
+      expect_shape(src.scales,
+                   {(n_out + quant.block_out - 1) / quant.block_out, (n_in + quant.block_in - 1) / quant.block_in},
+                   fmt::format("one scale per {}x{} block", quant.block_out, quant.block_in));
+    } else if (!per_tensor && !per_channel) {
+      fail(src.scales, fmt::format("has shape {}: expected one scale per tensor ([] or [1]) or per output channel "
+                                   "([{}] or [{}, 1])",
+                                   shape_text(src.scales.info->shape), n_out, n_out));
+    }
+    return src;
+  } else {
+    return src;  // float (checked by the plain loader) or absent
+  }
+
+  // Integer formats: check every tensor against the declared shape now, before anything is copied.
+  const int64_t group = source_group_size(src, quant, n_in);
+  if (n_in % group != 0)
+    fail(src.codes, fmt::format("has groups of {} input columns, which do not divide its {} columns", group, n_in));
+  switch (src.storage) {
+    case linear_storage::awq:
+      (void)awq_format(src, n_out, n_in, group);
+      break;
+    case linear_storage::gptq:
+      (void)gptq_format(src, quant, n_out, n_in, group);
+      break;
+    case linear_storage::ct_packed:
+      (void)ct_packed_format(src, quant, n_out, n_in, group);
+      break;
+    case linear_storage::int8_weight:
+      (void)int8_format(src, n_out, n_in, group);
+      break;
+    case linear_storage::float_weight:
+    case linear_storage::fp8_weight:
+      break;
+  }
+  return src;
+}
+
+void check_group_split(const weight_decl& decl, int64_t group_size, int tp_rank, int tp_size) {
+  if (decl.kind != shard_kind::row || decl.shape.size() != 2 || group_size >= decl.shape[1])
+    return;  // column / vocab splits cut output rows, which never share a group; per-channel scales split freely
+  auto splits_groups = [&](int tp) {
+    for (int r = 0; r < tp; ++r) {
+      const tensor_slice s = slice_for(decl, r, tp);
+      if (s.begin % group_size != 0 || s.end % group_size != 0)
+        return true;
+    }
+    return false;
+  };
+  (void)tp_rank;
+  if (!splits_groups(tp_size))
+    return;
+  std::vector<int> fine;
+  for (int tp = 1; tp <= 64; ++tp) {
+    try {
+      if (!splits_groups(tp))
+        fine.push_back(tp);
+    } catch (const model_error&) {  // that size does not split the heads / units at all
+    }
+  }
+  throw model_error(
+      fmt::format("{}: tensor_parallel_size {} would split a quantization group of {} input columns "
+                  "between ranks; sizes that keep groups whole: {}",
+                  decl.name, tp_size, group_size, fmt::join(fine, ", ")));
+}
+
+quantized_linear read_quantized_slice(const quantized_source& src, const weight_decl& decl,
+                                      const quantization_config& quant, int tp_rank, int tp_size) {
+  const int64_t n_out = decl.shape[0];
+  const int64_t n_in = decl.shape[1];
+  const int64_t group = source_group_size(src, quant, n_in);
+  check_group_split(decl, group, tp_rank, tp_size);
+  int_format f;
+  switch (src.storage) {
+    case linear_storage::awq:
+      f = awq_format(src, n_out, n_in, group);
+      break;
+    case linear_storage::gptq:
+      f = gptq_format(src, quant, n_out, n_in, group);
+      break;
+    case linear_storage::ct_packed:
+      f = ct_packed_format(src, quant, n_out, n_in, group);
+      break;
+    case linear_storage::int8_weight:
+      f = int8_format(src, n_out, n_in, group);
+      break;
+    case linear_storage::float_weight:
+    case linear_storage::fp8_weight:
+      throw model_error(fmt::format("{}: not an integer-quantized weight", decl.name));
+  }
+  if (decl.kind == shard_kind::vocab)
+    throw model_error(
+        fmt::format("{}: a quantized lm_head ({}) is not implemented; vLLM's GPTQ lm_head option "
+                    "included",
+                    decl.name, linear_storage_name(src.storage)));
+  const slice_box b = box_of(decl, tp_rank, tp_size);
+  quantized_linear q;
+  q.bits = f.bits;
+  q.n_out = b.r1 - b.r0;
+  q.n_in = b.c1 - b.c0;
+  q.group_size = group >= n_in ? q.n_in : group;
+  q.activations = src.storage == linear_storage::int8_weight ? quant.activations : activation_quant::none;
+  const int64_t n_groups = q.n_groups();
+  const int64_t first_group = b.c0 / std::max<int64_t>(group, 1);
+  q.codes.resize(static_cast<size_t>(q.n_out * q.n_in));
+  q.scales.resize(static_cast<size_t>(q.n_out * n_groups));
+  q.zeros.resize(static_cast<size_t>(q.n_out * n_groups));
+  std::vector<std::string> errors(1);
+  for_row_chunks(q.n_out, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = b.r0 + r;
+      for (int64_t i = 0; i < q.n_in; ++i)
+        q.codes[static_cast<size_t>(r * q.n_in + i)] = f.code(o, b.c0 + i);
+      for (int64_t g = 0; g < n_groups; ++g) {
+        // GPTQ v1 stores zero - 1, so a stored 2^bits - 1 reads as 2^bits (what its kernels compute too): a 4-bit
+        // zero of 16 is kept; 256 does not fit an 8-bit one.
+        const int z = f.zero(o, first_group + g);
+        if (z > 255)
+          throw model_error(fmt::format("{}: output channel {} group {} has zero point {}, beyond 8 bits",
+                                        src.zeros.info->name, o, first_group + g, z));
+        q.zeros[static_cast<size_t>(r * n_groups + g)] = static_cast<uint8_t>(z);
+        q.scales[static_cast<size_t>(r * n_groups + g)] = f.scale(o, first_group + g);
+      }
+    }
+  });
+  try {
+    q.validate();
+  } catch (const std::invalid_argument& e) {
+    throw model_error(fmt::format("{}: {}", src.codes.info->name, e.what()));
+  }
+  return q;
+}
+
+host_tensor read_fp8_slice_as_bf16(const quantized_source& src, const weight_decl& decl,
+                                   const quantization_config& quant, int tp_rank, int tp_size) {
+  const int64_t n_out = decl.shape[0];
+  const int64_t n_in = decl.shape[1];
+  const slice_box b = box_of(decl, tp_rank, tp_size);
+  host_tensor out(dtype::bf16, {b.r1 - b.r0, b.c1 - b.c0});
+  const std::byte* w = bytes_of(src.codes);
+  const bool block = quant.block_out > 0;
+  const int64_t numel = src.scales.info->numel();
+  const int64_t block_cols = block ? (n_in + quant.block_in - 1) / quant.block_in : 0;
+  const scale_reader scales = block ? scale_reader(src.scales, src.scales.info->shape[0] * block_cols, 1)
+                                    : scale_reader(src.scales, numel == 1 ? n_out : n_out, 1);
+  auto* dst = out.data_as<uint16_t>();
+  const int64_t cols = b.c1 - b.c0;
+  for_row_chunks(b.r1 - b.r0, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = b.r0 + r;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = b.c0 + c;
+        const float s = block ? scales((o / quant.block_out) * block_cols + i / quant.block_in, 0) : scales(o, 0);
+        const auto code = static_cast<uint8_t>(w[o * n_in + i]);
+        dst[r * cols + c] = f32_to_bf16(fp8_e4m3_to_f32(code) * s);
+      }
+    }
+  });
+  return out;
+}
+
+host_tensor quantize_fp8_slice_as_bf16(const safetensors_checkpoint::entry& src, const weight_decl& decl, int tp_rank,
+                                       int tp_size) {
+  if (!src.info->is_float())
+    fail(src, fmt::format("has dtype {}: --quantization fp8 quantizes float checkpoints",
+                          stored_type_name(src.info->stored)));
+  const int64_t n_in = decl.shape[1];
+  const slice_box b = box_of(decl, tp_rank, tp_size);
+  host_tensor out(dtype::bf16, {b.r1 - b.r0, b.c1 - b.c0});
+  const std::byte* w = bytes_of(src);
+  const dtype type = src.info->type;
+  auto* dst = out.data_as<uint16_t>();
+  const int64_t cols = b.c1 - b.c0;
+  auto element = [&](int64_t o, int64_t i) {
+    const auto k = static_cast<size_t>(o * n_in + i);
+    if (type == dtype::f32) {
+      float v;
+      std::memcpy(&v, w + 4 * k, 4);
+      return v;
+    }
+    uint16_t h;
+    std::memcpy(&h, w + 2 * k, 2);
+    return type == dtype::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+  };
+  for_row_chunks(b.r1 - b.r0, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = b.r0 + r;
+      float amax = 0;
+      for (int64_t i = 0; i < n_in; ++i)  // the whole row: the same scale whatever the layout
+        amax = std::max(amax, std::fabs(element(o, i)));
+      const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+      for (int64_t c = 0; c < cols; ++c)
+        dst[r * cols + c] = f32_to_bf16(fp8_e4m3_to_f32(f32_to_fp8_e4m3(element(o, b.c0 + c) / scale)) * scale);
+    }
+  });
+  return out;
+}
+
+}  // namespace actorllm::model

@@ -1,0 +1,237 @@
+// Quantized checkpoints end to end: scripts/make_quantized_checkpoints.py writes a small random Llama and Mixtral in
+// every format (AWQ, GPTQ 4/8-bit and per-channel, compressed-tensors W4A16 / W8A8 / FP8, vLLM fp8), each with its
+// dequantized weights; the engine serves each format through actorllm::LLM at tp 1/2/4 and pp 2, and every greedy
+// token must be the float64 reference's (run on the dequantized weights) or within the stated bound of its best
+// logit where the reference itself nearly ties; all layouts give identical ids. Also --quantization fp8 at load
+// against the float model, and the refusals.
+#include "actorllm/llm.hpp"
+#include "model/model_config.hpp"
+#include "model/model_source.hpp"
+#include "model/model_test_util.hpp"
+#include "model/reference_llama.hpp"
+#include "model/weight_table.hpp"
+#include "test_paths.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+using namespace actorllm;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// hidden 128, intermediate 256 (Mixtral: 4 experts of 128, top 2), 4 heads of 32, 2 kv heads, 2 layers, vocab
+/// 256: every TP size up to 4 splits the heads, and a group of 32 input columns is never cut.
+std::string llama_config_json(bool moe) {
+  return fmt::format(R"({{"architectures": ["{}"], "model_type": "{}", "hidden_size": 128,
+    "intermediate_size": {}, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "vocab_size": 256, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": false{}}})",
+                     moe ? "MixtralForCausalLM" : "LlamaForCausalLM", moe ? "mixtral" : "llama", moe ? 128 : 256,
+                     moe ? R"(, "num_local_experts": 4, "num_experts_per_tok": 2)" : "");
+}
+
+/// A float checkpoint of random weights (seeded) and the script's quantized copies of it, made once per process
+/// and removed at exit.
+class quantized_models {
+ public:
+  static quantized_models& get() {
+    static quantized_models m;
+    return m;
+  }
+  ~quantized_models() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  fs::path float_dir(bool moe) const { return root_ / (moe ? "moe" : "dense") / "float"; }
+  fs::path format_dir(bool moe, const std::string& format) const { return root_ / (moe ? "moe" : "dense") / format; }
+
+ private:
+  quantized_models() : root_(test::make_temp_dir("quantized-ckpt")) {
+    for (bool moe : {false, true}) {
+      const fs::path dir = float_dir(moe);
+      fs::create_directories(dir);
+      const std::string json = llama_config_json(moe);
+      std::ofstream(dir / "config.json") << json;
+      const model::model_config cfg = model::parse_model_config(json, "test config");
+      const model::model_weights w = model::test_util::random_weights(cfg, moe ? 11 : 7, dtype::f32);
+      std::vector<model::test_util::test_tensor> tensors;
+      for (const auto& [name, t] : w.tensors()) {
+        model::test_util::test_tensor tt{name, dtype::f32, t.shape, {}};
+        tt.bytes.assign(static_cast<const char*>(t.data()), t.nbytes());
+        tensors.push_back(std::move(tt));
+      }
+      model::test_util::write_file(dir / "model.safetensors", model::test_util::make_safetensors(tensors));
+      const std::string cmd = fmt::format(
+          "python3 '{}/scripts/make_quantized_checkpoints.py' --model '{}' --out '{}' --group-size 32 "
+          "--scale-dtype f16 > /dev/null",
+          ACTORLLM_SOURCE_DIR, dir.string(), (root_ / (moe ? "moe" : "dense")).string());
+      REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
+    }
+  }
+  fs::path root_;
+};
+
+struct layout {
+  int tp = 1;
+  int pp = 1;
+};
+
+const std::vector<std::vector<int32_t>>& prompts() {
+  static const std::vector<std::vector<int32_t>> p{{1, 17, 42, 99, 3, 250, 7}, {1, 200, 5, 5, 5, 61}};
+  return p;
+}
+
+std::vector<std::vector<int32_t>> engine_greedy(const fs::path& dir, layout l, int32_t n,
+                                                const std::string& quantization = {}) {
+  engine_config c;
+  c.model = dir.string();
+  c.tensor_parallel_size = l.tp;
+  c.pipeline_parallel_size = l.pp;
+  c.kv_cache_memory = size_t{8} << 20;
+  c.threads = 2;
+  c.quantization = quantization;
+  LLM llm{c};
+  std::vector<prompt> ps;
+  for (const auto& p : prompts())
+    ps.emplace_back(p);
+  sampling_params sp;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  sp.max_tokens = n;
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& r : llm.generate(ps, sp))
+    out.push_back(r.outputs.at(0).token_ids);
+  return out;
+}
+
+/// The largest amount by which a chosen token's reference logit falls short of the reference's best, over every
+/// generated position (0 when the engine picked the reference's argmax everywhere).
+double worst_shortfall(const model::model_config& cfg, const model::model_weights& ref,
+                       const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), output.begin(), output.end());
+  const std::vector<double> logits = model::test_util::reference_logits(cfg, ref, seq);
+  const auto n_vocab = static_cast<size_t>(cfg.n_vocab);
+  double worst = 0;
+  for (size_t k = 0; k < output.size(); ++k) {
+    const size_t row = (prompt.size() - 1 + k) * n_vocab;
+    const double best = *std::max_element(logits.begin() + static_cast<std::ptrdiff_t>(row),
+                                          logits.begin() + static_cast<std::ptrdiff_t>(row + n_vocab));
+    worst = std::max(worst, best - logits[row + static_cast<size_t>(output[k])]);
+  }
+  return worst;
+}
+
+/// Every layout's ids are identical, and within `bound` of the reference's best logit at every position.
+void check_format(bool moe, const std::string& format, double bound, const std::string& quantization = {}) {
+  const fs::path dir = format == "float-fp8-at-load" ? quantized_models::get().float_dir(moe)
+                                                     : quantized_models::get().format_dir(moe, format);
+  const fs::path ref_dir = format == "float-fp8-at-load" ? dir : dir / "reference";
+  auto ref = model::load_shard(ref_dir, model::shard_spec{}, {});
+  constexpr int32_t n = 12;
+  const auto first = engine_greedy(dir, {1, 1}, n, quantization);
+  for (size_t i = 0; i < prompts().size(); ++i) {
+    const double shortfall = worst_shortfall(ref.config, ref.weights, prompts()[i], first[i]);
+    INFO(format, std::string(moe ? " (MoE)" : ""), " prompt ", i, ": worst shortfall ", shortfall);
+    CHECK(shortfall <= bound);
+  }
+  for (layout l : {layout{2, 1}, layout{4, 1}, layout{1, 2}, layout{2, 2}}) {
+    INFO(format, std::string(moe ? " (MoE)" : ""), " at tp ", l.tp, " pp ", l.pp);
+    CHECK(engine_greedy(dir, l, n, quantization) == first);
+  }
+}
+
+}  // namespace
+
+// Weight-only formats differ from the reference by the activations rounded to bf16 before the integer kernels (and
+// fp8's weights rounded to bf16): a chosen token's logit is within 0.05 of the best. W8A8 quantizes the activations
+// to int8 per token (the format's math; the reference keeps them exact): within 0.25.
+TEST_CASE("quantized checkpoints: AWQ int4 g32 gives the float64 reference's greedy ids in every layout") {
+  check_format(false, "awq", 0.05);
+}
+TEST_CASE("quantized checkpoints: GPTQ int4 with zero points gives the reference's greedy ids in every layout") {
+  check_format(false, "gptq4", 0.05);
+}
+TEST_CASE("quantized checkpoints: GPTQ int8 symmetric gives the reference's greedy ids in every layout") {
+  check_format(false, "gptq8", 0.05);
+}
+TEST_CASE("quantized checkpoints: GPTQ int4 per-channel gives the reference's greedy ids in every layout") {
+  check_format(false, "gptq4_perchannel", 0.05);
+}
+TEST_CASE("quantized checkpoints: compressed-tensors W4A16 gives the reference's greedy ids in every layout") {
+  check_format(false, "ct_w4a16", 0.05);
+}
+TEST_CASE("quantized checkpoints: compressed-tensors W8A8 int8 gives the reference's greedy ids in every layout") {
+  check_format(false, "ct_w8a8", 0.25);
+}
+TEST_CASE("quantized checkpoints: vLLM fp8 gives the reference's greedy ids in every layout") {
+  check_format(false, "fp8", 0.05);
+}
+TEST_CASE(
+    "quantized checkpoints: compressed-tensors FP8 per-channel gives the reference's greedy ids in every layout") {
+  check_format(false, "ct_fp8", 0.05);
+}
+TEST_CASE("quantized checkpoints: Mixtral experts in AWQ and GPTQ int8 give the reference's ids in every layout") {
+  check_format(true, "awq", 0.05);
+  check_format(true, "gptq8", 0.05);
+}
+// fp8 at load rounds each weight to 4 significant bits: the bound is against the float model itself.
+TEST_CASE("quantized checkpoints: --quantization fp8 on a float checkpoint stays within 0.5 of the float model") {
+  check_format(false, "float-fp8-at-load", 0.5, "fp8");
+}
+
+TEST_CASE("quantized checkpoints: a layout that splits a quantization group is refused naming the sizes that work") {
+  engine_config c;
+  c.model = quantized_models::get().format_dir(false, "gptq4").string();
+  c.kv_cache_memory = size_t{8} << 20;
+  c.threads = 2;
+  // A hand-edited config with groups of 128 over o_proj's 128 input columns: tp 2 would cut each group in half.
+  const fs::path edited = test::make_temp_dir("quantized-g128");
+  for (const auto& e : fs::directory_iterator(c.model))
+    if (e.is_regular_file())
+      fs::copy_file(e.path(), edited / e.path().filename());
+  std::string json;
+  {
+    std::ifstream in(edited / "config.json");
+    json.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto at = json.find("\"group_size\": 32");
+  REQUIRE(at != std::string::npos);
+  json.replace(at, std::string("\"group_size\": 32").size(), "\"group_size\": 128");
+  std::ofstream(edited / "config.json", std::ios::trunc) << json;
+  c.model = edited.string();
+  c.tensor_parallel_size = 2;
+  std::string error;
+  try {
+    LLM llm{c};
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  fs::remove_all(edited);
+  INFO(error);
+  // The checkpoint's tensors were packed with groups of 32, so the shapes disagree before any split is tried.
+  CHECK(error.find("qzeros") != std::string::npos);
+}
+
+TEST_CASE("quantized checkpoints: --quantization that disagrees with the checkpoint is refused naming both") {
+  engine_config c;
+  c.model = quantized_models::get().format_dir(false, "awq").string();
+  c.quantization = "gptq";
+  c.kv_cache_memory = size_t{8} << 20;
+  std::string error;
+  try {
+    LLM llm{c};
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  CHECK(error.find("--quantization gptq") != std::string::npos);
+  CHECK(error.find("awq") != std::string::npos);
+}
