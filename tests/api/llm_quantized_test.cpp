@@ -188,12 +188,12 @@ TEST_CASE("quantized checkpoints: --quantization fp8 on a float checkpoint stays
   check_format(false, "float-fp8-at-load", 0.5, "fp8");
 }
 
-TEST_CASE("quantized checkpoints: a layout that splits a quantization group is refused naming the sizes that work") {
+TEST_CASE("quantized checkpoints: a config whose group size disagrees with the packed tensors is refused naming one") {
   engine_config c;
   c.model = quantized_models::get().format_dir(false, "gptq4").string();
   c.kv_cache_memory = size_t{8} << 20;
   c.threads = 2;
-  // A hand-edited config with groups of 128 over o_proj's 128 input columns: tp 2 would cut each group in half.
+  // A hand-edited config that claims groups of 128 where the tensors were packed with groups of 32.
   const fs::path edited = test::make_temp_dir("quantized-g128");
   for (const auto& e : fs::directory_iterator(c.model))
     if (e.is_regular_file())
@@ -217,8 +217,8 @@ TEST_CASE("quantized checkpoints: a layout that splits a quantization group is r
   }
   fs::remove_all(edited);
   INFO(error);
-  // The checkpoint's tensors were packed with groups of 32, so the shapes disagree before any split is tried.
   CHECK(error.find("qzeros") != std::string::npos);
+  CHECK(error.find("expected [1, 16]") != std::string::npos);  // 128 input columns / 128, 128 outputs / 8
 }
 
 TEST_CASE("quantized checkpoints: --quantization that disagrees with the checkpoint is refused naming both") {

@@ -1,6 +1,8 @@
 // quantization_config parsing: each format's settings as its tool writes them, and every setting that would change
 // the math without being implemented refused by name.
 #include "model/quantization_config.hpp"
+#include "model/quantized_checkpoint.hpp"
+#include "model/weight_table.hpp"
 #include "model/model_config.hpp"
 #include "model/model_error.hpp"
 
@@ -133,4 +135,28 @@ TEST_CASE("fp8 e4m3: every code decodes and encodes back to itself, ties go to e
   CHECK(f32_to_fp8_e4m3(1.0625f) == 0x38);                // halfway between 1 and 1.125: to even (1)
   CHECK(f32_to_fp8_e4m3(1.1875f) == 0x3a);                // halfway between 1.125 and 1.25: to even (1.25)
   CHECK(f32_to_fp8_e4m3(std::ldexp(1.0f, -10)) == 0x00);  // half the smallest subnormal: to even (0)
+}
+
+TEST_CASE("quantized weights: a tensor-parallel size that cuts a group of a row-parallel weight is refused naming the "
+          "sizes that work") {
+  weight_decl down;
+  down.name = "model.layers.0.mlp.down_proj.weight";
+  down.shape = {128, 96};
+  down.kind = shard_kind::row;
+  down.n_units = 96;
+  down.unit_size = 1;
+  down.allow_uneven = true;
+  CHECK_NOTHROW(check_group_split(down, 32, 0, 3));  // 32 columns each: whole groups
+  std::string error;
+  try {
+    check_group_split(down, 32, 0, 2);  // 48 columns each: the second group is cut
+  } catch (const model_error& e) {
+    error = e.what();
+  }
+  CHECK(error.find("tensor_parallel_size 2") != std::string::npos);
+  CHECK(error.find("sizes that keep groups whole: 1, 3") != std::string::npos);
+  CHECK_NOTHROW(check_group_split(down, 96, 0, 2));  // one group per channel: any split
+  weight_decl q = down;
+  q.kind = shard_kind::column;  // output rows never share a group
+  CHECK_NOTHROW(check_group_split(q, 32, 0, 2));
 }
