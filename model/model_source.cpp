@@ -29,7 +29,7 @@ loaded_shard load_shard(const std::filesystem::path& dir, const shard_spec& shar
   if (options.format == load_format::dummy) {
     dtype type = options.weight_dtype.value_or(cfg.torch_dtype);
     model_weights weights = make_dummy_weights(cfg, table, shard, type, options.seed);
-    quantize_dummy_weights(cfg, table, shard, weights);
+    quantize_dummy_weights(cfg, table, shard, type, options.seed, weights);
     return loaded_shard{cfg, std::move(weights)};
   }
   if (!has_safetensors_checkpoint(dir))

@@ -30,9 +30,10 @@ model_weights make_dummy_weights(const model_config& cfg, const weight_table& ta
 
 /// `--load-format dummy` of a quantized config: the dummy Linear weights (not the routers) made what the format
 /// would hold: integer formats by round-to-nearest quantization with the config's bits, group size and symmetry
-/// (quantize_linear_rtn; groups of a row-parallel slice are the full tensor's, a per-channel scale is the slice
-/// row's), fp8 by rounding each row to e4m3 with scale max|w| / 448 and back to bf16. No-op for a float config.
-void quantize_dummy_weights(const model_config& cfg, const weight_table& table, const shard_spec& shard,
-                            model_weights& weights);
+/// (quantize_linear_rtn), fp8 by rounding each row to e4m3 with scale max|w| / 448 and back to bf16. Per-channel
+/// scales come from the full row (regenerated from `seed` for a row-parallel slice), so every layout quantizes
+/// alike. No-op for a float config.
+void quantize_dummy_weights(const model_config& cfg, const weight_table& table, const shard_spec& shard, dtype type,
+                            uint64_t seed, model_weights& weights);
 
 }  // namespace actorllm::model

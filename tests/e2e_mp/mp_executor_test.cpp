@@ -483,3 +483,46 @@ TEST_CASE("mp executor, dp 2: kill -9 of one replica's worker under 32 greedy st
   CHECK(llm.stats().replicas.at(1).routed_requests > routed_before);
   CHECK(llm.stats().replicas.at(1).restarts == 1);
 }
+
+TEST_CASE("mp executor: quantized weights (an AWQ config, and --quantization fp8 at load) decode as in one process") {
+  const auto dir = test::make_temp_dir("actorllm-mp-quantized");
+  {
+    std::ofstream f{dir / "config.json"};
+    f << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 128, "intermediate_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 97,
+        "max_position_embeddings": 256, "torch_dtype": "float32",
+        "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 32, "zero_point": true,
+                                "version": "gemm"}})";
+  }
+  const auto float_dir = test::make_temp_dir("actorllm-mp-float");
+  {
+    std::ofstream f{float_dir / "config.json"};
+    f << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 128, "intermediate_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 97,
+        "max_position_embeddings": 256, "torch_dtype": "float32"})";
+  }
+  auto config = [&](const std::filesystem::path& model, const std::string& quantization, int tp, int pp,
+                    const std::string& executor) {
+    engine_config c = mp_config(tp, pp);
+    c.model = model.string();
+    c.load_format = "dummy";
+    c.seed = 5;
+    c.quantization = quantization;
+    c.distributed_executor_backend = executor;
+    return c;
+  };
+  sampling_params p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 16;
+  const prompt in{std::vector<int32_t>{7, 21, 4, 60, 33}};
+  for (const auto& [model, quantization] : {std::pair{dir, std::string()}, std::pair{float_dir, std::string("fp8")}}) {
+    const auto expected = LLM{config(model, quantization, 1, 1, "uni")}.generate(in, p).outputs.at(0).token_ids;
+    LLM llm{config(model, quantization, 2, 2, "mp")};
+    CHECK(llm.info().executor == "mp");
+    INFO("quantization '" << quantization << "'");
+    CHECK(llm.generate(in, p).outputs.at(0).token_ids == expected);
+  }
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(float_dir);
+}

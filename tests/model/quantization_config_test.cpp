@@ -1,10 +1,10 @@
 // quantization_config parsing: each format's settings as its tool writes them, and every setting that would change
 // the math without being implemented refused by name.
 #include "model/quantization_config.hpp"
-#include "model/quantized_checkpoint.hpp"
-#include "model/weight_table.hpp"
 #include "model/model_config.hpp"
 #include "model/model_error.hpp"
+#include "model/quantized_checkpoint.hpp"
+#include "model/weight_table.hpp"
 
 #include "kernels/dtype.hpp"
 
@@ -137,8 +137,9 @@ TEST_CASE("fp8 e4m3: every code decodes and encodes back to itself, ties go to e
   CHECK(f32_to_fp8_e4m3(std::ldexp(1.0f, -10)) == 0x00);  // half the smallest subnormal: to even (0)
 }
 
-TEST_CASE("quantized weights: a tensor-parallel size that cuts a group of a row-parallel weight is refused naming the "
-          "sizes that work") {
+TEST_CASE(
+    "quantized weights: a tensor-parallel size that cuts a group of a row-parallel weight is refused naming the "
+    "sizes that work") {
   weight_decl down;
   down.name = "model.layers.0.mlp.down_proj.weight";
   down.shape = {128, 96};
