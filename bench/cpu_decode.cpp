@@ -14,6 +14,7 @@
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
+#include "model/weight_loader.hpp"
 #include "model/weight_table.hpp"
 #include "util/json_writer.hpp"
 #include "util/thread_pool.hpp"
@@ -30,7 +31,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <numeric>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -161,6 +165,138 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/// One weight format of --variants: the model's dummy bf16 weights as they are, or quantized the way a checkpoint of
+/// that format would hold them (model::quantize_dummy_weights with the format's usual settings).
+struct weight_variant {
+  std::string name;
+  model::quantization_config quant;
+};
+
+std::optional<weight_variant> parse_variant(const std::string& name) {
+  weight_variant v{name, {}};
+  auto& q = v.quant;
+  if (name == "bf16")
+    return v;
+  if (name == "int8") {  // GPTQ 8-bit, symmetric, groups of 128: weight-only
+    q.method = model::quant_method::gptq;
+    q.bits = 8;
+    q.group_size = 128;
+  } else if (name == "int8-channel") {  // compressed-tensors W8A16 per channel
+    q.method = model::quant_method::compressed_tensors;
+    q.format = model::ct_format::int_quantized;
+    q.bits = 8;
+  } else if (name == "w8a8") {  // compressed-tensors W8A8: int8 per channel, activations int8 per token
+    q.method = model::quant_method::compressed_tensors;
+    q.format = model::ct_format::int_quantized;
+    q.bits = 8;
+    q.activations = activation_quant::int8_per_token;
+  } else if (name == "int4") {  // AWQ: 4-bit, groups of 128, zero points
+    q.method = model::quant_method::awq;
+    q.bits = 4;
+    q.group_size = 128;
+    q.symmetric = false;
+  } else if (name == "fp8") {  // fp8 per channel, run weight-only (dequantized to bf16)
+    q.method = model::quant_method::fp8;
+    q.quantize_at_load = true;
+    q.bits = 8;
+  } else {
+    return std::nullopt;
+  }
+  return v;
+}
+
+/// --variants: every format on the same dummy weights of one shape, measured alternately in each round beside the
+/// bandwidth probe, with each format's decode set against bf16's of the same round.
+int run_variants(const std::string& config_dir, const std::vector<weight_variant>& variants, cpu::cpu_backend& be,
+                 int rounds, int64_t steps, int64_t prompt_len, int64_t prefill, int prefill_reps,
+                 const std::string& json_path) {
+  thread_pool& pool = be.pool();
+  model::shard_spec shard;
+  model::load_options load;
+  load.format = model::load_format::dummy;
+  load.weight_dtype = dtype::bf16;
+  struct built {
+    std::unique_ptr<model::llama_model> llm;
+    size_t weight_bytes = 0;
+    size_t bytes_per_token = 0;
+    std::vector<double> decode, prefill, ratio, fraction;
+  };
+  std::vector<built> models;
+  single_rank_collective comm;
+  for (const weight_variant& v : variants) {
+    std::fprintf(stderr, "building %s...\n", v.name.c_str());
+    auto loaded = model::load_shard(config_dir, shard, load);
+    model::model_config cfg = loaded.config;
+    cfg.quant = v.quant;
+    model::quantize_dummy_weights(cfg, model::llama_weight_table(cfg, shard), shard, dtype::bf16, load.seed,
+                                  loaded.weights);
+    built b;
+    b.weight_bytes = loaded.weights.total_bytes();
+    b.bytes_per_token = b.weight_bytes;
+    if (const auto* e = loaded.weights.find("model.embed_tokens.weight"); e && !cfg.tie_word_embeddings)
+      b.bytes_per_token -= e->nbytes();
+    b.llm = std::make_unique<model::llama_model>(cfg, std::move(loaded.weights), shard, comm, be);
+    models.push_back(std::move(b));
+  }
+  const int64_t block_size = 16;
+  std::vector<double> bandwidths;
+  for (int round = 0; round < rounds; ++round) {
+    const bench::bandwidth_probe probe = bench::probe_read_bandwidth(pool);
+    bandwidths.push_back(probe.bytes_per_s);
+    std::fprintf(stderr, "round %d/%d: %.1f GB/s\n", round + 1, rounds, probe.bytes_per_s / 1e9);
+    for (built& b : models) {
+      b.decode.push_back(decode_tokens_per_second(*b.llm, 1, prompt_len, steps, block_size));
+      b.fraction.push_back(b.decode.back() / (probe.bytes_per_s / static_cast<double>(b.bytes_per_token)));
+      if (prefill > 0)
+        b.prefill.push_back(prefill_tokens_per_second(*b.llm, prefill, block_size, prefill_reps));
+    }
+    for (built& b : models)
+      b.ratio.push_back(b.decode.back() / models.front().decode.back());
+  }
+  std::printf("%s: %d threads, %d alternated rounds, memory read bandwidth %.1f GB/s (median)\n",
+              std::filesystem::path{config_dir}.filename().c_str(), pool.size(), rounds, median(bandwidths) / 1e9);
+  std::printf("%-14s %12s %16s %14s %16s %18s\n", "weights", "weights GB", "decode b1 tok/s",
+              fmt::format("vs {}", variants.front().name).c_str(), "b1 / roofline",
+              fmt::format("prefill {} tok/s", prefill).c_str());
+  for (size_t i = 0; i < models.size(); ++i) {
+    const built& b = models[i];
+    std::printf("%-14s %12.3f %16.2f %13.2fx %15.1f%% %18.1f\n", variants[i].name.c_str(),
+                static_cast<double>(b.weight_bytes) / 1e9, median(b.decode), median(b.ratio),
+                100.0 * median(b.fraction), b.prefill.empty() ? 0.0 : median(b.prefill));
+  }
+  json_writer w;
+  w.begin_object();
+  w.key("benchmark").value("cpu_decode_variants");
+  w.key("model").value(config_dir);
+  w.key("threads").value(pool.size());
+  w.key("rounds").value(rounds);
+  w.key("memory_bandwidth_bytes_per_s").value(median(bandwidths));
+  w.key("per_round_bandwidth_bytes_per_s").begin_array();
+  for (double bw : bandwidths)
+    w.value(bw);
+  w.end_array();
+  w.key("variants").begin_array();
+  for (size_t i = 0; i < models.size(); ++i) {
+    const built& b = models[i];
+    w.begin_object();
+    w.key("name").value(variants[i].name);
+    w.key("quantization").value(variants[i].quant.describe());
+    w.key("weight_bytes").value(static_cast<uint64_t>(b.weight_bytes));
+    w.key("decode_batch1_tokens_per_s").value(median(b.decode));
+    w.key("decode_batch1_over_first").value(median(b.ratio));
+    w.key("batch1_fraction_of_roofline").value(median(b.fraction));
+    w.key("prefill_tokens_per_s").value(b.prefill.empty() ? 0.0 : median(b.prefill));
+    w.key("per_round_decode_batch1_tokens_per_s").begin_array();
+    for (double d : b.decode)
+      w.value(d);
+    w.end_array();
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return bench::write_json_result(json_path, w.str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,6 +326,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
+  std::string variants_arg;
+  app.add_option("--variants", variants_arg,
+                 "Compare weight formats on the model's dummy weights, alternately per round: a comma list of bf16, "
+                 "int8 (GPTQ g128), int8-channel (W8A16), w8a8, int4 (AWQ g128), fp8; the first is the baseline");
   CLI11_PARSE(app, argc, argv);
   if (rounds < 1) {
     std::fprintf(stderr, "--rounds: must be at least 1, got %d\n", rounds);
@@ -198,6 +338,20 @@ int main(int argc, char** argv) {
 
   cpu::cpu_backend be{threads > 0 ? threads : thread_pool::global().size()};
   thread_pool& pool = be.pool();
+  if (!variants_arg.empty()) {
+    std::vector<weight_variant> variants;
+    std::stringstream list(variants_arg);
+    for (std::string name; std::getline(list, name, ',');) {
+      auto v = parse_variant(name);
+      if (!v) {
+        std::fprintf(stderr, "--variants: unknown format '%s' (bf16, int8, int8-channel, w8a8, int4, fp8)\n",
+                     name.c_str());
+        return 2;
+      }
+      variants.push_back(*v);
+    }
+    return run_variants(config_dir, variants, be, rounds, steps, prompt_len, prefill, prefill_reps, json_path);
+  }
   model::load_options load;
   if (dtype_arg != "auto") {
     auto wdt = parse_dtype(dtype_arg);
