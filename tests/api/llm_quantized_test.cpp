@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,15 +28,38 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// hidden 128, intermediate 256 (Mixtral: 4 experts of 128, top 2), 4 heads of 32, 2 kv heads, 2 layers, vocab
-/// 256: every TP size up to 4 splits the heads, and a group of 32 input columns is never cut.
-std::string llama_config_json(bool moe) {
-  return fmt::format(R"({{"architectures": ["{}"], "model_type": "{}", "hidden_size": 128,
-    "intermediate_size": {}, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+enum class family { llama, mixtral, qwen2_moe };
+constexpr std::array<family, 3> families{family::llama, family::mixtral, family::qwen2_moe};
+
+std::string family_name(family f) {
+  return f == family::llama ? "llama" : f == family::mixtral ? "mixtral" : "qwen2_moe";
+}
+
+/// hidden 128, intermediate 256 (Mixtral: 4 experts of 128, top 2; Qwen2-MoE: 4 experts of 64 and a shared expert
+/// of 128), 4 heads of 32, 2 kv heads, 2 layers, vocab 256: every TP size up to 4 splits the heads, and a group of
+/// 32 input columns is never cut.
+std::string config_json(family f) {
+  switch (f) {
+    case family::llama:
+      break;
+    case family::mixtral:
+      return R"({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 128,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 256, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": false,
+        "num_local_experts": 4, "num_experts_per_tok": 2})";
+    case family::qwen2_moe:
+      return R"({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 128,
+        "intermediate_size": 256, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128,
+        "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": false, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2,
+        "tie_word_embeddings": false})";
+  }
+  return R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+    "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
     "vocab_size": 256, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-    "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": false{}}})",
-                     moe ? "MixtralForCausalLM" : "LlamaForCausalLM", moe ? "mixtral" : "llama", moe ? 128 : 256,
-                     moe ? R"(, "num_local_experts": 4, "num_experts_per_tok": 2)" : "");
+    "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": false})";
 }
 
 /// A float checkpoint of random weights (seeded) and the script's quantized copies of it, made once per process
@@ -50,18 +74,18 @@ class quantized_models {
     std::error_code ec;
     fs::remove_all(root_, ec);
   }
-  fs::path float_dir(bool moe) const { return root_ / (moe ? "moe" : "dense") / "float"; }
-  fs::path format_dir(bool moe, const std::string& format) const { return root_ / (moe ? "moe" : "dense") / format; }
+  fs::path float_dir(family f) const { return root_ / family_name(f) / "float"; }
+  fs::path format_dir(family f, const std::string& format) const { return root_ / family_name(f) / format; }
 
  private:
   quantized_models() : root_(test::make_temp_dir("quantized-ckpt")) {
-    for (bool moe : {false, true}) {
-      const fs::path dir = float_dir(moe);
+    for (family f : families) {
+      const fs::path dir = float_dir(f);
       fs::create_directories(dir);
-      const std::string json = llama_config_json(moe);
+      const std::string json = config_json(f);
       std::ofstream(dir / "config.json") << json;
       const model::model_config cfg = model::parse_model_config(json, "test config");
-      const model::model_weights w = model::test_util::random_weights(cfg, moe ? 11 : 7, dtype::f32);
+      const model::model_weights w = model::test_util::random_weights(cfg, 7 + static_cast<int>(f), dtype::f32);
       std::vector<model::test_util::test_tensor> tensors;
       for (const auto& [name, t] : w.tensors()) {
         model::test_util::test_tensor tt{name, dtype::f32, t.shape, {}};
@@ -69,10 +93,10 @@ class quantized_models {
         tensors.push_back(std::move(tt));
       }
       model::test_util::write_file(dir / "model.safetensors", model::test_util::make_safetensors(tensors));
-      const std::string cmd = fmt::format(
-          "python3 '{}/scripts/make_quantized_checkpoints.py' --model '{}' --out '{}' --group-size 32 "
-          "--scale-dtype f16 > /dev/null",
-          ACTORLLM_SOURCE_DIR, dir.string(), (root_ / (moe ? "moe" : "dense")).string());
+      const std::string cmd =
+          fmt::format("python3 '{}/scripts/make_quantized_checkpoints.py' --model '{}' --out '{}' --group-size 32 "
+                      "--scale-dtype f16 > /dev/null",
+                      ACTORLLM_SOURCE_DIR, dir.string(), (root_ / family_name(f)).string());
       REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
     }
   }
@@ -131,20 +155,23 @@ double worst_shortfall(const model::model_config& cfg, const model::model_weight
 }
 
 /// Every layout's ids are identical, and within `bound` of the reference's best logit at every position.
-void check_format(bool moe, const std::string& format, double bound, const std::string& quantization = {}) {
-  const fs::path dir = format == "float-fp8-at-load" ? quantized_models::get().float_dir(moe)
-                                                     : quantized_models::get().format_dir(moe, format);
-  const fs::path ref_dir = format == "float-fp8-at-load" ? dir : dir / "reference";
+void check_format(family f, const std::string& format, double bound, const std::string& quantization = {}) {
+  const bool at_load = format == "float-fp8-at-load";
+  const fs::path dir = at_load ? quantized_models::get().float_dir(f) : quantized_models::get().format_dir(f, format);
+  const fs::path ref_dir = at_load ? dir : dir / "reference";
   auto ref = model::load_shard(ref_dir, model::shard_spec{}, {});
   constexpr int32_t n = 12;
   const auto first = engine_greedy(dir, {1, 1}, n, quantization);
   for (size_t i = 0; i < prompts().size(); ++i) {
     const double shortfall = worst_shortfall(ref.config, ref.weights, prompts()[i], first[i]);
-    INFO(format, std::string(moe ? " (MoE)" : ""), " prompt ", i, ": worst shortfall ", shortfall);
+    INFO(format, " (", family_name(f), ") prompt ", i, ": worst shortfall ", shortfall);
     CHECK(shortfall <= bound);
   }
-  for (layout l : {layout{2, 1}, layout{4, 1}, layout{1, 2}, layout{2, 2}}) {
-    INFO(format, std::string(moe ? " (MoE)" : ""), " at tp ", l.tp, " pp ", l.pp);
+  const std::vector<layout> layouts = f == family::llama
+                                          ? std::vector<layout>{{2, 1}, {4, 1}, {1, 2}, {2, 2}}
+                                          : std::vector<layout>{{2, 1}, {1, 2}};
+  for (layout l : layouts) {
+    INFO(format, " (", family_name(f), ") at tp ", l.tp, " pp ", l.pp);
     CHECK(engine_greedy(dir, l, n, quantization) == first);
   }
 }
@@ -155,42 +182,44 @@ void check_format(bool moe, const std::string& format, double bound, const std::
 // fp8's weights rounded to bf16): a chosen token's logit is within 0.05 of the best. W8A8 quantizes the activations
 // to int8 per token (the format's math; the reference keeps them exact): within 0.25.
 TEST_CASE("quantized checkpoints: AWQ int4 g32 gives the float64 reference's greedy ids in every layout") {
-  check_format(false, "awq", 0.05);
+  check_format(family::llama, "awq", 0.05);
 }
 TEST_CASE("quantized checkpoints: GPTQ int4 with zero points gives the reference's greedy ids in every layout") {
-  check_format(false, "gptq4", 0.05);
+  check_format(family::llama, "gptq4", 0.05);
 }
 TEST_CASE("quantized checkpoints: GPTQ int8 symmetric gives the reference's greedy ids in every layout") {
-  check_format(false, "gptq8", 0.05);
+  check_format(family::llama, "gptq8", 0.05);
 }
 TEST_CASE("quantized checkpoints: GPTQ int4 per-channel gives the reference's greedy ids in every layout") {
-  check_format(false, "gptq4_perchannel", 0.05);
+  check_format(family::llama, "gptq4_perchannel", 0.05);
 }
 TEST_CASE("quantized checkpoints: compressed-tensors W4A16 gives the reference's greedy ids in every layout") {
-  check_format(false, "ct_w4a16", 0.05);
+  check_format(family::llama, "ct_w4a16", 0.05);
 }
 TEST_CASE("quantized checkpoints: compressed-tensors W8A8 int8 gives the reference's greedy ids in every layout") {
-  check_format(false, "ct_w8a8", 0.25);
+  check_format(family::llama, "ct_w8a8", 0.25);
 }
 TEST_CASE("quantized checkpoints: vLLM fp8 gives the reference's greedy ids in every layout") {
-  check_format(false, "fp8", 0.05);
+  check_format(family::llama, "fp8", 0.05);
 }
 TEST_CASE(
     "quantized checkpoints: compressed-tensors FP8 per-channel gives the reference's greedy ids in every layout") {
-  check_format(false, "ct_fp8", 0.05);
+  check_format(family::llama, "ct_fp8", 0.05);
 }
-TEST_CASE("quantized checkpoints: Mixtral experts in AWQ and GPTQ int8 give the reference's ids in every layout") {
-  check_format(true, "awq", 0.05);
-  check_format(true, "gptq8", 0.05);
+TEST_CASE("quantized checkpoints: Mixtral and Qwen2-MoE experts in every format give the reference's ids at tp 2 and "
+          "pp 2") {
+  for (family f : {family::mixtral, family::qwen2_moe})
+    for (const char* format : {"awq", "gptq4", "gptq8", "gptq4_perchannel", "ct_w4a16", "ct_w8a8", "fp8", "ct_fp8"})
+      check_format(f, format, std::string(format) == "ct_w8a8" ? 0.25 : 0.05);
 }
 // fp8 at load rounds each weight to 4 significant bits: the bound is against the float model itself.
 TEST_CASE("quantized checkpoints: --quantization fp8 on a float checkpoint stays within 0.5 of the float model") {
-  check_format(false, "float-fp8-at-load", 0.5, "fp8");
+  check_format(family::llama, "float-fp8-at-load", 0.5, "fp8");
 }
 
 TEST_CASE("quantized checkpoints: a config whose group size disagrees with the packed tensors is refused naming one") {
   engine_config c;
-  c.model = quantized_models::get().format_dir(false, "gptq4").string();
+  c.model = quantized_models::get().format_dir(family::llama, "gptq4").string();
   c.kv_cache_memory = size_t{8} << 20;
   c.threads = 2;
   // A hand-edited config that claims groups of 128 where the tensors were packed with groups of 32.
@@ -223,7 +252,7 @@ TEST_CASE("quantized checkpoints: a config whose group size disagrees with the p
 
 TEST_CASE("quantized checkpoints: --quantization that disagrees with the checkpoint is refused naming both") {
   engine_config c;
-  c.model = quantized_models::get().format_dir(false, "awq").string();
+  c.model = quantized_models::get().format_dir(family::llama, "awq").string();
   c.quantization = "gptq";
   c.kv_cache_memory = size_t{8} << 20;
   std::string error;
