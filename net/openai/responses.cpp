@@ -356,17 +356,22 @@ std::string chat_response_json(const request_output& output, const response_cont
         w.null();
     }
     w.key("content");
-    // With a reasoning parser, a reply that is all reasoning has null content (vLLM).
+    using mode = response_context::tool_mode;
+    // vLLM's shapes: a named or required tool choice answers content "" beside its calls, and "" with no call when
+    // the output was cut before the calls parsed; with a reasoning parser, a reply that is all reasoning has null
+    // content; a parsed (auto) reply with calls and no other text has null content.
+    const bool forced = ctx.tools == mode::named || ctx.tools == mode::required;
     const bool no_content = split && parsed.content.empty() && ctx.echo_text.empty();
-    if ((parsed.calls.empty() && !no_content) || !parsed.content.empty())
+    if (forced)
+      w.value(parsed.calls.empty() && out.finish_reason != finish_reason::length ? ctx.echo_text + parsed.content
+                                                                                 : ctx.echo_text);
+    else if ((parsed.calls.empty() && !no_content) || !parsed.content.empty())
       w.value(ctx.echo_text + parsed.content);
     else
       w.null();
     w.key("refusal").null();
-    if (!parsed.calls.empty()) {
-      w.key("tool_calls");
-      write_tool_calls(w, parsed.calls, false);
-    }
+    w.key("tool_calls");  // always a list, empty without calls (vLLM's ChatMessage)
+    write_tool_calls(w, parsed.calls, false);
     w.end_object();
     w.key("logprobs");
     if (ctx.logprobs)

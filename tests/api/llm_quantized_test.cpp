@@ -93,10 +93,10 @@ class quantized_models {
         tensors.push_back(std::move(tt));
       }
       model::test_util::write_file(dir / "model.safetensors", model::test_util::make_safetensors(tensors));
-      const std::string cmd =
-          fmt::format("python3 '{}/scripts/make_quantized_checkpoints.py' --model '{}' --out '{}' --group-size 32 "
-                      "--scale-dtype f16 > /dev/null",
-                      ACTORLLM_SOURCE_DIR, dir.string(), (root_ / family_name(f)).string());
+      const std::string cmd = fmt::format(
+          "python3 '{}/scripts/make_quantized_checkpoints.py' --model '{}' --out '{}' --group-size 32 "
+          "--scale-dtype f16 > /dev/null",
+          ACTORLLM_SOURCE_DIR, dir.string(), (root_ / family_name(f)).string());
       REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
     }
   }
@@ -167,9 +167,8 @@ void check_format(family f, const std::string& format, double bound, const std::
     INFO(format, " (", family_name(f), ") prompt ", i, ": worst shortfall ", shortfall);
     CHECK(shortfall <= bound);
   }
-  const std::vector<layout> layouts = f == family::llama
-                                          ? std::vector<layout>{{2, 1}, {4, 1}, {1, 2}, {2, 2}}
-                                          : std::vector<layout>{{2, 1}, {1, 2}};
+  const std::vector<layout> layouts =
+      f == family::llama ? std::vector<layout>{{2, 1}, {4, 1}, {1, 2}, {2, 2}} : std::vector<layout>{{2, 1}, {1, 2}};
   for (layout l : layouts) {
     INFO(format, " (", family_name(f), ") at tp ", l.tp, " pp ", l.pp);
     CHECK(engine_greedy(dir, l, n, quantization) == first);
@@ -206,8 +205,9 @@ TEST_CASE(
     "quantized checkpoints: compressed-tensors FP8 per-channel gives the reference's greedy ids in every layout") {
   check_format(family::llama, "ct_fp8", 0.05);
 }
-TEST_CASE("quantized checkpoints: Mixtral and Qwen2-MoE experts in every format give the reference's ids at tp 2 and "
-          "pp 2") {
+TEST_CASE(
+    "quantized checkpoints: Mixtral and Qwen2-MoE experts in every format give the reference's ids at tp 2 and "
+    "pp 2") {
   for (family f : {family::mixtral, family::qwen2_moe})
     for (const char* format : {"awq", "gptq4", "gptq8", "gptq4_perchannel", "ct_w4a16", "ct_w8a8", "fp8", "ct_fp8"})
       check_format(f, format, std::string(format) == "ct_w8a8" ? 0.25 : 0.05);

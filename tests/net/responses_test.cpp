@@ -394,3 +394,39 @@ TEST_CASE("api_error: constructors and OpenAI's error JSON") {
   CHECK(from_engine_error(actorllm::error{errc::internal, "oops"}).status == 500);
   CHECK(from_engine_error(actorllm::error{errc::invalid_argument, "bad id"}).message == "bad id");
 }
+
+TEST_CASE(
+    "chat response tool shapes as vLLM: tool_calls always a list and content empty for named or required "
+    "choices") {
+  auto one = [](std::string text, finish_reason reason) {
+    request_output ro;
+    ro.request_id = 1;
+    completion_output o;
+    o.text = std::move(text);
+    o.token_ids = {5};
+    o.finish_reason = reason;
+    ro.outputs = {o};
+    ro.finished = true;
+    ro.usage = {2, 1};
+    return ro;
+  };
+  auto ctx = context("chatcmpl-");
+  std::string plain = chat_response_json(one(" hello", finish_reason::stop), ctx);
+  CHECK(plain.find(R"("content":" hello","refusal":null,"tool_calls":[])") != std::string::npos);
+  check_schema("CreateChatCompletionResponse", plain);
+
+  ctx.tools = response_context::tool_mode::named;
+  ctx.named_tool = "get_weather";
+  std::string named = chat_response_json(one(R"({"city":"Paris"})", finish_reason::stop), ctx);
+  CHECK(named.find(R"("content":"","refusal":null,"tool_calls":[{)") != std::string::npos);
+  CHECK(named.find(R"("name":"get_weather")") != std::string::npos);
+
+  ctx.tools = response_context::tool_mode::required;
+  std::string cut = chat_response_json(one(R"([{"name":"get_wea)", finish_reason::length), ctx);
+  CHECK(cut.find(R"("content":"","refusal":null,"tool_calls":[])") != std::string::npos);
+  CHECK(cut.find(R"("finish_reason":"length")") != std::string::npos);
+  std::string required =
+      chat_response_json(one(R"([{"name":"get_weather","parameters":{"city":"Paris"}}])", finish_reason::stop), ctx);
+  CHECK(required.find(R"("content":"","refusal":null,"tool_calls":[{)") != std::string::npos);
+  CHECK(required.find(R"("finish_reason":"tool_calls")") != std::string::npos);
+}
