@@ -113,13 +113,7 @@ std::shared_ptr<quantized_panels> pack_quantized(const quantized_linear& w, thre
 
 // ---- activations -----------------------------------------------------------------------------------------------
 
-float activation_block_step(const float* x, int64_t n) {
-  float absmax = 0.0f;
-  bool finite = true;
-  for (int64_t i = 0; i < n; ++i) {
-    finite = finite && std::isfinite(x[i]);
-    absmax = std::max(absmax, std::fabs(x[i]));
-  }
+float activation_step(float absmax, bool finite) {
   if (!finite)
     return std::numeric_limits<float>::quiet_NaN();
   if (!(absmax >= 0x1p-100f))
@@ -128,6 +122,20 @@ float activation_block_step(const float* x, int64_t n) {
   std::frexp(absmax, &e);  // 2^(e - 1) <= absmax < 2^e
   return std::ldexp(1.0f, e - 15);
 }
+
+namespace {
+
+float activation_block_step(const float* x, int64_t n) {
+  float absmax = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    finite = finite && std::isfinite(x[i]);
+    absmax = std::max(absmax, std::fabs(x[i]));
+  }
+  return activation_step(absmax, finite);
+}
+
+}  // namespace
 
 void quantize_row_int16(const float* x, int64_t n, int16_t* q, float* steps) {
   for (int64_t b0 = 0; b0 < n; b0 += activation_block) {
@@ -276,10 +284,16 @@ void matmul_quantized_scalar(const float* x, int64_t n_tokens, int64_t n_in, std
       const int64_t gs = targets[i].w->group_size(), ng = n_in / gs;
       for (int64_t t = 0; t < n_tokens; ++t)
         for (int64_t g = 0; g < ng; ++g) {
+          // An exact integer sum per segment (the group's part of a block), scaled by the block's step.
           float s = 0.0f;
-          for (int64_t k = g * gs; k < (g + 1) * gs; ++k)
-            s += sx[static_cast<size_t>(t * n_blocks + k / activation_block)] *
-                 static_cast<float>(xg[static_cast<size_t>(t * n_in + k)]);
+          for (int64_t k0 = g * gs; k0 < (g + 1) * gs;) {
+            const int64_t k1 = std::min((g + 1) * gs, (k0 / activation_block + 1) * activation_block);
+            int64_t isum = 0;
+            for (int64_t k = k0; k < k1; ++k)
+              isum += xg[static_cast<size_t>(t * n_in + k)];
+            s += sx[static_cast<size_t>(t * n_blocks + k0 / activation_block)] * static_cast<float>(isum);
+            k0 = k1;
+          }
           sums[sums_at[i] + static_cast<size_t>(t * ng + g)] = s;
         }
     }

@@ -90,9 +90,9 @@ inline __m512i chunk_codes(const __m512i (&loads)[2]) {
   }
 }
 
-// out[t][r] = y[t0 + t, row0 + r] without bias, for R rows and T tokens. Per (row, token) two accumulators: the
-// exact int32 sum of the current segment (a group's part of one 128-input block) and the running f32 sum of segments
-// times their step and scale.
+// out[t][r] = y[t0 + t, row0 + r] without bias, for R rows and T tokens. Per (row, token) three accumulators: the
+// exact int32 sum of the current segment (a group's part of one 128-input block), the block's sum of segments times
+// their group's scale, and the running f32 sum of blocks times their step.
 // With one token, the odd chunks of a segment go to a second accumulator: vpdpwssd's latency (5 to 6 cycles) would
 // otherwise bound a block's four dependent instructions per row.
 template <int R, int T, int Bits, int Mode>
@@ -117,11 +117,12 @@ void wo_tile(const wo_input& in, const wo_view& v, int64_t row0, int64_t t0, flo
     steps[t] = in.steps + (t0 + t) * in.n_blocks;
   }
   __m512i seg[R][T], seg_odd[R][T];
-  __m512 run[R][T];
+  __m512 block[R][T], run[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) {
       seg[r][t] = _mm512_setzero_si512();
       seg_odd[r][t] = _mm512_setzero_si512();
+      block[r][t] = _mm512_setzero_ps();
       run[r][t] = _mm512_setzero_ps();
     }
   const int64_t n_blocks = w.k_pad() / block_inputs;
@@ -129,21 +130,29 @@ void wo_tile(const wo_input& in, const wo_view& v, int64_t row0, int64_t t0, flo
   const int last_chunks = static_cast<int>((n_in - (n_blocks - 1) * block_inputs + 31) / 32);
   int64_t g = 0, left = v.per_group;
 
-  // A segment's exact sum, converted once, times its block's step and its group's scale.
-  auto end_segment = [&](int64_t b) __attribute__((always_inline)) {
-    for (int t = 0; t < T; ++t) {
-      const __m512 step = _mm512_set1_ps(steps[t][b]);
-      for (int r = 0; r < R; ++r) {
+  // The segment's exact sum, converted once, times its group's scale.
+  auto end_segment = [&]() __attribute__((always_inline)) {
+    for (int r = 0; r < R; ++r) {
+      const __m512 s = _mm512_set1_ps(scales[r][g]);
+      for (int t = 0; t < T; ++t) {
         const __m512i sum = split ? _mm512_add_epi32(seg[r][t], seg_odd[r][t]) : seg[r][t];
-        const __m512 coef = _mm512_mul_ps(step, _mm512_set1_ps(scales[r][g]));
-        run[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), coef, run[r][t]);
+        block[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, block[r][t]);
         seg[r][t] = _mm512_setzero_si512();
         if constexpr (split)
           seg_odd[r][t] = _mm512_setzero_si512();
       }
     }
   };
-  auto end_group = [&]() __attribute__((always_inline)) { ++g; };
+  // The block's sum times the token's step for it.
+  auto end_block = [&](int64_t b) __attribute__((always_inline)) {
+    for (int t = 0; t < T; ++t) {
+      const __m512 step = _mm512_set1_ps(steps[t][b]);
+      for (int r = 0; r < R; ++r) {
+        run[r][t] = _mm512_fmadd_ps(block[r][t], step, run[r][t]);
+        block[r][t] = _mm512_setzero_ps();
+      }
+    }
+  };
   auto chunk = [&](auto c_const, const __m512i(&loads)[R][2], int64_t b) __attribute__((always_inline)) {
     constexpr int C = decltype(c_const)::value;
     const int64_t k = b * block_inputs + 32 * C;
@@ -160,20 +169,18 @@ void wo_tile(const wo_input& in, const wo_view& v, int64_t row0, int64_t t0, flo
       }
     }
     if constexpr (Mode == wo_g32) {
-      end_segment(b);
-      end_group();
+      end_segment();
+      ++g;
     } else if constexpr (Mode == wo_g64) {
       if constexpr (C % 2 == 1) {
-        end_segment(b);
-        end_group();
+        end_segment();
+        ++g;
       }
     } else if constexpr (Mode == wo_generic) {
       if (--left == 0) {
-        end_segment(b);
-        end_group();
+        end_segment();
+        ++g;
         left = v.per_group;
-      } else if (C == 3) {
-        end_segment(b);  // the group goes on into the next block, which has a step of its own
       }
     }
   };
@@ -195,12 +202,16 @@ void wo_tile(const wo_input& in, const wo_view& v, int64_t row0, int64_t t0, flo
     if (n_chunks > 3)
       chunk(std::integral_constant<int, 3>{}, loads, b);
     if constexpr (Mode == wo_blocks) {
-      end_segment(b);
+      end_segment();
       if (--left == 0 || b + 1 == n_blocks) {
-        end_group();
+        ++g;
         left = v.per_group;
       }
+    } else if constexpr (Mode == wo_generic) {
+      if (left != v.per_group)
+        end_segment();  // the group goes on into the next block, which has a step of its own
     }
+    end_block(b);
   }
 
   // The zero points: sum over groups of scale * zero * (the group's sum of grid values), vectorized over groups.
@@ -280,7 +291,16 @@ void set_mode(wo_view& v) {
 void grid_row(const float* x, int64_t n, int16_t* q, float* steps, int64_t k_pad) {
   for (int64_t b0 = 0; b0 < n; b0 += block_inputs) {
     const int64_t len = std::min(block_inputs, n - b0);
-    const float step = activation_block_step(x + b0, len);
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 mx = _mm512_setzero_ps();
+    __mmask16 nonfinite = 0;
+    for (int64_t k = b0; k < b0 + len; k += 16) {
+      const __mmask16 m = b0 + len - k >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (b0 + len - k)) - 1);
+      const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+      nonfinite |= _mm512_fpclass_ps_mask(v, 0x99);  // QNaN, SNaN, +inf, -inf
+      mx = _mm512_max_ps(_mm512_and_ps(v, abs_mask), mx);
+    }
+    const float step = activation_step(_mm512_reduce_max_ps(mx), nonfinite == 0);
     steps[b0 / block_inputs] = step;
     if (std::isnan(step)) {
       std::memset(q + b0, 0, static_cast<size_t>(len) * sizeof(int16_t));
@@ -297,16 +317,28 @@ void grid_row(const float* x, int64_t n, int16_t* q, float* steps, int64_t k_pad
     std::memset(q + n, 0, static_cast<size_t>(k_pad - n) * sizeof(int16_t));
 }
 
-// sums[t][g] = the sum of the grid values step * q over group g (groups of gs inputs) of token t.
+// sums[t][g] = the sum of the grid values step * q over group g (groups of gs inputs) of token t: exact integer sums
+// per segment (a group's part of a block), scaled by the block's step, in order.
 void grid_group_sums(const wo_input& in, int64_t n_tokens, int64_t n_in, int64_t gs, float* sums) {
   const int64_t ng = n_in / gs;
-  for (int64_t t = 0; t < n_tokens; ++t)
+  const __m512i ones = _mm512_set1_epi16(1);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int16_t* q = in.q + t * in.ld;
     for (int64_t g = 0; g < ng; ++g) {
       float s = 0.0f;
-      for (int64_t k = g * gs; k < (g + 1) * gs; ++k)
-        s += in.steps[t * in.n_blocks + k / block_inputs] * static_cast<float>(in.q[t * in.ld + k]);
+      for (int64_t k0 = g * gs; k0 < (g + 1) * gs;) {
+        const int64_t k1 = std::min((g + 1) * gs, (k0 / block_inputs + 1) * block_inputs);
+        __m512i acc = _mm512_setzero_si512();
+        for (int64_t k = k0; k < k1; k += 32) {
+          const __mmask32 m = k1 - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (k1 - k)) - 1;
+          acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maskz_loadu_epi16(m, q + k), ones));
+        }
+        s += in.steps[t * in.n_blocks + k0 / block_inputs] * static_cast<float>(_mm512_reduce_add_epi32(acc));
+        k0 = k1;
+      }
       sums[t * ng + g] = s;
     }
+  }
 }
 
 void wo_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const quantized_target> targets, bool gated,

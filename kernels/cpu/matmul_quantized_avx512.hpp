@@ -16,8 +16,9 @@ namespace actorllm::cpu {
 void matmul_quantized_avx512(const float* x, int64_t n_tokens, int64_t n_in, std::span<const quantized_target> targets,
                              bool gated, thread_pool& pool, matmul_path path);
 
-/// The grid step of one block of weight-only activations (quantize_row_int16's rule), shared by both paths.
-float activation_block_step(const float* x, int64_t n);
+/// The grid step of one block of weight-only activations (quantize_row_int16's rule) from its largest |x| and
+/// whether all its values are finite, shared by both paths.
+float activation_step(float absmax, bool finite);
 
 /// Work units of `rows` outputs each, numbered across the targets one after another: target i owns units
 /// [begin[i], begin[i + 1]). A gated group numbers its gate target only: a unit covers the same outputs of gate and

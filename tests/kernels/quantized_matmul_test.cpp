@@ -388,6 +388,23 @@ TEST_CASE("quantize_row_int16 puts each block of 128 inputs on a 16-bit grid of 
       if (std::fabs(x[i]) * 64 >= absmax)
         CHECK(std::fabs(q[i] * static_cast<double>(steps[b]) - x[i]) <= std::ldexp(std::fabs(x[i]), -9));
   }
+  // A non-finite value: the block's step is NaN (its codes 0), and the product over it NaN, as a float product's.
+  x[200] = std::numeric_limits<float>::infinity();
+  cpu::quantize_row_int16(x.data(), 300, q.data(), steps.data());
+  CHECK(std::isnan(steps[1]));
+  CHECK_FALSE(std::isnan(steps[0]));
+  for (size_t i = 128; i < 256; ++i)
+    REQUIRE(q[i] == 0);
+  thread_pool pool(2);
+  const auto panels = cpu::pack_quantized(make_weight(4, 5, 300, 0, maker::hand_made, activation_quant::none, 8), pool);
+  for (quantized_kernels k : families()) {
+    const family_scope scope(k);
+    std::vector<float> y(5);
+    const cpu::quantized_target t{panels.get(), nullptr, y.data()};
+    cpu::matmul_quantized(x.data(), 1, 300, std::span{&t, 1}, pool);
+    for (float v : y)
+      CHECK(std::isnan(v));
+  }
   // A block of zeros: step 1, codes 0; the last block (44 inputs) is as long as what is left.
   std::vector<float> zeros(44, 0.0f);
   float step = 0;
