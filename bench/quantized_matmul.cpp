@@ -1,8 +1,8 @@
 // Quantized Linear weights on the CPU against bf16: the GEMV of one decode step (1 and 8 tokens) at the shapes of
 // TinyLlama 1.1B (q/o 2048 -> 2048, k/v 2048 -> 256, gate+up 2048 -> 5632 through the SwiGLU kernel, down 5632 ->
 // 2048) for bf16 packed panels (vdpbf16ps), int8 per-channel and int4 g128 weight-only, and W8A8; then all of one
-// decode step's matmuls layer after layer. Prints a table of weight GB/s and the speed ratio to bf16; writes JSON
-// (--json PATH).
+// layer's matmuls, and from them the matmuls of a whole decode step (22 layers and the bf16 lm_head). Prints tables of
+// weight GB/s and the speed ratio to bf16; writes JSON (--json PATH).
 //
 // Each variant holds enough copies of every matrix (one "layer" per copy) to be far larger than the last-level cache,
 // and a measurement sweeps through all copies, so the figures are memory-bound ones. This machine's bandwidth drifts
@@ -111,7 +111,7 @@ struct layer {
   weight q, k, v, o, gate, up, down;
 };
 
-constexpr int64_t n_embd = 2048, n_kv = 256, n_ff = 5632;
+constexpr int64_t n_embd = 2048, n_kv = 256, n_ff = 5632, n_vocab = 32000, n_layer = 22;
 
 // The matmul shapes of the table.
 enum class shape_kind { qo, kv, gate_up, down };
@@ -132,11 +132,12 @@ const char* shape_name(shape_kind s) {
 }
 
 struct scratch {
-  std::vector<float> x, y, up;
+  std::vector<float> x, y, up, logits;
   explicit scratch(int64_t max_tokens)
       : x(static_cast<size_t>(max_tokens * n_ff)),
         y(static_cast<size_t>(max_tokens * n_ff)),
-        up(static_cast<size_t>(max_tokens * n_ff)) {
+        up(static_cast<size_t>(max_tokens * n_ff)),
+        logits(static_cast<size_t>(max_tokens * n_vocab)) {
     for (size_t i = 0; i < x.size(); ++i)
       x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
   }
@@ -319,19 +320,35 @@ int main(int argc, char** argv) {
       for (variant v : all_variants)
         rows.push_back({shape_name(s), n_tokens, v, shape_bytes(layers[v][0], s), median(times[v])});
     }
-  // Whole decode steps (all seven matmuls of a layer), batch 1 and 8.
+  // Whole decode steps (all seven matmuls of a layer), batch 1 and 8, and the bf16 lm_head (2048 -> 32000, left
+  // unquantized by AWQ/GPTQ checkpoints) timed in the same rounds, for the projection of a whole model.
+  std::vector<weight> lm_heads;
+  for (size_t bytes = 0; bytes < min_bytes || lm_heads.size() < 2; bytes += lm_heads.back().bytes())
+    lm_heads.push_back(make_weight(variant::bf16, n_vocab, n_embd, nullptr, *pool));
   std::vector<row> steps;
+  std::map<int64_t, double> lm_head_seconds;
   for (int64_t n_tokens : {int64_t{1}, int64_t{8}}) {
     std::map<variant, std::vector<double>> times;
+    std::vector<double> head_times;
+    auto sweep_heads = [&] {
+      const auto t0 = clock_type::now();
+      for (const weight& h : lm_heads)
+        run_linear(h, sc.x.data(), n_tokens, sc.logits.data(), *pool);
+      return std::chrono::duration<double>(clock_type::now() - t0).count() / static_cast<double>(lm_heads.size());
+    };
     for (variant v : all_variants)
       sweep_step(layers[v], n_tokens, sc, *pool);
-    for (int r = 0; r < rounds; ++r)
+    sweep_heads();
+    for (int r = 0; r < rounds; ++r) {
       for (size_t j = 0; j < all_variants.size(); ++j) {
         const variant v = all_variants[(j + static_cast<size_t>(r)) % all_variants.size()];
         times[v].push_back(sweep_step(layers[v], n_tokens, sc, *pool));
       }
+      head_times.push_back(sweep_heads());
+    }
     for (variant v : all_variants)
       steps.push_back({"layer matmuls", n_tokens, v, layer_bytes(layers[v][0]), median(times[v])});
+    lm_head_seconds[n_tokens] = median(head_times);
   }
 
   auto bf16_seconds = [](const std::vector<row>& all, const row& r) {
@@ -353,7 +370,22 @@ int main(int argc, char** argv) {
   print(rows);
   fmt::print("\none layer's matmuls (q/k/v group, o, gate+up SwiGLU, down), per layer:\n");
   print(steps);
-  fmt::print("(TinyLlama 1.1B has 22 such layers plus a 2048 -> 32000 lm_head, bf16 in quantized checkpoints)\n");
+  // The matmuls of a whole TinyLlama decode step: 22 layers in the variant, the lm_head in bf16.
+  struct projection {
+    int64_t n_tokens;
+    variant v;
+    double seconds, speed;
+  };
+  std::vector<projection> model;
+  fmt::print("\nTinyLlama 1.1B decode step, matmuls only (22 layers + the bf16 lm_head, {:.1f} / {:.1f} us):\n",
+             lm_head_seconds[1] * 1e6, lm_head_seconds[8] * 1e6);
+  for (const row& r : steps) {
+    const double secs = static_cast<double>(n_layer) * r.seconds + lm_head_seconds[r.n_tokens];
+    const double bf16_secs = static_cast<double>(n_layer) * bf16_seconds(steps, r) + lm_head_seconds[r.n_tokens];
+    model.push_back({r.n_tokens, r.v, secs, bf16_secs / secs});
+    fmt::print("{:>6} tokens  {:<17} {:>9.2f} ms  {:>8.1f} steps/s  {:>6.2f}x bf16\n", r.n_tokens, variant_name(r.v),
+               secs * 1e3, 1.0 / secs, bf16_secs / secs);
+  }
 
   json_writer j;
   j.begin_object();
@@ -380,6 +412,16 @@ int main(int argc, char** argv) {
   };
   emit("gemv", rows);
   emit("layer_step", steps);
+  j.key("model_projection").begin_array();
+  for (const projection& p : model) {
+    j.begin_object();
+    j.key("n_tokens").value(p.n_tokens);
+    j.key("weights").value(variant_name(p.v));
+    j.key("seconds").value(p.seconds);
+    j.key("speed_vs_bf16").value(p.speed);
+    j.end_object();
+  }
+  j.end_array();
   j.end_object();
   return bench::write_json_result(json_path, j.str());
 }

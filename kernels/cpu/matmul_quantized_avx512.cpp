@@ -129,6 +129,9 @@ void wo_tile(const wo_input& in, const wo_view& v, int64_t row0, int64_t t0, flo
   // Chunks of the last block that hold inputs (the rest is padding, skipped: it belongs to no group).
   const int last_chunks = static_cast<int>((n_in - (n_blocks - 1) * block_inputs + 31) / 32);
   int64_t g = 0, left = v.per_group;
+  // Rows are short (1 KiB for 2048 4-bit inputs) next to the in-row prefetch distance, so each line is also asked for
+  // one tile ahead (the same offset in the rows after this tile's), into L2.
+  const auto next_tile = static_cast<ptrdiff_t>(R * w.row_bytes());
 
   // The segment's exact sum, converted once, times its group's scale.
   auto end_segment = [&]() __attribute__((always_inline)) {
@@ -191,6 +194,7 @@ void wo_tile(const wo_input& in, const wo_view& v, int64_t row0, int64_t t0, flo
       for (int l = 0; l < loads_per_block; ++l) {
         const uint8_t* src = rows[r] + (b * loads_per_block + l) * 64;
         _mm_prefetch(reinterpret_cast<const char*>(src) + prefetch_bytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(src) + next_tile, _MM_HINT_T1);
         loads[r][l] = _mm512_loadu_si512(src);
       }
     const int n_chunks = b + 1 < n_blocks ? 4 : last_chunks;
@@ -614,10 +618,12 @@ void w8_tile(const w8_input& in, const w8_view& v, int64_t row0, int64_t t0, flo
     ++g;
   };
   const int64_t k_pad = w.k_pad();
+  const auto next_tile = static_cast<ptrdiff_t>(tile_rows * w.row_bytes());  // as the weight-only tiles
   for (int64_t k = 0; k < k_pad; k += 64) {
     __m512i wv[tile_rows];
     for (int r = 0; r < tile_rows; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + next_tile, _MM_HINT_T1);
       wv[r] = _mm512_loadu_si512(rows[r] + k);
     }
     for (int t = 0; t < T; ++t) {
