@@ -111,7 +111,8 @@ bool quantized_vector_format(activation_quant a, int64_t n_in, int64_t group_siz
 /// of step[t, b] * sum_{i in g, b} q[t, i] * code[o, i]) - sum over g of scale[o, g] * zero[o, g] * sum_{i in g}
 /// xhat[t, i], with xhat = step * q, in f32. Prefill sizes (GEMM): rows dequantized to bf16 ((code - zero) * scale,
 /// rounded once, as dequantize_to_bf16) times x rounded to bf16, on the bf16 panel tiles: the same results as the
-/// bf16 weight of dequantize_to_bf16 on its packed path.
+/// bf16 weight of dequantize_to_bf16 on its packed path (the AVX-512 kernels; the scalar path takes the grid math at
+/// every size).
 ///
 /// W8A8: see quantize_row_int8 and w8a8_combine; integer sums are exact, the float steps those of w8a8_combine.
 void matmul_quantized(const float* x, int64_t n_tokens, int64_t n_in, std::span<const quantized_target> targets,

@@ -3,12 +3,14 @@
 // Weight-only (4- and 8-bit codes):
 // - GEMV (few tokens): each row's codes are streamed once per tile of tokens and unpacked to 16-bit lanes, one shift
 //   and one mask per 32 codes (quantized_panels lays them out for that), and multiplied with the token rows on their
-//   16-bit activation grid by vpdpwssd: exact int32 sums, 32 products per instruction. On this project's Xeon
-//   (Sapphire Rapids, in a VM) vpdpwssd runs about twice as fast as vdpbf16ps, the instruction of the bf16 weights, so
-//   the unpacking is paid for and the kernel keeps up with memory. Each segment (a group's part of a 128-input block)
-//   is converted to f32 and scaled by its block's step, each group by its scale; the zero points come off per row at
-//   the end, vectorized over groups (scale * zero * the group's sum of x). Tiles of 4 rows x 1 token, or 2 rows x up
-//   to 4 tokens.
+//   16-bit activation grid by vpdpwssd: exact int32 sums, 32 products per instruction. vdpbf16ps (bf16 x against
+//   bf16 128 + code, made by or-ing 0x4300 into each nibble) would keep x in bf16, but on this project's Xeon
+//   (Sapphire Rapids, in a VM) it measured about 2 cycles per instruction and the same kernel on vpdpwssd ran 1.5x
+//   (int4) to 2-3x (int8) faster. Each segment (a group's part of a 128-input block) is converted to f32 once, times
+//   its group's scale; each block's sum times its step; the zero points come off per row at the end, vectorized over
+//   groups (scale * zero * the group's sum of x). Tiles of 4 rows x 1 token, or 2 rows x up to 4 tokens. Rows are
+//   prefetched along (512 bytes ahead) and one tile ahead (the next tile's rows, into L2): a 4-bit row of 2048 inputs
+//   is only 1 KiB.
 // - GEMM (many tokens): 32 rows are dequantized to bf16 ((code - zero) * scale, rounded once, as dequantize_to_bf16
 //   does) into a panel in cache and run on the bf16 weights' 12 x 32 register tiles (matmul_bf16) with x rounded to
 //   bf16, so the result is bit-identical to the packed bf16 weight's.
@@ -39,9 +41,9 @@ namespace {
 
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-constexpr int tile_rows = 4;            // weight rows per tile (row streams)
-constexpr size_t prefetch_bytes = 512;  // software prefetch distance along each row, as the bf16 GEMV
-constexpr int64_t block_inputs = 128;   // weight-only: inputs per 64-byte nibble plane
+constexpr int tile_rows = 4;                        // weight rows per tile (row streams)
+constexpr size_t prefetch_bytes = 512;              // software prefetch distance along each row, as the bf16 GEMV
+constexpr int64_t block_inputs = activation_block;  // weight-only: inputs per block (64 bytes of 4-bit codes)
 
 // Rows [row0, row0 + tile_rows) of a weight, the last ones repeating its last row when it has fewer: their results
 // are computed and dropped, so every tile runs at full width.
