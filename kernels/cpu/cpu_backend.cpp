@@ -7,6 +7,7 @@
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/matmul_quantized.hpp"
 #include "kernels/cpu/rms_norm.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/sampling.hpp"
@@ -34,6 +35,14 @@ void check_disjoint(const tensor& a, const tensor& b, const char* op, const char
 }
 
 float* f32(const tensor& t) { return t.data_as<float>(); }
+
+// The panels of a quantized weight (tensor_layout::cpu_q4 / cpu_q8), which only import_quantized_linear makes.
+const quantized_panels& panels_of(const tensor& w) {
+  const auto* p = dynamic_cast<const quantized_panels*>(w.buf.get());
+  ACTORLLM_CHECK(p != nullptr && p->n_out() == w.dim(0) && p->n_in() == w.dim(1),
+                 fmt::format("matmul: {} is not a quantized weight of this backend", w.describe()).c_str());
+  return *p;
+}
 
 // Row-wise ops (norms, rope, the cache write) run over the pool for a prefill's many rows; a decode step's few rows
 // stay on the calling thread, where a dispatch would cost more than the work.
@@ -87,6 +96,20 @@ tensor cpu_backend::import_linear_weight(tensor host) {
   packed.layout = tensor_layout::cpu_bf16_panels;
   cpu::pack_bf16_panels(t.data_as<uint16_t>(), t.dim(0), t.dim(1), packed.data_as<uint16_t>(), pool_);
   return packed;
+}
+
+tensor cpu_backend::import_quantized_linear(const quantized_linear& w) {
+  w.validate();
+  if (w.activations == activation_quant::none &&
+      !(cpu::have_quantized_avx512_kernels() && cpu::quantized_vector_format(w.activations, w.n_in, w.group_size)))
+    return backend::import_quantized_linear(w);
+  auto panels = cpu::pack_quantized(w, pool_);
+  tensor t;
+  t.type = dtype::bf16;  // logical: the values are those of the dequantized weight
+  t.shape = tensor_shape{w.n_out, w.n_in};
+  t.layout = panels->layout();
+  t.buf = std::move(panels);
+  return t;
 }
 
 void cpu_backend::upload(const tensor& dst, const void* src, size_t bytes) {
@@ -159,6 +182,11 @@ void cpu_backend::add_rms_norm(const tensor& residual, const tensor& delta, cons
 
 void cpu_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
   const backend_checks::linear_dims d = host.matmul(x, w, bias, y, true);
+  if (is_quantized_layout(w.layout)) {
+    const quantized_target target{&panels_of(w), bias.empty() ? nullptr : f32(bias), f32(y)};
+    cpu::matmul_quantized(f32(x), d.n_tokens, d.n_in, std::span{&target, 1}, pool_);
+    return;
+  }
   const matmul_target target{w.data(), w.type,
                              d.n_out,  bias.empty() ? nullptr : f32(bias),
                              f32(y),   w.layout == tensor_layout::cpu_bf16_panels};
@@ -167,19 +195,27 @@ void cpu_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, c
 
 void cpu_backend::matmul_group(const tensor& x, std::span<const linear_out> outs) {
   ACTORLLM_CHECK(outs.size() <= 8, "matmul_group: at most 8 outputs");
+  // Quantized weights (one region for all of them, the input rounded or quantized once) and the others apart.
   std::array<matmul_target, 8> targets{};
+  std::array<quantized_target, 8> quantized{};
+  size_t n_plain = 0, n_quantized = 0;
   backend_checks::linear_dims d{};
   for (size_t i = 0; i < outs.size(); ++i) {
     const linear_out& o = outs[i];
     d = host.matmul(x, o.w, o.bias, o.y, true);
     for (size_t j = 0; j < i; ++j)
       check_disjoint(o.y, outs[j].y, "matmul_group", "two outputs");
-    targets[i] = matmul_target{o.w.data(), o.w.type,
-                               d.n_out,    o.bias.empty() ? nullptr : f32(o.bias),
-                               f32(o.y),   o.w.layout == tensor_layout::cpu_bf16_panels};
+    const float* bias = o.bias.empty() ? nullptr : f32(o.bias);
+    if (is_quantized_layout(o.w.layout))
+      quantized[n_quantized++] = quantized_target{&panels_of(o.w), bias, f32(o.y)};
+    else
+      targets[n_plain++] =
+          matmul_target{o.w.data(), o.w.type, d.n_out, bias, f32(o.y), o.w.layout == tensor_layout::cpu_bf16_panels};
   }
-  if (!outs.empty())
-    cpu::matmul_group(f32(x), d.n_tokens, d.n_in, std::span{targets.data(), outs.size()}, pool_);
+  if (n_quantized != 0)
+    cpu::matmul_quantized(f32(x), d.n_tokens, d.n_in, std::span{quantized.data(), n_quantized}, pool_);
+  if (n_plain != 0)
+    cpu::matmul_group(f32(x), d.n_tokens, d.n_in, std::span{targets.data(), n_plain}, pool_);
 }
 
 void cpu_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
@@ -190,6 +226,11 @@ void cpu_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const 
       w_gate.type == w_up.type && w_gate.shape == w_up.shape && w_gate.layout == w_up.layout,
       fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
   check_disjoint(up, out, "matmul_silu_gate", "up and out");
+  if (is_quantized_layout(w_gate.layout)) {
+    cpu::matmul_quantized_silu_gate(f32(x), d.n_tokens, d.n_in, panels_of(w_gate), panels_of(w_up), f32(up), f32(out),
+                                    pool_);
+    return;
+  }
   cpu::matmul_silu_gate(f32(x), d.n_tokens, d.n_in, w_gate.data(), w_up.data(), w_gate.type,
                         w_gate.layout == tensor_layout::cpu_bf16_panels, d.n_out, f32(up), f32(out), pool_);
 }

@@ -31,6 +31,10 @@ class cpu_backend final : public backend {
   tensor import_host(tensor host) override;
   /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the vdpbf16ps kernels run.
   tensor import_linear_weight(tensor host) override;
+  /// Packs w into a cpu::quantized_panels (tensor_layout::cpu_q4 / cpu_q8) for the quantized kernels: W8A8 always,
+  /// weight-only formats where the AVX-512 kernels take them; other weight-only formats go the default way
+  /// (dequantized to bf16), which the bf16 kernels run faster than the scalar quantized path would.
+  tensor import_quantized_linear(const quantized_linear& w) override;
   void upload(const tensor& dst, const void* src, size_t bytes) override;
   void download(const tensor& src, void* dst, size_t bytes) override;
   void copy(const tensor& src, const tensor& dst) override;

@@ -58,7 +58,7 @@ namespace {
 constexpr int64_t k_step = 32;  // bf16 elements per vector
 
 // Rounds token rows to bf16: xb [n_tokens][ld], zero from n_in to k_pad (k_pad a multiple of k_step, ld >= k_pad).
-void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
+void round_rows(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* src = x + t * n_in;
     uint16_t* dst = xb + t * ld;
@@ -395,6 +395,24 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
 
 bool have_bf16_dot_kernels() { return true; }
 
+void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
+  round_rows(x, n_tokens, n_in, xb, k_pad, ld);
+}
+
+void pack_bf16_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k_pad, uint32_t* panel) {
+  pack_panel(w, n_in, n_out, o0, k_pad, panel);
+}
+
+void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const uint32_t* panel, int64_t k_pad,
+                        float* y, int64_t ldy, int n_valid, const float* bias32) {
+  static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
+  for (int64_t m0 = 0; m0 < n_tokens; m0 += gemm_mr) {
+    const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, n_tokens - m0));
+    const gemm_tile_args args{xb + m0 * ld, ld, panel, k_pad, y + m0 * ldy, ldy, n_valid, bias32};
+    table[static_cast<size_t>(mm - 1)](args);
+  }
+}
+
 void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets, bool gated,
                      thread_pool& pool, matmul_path path) {
   ACTORLLM_CHECK(!targets.empty() && targets.size() <= 8, "matmul_bf16_dot: 1 to 8 targets");
@@ -416,10 +434,10 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
   // Rounded on the pool for a prefill's many rows (serial, it would leave the other cores idle for a while).
   uint16_t* xb = xb_storage.data();
   if (n_tokens >= 16 && pool.size() > 1)
-    pool.parallel_for(
-        n_tokens, [&](int64_t b, int64_t e) { round_rows_to_bf16(x + b * n_in, e - b, n_in, xb + b * ld, k_pad, ld); });
+    pool.parallel_for(n_tokens,
+                      [&](int64_t b, int64_t e) { round_rows(x + b * n_in, e - b, n_in, xb + b * ld, k_pad, ld); });
   else
-    round_rows_to_bf16(x, n_tokens, n_in, xb, k_pad, ld);
+    round_rows(x, n_tokens, n_in, xb, k_pad, ld);
   const gemv_call c{xb_storage.data(), ld, k_pad, n_in, n_tokens};
   const std::span<const target_view> tv{views.data(), targets.size()};
   if (targets[0].packed) {
@@ -442,6 +460,19 @@ bool have_bf16_dot_kernels() { return false; }
 
 void matmul_bf16_dot(const float*, int64_t, int64_t, std::span<const matmul_target>, bool, thread_pool&, matmul_path) {
   ACTORLLM_CHECK(false, "matmul_bf16_dot: this build has no AVX512-BF16 kernels");
+}
+
+void round_rows_to_bf16(const float*, int64_t, int64_t, uint16_t*, int64_t, int64_t) {
+  ACTORLLM_CHECK(false, "round_rows_to_bf16: this build has no AVX512-BF16 kernels");
+}
+
+void pack_bf16_panel(const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint32_t*) {
+  ACTORLLM_CHECK(false, "pack_bf16_panel: this build has no AVX512-BF16 kernels");
+}
+
+void bf16_panel_product(const uint16_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t, int,
+                        const float*) {
+  ACTORLLM_CHECK(false, "bf16_panel_product: this build has no AVX512-BF16 kernels");
 }
 
 #endif

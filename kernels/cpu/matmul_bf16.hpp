@@ -19,4 +19,18 @@ bool have_bf16_dot_kernels();
 void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets, bool gated,
                      thread_pool& pool, matmul_path path);
 
+// The pieces of the panel algorithm that the quantized weights' GEMM (matmul_quantized) runs on rows it dequantized
+// to bf16. Require have_bf16_dot_kernels().
+
+/// Rounds token rows x [n_tokens][n_in] to bf16 into xb [n_tokens][ld], zero from n_in to k_pad (k_pad a multiple of
+/// 32, ld >= k_pad).
+void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld);
+/// Packs rows [o0, o0 + 32) x inputs [0, k_pad) of the row-major bf16 w [n_out, n_in] into one panel of
+/// tensor_layout::cpu_bf16_panels ([k_pad / 2][32] pairs); rows past n_out and inputs past n_in become zeros.
+void pack_bf16_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k_pad, uint32_t* panel);
+/// y[t, j] = sum_k xb[t, k] * panel[k, j] (+ bias32[j]) for t < n_tokens, j < n_valid (<= 32): the 12 x 32 register
+/// tiles over one panel that sits in cache. xb rows ld apart, y rows ldy apart; bias32 null or 32 values.
+void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const uint32_t* panel, int64_t k_pad,
+                        float* y, int64_t ldy, int n_valid, const float* bias32);
+
 }  // namespace actorllm::cpu
