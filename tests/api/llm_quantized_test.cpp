@@ -169,9 +169,19 @@ void check_format(family f, const std::string& format, double bound, const std::
   }
   const std::vector<layout> layouts =
       f == family::llama ? std::vector<layout>{{2, 1}, {4, 1}, {1, 2}, {2, 2}} : std::vector<layout>{{2, 1}, {1, 2}};
+  // W8A8 quantizes each row-parallel layer's input per token on every rank from the rank's share of the row (as
+  // vLLM's RowParallelLinear does): a tp > 1 layout has other activation scales, so it is held to the reference's
+  // bound instead of to the tp 1 ids. Everything else, and W8A8 over pipeline stages, is identical.
+  const bool per_rank_activation_scales = format == "ct_w8a8";
   for (layout l : layouts) {
     INFO(format, " (", family_name(f), ") at tp ", l.tp, " pp ", l.pp);
-    CHECK(engine_greedy(dir, l, n, quantization) == first);
+    const auto ids = engine_greedy(dir, l, n, quantization);
+    if (per_rank_activation_scales && l.tp > 1) {
+      for (size_t i = 0; i < prompts().size(); ++i)
+        CHECK(worst_shortfall(ref.config, ref.weights, prompts()[i], ids[i]) <= bound);
+    } else {
+      CHECK(ids == first);
+    }
   }
 }
 
