@@ -29,7 +29,6 @@ namespace fs = std::filesystem;
 namespace {
 
 enum class family { llama, mixtral, qwen2_moe };
-constexpr std::array<family, 3> families{family::llama, family::mixtral, family::qwen2_moe};
 
 std::string family_name(family f) {
   return f == family::llama ? "llama" : f == family::mixtral ? "mixtral" : "qwen2_moe";
@@ -74,31 +73,41 @@ class quantized_models {
     std::error_code ec;
     fs::remove_all(root_, ec);
   }
-  fs::path float_dir(family f) const { return root_ / family_name(f) / "float"; }
-  fs::path format_dir(family f, const std::string& format) const { return root_ / family_name(f) / format; }
+  /// The family's float checkpoint and its quantized copies, written on first use (each test process makes only
+  /// the families its cases use).
+  fs::path float_dir(family f) {
+    make(f);
+    return root_ / family_name(f) / "float";
+  }
+  fs::path format_dir(family f, const std::string& format) {
+    make(f);
+    return root_ / family_name(f) / format;
+  }
 
  private:
-  quantized_models() : root_(test::make_temp_dir("quantized-ckpt")) {
-    for (family f : families) {
-      const fs::path dir = float_dir(f);
-      fs::create_directories(dir);
-      const std::string json = config_json(f);
-      std::ofstream(dir / "config.json") << json;
-      const model::model_config cfg = model::parse_model_config(json, "test config");
-      const model::model_weights w = model::test_util::random_weights(cfg, 7 + static_cast<int>(f), dtype::f32);
-      std::vector<model::test_util::test_tensor> tensors;
-      for (const auto& [name, t] : w.tensors()) {
-        model::test_util::test_tensor tt{name, dtype::f32, t.shape, {}};
-        tt.bytes.assign(static_cast<const char*>(t.data()), t.nbytes());
-        tensors.push_back(std::move(tt));
-      }
-      model::test_util::write_file(dir / "model.safetensors", model::test_util::make_safetensors(tensors));
-      const std::string cmd = fmt::format(
-          "python3 '{}/scripts/make_quantized_checkpoints.py' --model '{}' --out '{}' --group-size 32 "
-          "--scale-dtype f16 > /dev/null",
-          ACTORLLM_SOURCE_DIR, dir.string(), (root_ / family_name(f)).string());
-      REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
+  quantized_models() : root_(test::make_temp_dir("quantized-ckpt")) {}
+
+  void make(family f) {
+    const fs::path dir = root_ / family_name(f) / "float";
+    if (fs::exists(root_ / family_name(f) / "ct_fp8" / "model.safetensors"))  // the script's last format
+      return;
+    fs::create_directories(dir);
+    const std::string json = config_json(f);
+    std::ofstream(dir / "config.json") << json;
+    const model::model_config cfg = model::parse_model_config(json, "test config");
+    const model::model_weights w = model::test_util::random_weights(cfg, 7 + static_cast<int>(f), dtype::f32);
+    std::vector<model::test_util::test_tensor> tensors;
+    for (const auto& [name, t] : w.tensors()) {
+      model::test_util::test_tensor tt{name, dtype::f32, t.shape, {}};
+      tt.bytes.assign(static_cast<const char*>(t.data()), t.nbytes());
+      tensors.push_back(std::move(tt));
     }
+    model::test_util::write_file(dir / "model.safetensors", model::test_util::make_safetensors(tensors));
+    const std::string cmd = fmt::format(
+        "python3 '{}/scripts/make_quantized_checkpoints.py' --model '{}' --out '{}' --group-size 32 "
+        "--scale-dtype f16 > /dev/null",
+        ACTORLLM_SOURCE_DIR, dir.string(), (root_ / family_name(f)).string());
+    REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
   }
   fs::path root_;
 };

@@ -248,7 +248,8 @@ TEST_CASE("safetensors: negative, huge and overflowing shapes [asan]") {
 }
 
 TEST_CASE("safetensors: unsupported dtypes are refused naming the dtype and the tensor [asan]") {
-  for (std::string dt : {"I64", "F64", "F8_E4M3", "BOOL", "U8", "float32", "bf16"}) {
+  // The integer and fp8 types quantized checkpoints use are read (safetensors_test's quantized cases); these are not.
+  for (std::string dt : {"F64", "BOOL", "U16", "F8_E5M2", "float32", "bf16"}) {
     CAPTURE(dt);
     std::string msg = open_error(
         one_tensor(fmt::format(R"({{"dtype":"{}","shape":[2],"data_offsets":[0,16]}})", dt), 16, "rotary.inv_freq"));
@@ -334,4 +335,26 @@ TEST_CASE("safetensors: index errors name the index, the shard and the tensor [a
   CHECK(mentions(error_of([&] { safetensors_file::open(empty / "missing.safetensors"); }),
                  {"missing.safetensors", "cannot open"}));
   CHECK(mentions(error_of([&] { safetensors_file::open(empty); }), {"not a regular file"}));
+}
+
+TEST_CASE("safetensors: the integer and fp8 types of quantized checkpoints are read with their element sizes") {
+  const std::vector<std::pair<std::string, int>> types{{"I64", 8}, {"I32", 4}, {"I16", 2},
+                                                       {"I8", 1},  {"U8", 1},  {"F8_E4M3", 1}};
+  for (const auto& [dt, size] : types) {
+    CAPTURE(dt);
+    const auto dir = test_util::temp_dir("actorllm-st");
+    write_file(dir / "q.safetensors",
+               one_tensor(fmt::format(R"({{"dtype":"{}","shape":[2, 3],"data_offsets":[0,{}]}})", dt, 6 * size),
+                          static_cast<size_t>(6 * size), "layer.qweight"));
+    const auto f = safetensors_file::open(dir / "q.safetensors");
+    const tensor_info& info = f.tensors().at(0);
+    CHECK(stored_type_name(info.stored) == dt);
+    CHECK(stored_type_size(info.stored) == static_cast<size_t>(size));
+    CHECK_FALSE(info.is_float());
+    // A size that does not fit the type is still refused.
+    CHECK(mentions(
+        open_error(one_tensor(fmt::format(R"({{"dtype":"{}","shape":[2, 3],"data_offsets":[0,{}]}})", dt, 6 * size + 1),
+                              static_cast<size_t>(6 * size + 1), "layer.qweight")),
+        {"'layer.qweight'", "needs"}));
+  }
 }
