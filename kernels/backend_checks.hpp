@@ -19,6 +19,13 @@ inline bool tensors_overlap(const tensor& a, const tensor& b) {
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes() && a.nbytes() != 0 && b.nbytes() != 0;
 }
 
+/// True for the layouts of quantized weights (backend::import_quantized_linear), whose buffer holds codes and scales
+/// in a backend's own order: their bytes are the buffer's size, not numel() times the (logical) element size.
+inline bool is_quantized_layout(tensor_layout l) {
+  return l == tensor_layout::cpu_q8 || l == tensor_layout::cpu_q4 || l == tensor_layout::cuda_q8 ||
+         l == tensor_layout::cuda_q4;
+}
+
 /// True when a and b start at the same address (an op's permitted in-place form).
 inline bool same_start(const tensor& a, const tensor& b) { return a.data() == b.data(); }
 
@@ -36,7 +43,7 @@ struct backend_checks {
             .c_str());
     ACTORLLM_CHECK(t.where() == dev,
                    fmt::format("{}: {} must be on {}, got {}", op, arg, dev.to_string(), t.describe()).c_str());
-    ACTORLLM_CHECK(t.offset + t.nbytes() <= t.buf->size(),
+    ACTORLLM_CHECK(is_quantized_layout(t.layout) ? t.offset == 0 : t.offset + t.nbytes() <= t.buf->size(),
                    fmt::format("{}: {} ({} at byte {}) runs past the end of its {}-byte buffer", op, arg, t.describe(),
                                t.offset, t.buf->size())
                        .c_str());
