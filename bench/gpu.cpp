@@ -3,6 +3,8 @@
 // bytes read per token ÷ measured bandwidth); output tokens/s through the engine (actorllm::LLM) for batches of
 // 64 and 256 at 128 in / 128 out and 1024 / 1024; and, with --parity, the CUDA forward (bf16 weights) against the
 // CPU's (the same bf16 weights, f32 activations) on identical dummy weights: top-1 agreement and error norms.
+// First, the GEMV over quantized weights at the 8B shapes (int4 g128, int8 g128 and per channel, bf16 for
+// comparison): weight bytes read per second, beside the copy bandwidth (--gemv-only: only that, no model).
 // Prints a table, writes JSON. With --profile it runs no benchmark: one eager decode step at each of the given batch
 // sizes inside a profiler region (kernels/cuda/profile_range.hpp) for `ncu --profile-from-start off`, which
 // scripts/gpu_check.sh's profile step turns into a table per kernel kind. Without a GPU it says "skipped: no GPU" and
@@ -13,6 +15,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/collective.hpp"
 #include "kernels/device.hpp"
+#include "kernels/quantized_linear.hpp"
 #include "model/decode_graph_plan.hpp"
 #include "model/decode_graphs.hpp"
 #include "model/kv_cache.hpp"
@@ -32,7 +35,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
+#include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -120,6 +126,87 @@ void profile_decode_step(model::llama_model& llm, int64_t batch) {
   std::fprintf(stderr, "profiled one decode step at batch %ld\n", static_cast<long>(batch));
 }
 
+// One GEMV measurement: y = x w^T at `tokens` tokens over a weight of one format and shape.
+struct gemv_case {
+  std::string format;  // "int4 g128", "int8 g128", "int8 per-channel", "bf16"
+  int64_t n_in = 0, n_out = 0, tokens = 0;
+  size_t weight_bytes = 0;  // read per call: codes, scales and zero points (bf16: the weight)
+  double seconds_per_call = 0.0;
+  double bytes_per_s = 0.0;
+};
+
+// A weight of `format` [n_out, n_in] with random codes (or values), on the backend.
+tensor gemv_weight(backend& be, const std::string& format, int64_t n_out, int64_t n_in, uint64_t seed, size_t& bytes) {
+  std::mt19937_64 gen{seed};
+  if (format == "bf16") {
+    tensor host = make_host_tensor(dtype::bf16, {n_out, n_in});
+    auto* v = host.data_as<uint16_t>();
+    for (int64_t i = 0; i < host.numel(); ++i)  // small values around +-0.01: any bits do for a bandwidth test
+      v[i] = static_cast<uint16_t>(0x3c00u | (gen() & 0x80ffu));
+    bytes = host.nbytes();
+    return be.import_linear_weight(std::move(host));
+  }
+  quantized_linear q;
+  q.bits = format.rfind("int4", 0) == 0 ? 4 : 8;
+  q.n_out = n_out;
+  q.n_in = n_in;
+  q.group_size = format.find("g128") != std::string::npos ? 128 : n_in;
+  q.codes.resize(static_cast<size_t>(n_out * n_in));
+  for (size_t i = 0; i < q.codes.size(); i += 8) {
+    const uint64_t r = gen();
+    for (size_t b = 0; b < 8 && i + b < q.codes.size(); ++b)
+      q.codes[i + b] = static_cast<uint8_t>((r >> (8 * b)) & (q.bits == 4 ? 0x0fu : 0xffu));
+  }
+  q.scales.assign(static_cast<size_t>(n_out * q.n_groups()), 0.01f);
+  q.zeros.assign(q.scales.size(), static_cast<uint8_t>(q.bits == 4 ? 8 : 128));
+  bytes = q.packed_bytes();
+  return be.import_quantized_linear(q);
+}
+
+// Time per call of matmul at each token count over enough copies of the weight that they cycle through far more
+// than the L2 holds (each call reads from DRAM), replayed from a CUDA graph (no host launch gaps between the calls).
+std::vector<gemv_case> measure_gemv(backend& be, const std::string& format, int64_t n_in, int64_t n_out,
+                                    std::initializer_list<int64_t> token_counts) {
+  constexpr size_t cycled_bytes = size_t{128} << 20;  // 2.5 times the L2 of an H100 or H200
+  size_t bytes = 0;
+  std::vector<tensor> weights{gemv_weight(be, format, n_out, n_in, 1, bytes)};
+  const size_t copies = std::max<size_t>(2, (cycled_bytes + bytes - 1) / bytes);
+  size_t ignored = 0;
+  while (weights.size() < copies)
+    weights.push_back(gemv_weight(be, format, n_out, n_in, weights.size() + 1, ignored));
+  std::vector<gemv_case> out;
+  for (int64_t tokens : token_counts) {
+    gemv_case c{format, n_in, n_out, tokens, bytes};
+    tensor x = be.alloc(dtype::f32, {tokens, n_in}), y = be.alloc(dtype::f32, {tokens, n_out});
+    std::vector<float> xs(static_cast<size_t>(x.numel()));
+    std::mt19937 gen{7};
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    for (float& v : xs)
+      v = d(gen);
+    be.upload(x, xs.data(), x.nbytes());
+    const size_t calls = std::max<size_t>(copies, 64 / copies * copies);  // whole cycles, at least 64 calls
+    auto record = [&] {
+      for (size_t i = 0; i < calls; ++i)
+        be.matmul(x, weights[i % copies], tensor{}, y);
+    };
+    be.use_graph_scratch(true);
+    record();  // warm-up: sizes the graph scratch
+    std::unique_ptr<op_graph> graph = be.capture_graph(record);
+    be.use_graph_scratch(false);
+    graph->replay();
+    be.synchronize();
+    constexpr int replays = 10;
+    const auto t0 = clock_type::now();
+    for (int r = 0; r < replays; ++r)
+      graph->replay();
+    be.synchronize();
+    c.seconds_per_call = seconds_since(t0) / static_cast<double>(replays * calls);
+    c.bytes_per_s = static_cast<double>(c.weight_bytes) / c.seconds_per_call;
+    out.push_back(c);
+  }
+  return out;
+}
+
 struct throughput_case {
   int64_t batch, input_len, output_len;
   double output_tokens_per_s = 0.0;
@@ -133,7 +220,7 @@ int main(int argc, char** argv) {
   std::string config_dir = std::string{ACTORLLM_SOURCE_DIR} + "/bench/configs/llama-3.1-8b";
   std::string json_path = "bench/results/gpu.json";
   int64_t steps = 64;
-  bool parity = false, throughput = true;
+  bool parity = false, throughput = true, gemv = true, gemv_only = false;
   double gpu_memory_utilization = 0.9;
   std::vector<std::string> case_specs{"64x128x128", "256x128x128", "64x1024x1024"};
   std::vector<int64_t> profile_batches;
@@ -141,6 +228,9 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", steps, "Timed batch-1 decode steps")->capture_default_str();
   app.add_flag("--parity", parity, "Also compare the CUDA forward with the CPU's on identical weights");
   app.add_flag("--throughput,!--no-throughput", throughput, "Measure engine output throughput")->capture_default_str();
+  app.add_flag("--gemv,!--no-gemv", gemv, "Measure the GEMV over quantized weights at the 8B shapes")
+      ->capture_default_str();
+  app.add_flag("--gemv-only", gemv_only, "Only the GEMV measurements and the copy bandwidth (no model)");
   app.add_option("--cases", case_specs, "Throughput runs as BATCHxINxOUT (sequences, prompt and output tokens)")
       ->capture_default_str();
   app.add_option("--profile", profile_batches,
@@ -184,6 +274,45 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::string>> table;
   table.emplace_back("copy bandwidth, read + write (GB/s)", fmt::format("{:.1f}", bandwidth / 1e9));
   w.key("copy_bandwidth_bytes_per_s").value(bandwidth);
+
+  if ((gemv || gemv_only) && profile_batches.empty()) {
+    // The 8B's Linear shapes: q/o (4096 -> 4096), gate/up (4096 -> 14336), down (14336 -> 4096).
+    std::vector<gemv_case> rows;
+    {
+      std::unique_ptr<backend> be = make_backend(device{device_kind::cuda, 0}, 1);
+      for (const std::string format : {"int4 g128", "int8 g128", "int8 per-channel", "bf16"})
+        for (const auto& [n_in, n_out] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 14336}, {14336, 4096}}) {
+          std::fprintf(stderr, "gemv %s %ld -> %ld...\n", format.c_str(), static_cast<long>(n_in),
+                       static_cast<long>(n_out));
+          for (const gemv_case& c : measure_gemv(*be, format, n_in, n_out, {1, 8}))
+            rows.push_back(c);
+        }
+    }
+    w.key("gemv").begin_array();
+    for (const gemv_case& c : rows) {
+      const double of_copy = bandwidth > 0 ? c.bytes_per_s / bandwidth : 0.0;
+      table.emplace_back(fmt::format("GEMV {} {}->{} x{} (GB/s, of copy)", c.format, c.n_in, c.n_out, c.tokens),
+                         fmt::format("{:.0f} {:.0f}%", c.bytes_per_s / 1e9, 100.0 * of_copy));
+      w.begin_object();
+      w.key("format").value(c.format);
+      w.key("n_in").value(c.n_in);
+      w.key("n_out").value(c.n_out);
+      w.key("tokens").value(c.tokens);
+      w.key("weight_bytes").value(static_cast<uint64_t>(c.weight_bytes));
+      w.key("microseconds_per_call").value(c.seconds_per_call * 1e6);
+      w.key("weight_bytes_per_s").value(c.bytes_per_s);
+      w.key("fraction_of_copy_bandwidth").value(of_copy);
+      w.end_object();
+    }
+    w.end_array();
+  }
+  if (gemv_only) {
+    w.end_object();
+    std::printf("%-52s %16s\n", "metric", "value");
+    for (const auto& [k, v] : table)
+      std::printf("%-52s %16s\n", k.c_str(), v.c_str());
+    return bench::write_json_result(json_path, w.str());
+  }
 
   std::fprintf(stderr, "making dummy bf16 weights...\n");
   auto t_load = clock_type::now();

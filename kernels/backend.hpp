@@ -115,9 +115,9 @@ class backend {
   /// A quantized Linear weight (kernels/quantized_linear.hpp) made available for matmul, matmul_group and
   /// matmul_silu_gate only, as import_linear_weight: the result has the weight's logical shape [n_out, n_in] and a
   /// layout of this backend's own. A backend with integer kernels keeps the codes (the CPU: tensor_layout::cpu_q8 /
-  /// cpu_q4); the default dequantizes to bf16 (exact codes times scales, rounded once) and imports that, so every
-  /// backend runs every weight-only format. Weights whose activations are quantized too (W8A8) change the math
-  /// and are refused by the default with std::runtime_error naming the backend.
+  /// cpu_q4; CUDA: cuda_q8 / cuda_q4); the default dequantizes to bf16 (exact codes times scales, rounded once) and
+  /// imports that, so every backend runs every weight-only format. Weights whose activations are quantized too
+  /// (W8A8) change the math and are refused by the default with std::runtime_error naming the backend.
   virtual tensor import_quantized_linear(const quantized_linear& w);
   /// Copies `bytes` from host memory into dst, starting at dst's first byte. bytes <= dst.nbytes().
   virtual void upload(const tensor& dst, const void* src, size_t bytes) = 0;

@@ -21,7 +21,10 @@ inline bool tensors_overlap(const tensor& a, const tensor& b) {
 
 /// True for the layouts of quantized weights (backend::import_quantized_linear), whose buffer holds codes and scales
 /// in a backend's own order: their bytes are the buffer's size, not numel() times the (logical) element size.
-inline bool is_quantized_layout(tensor_layout l) { return l == tensor_layout::cpu_q8 || l == tensor_layout::cpu_q4; }
+inline bool is_quantized_layout(tensor_layout l) {
+  return l == tensor_layout::cpu_q8 || l == tensor_layout::cpu_q4 || l == tensor_layout::cuda_q8 ||
+         l == tensor_layout::cuda_q4;
+}
 
 /// True when a and b start at the same address (an op's permitted in-place form).
 inline bool same_start(const tensor& a, const tensor& b) { return a.data() == b.data(); }

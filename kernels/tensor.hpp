@@ -85,6 +85,11 @@ enum class tensor_layout : uint8_t {
   /// cpu::quantized_panels holding 8-bit or 4-bit codes with their group scales and zero points in its kernels' order.
   cpu_q8,
   cpu_q4,
+  /// The CUDA backend's quantized Linear weights (weight-only, groups a multiple of 16 inputs): the buffer is a
+  /// cuda::quantized_weight holding 8-bit or 4-bit codes in the A-fragment order of the tensor cores' mma.m16n8k16,
+  /// per tile of 16 rows, with the tiles' f32 group scales and u8 zero points (kernels/cuda/quantized_gemv_math.hpp).
+  cuda_q8,
+  cuda_q4,
 };
 
 /// A handle to a dense, row-major tensor in a buffer: `type`, `shape`, and where in the buffer it starts. A default

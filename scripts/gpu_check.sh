@@ -15,8 +15,9 @@
 #   nccl       the NCCL communicator's GPU tests (test_cuda "nccl*"); the cases that need 2 GPUs say so on one, and
 #              with 2 or more `actorllm check` runs over a one-node cluster of this machine
 #   8b         CUDA bf16 against the CPU on identical dummy weights at Llama-3.1-8B shape: top-1 agreement
-#   bench      copy bandwidth, batch-1 decode vs the roofline (eager, and with CUDA graphs: bar 85%), engine
-#              output tokens/s at b64/b256 128/128 and b64 1024/1024
+#   bench      copy bandwidth, the quantized GEMV's weight bytes per second at the 8B shapes (int4 g128, int8;
+#              bar 90% of copy on the large shapes at 1 token), batch-1 decode vs the roofline (eager, and with CUDA
+#              graphs: bar 85%), engine output tokens/s at b64/b256 128/128 and b64 1024/1024
 #   profile    ncu's gpu__time_duration and DRAM bytes (clocks and caches left as they are) over one batch-1 and one
 #              batch-64 decode step at the 8B shape: a table per kernel kind (count, time, share, bytes over time)
 #   serve      `actorllm serve` of the 8B shape (dummy weights, the bundle's Llama 3 tokenizer) loaded by
@@ -419,7 +420,7 @@ run_bench_gpu() { # seconds
     64x1024x1024)
   wants 8b && args+=(--parity)
   if ! wants bench || ((quick)); then
-    args+=(--no-throughput)
+    args+=(--no-throughput --no-gemv)
   fi
   echo "== bench_gpu ${args[*]}" >>"$out/bench.log"
   limited "$1" "$bin/bench_gpu" "${args[@]}" 2>&1 | tee -a "$out/bench.log"
@@ -472,6 +473,24 @@ else:
 PY
 )
   record graphs "${verdict%% *}" "${verdict#* }"
+  # The quantized GEMV (bench_gpu's "gemv" rows, not measured by --quick): weight bytes read per second at 1 token
+  # against the copy bandwidth; the bar is 90% on the two large 8B shapes (4096 -> 4096 is a 2-4 us kernel, which
+  # launch gaps dominate).
+  ((quick)) && return
+  verdict=$(python3 - "$out/bench.json" <<'PY'
+import json, sys
+b = json.load(open(sys.argv[1]))
+rows = [r for r in b.get("gemv", []) if r["tokens"] == 1]
+if not rows:
+    print("FAIL no gemv rows in bench.json")
+else:
+    bar = [r for r in rows if r["format"] != "bf16" and r["n_in"] * r["n_out"] > 4096 * 4096]
+    ok = bar and min(r["fraction_of_copy_bandwidth"] for r in bar) >= 0.9
+    fig = "; ".join(f"{r['format']} {r['n_in']}->{r['n_out']} {100 * r['fraction_of_copy_bandwidth']:.0f}%" for r in rows)
+    print(("PASS " if ok else "FAIL ") + f"GEMV at 1 token, of copy bandwidth (bar 90% on the large shapes): {fig}")
+PY
+)
+  record gemv "${verdict%% *}" "${verdict#* }"
 }
 
 # ---- profile -----------------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/paged_attention_small.hpp"
+#include "kernels/cuda/quantized_gemv.hpp"
+#include "kernels/cuda/quantized_weight.hpp"
 #include "kernels/cuda/rms_norm.hpp"
 #include "kernels/cuda/rope.hpp"
 #include "kernels/cuda/sampling.hpp"
@@ -21,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -48,6 +51,18 @@ element_type element_of(dtype t) {
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
     throw cuda_error(fmt::format("{} failed: {}", what, cublas_status_name(status)));
+}
+
+bool is_quantized_weight(const tensor& w) {
+  return w.layout == tensor_layout::cuda_q4 || w.layout == tensor_layout::cuda_q8;
+}
+
+// The image of a cuda_q4 / cuda_q8 weight, which only import_quantized_linear makes.
+const quantized_weight& quantized_weight_of(const tensor& w) {
+  const auto* q = dynamic_cast<const quantized_weight*>(w.buf.get());
+  ACTORLLM_CHECK(q != nullptr && q->layout().n_out == w.dim(0) && q->layout().n_in == w.dim(1) && w.offset == 0,
+                 fmt::format("matmul: {} is not a quantized weight of this backend", w.describe()).c_str());
+  return *q;
 }
 
 }  // namespace
@@ -110,7 +125,7 @@ device_memory cuda_backend::memory_info() {
 
 void cuda_backend::reset_peak_memory() { pool_->reset_peak(); }
 
-void* cuda_backend::scratch(tensor& slot, size_t bytes) {
+void* cuda_backend::scratch(tensor& slot, size_t bytes, bool exact) {
   if (slot.empty() || slot.nbytes() < bytes) {
     if (capturing_)
       throw std::logic_error(
@@ -118,7 +133,7 @@ void* cuda_backend::scratch(tensor& slot, size_t bytes) {
                       "sized (the warm-up must run the captured shapes first)",
                       bytes, slot.empty() ? 0 : slot.nbytes()));
     const size_t words = (std::max<size_t>(bytes, 4) + 3) / 4;
-    slot = alloc(dtype::i32, {static_cast<int64_t>(scratch_ == &graph_scratch_ ? words : words * 2 + 1)});
+    slot = alloc(dtype::i32, {static_cast<int64_t>(exact || scratch_ == &graph_scratch_ ? words : words * 2 + 1)});
   }
   return slot.data();
 }
@@ -185,6 +200,28 @@ tensor cuda_backend::import_host(tensor host) {
   tensor t = alloc(host.type, host.shape);
   upload(t, host.data(), host.nbytes());
   synchronize();  // the host copy may be dropped once this returns
+  return t;
+}
+
+tensor cuda_backend::import_quantized_linear(const quantized_linear& w) {
+  if (w.activations != activation_quant::none)
+    return backend::import_quantized_linear(w);  // W8A8: refused by name there
+  w.validate();
+  if (!gemv_format_supported(w.bits, w.n_in, w.group_size))
+    return backend::import_quantized_linear(w);  // groups of fewer or odd inputs: dequantized to bf16
+  not_capturing("import_quantized_linear");
+  const qgemv::gemv_layout layout = gemv_layout_of(w);
+  const std::vector<uint8_t> image = pack_for_gemv(w, layout);
+  make_current();
+  std::shared_ptr<buffer> memory = pool_->allocate(image.size());
+  ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(memory->data(), image.data(), image.size(), cudaMemcpyHostToDevice, stream_));
+  ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host image is freed on return
+  auto q = std::make_shared<quantized_weight>(std::move(memory), layout);
+  tensor t;
+  t.type = dtype::bf16;  // logical: the values are those of the dequantized weight
+  t.shape = tensor_shape{w.n_out, w.n_in};
+  t.layout = q->kind();
+  t.buf = std::move(q);
   return t;
 }
 
@@ -292,15 +329,64 @@ void cuda_backend::linear_on(const void* input, const checker::linear_dims& d, c
     cuda::add(f32(y), f32(bias), y.numel(), d.n_out, f32(y), stream_);
 }
 
+void cuda_backend::quantized_matmul(const tensor& x, const checker::linear_dims& d, const tensor& w, const tensor& bias,
+                                    const tensor& y) {
+  const quantized_weight& q = quantized_weight_of(w);
+  if (d.n_tokens == 0 || d.n_out == 0)
+    return;
+  const qgemv::weight_view view = q.view();
+  const float* b = bias.empty() ? nullptr : f32(bias);
+  if (d.n_tokens <= int64_t{qgemv::max_tokens} * qgemv::max_gemv_passes) {
+    const float* input = f32(x);
+    if (reinterpret_cast<uintptr_t>(input) % 16 != 0) {  // the kernel reads x four floats at a time
+      void* aligned = scratch(scratch_->gemm_input, x.nbytes());
+      ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(aligned, input, x.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+      input = static_cast<const float*>(aligned);
+    }
+    const qgemv::gemv_launch launch = plan_quantized_gemv(q.layout(), sm_count_);
+    for (int64_t first = 0; first < d.n_tokens; first += qgemv::max_tokens)  // up to 8 rows of x per pass
+      quantized_gemv(view, launch, input + first * d.n_in, std::min<int64_t>(qgemv::max_tokens, d.n_tokens - first), b,
+                     f32(y) + first * d.n_out, stream_);
+    return;
+  }
+  // Prefill: x rounded to bf16 once, the weight dequantized to bf16 a chunk of rows at a time into scratch of a
+  // bounded size, each chunk's outputs (a column block of y) by cuBLAS.
+  const void* input = gemm_input(x, element_type::bf16);
+  const int64_t chunk_rows = dequant_chunk_rows(q.layout());
+  void* rows = scratch(scratch_->dequantized_weight, static_cast<size_t>(chunk_rows * d.n_in) * 2, true);
+  for (int64_t first = 0; first < d.n_out; first += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, d.n_out - first);
+    dequantize_rows(view, first, n, rows, stream_);
+    linear(cublas_, linear_rows_gemm_args(d.n_tokens, d.n_in, n, d.n_out), rows, input, element_type::bf16,
+           f32(y) + first);
+  }
+  if (b != nullptr)
+    cuda::add(f32(y), b, y.numel(), d.n_out, f32(y), stream_);
+}
+
 void cuda_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
-  const checker::linear_dims d = checker{where()}.matmul(x, w, bias, y);
+  const bool quantized = is_quantized_weight(w);
+  const checker::linear_dims d = checker{where()}.matmul(x, w, bias, y, quantized);
   make_current();
-  linear_on(gemm_input(x, element_of(w.type)), d, w, bias, y);
+  if (quantized)
+    quantized_matmul(x, d, w, bias, y);
+  else
+    linear_on(gemm_input(x, element_of(w.type)), d, w, bias, y);
 }
 
 void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> outs) {
   ACTORLLM_CHECK(outs.size() <= 8, "matmul_group: at most 8 outputs");
   const checker c{where()};
+  if (std::any_of(outs.begin(), outs.end(), [](const linear_out& o) { return is_quantized_weight(o.w); })) {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      c.matmul(x, outs[i].w, outs[i].bias, outs[i].y, is_quantized_weight(outs[i].w));
+      for (size_t j = 0; j < i; ++j)
+        checker::disjoint(outs[i].y, outs[j].y, "matmul_group", "two outputs");
+    }
+    for (const linear_out& o : outs)
+      matmul(x, o.w, o.bias, o.y);
+    return;
+  }
   std::array<checker::linear_dims, 8> dims{};
   for (size_t i = 0; i < outs.size(); ++i) {
     dims[i] = c.matmul(x, outs[i].w, outs[i].bias, outs[i].y);
@@ -321,6 +407,18 @@ void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> out
 void cuda_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
                                     const tensor& out) {
   const checker c{where()};
+  if (is_quantized_weight(w_gate) || is_quantized_weight(w_up)) {
+    c.matmul(x, w_gate, tensor{}, out, is_quantized_weight(w_gate));
+    c.matmul(x, w_up, tensor{}, up, is_quantized_weight(w_up));
+    ACTORLLM_CHECK(
+        w_gate.shape == w_up.shape,
+        fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
+    checker::disjoint(up, out, "matmul_silu_gate", "up and out");
+    matmul(x, w_gate, tensor{}, out);
+    matmul(x, w_up, tensor{}, up);
+    silu_mul(out, up, out);
+    return;
+  }
   const checker::linear_dims d = c.matmul(x, w_gate, tensor{}, out);
   const checker::linear_dims du = c.matmul(x, w_up, tensor{}, up);
   ACTORLLM_CHECK(

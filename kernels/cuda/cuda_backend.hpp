@@ -36,6 +36,11 @@ class cuda_backend final : public backend {
 
   tensor alloc(dtype type, tensor_shape shape) override;
   tensor import_host(tensor host) override;
+  /// Weight-only 4- and 8-bit weights with groups a multiple of 16 inputs keep their codes (tensor_layout::cuda_q4 /
+  /// cuda_q8, kernels/cuda/quantized_weight.hpp): matmul runs the tensor-core GEMV on them (one pass per 8 rows of
+  /// x) up to 32 tokens and dequantizes them to bf16 chunk by chunk for cuBLAS above. Other weight-only formats are
+  /// dequantized to bf16 at import (the default); W8A8 is refused by name, as by the default.
+  tensor import_quantized_linear(const quantized_linear& w) override;
   void upload(const tensor& dst, const void* src, size_t bytes) override;
   void download(const tensor& src, void* dst, size_t bytes) override;
   void copy(const tensor& src, const tensor& dst) override;
@@ -50,9 +55,10 @@ class cuda_backend final : public backend {
   void add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                     const tensor& out) override;
   void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) override;
-  /// x rounded to the weights' type once for every output (q/k/v), not once per GEMM.
+  /// x rounded to the weights' type once for every output (q/k/v), not once per GEMM; quantized weights run one
+  /// matmul each.
   void matmul_group(const tensor& x, std::span<const linear_out> outs) override;
-  /// x rounded once for the gate and up GEMMs, then silu_mul.
+  /// x rounded once for the gate and up GEMMs, then silu_mul; quantized weights run two matmuls, then silu_mul.
   void matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
                         const tensor& out) override;
   rope_table make_rope_table(const rope_config& cfg) override;
@@ -77,12 +83,14 @@ class cuda_backend final : public backend {
   struct scratch_set {
     tensor gemm_input;  // x converted to the weight type for f16/bf16 GEMMs
     tensor attention_workspace;
+    tensor dequantized_weight;  // rows of a quantized weight as bf16 for the prefill GEMM (dequant_chunk_rows)
   };
 
   void make_current() const;
   /// A device scratch of at least `bytes`, grown (never shrunk) as needed; valid until the next call. Eager scratch
-  /// grows by doubling; graph scratch to the exact size (it is sized once, by the warm-up of every graph size).
-  void* scratch(tensor& slot, size_t bytes);
+  /// grows by doubling unless `exact` (a slot whose size is bounded anyway); graph scratch to the exact size (it is
+  /// sized once, by the warm-up of every graph size).
+  void* scratch(tensor& slot, size_t bytes, bool exact = false);
   /// Throws std::logic_error naming `op` while a graph is being captured (it would allocate, copy from the host or
   /// wait, none of which a graph can hold).
   void not_capturing(const char* op) const;
@@ -92,6 +100,10 @@ class cuda_backend final : public backend {
   /// y = input w^T (+ bias) with input from gemm_input and dimensions already checked.
   void linear_on(const void* input, const backend_checks::linear_dims& d, const tensor& w, const tensor& bias,
                  const tensor& y);
+  /// matmul over a cuda_q4 / cuda_q8 weight, dimensions already checked: the GEMV, one pass per qgemv::max_tokens
+  /// rows of x, up to qgemv::max_gemv_passes passes; else row chunks dequantized to bf16 and multiplied by cuBLAS.
+  void quantized_matmul(const tensor& x, const backend_checks::linear_dims& d, const tensor& w, const tensor& bias,
+                        const tensor& y);
 
   int device_;
   std::string name_;

@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <stdexcept>
 #include <string>
@@ -47,6 +48,15 @@ gemm_args linear_gemm_args(int64_t n_tokens, int64_t n_in, int64_t n_out) {
   a.lda = a.k > 0 ? a.k : 1;
   a.ldb = a.k > 0 ? a.k : 1;
   a.ldc = a.m > 0 ? a.m : 1;
+  return a;
+}
+
+gemm_args linear_rows_gemm_args(int64_t n_tokens, int64_t n_in, int64_t n_rows, int64_t y_width) {
+  if (n_rows > y_width)
+    throw std::invalid_argument("linear_rows_gemm_args: " + std::to_string(n_rows) + " rows of a weight of " +
+                                std::to_string(y_width) + " outputs");
+  gemm_args a = linear_gemm_args(n_tokens, n_in, n_rows);
+  a.ldc = std::max(checked_int(y_width, "y_width"), 1);
   return a;
 }
 

@@ -24,6 +24,11 @@ struct gemm_args {
 /// n = n_tokens, k = n_in. Throws std::invalid_argument when a dimension is negative or beyond cuBLAS's int.
 gemm_args linear_gemm_args(int64_t n_tokens, int64_t n_in, int64_t n_out);
 
+/// linear_gemm_args for n_rows consecutive rows of a weight of y_width outputs, whose products are the columns
+/// [first, first + n_rows) of y [n_tokens, y_width] when C starts at y + first: m = n_rows, ldc = y_width (the
+/// prefill of a quantized weight, dequantized a chunk of rows at a time). n_rows <= y_width.
+gemm_args linear_rows_gemm_args(int64_t n_tokens, int64_t n_in, int64_t n_rows, int64_t y_width);
+
 /// Runs the GEMM on `handle`'s stream: y = x w^T. w and x are both of `type` (x already converted for f16/bf16);
 /// y is f32. f32 runs SGEMM in cuBLAS's default math mode (no TF32, so it matches the CPU closely); f16/bf16 run
 /// cublasGemmEx with f32 compute. Throws cuda_error on a cuBLAS failure.

@@ -22,6 +22,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/sampling.hpp"
+#include "kernels/quantized_linear.hpp"
 
 using namespace actorllm;
 using ops::sample_result;
@@ -561,6 +562,104 @@ BACKEND_PARITY_CASE(parity_matmul_group_and_silu_gate, "matmul_group and matmul_
         const std::vector<float> got = read_as<float>(be, out, what + " silu gate");
         test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " silu gate");
       }
+    }
+  });
+}
+
+// A quantized Linear weight with random codes, zero points (GPTQ v1's 16 among the 4-bit ones) and scales;
+// group_size 0: per channel.
+quantized_linear random_quantized(random_source& rnd, int bits, int64_t n_out, int64_t n_in, int64_t group_size) {
+  quantized_linear w;
+  w.bits = bits;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.group_size = group_size == 0 ? n_in : group_size;
+  for (int64_t i = 0; i < n_out * n_in; ++i)
+    w.codes.push_back(static_cast<uint8_t>(rnd.integer(0, (1 << bits) - 1)));
+  for (int64_t i = 0; i < n_out * w.n_groups(); ++i) {
+    w.scales.push_back(rnd.real(0.002f, 0.05f));
+    w.zeros.push_back(static_cast<uint8_t>(rnd.integer(0, bits == 4 ? 16 : 255)));
+  }
+  return w;
+}
+
+// float64 x w^T (+ bias) of the exactly dequantized weight with x rounded to bf16 (what every backend's weight-only
+// path multiplies: the dequantized bf16 weight, or the codes themselves), tolerance `rel` per unit of magnitude.
+void ref_quantized(const std::vector<float>& x, const quantized_linear& w, const std::vector<float>* bias,
+                   int64_t n_tokens, double rel, std::vector<double>& ref, std::vector<double>& tol) {
+  weight exact;
+  exact.exact.resize(static_cast<size_t>(w.n_out * w.n_in));
+  for (int64_t o = 0; o < w.n_out; ++o)
+    for (int64_t i = 0; i < w.n_in; ++i)
+      exact.exact[static_cast<size_t>(o * w.n_in + i)] = w.dequantized(o, i);
+  ref_linear(x, exact, dtype::bf16, bias, n_tokens, w.n_in, w.n_out, rel, ref, tol);
+}
+
+// Weight-only int4 / int8 through import_quantized_linear: the backend's own layout where it has kernels (the CUDA
+// GEMV up to 8 tokens, dequantized chunks beyond), the bf16 default elsewhere. The bound is the bf16 weight's: each
+// product within 2^-9 of the exact one.
+BACKEND_PARITY_CASE(parity_quantized_matmul, "matmul, matmul_group and matmul_silu_gate on quantized weights") {
+  const uint32_t seed = 2015;
+  CAPTURE(seed);
+  constexpr double rel = 4e-3;
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (int bits : {4, 8}) {
+      for (int64_t group : {int64_t{16}, int64_t{32}, int64_t{0}}) {
+        for (int64_t n_tokens : {1, 3, 8, 97}) {
+          const bool with_bias = n_tokens != 3;
+          const int64_t n_in = 32 * rnd.integer(1, 6), n_out = 2 * rnd.integer(0, 40) + 1;  // odd n_out
+          const quantized_linear w = random_quantized(rnd, bits, n_out, n_in, group);
+          const std::string what =
+              w.describe() + " x " + std::to_string(n_tokens) + " tokens" + (with_bias ? " + bias" : "");
+          CAPTURE(what);
+          const tensor tw = be.import_quantized_linear(w);
+          CHECK(tw.shape == tensor_shape{n_out, n_in});
+          const std::vector<float> x = rnd.reals(n_tokens * n_in, -2.0f, 2.0f), bias = rnd.reals(n_out);
+          const tensor tx = input(be, dtype::f32, {n_tokens, n_in}, x);
+          const tensor tb = with_bias ? input(be, dtype::f32, {n_out}, bias) : tensor{};
+          guarded y = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+          be.matmul(tx, tw, tb, y.view);
+          std::vector<double> ref, tol;
+          ref_quantized(x, w, with_bias ? &bias : nullptr, n_tokens, rel, ref, tol);
+          const std::vector<float> got = read_as<float>(be, y, what);
+          test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what);
+        }
+      }
+    }
+    // Two quantized outputs of one input (int4 with a bias, int8), and a quantized SwiGLU pair.
+    for (int64_t n_tokens : {2, 40}) {
+      const int64_t n_in = 128;
+      const std::string what = "group of " + std::to_string(n_tokens) + " tokens";
+      CAPTURE(what);
+      const std::vector<float> x = rnd.reals(n_tokens * n_in);
+      const tensor tx = input(be, dtype::f32, {n_tokens, n_in}, x);
+      const quantized_linear wa = random_quantized(rnd, 4, 45, n_in, 64), wb = random_quantized(rnd, 8, 17, n_in, 0);
+      const std::vector<float> bias = rnd.reals(45);
+      guarded ya = alloc_guarded(be, dtype::f32, {n_tokens, 45}), yb = alloc_guarded(be, dtype::f32, {n_tokens, 17});
+      const linear_out outs[] = {{be.import_quantized_linear(wa), input(be, dtype::f32, {45}, bias), ya.view},
+                                 {be.import_quantized_linear(wb), tensor{}, yb.view}};
+      be.matmul_group(tx, outs);
+      std::vector<double> ref, tol;
+      ref_quantized(x, wa, &bias, n_tokens, rel, ref, tol);
+      std::vector<float> got = read_as<float>(be, ya, what + " a");
+      test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " a");
+      ref_quantized(x, wb, nullptr, n_tokens, rel, ref, tol);
+      got = read_as<float>(be, yb, what + " b");
+      test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " b");
+
+      const int64_t n_ff = 33;
+      const quantized_linear wg = random_quantized(rnd, 4, n_ff, n_in, 32),
+                             wu = random_quantized(rnd, 4, n_ff, n_in, 32);
+      guarded up = alloc_guarded(be, dtype::f32, {n_tokens, n_ff}),
+              out = alloc_guarded(be, dtype::f32, {n_tokens, n_ff});
+      be.matmul_silu_gate(tx, be.import_quantized_linear(wg), be.import_quantized_linear(wu), up.view, out.view);
+      std::vector<double> g_ref, g_tol, u_ref, u_tol;
+      ref_quantized(x, wg, nullptr, n_tokens, rel, g_ref, g_tol);
+      ref_quantized(x, wu, nullptr, n_tokens, rel, u_ref, u_tol);
+      test::silu_gate_reference(g_ref, g_tol, u_ref, u_tol, ref, tol);
+      got = read_as<float>(be, out, what + " silu gate");
+      test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " silu gate");
     }
   });
 }
