@@ -1,6 +1,7 @@
 // `actorllm generate`: offline generation for one prompt through the embedding API (actorllm::LLM), so the same
 // actor graph as a server runs it: TP shards and pipeline stages in this process.
 #include "apps/command_registry.hpp"
+#include "apps/model_location.hpp"
 #include "apps/serve_config_file.hpp"
 #include "apps/token_id_list.hpp"
 
@@ -20,8 +21,11 @@ namespace actorllm::app {
 namespace {
 
 struct generate_options {
-  std::string model_dir;
+  std::string model_dir;  ///< a directory or a Hugging Face repo id
   std::string tokenizer_dir;
+  std::string revision;
+  std::string tokenizer_revision;
+  std::string download_dir;
   std::string prompt;
   std::string prompt_ids;
   int64_t max_tokens = 16;
@@ -90,9 +94,17 @@ int run_generate(const generate_options& o) {
   if (std::getenv("ACTORLLM_LOG_LEVEL") == nullptr)
     log::set_threshold(log::level::warning);
 
+  const model_location where = resolve_model_location({.model = o.model_dir,
+                                                       .tokenizer = o.tokenizer_dir,
+                                                       .revision = o.revision,
+                                                       .tokenizer_revision = o.tokenizer_revision,
+                                                       .download_dir = o.download_dir,
+                                                       .load_weights = o.load_format != "dummy",
+                                                       .tokenizer_needed = true});
+
   engine_config cfg;
-  cfg.model = o.model_dir;
-  cfg.tokenizer = o.tokenizer_dir;
+  cfg.model = where.model_dir;
+  cfg.tokenizer = where.tokenizer_dir;
   cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.pipeline_parallel_size = o.pipeline_parallel_size;
   cfg.data_parallel_size = o.data_parallel_size;
@@ -119,7 +131,7 @@ int run_generate(const generate_options& o) {
   if (o.prompt_ids.empty() && !llm.info().has_tokenizer)
     throw std::invalid_argument(
         fmt::format("--prompt needs a tokenizer, and {} has no tokenizer.json (give --tokenizer or --prompt-ids)",
-                    o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir));
+                    where.tokenizer_dir.empty() ? where.model_dir : where.tokenizer_dir));
 
   sampling_params sp;
   sp.temperature = o.temperature;
@@ -158,9 +170,19 @@ option_alias dp_alias{"-dp", "--data-parallel-size"};
 command_registration generate_command{
     "generate", "Generate a completion for one prompt (offline, in this process)", [](CLI::App& sub) {
       auto o = std::make_shared<generate_options>();
-      sub.add_option("--model", o->model_dir, "Model directory (Hugging Face layout: config.json, *.safetensors)")
+      sub.add_option("--model", o->model_dir,
+                     "Model directory (Hugging Face layout: config.json, *.safetensors), or a Hugging Face repo id "
+                     "(org/name) found in the local Hugging Face cache and downloaded when missing")
           ->required();
-      sub.add_option("--tokenizer", o->tokenizer_dir, "Tokenizer directory (default: the model directory)");
+      sub.add_option("--tokenizer", o->tokenizer_dir,
+                     "Tokenizer directory or Hugging Face repo id (default: the model's)");
+      sub.add_option("--revision", o->revision,
+                     "The model's branch, tag or commit hash on the Hugging Face Hub (default: main)");
+      sub.add_option("--tokenizer-revision", o->tokenizer_revision,
+                     "The tokenizer's branch, tag or commit hash on the Hub (default: --revision)");
+      sub.add_option("--download-dir", o->download_dir,
+                     "The Hugging Face cache to find and download models in (default: $HF_HUB_CACHE, else "
+                     "$HF_HOME/hub, else ~/.cache/huggingface/hub)");
       auto* p = sub.add_option("--prompt", o->prompt, "Prompt text (tokenized with the model's tokenizer)");
       auto* pi = sub.add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
       p->excludes(pi);

@@ -5,6 +5,7 @@
 
 #include "actors/executor_choice.hpp"
 #include "apps/cluster_tls_options.hpp"
+#include "apps/model_location.hpp"
 #include "apps/serve_config_file.hpp"
 #include "apps/serve_options.hpp"
 #include "apps/vllm_flags.hpp"
@@ -171,7 +172,14 @@ int run_serve(serve_options o) {
     log::info("serve", "No MODEL given: serving the built-in default {} (ACTORLLM_DEFAULT_MODEL)", o.model);
   }
   if (o.served_model_names.empty())
-    o.served_model_names.push_back(o.model);
+    o.served_model_names.push_back(o.model);  // a repo id serves under its name, as in vLLM
+  const model_location where = resolve_model_location({.model = o.model,
+                                                       .tokenizer = o.tokenizer,
+                                                       .revision = o.revision,
+                                                       .tokenizer_revision = o.tokenizer_revision,
+                                                       .download_dir = o.download_dir,
+                                                       .load_weights = o.load_format != "dummy",
+                                                       .tokenizer_needed = !o.skip_tokenizer_init});
   // The CPU backend sizes its KV cache by --kv-cache-memory; GPU backends by --gpu-memory-utilization.
   if (o.gpu_memory_utilization_set && resolve_device(o.device).kind == device_kind::cpu)
     log::info("serve",
@@ -180,8 +188,8 @@ int run_serve(serve_options o) {
               o.gpu_memory_utilization, o.kv_cache_memory);
 
   engine_config cfg;
-  cfg.model = o.model;
-  cfg.tokenizer = o.tokenizer;
+  cfg.model = where.model_dir;
+  cfg.tokenizer = where.tokenizer_dir;
   cfg.tensor_parallel_size = o.tensor_parallel_size;
   cfg.pipeline_parallel_size = o.pipeline_parallel_size;
   cfg.data_parallel_size = o.data_parallel_size;
@@ -241,8 +249,8 @@ int run_serve(serve_options o) {
   net::openai_service service{
       llm,
       {.served_model_names = o.served_model_names,
-       .model_path = o.model,
-       .tokenizer_path = o.tokenizer,
+       .model_path = where.model_dir,
+       .tokenizer_path = where.tokenizer_dir,
        .max_body_bytes = o.max_body_bytes,
        .chat_template = o.chat_template,
        .generation_config = o.generation_config,
@@ -326,8 +334,17 @@ command_registration serve_command{
       auto* config = sub.add_option("--config", o->config_file,
                                     "TOML file with the settings below (see configs/); flags given here override it");
       sub.add_option("MODEL", o->model,
-                     "Model directory (default: [model] path of --config, else $ACTORLLM_DEFAULT_MODEL)");
-      sub.add_option("--tokenizer", o->tokenizer, "Tokenizer directory (default: the model directory)");
+                     "Model directory, or a Hugging Face repo id (org/name) found in the local Hugging Face cache "
+                     "and downloaded when missing (default: [model] path of --config, else "
+                     "$ACTORLLM_DEFAULT_MODEL)");
+      sub.add_option("--tokenizer", o->tokenizer, "Tokenizer directory or Hugging Face repo id (default: the model's)");
+      sub.add_option("--revision", o->revision,
+                     "The model's branch, tag or commit hash on the Hugging Face Hub (default: main)");
+      sub.add_option("--tokenizer-revision", o->tokenizer_revision,
+                     "The tokenizer's branch, tag or commit hash on the Hub (default: --revision)");
+      sub.add_option("--download-dir", o->download_dir,
+                     "The Hugging Face cache to find and download models in (default: $HF_HUB_CACHE, else "
+                     "$HF_HOME/hub, else ~/.cache/huggingface/hub)");
       sub.add_option("--host", o->host, "Address to listen on")->capture_default_str();
       sub.add_option("--port", o->port, "Port to listen on (0: any free port, logged)")->capture_default_str();
       sub.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1 routes");

@@ -3,6 +3,7 @@
 
 #include "apps/cluster_tls_options.hpp"
 #include "apps/nearest_name.hpp"
+#include "hub/repo_id.hpp"
 #include "kernels/device.hpp"
 #include "text/structured/structured_limits.hpp"
 
@@ -131,6 +132,19 @@ setter path_value(std::string& out, fs::path base_dir, bool only_if_exists = fal
   };
 }
 
+/// A model or tokenizer: a directory (relative paths taken relative to the settings file, as path_value does), or
+/// a Hugging Face repo id of the form "org/name" when no such directory exists there, kept as given. A bare name
+/// ("gpt2") stays a path next to the file here: in a file, a lone word reads as a folder beside it.
+setter model_value(std::string& out, fs::path base_dir) {
+  return [&out, base_dir = std::move(base_dir)](const toml::node& n, const key_location& at) {
+    path_value(out, base_dir)(n, at);
+    const std::string given{n.as_string()->get()};
+    std::error_code ec;
+    if (out != given && !fs::exists(out, ec) && given.find('/') != std::string::npos && hub::is_repo_id(given))
+      out = given;
+  };
+}
+
 template <class T>
 setter integer_value(T& out, int64_t min = std::numeric_limits<int64_t>::min(),
                      int64_t max = std::numeric_limits<int64_t>::max()) {
@@ -216,8 +230,11 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
   return {
       {"model",
        {
-           {"path", path_value(o.model, base_dir)},
-           {"tokenizer", path_value(o.tokenizer, base_dir)},
+           {"path", model_value(o.model, base_dir)},
+           {"tokenizer", model_value(o.tokenizer, base_dir)},
+           {"revision", string_value(o.revision)},
+           {"tokenizer_revision", string_value(o.tokenizer_revision)},
+           {"download_dir", path_value(o.download_dir, base_dir)},
            {"served_model_name", string_list_value(o.served_model_names)},
            {"dtype", string_value(o.dtype)},
            {"quantization", string_value(o.quantization)},

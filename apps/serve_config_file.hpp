@@ -1,8 +1,8 @@
 // `actorllm serve --config FILE` / `actorllm --config FILE`: reads a TOML file into serve_options. The sections
 // and keys (flag names with underscores; dashes work too):
 //
-//   [model]     path, tokenizer, served_model_name, dtype, load_format, max_model_len, seed, chat_template,
-//               generation_config, enforce_eager
+//   [model]     path, tokenizer, revision, tokenizer_revision, download_dir, served_model_name, dtype,
+//               load_format, max_model_len, seed, chat_template, generation_config, enforce_eager
 //   [parallel]  tensor_parallel_size, pipeline_parallel_size, pp_layer_partition, distributed_executor_backend,
 //               num_threads, max_worker_restarts, device
 //   [scheduler] max_num_seqs, max_num_batched_tokens, max_queued_requests, step_timeout
@@ -15,9 +15,11 @@
 //   [cluster]   head_address, token, host_ip, tls_cert, tls_key, tls_ca (the cluster executor; the TLS files
 //               secure the control plane of mp as well)
 //
-// Relative paths (model path, tokenizer, a chat_template file, a generation_config directory) are resolved
-// against the file's directory. Unknown sections or keys and values of the wrong type are errors that name the
-// file and line; a misspelt name gets the nearest valid one as a suggestion. configs/*.toml are commented examples.
+// Relative paths (model path, tokenizer, download_dir, a chat_template file, a generation_config directory) are
+// resolved against the file's directory; a model path or tokenizer of the form "org/name" that is no directory
+// there is kept as a Hugging Face repo id. Unknown sections or keys and values of the wrong type are errors that
+// name the file and line; a misspelt name gets the nearest valid one as a suggestion. configs/*.toml are commented
+// examples.
 #pragma once
 
 #include "apps/serve_options.hpp"

@@ -14,8 +14,11 @@ struct serve_options {
   std::string config_file;  ///< --config: the TOML file these settings were read from (empty: none)
 
   // [model]
-  std::string model;  ///< MODEL: model directory (empty: $ACTORLLM_DEFAULT_MODEL)
-  std::string tokenizer;
+  std::string model;               ///< MODEL: model directory or Hugging Face repo id (empty: $ACTORLLM_DEFAULT_MODEL)
+  std::string tokenizer;           ///< --tokenizer: a directory or repo id (empty: the model's)
+  std::string revision;            ///< --revision: the model's branch, tag or commit on the Hub (empty: main)
+  std::string tokenizer_revision;  ///< --tokenizer-revision (empty: --revision)
+  std::string download_dir;        ///< --download-dir: the Hugging Face cache to use (empty: $HF_HUB_CACHE etc.)
   std::vector<std::string> served_model_names;
   std::string dtype = "auto";
   std::string quantization;  ///< --quantization (engine_config::quantization)

@@ -13,21 +13,22 @@ exceptions=scripts/layer_exceptions.txt
 
 # folder | what it must never include (prefixes of the include path, separated by spaces) | the rule, in words
 rules=(
-  "util/|kernels/ comm/ model/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/|utilities are the lowest layer"
-  "kernels/|comm/ model/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/|kernels know devices and ops, nothing above them"
-  "comm/|model/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/|collectives are the data plane, below models and actors"
-  "model/|kernels/cpu/ kernels/cuda/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/|models compute over backend& only, never a backend's own files, and no CAF"
-  "text/|kernels/ comm/ model/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/|text is independent of models and runtimes"
-  "engine/|model/ kernels/ comm/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/|the engine core is plain state machines: no CAF, no model"
-  "include/actorllm/proto/|actors/ net/ api/ apps/ boost/beast/|the protocol is below the actors"
-  "actors/|net/ api/ apps/ kernels/cuda/ boost/beast/|actors are below the front door and reach devices through the backend interface"
-  "net/|actors/ apps/ caf/ actorllm/proto/ kernels/ model/ comm/ engine/|the front door reaches the engine through the public API only"
-  "api/|net/ apps/ boost/beast/|the embedding API is below the server and the binary"
+  "util/|kernels/ comm/ model/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/ hub/|utilities are the lowest layer"
+  "kernels/|comm/ model/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/ hub/|kernels know devices and ops, nothing above them"
+  "comm/|model/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/ hub/|collectives are the data plane, below models and actors"
+  "model/|kernels/cpu/ kernels/cuda/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/ hub/|models compute over backend& only, never a backend's own files, and no CAF"
+  "text/|kernels/ comm/ model/ engine/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/ hub/|text is independent of models and runtimes"
+  "hub/|kernels/ comm/ model/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/|the Hub client knows files and HTTP: only the apps use it"
+  "engine/|model/ kernels/ comm/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/ hub/|the engine core is plain state machines: no CAF, no model"
+  "include/actorllm/proto/|actors/ net/ api/ apps/ boost/beast/ hub/|the protocol is below the actors"
+  "actors/|net/ api/ apps/ kernels/cuda/ boost/beast/ hub/|actors are below the front door and reach devices through the backend interface"
+  "net/|actors/ apps/ caf/ actorllm/proto/ kernels/ model/ comm/ engine/ hub/|the front door reaches the engine through the public API only"
+  "api/|net/ apps/ boost/beast/ hub/|the embedding API is below the server and the binary"
 )
 
 # Public headers (include/actorllm/*.hpp, not the protocol): no CAF and no internal folder, so host programs build
 # against the installed package alone.
-public_forbidden="caf/ actors/ net/ api/ apps/ kernels/ model/ comm/ engine/ text/ util/ boost/ actorllm/proto/"
+public_forbidden="caf/ actors/ net/ api/ apps/ kernels/ model/ comm/ engine/ text/ util/ hub/ boost/ actorllm/proto/"
 
 declare -A allowed=() seen=()
 if [[ -f "$exceptions" ]]; then

@@ -19,9 +19,9 @@ if [[ "${ACTORLLM_SKIP_SANITIZE:-0}" != 1 ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     -DACTORLLM_SANITIZE=ON -DACTORLLM_CUDA=OFF -DACTORLLM_BUILD_BENCH=OFF -DACTORLLM_WERROR=ON >/dev/null
   # Only the suites that hold [asan] cases: loaders, parsers, kernels, collectives, the scheduler stress test, the
-  # control gate and the fuzzers of the HTTP and control ports.
+  # control gate, the fuzzers of the HTTP and control ports, and the Hub client's parsers and downloads.
   cmake --build build-asan -j "$(nproc)" --target actorllm test_util test_kernels test_comm test_model test_text test_engine test_net \
-    test_actors test_e2e_cluster
+    test_actors test_e2e_cluster test_hub
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j "$(nproc)" --timeout 900 -R '\[asan\]')
 fi

@@ -232,7 +232,7 @@ max_control_message_bytes = 1048576
   CHECK(o.reasoning_parser == "qwen3");
   CHECK(o.enable_force_include_usage);
   CHECK(o.skip_tokenizer_init);
-  CHECK(app::serve_config_keys().size() == 68);
+  CHECK(app::serve_config_keys().size() == 71);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

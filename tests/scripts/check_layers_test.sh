@@ -14,7 +14,7 @@ check "the repository keeps its layers (got: $(tail -1 "$tmp/repo.log"))" grep -
 
 tree=$tmp/tree
 mkdir -p "$tree/scripts"
-for d in util kernels comm model text engine include actors net api apps; do
+for d in util kernels comm model text engine hub include actors net api apps; do
   [[ -d "$src/$d" ]] && cp -r "$src/$d" "$tree/$d"
 done
 cp "$src/scripts/layer_exceptions.txt" "$tree/scripts/"
