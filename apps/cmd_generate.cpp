@@ -1,6 +1,7 @@
 // `actorllm generate`: offline generation for one prompt through the embedding API (actorllm::LLM), so the same
 // actor graph as a server runs it: TP shards and pipeline stages in this process.
 #include "apps/command_registry.hpp"
+#include "apps/model_flags.hpp"
 #include "apps/model_location.hpp"
 #include "apps/serve_config_file.hpp"
 #include "apps/token_id_list.hpp"
@@ -176,13 +177,7 @@ command_registration generate_command{
           ->required();
       sub.add_option("--tokenizer", o->tokenizer_dir,
                      "Tokenizer directory or Hugging Face repo id (default: the model's)");
-      sub.add_option("--revision", o->revision,
-                     "The model's branch, tag or commit hash on the Hugging Face Hub (default: main)");
-      sub.add_option("--tokenizer-revision", o->tokenizer_revision,
-                     "The tokenizer's branch, tag or commit hash on the Hub (default: --revision)");
-      sub.add_option("--download-dir", o->download_dir,
-                     "The Hugging Face cache to find and download models in (default: $HF_HUB_CACHE, else "
-                     "$HF_HOME/hub, else ~/.cache/huggingface/hub)");
+      add_hub_flags(sub, o->revision, o->tokenizer_revision, o->download_dir);
       auto* p = sub.add_option("--prompt", o->prompt, "Prompt text (tokenized with the model's tokenizer)");
       auto* pi = sub.add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
       p->excludes(pi);
@@ -203,11 +198,7 @@ command_registration generate_command{
       sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
           ->capture_default_str();
       sub.add_option("--dtype", o->dtype_name, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
-      sub.add_option(
-          "--quantization,-q", o->quantization,
-          "Quantized weights: empty follows the checkpoint's quantization_config (awq, gptq, fp8, compressed-tensors); "
-          "naming one checks it (awq_marlin and gptq_marlin are aliases); fp8 on a float checkpoint quantizes its "
-          "Linear weights at load");
+      add_quantization_flag(sub, o->quantization);
       sub.add_option("--device", o->device,
                      "Device the shards run on: cpu, cuda, or auto (CUDA when this machine has a GPU)")
           ->capture_default_str();

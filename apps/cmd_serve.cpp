@@ -2,6 +2,7 @@
 // with vLLM's flag names. `--config FILE` (or `actorllm --config FILE`) reads the same settings from TOML
 // (apps/serve_config_file.hpp); flags given on the command line override the file.
 #include "apps/command_registry.hpp"
+#include "apps/model_flags.hpp"
 
 #include "actors/executor_choice.hpp"
 #include "apps/cluster_tls_options.hpp"
@@ -338,13 +339,7 @@ command_registration serve_command{
                      "and downloaded when missing (default: [model] path of --config, else "
                      "$ACTORLLM_DEFAULT_MODEL)");
       sub.add_option("--tokenizer", o->tokenizer, "Tokenizer directory or Hugging Face repo id (default: the model's)");
-      sub.add_option("--revision", o->revision,
-                     "The model's branch, tag or commit hash on the Hugging Face Hub (default: main)");
-      sub.add_option("--tokenizer-revision", o->tokenizer_revision,
-                     "The tokenizer's branch, tag or commit hash on the Hub (default: --revision)");
-      sub.add_option("--download-dir", o->download_dir,
-                     "The Hugging Face cache to find and download models in (default: $HF_HUB_CACHE, else "
-                     "$HF_HOME/hub, else ~/.cache/huggingface/hub)");
+      add_hub_flags(sub, o->revision, o->tokenizer_revision, o->download_dir);
       sub.add_option("--host", o->host, "Address to listen on")->capture_default_str();
       sub.add_option("--port", o->port, "Port to listen on (0: any free port, logged)")->capture_default_str();
       sub.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1 routes");
@@ -442,11 +437,7 @@ command_registration serve_command{
       sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
           ->capture_default_str();
       sub.add_option("--dtype", o->dtype, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
-      sub.add_option(
-          "--quantization,-q", o->quantization,
-          "Quantized weights: empty follows the checkpoint's quantization_config (awq, gptq, fp8, compressed-tensors); "
-          "naming one checks it (awq_marlin and gptq_marlin are aliases); fp8 on a float checkpoint quantizes its "
-          "Linear weights at load");
+      add_quantization_flag(sub, o->quantization);
       sub.add_option("--device", o->device,
                      "Device the shards run on: cpu, cuda, or auto (CUDA when this machine has a GPU)")
           ->capture_default_str();

@@ -2,6 +2,7 @@
 #include "hub/file_selection.hpp"
 
 #include "hub/hub_error.hpp"
+#include "hub/repo_id.hpp"
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -33,23 +34,7 @@ bool refused_weight_file(std::string_view name) {
 
 }  // namespace
 
-bool is_safe_repo_file(std::string_view name) {
-  if (name.empty() || name.front() == '/')
-    return false;
-  for (char c : name)
-    if (c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      return false;
-  std::string_view rest = name;
-  while (true) {
-    const auto slash = rest.find('/');
-    const std::string_view part = rest.substr(0, slash);
-    if (part.empty() || part == "." || part == "..")
-      return false;
-    if (slash == std::string_view::npos)
-      return true;
-    rest = rest.substr(slash + 1);
-  }
-}
+bool is_safe_repo_file(std::string_view name) { return is_safe_relative_path(name); }
 
 file_selection select_files(std::string_view repo, std::string_view revision, const std::vector<std::string>& siblings,
                             const wanted_files& wanted) {

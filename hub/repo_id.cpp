@@ -48,13 +48,15 @@ bool is_commit_hash(std::string_view revision) {
   return true;
 }
 
-bool is_valid_revision(std::string_view revision) {
-  if (revision.empty() || revision.front() == '/')
+bool is_valid_revision(std::string_view revision) { return is_safe_relative_path(revision); }
+
+bool is_safe_relative_path(std::string_view path) {
+  if (path.empty() || path.front() == '/')
     return false;
-  for (char c : revision)
+  for (char c : path)
     if (c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
       return false;
-  std::string_view rest = revision;
+  std::string_view rest = path;
   while (true) {
     const auto slash = rest.find('/');
     const std::string_view part = rest.substr(0, slash);

@@ -18,8 +18,12 @@ std::string repo_folder_name(std::string_view repo);
 /// Whether `revision` is a full commit hash (40 lowercase hexadecimal digits), which names a snapshot directly.
 bool is_commit_hash(std::string_view revision);
 
+/// Whether `path` is a safe relative path: not empty, not absolute, no empty, "." or ".." component, no backslash
+/// or control character (a revision under refs/, a file inside a repo).
+bool is_safe_relative_path(std::string_view path);
+
 /// Whether `revision` (a branch, tag or commit, possibly with '/' like "refs/pr/1") can name a file under refs/:
-/// not empty, not absolute, no empty, "." or ".." component, no backslash or control character.
+/// is_safe_relative_path.
 bool is_valid_revision(std::string_view revision);
 
 }  // namespace actorllm::hub

@@ -66,16 +66,15 @@ void quantize_dummy_weights(const model_config& cfg, const weight_table& table, 
       auto* dst = out.data_as<uint16_t>();
       for (int64_t o = 0; o < n_out; ++o) {
         const float* row = w.data() + o * n_in;
-        const float a = amax[static_cast<size_t>(o)];
-        const float scale = a > 0 ? a / 448.0f : 1.0f;
+        const float scale = fp8_channel_scale(amax[static_cast<size_t>(o)]);
         for (int64_t i = 0; i < n_in; ++i)
-          dst[o * n_in + i] = f32_to_bf16(fp8_e4m3_to_f32(f32_to_fp8_e4m3(row[i] / scale)) * scale);
+          dst[o * n_in + i] = fp8_round_trip_bf16(row[i], scale);
       }
       *weights.find_mutable(decl.name) = std::move(out);
       continue;
     }
     const int64_t full_group = q.group_size > 0 ? q.group_size : decl.shape[1];
-    check_group_split(decl, full_group, shard.tp_rank, shard.tp_size);
+    check_group_split(decl, full_group, shard.tp_size);
     const bool symmetric = q.method == quant_method::awq ? false : q.symmetric;
     quantized_linear ql = quantize_linear_rtn(w.data(), n_out, n_in, q.bits, q.group_size, symmetric);
     if (per_channel && symmetric) {

@@ -61,12 +61,12 @@ int64_t read_int(const safetensors_checkpoint::entry& e, int64_t i) {
   }
 }
 
-/// A float tensor of scales seen as [n_out, n_groups], broadcasting the dimensions it lacks: [n_out, G], [n_out, 1],
-/// [n_out], [1] and [] all read.
-class scale_reader {
+/// A float tensor (F32/F16/BF16; scales, or a float weight) seen as [n_out, n_groups], broadcasting the dimensions
+/// it lacks: [n_out, G], [n_out, 1], [n_out], [1] and [] all read.
+class float_reader {
  public:
-  scale_reader() = default;
-  scale_reader(const safetensors_checkpoint::entry& e, int64_t n_out, int64_t n_groups, bool transposed = false)
+  float_reader() = default;
+  float_reader(const safetensors_checkpoint::entry& e, int64_t n_out, int64_t n_groups, bool transposed = false)
       : base_(bytes_of(e)), type_(e.info->type) {
     expect_type(e, {stored_type::f32, stored_type::f16, stored_type::bf16});
     const std::vector<int64_t>& s = e.info->shape;
@@ -115,16 +115,18 @@ class scale_reader {
 /// 0, 2, 4, 6, 1, 3, 5, 7 (so nibble p holds column order[p]); this is that permutation's inverse.
 constexpr std::array<int, 8> awq_nibble_of_column{0, 4, 1, 5, 2, 6, 3, 7};
 
-/// Weight element accessors of one integer format in full-tensor coordinates.
+/// Weight element accessors of one integer format in full-tensor coordinates: code(o, i) and zero(o, g) are the
+/// format's own lambdas (a template, not std::function: they run once per weight element while a model loads).
+template <class Code, class Zero>
 struct int_format {
-  int bits = 4;
-  int64_t group = 0;  ///< input columns per group (full tensor)
-  std::function<uint8_t(int64_t o, int64_t i)> code;
-  std::function<int(int64_t o, int64_t g)> zero;
-  scale_reader scale;
+  int bits;
+  int64_t group;  ///< input columns per group (full tensor)
+  Code code;
+  Zero zero;
+  float_reader scale;
 };
 
-int_format awq_format(const quantized_source& src, int64_t n_out, int64_t n_in, int64_t group) {
+auto awq_format(const quantized_source& src, int64_t n_out, int64_t n_in, int64_t group) {
   const int64_t n_groups = n_in / group;
   expect_type(src.codes, {stored_type::i32});
   expect_type(src.zeros, {stored_type::i32});
@@ -132,28 +134,24 @@ int_format awq_format(const quantized_source& src, int64_t n_out, int64_t n_in, 
     fail(src.codes, fmt::format("packs 8 output channels per int32, but the weight has {} outputs", n_out));
   expect_shape(src.codes, {n_in, n_out / 8}, "input columns x output channels / 8");
   expect_shape(src.zeros, {n_groups, n_out / 8}, "groups x output channels / 8");
-  int_format f;
-  f.bits = 4;
-  f.group = group;
   const std::byte* qw = bytes_of(src.codes);
   const std::byte* qz = bytes_of(src.zeros);
   const int64_t words = n_out / 8;
-  f.code = [=](int64_t o, int64_t i) {
+  auto code = [=](int64_t o, int64_t i) {
     return static_cast<uint8_t>((static_cast<uint32_t>(read_i32(qw, i * words + o / 8)) >>
                                  (4 * awq_nibble_of_column[static_cast<size_t>(o % 8)])) &
                                 0xfu);
   };
-  f.zero = [=](int64_t o, int64_t g) {
+  auto zero = [=](int64_t o, int64_t g) {
     return static_cast<int>((static_cast<uint32_t>(read_i32(qz, g * words + o / 8)) >>
                              (4 * awq_nibble_of_column[static_cast<size_t>(o % 8)])) &
                             0xfu);
   };
-  f.scale = scale_reader(src.scales, n_out, n_groups, true);
-  return f;
+  return int_format{4, group, code, zero, float_reader(src.scales, n_out, n_groups, true)};
 }
 
-int_format gptq_format(const quantized_source& src, const quantization_config& q, int64_t n_out, int64_t n_in,
-                       int64_t group) {
+auto gptq_format(const quantized_source& src, const quantization_config& q, int64_t n_out, int64_t n_in,
+                 int64_t group) {
   const int64_t n_groups = n_in / group;
   const int bits = q.bits;
   const int64_t pack = 32 / bits;
@@ -173,29 +171,25 @@ int_format gptq_format(const quantized_source& src, const quantization_config& q
                                     "not implemented",
                                     i, read_int(src.g_idx, i), i / group));
   }
-  int_format f;
-  f.bits = bits;
-  f.group = group;
   const std::byte* qw = bytes_of(src.codes);
   const std::byte* qz = bytes_of(src.zeros);
   const uint32_t mask = (1u << bits) - 1;
   const int offset = q.gptq_zero_offset ? 1 : 0;
-  f.code = [=](int64_t o, int64_t i) {
+  auto code = [=](int64_t o, int64_t i) {
     return static_cast<uint8_t>((static_cast<uint32_t>(read_i32(qw, (i / pack) * n_out + o)) >> (bits * (i % pack))) &
                                 mask);
   };
   const int64_t zero_words = n_out / pack;
-  f.zero = [=](int64_t o, int64_t g) {
+  auto zero = [=](int64_t o, int64_t g) {
     return static_cast<int>((static_cast<uint32_t>(read_i32(qz, g * zero_words + o / pack)) >> (bits * (o % pack))) &
                             mask) +
            offset;
   };
-  f.scale = scale_reader(src.scales, n_out, n_groups, true);
-  return f;
+  return int_format{bits, group, code, zero, float_reader(src.scales, n_out, n_groups, true)};
 }
 
-int_format ct_packed_format(const quantized_source& src, const quantization_config& q, int64_t n_out, int64_t n_in,
-                            int64_t group) {
+auto ct_packed_format(const quantized_source& src, const quantization_config& q, int64_t n_out, int64_t n_in,
+                      int64_t group) {
   const int bits = q.bits;
   const int64_t pack = 32 / bits;
   expect_type(src.codes, {stored_type::i32});
@@ -206,38 +200,26 @@ int_format ct_packed_format(const quantized_source& src, const quantization_conf
     if (src.shape.info->numel() != 2 || read_int(src.shape, 0) != n_out || read_int(src.shape, 1) != n_in)
       fail(src.shape, fmt::format("does not say [{}, {}], the model's shape of the weight", n_out, n_in));
   }
-  int_format f;
-  f.bits = bits;
-  f.group = group;
   const std::byte* wp = bytes_of(src.codes);
   const uint32_t mask = (1u << bits) - 1;
-  f.code = [=](int64_t o, int64_t i) {
+  auto code = [=](int64_t o, int64_t i) {
     return static_cast<uint8_t>((static_cast<uint32_t>(read_i32(wp, o * words + i / pack)) >> (bits * (i % pack))) &
                                 mask);
   };
   const int mid = 1 << (bits - 1);  // codes are the signed values plus 2^(bits-1)
-  f.zero = [=](int64_t, int64_t) { return mid; };
-  f.scale = scale_reader(src.scales, n_out, n_in / group);
-  return f;
+  auto zero = [=](int64_t, int64_t) { return mid; };
+  return int_format{bits, group, code, zero, float_reader(src.scales, n_out, n_in / group)};
 }
 
-int_format int8_format(const quantized_source& src, int64_t n_out, int64_t n_in, int64_t group) {
+auto int8_format(const quantized_source& src, int64_t n_out, int64_t n_in, int64_t group) {
   expect_type(src.codes, {stored_type::i8});
   expect_shape(src.codes, {n_out, n_in}, "the model's shape of the weight");
-  int_format f;
-  f.bits = 8;
-  f.group = group;
   const std::byte* w = bytes_of(src.codes);
-  f.code = [=](int64_t o, int64_t i) {
+  auto code = [=](int64_t o, int64_t i) {
     return static_cast<uint8_t>(static_cast<int>(static_cast<int8_t>(w[o * n_in + i])) + 128);
   };
-  f.zero = [](int64_t, int64_t) { return 128; };
-  f.scale = scale_reader(src.scales, n_out, n_in / group);
-  return f;
-}
-
-std::optional<safetensors_checkpoint::entry> find_entry(const safetensors_checkpoint& ckpt, const std::string& name) {
-  return ckpt.find(name);
+  auto zero = [](int64_t, int64_t) { return 128; };
+  return int_format{8, group, code, zero, float_reader(src.scales, n_out, n_in / group)};
 }
 
 safetensors_checkpoint::entry require(const safetensors_checkpoint& ckpt, const std::string& name,
@@ -277,6 +259,12 @@ void for_row_chunks(int64_t n_rows, const std::function<void(int64_t, int64_t)>&
 }
 
 }  // namespace
+
+float fp8_channel_scale(float amax) { return amax > 0 ? amax / 448.0f : 1.0f; }
+
+uint16_t fp8_round_trip_bf16(float w, float scale) {
+  return f32_to_bf16(fp8_e4m3_to_f32(f32_to_fp8_e4m3(w / scale)) * scale);
+}
 
 std::string_view linear_storage_name(linear_storage s) {
   switch (s) {
@@ -333,16 +321,16 @@ quantized_source find_quantized_source(const safetensors_checkpoint& ckpt, const
                       quant.quantized() ? quant.describe() : std::string("nothing (a float model)")));
   };
 
-  if (auto qweight = find_entry(ckpt, name("qweight"))) {
+  if (auto qweight = ckpt.find(name("qweight"))) {
     src.storage = quant.method == quant_method::gptq ? linear_storage::gptq : linear_storage::awq;
     if (quant.method != quant_method::gptq)
       announce(quant_method::awq, "qweight");
     src.codes = *qweight;
     src.zeros = require(ckpt, name("qzeros"), "the zero points beside qweight");
     src.scales = require(ckpt, name("scales"), "the scales beside qweight");
-    if (auto g = find_entry(ckpt, name("g_idx")))
+    if (auto g = ckpt.find(name("g_idx")))
       src.g_idx = *g;
-  } else if (auto packed = find_entry(ckpt, name("weight_packed"))) {
+  } else if (auto packed = ckpt.find(name("weight_packed"))) {
     src.storage = linear_storage::ct_packed;
     announce(quant_method::compressed_tensors, "weight_packed");
     if (quant.format != ct_format::pack_quantized)
@@ -350,19 +338,19 @@ quantized_source find_quantized_source(const safetensors_checkpoint& ckpt, const
                                     ckpt.path().string(), name("weight_packed")));
     src.codes = *packed;
     src.scales = require(ckpt, name("weight_scale"), "the scales beside weight_packed");
-    if (auto shape = find_entry(ckpt, name("weight_shape")))
+    if (auto shape = ckpt.find(name("weight_shape")))
       src.shape = *shape;
-    if (find_entry(ckpt, name("weight_zero_point")))
+    if (ckpt.find(name("weight_zero_point")))
       throw model_error(
           fmt::format("{}: '{}' holds zero points: asymmetric pack-quantized weights are not "
                       "implemented",
                       ckpt.path().string(), name("weight_zero_point")));
-  } else if (auto w = find_entry(ckpt, decl.name); w && w->info->stored == stored_type::i8) {
+  } else if (auto w = ckpt.find(decl.name); w && w->info->stored == stored_type::i8) {
     src.storage = linear_storage::int8_weight;
     announce(quant_method::compressed_tensors, "weight");
     src.codes = *w;
     src.scales = require(ckpt, name("weight_scale"), "the scale beside an int8 weight");
-    if (find_entry(ckpt, name("weight_zero_point")))
+    if (ckpt.find(name("weight_zero_point")))
       throw model_error(fmt::format("{}: '{}': asymmetric int8 weights are not implemented", ckpt.path().string(),
                                     name("weight_zero_point")));
   } else if (w && w->info->stored == stored_type::f8_e4m3) {
@@ -370,9 +358,9 @@ quantized_source find_quantized_source(const safetensors_checkpoint& ckpt, const
     if (quant.method != quant_method::compressed_tensors)
       announce(quant_method::fp8, "weight");
     src.codes = *w;
-    if (auto s = find_entry(ckpt, name("weight_scale")))
+    if (auto s = ckpt.find(name("weight_scale")))
       src.scales = *s;
-    else if (auto inv = find_entry(ckpt, name("weight_scale_inv")))
+    else if (auto inv = ckpt.find(name("weight_scale_inv")))
       src.scales = *inv;
     else
       throw model_error(fmt::format("{}: the checkpoint lacks '{}' (the scale of an fp8 weight)", ckpt.path().string(),
@@ -421,7 +409,7 @@ quantized_source find_quantized_source(const safetensors_checkpoint& ckpt, const
   return src;
 }
 
-void check_group_split(const weight_decl& decl, int64_t group_size, int tp_rank, int tp_size) {
+void check_group_split(const weight_decl& decl, int64_t group_size, int tp_size) {
   if (decl.kind != shard_kind::row || decl.shape.size() != 2 || group_size >= decl.shape[1])
     return;  // column / vocab splits cut output rows, which never share a group; per-channel scales split freely
   auto splits_groups = [&](int tp) {
@@ -432,7 +420,6 @@ void check_group_split(const weight_decl& decl, int64_t group_size, int tp_rank,
     }
     return false;
   };
-  (void)tp_rank;
   if (!splits_groups(tp_size))
     return;
   std::vector<int> fine;
@@ -451,63 +438,63 @@ void check_group_split(const weight_decl& decl, int64_t group_size, int tp_rank,
 
 quantized_linear read_quantized_slice(const quantized_source& src, const weight_decl& decl,
                                       const quantization_config& quant, int tp_rank, int tp_size) {
-  const int64_t n_out = decl.shape[0];
-  const int64_t n_in = decl.shape[1];
-  const int64_t group = source_group_size(src, quant, n_in);
-  check_group_split(decl, group, tp_rank, tp_size);
-  int_format f;
-  switch (src.storage) {
-    case linear_storage::awq:
-      f = awq_format(src, n_out, n_in, group);
-      break;
-    case linear_storage::gptq:
-      f = gptq_format(src, quant, n_out, n_in, group);
-      break;
-    case linear_storage::ct_packed:
-      f = ct_packed_format(src, quant, n_out, n_in, group);
-      break;
-    case linear_storage::int8_weight:
-      f = int8_format(src, n_out, n_in, group);
-      break;
-    case linear_storage::float_weight:
-    case linear_storage::fp8_weight:
-      throw model_error(fmt::format("{}: not an integer-quantized weight", decl.name));
-  }
   if (decl.kind == shard_kind::vocab)
     throw model_error(
         fmt::format("{}: a quantized lm_head ({}) is not implemented; vLLM's GPTQ lm_head option "
                     "included",
                     decl.name, linear_storage_name(src.storage)));
+  const int64_t n_out = decl.shape[0];
+  const int64_t n_in = decl.shape[1];
+  const int64_t group = source_group_size(src, quant, n_in);
+  check_group_split(decl, group, tp_size);
   const slice_box b = box_of(decl, tp_rank, tp_size);
   quantized_linear q;
-  q.bits = f.bits;
   q.n_out = b.r1 - b.r0;
   q.n_in = b.c1 - b.c0;
   q.group_size = group >= n_in ? q.n_in : group;
   q.activations = src.storage == linear_storage::int8_weight ? quant.activations : activation_quant::none;
   const int64_t n_groups = q.n_groups();
-  const int64_t first_group = b.c0 / std::max<int64_t>(group, 1);
+  const int64_t first_group = b.c0 / group;
   q.codes.resize(static_cast<size_t>(q.n_out * q.n_in));
   q.scales.resize(static_cast<size_t>(q.n_out * n_groups));
   q.zeros.resize(static_cast<size_t>(q.n_out * n_groups));
-  std::vector<std::string> errors(1);
-  for_row_chunks(q.n_out, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t o = b.r0 + r;
-      for (int64_t i = 0; i < q.n_in; ++i)
-        q.codes[static_cast<size_t>(r * q.n_in + i)] = f.code(o, b.c0 + i);
-      for (int64_t g = 0; g < n_groups; ++g) {
-        // GPTQ v1 stores zero - 1, so a stored 2^bits - 1 reads as 2^bits (what its kernels compute too): a 4-bit
-        // zero of 16 is kept; 256 does not fit an 8-bit one.
-        const int z = f.zero(o, first_group + g);
-        if (z > 255)
-          throw model_error(fmt::format("{}: output channel {} group {} has zero point {}, beyond 8 bits",
-                                        src.zeros.info->name, o, first_group + g, z));
-        q.zeros[static_cast<size_t>(r * n_groups + g)] = static_cast<uint8_t>(z);
-        q.scales[static_cast<size_t>(r * n_groups + g)] = f.scale(o, first_group + g);
+  auto fill = [&](const auto& f) {
+    q.bits = f.bits;
+    for_row_chunks(q.n_out, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t o = b.r0 + r;
+        for (int64_t i = 0; i < q.n_in; ++i)
+          q.codes[static_cast<size_t>(r * q.n_in + i)] = f.code(o, b.c0 + i);
+        for (int64_t g = 0; g < n_groups; ++g) {
+          // GPTQ v1 stores zero - 1, so a stored 2^bits - 1 reads as 2^bits (what its kernels compute too): a 4-bit
+          // zero of 16 is kept; 256 does not fit an 8-bit one.
+          const int z = f.zero(o, first_group + g);
+          if (z > 255)
+            throw model_error(fmt::format("{}: output channel {} group {} has zero point {}, beyond 8 bits",
+                                          src.zeros.info->name, o, first_group + g, z));
+          q.zeros[static_cast<size_t>(r * n_groups + g)] = static_cast<uint8_t>(z);
+          q.scales[static_cast<size_t>(r * n_groups + g)] = f.scale(o, first_group + g);
+        }
       }
-    }
-  });
+    });
+  };
+  switch (src.storage) {
+    case linear_storage::awq:
+      fill(awq_format(src, n_out, n_in, group));
+      break;
+    case linear_storage::gptq:
+      fill(gptq_format(src, quant, n_out, n_in, group));
+      break;
+    case linear_storage::ct_packed:
+      fill(ct_packed_format(src, quant, n_out, n_in, group));
+      break;
+    case linear_storage::int8_weight:
+      fill(int8_format(src, n_out, n_in, group));
+      break;
+    case linear_storage::float_weight:
+    case linear_storage::fp8_weight:
+      throw model_error(fmt::format("{}: not an integer-quantized weight", decl.name));
+  }
   try {
     q.validate();
   } catch (const std::invalid_argument& e) {
@@ -524,10 +511,9 @@ host_tensor read_fp8_slice_as_bf16(const quantized_source& src, const weight_dec
   host_tensor out(dtype::bf16, {b.r1 - b.r0, b.c1 - b.c0});
   const std::byte* w = bytes_of(src.codes);
   const bool block = quant.block_out > 0;
-  const int64_t numel = src.scales.info->numel();
   const int64_t block_cols = block ? (n_in + quant.block_in - 1) / quant.block_in : 0;
-  const scale_reader scales = block ? scale_reader(src.scales, src.scales.info->shape[0] * block_cols, 1)
-                                    : scale_reader(src.scales, numel == 1 ? n_out : n_out, 1);
+  const float_reader scales =
+      block ? float_reader(src.scales, src.scales.info->shape[0] * block_cols, 1) : float_reader(src.scales, n_out, 1);
   auto* dst = out.data_as<uint16_t>();
   const int64_t cols = b.c1 - b.c0;
   for_row_chunks(b.r1 - b.r0, [&](int64_t r0, int64_t r1) {
@@ -552,30 +538,18 @@ host_tensor quantize_fp8_slice_as_bf16(const safetensors_checkpoint::entry& src,
   const int64_t n_in = decl.shape[1];
   const slice_box b = box_of(decl, tp_rank, tp_size);
   host_tensor out(dtype::bf16, {b.r1 - b.r0, b.c1 - b.c0});
-  const std::byte* w = bytes_of(src);
-  const dtype type = src.info->type;
+  const float_reader element(src, decl.shape[0], n_in);
   auto* dst = out.data_as<uint16_t>();
   const int64_t cols = b.c1 - b.c0;
-  auto element = [&](int64_t o, int64_t i) {
-    const auto k = static_cast<size_t>(o * n_in + i);
-    if (type == dtype::f32) {
-      float v;
-      std::memcpy(&v, w + 4 * k, 4);
-      return v;
-    }
-    uint16_t h;
-    std::memcpy(&h, w + 2 * k, 2);
-    return type == dtype::f16 ? f16_to_f32(h) : bf16_to_f32(h);
-  };
   for_row_chunks(b.r1 - b.r0, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = b.r0 + r;
       float amax = 0;
       for (int64_t i = 0; i < n_in; ++i)  // the whole row: the same scale whatever the layout
         amax = std::max(amax, std::fabs(element(o, i)));
-      const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+      const float scale = fp8_channel_scale(amax);
       for (int64_t c = 0; c < cols; ++c)
-        dst[r * cols + c] = f32_to_bf16(fp8_e4m3_to_f32(f32_to_fp8_e4m3(element(o, b.c0 + c) / scale)) * scale);
+        dst[r * cols + c] = fp8_round_trip_bf16(element(o, b.c0 + c), scale);
     }
   });
   return out;

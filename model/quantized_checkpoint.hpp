@@ -50,10 +50,10 @@ quantized_source find_quantized_source(const safetensors_checkpoint& ckpt, const
 /// The input-column group size of `src` for a weight of `n_in` columns (n_in when one group per channel).
 int64_t source_group_size(const quantized_source& src, const quantization_config& quant, int64_t n_in);
 
-/// Checks that tp rank `tp_rank` of `tp_size` splits `decl` along group boundaries (row-parallel weights split the
+/// Checks that every rank of `tp_size` splits `decl` along group boundaries (row-parallel weights split the
 /// input columns, which must not cut a group); throws model_error naming the weight, the group size and the tensor
 /// parallel sizes that work.
-void check_group_split(const weight_decl& decl, int64_t group_size, int tp_rank, int tp_size);
+void check_group_split(const weight_decl& decl, int64_t group_size, int tp_size);
 
 /// Reads rank `tp_rank`'s slice of an integer-format weight (awq, gptq, ct_packed, int8_weight) into the canonical
 /// form: codes unpacked, zero points (v1 offset applied), scales as f32, `quant.activations` carried over.
@@ -63,6 +63,12 @@ quantized_linear read_quantized_slice(const quantized_source& src, const weight_
 /// Reads rank `tp_rank`'s slice of an fp8 weight, each element e4m3 times its scale, rounded to bf16 once.
 host_tensor read_fp8_slice_as_bf16(const quantized_source& src, const weight_decl& decl,
                                    const quantization_config& quant, int tp_rank, int tp_size);
+
+/// The per-channel fp8 scale of a row whose largest magnitude is `amax`: amax / 448 (e4m3's largest), 1 for a row
+/// of zeros.
+float fp8_channel_scale(float amax);
+/// `w` rounded to e4m3 at `scale` and back, as bf16 bits: what a per-channel fp8 weight holds, dequantized.
+uint16_t fp8_round_trip_bf16(float w, float scale);
 
 /// `--quantization fp8` on a float weight: each output row (whole, whatever the slice, so every layout gets the same
 /// scales) scaled to max |w| / 448, rounded to e4m3, and the slice's elements dequantized to bf16. `src` is the

@@ -111,7 +111,7 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
     if (decl.linear)
       sources[i] = find_quantized_source(ckpt, decl, cfg.quant);
     if (sources[i].storage != linear_storage::float_weight && sources[i].storage != linear_storage::fp8_weight)
-      check_group_split(decl, source_group_size(sources[i], cfg.quant, decl.shape[1]), shard.tp_rank, shard.tp_size);
+      check_group_split(decl, source_group_size(sources[i], cfg.quant, decl.shape[1]), shard.tp_size);
   }
 
   std::vector<std::string> missing;

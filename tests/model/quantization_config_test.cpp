@@ -147,17 +147,17 @@ TEST_CASE(
   down.n_units = 96;
   down.unit_size = 1;
   down.allow_uneven = true;
-  CHECK_NOTHROW(check_group_split(down, 32, 0, 3));  // 32 columns each: whole groups
+  CHECK_NOTHROW(check_group_split(down, 32, 3));  // 32 columns each: whole groups
   std::string error;
   try {
-    check_group_split(down, 32, 0, 2);  // 48 columns each: the second group is cut
+    check_group_split(down, 32, 2);  // 48 columns each: the second group is cut
   } catch (const model_error& e) {
     error = e.what();
   }
   CHECK(error.find("tensor_parallel_size 2") != std::string::npos);
   CHECK(error.find("sizes that keep groups whole: 1, 3") != std::string::npos);
-  CHECK_NOTHROW(check_group_split(down, 96, 0, 2));  // one group per channel: any split
+  CHECK_NOTHROW(check_group_split(down, 96, 2));  // one group per channel: any split
   weight_decl q = down;
   q.kind = shard_kind::column;  // output rows never share a group
-  CHECK_NOTHROW(check_group_split(q, 32, 0, 2));
+  CHECK_NOTHROW(check_group_split(q, 32, 2));
 }
