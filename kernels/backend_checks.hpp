@@ -248,6 +248,37 @@ struct backend_checks {
             .c_str());
   }
 
+  /// lora_add's shapes, as backend::lora_add states them.
+  struct lora_dims {
+    int64_t n = 0, n_in = 0, n_out = 0, n_slots = 0, rank = 0;
+  };
+  lora_dims lora_add(const tensor& x, const tensor& a, const tensor& b, const tensor& row_slots, const tensor& shrunk,
+                     const tensor& y) const {
+    on_device(x, dtype::f32, "lora_add", "x");
+    on_device(a, dtype::f32, "lora_add", "a");
+    on_device(b, dtype::f32, "lora_add", "b");
+    on_device(row_slots, dtype::i32, "lora_add", "row_slots");
+    on_device(shrunk, dtype::f32, "lora_add", "shrunk");
+    on_device(y, dtype::f32, "lora_add", "y");
+    ACTORLLM_CHECK(a.shape.n_dims == 3 && b.shape.n_dims == 3 && a.dim(0) == b.dim(0) && a.dim(1) == b.dim(2),
+                   fmt::format("lora_add: a {} and b {} must be [slots, rank, n_in] and [slots, n_out, rank]",
+                               a.describe(), b.describe())
+                       .c_str());
+    lora_dims d;
+    d.n = row_slots.numel();
+    d.n_slots = a.dim(0);
+    d.rank = a.dim(1);
+    d.n_in = a.dim(2);
+    d.n_out = b.dim(1);
+    numel(x, d.n * d.n_in, "lora_add", "x");
+    numel(shrunk, d.n * d.rank, "lora_add", "shrunk");
+    numel(y, d.n * d.n_out, "lora_add", "y");
+    disjoint(x, y, "lora_add", "x and y");
+    disjoint(shrunk, y, "lora_add", "shrunk and y");
+    disjoint(x, shrunk, "lora_add", "x and shrunk");
+    return d;
+  }
+
   static void numel(const tensor& t, int64_t n, const char* op, const char* arg) {
     ACTORLLM_CHECK(t.numel() == n,
                    fmt::format("{}: {} must hold {} elements, got {}", op, arg, n, t.describe()).c_str());

@@ -101,6 +101,10 @@ class recording_graph_backend final : public backend {
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override {
     inner_.copy_columns(src, src_col, dst, dst_col, n_cols);
   }
+  void lora_add(const tensor& x, const tensor& a, const tensor& b, const tensor& row_slots, const tensor& shrunk,
+                const tensor& y) override {
+    inner_.lora_add(x, a, b, row_slots, shrunk, y);
+  }
   void sample(const tensor& logits, std::span<const ops::sample_row> rows, std::span<ops::sample_result> out) override {
     guard("sample");
     inner_.sample(logits, rows, out);

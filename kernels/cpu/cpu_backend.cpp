@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/lora.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_quantized.hpp"
 #include "kernels/cpu/rms_norm.hpp"
@@ -331,6 +332,17 @@ void cpu_backend::gather_rows(const tensor& x, const tensor& rows, const tensor&
                    fmt::format("gather_rows: row {} of {} is outside x {}", idx[i], i, x.describe()).c_str());
     std::memcpy(f32(out) + i * width, f32(x) + idx[i] * width, static_cast<size_t>(width) * sizeof(float));
   }
+}
+
+void cpu_backend::lora_add(const tensor& x, const tensor& a, const tensor& b, const tensor& row_slots,
+                           const tensor& shrunk, const tensor& y) {
+  const backend_checks::lora_dims d = host.lora_add(x, a, b, row_slots, shrunk, y);
+  const int32_t* slots = row_slots.data_as<int32_t>();
+  for (int64_t t = 0; t < d.n; ++t)
+    ACTORLLM_CHECK(slots[t] < d.n_slots,
+                   fmt::format("lora_add: row {} names slot {} of a stack of {}", t, slots[t], d.n_slots).c_str());
+  cpu::lora_add(f32(x), f32(a), f32(b), slots, cpu::lora_shape{d.n, d.n_in, d.n_out, d.n_slots, d.rank}, f32(shrunk),
+                f32(y), pool_);
 }
 
 void cpu_backend::copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) {
