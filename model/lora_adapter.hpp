@@ -31,19 +31,27 @@ struct lora_adapter_info {
   std::array<bool, n_lora_targets> targets{};  ///< which modules it has weights for (at least one)
 };
 
-/// Reads and checks `dir` against `cfg`: adapter_config.json (peft_type "LORA"; r in [1, max_lora_rank]; lora_alpha;
-/// target_modules a list or a regular expression; use_rslora) and the safetensors header (for every layer and
-/// targeted module, base_model.model.model.layers.{i}.{self_attn|mlp}.{module}.lora_A.weight [r, in] and lora_B.weight
-/// [out, r] with the base Linear's in/out sizes; every layer or none of a module). Refused by name (model_error naming
-/// the key or the tensor and the file): DoRA (use_dora), bias other than "none", modules_to_save, fan_in_fan_out,
-/// layers_to_transform / layers_pattern, rank_pattern / alpha_pattern with entries, embedding or lm_head targets,
-/// a module this engine does not know, MLP targets on a mixture-of-experts layer, a rank above max_lora_rank,
-/// missing files.
+/// Reads and checks `dir` against `cfg`: adapter_config.json (peft_type "LORA" when present; r in
+/// [1, max_lora_rank]; lora_alpha; use_rslora; target_modules a list (an entry matches a module named like it or
+/// ending in "." + it), a regular expression matched against whole module names ("model.layers.3.self_attn.q_proj"),
+/// "all-linear", or null/absent (then the tensors alone say); exclude_modules likewise) and the safetensors header
+/// (for every layer that has a targeted module, base_model.model.model.layers.{i}.{self_attn|mlp}.{module}.lora_A
+/// .weight [r, in] and lora_B.weight [out, r] with the base Linear's in/out sizes, F32/F16/BF16; an adapter name
+/// segment, lora_A.default.weight, is accepted; every layer or none of a module, the MLP of a mixture-of-experts
+/// model's dense layers counting as every layer). Keys that do not change the math (base_model_name_or_path,
+/// task_type, lora_dropout, init_lora_weights, unknown ones, ...) are ignored. Refused by name (model_error naming
+/// the key or the tensor and the file): DoRA (use_dora, magnitude vectors), bias other than "none", lora_bias,
+/// modules_to_save, fan_in_fan_out, layers_to_transform / layers_pattern, rank_pattern / alpha_pattern with entries,
+/// use_qalora, layer_replication, trainable_token_indices, target_parameters, aLoRA, Arrow, target_modules matching
+/// only some layers of a module, embedding or lm_head targets, a module this engine does not know, MLP targets on a
+/// mixture-of-experts layer, a tensor target_modules does not match, a missing, duplicate, misshapen or non-float
+/// tensor, a rank above max_lora_rank, missing files (adapter_model.bin alone: .bin is not supported).
 lora_adapter_info inspect_lora_adapter(const std::filesystem::path& dir, const model_config& cfg,
                                        int64_t max_lora_rank);
 
 /// One module's matrices on one shard, f32 row-major: a [rank, in_local] and b [out_local, rank] (scaling folded
-/// in). Both empty when the adapter does not target the module.
+/// in: each element is float(scaling * lora_B), rounded once). Both empty when the adapter does not target the
+/// module, or the module is the MLP of a mixture-of-experts layer (which has none).
 struct lora_matrices {
   int64_t in = 0;   ///< in_local
   int64_t out = 0;  ///< out_local
