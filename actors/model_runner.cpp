@@ -185,12 +185,26 @@ step_output model_runner::run_queued(const proto::step_plan& plan, const tensor&
     return out;
   }
 
+  std::vector<int32_t> lora_slots;  // each sequence's adapter slot; empty without LoRA
+  if (model::lora_slots* lora = model_->lora()) {
+    lora_sources_.clear();
+    for (const proto::lora_ref& l : plan.loras)
+      lora_sources_.push_back({l.id, l.path});
+    try {
+      lora_slots = lora->assign(batch, lora_sources_);
+    } catch (const std::exception& e) {
+      out.error = fmt::format("step {}: {}", plan.step_id, e.what());
+      return out;
+    }
+  }
+  const bool lora_rows = std::any_of(lora_slots.begin(), lora_slots.end(), [](int32_t s) { return s >= 0; });
+
   tensor produced;
-  if (graphs_ && graphs_->eligibility(batch) == model::graph_ineligible::none) {
+  if (graphs_ && !lora_rows && graphs_->eligibility(batch) == model::graph_ineligible::none) {
     produced = graphs_->replay(batch);  // one upload of the packed inputs, one graph launch
     ++graph_replays_;
   } else {
-    const model::step_inputs& in = inputs_.prepare(batch, cache_->block_size());
+    const model::step_inputs& in = inputs_.prepare(batch, cache_->block_size(), lora_slots);
     produced = model_->forward(in, *cache_, hidden_in);
   }
   if (!model_->is_last_stage()) {

@@ -52,6 +52,8 @@ class model_runner {
   const model::llama_model& model() const { return *model_; }
   backend& device_backend() { return *be_; }
   bool has_cache() const { return cache_ != nullptr; }
+  /// Turns LoRA on (before the memory profile, so that the KV cache leaves room for the adapter slots).
+  void enable_lora(const model::lora_limits& limits) { model_->enable_lora(limits); }
   /// Sets how decode graphs are used; takes effect at the next allocate_cache.
   void set_graph_options(const graph_options& o) { graph_options_ = o; }
   /// Empty when allocate_cache captures decode graphs on this shard; else why its steps all run eagerly.
@@ -110,6 +112,7 @@ class model_runner {
   model::step_input_builder inputs_;
   sequence_samplers samplers_;
   persistent_batch tables_;  // the block tables the plans built up, and the plan's batch in the model's terms
+  std::vector<model::lora_source> lora_sources_;  // the step's adapters, reused from step to step
   bool samples_ = false;
 };
 

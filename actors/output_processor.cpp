@@ -110,6 +110,7 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
   spec.stop_token_ids = p.stop_token_ids;
   spec.min_tokens = p.min_tokens;
   spec.cache_salt = req.cache_salt;
+  spec.lora = req.lora;
   spec.sampling.temperature = p.temperature;
   spec.sampling.top_p = p.top_p;
   spec.sampling.top_k = p.top_k < 0 ? 0 : p.top_k;

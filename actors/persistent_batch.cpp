@@ -32,6 +32,7 @@ std::string persistent_batch::apply(const proto::step_plan& plan) {
     out.query_begin = s.query_begin;
     out.n_query = s.n_query;
     out.block_table = *table;
+    out.lora_id = s.lora_id;
   }
   return {};
 }

@@ -69,6 +69,7 @@ struct scheduler_state {
   std::unordered_set<uint64_t> introduced;                     // requests whose setup went out
   std::vector<uint64_t> releases;                              // introduced, finished, release not sent yet
   std::unordered_map<uint64_t, std::vector<engine::seq_id>> in_flight_samples;  // step -> its sample rows
+  std::map<int32_t, proto::lora_ref> loras;  // the LoRA adapters requests named, by id (ids are never reused)
   struct in_flight {
     caf::actor_clock::time_point since;  // when it went out
     int64_t tokens = 0;                  // its query tokens
@@ -134,7 +135,10 @@ void dispatch(scheduler_pointer self, engine::step_plan&& plan) {
     const auto& s = plan.batch.sequences[i];
     const engine::seq_id seq = plan.batch_seqs[i];
     engine::table_delta delta = st.tables.update(seq, s.block_table);
-    p.sequences.push_back({seq, s.query_begin, s.n_query, delta.new_table, std::move(delta.blocks)});
+    p.sequences.push_back({seq, s.query_begin, s.n_query, delta.new_table, std::move(delta.blocks), s.lora_id});
+    if (s.lora_id != 0 &&
+        std::none_of(p.loras.begin(), p.loras.end(), [&](const proto::lora_ref& l) { return l.id == s.lora_id; }))
+      p.loras.push_back(st.loras.at(s.lora_id));
   }
   p.dropped_seqs = st.tables.take_dropped();
   p.sample_seqs = plan.sample_seqs;
@@ -307,9 +311,12 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
         req.cache_salt = spec.cache_salt;
         req.resume_output = spec.resume_output_ids;
         req.score_prompt = spec.sampling.prompt_logprobs >= 0;
+        req.lora_id = spec.lora.id;
         if (auto added = st.core->add_request(std::move(req)); !added)
           return proto::make_error(to_errc(added.error().code), added.error().message);
         st.live.insert(spec.request_id);
+        if (spec.lora.id != 0)
+          st.loras.insert_or_assign(spec.lora.id, spec.lora);
         proto::sampler_setup setup;
         setup.request_id = spec.request_id;
         setup.spec = spec.sampling;

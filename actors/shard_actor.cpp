@@ -201,6 +201,8 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
               std::make_unique<model_runner>(std::move(be), std::move(comm), loaded.config, std::move(loaded.weights),
                                              st.args.spec, st.args.samples, std::move(expert_comm));
           st.runner->set_graph_options(shard_graph_options(st.args));
+          if (st.args.lora.max_loras > 0)
+            st.runner->enable_lora(st.args.lora);
           st.inbox.expect_handoff(expects_handoff(st));
         } catch (const std::exception& e) {
           return proto::make_error(errc::load_failed, fmt::format("{}: {}", st.where(), e.what()));

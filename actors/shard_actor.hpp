@@ -11,6 +11,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/device.hpp"
 #include "kernels/tensor.hpp"
+#include "model/lora_slots.hpp"
 #include "model/model_source.hpp"
 #include "model/weight_table.hpp"
 
@@ -63,6 +64,7 @@ struct shard_args {
   bool enforce_eager = false;
   int32_t max_num_seqs = 0;   ///< the engine's max_num_seqs (the largest decode graph)
   int32_t max_model_len = 0;  ///< the replica's context limit (the graphs' block-table width); 0: the model's
+  model::lora_limits lora;    ///< --enable-lora's slots (max_loras 0: LoRA off)
   proto::shard_link next;     ///< the same tp rank of the next stage; null on the last stage
   /// Worker processes: builds the TP collective when the shard loads, on the shard's backend (NCCL between GPUs of
   /// their own, else shared memory or Gloo); null: shared memory through `group`.

@@ -30,6 +30,12 @@ namespace {
 
 [[noreturn]] void throw_config(std::string message) { throw actorllm::error{errc::invalid_config, message}; }
 
+model::lora_limits lora_limits_of(const engine_config& config) {
+  if (!config.enable_lora)
+    return {};
+  return {config.max_loras, config.max_lora_rank, config.max_cpu_loras};
+}
+
 engine::scheduler_config make_scheduler_config(const engine_config& config, int32_t max_model_len) {
   engine::scheduler_config sc;
   sc.max_num_seqs = config.max_num_seqs;
@@ -39,6 +45,16 @@ engine::scheduler_config make_scheduler_config(const engine_config& config, int3
   sc.max_model_len = max_model_len;
   sc.pp_size = config.pipeline_parallel_size;
   sc.enable_prefix_caching = config.enable_prefix_caching;
+  if (config.enable_lora) {
+    if (config.max_loras < 1)
+      throw_config(fmt::format("max_loras must be at least 1 with enable_lora, got {}", config.max_loras));
+    if (config.max_lora_rank < 1)
+      throw_config(fmt::format("max_lora_rank must be at least 1, got {}", config.max_lora_rank));
+    if (config.max_cpu_loras != 0 && config.max_cpu_loras < config.max_loras)
+      throw_config(
+          fmt::format("max_cpu_loras ({}) must be at least max_loras ({})", config.max_cpu_loras, config.max_loras));
+    sc.max_loras = config.max_loras;
+  }
   auto policy = engine::parse_scheduling_policy(config.scheduling_policy);
   if (!policy)
     throw_config(fmt::format("scheduling_policy: '{}' is not one of fcfs, priority", config.scheduling_policy));
@@ -295,6 +311,7 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
       a.enforce_eager = config.enforce_eager;
       a.max_num_seqs = config.max_num_seqs;
       a.max_model_len = r.max_model_len;
+      a.lora = lora_limits_of(config);
       if (s + 1 < pp)
         a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
       r.shards[static_cast<size_t>(s * tp + rank)] = spawn_shard(sys, std::move(a));

@@ -283,6 +283,7 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   args.enforce_eager = a.enforce_eager;
   args.max_num_seqs = a.max_num_seqs;
   args.max_model_len = a.max_model_len;
+  args.lora = {a.max_loras, a.max_lora_rank, a.max_cpu_loras};
   args.next = a.next;
   auto store = std::make_shared<registry_store>(sys, registry);
   comm::gloo_group_options options;

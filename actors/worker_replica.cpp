@@ -127,6 +127,11 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
       a.enforce_eager = config.enforce_eager;
       a.max_num_seqs = config.max_num_seqs;
       a.max_model_len = r.max_model_len;
+      if (config.enable_lora) {
+        a.max_loras = config.max_loras;
+        a.max_lora_rank = config.max_lora_rank;
+        a.max_cpu_loras = config.max_cpu_loras;
+      }
       if (s + 1 < pp)
         a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
       a.data_plane_host = "";  // each worker binds its own node's address (ACTORLLM_HOST_IP)

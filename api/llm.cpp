@@ -230,6 +230,12 @@ engine_stats LLM::stats() const { return impl_->replicas->stats(); }
 
 int32_t LLM::reset_prefix_cache() { return impl_->replicas->reset_prefix_cache(); }
 
+std::optional<error> LLM::add_lora(const lora_request& lora) {
+  if (std::string why = impl_->replicas->lora_checks().problem(lora); !why.empty())
+    return error{errc::invalid_argument, std::move(why)};
+  return std::nullopt;
+}
+
 const model_info& LLM::info() const { return impl_->info; }
 
 void LLM::on_unrecoverable_failure(std::function<void(const std::string&)> handler) {

@@ -78,6 +78,7 @@ replica_set::replica_set(caf::actor_system& sys, const engine_config& config)
   first_.max_model_len = r0.max_model_len;
   first_.tokenizer = r0.tokenizer;
   first_.executor = r0.executor;
+  lora_check_ = std::make_unique<lora_check>(config_, first_.model);
   delivery_ = spawn_delivery(sys_, [this](proto::output_batch& b) { on_batch(b); });
   if (ranks_.size() > 1)
     log::info("replicas", "{} data-parallel replicas behind one endpoint: requests go to the least loaded{}",
@@ -179,6 +180,15 @@ uint64_t replica_set::submit(const prompt& p, const sampling_params& params, int
   req.params = params;
   req.priority = priority;
   req.cache_salt = p.cache_salt();
+  if (const auto& lora = p.lora()) {
+    if (std::string why = lora_check_->problem(*lora); !why.empty()) {
+      std::lock_guard lock{mutex_};
+      parked_.errors.emplace_back(std::move(ch), error{errc::invalid_argument, fmt::format("request {}: {}", id, why)});
+      caf::anon_send(delivery_, proto::output_batch{});
+      return id;
+    }
+    req.lora = proto::lora_ref{lora->id, lora->name, lora->path};
+  }
   // With other replicas to move to, the deltas are the record a failover resumes from (the book passes them on only
   // if asked); with one replica there is nowhere to move, so only a caller who asked gets deltas, as before.
   req.stream = stream || ranks_.size() > 1;

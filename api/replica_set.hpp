@@ -10,6 +10,7 @@
 #include "actorllm/llm.hpp"
 #include "actors/uni_executor.hpp"
 #include "api/delivery.hpp"
+#include "api/lora_check.hpp"
 #include "api/replica_supervisor.hpp"
 #include "api/request_book.hpp"
 #include "api/router.hpp"
@@ -51,6 +52,8 @@ class replica_set {
   engine_stats stats();
   /// Resets every serving replica's prefix cache; returns the blocks forgotten in all.
   int32_t reset_prefix_cache();
+  /// The adapters requests may name (LLM::add_lora / remove_lora).
+  lora_check& lora_checks() { return *lora_check_; }
 
   /// The first replica as built (model facts, cache size, stages): what model_info reports.
   const actors::replica& first() const { return first_; }
@@ -96,6 +99,7 @@ class replica_set {
   std::shared_ptr<comm::shared_memory_group> expert_group_;  ///< the lockstep set's EP group (under mutex_)
   actors::replica first_;
   proto::output_sink delivery_;
+  std::unique_ptr<lora_check> lora_check_;  ///< the adapters requests named, checked against the model
 
   mutable std::mutex mutex_;
   std::vector<actors::replica> replicas_;

@@ -215,6 +215,10 @@ int run_serve(serve_options o) {
   cfg.enable_prefix_caching = o.enable_prefix_caching;
   cfg.skip_tokenizer_init = o.skip_tokenizer_init;
   cfg.enforce_eager = o.enforce_eager;
+  cfg.enable_lora = o.enable_lora;
+  cfg.max_loras = static_cast<int32_t>(o.max_loras);
+  cfg.max_lora_rank = static_cast<int32_t>(o.max_lora_rank);
+  cfg.max_cpu_loras = static_cast<int32_t>(o.max_cpu_loras);
   cfg.gpu_memory_utilization = o.gpu_memory_utilization;
   cfg.distributed_executor_backend = o.distributed_executor_backend;
   cfg.restart_workers = o.max_worker_restarts > 0;
@@ -236,6 +240,16 @@ int run_serve(serve_options o) {
             o.data_parallel_rank >= 0
                 ? fmt::format("; external load balancing: this server is replica {} only", o.data_parallel_rank)
                 : std::string{});
+  // --lora-modules are parsed before the engine starts, so that a typo costs no model load.
+  std::vector<net::lora_module> lora_modules;
+  for (const std::string& value : o.lora_modules) {
+    auto m = net::parse_lora_module(value, o.served_model_names);
+    if (!m)
+      throw std::runtime_error(m.error().message);
+    lora_modules.push_back(std::move(*m));
+  }
+  if (!lora_modules.empty() && !o.enable_lora)
+    throw std::runtime_error("--lora-modules needs --enable-lora");
   LLM llm{cfg};
   const model_info& info = llm.info();
   const std::string& executor = info.executor;
@@ -275,7 +289,9 @@ int run_serve(serve_options o) {
        .max_prompts_per_request = static_cast<std::size_t>(o.max_prompts_per_request),
        .max_tools = static_cast<std::size_t>(o.max_tools),
        .max_chat_template_kwargs = static_cast<std::size_t>(o.max_chat_template_kwargs),
-       .max_bad_words = static_cast<std::size_t>(o.max_bad_words)}};
+       .max_bad_words = static_cast<std::size_t>(o.max_bad_words),
+       .enable_lora = o.enable_lora,
+       .lora_modules = lora_modules}};
   net::router router;
   // --api-key, else $VLLM_API_KEY (vLLM reads both; the flag wins).
   if (o.api_key.empty())
@@ -417,6 +433,19 @@ command_registration serve_command{
           ->capture_default_str();
       sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->enable_prefix_caching,
                    "Reuse the KV blocks of prompt prefixes computed before (default: on)");
+      sub.add_flag("--enable-lora", o->enable_lora,
+                   "Serve LoRA adapters (PEFT directories) beside the base model: --lora-modules, "
+                   "/v1/load_lora_adapter and /v1/unload_lora_adapter; a request's model picks one, and requests of "
+                   "different adapters share a batch");
+      sub.add_option("--lora-modules", o->lora_modules,
+                     "Adapters served under their own names: name=path, or a JSON object {\"name\", \"path\", "
+                     "\"base_model_name\"} (repeatable)");
+      sub.add_option("--max-loras", o->max_loras, "Most LoRA adapters running at once (their device slots)")
+          ->capture_default_str();
+      sub.add_option("--max-lora-rank", o->max_lora_rank, "Largest LoRA rank an adapter may have")
+          ->capture_default_str();
+      sub.add_option("--max-cpu-loras", o->max_cpu_loras, "Parsed adapters kept in host memory (0: --max-loras)")
+          ->capture_default_str();
       sub.add_flag("--enforce-eager", o->enforce_eager,
                    "Run every step eagerly: no CUDA graphs of decode steps (by default a CUDA engine of one shard "
                    "captures them for batch sizes 1, 2, 4, 8, ... up to --max-num-seqs, at most 512)");

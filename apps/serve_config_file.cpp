@@ -245,6 +245,14 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"generation_config", path_value(o.generation_config, base_dir, true)},
            {"enforce_eager", bool_value(o.enforce_eager)},
        }},
+      {"lora",
+       {
+           {"enable_lora", bool_value(o.enable_lora)},
+           {"lora_modules", string_list_value(o.lora_modules)},
+           {"max_loras", integer_value(o.max_loras, 1, int32_max)},
+           {"max_lora_rank", integer_value(o.max_lora_rank, 1, int32_max)},
+           {"max_cpu_loras", integer_value(o.max_cpu_loras, 0, int32_max)},
+       }},
       {"parallel",
        {
            {"tensor_parallel_size", integer_value(o.tensor_parallel_size, 1, int_max)},

@@ -29,6 +29,13 @@ struct serve_options {
   std::string generation_config = "auto";
   bool enforce_eager = false;  ///< --enforce-eager: no CUDA graphs of decode steps
 
+  // [lora]
+  bool enable_lora = false;               ///< --enable-lora
+  std::vector<std::string> lora_modules;  ///< --lora-modules: name=path or {"name","path","base_model_name"}
+  int64_t max_loras = 1;                  ///< --max-loras
+  int64_t max_lora_rank = 16;             ///< --max-lora-rank
+  int64_t max_cpu_loras = 0;              ///< --max-cpu-loras (0: --max-loras)
+
   // [parallel]
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;

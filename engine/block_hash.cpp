@@ -18,14 +18,21 @@ block_hash hash_block(const block_hash& parent, std::span<const int32_t> tokens,
   return util::sha256(bytes);
 }
 
-std::string first_block_extra_keys(const std::optional<std::string>& cache_salt) {
-  if (!cache_salt)
-    return {};
-  std::string keys = "salt:";
-  const auto n = static_cast<uint32_t>(cache_salt->size());
-  for (int shift = 0; shift < 32; shift += 8)
-    keys.push_back(static_cast<char>(static_cast<uint8_t>(n >> shift)));
-  keys += *cache_salt;
+std::string first_block_extra_keys(const std::optional<std::string>& cache_salt, int32_t lora_id) {
+  std::string keys;
+  auto append_u32 = [&keys](uint32_t n) {
+    for (int shift = 0; shift < 32; shift += 8)
+      keys.push_back(static_cast<char>(static_cast<uint8_t>(n >> shift)));
+  };
+  if (cache_salt) {
+    keys = "salt:";
+    append_u32(static_cast<uint32_t>(cache_salt->size()));
+    keys += *cache_salt;
+  }
+  if (lora_id != 0) {
+    keys += "lora:";
+    append_u32(static_cast<uint32_t>(lora_id));
+  }
   return keys;
 }
 

@@ -26,10 +26,11 @@ inline constexpr block_hash root_block_hash{};
 /// SHA-256 over (`parent` || `tokens` as little-endian int32 || `extra_keys`).
 block_hash hash_block(const block_hash& parent, std::span<const int32_t> tokens, std::string_view extra_keys);
 
-/// The extra keys of a request's first block: empty without a salt, else a tag, the salt's length and its bytes
-/// (self-delimiting, so no salt can make a block look unsalted or like another salt's). Later blocks need none: the
-/// chain carries the first block's digest into every descendant.
-std::string first_block_extra_keys(const std::optional<std::string>& cache_salt);
+/// The extra keys of a request's first block: empty without a salt or a LoRA adapter; else a tag, the salt's length
+/// and its bytes (self-delimiting, so no salt can make a block look unsalted or like another salt's), then a tag and
+/// the adapter's id (its KV differs from the base model's). Later blocks need none: the chain carries the first
+/// block's digest into every descendant.
+std::string first_block_extra_keys(const std::optional<std::string>& cache_salt, int32_t lora_id = 0);
 
 /// Extends `hashes` (the digests of the first hashes.size() full blocks of `tokens`) to the first `n_blocks` full
 /// blocks of `block_size` tokens; `tokens` must hold at least n_blocks * block_size ids.

@@ -29,6 +29,9 @@ struct request {
   /// Score the prompt: each prompt position's logits are computed (not only the last one's), so that the sampler
   /// reports the logprob of the prompt token that follows. Such a request bypasses the prefix cache.
   bool score_prompt = false;
+  /// The LoRA adapter the request's rows apply (> 0), or 0 for the base model. At most scheduler_config::max_loras
+  /// adapters run at once; the adapter is part of the prefix cache's key (its KV differs from the base model's).
+  int32_t lora_id = 0;
 };
 
 }  // namespace actorllm::engine

@@ -7,6 +7,8 @@ namespace actorllm::engine {
 
 std::optional<engine_error> scheduler_config::validate() const {
   auto bad = [](std::string message) { return engine_error{engine_errc::invalid_argument, std::move(message)}; };
+  if (max_loras < 0)
+    return bad(fmt::format("max_loras must be 0 (LoRA off) or more, got {}", max_loras));
   if (max_num_seqs < 1)
     return bad(fmt::format("max_num_seqs must be at least 1, got {}", max_num_seqs));
   if (max_num_batched_tokens < 1)

@@ -40,6 +40,9 @@ struct scheduler_config {
   int32_t pp_size = 1;  ///< step plans kept in flight at once (one per pipeline stage keeps every stage busy)
   /// Reuse the computed KV blocks of prompt prefixes seen before (vLLM's --enable-prefix-caching, on by default).
   bool enable_prefix_caching = true;
+  /// vLLM's --max-loras: the most LoRA adapters the running sequences may apply at once (a waiting request whose
+  /// adapter would be one too many waits for one to leave); 0: LoRA off, and a request naming an adapter is refused.
+  int32_t max_loras = 0;
 
   /// Empty when every field is usable; otherwise which one is not and why.
   std::optional<engine_error> validate() const;

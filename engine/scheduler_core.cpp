@@ -48,6 +48,11 @@ expected<void> scheduler_core::add_request(request req) {
     return reject(engine_errc::invalid_argument, fmt::format("min_tokens must be at least 0, got {}", req.min_tokens));
   if (req.cache_salt && req.cache_salt->empty())
     return reject(engine_errc::invalid_argument, "cache_salt must not be empty (leave it out for no salt)");
+  if (req.lora_id < 0)
+    return reject(engine_errc::invalid_argument, fmt::format("lora id must be positive, got {}", req.lora_id));
+  if (req.lora_id != 0 && config_.max_loras == 0)
+    return reject(engine_errc::invalid_argument,
+                  "names a LoRA adapter, but LoRA is off (start the engine with enable_lora / --enable-lora)");
 
   const int64_t n_prompt = static_cast<int64_t>(req.prompt.size());
   const int64_t max_len = config_.max_model_len;
@@ -91,7 +96,7 @@ expected<void> scheduler_core::add_request(request req) {
   state.max_tokens = static_cast<int32_t>(max_tokens);
   state.arrival = next_arrival_++;
   state.n_live = req.n;
-  state.extra_keys = first_block_extra_keys(req.cache_salt);
+  state.extra_keys = first_block_extra_keys(req.cache_salt, req.lora_id);
   seq_state seq;
   seq.id = seq_id{req.id, 0};
   seq.serial = next_serial_++;
@@ -127,6 +132,8 @@ void scheduler_core::enter_running(seq_state& seq) {
   seq.running = true;
   running_.insert(key_of(seq));
   n_running_seats_ += seats_of(seq);
+  if (const int32_t lora = requests_.at(seq.id.request_id).req.lora_id; lora != 0)
+    ++running_loras_[lora];
 }
 
 void scheduler_core::leave_running(seq_state& seq) {
@@ -134,6 +141,17 @@ void scheduler_core::leave_running(seq_state& seq) {
   seq.running = false;
   running_.erase(key_of(seq));
   n_running_seats_ -= seats_of(seq);
+  if (const int32_t lora = requests_.at(seq.id.request_id).req.lora_id; lora != 0) {
+    auto it = running_loras_.find(lora);
+    ACTORLLM_CHECK(it != running_loras_.end() && it->second > 0, "a running LoRA adapter was not counted");
+    if (--it->second == 0)
+      running_loras_.erase(it);
+  }
+}
+
+bool scheduler_core::lora_fits(const seq_state& seq) const {
+  const int32_t lora = requests_.at(seq.id.request_id).req.lora_id;
+  return lora == 0 || running_loras_.contains(lora) || running_loras_.size() < static_cast<size_t>(config_.max_loras);
 }
 
 std::optional<seq_id> scheduler_core::pick_victim(seq_id current) const {
@@ -209,6 +227,7 @@ void scheduler_core::schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan&
   plan.batch.add_sequence(
       std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(start), static_cast<size_t>(n_tokens)), start,
       std::vector<int32_t>(table.begin(), table.end()), last_chunk);
+  plan.batch.sequences.back().lora_id = requests_.at(seq.id.request_id).req.lora_id;
   plan.batch_seqs.push_back(seq.id);
   seq.n_computed += n_tokens;
   seq.in_flight_step = plan.step_id;
@@ -304,11 +323,17 @@ std::optional<step_plan> scheduler_core::schedule() {
   }
 
   // Admit waiting sequences in policy order, without skipping (a long prompt at the head is not starved by short
-  // ones behind it). Not in a step that preempted: the freed blocks would go straight back to the waiting queue and
-  // the step would thrash, as vLLM v1 also avoids.
+  // ones behind it), except one whose LoRA adapter would be one too many: it waits for an adapter to leave while the
+  // ones behind it go ahead (as in vLLM). Not in a step that preempted: the freed blocks would go straight back to
+  // the waiting queue and the step would thrash, as vLLM v1 also avoids.
   if (plan.preempted.empty()) {
-    while (budget > 0 && !waiting_.empty()) {
-      seq_state& seq = seqs_.at(id_of(*waiting_.begin()));
+    auto next = waiting_.begin();
+    while (budget > 0 && next != waiting_.end()) {
+      seq_state& seq = seqs_.at(id_of(*next));
+      if (!lora_fits(seq)) {
+        ++next;
+        continue;
+      }
       if (n_running_seats_ + seats_of(seq) > config_.max_num_seqs)
         break;
       const std::vector<block_id> hit = cached_prefix(seq);
@@ -316,7 +341,7 @@ std::optional<step_plan> scheduler_core::schedule() {
       const int64_t n_tokens = std::min(static_cast<int64_t>(seq.tokens.size()) - n_hit_tokens, budget);
       if (!allocator_.can_start(hit, n_tokens))
         break;
-      waiting_.erase(waiting_.begin());
+      next = waiting_.erase(next);
       enter_running(seq);
       allocator_.start_sequence(seq.id, hit, n_tokens).value();
       seq.n_computed = n_hit_tokens;

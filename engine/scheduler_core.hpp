@@ -154,6 +154,8 @@ class scheduler_core {
   int32_t seats_of(const seq_state& seq) const;
   void enter_running(seq_state& seq);
   void leave_running(seq_state& seq);
+  /// Whether admitting `seq` keeps the running sequences' LoRA adapters within config.max_loras.
+  bool lora_fits(const seq_state& seq) const;
   std::optional<seq_id> pick_victim(seq_id current) const;
   void preempt(seq_state& seq, step_plan& plan);
   bool make_room(seq_state& seq, int64_t n_tokens, step_plan& plan);
@@ -169,7 +171,9 @@ class scheduler_core {
   std::unordered_map<uint64_t, request_state> requests_;
   std::set<order_key> waiting_;
   std::set<order_key> running_;
-  int32_t n_running_seats_ = 0;  ///< running sequences, counting each unforked n > 1 parent as its n sequences
+  int32_t n_running_seats_ = 0;
+  std::map<int32_t, int32_t> running_loras_;  ///< LoRA adapter id -> running sequences that apply it  ///< running
+                                              ///< sequences, counting each unforked n > 1 parent as its n sequences
   std::map<uint64_t, plan_record> in_flight_;
   uint64_t next_step_id_ = 1;
   uint64_t next_arrival_ = 0;

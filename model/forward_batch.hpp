@@ -15,6 +15,7 @@ struct batch_sequence {
   int32_t query_begin = 0;
   int32_t n_query = 0;
   std::vector<int32_t> block_table;
+  int32_t lora_id = 0;  ///< the LoRA adapter its rows apply; 0: none
 };
 
 /// A flattened batch: every token of every sequence scheduled in this step, with its absolute position.

@@ -6,10 +6,20 @@
 #include "kernels/tensor.hpp"
 #include "model/moe_weights.hpp"
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 namespace actorllm::model {
+
+/// The LoRA adapters of one Linear layer on this shard, one per slot (model/lora_slots.hpp): a f32 [max_loras,
+/// max_lora_rank, in], b f32 [max_loras, out, max_lora_rank] (scaling folded in, smaller ranks zero-padded). Empty
+/// without LoRA, and for a Linear no adapter may target (the MLP of a MoE layer).
+struct lora_stack {
+  tensor a, b;
+
+  bool empty() const { return a.empty(); }
+};
 
 /// One transformer layer of the Llama family. Absent optional weights (biases, Qwen3's q/k norms) are empty tensors.
 struct layer_weights {
@@ -23,6 +33,7 @@ struct layer_weights {
   tensor w_gate, w_up;    ///< gate/up_proj (column-parallel)
   tensor w_down;          ///< down_proj (row-parallel)
   moe_weights moe;        ///< the sparse MLP block instead of gate/up/down on MoE layers (model/moe_weights.hpp)
+  std::array<lora_stack, 7> lora;  ///< q, k, v, o, gate, up, down: indexed by lora_target (model/lora_adapter.hpp)
 };
 
 /// Everything one shard reads, on its backend.

@@ -26,13 +26,14 @@ struct layer_context {
 
 /// Scratch activations of one step, each a view of n_tokens rows.
 struct layer_scratch {
-  tensor h;     ///< [n, n_embd]: the normalised input of a block
-  tensor q;     ///< [n, n_head * head_dim]
-  tensor k, v;  ///< [n, n_head_kv * head_dim]
-  tensor attn;  ///< [n, n_head * head_dim]
-  tensor proj;  ///< [n, n_embd]: a block's output (all-reduced), added to the residual by the next norm
-  tensor gate;  ///< [n, n_ff]
-  tensor up;    ///< [n, n_ff]
+  tensor h;            ///< [n, n_embd]: the normalised input of a block
+  tensor q;            ///< [n, n_head * head_dim]
+  tensor k, v;         ///< [n, n_head_kv * head_dim]
+  tensor attn;         ///< [n, n_head * head_dim]
+  tensor proj;         ///< [n, n_embd]: a block's output (all-reduced), added to the residual by the next norm
+  tensor gate;         ///< [n, n_ff]
+  tensor up;           ///< [n, n_ff]
+  tensor lora_shrunk;  ///< [n, max_lora_rank]: lora_add's scratch (only with LoRA)
 };
 
 /// Self-attention of one layer: q/k/v projections (+ biases), q/k norm and RoPE, the cache write, paged attention
@@ -41,6 +42,9 @@ void attention(const layer_context& ctx, const layer_weights& w, const kv_layer&
                layer_scratch& s);
 
 /// The SwiGLU feed-forward block: down(silu(gate(h)) * up(h)) and the TP all-reduce. Reads s.h, writes s.proj.
+/// With LoRA rows in the step, every adapted projection adds its rows' low-rank updates (backend::lora_add) before
+/// what follows it reads it: after q/k/v, o_proj and down_proj (before the all-reduce, which sums the row-parallel
+/// ranks' partial updates), gate and up (computed apart from their SiLU whenever LoRA is on).
 void ffn(const layer_context& ctx, const layer_weights& w, layer_scratch& s);
 
 }  // namespace actorllm::model

@@ -39,6 +39,13 @@ llama_model::llama_model(const model_config& cfg, model_weights weights, const s
   }
 }
 
+void llama_model::enable_lora(const lora_limits& limits) {
+  ACTORLLM_CHECK(!lora_, "enable_lora: LoRA is on already");
+  lora_ = std::make_unique<lora_slots>(be_, cfg_, shard_, limits, tensors_.layers);
+  eager_ = activations{};  // the scratch gains its LoRA part at the next step
+  graph_ = activations{};
+}
+
 kv_cache_shape llama_model::cache_shape(int64_t block_size) const {
   return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size};
 }
@@ -58,6 +65,8 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
     a.full.proj = be_.alloc(dtype::f32, {cap, n_embd});
     a.full.gate = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
     a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
+    if (lora_)
+      a.full.lora_shrunk = be_.alloc(dtype::f32, {cap, lora_->max_lora_rank()});
     a.capacity = cap;
   }
   layer_scratch s;
@@ -69,6 +78,8 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
   s.proj = a.full.proj.slice_rows(0, n);
   s.gate = a.full.gate.slice_rows(0, n);
   s.up = a.full.up.slice_rows(0, n);
+  if (!a.full.lora_shrunk.empty())
+    s.lora_shrunk = a.full.lora_shrunk.slice_rows(0, n);
   return s;
 }
 
@@ -195,12 +206,14 @@ tensor llama_model::output_logits(const step_inputs& in, const tensor& x, const 
   return logits;
 }
 
-std::vector<float> llama_model::forward(const forward_batch& batch, kv_cache& cache, std::span<const float> hidden_in) {
+std::vector<float> llama_model::forward(const forward_batch& batch, kv_cache& cache, std::span<const float> hidden_in,
+                                        std::span<const lora_source> loras) {
   std::string problem = batch.validate(cache.block_size(), cache.n_blocks());
   ACTORLLM_CHECK(problem.empty(), problem.c_str());
   if (!host_inputs_)
     host_inputs_ = std::make_unique<step_input_builder>(be_);
-  const step_inputs& in = host_inputs_->prepare(batch, cache.block_size());
+  const std::vector<int32_t> lora_slots = lora_ ? lora_->assign(batch, loras) : std::vector<int32_t>{};
+  const step_inputs& in = host_inputs_->prepare(batch, cache.block_size(), lora_slots);
   tensor hidden;
   if (!hidden_in.empty()) {
     hidden = be_.alloc(dtype::f32, {static_cast<int64_t>(hidden_in.size())});

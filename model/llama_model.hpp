@@ -8,6 +8,7 @@
 #include "model/kv_cache.hpp"
 #include "model/layer_weights.hpp"
 #include "model/layers.hpp"
+#include "model/lora_slots.hpp"
 #include "model/model_config.hpp"
 #include "model/model_weights.hpp"
 #include "model/moe_layer.hpp"
@@ -40,6 +41,10 @@ class llama_model {
   bool is_last_stage() const { return layer_end_ == cfg_.n_layer; }
   /// Bytes of weights this shard holds.
   size_t weight_bytes() const { return tensors_.weight_bytes; }
+  /// Turns LoRA on (before the first step): every Linear an adapter may target gets limits.max_loras device slots.
+  void enable_lora(const lora_limits& limits);
+  /// The adapter slots (null while LoRA is off).
+  lora_slots* lora() { return lora_.get(); }
   /// Tokens routed to each expert so far, over this shard's MoE layers (empty for a dense model).
   std::vector<uint64_t> expert_load() const { return moe_ ? moe_->expert_load() : std::vector<uint64_t>{}; }
   /// What the shard's KV cache must hold per token slot, for a given block size.
@@ -51,8 +56,10 @@ class llama_model {
   /// the hidden states for the next stage (a fresh tensor, owned by the caller).
   tensor forward(const step_inputs& in, kv_cache& cache, const tensor& hidden_in = {});
 
-  /// forward() on host data, for tests and tools: prepares the inputs of `batch` and downloads the result.
-  std::vector<float> forward(const forward_batch& batch, kv_cache& cache, std::span<const float> hidden_in = {});
+  /// forward() on host data, for tests and tools: prepares the inputs of `batch` and downloads the result. With
+  /// LoRA on, the batch's adapters (batch_sequence::lora_id) are put in slots from `loras` first.
+  std::vector<float> forward(const forward_batch& batch, kv_cache& cache, std::span<const float> hidden_in = {},
+                             std::span<const lora_source> loras = {});
 
   /// Whether this shard has MoE layers whose experts are spread over an EP group of more than one rank: such a
   /// shard must take part in every step of its group, idle_step() when it has no tokens.
@@ -99,6 +106,7 @@ class llama_model {
   rope_table rope_;
   std::vector<int64_t> windows_;    // per local layer: the sliding window (0: full attention)
   std::unique_ptr<moe_block> moe_;  // the MoE layers' helper (MoE architectures only)
+  std::unique_ptr<lora_slots> lora_;
 
   activations eager_;                                // forward()'s
   activations graph_;                                // forward_into()'s: what the decode graphs read

@@ -1,6 +1,8 @@
 // Per-step inputs of the forward pass.
 #include "model/step_inputs.hpp"
 
+#include "util/check.hpp"
+
 #include <algorithm>
 
 namespace actorllm::model {
@@ -11,7 +13,8 @@ tensor step_input_builder::sized(tensor& t, dtype type, int64_t n) {
   return t.slice_rows(0, n);
 }
 
-const step_inputs& step_input_builder::prepare(const forward_batch& batch, int64_t block_size) {
+const step_inputs& step_input_builder::prepare(const forward_batch& batch, int64_t block_size,
+                                               std::span<const int32_t> sequence_lora_slots) {
   const int64_t n = batch.n_tokens();
   in_.n_tokens = n;
   in_.attn.n_tokens = n;
@@ -51,6 +54,19 @@ const step_inputs& step_input_builder::prepare(const forward_batch& batch, int64
   upload(in_.attn.seqs, host_seqs);
   upload(in_.attn.block_tables, host_tables);
   upload(in_.sample_rows, batch.sample_rows);
+  ACTORLLM_CHECK(sequence_lora_slots.empty() || sequence_lora_slots.size() == batch.sequences.size(),
+                 "step_input_builder::prepare: one LoRA slot per sequence, or none");
+  in_.lora = std::any_of(sequence_lora_slots.begin(), sequence_lora_slots.end(), [](int32_t s) { return s >= 0; });
+  in_.lora_slots = tensor{};
+  if (in_.lora) {
+    host_lora_slots_.assign(static_cast<size_t>(n), -1);
+    for (size_t i = 0; i < batch.sequences.size(); ++i) {
+      const auto& seq = batch.sequences[i];
+      std::fill_n(host_lora_slots_.begin() + seq.query_begin, seq.n_query, sequence_lora_slots[i]);
+    }
+    in_.lora_slots = sized(lora_slots_, dtype::i32, n);
+    upload(in_.lora_slots, host_lora_slots_);
+  }
   in_.attn.seqs = in_.attn.seqs.reshape({in_.attn.n_seqs, 4});
   return in_;
 }

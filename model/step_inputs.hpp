@@ -6,6 +6,7 @@
 #include "model/forward_batch.hpp"
 
 #include <cstdint>
+#include <span>
 
 namespace actorllm::model {
 
@@ -16,6 +17,8 @@ struct step_inputs {
   attention_batch attn;  ///< positions, slots, sequences and block tables
   tensor sample_rows;    ///< i32 [n_sample]: rows whose logits the last stage returns
   int64_t n_sample = 0;
+  bool lora = false;  ///< some row applies a LoRA adapter: the layers run backend::lora_add with lora_slots
+  tensor lora_slots;  ///< i32 [n_tokens]: each row's LoRA slot, -1 for the base model (set only when `lora`)
 };
 
 /// Builds step_inputs on one backend, reusing its device buffers from step to step (grown when a batch needs more).
@@ -24,8 +27,10 @@ class step_input_builder {
   explicit step_input_builder(backend& be) : be_(be) {}
 
   /// The inputs of `batch` for a cache of `block_size`-token blocks: slot[t] = block_table[pos / block_size] *
-  /// block_size + pos % block_size. The batch must have passed forward_batch::validate.
-  const step_inputs& prepare(const forward_batch& batch, int64_t block_size);
+  /// block_size + pos % block_size. The batch must have passed forward_batch::validate. `sequence_lora_slots`, when
+  /// not empty, holds each sequence's LoRA slot (-1: none), given to every row of the sequence.
+  const step_inputs& prepare(const forward_batch& batch, int64_t block_size,
+                             std::span<const int32_t> sequence_lora_slots = {});
 
  private:
   /// `t` with room for n elements of `type` (reallocated when smaller), as a 1-D view of exactly n.
@@ -33,8 +38,9 @@ class step_input_builder {
 
   backend& be_;
   step_inputs in_;
-  tensor tokens_, positions_, slots_, seqs_, tables_, sample_rows_;
+  tensor tokens_, positions_, slots_, seqs_, tables_, sample_rows_, lora_slots_;
   std::vector<int64_t> host_slots_;
+  std::vector<int32_t> host_lora_slots_;
 };
 
 }  // namespace actorllm::model

@@ -108,7 +108,8 @@ struct job {
   std::vector<bool> got_token;
   std::size_t remaining = 0;
   bool failed = false;
-  admission_gate::slot slot;  // given back once every engine request of this job has ended
+  admission_gate::slot slot;         // given back once every engine request of this job has ended
+  std::optional<lora_request> lora;  // the adapter the request's `model` named
   // The structured-output constraint, held while the job lives: the cache may drop it meanwhile, yet the sampler
   // still finds this one instead of compiling it again.
   std::shared_ptr<const text::structured::token_constraint> constraint;
@@ -196,9 +197,12 @@ std::shared_ptr<response_channel> start(const std::shared_ptr<job>& j, std::vect
                                         const sampling_params& params, int32_t priority,
                                         const std::optional<std::string>& cache_salt,
                                         std::span<const request_output> echo_prompts) {
-  if (cache_salt)
-    for (prompt& p : prompts)
+  for (prompt& p : prompts) {
+    if (cache_salt)
       p.with_cache_salt(*cache_salt);
+    if (j->lora)
+      p.with_lora(*j->lora);
+  }
   j->outputs.resize(prompts.size());
   j->last_token.resize(prompts.size());
   j->got_token.assign(prompts.size(), false);
@@ -477,6 +481,13 @@ openai_service::openai_service(LLM& llm, service_config config)
               config_.max_queued_requests);
   if (config_.log_stats_interval.count() > 0)
     stats_logger_ = std::make_unique<stats_logger>([&llm] { return llm.stats(); }, config_.log_stats_interval);
+  loras_ = std::make_unique<lora_service>(llm, config_.enable_lora, config_.served_model_names);
+  for (const lora_module& m : config_.lora_modules) {
+    auto added = loras_->add(m);
+    if (!added)
+      throw std::runtime_error("--lora-modules " + m.name + "=" + m.path + ": " + added.error().message);
+    log::info(where, "Serving LoRA adapter '{}' from {} (id {})", m.name, m.path, added->id);
+  }
   health_worker_ = std::make_shared<engine_worker>();
   preprocess_ = std::make_unique<handler_pool>(config_.preprocess_threads);
 }
@@ -497,6 +508,7 @@ void openai_service::install(router& r) {
   r.add("POST", "/tokenize", off([this](const http_request& q) { return tokenize(q); }));
   r.add("POST", "/detokenize", off([this](const http_request& q) { return detokenize(q); }));
   r.add("GET", "/v1/models", [this](const http_request&) { return models(); });
+  loras_->install(r);
   r.add_prefix("GET", std::string{model_path_prefix}, [this](const http_request& q) {
     return model(percent_decode(std::string_view{q.target}.substr(model_path_prefix.size())));
   });
@@ -548,7 +560,7 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   std::shared_ptr<const text::structured::token_constraint> constraint;
   if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
     return fail(*bad);
-  auto model = openai::resolve_model(parsed->model, config_.served_model_names);
+  auto model = loras_->resolve(parsed->model);
   if (!model)
     return fail(model.error());
   const int32_t max_len = llm_.info().max_model_len;
@@ -604,7 +616,8 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   j->stream = parsed->stream;
   j->ctx.id = parsed->request_id ? "cmpl-" + *parsed->request_id : openai::make_response_id("cmpl-");
   j->ctx.created = static_cast<int64_t>(std::time(nullptr));
-  j->ctx.model = *model;
+  j->ctx.model = model->name;
+  j->lora = model->lora;
   j->ctx.logprobs = parsed->params.logprobs.has_value();
   j->ctx.echo = parsed->echo;
   j->ctx.echo_only = parsed->echo_only;
@@ -764,7 +777,7 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
       tools = tool_mode::parse;
     }
   }
-  auto model = openai::resolve_model(parsed->model, config_.served_model_names);
+  auto model = loras_->resolve(parsed->model);
   if (!model)
     return fail(model.error());
   if (!tokenizer_)
@@ -801,7 +814,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   j->stream = parsed->stream;
   j->ctx.id = parsed->request_id ? "chatcmpl-" + *parsed->request_id : openai::make_response_id("chatcmpl-");
   j->ctx.created = static_cast<int64_t>(std::time(nullptr));
-  j->ctx.model = *model;
+  j->ctx.model = model->name;
+  j->lora = model->lora;
   j->ctx.logprobs = parsed->logprobs;
   j->ctx.include_usage = parsed->include_usage || (parsed->stream && config_.enable_force_include_usage);
   j->ctx.return_token_ids = parsed->return_token_ids;
@@ -917,16 +931,22 @@ std::shared_ptr<response_channel> openai_service::detokenize(const http_request&
 std::shared_ptr<response_channel> openai_service::models() const {
   std::vector<openai::model_card> cards;
   for (const std::string& name : config_.served_model_names)
-    cards.push_back({name, created_, "actorllm", config_.model_path, llm_.info().max_model_len});
+    cards.push_back({name, created_, "actorllm", config_.model_path, llm_.info().max_model_len, {}});
+  for (openai::model_card& c : loras_->cards(created_, llm_.info().max_model_len))
+    cards.push_back(std::move(c));
   return reply(json_response(200, openai::models_json(cards)));
 }
 
 std::shared_ptr<response_channel> openai_service::model(const std::string& id) const {
   if (std::find(config_.served_model_names.begin(), config_.served_model_names.end(), id) ==
-      config_.served_model_names.end())
+      config_.served_model_names.end()) {
+    for (const openai::model_card& c : loras_->cards(created_, llm_.info().max_model_len))
+      if (c.id == id)
+        return reply(json_response(200, openai::model_json(c)));
     return fail(openai::api_error::not_found("The model `" + id + "` does not exist.", "model"));
+  }
   return reply(json_response(
-      200, openai::model_json({id, created_, "actorllm", config_.model_path, llm_.info().max_model_len})));
+      200, openai::model_json({id, created_, "actorllm", config_.model_path, llm_.info().max_model_len, {}})));
 }
 
 std::shared_ptr<response_channel> openai_service::health() const {

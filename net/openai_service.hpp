@@ -5,6 +5,7 @@
 
 #include "net/admission.hpp"
 #include "net/handler_pool.hpp"
+#include "net/lora_service.hpp"
 #include "net/openai/metrics.hpp"
 #include "net/openai/requests.hpp"
 #include "net/routes.hpp"
@@ -81,6 +82,9 @@ struct service_config {
   std::size_t max_tools = 128;                 ///< --max-tools
   std::size_t max_chat_template_kwargs = 64;   ///< --max-chat-template-kwargs
   std::size_t max_bad_words = 128;             ///< --max-bad-words
+  /// --enable-lora: adapters may be named by requests and loaded at run time (the engine's enable_lora too).
+  bool enable_lora = false;
+  std::vector<lora_module> lora_modules;  ///< --lora-modules: served under their names from the start
 };
 
 class openai_service {
@@ -128,8 +132,9 @@ class openai_service {
   std::unique_ptr<text::tokenizer> tokenizer_;
   std::unique_ptr<text::chat_template> chat_template_;
   std::shared_ptr<openai::engine_metrics> metrics_;
-  openai::sampling_defaults defaults_;  // --generation-config
-  admission_gate admission_;            // max_num_seqs + --max-queued-requests generation requests at once
+  openai::sampling_defaults defaults_;   // --generation-config
+  std::unique_ptr<lora_service> loras_;  // the LoRA adapters served under their own names
+  admission_gate admission_;             // max_num_seqs + --max-queued-requests generation requests at once
   int64_t created_ = 0;
   std::unique_ptr<stats_logger> stats_logger_;
   std::atomic<bool> draining_{false};  // begin_drain(): /health says 503

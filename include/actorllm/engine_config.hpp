@@ -58,6 +58,14 @@ struct engine_config {
   /// stage, one TP rank, dense) captures CUDA graphs of its decode steps for batch sizes 1, 2, 4, 8, ... up to
   /// max_num_seqs (at most 512) and replays them, padding a batch up to the next size.
   bool enforce_eager = false;
+  /// vLLM's --enable-lora: requests may name a PEFT LoRA adapter (prompt::with_lora); the shards keep max_loras
+  /// adapter slots of rank max_lora_rank in every adaptable Linear, and a step mixes rows of different adapters and
+  /// of the base model. Adapters are read from disk when a step first needs them and kept parsed in host memory for
+  /// max_cpu_loras of them (0: max_loras).
+  bool enable_lora = false;
+  int32_t max_loras = 1;       ///< vLLM's --max-loras: adapters running at once
+  int32_t max_lora_rank = 16;  ///< vLLM's --max-lora-rank: the largest rank an adapter may have
+  int32_t max_cpu_loras = 0;   ///< vLLM's --max-cpu-loras
   /// Share of a GPU's memory the engine may use (weights, activations, KV cache), in (0, 1]. The CPU backend sizes
   /// its KV cache by kv_cache_memory instead, as vLLM's CPU backend does.
   double gpu_memory_utilization = 0.9;

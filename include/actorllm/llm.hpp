@@ -6,6 +6,7 @@
 #include "actorllm/engine_config.hpp"
 #include "actorllm/engine_stats.hpp"
 #include "actorllm/error.hpp"
+#include "actorllm/lora_request.hpp"
 #include "actorllm/request_output.hpp"
 #include "actorllm/sampling_params.hpp"
 #include "actorllm/task.hpp"
@@ -61,8 +62,21 @@ class prompt {
   }
   /// The cache salt; unset: none.
   const std::optional<std::string>& cache_salt() const { return cache_salt_; }
+  /// This prompt run with a LoRA adapter (vLLM's lora_request; the engine needs enable_lora). The adapter is checked
+  /// against the model when the request is submitted, and a bad one refused with the reason.
+  prompt& with_lora(lora_request lora) & {
+    lora_ = std::move(lora);
+    return *this;
+  }
+  /// See with_lora.
+  prompt&& with_lora(lora_request lora) && {
+    lora_ = std::move(lora);
+    return std::move(*this);
+  }
+  /// The LoRA adapter; unset: the base model.
+  const std::optional<lora_request>& lora() const { return lora_; }
 
-  /// Same text or ids and the same salt.
+  /// Same text or ids, the same salt and adapter.
   friend bool operator==(const prompt&, const prompt&) = default;
 
  private:
@@ -70,6 +84,7 @@ class prompt {
   std::vector<int32_t> token_ids_;
   bool is_tokens_ = false;
   std::optional<std::string> cache_salt_;
+  std::optional<lora_request> lora_;
 };
 
 /// What the engine knows about its model and cache, fixed once it is built.
@@ -195,6 +210,14 @@ class LLM {
   /// running now keep their blocks. Returns how many blocks were cached. Throws actorllm::error when the engine
   /// does not answer.
   int32_t reset_prefix_cache();
+  /// Checks a LoRA adapter against the model now (vLLM's add_lora) and remembers it: requests then name it with
+  /// prompt::with_lora. Unset when it may run; else why not (LoRA off, a bad id, an id that names another path, or
+  /// a directory that is not a usable PEFT adapter for this model, named). A request with an adapter not added here
+  /// is checked the same way when it is submitted.
+  /// An id keeps its path for the engine's lifetime (the prefix cache and the shards' slots know adapters by id):
+  /// an adapter reloaded from another path needs a new id. The shards drop adapters no request uses as others
+  /// need their slots (least recently used first).
+  std::optional<error> add_lora(const lora_request& lora);
 
   /// With worker processes (executors mp, cluster): `handler` runs (on a supervisor thread) when the workers
   /// failed and could not be restarted (restart_workers off, or max_worker_restarts used up); the LLM then serves

@@ -673,7 +673,10 @@ void write_model(json_writer& w, const model_card& m) {
   w.key("created").value(m.created);
   w.key("owned_by").value(m.owned_by);
   w.key("root").value(m.root.empty() ? m.id : m.root);
-  w.key("parent").null();
+  if (m.parent.empty())
+    w.key("parent").null();
+  else
+    w.key("parent").value(m.parent);
   w.key("max_model_len").value(m.max_model_len);
   w.end_object();
 }

@@ -135,6 +135,7 @@ struct model_card {
   std::string owned_by = "actorllm";
   std::string root;  ///< the model path or repository it was loaded from
   int32_t max_model_len = 0;
+  std::string parent;  ///< a LoRA adapter's base model; empty: null
 };
 
 /// `{"object":"list","data":[{"id","object":"model","created","owned_by","root","max_model_len"}…]}`.

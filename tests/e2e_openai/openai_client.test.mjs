@@ -8,8 +8,10 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
+import os from 'node:os';
+import { execFileSync } from 'node:child_process';
 import OpenAI, { NotFoundError, BadRequestError, AuthenticationError } from 'openai';
-import { Server, modelDir } from './server.mjs';
+import { Server, modelDir, repoRoot } from './server.mjs';
 import { assertSchema, printTally } from './schemas.mjs';
 
 const API_KEY = 'e2e-openai-key';
@@ -568,6 +570,80 @@ test('errors through the client: 404 unknown model, 400 invalid field naming the
   // The server is still fine.
   const ok = await client.completions.create({ model: MODEL, prompt: golden.prompt, max_tokens: 2, temperature: 0 });
   assertSchema('CreateCompletionResponse', ok);
+});
+
+// ---- LoRA adapters ---------------------------------------------------------------------------------------------
+
+test('LoRA: --lora-modules and /v1/load_lora_adapter serve adapters by model name beside the base model', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'actorllm-lora-'));
+  const loraServer = new Server(['--served-model-name', MODEL, '--enable-lora', '--max-loras', '2', '--lora-modules',
+    `poet=${path.join(dir, 'poet')}`]);
+  try {
+    for (const [name, seed, targets] of [['poet', 1, 'q_proj,v_proj'], ['critic', 2, 'q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj']]) {
+      execFileSync('python3', [path.join(repoRoot, 'scripts', 'make_lora_adapter.py'), '--model', modelDir, '--out',
+        path.join(dir, name), '--rank', '8', '--alpha', '16', '--targets', targets, '--seed', String(seed)]);
+    }
+    await loraServer.start();
+    const lc = new OpenAI({ apiKey: 'unused', baseURL: `${loraServer.baseURL}/v1`, maxRetries: 0, timeout: 30000 });
+    const ids = [];
+    for await (const m of await lc.models.list()) {
+      assertSchema('Model', m);
+      ids.push(m);
+    }
+    assert.deepEqual(ids.map((m) => m.id), [MODEL, 'poet']);
+    assert.equal(ids[1].parent, MODEL);
+    assert.equal(ids[1].root, path.join(dir, 'poet'));
+
+    // Base and adapter requests at once (they share steps): the base one is still the golden continuation.
+    const ask = (model) => lc.completions.create({ model, prompt: golden.prompt, max_tokens: 24, temperature: 0 });
+    const [base, poet] = await Promise.all([ask(MODEL), ask('poet')]);
+    assertSchema('CreateCompletionResponse', poet);
+    assert.ok(golden.greedy_output_text.startsWith(base.choices[0].text), base.choices[0].text);
+    assert.equal(poet.model, 'poet');
+    assert.notEqual(poet.choices[0].text, base.choices[0].text, 'the adapter changes the greedy text');
+
+    // Loaded at run time under a second name: the same weights give the same text; chat works through it too.
+    let r = await fetch(`${loraServer.baseURL}/v1/load_lora_adapter`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ lora_name: 'poet2', lora_path: path.join(dir, 'poet') }),
+    });
+    assert.equal(r.status, 200, await r.clone().text());
+    assert.match(await r.text(), /Success: LoRA adapter 'poet2' added successfully/);
+    assert.equal((await ask('poet2')).choices[0].text, poet.choices[0].text);
+    const chat = await lc.chat.completions.create({ model: 'poet2', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 });
+    assertSchema('CreateChatCompletionResponse', chat);
+    assert.equal(chat.model, 'poet2');
+
+    // A second adapter beyond max_loras 2 running at once still answers (it waits for a slot).
+    r = await fetch(`${loraServer.baseURL}/v1/load_lora_adapter`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ lora_name: 'critic', lora_path: path.join(dir, 'critic') }),
+    });
+    assert.equal(r.status, 200);
+    const three = await Promise.all([ask('poet'), ask('critic'), ask('poet2'), ask(MODEL)]);
+    assert.equal(three[0].choices[0].text, poet.choices[0].text);
+    assert.equal(three[2].choices[0].text, poet.choices[0].text);
+    assert.equal(three[3].choices[0].text, base.choices[0].text);
+
+    // Refusals: a name taken, a directory that is no adapter, an unknown name to unload; then unloading works.
+    const post = (route, body) => fetch(`${loraServer.baseURL}${route}`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+    }).then(async (x) => ({ status: x.status, json: await x.json().catch(() => undefined) }));
+    let e = await post('/v1/load_lora_adapter', { lora_name: 'poet', lora_path: path.join(dir, 'critic') });
+    assert.equal(e.status, 400);
+    assert.match(e.json.error.message, /already been loaded/);
+    e = await post('/v1/load_lora_adapter', { lora_name: 'bad', lora_path: dir });
+    assert.equal(e.status, 400);
+    assert.match(e.json.error.message, /adapter_config\.json/);
+    e = await post('/v1/unload_lora_adapter', { lora_name: 'nobody' });
+    assert.equal(e.status, 404);
+    e = await post('/v1/unload_lora_adapter', { lora_name: 'poet2' });
+    assert.equal(e.status, 200);
+    await expectApiError(() => ask('poet2'), NotFoundError, 404);
+  } finally {
+    if (loraServer.proc && !loraServer.exit) await loraServer.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 // ---- the non-OpenAI routes, via fetch --------------------------------------------------------------------------

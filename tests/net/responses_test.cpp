@@ -358,14 +358,17 @@ TEST_CASE("completion stream: echo first then text chunks with running text_offs
 }
 
 TEST_CASE("/v1/models and /version") {
-  std::vector<model_card> cards{{"stories260K", 1700000000, "actorllm", "/models/stories260K", 512},
-                                {"other", 5, "me", "", 1024}};
+  std::vector<model_card> cards{{"stories260K", 1700000000, "actorllm", "/models/stories260K", 512, {}},
+                                {"other", 5, "me", "", 1024, {}},
+                                {"sql-lora", 6, "actorllm", "/adapters/sql", 512, "stories260K"}};
   std::string json = models_json(cards);
   check_schema("ListModelsResponse", json);
   CHECK(json ==
         R"({"object":"list","data":[{"id":"stories260K","object":"model","created":1700000000,"owned_by":"actorllm",)"
         R"("root":"/models/stories260K","parent":null,"max_model_len":512},{"id":"other","object":"model",)"
-        R"("created":5,"owned_by":"me","root":"other","parent":null,"max_model_len":1024}]})");
+        R"("created":5,"owned_by":"me","root":"other","parent":null,"max_model_len":1024},{"id":"sql-lora",)"
+        R"("object":"model","created":6,"owned_by":"actorllm","root":"/adapters/sql","parent":"stories260K",)"
+        R"("max_model_len":512}]})");
   CHECK(version_json() == R"({"version":")" + std::string{actorllm::version_string} + R"("})");
 }
 

@@ -28,6 +28,7 @@ struct request_spec {
   sampler_spec sampling;
   std::optional<std::string> cache_salt;   ///< mixed into the prefix cache's block hashes; unset: no salt
   std::vector<int32_t> resume_output_ids;  ///< failover: sequence 0's output so far (n = 1); empty: a fresh request
+  lora_ref lora;                           ///< the LoRA adapter the request runs with; id 0: the base model
 
   friend bool operator==(const request_spec&, const request_spec&) = default;
 };
@@ -38,7 +39,8 @@ typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   optional_field max_tokens{x.max_tokens};
   optional_field cache_salt{x.cache_salt};
   return f(caf::meta::type_name("request_spec"), x.request_id, x.prompt_ids, max_tokens, x.n, x.priority,
-           x.eos_token_ids, x.ignore_eos, x.stop_token_ids, x.min_tokens, x.sampling, cache_salt, x.resume_output_ids);
+           x.eos_token_ids, x.ignore_eos, x.stop_token_ids, x.min_tokens, x.sampling, cache_salt, x.resume_output_ids,
+           x.lora);
 }
 
 }  // namespace actorllm::proto

@@ -21,6 +21,22 @@ namespace actorllm::proto {
 /// field.
 using seq_ref = engine::seq_id;
 
+/// A LoRA adapter as the shards load it (vLLM's LoRARequest): `id` > 0 names it in plans (unique among the adapters
+/// of one engine; a reloaded adapter gets a new id), `path` is its PEFT directory, `name` is for messages.
+struct lora_ref {
+  int32_t id = 0;
+  std::string name;
+  std::string path;
+
+  friend bool operator==(const lora_ref&, const lora_ref&) = default;
+};
+
+/// CAF inspection of lora_ref.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, lora_ref& x) {
+  return f(caf::meta::type_name("lora_ref"), x.id, x.name, x.path);
+}
+
 /// One scheduled sequence's rows of the flattened batch and the KV blocks the shards must add to its block table:
 /// with `new_table`, `blocks` is the whole table (a sequence the shards do not hold: new, re-admitted after a
 /// preemption, or whose table changed other than by appending); otherwise the blocks appended since the last plan
@@ -31,6 +47,7 @@ struct scheduled_sequence {
   int32_t n_query = 0;
   bool new_table = false;
   std::vector<int32_t> blocks;
+  int32_t lora_id = 0;  ///< the LoRA adapter its rows apply (step_plan::loras names it); 0: the base model
 
   friend bool operator==(const scheduled_sequence&, const scheduled_sequence&) = default;
 };
@@ -38,7 +55,8 @@ struct scheduled_sequence {
 /// CAF inspection of scheduled_sequence.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
-  return f(caf::meta::type_name("scheduled_sequence"), x.seq, x.query_begin, x.n_query, x.new_table, x.blocks);
+  return f(caf::meta::type_name("scheduled_sequence"), x.seq, x.query_begin, x.n_query, x.new_table, x.blocks,
+           x.lora_id);
 }
 
 /// The sampling knobs of one request, as the sampler shard applies them (kernels/cpu/sampling.hpp semantics).
@@ -112,6 +130,7 @@ struct step_plan {
   std::vector<int32_t> score_tokens;
   std::vector<sampler_setup> new_requests;
   std::vector<uint64_t> released_requests;  ///< requests that ended since the last plan
+  std::vector<lora_ref> loras;              ///< every LoRA adapter a scheduled sequence applies (each once)
   /// Lockstep expert parallelism: a step with no tokens (every list above empty, no result expected), sent while
   /// another replica's step runs, so that this replica's shards join its MoE layers' exchanges and serve their
   /// experts (vLLM's dummy batch of an idle data-parallel rank).
@@ -125,7 +144,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
   return f(caf::meta::type_name("step_plan"), x.step_id, x.tokens, x.positions, x.sequences, x.dropped_seqs,
            x.sample_rows, x.sample_seqs, x.score_rows, x.score_seqs, x.score_positions, x.score_tokens, x.new_requests,
-           x.released_requests, x.idle);
+           x.released_requests, x.loras, x.idle);
 }
 
 }  // namespace actorllm::proto

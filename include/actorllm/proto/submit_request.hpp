@@ -6,6 +6,7 @@
 #include "actorllm/proto/request_output.hpp"
 #include "actorllm/proto/sampling_params.hpp"
 #include "actorllm/proto/sinks.hpp"
+#include "actorllm/proto/step_plan.hpp"
 
 #include <caf/meta/type_name.hpp>
 
@@ -33,6 +34,7 @@ struct submit_request {
   /// with the same state, and deltas and the output carry on as if nothing had happened (the final output holds
   /// every token). Only for n = 1; empty: a fresh request.
   std::vector<sample_logprobs> resume_tokens;
+  lora_ref lora;  ///< the LoRA adapter (checked by the submitter); id 0: the base model
 
   friend bool operator==(const submit_request&, const submit_request&) = default;
 };
@@ -42,7 +44,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_request& x) {
   optional_field cache_salt{x.cache_salt};
   return f(caf::meta::type_name("submit_request"), x.request_id, x.prompt_is_tokens, x.prompt_text, x.prompt_ids,
-           x.params, x.priority, cache_salt, x.stream, x.sink, x.resume_tokens);
+           x.params, x.priority, cache_salt, x.stream, x.sink, x.resume_tokens, x.lora);
 }
 
 }  // namespace actorllm::proto
