@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace actorllm;
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
     sources.push_back({id, out.string()});
   }
 
-  cpu::cpu_backend be{threads};
+  cpu::cpu_backend be{threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
   single_rank_collective comm;
   model::shard_spec shard;
   model::load_options load;
