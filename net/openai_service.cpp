@@ -364,7 +364,8 @@ std::optional<openai::api_error> check_json_content_type(const http_request& req
       "Content-Type");
 }
 
-/// Token ids a request names (logit_bias, allowed_token_ids) must be in the vocabulary: a 400 naming the field.
+/// Token ids a request names (logit_bias, allowed_token_ids, stop_token_ids, logprob_token_ids) must be in the
+/// vocabulary: a 400 naming the field.
 std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64_t n_vocab) {
   // Lists the sampler walks for every token of every sequence: never longer than the vocabulary (a list that is
   // longer repeats ids, and costs each step more than the vocabulary-wide pass the sampler makes anyway).
@@ -395,6 +396,18 @@ std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64
       return openai::api_error::bad_request(
           fmt::format("stop_token_ids: token id {} is outside the vocabulary (size {})", id, n_vocab),
           "stop_token_ids");
+  std::string outside;  // every listed id outside, as vLLM names them
+  for (int32_t id : p.logprob_token_ids) {
+    if (id < n_vocab)
+      continue;
+    if (!outside.empty())
+      outside += ", ";
+    outside += std::to_string(id);
+  }
+  if (!outside.empty())
+    return openai::api_error::bad_request(
+        fmt::format("logprob_token_ids: token id(s) [{}] are outside the vocabulary (size {})", outside, n_vocab),
+        "logprob_token_ids");
   return std::nullopt;
 }
 
@@ -606,6 +619,7 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   j->ctx.created = static_cast<int64_t>(std::time(nullptr));
   j->ctx.model = *model;
   j->ctx.logprobs = parsed->params.logprobs.has_value();
+  j->ctx.logprob_token_ids = !parsed->params.logprob_token_ids.empty();
   j->ctx.echo = parsed->echo;
   j->ctx.echo_only = parsed->echo_only;
   j->ctx.include_usage = parsed->include_usage || (parsed->stream && config_.enable_force_include_usage);
@@ -803,6 +817,7 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   j->ctx.created = static_cast<int64_t>(std::time(nullptr));
   j->ctx.model = *model;
   j->ctx.logprobs = parsed->logprobs;
+  j->ctx.logprob_token_ids = !parsed->params.logprob_token_ids.empty();
   j->ctx.include_usage = parsed->include_usage || (parsed->stream && config_.enable_force_include_usage);
   j->ctx.return_token_ids = parsed->return_token_ids;
   j->ctx.continuous_usage = parsed->continuous_usage_stats;

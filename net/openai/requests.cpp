@@ -501,6 +501,17 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
         fail(param, "logit_bias values must be in [-100, 100], got " + format_number(bias) + " for token " + id_text);
       p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
     }
+  } else if (key == "logprob_token_ids") {
+    // Checked for count before any entry is read: each sampled token of the request reports every one of them.
+    dom::array ids = read_array(v, param);
+    if (ids.size() == 0)
+      fail(param, "`logprob_token_ids` must not be an empty list.");
+    if (ids.size() > st.limits->max_logprob_token_ids)
+      fail(param, "Requested logprob_token_ids of length " + std::to_string(ids.size()) +
+                      ", which is greater than max allowed: " + std::to_string(st.limits->max_logprob_token_ids));
+    for (dom::element id : ids)
+      p.logprob_token_ids.push_back(
+          static_cast<int32_t>(read_integer(id, param, 0, std::numeric_limits<int32_t>::max())));
   } else if (key == "allowed_token_ids") {
     for (dom::element id : read_array(v, param)) {
       const int64_t x = read_integer(id, param, 0, std::numeric_limits<int32_t>::max());
@@ -792,6 +803,14 @@ result<completion_request> parse_completion_request(std::string_view body, const
       r.echo_only = true;
       r.params.max_tokens = 1;
     }
+    if (!r.params.logprob_token_ids.empty()) {
+      if (!r.params.logprobs)
+        fail("logprob_token_ids", "when using `logprob_token_ids`, `logprobs` must be set.");
+      if (r.echo_only)
+        fail("logprob_token_ids",
+             "`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no output tokens are "
+             "generated.");
+    }
     if (r.stream && r.echo_only)
       fail("max_tokens", "max_tokens 0 (echo the prompt, generate nothing) is not supported with stream: true");
     if (r.stream && r.echo && r.params.logprobs)
@@ -964,11 +983,14 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
       r.template_vars.emplace_back("reasoning_effort", *reasoning_effort);
     for (auto& kv : kwargs)
       r.template_vars.push_back(std::move(kv));
+    if (!r.params.logprob_token_ids.empty() && !r.logprobs)
+      fail("logprob_token_ids", "when using `logprob_token_ids`, `logprobs` must be set to true.");
     if (top_logprobs && *top_logprobs > 0 && !r.logprobs)
       fail("top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.");
     r.top_logprobs = top_logprobs.value_or(0);
+    // logprob_token_ids take precedence over top_logprobs (vLLM): the engine reports them instead of the top k.
     if (r.logprobs)
-      r.params.logprobs = r.top_logprobs;
+      r.params.logprobs = r.params.logprob_token_ids.empty() ? r.top_logprobs : 0;
     // Chat has no default limit: unset generates up to the context length (vLLM).
     if (max_completion_tokens)
       r.params.max_tokens = max_completion_tokens;

@@ -30,9 +30,10 @@ namespace actorllm::net::openai {
 /// Limits the parser enforces before and while reading a body. Each count is checked before the field's entries
 /// are read or copied; a request over one gets a 400 whose message names the field and the serve flag that sets it.
 struct parse_limits {
-  std::size_t max_body_bytes = 16u << 20;  ///< larger bodies are refused with 413
-  std::size_t max_depth = 32;              ///< deeper JSON nesting is refused with 400
-  int32_t max_logprobs = 20;               ///< the most logprobs / top_logprobs a request may ask for
+  std::size_t max_body_bytes = 16u << 20;   ///< larger bodies are refused with 413
+  std::size_t max_depth = 32;               ///< deeper JSON nesting is refused with 400
+  int32_t max_logprobs = 20;                ///< the most logprobs / top_logprobs a request may ask for
+  std::size_t max_logprob_token_ids = 128;  ///< entries of logprob_token_ids (vLLM's MAX_LOGPROB_TOKEN_IDS)
   /// The most sequences (n) one prompt may ask for: the engine's --max-num-seqs (more could never run at once).
   /// Checked before any other field is read.
   int32_t max_n = 256;

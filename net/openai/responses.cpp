@@ -78,19 +78,23 @@ void write_completion_logprobs(json_writer& w, std::span<const sample_logprobs> 
     w.value(json_logprob(lp.logprob));
   w.end_array();
   // Legacy completions' `logprobs: k`: the top k, plus the sampled token when it is not among them (vLLM, OpenAI).
+  std::vector<int32_t> written;
   w.key("top_logprobs").begin_array();
   if (leading >= 0)
     w.null();
   for (std::size_t i = 0; i < lps.size(); ++i) {
     const auto& lp = lps[i];
     const std::string& text = texts[i + skip];
+    // With logprob_token_ids, `top` holds the listed tokens as given: one listed twice is written once.
     w.begin_object();
-    bool sampled_listed = false;
+    written.clear();
     for (const auto& alt : lp.top) {
+      if (std::find(written.begin(), written.end(), alt.token) != written.end())
+        continue;
+      written.push_back(alt.token);
       w.key(dec.token_text(alt.token)).value(json_logprob(alt.logprob));
-      sampled_listed = sampled_listed || alt.token == lp.token;
     }
-    if (!sampled_listed)
+    if (std::find(written.begin(), written.end(), lp.token) == written.end())
       w.key(text).value(json_logprob(lp.logprob));
     w.end_object();
   }
@@ -148,7 +152,18 @@ void write_bytes(json_writer& w, std::string_view text) {
 }
 
 // Chat logprobs: {"content":[{token, logprob, bytes, top_logprobs:[{token, logprob, bytes}]}], "refusal":null}.
-void write_chat_logprobs(json_writer& w, std::span<const sample_logprobs> lps, const token_decoder& dec) {
+// `listed` (logprob_token_ids): top_logprobs are the sampled token, then the listed tokens other than it, each once
+// (vLLM's dict of the sampled token and the listed ones, in that order); else the top k as sampled.
+void write_chat_logprobs(json_writer& w, std::span<const sample_logprobs> lps, const token_decoder& dec, bool listed) {
+  auto entry = [&](int32_t token, float logprob) {
+    std::string text = dec.token_text(token);
+    w.begin_object();
+    w.key("token").value(text);
+    w.key("logprob").value(json_logprob(logprob));
+    write_bytes(w, text);
+    w.end_object();
+  };
+  std::vector<int32_t> written;
   w.begin_object();
   w.key("content").begin_array();
   for (const auto& lp : lps) {
@@ -158,13 +173,18 @@ void write_chat_logprobs(json_writer& w, std::span<const sample_logprobs> lps, c
     w.key("logprob").value(json_logprob(lp.logprob));
     write_bytes(w, text);
     w.key("top_logprobs").begin_array();
-    for (const auto& alt : lp.top) {
-      std::string alt_text = dec.token_text(alt.token);
-      w.begin_object();
-      w.key("token").value(alt_text);
-      w.key("logprob").value(json_logprob(alt.logprob));
-      write_bytes(w, alt_text);
-      w.end_object();
+    if (listed) {
+      written.assign(1, lp.token);
+      entry(lp.token, lp.logprob);
+      for (const auto& alt : lp.top) {
+        if (std::find(written.begin(), written.end(), alt.token) != written.end())
+          continue;
+        written.push_back(alt.token);
+        entry(alt.token, alt.logprob);
+      }
+    } else {
+      for (const auto& alt : lp.top)
+        entry(alt.token, alt.logprob);
     }
     w.end_array();
     w.end_object();
@@ -375,7 +395,7 @@ std::string chat_response_json(const request_output& output, const response_cont
     w.end_object();
     w.key("logprobs");
     if (ctx.logprobs)
-      write_chat_logprobs(w, out.logprobs, ctx.decoder);
+      write_chat_logprobs(w, out.logprobs, ctx.decoder, ctx.logprob_token_ids);
     else
       w.null();
     if (!parsed.calls.empty() && out.finish_reason == finish_reason::stop)
@@ -647,7 +667,7 @@ std::string chat_stream::content_delta(const stream_delta& delta) {
   w.end_object();
   w.key("logprobs");
   if (ctx_.logprobs && ctx_.tools == response_context::tool_mode::none)
-    write_chat_logprobs(w, delta.logprobs, ctx_.decoder);
+    write_chat_logprobs(w, delta.logprobs, ctx_.decoder, ctx_.logprob_token_ids);
   else
     w.null();
   if (!held.calls.empty() && delta.finish_reason == finish_reason::stop)

@@ -58,6 +58,9 @@ struct response_context {
   /// such) and content; tool calls are parsed from the content. Nothing: no split.
   std::optional<reasoning_format> reasoning;
   bool include_reasoning = true;  ///< the request's include_reasoning: false leaves the reasoning out
+  /// vLLM's logprob_token_ids: each token's logprobs hold the request's listed tokens (sample_logprobs::top) instead
+  /// of the top k; chat's top_logprobs then list the sampled token first, then the listed ones (vLLM's shape).
+  bool logprob_token_ids = false;
 };
 
 /// A fresh id: `prefix` followed by 32 random hex digits ("cmpl-", "chatcmpl-").

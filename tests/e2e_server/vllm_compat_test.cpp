@@ -123,6 +123,18 @@ TEST_CASE("requests are validated as vLLM validates them") {
 namespace {
 
 /// The choices' token ids of a completion asked with return_token_ids... read from the logprobs' "token_id:N".
+// `[a,b,...]`.
+std::string fmt_ids(const std::vector<int32_t>& ids) {
+  std::string out{"["};
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0)
+      out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += ']';
+  return out;
+}
+
 std::vector<int32_t> sampled_ids(const http_reply& r) {
   std::vector<int32_t> ids;
   simdjson::dom::parser parser;
@@ -300,4 +312,96 @@ TEST_CASE("return_token_ids, chat echo, continuous usage stats and the keys vLLM
   }
   CHECK(chunks >= 4);
   CHECK(last == 4);
+}
+
+TEST_CASE("logprob_token_ids: every output position reports the listed tokens' logprobs, as vLLM shapes them") {
+  server s;
+  simdjson::dom::parser parser;
+  // The reference: the top 20 at each position of the greedy continuation (ids as token_id:N).
+  auto top = http(s.port(), "POST", "/v1/completions",
+                  R"({"prompt":"Once upon a time","max_tokens":4,"temperature":0,"logprobs":20,)"
+                  R"("return_tokens_as_token_ids":true})");
+  REQUIRE_MESSAGE(top.status == 200, top.body);
+  simdjson::dom::element ref = parser.parse(top.body);
+  simdjson::dom::element ref_top = ref["choices"].at(0)["logprobs"]["top_logprobs"];
+  // Listed: the 2nd and 5th most likely tokens at position 0, and an unlikely one.
+  std::vector<std::string> keys;
+  for (auto kv : ref_top.at(0).get_object())
+    keys.emplace_back(kv.key);
+  REQUIRE(keys.size() >= 5);
+  const int32_t second = std::stoi(keys[1].substr(9)), fifth = std::stoi(keys[4].substr(9));
+  const std::string listed = fmt_ids({second, fifth, 511});
+  auto is_listed = [&](std::string_view token) {
+    return token == keys[1] || token == keys[4] || token == "token_id:511";
+  };
+  auto r = http(s.port(), "POST", "/v1/completions",
+                R"({"prompt":"Once upon a time","max_tokens":4,"temperature":0,"logprobs":5,)"
+                R"("return_tokens_as_token_ids":true,"logprob_token_ids":)" +
+                    listed + "}");
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  simdjson::dom::parser p2;
+  simdjson::dom::element doc = p2.parse(r.body);
+  auto lp = doc["choices"].at(0)["logprobs"];
+  CHECK(simdjson::minify(lp["tokens"]) == simdjson::minify(ref["choices"].at(0)["logprobs"]["tokens"]));
+  auto dicts = lp["top_logprobs"].get_array().value();
+  REQUIRE(dicts.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    auto dict = dicts.at(i).get_object().value();
+    const std::string sampled{std::string_view(lp["tokens"].at(i))};
+    // The listed tokens and the sampled one, each once, nothing else.
+    CHECK(dict.size() == (is_listed(sampled) ? 3u : 4u));
+    CHECK(dict[sampled].error() == simdjson::SUCCESS);
+    CHECK(double(dict["token_id:511"]) < double(dict[sampled]));
+  }
+  // Their values are the raw logprobs the top 20 report.
+  auto d0 = dicts.at(0).get_object().value();
+  for (const std::string& key : {keys[1], keys[4]})
+    CHECK(double(d0[key]) == doctest::Approx(double(ref_top.at(0)[key])).epsilon(1e-5));
+
+  // Chat: top_logprobs lists the sampled token first, then the listed ones, instead of the top k; streamed alike.
+  const std::string chat_body = R"({"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":3,)"
+                                R"("temperature":0,"logprobs":true,"top_logprobs":5,)"
+                                R"("return_tokens_as_token_ids":true,"logprob_token_ids":)" +
+                                listed;
+  auto chat = http(s.port(), "POST", "/v1/chat/completions", chat_body + "}");
+  REQUIRE_MESSAGE(chat.status == 200, chat.body);
+  simdjson::dom::parser p3;
+  simdjson::dom::element cdoc = p3.parse(chat.body);
+  auto content = cdoc["choices"].at(0)["logprobs"]["content"].get_array().value();
+  REQUIRE(content.size() == 3);
+  for (auto entry : content) {
+    auto alts = entry["top_logprobs"].get_array().value();
+    REQUIRE(alts.size() == (is_listed(std::string_view(entry["token"])) ? 3u : 4u));
+    CHECK(std::string_view(alts.at(0)["token"]) == std::string_view(entry["token"]));
+    CHECK(double(alts.at(0)["logprob"]) == double(entry["logprob"]));
+  }
+  auto streamed = http(s.port(), "POST", "/v1/chat/completions", chat_body + R"(,"stream":true})");
+  REQUIRE(streamed.status == 200);
+  int with_logprobs = 0;
+  for (const std::string& payload : sse_payloads(streamed.body)) {
+    if (payload == "[DONE]")
+      continue;
+    simdjson::dom::parser pe;
+    simdjson::dom::element e = pe.parse(payload);
+    simdjson::dom::array entries;
+    if (e["choices"].at(0)["logprobs"]["content"].get(entries) != simdjson::SUCCESS)
+      continue;
+    for (auto entry : entries) {
+      CHECK(entry["top_logprobs"].get_array().size() == (is_listed(std::string_view(entry["token"])) ? 3u : 4u));
+      ++with_logprobs;
+    }
+  }
+  CHECK(with_logprobs == 3);
+  // Bounded by the vocabulary (the 400 names the field and the size), and only with logprobs.
+  auto oov =
+      http(s.port(), "POST", "/v1/completions", R"({"prompt":"x","logprobs":0,"logprob_token_ids":[3,512,9000]})");
+  check_openai_error(oov, 400);
+  CHECK(error_param(oov) == "logprob_token_ids");
+  CHECK_MESSAGE(oov.body.find("token id(s) [512, 9000] are outside the vocabulary (size 512)") != std::string::npos,
+                oov.body);
+  auto unasked = http(s.port(), "POST", "/v1/chat/completions",
+                      R"({"messages":[{"role":"user","content":"x"}],"logprob_token_ids":[3]})");
+  check_openai_error(unasked, 400);
+  CHECK(error_param(unasked) == "logprob_token_ids");
 }

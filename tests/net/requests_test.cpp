@@ -507,3 +507,56 @@ TEST_CASE(
   CHECK(prompts.error().message == "prompt: 2000 prompts, more than --max-prompts-per-request (1024)");
   CHECK(parse_completion_request(R"({"prompt":[1,1,1,1,1,1,1,1,1,1]})", {.max_prompts = 1}).has_value());
 }
+
+TEST_CASE("logprob_token_ids: the listed ids replace the top logprobs, need logprobs, and are bounded") {
+  auto c = completion_ok(R"({"prompt":"x","logprobs":3,"logprob_token_ids":[5,0,5]})");
+  CHECK(c.params.logprob_token_ids == std::vector<int32_t>{5, 0, 5});
+  CHECK(c.params.logprobs == 3);  // the engine reports the listed ids instead of the top 3
+  // Chat: they take precedence over top_logprobs, whose count the engine then does not compute.
+  auto h = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":4,)"
+                   R"("logprob_token_ids":[7,2.0]})");
+  CHECK(h.params.logprob_token_ids == std::vector<int32_t>{7, 2});
+  CHECK(h.params.logprobs == 0);
+  CHECK(h.top_logprobs == 4);
+  // vLLM's errors and its bound of 128 ids.
+  std::string many = R"({"prompt":"x","logprobs":0,"logprob_token_ids":[)";
+  for (int i = 0; i < 129; ++i) {
+    if (i > 0)
+      many += ',';
+    many += std::to_string(i);
+  }
+  many += "]}";
+  struct bad_case {
+    std::string body;
+    const char* message;
+  };
+  const bad_case cases[] = {
+      {R"({"prompt":"x","logprob_token_ids":[1]})", "when using `logprob_token_ids`, `logprobs` must be set."},
+      {R"({"prompt":"x","logprobs":0,"logprob_token_ids":[]})", "`logprob_token_ids` must not be an empty list."},
+      {R"({"prompt":"x","logprobs":0,"logprob_token_ids":[-1]})",
+       "logprob_token_ids must be in [0, 2147483647], got -1"},
+      {R"({"prompt":"x","logprobs":0,"logprob_token_ids":["a"]})",
+       "logprob_token_ids must be an integer, got a string"},
+      {R"({"prompt":"x","logprobs":0,"logprob_token_ids":3})", "logprob_token_ids must be an array, got an integer"},
+      {R"({"prompt":"x","logprobs":1,"echo":true,"max_tokens":0,"logprob_token_ids":[1]})",
+       "`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no output tokens are "
+       "generated."},
+      {many, "Requested logprob_token_ids of length 129, which is greater than max allowed: 128"},
+  };
+  for (const auto& bad : cases) {
+    CAPTURE(bad.body);
+    auto e = completion_error(bad.body);
+    CHECK(e.status == 400);
+    CHECK(e.param == "logprob_token_ids");
+    CHECK(e.message == bad.message);
+  }
+  auto e = chat_error(R"({"messages":[{"role":"user","content":"x"}],"logprob_token_ids":[1]})");
+  CHECK(e.param == "logprob_token_ids");
+  CHECK(e.message == "when using `logprob_token_ids`, `logprobs` must be set to true.");
+  // The limit is the parser's: a smaller one refuses fewer ids.
+  parse_limits small;
+  small.max_logprob_token_ids = 2;
+  auto r = parse_completion_request(R"({"prompt":"x","logprobs":0,"logprob_token_ids":[1,2,3]})", small);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().message == "Requested logprob_token_ids of length 3, which is greater than max allowed: 2");
+}
