@@ -19,7 +19,8 @@ constexpr std::array rules{
     // OpenAI's fields.
     field_rule{"model", both, implemented, "the served model name; empty: the first one"},
     field_rule{"prompt", cmpl, implemented, "text, texts, token ids or lists of token ids"},
-    field_rule{"messages", chat, implemented, "rendered with the chat template; any role is passed to it"},
+    field_rule{"messages", chat, implemented,
+               "rendered with the chat template; any role is passed to it; /batch: a list of conversations"},
     field_rule{"max_tokens", both, implemented, "output tokens per sequence"},
     field_rule{"max_completion_tokens", chat, implemented, "wins over max_tokens"},
     field_rule{"temperature", both, implemented, "0: greedy"},

@@ -348,64 +348,73 @@ std::string completion_response_json(std::span<const request_output> outputs, co
   return w.take();
 }
 
+namespace {
+
+// One choice of a chat completion: its message (reasoning, content after `echo_text`, tool calls), logprobs, finish.
+void write_chat_choice(json_writer& w, const completion_output& out, int64_t index, const response_context& ctx,
+                       const std::string& echo_text) {
+  w.begin_object();
+  w.key("index").value(index);
+  w.key("message").begin_object();
+  w.key("role").value("assistant");
+  std::optional<reasoning_split> split;
+  if (ctx.reasoning)
+    split = split_reasoning(*ctx.reasoning, out.text);
+  const parsed_tool_output parsed = tool_output(ctx, split ? split->content : out.text);
+  if (split) {
+    const bool shown = split->reasoning && ctx.include_reasoning;
+    w.key("reasoning_content");
+    if (shown)
+      w.value(*split->reasoning);
+    else
+      w.null();
+    w.key("reasoning");
+    if (shown)
+      w.value(*split->reasoning);
+    else
+      w.null();
+  }
+  w.key("content");
+  using mode = response_context::tool_mode;
+  // vLLM's shapes: a named or required tool choice answers content "" beside its calls, and "" with no call when
+  // the output was cut before the calls parsed; with a reasoning parser, a reply that is all reasoning has null
+  // content; a parsed (auto) reply with calls and no other text has null content.
+  const bool forced = ctx.tools == mode::named || ctx.tools == mode::required;
+  const bool no_content = split && parsed.content.empty() && echo_text.empty();
+  if (forced)
+    w.value(parsed.calls.empty() && out.finish_reason != finish_reason::length ? echo_text + parsed.content
+                                                                               : echo_text);
+  else if ((parsed.calls.empty() && !no_content) || !parsed.content.empty())
+    w.value(echo_text + parsed.content);
+  else
+    w.null();
+  w.key("refusal").null();
+  w.key("tool_calls");  // always a list, empty without calls (vLLM's ChatMessage)
+  write_tool_calls(w, parsed.calls, false);
+  w.end_object();
+  w.key("logprobs");
+  if (ctx.logprobs)
+    write_chat_logprobs(w, out.logprobs, ctx.decoder, ctx.logprob_token_ids);
+  else
+    w.null();
+  if (!parsed.calls.empty() && out.finish_reason == finish_reason::stop)
+    w.key("finish_reason").value("tool_calls");
+  else
+    write_finish_reason(w, out.finish_reason);
+  write_stop_reason(w, out);
+  write_ids_or_null(w, "token_ids", ctx, out.token_ids);
+  w.end_object();
+}
+
+}  // namespace
+
 std::string chat_response_json(const request_output& output, const response_context& ctx) {
   json_writer w;
   w.begin_object();
   write_header(w, ctx, "chat.completion");
   w.key("choices").begin_array();
-  for (const completion_output& out : output.outputs) {
-    w.begin_object();
-    w.key("index").value(static_cast<int64_t>(out.index));
-    w.key("message").begin_object();
-    w.key("role").value("assistant");
-    std::optional<reasoning_split> split;
-    if (ctx.reasoning)
-      split = split_reasoning(*ctx.reasoning, out.text);
-    const parsed_tool_output parsed = tool_output(ctx, split ? split->content : out.text);
-    if (split) {
-      const bool shown = split->reasoning && ctx.include_reasoning;
-      w.key("reasoning_content");
-      if (shown)
-        w.value(*split->reasoning);
-      else
-        w.null();
-      w.key("reasoning");
-      if (shown)
-        w.value(*split->reasoning);
-      else
-        w.null();
-    }
-    w.key("content");
-    using mode = response_context::tool_mode;
-    // vLLM's shapes: a named or required tool choice answers content "" beside its calls, and "" with no call when
-    // the output was cut before the calls parsed; with a reasoning parser, a reply that is all reasoning has null
-    // content; a parsed (auto) reply with calls and no other text has null content.
-    const bool forced = ctx.tools == mode::named || ctx.tools == mode::required;
-    const bool no_content = split && parsed.content.empty() && ctx.echo_text.empty();
-    if (forced)
-      w.value(parsed.calls.empty() && out.finish_reason != finish_reason::length ? ctx.echo_text + parsed.content
-                                                                                 : ctx.echo_text);
-    else if ((parsed.calls.empty() && !no_content) || !parsed.content.empty())
-      w.value(ctx.echo_text + parsed.content);
-    else
-      w.null();
-    w.key("refusal").null();
-    w.key("tool_calls");  // always a list, empty without calls (vLLM's ChatMessage)
-    write_tool_calls(w, parsed.calls, false);
-    w.end_object();
-    w.key("logprobs");
-    if (ctx.logprobs)
-      write_chat_logprobs(w, out.logprobs, ctx.decoder, ctx.logprob_token_ids);
-    else
-      w.null();
-    if (!parsed.calls.empty() && out.finish_reason == finish_reason::stop)
-      w.key("finish_reason").value("tool_calls");
-    else
-      write_finish_reason(w, out.finish_reason);
-    write_stop_reason(w, out);
-    write_ids_or_null(w, "token_ids", ctx, out.token_ids);
-    w.end_object();
-  }
+  for (const completion_output& out : output.outputs)
+    write_chat_choice(w, out, static_cast<int64_t>(out.index), ctx, ctx.echo_text);
   w.end_array();
   w.key("usage");
   write_usage(w, output.usage, ctx);
@@ -416,6 +425,32 @@ std::string chat_response_json(const request_output& output, const response_cont
     w.array(output.prompt_token_ids);
   else
     w.null();
+  w.end_object();
+  return w.take();
+}
+
+std::string chat_batch_response_json(std::span<const request_output> outputs, const response_context& ctx,
+                                     std::span<const std::string> echo_texts) {
+  json_writer w;
+  w.begin_object();
+  write_header(w, ctx, "chat.completion");
+  usage_info usage;
+  w.key("choices").begin_array();
+  const std::string no_echo;
+  for (std::size_t c = 0; c < outputs.size(); ++c) {
+    const request_output& ro = outputs[c];
+    usage.prompt_tokens += ro.usage.prompt_tokens;
+    usage.completion_tokens += ro.usage.completion_tokens;
+    usage.cached_tokens += ro.usage.cached_tokens;
+    for (const completion_output& out : ro.outputs)
+      write_chat_choice(w, out, choice_index(ctx, static_cast<uint32_t>(c), out.index), ctx,
+                        c < echo_texts.size() ? echo_texts[c] : no_echo);
+  }
+  w.end_array();
+  w.key("usage");
+  write_usage(w, usage, ctx);
+  w.key("prompt_logprobs").null();
+  w.key("prompt_token_ids").null();
   w.end_object();
   return w.take();
 }

@@ -541,6 +541,39 @@ test("vLLM's logprob_token_ids through the client: the listed tokens at every po
   assert.match(e.message, /outside the vocabulary \(size 512\)/);
 });
 
+test("vLLM's batched chat (/v1/chat/completions/batch) through client.post: one choice per conversation", async () => {
+  const conversations = [
+    [{ role: 'user', content: golden.prompt }],
+    [{ role: 'user', content: golden2.prompt }],
+  ];
+  const body = { model: MODEL, messages: conversations, max_completion_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 1 };
+  const r = await client.post('/chat/completions/batch', { body });
+  assertSchema('CreateChatCompletionResponse', r, 'batch chat response');
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  let prompt = 0;
+  let completion = 0;
+  for (const [i, messages] of conversations.entries()) {
+    const one = await client.chat.completions.create({ ...body, messages });
+    assert.equal(r.choices[i].message.content, one.choices[0].message.content, `conversation ${i}`);
+    assert.deepEqual(r.choices[i].logprobs, one.choices[0].logprobs);
+    prompt += one.usage.prompt_tokens;
+    completion += one.usage.completion_tokens;
+  }
+  assert.deepEqual(r.usage, { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion });
+  // The first conversation is the golden one: its greedy continuation starts the same.
+  assert.ok(golden.greedy_output_text.startsWith(r.choices[0].message.content));
+
+  // Streaming is refused by name, as vLLM's batch endpoint does not stream; errors name the conversation.
+  const streamed = await expectApiError(() => client.post('/chat/completions/batch', { body: { ...body, stream: true } }), BadRequestError, 400);
+  assert.equal(streamed.param, 'stream');
+  const bad = await expectApiError(
+    () => client.post('/chat/completions/batch', { body: { ...body, messages: [conversations[0], [{ role: 'user' }]] } }),
+    BadRequestError,
+    400,
+  );
+  assert.equal(bad.param, 'messages[1][0].content');
+});
+
 // ---- models ----------------------------------------------------------------------------------------------------
 
 test('models.list() and models.retrieve()', async () => {

@@ -314,6 +314,89 @@ TEST_CASE("return_token_ids, chat echo, continuous usage stats and the keys vLLM
   CHECK(last == 4);
 }
 
+TEST_CASE("/v1/chat/completions/batch: one choice per conversation, each as its own chat request") {
+  server s;
+  simdjson::dom::parser parser;
+  const std::string once = R"([{"role":"user","content":"Once upon a time"}])";
+  const std::string lily = R"([{"role":"user","content":"Lily and Tom went to the park to"}])";
+  const std::string fields = R"("max_tokens":6,"temperature":0,"logprobs":true,"top_logprobs":2)";
+  auto single = [&](const std::string& conversation) {
+    auto r = http(s.port(), "POST", "/v1/chat/completions", R"({"messages":)" + conversation + "," + fields + "}");
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    return r;
+  };
+  const auto a = single(once), b = single(lily);
+  auto batch = http(s.port(), "POST", "/v1/chat/completions/batch",
+                    R"({"model":"stories","messages":[)" + once + "," + lily + "]," + fields + "}");
+  REQUIRE_MESSAGE(batch.status == 200, batch.body);
+  simdjson::dom::element doc = parser.parse(batch.body);
+  CHECK(std::string_view(doc["object"]) == "chat.completion");
+  CHECK(std::string_view(doc["id"]).starts_with("chatcmpl-"));
+  auto choices = doc["choices"].get_array().value();
+  REQUIRE(choices.size() == 2);
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  const http_reply* singles[] = {&a, &b};
+  for (std::size_t i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    simdjson::dom::parser ps;
+    simdjson::dom::element one = ps.parse(singles[i]->body);
+    auto choice = choices.at(i);
+    CHECK(int64_t(choice["index"]) == static_cast<int64_t>(i));
+    // The same text and logprobs as the conversation sent alone (greedy).
+    CHECK(std::string_view(choice["message"]["content"]) ==
+          std::string_view(one["choices"].at(0)["message"]["content"]));
+    CHECK(simdjson::minify(choice["logprobs"]) == simdjson::minify(one["choices"].at(0)["logprobs"]));
+    prompt_tokens += int64_t(one["usage"]["prompt_tokens"]);
+    completion_tokens += int64_t(one["usage"]["completion_tokens"]);
+  }
+  CHECK(int64_t(doc["usage"]["prompt_tokens"]) == prompt_tokens);
+  CHECK(int64_t(doc["usage"]["completion_tokens"]) == completion_tokens);
+  CHECK(int64_t(doc["usage"]["total_tokens"]) == prompt_tokens + completion_tokens);
+  CHECK(doc["prompt_token_ids"].is_null());
+
+  // Echo is per conversation (the last message's content, when the assistant's); structured outputs hold in each;
+  // return_token_ids gives each choice its ids; the request_id names the response.
+  auto echoed = http(
+      s.port(), "POST", "/v1/chat/completions/batch",
+      R"({"messages":[[{"role":"user","content":"Once upon a time"},{"role":"assistant","content":"there"}],)" + lily +
+          R"(],"max_tokens":8,"echo":true,"return_token_ids":true,"request_id":"b1",)"
+          R"("structured_outputs":{"choice":["yes","no"]}})");
+  REQUIRE_MESSAGE(echoed.status == 200, echoed.body);
+  doc = parser.parse(echoed.body);
+  CHECK(std::string_view(doc["id"]) == "chatcmpl-b1");
+  const std::string_view first = doc["choices"].at(0)["message"]["content"];
+  const std::string_view second = doc["choices"].at(1)["message"]["content"];
+  CHECK((first == "thereyes" || first == "thereno"));
+  CHECK((second == "yes" || second == "no"));
+  CHECK(doc["choices"].at(1)["token_ids"].get_array().size() >= 1);
+
+  // What vLLM's batch endpoint refuses, and bad conversations, are 400s naming the field and the conversation.
+  auto refused = [&](const std::string& body, const std::string& param) {
+    auto r = http(s.port(), "POST", "/v1/chat/completions/batch", body);
+    check_openai_error(r, 400);
+    CHECK_MESSAGE(error_param(r) == param, r.body);
+    return r;
+  };
+  refused(R"({"messages":[)" + once + R"(],"stream":true})", "stream");
+  refused(R"({"messages":[)" + once + R"(],"n":2})", "n");
+  refused(R"({"messages":[)" + once + R"(],"tools":[{"type":"function","function":{"name":"f"}}]})", "tools");
+  refused(R"({"messages":[)" + once + R"(,[{"content":"x"}]]})", "messages[1][0].role");
+  refused(R"({"messages":)" + once + "}", "messages[0]");
+  auto too_long = refused(R"({"messages":[)" + once + R"(,[{"role":"user","content":")" + std::string(3000, 'a') +
+                              R"("}]],"max_tokens":4})",
+                          "input_tokens");
+  CHECK_MESSAGE(
+      too_long.body.find("messages[1]: This model's maximum context length is 512 tokens") != std::string::npos,
+      too_long.body);
+  // A list of conversations on /v1/chat/completions points at the batch endpoint.
+  auto wrong = http(s.port(), "POST", "/v1/chat/completions", R"({"messages":[)" + once + "]}");
+  check_openai_error(wrong, 400);
+  CHECK(error_param(wrong) == "messages[0]");
+  CHECK(wrong.body.find("/v1/chat/completions/batch") != std::string::npos);
+  // The server is still fine.
+  CHECK(http(s.port(), "GET", "/health").status == 200);
+}
+
 TEST_CASE("logprob_token_ids: every output position reports the listed tokens' logprobs, as vLLM shapes them") {
   server s;
   simdjson::dom::parser parser;
@@ -393,6 +476,20 @@ TEST_CASE("logprob_token_ids: every output position reports the listed tokens' l
     }
   }
   CHECK(with_logprobs == 3);
+  // And through the batch endpoint, per conversation.
+  auto batch =
+      http(s.port(), "POST", "/v1/chat/completions/batch",
+           R"({"messages":[[{"role":"user","content":"Once upon a time"}],[{"role":"user","content":"Lily"}]],)"
+           R"("max_tokens":2,"temperature":0,"logprobs":true,"return_tokens_as_token_ids":true,)"
+           R"("logprob_token_ids":)" +
+               listed + "}");
+  REQUIRE_MESSAGE(batch.status == 200, batch.body);
+  simdjson::dom::parser p4;
+  simdjson::dom::element bdoc = p4.parse(batch.body);
+  for (std::size_t k = 0; k < 2; ++k)  // conversation 0 is the chat request's, greedy: the same first entries
+    CHECK(simdjson::minify(bdoc["choices"].at(0)["logprobs"]["content"].at(k)) == simdjson::minify(content.at(k)));
+  CHECK(bdoc["choices"].at(1)["logprobs"]["content"].get_array().size() == 2);
+
   // Bounded by the vocabulary (the 400 names the field and the size), and only with logprobs.
   auto oov =
       http(s.port(), "POST", "/v1/completions", R"({"prompt":"x","logprobs":0,"logprob_token_ids":[3,512,9000]})");

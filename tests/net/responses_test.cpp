@@ -477,3 +477,53 @@ TEST_CASE("logprob_token_ids: chat lists the sampled token then the listed ones 
   CHECK(double(dict["t8"]) == doctest::Approx(-2.0));
   CHECK(double(dict["t5"]) == doctest::Approx(-0.5));
 }
+
+TEST_CASE("batch chat response: one choice per conversation, its own echo, usage over all, prompt fields null") {
+  request_output a;
+  a.prompt_token_ids = {1, 2};
+  completion_output oa;
+  oa.token_ids = {5, 6};
+  oa.text = " upon";
+  oa.finish_reason = finish_reason::length;
+  oa.logprobs = {{5, -0.5f, {}}, {6, -0.25f, {}}};
+  a.outputs = {oa};
+  a.usage = {2, 2, 1};
+  request_output b;
+  b.prompt_token_ids = {1, 3, 4};
+  completion_output ob;
+  ob.token_ids = {7};
+  ob.text = " time";
+  ob.finish_reason = finish_reason::stop;
+  ob.stop_token_id = 2;
+  ob.logprobs = {{7, -1.0f, {}}};
+  b.outputs = {ob};
+  b.usage = {3, 1};
+  const std::vector<request_output> outputs{a, b};
+  const std::vector<std::string> echo{"", "Once"};
+  auto ctx = context("chatcmpl-");
+  ctx.logprobs = true;
+  ctx.return_token_ids = true;
+  ctx.prompt_tokens_details = true;
+  const std::string json = chat_batch_response_json(outputs, ctx, echo);
+  check_schema("CreateChatCompletionResponse", json);
+  simdjson::dom::parser p;
+  auto doc = parse(p, json);
+  CHECK(std::string_view(doc["object"]) == "chat.completion");
+  auto choices = doc["choices"].get_array().value();
+  REQUIRE(choices.size() == 2);
+  CHECK(int64_t(choices.at(0)["index"]) == 0);
+  CHECK(int64_t(choices.at(1)["index"]) == 1);
+  CHECK(std::string_view(choices.at(0)["message"]["content"]) == " upon");
+  CHECK(std::string_view(choices.at(1)["message"]["content"]) == "Once time");
+  CHECK(choices.at(0)["logprobs"]["content"].get_array().size() == 2);
+  CHECK(choices.at(1)["logprobs"]["content"].get_array().size() == 1);
+  CHECK(std::string_view(choices.at(1)["finish_reason"]) == "stop");
+  CHECK(int64_t(choices.at(1)["stop_reason"]) == 2);
+  CHECK(choices.at(1)["token_ids"].get_array().size() == 1);
+  CHECK(int64_t(doc["usage"]["prompt_tokens"]) == 5);
+  CHECK(int64_t(doc["usage"]["completion_tokens"]) == 3);
+  CHECK(int64_t(doc["usage"]["total_tokens"]) == 8);
+  CHECK(int64_t(doc["usage"]["prompt_tokens_details"]["cached_tokens"]) == 1);
+  CHECK(doc["prompt_logprobs"].is_null());
+  CHECK(doc["prompt_token_ids"].is_null());
+}
