@@ -51,6 +51,10 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
     if (id >= limits_.n_vocab)
       return fail(errc::invalid_argument,
                   fmt::format("allowed_token_ids: token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
+  for (int32_t id : req.params.logprob_token_ids)
+    if (id >= limits_.n_vocab)
+      return fail(errc::invalid_argument,
+                  fmt::format("logprob_token_ids: token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
 
   std::vector<int32_t> prompt_ids;
   if (req.prompt_is_tokens) {
@@ -120,6 +124,7 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
   spec.sampling.frequency_penalty = p.frequency_penalty;
   spec.sampling.logprobs = p.logprobs ? *p.logprobs : -1;
   spec.sampling.prompt_logprobs = p.prompt_logprobs ? *p.prompt_logprobs : -1;
+  spec.sampling.logprob_token_ids = p.logprob_token_ids;
   spec.sampling.seed = p.seed ? *p.seed : default_request_seed(limits_.seed, req.request_id);
   spec.sampling.allowed_token_ids = p.allowed_token_ids;
   if (!p.structured_pattern.empty()) {

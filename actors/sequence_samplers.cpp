@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace actorllm::actors {
 
 uint64_t sequence_seed(uint64_t seed, uint32_t index) {
@@ -26,7 +28,8 @@ void sequence_samplers::apply(const proto::step_plan& plan) {
     p.repetition_penalty = setup.spec.repetition_penalty;
     p.presence_penalty = setup.spec.presence_penalty;
     p.frequency_penalty = setup.spec.frequency_penalty;
-    p.logprobs = setup.spec.logprobs;
+    // logprob_token_ids replace the top logprobs: the backend only computes the sampled token's.
+    p.logprobs = setup.spec.logprob_token_ids.empty() ? setup.spec.logprobs : std::min(setup.spec.logprobs, 0);
     p.prompt_logprobs = setup.spec.prompt_logprobs;
     p.allowed_token_ids = setup.spec.allowed_token_ids;
     p.bad_words = setup.spec.bad_words;
@@ -36,9 +39,16 @@ void sequence_samplers::apply(const proto::step_plan& plan) {
     add(setup.request_id, p, setup.spec.seed, setup.prompt_ids);
     if (!setup.spec.structured_pattern.empty())
       constrain(setup.request_id, setup.spec.structured_pattern, setup.spec.tokenizer_dir);
+    if (!setup.spec.logprob_token_ids.empty())
+      report_token_logprobs(setup.request_id, setup.spec.logprob_token_ids);
     if (!setup.resume_output_ids.empty())
       resume(setup.request_id, setup.resume_output_ids);
   }
+}
+
+void sequence_samplers::report_token_logprobs(uint64_t request_id, std::vector<int32_t> token_ids) {
+  if (auto it = requests_.find(request_id); it != requests_.end())
+    it->second.logprob_token_ids = std::move(token_ids);
 }
 
 void sequence_samplers::resume(uint64_t request_id, std::span<const int32_t> output_ids) {
@@ -145,6 +155,10 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
     rows_.push_back(row);
     row_seqs_.push_back(&s);
   }
+  if (auto err = listed_token_logprobs(plan, be, logits); !err.empty()) {
+    result.error = std::move(err);
+    return result;
+  }
   // Two rows of one sequence in one step would share a generator and an output list: the scheduler never plans it.
   results_.resize(n_rows);
   be.sample(logits, rows_, results_);
@@ -158,12 +172,32 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
     proto::sampled_token tok;
     tok.token = r.token;
     tok.logprob = r.logprob;
-    tok.top.reserve(r.top.size());
-    for (const auto& t : r.top)
+    const auto& top = req.logprob_token_ids.empty() ? r.top : token_logprobs_[i];
+    tok.top.reserve(top.size());
+    for (const auto& t : top)
       tok.top.push_back({t.token, t.logprob});
     result.tokens.push_back(std::move(tok));
   }
   return result;
+}
+
+std::string sequence_samplers::listed_token_logprobs(const proto::step_plan& plan, backend& be, const tensor& logits) {
+  const int64_t n_vocab = logits.dim(1);
+  token_logprobs_.resize(plan.sample_seqs.size());
+  for (size_t i = 0; i < plan.sample_seqs.size(); ++i) {
+    token_logprobs_[i].clear();
+    const request& req = requests_.find(plan.sample_seqs[i].request_id)->second;  // sample() checked it is there
+    if (req.logprob_token_ids.empty())
+      continue;
+    for (int32_t id : req.logprob_token_ids)
+      if (id < 0 || id >= n_vocab)
+        return fmt::format("step {}: request {} asks for the logprob of token {} outside the vocabulary of {}",
+                           plan.step_id, plan.sample_seqs[i].request_id, id, n_vocab);
+    row_host_.resize(static_cast<size_t>(n_vocab));
+    be.download(logits.slice_rows(static_cast<int64_t>(i), 1), row_host_.data(), row_host_.size() * sizeof(float));
+    token_logprobs_[i] = ops::logprobs_of_tokens(row_host_, req.logprob_token_ids);
+  }
+  return {};
 }
 
 std::string sequence_samplers::score(const proto::step_plan& plan, backend& be, const tensor& logits,

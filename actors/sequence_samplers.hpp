@@ -36,6 +36,10 @@ class sequence_samplers {
   /// has not compiled it already).
   void constrain(uint64_t request_id, const std::string& pattern, const std::string& tokenizer_dir);
 
+  /// Makes a request added before report, for each sampled token, the raw logprobs of `token_ids` (in this order)
+  /// instead of its top logprobs (vLLM's logprob_token_ids). Each id must be inside the logits' vocabulary.
+  void report_token_logprobs(uint64_t request_id, std::vector<int32_t> token_ids);
+
   /// Failover: starts sequence 0 of a request added (and constrained) before as if it had already sampled
   /// `output_ids` here: penalties see them, its generator has advanced once per token, its structured-output
   /// automaton has consumed them.
@@ -69,19 +73,25 @@ class sequence_samplers {
     std::unordered_map<uint32_t, sequence> seqs;
     /// Structured outputs: the compiled pattern (shared, cached per process); null: free.
     std::shared_ptr<const text::structured::token_constraint> constraint;
-    std::string constraint_error;  ///< why the pattern could not be compiled here (sampling then fails)
+    std::string constraint_error;            ///< why the pattern could not be compiled here (sampling then fails)
+    std::vector<int32_t> logprob_token_ids;  ///< non-empty: reported instead of the top logprobs
   };
 
   /// The score rows' logprobs (downloaded: they are few, and a prompt's worth of rows once per request).
   std::string score(const proto::step_plan& plan, backend& be, const tensor& logits,
                     std::vector<proto::prompt_score>& out);
+  /// logprob_token_ids: the listed tokens' raw logprobs of each sample row whose request has them (into
+  /// token_logprobs_), read before sampling overwrites the logits. Only such rows are downloaded.
+  std::string listed_token_logprobs(const proto::step_plan& plan, backend& be, const tensor& logits);
 
   std::unordered_map<uint64_t, request> requests_;
   std::vector<float> score_host_;      // the score rows' logits on the host
   std::vector<ops::sample_row> rows_;  // per-step scratch
   std::vector<sequence*> row_seqs_;    // the sequence of each row
   std::vector<ops::sample_result> results_;
-  std::vector<std::vector<uint64_t>> padded_masks_;  // per row: a mask widened to the logits' vocabulary
+  std::vector<float> row_host_;                                  // one sample row's logits on the host
+  std::vector<std::vector<ops::token_logprob>> token_logprobs_;  // per row: logprob_token_ids' logprobs
+  std::vector<std::vector<uint64_t>> padded_masks_;              // per row: a mask widened to the logits' vocabulary
 };
 
 }  // namespace actorllm::actors

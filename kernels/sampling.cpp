@@ -68,26 +68,54 @@ std::vector<token_logprob> top_logprobs(const float* x, int64_t n, int64_t k, fl
   return out;
 }
 
+namespace {
+
+// The sampler's view of a logit: NaN is -inf, +inf the largest finite value.
+float sanitized(float v) {
+  return std::isnan(v) ? -std::numeric_limits<float>::infinity() : std::min(v, std::numeric_limits<float>::max());
+}
+
+// A sanitized row's max m and log(sum(exp(x - m))) (0 when every entry is -inf), the sum in double: a whole
+// vocabulary of terms.
+std::pair<float, float> row_normalizer(std::span<const float> logits) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (float v : logits)
+    m = std::max(m, sanitized(v));
+  if (m == -std::numeric_limits<float>::infinity())
+    return {m, 0.0f};
+  double sum = 0.0;
+  for (float v : logits)
+    sum += std::exp(static_cast<double>(sanitized(v)) - m);
+  return {m, static_cast<float>(std::log(sum))};
+}
+
+// A token's logprob in a row normalized by (m, ls); a row of all -inf is uniform.
+float row_logprob(float v, float m, float ls, size_t n) {
+  return m == -std::numeric_limits<float>::infinity() ? -std::log(static_cast<float>(n)) : (v - m) - ls;
+}
+
+}  // namespace
+
 row_logprobs logprobs_of(std::span<const float> logits, int32_t token, int32_t k) {
-  // The sampler's view of a row: NaN is -inf, +inf the largest finite value.
   thread_local std::vector<float> row;
   row.resize(logits.size());
-  float m = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float v = logits[i];
-    row[i] = std::isnan(v) ? -std::numeric_limits<float>::infinity() : std::min(v, std::numeric_limits<float>::max());
-    m = std::max(m, row[i]);
-  }
+  std::transform(logits.begin(), logits.end(), row.begin(), sanitized);
+  const auto [m, ls] = row_normalizer(row);
   const auto n = static_cast<int64_t>(row.size());
-  double sum = 0.0;  // in double: a whole vocabulary of terms
-  for (float v : row)
-    sum += std::exp(static_cast<double>(v) - m);
-  const float ls = m == -std::numeric_limits<float>::infinity() ? 0.0f : static_cast<float>(std::log(sum));
   row_logprobs out;
   const float mine = row[static_cast<size_t>(token)];
-  out.logprob = m == -std::numeric_limits<float>::infinity() ? -std::log(static_cast<float>(n)) : (mine - m) - ls;
+  out.logprob = row_logprob(mine, m, ls, row.size());
   out.rank = 1 + static_cast<int32_t>(std::count_if(row.begin(), row.end(), [&](float v) { return v > mine; }));
   out.top = top_logprobs(row.data(), n, k, m, ls);
+  return out;
+}
+
+std::vector<token_logprob> logprobs_of_tokens(std::span<const float> logits, std::span<const int32_t> tokens) {
+  const auto [m, ls] = row_normalizer(logits);
+  std::vector<token_logprob> out;
+  out.reserve(tokens.size());
+  for (int32_t t : tokens)
+    out.push_back({t, row_logprob(sanitized(logits[static_cast<size_t>(t)]), m, ls, logits.size())});
   return out;
 }
 

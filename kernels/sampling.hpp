@@ -74,6 +74,10 @@ std::vector<token_logprob> top_logprobs(const float* x, int64_t n, int64_t k, fl
 /// sampler's conventions (NaN is -inf, +inf the largest finite value; top entries as sample() picks them).
 row_logprobs logprobs_of(std::span<const float> logits, int32_t token, int32_t k);
 
+/// The logprobs of `tokens`, in their order, in `logits` (one row, the whole vocabulary, raw: before any processor),
+/// with logprobs_of's conventions: vLLM's logprob_token_ids. Every id must be in [0, logits.size()).
+std::vector<token_logprob> logprobs_of_tokens(std::span<const float> logits, std::span<const int32_t> tokens);
+
 /// Per-request random generator: xoshiro256** seeded through splitmix64. Its output depends only on the seed, on
 /// every platform (unlike std::uniform_*_distribution, whose algorithm is implementation-defined).
 class sampler_rng {

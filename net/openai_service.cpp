@@ -99,6 +99,8 @@ struct job {
   std::shared_ptr<response_channel> channel;
   openai::response_context ctx;
   bool chat = false;
+  bool chat_batch = false;              // /v1/chat/completions/batch: one conversation per prompt, never streamed
+  std::vector<std::string> echo_texts;  // chat_batch: each conversation's echo text
   bool stream = false;
   std::optional<openai::completion_stream> completion_chunks;
   std::optional<openai::chat_stream> chat_chunks;
@@ -160,8 +162,9 @@ struct job {
       channel->send_chunk(chat ? chat_chunks->end(usage) : completion_chunks->end(usage));
       channel->close();
     } else {
-      std::string body =
-          chat ? openai::chat_response_json(outputs.front(), ctx) : openai::completion_response_json(outputs, ctx);
+      std::string body = chat_batch ? openai::chat_batch_response_json(outputs, ctx, echo_texts)
+                         : chat     ? openai::chat_response_json(outputs.front(), ctx)
+                                    : openai::completion_response_json(outputs, ctx);
       channel->respond(json_response(200, std::move(body)));
     }
   }
@@ -306,18 +309,17 @@ openai::api_error queue_full(int64_t limit) {
 /// The sequences a request asks for (n × prompts) against the most the engine can hold at all (max_num_seqs per
 /// replica + --max-queued-requests): more could never be admitted, so the answer is a 400 rather than a 429.
 std::optional<openai::api_error> check_capacity(int64_t sequences, int32_t n, std::size_t prompts,
-                                                const admission_gate& gate, const model_info& info,
-                                                int64_t max_queued) {
+                                                const admission_gate& gate, const model_info& info, int64_t max_queued,
+                                                std::string_view noun = "prompt", std::string_view param = "n") {
   if (gate.limit() < 0 || sequences <= gate.limit())
     return std::nullopt;
   return openai::api_error::bad_request(
-      fmt::format(
-          "n × prompts: {} prompt{} × n={} = {} sequences, more than the server can hold (--max-num-seqs {}{} + "
-          "--max-queued-requests {} = {})",
-          prompts, prompts == 1 ? "" : "s", n, sequences, info.max_num_seqs,
-          info.data_parallel_size > 1 ? fmt::format(" × {} replicas", info.data_parallel_size) : "", max_queued,
-          gate.limit()),
-      "n");
+      fmt::format("n × {}s: {} {}{} × n={} = {} sequences, more than the server can hold (--max-num-seqs {}{} + "
+                  "--max-queued-requests {} = {})",
+                  noun, prompts, noun, prompts == 1 ? "" : "s", n, sequences, info.max_num_seqs,
+                  info.data_parallel_size > 1 ? fmt::format(" × {} replicas", info.data_parallel_size) : "", max_queued,
+                  gate.limit()),
+      std::string{param});
 }
 
 /// A token's text as it reads inside generated text, for logprobs: " there" for "▁there". decode({id}) alone drops
@@ -368,7 +370,8 @@ std::optional<openai::api_error> check_json_content_type(const http_request& req
       "Content-Type");
 }
 
-/// Token ids a request names (logit_bias, allowed_token_ids) must be in the vocabulary: a 400 naming the field.
+/// Token ids a request names (logit_bias, allowed_token_ids, stop_token_ids, logprob_token_ids) must be in the
+/// vocabulary: a 400 naming the field.
 std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64_t n_vocab) {
   // Lists the sampler walks for every token of every sequence: never longer than the vocabulary (a list that is
   // longer repeats ids, and costs each step more than the vocabulary-wide pass the sampler makes anyway).
@@ -399,6 +402,18 @@ std::optional<openai::api_error> check_token_ids(const sampling_params& p, int64
       return openai::api_error::bad_request(
           fmt::format("stop_token_ids: token id {} is outside the vocabulary (size {})", id, n_vocab),
           "stop_token_ids");
+  std::string outside;  // every listed id outside, as vLLM names them
+  for (int32_t id : p.logprob_token_ids) {
+    if (id < n_vocab)
+      continue;
+    if (!outside.empty())
+      outside += ", ";
+    outside += std::to_string(id);
+  }
+  if (!outside.empty())
+    return openai::api_error::bad_request(
+        fmt::format("logprob_token_ids: token id(s) [{}] are outside the vocabulary (size {})", outside, n_vocab),
+        "logprob_token_ids");
   return std::nullopt;
 }
 
@@ -505,6 +520,7 @@ void openai_service::install(router& r) {
   auto off = [this](router::route_handler h) { return preprocess_->offload(std::move(h)); };
   r.add("POST", "/v1/completions", off([this](const http_request& q) { return completions(q); }));
   r.add("POST", "/v1/chat/completions", off([this](const http_request& q) { return chat_completions(q); }));
+  r.add("POST", "/v1/chat/completions/batch", off([this](const http_request& q) { return chat_completions_batch(q); }));
   r.add("POST", "/tokenize", off([this](const http_request& q) { return tokenize(q); }));
   r.add("POST", "/detokenize", off([this](const http_request& q) { return detokenize(q); }));
   r.add("GET", "/v1/models", [this](const http_request&) { return models(); });
@@ -619,6 +635,7 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
   j->ctx.model = model->name;
   j->lora = model->lora;
   j->ctx.logprobs = parsed->params.logprobs.has_value();
+  j->ctx.logprob_token_ids = !parsed->params.logprob_token_ids.empty();
   j->ctx.echo = parsed->echo;
   j->ctx.echo_only = parsed->echo_only;
   j->ctx.include_usage = parsed->include_usage || (parsed->stream && config_.enable_force_include_usage);
@@ -681,9 +698,11 @@ text::jinja::value template_tool_calls(const std::string& json) {
   return text::jinja::value::list(std::move(calls));
 }
 
-/// The chat template's text for `messages`, or the reason it cannot be rendered.
+/// The chat template's text for `messages` (r.messages, or one conversation of a batch) with the request's other
+/// template inputs, or the reason it cannot be rendered.
 openai::result<std::string> render_chat(const text::chat_template* server_template, const text::tokenizer& tok,
-                                        const openai::chat_request& r, bool content_as_parts) {
+                                        const openai::chat_request& r, bool content_as_parts,
+                                        std::span<const openai::chat_message> messages) {
   std::optional<text::chat_template> own;
   if (r.chat_template) {
     try {
@@ -697,7 +716,7 @@ openai::result<std::string> render_chat(const text::chat_template* server_templa
     return openai::api_error::bad_request("this model has no chat template", "messages");
   text::chat_template_inputs in;
   std::vector<text::jinja::value> list;
-  for (const openai::chat_message& m : r.messages) {
+  for (const openai::chat_message& m : messages) {
     std::vector<std::pair<std::string, text::jinja::value>> entries{{"role", m.role}, {"content", m.content}};
     if (content_as_parts && !m.parts.empty()) {  // --chat-template-content-format openai
       std::vector<text::jinja::value> parts;
@@ -730,7 +749,7 @@ openai::result<std::string> render_chat(const text::chat_template* server_templa
   if (r.continue_final_message) {
     // As vLLM: cut what the template wrote after the last message's content (its end-of-turn), so that the output
     // continues that message.
-    const std::string& last = r.messages.back().content;
+    const std::string& last = messages.back().content;
     const auto at = last.empty() ? std::string::npos : out.rfind(last);
     if (at == std::string::npos)
       return openai::api_error::bad_request(
@@ -739,6 +758,19 @@ openai::result<std::string> render_chat(const text::chat_template* server_templa
     out.resize(at + last.size());
   }
   return out;
+}
+
+openai::result<std::string> render_chat(const text::chat_template* server_template, const text::tokenizer& tok,
+                                        const openai::chat_request& r, bool content_as_parts) {
+  return render_chat(server_template, tok, r, content_as_parts, r.messages);
+}
+
+/// vLLM's chat echo: the last message's content starts the reply when it is the reply's role (always when no
+/// generation prompt is added: then the reply continues that message).
+std::string chat_echo_text(const openai::chat_request& r, std::span<const openai::chat_message> messages) {
+  if (r.echo && (!r.add_generation_prompt || messages.back().role == "assistant"))
+    return messages.back().content;
+  return {};
 }
 
 }  // namespace
@@ -817,14 +849,12 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   j->ctx.model = model->name;
   j->lora = model->lora;
   j->ctx.logprobs = parsed->logprobs;
+  j->ctx.logprob_token_ids = !parsed->params.logprob_token_ids.empty();
   j->ctx.include_usage = parsed->include_usage || (parsed->stream && config_.enable_force_include_usage);
   j->ctx.return_token_ids = parsed->return_token_ids;
   j->ctx.continuous_usage = parsed->continuous_usage_stats;
   j->ctx.prompt_token_ids.push_back(ids);
-  // vLLM's chat echo: the last message's content starts the reply when it is the reply's role (always when no
-  // generation prompt is added: then the reply continues that message).
-  if (parsed->echo && (!parsed->add_generation_prompt || parsed->messages.back().role == "assistant"))
-    j->ctx.echo_text = parsed->messages.back().content;
+  j->ctx.echo_text = chat_echo_text(*parsed, parsed->messages);
   j->ctx.tools = tools;
   if (parser)
     j->ctx.parser = *parser;
@@ -840,6 +870,108 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   j->slot = std::move(*slot);
   j->constraint = std::move(constraint);
   return start(j, {prompt{std::move(ids)}}, parsed->params, parsed->priority, parsed->cache_salt, {});
+}
+
+std::shared_ptr<response_channel> openai_service::chat_completions_batch(const http_request& req) {
+  if (auto bad = check_json_content_type(req))
+    return fail(*bad);
+  auto parsed = openai::parse_chat_batch_request(req.body, parse_limits(), defaults_);
+  if (!parsed)
+    return fail(parsed.error());
+  const std::size_t conversations = parsed->conversations.size();
+  if (auto bad = check_capacity(static_cast<int64_t>(conversations), 1, conversations, admission_, llm_.info(),
+                                config_.max_queued_requests, "conversation", "messages"))
+    return fail(*bad);
+  log_ignored(*parsed);
+  if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
+    return fail(*bad);
+  std::shared_ptr<const text::structured::token_constraint> constraint;
+  if (!config_.reasoning_parser.empty() && !parsed->structured_param.empty())
+    return fail(openai::api_error::bad_request(
+        fmt::format("{} is not supported with --reasoning-parser yet: the constraint would apply to the reasoning too",
+                    parsed->structured_param),
+        parsed->structured_param));
+  // One constraint for every conversation: compiled once.
+  if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
+    return fail(*bad);
+  auto model = openai::resolve_model(parsed->model, config_.served_model_names);
+  if (!model)
+    return fail(model.error());
+  if (!tokenizer_)
+    return fail(openai::api_error::bad_request("this model has no tokenizer", "messages"));
+  // The request's own template is parsed once, then renders every conversation.
+  std::optional<text::chat_template> own;
+  if (parsed->chat_template) {
+    try {
+      own = text::chat_template::parse(*parsed->chat_template);
+    } catch (const std::exception& e) {
+      return fail(
+          openai::api_error::bad_request(std::string{"chat_template does not parse: "} + e.what(), "chat_template"));
+    }
+    parsed->chat_template.reset();
+  }
+  const text::chat_template* tmpl = own ? &*own : chat_template_.get();
+  if (tmpl == nullptr)
+    return fail(openai::api_error::bad_request("this model has no chat template", "messages"));
+  const int32_t max_len = llm_.info().max_model_len;
+  const std::optional<int32_t> checked_max = parsed->max_tokens_defaulted ? std::nullopt : parsed->params.max_tokens;
+  int64_t room = max_len;
+  std::vector<prompt> prompts;
+  prompts.reserve(conversations);
+  auto j = std::make_shared<job>();
+  // Each conversation as a chat request of its own: rendered and checked alike; an error names the conversation.
+  for (std::size_t c = 0; c < conversations; ++c) {
+    if (handler_pool::cancelled())
+      return fail(cancelled_request());
+    const std::span<const openai::chat_message> messages = parsed->conversations[c];
+    const std::string where = fmt::format("messages[{}]", c);
+    auto named = [&](openai::api_error e) {
+      e.message = where + ": " + e.message;
+      if (e.param == "messages")
+        e.param = where;
+      return fail(e);
+    };
+    auto text = render_chat(tmpl, *tokenizer_, *parsed, config_.chat_template_content_format == "openai", messages);
+    if (!text)
+      return named(text.error());
+    std::vector<int32_t> ids = tokenizer_->encode(*text, parsed->add_special_tokens.value_or(false));
+    truncate_prompt(ids, parsed->truncate_prompt_tokens, max_len);
+    if (ids.empty())
+      return named(openai::api_error::bad_request("the rendered conversation has no tokens", "messages"));
+    if (auto err = openai::check_context_length(static_cast<int64_t>(ids.size()), checked_max, max_len))
+      return named(*err);
+    room = std::min(room, max_len - static_cast<int64_t>(ids.size()));
+    j->ctx.prompt_token_ids.push_back(ids);
+    j->echo_texts.push_back(chat_echo_text(*parsed, messages));
+    prompts.emplace_back(std::move(ids));
+  }
+  if (parsed->max_tokens_defaulted && parsed->params.max_tokens && *parsed->params.max_tokens > room)
+    parsed->params.max_tokens = static_cast<int32_t>(std::max<int64_t>(room, 1));
+  if (handler_pool::cancelled())
+    return fail(cancelled_request());
+  auto slot = admission_.try_enter(static_cast<int64_t>(conversations));
+  if (!slot)
+    return fail(queue_full(admission_.limit()));
+  j->llm = &llm_;
+  j->worker = worker_;
+  j->metrics = metrics_;
+  j->channel = std::make_shared<response_channel>();
+  j->chat = true;
+  j->chat_batch = true;
+  j->ctx.id = parsed->request_id ? "chatcmpl-" + *parsed->request_id : openai::make_response_id("chatcmpl-");
+  j->ctx.created = static_cast<int64_t>(std::time(nullptr));
+  j->ctx.model = *model;
+  j->ctx.logprobs = parsed->logprobs;
+  j->ctx.logprob_token_ids = !parsed->params.logprob_token_ids.empty();
+  j->ctx.return_token_ids = parsed->return_token_ids;
+  j->ctx.reasoning = openai::parse_reasoning_format(config_.reasoning_parser);
+  j->ctx.include_reasoning = parsed->include_reasoning;
+  j->ctx.prompt_tokens_details = config_.enable_prompt_tokens_details;
+  j->ctx.decoder =
+      make_decoder(tokenizer_.get(), parsed->return_tokens_as_token_ids || config_.return_tokens_as_token_ids);
+  j->slot = std::move(*slot);
+  j->constraint = std::move(constraint);
+  return start(j, std::move(prompts), parsed->params, parsed->priority, parsed->cache_salt, {});
 }
 
 openai::parse_limits openai_service::parse_limits() const {

@@ -115,6 +115,8 @@ class openai_service {
   std::string structured_tokenizer_dir() const;
   std::shared_ptr<response_channel> completions(const http_request& req);
   std::shared_ptr<response_channel> chat_completions(const http_request& req);
+  // POST /v1/chat/completions/batch (vLLM's): a list of conversations, one choice each, never streamed.
+  std::shared_ptr<response_channel> chat_completions_batch(const http_request& req);
   std::shared_ptr<response_channel> tokenize(const http_request& req);
   std::shared_ptr<response_channel> detokenize(const http_request& req);
   std::shared_ptr<response_channel> models() const;

@@ -40,9 +40,11 @@ struct token_logprob {
 
 /// The logprobs of one generated token: its own, and the most likely alternatives when asked for.
 struct sample_logprobs {
-  int32_t token = 0;               ///< the generated token
-  float logprob = 0.0f;            ///< its log-probability (raw model distribution, vLLM's default)
-  std::vector<token_logprob> top;  ///< the top `sampling_params::logprobs` tokens, most likely first
+  int32_t token = 0;     ///< the generated token
+  float logprob = 0.0f;  ///< its log-probability (raw model distribution, vLLM's default)
+  /// The top `sampling_params::logprobs` tokens, most likely first; with sampling_params::logprob_token_ids,
+  /// those tokens in the order given.
+  std::vector<token_logprob> top;
 
   friend bool operator==(const sample_logprobs&, const sample_logprobs&) = default;
 };

@@ -28,6 +28,9 @@ struct sampling_params {
   bool include_stop_str_in_output = false;  ///< keep the matched stop string in the text
   bool ignore_eos = false;                  ///< generate through end-of-sequence tokens
   std::optional<int32_t> logprobs;          ///< per output token: its logprob, plus the top `logprobs` (0: just it)
+  /// vLLM's logprob_token_ids: per output token, the logprobs of these tokens (in this order) instead of the top
+  /// `logprobs`; needs `logprobs` set. Empty: the top `logprobs`.
+  std::vector<int32_t> logprob_token_ids;
   /// Per prompt token after the first: its logprob given the tokens before it, its rank, plus the top
   /// `prompt_logprobs` tokens at that position (0: just it). Computed in the prompt's prefill; such a request does
   /// not read the prefix cache (every prompt position must go through the model).
@@ -79,6 +82,11 @@ inline std::string validate(const sampling_params& p) {
            std::to_string(*p.max_tokens) + ")";
   if (p.logprobs && *p.logprobs < 0)
     return "logprobs must be at least 0, got " + std::to_string(*p.logprobs);
+  for (int32_t id : p.logprob_token_ids)
+    if (id < 0)
+      return "logprob_token_ids must be token ids (>= 0), got " + std::to_string(id);
+  if (!p.logprob_token_ids.empty() && !p.logprobs)
+    return "logprob_token_ids needs logprobs to be set (the token ids replace its top logprobs)";
   if (p.prompt_logprobs && *p.prompt_logprobs < 0)
     return "prompt_logprobs must be at least 0, got " + std::to_string(*p.prompt_logprobs);
   for (const auto& s : p.stop)

@@ -19,7 +19,8 @@ constexpr std::array rules{
     // OpenAI's fields.
     field_rule{"model", both, implemented, "the served model name; empty: the first one"},
     field_rule{"prompt", cmpl, implemented, "text, texts, token ids or lists of token ids"},
-    field_rule{"messages", chat, implemented, "rendered with the chat template; any role is passed to it"},
+    field_rule{"messages", chat, implemented,
+               "rendered with the chat template; any role is passed to it; /batch: a list of conversations"},
     field_rule{"max_tokens", both, implemented, "output tokens per sequence"},
     field_rule{"max_completion_tokens", chat, implemented, "wins over max_tokens"},
     field_rule{"temperature", both, implemented, "0: greedy"},
@@ -87,6 +88,8 @@ constexpr std::array rules{
     field_rule{"allowed_token_ids", both, implemented, "only these tokens can be sampled", true},
     field_rule{"bad_words", both, implemented, "words never generated", true},
     field_rule{"prompt_logprobs", both, implemented, "each prompt token's logprob and the top k (not with stream)", true},
+    field_rule{"logprob_token_ids", both, implemented, "these tokens' logprobs at every output position, not the top k",
+               true},
     field_rule{"return_token_ids", both, implemented, "choices carry token_ids and prompt_token_ids", true},
     field_rule{"structured_outputs", both, implemented, "json, regex, choice or json_object", true},
     field_rule{"guided_json", both, implemented, "the output is JSON valid against the schema", true},

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 namespace actorllm::net::openai {
@@ -501,6 +502,17 @@ bool read_common_field(std::string_view key, dom::element v, common_request& r, 
         fail(param, "logit_bias values must be in [-100, 100], got " + format_number(bias) + " for token " + id_text);
       p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
     }
+  } else if (key == "logprob_token_ids") {
+    // Checked for count before any entry is read: each sampled token of the request reports every one of them.
+    dom::array ids = read_array(v, param);
+    if (ids.size() == 0)
+      fail(param, "`logprob_token_ids` must not be an empty list.");
+    if (ids.size() > st.limits->max_logprob_token_ids)
+      fail(param, "Requested logprob_token_ids of length " + std::to_string(ids.size()) +
+                      ", which is greater than max allowed: " + std::to_string(st.limits->max_logprob_token_ids));
+    for (dom::element id : ids)
+      p.logprob_token_ids.push_back(
+          static_cast<int32_t>(read_integer(id, param, 0, std::numeric_limits<int32_t>::max())));
   } else if (key == "allowed_token_ids") {
     for (dom::element id : read_array(v, param)) {
       const int64_t x = read_integer(id, param, 0, std::numeric_limits<int32_t>::max());
@@ -687,17 +699,21 @@ std::string read_content(dom::element v, const std::string& param, std::string_v
   return text;
 }
 
-std::vector<chat_message> read_messages(dom::element v) {
-  dom::array a = read_array(v, "messages");
+// One conversation: `where` is "messages", or "messages[i]" for conversation i of a batch.
+std::vector<chat_message> read_messages(dom::element v, const std::string& where) {
+  dom::array a = read_array(v, where);
   if (a.size() == 0)
-    fail("messages", "messages must not be empty");
+    fail(where, where + " must not be empty");
   std::vector<chat_message> out;
   std::size_t i = 0;
   for (dom::element m : a) {
-    const std::string param = "messages[" + std::to_string(i++) + "]";
+    const std::string param = where + "[" + std::to_string(i++) + "]";
     dom::object obj;
     if (m.get(obj))
-      fail(param, param + " must be an object, got " + type_name(m));
+      fail(param,
+           param + " must be an object, got " + type_name(m) +
+               (m.is_array() && where == "messages" ? " (a list of conversations goes to /v1/chat/completions/batch)"
+                                                    : ""));
     chat_message msg;
     std::optional<dom::element> content;
     bool has_role = false;
@@ -743,6 +759,27 @@ std::vector<chat_message> read_messages(dom::element v) {
   return out;
 }
 
+// A batch's messages: a list of conversations, each a list of messages; counted before any is read.
+std::vector<std::vector<chat_message>> read_conversations(dom::element v, const parse_limits& limits) {
+  dom::array a = read_array(v, "messages");
+  if (a.size() == 0)
+    fail("messages", "messages must not be empty");
+  if (a.size() > limits.max_prompts)
+    fail("messages", "messages: " + std::to_string(a.size()) + " conversations, more than --max-prompts-per-request (" +
+                         std::to_string(limits.max_prompts) + ")");
+  std::vector<std::vector<chat_message>> out;
+  out.reserve(a.size());
+  std::size_t i = 0;
+  for (dom::element c : a) {
+    const std::string where = "messages[" + std::to_string(i++) + "]";
+    if (!c.is_array())
+      fail(where, where + " must be a list of messages (one conversation), got " + type_name(c) +
+                      (c.is_object() ? " (a single conversation goes to /v1/chat/completions)" : ""));
+    out.push_back(read_messages(c, where));
+  }
+  return out;
+}
+
 template <class Request, class Fill>
 result<Request> parse_with(std::string_view body, const parse_limits& limits, Fill fill) {
   try {
@@ -761,6 +798,27 @@ result<Request> parse_with(std::string_view body, const parse_limits& limits, Fi
   } catch (const std::bad_alloc&) {
     return api_error::payload_too_large("Request body is too large to parse");
   }
+}
+
+// What vLLM's /v1/chat/completions/batch refuses (its BatchChatCompletionRequest's fields and check_batch_mode),
+// checked once every field is read, before the checks that would otherwise speak of a single conversation.
+void check_batch(const chat_request& r) {
+  if (r.stream)
+    fail("stream",
+         "Batch chat completions do not support streaming (as vLLM's /v1/chat/completions/batch): leave stream out "
+         "or false, or stream each conversation from /v1/chat/completions.");
+  if (r.params.n != 1)
+    fail("n", "Batch chat completions do not support `n > 1`. Please set `n` to 1.");
+  if (!r.tools.empty())
+    fail("tools",
+         "Batch chat completions do not support tool use (as vLLM's /v1/chat/completions/batch): leave tools out, "
+         "or send each conversation to /v1/chat/completions.");
+  if (!r.tool_choice.empty() && r.tool_choice != "none")
+    fail("tool_choice", "Batch chat completions support only tool_choice \"none\", got \"" + r.tool_choice + "\".");
+  if (r.params.prompt_logprobs)
+    fail("prompt_logprobs",
+         "prompt_logprobs is not supported by batch chat completions: a chat response carries the prompt_logprobs "
+         "of one conversation (send each conversation to /v1/chat/completions).");
 }
 
 }  // namespace
@@ -792,6 +850,14 @@ result<completion_request> parse_completion_request(std::string_view body, const
       r.echo_only = true;
       r.params.max_tokens = 1;
     }
+    if (!r.params.logprob_token_ids.empty()) {
+      if (!r.params.logprobs)
+        fail("logprob_token_ids", "when using `logprob_token_ids`, `logprobs` must be set.");
+      if (r.echo_only)
+        fail("logprob_token_ids",
+             "`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no output tokens are "
+             "generated.");
+    }
     if (r.stream && r.echo_only)
       fail("max_tokens", "max_tokens 0 (echo the prompt, generate nothing) is not supported with stream: true");
     if (r.stream && r.echo && r.params.logprobs)
@@ -806,9 +872,13 @@ result<completion_request> parse_completion_request(std::string_view body, const
   });
 }
 
-result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits,
-                                        const sampling_defaults& defaults) {
-  return parse_with<chat_request>(body, limits, [&](dom::object obj, chat_request& r) {
+namespace {
+
+// A chat body's fields into `r`; a chat_batch_request's messages are a list of conversations.
+template <class Request>
+result<Request> parse_chat_body(std::string_view body, const parse_limits& limits, const sampling_defaults& defaults) {
+  constexpr bool batch = std::is_same_v<Request, chat_batch_request>;
+  return parse_with<Request>(body, limits, [&](dom::object obj, Request& r) {
     common_state st;
     st.limits = &limits;
     apply_defaults(r.params, defaults);
@@ -821,7 +891,10 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
     read_fields(obj, endpoint::chat, r, [&](std::string_view key, dom::element v) {
       const std::string param{key};
       if (key == "messages") {
-        r.messages = read_messages(v);
+        if constexpr (batch)
+          r.conversations = read_conversations(v, limits);
+        else
+          r.messages = read_messages(v, "messages");
         has_messages = true;
       } else if (key == "logprobs") {
         r.logprobs = read_bool(v, param);
@@ -931,6 +1004,8 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
     });
     if (!has_messages)
       fail("messages", "messages is required");
+    if constexpr (batch)
+      check_batch(r);
     if (r.continue_final_message) {
       if (add_generation_prompt_given && r.add_generation_prompt)
         fail("continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
@@ -964,11 +1039,14 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
       r.template_vars.emplace_back("reasoning_effort", *reasoning_effort);
     for (auto& kv : kwargs)
       r.template_vars.push_back(std::move(kv));
+    if (!r.params.logprob_token_ids.empty() && !r.logprobs)
+      fail("logprob_token_ids", "when using `logprob_token_ids`, `logprobs` must be set to true.");
     if (top_logprobs && *top_logprobs > 0 && !r.logprobs)
       fail("top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.");
     r.top_logprobs = top_logprobs.value_or(0);
+    // logprob_token_ids take precedence over top_logprobs (vLLM): the engine reports them instead of the top k.
     if (r.logprobs)
-      r.params.logprobs = r.top_logprobs;
+      r.params.logprobs = r.params.logprob_token_ids.empty() ? r.top_logprobs : 0;
     // Chat has no default limit: unset generates up to the context length (vLLM).
     if (max_completion_tokens)
       r.params.max_tokens = max_completion_tokens;
@@ -978,6 +1056,18 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
     }
     finish_common(r, st, max_completion_tokens ? "max_completion_tokens" : "max_tokens", "top_logprobs");
   });
+}
+
+}  // namespace
+
+result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits,
+                                        const sampling_defaults& defaults) {
+  return parse_chat_body<chat_request>(body, limits, defaults);
+}
+
+result<chat_batch_request> parse_chat_batch_request(std::string_view body, const parse_limits& limits,
+                                                    const sampling_defaults& defaults) {
+  return parse_chat_body<chat_batch_request>(body, limits, defaults);
 }
 
 std::optional<api_error> check_context_length(int64_t prompt_tokens, std::optional<int32_t> max_tokens,

@@ -30,15 +30,17 @@ namespace actorllm::net::openai {
 /// Limits the parser enforces before and while reading a body. Each count is checked before the field's entries
 /// are read or copied; a request over one gets a 400 whose message names the field and the serve flag that sets it.
 struct parse_limits {
-  std::size_t max_body_bytes = 16u << 20;  ///< larger bodies are refused with 413
-  std::size_t max_depth = 32;              ///< deeper JSON nesting is refused with 400
-  int32_t max_logprobs = 20;               ///< the most logprobs / top_logprobs a request may ask for
+  std::size_t max_body_bytes = 16u << 20;   ///< larger bodies are refused with 413
+  std::size_t max_depth = 32;               ///< deeper JSON nesting is refused with 400
+  int32_t max_logprobs = 20;                ///< the most logprobs / top_logprobs a request may ask for
+  std::size_t max_logprob_token_ids = 128;  ///< entries of logprob_token_ids (vLLM's MAX_LOGPROB_TOKEN_IDS)
   /// The most sequences (n) one prompt may ask for: the engine's --max-num-seqs (more could never run at once).
   /// Checked before any other field is read.
   int32_t max_n = 256;
-  std::size_t max_stop_strings = 128;    ///< --max-stop-strings: entries of `stop`
-  std::size_t max_stop_bytes = 16384;    ///< --max-stop-bytes: the bytes of all of `stop` together
-  std::size_t max_prompts = 1024;        ///< --max-prompts-per-request: entries of a completions prompt list
+  std::size_t max_stop_strings = 128;  ///< --max-stop-strings: entries of `stop`
+  std::size_t max_stop_bytes = 16384;  ///< --max-stop-bytes: the bytes of all of `stop` together
+  /// --max-prompts-per-request: entries of a completions prompt list, conversations of a batch chat request
+  std::size_t max_prompts = 1024;
   std::size_t max_tools = 128;           ///< --max-tools: entries of `tools`
   std::size_t max_template_kwargs = 64;  ///< --max-chat-template-kwargs: keys of chat_template_kwargs
   std::size_t max_bad_words = 128;       ///< --max-bad-words: entries of `bad_words`
@@ -134,6 +136,16 @@ struct chat_request : common_request {
   friend bool operator==(const chat_request&, const chat_request&) = default;
 };
 
+/// A parsed /v1/chat/completions/batch body (vLLM's BatchChatCompletionRequest): `messages` is a list of
+/// conversations, each rendered and generated as a chat request of its own with every other field of the body.
+/// As vLLM's: no streaming, n 1, no tools (tool_choice only "none"); prompt_logprobs are refused too (a chat
+/// response has one prompt_logprobs, for one conversation). chat_request::messages stays empty.
+struct chat_batch_request : chat_request {
+  std::vector<std::vector<chat_message>> conversations;  ///< never empty, no conversation empty
+
+  friend bool operator==(const chat_batch_request&, const chat_batch_request&) = default;
+};
+
 /// Parses and validates a /v1/completions body. max_tokens defaults to defaults.max_tokens, else 16 (OpenAI and
 /// vLLM); the other sampling fields the body leaves out take `defaults` where set.
 result<completion_request> parse_completion_request(std::string_view body, const parse_limits& limits = {},
@@ -143,6 +155,11 @@ result<completion_request> parse_completion_request(std::string_view body, const
 /// defaults.max_tokens, else unset (the rest of the context). Other fields left out take `defaults` where set.
 result<chat_request> parse_chat_request(std::string_view body, const parse_limits& limits = {},
                                         const sampling_defaults& defaults = {});
+
+/// Parses and validates a /v1/chat/completions/batch body, as parse_chat_request does a chat body; errors in a
+/// conversation name it ("messages[1][0].role is required").
+result<chat_batch_request> parse_chat_batch_request(std::string_view body, const parse_limits& limits = {},
+                                                    const sampling_defaults& defaults = {});
 
 /// The context-length check the server runs once the prompt is tokenized: prompt + max_tokens must fit in
 /// max_model_len. Returns the 400 with vLLM's wording and the numbers, or nothing when the request fits.

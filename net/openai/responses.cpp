@@ -78,19 +78,23 @@ void write_completion_logprobs(json_writer& w, std::span<const sample_logprobs> 
     w.value(json_logprob(lp.logprob));
   w.end_array();
   // Legacy completions' `logprobs: k`: the top k, plus the sampled token when it is not among them (vLLM, OpenAI).
+  std::vector<int32_t> written;
   w.key("top_logprobs").begin_array();
   if (leading >= 0)
     w.null();
   for (std::size_t i = 0; i < lps.size(); ++i) {
     const auto& lp = lps[i];
     const std::string& text = texts[i + skip];
+    // With logprob_token_ids, `top` holds the listed tokens as given: one listed twice is written once.
     w.begin_object();
-    bool sampled_listed = false;
+    written.clear();
     for (const auto& alt : lp.top) {
+      if (std::find(written.begin(), written.end(), alt.token) != written.end())
+        continue;
+      written.push_back(alt.token);
       w.key(dec.token_text(alt.token)).value(json_logprob(alt.logprob));
-      sampled_listed = sampled_listed || alt.token == lp.token;
     }
-    if (!sampled_listed)
+    if (std::find(written.begin(), written.end(), lp.token) == written.end())
       w.key(text).value(json_logprob(lp.logprob));
     w.end_object();
   }
@@ -148,7 +152,18 @@ void write_bytes(json_writer& w, std::string_view text) {
 }
 
 // Chat logprobs: {"content":[{token, logprob, bytes, top_logprobs:[{token, logprob, bytes}]}], "refusal":null}.
-void write_chat_logprobs(json_writer& w, std::span<const sample_logprobs> lps, const token_decoder& dec) {
+// `listed` (logprob_token_ids): top_logprobs are the sampled token, then the listed tokens other than it, each once
+// (vLLM's dict of the sampled token and the listed ones, in that order); else the top k as sampled.
+void write_chat_logprobs(json_writer& w, std::span<const sample_logprobs> lps, const token_decoder& dec, bool listed) {
+  auto entry = [&](int32_t token, float logprob) {
+    std::string text = dec.token_text(token);
+    w.begin_object();
+    w.key("token").value(text);
+    w.key("logprob").value(json_logprob(logprob));
+    write_bytes(w, text);
+    w.end_object();
+  };
+  std::vector<int32_t> written;
   w.begin_object();
   w.key("content").begin_array();
   for (const auto& lp : lps) {
@@ -158,13 +173,18 @@ void write_chat_logprobs(json_writer& w, std::span<const sample_logprobs> lps, c
     w.key("logprob").value(json_logprob(lp.logprob));
     write_bytes(w, text);
     w.key("top_logprobs").begin_array();
-    for (const auto& alt : lp.top) {
-      std::string alt_text = dec.token_text(alt.token);
-      w.begin_object();
-      w.key("token").value(alt_text);
-      w.key("logprob").value(json_logprob(alt.logprob));
-      write_bytes(w, alt_text);
-      w.end_object();
+    if (listed) {
+      written.assign(1, lp.token);
+      entry(lp.token, lp.logprob);
+      for (const auto& alt : lp.top) {
+        if (std::find(written.begin(), written.end(), alt.token) != written.end())
+          continue;
+        written.push_back(alt.token);
+        entry(alt.token, alt.logprob);
+      }
+    } else {
+      for (const auto& alt : lp.top)
+        entry(alt.token, alt.logprob);
     }
     w.end_array();
     w.end_object();
@@ -328,64 +348,73 @@ std::string completion_response_json(std::span<const request_output> outputs, co
   return w.take();
 }
 
+namespace {
+
+// One choice of a chat completion: its message (reasoning, content after `echo_text`, tool calls), logprobs, finish.
+void write_chat_choice(json_writer& w, const completion_output& out, int64_t index, const response_context& ctx,
+                       const std::string& echo_text) {
+  w.begin_object();
+  w.key("index").value(index);
+  w.key("message").begin_object();
+  w.key("role").value("assistant");
+  std::optional<reasoning_split> split;
+  if (ctx.reasoning)
+    split = split_reasoning(*ctx.reasoning, out.text);
+  const parsed_tool_output parsed = tool_output(ctx, split ? split->content : out.text);
+  if (split) {
+    const bool shown = split->reasoning && ctx.include_reasoning;
+    w.key("reasoning_content");
+    if (shown)
+      w.value(*split->reasoning);
+    else
+      w.null();
+    w.key("reasoning");
+    if (shown)
+      w.value(*split->reasoning);
+    else
+      w.null();
+  }
+  w.key("content");
+  using mode = response_context::tool_mode;
+  // vLLM's shapes: a named or required tool choice answers content "" beside its calls, and "" with no call when
+  // the output was cut before the calls parsed; with a reasoning parser, a reply that is all reasoning has null
+  // content; a parsed (auto) reply with calls and no other text has null content.
+  const bool forced = ctx.tools == mode::named || ctx.tools == mode::required;
+  const bool no_content = split && parsed.content.empty() && echo_text.empty();
+  if (forced)
+    w.value(parsed.calls.empty() && out.finish_reason != finish_reason::length ? echo_text + parsed.content
+                                                                               : echo_text);
+  else if ((parsed.calls.empty() && !no_content) || !parsed.content.empty())
+    w.value(echo_text + parsed.content);
+  else
+    w.null();
+  w.key("refusal").null();
+  w.key("tool_calls");  // always a list, empty without calls (vLLM's ChatMessage)
+  write_tool_calls(w, parsed.calls, false);
+  w.end_object();
+  w.key("logprobs");
+  if (ctx.logprobs)
+    write_chat_logprobs(w, out.logprobs, ctx.decoder, ctx.logprob_token_ids);
+  else
+    w.null();
+  if (!parsed.calls.empty() && out.finish_reason == finish_reason::stop)
+    w.key("finish_reason").value("tool_calls");
+  else
+    write_finish_reason(w, out.finish_reason);
+  write_stop_reason(w, out);
+  write_ids_or_null(w, "token_ids", ctx, out.token_ids);
+  w.end_object();
+}
+
+}  // namespace
+
 std::string chat_response_json(const request_output& output, const response_context& ctx) {
   json_writer w;
   w.begin_object();
   write_header(w, ctx, "chat.completion");
   w.key("choices").begin_array();
-  for (const completion_output& out : output.outputs) {
-    w.begin_object();
-    w.key("index").value(static_cast<int64_t>(out.index));
-    w.key("message").begin_object();
-    w.key("role").value("assistant");
-    std::optional<reasoning_split> split;
-    if (ctx.reasoning)
-      split = split_reasoning(*ctx.reasoning, out.text);
-    const parsed_tool_output parsed = tool_output(ctx, split ? split->content : out.text);
-    if (split) {
-      const bool shown = split->reasoning && ctx.include_reasoning;
-      w.key("reasoning_content");
-      if (shown)
-        w.value(*split->reasoning);
-      else
-        w.null();
-      w.key("reasoning");
-      if (shown)
-        w.value(*split->reasoning);
-      else
-        w.null();
-    }
-    w.key("content");
-    using mode = response_context::tool_mode;
-    // vLLM's shapes: a named or required tool choice answers content "" beside its calls, and "" with no call when
-    // the output was cut before the calls parsed; with a reasoning parser, a reply that is all reasoning has null
-    // content; a parsed (auto) reply with calls and no other text has null content.
-    const bool forced = ctx.tools == mode::named || ctx.tools == mode::required;
-    const bool no_content = split && parsed.content.empty() && ctx.echo_text.empty();
-    if (forced)
-      w.value(parsed.calls.empty() && out.finish_reason != finish_reason::length ? ctx.echo_text + parsed.content
-                                                                                 : ctx.echo_text);
-    else if ((parsed.calls.empty() && !no_content) || !parsed.content.empty())
-      w.value(ctx.echo_text + parsed.content);
-    else
-      w.null();
-    w.key("refusal").null();
-    w.key("tool_calls");  // always a list, empty without calls (vLLM's ChatMessage)
-    write_tool_calls(w, parsed.calls, false);
-    w.end_object();
-    w.key("logprobs");
-    if (ctx.logprobs)
-      write_chat_logprobs(w, out.logprobs, ctx.decoder);
-    else
-      w.null();
-    if (!parsed.calls.empty() && out.finish_reason == finish_reason::stop)
-      w.key("finish_reason").value("tool_calls");
-    else
-      write_finish_reason(w, out.finish_reason);
-    write_stop_reason(w, out);
-    write_ids_or_null(w, "token_ids", ctx, out.token_ids);
-    w.end_object();
-  }
+  for (const completion_output& out : output.outputs)
+    write_chat_choice(w, out, static_cast<int64_t>(out.index), ctx, ctx.echo_text);
   w.end_array();
   w.key("usage");
   write_usage(w, output.usage, ctx);
@@ -396,6 +425,32 @@ std::string chat_response_json(const request_output& output, const response_cont
     w.array(output.prompt_token_ids);
   else
     w.null();
+  w.end_object();
+  return w.take();
+}
+
+std::string chat_batch_response_json(std::span<const request_output> outputs, const response_context& ctx,
+                                     std::span<const std::string> echo_texts) {
+  json_writer w;
+  w.begin_object();
+  write_header(w, ctx, "chat.completion");
+  usage_info usage;
+  w.key("choices").begin_array();
+  const std::string no_echo;
+  for (std::size_t c = 0; c < outputs.size(); ++c) {
+    const request_output& ro = outputs[c];
+    usage.prompt_tokens += ro.usage.prompt_tokens;
+    usage.completion_tokens += ro.usage.completion_tokens;
+    usage.cached_tokens += ro.usage.cached_tokens;
+    for (const completion_output& out : ro.outputs)
+      write_chat_choice(w, out, choice_index(ctx, static_cast<uint32_t>(c), out.index), ctx,
+                        c < echo_texts.size() ? echo_texts[c] : no_echo);
+  }
+  w.end_array();
+  w.key("usage");
+  write_usage(w, usage, ctx);
+  w.key("prompt_logprobs").null();
+  w.key("prompt_token_ids").null();
   w.end_object();
   return w.take();
 }
@@ -647,7 +702,7 @@ std::string chat_stream::content_delta(const stream_delta& delta) {
   w.end_object();
   w.key("logprobs");
   if (ctx_.logprobs && ctx_.tools == response_context::tool_mode::none)
-    write_chat_logprobs(w, delta.logprobs, ctx_.decoder);
+    write_chat_logprobs(w, delta.logprobs, ctx_.decoder, ctx_.logprob_token_ids);
   else
     w.null();
   if (!held.calls.empty() && delta.finish_reason == finish_reason::stop)

@@ -58,6 +58,9 @@ struct response_context {
   /// such) and content; tool calls are parsed from the content. Nothing: no split.
   std::optional<reasoning_format> reasoning;
   bool include_reasoning = true;  ///< the request's include_reasoning: false leaves the reasoning out
+  /// vLLM's logprob_token_ids: each token's logprobs hold the request's listed tokens (sample_logprobs::top) instead
+  /// of the top k; chat's top_logprobs then list the sampled token first, then the listed ones (vLLM's shape).
+  bool logprob_token_ids = false;
 };
 
 /// A fresh id: `prefix` followed by 32 random hex digits ("cmpl-", "chatcmpl-").
@@ -71,6 +74,12 @@ std::string completion_response_json(std::span<const request_output> outputs, co
 
 /// A /v1/chat/completions response (object "chat.completion").
 std::string chat_response_json(const request_output& output, const response_context& ctx);
+
+/// A /v1/chat/completions/batch response (object "chat.completion", vLLM's batch shape): choice i answers
+/// conversation i (n is 1), `echo_texts[i]` starts its content (ctx.echo_text is not read), usage sums every
+/// conversation's, and prompt_logprobs and prompt_token_ids are null (return_token_ids: each choice's token_ids).
+std::string chat_batch_response_json(std::span<const request_output> outputs, const response_context& ctx,
+                                     std::span<const std::string> echo_texts);
 
 /// One Server-Sent Event: `data: <json>\n\n`. `json` must be a single line (json_writer's output is).
 std::string sse_event(std::string_view json);

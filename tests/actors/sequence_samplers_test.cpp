@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
 
 using namespace actorllm;
@@ -194,4 +195,57 @@ TEST_CASE("a sequence resumed from its output so far samples what it would have 
     from_scratch.push_back(result.tokens.at(0).token);
   }
   CHECK(from_scratch != std::vector<int32_t>(tokens.begin() + 5, tokens.end()));
+}
+
+TEST_CASE("logprob_token_ids: each sampled token reports the listed tokens' raw logprobs, in their order") {
+  actors::sequence_samplers samplers;
+  auto plan = plan_sampling(1, {{3, 0}, {4, 0}});
+  auto listed = setup(3, 1.0f, 11, 2);
+  listed.spec.logprob_token_ids = {9, 0, 9, 15};
+  listed.spec.logit_bias = {{9, 50.0f}};  // processors change what is sampled, not the raw logprobs reported
+  plan.new_requests = {listed, setup(4, 1.0f, 11, 2)};
+  samplers.apply(plan);
+  const auto logits = logits_for(2);
+  auto result = sample_host(samplers, plan, logits);
+  REQUIRE(result.error.empty());
+  REQUIRE(result.tokens.size() == 2);
+  CHECK(result.tokens[0].token == 9);  // the bias made it certain
+  // The listed ids, as given, with the logprobs of the row's raw logits (as logprobs_of computes them).
+  const std::span<const float> row0(logits.data(), vocab);
+  REQUIRE(result.tokens[0].top.size() == 4);
+  for (size_t k = 0; k < 4; ++k) {
+    const int32_t id = listed.spec.logprob_token_ids[k];
+    CHECK(result.tokens[0].top[k].token == id);
+    CHECK(result.tokens[0].top[k].logprob == doctest::Approx(ops::logprobs_of(row0, id, 0).logprob).epsilon(1e-6));
+  }
+  // The sampled token's own logprob is the backend's, the raw one too.
+  CHECK(result.tokens[0].logprob == doctest::Approx(result.tokens[0].top[0].logprob).epsilon(1e-5));
+  // The other request of the batch keeps its top 2.
+  REQUIRE(result.tokens[1].top.size() == 2);
+  const std::span<const float> row1(logits.data() + vocab, vocab);
+  CHECK(result.tokens[1].top[0].token == ops::logprobs_of(row1, 0, 2).top[0].token);
+
+  // An id outside the logits' vocabulary is a protocol error, not a read past the row.
+  auto bad = setup(5, 0.0f, 1, 0);
+  bad.spec.logprob_token_ids = {static_cast<int32_t>(vocab)};
+  auto plan2 = plan_sampling(2, {{5, 0}});
+  plan2.new_requests = {bad};
+  samplers.apply(plan2);
+  auto r2 = sample_host(samplers, plan2, logits_for(1));
+  CHECK(r2.error.find("token 16 outside the vocabulary of 16") != std::string::npos);
+}
+
+TEST_CASE("logprobs_of_tokens agrees with logprobs_of, with its NaN and infinity conventions") {
+  std::vector<float> row{1.0f, std::nanf(""), 3.0f, -std::numeric_limits<float>::infinity(), 0.5f};
+  const std::vector<int32_t> ids{2, 1, 3, 0, 2};
+  const auto lps = ops::logprobs_of_tokens(row, ids);
+  REQUIRE(lps.size() == ids.size());
+  for (size_t k = 0; k < ids.size(); ++k) {
+    CHECK(lps[k].token == ids[k]);
+    CHECK(lps[k].logprob == ops::logprobs_of(row, ids[k], 0).logprob);
+  }
+  CHECK(lps[1].logprob == -std::numeric_limits<float>::infinity());
+  // A row of nothing but -inf is uniform, as the sampler reads it.
+  std::vector<float> none(4, -std::numeric_limits<float>::infinity());
+  CHECK(ops::logprobs_of_tokens(none, std::vector<int32_t>{3})[0].logprob == doctest::Approx(-std::log(4.0)));
 }

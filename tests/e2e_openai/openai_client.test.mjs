@@ -490,6 +490,92 @@ test('chat n=2, streamed: each choice gets its role chunk, content and one finis
   }
 });
 
+test("vLLM's logprob_token_ids through the client: the listed tokens at every position, instead of the top k", async () => {
+  // The client sends fields it has no type for as given (vLLM's extra parameters).
+  const listed = [300, 42, 511];
+  const req = {
+    ...chatGoldenRequest,
+    max_completion_tokens: 4,
+    logprobs: true,
+    top_logprobs: 5,
+    logprob_token_ids: listed,
+    return_tokens_as_token_ids: true,
+  };
+  const r = await client.chat.completions.create(req);
+  assertSchema('CreateChatCompletionResponse', r);
+  const ref = await client.chat.completions.create({ ...req, top_logprobs: 20, logprob_token_ids: undefined });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, 4);
+  const names = listed.map((id) => `token_id:${id}`);
+  content.forEach((t, i) => {
+    // vLLM's shape: the sampled token first, then each listed token other than it, once.
+    assert.equal(t.top_logprobs[0].token, t.token);
+    assert.equal(t.top_logprobs[0].logprob, t.logprob);
+    assert.deepEqual(
+      t.top_logprobs.slice(1).map((a) => a.token),
+      names.filter((n) => n !== t.token),
+      `entries at ${i}`,
+    );
+    // A listed token's logprob is the one the top 20 report for it, where it is among them.
+    for (const alt of t.top_logprobs) {
+      const same = ref.choices[0].logprobs.content[i].top_logprobs.find((a) => a.token === alt.token);
+      if (same) assert.ok(Math.abs(same.logprob - alt.logprob) < 1e-4, `${alt.token} at ${i}`);
+    }
+  });
+
+  const chunks = await collect(await client.chat.completions.create({ ...req, stream: true }));
+  chunks.forEach((c, i) => assertSchema('CreateChatCompletionStreamResponse', c, `logprob_token_ids chunk ${i}`));
+  const streamed = chunks.flatMap((c) => c.choices.flatMap((ch) => ch.logprobs?.content ?? []));
+  assert.deepEqual(streamed, content);
+
+  const cmpl = await client.completions.create({
+    model: MODEL, prompt: golden.prompt, max_tokens: 3, temperature: 0, logprobs: 0, logprob_token_ids: listed,
+  });
+  assertSchema('CreateCompletionResponse', cmpl);
+  for (const dict of cmpl.choices[0].logprobs.top_logprobs) assert.ok(Object.keys(dict).length >= 3);
+
+  const e = await expectApiError(
+    () => client.completions.create({ model: MODEL, prompt: 'hi', logprobs: 0, logprob_token_ids: [512] }),
+    BadRequestError,
+    400,
+  );
+  assert.equal(e.param, 'logprob_token_ids');
+  assert.match(e.message, /outside the vocabulary \(size 512\)/);
+});
+
+test("vLLM's batched chat (/v1/chat/completions/batch) through client.post: one choice per conversation", async () => {
+  const conversations = [
+    [{ role: 'user', content: golden.prompt }],
+    [{ role: 'user', content: golden2.prompt }],
+  ];
+  const body = { model: MODEL, messages: conversations, max_completion_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 1 };
+  const r = await client.post('/chat/completions/batch', { body });
+  assertSchema('CreateChatCompletionResponse', r, 'batch chat response');
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  let prompt = 0;
+  let completion = 0;
+  for (const [i, messages] of conversations.entries()) {
+    const one = await client.chat.completions.create({ ...body, messages });
+    assert.equal(r.choices[i].message.content, one.choices[0].message.content, `conversation ${i}`);
+    assert.deepEqual(r.choices[i].logprobs, one.choices[0].logprobs);
+    prompt += one.usage.prompt_tokens;
+    completion += one.usage.completion_tokens;
+  }
+  assert.deepEqual(r.usage, { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion });
+  // The first conversation is the golden one: its greedy continuation starts the same.
+  assert.ok(golden.greedy_output_text.startsWith(r.choices[0].message.content));
+
+  // Streaming is refused by name, as vLLM's batch endpoint does not stream; errors name the conversation.
+  const streamed = await expectApiError(() => client.post('/chat/completions/batch', { body: { ...body, stream: true } }), BadRequestError, 400);
+  assert.equal(streamed.param, 'stream');
+  const bad = await expectApiError(
+    () => client.post('/chat/completions/batch', { body: { ...body, messages: [conversations[0], [{ role: 'user' }]] } }),
+    BadRequestError,
+    400,
+  );
+  assert.equal(bad.param, 'messages[1][0].content');
+});
+
 // ---- models ----------------------------------------------------------------------------------------------------
 
 test('models.list() and models.retrieve()', async () => {

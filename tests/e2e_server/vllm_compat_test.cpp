@@ -123,6 +123,18 @@ TEST_CASE("requests are validated as vLLM validates them") {
 namespace {
 
 /// The choices' token ids of a completion asked with return_token_ids... read from the logprobs' "token_id:N".
+// `[a,b,...]`.
+std::string fmt_ids(const std::vector<int32_t>& ids) {
+  std::string out{"["};
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0)
+      out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += ']';
+  return out;
+}
+
 std::vector<int32_t> sampled_ids(const http_reply& r) {
   std::vector<int32_t> ids;
   simdjson::dom::parser parser;
@@ -300,4 +312,193 @@ TEST_CASE("return_token_ids, chat echo, continuous usage stats and the keys vLLM
   }
   CHECK(chunks >= 4);
   CHECK(last == 4);
+}
+
+TEST_CASE("/v1/chat/completions/batch: one choice per conversation, each as its own chat request") {
+  server s;
+  simdjson::dom::parser parser;
+  const std::string once = R"([{"role":"user","content":"Once upon a time"}])";
+  const std::string lily = R"([{"role":"user","content":"Lily and Tom went to the park to"}])";
+  const std::string fields = R"("max_tokens":6,"temperature":0,"logprobs":true,"top_logprobs":2)";
+  auto single = [&](const std::string& conversation) {
+    auto r = http(s.port(), "POST", "/v1/chat/completions", R"({"messages":)" + conversation + "," + fields + "}");
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    return r;
+  };
+  const auto a = single(once), b = single(lily);
+  auto batch = http(s.port(), "POST", "/v1/chat/completions/batch",
+                    R"({"model":"stories","messages":[)" + once + "," + lily + "]," + fields + "}");
+  REQUIRE_MESSAGE(batch.status == 200, batch.body);
+  simdjson::dom::element doc = parser.parse(batch.body);
+  CHECK(std::string_view(doc["object"]) == "chat.completion");
+  CHECK(std::string_view(doc["id"]).starts_with("chatcmpl-"));
+  auto choices = doc["choices"].get_array().value();
+  REQUIRE(choices.size() == 2);
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  const http_reply* singles[] = {&a, &b};
+  for (std::size_t i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    simdjson::dom::parser ps;
+    simdjson::dom::element one = ps.parse(singles[i]->body);
+    auto choice = choices.at(i);
+    CHECK(int64_t(choice["index"]) == static_cast<int64_t>(i));
+    // The same text and logprobs as the conversation sent alone (greedy).
+    CHECK(std::string_view(choice["message"]["content"]) ==
+          std::string_view(one["choices"].at(0)["message"]["content"]));
+    CHECK(simdjson::minify(choice["logprobs"]) == simdjson::minify(one["choices"].at(0)["logprobs"]));
+    prompt_tokens += int64_t(one["usage"]["prompt_tokens"]);
+    completion_tokens += int64_t(one["usage"]["completion_tokens"]);
+  }
+  CHECK(int64_t(doc["usage"]["prompt_tokens"]) == prompt_tokens);
+  CHECK(int64_t(doc["usage"]["completion_tokens"]) == completion_tokens);
+  CHECK(int64_t(doc["usage"]["total_tokens"]) == prompt_tokens + completion_tokens);
+  CHECK(doc["prompt_token_ids"].is_null());
+
+  // Echo is per conversation (the last message's content, when the assistant's); structured outputs hold in each;
+  // return_token_ids gives each choice its ids; the request_id names the response.
+  auto echoed = http(
+      s.port(), "POST", "/v1/chat/completions/batch",
+      R"({"messages":[[{"role":"user","content":"Once upon a time"},{"role":"assistant","content":"there"}],)" + lily +
+          R"(],"max_tokens":8,"echo":true,"return_token_ids":true,"request_id":"b1",)"
+          R"("structured_outputs":{"choice":["yes","no"]}})");
+  REQUIRE_MESSAGE(echoed.status == 200, echoed.body);
+  doc = parser.parse(echoed.body);
+  CHECK(std::string_view(doc["id"]) == "chatcmpl-b1");
+  const std::string_view first = doc["choices"].at(0)["message"]["content"];
+  const std::string_view second = doc["choices"].at(1)["message"]["content"];
+  CHECK((first == "thereyes" || first == "thereno"));
+  CHECK((second == "yes" || second == "no"));
+  CHECK(doc["choices"].at(1)["token_ids"].get_array().size() >= 1);
+
+  // What vLLM's batch endpoint refuses, and bad conversations, are 400s naming the field and the conversation.
+  auto refused = [&](const std::string& body, const std::string& param) {
+    auto r = http(s.port(), "POST", "/v1/chat/completions/batch", body);
+    check_openai_error(r, 400);
+    CHECK_MESSAGE(error_param(r) == param, r.body);
+    return r;
+  };
+  refused(R"({"messages":[)" + once + R"(],"stream":true})", "stream");
+  refused(R"({"messages":[)" + once + R"(],"n":2})", "n");
+  refused(R"({"messages":[)" + once + R"(],"tools":[{"type":"function","function":{"name":"f"}}]})", "tools");
+  refused(R"({"messages":[)" + once + R"(,[{"content":"x"}]]})", "messages[1][0].role");
+  refused(R"({"messages":)" + once + "}", "messages[0]");
+  auto too_long = refused(R"({"messages":[)" + once + R"(,[{"role":"user","content":")" + std::string(3000, 'a') +
+                              R"("}]],"max_tokens":4})",
+                          "input_tokens");
+  CHECK_MESSAGE(
+      too_long.body.find("messages[1]: This model's maximum context length is 512 tokens") != std::string::npos,
+      too_long.body);
+  // A list of conversations on /v1/chat/completions points at the batch endpoint.
+  auto wrong = http(s.port(), "POST", "/v1/chat/completions", R"({"messages":[)" + once + "]}");
+  check_openai_error(wrong, 400);
+  CHECK(error_param(wrong) == "messages[0]");
+  CHECK(wrong.body.find("/v1/chat/completions/batch") != std::string::npos);
+  // The server is still fine.
+  CHECK(http(s.port(), "GET", "/health").status == 200);
+}
+
+TEST_CASE("logprob_token_ids: every output position reports the listed tokens' logprobs, as vLLM shapes them") {
+  server s;
+  simdjson::dom::parser parser;
+  // The reference: the top 20 at each position of the greedy continuation (ids as token_id:N).
+  auto top = http(s.port(), "POST", "/v1/completions",
+                  R"({"prompt":"Once upon a time","max_tokens":4,"temperature":0,"logprobs":20,)"
+                  R"("return_tokens_as_token_ids":true})");
+  REQUIRE_MESSAGE(top.status == 200, top.body);
+  simdjson::dom::element ref = parser.parse(top.body);
+  simdjson::dom::element ref_top = ref["choices"].at(0)["logprobs"]["top_logprobs"];
+  // Listed: the 2nd and 5th most likely tokens at position 0, and an unlikely one.
+  std::vector<std::string> keys;
+  for (auto kv : ref_top.at(0).get_object())
+    keys.emplace_back(kv.key);
+  REQUIRE(keys.size() >= 5);
+  const int32_t second = std::stoi(keys[1].substr(9)), fifth = std::stoi(keys[4].substr(9));
+  const std::string listed = fmt_ids({second, fifth, 511});
+  auto is_listed = [&](std::string_view token) {
+    return token == keys[1] || token == keys[4] || token == "token_id:511";
+  };
+  auto r = http(s.port(), "POST", "/v1/completions",
+                R"({"prompt":"Once upon a time","max_tokens":4,"temperature":0,"logprobs":5,)"
+                R"("return_tokens_as_token_ids":true,"logprob_token_ids":)" +
+                    listed + "}");
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  simdjson::dom::parser p2;
+  simdjson::dom::element doc = p2.parse(r.body);
+  auto lp = doc["choices"].at(0)["logprobs"];
+  CHECK(simdjson::minify(lp["tokens"]) == simdjson::minify(ref["choices"].at(0)["logprobs"]["tokens"]));
+  auto dicts = lp["top_logprobs"].get_array().value();
+  REQUIRE(dicts.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    auto dict = dicts.at(i).get_object().value();
+    const std::string sampled{std::string_view(lp["tokens"].at(i))};
+    // The listed tokens and the sampled one, each once, nothing else.
+    CHECK(dict.size() == (is_listed(sampled) ? 3u : 4u));
+    CHECK(dict[sampled].error() == simdjson::SUCCESS);
+    CHECK(double(dict["token_id:511"]) < double(dict[sampled]));
+  }
+  // Their values are the raw logprobs the top 20 report.
+  auto d0 = dicts.at(0).get_object().value();
+  for (const std::string& key : {keys[1], keys[4]})
+    CHECK(double(d0[key]) == doctest::Approx(double(ref_top.at(0)[key])).epsilon(1e-5));
+
+  // Chat: top_logprobs lists the sampled token first, then the listed ones, instead of the top k; streamed alike.
+  const std::string chat_body = R"({"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":3,)"
+                                R"("temperature":0,"logprobs":true,"top_logprobs":5,)"
+                                R"("return_tokens_as_token_ids":true,"logprob_token_ids":)" +
+                                listed;
+  auto chat = http(s.port(), "POST", "/v1/chat/completions", chat_body + "}");
+  REQUIRE_MESSAGE(chat.status == 200, chat.body);
+  simdjson::dom::parser p3;
+  simdjson::dom::element cdoc = p3.parse(chat.body);
+  auto content = cdoc["choices"].at(0)["logprobs"]["content"].get_array().value();
+  REQUIRE(content.size() == 3);
+  for (auto entry : content) {
+    auto alts = entry["top_logprobs"].get_array().value();
+    REQUIRE(alts.size() == (is_listed(std::string_view(entry["token"])) ? 3u : 4u));
+    CHECK(std::string_view(alts.at(0)["token"]) == std::string_view(entry["token"]));
+    CHECK(double(alts.at(0)["logprob"]) == double(entry["logprob"]));
+  }
+  auto streamed = http(s.port(), "POST", "/v1/chat/completions", chat_body + R"(,"stream":true})");
+  REQUIRE(streamed.status == 200);
+  int with_logprobs = 0;
+  for (const std::string& payload : sse_payloads(streamed.body)) {
+    if (payload == "[DONE]")
+      continue;
+    simdjson::dom::parser pe;
+    simdjson::dom::element e = pe.parse(payload);
+    simdjson::dom::array entries;
+    if (e["choices"].at(0)["logprobs"]["content"].get(entries) != simdjson::SUCCESS)
+      continue;
+    for (auto entry : entries) {
+      CHECK(entry["top_logprobs"].get_array().size() == (is_listed(std::string_view(entry["token"])) ? 3u : 4u));
+      ++with_logprobs;
+    }
+  }
+  CHECK(with_logprobs == 3);
+  // And through the batch endpoint, per conversation.
+  auto batch =
+      http(s.port(), "POST", "/v1/chat/completions/batch",
+           R"({"messages":[[{"role":"user","content":"Once upon a time"}],[{"role":"user","content":"Lily"}]],)"
+           R"("max_tokens":2,"temperature":0,"logprobs":true,"return_tokens_as_token_ids":true,)"
+           R"("logprob_token_ids":)" +
+               listed + "}");
+  REQUIRE_MESSAGE(batch.status == 200, batch.body);
+  simdjson::dom::parser p4;
+  simdjson::dom::element bdoc = p4.parse(batch.body);
+  for (std::size_t k = 0; k < 2; ++k)  // conversation 0 is the chat request's, greedy: the same first entries
+    CHECK(simdjson::minify(bdoc["choices"].at(0)["logprobs"]["content"].at(k)) == simdjson::minify(content.at(k)));
+  CHECK(bdoc["choices"].at(1)["logprobs"]["content"].get_array().size() == 2);
+
+  // Bounded by the vocabulary (the 400 names the field and the size), and only with logprobs.
+  auto oov =
+      http(s.port(), "POST", "/v1/completions", R"({"prompt":"x","logprobs":0,"logprob_token_ids":[3,512,9000]})");
+  check_openai_error(oov, 400);
+  CHECK(error_param(oov) == "logprob_token_ids");
+  CHECK_MESSAGE(oov.body.find("token id(s) [512, 9000] are outside the vocabulary (size 512)") != std::string::npos,
+                oov.body);
+  auto unasked = http(s.port(), "POST", "/v1/chat/completions",
+                      R"({"messages":[{"role":"user","content":"x"}],"logprob_token_ids":[3]})");
+  check_openai_error(unasked, 400);
+  CHECK(error_param(unasked) == "logprob_token_ids");
 }

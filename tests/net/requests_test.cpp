@@ -507,3 +507,139 @@ TEST_CASE(
   CHECK(prompts.error().message == "prompt: 2000 prompts, more than --max-prompts-per-request (1024)");
   CHECK(parse_completion_request(R"({"prompt":[1,1,1,1,1,1,1,1,1,1]})", {.max_prompts = 1}).has_value());
 }
+
+TEST_CASE("logprob_token_ids: the listed ids replace the top logprobs, need logprobs, and are bounded") {
+  auto c = completion_ok(R"({"prompt":"x","logprobs":3,"logprob_token_ids":[5,0,5]})");
+  CHECK(c.params.logprob_token_ids == std::vector<int32_t>{5, 0, 5});
+  CHECK(c.params.logprobs == 3);  // the engine reports the listed ids instead of the top 3
+  // Chat: they take precedence over top_logprobs, whose count the engine then does not compute.
+  auto h = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":4,)"
+                   R"("logprob_token_ids":[7,2.0]})");
+  CHECK(h.params.logprob_token_ids == std::vector<int32_t>{7, 2});
+  CHECK(h.params.logprobs == 0);
+  CHECK(h.top_logprobs == 4);
+  // vLLM's errors and its bound of 128 ids.
+  std::string many = R"({"prompt":"x","logprobs":0,"logprob_token_ids":[)";
+  for (int i = 0; i < 129; ++i) {
+    if (i > 0)
+      many += ',';
+    many += std::to_string(i);
+  }
+  many += "]}";
+  struct bad_case {
+    std::string body;
+    const char* message;
+  };
+  const bad_case cases[] = {
+      {R"({"prompt":"x","logprob_token_ids":[1]})", "when using `logprob_token_ids`, `logprobs` must be set."},
+      {R"({"prompt":"x","logprobs":0,"logprob_token_ids":[]})", "`logprob_token_ids` must not be an empty list."},
+      {R"({"prompt":"x","logprobs":0,"logprob_token_ids":[-1]})",
+       "logprob_token_ids must be in [0, 2147483647], got -1"},
+      {R"({"prompt":"x","logprobs":0,"logprob_token_ids":["a"]})",
+       "logprob_token_ids must be an integer, got a string"},
+      {R"({"prompt":"x","logprobs":0,"logprob_token_ids":3})", "logprob_token_ids must be an array, got an integer"},
+      {R"({"prompt":"x","logprobs":1,"echo":true,"max_tokens":0,"logprob_token_ids":[1]})",
+       "`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no output tokens are "
+       "generated."},
+      {many, "Requested logprob_token_ids of length 129, which is greater than max allowed: 128"},
+  };
+  for (const auto& bad : cases) {
+    CAPTURE(bad.body);
+    auto e = completion_error(bad.body);
+    CHECK(e.status == 400);
+    CHECK(e.param == "logprob_token_ids");
+    CHECK(e.message == bad.message);
+  }
+  auto e = chat_error(R"({"messages":[{"role":"user","content":"x"}],"logprob_token_ids":[1]})");
+  CHECK(e.param == "logprob_token_ids");
+  CHECK(e.message == "when using `logprob_token_ids`, `logprobs` must be set to true.");
+  // The limit is the parser's: a smaller one refuses fewer ids.
+  parse_limits small;
+  small.max_logprob_token_ids = 2;
+  auto r = parse_completion_request(R"({"prompt":"x","logprobs":0,"logprob_token_ids":[1,2,3]})", small);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().message == "Requested logprob_token_ids of length 3, which is greater than max allowed: 2");
+}
+
+TEST_CASE("batch chat: messages is a list of conversations, every other field applies to each") {
+  auto r = parse_chat_batch_request(
+      R"({"model":"m","messages":[[{"role":"user","content":"a"}],)"
+      R"([{"role":"system","content":"s"},{"role":"user","content":"b"}]],)"
+      R"("max_tokens":4,"temperature":0,"echo":true,"logprobs":true,"top_logprobs":2,"return_token_ids":true,)"
+      R"("response_format":{"type":"json_object"},"tool_choice":"none","n":1})");
+  REQUIRE_MESSAGE(r.has_value(), r.error().message);
+  REQUIRE(r->conversations.size() == 2);
+  CHECK(r->conversations[0].size() == 1);
+  CHECK(r->conversations[1][1].content == "b");
+  CHECK(r->messages.empty());
+  CHECK(r->params.max_tokens == 4);
+  CHECK(r->params.logprobs == 2);
+  CHECK(r->echo);
+  CHECK(r->return_token_ids);
+  CHECK(r->structured_param == "response_format");
+  // The same fields parse as a chat request's do.
+  auto single = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"a"}],"max_tokens":4,"logprobs":true,"logprob_token_ids":[3]})");
+  auto batch = parse_chat_batch_request(
+      R"({"messages":[[{"role":"user","content":"a"}]],"max_tokens":4,"logprobs":true,"logprob_token_ids":[3]})");
+  REQUIRE(single.has_value());
+  REQUIRE(batch.has_value());
+  CHECK(static_cast<const chat_request&>(*batch).params == single->params);
+}
+
+TEST_CASE("batch chat: errors name the conversation, and what vLLM's batch endpoint refuses is refused by name") {
+  struct bad_case {
+    const char* body;
+    const char* param;
+    const char* message;
+  };
+  const bad_case cases[] = {
+      {R"({"model":"m"})", "messages", "messages is required"},
+      {R"({"messages":[]})", "messages", "messages must not be empty"},
+      {R"({"messages":[[{"role":"user","content":"a"}],[]]})", "messages[1]", "messages[1] must not be empty"},
+      {R"({"messages":[{"role":"user","content":"a"}]})", "messages[0]",
+       "messages[0] must be a list of messages (one conversation), got an object (a single conversation goes to "
+       "/v1/chat/completions)"},
+      {R"({"messages":[[{"role":"user","content":"a"}],[{"content":"b"}]]})", "messages[1][0].role",
+       "messages[1][0].role is required"},
+      {R"({"messages":[[{"role":"user","content":"a"}],[{"role":"user","content":"b"},{"role":"user"}]]})",
+       "messages[1][1].content", "messages[1][1].content is required"},
+      {R"({"messages":[[{"role":"user","content":[{"type":"image_url"}]}]]})", "messages[0][0].content[0].type",
+       "Only text content parts are supported; messages[0][0].content[0] has type 'image_url'"},
+      {R"({"messages":[[{"role":"user","content":"a"}]],"stream":true})", "stream",
+       "Batch chat completions do not support streaming (as vLLM's /v1/chat/completions/batch): leave stream out or "
+       "false, or stream each conversation from /v1/chat/completions."},
+      {R"({"messages":[[{"role":"user","content":"a"}]],"n":2})", "n",
+       "Batch chat completions do not support `n > 1`. Please set `n` to 1."},
+      {R"({"messages":[[{"role":"user","content":"a"}]],"tools":[{"type":"function","function":{"name":"f"}}]})",
+       "tools",
+       "Batch chat completions do not support tool use (as vLLM's /v1/chat/completions/batch): leave tools out, or "
+       "send each conversation to /v1/chat/completions."},
+      {R"({"messages":[[{"role":"user","content":"a"}]],"tool_choice":"required"})", "tool_choice",
+       "Batch chat completions support only tool_choice \"none\", got \"required\"."},
+      {R"({"messages":[[{"role":"user","content":"a"}]],"prompt_logprobs":1})", "prompt_logprobs",
+       "prompt_logprobs is not supported by batch chat completions: a chat response carries the prompt_logprobs of "
+       "one conversation (send each conversation to /v1/chat/completions)."},
+      {R"({"messages":[[{"role":"user","content":"a"}]],"logprob_token_ids":[1]})", "logprob_token_ids",
+       "when using `logprob_token_ids`, `logprobs` must be set to true."},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.body);
+    auto e = error_of(parse_chat_batch_request(c.body));
+    CHECK(e.status == 400);
+    CHECK(e.param == c.param);
+    CHECK(e.message == c.message);
+  }
+  // More conversations than --max-prompts-per-request, counted before any is read.
+  parse_limits small;
+  small.max_prompts = 2;
+  auto e = error_of(parse_chat_batch_request(R"({"messages":[[1],[2],[3]]})", small));
+  CHECK(e.param == "messages");
+  CHECK(e.message == "messages: 3 conversations, more than --max-prompts-per-request (2)");
+  // A list of conversations sent to /v1/chat/completions is pointed at the batch endpoint.
+  e = chat_error(R"({"messages":[[{"role":"user","content":"a"}]]})");
+  CHECK(e.param == "messages[0]");
+  CHECK(e.message ==
+        "messages[0] must be an object, got an array (a list of conversations goes to "
+        "/v1/chat/completions/batch)");
+}

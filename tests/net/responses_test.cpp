@@ -433,3 +433,100 @@ TEST_CASE(
   CHECK(required.find(R"("content":"","refusal":null,"tool_calls":[{)") != std::string::npos);
   CHECK(required.find(R"("finish_reason":"tool_calls")") != std::string::npos);
 }
+
+TEST_CASE("logprob_token_ids: chat lists the sampled token then the listed ones once, completions each listed once") {
+  // The engine's top holds the listed ids as the request gave them: 8, 5 (the sampled token) and 8 again.
+  request_output ro;
+  ro.prompt_token_ids = {1};
+  completion_output out;
+  out.token_ids = {5};
+  out.text = "t5";
+  out.finish_reason = finish_reason::length;
+  out.logprobs = {{5, -0.5f, {{8, -2.0f}, {5, -0.5f}, {8, -2.0f}}}};
+  ro.outputs = {out};
+  ro.usage = {1, 1};
+  auto ctx = context("chatcmpl-");
+  ctx.logprobs = true;
+  ctx.logprob_token_ids = true;
+  std::string json = chat_response_json(ro, ctx);
+  check_schema("CreateChatCompletionResponse", json);
+  simdjson::dom::parser p;
+  auto top = parse(p, json)["choices"].at(0)["logprobs"]["content"].at(0)["top_logprobs"].get_array().value();
+  REQUIRE(top.size() == 2);
+  CHECK(std::string_view(top.at(0)["token"]) == "t5");
+  CHECK(double(top.at(0)["logprob"]) == doctest::Approx(-0.5));
+  CHECK(std::string_view(top.at(1)["token"]) == "t8");
+  CHECK(double(top.at(1)["logprob"]) == doctest::Approx(-2.0));
+  // Streamed the same.
+  ctx.include_usage = false;
+  chat_stream s{ctx};
+  stream_delta d;
+  d.text = "t5";
+  d.token_ids = {5};
+  d.logprobs = out.logprobs;
+  const std::string chunk = s.on_delta(d);
+  simdjson::dom::parser p2;
+  auto streamed = parse(p2, chunk.substr(6, chunk.size() - 8))["choices"].at(0)["logprobs"]["content"].at(0);
+  CHECK(streamed["top_logprobs"].get_array().size() == 2);
+  // Completions: a dict of every listed token and the sampled one, each once.
+  auto cctx = context("cmpl-");
+  cctx.logprobs = true;
+  cctx.logprob_token_ids = true;
+  json = completion_response_json(std::span<const request_output>(&ro, 1), cctx);
+  check_schema("CreateCompletionResponse", json);
+  simdjson::dom::parser p3;
+  auto dict = parse(p3, json)["choices"].at(0)["logprobs"]["top_logprobs"].at(0).get_object().value();
+  CHECK(dict.size() == 2);
+  CHECK(double(dict["t8"]) == doctest::Approx(-2.0));
+  CHECK(double(dict["t5"]) == doctest::Approx(-0.5));
+}
+
+TEST_CASE("batch chat response: one choice per conversation, its own echo, usage over all, prompt fields null") {
+  request_output a;
+  a.prompt_token_ids = {1, 2};
+  completion_output oa;
+  oa.token_ids = {5, 6};
+  oa.text = " upon";
+  oa.finish_reason = finish_reason::length;
+  oa.logprobs = {{5, -0.5f, {}}, {6, -0.25f, {}}};
+  a.outputs = {oa};
+  a.usage = {2, 2, 1};
+  request_output b;
+  b.prompt_token_ids = {1, 3, 4};
+  completion_output ob;
+  ob.token_ids = {7};
+  ob.text = " time";
+  ob.finish_reason = finish_reason::stop;
+  ob.stop_token_id = 2;
+  ob.logprobs = {{7, -1.0f, {}}};
+  b.outputs = {ob};
+  b.usage = {3, 1};
+  const std::vector<request_output> outputs{a, b};
+  const std::vector<std::string> echo{"", "Once"};
+  auto ctx = context("chatcmpl-");
+  ctx.logprobs = true;
+  ctx.return_token_ids = true;
+  ctx.prompt_tokens_details = true;
+  const std::string json = chat_batch_response_json(outputs, ctx, echo);
+  check_schema("CreateChatCompletionResponse", json);
+  simdjson::dom::parser p;
+  auto doc = parse(p, json);
+  CHECK(std::string_view(doc["object"]) == "chat.completion");
+  auto choices = doc["choices"].get_array().value();
+  REQUIRE(choices.size() == 2);
+  CHECK(int64_t(choices.at(0)["index"]) == 0);
+  CHECK(int64_t(choices.at(1)["index"]) == 1);
+  CHECK(std::string_view(choices.at(0)["message"]["content"]) == " upon");
+  CHECK(std::string_view(choices.at(1)["message"]["content"]) == "Once time");
+  CHECK(choices.at(0)["logprobs"]["content"].get_array().size() == 2);
+  CHECK(choices.at(1)["logprobs"]["content"].get_array().size() == 1);
+  CHECK(std::string_view(choices.at(1)["finish_reason"]) == "stop");
+  CHECK(int64_t(choices.at(1)["stop_reason"]) == 2);
+  CHECK(choices.at(1)["token_ids"].get_array().size() == 1);
+  CHECK(int64_t(doc["usage"]["prompt_tokens"]) == 5);
+  CHECK(int64_t(doc["usage"]["completion_tokens"]) == 3);
+  CHECK(int64_t(doc["usage"]["total_tokens"]) == 8);
+  CHECK(int64_t(doc["usage"]["prompt_tokens_details"]["cached_tokens"]) == 1);
+  CHECK(doc["prompt_logprobs"].is_null());
+  CHECK(doc["prompt_token_ids"].is_null());
+}

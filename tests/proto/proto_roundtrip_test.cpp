@@ -81,6 +81,7 @@ sampling_params full_sampling_params() {
   p.include_stop_str_in_output = true;
   p.ignore_eos = true;
   p.logprobs = 5;
+  p.logprob_token_ids = {4, 0, 4};
   p.skip_special_tokens = false;
   return p;
 }
@@ -107,8 +108,8 @@ proto::step_plan full_plan() {
   p.dropped_seqs = {{3, 0}, {4, 1}};
   p.sample_rows = {2, 3};
   p.sample_seqs = {{10, 0}, {11, 2}};
-  proto::sampler_spec spec{0.8f,   0.95f,         50, 0.1f, 1.2f,        0.3f,     0.4f,         3, 1234,
-                           {5, 6}, {{7}, {8, 9}}, 2,  {2},  {{5, 1.5f}}, "[a-z]+", "/models/tok"};
+  proto::sampler_spec spec{0.8f,   0.95f,         50, 0.1f, 1.2f,        0.3f,     0.4f,          3,  1234,
+                           {5, 6}, {{7}, {8, 9}}, 2,  {2},  {{5, 1.5f}}, "[a-z]+", "/models/tok", -1, {3, 11}};
   p.new_requests = {{10, spec, {1, 15, 22}, {7, 8}}};
   p.released_requests = {3, 4};
   return p;
@@ -233,7 +234,7 @@ TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also
   spec.ignore_eos = true;
   spec.stop_token_ids = {13};
   spec.min_tokens = 1;
-  spec.sampling = {0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, 77, {}, {}, 0, {}, {{3, -2.0f}}, "", ""};
+  spec.sampling = {0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, 77, {}, {}, 0, {}, {{3, -2.0f}}, "", "", -1, {}};
   CHECK(roundtrip(spec) == spec);
   CHECK(roundtrip_message(spec) == spec);
   spec.cache_salt = "tenant-b";

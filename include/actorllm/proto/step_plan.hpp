@@ -78,6 +78,9 @@ struct sampler_spec {
   std::string structured_pattern;                     ///< structured outputs: the output must match it (empty: free)
   std::string tokenizer_dir;     ///< where the sampler finds the tokenizer the pattern's token masks need
   int32_t prompt_logprobs = -1;  ///< -1: none; k >= 0: score rows report the prompt token's and the top k
+  /// vLLM's logprob_token_ids: each sampled token reports these tokens' logprobs (in this order) instead of the top
+  /// `logprobs`; empty: the top `logprobs`.
+  std::vector<int32_t> logprob_token_ids;
 
   friend bool operator==(const sampler_spec&, const sampler_spec&) = default;
 };
@@ -87,7 +90,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_spec& x) {
   return f(caf::meta::type_name("sampler_spec"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,
            x.presence_penalty, x.frequency_penalty, x.logprobs, x.seed, x.allowed_token_ids, x.bad_words, x.min_tokens,
-           x.min_tokens_stop_ids, x.logit_bias, x.structured_pattern, x.tokenizer_dir, x.prompt_logprobs);
+           x.min_tokens_stop_ids, x.logit_bias, x.structured_pattern, x.tokenizer_dir, x.prompt_logprobs,
+           x.logprob_token_ids);
 }
 
 /// Sampler state to create for a request the first time one of its rows is sampled.

@@ -16,8 +16,9 @@ namespace actorllm::proto {
 /// The token sampled for one row.
 struct sampled_token {
   int32_t token = 0;
-  float logprob = 0.0f;            ///< always filled
-  std::vector<token_logprob> top;  ///< the top-k alternatives when the request asked for them
+  float logprob = 0.0f;  ///< always filled
+  /// The top-k alternatives when the request asked for them, or its logprob_token_ids' logprobs in their order.
+  std::vector<token_logprob> top;
 
   friend bool operator==(const sampled_token&, const sampled_token&) = default;
 };
