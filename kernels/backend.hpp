@@ -190,9 +190,10 @@ class backend {
   /// The batched LoRA update of one Linear layer (vLLM's punica shrink + expand), each row with its own adapter: for
   /// every row t whose slot s = row_slots[t] is >= 0, shrunk[t] = a[s] x[t], then y[t] += b[s] shrunk[t]. x f32
   /// [n, n_in]; a f32 [n_slots, rank, n_in]; b f32 [n_slots, n_out, rank] (the adapter's scaling folded in; a
-  /// smaller adapter is zero-padded to the stack's rank); row_slots i32 [n], each < n_slots; shrunk f32 [n, rank],
-  /// scratch; y f32 [n, n_out], not overlapping x or shrunk. Rows with a negative slot are left as they are. f32
-  /// accumulation.
+  /// smaller adapter is zero-padded to the stack's rank); row_slots i32 [n], each < n_slots (the CPU aborts on one
+  /// that is not; CUDA, which cannot read the slots without a synchronisation, leaves that row as it is); shrunk f32
+  /// [n, rank], scratch; y f32 [n, n_out], not overlapping x or shrunk. Rows with a negative slot are left as they
+  /// are. f32 accumulation.
   virtual void lora_add(const tensor& x, const tensor& a, const tensor& b, const tensor& row_slots,
                         const tensor& shrunk, const tensor& y) = 0;
   // ---- graphs (decode steps replayed as one launch; model/decode_graphs.hpp) -----------------------------------

@@ -9,6 +9,8 @@
 #include "kernels/cuda/cuda_graph.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/launch_geometry.hpp"
+#include "kernels/cuda/lora.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/paged_attention_small.hpp"
 #include "kernels/cuda/quantized_gemv.hpp"
@@ -550,30 +552,16 @@ void cuda_backend::gather_rows(const tensor& x, const tensor& rows, const tensor
   cuda::gather_rows(f32(x), x.rows(), width, rows.data_as<int32_t>(), m, f32(out), stream_);
 }
 
-// PLACEHOLDER (replaced by the LoRA kernels before this lands): staged through the host.
 void cuda_backend::lora_add(const tensor& x, const tensor& a, const tensor& b, const tensor& row_slots,
                             const tensor& shrunk, const tensor& y) {
   const backend_checks::lora_dims d = checker{where()}.lora_add(x, a, b, row_slots, shrunk, y);
-  auto fetch = [&](const tensor& t) {
-    std::vector<float> h(static_cast<size_t>(t.numel()));
-    download(t, h.data(), t.nbytes());
-    return h;
-  };
-  std::vector<int32_t> slots(static_cast<size_t>(d.n));
-  download(row_slots, slots.data(), row_slots.nbytes());
-  std::vector<float> hx = fetch(x), ha = fetch(a), hb = fetch(b), hy = fetch(y);
-  for (int64_t t = 0; t < d.n; ++t) {
-    if (slots[t] < 0)
-      continue;
-    std::vector<float> sh(static_cast<size_t>(d.rank));
-    for (int64_t r = 0; r < d.rank; ++r)
-      for (int64_t i = 0; i < d.n_in; ++i)
-        sh[r] += ha[(slots[t] * d.rank + r) * d.n_in + i] * hx[t * d.n_in + i];
-    for (int64_t o = 0; o < d.n_out; ++o)
-      for (int64_t r = 0; r < d.rank; ++r)
-        hy[t * d.n_out + o] += hb[(slots[t] * d.n_out + o) * d.rank + r] * sh[r];
-  }
-  upload(y, hy.data(), y.nbytes());
+  // The slots stay on the device (reading them here would synchronise and break graph capture): the kernels skip a
+  // row whose slot lies outside the stack, where the CPU backend refuses it.
+  ACTORLLM_CHECK(d.n * d.rank <= max_grid_x,
+                 fmt::format("lora_add: {} rows x rank {} exceed one launch's grid", d.n, d.rank).c_str());
+  make_current();
+  cuda::lora_add(f32(x), f32(a), f32(b), row_slots.data_as<int32_t>(),
+                 cuda::lora_dims{d.n, d.n_in, d.n_out, d.n_slots, d.rank}, f32(shrunk), f32(y), stream_);
 }
 
 void cuda_backend::copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col,

@@ -1,5 +1,6 @@
 // ACTORLLM_HOST_DEVICE: `__host__ __device__` under nvcc, nothing in a host compiler, for the arithmetic the CUDA
-// kernels share with their CPU tests (attention_math.hpp, sampling_math.hpp, custom_all_reduce_math.hpp).
+// kernels share with their CPU tests (attention_math.hpp, sampling_math.hpp, custom_all_reduce_math.hpp,
+// lora_math.hpp).
 #pragma once
 
 #ifdef __CUDACC__

@@ -1,9 +1,9 @@
-// Every op of the backend interface on every compiled backend against float64 references written here (never the
-// cpu:: kernels), in the style of ggml's test-backend-ops: random odd shapes from fixed seeds (printed on failure),
-// llm.c's tolerance |out - ref| <= tol + |ref| * eps per op, and guard values around every output (a NaN sentinel
-// before and after the op's view of a larger allocation) that catch writes out of bounds and elements left
-// unwritten. Each case runs twice: "on cpu" always, "on cuda" where a GPU is visible (doctest skips it elsewhere, and
-// the listener and ctest's "gpu:" entry report it as skipped).
+// Every op of the backend interface on every compiled backend against float64 references written here or in
+// lora_reference.hpp (never the cpu:: kernels), in the style of ggml's test-backend-ops: random odd shapes from fixed
+// seeds (printed on failure), llm.c's tolerance |out - ref| <= tol + |ref| * eps per op, and guard values around
+// every output (a NaN sentinel before and after the op's view of a larger allocation) that catch writes out of
+// bounds and elements left unwritten. Each case runs twice: "on cpu" always, "on cuda" where a GPU is visible
+// (doctest skips it elsewhere, and the listener and ctest's "gpu:" entry report it as skipped).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cpu/sampling.hpp"
 #include "kernels/quantized_linear.hpp"
+#include "lora_reference.hpp"
 
 using namespace actorllm;
 using ops::sample_result;
@@ -1042,6 +1043,29 @@ BACKEND_PARITY_CASE(parity_copy_columns, "copy_columns") {
         for (int64_t c = 0; c < n_cols; ++c)
           ref[static_cast<size_t>(r * dst_w + dst_col + c)] = src[static_cast<size_t>(r * src_w + src_col + c)];
       test::check_close(read_as<float>(be, out, what), ref, 0.0, 0.0, what);
+    }
+  });
+}
+
+BACKEND_PARITY_CASE(parity_lora_add, "lora_add") {
+  const uint32_t seed = 2012;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (int rep = 0; rep < 6; ++rep) {
+      // Ranks 1 to 17 (16-byte loads where rank and n_in allow), slots drawn from -1 .. n_slots - 1.
+      const int64_t n = rep == 0 ? 1 : rnd.integer(2, 40), n_in = rnd.integer(1, 300), n_out = rnd.integer(1, 200);
+      const int64_t n_slots = rnd.integer(1, 4), rank = rep % 2 == 0 ? 16 : rnd.integer(1, 17);
+      const test::lora_case c = test::random_lora_case(n, n_in, n_out, n_slots, rank, seed * 10 + rep);
+      const std::string what = c.describe();
+      CAPTURE(what);
+      guarded shrunk = alloc_guarded(be, dtype::f32, {n, rank}, c.shrunk);
+      guarded y = alloc_guarded(be, dtype::f32, {n, n_out}, c.y);
+      be.lora_add(input(be, dtype::f32, {n, n_in}, c.x), input(be, dtype::f32, {n_slots, rank, n_in}, c.a),
+                  input(be, dtype::f32, {n_slots, n_out, rank}, c.b), input(be, dtype::i32, {n}, c.slots), shrunk.view,
+                  y.view);
+      test::check_lora(c, test::lora_reference(c), read_as<float>(be, shrunk, what + " shrunk"),
+                       read_as<float>(be, y, what + " y"), what);
     }
   });
 }
