@@ -132,6 +132,15 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
       return fail(errc::invalid_argument, "structured outputs need a tokenizer, and this model has none");
     spec.sampling.structured_pattern = p.structured_pattern;
     spec.sampling.tokenizer_dir = limits_.tokenizer_dir;
+    if (p.reasoning_end_token_id >= limits_.n_vocab || p.reasoning_start_token_id >= limits_.n_vocab)
+      return fail(errc::invalid_argument,
+                  fmt::format("the reasoning's start/end token ids ({}, {}) are outside the vocabulary of {}",
+                              p.reasoning_start_token_id, p.reasoning_end_token_id, limits_.n_vocab));
+    // As vLLM's reasoners: the prompt ended the reasoning when the end token follows the last start token in it
+    // (Qwen3 with thinking off renders "<think>\n\n</think>\n\n" into the generation prompt).
+    if (p.reasoning_end_token_id >= 0 &&
+        !reasoning_ended(prompt_ids, p.reasoning_start_token_id, p.reasoning_end_token_id))
+      spec.sampling.reasoning_end_token_id = p.reasoning_end_token_id;
   }
   spec.sampling.logit_bias = p.logit_bias;
   if (p.min_tokens > 0) {

@@ -17,6 +17,36 @@ uint64_t sequence_seed(uint64_t seed, uint32_t index) {
   return z ^ (z >> 31);
 }
 
+bool reasoning_ended(std::span<const int32_t> ids, int32_t start_token, int32_t end_token) {
+  if (end_token < 0)
+    return false;
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+    if (*it == end_token)
+      return true;
+    if (*it == start_token)
+      return false;
+  }
+  return false;
+}
+
+sequence_samplers::sequence sequence_samplers::new_sequence(const request& req, uint64_t seed) {
+  sequence s{ops::sampler_rng{seed}, {}};
+  if (req.constraint)
+    s.constraint_state = req.constraint->start();
+  s.constrained = req.reasoning_end_token < 0;
+  return s;
+}
+
+void sequence_samplers::record(const request& req, sequence& s, int32_t token) {
+  s.output_ids.push_back(token);
+  if (!req.constraint)
+    return;
+  if (s.constrained)
+    s.constraint_state = req.constraint->advance(s.constraint_state, token);
+  else if (token == req.reasoning_end_token)
+    s.constrained = true;  // the reasoning ended: the constraint applies from the next token on
+}
+
 void sequence_samplers::apply(const proto::step_plan& plan) {
   release(plan.released_requests);
   for (const auto& setup : plan.new_requests) {
@@ -39,6 +69,8 @@ void sequence_samplers::apply(const proto::step_plan& plan) {
     add(setup.request_id, p, setup.spec.seed, setup.prompt_ids);
     if (!setup.spec.structured_pattern.empty())
       constrain(setup.request_id, setup.spec.structured_pattern, setup.spec.tokenizer_dir);
+    if (setup.spec.reasoning_end_token_id >= 0)
+      constrain_after(setup.request_id, setup.spec.reasoning_end_token_id);
     if (!setup.spec.logprob_token_ids.empty())
       report_token_logprobs(setup.request_id, setup.spec.logprob_token_ids);
     if (!setup.resume_output_ids.empty())
@@ -56,13 +88,13 @@ void sequence_samplers::resume(uint64_t request_id, std::span<const int32_t> out
   if (it == requests_.end())
     return;
   request& req = it->second;
-  sequence s{ops::sampler_rng{sequence_seed(req.seed, 0)}, {output_ids.begin(), output_ids.end()}, 0};
+  sequence s = new_sequence(req, sequence_seed(req.seed, 0));
   if (req.params.draws_random())
     for (size_t i = 0; i < output_ids.size(); ++i)
       (void)s.rng.uniform();
-  if (req.constraint)
-    for (int32_t token : output_ids)
-      s.constraint_state = req.constraint->advance(s.constraint_state, token);
+  // The same walk as sampling them here: a constraint after a reasoning part starts after its end token.
+  for (int32_t token : output_ids)
+    record(req, s, token);
   req.seqs.insert_or_assign(0u, std::move(s));
 }
 
@@ -87,6 +119,13 @@ void sequence_samplers::constrain(uint64_t request_id, const std::string& patter
   } catch (const std::exception& e) {
     it->second.constraint_error = e.what();
   }
+}
+
+void sequence_samplers::constrain_after(uint64_t request_id, int32_t end_token) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end())
+    return;
+  it->second.reasoning_end_token = end_token;
 }
 
 void sequence_samplers::release(std::span<const uint64_t> request_ids) {
@@ -129,9 +168,10 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
                                  seq.request_id);
       return result;
     }
-    auto [it, fresh] = req->second.seqs.try_emplace(seq.index, sequence{ops::sampler_rng{0}, {}});
-    if (fresh)
-      it->second.rng = ops::sampler_rng{sequence_seed(req->second.seed, seq.index)};
+    auto it = req->second.seqs.find(seq.index);
+    if (it == req->second.seqs.end())
+      it = req->second.seqs.emplace(seq.index, new_sequence(req->second, sequence_seed(req->second.seed, seq.index)))
+               .first;
     sequence& s = it->second;
     if (!req->second.constraint_error.empty()) {
       result.error = fmt::format("step {}: request {}: structured outputs: {}", plan.step_id, seq.request_id,
@@ -139,7 +179,7 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
       return result;
     }
     ops::sample_row row{&req->second.params, req->second.prompt_ids, s.output_ids, &s.rng};
-    if (const auto& c = req->second.constraint) {
+    if (const auto& c = req->second.constraint; c && s.constrained) {
       const std::vector<uint64_t>& mask = c->mask(s.constraint_state);
       const auto words = static_cast<size_t>((logits.dim(1) + 63) / 64);
       if (mask.size() >= words) {
@@ -165,10 +205,8 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
   result.tokens.reserve(n_rows);
   for (size_t i = 0; i < n_rows; ++i) {
     ops::sample_result& r = results_[i];
-    row_seqs_[i]->output_ids.push_back(r.token);
     const auto& req = requests_.find(plan.sample_seqs[i].request_id)->second;
-    if (req.constraint)
-      row_seqs_[i]->constraint_state = req.constraint->advance(row_seqs_[i]->constraint_state, r.token);
+    record(req, *row_seqs_[i], r.token);
     proto::sampled_token tok;
     tok.token = r.token;
     tok.logprob = r.logprob;

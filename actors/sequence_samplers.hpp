@@ -22,6 +22,10 @@ namespace actorllm::actors {
 /// requests reproduce a plain sampler_rng{seed} run), a splitmix64 mix of both for the others.
 uint64_t sequence_seed(uint64_t seed, uint32_t index);
 
+/// Whether `ids` end a reasoning part, as vLLM's reasoners decide it: `end_token` occurs after the last `start_token`
+/// (-1: none). False without `end_token`.
+bool reasoning_ended(std::span<const int32_t> ids, int32_t start_token, int32_t end_token);
+
 /// Sampler state of every request the sampler shard has seen and not released.
 class sequence_samplers {
  public:
@@ -35,6 +39,10 @@ class sequence_samplers {
   /// `tokenizer_dir`; compiled once per process and pattern, within structured_limits' defaults when this process
   /// has not compiled it already).
   void constrain(uint64_t request_id, const std::string& pattern, const std::string& tokenizer_dir);
+  /// Makes a constrained request's constraint start only after a reasoning part: each sequence samples freely until
+  /// it samples `end_token` (the think-end token), then the constraint applies to the tokens after it (vLLM's
+  /// structured outputs with a reasoning parser). Before the request's first sampling or resume().
+  void constrain_after(uint64_t request_id, int32_t end_token);
 
   /// Makes a request added before report, for each sampled token, the raw logprobs of `token_ids` (in this order)
   /// instead of its top logprobs (vLLM's logprob_token_ids). Each id must be inside the logits' vocabulary.
@@ -42,7 +50,7 @@ class sequence_samplers {
 
   /// Failover: starts sequence 0 of a request added (and constrained) before as if it had already sampled
   /// `output_ids` here: penalties see them, its generator has advanced once per token, its structured-output
-  /// automaton has consumed them.
+  /// automaton has consumed them (those after the reasoning's end, for a constraint that starts there).
   void resume(uint64_t request_id, std::span<const int32_t> output_ids);
 
   /// Drops the state of `request_ids` (unknown ids are ignored: a request may end before it was ever sampled).
@@ -65,6 +73,8 @@ class sequence_samplers {
     ops::sampler_rng rng;
     std::vector<int32_t> output_ids;
     int32_t constraint_state = 0;  ///< structured outputs: the automaton state after output_ids
+    /// Structured outputs: whether the constraint applies (false while a reasoning part it waits for goes on).
+    bool constrained = true;
   };
   struct request {
     ops::sampling_params params;
@@ -75,7 +85,13 @@ class sequence_samplers {
     std::shared_ptr<const text::structured::token_constraint> constraint;
     std::string constraint_error;            ///< why the pattern could not be compiled here (sampling then fails)
     std::vector<int32_t> logprob_token_ids;  ///< non-empty: reported instead of the top logprobs
+    int32_t reasoning_end_token = -1;        ///< >= 0: the constraint starts after this token (constrain_after)
   };
+
+  /// A new sequence of `req`, generating from `seed`.
+  static sequence new_sequence(const request& req, uint64_t seed);
+  /// Records `token` as sampled by `s` (of `req`): its output, and its constraint's state.
+  static void record(const request& req, sequence& s, int32_t token);
 
   /// The score rows' logprobs (downloaded: they are few, and a prompt's worth of rows once per request).
   std::string score(const proto::step_plan& plan, backend& be, const tensor& logits,

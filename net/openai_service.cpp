@@ -785,12 +785,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
     return fail(*bad);
   std::shared_ptr<const text::structured::token_constraint> constraint;
-  // A constraint would hold the reasoning to it too: not until the sampler can start it after </think>.
-  if (!config_.reasoning_parser.empty() && !parsed->structured_param.empty())
-    return fail(openai::api_error::bad_request(
-        fmt::format("{} is not supported with --reasoning-parser yet: the constraint would apply to the reasoning too",
-                    parsed->structured_param),
-        parsed->structured_param));
+  if (auto bad = openai::constrain_after_reasoning(*parsed, tokenizer_.get(), config_.reasoning_parser))
+    return fail(*bad);
   if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
     return fail(*bad);
   using tool_mode = openai::response_context::tool_mode;
@@ -886,11 +882,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions_batch(const h
   if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
     return fail(*bad);
   std::shared_ptr<const text::structured::token_constraint> constraint;
-  if (!config_.reasoning_parser.empty() && !parsed->structured_param.empty())
-    return fail(openai::api_error::bad_request(
-        fmt::format("{} is not supported with --reasoning-parser yet: the constraint would apply to the reasoning too",
-                    parsed->structured_param),
-        parsed->structured_param));
+  if (auto bad = openai::constrain_after_reasoning(*parsed, tokenizer_.get(), config_.reasoning_parser))
+    return fail(*bad);
   // One constraint for every conversation: compiled once.
   if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
     return fail(*bad);

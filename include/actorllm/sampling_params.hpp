@@ -44,6 +44,12 @@ struct sampling_params {
   /// Structured outputs: every output must match this pattern (text/structured/byte_dfa.hpp's syntax; JSON
   /// schemas and choices are turned into one by text/structured/json_schema.hpp). Empty: unconstrained.
   std::string structured_pattern;
+  /// Structured outputs after a reasoning part (vLLM with a reasoning parser): the pattern applies only to the output
+  /// tokens after the first `reasoning_end_token_id` (the think-end token, e.g. </think>), or from the first output
+  /// token when the prompt already ended the reasoning (that token after the last `reasoning_start_token_id` in the
+  /// prompt). -1: the pattern applies from the first output token.
+  int32_t reasoning_end_token_id = -1;
+  int32_t reasoning_start_token_id = -1;  ///< the think-start token (e.g. <think>); -1: none
 
   friend bool operator==(const sampling_params&, const sampling_params&) = default;
 };
@@ -107,6 +113,8 @@ inline std::string validate(const sampling_params& p) {
   for (const auto& w : p.bad_words)
     if (w.empty())
       return "bad_words must not hold empty strings";
+  if (p.reasoning_end_token_id < -1 || p.reasoning_start_token_id < -1)
+    return "reasoning_end_token_id and reasoning_start_token_id must be token ids (>= 0) or -1 (none)";
   return {};
 }
 

@@ -1,6 +1,8 @@
 // The reasoning part of thinking models' replies.
 #include "net/openai/reasoning_parser.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace actorllm::net::openai {
@@ -81,6 +83,22 @@ reasoning_stream::delta reasoning_stream::drain(bool final) {
     pending_.erase(0, pending_.size() - keep);
     return out;
   }
+}
+
+std::optional<api_error> constrain_after_reasoning(common_request& r, const text::tokenizer* tok,
+                                                   std::string_view reasoning_parser) {
+  if (reasoning_parser.empty() || r.structured_param.empty())
+    return std::nullopt;
+  const std::optional<int32_t> end = tok != nullptr ? tok->token_to_id(close_tag) : std::nullopt;
+  if (!end)
+    return api_error::bad_request(
+        fmt::format("{} is not supported with --reasoning-parser {} here: the tokenizer has no </think> token, so the "
+                    "constraint would apply to the reasoning too",
+                    r.structured_param, reasoning_parser),
+        r.structured_param);
+  r.params.reasoning_end_token_id = *end;
+  r.params.reasoning_start_token_id = tok->token_to_id(open_tag).value_or(-1);
+  return std::nullopt;
 }
 
 }  // namespace actorllm::net::openai

@@ -3,6 +3,10 @@
 // two pieces is held back until it is whole).
 #pragma once
 
+#include "net/openai/api_error.hpp"
+#include "net/openai/requests.hpp"
+#include "text/tokenizer.hpp"
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,5 +52,13 @@ class reasoning_stream {
   state state_ = state::start;
   std::string pending_;  // text not yet assigned (a possible tag start)
 };
+
+/// With a reasoning parser (`reasoning_parser` non-empty), a request's structured output (or required/named tool
+/// choice) applies after the reasoning, as vLLM applies it: sets r.params' think-start and think-end token ids from
+/// `tok` so that the sampler leaves each sequence free until it samples </think>. A 400 naming the constraint's field
+/// when `tok` (null: none) has no </think> token: the constraint would then hold the reasoning too. Nothing to do
+/// without a reasoning parser or a constraint.
+std::optional<api_error> constrain_after_reasoning(common_request& r, const text::tokenizer* tok,
+                                                   std::string_view reasoning_parser);
 
 }  // namespace actorllm::net::openai

@@ -219,3 +219,44 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(late.finished.empty());
   CHECK(proc.size() == 0);
 }
+
+TEST_CASE_FIXTURE(fixture,
+                  "structured outputs after a reasoning part: the sampler waits for the end token unless the "
+                  "prompt ended the reasoning") {
+  output_processor with_dir{
+      tok,
+      actors::model_limits{512, 64, {2, 1}, 7, std::filesystem::absolute(test::model_dir("stories260K")).string()}};
+  constexpr int32_t start = 400, end = 401;
+  auto submit = [&](uint64_t id, std::vector<int32_t> prompt_ids, int32_t end_id, std::string pattern = "\\d\\d") {
+    proto::submit_request r;
+    r.request_id = id;
+    r.prompt_is_tokens = true;
+    r.prompt_ids = std::move(prompt_ids);
+    r.params.structured_pattern = std::move(pattern);
+    r.params.reasoning_start_token_id = start;
+    r.params.reasoning_end_token_id = end_id;
+    return with_dir.add(r);
+  };
+  auto thinking = submit(1, {1, 5, start, 6}, end);  // the prompt opened the reasoning (DeepSeek-R1's template)
+  REQUIRE(thinking);
+  CHECK(thinking->sampling.structured_pattern == "\\d\\d");
+  CHECK(thinking->sampling.reasoning_end_token_id == end);
+  auto plain = submit(2, {1, 5, 6}, end);  // nothing in the prompt (Qwen3 thinking: the reply opens <think>)
+  REQUIRE(plain);
+  CHECK(plain->sampling.reasoning_end_token_id == end);
+  auto ended = submit(3, {1, start, 7, end, 8}, end);  // Qwen3 with thinking off: "<think>\n\n</think>\n\n"
+  REQUIRE(ended);
+  CHECK(ended->sampling.reasoning_end_token_id == -1);           // constrained from the first token
+  auto reopened = submit(4, {1, start, end, 9, start, 6}, end);  // an earlier turn's reasoning, a new one open
+  REQUIRE(reopened);
+  CHECK(reopened->sampling.reasoning_end_token_id == end);
+  auto unconstrained = submit(5, {1, 5}, end, "");
+  REQUIRE(unconstrained);
+  CHECK(unconstrained->sampling.reasoning_end_token_id == -1);  // nothing to gate
+  auto outside = submit(6, {1, 5}, 600);
+  REQUIRE(!outside);
+  CHECK(proto::message_of(outside.error()).find("outside the vocabulary of 512") != std::string::npos);
+  auto negative = submit(7, {1, 5}, -2);
+  REQUIRE(!negative);
+  CHECK(proto::message_of(negative.error()).find("reasoning_end_token_id") != std::string::npos);
+}

@@ -3,6 +3,8 @@
 #include "actors/sequence_samplers.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/sampling.hpp"
+#include "test_paths.hpp"
+#include "text/structured/constraint_cache.hpp"
 
 #include <doctest/doctest.h>
 
@@ -248,4 +250,149 @@ TEST_CASE("logprobs_of_tokens agrees with logprobs_of, with its NaN and infinity
   // A row of nothing but -inf is uniform, as the sampler reads it.
   std::vector<float> none(4, -std::numeric_limits<float>::infinity());
   CHECK(ops::logprobs_of_tokens(none, std::vector<int32_t>{3})[0].logprob == doctest::Approx(-std::log(4.0)));
+}
+
+namespace {
+
+// Structured outputs after a reasoning part, over stories260K's 512-token vocabulary: the pattern is two digits (their
+// pieces and byte tokens); token 300 ("▁ha") stands for the reasoning's text and 302 ("en") for its end token.
+constexpr int64_t tok_vocab = 512;
+constexpr int32_t free_token = 300, end_token = 302;
+const std::string two_digits = "\\d\\d";
+
+std::string tokenizer_dir() { return std::filesystem::absolute(test::model_dir("stories260K")).string(); }
+
+proto::sampler_setup constrained_setup(uint64_t id, int32_t reasoning_end, float temperature = 0.0f) {
+  proto::sampler_setup s;
+  s.request_id = id;
+  s.spec.temperature = temperature;
+  s.spec.seed = 77;
+  s.spec.structured_pattern = two_digits;
+  s.spec.tokenizer_dir = tokenizer_dir();
+  s.spec.reasoning_end_token_id = reasoning_end;
+  return s;
+}
+
+// One row of logits that puts `top` far ahead of every other token.
+std::vector<float> peaked(int32_t top) {
+  std::vector<float> l(tok_vocab, 0.0f);
+  l[static_cast<size_t>(top)] = 20.0f;
+  return l;
+}
+
+int32_t sample_one(actors::sequence_samplers& samplers, const proto::step_plan& plan,
+                   const std::vector<float>& logits) {
+  static const std::unique_ptr<backend> be = make_backend(device_kind::cpu, 1);
+  tensor t = make_host_tensor(dtype::f32, {1, tok_vocab});
+  std::copy_n(logits.begin(), t.numel(), t.data_as<float>());
+  auto r = samplers.sample(plan, *be, t);
+  REQUIRE_MESSAGE(r.error.empty(), r.error);
+  REQUIRE(r.tokens.size() == 1);
+  return r.tokens[0].token;
+}
+
+// A token that reads as one digit: its own piece ("7") or its byte-fallback token ("<0x37>").
+bool is_digit_token(int32_t t) {
+  static const text::tokenizer tok = text::tokenizer::from_directory(test::model_dir("stories260K"));
+  const std::string piece = tok.id_to_token(t);
+  return (piece.size() == 1 && piece[0] >= '0' && piece[0] <= '9') ||
+         (piece.size() == 6 && piece.starts_with("<0x3") && piece[4] >= '0' && piece[4] <= '9');
+}
+
+}  // namespace
+
+TEST_CASE("a constraint after a reasoning part: free until the end token, constrained over the tokens after it") {
+  const auto c = text::structured::compiled_constraint(tokenizer_dir(), two_digits);
+  const auto allowed = [&](int32_t state, int32_t t) {
+    return (c->mask(state)[static_cast<size_t>(t) / 64] >> (static_cast<unsigned>(t) % 64) & 1) != 0;
+  };
+  REQUIRE(!allowed(c->start(), free_token));
+  REQUIRE(!allowed(c->start(), end_token));
+
+  // Without a reasoning part the first token is already held to the pattern.
+  actors::sequence_samplers plain;
+  auto first = plan_sampling(1, {{1, 0}});
+  first.new_requests.push_back(constrained_setup(1, -1));
+  plain.apply(first);
+  CHECK(is_digit_token(sample_one(plain, first, peaked(free_token))));
+
+  // With one: the reasoning's tokens (and the end token) are sampled freely, then two digits and nothing but eos.
+  actors::sequence_samplers samplers;
+  auto plan = plan_sampling(1, {{2, 0}, {2, 1}});
+  plan.new_requests.push_back(constrained_setup(2, end_token));
+  samplers.apply(plan);
+  const std::vector<int32_t> peaks{free_token, free_token, end_token, free_token, free_token, free_token};
+  for (uint32_t index : {0u, 1u}) {  // every sequence of the request has its own gate
+    std::vector<int32_t> out;
+    for (size_t step = 0; step < peaks.size(); ++step)
+      out.push_back(sample_one(samplers, plan_sampling(10 + step, {{2, index}}), peaked(peaks[step])));
+    CAPTURE(index);
+    CHECK(out[0] == free_token);
+    CHECK(out[1] == free_token);
+    CHECK(out[2] == end_token);
+    CHECK(is_digit_token(out[3]));
+    CHECK(is_digit_token(out[4]));
+    CHECK(c->is_eos(out[5]));  // the pattern is whole: only eos is left
+  }
+
+  // The end token inside the constrained part is just a token the pattern does not allow.
+  actors::sequence_samplers after;
+  auto again = plan_sampling(1, {{3, 0}});
+  again.new_requests.push_back(constrained_setup(3, end_token));
+  after.apply(again);
+  CHECK(sample_one(after, again, peaked(end_token)) == end_token);
+  CHECK(is_digit_token(sample_one(after, plan_sampling(2, {{3, 0}}), peaked(end_token))));
+}
+
+TEST_CASE("reasoning_ended: the end token after the last start token, as vLLM's reasoners read a prompt") {
+  using actors::reasoning_ended;
+  const std::vector<int32_t> open{5, 7, 9}, closed{5, 7, 8, 9}, reopened{5, 8, 7, 9}, none{5, 9};
+  CHECK(!reasoning_ended(open, 7, 8));
+  CHECK(reasoning_ended(closed, 7, 8));
+  CHECK(!reasoning_ended(reopened, 7, 8));
+  CHECK(!reasoning_ended(none, 7, 8));
+  CHECK(reasoning_ended(std::vector<int32_t>{8, 1}, -1, 8));  // no start token known: any end token
+  CHECK(!reasoning_ended(closed, 7, -1));
+}
+
+TEST_CASE("a resumed sequence replays the reasoning gate: the automaton consumes only the tokens after the end") {
+  // Seeded draws at temperature 1 (two free tokens, the end token at the third step, then digits and eos): the whole
+  // run, then resumed from every cut, must sample the same continuation (the gate and the automaton's state
+  // replayed).
+  auto logits_at = [](size_t step) {
+    std::vector<float> l(tok_vocab);
+    for (int64_t v = 0; v < tok_vocab; ++v)
+      l[static_cast<size_t>(v)] = std::sin(static_cast<float>(v * 5 + static_cast<int64_t>(step)));
+    l[end_token] = step == 2 ? 20.0f : -20.0f;
+    return l;
+  };
+  actors::sequence_samplers whole;
+  std::vector<int32_t> tokens;
+  for (size_t step = 0; step < 8; ++step) {
+    auto plan = plan_sampling(step + 1, {{9, 0}});
+    if (step == 0)
+      plan.new_requests.push_back(constrained_setup(9, end_token, 1.0f));
+    whole.apply(plan);
+    tokens.push_back(sample_one(whole, plan, logits_at(step)));
+  }
+  REQUIRE(tokens[2] == end_token);
+  CHECK(!is_digit_token(tokens[0]));  // free: from the whole vocabulary (these logits favour no digit)
+  CHECK(is_digit_token(tokens[3]));
+  CHECK(is_digit_token(tokens[4]));
+
+  for (size_t cut = 1; cut < tokens.size(); ++cut) {
+    CAPTURE(cut);
+    actors::sequence_samplers resumed;
+    auto s = constrained_setup(9, end_token, 1.0f);
+    s.resume_output_ids.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(cut));
+    std::vector<int32_t> rest;
+    for (size_t step = cut; step < tokens.size(); ++step) {
+      auto plan = plan_sampling(100 + step, {{9, 0}});
+      if (step == cut)
+        plan.new_requests.push_back(s);
+      resumed.apply(plan);
+      rest.push_back(sample_one(resumed, plan, logits_at(step)));
+    }
+    CHECK(rest == std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(cut), tokens.end()));
+  }
 }

@@ -135,16 +135,18 @@ inline http_reply http(uint16_t port, const std::string& method, const std::stri
   return parse_reply(raw);
 }
 
-/// A running `actorllm serve` on stories260K; killed (if still running) on destruction, its log's folder removed.
+/// A running `actorllm serve` on stories260K (or `model`); killed (if still running) on destruction, its log's folder
+/// removed.
 class server {
  public:
   /// `env`: "NAME=value" entries set in the server's environment.
-  explicit server(const std::vector<std::string>& extra = {}, const std::vector<std::string>& env = {}) {
+  explicit server(const std::vector<std::string>& extra = {}, const std::vector<std::string>& env = {},
+                  const std::filesystem::path& model = {}) {
     dir_ = test::make_temp_dir("e2e_server");
     log_ = dir_ / "server.log";
     std::vector<std::string> args{test::actorllm_binary().string(),
                                   "serve",
-                                  test::model_dir("stories260K").string(),
+                                  model.empty() ? test::model_dir("stories260K").string() : model.string(),
                                   "--port",
                                   "0",
                                   "--served-model-name",

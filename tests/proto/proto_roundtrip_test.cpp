@@ -83,6 +83,9 @@ sampling_params full_sampling_params() {
   p.logprobs = 5;
   p.logprob_token_ids = {4, 0, 4};
   p.skip_special_tokens = false;
+  p.structured_pattern = "[a-z]+";
+  p.reasoning_end_token_id = 19;
+  p.reasoning_start_token_id = 18;
   return p;
 }
 
@@ -108,8 +111,8 @@ proto::step_plan full_plan() {
   p.dropped_seqs = {{3, 0}, {4, 1}};
   p.sample_rows = {2, 3};
   p.sample_seqs = {{10, 0}, {11, 2}};
-  proto::sampler_spec spec{0.8f,   0.95f,         50, 0.1f, 1.2f,        0.3f,     0.4f,          3,  1234,
-                           {5, 6}, {{7}, {8, 9}}, 2,  {2},  {{5, 1.5f}}, "[a-z]+", "/models/tok", -1, {3, 11}};
+  proto::sampler_spec spec{0.8f,          0.95f, 50,  0.1f,        1.2f,     0.3f,          0.4f, 3,  1234,   {5, 6},
+                           {{7}, {8, 9}}, 2,     {2}, {{5, 1.5f}}, "[a-z]+", "/models/tok", 19,   -1, {3, 11}};
   p.new_requests = {{10, spec, {1, 15, 22}, {7, 8}}};
   p.released_requests = {3, 4};
   return p;

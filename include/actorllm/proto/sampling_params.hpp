@@ -20,7 +20,8 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   return f(caf::meta::type_name("sampling_params"), x.n, x.temperature, x.top_p, x.top_k, x.min_p, x.presence_penalty,
            x.frequency_penalty, x.repetition_penalty, seed, max_tokens, x.min_tokens, x.stop, x.stop_token_ids,
            x.include_stop_str_in_output, x.ignore_eos, logprobs, prompt_logprobs, x.skip_special_tokens, x.logit_bias,
-           x.allowed_token_ids, x.bad_words, x.structured_pattern, x.logprob_token_ids);
+           x.allowed_token_ids, x.bad_words, x.structured_pattern, x.reasoning_end_token_id, x.reasoning_start_token_id,
+           x.logprob_token_ids);
 }
 
 /// CAF inspection of engine_config.

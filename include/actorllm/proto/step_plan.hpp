@@ -76,7 +76,11 @@ struct sampler_spec {
   std::vector<int32_t> min_tokens_stop_ids;           ///< eos (unless ignore_eos) and stop_token_ids
   std::vector<std::pair<int32_t, float>> logit_bias;  ///< added to the logits
   std::string structured_pattern;                     ///< structured outputs: the output must match it (empty: free)
-  std::string tokenizer_dir;     ///< where the sampler finds the tokenizer the pattern's token masks need
+  std::string tokenizer_dir;  ///< where the sampler finds the tokenizer the pattern's token masks need
+  /// Structured outputs after a reasoning part: the pattern applies only to the tokens after the first sampled
+  /// reasoning_end_token_id (the think-end token); -1: from the first output token (no reasoning part, or the
+  /// prompt already ended it).
+  int32_t reasoning_end_token_id = -1;
   int32_t prompt_logprobs = -1;  ///< -1: none; k >= 0: score rows report the prompt token's and the top k
   /// vLLM's logprob_token_ids: each sampled token reports these tokens' logprobs (in this order) instead of the top
   /// `logprobs`; empty: the top `logprobs`.
@@ -90,8 +94,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_spec& x) {
   return f(caf::meta::type_name("sampler_spec"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,
            x.presence_penalty, x.frequency_penalty, x.logprobs, x.seed, x.allowed_token_ids, x.bad_words, x.min_tokens,
-           x.min_tokens_stop_ids, x.logit_bias, x.structured_pattern, x.tokenizer_dir, x.prompt_logprobs,
-           x.logprob_token_ids);
+           x.min_tokens_stop_ids, x.logit_bias, x.structured_pattern, x.tokenizer_dir, x.reasoning_end_token_id,
+           x.prompt_logprobs, x.logprob_token_ids);
 }
 
 /// Sampler state to create for a request the first time one of its rows is sampled.
