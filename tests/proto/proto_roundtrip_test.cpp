@@ -237,7 +237,7 @@ TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also
   spec.ignore_eos = true;
   spec.stop_token_ids = {13};
   spec.min_tokens = 1;
-  spec.sampling = {0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, 77, {}, {}, 0, {}, {{3, -2.0f}}, "", "", -1, {}};
+  spec.sampling = {0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, 77, {}, {}, 0, {}, {{3, -2.0f}}, "", "", -1, -1, {}};
   CHECK(roundtrip(spec) == spec);
   CHECK(roundtrip_message(spec) == spec);
   spec.cache_salt = "tenant-b";
