@@ -122,6 +122,12 @@ seed = 7
 chat_template = "{{ messages }}"
 generation_config = "vllm"
 enforce_eager = true
+[lora]
+enable_lora = true
+lora_modules = ["sql=/adapters/sql", "chat=/adapters/chat"]
+max_loras = 3
+max_lora_rank = 64
+max_cpu_loras = 5
 [parallel]
 tensor-parallel-size = 4
 pipeline_parallel_size = 3
@@ -232,7 +238,12 @@ max_control_message_bytes = 1048576
   CHECK(o.reasoning_parser == "qwen3");
   CHECK(o.enable_force_include_usage);
   CHECK(o.skip_tokenizer_init);
-  CHECK(app::serve_config_keys().size() == 71);
+  CHECK(o.enable_lora);
+  CHECK(o.lora_modules == std::vector<std::string>{"sql=/adapters/sql", "chat=/adapters/chat"});
+  CHECK(o.max_loras == 3);
+  CHECK(o.max_lora_rank == 64);
+  CHECK(o.max_cpu_loras == 5);
+  CHECK(app::serve_config_keys().size() == 76);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

@@ -200,7 +200,7 @@ TEST_CASE("logit_bias, allowed_token_ids, bad_words and min_tokens act on what i
   CHECK(oov3.body.find("token id 99999 is outside the vocabulary (size 512)") != std::string::npos);
 }
 
-TEST_CASE("--reasoning-parser: a reply that never closes its reasoning is all reasoning; constraints need </think>") {
+TEST_CASE("--reasoning-parser: a reply that never closes its reasoning is all reasoning - constraints need </think>") {
   server s{{"--reasoning-parser", "deepseek_r1"}};
   simdjson::dom::parser parser;
   // stories260K never writes </think>: as DeepSeek-R1 cut off while thinking, the reply is all reasoning.

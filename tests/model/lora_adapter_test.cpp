@@ -424,7 +424,7 @@ TEST_CASE("lora adapter: attention targets on a mixture-of-experts model, MLP ta
   }
 }
 
-TEST_CASE("lora adapter: adapter_config.json keys that change the math are refused by name") {
+TEST_CASE("lora adapter: adapter_config.json keys that change the math are refused by name [asan]") {
   // {key, value, what the message must name besides the key}
   const std::vector<std::tuple<std::string, std::string, std::vector<std::string>>> cases{
       {"use_dora", "true", {"DoRA"}},
@@ -471,7 +471,7 @@ TEST_CASE("lora adapter: adapter_config.json keys that change the math are refus
   CHECK(inspect_lora_adapter(write_adapter(cfg, ok), cfg, 16).rank == 4);
 }
 
-TEST_CASE("lora adapter: rank, alpha and target_modules are checked by name") {
+TEST_CASE("lora adapter: rank, alpha and target_modules are checked by name [asan]") {
   adapter_spec s;
   s.rank = 32;
   CHECK(mentions(load_error(s, 16), {"adapter_config.json", "'r'", "32", "max_lora_rank 16"}));
@@ -503,7 +503,7 @@ TEST_CASE("lora adapter: rank, alpha and target_modules are checked by name") {
   CHECK(mentions(load_error(adapter_spec{}, 0), {"max_lora_rank", "at least 1"}));
 }
 
-TEST_CASE("lora adapter: tensors the engine would not apply are refused by name") {
+TEST_CASE("lora adapter: tensors the engine would not apply are refused by name [asan]") {
   using tensors = std::vector<test_util::test_tensor>;
   auto add = [](std::string name, std::vector<int64_t> shape, dtype type = dtype::f32) {
     return [name, shape, type](tensors& t) {
@@ -575,7 +575,7 @@ TEST_CASE("lora adapter: tensors the engine would not apply are refused by name"
   }
 }
 
-TEST_CASE("lora adapter: missing directories and files are named") {
+TEST_CASE("lora adapter: missing directories and files are named [asan]") {
   const model_config cfg = small_config();
   const auto dir = test_util::temp_dir("actorllm-lora");
   CHECK(mentions(error_of([&] { inspect_lora_adapter(dir / "nope", cfg, 8); }), {"nope", "does not exist"}));
