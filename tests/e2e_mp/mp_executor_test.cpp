@@ -11,6 +11,7 @@
 #include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 
@@ -525,4 +526,39 @@ TEST_CASE("mp executor: quantized weights (an AWQ config, and --quantization fp8
   }
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(float_dir);
+}
+
+TEST_CASE("mp executor: a LoRA adapter reaches the worker processes and gives the in-process ids, beside base rows") {
+  const auto dir = test::make_temp_dir("actorllm-mp-lora");
+  const std::string cmd = fmt::format(
+      "python3 '{}/scripts/make_lora_adapter.py' --model '{}' --out '{}' --rank 8 --alpha 8 --targets "
+      "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --seed 3 > /dev/null",
+      ACTORLLM_SOURCE_DIR, test::model_dir("stories260K").string(), (dir / "adapter").string());
+  REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
+  auto config = [](int tp, int pp, const std::string& executor) {
+    engine_config c = mp_config(tp, pp);
+    c.distributed_executor_backend = executor;
+    c.enable_lora = true;
+    return c;
+  };
+  sampling_params p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 16;
+  const lora_request adapter{"adapter", 1, (dir / "adapter").string()};
+  const std::vector<prompt> batch{prompt{std::vector<int32_t>{1, 403, 407, 261}},
+                                  prompt{std::vector<int32_t>{1, 403, 407, 261}}.with_lora(adapter)};
+  auto ids = [&](LLM& llm) {
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& r : llm.generate(batch, p))
+      out.push_back(r.outputs.at(0).token_ids);
+    return out;
+  };
+  LLM local{config(1, 1, "uni")};
+  const auto expected = ids(local);
+  CHECK(expected[0] != expected[1]);  // the adapter changes the continuation
+  LLM llm{config(2, 2, "mp")};
+  CHECK(llm.info().executor == "mp");
+  CHECK(ids(llm) == expected);
+  std::filesystem::remove_all(dir);
 }
