@@ -8,6 +8,7 @@
 // this bench starts and stops itself (the cores shared with other work): the ratio to the round's quiet decode says
 // whether the engine keeps its fair share. Prints a table, writes JSON.
 #include "bench/bench_json.hpp"
+#include "bench/decode_loop.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -46,48 +47,6 @@ using namespace actorllm;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-// Runs `batch` sequences: a short prefill each, then `steps` timed decode steps of the whole batch. Returns tokens/s.
-double decode_tokens_per_second(model::llama_model& llm, int64_t batch, int64_t prompt_len, int64_t steps,
-                                int64_t block_size) {
-  const int64_t ctx = prompt_len + steps + 1;
-  const int64_t blocks_per_seq = (ctx + block_size - 1) / block_size;
-  model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), batch * blocks_per_seq};
-  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
-  for (int64_t s = 0; s < batch; ++s)
-    for (int64_t b = 0; b < blocks_per_seq; ++b)
-      tables[static_cast<size_t>(s)].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
-  const int64_t vocab = llm.config().n_vocab;
-  std::vector<int32_t> last(static_cast<size_t>(batch));
-  {
-    model::forward_batch fb;
-    for (int64_t s = 0; s < batch; ++s) {
-      std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
-      for (int64_t i = 0; i < prompt_len; ++i)
-        prompt[static_cast<size_t>(i)] = static_cast<int32_t>((s * 7919 + i * 104729) % vocab);
-      fb.add_sequence(prompt, 0, tables[static_cast<size_t>(s)], true);
-    }
-    auto logits = llm.forward(fb, cache);
-    for (int64_t s = 0; s < batch; ++s) {
-      auto* row = logits.data() + s * vocab;
-      last[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-    }
-  }
-  auto t0 = clock_type::now();
-  for (int64_t step = 0; step < steps; ++step) {
-    model::forward_batch fb;
-    for (int64_t s = 0; s < batch; ++s) {
-      int32_t tok[1] = {last[static_cast<size_t>(s)]};
-      fb.add_sequence(tok, static_cast<int32_t>(prompt_len + step), tables[static_cast<size_t>(s)], true);
-    }
-    auto logits = llm.forward(fb, cache);
-    for (int64_t s = 0; s < batch; ++s) {
-      auto* row = logits.data() + s * vocab;
-      last[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-    }
-  }
-  return static_cast<double>(batch * steps) / seconds_since(t0);
 }
 
 double prefill_tokens_per_second(model::llama_model& llm, int64_t n_tokens, int64_t block_size, int reps) {
@@ -245,7 +204,7 @@ int run_variants(const std::string& config_dir, const std::vector<weight_variant
     bandwidths.push_back(probe.bytes_per_s);
     std::fprintf(stderr, "round %d/%d: %.1f GB/s\n", round + 1, rounds, probe.bytes_per_s / 1e9);
     for (built& b : models) {
-      b.decode.push_back(decode_tokens_per_second(*b.llm, 1, prompt_len, steps, block_size));
+      b.decode.push_back(bench::decode_tokens_per_second(*b.llm, 1, prompt_len, steps, block_size));
       b.fraction.push_back(b.decode.back() / (probe.bytes_per_s / static_cast<double>(b.bytes_per_token)));
       if (prefill > 0)
         b.prefill.push_back(prefill_tokens_per_second(*b.llm, prefill, block_size, prefill_reps));
@@ -414,7 +373,7 @@ int main(int argc, char** argv) {
       best_pattern = probe.best;
     }
     std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
-    const double tps1 = decode_tokens_per_second(llm, 1, prompt_len, steps, block_size);
+    const double tps1 = bench::decode_tokens_per_second(llm, 1, prompt_len, steps, block_size);
     if (hog > 0) {
       std::fprintf(stderr, "round %d/%d: decode batch 1 beside %d busy processes...\n", round + 1, rounds, hog);
       const cpu_hog busy(hog);
@@ -422,11 +381,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--hog: started %zu of %d busy processes\n", busy.running(), hog);
         return 1;
       }
-      hogged.push_back(decode_tokens_per_second(llm, 1, prompt_len, steps, block_size));
+      hogged.push_back(bench::decode_tokens_per_second(llm, 1, prompt_len, steps, block_size));
       hog_ratios.push_back(hogged.back() / tps1);
     }
     std::fprintf(stderr, "round %d/%d: decode batch %ld...\n", round + 1, rounds, static_cast<long>(big_batch));
-    const double tpsn = decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
+    const double tpsn = bench::decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
     std::fprintf(stderr, "round %d/%d: prefill %ld tokens...\n", round + 1, rounds, static_cast<long>(prefill));
     const double prefill_tps = prefill_tokens_per_second(llm, prefill, block_size, prefill_reps);
     bandwidths.push_back(probe.bytes_per_s);

@@ -5,10 +5,10 @@
 // beside the memory-bandwidth probe (the VM's bandwidth drifts); the table gives medians of tokens/s and of the
 // per-round ratios to LoRA off. Prints a table, writes JSON (--json).
 #include "bench/bench_json.hpp"
+#include "bench/decode_loop.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
 #include "model/weight_loader.hpp"
@@ -34,8 +34,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -48,47 +46,6 @@ struct variant {
   std::vector<int32_t> row_loras;
   std::vector<double> tokens_per_s, ratio;
 };
-
-/// A short prefill of every row, then `steps` timed decode steps of the whole batch, each row with its adapter.
-double decode_tokens_per_second(model::llama_model& llm, const std::vector<int32_t>& row_loras,
-                                std::span<const model::lora_source> sources, int64_t prompt_len, int64_t steps) {
-  const int64_t block_size = 16, batch = static_cast<int64_t>(row_loras.size());
-  const int64_t blocks_per_seq = (prompt_len + steps + 1 + block_size - 1) / block_size;
-  model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), batch * blocks_per_seq};
-  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
-  for (int64_t s = 0; s < batch; ++s)
-    for (int64_t b = 0; b < blocks_per_seq; ++b)
-      tables[static_cast<size_t>(s)].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
-  const int64_t vocab = llm.config().n_vocab;
-  std::vector<int32_t> last(static_cast<size_t>(batch));
-  auto run = [&](const model::forward_batch& fb) {
-    auto logits = llm.forward(fb, cache, {}, sources);
-    for (int64_t s = 0; s < batch; ++s) {
-      auto* row = logits.data() + s * vocab;
-      last[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-    }
-  };
-  model::forward_batch prefill;
-  for (int64_t s = 0; s < batch; ++s) {
-    std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
-    for (int64_t i = 0; i < prompt_len; ++i)
-      prompt[static_cast<size_t>(i)] = static_cast<int32_t>((s * 7919 + i * 104729) % vocab);
-    prefill.add_sequence(prompt, 0, tables[static_cast<size_t>(s)], true);
-    prefill.sequences.back().lora_id = row_loras[static_cast<size_t>(s)];
-  }
-  run(prefill);
-  const auto t0 = clock_type::now();
-  for (int64_t step = 0; step < steps; ++step) {
-    model::forward_batch fb;
-    for (int64_t s = 0; s < batch; ++s) {
-      const int32_t tok[1] = {last[static_cast<size_t>(s)]};
-      fb.add_sequence(tok, static_cast<int32_t>(prompt_len + step), tables[static_cast<size_t>(s)], true);
-      fb.sequences.back().lora_id = row_loras[static_cast<size_t>(s)];
-    }
-    run(fb);
-  }
-  return static_cast<double>(batch * steps) / std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 }  // namespace
 
@@ -164,7 +121,8 @@ int main(int argc, char** argv) {
     double base = 0;
     for (variant& v : variants) {
       const double tps =
-          decode_tokens_per_second(v.lora_model ? with_lora : plain, v.row_loras, sources, prompt_len, steps);
+          bench::decode_tokens_per_second(v.lora_model ? with_lora : plain, static_cast<int64_t>(v.row_loras.size()),
+                                          prompt_len, steps, 16, v.row_loras, sources);
       v.tokens_per_s.push_back(tps);
       if (&v == &variants.front())
         base = tps;

@@ -887,7 +887,7 @@ std::shared_ptr<response_channel> openai_service::chat_completions_batch(const h
   // One constraint for every conversation: compiled once.
   if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
     return fail(*bad);
-  auto model = openai::resolve_model(parsed->model, config_.served_model_names);
+  auto model = loras_->resolve(parsed->model);
   if (!model)
     return fail(model.error());
   if (!tokenizer_)
@@ -953,7 +953,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions_batch(const h
   j->chat_batch = true;
   j->ctx.id = parsed->request_id ? "chatcmpl-" + *parsed->request_id : openai::make_response_id("chatcmpl-");
   j->ctx.created = static_cast<int64_t>(std::time(nullptr));
-  j->ctx.model = *model;
+  j->ctx.model = model->name;
+  j->lora = model->lora;
   j->ctx.logprobs = parsed->logprobs;
   j->ctx.logprob_token_ids = !parsed->params.logprob_token_ids.empty();
   j->ctx.return_token_ids = parsed->return_token_ids;

@@ -205,23 +205,6 @@ std::vector<std::vector<int32_t>> engine_greedy(LLM& llm, const std::vector<std:
   return out;
 }
 
-/// How far the chosen tokens' reference logits fall short of the reference's best (0: the reference's argmax).
-double worst_shortfall(const model::model_config& cfg, const model::model_weights& ref,
-                       const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
-  std::vector<int32_t> seq = prompt;
-  seq.insert(seq.end(), output.begin(), output.end());
-  const std::vector<double> logits = model::test_util::reference_logits(cfg, ref, seq);
-  const auto n_vocab = static_cast<size_t>(cfg.n_vocab);
-  double worst = 0;
-  for (size_t k = 0; k < output.size(); ++k) {
-    const size_t row = (prompt.size() - 1 + k) * n_vocab;
-    const double best = *std::max_element(logits.begin() + static_cast<std::ptrdiff_t>(row),
-                                          logits.begin() + static_cast<std::ptrdiff_t>(row + n_vocab));
-    worst = std::max(worst, best - logits[row + static_cast<size_t>(output[k])]);
-  }
-  return worst;
-}
-
 const std::vector<std::string>& adapters() {
   static const std::vector<std::string> a{"", "attn", "all", "mlp"};
   return a;
@@ -247,7 +230,7 @@ TEST_CASE("lora: base and three adapters in one batch each follow the float64 re
     const model::model_weights ref = merged_weights(adapters()[a]);
     for (size_t p = 0; p < prompts().size(); ++p) {
       const auto& out = ids[a * prompts().size() + p];
-      const double shortfall = worst_shortfall(cfg, ref, prompts()[p], out);
+      const double shortfall = model::test_util::worst_shortfall(cfg, ref, prompts()[p], out);
       INFO("adapter '", adapters()[a], "' prompt ", p, ": worst shortfall ", shortfall);
       CHECK(out.size() == static_cast<size_t>(n_tokens));
       CHECK(shortfall <= 1e-4);  // f32 arithmetic against double: only a near tie may go the other way

@@ -145,24 +145,6 @@ std::vector<std::vector<int32_t>> engine_greedy(const fs::path& dir, layout l, i
   return out;
 }
 
-/// The largest amount by which a chosen token's reference logit falls short of the reference's best, over every
-/// generated position (0 when the engine picked the reference's argmax everywhere).
-double worst_shortfall(const model::model_config& cfg, const model::model_weights& ref,
-                       const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
-  std::vector<int32_t> seq = prompt;
-  seq.insert(seq.end(), output.begin(), output.end());
-  const std::vector<double> logits = model::test_util::reference_logits(cfg, ref, seq);
-  const auto n_vocab = static_cast<size_t>(cfg.n_vocab);
-  double worst = 0;
-  for (size_t k = 0; k < output.size(); ++k) {
-    const size_t row = (prompt.size() - 1 + k) * n_vocab;
-    const double best = *std::max_element(logits.begin() + static_cast<std::ptrdiff_t>(row),
-                                          logits.begin() + static_cast<std::ptrdiff_t>(row + n_vocab));
-    worst = std::max(worst, best - logits[row + static_cast<size_t>(output[k])]);
-  }
-  return worst;
-}
-
 /// Every layout's ids are identical, and within `bound` of the reference's best logit at every position.
 void check_format(family f, const std::string& format, double bound, const std::string& quantization = {}) {
   const bool at_load = format == "float-fp8-at-load";
@@ -172,7 +154,7 @@ void check_format(family f, const std::string& format, double bound, const std::
   constexpr int32_t n = 12;
   const auto first = engine_greedy(dir, {1, 1}, n, quantization);
   for (size_t i = 0; i < prompts().size(); ++i) {
-    const double shortfall = worst_shortfall(ref.config, ref.weights, prompts()[i], first[i]);
+    const double shortfall = model::test_util::worst_shortfall(ref.config, ref.weights, prompts()[i], first[i]);
     INFO(format, " (", family_name(f), ") prompt ", i, ": worst shortfall ", shortfall);
     CHECK(shortfall <= bound);
   }
@@ -187,7 +169,7 @@ void check_format(family f, const std::string& format, double bound, const std::
     const auto ids = engine_greedy(dir, l, n, quantization);
     if (per_rank_activation_scales && l.tp > 1) {
       for (size_t i = 0; i < prompts().size(); ++i)
-        CHECK(worst_shortfall(ref.config, ref.weights, prompts()[i], ids[i]) <= bound);
+        CHECK(model::test_util::worst_shortfall(ref.config, ref.weights, prompts()[i], ids[i]) <= bound);
     } else {
       CHECK(ids == first);
     }

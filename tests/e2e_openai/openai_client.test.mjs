@@ -696,9 +696,16 @@ test('LoRA: --lora-modules and /v1/load_lora_adapter serve adapters by model nam
     assert.equal(r.status, 200, await r.clone().text());
     assert.match(await r.text(), /Success: LoRA adapter 'poet2' added successfully/);
     assert.equal((await ask('poet2')).choices[0].text, poet.choices[0].text);
-    const chat = await lc.chat.completions.create({ model: 'poet2', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 });
+    const hi = [{ role: 'user', content: 'Hi' }];
+    const chat = await lc.chat.completions.create({ model: 'poet2', messages: hi, max_tokens: 4, temperature: 0 });
     assertSchema('CreateChatCompletionResponse', chat);
     assert.equal(chat.model, 'poet2');
+    // The batch route picks the adapter by name too: each conversation answers as the single chat did.
+    const batch = await lc.post('/chat/completions/batch', {
+      body: { model: 'poet2', messages: [hi, hi], max_tokens: 4, temperature: 0 },
+    });
+    assert.equal(batch.model, 'poet2');
+    assert.deepEqual(batch.choices.map((c) => c.message.content), [chat.choices[0].message.content, chat.choices[0].message.content]);
 
     // A second adapter beyond max_loras 2 running at once still answers (it waits for a slot).
     r = await fetch(`${loraServer.baseURL}/v1/load_lora_adapter`, {

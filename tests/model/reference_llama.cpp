@@ -314,4 +314,20 @@ model_weights copy_weights(const model_weights& w) {
   return out;
 }
 
+double worst_shortfall(const model_config& cfg, const model_weights& ref, const std::vector<int32_t>& prompt,
+                       const std::vector<int32_t>& output) {
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), output.begin(), output.end());
+  const std::vector<double> logits = reference_logits(cfg, ref, seq);
+  const auto n_vocab = static_cast<size_t>(cfg.n_vocab);
+  double worst = 0;
+  for (size_t k = 0; k < output.size(); ++k) {
+    const size_t row = (prompt.size() - 1 + k) * n_vocab;
+    const double best = *std::max_element(logits.begin() + static_cast<std::ptrdiff_t>(row),
+                                          logits.begin() + static_cast<std::ptrdiff_t>(row + n_vocab));
+    worst = std::max(worst, best - logits[row + static_cast<size_t>(output[k])]);
+  }
+  return worst;
+}
+
 }  // namespace actorllm::model::test_util

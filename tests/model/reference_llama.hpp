@@ -28,6 +28,12 @@ std::vector<double> reference_logits(const model_config& cfg, const model_weight
 /// ROPE_INIT_FUNCTIONS compute them ("default", "linear", "llama3"), in double.
 std::vector<double> reference_inv_freq(const model_config& cfg);
 
+/// How far the reference logit of each token of `output` (generated after `prompt`) falls short of the reference's
+/// best at its position, the largest over the output: 0 when every token is the reference's argmax. Tests hold an
+/// engine's greedy ids to a small bound of it where f32 arithmetic may break a near tie the other way.
+double worst_shortfall(const model_config& cfg, const model_weights& w, const std::vector<int32_t>& prompt,
+                       const std::vector<int32_t>& output);
+
 /// Greedy continuation of `prompt` by `n` tokens, recomputing reference_logits over the whole sequence each step.
 std::vector<int32_t> reference_greedy(const model_config& cfg, const model_weights& w, std::vector<int32_t> prompt,
                                       int64_t n);

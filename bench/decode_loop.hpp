@@ -1,0 +1,61 @@
+// The CPU benches' decode measurement: `batch` sequences, a short prefill each, then timed decode steps of the whole
+// batch through llama_model's host forward, each row fed its own greedy token.
+#pragma once
+
+#include "model/kv_cache.hpp"
+#include "model/llama_model.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace actorllm::bench {
+
+/// Decode tokens/s of `batch` rows: a `prompt_len`-token prefill each, then `steps` timed steps. With `row_loras`
+/// (one per row, 0: base) each row applies that LoRA adapter, put in slots from `loras`.
+inline double decode_tokens_per_second(model::llama_model& llm, int64_t batch, int64_t prompt_len, int64_t steps,
+                                       int64_t block_size, std::span<const int32_t> row_loras = {},
+                                       std::span<const model::lora_source> loras = {}) {
+  const int64_t ctx = prompt_len + steps + 1;
+  const int64_t blocks_per_seq = (ctx + block_size - 1) / block_size;
+  model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), batch * blocks_per_seq};
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t b = 0; b < blocks_per_seq; ++b)
+      tables[static_cast<size_t>(s)].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+  const int64_t vocab = llm.config().n_vocab;
+  std::vector<int32_t> last(static_cast<size_t>(batch));
+  auto lora_of = [&](int64_t s) { return row_loras.empty() ? 0 : row_loras[static_cast<size_t>(s)]; };
+  auto run = [&](const model::forward_batch& fb) {
+    auto logits = llm.forward(fb, cache, {}, loras);
+    for (int64_t s = 0; s < batch; ++s) {
+      auto* row = logits.data() + s * vocab;
+      last[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+  };
+  model::forward_batch prefill;
+  for (int64_t s = 0; s < batch; ++s) {
+    std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+    for (int64_t i = 0; i < prompt_len; ++i)
+      prompt[static_cast<size_t>(i)] = static_cast<int32_t>((s * 7919 + i * 104729) % vocab);
+    prefill.add_sequence(prompt, 0, tables[static_cast<size_t>(s)], true);
+    prefill.sequences.back().lora_id = lora_of(s);
+  }
+  run(prefill);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < steps; ++step) {
+    model::forward_batch fb;
+    for (int64_t s = 0; s < batch; ++s) {
+      const int32_t tok[1] = {last[static_cast<size_t>(s)]};
+      fb.add_sequence(tok, static_cast<int32_t>(prompt_len + step), tables[static_cast<size_t>(s)], true);
+      fb.sequences.back().lora_id = lora_of(s);
+    }
+    run(fb);
+  }
+  return static_cast<double>(batch * steps) /
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace actorllm::bench
