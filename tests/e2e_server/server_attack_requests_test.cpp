@@ -139,6 +139,17 @@ double seconds_until_idle(const server& s, std::chrono::milliseconds limit) {
   }
 }
 
+/// Polls /load (bounded) until no admitted sequence holds a place; the seconds that took.
+double seconds_until_unloaded(const server& s, std::chrono::milliseconds limit) {
+  const auto t0 = steady::now();
+  for (;;) {
+    const auto body = http(s.port(), "GET", "/load").body;
+    if (body.find("\"server_load\":0}") != std::string::npos)
+      return seconds_since(t0);
+    REQUIRE_MESSAGE(steady::now() - t0 < limit, "places still held: " << body);
+  }
+}
+
 /// Polls /metrics (bounded) until some request runs.
 void wait_until_running(const server& s) {
   const auto deadline = steady::now() + 20s;
@@ -218,6 +229,9 @@ TEST_CASE("attack: prompt lists of 10,000 x n=256 get a 400, n x prompts is admi
   check_openai_error(busy, 429);
   ::close(fd);
   seconds_until_idle(s, 5s);
+  // The engine idles when the aborted sequences end; their places are given back when the stream's handler sees the
+  // hang-up, a moment later: /load says when.
+  seconds_until_unloaded(s, 5s);
   CHECK(http(s.port(), "POST", "/v1/completions",
              R"({"max_tokens":2,"prompt":)" + string_list(16, [](std::size_t) { return "x"; }) + "}")
             .status == 200);
