@@ -109,7 +109,7 @@ size_t model_runner::profile_forward(int64_t n_tokens, int64_t block_size) {
       be_->upload(hidden, zeros.data(), hidden.nbytes());
     }
     model::step_input_builder inputs{*be_};
-    const model::step_inputs& in = inputs.prepare(batch, block_size);
+    const model::step_inputs& in = inputs.prepare(batch, scratch_cache.shape());
     be_->reset_peak_memory();
     tensor out = model_->forward(in, scratch_cache, hidden);
     be_->synchronize();
@@ -174,7 +174,7 @@ step_output model_runner::run_queued(const proto::step_plan& plan, const tensor&
     return out;
   }
   const model::forward_batch& batch = tables_.batch();
-  if (auto err = batch.validate(cache_->block_size(), cache_->n_blocks()); !err.empty()) {
+  if (auto err = batch.validate(cache_->shape().positions_per_block(), cache_->n_blocks()); !err.empty()) {
     out.error = std::move(err);
     return out;
   }
@@ -204,7 +204,7 @@ step_output model_runner::run_queued(const proto::step_plan& plan, const tensor&
     produced = graphs_->replay(batch);  // one upload of the packed inputs, one graph launch
     ++graph_replays_;
   } else {
-    const model::step_inputs& in = inputs_.prepare(batch, cache_->block_size(), lora_slots);
+    const model::step_inputs& in = inputs_.prepare(batch, cache_->shape(), lora_slots);
     produced = model_->forward(in, *cache_, hidden_in);
   }
   if (!model_->is_last_stage()) {

@@ -40,7 +40,8 @@ engine::scheduler_config make_scheduler_config(const engine_config& config, int3
   engine::scheduler_config sc;
   sc.max_num_seqs = config.max_num_seqs;
   sc.max_num_batched_tokens = config.max_num_batched_tokens;
-  sc.block_size = config.block_size;
+  // A block of the scheduler's tables covers block_size positions on every rank of a DCP group (kv_shard_layout).
+  sc.block_size = config.block_size * config.decode_context_parallel_size;
   sc.n_blocks = 1;  // checked again with the real count once the block manager has it
   sc.max_model_len = max_model_len;
   sc.pp_size = config.pipeline_parallel_size;
@@ -114,6 +115,29 @@ std::string replica_prefix(int32_t dp_rank, int32_t dp_size) {
   return dp_size > 1 ? fmt::format("replica {}: ", dp_rank) : std::string{};
 }
 
+namespace {
+
+/// Decode context parallelism: vLLM's size rule, a block size its interleaved runs fill, and the CPU backend.
+void check_context_parallel(const engine_config& config, const model::model_config& model, device_kind device) {
+  const int32_t dcp = config.decode_context_parallel_size;
+  if (dcp < 1)
+    throw_config(fmt::format("decode_context_parallel_size must be at least 1, got {}", dcp));
+  if (std::string why = model::check_decode_context_parallel(model.n_head_kv, config.tensor_parallel_size, dcp);
+      !why.empty())
+    throw_config(why);
+  const int32_t interleave = config.dcp_kv_cache_interleave_size;
+  if (interleave < 1 || config.block_size % interleave != 0)
+    throw_config(fmt::format("dcp_kv_cache_interleave_size must be at least 1 and divide block_size ({}), got {}",
+                             config.block_size, interleave));
+  if (dcp > 1 && device == device_kind::cuda)
+    throw_config(
+        fmt::format("decode_context_parallel_size {}: decode context parallelism runs on the CPU backend "
+                    "only so far (device cuda); use --device cpu or decode_context_parallel_size 1",
+                    dcp));
+}
+
+}  // namespace
+
 replica_plan plan_replica(const engine_config& config, const replica_slot& slot) {
   namespace fs = std::filesystem;
   replica_plan plan;
@@ -157,6 +181,7 @@ replica_plan plan_replica(const engine_config& config, const replica_slot& slot)
   auto layout = plan_layout(r.model, tp, pp, config.pp_layer_partition, config.enable_expert_parallel);
   if (auto* err = std::get_if<std::string>(&layout))
     throw_config(*err);
+  check_context_parallel(config, r.model, plan.device);
   r.stages = std::get<std::vector<stage_range>>(layout);
   r.max_model_len = static_cast<int32_t>(r.model.max_position_embeddings);
   if (config.max_model_len > 0) {
@@ -221,7 +246,8 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
               [&](const proto::shard_actor& s) { return self->request(s, caf::infinite, proto::load_atom::value); });
     block_manager_args bm;
     bm.shards = r.shards;
-    bm.block_size = config.block_size;
+    bm.block_size = config.block_size * config.decode_context_parallel_size;
+    bm.dcp_size = config.decode_context_parallel_size;
     bm.device = plan.device == device_kind::cuda ? "GPU" : "CPU";
     bm.kv_cache_memory = config.kv_cache_memory;
     bm.max_model_len = r.max_model_len;
@@ -296,6 +322,8 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
       a.spec = model::shard_spec{rank, tp, r.stages[static_cast<size_t>(s)].layer_begin,
                                  r.stages[static_cast<size_t>(s)].layer_end};
       a.spec.expert_parallel = config.enable_expert_parallel;
+      a.spec.dcp_size = config.decode_context_parallel_size;
+      a.spec.dcp_interleave = config.dcp_kv_cache_interleave_size;
       if (slot.expert_group) {
         a.spec.dp_rank = slot.dp_rank;
         a.spec.dp_size = slot.dp_size;

@@ -262,6 +262,8 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   args.model_dir = a.model_dir;
   args.spec = model::shard_spec{a.tp_rank, a.tp_size, a.layer_begin, a.layer_end};
   args.spec.expert_parallel = a.expert_parallel;
+  args.spec.dcp_size = a.dcp_size;
+  args.spec.dcp_interleave = a.dcp_interleave;
   args.stage = a.stage;
   auto format = model::parse_load_format(a.load_format);
   args.load.format = format.value_or(model::load_format::automatic);

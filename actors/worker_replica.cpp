@@ -115,6 +115,8 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
       a.stage = s;
       a.pp_size = pp;
       a.expert_parallel = config.enable_expert_parallel;
+      a.dcp_size = config.decode_context_parallel_size;
+      a.dcp_interleave = config.dcp_kv_cache_interleave_size;
       a.load_format = config.load_format;
       a.dtype = config.dtype;
       a.quantization = config.quantization;

@@ -3,6 +3,7 @@
 // (apps/serve_config_file.hpp); flags given on the command line override the file.
 #include "apps/command_registry.hpp"
 #include "apps/model_flags.hpp"
+#include "apps/parallel_flags.hpp"
 
 #include "actors/executor_choice.hpp"
 #include "apps/cluster_tls_options.hpp"
@@ -198,6 +199,8 @@ int run_serve(serve_options o) {
   cfg.data_parallel_rank = o.data_parallel_rank;
   cfg.pp_layer_partition = o.pp_layer_partition;
   cfg.enable_expert_parallel = o.enable_expert_parallel;
+  cfg.decode_context_parallel_size = o.decode_context_parallel_size;
+  cfg.dcp_kv_cache_interleave_size = o.dcp_kv_cache_interleave_size;
   cfg.enable_eplb = o.enable_eplb;
   cfg.max_num_seqs = static_cast<int32_t>(o.max_num_seqs);
   cfg.step_timeout = o.step_timeout;
@@ -398,6 +401,7 @@ command_registration serve_command{
                    "MoE models: whole experts per rank of the expert-parallel group (dp x tp ranks: data-parallel "
                    "replicas step in lockstep), tokens dispatched to them");
       sub.add_flag("--enable-eplb", o->enable_eplb, "Expert-parallel load balancing (not implemented: refused)");
+      add_context_parallel_flags(sub, o->decode_context_parallel_size, o->dcp_kv_cache_interleave_size);
       sub.add_option("--cluster-address", o->cluster_head_address,
                      "The cluster head (`actorllm node --head`), HOST:PORT; also $ACTORLLM_CLUSTER_ADDRESS");
       sub.add_option("--host-ip", o->host_ip,

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "kernels/device.hpp"
+#include "kernels/kv_shard_layout.hpp"
 #include "kernels/quantized_linear.hpp"
 #include "kernels/rope_scaling.hpp"
 #include "kernels/sampling.hpp"
@@ -50,6 +51,9 @@ struct attention_batch {
   tensor block_tables;  ///< i32 [total blocks]: every sequence's block table, back to back
   int64_t n_tokens = 0;
   int64_t n_seqs = 0;
+  /// The positions this rank's cache keeps (decode context parallelism; plain: all of them). slots are written under
+  /// it, and paged_attention_partial reads the keys under it.
+  kv_shard_layout kv_layout;
   /// Host copies of seqs and block_tables: the CPU kernels walk these; a device backend ignores them.
   std::vector<int32_t> host_seqs;
   std::vector<int32_t> host_block_tables;
@@ -177,6 +181,17 @@ class backend {
   /// head h / (n_head / n_head_kv). Scores are q.k * scale, softmax in f32.
   virtual void paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                                int64_t window, const tensor& out) = 0;
+  /// paged_attention over this rank's share of the keys (batch.kv_layout: decode context parallelism), also giving
+  /// each (row, head)'s log-sum-exp of its scaled scores in lse (f32 [n_tokens, n_head]). A (row, head) that sees no
+  /// key on this rank gets a zero output and lse -inf. merge_attention_partials combines the ranks' results.
+  virtual void paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache,
+                                       float scale, int64_t window, const tensor& out, const tensor& lse) = 0;
+  /// The exact merge of attention outputs over disjoint shares of the keys: parts f32 [n_parts, n_tokens,
+  /// n_head_all, head_dim] and lses f32 [n_parts, n_tokens, n_head_all] (paged_attention_partial's results, side
+  /// by side); out f32 [n_tokens, n_head, head_dim] receives heads [head_begin, head_begin + n_head) of the merge:
+  /// sum over p of exp(lse_p - m) part_p / sum over p of exp(lse_p - m), m = max lse_p, parts taken in order.
+  virtual void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
+                                        const tensor& out) = 0;
   /// out = silu(gate) * up elementwise (f32, equal shapes; out may be gate or up).
   virtual void silu_mul(const tensor& gate, const tensor& up, const tensor& out) = 0;
   /// out = a + b elementwise (f32). b has a's numel, or one row's worth (b.numel() == a.row_size(): added to every

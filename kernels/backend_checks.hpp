@@ -215,6 +215,46 @@ struct backend_checks {
                        .c_str());
     return n_head;
   }
+  /// paged_attention_partial: paged_attention's checks, and lse f32 [n_tokens, n_head]. Returns n_head.
+  int64_t paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache,
+                                  const tensor& out, const tensor& lse) const {
+    const int64_t n_head = paged_attention(q, batch, cache, out);
+    on_device(lse, dtype::f32, "paged_attention_partial", "lse");
+    numel(lse, batch.n_tokens * n_head, "paged_attention_partial", "lse");
+    const kv_shard_layout& l = batch.kv_layout;
+    ACTORLLM_CHECK(l.n_shards >= 1 && l.shard >= 0 && l.shard < l.n_shards && l.interleave >= 1 &&
+                       cache.block_size() % l.interleave == 0,
+                   fmt::format("paged_attention_partial: kv layout shard {} of {} (interleave {}) does not fit blocks "
+                               "of {}",
+                               l.shard, l.n_shards, l.interleave, cache.block_size())
+                       .c_str());
+    return n_head;
+  }
+  /// merge_attention_partials: out f32 3-D [n_tokens, n_head, head_dim]; lses f32 of n_parts * n_tokens *
+  /// n_head_all and parts of head_dim times that; heads [head_begin, head_begin + n_head) within n_head_all.
+  /// Returns n_head_all.
+  int64_t merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
+                                   const tensor& out) const {
+    on_device(parts, dtype::f32, "merge_attention_partials", "parts");
+    on_device(lses, dtype::f32, "merge_attention_partials", "lses");
+    on_device(out, dtype::f32, "merge_attention_partials", "out");
+    ACTORLLM_CHECK(out.shape.n_dims == 3 && n_parts >= 1,
+                   fmt::format("merge_attention_partials: out {} is not [n_tokens, n_head, head_dim] or {} parts",
+                               out.describe(), n_parts)
+                       .c_str());
+    const int64_t n_tokens = out.dim(0), n_head = out.dim(1), hd = out.dim(2);
+    const int64_t per_part = n_parts * n_tokens;
+    const int64_t n_head_all = per_part > 0 ? lses.numel() / per_part : 0;
+    ACTORLLM_CHECK(
+        per_part == 0 || (lses.numel() == per_part * n_head_all && parts.numel() == lses.numel() * hd &&
+                          head_begin >= 0 && head_begin + n_head <= n_head_all),
+        fmt::format("merge_attention_partials: parts {} and lses {} are not {} parts of [{}, n_head_all, {}] "
+                    "holding heads {}+{}",
+                    parts.describe(), lses.describe(), n_parts, n_tokens, hd, head_begin, n_head)
+            .c_str());
+    disjoint(parts, out, "merge_attention_partials", "parts and out");
+    return n_head_all;
+  }
   /// silu_mul: gate, up and out f32 of equal size.
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) const {
     on_device(gate, dtype::f32, "silu_mul", "gate");

@@ -9,12 +9,17 @@
 
 namespace actorllm::model {
 
-/// What one shard caches per token slot: its layers, its kv heads (after the TP split) and the head size.
+/// What one shard caches per token slot: its layers, its kv heads (after the TP split) and the head size; and which
+/// positions it keeps (decode context parallelism: a share of them, `layout`).
 struct kv_cache_shape {
   int64_t n_layer = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
-  int64_t block_size = 16;
+  int64_t block_size = 16;  ///< token slots of a block in this shard's cache
+  kv_shard_layout layout;   ///< the positions this shard keeps
+
+  /// Positions a block covers in the scheduler's block tables: block_size, times the DCP group's ranks.
+  int64_t positions_per_block() const { return block_size * layout.n_shards; }
 
   /// Bytes one block takes over all layers, k and v (f32).
   size_t bytes_per_block() const {

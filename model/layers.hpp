@@ -22,6 +22,19 @@ struct layer_context {
   int64_t n_head_kv = 0;  ///< kv heads on this rank
   int64_t head_dim = 0;
   float norm_eps = 1e-6f;
+  /// Decode context parallelism: the TP ranks [g * dcp_size, (g + 1) * dcp_size) keep shares of the same kv head's
+  /// cache (the step's attention_batch says which positions are here) and attend together (attention()).
+  int64_t dcp_size = 1;
+};
+
+/// The buffers of decode context parallel attention (empty without it): tp = the TP group's size, D = dcp_size,
+/// nh = the rank's query heads.
+struct dcp_scratch {
+  tensor q_ranks;    ///< [tp * n, nh * head_dim]: every rank's queries
+  tensor q_group;    ///< [n, D * nh * head_dim]: the DCP group's queries, its ranks' heads side by side
+  tensor out, lse;   ///< [n, D * nh * head_dim], [n, D * nh]: this rank's partial attention of the group's heads
+  tensor out_ranks;  ///< [tp * n, D * nh * head_dim]: every rank's partial outputs
+  tensor lse_ranks;  ///< [tp * n, D * nh]: and their log-sum-exps
 };
 
 /// Scratch activations of one step, each a view of n_tokens rows.
@@ -34,6 +47,7 @@ struct layer_scratch {
   tensor gate;         ///< [n, n_ff]
   tensor up;           ///< [n, n_ff]
   tensor lora_shrunk;  ///< [n, max_lora_rank]: lora_add's scratch (only with LoRA)
+  dcp_scratch dcp;     ///< decode context parallel attention's buffers (only with it)
 };
 
 /// Self-attention of one layer: q/k/v projections (+ biases), q/k norm and RoPE, the cache write, paged attention

@@ -47,7 +47,12 @@ void llama_model::enable_lora(const lora_limits& limits) {
 }
 
 kv_cache_shape llama_model::cache_shape(int64_t block_size) const {
-  return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size};
+  // Under decode context parallelism the scheduler's block covers block_size positions, of which each of the
+  // group's ranks keeps its share in a block of block_size / dcp_size slots.
+  const int64_t dcp = shard_.dcp_size;
+  ACTORLLM_CHECK(block_size % dcp == 0 && (block_size / dcp) % shard_.dcp_interleave == 0,
+                 "cache_shape: the block size is not a multiple of the DCP group's interleaved runs");
+  return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size / dcp, shard_.kv_layout()};
 }
 
 layer_scratch llama_model::scratch(activations& a, int64_t n) {
@@ -67,6 +72,16 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
     a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
     if (lora_)
       a.full.lora_shrunk = be_.alloc(dtype::f32, {cap, lora_->max_lora_rank()});
+    if (shard_.dcp_size > 1) {
+      const int64_t tp = comm_.size(), group_q_dim = shard_.dcp_size * q_dim;
+      const int64_t group_heads = shard_.dcp_size * n_head_;
+      a.full.dcp.q_ranks = be_.alloc(dtype::f32, {tp * cap, q_dim});
+      a.full.dcp.q_group = be_.alloc(dtype::f32, {cap, group_q_dim});
+      a.full.dcp.out = be_.alloc(dtype::f32, {cap, group_q_dim});
+      a.full.dcp.lse = be_.alloc(dtype::f32, {cap, group_heads});
+      a.full.dcp.out_ranks = be_.alloc(dtype::f32, {tp * cap, group_q_dim});
+      a.full.dcp.lse_ranks = be_.alloc(dtype::f32, {tp * cap, group_heads});
+    }
     a.capacity = cap;
   }
   layer_scratch s;
@@ -80,6 +95,15 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
   s.up = a.full.up.slice_rows(0, n);
   if (!a.full.lora_shrunk.empty())
     s.lora_shrunk = a.full.lora_shrunk.slice_rows(0, n);
+  if (shard_.dcp_size > 1) {
+    const int64_t tp = comm_.size();
+    s.dcp.q_ranks = a.full.dcp.q_ranks.slice_rows(0, tp * n);
+    s.dcp.q_group = a.full.dcp.q_group.slice_rows(0, n);
+    s.dcp.out = a.full.dcp.out.slice_rows(0, n);
+    s.dcp.lse = a.full.dcp.lse.slice_rows(0, n);
+    s.dcp.out_ranks = a.full.dcp.out_ranks.slice_rows(0, tp * n);
+    s.dcp.lse_ranks = a.full.dcp.lse_ranks.slice_rows(0, tp * n);
+  }
   return s;
 }
 
@@ -142,7 +166,8 @@ tensor llama_model::run_layers(const step_inputs& in, kv_cache& cache, const ten
     be_.copy(hidden_in.reshape({n, n_embd}), x);
   }
 
-  const layer_context ctx{be_, comm_, in, rope_, n_head_, n_head_kv_, cfg_.head_dim, cfg_.rms_norm_eps};
+  const layer_context ctx{
+      be_, comm_, in, rope_, n_head_, n_head_kv_, cfg_.head_dim, cfg_.rms_norm_eps, shard_.dcp_size};
   // Each block's output waits in s.proj and joins the residual stream in the next norm (fused add + RMSNorm).
   bool pending = false;
   for (size_t i = 0; i < tensors_.layers.size(); ++i) {
@@ -208,12 +233,12 @@ tensor llama_model::output_logits(const step_inputs& in, const tensor& x, const 
 
 std::vector<float> llama_model::forward(const forward_batch& batch, kv_cache& cache, std::span<const float> hidden_in,
                                         std::span<const lora_source> loras) {
-  std::string problem = batch.validate(cache.block_size(), cache.n_blocks());
+  std::string problem = batch.validate(cache.shape().positions_per_block(), cache.n_blocks());
   ACTORLLM_CHECK(problem.empty(), problem.c_str());
   if (!host_inputs_)
     host_inputs_ = std::make_unique<step_input_builder>(be_);
   const std::vector<int32_t> lora_slots = lora_ ? lora_->assign(batch, loras) : std::vector<int32_t>{};
-  const step_inputs& in = host_inputs_->prepare(batch, cache.block_size(), lora_slots);
+  const step_inputs& in = host_inputs_->prepare(batch, cache.shape(), lora_slots);
   tensor hidden;
   if (!hidden_in.empty()) {
     hidden = be_.alloc(dtype::f32, {static_cast<int64_t>(hidden_in.size())});

@@ -13,12 +13,15 @@ tensor step_input_builder::sized(tensor& t, dtype type, int64_t n) {
   return t.slice_rows(0, n);
 }
 
-const step_inputs& step_input_builder::prepare(const forward_batch& batch, int64_t block_size,
+const step_inputs& step_input_builder::prepare(const forward_batch& batch, const kv_cache_shape& shape,
                                                std::span<const int32_t> sequence_lora_slots) {
   const int64_t n = batch.n_tokens();
+  const int64_t block_size = shape.block_size, per_block = shape.positions_per_block();
+  const kv_shard_layout& layout = shape.layout;
   in_.n_tokens = n;
   in_.attn.n_tokens = n;
   in_.attn.n_seqs = static_cast<int64_t>(batch.sequences.size());
+  in_.attn.kv_layout = layout;
 
   host_slots_.resize(static_cast<size_t>(n));
   auto& host_seqs = in_.attn.host_seqs;
@@ -29,7 +32,9 @@ const step_inputs& step_input_builder::prepare(const forward_batch& batch, int64
     for (int32_t r = seq.query_begin; r < seq.query_begin + seq.n_query; ++r) {
       const int64_t pos = batch.positions[static_cast<size_t>(r)];
       host_slots_[static_cast<size_t>(r)] =
-          static_cast<int64_t>(seq.block_table[static_cast<size_t>(pos / block_size)]) * block_size + pos % block_size;
+          !layout.owns(pos) ? -1
+                            : static_cast<int64_t>(seq.block_table[static_cast<size_t>(pos / per_block)]) * block_size +
+                                  layout.local_count(pos) % block_size;
     }
     host_seqs.insert(host_seqs.end(), {seq.query_begin, seq.n_query, static_cast<int32_t>(host_tables.size()),
                                        static_cast<int32_t>(seq.block_table.size())});

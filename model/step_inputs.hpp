@@ -4,6 +4,7 @@
 
 #include "kernels/backend.hpp"
 #include "model/forward_batch.hpp"
+#include "model/kv_cache.hpp"
 
 #include <cstdint>
 #include <span>
@@ -26,10 +27,13 @@ class step_input_builder {
  public:
   explicit step_input_builder(backend& be) : be_(be) {}
 
-  /// The inputs of `batch` for a cache of `block_size`-token blocks: slot[t] = block_table[pos / block_size] *
-  /// block_size + pos % block_size. The batch must have passed forward_batch::validate. `sequence_lora_slots`, when
-  /// not empty, holds each sequence's LoRA slot (-1: none), given to every row of the sequence.
-  const step_inputs& prepare(const forward_batch& batch, int64_t block_size,
+  /// The inputs of `batch` for a cache of `shape`: with the plain layout slot[t] = block_table[pos / block_size] *
+  /// block_size + pos % block_size; under decode context parallelism a row whose position another rank keeps gets
+  /// slot -1 and an owned one block_table[pos / positions_per_block] * block_size + its local index % block_size
+  /// (kv_shard_layout). The batch must have passed forward_batch::validate(shape.positions_per_block(), ...).
+  /// `sequence_lora_slots`, when not empty, holds each sequence's LoRA slot (-1: none), given to every row of the
+  /// sequence.
+  const step_inputs& prepare(const forward_batch& batch, const kv_cache_shape& shape,
                              std::span<const int32_t> sequence_lora_slots = {});
 
  private:

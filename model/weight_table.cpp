@@ -157,7 +157,29 @@ shard_spec resolve_shard(const model_config& cfg, const shard_spec& shard) {
   if (out.layer_begin >= out.layer_end)
     throw model_error(
         fmt::format("pipeline stage layer range [{}, {}) holds no layers", shard.layer_begin, shard.layer_end));
+  if (auto why = check_decode_context_parallel(cfg.n_head_kv, shard.tp_size, shard.dcp_size); !why.empty())
+    throw model_error(why);
+  if (shard.dcp_interleave < 1)
+    throw model_error(fmt::format("dcp_kv_cache_interleave_size must be at least 1, got {}", shard.dcp_interleave));
   return out;
+}
+
+std::string check_decode_context_parallel(int64_t n_head_kv, int tp_size, int dcp_size) {
+  if (dcp_size == 1)
+    return {};
+  // The ranks holding copies of one kv head: tp / n_head_kv when the heads are replicated, else none.
+  const int64_t copies = tp_size > n_head_kv && n_head_kv > 0 && tp_size % n_head_kv == 0 ? tp_size / n_head_kv : 1;
+  if (dcp_size >= 1 && copies % dcp_size == 0)
+    return {};
+  std::vector<int64_t> valid;
+  for (int64_t d = 1; d <= copies; ++d)
+    if (copies % d == 0)
+      valid.push_back(d);
+  return fmt::format(
+      "decode_context_parallel_size {} cannot split the KV cache of {} kv heads at "
+      "tensor_parallel_size {}: it must divide tensor_parallel_size / num_key_value_heads ({}), the "
+      "ranks that would each hold a copy of one kv head; valid sizes: {}",
+      dcp_size, n_head_kv, tp_size, copies, fmt::join(valid, ", "));
 }
 
 weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard_in) {

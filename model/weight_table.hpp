@@ -2,6 +2,8 @@
 // parallel layers), and the arithmetic that turns a declaration and a shard into the slice that shard holds.
 #pragma once
 
+#include "kernels/kv_shard_layout.hpp"
+
 #include "model/layer_weights.hpp"
 #include "model/model_config.hpp"
 
@@ -80,9 +82,23 @@ struct shard_spec {
   int dp_rank = 0;
   int dp_size = 1;
 
+  /// Decode context parallelism (vLLM's -dcp): the TP ranks [g * dcp_size, (g + 1) * dcp_size), which hold the same
+  /// kv head, keep each sequence's KV cache split between them by positions (runs of dcp_interleave tokens) instead
+  /// of each a copy of it. Needs tp_size / n_head_kv to be a multiple of dcp_size (resolve_shard checks).
+  int dcp_size = 1;
+  int dcp_interleave = 1;  ///< --dcp-kv-cache-interleave-size
+
   int ep_rank() const { return expert_parallel ? dp_rank * tp_size + tp_rank : 0; }
   int ep_size() const { return expert_parallel ? dp_size * tp_size : 1; }
+  /// This rank's index in its DCP group, and the positions its cache keeps.
+  int dcp_rank() const { return tp_rank % dcp_size; }
+  kv_shard_layout kv_layout() const { return kv_shard_layout{dcp_size, dcp_rank(), dcp_interleave}; }
 };
+
+/// Why `dcp_size` cannot split the KV cache of a model with n_head_kv kv heads at tensor_parallel_size tp (empty
+/// when it can): vLLM's rule, dcp a divisor of tp / n_head_kv (the ranks that would otherwise hold copies of one kv
+/// head). The message names the valid sizes.
+std::string check_decode_context_parallel(int64_t n_head_kv, int tp_size, int dcp_size);
 
 /// The part of a full tensor one shard holds: indices [begin, end) along dimension `dim`, everything along the
 /// others. A replicated weight is dim 0, [0, shape[0]) (or a 0-d tensor's [0, 1)).

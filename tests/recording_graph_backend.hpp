@@ -93,6 +93,14 @@ class recording_graph_backend final : public backend {
                        int64_t window, const tensor& out) override {
     inner_.paged_attention(q, batch, cache, scale, window, out);
   }
+  void paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
+                               int64_t window, const tensor& out, const tensor& lse) override {
+    inner_.paged_attention_partial(q, batch, cache, scale, window, out, lse);
+  }
+  void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
+                                const tensor& out) override {
+    inner_.merge_attention_partials(parts, lses, n_parts, head_begin, out);
+  }
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override { inner_.silu_mul(gate, up, out); }
   void add(const tensor& a, const tensor& b, const tensor& out) override { inner_.add(a, b, out); }
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override {

@@ -33,6 +33,15 @@ struct engine_config {
   bool enable_expert_parallel = false;
   /// vLLM's --enable-eplb (redundant copies of the hottest experts): not implemented, refused by name.
   bool enable_eplb = false;
+  /// vLLM's --decode-context-parallel-size (-dcp): where tensor_parallel_size exceeds the model's kv heads, the
+  /// tp / num_key_value_heads ranks that would each hold a copy of one kv head's cache instead split it by positions
+  /// in groups of this many (vLLM's rule: a divisor of tp / num_key_value_heads). A block then covers block_size
+  /// positions on each rank of a group, block_size × dcp in all, so the KV capacity in tokens grows by this factor;
+  /// each decode step reads 1/dcp of a sequence's keys per rank. CPU backend (threads, mp, cluster) only so far.
+  int32_t decode_context_parallel_size = 1;
+  /// vLLM's --dcp-kv-cache-interleave-size: the positions a DCP rank keeps in a row before the next rank's run; it
+  /// must divide block_size.
+  int32_t dcp_kv_cache_interleave_size = 1;
   int32_t max_num_seqs = 256;             ///< most sequences running at once
   int32_t max_num_batched_tokens = 2048;  ///< most tokens per step; longer prompts are prefilled in chunks
   int32_t block_size = 16;                ///< token slots per KV-cache block

@@ -135,7 +135,8 @@ struct tile_scratch {
   std::vector<float> kt;   // [head_dim][W]: the current keys, transposed (a key per lane)
   std::vector<float> acc;  // [pairs][head_dim]: running weighted sums of v
   std::vector<float> row_max, row_sum;
-  std::vector<float> q;  // [pairs][head_dim]: the queries, pre-multiplied by the scale
+  std::vector<float> q;                 // [pairs][head_dim]: the queries, pre-multiplied by the scale
+  std::vector<int64_t> key_lo, key_hi;  // [rows]: the local key indices [lo, hi) each row sees
 };
 
 // kt[d][k] = key k's element d for k < n (the keys row_stride floats apart), zero for k >= n.
@@ -162,19 +163,29 @@ void transpose_keys(const float* keys, int64_t row_stride, int64_t n, int64_t hd
 // against kv head g, for the n_rep query heads that share it: every (row, head) pair walks the cache W keys at a
 // time. The keys are transposed once per step for all pairs, so each score vector is head_dim FMAs with no
 // horizontal sums; each pair keeps an online softmax (running max and sum, rescaled when the max grows).
+//
+// Keys are walked by their local index in this rank's cache (kv_shard_layout): every position under the plain
+// layout, this rank's share of them under decode context parallelism. Each row sees the local indices of the
+// positions in its window, [local_count(first), local_count(pos + 1)).
 void attend_tile(const float* q, const int32_t* positions, const attention_seq& seq, int64_t r0, int64_t r1, int64_t g,
-                 const paged_kv_view& cache, int64_t n_head, int64_t n_rep, float scale, int64_t window, float* out,
-                 tile_scratch& s) {
+                 const paged_kv_view& cache, const kv_shard_layout& layout, int64_t n_head, int64_t n_rep, float scale,
+                 int64_t window, float* out, float* lse, tile_scratch& s) {
   const int64_t hd = cache.head_dim, bs = cache.block_size;
   const int64_t n_rows = r1 - r0, n_pairs = n_rows * n_rep;
-  int64_t ctx_end = 0, ctx_first = INT64_MAX;  // keys any row sees: [ctx_first, ctx_end)
+  int64_t ctx_end = 0, ctx_first = INT64_MAX;  // local keys any row sees: [ctx_first, ctx_end)
+  s.key_lo.resize(static_cast<size_t>(n_rows));
+  s.key_hi.resize(static_cast<size_t>(n_rows));
   for (int64_t r = r0; r < r1; ++r) {
     ACTORLLM_CHECK(positions[r] >= 0, "paged_attention: negative position");
     const int64_t n_ctx = static_cast<int64_t>(positions[r]) + 1;
-    ACTORLLM_CHECK(n_ctx <= static_cast<int64_t>(seq.n_blocks) * bs,
+    const int64_t hi = layout.local_count(n_ctx);
+    const int64_t lo = layout.local_count(window > 0 ? std::max<int64_t>(0, n_ctx - window) : int64_t{0});
+    ACTORLLM_CHECK(hi <= static_cast<int64_t>(seq.n_blocks) * bs,
                    "paged_attention: position beyond the sequence's blocks");
-    ctx_end = std::max(ctx_end, n_ctx);
-    ctx_first = std::min(ctx_first, window > 0 ? std::max<int64_t>(0, n_ctx - window) : int64_t{0});
+    s.key_lo[static_cast<size_t>(r - r0)] = lo;
+    s.key_hi[static_cast<size_t>(r - r0)] = hi;
+    ctx_end = std::max(ctx_end, hi);
+    ctx_first = std::min(ctx_first, lo);
   }
   s.kt.resize(static_cast<size_t>(hd * W));
   s.acc.assign(static_cast<size_t>(n_pairs * hd), 0.0f);
@@ -202,15 +213,14 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
     const int64_t block_hi = std::min(bs, ctx_end - b * bs);
     for (int64_t lo = block_lo; lo < block_hi; lo += W) {
       const int64_t n = std::min<int64_t>(W, block_hi - lo);
-      const int64_t key0 = b * bs + lo;  // position of the step's first key
+      const int64_t key0 = b * bs + lo;  // local index of the step's first key
       const float* kb = cache.k + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
       const float* vb = cache.v + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
       transpose_keys(kb, row_stride, n, hd, s.kt.data());
       for (int64_t r = r0; r < r1; ++r) {
-        const int64_t pos = positions[r];
-        const int64_t first = window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
         // The keys of this step that row r sees: [see_lo, see_hi) of the step's lanes.
-        const int64_t see_lo = std::max<int64_t>(first - key0, 0), see_hi = std::min<int64_t>(pos + 1 - key0, n);
+        const int64_t see_lo = std::max<int64_t>(s.key_lo[static_cast<size_t>(r - r0)] - key0, 0);
+        const int64_t see_hi = std::min<int64_t>(s.key_hi[static_cast<size_t>(r - r0)] - key0, n);
         if (see_lo >= see_hi)
           continue;
         // Scores of up to four query heads at once: each transposed key vector is loaded once for the four, and
@@ -272,10 +282,14 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
     for (int64_t j = 0; j < n_rep; ++j) {
       const int64_t pair = (r - r0) * n_rep + j;
       float* o = out + (r * n_head + g * n_rep + j) * hd;
-      const float inv = 1.0f / s.row_sum[static_cast<size_t>(pair)];
+      const float sum = s.row_sum[static_cast<size_t>(pair)];
+      // A row that sees no key here (its positions all on other ranks): nothing, of weight exp(-inf) = 0.
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       const float* acc = s.acc.data() + pair * hd;
       for (int64_t d = 0; d < hd; ++d)
         o[d] = acc[d] * inv;
+      if (lse != nullptr)
+        lse[r * n_head + g * n_rep + j] = sum > 0.0f ? s.row_max[static_cast<size_t>(pair)] + std::log(sum) : neg_inf;
     }
 }
 
@@ -300,7 +314,7 @@ void write_kv(const paged_kv_view& cache, const float* k, const float* v, const 
 
 void paged_attention(const float* q, const int32_t* positions, const attention_seq* seqs, int64_t n_seqs,
                      const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool,
-                     int64_t window) {
+                     int64_t window, const kv_shard_layout& layout, float* lse) {
   ACTORLLM_CHECK(cache.n_head_kv > 0 && n_head % cache.n_head_kv == 0,
                  "paged_attention: n_head must be a multiple of n_head_kv");
   const int64_t n_rep = n_head / cache.n_head_kv;
@@ -325,9 +339,39 @@ void paged_attention(const float* q, const int32_t* positions, const attention_s
       const int64_t r0 = seq.query_begin + local / cache.n_head_kv * tile_rows;
       const int64_t r1 = std::min<int64_t>(r0 + tile_rows, seq.query_begin + seq.n_query);
       const int64_t g = local % cache.n_head_kv;
-      attend_tile(q, positions, seq, r0, r1, g, cache, n_head, n_rep, scale, window, out, scratch);
+      attend_tile(q, positions, seq, r0, r1, g, cache, layout, n_head, n_rep, scale, window, out, lse, scratch);
     }
   });
+}
+
+void merge_attention_partials(const float* parts, const float* lses, int64_t n_parts, int64_t n_tokens,
+                              int64_t n_head_all, int64_t head_begin, int64_t n_head, int64_t head_dim, float* out,
+                              int64_t row_begin, int64_t row_end) {
+  const int64_t part_stride = n_tokens * n_head_all;  // (row, head) pairs per part
+  if (row_end < 0)
+    row_end = n_tokens;
+  for (int64_t t = row_begin; t < row_end; ++t)
+    for (int64_t h = 0; h < n_head; ++h) {
+      const int64_t pair = t * n_head_all + head_begin + h;
+      float m = neg_inf;
+      for (int64_t p = 0; p < n_parts; ++p)
+        m = std::max(m, lses[p * part_stride + pair]);
+      float* o = out + (t * n_head + h) * head_dim;
+      std::fill_n(o, head_dim, 0.0f);
+      if (m == neg_inf)  // no part saw a key: cannot happen for a causal row (it sees itself), kept finite anyway
+        continue;
+      float total = 0.0f;
+      for (int64_t p = 0; p < n_parts; ++p) {
+        const float w = std::exp(lses[p * part_stride + pair] - m);
+        total += w;
+        const float* src = parts + (p * part_stride + pair) * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d)
+          o[d] += w * src[d];
+      }
+      const float inv = 1.0f / total;
+      for (int64_t d = 0; d < head_dim; ++d)
+        o[d] *= inv;
+    }
 }
 
 }  // namespace actorllm::cpu

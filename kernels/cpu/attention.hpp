@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/kv_shard_layout.hpp"
 #include "util/thread_pool.hpp"
 
 namespace actorllm::cpu {
@@ -43,8 +44,23 @@ struct attention_seq {
 /// sum, rescaled per step of keys), f32 accumulation. Parallel over (sequence, tile of up to 4 query rows, kv head)
 /// work items, each covering the n_head / n_head_kv query heads that share a kv head, so every k/v row is loaded
 /// (and the keys transposed for lane-parallel scores) once for all the tile's rows and heads.
+///
+/// Under decode context parallelism (`layout` not plain) the cache holds only this rank's share of the positions
+/// and a row attends to the keys of its window that are here; `lse`, when given ([n_tokens, n_head]), receives each
+/// (row, head)'s log-sum-exp of its scores (-inf, with a zero output, when it sees no key here), which
+/// merge_attention_partials needs to combine the ranks' outputs exactly.
 void paged_attention(const float* q, const int32_t* positions, const attention_seq* seqs, int64_t n_seqs,
                      const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool,
-                     int64_t window = 0);
+                     int64_t window = 0, const kv_shard_layout& layout = {}, float* lse = nullptr);
+
+/// The exact softmax merge of attention outputs computed over disjoint shares of the keys (split-K, or the ranks of
+/// a DCP group): for each row t and head h in [head_begin, head_begin + n_head), out[t, h - head_begin] = sum over
+/// parts p of exp(lse_p - m) out_p / sum over p of exp(lse_p - m), m the largest lse_p. parts: [n_parts, n_tokens,
+/// n_head_all, head_dim]; lses: [n_parts, n_tokens, n_head_all]; out: [n_tokens, n_head, head_dim]. Parts are summed
+/// in order, so the result does not depend on threads. Only rows [row_begin, row_end) are written (row_end < 0: to
+/// the last), so that threads can share the rows.
+void merge_attention_partials(const float* parts, const float* lses, int64_t n_parts, int64_t n_tokens,
+                              int64_t n_head_all, int64_t head_begin, int64_t n_head, int64_t head_dim, float* out,
+                              int64_t row_begin = 0, int64_t row_end = -1);
 
 }  // namespace actorllm::cpu

@@ -273,7 +273,26 @@ void cpu_backend::write_kv(const kv_layer& cache, const tensor& k, const tensor&
 
 void cpu_backend::paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                                   int64_t window, const tensor& out) {
-  const int64_t n_head = host.paged_attention(q, batch, cache, out);
+  attend(q, batch, cache, scale, window, out, host.paged_attention(q, batch, cache, out), nullptr);
+}
+
+void cpu_backend::paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache,
+                                          float scale, int64_t window, const tensor& out, const tensor& lse) {
+  attend(q, batch, cache, scale, window, out, host.paged_attention_partial(q, batch, cache, out, lse), f32(lse));
+}
+
+void cpu_backend::merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
+                                           const tensor& out) {
+  const int64_t n_head_all = host.merge_attention_partials(parts, lses, n_parts, head_begin, out);
+  const int64_t n_tokens = out.dim(0), n_head = out.dim(1), hd = out.dim(2);
+  for_rows(pool_, n_tokens, [&](int64_t b, int64_t e) {
+    cpu::merge_attention_partials(f32(parts), f32(lses), n_parts, n_tokens, n_head_all, head_begin, n_head, hd,
+                                  f32(out), b, e);
+  });
+}
+
+void cpu_backend::attend(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
+                         int64_t window, const tensor& out, int64_t n_head, float* lse) {
   const int64_t n_tokens = batch.n_tokens, n_seqs = batch.n_seqs;
   if (n_tokens == 0)
     return;
@@ -290,7 +309,7 @@ void cpu_backend::paged_attention(const tensor& q, const attention_batch& batch,
     seqs_[static_cast<size_t>(s)] = attention_seq{e[0], e[1], batch.host_block_tables.data() + e[2], e[3]};
   }
   cpu::paged_attention(f32(q), batch.positions.data_as<int32_t>(), seqs_.data(), n_seqs, kv_view(cache), n_head, scale,
-                       f32(out), pool_, window);
+                       f32(out), pool_, window, batch.kv_layout, lse);
 }
 
 void cpu_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {

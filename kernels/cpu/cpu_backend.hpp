@@ -55,6 +55,10 @@ class cpu_backend final : public backend {
   void write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) override;
   void paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                        int64_t window, const tensor& out) override;
+  void paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
+                               int64_t window, const tensor& out, const tensor& lse) override;
+  void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
+                                const tensor& out) override;
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override;
   void add(const tensor& a, const tensor& b, const tensor& out) override;
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override;
@@ -65,6 +69,10 @@ class cpu_backend final : public backend {
 
  private:
   thread_pool pool_;
+  /// paged_attention and paged_attention_partial (lse null for the former) after their checks.
+  void attend(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale, int64_t window,
+              const tensor& out, int64_t n_head, float* lse);
+
   std::vector<attention_seq> seqs_;    // paged_attention's per-call sequence array, kept to reuse its memory
   std::vector<const void*> rng_seen_;  // sample's check for generators shared between rows
 };

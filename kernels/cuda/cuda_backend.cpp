@@ -522,6 +522,18 @@ void cuda_backend::paged_attention(const tensor& q, const attention_batch& batch
                         batch.block_tables.data_as<int32_t>(), view, scale, f32(out), workspace, stream_);
 }
 
+void cuda_backend::paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache, float,
+                                           int64_t, const tensor& out, const tensor& lse) {
+  checker{where()}.paged_attention_partial(q, batch, cache, out, lse);
+  ACTORLLM_CHECK(false, "paged_attention_partial: decode context parallelism runs on the CPU backend only");
+}
+
+void cuda_backend::merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts,
+                                            int64_t head_begin, const tensor& out) {
+  checker{where()}.merge_attention_partials(parts, lses, n_parts, head_begin, out);
+  ACTORLLM_CHECK(false, "merge_attention_partials: decode context parallelism runs on the CPU backend only");
+}
+
 void cuda_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
   checker{where()}.silu_mul(gate, up, out);
   make_current();

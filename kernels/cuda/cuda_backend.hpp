@@ -67,6 +67,11 @@ class cuda_backend final : public backend {
   void write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) override;
   void paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                        int64_t window, const tensor& out) override;
+  /// Decode context parallelism is not on CUDA yet (the engine refuses it before a shard starts): both abort.
+  void paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
+                               int64_t window, const tensor& out, const tensor& lse) override;
+  void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
+                                const tensor& out) override;
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override;
   void add(const tensor& a, const tensor& b, const tensor& out) override;
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override;
