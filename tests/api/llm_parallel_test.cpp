@@ -133,6 +133,19 @@ TEST_CASE("stories260K greedy with tp 8 (kv heads replicated, n_ff split unevenl
   CHECK(run_golden(stories_config(8, 1)) == expected);
 }
 
+TEST_CASE("stories260K greedy with tp 8 and decode context parallel 2 (each kv head's cache split, not copied) gives "
+          "the golden ids") {
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& g : golden())
+    expected.push_back(g.output);
+  for (bool caching : {true, false}) {
+    INFO("prefix caching " << caching);
+    engine_config cfg = stories_config(8, 1, {}, caching);
+    cfg.decode_context_parallel_size = 2;
+    CHECK(run_golden(cfg) == expected);
+  }
+}
+
 TEST_CASE("an explicit pp_layer_partition runs uneven stages and reports them") {
   LLM llm{stories_config(1, 3, "1,3,1")};
   CHECK(llm.info().stage_layers == std::vector<int64_t>{1, 3, 1});
