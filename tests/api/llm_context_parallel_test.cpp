@@ -145,8 +145,8 @@ void check_same(const std::vector<completion_output>& got, const std::vector<com
 TEST_CASE("dcp: the dcp 1 ids follow the float64 reference at 3,000 tokens of context") {
   const auto& out = plain_outputs();
   const auto& m = dcp_model::get();
-  const double shortfall = model::test_util::worst_shortfall(m.config(), m.weights(), random_prompt(3000, 1),
-                                                             out.at(0).token_ids);
+  const double shortfall =
+      model::test_util::worst_shortfall(m.config(), m.weights(), random_prompt(3000, 1), out.at(0).token_ids);
   INFO("worst shortfall " << shortfall);
   CHECK(shortfall <= 1e-4);
 }

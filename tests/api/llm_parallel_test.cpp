@@ -133,8 +133,9 @@ TEST_CASE("stories260K greedy with tp 8 (kv heads replicated, n_ff split unevenl
   CHECK(run_golden(stories_config(8, 1)) == expected);
 }
 
-TEST_CASE("stories260K greedy with tp 8 and decode context parallel 2 (each kv head's cache split, not copied) gives "
-          "the golden ids") {
+TEST_CASE(
+    "stories260K greedy with tp 8 and decode context parallel 2 (each kv head's cache split, not copied) gives "
+    "the golden ids") {
   std::vector<std::vector<int32_t>> expected;
   for (const auto& g : golden())
     expected.push_back(g.output);

@@ -68,6 +68,42 @@ TEST_CASE("cluster: tp 2 x pp 2 over 2 simulated nodes (4 worker processes) give
   CHECK(test::greedy_ids(llm, g) == g.output);
 }
 
+TEST_CASE("cluster: tp 2 x dcp 2 across 2 simulated nodes (the TP group over Gloo) decodes as in one process") {
+  const auto dir = test::make_temp_dir("actorllm-cluster-dcp");
+  std::ofstream{dir / "config.json"} << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+      "vocab_size": 97, "max_position_embeddings": 2048, "torch_dtype": "float32"})";
+  sampling_params p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 16;
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < 600; ++i)
+    ids.push_back(3 + (i * 41 + i / 7) % 90);
+  engine_config one;
+  one.model = dir.string();
+  one.load_format = "dummy";
+  one.seed = 4;
+  one.kv_cache_memory = size_t{4} << 20;
+  LLM uni{one};
+  const auto expected = uni.generate(prompt{ids}, p).outputs.at(0).token_ids;
+  {
+    test::sim_cluster cluster{2, 1};
+    engine_config c = cluster_config(cluster, 2, 1, dir.string());
+    c.load_format = "dummy";
+    c.seed = 4;
+    c.decode_context_parallel_size = 2;
+    LLM llm{c};
+    CHECK(llm.info().executor == "cluster");
+    CHECK(llm.info().block_size == 32);
+    CHECK(llm.info().n_blocks == uni.info().n_blocks);  // each worker keeps 16 of a block's 32 positions
+    CHECK(test::worker_pids_of(cluster.process("node-0").pid).size() == 1);
+    CHECK(test::worker_pids_of(cluster.process("node-1").pid).size() == 1);
+    CHECK(llm.generate(prompt{ids}, p).outputs.at(0).token_ids == expected);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("cluster: tp x pp larger than the cluster fails within 1 s, listing every node's devices") {
   test::sim_cluster cluster{2, 2};
   const auto t0 = std::chrono::steady_clock::now();

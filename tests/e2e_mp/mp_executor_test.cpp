@@ -185,6 +185,53 @@ TEST_CASE("mp executor: a dummy Mixtral with expert parallelism (shared memory a
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE(
+    "mp executor: decode context parallel (tp 2 x dcp 2, shared memory and Gloo; with pp 2) decodes as in one "
+    "process") {
+  const auto dir = test::make_temp_dir("actorllm-mp-dcp");
+  {
+    std::ofstream f{dir / "config.json"};
+    f << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "vocab_size": 97,
+        "max_position_embeddings": 2048, "torch_dtype": "float32"})";
+  }
+  auto config = [&](int tp, int pp, int dcp, const std::string& executor) {
+    engine_config c = mp_config(tp, pp);
+    c.model = dir.string();
+    c.load_format = "dummy";
+    c.seed = 4;
+    c.decode_context_parallel_size = dcp;
+    c.distributed_executor_backend = executor;
+    return c;
+  };
+  sampling_params p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 16;
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < 700; ++i)
+    ids.push_back(3 + (i * 37 + i / 5) % 90);
+  const prompt in{ids};
+  LLM uni{config(1, 1, 1, "uni")};
+  const auto expected = uni.generate(in, p).outputs.at(0).token_ids;
+  for (const char* shm : {"1", "0"}) {
+    ::setenv("ACTORLLM_SHM_COLLECTIVE", shm, 1);  // "0": the TP group is Gloo over loopback
+    for (auto [tp, pp] : {std::pair{2, 1}, std::pair{2, 2}}) {
+      INFO("tp " << tp << " pp " << pp << " dcp 2, shared memory " << shm);
+      LLM llm{config(tp, pp, 2, "mp")};
+      CHECK(llm.info().executor == "mp");
+      CHECK(llm.info().block_size == 32);
+      // The workers keep 16 of a block's 32 positions: as many blocks as one process's 16-slot ones (twice with
+      // half the layers per worker), each covering twice the positions.
+      CHECK(llm.info().n_blocks == uni.info().n_blocks * pp);
+      CHECK(worker_pids().size() == static_cast<size_t>(tp * pp));
+      CHECK(llm.generate(in, p).outputs.at(0).token_ids == expected);
+    }
+  }
+  ::unsetenv("ACTORLLM_SHM_COLLECTIVE");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("mp executor: kill -9 of a worker ends every running request within 5 s, then serving resumes") {
   const golden_case g = greedy_from_bos();
   engine_config config = mp_config(2, 2);
