@@ -163,3 +163,25 @@ TEST_CASE("generate -tp/-pp/--pp-layer-partition run the sharded engine and give
   CHECK(r.out.find("8 attention heads and 4 kv heads are not divisible by tensor_parallel_size 3") !=
         std::string::npos);
 }
+
+TEST_CASE("generate -tp 8 -dcp 2 (and vLLM's interleave flag) gives the golden ids, -dcp 4 is refused naming 1, 2") {
+  simdjson::dom::parser golden_parser;
+  auto golden = golden_parser.load((test::model_dir("stories260K") / "reference" / "expected_outputs.json").string());
+  auto expected = ids_of(golden["greedy_from_bos"]["output_ids"]);
+  expected.resize(64);
+  for (std::string layout : {"-tp 8 -dcp 2", "-tp 8 --decode-context-parallel-size=2 --cp-kv-cache-interleave-size 4",
+                             "-tp 8 -dcp=2 --dcp-kv-cache-interleave-size 2"}) {
+    INFO(layout);
+    auto out = generate("--prompt-ids 1 --max-tokens 64 --temperature 0 --output json " + layout);
+    simdjson::dom::parser parser;
+    auto doc = parser.parse(out);
+    CHECK(ids_of(doc["output_ids"]) == expected);
+  }
+  auto r = test::run_command(test::actorllm_binary().string() + " generate --model " +
+                             test::model_dir("stories260K").string() + " --prompt-ids 1 -tp 8 -dcp 4 2>&1");
+  CHECK(r.status != 0);
+  CHECK_MESSAGE(r.out.find("decode_context_parallel_size 4 cannot split the KV cache of 4 kv heads at "
+                           "tensor_parallel_size 8") != std::string::npos,
+                r.out);
+  CHECK(r.out.find("valid sizes: 1, 2") != std::string::npos);
+}

@@ -140,6 +140,8 @@ num_threads = 3
 max_worker_restarts = 5
 device = "cpu"
 enable_expert_parallel = true
+decode-context-parallel-size = 2
+dcp_kv_cache_interleave_size = 4
 [scheduler]
 max_num_seqs = 8
 max_num_batched_tokens = 99
@@ -220,6 +222,8 @@ max_control_message_bytes = 1048576
   CHECK(o.device == "cpu");
   CHECK(o.enable_expert_parallel);
   CHECK_FALSE(o.enable_eplb);
+  CHECK(o.decode_context_parallel_size == 2);
+  CHECK(o.dcp_kv_cache_interleave_size == 4);
   CHECK(o.scheduling_policy == "priority");
   CHECK(o.max_logprobs == 7);
   CHECK(o.max_stop_strings == 3);

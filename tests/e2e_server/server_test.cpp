@@ -35,6 +35,22 @@ TEST_CASE("completions at temperature 0 give the golden continuation, streamed a
   CHECK(stream_text(sr.body, false) == text);
 }
 
+TEST_CASE("serve -tp 8 -dcp 2: the golden continuation, and the log tells each rank's share of the cache") {
+  server s{{"-tp", "8", "-dcp", "2", "--kv-cache-memory", "1048576"}};
+  const std::string golden = golden_continuation();
+  auto r = http(s.port(), "POST", "/v1/completions",
+                R"({"model":"stories","prompt":"Once upon a time","max_tokens":48,"temperature":0})");
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  const std::string text = json_string(r.body, {"choices", "#", "text"});
+  CHECK(text.size() > 100);
+  CHECK(golden.rfind(text, 0) == 0);
+  const std::string log = s.log();
+  CHECK_MESSAGE(log.find("Decode context parallel size 2: each rank of a group keeps 16 of every block's 32 "
+                         "positions") != std::string::npos,
+                log);
+  CHECK(log.find("blocks of 32") != std::string::npos);
+}
+
 TEST_CASE("concurrent streaming clients all get the golden continuation") {
   server s;
   const std::string golden = golden_continuation();
