@@ -175,11 +175,15 @@ proto::block_manager_actor::behavior_type block_manager_behavior(block_manager_p
                               "{} KV cache size: {} tokens ({} blocks of {}, {} bytes per block on "
                               "the largest shard)",
                               a.device, c.token_capacity(), c.n_blocks, c.block_size, c.max_bytes_per_block);
-                    if (a.dcp_size > 1)
+                    if (const int32_t shares = a.dcp_size * a.pcp_size; shares > 1)
                       log::info("block_manager",
-                                "Decode context parallel size {}: each rank of a group keeps {} of every block's {} "
-                                "positions, 1/{} of each sequence's KV cache",
-                                a.dcp_size, c.block_size / a.dcp_size, c.block_size, a.dcp_size);
+                                "{}: each rank of a group keeps {} of every block's {} positions, 1/{} of each "
+                                "sequence's KV cache",
+                                a.pcp_size == 1   ? fmt::format("Decode context parallel size {}", a.dcp_size)
+                                : a.dcp_size == 1 ? fmt::format("Prefill context parallel size {}", a.pcp_size)
+                                                  : fmt::format("Context parallel sizes: prefill {} x decode {}",
+                                                                a.pcp_size, a.dcp_size),
+                                c.block_size / shares, c.block_size, shares);
                     log::info("block_manager", "Maximum concurrency for {} tokens per request: {:.2f}x",
                               a.max_model_len, static_cast<double>(c.token_capacity()) / a.max_model_len);
                     init_caches(self, c, rp);

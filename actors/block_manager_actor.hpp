@@ -18,6 +18,7 @@ struct block_manager_args {
   std::vector<proto::shard_actor> shards;  ///< every shard of the replica, loaded
   int32_t block_size = 16;  ///< positions per block of the scheduler's tables (block_size × dcp_size of the flags)
   int32_t dcp_size = 1;     ///< decode context parallelism: the ranks that share each block's positions (the log)
+  int32_t pcp_size = 1;     ///< prefill context parallelism: the copies of the TP group that share them too
   uint64_t kv_cache_memory = 0;  ///< bytes each shard may use for its cache
   int32_t max_model_len = 0;     ///< the cache must hold at least one sequence of this length
   std::string device = "CPU";    ///< for the log line: "# CPU blocks: N"

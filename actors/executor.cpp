@@ -86,7 +86,8 @@ std::string resolve_executor(const engine_config& config) {
       throw actorllm::error{errc::invalid_config, "distributed_executor_backend: " +
                                                       executor_backend_error(config.distributed_executor_backend)};
   }
-  in.world_size = config.tensor_parallel_size * config.pipeline_parallel_size;
+  in.world_size =
+      config.tensor_parallel_size * config.pipeline_parallel_size * std::max(1, config.prefill_context_parallel_size);
   // Replicas on this node each take tp × pp devices of their own; an external-LB rank (data_parallel_rank) takes
   // its rank's share, so the node needs as many as all its local replicas together all the same.
   in.replicas = local;

@@ -25,6 +25,7 @@ model_runner::model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_colle
   if (be_->where().kind != device_kind::cpu && comm_->size() > 1 && !comm_->takes_device_tensors())
     comm_ = std::make_unique<host_staged_collective>(std::move(comm_), *be_);
   model_ = std::make_unique<model::llama_model>(cfg, std::move(weights), shard, *comm_, *be_, expert_comm_.get());
+  inputs_.set_row_split(model_->rows_of_copies());
 }
 
 std::string model_runner::graphs_disabled_reason() const {
@@ -108,7 +109,7 @@ size_t model_runner::profile_forward(int64_t n_tokens, int64_t block_size) {
       std::vector<float> zeros(static_cast<size_t>(hidden.numel()), 0.0f);
       be_->upload(hidden, zeros.data(), hidden.nbytes());
     }
-    model::step_input_builder inputs{*be_};
+    model::step_input_builder inputs{*be_, model_->rows_of_copies()};
     const model::step_inputs& in = inputs.prepare(batch, scratch_cache.shape());
     be_->reset_peak_memory();
     tensor out = model_->forward(in, scratch_cache, hidden);

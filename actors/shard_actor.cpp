@@ -175,7 +175,8 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
         try {
           // GPUs are shared out round robin by global rank (vLLM gives each worker its own device the same way);
           // a data-parallel replica's ranks start after those of the replicas before it on this node.
-          const int rank = st.args.device_offset + st.args.stage * st.args.spec.tp_size + st.args.spec.tp_rank;
+          const int rank =
+              st.args.device_offset + st.args.stage * st.args.spec.group_size() + st.args.spec.group_rank();
           const device where =
               device_for_rank(st.args.device, rank, st.args.device == device_kind::cpu ? 0 : visible_gpu_count());
           auto be = make_backend(where, std::max(1, st.args.n_threads));
@@ -184,8 +185,8 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
           std::unique_ptr<tp_collective> comm;
           if (st.args.make_collective)
             comm = st.args.make_collective(*be);
-          else if (st.args.spec.tp_size > 1)
-            comm = std::make_unique<comm::shared_memory_collective>(st.args.group, st.args.spec.tp_rank);
+          else if (st.args.spec.group_size() > 1)
+            comm = std::make_unique<comm::shared_memory_collective>(st.args.group, st.args.spec.group_rank());
           else
             comm = std::make_unique<single_rank_collective>();
           if (st.args.make_prev_link)

@@ -36,12 +36,17 @@ model::lora_limits lora_limits_of(const engine_config& config) {
   return {config.max_loras, config.max_lora_rank, config.max_cpu_loras};
 }
 
+/// The shares every sequence's cache is split into: one per rank of a context-parallel group.
+int32_t context_parallel_shares(const engine_config& config) {
+  return config.decode_context_parallel_size * std::max(1, config.prefill_context_parallel_size);
+}
+
 engine::scheduler_config make_scheduler_config(const engine_config& config, int32_t max_model_len) {
   engine::scheduler_config sc;
   sc.max_num_seqs = config.max_num_seqs;
   sc.max_num_batched_tokens = config.max_num_batched_tokens;
   // A block of the scheduler's tables covers block_size positions on every rank of a DCP group (kv_shard_layout).
-  sc.block_size = config.block_size * config.decode_context_parallel_size;
+  sc.block_size = config.block_size * context_parallel_shares(config);
   sc.n_blocks = 1;  // checked again with the real count once the block manager has it
   sc.max_model_len = max_model_len;
   sc.pp_size = config.pipeline_parallel_size;
@@ -105,7 +110,8 @@ replica_share share_of(const engine_config& config, const replica_slot& slot, in
   const int32_t dp = std::max(1, slot.dp_size);
   share.local_replicas = config.data_parallel_size_local > 0 ? std::min(config.data_parallel_size_local, dp) : dp;
   share.local_index = std::max(0, slot.dp_rank) % share.local_replicas;
-  share.device_offset = share.local_index * config.tensor_parallel_size * config.pipeline_parallel_size;
+  share.device_offset = share.local_index * config.tensor_parallel_size * config.pipeline_parallel_size *
+                        std::max(1, config.prefill_context_parallel_size);
   const int32_t threads = config.threads > 0 ? config.threads : std::max(1, hardware_threads);
   share.threads = std::max(1, threads / share.local_replicas);
   return share;
@@ -117,7 +123,7 @@ std::string replica_prefix(int32_t dp_rank, int32_t dp_size) {
 
 namespace {
 
-/// Decode context parallelism: vLLM's size rule, a block size its interleaved runs fill, and the CPU backend.
+/// Context parallelism: vLLM's size rule, a block size its interleaved runs fill, and where it runs.
 void check_context_parallel(const engine_config& config, const model::model_config& model, device_kind device) {
   const int32_t dcp = config.decode_context_parallel_size;
   if (dcp < 1)
@@ -134,6 +140,25 @@ void check_context_parallel(const engine_config& config, const model::model_conf
         fmt::format("decode_context_parallel_size {}: decode context parallelism runs on the CPU backend "
                     "only so far (device cuda); use --device cpu or decode_context_parallel_size 1",
                     dcp));
+  const int32_t pcp = config.prefill_context_parallel_size;
+  if (pcp < 1)
+    throw_config(fmt::format("prefill_context_parallel_size must be at least 1, got {}", pcp));
+  if (pcp == 1)
+    return;
+  auto refuse = [&](const std::string& what) {
+    throw_config(
+        fmt::format("prefill_context_parallel_size {} with {}: prefill context parallelism runs with the "
+                    "uni executor (threads of one process), dense models and the CPU backend only so far",
+                    pcp, what));
+  };
+  if (config.distributed_executor_backend == "mp" || config.distributed_executor_backend == "cluster")
+    refuse("distributed_executor_backend " + config.distributed_executor_backend);
+  if (device == device_kind::cuda)
+    refuse("device cuda");
+  if (model.n_expert > 0)
+    refuse("a mixture-of-experts model");
+  if (config.enable_lora)
+    refuse("enable_lora");
 }
 
 }  // namespace
@@ -219,7 +244,7 @@ replica_plan plan_replica(const engine_config& config, const replica_slot& slot)
                              slot.dp_size, slot.dp_size - 1));
   r.dp_rank = slot.dp_rank;
   r.dp_size = slot.dp_size;
-  const int32_t world = tp * pp;
+  const int32_t world = tp * pp * std::max(1, config.prefill_context_parallel_size);
   plan.share = share_of(config, slot, static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
   plan.threads_per_shard = std::max(1, plan.share.threads / world);
   plan.load.format = *format;
@@ -246,8 +271,9 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
               [&](const proto::shard_actor& s) { return self->request(s, caf::infinite, proto::load_atom::value); });
     block_manager_args bm;
     bm.shards = r.shards;
-    bm.block_size = config.block_size * config.decode_context_parallel_size;
+    bm.block_size = config.block_size * context_parallel_shares(config);
     bm.dcp_size = config.decode_context_parallel_size;
+    bm.pcp_size = config.prefill_context_parallel_size;
     bm.device = plan.device == device_kind::cuda ? "GPU" : "CPU";
     bm.kv_cache_memory = config.kv_cache_memory;
     bm.max_model_len = r.max_model_len;
@@ -307,16 +333,20 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
                                         slot.expert_group->size())
                           : std::string{});
 
-  // Shards, last stage first so that each one is spawned knowing its successor.
-  r.shards.resize(static_cast<size_t>(tp * pp));
+  // Shards, last stage first so that each one is spawned knowing its successor. Under prefill context parallelism
+  // a stage has pcp copies of its TP group, copy-major, sharing one group (model::shard_spec::group_rank).
+  const int32_t pcp = std::max(1, config.prefill_context_parallel_size);
+  const int32_t per_stage = tp * pcp;
+  r.shards.resize(static_cast<size_t>(per_stage * pp));
   for (int32_t s = pp - 1; s >= 0; --s) {
     // A lockstep set's TP groups can be aborted like its EP group: its replicas fail and restart as one.
     std::shared_ptr<comm::shared_memory_group> group;
-    if (tp > 1)
+    if (per_stage > 1)
       group = slot.expert_group ? std::make_shared<comm::shared_memory_group>(
                                       tp, fmt::format("the tensor-parallel group of replica {}", slot.dp_rank))
-                                : std::make_shared<comm::shared_memory_group>(tp);
-    for (int32_t rank = 0; rank < tp; ++rank) {
+                                : std::make_shared<comm::shared_memory_group>(per_stage);
+    for (int32_t index = 0; index < per_stage; ++index) {
+      const int32_t rank = index % tp;
       shard_args a;
       a.model_dir = config.model;
       a.spec = model::shard_spec{rank, tp, r.stages[static_cast<size_t>(s)].layer_begin,
@@ -324,6 +354,8 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
       a.spec.expert_parallel = config.enable_expert_parallel;
       a.spec.dcp_size = config.decode_context_parallel_size;
       a.spec.dcp_interleave = config.dcp_kv_cache_interleave_size;
+      a.spec.pcp_size = pcp;
+      a.spec.pcp_rank = index / tp;
       if (slot.expert_group) {
         a.spec.dp_rank = slot.dp_rank;
         a.spec.dp_size = slot.dp_size;
@@ -335,14 +367,14 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
       a.group = group;
       a.n_threads = plan.threads_per_shard;
       a.device_offset = plan.share.device_offset;
-      a.samples = s == pp - 1 && rank == 0;
+      a.samples = s == pp - 1 && index == 0;
       a.enforce_eager = config.enforce_eager;
       a.max_num_seqs = config.max_num_seqs;
       a.max_model_len = r.max_model_len;
       a.lora = lora_limits_of(config);
       if (s + 1 < pp)
-        a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
-      r.shards[static_cast<size_t>(s * tp + rank)] = spawn_shard(sys, std::move(a));
+        a.next = r.shards[static_cast<size_t>((s + 1) * per_stage + index)];
+      r.shards[static_cast<size_t>(s * per_stage + index)] = spawn_shard(sys, std::move(a));
     }
   }
   finish_replica(sys, config, plan);

@@ -33,7 +33,8 @@ std::vector<int32_t> replica_ranks(const engine_config& config) {
 
 router::options router_options(const engine_config& config) {
   router::options o;
-  o.block_size = config.block_size * config.decode_context_parallel_size;  // the scheduler's blocks
+  o.block_size = config.block_size * config.decode_context_parallel_size *
+                 std::max(1, config.prefill_context_parallel_size);  // the scheduler's blocks
   o.prefix_affinity = config.enable_prefix_caching;
   o.affinity_slack = std::max<int64_t>(config.max_num_batched_tokens, 1);
   return o;

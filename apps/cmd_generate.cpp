@@ -58,6 +58,7 @@ struct generate_options {
   bool enable_expert_parallel = false;
   int decode_context_parallel_size = 1;
   int dcp_kv_cache_interleave_size = 1;
+  int prefill_context_parallel_size = 1;
   bool enable_eplb = false;
   std::string distributed_executor_backend;
   std::string cluster_address;
@@ -116,6 +117,7 @@ int run_generate(const generate_options& o) {
   cfg.enable_expert_parallel = o.enable_expert_parallel;
   cfg.decode_context_parallel_size = o.decode_context_parallel_size;
   cfg.dcp_kv_cache_interleave_size = o.dcp_kv_cache_interleave_size;
+  cfg.prefill_context_parallel_size = o.prefill_context_parallel_size;
   cfg.enable_eplb = o.enable_eplb;
   cfg.max_num_seqs = 1;
   cfg.max_num_batched_tokens = static_cast<int32_t>(o.max_num_batched_tokens);
@@ -173,6 +175,7 @@ option_alias tp_alias{"-tp", "--tensor-parallel-size"};
 option_alias pp_alias{"-pp", "--pipeline-parallel-size"};
 option_alias dp_alias{"-dp", "--data-parallel-size"};
 option_alias dcp_alias{"-dcp", "--decode-context-parallel-size"};
+option_alias pcp_alias{"-pcp", "--prefill-context-parallel-size"};
 
 command_registration generate_command{
     "generate", "Generate a completion for one prompt (offline, in this process)", [](CLI::App& sub) {
@@ -234,7 +237,8 @@ command_registration generate_command{
                    "MoE models: whole experts per rank of the expert-parallel group (dp x tp ranks: data-parallel "
                    "replicas step in lockstep), tokens dispatched to them");
       sub.add_flag("--enable-eplb", o->enable_eplb, "Expert-parallel load balancing (not implemented: refused)");
-      add_context_parallel_flags(sub, o->decode_context_parallel_size, o->dcp_kv_cache_interleave_size);
+      add_context_parallel_flags(sub, o->decode_context_parallel_size, o->dcp_kv_cache_interleave_size,
+                                 o->prefill_context_parallel_size);
       sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard")->capture_default_str();
       return [o]() {
         if (o->prompt.empty() && o->prompt_ids.empty())

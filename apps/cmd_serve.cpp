@@ -201,6 +201,7 @@ int run_serve(serve_options o) {
   cfg.enable_expert_parallel = o.enable_expert_parallel;
   cfg.decode_context_parallel_size = o.decode_context_parallel_size;
   cfg.dcp_kv_cache_interleave_size = o.dcp_kv_cache_interleave_size;
+  cfg.prefill_context_parallel_size = o.prefill_context_parallel_size;
   cfg.enable_eplb = o.enable_eplb;
   cfg.max_num_seqs = static_cast<int32_t>(o.max_num_seqs);
   cfg.step_timeout = o.step_timeout;
@@ -401,7 +402,8 @@ command_registration serve_command{
                    "MoE models: whole experts per rank of the expert-parallel group (dp x tp ranks: data-parallel "
                    "replicas step in lockstep), tokens dispatched to them");
       sub.add_flag("--enable-eplb", o->enable_eplb, "Expert-parallel load balancing (not implemented: refused)");
-      add_context_parallel_flags(sub, o->decode_context_parallel_size, o->dcp_kv_cache_interleave_size);
+      add_context_parallel_flags(sub, o->decode_context_parallel_size, o->dcp_kv_cache_interleave_size,
+                                 o->prefill_context_parallel_size);
       sub.add_option("--cluster-address", o->cluster_head_address,
                      "The cluster head (`actorllm node --head`), HOST:PORT; also $ACTORLLM_CLUSTER_ADDRESS");
       sub.add_option("--host-ip", o->host_ip,

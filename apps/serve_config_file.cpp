@@ -265,6 +265,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"enable_eplb", bool_value(o.enable_eplb)},
            {"decode_context_parallel_size", integer_value(o.decode_context_parallel_size, 1, int_max)},
            {"dcp_kv_cache_interleave_size", integer_value(o.dcp_kv_cache_interleave_size, 1, 256)},
+           {"prefill_context_parallel_size", integer_value(o.prefill_context_parallel_size, 1, int_max)},
            {"distributed_executor_backend", choice_value(o.distributed_executor_backend, {"uni", "mp", "cluster"})},
            {"num_threads", integer_value(o.threads, 0, int_max)},
            {"max_worker_restarts", integer_value(o.max_worker_restarts, 0, int_max)},

@@ -47,6 +47,7 @@ struct serve_options {
   bool enable_eplb = false;                  ///< --enable-eplb: refused (not implemented)
   int decode_context_parallel_size = 1;      ///< --decode-context-parallel-size / -dcp
   int dcp_kv_cache_interleave_size = 1;      ///< --dcp-kv-cache-interleave-size (--cp-kv-cache-interleave-size)
+  int prefill_context_parallel_size = 1;     ///< --prefill-context-parallel-size / -pcp
   std::string distributed_executor_backend;  ///< uni, mp or cluster; empty: chosen by the world size
   int64_t max_worker_restarts = 3;           ///< mp/cluster: restarts of dead workers before exiting non-zero
   int threads = 0;                           ///< --num-threads; 0: every core

@@ -101,6 +101,10 @@ step_inputs decode_graphs::inputs_for(const decode_graph_layout& l) const {
   // What the attention plan reads on the host: every row full width, so the recorded plan holds for any context.
   a.host_seqs = decode_graph_seqs(l);
   a.host_block_tables.assign(static_cast<size_t>(l.batch * l.max_blocks_per_seq), 0);
+  in.local_rows = l.batch;  // one rank: every row is its own
+  in.local_count = l.batch;
+  in.local_tokens = in.tokens;
+  in.local_positions = a.positions;
   return in;
 }
 

@@ -3,6 +3,7 @@
 
 #include "model/lora_adapter.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace actorllm::model {
@@ -19,26 +20,67 @@ void lora_update(const layer_context& ctx, const lora_stack& stack, const tensor
 
 const lora_stack& stack(const layer_weights& w, lora_target t) { return w.lora[static_cast<size_t>(t)]; }
 
-/// Attention under decode context parallelism (vLLM's DCP): the ranks of a DCP group hold the same kv head, each
-/// the keys of its share of the positions. Every rank attends all of the group's query heads over its own keys,
-/// keeping each (row, head)'s log-sum-exp; the partial results are exchanged and each rank merges those of its own
-/// heads exactly. The exchanges are all-gathers over the whole TP group (each rank takes its group's part).
-void dcp_attention(const layer_context& ctx, const tensor& q, const kv_layer& cache, float scale, int64_t window,
-                   const layer_scratch& s) {
+/// Attention under context parallelism: the ranks of a context-parallel group (the DCP group's D ranks, which hold
+/// one kv head, in each of the P copies of the TP group) keep shares of every sequence's keys. Every rank attends
+/// every row's queries of its DCP group's heads over its own keys, keeping each (row, head)'s log-sum-exp; the
+/// partial results are exchanged and each rank merges those of its own heads and rows exactly. The exchanges are
+/// all-gathers over the shard's whole collective (each rank takes its group's part), so every transport serves them.
+/// q: this copy's rows [c, nh, hd], RoPE applied; the cache holds this step's keys already.
+void context_parallel_attention(const layer_context& ctx, const tensor& q, const kv_layer& cache, float scale,
+                                int64_t window, const layer_scratch& s) {
   backend& be = ctx.be;
-  const int64_t n = ctx.in.n_tokens, hd = ctx.head_dim, nh = ctx.n_head, d_size = ctx.dcp_size;
+  const int64_t n = ctx.in.n_tokens, c = ctx.in.local_rows, hd = ctx.head_dim, nh = ctx.n_head;
+  const int64_t d_size = ctx.dcp_size, p_size = ctx.pcp_size, tp = ctx.tp_size;
   const int64_t q_dim = nh * hd;
-  const int64_t group_first = ctx.comm.rank() / d_size * d_size;  // the group's first TP rank
-  ctx.comm.all_gather(q.reshape({n, q_dim}), s.dcp.q_ranks);
-  for (int64_t d = 0; d < d_size; ++d)
-    be.copy_columns(s.dcp.q_ranks.slice_rows((group_first + d) * n, n), 0, s.dcp.q_group, d * q_dim, q_dim);
-  be.paged_attention_partial(s.dcp.q_group.reshape({n, d_size * nh, hd}), ctx.in.attn, cache, scale, window,
-                             s.dcp.out.reshape({n, d_size * nh, hd}), s.dcp.lse);
-  ctx.comm.all_gather(s.dcp.out, s.dcp.out_ranks);
-  ctx.comm.all_gather(s.dcp.lse, s.dcp.lse_ranks);
-  be.merge_attention_partials(s.dcp.out_ranks.slice_rows(group_first * n, d_size * n),
-                              s.dcp.lse_ranks.slice_rows(group_first * n, d_size * n), d_size,
-                              ctx.comm.rank() % d_size * nh, s.attn.reshape({n, nh, hd}));
+  const int64_t me = ctx.comm.rank(), copy = me / tp, tp_rank = me % tp;
+  const int64_t dcp_first = tp_rank / d_size * d_size;  // the DCP group's first TP rank
+  const cp_scratch& b = s.cp;
+  ctx.comm.all_gather(q.reshape({c, q_dim}), b.q_ranks);
+  for (int64_t p = 0; p < p_size; ++p) {
+    const int64_t rows = std::min(c, n - p * c);  // copy p's real rows
+    for (int64_t d = 0; rows > 0 && d < d_size; ++d)
+      be.copy_columns(b.q_ranks.slice_rows((p * tp + dcp_first + d) * c, rows), 0, b.q_group.slice_rows(p * c, rows),
+                      d * q_dim, q_dim);
+  }
+  be.paged_attention_partial(b.q_group.reshape({n, d_size * nh, hd}), ctx.in.attn, cache, scale, window,
+                             b.out.reshape({n, d_size * nh, hd}), b.lse);
+  ctx.comm.all_gather(b.out, b.out_ranks);
+  ctx.comm.all_gather(b.lse, b.lse_ranks);
+  // The group's parts: ranks (p, dcp_first + d), contiguous over d.
+  tensor parts = b.out_ranks.slice_rows(dcp_first * n, d_size * n);
+  tensor lses = b.lse_ranks.slice_rows(dcp_first * n, d_size * n);
+  if (p_size > 1) {
+    for (int64_t p = 0; p < p_size; ++p) {
+      be.copy(b.out_ranks.slice_rows((p * tp + dcp_first) * n, d_size * n),
+              b.parts.slice_rows(p * d_size * n, d_size * n));
+      be.copy(b.lse_ranks.slice_rows((p * tp + dcp_first) * n, d_size * n),
+              b.part_lses.slice_rows(p * d_size * n, d_size * n));
+    }
+    parts = b.parts;
+    lses = b.part_lses;
+  }
+  const int64_t head_begin = (tp_rank - dcp_first) * nh;
+  if (p_size == 1) {
+    be.merge_attention_partials(parts, lses, d_size, head_begin, s.attn.reshape({n, nh, hd}));
+    return;
+  }
+  be.merge_attention_partials(parts, lses, p_size * d_size, head_begin, b.attn_full.reshape({n, nh, hd}));
+  if (ctx.in.local_count > 0)
+    be.copy(b.attn_full.slice_rows(ctx.in.local_begin, ctx.in.local_count), s.attn.slice_rows(0, ctx.in.local_count));
+  (void)copy;
+}
+
+/// Under prefill context parallelism, the keys or values of every row of the step: each copy's rows from the rank of
+/// the same TP rank in that copy (which holds the same kv heads).
+void gather_rows_of_copies(const layer_context& ctx, const tensor& local, const tensor& full, const cp_scratch& b) {
+  const int64_t n = ctx.in.n_tokens, c = ctx.in.local_rows, tp = ctx.tp_size;
+  const int64_t tp_rank = ctx.comm.rank() % tp;
+  ctx.comm.all_gather(local, b.kv_ranks);
+  for (int64_t p = 0; p < ctx.pcp_size; ++p) {
+    const int64_t rows = std::min(c, n - p * c);
+    if (rows > 0)
+      ctx.be.copy(b.kv_ranks.slice_rows((p * tp + tp_rank) * c, rows), full.slice_rows(p * c, rows));
+  }
 }
 
 }  // namespace
@@ -46,7 +88,7 @@ void dcp_attention(const layer_context& ctx, const tensor& q, const kv_layer& ca
 void attention(const layer_context& ctx, const layer_weights& w, const kv_layer& cache, int64_t window,
                layer_scratch& s) {
   backend& be = ctx.be;
-  const int64_t n = ctx.in.n_tokens;
+  const int64_t n = ctx.in.local_rows;  // this copy's rows (every row without prefill context parallelism)
   const int64_t hd = ctx.head_dim;
   const linear_out qkv[] = {{w.wq, w.bq, s.q}, {w.wk, w.bk, s.k}, {w.wv, w.bv, s.v}};
   be.matmul_group(s.h, qkv);
@@ -56,17 +98,24 @@ void attention(const layer_context& ctx, const layer_weights& w, const kv_layer&
   const tensor q = s.q.reshape({n, ctx.n_head, hd});
   const tensor k = s.k.reshape({n, ctx.n_head_kv, hd});
   const tensor v = s.v.reshape({n, ctx.n_head_kv, hd});
-  be.rope(ctx.rope, ctx.in.attn.positions, q, k, w.q_norm, w.k_norm, ctx.norm_eps);
-  be.write_kv(cache, k, v, ctx.in.attn);
+  be.rope(ctx.rope, ctx.in.local_positions, q, k, w.q_norm, w.k_norm, ctx.norm_eps);
+  if (ctx.pcp_size > 1) {  // every row's keys and values, for the rows' cache slots
+    const int64_t rows = ctx.in.n_tokens;
+    gather_rows_of_copies(ctx, s.k, s.cp.k_full, s.cp);
+    gather_rows_of_copies(ctx, s.v, s.cp.v_full, s.cp);
+    be.write_kv(cache, s.cp.k_full.slice_rows(0, rows).reshape({rows, ctx.n_head_kv, hd}),
+                s.cp.v_full.slice_rows(0, rows).reshape({rows, ctx.n_head_kv, hd}), ctx.in.attn);
+  } else {
+    be.write_kv(cache, k, v, ctx.in.attn);
+  }
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  if (ctx.dcp_size > 1)
-    dcp_attention(ctx, q, cache, scale, window, s);
+  if (ctx.dcp_size > 1 || ctx.pcp_size > 1)
+    context_parallel_attention(ctx, q, cache, scale, window, s);
   else
     be.paged_attention(q, ctx.in.attn, cache, scale, window, s.attn.reshape({n, ctx.n_head, hd}));
   be.matmul(s.attn, w.wo, tensor{}, s.proj);
   lora_update(ctx, stack(w, lora_target::o), s.attn, s.proj, s);
-  if (ctx.comm.size() > 1)
-    ctx.comm.all_reduce_sum(s.proj);
+  tp_all_reduce(ctx, s.proj, s);
   if (!w.bo.empty())  // replicated: added once, after the partial sums are combined
     be.add(s.proj, w.bo, s.proj);
 }
@@ -86,8 +135,22 @@ void ffn(const layer_context& ctx, const layer_weights& w, layer_scratch& s) {
   }
   be.matmul(s.gate, w.w_down, tensor{}, s.proj);
   lora_update(ctx, stack(w, lora_target::down), s.gate, s.proj, s);
-  if (ctx.comm.size() > 1)
-    ctx.comm.all_reduce_sum(s.proj);
+  tp_all_reduce(ctx, s.proj, s);
+}
+
+void tp_all_reduce(const layer_context& ctx, const tensor& t, const layer_scratch& s) {
+  if (ctx.tp_size == 1)
+    return;
+  if (ctx.pcp_size == 1) {
+    ctx.comm.all_reduce_sum(t);
+    return;
+  }
+  const int64_t rows = t.rows(), first = ctx.comm.rank() / ctx.tp_size * ctx.tp_size;
+  const tensor gathered = s.cp.reduce.slice_rows(0, ctx.comm.size() * rows);  // [G * rows, n_embd]
+  ctx.comm.all_gather(t, gathered);
+  ctx.be.copy(gathered.slice_rows(first * rows, rows), t);
+  for (int64_t r = 1; r < ctx.tp_size; ++r)
+    ctx.be.add(t, gathered.slice_rows((first + r) * rows, rows), t);
 }
 
 }  // namespace actorllm::model

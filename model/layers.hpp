@@ -22,19 +22,27 @@ struct layer_context {
   int64_t n_head_kv = 0;  ///< kv heads on this rank
   int64_t head_dim = 0;
   float norm_eps = 1e-6f;
-  /// Decode context parallelism: the TP ranks [g * dcp_size, (g + 1) * dcp_size) keep shares of the same kv head's
-  /// cache (the step's attention_batch says which positions are here) and attend together (attention()).
+  /// Context parallelism (shard_spec): the TP ranks [g * dcp_size, (g + 1) * dcp_size), which hold one kv head,
+  /// and the pcp_size copies of the TP group keep shares of every sequence's cache (the step's attention_batch says
+  /// which positions are here). `comm` then spans the copies (tp_size × pcp_size ranks, copy-major), each copy
+  /// runs the step's rows ctx.in.local_* through its dense layers, and attention() runs over the whole group.
   int64_t dcp_size = 1;
+  int64_t pcp_size = 1;
+  int64_t tp_size = 1;  ///< the TP group's ranks (comm.size() / pcp_size)
 };
 
-/// The buffers of decode context parallel attention (empty without it): tp = the TP group's size, D = dcp_size,
-/// nh = the rank's query heads.
-struct dcp_scratch {
-  tensor q_ranks;    ///< [tp * n, nh * head_dim]: every rank's queries
-  tensor q_group;    ///< [n, D * nh * head_dim]: the DCP group's queries, its ranks' heads side by side
-  tensor out, lse;   ///< [n, D * nh * head_dim], [n, D * nh]: this rank's partial attention of the group's heads
-  tensor out_ranks;  ///< [tp * n, D * nh * head_dim]: every rank's partial outputs
-  tensor lse_ranks;  ///< [tp * n, D * nh]: and their log-sum-exps
+/// The buffers of context parallel attention (empty without it). G = the collective's ranks (tp × pcp), D =
+/// dcp_size, P = pcp_size, nh = the rank's query heads, n = the step's rows, c = the rows of each copy.
+struct cp_scratch {
+  tensor q_ranks;               ///< [G * c, nh * head_dim]: every rank's queries
+  tensor q_group;               ///< [n, D * nh * head_dim]: the DCP group's queries of every row, heads side by side
+  tensor out, lse;              ///< [n, D * nh * head_dim], [n, D * nh]: this rank's partial attention
+  tensor out_ranks, lse_ranks;  ///< [G * n, ...]: every rank's partial results
+  tensor parts, part_lses;      ///< [P * D * n, ...]: this rank's context-parallel group's, back to back (P > 1)
+  tensor attn_full;             ///< [n, nh * head_dim]: the merged attention of every row (P > 1)
+  tensor kv_ranks;              ///< [G * c, n_head_kv * head_dim]: every rank's new keys, then values (P > 1)
+  tensor k_full, v_full;        ///< [P * c, n_head_kv * head_dim]: the step's keys and values of every row (P > 1)
+  tensor reduce;                ///< [G * c, n_embd]: the all-gather a TP sum is taken from (P > 1)
 };
 
 /// Scratch activations of one step, each a view of n_tokens rows.
@@ -47,13 +55,18 @@ struct layer_scratch {
   tensor gate;         ///< [n, n_ff]
   tensor up;           ///< [n, n_ff]
   tensor lora_shrunk;  ///< [n, max_lora_rank]: lora_add's scratch (only with LoRA)
-  dcp_scratch dcp;     ///< decode context parallel attention's buffers (only with it)
+  cp_scratch cp;       ///< context parallel attention's buffers (only with it)
 };
 
 /// Self-attention of one layer: q/k/v projections (+ biases), q/k norm and RoPE, the cache write, paged attention
 /// (within `window` positions when > 0), o_proj, the TP all-reduce and o_proj's bias. Reads s.h, writes s.proj.
 void attention(const layer_context& ctx, const layer_weights& w, const kv_layer& cache, int64_t window,
                layer_scratch& s);
+
+/// The TP group's sum of t ([rows, cols] f32, in place): the collective's all-reduce, or under prefill context
+/// parallelism (the collective spans every copy of the TP group) an all-gather into s.cp.reduce from which each copy
+/// sums its own TP group's parts in rank order. Nothing with one TP rank.
+void tp_all_reduce(const layer_context& ctx, const tensor& t, const layer_scratch& s);
 
 /// The SwiGLU feed-forward block: down(silu(gate(h)) * up(h)) and the TP all-reduce. Reads s.h, writes s.proj.
 /// With LoRA rows in the step, every adapted projection adds its rows' low-rank updates (backend::lora_add) before

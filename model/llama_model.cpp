@@ -13,9 +13,10 @@ namespace actorllm::model {
 llama_model::llama_model(const model_config& cfg, model_weights weights, const shard_spec& shard, tp_collective& comm,
                          backend& be, tp_collective* ep_comm)
     : cfg_(cfg), shard_(resolve_shard(cfg, shard)), comm_(comm), be_(be) {
-  if (comm_.size() != shard.tp_size)
-    throw model_error(fmt::format("TP group has {} ranks but the shard was sliced for tensor_parallel_size {}",
-                                  comm_.size(), shard.tp_size));
+  if (comm_.size() != shard.tp_size * shard.pcp_size)
+    throw model_error(fmt::format(
+        "TP group has {} ranks but the shard was sliced for tensor_parallel_size {}{}", comm_.size(), shard.tp_size,
+        shard.pcp_size > 1 ? fmt::format(" x prefill_context_parallel_size {}", shard.pcp_size) : std::string{}));
   layer_begin_ = shard_.layer_begin;
   layer_end_ = shard_.layer_end;
   tensors_ = bind_weights(llama_weight_table(cfg, shard_), std::move(weights), shard_, be_);
@@ -49,10 +50,10 @@ void llama_model::enable_lora(const lora_limits& limits) {
 kv_cache_shape llama_model::cache_shape(int64_t block_size) const {
   // Under decode context parallelism the scheduler's block covers block_size positions, of which each of the
   // group's ranks keeps its share in a block of block_size / dcp_size slots.
-  const int64_t dcp = shard_.dcp_size;
-  ACTORLLM_CHECK(block_size % dcp == 0 && (block_size / dcp) % shard_.dcp_interleave == 0,
-                 "cache_shape: the block size is not a multiple of the DCP group's interleaved runs");
-  return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size / dcp, shard_.kv_layout()};
+  const int64_t shares = int64_t{shard_.dcp_size} * shard_.pcp_size;
+  ACTORLLM_CHECK(block_size % shares == 0 && (block_size / shares) % shard_.dcp_interleave == 0,
+                 "cache_shape: the block size is not a multiple of the context-parallel group's interleaved runs");
+  return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size / shares, shard_.kv_layout()};
 }
 
 layer_scratch llama_model::scratch(activations& a, int64_t n) {
@@ -72,16 +73,6 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
     a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
     if (lora_)
       a.full.lora_shrunk = be_.alloc(dtype::f32, {cap, lora_->max_lora_rank()});
-    if (shard_.dcp_size > 1) {
-      const int64_t tp = comm_.size(), group_q_dim = shard_.dcp_size * q_dim;
-      const int64_t group_heads = shard_.dcp_size * n_head_;
-      a.full.dcp.q_ranks = be_.alloc(dtype::f32, {tp * cap, q_dim});
-      a.full.dcp.q_group = be_.alloc(dtype::f32, {cap, group_q_dim});
-      a.full.dcp.out = be_.alloc(dtype::f32, {cap, group_q_dim});
-      a.full.dcp.lse = be_.alloc(dtype::f32, {cap, group_heads});
-      a.full.dcp.out_ranks = be_.alloc(dtype::f32, {tp * cap, group_q_dim});
-      a.full.dcp.lse_ranks = be_.alloc(dtype::f32, {tp * cap, group_heads});
-    }
     a.capacity = cap;
   }
   layer_scratch s;
@@ -95,16 +86,53 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
   s.up = a.full.up.slice_rows(0, n);
   if (!a.full.lora_shrunk.empty())
     s.lora_shrunk = a.full.lora_shrunk.slice_rows(0, n);
-  if (shard_.dcp_size > 1) {
-    const int64_t tp = comm_.size();
-    s.dcp.q_ranks = a.full.dcp.q_ranks.slice_rows(0, tp * n);
-    s.dcp.q_group = a.full.dcp.q_group.slice_rows(0, n);
-    s.dcp.out = a.full.dcp.out.slice_rows(0, n);
-    s.dcp.lse = a.full.dcp.lse.slice_rows(0, n);
-    s.dcp.out_ranks = a.full.dcp.out_ranks.slice_rows(0, tp * n);
-    s.dcp.lse_ranks = a.full.dcp.lse_ranks.slice_rows(0, tp * n);
-  }
   return s;
+}
+
+void llama_model::context_parallel_scratch(activations& a, int64_t n, int64_t c, layer_scratch& s) {
+  const int64_t d_size = shard_.dcp_size, p_size = shard_.pcp_size, g_size = comm_.size();
+  if (d_size == 1 && p_size == 1)
+    return;
+  cp_buffers& b = a.cp;
+  if (n > b.full_capacity || c > b.local_capacity) {
+    const int64_t nf = std::max(n, b.full_capacity * 2), nl = std::max(c, b.local_capacity * 2);
+    const int64_t q_dim = n_head_ * cfg_.head_dim, kv_dim = n_head_kv_ * cfg_.head_dim;
+    b.t.q_ranks = be_.alloc(dtype::f32, {g_size * nl, q_dim});
+    b.t.q_group = be_.alloc(dtype::f32, {std::max(nf, p_size * nl), d_size * q_dim});
+    b.t.out = be_.alloc(dtype::f32, {nf, d_size * q_dim});
+    b.t.lse = be_.alloc(dtype::f32, {nf, d_size * n_head_});
+    b.t.out_ranks = be_.alloc(dtype::f32, {g_size * nf, d_size * q_dim});
+    b.t.lse_ranks = be_.alloc(dtype::f32, {g_size * nf, d_size * n_head_});
+    if (p_size > 1) {
+      b.t.parts = be_.alloc(dtype::f32, {p_size * d_size * nf, d_size * q_dim});
+      b.t.part_lses = be_.alloc(dtype::f32, {p_size * d_size * nf, d_size * n_head_});
+      b.t.attn_full = be_.alloc(dtype::f32, {nf, q_dim});
+      b.t.kv_ranks = be_.alloc(dtype::f32, {g_size * nl, kv_dim});
+      b.t.k_full = be_.alloc(dtype::f32, {p_size * nl, kv_dim});
+      b.t.v_full = be_.alloc(dtype::f32, {p_size * nl, kv_dim});
+      b.t.reduce = be_.alloc(dtype::f32, {g_size * nl, cfg_.n_embd});
+      b.x_ranks = be_.alloc(dtype::f32, {g_size * nl, cfg_.n_embd});
+      b.x_full = be_.alloc(dtype::f32, {p_size * nl, cfg_.n_embd});
+    }
+    b.full_capacity = nf;
+    b.local_capacity = nl;
+  }
+  cp_scratch& v = s.cp;
+  v.q_ranks = b.t.q_ranks.slice_rows(0, g_size * c);
+  v.q_group = b.t.q_group.slice_rows(0, n);
+  v.out = b.t.out.slice_rows(0, n);
+  v.lse = b.t.lse.slice_rows(0, n);
+  v.out_ranks = b.t.out_ranks.slice_rows(0, g_size * n);
+  v.lse_ranks = b.t.lse_ranks.slice_rows(0, g_size * n);
+  if (p_size > 1) {
+    v.parts = b.t.parts.slice_rows(0, p_size * d_size * n);
+    v.part_lses = b.t.part_lses.slice_rows(0, p_size * d_size * n);
+    v.attn_full = b.t.attn_full.slice_rows(0, n);
+    v.kv_ranks = b.t.kv_ranks.slice_rows(0, g_size * c);
+    v.k_full = b.t.k_full.slice_rows(0, p_size * c);
+    v.v_full = b.t.v_full.slice_rows(0, p_size * c);
+    v.reduce = b.t.reduce;
+  }
 }
 
 tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor& hidden_in) {
@@ -151,23 +179,35 @@ void llama_model::forward_into(const step_inputs& in, kv_cache& cache, const ten
 
 tensor llama_model::run_layers(const step_inputs& in, kv_cache& cache, const tensor& hidden_in, activations& a) {
   const int64_t n = in.n_tokens;
+  const int64_t c = in.local_rows;  // this copy's rows: every row without prefill context parallelism
   const int64_t n_embd = cfg_.n_embd;
   // A request with n > 1 samples one prefill row several times: the sampled rows may outnumber the tokens.
-  scratch(a, std::max(n, in.n_sample));
-  layer_scratch s = scratch(a, n);
-  const tensor x = a.x.slice_rows(0, n);
+  scratch(a, std::max({n, c, in.n_sample}));
+  layer_scratch s = scratch(a, c);
+  context_parallel_scratch(a, n, c, s);
+  const tensor x = a.x.slice_rows(0, c);
+  const layer_context ctx{be_,
+                          comm_,
+                          in,
+                          rope_,
+                          n_head_,
+                          n_head_kv_,
+                          cfg_.head_dim,
+                          cfg_.rms_norm_eps,
+                          shard_.dcp_size,
+                          shard_.pcp_size,
+                          shard_.tp_size};
 
   if (is_first_stage()) {
-    be_.embedding(in.tokens, tensors_.embed, tensors_.vocab_row_begin, x);
-    if (comm_.size() > 1)
-      comm_.all_reduce_sum(x);
+    be_.embedding(in.local_tokens, tensors_.embed, tensors_.vocab_row_begin, x);
+    tp_all_reduce(ctx, x, s);
   } else {
     ACTORLLM_CHECK(!hidden_in.empty() && hidden_in.numel() == n * n_embd, "hidden input has the wrong size");
-    be_.copy(hidden_in.reshape({n, n_embd}), x);
+    if (in.local_count > 0)
+      be_.copy(hidden_in.reshape({n, n_embd}).slice_rows(in.local_begin, in.local_count),
+               x.slice_rows(0, in.local_count));
   }
 
-  const layer_context ctx{
-      be_, comm_, in, rope_, n_head_, n_head_kv_, cfg_.head_dim, cfg_.rms_norm_eps, shard_.dcp_size};
   // Each block's output waits in s.proj and joins the residual stream in the next norm (fused add + RMSNorm).
   bool pending = false;
   for (size_t i = 0; i < tensors_.layers.size(); ++i) {
@@ -186,7 +226,17 @@ tensor llama_model::run_layers(const step_inputs& in, kv_cache& cache, const ten
   }
   if (pending)
     be_.add(x, s.proj, x);
-  return x;
+  if (shard_.pcp_size == 1)
+    return x;
+  // Every copy's rows, for the next stage or the sampled rows' logits: copy p's from the rank of this TP rank there.
+  const int64_t tp = shard_.tp_size, tp_rank = comm_.rank() % tp;
+  comm_.all_gather(x, a.cp.x_ranks.slice_rows(0, comm_.size() * c));
+  for (int64_t p = 0; p < shard_.pcp_size; ++p) {
+    const int64_t rows = std::min(c, n - p * c);
+    if (rows > 0)
+      be_.copy(a.cp.x_ranks.slice_rows((p * tp + tp_rank) * c, rows), a.cp.x_full.slice_rows(p * c, rows));
+  }
+  return a.cp.x_full.slice_rows(0, n);
 }
 
 tensor llama_model::output_logits(const step_inputs& in, const tensor& x, const tensor& h_rows,
@@ -207,26 +257,28 @@ tensor llama_model::output_logits(const step_inputs& in, const tensor& x, const 
     return logits_out;
   }
   tensor logits = be_.alloc(dtype::f32, {n_sample, n_vocab});
-  if (comm_.size() == 1) {
+  if (shard_.tp_size == 1) {  // the whole vocabulary here (every copy of the TP group has it under pcp)
     be_.matmul(h, tensors_.lm_head, tensor{}, logits);
     return logits;
   }
   // Vocab-parallel: each rank computes its slice of columns, padded to the common chunk (the padding is never
-  // read), then all ranks gather and place the slices side by side.
-  const int64_t tp = comm_.size();
+  // read), then all ranks gather and place the slices side by side. Under prefill context parallelism every copy of
+  // the TP group computes the same rows: each takes its own copy's slices.
+  const int64_t tp = shard_.tp_size;
+  const int64_t first = comm_.rank() / tp * tp;
   const int64_t chunk = (n_vocab + tp - 1) / tp;
   tensor part = be_.alloc(dtype::f32, {n_sample, rows});
   be_.matmul(h, tensors_.lm_head, tensor{}, part);
   tensor local = be_.alloc(dtype::f32, {n_sample, chunk});
   if (rows > 0)
     be_.copy_columns(part, 0, local, 0, rows);
-  tensor gathered = be_.alloc(dtype::f32, {tp * n_sample, chunk});
+  tensor gathered = be_.alloc(dtype::f32, {comm_.size() * n_sample, chunk});
   comm_.all_gather(local, gathered);
   for (int64_t r = 0; r < tp; ++r) {
     const int64_t begin = r * chunk;
     const int64_t count = std::min(chunk, n_vocab - begin);
     if (count > 0)
-      be_.copy_columns(gathered.slice_rows(r * n_sample, n_sample), 0, logits, begin, count);
+      be_.copy_columns(gathered.slice_rows((first + r) * n_sample, n_sample), 0, logits, begin, count);
   }
   return logits;
 }
@@ -236,7 +288,7 @@ std::vector<float> llama_model::forward(const forward_batch& batch, kv_cache& ca
   std::string problem = batch.validate(cache.shape().positions_per_block(), cache.n_blocks());
   ACTORLLM_CHECK(problem.empty(), problem.c_str());
   if (!host_inputs_)
-    host_inputs_ = std::make_unique<step_input_builder>(be_);
+    host_inputs_ = std::make_unique<step_input_builder>(be_, rows_of_copies());
   const std::vector<int32_t> lora_slots = lora_ ? lora_->assign(batch, loras) : std::vector<int32_t>{};
   const step_inputs& in = host_inputs_->prepare(batch, cache.shape(), lora_slots);
   tensor hidden;

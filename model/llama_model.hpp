@@ -49,6 +49,8 @@ class llama_model {
   std::vector<uint64_t> expert_load() const { return moe_ ? moe_->expert_load() : std::vector<uint64_t>{}; }
   /// What the shard's KV cache must hold per token slot, for a given block size.
   kv_cache_shape cache_shape(int64_t block_size) const;
+  /// How a step's rows are split between the copies of the TP group (prefill context parallelism; one copy: all).
+  row_split rows_of_copies() const { return row_split{shard_.pcp_size, shard_.pcp_rank}; }
 
   /// Runs one step over this shard's layers. The first stage embeds in.tokens; a later stage reads `hidden_in`
   /// (f32 [n_tokens, n_embd] on the backend: the previous stage's output). The last stage returns the logits of
@@ -80,14 +82,26 @@ class llama_model {
 
  private:
   /// The residual stream and the scratch of one kind of forward, `capacity` rows each.
+  /// Context parallel attention's buffers, for steps of up to full_capacity rows in all and local_capacity rows
+  /// per copy of the TP group.
+  struct cp_buffers {
+    int64_t full_capacity = 0;
+    int64_t local_capacity = 0;
+    cp_scratch t;
+    tensor x_ranks;  // [G * local, n_embd]: every rank's residual rows at the stage's end (pcp)
+    tensor x_full;   // [P * local, n_embd]: every row's (pcp)
+  };
   struct activations {
     int64_t capacity = 0;
     tensor x;            // the residual stream [capacity, n_embd]
     layer_scratch full;  // scratch of `capacity` rows
+    cp_buffers cp;
   };
 
   /// Scratch views of n rows of `a` (reallocated when a batch needs more than ever before).
   layer_scratch scratch(activations& a, int64_t n);
+  /// s.cp's views for a step of n rows, c of them this copy's (nothing without context parallelism).
+  void context_parallel_scratch(activations& a, int64_t n, int64_t c, layer_scratch& s);
   /// The layers of this shard over in's rows; returns the residual stream's first in.n_tokens rows.
   tensor run_layers(const step_inputs& in, kv_cache& cache, const tensor& hidden_in, activations& a);
   /// The logits of in.sample_rows, into `logits` when given (one rank only), else into a fresh tensor.

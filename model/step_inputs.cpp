@@ -73,6 +73,26 @@ const step_inputs& step_input_builder::prepare(const forward_batch& batch, const
     upload(in_.lora_slots, host_lora_slots_);
   }
   in_.attn.seqs = in_.attn.seqs.reshape({in_.attn.n_seqs, 4});
+  if (split_.n_ranks <= 1) {
+    in_.local_rows = n;
+    in_.local_begin = 0;
+    in_.local_count = n;
+    in_.local_tokens = in_.tokens;
+    in_.local_positions = in_.attn.positions;
+    return in_;
+  }
+  const int64_t per_rank = (n + split_.n_ranks - 1) / split_.n_ranks;
+  in_.local_rows = per_rank;
+  in_.local_begin = std::min<int64_t>(n, split_.rank * per_rank);
+  in_.local_count = std::min<int64_t>(n, in_.local_begin + per_rank) - in_.local_begin;
+  host_local_tokens_.assign(static_cast<size_t>(per_rank), 0);
+  host_local_positions_.assign(static_cast<size_t>(per_rank), 0);
+  std::copy_n(batch.tokens.begin() + in_.local_begin, in_.local_count, host_local_tokens_.begin());
+  std::copy_n(batch.positions.begin() + in_.local_begin, in_.local_count, host_local_positions_.begin());
+  in_.local_tokens = sized(local_tokens_, dtype::i32, per_rank);
+  in_.local_positions = sized(local_positions_, dtype::i32, per_rank);
+  upload(in_.local_tokens, host_local_tokens_);
+  upload(in_.local_positions, host_local_positions_);
   return in_;
 }
 

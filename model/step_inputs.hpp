@@ -11,6 +11,15 @@
 
 namespace actorllm::model {
 
+/// How a step's rows are split between the copies of a stage's TP group under prefill context parallelism: copy
+/// `rank` of `n_ranks` runs the contiguous rows [rank × per_rank, rank × per_rank + count) of the batch through its
+/// dense layers, per_rank = ceil(n_tokens / n_ranks) (the last copies may hold fewer, or none; their buffers keep
+/// per_rank rows, the rest padding that no real row reads).
+struct row_split {
+  int32_t n_ranks = 1;
+  int32_t rank = 0;
+};
+
 /// What the layers of one step read (views into step_input_builder's buffers, valid until its next prepare()).
 struct step_inputs {
   int64_t n_tokens = 0;
@@ -20,12 +29,21 @@ struct step_inputs {
   int64_t n_sample = 0;
   bool lora = false;  ///< some row applies a LoRA adapter: the layers run backend::lora_add with lora_slots
   tensor lora_slots;  ///< i32 [n_tokens]: each row's LoRA slot, -1 for the base model (set only when `lora`)
+  /// This copy's rows under prefill context parallelism (row_split): rows [local_begin, local_begin + local_count)
+  /// of the batch, in buffers of local_rows rows (padded with token 0 at position 0). Without it: every row
+  /// (local_rows = n_tokens) and local_tokens / local_positions are tokens / attn.positions.
+  int64_t local_rows = 0;
+  int64_t local_begin = 0;
+  int64_t local_count = 0;
+  tensor local_tokens;     ///< i32 [local_rows]
+  tensor local_positions;  ///< i32 [local_rows]
 };
 
 /// Builds step_inputs on one backend, reusing its device buffers from step to step (grown when a batch needs more).
 class step_input_builder {
  public:
-  explicit step_input_builder(backend& be) : be_(be) {}
+  explicit step_input_builder(backend& be, row_split split = {}) : be_(be), split_(split) {}
+  void set_row_split(row_split split) { split_ = split; }
 
   /// The inputs of `batch` for a cache of `shape`: with the plain layout slot[t] = block_table[pos / block_size] *
   /// block_size + pos % block_size; under decode context parallelism a row whose position another rank keeps gets
@@ -41,8 +59,10 @@ class step_input_builder {
   tensor sized(tensor& t, dtype type, int64_t n);
 
   backend& be_;
+  row_split split_;
   step_inputs in_;
-  tensor tokens_, positions_, slots_, seqs_, tables_, sample_rows_, lora_slots_;
+  tensor tokens_, positions_, slots_, seqs_, tables_, sample_rows_, lora_slots_, local_tokens_, local_positions_;
+  std::vector<int32_t> host_local_tokens_, host_local_positions_;
   std::vector<int64_t> host_slots_;
   std::vector<int32_t> host_lora_slots_;
 };

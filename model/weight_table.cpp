@@ -159,6 +159,9 @@ shard_spec resolve_shard(const model_config& cfg, const shard_spec& shard) {
         fmt::format("pipeline stage layer range [{}, {}) holds no layers", shard.layer_begin, shard.layer_end));
   if (auto why = check_decode_context_parallel(cfg.n_head_kv, shard.tp_size, shard.dcp_size); !why.empty())
     throw model_error(why);
+  if (shard.pcp_size < 1 || shard.pcp_rank < 0 || shard.pcp_rank >= shard.pcp_size)
+    throw model_error(fmt::format("prefill context parallel rank {} is not in [0, prefill_context_parallel_size {})",
+                                  shard.pcp_rank, shard.pcp_size));
   if (shard.dcp_interleave < 1)
     throw model_error(fmt::format("dcp_kv_cache_interleave_size must be at least 1, got {}", shard.dcp_interleave));
   return out;

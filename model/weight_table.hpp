@@ -87,12 +87,23 @@ struct shard_spec {
   /// of each a copy of it. Needs tp_size / n_head_kv to be a multiple of dcp_size (resolve_shard checks).
   int dcp_size = 1;
   int dcp_interleave = 1;  ///< --dcp-kv-cache-interleave-size
+  /// Prefill context parallelism (vLLM's --prefill-context-parallel-size): pcp_size copies of the stage's TP group
+  /// (weights sliced alike) split each step's rows between them, and their caches split every sequence's positions
+  /// with the DCP ranks (pcp_size × dcp_size shares). The shard's collective is the stage's group of tp_size ×
+  /// pcp_size ranks; this shard is group_rank() in it.
+  int pcp_size = 1;
+  int pcp_rank = 0;
 
   int ep_rank() const { return expert_parallel ? dp_rank * tp_size + tp_rank : 0; }
   int ep_size() const { return expert_parallel ? dp_size * tp_size : 1; }
   /// This rank's index in its DCP group, and the positions its cache keeps.
   int dcp_rank() const { return tp_rank % dcp_size; }
-  kv_shard_layout kv_layout() const { return kv_shard_layout{dcp_size, dcp_rank(), dcp_interleave}; }
+  kv_shard_layout kv_layout() const {
+    return kv_shard_layout{pcp_size * dcp_size, pcp_rank * dcp_size + dcp_rank(), dcp_interleave};
+  }
+  /// The stage's group: its TP group, times pcp_size.
+  int group_size() const { return tp_size * pcp_size; }
+  int group_rank() const { return pcp_rank * tp_size + tp_rank; }
 };
 
 /// Why `dcp_size` cannot split the KV cache of a model with n_head_kv kv heads at tensor_parallel_size tp (empty

@@ -65,16 +65,17 @@ struct layout {
   int dcp = 1;
   int pp = 1;
   int interleave = 1;
+  int pcp = 1;
 };
 
 std::string describe(const layout& l) {
-  return fmt::format("tp {} dcp {} pp {} interleave {}", l.tp, l.dcp, l.pp, l.interleave);
+  return fmt::format("tp {} dcp {} pp {} interleave {} pcp {}", l.tp, l.dcp, l.pp, l.interleave, l.pcp);
 }
 
 /// Bytes of KV cache per shard that hold `tokens` positions of every sequence in `l` (block size 16, one kv head
 /// of 16 floats, k and v, the shard's layers).
 size_t kv_bytes_for(const layout& l, int64_t tokens) {
-  const int64_t blocks = tokens / (16 * std::max(l.dcp, 1));  // (dcp 0 is refused, later)
+  const int64_t blocks = tokens / (16 * std::max(l.dcp, 1) * std::max(l.pcp, 1));  // (0 is refused, later)
   return static_cast<size_t>(blocks * 2 * (2 / l.pp) * 16 * 16 * 4);
 }
 
@@ -85,6 +86,7 @@ engine_config config_for(const layout& l, int64_t kv_tokens = 32768) {
   c.pipeline_parallel_size = l.pp;
   c.decode_context_parallel_size = l.dcp;
   c.dcp_kv_cache_interleave_size = l.interleave;
+  c.prefill_context_parallel_size = l.pcp;
   c.kv_cache_memory = kv_bytes_for(l, kv_tokens);
   c.max_model_len = 4096;
   c.threads = 2;
@@ -222,6 +224,46 @@ TEST_CASE("dcp: preempted sequences resume with the ids they get alone") {
   }
 }
 
+TEST_CASE(
+    "pcp: copies of the TP group split the rows (pcp 2 and 4, with tp 2, dcp 2 and pp 2) and give the dcp 1 "
+    "ids and logprobs") {
+  for (const layout& l : {layout{1, 1, 1, 1, 2}, layout{1, 1, 1, 1, 4}, layout{2, 1, 1, 1, 2}, layout{2, 2, 1, 1, 2},
+                          layout{2, 2, 2, 1, 2}, layout{4, 4, 1, 4, 2}}) {
+    INFO(describe(l));
+    check_same(run_long(config_for(l)), plain_outputs());
+  }
+}
+
+TEST_CASE("pcp: the KV capacity grows by pcp x dcp, prefix caching and preemption keep their ids") {
+  engine_config one = config_for({2, 1});
+  engine_config shared = config_for({2, 2, 1, 1, 2});
+  shared.kv_cache_memory = one.kv_cache_memory;
+  {
+    LLM a{one};
+    LLM b{shared};
+    CHECK(b.info().block_size == 64);
+    CHECK(int64_t{b.info().n_blocks} * b.info().block_size == 4 * int64_t{a.info().n_blocks} * a.info().block_size);
+  }
+  LLM llm{config_for({1, 1, 1, 1, 2})};
+  std::vector<int32_t> base = random_prompt(1500, 5);
+  std::vector<int32_t> other(base.begin(), base.begin() + 1300);
+  const auto tail = random_prompt(200, 6);
+  other.insert(other.end(), tail.begin(), tail.end());
+  (void)llm.generate(prompt{base}, greedy(8));
+  const auto before = llm.stats().prefix_cache_hits;
+  const auto second = llm.generate(prompt{other}, greedy(8)).outputs.at(0).token_ids;
+  CHECK(llm.stats().prefix_cache_hits > before);
+  LLM plain{config_for({})};
+  CHECK(plain.generate(prompt{other}, greedy(8)).outputs.at(0).token_ids == second);
+
+  LLM small{config_for({1, 1, 1, 1, 2}, 4608)};
+  const std::vector<prompt> prompts{prompt{random_prompt(2200, 8)}, prompt{random_prompt(2200, 9)}};
+  const auto together = small.generate(prompts, greedy(300));
+  CHECK(small.stats().n_preemptions > 0);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    CHECK(together[i].outputs.at(0).token_ids == plain.generate(prompts[i], greedy(300)).outputs.at(0).token_ids);
+}
+
 TEST_CASE("dcp: sizes the kv heads cannot take are refused before anything loads, naming the valid ones") {
   auto refused = [](const layout& l, const std::string& needle) {
     INFO(describe(l) << " expecting: " << needle);
@@ -238,6 +280,18 @@ TEST_CASE("dcp: sizes the kv heads cannot take are refused before anything loads
   refused({1, 2}, "decode_context_parallel_size 2 cannot split the KV cache of 1 kv heads at tensor_parallel_size 1");
   refused({4, 0}, "decode_context_parallel_size must be at least 1, got 0");
   refused({2, 2, 1, 3}, "dcp_kv_cache_interleave_size must be at least 1 and divide block_size (16), got 3");
+  refused({1, 1, 1, 1, 0}, "prefill_context_parallel_size must be at least 1, got 0");
+  engine_config mp = config_for({1, 1, 1, 1, 2});
+  mp.distributed_executor_backend = "mp";
+  try {
+    LLM llm{mp};
+    FAIL("the engine started");
+  } catch (const error& e) {
+    CHECK_MESSAGE(
+        std::string{e.what()}.find("prefill_context_parallel_size 2 with distributed_executor_backend mp: "
+                                   "prefill context parallelism runs with the uni executor") != std::string::npos,
+        e.what());
+  }
   // stories260K has 4 kv heads: at tp 8 each is held twice, so dcp 2 is the most it takes.
   engine_config stories;
   stories.model = test::model_dir("stories260K").string();

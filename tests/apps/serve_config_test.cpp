@@ -247,7 +247,7 @@ max_control_message_bytes = 1048576
   CHECK(o.max_loras == 3);
   CHECK(o.max_lora_rank == 64);
   CHECK(o.max_cpu_loras == 5);
-  CHECK(app::serve_config_keys().size() == 78);
+  CHECK(app::serve_config_keys().size() == 79);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
