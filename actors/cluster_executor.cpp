@@ -324,7 +324,9 @@ replica build_cluster_replica(caf::actor_system& sys, const engine_config& confi
         res.taken_devices.push_back(d);
       resources.push_back(std::move(res));
     }
-    return place_ranks(tp, pp, resources);
+    // A stage's group (its TP group, times the copies of it under prefill context parallelism) stays on one node
+    // where it can.
+    return place_ranks(tp * std::max(1, config.prefill_context_parallel_size), pp, resources);
   });
   if (auto* err = std::get_if<std::string>(&placed))
     throw_config(who + *err);

@@ -147,12 +147,10 @@ void check_context_parallel(const engine_config& config, const model::model_conf
     return;
   auto refuse = [&](const std::string& what) {
     throw_config(
-        fmt::format("prefill_context_parallel_size {} with {}: prefill context parallelism runs with the "
-                    "uni executor (threads of one process), dense models and the CPU backend only so far",
+        fmt::format("prefill_context_parallel_size {} with {}: prefill context parallelism runs with dense "
+                    "models, without LoRA, on the CPU backend only so far",
                     pcp, what));
   };
-  if (config.distributed_executor_backend == "mp" || config.distributed_executor_backend == "cluster")
-    refuse("distributed_executor_backend " + config.distributed_executor_backend);
   if (device == device_kind::cuda)
     refuse("device cuda");
   if (model.n_expert > 0)

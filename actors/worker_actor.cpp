@@ -264,6 +264,8 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   args.spec.expert_parallel = a.expert_parallel;
   args.spec.dcp_size = a.dcp_size;
   args.spec.dcp_interleave = a.dcp_interleave;
+  args.spec.pcp_size = a.pcp_size;
+  args.spec.pcp_rank = a.pcp_rank;
   args.stage = a.stage;
   auto format = model::parse_load_format(a.load_format);
   args.load.format = format.value_or(model::load_format::automatic);
@@ -292,8 +294,11 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
   options.host = a.data_plane_host.empty() ? data_plane_host() : a.data_plane_host;
   options.timeout = std::chrono::milliseconds{a.collective_timeout_ms};
   const std::string prefix = a.rendezvous_prefix;
-  if (a.tp_size > 1) {
-    args.make_collective = [store, options, prefix, stage = a.stage, rank = a.tp_rank, size = a.tp_size](backend& be) {
+  // The stage's group: its TP group, times the copies of it under prefill context parallelism.
+  const int32_t group_rank = args.spec.group_rank(), group_size = args.spec.group_size();
+  if (group_size > 1) {
+    args.make_collective = [store, options, prefix, stage = a.stage, rank = group_rank,
+                            size = group_size](backend& be) {
       const std::string name = fmt::format("{}/tp/{}", prefix, stage);
       std::string why;
       if (auto dc = try_nccl(*store, name, rank, size, be, options.timeout, why)) {
@@ -323,12 +328,12 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
     };
   }
   if (a.stage > 0) {
-    args.make_prev_link = [store, options, prefix, stage = a.stage, rank = a.tp_rank](backend& be) {
+    args.make_prev_link = [store, options, prefix, stage = a.stage, rank = group_rank](backend& be) {
       return make_activation_link(*store, fmt::format("{}/pp/{}/{}", prefix, stage - 1, rank), 1, be, options);
     };
   }
   if (a.stage + 1 < a.pp_size) {
-    args.make_next_link = [store, options, prefix, stage = a.stage, rank = a.tp_rank](backend& be) {
+    args.make_next_link = [store, options, prefix, stage = a.stage, rank = group_rank](backend& be) {
       return make_activation_link(*store, fmt::format("{}/pp/{}/{}", prefix, stage, rank), 0, be, options);
     };
   }
@@ -339,7 +344,8 @@ proto::worker_actor spawn_worker(caf::actor_system& sys, proto::worker_registry_
   auto behavior = [&sys, registry, index](proto::worker_actor::pointer self) -> proto::worker_actor::behavior_type {
     return {
         [self, &sys, registry](proto::spawn_shard_atom, proto::shard_assignment& a) -> caf::result<proto::shard_actor> {
-          if (a.model_dir.empty() || a.tp_size < 1 || a.tp_rank < 0 || a.tp_rank >= a.tp_size)
+          if (a.model_dir.empty() || a.tp_size < 1 || a.tp_rank < 0 || a.tp_rank >= a.tp_size || a.pcp_size < 1 ||
+              a.pcp_rank < 0 || a.pcp_rank >= a.pcp_size)
             return proto::make_error(errc::invalid_config, "an invalid shard assignment");
           log::info("worker", "hosting replica {} stage {} rank {} (layers {}-{})", a.dp_rank, a.stage, a.tp_rank,
                     a.layer_begin, a.layer_end - 1);

@@ -81,7 +81,9 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
   replica& r = plan.r;
   const int32_t tp = config.tensor_parallel_size;
   const int32_t pp = config.pipeline_parallel_size;
-  const int32_t world = tp * pp;
+  const int32_t pcp = std::max(1, config.prefill_context_parallel_size);
+  const int32_t per_stage = tp * pcp;  // the stage's group: pcp copies of its TP group, copy-major
+  const int32_t world = per_stage * pp;
   const std::string who = replica_prefix(r.dp_rank, r.dp_size);
   log::info("executor", "{}{}: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}) in {} worker process(es)", who,
             launcher->name(), pp, tp, config.model, describe_stages(r.stages), world);
@@ -104,10 +106,13 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
   const std::string prefix = fmt::format("dp{}-gen-{}", r.dp_rank, token.substr(0, 8));
   r.shards.resize(static_cast<size_t>(world));
   for (int32_t s = pp - 1; s >= 0; --s) {
-    for (int32_t rank = 0; rank < tp; ++rank) {
-      const auto index = static_cast<size_t>(s * tp + rank);
+    for (int32_t in_stage = 0; in_stage < per_stage; ++in_stage) {
+      const int32_t rank = in_stage % tp;
+      const auto index = static_cast<size_t>(s * per_stage + in_stage);
       proto::shard_assignment a;
       a.model_dir = config.model;
+      a.pcp_size = pcp;
+      a.pcp_rank = in_stage / tp;
       a.tp_rank = rank;
       a.tp_size = tp;
       a.layer_begin = r.stages[static_cast<size_t>(s)].layer_begin;
@@ -125,7 +130,7 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
       a.n_threads = launcher->threads_for(static_cast<int32_t>(index), plan.threads_per_shard);
       a.device_offset = launcher->device_offset(plan.share.device_offset);
       a.dp_rank = r.dp_rank;
-      a.samples = s == pp - 1 && rank == 0;
+      a.samples = s == pp - 1 && in_stage == 0;
       a.enforce_eager = config.enforce_eager;
       a.max_num_seqs = config.max_num_seqs;
       a.max_model_len = r.max_model_len;
@@ -135,7 +140,7 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
         a.max_cpu_loras = config.max_cpu_loras;
       }
       if (s + 1 < pp)
-        a.next = r.shards[static_cast<size_t>((s + 1) * tp + rank)];
+        a.next = r.shards[static_cast<size_t>((s + 1) * per_stage + in_stage)];
       a.data_plane_host = "";  // each worker binds its own node's address (ACTORLLM_HOST_IP)
       a.rendezvous_prefix = prefix;
       std::optional<std::string> error;

@@ -317,19 +317,21 @@ void replica_set::watch(int32_t index) {
   if (r.workers.empty())
     return;
   watches_[static_cast<size_t>(index)] = actors::spawn_replica_watch(
-      sys_, actors::watch_args_for(r, config_.tensor_parallel_size, [this, index](std::string reason) {
-        {
-          std::lock_guard lock{mutex_};
-          if (stopping_)
-            return;
-          std::vector<uint64_t> lost;
-          report_failure_locked(index, reason, lost);
-          for (uint64_t id : lost)
-            place_locked(id, "the engine's workers failed: " + reason, parked_);
-        }
-        // Channels hear only from the delivery thread: an empty batch wakes it to hand out what was parked.
-        caf::anon_send(delivery_, proto::output_batch{});
-      }));
+      sys_, actors::watch_args_for(r, config_.tensor_parallel_size * std::max(1, config_.prefill_context_parallel_size),
+                                   [this, index](std::string reason) {
+                                     {
+                                       std::lock_guard lock{mutex_};
+                                       if (stopping_)
+                                         return;
+                                       std::vector<uint64_t> lost;
+                                       report_failure_locked(index, reason, lost);
+                                       for (uint64_t id : lost)
+                                         place_locked(id, "the engine's workers failed: " + reason, parked_);
+                                     }
+                                     // Channels hear only from the delivery thread: an empty batch wakes it to hand out
+                                     // what was parked.
+                                     caf::anon_send(delivery_, proto::output_batch{});
+                                   }));
 }
 
 void replica_set::supervise() {

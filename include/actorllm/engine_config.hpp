@@ -45,8 +45,8 @@ struct engine_config {
   /// vLLM's --prefill-context-parallel-size (-pcp): this many copies of each stage's TP group (more ranks: tp × pp ×
   /// pcp per replica) split every step's rows between them, so a long prompt's prefill runs its dense layers on
   /// 1/pcp of the tokens per rank; attention runs over the copies together and their caches split every sequence's
-  /// positions with the DCP ranks (the KV capacity in tokens grows by pcp × dcp). Uni executor (threads of one
-  /// process), dense models, CPU backend, no LoRA, so far.
+  /// positions with the DCP ranks (the KV capacity in tokens grows by pcp × dcp). Every executor; dense models, CPU
+  /// backend, no LoRA, so far.
   int32_t prefill_context_parallel_size = 1;
   int32_t max_num_seqs = 256;             ///< most sequences running at once
   int32_t max_num_batched_tokens = 2048;  ///< most tokens per step; longer prompts are prefilled in chunks

@@ -281,16 +281,15 @@ TEST_CASE("dcp: sizes the kv heads cannot take are refused before anything loads
   refused({4, 0}, "decode_context_parallel_size must be at least 1, got 0");
   refused({2, 2, 1, 3}, "dcp_kv_cache_interleave_size must be at least 1 and divide block_size (16), got 3");
   refused({1, 1, 1, 1, 0}, "prefill_context_parallel_size must be at least 1, got 0");
-  engine_config mp = config_for({1, 1, 1, 1, 2});
-  mp.distributed_executor_backend = "mp";
+  engine_config lora = config_for({1, 1, 1, 1, 2});
+  lora.enable_lora = true;
   try {
-    LLM llm{mp};
+    LLM llm{lora};
     FAIL("the engine started");
   } catch (const error& e) {
-    CHECK_MESSAGE(
-        std::string{e.what()}.find("prefill_context_parallel_size 2 with distributed_executor_backend mp: "
-                                   "prefill context parallelism runs with the uni executor") != std::string::npos,
-        e.what());
+    CHECK_MESSAGE(std::string{e.what()}.find("prefill_context_parallel_size 2 with enable_lora: prefill context "
+                                             "parallelism runs with dense models, without LoRA") != std::string::npos,
+                  e.what());
   }
   // stories260K has 4 kv heads: at tp 8 each is held twice, so dcp 2 is the most it takes.
   engine_config stories;

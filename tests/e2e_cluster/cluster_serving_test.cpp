@@ -68,7 +68,7 @@ TEST_CASE("cluster: tp 2 x pp 2 over 2 simulated nodes (4 worker processes) give
   CHECK(test::greedy_ids(llm, g) == g.output);
 }
 
-TEST_CASE("cluster: tp 2 x dcp 2 across 2 simulated nodes (the TP group over Gloo) decodes as in one process") {
+TEST_CASE("cluster: tp 2 x dcp 2, and pcp 2, on 2 simulated nodes (the group over Gloo) decode as in one process") {
   const auto dir = test::make_temp_dir("actorllm-cluster-dcp");
   std::ofstream{dir / "config.json"} << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
       "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
@@ -99,6 +99,18 @@ TEST_CASE("cluster: tp 2 x dcp 2 across 2 simulated nodes (the TP group over Glo
     CHECK(llm.info().n_blocks == uni.info().n_blocks);  // each worker keeps 16 of a block's 32 positions
     CHECK(test::worker_pids_of(cluster.process("node-0").pid).size() == 1);
     CHECK(test::worker_pids_of(cluster.process("node-1").pid).size() == 1);
+    CHECK(llm.generate(prompt{ids}, p).outputs.at(0).token_ids == expected);
+  }
+  {
+    // Prefill context parallel: the 2 copies of a one-rank TP group on 2 nodes, the rows split between them.
+    test::sim_cluster cluster{2, 1};
+    engine_config c = cluster_config(cluster, 1, 1, dir.string());
+    c.load_format = "dummy";
+    c.seed = 4;
+    c.prefill_context_parallel_size = 2;
+    LLM llm{c};
+    CHECK(llm.info().executor == "cluster");
+    CHECK(llm.info().block_size == 32);
     CHECK(llm.generate(prompt{ids}, p).outputs.at(0).token_ids == expected);
   }
   fs::remove_all(dir);

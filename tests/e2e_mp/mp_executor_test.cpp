@@ -29,6 +29,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 using namespace actorllm;
 using namespace std::chrono_literals;
@@ -186,7 +187,7 @@ TEST_CASE("mp executor: a dummy Mixtral with expert parallelism (shared memory a
 }
 
 TEST_CASE(
-    "mp executor: decode context parallel (tp 2 x dcp 2, shared memory and Gloo; with pp 2) decodes as in one "
+    "mp executor: context parallel (tp 2 x dcp 2, pcp 2, shared memory and Gloo; with pp 2) decodes as in one "
     "process") {
   const auto dir = test::make_temp_dir("actorllm-mp-dcp");
   {
@@ -216,6 +217,17 @@ TEST_CASE(
   const auto expected = uni.generate(in, p).outputs.at(0).token_ids;
   for (const char* shm : {"1", "0"}) {
     ::setenv("ACTORLLM_SHM_COLLECTIVE", shm, 1);  // "0": the TP group is Gloo over loopback
+    // Prefill context parallel: 2 copies of the TP group in 2 or 4 workers, alone and with dcp 2 and pp 2.
+    for (auto [tp, pp, dcp] : {std::tuple{1, 1, 1}, std::tuple{2, 1, 2}, std::tuple{1, 2, 1}}) {
+      INFO("tp " << tp << " pp " << pp << " dcp " << dcp << " pcp 2, shared memory " << shm);
+      engine_config c = config(tp, pp, dcp, "mp");
+      c.prefill_context_parallel_size = 2;
+      LLM llm{c};
+      CHECK(llm.info().executor == "mp");
+      CHECK(llm.info().block_size == 32 * dcp);
+      CHECK(worker_pids().size() == static_cast<size_t>(2 * tp * pp));
+      CHECK(llm.generate(in, p).outputs.at(0).token_ids == expected);
+    }
     for (auto [tp, pp] : {std::pair{2, 1}, std::pair{2, 2}}) {
       INFO("tp " << tp << " pp " << pp << " dcp 2, shared memory " << shm);
       LLM llm{config(tp, pp, 2, "mp")};
