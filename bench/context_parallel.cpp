@@ -3,8 +3,10 @@
 // cache on each of the 4 ranks and dcp 4 a quarter of it on each), and the longest context one rank's --kv-memory
 // holds at each size. The ranks are threads of this process (the uni executor's shared-memory collectives); the
 // caches are filled with seeded values up to the context instead of a prefill, which the step time does not depend
-// on. The sizes alternate within each of --rounds rounds beside the memory-bandwidth probe. Prints a table, writes
-// JSON (--json).
+// on. Then the prefill of one --prefill-tokens prompt through actorllm::LLM with prefill context parallelism 1 and 2
+// (tp 1; the same kernel threads in all, split over the ranks). The sizes alternate within each of --rounds rounds
+// beside the memory-bandwidth probe. Prints a table, writes JSON (--json).
+#include "actorllm/llm.hpp"
 #include "bench/bench_json.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "comm/shared_memory_collective.hpp"
@@ -126,6 +128,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Decode context parallelism on the CPU: decode step time at a long context for dcp 1/2/4 at tp 4"};
   int64_t context = 32768, hidden = 512, head_dim = 64, layers = 2;
   int rounds = 5, steps = 8, threads_per_rank = 1;
+  int64_t prefill_tokens = 4096;
   std::string kv_memory_text = "1073741824";
   std::string json_path = "bench/results/context_parallel.json";
   app.add_option("--context", context, "Tokens of context before the timed decode steps")->capture_default_str();
@@ -137,6 +140,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads-per-rank", threads_per_rank, "Kernel threads of each of the 4 ranks")
       ->capture_default_str();
   app.add_option("--kv-memory", kv_memory_text, "KV-cache bytes per rank for the longest-context column")
+      ->capture_default_str();
+  app.add_option("--prefill-tokens", prefill_tokens, "Prompt tokens of the prefill comparison (0: skip it)")
       ->capture_default_str();
   app.add_option("--json", json_path, "Where to write the JSON result")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -167,7 +172,41 @@ int main(int argc, char** argv) {
   for (int dcp : {1, 2, 4})
     setups.push_back(build(dir, dcp, context, threads_per_rank, kv_memory));
 
-  thread_pool probe_pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // The prefill comparison: one engine per pcp size, every kernel thread of the machine in each.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  struct prefill_run {
+    int pcp = 1;
+    std::unique_ptr<LLM> llm;
+    std::vector<double> seconds;
+  };
+  std::vector<prefill_run> prefills;
+  if (prefill_tokens > 0)
+    for (int pcp : {1, 2}) {
+      engine_config c;
+      c.model = dir.string();
+      c.load_format = "dummy";
+      c.prefill_context_parallel_size = pcp;
+      c.threads = cores;
+      c.enable_prefix_caching = false;
+      c.max_num_batched_tokens = static_cast<int32_t>(std::min<int64_t>(prefill_tokens, 8192));
+      c.kv_cache_memory = size_t{1} << 30;
+      prefills.push_back({pcp, std::make_unique<LLM>(c), {}});
+    }
+  auto prefill_seconds = [&](LLM& llm, int round) {
+    std::vector<int32_t> ids(static_cast<size_t>(prefill_tokens));
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = static_cast<int32_t>(3 + (i * 31 + static_cast<size_t>(round) * 7) % 500);
+    sampling_params p;
+    p.max_tokens = 1;
+    p.temperature = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)llm.generate(prompt{ids}, p);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (prefill_run& r : prefills)
+    (void)prefill_seconds(*r.llm, -1);  // warm
+
+  thread_pool probe_pool(cores);
   std::vector<double> bandwidths;
   for (int round = 0; round < rounds; ++round) {
     bandwidths.push_back(bench::probe_read_bandwidth(probe_pool, size_t{256} << 20, 2).bytes_per_s);
@@ -175,6 +214,8 @@ int main(int argc, char** argv) {
       (void)time_steps(s, context, 1);  // warm
       s.step_ms.push_back(time_steps(s, context, steps));
     }
+    for (prefill_run& r : prefills)
+      r.seconds.push_back(prefill_seconds(*r.llm, round));
     std::fprintf(stderr, "round %d of %d done\n", round + 1, rounds);
   }
 
@@ -190,6 +231,15 @@ int main(int argc, char** argv) {
   for (const setup& s : setups)
     std::printf("%-6d %16.2f %13.2fx %14.1f %26ld\n", s.dcp, median(s.step_ms), base / median(s.step_ms),
                 static_cast<double>(s.kv_bytes_per_rank) / (1 << 20), static_cast<long>(s.longest_context));
+
+  if (!prefills.empty()) {
+    std::printf("prefill of %ld tokens, tp 1, %d kernel threads in all\n", static_cast<long>(prefill_tokens), cores);
+    std::printf("%-6s %16s %14s %14s\n", "pcp", "seconds (median)", "tokens/s", "vs pcp 1");
+    for (const prefill_run& r : prefills)
+      std::printf("%-6d %16.3f %14.0f %13.2fx\n", r.pcp, median(r.seconds),
+                  static_cast<double>(prefill_tokens) / median(r.seconds),
+                  median(prefills.front().seconds) / median(r.seconds));
+  }
 
   json_writer w;
   w.begin_object();
@@ -210,6 +260,16 @@ int main(int argc, char** argv) {
     w.key("speedup_vs_dcp1").value(base / median(s.step_ms));
     w.key("kv_bytes_per_rank").value(s.kv_bytes_per_rank);
     w.key("longest_context").value(s.longest_context);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("prefill_tokens").value(prefill_tokens);
+  w.key("prefill").begin_array();
+  for (const prefill_run& r : prefills) {
+    w.begin_object();
+    w.key("pcp").value(r.pcp);
+    w.key("seconds").value(median(r.seconds));
+    w.key("speedup_vs_pcp1").value(median(prefills.front().seconds) / median(r.seconds));
     w.end_object();
   }
   w.end_array();

@@ -164,13 +164,14 @@ TEST_CASE("generate -tp/-pp/--pp-layer-partition run the sharded engine and give
         std::string::npos);
 }
 
-TEST_CASE("generate -tp 8 -dcp 2 (and vLLM's interleave flag) gives the golden ids, -dcp 4 is refused naming 1, 2") {
+TEST_CASE("generate -tp 8 -dcp 2 (and vLLM's interleave flag) and -pcp give the golden ids, -dcp 4 is refused naming 1, 2") {
   simdjson::dom::parser golden_parser;
   auto golden = golden_parser.load((test::model_dir("stories260K") / "reference" / "expected_outputs.json").string());
   auto expected = ids_of(golden["greedy_from_bos"]["output_ids"]);
   expected.resize(64);
   for (std::string layout : {"-tp 8 -dcp 2", "-tp 8 --decode-context-parallel-size=2 --cp-kv-cache-interleave-size 4",
-                             "-tp 8 -dcp=2 --dcp-kv-cache-interleave-size 2"}) {
+                             "-tp 8 -dcp=2 --dcp-kv-cache-interleave-size 2", "-pcp 2", "-tp 2 -pcp 2 -pp 2",
+                             "--prefill-context-parallel-size 3"}) {
     INFO(layout);
     auto out = generate("--prompt-ids 1 --max-tokens 64 --temperature 0 --output json " + layout);
     simdjson::dom::parser parser;

@@ -6,6 +6,8 @@
 #include <simdjson.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -49,6 +51,24 @@ TEST_CASE("serve -tp 8 -dcp 2: the golden continuation, and the log tells each r
                          "positions") != std::string::npos,
                 log);
   CHECK(log.find("blocks of 32") != std::string::npos);
+}
+
+TEST_CASE("serve --config with tp 8, dcp 2 and pcp 2: the golden continuation from 16 rank threads, shares logged") {
+  const auto dir = test::make_temp_dir("e2e-pcp-config");
+  std::ofstream{dir / "cp.toml"} << "[parallel]\ntensor_parallel_size = 8\ndecode_context_parallel_size = 2\n"
+                                    "prefill_context_parallel_size = 2\n";
+  server s{{"--config", (dir / "cp.toml").string(), "--kv-cache-memory", "1048576"}};
+  auto r = http(s.port(), "POST", "/v1/completions",
+                R"({"model":"stories","prompt":"Once upon a time","max_tokens":48,"temperature":0})");
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  const std::string text = json_string(r.body, {"choices", "#", "text"});
+  CHECK(golden_continuation().rfind(text, 0) == 0);
+  CHECK(text.size() > 100);
+  const std::string log = s.log();
+  CHECK_MESSAGE(log.find("Context parallel sizes: prefill 2 x decode 2: each rank of a group keeps 16 of every "
+                         "block's 64 positions") != std::string::npos,
+                log);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("concurrent streaming clients all get the golden continuation") {
