@@ -32,7 +32,7 @@ void context_parallel_attention(const layer_context& ctx, const tensor& q, const
   const int64_t n = ctx.in.n_tokens, c = ctx.in.local_rows, hd = ctx.head_dim, nh = ctx.n_head;
   const int64_t d_size = ctx.dcp_size, p_size = ctx.pcp_size, tp = ctx.tp_size;
   const int64_t q_dim = nh * hd;
-  const int64_t me = ctx.comm.rank(), copy = me / tp, tp_rank = me % tp;
+  const int64_t tp_rank = ctx.comm.rank() % tp;
   const int64_t dcp_first = tp_rank / d_size * d_size;  // the DCP group's first TP rank
   const cp_scratch& b = s.cp;
   ctx.comm.all_gather(q.reshape({c, q_dim}), b.q_ranks);
@@ -67,7 +67,6 @@ void context_parallel_attention(const layer_context& ctx, const tensor& q, const
   be.merge_attention_partials(parts, lses, p_size * d_size, head_begin, b.attn_full.reshape({n, nh, hd}));
   if (ctx.in.local_count > 0)
     be.copy(b.attn_full.slice_rows(ctx.in.local_begin, ctx.in.local_count), s.attn.slice_rows(0, ctx.in.local_count));
-  (void)copy;
 }
 
 /// Under prefill context parallelism, the keys or values of every row of the step: each copy's rows from the rank of

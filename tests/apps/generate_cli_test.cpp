@@ -164,7 +164,8 @@ TEST_CASE("generate -tp/-pp/--pp-layer-partition run the sharded engine and give
         std::string::npos);
 }
 
-TEST_CASE("generate -tp 8 -dcp 2 (and vLLM's interleave flag) and -pcp give the golden ids, -dcp 4 is refused naming 1, 2") {
+TEST_CASE(
+    "generate -tp 8 -dcp 2 (and vLLM's interleave flag) and -pcp give the golden ids, -dcp 4 is refused naming 1, 2") {
   simdjson::dom::parser golden_parser;
   auto golden = golden_parser.load((test::model_dir("stories260K") / "reference" / "expected_outputs.json").string());
   auto expected = ids_of(golden["greedy_from_bos"]["output_ids"]);
