@@ -124,7 +124,7 @@ std::string replica_prefix(int32_t dp_rank, int32_t dp_size) {
 namespace {
 
 /// Context parallelism: vLLM's size rule, a block size its interleaved runs fill, and where it runs.
-void check_context_parallel(const engine_config& config, const model::model_config& model, device_kind device) {
+void check_context_parallel(const engine_config& config, const model::model_config& model) {
   const int32_t dcp = config.decode_context_parallel_size;
   if (dcp < 1)
     throw_config(fmt::format("decode_context_parallel_size must be at least 1, got {}", dcp));
@@ -135,11 +135,6 @@ void check_context_parallel(const engine_config& config, const model::model_conf
   if (interleave < 1 || config.block_size % interleave != 0)
     throw_config(fmt::format("dcp_kv_cache_interleave_size must be at least 1 and divide block_size ({}), got {}",
                              config.block_size, interleave));
-  if (dcp > 1 && device == device_kind::cuda)
-    throw_config(
-        fmt::format("decode_context_parallel_size {}: decode context parallelism runs on the CPU backend "
-                    "only so far (device cuda); use --device cpu or decode_context_parallel_size 1",
-                    dcp));
   const int32_t pcp = config.prefill_context_parallel_size;
   if (pcp < 1)
     throw_config(fmt::format("prefill_context_parallel_size must be at least 1, got {}", pcp));
@@ -148,11 +143,9 @@ void check_context_parallel(const engine_config& config, const model::model_conf
   auto refuse = [&](const std::string& what) {
     throw_config(
         fmt::format("prefill_context_parallel_size {} with {}: prefill context parallelism runs with dense "
-                    "models, without LoRA, on the CPU backend only so far",
+                    "models, without LoRA, only so far",
                     pcp, what));
   };
-  if (device == device_kind::cuda)
-    refuse("device cuda");
   if (model.n_expert > 0)
     refuse("a mixture-of-experts model");
   if (config.enable_lora)
@@ -204,7 +197,7 @@ replica_plan plan_replica(const engine_config& config, const replica_slot& slot)
   auto layout = plan_layout(r.model, tp, pp, config.pp_layer_partition, config.enable_expert_parallel);
   if (auto* err = std::get_if<std::string>(&layout))
     throw_config(*err);
-  check_context_parallel(config, r.model, plan.device);
+  check_context_parallel(config, r.model);
   r.stages = std::get<std::vector<stage_range>>(layout);
   r.max_model_len = static_cast<int32_t>(r.model.max_position_embeddings);
   if (config.max_model_len > 0) {

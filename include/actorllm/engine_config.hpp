@@ -37,7 +37,8 @@ struct engine_config {
   /// tp / num_key_value_heads ranks that would each hold a copy of one kv head's cache instead split it by positions
   /// in groups of this many (vLLM's rule: a divisor of tp / num_key_value_heads). A block then covers block_size
   /// positions on each rank of a group, block_size × dcp in all, so the KV capacity in tokens grows by this factor;
-  /// each decode step reads 1/dcp of a sequence's keys per rank. CPU backend (threads, mp, cluster) only so far.
+  /// each decode step reads 1/dcp of a sequence's keys per rank. Every executor and backend (CUDA: never yet run
+  /// on a GPU).
   int32_t decode_context_parallel_size = 1;
   /// vLLM's --dcp-kv-cache-interleave-size: the positions a DCP rank keeps in a row before the next rank's run; it
   /// must divide block_size.
@@ -45,8 +46,8 @@ struct engine_config {
   /// vLLM's --prefill-context-parallel-size (-pcp): this many copies of each stage's TP group (more ranks: tp × pp ×
   /// pcp per replica) split every step's rows between them, so a long prompt's prefill runs its dense layers on
   /// 1/pcp of the tokens per rank; attention runs over the copies together and their caches split every sequence's
-  /// positions with the DCP ranks (the KV capacity in tokens grows by pcp × dcp). Every executor; dense models, CPU
-  /// backend, no LoRA, so far.
+  /// positions with the DCP ranks (the KV capacity in tokens grows by pcp × dcp). Every executor; dense models and no
+  /// LoRA so far.
   int32_t prefill_context_parallel_size = 1;
   int32_t max_num_seqs = 256;             ///< most sequences running at once
   int32_t max_num_batched_tokens = 2048;  ///< most tokens per step; longer prompts are prefilled in chunks

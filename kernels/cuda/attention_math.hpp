@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/host_device.hpp"
+#include "kernels/kv_shard_layout.hpp"
 
 namespace actorllm::cuda::attn {
 
@@ -66,6 +67,25 @@ ACTORLLM_HOST_DEVICE inline row_range query_row_range(int32_t position, int64_t 
   r.valid = position >= 0 && position < n_seq_blocks * block_size;
   return r;
 }
+
+/// Under decode context parallelism (kv_shard_layout) the kernels walk the rank's local key indices instead of
+/// positions (local index i lives at block-table entry i / block_size, offset i % block_size): the local indices of
+/// the positions of `r` this rank keeps, [local_count(first), local_count(last + 1) - 1], empty (last < first) when
+/// it keeps none of them. Valid when the position is not negative and its local indices fit the sequence's blocks.
+/// The plain layout returns `r` as it is.
+ACTORLLM_HOST_DEVICE inline row_range local_row_range(const row_range& r, int32_t position, const kv_shard_layout& l,
+                                                      int64_t n_seq_blocks, int64_t block_size) {
+  if (l.plain())
+    return r;
+  row_range out;
+  out.first = static_cast<int32_t>(l.local_count(r.first));
+  out.last = static_cast<int32_t>(l.local_count(static_cast<int64_t>(r.last) + 1) - 1);
+  out.valid = position >= 0 && l.local_count(static_cast<int64_t>(position) + 1) <= n_seq_blocks * block_size;
+  return out;
+}
+
+/// Whether a row's range holds no key (a DCP rank that keeps none of its window's positions).
+ACTORLLM_HOST_DEVICE inline bool range_empty(const row_range& r) { return r.last < r.first; }
 
 /// The first block-table entry the row reads (blocks before it lie wholly outside the window).
 ACTORLLM_HOST_DEVICE inline int32_t first_block(const row_range& r, int32_t block_size) { return r.first / block_size; }

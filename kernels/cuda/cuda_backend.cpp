@@ -482,7 +482,26 @@ void cuda_backend::write_kv(const kv_layer& cache, const tensor& k, const tensor
 void cuda_backend::paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                                    int64_t window, const tensor& out) {
   const checker c{where()};
-  const int64_t n_head = c.paged_attention(q, batch, cache, out);
+  attend(q, batch, cache, scale, window, out, c.paged_attention(q, batch, cache, out), nullptr);
+}
+
+void cuda_backend::paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache,
+                                           float scale, int64_t window, const tensor& out, const tensor& lse) {
+  const checker c{where()};
+  attend(q, batch, cache, scale, window, out, c.paged_attention_partial(q, batch, cache, out, lse), f32(lse));
+}
+
+void cuda_backend::merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts,
+                                            int64_t head_begin, const tensor& out) {
+  const int64_t n_head_all = checker{where()}.merge_attention_partials(parts, lses, n_parts, head_begin, out);
+  make_current();
+  cuda::merge_attention_partials(f32(parts), f32(lses), n_parts, out.dim(0), n_head_all, head_begin, out.dim(1),
+                                 out.dim(2), f32(out), stream_);
+}
+
+void cuda_backend::attend(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
+                          int64_t window, const tensor& out, int64_t n_head, float* lse) {
+  const checker c{where()};
   const paged_cache_view view = cache_view(cache);
   const int64_t n_tokens = batch.n_tokens, hd = view.head_dim;
   if (n_tokens == 0)
@@ -495,7 +514,7 @@ void cuda_backend::paged_attention(const tensor& q, const attention_batch& batch
     make_current();
     paged_attention_small_heads(f32(q), batch.positions.data_as<int32_t>(), batch.seqs.data_as<int32_t>(), batch.n_seqs,
                                 batch.block_tables.data_as<int32_t>(), view, n_tokens, n_head, scale, window, f32(out),
-                                stream_);
+                                stream_, batch.kv_layout, lse);
     return;
   }
   attention_geometry g;
@@ -519,19 +538,8 @@ void cuda_backend::paged_attention(const tensor& q, const attention_batch& batch
                         : nullptr;
   make_current();
   cuda::paged_attention(plan, f32(q), batch.positions.data_as<int32_t>(), batch.seqs.data_as<int32_t>(),
-                        batch.block_tables.data_as<int32_t>(), view, scale, f32(out), workspace, stream_);
-}
-
-void cuda_backend::paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache, float,
-                                           int64_t, const tensor& out, const tensor& lse) {
-  checker{where()}.paged_attention_partial(q, batch, cache, out, lse);
-  ACTORLLM_CHECK(false, "paged_attention_partial: decode context parallelism runs on the CPU backend only");
-}
-
-void cuda_backend::merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts,
-                                            int64_t head_begin, const tensor& out) {
-  checker{where()}.merge_attention_partials(parts, lses, n_parts, head_begin, out);
-  ACTORLLM_CHECK(false, "merge_attention_partials: decode context parallelism runs on the CPU backend only");
+                        batch.block_tables.data_as<int32_t>(), view, scale, f32(out), workspace, stream_,
+                        batch.kv_layout, lse);
 }
 
 void cuda_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {

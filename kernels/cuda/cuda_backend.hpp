@@ -67,7 +67,6 @@ class cuda_backend final : public backend {
   void write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) override;
   void paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                        int64_t window, const tensor& out) override;
-  /// Decode context parallelism is not on CUDA yet (the engine refuses it before a shard starts): both abort.
   void paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                                int64_t window, const tensor& out, const tensor& lse) override;
   void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
@@ -86,6 +85,9 @@ class cuda_backend final : public backend {
   std::unique_ptr<op_graph> capture_graph(const std::function<void()>& record) override;
 
  private:
+  /// paged_attention and paged_attention_partial (lse null for the former) after their checks.
+  void attend(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale, int64_t window,
+              const tensor& out, int64_t n_head, float* lse);
   /// The scratch the ops use internally; one set for eager steps, one for graphs (use_graph_scratch).
   struct scratch_set {
     tensor gemm_input;  // x converted to the weight type for f16/bf16 GEMMs

@@ -106,6 +106,8 @@ struct attention_params {
   float* ws_acc;  // split: [n_tokens, n_head, n_partitions, HD]
   float* ws_max;  // split: [n_tokens, n_head, n_partitions]
   float* ws_sum;
+  kv_shard_layout layout;  // the positions this rank's cache keeps (decode context parallelism)
+  float* lse;              // [n_tokens, n_head] log-sum-exps (paged_attention_partial), or null
 };
 
 template <int HD, class T>
@@ -131,13 +133,29 @@ __global__ void __launch_bounds__(k_threads, 4) paged_attention_kernel(const att
       attn::head_group_of(static_cast<int32_t>(blockIdx.y), p.n_head, p.n_head_kv, p.head_chunk);
   const int n_heads = static_cast<int>(group.n_heads);
   const int64_t out_row = row * p.n_head + group.first_head;  // (row, first head) as a row of HD
-  const attn::row_range range = attn::query_row_range(p.positions[row], p.window, seq_info[3], p.block_size);
+  const int32_t position = p.positions[row];
+  const attn::row_range range =
+      attn::local_row_range(attn::query_row_range(position, p.window, seq_info[3], p.block_size), position, p.layout,
+                            seq_info[3], p.block_size);
   // A bad position, or a range longer than the plan provided for (seqs differing from the plan's host copy): a
   // NaN row, written here when not split and by the merge otherwise.
   if (!range.valid || attn::partition_count(range, p.partition_size) > p.n_partitions) {
     if (!p.split && part == 0)
-      for (int i = static_cast<int>(threadIdx.x); i < n_heads * HD; i += k_threads)
+      for (int i = static_cast<int>(threadIdx.x); i < n_heads * HD; i += k_threads) {
         p.out[out_row * HD + i] = NAN;
+        if (p.lse != nullptr && i % HD == 0)
+          p.lse[out_row + i / HD] = NAN;
+      }
+    return;
+  }
+  // A DCP rank that keeps none of the row's keys: a zero output of weight exp(-inf) (the merge writes it when split).
+  if (attn::range_empty(range)) {
+    if (!p.split && part == 0)
+      for (int i = static_cast<int>(threadIdx.x); i < n_heads * HD; i += k_threads) {
+        p.out[out_row * HD + i] = 0.0f;
+        if (p.lse != nullptr && i % HD == 0)
+          p.lse[out_row + i / HD] = -INFINITY;
+      }
     return;
   }
   const attn::position_span span = attn::partition_span(range, part, p.partition_size);
@@ -269,6 +287,8 @@ __global__ void __launch_bounds__(k_threads, 4) paged_attention_kernel(const att
       sum += partial[w][j][d];
     if (!p.split) {
       p.out[(out_row + j) * HD + d] = sum * (1.0f / state_sum[j]);
+      if (p.lse != nullptr && d == 0)
+        p.lse[out_row + j] = state_max[j] + logf(state_sum[j]);
     } else {
       const int64_t index = (out_row + j) * p.n_partitions + part;
       p.ws_acc[index * HD + d] = sum;
@@ -294,6 +314,8 @@ struct merge_params {
   const float* ws_max;
   const float* ws_sum;
   float* out;
+  kv_shard_layout layout;
+  float* lse;  // or null
 };
 
 // One CTA per (row, head): out = sum_p w_p acc_p / sum_p w_p sum_p with w_p = exp(max_p - max over partitions).
@@ -305,11 +327,24 @@ __global__ void __launch_bounds__(attention_merge_threads) merge_partitions_kern
   if (!load_sequence(p.seqs, p.n_seqs, row, seq_info, &seq_found))
     return;
   float* out = p.out + (row * p.n_head + head) * p.head_dim;
-  const attn::row_range range = attn::query_row_range(p.positions[row], p.window, seq_info[3], p.block_size);
+  float* lse = p.lse != nullptr ? p.lse + row * p.n_head + head : nullptr;
+  const int32_t position = p.positions[row];
+  const attn::row_range range =
+      attn::local_row_range(attn::query_row_range(position, p.window, seq_info[3], p.block_size), position, p.layout,
+                            seq_info[3], p.block_size);
   const int32_t count = range.valid ? attn::partition_count(range, p.partition_size) : 0;
   if (!range.valid || count > p.n_partitions) {
     for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x)
       out[d] = NAN;
+    if (lse != nullptr && threadIdx.x == 0)
+      *lse = NAN;
+    return;
+  }
+  if (count == 0) {  // a DCP rank that keeps none of the row's keys
+    for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x)
+      out[d] = 0.0f;
+    if (lse != nullptr && threadIdx.x == 0)
+      *lse = -INFINITY;
     return;
   }
   const int64_t base = (row * p.n_head + head) * p.n_partitions;
@@ -328,6 +363,32 @@ __global__ void __launch_bounds__(attention_merge_threads) merge_partitions_kern
     for (int32_t i = 0; i < count; ++i)
       sum += weights[i] * p.ws_acc[(base + i) * p.head_dim + d];
     out[d] = sum * inv;
+  }
+  if (lse != nullptr && threadIdx.x == 0)
+    *lse = global_max + logf(total);
+}
+
+// One CTA per (row, head) of the merged heads: decode context parallelism's merge of the ranks' partial attention
+// (attn::partition_weight of each part's log-sum-exp against their max, parts in order).
+__global__ void __launch_bounds__(128)
+    merge_rank_partials_kernel(const float* parts, const float* lses, int32_t n_parts, int64_t n_tokens,
+                               int32_t n_head_all, int32_t head_begin, int32_t n_head, int32_t head_dim, float* out) {
+  const int64_t row = blockIdx.x;
+  const int32_t head = static_cast<int32_t>(blockIdx.y);
+  const int64_t pair = row * n_head_all + head_begin + head;
+  const int64_t part_pairs = n_tokens * n_head_all;
+  float m = -INFINITY;
+  for (int32_t i = 0; i < n_parts; ++i)
+    m = fmaxf(m, lses[i * part_pairs + pair]);
+  float total = 0.0f;
+  for (int32_t i = 0; i < n_parts; ++i)
+    total += attn::partition_weight(lses[i * part_pairs + pair], m);
+  float* o = out + (row * n_head + head) * head_dim;
+  for (int32_t d = static_cast<int32_t>(threadIdx.x); d < head_dim; d += static_cast<int32_t>(blockDim.x)) {
+    float sum = 0.0f;
+    for (int32_t i = 0; i < n_parts; ++i)
+      sum += attn::partition_weight(lses[i * part_pairs + pair], m) * parts[(i * part_pairs + pair) * head_dim + d];
+    o[d] = total > 0.0f ? sum / total : 0.0f;
   }
 }
 
@@ -396,7 +457,7 @@ void write_kv(const paged_cache_view& cache, const float* k, const float* v, con
 
 void paged_attention(const attention_plan& plan, const float* q, const int32_t* positions, const int32_t* seqs,
                      const int32_t* block_tables, const paged_cache_view& cache, float scale, float* out,
-                     void* workspace, cudaStream_t stream) {
+                     void* workspace, cudaStream_t stream, const kv_shard_layout& layout, float* lse) {
   const attention_geometry& g = plan.geometry;
   if (cache.head_dim != g.head_dim || cache.n_head_kv != g.n_head_kv || cache.block_size != g.block_size ||
       cache.n_blocks < 0)
@@ -437,6 +498,8 @@ void paged_attention(const attention_plan& plan, const float* q, const int32_t* 
   params.split = plan.split;
   params.scale = scale;
   params.out = out;
+  params.layout = layout;
+  params.lse = lse;
   if (plan.split) {
     params.ws_acc = reinterpret_cast<float*>(ws);
     params.ws_max = reinterpret_cast<float*>(ws + plan.workspace_max_offset);
@@ -486,9 +549,26 @@ void paged_attention(const attention_plan& plan, const float* q, const int32_t* 
   merge.ws_max = params.ws_max;
   merge.ws_sum = params.ws_sum;
   merge.out = out;
+  merge.layout = layout;
+  merge.lse = lse;
   const dim3 grid(static_cast<unsigned>(plan.merge_grid[0]), static_cast<unsigned>(plan.merge_grid[1]));
   merge_partitions_kernel<<<grid, static_cast<unsigned>(plan.merge_threads),
                             static_cast<size_t>(plan.merge_shared_bytes), stream>>>(merge);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void merge_attention_partials(const float* parts, const float* lses, int64_t n_parts, int64_t n_tokens,
+                              int64_t n_head_all, int64_t head_begin, int64_t n_head, int64_t head_dim, float* out,
+                              cudaStream_t stream) {
+  if (n_tokens == 0 || n_head == 0)
+    return;
+  if (parts == nullptr || lses == nullptr || out == nullptr || n_parts < 1 || n_tokens < 0 || n_tokens > INT32_MAX ||
+      n_head > 65535 || head_begin < 0 || head_begin + n_head > n_head_all || head_dim < 1)
+    fail("merge_attention_partials", fmt::format("{} parts of [{}, {}, {}] for heads {}+{}: not a merge", n_parts,
+                                                 n_tokens, n_head_all, head_dim, head_begin, n_head));
+  merge_rank_partials_kernel<<<dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_head)), 128, 0, stream>>>(
+      parts, lses, static_cast<int32_t>(n_parts), n_tokens, static_cast<int32_t>(n_head_all),
+      static_cast<int32_t>(head_begin), static_cast<int32_t>(n_head), static_cast<int32_t>(head_dim), out);
   ACTORLLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,8 @@
 // device memory; launches are asynchronous on `stream` and checked.
 #pragma once
 
+#include "kernels/kv_shard_layout.hpp"
+
 #include "kernels/cuda/attention_plan.hpp"
 
 #include <cuda_runtime.h>
@@ -42,8 +44,21 @@ void write_kv(const paged_cache_view& cache, const float* k, const float* v, con
 /// Rows that belong to no sequence are not written. A row whose position lies outside its sequence's blocks, or
 /// that meets a block id outside the cache, comes out NaN (the CPU backend aborts there) and nothing out of bounds
 /// is read. Throws std::invalid_argument when the cache does not match the plan's geometry.
+///
+/// Decode context parallelism: with a `layout` that is not plain the cache holds only this rank's share of the
+/// positions and each row attends to the keys of its window kept here (attn::local_row_range); `lse`, when given
+/// ([n_tokens, n_head]), receives each (row, head)'s log-sum-exp of its scaled scores (-inf with a zero output
+/// where the rank keeps none of the row's keys).
 void paged_attention(const attention_plan& plan, const float* q, const int32_t* positions, const int32_t* seqs,
                      const int32_t* block_tables, const paged_cache_view& cache, float scale, float* out,
-                     void* workspace, cudaStream_t stream = nullptr);
+                     void* workspace, cudaStream_t stream = nullptr, const kv_shard_layout& layout = {},
+                     float* lse = nullptr);
+
+/// backend::merge_attention_partials on the device: parts [n_parts, n_tokens, n_head_all, head_dim] and lses
+/// [n_parts, n_tokens, n_head_all] merged into out [n_tokens, n_head, head_dim] for heads [head_begin, head_begin +
+/// n_head), parts in order (kernels/cpu's merge_attention_partials is the reference).
+void merge_attention_partials(const float* parts, const float* lses, int64_t n_parts, int64_t n_tokens,
+                              int64_t n_head_all, int64_t head_begin, int64_t n_head, int64_t head_dim, float* out,
+                              cudaStream_t stream = nullptr);
 
 }  // namespace actorllm::cuda

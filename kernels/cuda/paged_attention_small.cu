@@ -29,6 +29,8 @@ struct small_params {
   int32_t n_head_kv;
   int32_t head_dim;
   float scale;
+  kv_shard_layout layout;  // the positions this rank's cache keeps (decode context parallelism)
+  float* lse;              // [n_tokens, n_head] log-sum-exps, or null
 };
 
 __global__ void __launch_bounds__(32) small_head_attention_kernel(const small_params p) {
@@ -44,10 +46,15 @@ __global__ void __launch_bounds__(32) small_head_attention_kernel(const small_pa
     return;  // a row of no sequence: left unwritten, as by the main kernel
   const int32_t hd = p.head_dim;
   float* out = p.out + (static_cast<int64_t>(row) * p.n_head + head) * hd;
-  const attn::row_range r = attn::query_row_range(p.positions[row], p.window, seq[3], p.block_size);
+  float* lse = p.lse != nullptr ? p.lse + static_cast<int64_t>(row) * p.n_head + head : nullptr;
+  const int32_t position = p.positions[row];
+  const attn::row_range r = attn::local_row_range(attn::query_row_range(position, p.window, seq[3], p.block_size),
+                                                  position, p.layout, seq[3], p.block_size);
   if (!r.valid) {
     if (lane < hd)
       out[lane] = NAN;
+    if (lse != nullptr && lane == 0)
+      *lse = NAN;
     return;
   }
   const int32_t kv_head = attn::kv_head_of(head, p.n_head, p.n_head_kv);
@@ -95,15 +102,19 @@ __global__ void __launch_bounds__(32) small_head_attention_kernel(const small_pa
     if (d == lane)
       mine = s;
   }
+  // total is 0 only for a DCP rank that keeps none of the row's keys: a zero output of weight exp(-inf).
   if (lane < hd)
-    out[lane] = any_bad ? NAN : mine / total;
+    out[lane] = any_bad ? NAN : (total > 0.0f ? mine / total : 0.0f);
+  if (lse != nullptr && lane == 0)
+    *lse = any_bad ? NAN : (total > 0.0f ? m + logf(total) : -INFINITY);
 }
 
 }  // namespace
 
 void paged_attention_small_heads(const float* q, const int32_t* positions, const int32_t* seqs, int64_t n_seqs,
                                  const int32_t* block_tables, const paged_cache_view& cache, int64_t n_tokens,
-                                 int64_t n_head, float scale, int64_t window, float* out, cudaStream_t stream) {
+                                 int64_t n_head, float scale, int64_t window, float* out, cudaStream_t stream,
+                                 const kv_shard_layout& layout, float* lse) {
   if (cache.head_dim < 1 || cache.head_dim > small_head_dim_max)
     throw std::invalid_argument("paged_attention_small_heads: head_dim " + std::to_string(cache.head_dim) +
                                 " is outside [1, " + std::to_string(small_head_dim_max) + "]");
@@ -128,6 +139,8 @@ void paged_attention_small_heads(const float* q, const int32_t* positions, const
   p.n_head_kv = static_cast<int32_t>(cache.n_head_kv);
   p.head_dim = static_cast<int32_t>(cache.head_dim);
   p.scale = scale;
+  p.layout = layout;
+  p.lse = lse;
   small_head_attention_kernel<<<dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_head)), 32, 0, stream>>>(
       p);
   ACTORLLM_CUDA_CHECK_LAUNCH();

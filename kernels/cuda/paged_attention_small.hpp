@@ -4,6 +4,8 @@
 // cache position with their own online softmax, merged by warp shuffles at the end.
 #pragma once
 
+#include "kernels/kv_shard_layout.hpp"
+
 #include "kernels/cuda/paged_attention.hpp"
 
 #include <cuda_runtime.h>
@@ -20,6 +22,7 @@ inline constexpr int64_t small_head_dim_max = 31;
 /// meets a block id outside the cache comes out NaN. Throws std::invalid_argument for a head_dim it does not take.
 void paged_attention_small_heads(const float* q, const int32_t* positions, const int32_t* seqs, int64_t n_seqs,
                                  const int32_t* block_tables, const paged_cache_view& cache, int64_t n_tokens,
-                                 int64_t n_head, float scale, int64_t window, float* out, cudaStream_t stream);
+                                 int64_t n_head, float scale, int64_t window, float* out, cudaStream_t stream,
+                                 const kv_shard_layout& layout = {}, float* lse = nullptr);
 
 }  // namespace actorllm::cuda

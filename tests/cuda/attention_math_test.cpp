@@ -17,6 +17,7 @@
 namespace {
 
 namespace attn = actorllm::cuda::attn;
+using actorllm::kv_shard_layout;
 using actorllm::cuda::attention_plan;
 using actorllm::cuda::attention_plan_options;
 using actorllm::cuda::split_policy;
@@ -300,6 +301,48 @@ TEST_CASE("query_row_range is causal, clips the window at 0 and flags positions 
   CHECK(r.last == 0);
   CHECK_FALSE(attn::query_row_range(16, 0, 2, 8).valid);  // past the sequence's 2 blocks
   CHECK_FALSE(attn::query_row_range(-1, 0, 2, 8).valid);
+}
+
+TEST_CASE("local_row_range maps a row's window to the keys one DCP rank keeps, empty where it keeps none") {
+  // Plain: the range as it is.
+  const attn::row_range plain = attn::query_row_range(10, 4, 2, 8);
+  const attn::row_range same = attn::local_row_range(plain, 10, kv_shard_layout{}, 2, 8);
+  CHECK(same.first == plain.first);
+  CHECK(same.last == plain.last);
+  CHECK(same.valid == plain.valid);
+  // Every (layout, position, window): the local indices are exactly those of the kept positions of the window, and
+  // a rank's blocks of 8 slots hold them while the position's virtual blocks (8 x n positions) do.
+  for (int32_t n : {2, 3, 4})
+    for (int32_t interleave : {1, 2, 4})
+      for (int32_t shard = 0; shard < n; ++shard) {
+        const kv_shard_layout l{n, shard, interleave};
+        for (int32_t position = 0; position < 70; ++position)
+          for (int64_t window : {0, 1, 5, 16}) {
+            const int64_t n_seq_blocks = position / (8 * n) + 1;
+            const attn::row_range r = attn::local_row_range(attn::query_row_range(position, window, n_seq_blocks, 8),
+                                                            position, l, n_seq_blocks, 8);
+            std::vector<int64_t> want;
+            const int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+            for (int64_t p = first; p <= position; ++p)
+              if (l.owns(p))
+                want.push_back(l.local_count(p));
+            CHECK(r.valid);
+            CHECK(attn::range_empty(r) == want.empty());
+            if (!want.empty()) {
+              CHECK(r.first == want.front());
+              CHECK(r.last == want.back());
+              CHECK(static_cast<int64_t>(r.last - r.first + 1) == static_cast<int64_t>(want.size()));
+              CHECK(attn::partition_count(r, 16) >= 1);
+            } else {
+              CHECK(attn::partition_count(r, 16) == 0);
+            }
+          }
+      }
+  // A position whose local indices would pass the sequence's blocks is flagged, as a negative one.
+  const kv_shard_layout two{2, 0, 1};
+  CHECK_FALSE(attn::local_row_range(attn::query_row_range(40, 0, 2, 8), 40, two, 2, 8).valid);  // 21 keys, 16 slots
+  CHECK(attn::local_row_range(attn::query_row_range(31, 0, 2, 8), 31, two, 2, 8).valid);        // 16 keys
+  CHECK_FALSE(attn::local_row_range(attn::query_row_range(-1, 0, 2, 8), -1, two, 2, 8).valid);
 }
 
 TEST_CASE("partitions cover a row's range exactly once") {

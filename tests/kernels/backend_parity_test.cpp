@@ -942,6 +942,148 @@ BACKEND_PARITY_CASE(parity_write_kv_and_paged_attention, "write_kv and paged_att
   });
 }
 
+namespace {
+
+// Decode context parallelism through the backend: every sequence's positions dealt out to `n_ranks` caches
+// (kv_shard_layout), each rank's paged_attention_partial over its share, merge_attention_partials over the ranks'
+// parts, against float64 attention over every position. One kv head (the DCP case), gqa query heads.
+void dcp_attention_case(backend& be, random_source& rnd, int32_t n_ranks, int32_t interleave, int64_t gqa,
+                        int64_t head_dim, int64_t block_size, int64_t window) {
+  const int64_t n_head = gqa, per_block = block_size * n_ranks;
+  const std::string what = "dcp " + std::to_string(n_ranks) + " interleave " + std::to_string(interleave) + " heads " +
+                           std::to_string(n_head) + " head_dim " + std::to_string(head_dim) + " block_size " +
+                           std::to_string(block_size) + " window " + std::to_string(window);
+  CAPTURE(what);
+  const std::vector<std::pair<int64_t, int64_t>> specs = {
+      {rnd.integer(1, 90), 1}, {rnd.integer(20, 90), 5}, {rnd.integer(1, 40), 0}, {1, 1}};  // 0: a whole prompt
+  int64_t n_blocks = 1;
+  for (const auto& [context, n_query] : specs)
+    n_blocks += (context + per_block - 1) / per_block;
+  std::vector<int32_t> pool(static_cast<size_t>(n_blocks));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rnd.gen);
+
+  std::vector<std::vector<float>> dense_k, dense_v;
+  std::vector<int32_t> pos, host_seqs, host_tables;
+  std::vector<size_t> row_seq;
+  size_t next = 0;
+  for (size_t s = 0; s < specs.size(); ++s) {
+    const int64_t context = specs[s].first, n_query = specs[s].second == 0 ? context : specs[s].second;
+    const int64_t nb = (context + per_block - 1) / per_block;
+    host_seqs.insert(host_seqs.end(), {static_cast<int32_t>(pos.size()), static_cast<int32_t>(n_query),
+                                       static_cast<int32_t>(host_tables.size()), static_cast<int32_t>(nb)});
+    host_tables.insert(host_tables.end(), pool.begin() + static_cast<std::ptrdiff_t>(next),
+                       pool.begin() + static_cast<std::ptrdiff_t>(next + static_cast<size_t>(nb)));
+    next += static_cast<size_t>(nb);
+    dense_k.push_back(rnd.reals(context * head_dim));
+    dense_v.push_back(rnd.reals(context * head_dim));
+    for (int64_t p = context - n_query; p < context; ++p) {
+      pos.push_back(static_cast<int32_t>(p));
+      row_seq.push_back(s);
+    }
+  }
+  const auto n_tokens = static_cast<int64_t>(pos.size());
+  const std::vector<float> q = rnd.reals(n_tokens * n_head * head_dim, -2.0f, 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const tensor tq = input(be, dtype::f32, {n_tokens, n_head, head_dim}, q);
+  const tensor parts = be.alloc(dtype::f32, {n_ranks * n_tokens, n_head * head_dim});
+  const tensor lses = be.alloc(dtype::f32, {n_ranks * n_tokens, n_head});
+  for (int32_t d = 0; d < n_ranks; ++d) {
+    const kv_shard_layout layout{n_ranks, d, interleave};
+    const tensor_shape cache_shape{n_blocks, block_size, 1, head_dim};
+    const kv_layer cache{input(be, dtype::f32, cache_shape, std::vector<float>(cache_shape.numel(), std::nanf(""))),
+                         input(be, dtype::f32, cache_shape, std::vector<float>(cache_shape.numel(), std::nanf("")))};
+    // The history: every position this rank keeps, written where step_input_builder puts it.
+    std::vector<int64_t> slots;
+    std::vector<float> ks, vs;
+    for (size_t s = 0; s < specs.size(); ++s)
+      for (int64_t p = 0; p < specs[s].first; ++p) {
+        if (!layout.owns(p))
+          continue;
+        slots.push_back(int64_t{host_tables[static_cast<size_t>(host_seqs[s * 4 + 2] + p / per_block)]} * block_size +
+                        layout.local_count(p) % block_size);
+        ks.insert(ks.end(), dense_k[s].begin() + p * head_dim, dense_k[s].begin() + (p + 1) * head_dim);
+        vs.insert(vs.end(), dense_v[s].begin() + p * head_dim, dense_v[s].begin() + (p + 1) * head_dim);
+      }
+    attention_batch hist;
+    hist.n_tokens = static_cast<int64_t>(slots.size());
+    if (hist.n_tokens > 0) {
+      hist.slots = input(be, dtype::i64, {hist.n_tokens}, slots);
+      be.write_kv(cache, input(be, dtype::f32, {hist.n_tokens, 1, head_dim}, ks),
+                  input(be, dtype::f32, {hist.n_tokens, 1, head_dim}, vs), hist);
+    }
+    attention_batch batch;
+    batch.n_tokens = n_tokens;
+    batch.n_seqs = static_cast<int64_t>(specs.size());
+    batch.positions = input(be, dtype::i32, {n_tokens}, pos);
+    batch.seqs = input(be, dtype::i32, {batch.n_seqs, 4}, host_seqs);
+    batch.block_tables = input(be, dtype::i32, {static_cast<int64_t>(host_tables.size())}, host_tables);
+    batch.host_seqs = host_seqs;
+    batch.host_block_tables = host_tables;
+    batch.kv_layout = layout;
+    be.paged_attention_partial(tq, batch, cache, scale, window,
+                               parts.slice_rows(d * n_tokens, n_tokens).reshape({n_tokens, n_head, head_dim}),
+                               lses.slice_rows(d * n_tokens, n_tokens));
+  }
+  // Two halves of the heads merged apart, as two ranks of a group would.
+  const int64_t first_half = n_head / 2;
+  std::vector<float> merged(static_cast<size_t>(n_tokens * n_head * head_dim));
+  for (const auto& [begin, count] : {std::pair{int64_t{0}, first_half}, std::pair{first_half, n_head - first_half}}) {
+    if (count == 0)
+      continue;
+    const tensor out = be.alloc(dtype::f32, {n_tokens, count, head_dim});
+    be.merge_attention_partials(parts, lses, n_ranks, begin, out);
+    std::vector<float> host(static_cast<size_t>(out.numel()));
+    be.download(out, host.data(), out.nbytes());
+    for (int64_t t = 0; t < n_tokens; ++t)
+      std::copy_n(host.begin() + t * count * head_dim, count * head_dim,
+                  merged.begin() + (t * n_head + begin) * head_dim);
+  }
+  std::vector<double> ref(merged.size());
+  for (int64_t r = 0; r < n_tokens; ++r) {
+    const size_t s = row_seq[static_cast<size_t>(r)];
+    const int64_t p = pos[static_cast<size_t>(r)];
+    const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+    for (int64_t h = 0; h < n_head; ++h) {
+      const float* qh = q.data() + (r * n_head + h) * head_dim;
+      std::vector<double> w;
+      double m = -INFINITY, sum = 0;
+      for (int64_t j = first; j <= p; ++j) {
+        double dot = 0;
+        for (int64_t i = 0; i < head_dim; ++i)
+          dot += static_cast<double>(qh[i]) * dense_k[s][static_cast<size_t>(j * head_dim + i)];
+        w.push_back(dot * scale);
+        m = std::max(m, w.back());
+      }
+      for (double& x : w)
+        sum += (x = std::exp(x - m));
+      for (int64_t i = 0; i < head_dim; ++i) {
+        double acc = 0;
+        for (int64_t j = first; j <= p; ++j)
+          acc += w[static_cast<size_t>(j - first)] * dense_v[s][static_cast<size_t>(j * head_dim + i)];
+        ref[static_cast<size_t>((r * n_head + h) * head_dim + i)] = acc / sum;
+      }
+    }
+  }
+  test::check_close(merged, ref, 2e-6, 1e-4, what);
+}
+
+}  // namespace
+
+BACKEND_PARITY_CASE(parity_dcp_attention, "paged_attention_partial and merge_attention_partials (dcp)") {
+  const uint32_t seed = 2016;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    // Heads of 16 (CUDA's small-head kernel) and 64 (its main kernel); 2 and 3 ranks; interleave 1 and 4; windows.
+    for (int64_t head_dim : {16, 64})
+      for (int32_t n_ranks : {2, 3})
+        for (int32_t interleave : {1, 4})
+          for (int64_t window : {0, 9})
+            dcp_attention_case(be, rnd, n_ranks, interleave, 4, head_dim, 8, window);
+  });
+}
+
 BACKEND_PARITY_CASE(parity_silu_mul, "silu_mul") {
   const uint32_t seed = 2007;
   CAPTURE(seed);
