@@ -98,7 +98,7 @@ void llama_model::context_parallel_scratch(activations& a, int64_t n, int64_t c,
     const int64_t nf = std::max(n, b.full_capacity * 2), nl = std::max(c, b.local_capacity * 2);
     const int64_t q_dim = n_head_ * cfg_.head_dim, kv_dim = n_head_kv_ * cfg_.head_dim;
     b.t.q_ranks = be_.alloc(dtype::f32, {g_size * nl, q_dim});
-    b.t.q_group = be_.alloc(dtype::f32, {std::max(nf, p_size * nl), d_size * q_dim});
+    b.t.q_group = be_.alloc(dtype::f32, {nf, d_size * q_dim});
     b.t.out = be_.alloc(dtype::f32, {nf, d_size * q_dim});
     b.t.lse = be_.alloc(dtype::f32, {nf, d_size * n_head_});
     b.t.out_ranks = be_.alloc(dtype::f32, {g_size * nf, d_size * q_dim});
@@ -182,7 +182,7 @@ tensor llama_model::run_layers(const step_inputs& in, kv_cache& cache, const ten
   const int64_t c = in.local_rows;  // this copy's rows: every row without prefill context parallelism
   const int64_t n_embd = cfg_.n_embd;
   // A request with n > 1 samples one prefill row several times: the sampled rows may outnumber the tokens.
-  scratch(a, std::max({n, c, in.n_sample}));
+  scratch(a, std::max(c, in.n_sample));
   layer_scratch s = scratch(a, c);
   context_parallel_scratch(a, n, c, s);
   const tensor x = a.x.slice_rows(0, c);

@@ -43,16 +43,9 @@ class dcp_model {
 
  private:
   dcp_model() : dir_(model::test_util::temp_dir("dcp-model")) {
-    std::ofstream(dir_ / "config.json") << config_json;
     cfg_ = model::parse_model_config(config_json, "test config");
     weights_ = model::test_util::random_weights(cfg_, 23, dtype::f32);
-    std::vector<model::test_util::test_tensor> tensors;
-    for (const auto& [name, t] : weights_.tensors()) {
-      model::test_util::test_tensor tt{name, dtype::f32, t.shape, {}};
-      tt.bytes.assign(static_cast<const char*>(t.data()), t.nbytes());
-      tensors.push_back(std::move(tt));
-    }
-    model::test_util::write_file(dir_ / "model.safetensors", model::test_util::make_safetensors(tensors));
+    model::test_util::write_checkpoint(dir_, config_json, weights_);
   }
 
   fs::path dir_;

@@ -71,16 +71,8 @@ class lora_models {
  private:
   lora_models() : root_(model::test_util::temp_dir("lora-models")), base_(root_ / "base") {
     fs::create_directories(base_);
-    std::ofstream(base_ / "config.json") << config_json;
     cfg_ = model::parse_model_config(config_json, "test config");
-    const model::model_weights w = model::test_util::random_weights(cfg_, 11, dtype::f32);
-    std::vector<model::test_util::test_tensor> tensors;
-    for (const auto& [name, t] : w.tensors()) {
-      model::test_util::test_tensor tt{name, dtype::f32, t.shape, {}};
-      tt.bytes.assign(static_cast<const char*>(t.data()), t.nbytes());
-      tensors.push_back(std::move(tt));
-    }
-    model::test_util::write_file(base_ / "model.safetensors", model::test_util::make_safetensors(tensors));
+    model::test_util::write_checkpoint(base_, config_json, model::test_util::random_weights(cfg_, 11, dtype::f32));
     write({"attn", 8, 16, {"q_proj", "v_proj"}, 3});
     write({"all", 4, 8, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, 5});
     write({"mlp", 16, 8, {"gate_proj", "up_proj", "down_proj"}, 7, true});

@@ -93,16 +93,9 @@ class quantized_models {
       return;
     fs::create_directories(dir);
     const std::string json = config_json(f);
-    std::ofstream(dir / "config.json") << json;
     const model::model_config cfg = model::parse_model_config(json, "test config");
-    const model::model_weights w = model::test_util::random_weights(cfg, 7 + static_cast<int>(f), dtype::f32);
-    std::vector<model::test_util::test_tensor> tensors;
-    for (const auto& [name, t] : w.tensors()) {
-      model::test_util::test_tensor tt{name, dtype::f32, t.shape, {}};
-      tt.bytes.assign(static_cast<const char*>(t.data()), t.nbytes());
-      tensors.push_back(std::move(tt));
-    }
-    model::test_util::write_file(dir / "model.safetensors", model::test_util::make_safetensors(tensors));
+    model::test_util::write_checkpoint(dir, json,
+                                       model::test_util::random_weights(cfg, 7 + static_cast<int>(f), dtype::f32));
     const std::string cmd = fmt::format(
         "python3 '{}/scripts/make_quantized_checkpoints.py' --model '{}' --out '{}' --group-size 32 "
         "--scale-dtype f16 > /dev/null",

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_reference.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/kv_shard_layout.hpp"
@@ -109,33 +110,12 @@ void run_dcp_case(int32_t n_ranks, int32_t interleave, int64_t n_head, int64_t h
   }
 
   std::vector<double> ref(out.size());
-  std::vector<double> ref_lse(static_cast<size_t>(n_tokens * n_head));
-  for (int64_t r = 0; r < n_tokens; ++r) {
-    const size_t s = row_seq[static_cast<size_t>(r)];
-    const int32_t pos = positions[static_cast<size_t>(r)];
-    const int32_t first = window > 0 ? std::max<int32_t>(0, pos - static_cast<int32_t>(window) + 1) : 0;
-    for (int64_t h = 0; h < n_head; ++h) {
-      const float* qh = q.data() + (r * n_head + h) * head_dim;
-      std::vector<double> sc;
-      double m = -INFINITY;
-      for (int32_t j = first; j <= pos; ++j) {
-        double dot = 0;
-        for (int64_t i = 0; i < head_dim; ++i)
-          dot += static_cast<double>(qh[i]) * dense_k[s][static_cast<size_t>(j * head_dim + i)];
-        sc.push_back(dot * scale);
-        m = std::max(m, sc.back());
-      }
-      double sum = 0;
-      for (double& x : sc)
-        sum += (x = std::exp(x - m));
-      for (int64_t i = 0; i < head_dim; ++i) {
-        double acc = 0;
-        for (int32_t j = first; j <= pos; ++j)
-          acc += sc[static_cast<size_t>(j - first)] * dense_v[s][static_cast<size_t>(j * head_dim + i)];
-        ref[static_cast<size_t>((r * n_head + h) * head_dim + i)] = acc / sum;
-      }
-    }
-  }
+  for (int64_t r = 0; r < n_tokens; ++r)
+    for (int64_t h = 0; h < n_head; ++h)
+      test::reference_attention(q.data() + (r * n_head + h) * head_dim, dense_k[row_seq[static_cast<size_t>(r)]],
+                                dense_v[row_seq[static_cast<size_t>(r)]], 1, 0, head_dim,
+                                positions[static_cast<size_t>(r)], window, scale,
+                                ref.data() + (r * n_head + h) * head_dim);
   const std::string what = "dcp " + std::to_string(n_ranks) + " interleave " + std::to_string(interleave) +
                            " block_size " + std::to_string(block_size) + " window " + std::to_string(window);
   test::check_close(out, ref, 2e-6, 1e-4, what);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_reference.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/attention.hpp"
 
@@ -103,33 +104,11 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
 
   std::vector<double> ref(out.size());
   for (int64_t r = 0; r < n_tokens; ++r) {
-    size_t s = static_cast<size_t>(row_seq[static_cast<size_t>(r)]);
-    int32_t pos = positions[static_cast<size_t>(r)];
-    // Positions before `first` are outside the window: their score stays -inf (weight 0).
-    int32_t first = window > 0 ? std::max<int32_t>(0, pos - static_cast<int32_t>(window) + 1) : 0;
-    for (int64_t h = 0; h < n_head; ++h) {
-      int64_t g = h / gqa;
-      const float* qh = q.data() + (r * n_head + h) * head_dim;
-      std::vector<double> sc(static_cast<size_t>(pos) + 1, -INFINITY);
-      double m = -INFINITY;
-      for (int32_t j = first; j <= pos; ++j) {
-        const float* kj = dense_k[s].data() + (j * n_head_kv + g) * head_dim;
-        double d = 0;
-        for (int64_t i = 0; i < head_dim; ++i)
-          d += static_cast<double>(qh[i]) * kj[i];
-        sc[static_cast<size_t>(j)] = d * scale;
-        m = std::max(m, sc[static_cast<size_t>(j)]);
-      }
-      double sum = 0;
-      for (double& x : sc)
-        sum += (x = std::exp(x - m));
-      for (int64_t i = 0; i < head_dim; ++i) {
-        double acc = 0;
-        for (int32_t j = first; j <= pos; ++j)
-          acc += sc[static_cast<size_t>(j)] * dense_v[s][static_cast<size_t>((j * n_head_kv + g) * head_dim + i)];
-        ref[static_cast<size_t>((r * n_head + h) * head_dim + i)] = acc / sum;
-      }
-    }
+    const auto s = static_cast<size_t>(row_seq[static_cast<size_t>(r)]);
+    for (int64_t h = 0; h < n_head; ++h)
+      test::reference_attention(q.data() + (r * n_head + h) * head_dim, dense_k[s], dense_v[s], n_head_kv, h / gqa,
+                                head_dim, positions[static_cast<size_t>(r)], window, scale,
+                                ref.data() + (r * n_head + h) * head_dim);
   }
   std::string what = "n_head_kv " + std::to_string(n_head_kv) + " gqa " + std::to_string(gqa) + " head_dim " +
                      std::to_string(head_dim) + " block_size " + std::to_string(block_size) + " q_scale " +

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_reference.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/sampling.hpp"
@@ -893,31 +894,10 @@ void attention_case(backend& be, random_source& rnd, int64_t n_head_kv, int64_t 
   std::vector<double> ref(q.size());
   for (int64_t r = 0; r < n_tokens; ++r) {
     const size_t s = row_seq[static_cast<size_t>(r)];
-    const int64_t p = step_pos[static_cast<size_t>(r)];
-    const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-    for (int64_t h = 0; h < n_head; ++h) {
-      const int64_t g = h / gqa;
-      const float* qh = q.data() + (r * n_head + h) * head_dim;
-      std::vector<double> w(static_cast<size_t>(p + 1 - first));
-      double m = -INFINITY, sum = 0;
-      for (int64_t j = first; j <= p; ++j) {
-        const float* kj = dense_k[s].data() + (j * n_head_kv + g) * head_dim;
-        double d = 0;
-        for (int64_t i = 0; i < head_dim; ++i)
-          d += static_cast<double>(qh[i]) * kj[i];
-        w[static_cast<size_t>(j - first)] = d * scale;
-        m = std::max(m, d * scale);
-      }
-      for (double& x : w)
-        sum += (x = std::exp(x - m));
-      for (int64_t i = 0; i < head_dim; ++i) {
-        double acc = 0;
-        for (int64_t j = first; j <= p; ++j)
-          acc +=
-              w[static_cast<size_t>(j - first)] * dense_v[s][static_cast<size_t>((j * n_head_kv + g) * head_dim + i)];
-        ref[static_cast<size_t>((r * n_head + h) * head_dim + i)] = acc / sum;
-      }
-    }
+    for (int64_t h = 0; h < n_head; ++h)
+      test::reference_attention(q.data() + (r * n_head + h) * head_dim, dense_k[s], dense_v[s], n_head_kv, h / gqa,
+                                head_dim, step_pos[static_cast<size_t>(r)], window, scale,
+                                ref.data() + (r * n_head + h) * head_dim);
   }
   test::check_close(read_as<float>(be, out, what + " out"), ref, 2e-6, 1e-4, what + " out");
 }
@@ -1042,28 +1022,9 @@ void dcp_attention_case(backend& be, random_source& rnd, int32_t n_ranks, int32_
   std::vector<double> ref(merged.size());
   for (int64_t r = 0; r < n_tokens; ++r) {
     const size_t s = row_seq[static_cast<size_t>(r)];
-    const int64_t p = pos[static_cast<size_t>(r)];
-    const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-    for (int64_t h = 0; h < n_head; ++h) {
-      const float* qh = q.data() + (r * n_head + h) * head_dim;
-      std::vector<double> w;
-      double m = -INFINITY, sum = 0;
-      for (int64_t j = first; j <= p; ++j) {
-        double dot = 0;
-        for (int64_t i = 0; i < head_dim; ++i)
-          dot += static_cast<double>(qh[i]) * dense_k[s][static_cast<size_t>(j * head_dim + i)];
-        w.push_back(dot * scale);
-        m = std::max(m, w.back());
-      }
-      for (double& x : w)
-        sum += (x = std::exp(x - m));
-      for (int64_t i = 0; i < head_dim; ++i) {
-        double acc = 0;
-        for (int64_t j = first; j <= p; ++j)
-          acc += w[static_cast<size_t>(j - first)] * dense_v[s][static_cast<size_t>(j * head_dim + i)];
-        ref[static_cast<size_t>((r * n_head + h) * head_dim + i)] = acc / sum;
-      }
-    }
+    for (int64_t h = 0; h < n_head; ++h)
+      test::reference_attention(q.data() + (r * n_head + h) * head_dim, dense_k[s], dense_v[s], 1, 0, head_dim,
+                                pos[static_cast<size_t>(r)], window, scale, ref.data() + (r * n_head + h) * head_dim);
   }
   test::check_close(merged, ref, 2e-6, 1e-4, what);
 }

@@ -4,6 +4,7 @@
 
 #include "kernels/dtype.hpp"
 #include "model/model_error.hpp"
+#include "model/model_weights.hpp"
 #include "test_paths.hpp"
 
 #include <doctest/doctest.h>
@@ -118,6 +119,18 @@ inline std::string make_safetensors(const std::vector<test_tensor>& tensors) {
   while (header.size() % 8 != 0)
     header += ' ';
   return raw_safetensors(header, data);
+}
+
+/// A checkpoint in `dir`: `config_json` as config.json and every tensor of `w` (in its own dtype) in model.safetensors.
+inline void write_checkpoint(const std::filesystem::path& dir, const std::string& config_json, const model_weights& w) {
+  write_file(dir / "config.json", config_json);
+  std::vector<test_tensor> tensors;
+  for (const auto& [name, t] : w.tensors()) {
+    test_tensor tt{name, t.type, t.shape, {}};
+    tt.bytes.assign(static_cast<const char*>(t.data()), t.nbytes());
+    tensors.push_back(std::move(tt));
+  }
+  write_file(dir / "model.safetensors", make_safetensors(tensors));
 }
 
 inline int64_t numel_of(const std::vector<int64_t>& shape) {

@@ -85,14 +85,7 @@ std::string describe(const layout& l) { return fmt::format("tp {} pp {}{}", l.tp
 /// Writes `w` as DIR/model.safetensors beside DIR/config.json.
 std::filesystem::path write_checkpoint(const std::string& config_json, const model_weights& w) {
   auto dir = temp_dir("actorllm-moe");
-  write_file(dir / "config.json", config_json);
-  std::vector<test_tensor> tensors;
-  for (const auto& [name, t] : w.tensors()) {
-    test_tensor tt{name, t.type, t.shape, {}};
-    tt.bytes.assign(static_cast<const char*>(t.data()), t.nbytes());
-    tensors.push_back(std::move(tt));
-  }
-  write_file(dir / "model.safetensors", make_safetensors(tensors));
+  model::test_util::write_checkpoint(dir, config_json, w);
   return dir;
 }
 
