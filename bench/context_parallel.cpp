@@ -8,6 +8,7 @@
 // beside the memory-bandwidth probe. Prints a table, writes JSON (--json).
 #include "actorllm/llm.hpp"
 #include "bench/bench_json.hpp"
+#include "bench/bench_support.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "comm/shared_memory_collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -35,11 +36,6 @@ using namespace actorllm;
 namespace fs = std::filesystem;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 constexpr int tp = 4;
 
@@ -153,13 +149,7 @@ int main(int argc, char** argv) {
   }
 
   const fs::path dir = fs::temp_directory_path() / fmt::format("actorllm-bench-dcp-{}", ::getpid());
-  struct cleanup {
-    fs::path dir;
-    ~cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } remove_dir{dir};
+  const bench::scoped_dir remove_dir{dir};
   fs::create_directories(dir);
   std::ofstream(dir / "config.json") << fmt::format(
       R"({{"architectures": ["LlamaForCausalLM"], "hidden_size": {}, "intermediate_size": {}, "num_hidden_layers": {},
@@ -224,21 +214,21 @@ int main(int argc, char** argv) {
       "layers, %d thread(s) per rank, %d rounds\n",
       static_cast<long>(context), static_cast<long>(hidden), static_cast<long>(n_head), static_cast<long>(head_dim),
       static_cast<long>(layers), threads_per_rank, rounds);
-  std::printf("bandwidth probe (median): %.1f GB/s\n", median(bandwidths) / 1e9);
+  std::printf("bandwidth probe (median): %.1f GB/s\n", bench::median(bandwidths) / 1e9);
   std::printf("%-6s %16s %14s %14s %26s\n", "dcp", "step ms (median)", "vs dcp 1", "KV MiB/rank",
               fmt::format("longest context in {} MiB", kv_memory >> 20).c_str());
-  const double base = median(setups.front().step_ms);
+  const double base = bench::median(setups.front().step_ms);
   for (const setup& s : setups)
-    std::printf("%-6d %16.2f %13.2fx %14.1f %26ld\n", s.dcp, median(s.step_ms), base / median(s.step_ms),
+    std::printf("%-6d %16.2f %13.2fx %14.1f %26ld\n", s.dcp, bench::median(s.step_ms), base / bench::median(s.step_ms),
                 static_cast<double>(s.kv_bytes_per_rank) / (1 << 20), static_cast<long>(s.longest_context));
 
   if (!prefills.empty()) {
     std::printf("prefill of %ld tokens, tp 1, %d kernel threads in all\n", static_cast<long>(prefill_tokens), cores);
     std::printf("%-6s %16s %14s %14s\n", "pcp", "seconds (median)", "tokens/s", "vs pcp 1");
     for (const prefill_run& r : prefills)
-      std::printf("%-6d %16.3f %14.0f %13.2fx\n", r.pcp, median(r.seconds),
-                  static_cast<double>(prefill_tokens) / median(r.seconds),
-                  median(prefills.front().seconds) / median(r.seconds));
+      std::printf("%-6d %16.3f %14.0f %13.2fx\n", r.pcp, bench::median(r.seconds),
+                  static_cast<double>(prefill_tokens) / bench::median(r.seconds),
+                  bench::median(prefills.front().seconds) / bench::median(r.seconds));
   }
 
   json_writer w;
@@ -250,14 +240,14 @@ int main(int argc, char** argv) {
   w.key("head_dim").value(head_dim);
   w.key("layers").value(layers);
   w.key("rounds").value(rounds);
-  w.key("bandwidth_gb_s").value(median(bandwidths) / 1e9);
+  w.key("bandwidth_gb_s").value(bench::median(bandwidths) / 1e9);
   w.key("kv_memory_bytes").value(static_cast<int64_t>(kv_memory));
   w.key("sizes").begin_array();
   for (const setup& s : setups) {
     w.begin_object();
     w.key("dcp").value(s.dcp);
-    w.key("step_ms").value(median(s.step_ms));
-    w.key("speedup_vs_dcp1").value(base / median(s.step_ms));
+    w.key("step_ms").value(bench::median(s.step_ms));
+    w.key("speedup_vs_dcp1").value(base / bench::median(s.step_ms));
     w.key("kv_bytes_per_rank").value(s.kv_bytes_per_rank);
     w.key("longest_context").value(s.longest_context);
     w.end_object();
@@ -268,8 +258,8 @@ int main(int argc, char** argv) {
   for (const prefill_run& r : prefills) {
     w.begin_object();
     w.key("pcp").value(r.pcp);
-    w.key("seconds").value(median(r.seconds));
-    w.key("speedup_vs_pcp1").value(median(prefills.front().seconds) / median(r.seconds));
+    w.key("seconds").value(bench::median(r.seconds));
+    w.key("speedup_vs_pcp1").value(bench::median(prefills.front().seconds) / bench::median(r.seconds));
     w.end_object();
   }
   w.end_array();

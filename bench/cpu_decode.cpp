@@ -8,6 +8,7 @@
 // this bench starts and stops itself (the cores shared with other work): the ratio to the round's quiet decode says
 // whether the engine keeps its fair share. Prints a table, writes JSON.
 #include "bench/bench_json.hpp"
+#include "bench/bench_support.hpp"
 #include "bench/decode_loop.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/collective.hpp"
@@ -118,12 +119,6 @@ class cpu_hog {
   std::vector<pid_t> pids_;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /// One weight format of --variants: the model's dummy bf16 weights as they are, or quantized the way a checkpoint of
 /// that format would hold them (model::quantize_dummy_weights with the format's usual settings).
 struct weight_variant {
@@ -213,15 +208,16 @@ int run_variants(const std::string& config_dir, const std::vector<weight_variant
       b.ratio.push_back(b.decode.back() / models.front().decode.back());
   }
   std::printf("%s: %d threads, %d alternated rounds, memory read bandwidth %.1f GB/s (median)\n",
-              std::filesystem::path{config_dir}.filename().c_str(), pool.size(), rounds, median(bandwidths) / 1e9);
+              std::filesystem::path{config_dir}.filename().c_str(), pool.size(), rounds,
+              bench::median(bandwidths) / 1e9);
   std::printf("%-14s %12s %16s %14s %16s %18s\n", "weights", "weights GB", "decode b1 tok/s",
               fmt::format("vs {}", variants.front().name).c_str(), "b1 / roofline",
               fmt::format("prefill {} tok/s", prefill).c_str());
   for (size_t i = 0; i < models.size(); ++i) {
     const built& b = models[i];
     std::printf("%-14s %12.3f %16.2f %13.2fx %15.1f%% %18.1f\n", variants[i].name.c_str(),
-                static_cast<double>(b.weight_bytes) / 1e9, median(b.decode), median(b.ratio),
-                100.0 * median(b.fraction), b.prefill.empty() ? 0.0 : median(b.prefill));
+                static_cast<double>(b.weight_bytes) / 1e9, bench::median(b.decode), bench::median(b.ratio),
+                100.0 * bench::median(b.fraction), b.prefill.empty() ? 0.0 : bench::median(b.prefill));
   }
   json_writer w;
   w.begin_object();
@@ -229,7 +225,7 @@ int run_variants(const std::string& config_dir, const std::vector<weight_variant
   w.key("model").value(config_dir);
   w.key("threads").value(pool.size());
   w.key("rounds").value(rounds);
-  w.key("memory_bandwidth_bytes_per_s").value(median(bandwidths));
+  w.key("memory_bandwidth_bytes_per_s").value(bench::median(bandwidths));
   w.key("per_round_bandwidth_bytes_per_s").begin_array();
   for (double bw : bandwidths)
     w.value(bw);
@@ -241,10 +237,10 @@ int run_variants(const std::string& config_dir, const std::vector<weight_variant
     w.key("name").value(variants[i].name);
     w.key("quantization").value(variants[i].quant.describe());
     w.key("weight_bytes").value(static_cast<uint64_t>(b.weight_bytes));
-    w.key("decode_batch1_tokens_per_s").value(median(b.decode));
-    w.key("decode_batch1_over_first").value(median(b.ratio));
-    w.key("batch1_fraction_of_roofline").value(median(b.fraction));
-    w.key("prefill_tokens_per_s").value(b.prefill.empty() ? 0.0 : median(b.prefill));
+    w.key("decode_batch1_tokens_per_s").value(bench::median(b.decode));
+    w.key("decode_batch1_over_first").value(bench::median(b.ratio));
+    w.key("batch1_fraction_of_roofline").value(bench::median(b.fraction));
+    w.key("prefill_tokens_per_s").value(b.prefill.empty() ? 0.0 : bench::median(b.prefill));
     w.key("per_round_decode_batch1_tokens_per_s").begin_array();
     for (double d : b.decode)
       w.value(d);
@@ -394,8 +390,8 @@ int main(int argc, char** argv) {
     prefills.push_back(prefill_tps);
     fractions.push_back(tps1 / (probe.bytes_per_s / static_cast<double>(bytes_per_token)));
   }
-  const double bandwidth = median(bandwidths), tps1 = median(tps1s), tpsn = median(tpsns),
-               prefill_tps = median(prefills), fraction = median(fractions);
+  const double bandwidth = bench::median(bandwidths), tps1 = bench::median(tps1s), tpsn = bench::median(tpsns),
+               prefill_tps = bench::median(prefills), fraction = bench::median(fractions);
   const double roofline = bandwidth / static_cast<double>(bytes_per_token);
 
   std::printf("%-44s %16s\n", "metric", "value");
@@ -427,8 +423,9 @@ int main(int argc, char** argv) {
   std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch {}", big_batch).c_str(), tpsn);
   std::printf("%-44s %16.2f\n", fmt::format("prefill tokens/s, {}-token prompt", prefill).c_str(), prefill_tps);
   if (hog > 0) {
-    std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch 1, beside {} busy", hog).c_str(), median(hogged));
-    std::printf("%-44s %15.1f%%\n", "  / quiet (median of per-round ratios)", 100.0 * median(hog_ratios));
+    std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch 1, beside {} busy", hog).c_str(),
+                bench::median(hogged));
+    std::printf("%-44s %15.1f%%\n", "  / quiet (median of per-round ratios)", 100.0 * bench::median(hog_ratios));
     std::printf("%-44s %15.1f%%\n", "  fair share: threads / (threads + hog)",
                 100.0 * pool.size() / static_cast<double>(pool.size() + hog));
   }
@@ -470,8 +467,8 @@ int main(int argc, char** argv) {
   w.key("decode_steps").value(steps);
   w.key("hog_processes").value(hog);
   if (hog > 0) {
-    w.key("decode_batch1_beside_hog_tokens_per_s").value(median(hogged));
-    w.key("decode_batch1_hog_over_quiet").value(median(hog_ratios));
+    w.key("decode_batch1_beside_hog_tokens_per_s").value(bench::median(hogged));
+    w.key("decode_batch1_hog_over_quiet").value(bench::median(hog_ratios));
   }
   w.key("per_round").begin_array();
   for (size_t r = 0; r < bandwidths.size(); ++r) {

@@ -24,6 +24,7 @@
 // the intrinsics memory_bandwidth.hpp uses.
 #include "kernels/cpu/simd.hpp"
 
+#include "bench/bench_support.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/matmul.hpp"
@@ -38,12 +39,6 @@ using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 struct aligned_deleter {
@@ -90,7 +85,7 @@ double measure_dispatch_us(thread_pool& pool, int calls) {
       pool.parallel_for(pool.size(), [&](int64_t b, int64_t e) { sink.fetch_add(e - b, std::memory_order_relaxed); });
     per_call.push_back(seconds_since(t0) / (calls / 10) * 1e6);
   }
-  return median(per_call);
+  return bench::median(per_call);
 }
 
 struct matmul_result {
@@ -126,7 +121,7 @@ matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n
     run();
     times.push_back(seconds_since(t0));
   }
-  double s = median(times);
+  double s = bench::median(times);
   const char* path_name = path == cpu::matmul_path::gemv   ? "gemv"
                           : path == cpu::matmul_path::gemm ? "gemm"
                                                            : (n_tokens < cpu::matmul_gemm_min_tokens ? "gemv" : "gemm");
@@ -180,7 +175,7 @@ decode_step_result time_decode_step(const arena& a, thread_pool& pool, dtype wt,
     run_step();
     times.push_back(seconds_since(t0));
   }
-  double s = median(times);
+  double s = bench::median(times);
   return {s, bytes, bytes / s / 1e9};
 }
 
@@ -226,7 +221,7 @@ attention_result time_attention(thread_pool& pool, const std::string& name, int6
     cpu::paged_attention(q.data(), positions.data(), seqs.data(), n_seqs, cache, n_head, 0.125f, out.data(), pool);
     times.push_back(seconds_since(t0));
   }
-  const double secs = median(times);
+  const double secs = bench::median(times);
   return {name, secs, pairs * static_cast<double>(n_head) * static_cast<double>(hd) * 4.0 / secs / 1e9};
 }
 

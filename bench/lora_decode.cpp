@@ -5,6 +5,7 @@
 // beside the memory-bandwidth probe (the VM's bandwidth drifts); the table gives medians of tokens/s and of the
 // per-round ratios to LoRA off. Prints a table, writes JSON (--json).
 #include "bench/bench_json.hpp"
+#include "bench/bench_support.hpp"
 #include "bench/decode_loop.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/collective.hpp"
@@ -33,11 +34,6 @@ using namespace actorllm;
 namespace fs = std::filesystem;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 /// One measured configuration: which model, and each row's adapter id (0: base).
 struct variant {
@@ -70,13 +66,7 @@ int main(int argc, char** argv) {
   }
 
   const fs::path adapters = fs::temp_directory_path() / fmt::format("actorllm-bench-lora-{}", ::getpid());
-  struct cleanup {
-    fs::path dir;
-    ~cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } remove_adapters{adapters};
+  const bench::scoped_dir remove_adapters{adapters};
   std::vector<model::lora_source> sources;
   for (int32_t id : {1, 2}) {
     const fs::path out = adapters / fmt::format("adapter-{}", id);
@@ -134,10 +124,10 @@ int main(int argc, char** argv) {
   std::printf("LoRA decode, %s shape, dummy bf16 weights, batch %ld, rank %ld, %d threads, %d rounds\n",
               fs::path(config_dir).filename().c_str(), static_cast<long>(batch), static_cast<long>(rank),
               be.pool().size(), rounds);
-  std::printf("bandwidth probe (median): %.1f GB/s\n", median(bandwidths) / 1e9);
+  std::printf("bandwidth probe (median): %.1f GB/s\n", bench::median(bandwidths) / 1e9);
   std::printf("%-40s %14s %16s\n", "variant", "tokens/s", "vs LoRA off");
   for (const variant& v : variants)
-    std::printf("%-40s %14.2f %15.3fx\n", v.name.c_str(), median(v.tokens_per_s), median(v.ratio));
+    std::printf("%-40s %14.2f %15.3fx\n", v.name.c_str(), bench::median(v.tokens_per_s), bench::median(v.ratio));
   std::printf("LoRA device slots: %.1f MiB\n",
               static_cast<double>(with_lora.lora() ? with_lora.lora()->device_bytes() : 0) / (1 << 20));
 
@@ -148,13 +138,13 @@ int main(int argc, char** argv) {
   w.key("batch").value(batch);
   w.key("rank").value(rank);
   w.key("rounds").value(rounds);
-  w.key("bandwidth_gb_s").value(median(bandwidths) / 1e9);
+  w.key("bandwidth_gb_s").value(bench::median(bandwidths) / 1e9);
   w.key("variants").begin_array();
   for (const variant& v : variants) {
     w.begin_object();
     w.key("name").value(v.name);
-    w.key("tokens_per_s").value(median(v.tokens_per_s));
-    w.key("ratio_to_lora_off").value(median(v.ratio));
+    w.key("tokens_per_s").value(bench::median(v.tokens_per_s));
+    w.key("ratio_to_lora_off").value(bench::median(v.ratio));
     w.end_object();
   }
   w.end_array();

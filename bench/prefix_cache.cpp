@@ -4,6 +4,7 @@
 // same prompt after reset_prefix_cache. Warm runs: the prompt again (its full blocks come from the cache; only the
 // tail after the last full block is computed). Prints a table, writes JSON.
 #include "bench/bench_json.hpp"
+#include "bench/bench_support.hpp"
 #include "util/json_writer.hpp"
 
 #include <actorllm/llm.hpp>
@@ -43,11 +44,6 @@ ttft_run measure(actorllm::LLM& llm, const std::string& name, const actorllm::pr
   r.cached_tokens = stream.output().usage.cached_tokens;
   std::fprintf(stderr, "  %-28s TTFT %8.3f s, cached tokens %d\n", name.c_str(), r.ttft_seconds, r.cached_tokens);
   return r;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 }  // namespace
@@ -99,7 +95,7 @@ int main(int argc, char** argv) {
   for (const auto& r : runs)
     if (r.name.rfind("cold", 0) == 0)
       cold.push_back(r.ttft_seconds);
-  const double cold_median = median(cold), warm_median = median(warm);
+  const double cold_median = actorllm::bench::median(cold), warm_median = actorllm::bench::median(warm);
   const double ratio = warm_median > 0 ? cold_median / warm_median : 0.0;
   const auto stats = llm.stats();
 

@@ -24,6 +24,7 @@
 #include "kernels/cpu/simd.hpp"
 
 #include "bench/bench_json.hpp"
+#include "bench/bench_support.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
@@ -36,12 +37,6 @@ namespace {
 
 using namespace actorllm;
 using clock_type = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 enum class variant { bf16, int8, int4, w8a8 };
 const std::vector<variant> all_variants = {variant::bf16, variant::int8, variant::int4, variant::w8a8};
@@ -318,7 +313,7 @@ int main(int argc, char** argv) {
           times[v].push_back(sweep_shape(layers[v], s, n_tokens, sc, *pool));
         }
       for (variant v : all_variants)
-        rows.push_back({shape_name(s), n_tokens, v, shape_bytes(layers[v][0], s), median(times[v])});
+        rows.push_back({shape_name(s), n_tokens, v, shape_bytes(layers[v][0], s), bench::median(times[v])});
     }
   // Whole decode steps (all seven matmuls of a layer), batch 1 and 8, and the bf16 lm_head (2048 -> 32000, left
   // unquantized by AWQ/GPTQ checkpoints) timed in the same rounds, for the projection of a whole model.
@@ -347,8 +342,8 @@ int main(int argc, char** argv) {
       head_times.push_back(sweep_heads());
     }
     for (variant v : all_variants)
-      steps.push_back({"layer matmuls", n_tokens, v, layer_bytes(layers[v][0]), median(times[v])});
-    lm_head_seconds[n_tokens] = median(head_times);
+      steps.push_back({"layer matmuls", n_tokens, v, layer_bytes(layers[v][0]), bench::median(times[v])});
+    lm_head_seconds[n_tokens] = bench::median(head_times);
   }
 
   auto bf16_seconds = [](const std::vector<row>& all, const row& r) {
