@@ -571,10 +571,8 @@ std::shared_ptr<response_channel> openai_service::completions(const http_request
                                 config_.max_queued_requests))
     return fail(*bad);
   log_ignored(*parsed);
-  if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
-    return fail(*bad);
   std::shared_ptr<const text::structured::token_constraint> constraint;
-  if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
+  if (auto bad = check_generation(*parsed, false, constraint))
     return fail(*bad);
   auto model = loras_->resolve(parsed->model);
   if (!model)
@@ -775,6 +773,16 @@ std::string chat_echo_text(const openai::chat_request& r, std::span<const openai
 
 }  // namespace
 
+std::optional<openai::api_error> openai_service::check_generation(
+    openai::common_request& r, bool chat, std::shared_ptr<const text::structured::token_constraint>& constraint) {
+  if (auto bad = check_token_ids(r.params, llm_.info().n_vocab))
+    return bad;
+  if (chat)  // with a reasoning parser, structure and tool calls hold after </think>
+    if (auto bad = openai::constrain_after_reasoning(r, tokenizer_.get(), config_.reasoning_parser))
+      return bad;
+  return check_structured(r, structured_tokenizer_dir(), config_.structured_limits, constraint);
+}
+
 std::shared_ptr<response_channel> openai_service::chat_completions(const http_request& req) {
   if (auto bad = check_json_content_type(req))
     return fail(*bad);
@@ -782,12 +790,8 @@ std::shared_ptr<response_channel> openai_service::chat_completions(const http_re
   if (!parsed)
     return fail(parsed.error());
   log_ignored(*parsed);
-  if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
-    return fail(*bad);
   std::shared_ptr<const text::structured::token_constraint> constraint;
-  if (auto bad = openai::constrain_after_reasoning(*parsed, tokenizer_.get(), config_.reasoning_parser))
-    return fail(*bad);
-  if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
+  if (auto bad = check_generation(*parsed, true, constraint))
     return fail(*bad);
   using tool_mode = openai::response_context::tool_mode;
   tool_mode tools = tool_mode::none;
@@ -879,13 +883,9 @@ std::shared_ptr<response_channel> openai_service::chat_completions_batch(const h
                                 config_.max_queued_requests, "conversation", "messages"))
     return fail(*bad);
   log_ignored(*parsed);
-  if (auto bad = check_token_ids(parsed->params, llm_.info().n_vocab))
-    return fail(*bad);
-  std::shared_ptr<const text::structured::token_constraint> constraint;
-  if (auto bad = openai::constrain_after_reasoning(*parsed, tokenizer_.get(), config_.reasoning_parser))
-    return fail(*bad);
   // One constraint for every conversation: compiled once.
-  if (auto bad = check_structured(*parsed, structured_tokenizer_dir(), config_.structured_limits, constraint))
+  std::shared_ptr<const text::structured::token_constraint> constraint;
+  if (auto bad = check_generation(*parsed, true, constraint))
     return fail(*bad);
   auto model = loras_->resolve(parsed->model);
   if (!model)

@@ -11,6 +11,7 @@
 #include "net/routes.hpp"
 #include "net/stats_logger.hpp"
 #include "text/structured/structured_limits.hpp"
+#include "text/structured/token_constraint.hpp"
 
 #include <actorllm/llm.hpp>
 
@@ -113,6 +114,10 @@ class openai_service {
   openai::parse_limits parse_limits() const;
   /// The tokenizer directory structured outputs compile their token masks against (absolute, as the engine's).
   std::string structured_tokenizer_dir() const;
+  /// What every generating route checks of a parsed body: its token ids against the vocabulary, for chat (`chat`)
+  /// the constraints after a reasoning parser's end token, and its structured output, compiled into `constraint`.
+  std::optional<openai::api_error> check_generation(
+      openai::common_request& r, bool chat, std::shared_ptr<const text::structured::token_constraint>& constraint);
   std::shared_ptr<response_channel> completions(const http_request& req);
   std::shared_ptr<response_channel> chat_completions(const http_request& req);
   // POST /v1/chat/completions/batch (vLLM's): a list of conversations, one choice each, never streamed.
