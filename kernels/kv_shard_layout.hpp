@@ -26,7 +26,7 @@ struct kv_shard_layout {
   ACTORLLM_KV_LAYOUT_FN bool plain() const { return n_shards == 1; }
   ACTORLLM_KV_LAYOUT_FN bool owns(int64_t pos) const { return (pos / interleave) % n_shards == shard; }
   /// How many of the positions [0, end) this shard keeps: the local index of the first position at or after `end`
-  /// that it keeps. Local index i of an owned position p is local_count(p).
+  /// that it keeps. The local index of an owned position p is local_count(p).
   ACTORLLM_KV_LAYOUT_FN int64_t local_count(int64_t end) const {
     if (n_shards == 1)
       return end;
@@ -34,12 +34,6 @@ struct kv_shard_layout {
     const int64_t in_cycle = end % cycle - static_cast<int64_t>(shard) * interleave;
     const int64_t partial = in_cycle < 0 ? 0 : (in_cycle > interleave ? interleave : in_cycle);
     return end / cycle * interleave + partial;
-  }
-  /// The position of this shard's local index i (the inverse of local_count on owned positions).
-  ACTORLLM_KV_LAYOUT_FN int64_t position_of(int64_t i) const {
-    if (n_shards == 1)
-      return i;
-    return ((i / interleave) * n_shards + shard) * interleave + i % interleave;
   }
 };
 
