@@ -5,9 +5,9 @@
 #include "actorllm/llm.hpp"
 
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/cluster_executor.hpp"
-#include "actors/control_network.hpp"
-#include "actors/executor.hpp"
+#include "actors/executors/cluster_executor.hpp"
+#include "actors/cluster/control_network.hpp"
+#include "actors/executors/executor.hpp"
 #include "api/delivery.hpp"
 #include "api/replica_set.hpp"
 #include "util/log.hpp"

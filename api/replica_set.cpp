@@ -3,9 +3,9 @@
 
 #include "actorllm/proto/atoms.hpp"
 #include "actorllm/proto/error.hpp"
-#include "actors/executor.hpp"
-#include "actors/lockstep_replicas.hpp"
-#include "actors/replica_watch.hpp"
+#include "actors/executors/executor.hpp"
+#include "actors/executors/lockstep_replicas.hpp"
+#include "actors/executors/replica_watch.hpp"
 #include "text/tokenizer_error.hpp"
 #include "util/log.hpp"
 

@@ -14,7 +14,7 @@ namespace actorllm::app {
 void add_cluster_tls_options(CLI::App& sub, std::string& certificate, std::string& key, std::string& ca_file);
 
 /// Adds --max-control-message-bytes to `sub`, stored in `bytes`: the largest BASP payload a peer of this process's
-/// control plane may send (actors/basp_screen.hpp); a bigger one closes that connection.
+/// control plane may send (actors/cluster/basp_screen.hpp); a bigger one closes that connection.
 void add_control_message_limit_option(CLI::App& sub, uint64_t& bytes);
 
 /// The bounds of --max-control-message-bytes (a BASP payload length is 32 bits).

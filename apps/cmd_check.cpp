@@ -1,9 +1,9 @@
-// `actorllm check`: the cluster's communication sanity check (actors/cluster_check.hpp).
+// `actorllm check`: the cluster's communication sanity check (actors/cluster/cluster_check.hpp).
 #include "apps/command_registry.hpp"
 
 #include "apps/cluster_tls_options.hpp"
 
-#include "actors/cluster_check.hpp"
+#include "actors/cluster/cluster_check.hpp"
 
 #include <cstdlib>
 #include <iostream>

@@ -9,11 +9,11 @@
 #include "actorllm/error.hpp"
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/cluster_registry.hpp"
-#include "actors/control_network.hpp"
-#include "actors/gated_multiplexer.hpp"
-#include "actors/mp_executor.hpp"
-#include "actors/node_agent.hpp"
+#include "actors/cluster/cluster_registry.hpp"
+#include "actors/cluster/control_network.hpp"
+#include "actors/cluster/gated_multiplexer.hpp"
+#include "actors/executors/mp_executor.hpp"
+#include "actors/cluster/node_agent.hpp"
 #include "util/log.hpp"
 
 #include <caf/actor_system.hpp>

@@ -5,7 +5,7 @@
 #include "apps/model_flags.hpp"
 #include "apps/parallel_flags.hpp"
 
-#include "actors/executor_choice.hpp"
+#include "actors/executors/executor_choice.hpp"
 #include "apps/cluster_tls_options.hpp"
 #include "apps/model_location.hpp"
 #include "apps/serve_config_file.hpp"
@@ -81,7 +81,7 @@ log::level parse_log_level(std::string name) {
 }
 
 /// An early check of --distributed-executor-backend's spelling (before any loading); the engine itself decides
-/// whether the layout can run on it (actors/executor_choice.hpp) and logs why.
+/// whether the layout can run on it (actors/executors/executor_choice.hpp) and logs why.
 void check_executor_backend(const std::string& requested) {
   if (!requested.empty() && !actors::parse_executor_backend(requested))
     throw std::invalid_argument("--distributed-executor-backend: " + actors::executor_backend_error(requested));

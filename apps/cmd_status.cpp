@@ -6,7 +6,7 @@
 
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/control_network.hpp"
+#include "actors/cluster/control_network.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -1,8 +1,8 @@
 // `actorllm worker`: a worker process of the mp and cluster executors. Engines (and node agents) start it; users
-// do not. It joins the engine's worker registry and hosts the shards it is given (actors/worker_process.hpp).
+// do not. It joins the engine's worker registry and hosts the shards it is given (actors/runtime/worker_process.hpp).
 #include "apps/command_registry.hpp"
 
-#include "actors/worker_process.hpp"
+#include "actors/runtime/worker_process.hpp"
 
 #include <fmt/format.h>
 

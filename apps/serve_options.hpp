@@ -110,7 +110,7 @@ struct serve_options {
   std::string cluster_tls_cert;  ///< control-plane TLS: certificate, key and CA (PEM files; all three or none)
   std::string cluster_tls_key;
   std::string cluster_tls_ca;
-  uint64_t max_control_message_bytes = 256u << 20;  ///< --max-control-message-bytes (actors/basp_screen.hpp)
+  uint64_t max_control_message_bytes = 256u << 20;  ///< --max-control-message-bytes (actors/cluster/basp_screen.hpp)
 };
 
 }  // namespace actorllm::app

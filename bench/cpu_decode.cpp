@@ -11,7 +11,7 @@
 #include "bench/bench_support.hpp"
 #include "bench/decode_loop.hpp"
 #include "bench/memory_bandwidth.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"

@@ -13,7 +13,7 @@
 #include "bench/bench_json.hpp"
 #include "bench/parity/logit_rows.hpp"
 #include "kernels/backend.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "kernels/device.hpp"
 #include "kernels/quantized_linear.hpp"
 #include "model/decode_graph_plan.hpp"

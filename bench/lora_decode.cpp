@@ -8,7 +8,7 @@
 #include "bench/bench_support.hpp"
 #include "bench/decode_loop.hpp"
 #include "bench/memory_bandwidth.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"

@@ -9,7 +9,7 @@
 #include "bench/bench_json.hpp"
 #include "bench/parity/logit_rows.hpp"
 #include "kernels/backend.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
 #include "util/thread_pool.hpp"

@@ -13,7 +13,7 @@ find_library(CAF_CORE_LIBRARY caf_core)
 find_library(CAF_IO_LIBRARY caf_io)
 find_library(CAF_OPENSSL_LIBRARY caf_openssl)
 find_path(CAF_INCLUDE_DIR caf/all.hpp)
-# OpenSSL (libssl-dev): CAF's OpenSSL module carries the control plane over TLS (actors/control_network.cpp), which
+# OpenSSL (libssl-dev): CAF's OpenSSL module carries the control plane over TLS (actors/cluster/control_network.cpp), which
 # also checks the certificate files with it.
 find_package(OpenSSL REQUIRED)
 if(CAF_CORE_LIBRARY AND CAF_IO_LIBRARY AND CAF_OPENSSL_LIBRARY AND CAF_INCLUDE_DIR)

@@ -20,9 +20,18 @@ function(actorllm_target_defaults target)
   endif()
 endfunction()
 
-# A static library made of every .cpp under `dir` (recursively). Adding a file needs no CMake edit.
+# A static library made of every .cpp under `dir` (recursively; NON_RECURSIVE: only `dir`'s own files; EXCLUDE regex:
+# leave out the paths that match, e.g. a subfolder that another target builds). Adding a file needs no CMake edit.
 function(actorllm_add_library name dir)
-  file(GLOB_RECURSE _srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${dir}/*.cpp)
+  cmake_parse_arguments(_opt "NON_RECURSIVE" "EXCLUDE" "" ${ARGN})
+  if(_opt_NON_RECURSIVE)
+    file(GLOB _srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${dir}/*.cpp)
+  else()
+    file(GLOB_RECURSE _srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${dir}/*.cpp)
+  endif()
+  if(_opt_EXCLUDE)
+    list(FILTER _srcs EXCLUDE REGEX "${_opt_EXCLUDE}")
+  endif()
   if(NOT _srcs)
     # A folder whose first sources are still to come: an empty stand-in keeps the dependents linking.
     set(_srcs ${PROJECT_SOURCE_DIR}/cmake/empty.cpp)

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "comm/gloo_group.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 
 #include <cstdint>
 #include <memory>

@@ -9,7 +9,7 @@
 #pragma once
 
 #include "comm/rendezvous_store.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 
 #include <chrono>
 #include <cstdint>

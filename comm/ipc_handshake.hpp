@@ -1,11 +1,11 @@
 // The meeting of a custom all-reduce group: every rank publishes the CUDA IPC handles of its data and signal buffers
 // through the rendezvous store, reads every peer's, checks that they belong together, and maps the peers' buffers
-// into its own process. Plain C++ over rendezvous_store and kernels/ipc_memory.hpp's ipc_backend, so the protocol is
+// into its own process. Plain C++ over rendezvous_store and comm/ipc_memory.hpp's ipc_backend, so the protocol is
 // unit-tested with memory_store and a fake backend on threads.
 #pragma once
 
 #include "comm/rendezvous_store.hpp"
-#include "kernels/ipc_memory.hpp"
+#include "comm/ipc_memory.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -1,10 +1,10 @@
 // The data plane between ranks that are threads of one process: they share memory, so an all-reduce is a
 // reduce-scatter and an all-gather over each other's buffers, with no copies through messages. A TP group's ranks
-// live and die together; the expert-parallel group of lockstep replicas (actors/lockstep_replicas.hpp) spans
+// live and die together; the expert-parallel group of lockstep replicas (actors/executors/lockstep_replicas.hpp) spans
 // replicas that fail apart, so it can be aborted: its ranks blocked in a collective wake up and throw.
 #pragma once
 
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 
 #include <barrier>
 #include <condition_variable>

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "kernels/backend.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "model/layer_weights.hpp"
 #include "model/step_inputs.hpp"
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "kernels/backend.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "model/forward_batch.hpp"
 #include "model/kv_cache.hpp"
 #include "model/layer_weights.hpp"

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "kernels/backend.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "model/layers.hpp"
 #include "model/model_config.hpp"
 #include "model/moe_weights.hpp"

@@ -21,7 +21,8 @@ rules=(
   "hub/|kernels/ comm/ model/ text/ engine/ actorllm/ actors/ net/ api/ apps/ caf/|the Hub client knows files and HTTP: only the apps use it"
   "engine/|model/ kernels/ comm/ actorllm/ actors/ net/ api/ apps/ caf/ boost/beast/ hub/|the engine core is plain state machines: no CAF, no model"
   "include/actorllm/proto/|actors/ net/ api/ apps/ boost/beast/ hub/|the protocol is below the actors"
-  "actors/|net/ api/ apps/ kernels/cuda/ boost/beast/ hub/|actors are below the front door and reach devices through the backend interface"
+  "runner/|caf/ actorllm/proto/ actors/ net/ api/ apps/ kernels/cpu/ kernels/cuda/ comm/cuda/ boost/beast/ hub/|the model runner is plain classes over the engine core and the model: no CAF, no protocol"
+  "actors/|net/ api/ apps/ kernels/cuda/ comm/cuda/ boost/beast/ hub/|actors are below the front door and reach devices through the backend interface"
   "net/|actors/ apps/ caf/ actorllm/proto/ kernels/ model/ comm/ engine/ hub/|the front door reaches the engine through the public API only"
   "api/|net/ apps/ boost/beast/ hub/|the embedding API is below the server and the binary"
 )

@@ -5,14 +5,14 @@
 // "predicts" a hash of everything a sequence's block table holds, so a wrong block table, a missed diff or a bad
 // recompute after preemption changes the output.
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/engine_actor.hpp"
-#include "actors/persistent_batch.hpp"
-#include "actors/scheduler_actor.hpp"
-#include "actors/sequence_samplers.hpp"
-#include "actors/step_inbox.hpp"
+#include "actors/runtime/engine_actor.hpp"
+#include "runner/persistent_batch.hpp"
+#include "actors/runtime/scheduler_actor.hpp"
+#include "runner/sequence_samplers.hpp"
+#include "runner/step_inbox.hpp"
 #include "deterministic_system.hpp"
 #include "kernels/backend.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -5,9 +5,9 @@
 #pragma once
 
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/control_gate.hpp"
-#include "actors/control_network.hpp"
-#include "actors/tls_relay.hpp"
+#include "actors/cluster/control_gate.hpp"
+#include "actors/cluster/control_network.hpp"
+#include "actors/cluster/tls_relay.hpp"
 
 #include <doctest/doctest.h>
 #include <openssl/ssl.h>

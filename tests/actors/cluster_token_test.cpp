@@ -1,9 +1,9 @@
-// Cluster token strength (actors/cluster_token.hpp): short, empty and low-variety tokens are refused with a message
+// Cluster token strength (actors/cluster/cluster_token.hpp): short, empty and low-variety tokens are refused with a message
 // that says why and where the token came from, never the token; random tokens of the minimum length pass.
-#include "actors/cluster_token.hpp"
+#include "actors/cluster/cluster_token.hpp"
 
 #include "actorllm/error.hpp"
-#include "actors/control_network.hpp"
+#include "actors/cluster/control_network.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,10 +1,10 @@
 // Issue 30, item 3: a member of the control plane (it holds the key) sends malformed BASP after the gate. Each case
 // once crashed or bloated the process that parsed it (CAF 0.17.6 trusts what it parses); now the BASP screen
-// (actors/basp_screen.hpp) closes that connection and the process keeps serving a well-behaved client. Then a
+// (actors/cluster/basp_screen.hpp) closes that connection and the process keeps serving a well-behaved client. Then a
 // seeded fuzzer of the framing after the handshake, bounded in time (ACTORLLM_FUZZ_SECONDS, default 4;
 // ACTORLLM_FUZZ_SEED replays a run).
-#include "actors/basp_screen.hpp"
-#include "actors/gated_multiplexer.hpp"
+#include "actors/cluster/basp_screen.hpp"
+#include "actors/cluster/gated_multiplexer.hpp"
 #include "basp_peer.hpp"
 
 #include <doctest/doctest.h>

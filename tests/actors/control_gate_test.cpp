@@ -1,7 +1,7 @@
 // The control gate's handshake as plain classes (no sockets), and its blocking client over a socketpair: both sides
 // accept each other only with the same key, refuse every malformed or mutated message, and never take a byte
 // beyond their own messages (those belong to CAF).
-#include "actors/control_gate.hpp"
+#include "actors/cluster/control_gate.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,9 +1,9 @@
-// The control plane's TLS settings (actors/control_network.hpp): all three files or none, each one readable and
+// The control plane's TLS settings (actors/cluster/control_network.hpp): all three files or none, each one readable and
 // what it claims to be, the key matching the certificate and the certificate signed by the CA, each failure
-// naming the flag, the variable and the file. Certificates come from tests/test_pki.hpp.
+// naming the flag, the variable and the file. Certificates come from tests/support/test_pki.hpp.
 #include "actorllm/error.hpp"
-#include "actors/control_network.hpp"
-#include "test_pki.hpp"
+#include "actors/cluster/control_network.hpp"
+#include "support/test_pki.hpp"
 
 #include <doctest/doctest.h>
 

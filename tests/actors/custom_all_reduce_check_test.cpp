@@ -1,6 +1,6 @@
 // When `actorllm check` measures the custom all-reduce: GPUs of their own on one host, at most 8 ranks; otherwise
 // the line it prints says why. The measurement itself needs GPUs (unverified here).
-#include "actors/custom_all_reduce_check.hpp"
+#include "actors/cluster/custom_all_reduce_check.hpp"
 
 #include <doctest/doctest.h>
 

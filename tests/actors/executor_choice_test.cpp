@@ -1,6 +1,6 @@
 // The executor rule (docs/DESIGN.md §4): one test per branch of the default and of each request, and the names
 // --distributed-executor-backend takes.
-#include "actors/executor_choice.hpp"
+#include "actors/executors/executor_choice.hpp"
 
 #include <doctest/doctest.h>
 

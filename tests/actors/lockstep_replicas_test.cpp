@@ -2,10 +2,10 @@
 // for a dummy Mixtral: both replicas serve while the other idles; when the set's expert-parallel group is aborted
 // (what the replica set does once one replica failed) the request that runs fails at once, naming the group,
 // instead of waiting for a partner that is gone; the set stops promptly; and a fresh set serves again.
-#include "actors/lockstep_replicas.hpp"
+#include "actors/executors/lockstep_replicas.hpp"
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/executor.hpp"
-#include "test_paths.hpp"
+#include "actors/executors/executor.hpp"
+#include "support/test_paths.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -3,7 +3,7 @@
 // deterministic test coordinator. A replica with nothing to do dispatches exactly one idle plan per step of its
 // busy peer, and none ahead of it; two busy replicas add none; a scheduler not in lockstep sends none.
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/scheduler_actor.hpp"
+#include "actors/runtime/scheduler_actor.hpp"
 #include "deterministic_system.hpp"
 
 #include <caf/actor_system.hpp>

@@ -1,8 +1,8 @@
 // The engine's bookkeeping without actors: validation and tokenization of submissions, deltas that add up to the
 // final text, stop strings (which the scheduler must then be told about), stop tokens, eos, n > 1, abort.
-#include "actors/output_processor.hpp"
+#include "actors/runtime/output_processor.hpp"
 #include "actorllm/proto/error.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

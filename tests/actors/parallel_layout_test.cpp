@@ -1,8 +1,8 @@
 // The pipeline split (vLLM's default and explicit partitions) and the tensor-parallel head check, with the numbers
 // in every error.
-#include "actors/parallel_layout.hpp"
+#include "actors/executors/parallel_layout.hpp"
 #include "model/model_config.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

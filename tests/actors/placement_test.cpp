@@ -1,6 +1,6 @@
 // Placing TP × PP ranks on a cluster's nodes: TP groups inside a node, stages across nodes, spanning only when no
 // node can hold a TP group (with a warning), and an error listing every node when the ranks do not fit.
-#include "actors/placement.hpp"
+#include "actors/executors/placement.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -3,8 +3,8 @@
 // the worker keeps serving. Run by CAF's deterministic test coordinator.
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/shard_actor.hpp"
-#include "actors/worker_actor.hpp"
+#include "actors/runtime/shard_actor.hpp"
+#include "actors/runtime/worker_actor.hpp"
 #include "deterministic_system.hpp"
 
 #include <caf/actor_system.hpp>

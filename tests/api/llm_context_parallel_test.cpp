@@ -8,7 +8,7 @@
 #include "model/model_source.hpp"
 #include "model/model_test_util.hpp"
 #include "model/reference_llama.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

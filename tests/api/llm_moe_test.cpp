@@ -3,7 +3,7 @@
 // spans both (busy or idle); the per-expert load reaches the stats that /metrics exports; lockstep DP+EP where it
 // cannot run and --enable-eplb are refused by name.
 #include "actorllm/llm.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -2,8 +2,8 @@
 // tensor- and pipeline-parallel layout, with prefix caching on and off (with it on, the batched second pass reads
 // every prompt's full blocks from the cache), and a layout the heads cannot take fails at once naming the numbers.
 #include "actorllm/llm.hpp"
-#include "golden_ids.hpp"
-#include "test_paths.hpp"
+#include "support/golden_ids.hpp"
+#include "support/test_paths.hpp"
 
 #include "kernels/device.hpp"
 

@@ -1,8 +1,8 @@
 // Prefix caching through actorllm::LLM on stories260K: the same outputs with caching on and off (greedy, seeded
 // n > 1, after preemptions), usage.cached_tokens and the salt, reset_prefix_cache, and no block held after aborts.
 #include "actorllm/llm.hpp"
-#include "actors/sequence_samplers.hpp"
-#include "test_paths.hpp"
+#include "runner/sequence_samplers.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -6,7 +6,7 @@
 #include "model/model_source.hpp"
 #include "model/model_weights.hpp"
 #include "model/reference_llama.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

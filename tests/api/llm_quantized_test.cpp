@@ -10,7 +10,7 @@
 #include "model/model_test_util.hpp"
 #include "model/reference_llama.hpp"
 #include "model/weight_table.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -2,7 +2,7 @@
 // them preempt each other and still produce what each would alone, leaving every block free; an abort frees a
 // running request's blocks before it returns.
 #include "actorllm/llm.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

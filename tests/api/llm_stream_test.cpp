@@ -2,7 +2,7 @@
 // provided task and sync_wait), plain callbacks, n > 1, logprobs, stop strings and stop tokens, and errors as
 // exceptions with clear messages.
 #include "actorllm/llm.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,7 @@
 #include "apps/bench_serve/sse.hpp"
 #include "apps/bench_serve/target_policy.hpp"
 #include "apps/bench_serve/workload.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <simdjson.h>

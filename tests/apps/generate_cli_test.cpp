@@ -1,5 +1,5 @@
 // `actorllm generate` end to end, as a user runs it.
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include "kernels/device.hpp"
 

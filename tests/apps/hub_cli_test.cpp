@@ -3,7 +3,7 @@
 // the local fake Hub of tests/hub (nothing reaches the real Hub).
 #include "../hub/fake_hub.hpp"
 #include "apps/serve_config_file.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

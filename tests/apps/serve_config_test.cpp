@@ -3,7 +3,7 @@
 #include "apps/nearest_name.hpp"
 #include "apps/serve_config_file.hpp"
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include "kernels/device.hpp"
 

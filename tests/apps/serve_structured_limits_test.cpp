@@ -3,7 +3,7 @@
 #include "apps/serve_config_file.hpp"
 #include "text/structured/structured_limits.hpp"
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

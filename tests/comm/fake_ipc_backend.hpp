@@ -3,7 +3,7 @@
 // rank opens its own handle and that every mapping is closed.
 #pragma once
 
-#include "kernels/ipc_memory.hpp"
+#include "comm/ipc_memory.hpp"
 
 #include <chrono>
 #include <cstring>

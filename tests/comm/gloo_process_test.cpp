@@ -4,7 +4,7 @@
 #include "comm/gloo_collective.hpp"
 #include "comm/gloo_pipe.hpp"
 #include "process_test_support.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/wait.h>

@@ -9,7 +9,7 @@
 #include "comm/shared_memory_collective.hpp"
 #include "process_test_support.hpp"
 #include "rank_threads.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/wait.h>

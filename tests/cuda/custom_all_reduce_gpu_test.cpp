@@ -10,8 +10,8 @@
 #include "file_store.hpp"
 #include "gpu_test_util.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
-#include "kernels/cuda/cuda_ipc_backend.hpp"
-#include "kernels/cuda/custom_all_reduce.hpp"
+#include "comm/cuda/cuda_ipc_backend.hpp"
+#include "comm/cuda/custom_all_reduce.hpp"
 #include "kernels/dtype.hpp"
 
 #include <doctest/doctest.h>

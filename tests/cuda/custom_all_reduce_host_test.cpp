@@ -1,7 +1,7 @@
 // The custom all-reduce's host side without a GPU: what goes to the fallback (host tensors, host primitives, the
 // messages the rule refuses), the per-message choice for the group's topology, and the arguments refused before any
 // CUDA call. The kernels themselves run in custom_all_reduce_gpu_test.cpp.
-#include "kernels/cuda/custom_all_reduce.hpp"
+#include "comm/cuda/custom_all_reduce.hpp"
 
 #include "kernels/tensor.hpp"
 

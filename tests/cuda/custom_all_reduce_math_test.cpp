@@ -1,8 +1,8 @@
-// The custom all-reduce's index arithmetic on the CPU (kernels/cuda/custom_all_reduce_math.hpp): packs and the tail,
+// The custom all-reduce's index arithmetic on the CPU (comm/cuda/custom_all_reduce_math.hpp): packs and the tail,
 // the two-shot partition, the grid; then both kernels' loop structure emulated rank by rank, block by block, with the
 // same helpers, against the rank-order sum: every element written once, identical bits on every rank and for both
 // shots, and the two-shot's gather reading only what the same block index reduced (why per-block barriers suffice).
-#include "kernels/cuda/custom_all_reduce_math.hpp"
+#include "comm/cuda/custom_all_reduce_math.hpp"
 #include "kernels/dtype.hpp"
 
 #include <doctest/doctest.h>

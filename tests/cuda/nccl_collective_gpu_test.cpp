@@ -5,7 +5,7 @@
 // machine with one (tests/gpu_skip_listener.cpp). Not run yet on a GPU: written and compiled on a machine without one.
 #include "comm/comm_error.hpp"
 #include "kernels/backend.hpp"
-#include "kernels/device_communicator.hpp"
+#include "comm/device_communicator.hpp"
 
 #include "../comm/rank_threads.hpp"
 #include "gpu_test_util.hpp"
@@ -22,7 +22,7 @@
 
 #ifdef ACTORLLM_HAVE_NCCL
 #include "kernels/cuda/cuda_backend.hpp"
-#include "kernels/cuda/nccl_collective.hpp"
+#include "comm/cuda/nccl_collective.hpp"
 #endif
 
 using namespace actorllm;

@@ -4,9 +4,9 @@
 // flood of such connections. The head must stay up, close the hostile connection, keep its CPU idle, and keep
 // serving `actorllm status` and node joins.
 #include "actors/basp_peer.hpp"
-#include "actors/tls_relay.hpp"
+#include "actors/cluster/tls_relay.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
-#include "test_pki.hpp"
+#include "support/test_pki.hpp"
 
 #include <doctest/doctest.h>
 

@@ -7,7 +7,7 @@
 // Replica 1 has nowhere to go until a node joins; then its restart places it there and it takes traffic again.
 #include "e2e_cluster/cluster_harness.hpp"
 #include "e2e_server/data_parallel_checks.hpp"
-#include "worker_processes.hpp"
+#include "support/worker_processes.hpp"
 
 #include <doctest/doctest.h>
 

@@ -3,11 +3,11 @@
 // devices the other does not hold (the agents report their workers), both give the golden greedy ids, `actorllm
 // status` shows which replica, stage and rank each worker serves, a third replica is refused for want of free
 // devices, and replica 1 restarted while replica 0 serves lands on the devices it left.
-#include "actors/executor.hpp"
+#include "actors/executors/executor.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
-#include "golden_ids.hpp"
-#include "replica_driver.hpp"
-#include "test_paths.hpp"
+#include "support/golden_ids.hpp"
+#include "support/replica_driver.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,12 +1,12 @@
-// The control gate end to end (actors/gated_multiplexer.hpp): a cluster head and an mp engine's worker registry
+// The control gate end to end (actors/cluster/gated_multiplexer.hpp): a cluster head and an mp engine's worker registry
 // take hostile bytes on their control ports — the reproduction of the head crash (garbage after a handshake
 // prefix), then a seeded fuzzer for a bounded time — and keep serving; a head beyond loopback without TLS refuses to
 // start unless --insecure, and says why.
-#include "actors/cluster_token.hpp"
+#include "actors/cluster/cluster_token.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
 #include "e2e_cluster/control_port_fuzz.hpp"
 #include "e2e_server/server_harness.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,7 @@
 // tests/e2e_cluster.
 #pragma once
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <fmt/format.h>
 

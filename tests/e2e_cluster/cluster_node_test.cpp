@@ -5,10 +5,10 @@
 
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/control_network.hpp"
-#include "actors/worker_registry.hpp"
+#include "actors/cluster/control_network.hpp"
+#include "actors/cluster/worker_registry.hpp"
 #include "model/model_hash.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

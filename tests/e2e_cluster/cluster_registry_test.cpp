@@ -1,6 +1,6 @@
 // The cluster registry in one process, with stand-in agents: token checks, node id uniqueness, a silent agent
 // marked unhealthy (and healthy again), a dead agent removed, and its node id free again afterwards.
-#include "actors/cluster_registry.hpp"
+#include "actors/cluster/cluster_registry.hpp"
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
 

@@ -6,9 +6,9 @@
 #include "actorllm/llm.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
 #include "e2e_server/server_harness.hpp"
-#include "golden_ids.hpp"
-#include "test_paths.hpp"
-#include "worker_processes.hpp"
+#include "support/golden_ids.hpp"
+#include "support/test_paths.hpp"
+#include "support/worker_processes.hpp"
 
 #include <doctest/doctest.h>
 

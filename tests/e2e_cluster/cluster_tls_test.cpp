@@ -1,12 +1,12 @@
-// The control plane over TLS (actors/control_network.hpp) on a simulated cluster whose head and agents all hold
+// The control plane over TLS (actors/cluster/control_network.hpp) on a simulated cluster whose head and agents all hold
 // certificates of one CA: TP x PP over two nodes, and mp on this node, give the golden ids; a node without TLS, a
 // node of another CA, `actorllm status` without TLS and an engine without TLS are refused with a hint; and those
 // refused handshakes cost the nodes already joined nothing.
 #include "actorllm/llm.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
-#include "golden_ids.hpp"
-#include "test_paths.hpp"
-#include "test_pki.hpp"
+#include "support/golden_ids.hpp"
+#include "support/test_paths.hpp"
+#include "support/test_pki.hpp"
 
 #include <doctest/doctest.h>
 

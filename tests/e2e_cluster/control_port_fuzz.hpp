@@ -1,11 +1,11 @@
 // Hostile clients for the control ports (a cluster head's registry, an engine's worker registry): a seeded
-// mutator of raw bytes that speaks as much of the control gate (actors/control_gate.hpp) as an attacker without
+// mutator of raw bytes that speaks as much of the control gate (actors/cluster/control_gate.hpp) as an attacker without
 // the key can — random bytes, the gate's magic with garbage, well-formed hellos followed by forged proofs and
 // BASP-looking bytes, bit-flipped and truncated handshakes, slow and silent clients. Header-only; used by
 // tests/e2e_cluster/cluster_gate_test.cpp.
 #pragma once
 
-#include "actors/control_gate.hpp"
+#include "actors/cluster/control_gate.hpp"
 
 #include <doctest/doctest.h>
 

@@ -3,11 +3,11 @@
 // processes of its own (named by replica), a rendezvous of its own, its share of the threads, and both give the
 // golden greedy ids; stopping one leaves the other serving, and it can be built again beside it.
 #include "actorllm/error.hpp"
-#include "actors/executor.hpp"
-#include "golden_ids.hpp"
-#include "replica_driver.hpp"
-#include "test_paths.hpp"
-#include "worker_processes.hpp"
+#include "actors/executors/executor.hpp"
+#include "support/golden_ids.hpp"
+#include "support/replica_driver.hpp"
+#include "support/test_paths.hpp"
+#include "support/worker_processes.hpp"
 
 #include <doctest/doctest.h>
 

@@ -5,10 +5,10 @@
 #include "actorllm/llm.hpp"
 #include "actorllm/proto/shared_plan.hpp"
 #include "e2e_server/server_harness.hpp"
-#include "golden_ids.hpp"
-#include "story_prompts.hpp"
-#include "test_paths.hpp"
-#include "worker_processes.hpp"
+#include "support/golden_ids.hpp"
+#include "support/story_prompts.hpp"
+#include "support/test_paths.hpp"
+#include "support/worker_processes.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -4,7 +4,7 @@
 // no error, its text equal to the same request run undisturbed; /health stays 200 throughout; the killed replica
 // restarts and takes traffic again (tests/e2e_server/data_parallel_checks.hpp).
 #include "e2e_server/data_parallel_checks.hpp"
-#include "worker_processes.hpp"
+#include "support/worker_processes.hpp"
 
 #include <doctest/doctest.h>
 

@@ -2,7 +2,7 @@
 // back from its log), driven by a small blocking HTTP/1.1 client over raw sockets, plus checks of OpenAI's shapes.
 #pragma once
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <simdjson.h>

@@ -2,7 +2,7 @@
 // replica's worker process killed and being restarted, and 200 once it serves again; every probe answered within
 // 1 s meanwhile.
 #include "server_harness.hpp"
-#include "worker_processes.hpp"
+#include "support/worker_processes.hpp"
 
 #include <doctest/doctest.h>
 

@@ -5,7 +5,7 @@
 #include "server_harness.hpp"
 
 #include <doctest/doctest.h>
-#include "doctest_int_vector.hpp"
+#include "support/doctest_int_vector.hpp"
 
 #include <sys/wait.h>
 

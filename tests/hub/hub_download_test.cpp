@@ -6,7 +6,7 @@
 #include "hub/hub_error.hpp"
 #include "hub/model_resolver.hpp"
 #include "hub/repo_id.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <simdjson.h>

@@ -9,7 +9,7 @@
 #include "hub/repo_id.hpp"
 #include "hub/url.hpp"
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // The device communicator's watchdog decisions, without CUDA: operations retire in order, a stalled one times out
 // counting from when it became the oldest, an asynchronous error or a request from another party aborts at once,
 // and an abort is final.
-#include "kernels/collective_watchdog.hpp"
+#include "comm/collective_watchdog.hpp"
 
 #include <doctest/doctest.h>
 

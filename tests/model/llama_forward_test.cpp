@@ -1,13 +1,13 @@
 // The Llama forward pass against stories260K's golden outputs (an independent float64 implementation), batched
 // against alone, and tensor-parallel against one rank.
 #include "comm/shared_memory_collective.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
 #include "model/stories_golden.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // model_content_hash: stable for the same content, sensitive to one byte of config.json, "" without a model.
 #include "model/model_hash.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -5,7 +5,7 @@
 #include "kernels/dtype.hpp"
 #include "model/model_error.hpp"
 #include "model/model_weights.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

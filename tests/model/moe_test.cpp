@@ -4,7 +4,7 @@
 // lockstep expert parallelism over data-parallel replicas (idle replicas serving their experts). A rank under expert
 // parallelism holds only its experts.
 #include "comm/shared_memory_collective.hpp"
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/forward_batch.hpp"
 #include "model/kv_cache.hpp"

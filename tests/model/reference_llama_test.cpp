@@ -7,7 +7,7 @@
 #include "model/stories_golden.hpp"
 #include "model/weight_table.hpp"
 #include "model_test_util.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

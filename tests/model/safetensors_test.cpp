@@ -3,7 +3,7 @@
 #include "model/safetensors.hpp"
 
 #include "model_test_util.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -2,7 +2,7 @@
 // (reference_llama.hpp) where configs differ from plain Llama: sliding windows (Mistral on every layer, Qwen2 only
 // above max_window_layers) run in prefill chunks that cross the window and through decodes, and transformers 5's
 // rope_parameters layout, which must give the same model as the old rope_theta / rope_scaling keys.
-#include "kernels/collective.hpp"
+#include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/forward_batch.hpp"
 #include "model/kv_cache.hpp"
@@ -10,7 +10,7 @@
 #include "model/model_config.hpp"
 #include "model/model_source.hpp"
 #include "reference_llama.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

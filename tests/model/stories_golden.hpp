@@ -3,7 +3,7 @@
 // model suites; header-only.
 #pragma once
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <simdjson.h>
 

@@ -2,7 +2,7 @@
 // them to the fields a body leaves out.
 #include "net/openai/generation_config.hpp"
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 

@@ -6,7 +6,7 @@
 #include "fuzz/test_server.hpp"
 
 #include <doctest/doctest.h>
-#include "doctest_int_vector.hpp"
+#include "support/doctest_int_vector.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

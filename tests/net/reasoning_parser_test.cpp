@@ -2,7 +2,7 @@
 // over pieces at every point), and the chat response and stream shapes that carry them.
 #include "net/openai/reasoning_parser.hpp"
 #include "net/openai/responses.hpp"
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
 #include <simdjson.h>

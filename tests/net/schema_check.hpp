@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 namespace actorllm::test {
 

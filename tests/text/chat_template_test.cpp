@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 #include "text/chat_template.hpp"
 #include "text/jinja/json.hpp"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 #include "text/jinja/json.hpp"
 #include "text/jinja/template.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 using namespace actorllm::text::structured;
 

@@ -1,5 +1,5 @@
 // The `actorllm tokenize` / `actorllm detokenize` subcommands, run as the built binary.
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 #include "tokenizer_fixtures.hpp"
 
 #include <doctest/doctest.h>

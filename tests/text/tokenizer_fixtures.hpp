@@ -2,7 +2,7 @@
 // tokenizer test vectors.
 #pragma once
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 #include "text/tokenizer.hpp"
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Builds small tokenizer.json files for tests of features and errors that the staged tokenizers do not cover.
 #pragma once
 
-#include "test_paths.hpp"
+#include "support/test_paths.hpp"
 
 #include <filesystem>
 #include <fstream>

@@ -1,0 +1,22 @@
+// The meeting of a GPU check round: see gpu_check_peers.hpp.
+#include "actors/cluster/gpu_check_peers.hpp"
+
+#include "kernels/device.hpp"
+#include "comm/device_communicator.hpp"
+
+#include <string>
+
+namespace actorllm::actors {
+
+gpu_check_peers meet_gpu_check_peers(comm::rendezvous_store& store, const proto::comm_check_request& req,
+                                     std::chrono::milliseconds timeout) {
+  gpu_check_peers out;
+  if (const int gpus = visible_gpu_count(); gpus > 0)
+    out.be = make_backend(device_for_rank(device_kind::cuda, req.device, gpus), 1);
+  const comm::rank_device mine{out.be ? gpu_identity(*out.be) : std::string{}, nccl_built()};
+  out.devices =
+      comm::exchange_rank_devices(store, comm::device_group_key(req.group_name, 0), req.rank, req.world, mine, timeout);
+  return out;
+}
+
+}  // namespace actorllm::actors

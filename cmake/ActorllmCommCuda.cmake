@@ -1,0 +1,15 @@
+# comm/cuda (NCCL, the custom all-reduce, CUDA IPC) compiled into actorllm_comm, which then links the CUDA backend it
+# runs on. One library: comm's transport choice names NCCL, and NCCL's communicator implements comm's interfaces.
+file(GLOB _comm_cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/comm/cuda/*.cpp ${PROJECT_SOURCE_DIR}/comm/cuda/*.cu)
+if(NOT ACTORLLM_NCCL)
+  list(FILTER _comm_cuda_sources EXCLUDE REGEX "/nccl_[^/]*$")
+endif()
+target_sources(actorllm_comm PRIVATE ${_comm_cuda_sources})
+target_link_libraries(actorllm_comm PUBLIC actorllm_kernels_cuda)
+set_target_properties(actorllm_comm PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
+actorllm_cuda_target_options(actorllm_comm)
+if(ACTORLLM_NCCL)
+  target_include_directories(actorllm_comm SYSTEM PRIVATE ${ACTORLLM_NCCL_INCLUDE_DIR})
+  target_link_libraries(actorllm_comm PUBLIC ${ACTORLLM_NCCL_LIBRARY})
+  target_compile_definitions(actorllm_comm PUBLIC ACTORLLM_HAVE_NCCL=1)
+endif()
