@@ -5,7 +5,7 @@
 
 namespace actorllm::engine {
 
-table_delta block_table_mirror::update(seq_id seq, const std::vector<block_id>& table) {
+table_delta block_table_mirror::update(seq_id seq, std::span<const block_id> table) {
   table_delta out;
   auto [it, inserted] = tables_.try_emplace(seq);
   std::vector<block_id>& held = it->second;
@@ -15,8 +15,8 @@ table_delta block_table_mirror::update(seq_id seq, const std::vector<block_id>& 
     held.insert(held.end(), out.blocks.begin(), out.blocks.end());
   } else {
     out.new_table = true;
-    out.blocks = table;
-    held = table;
+    out.blocks.assign(table.begin(), table.end());
+    held = out.blocks;
   }
   return out;
 }

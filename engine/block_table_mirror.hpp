@@ -1,13 +1,15 @@
-// What the shards of a replica already hold of each sequence's block table, kept on the scheduler's side so that a
-// step's plan ships only the difference (vLLM's scheduled_new_reqs / scheduled_cached_reqs.new_block_ids /
-// finished_req_ids). Every shard applies every plan in the order the scheduler sent them, so one mirror stands for
-// all of them; with pp_size plans in flight it runs ahead of the slowest stage, which catches up plan by plan.
+// What the shards of a replica already hold of each sequence's block table, kept on the scheduler's side (inside
+// scheduler_core) so that a step's plan ships only the difference (vLLM's scheduled_new_reqs /
+// scheduled_cached_reqs.new_block_ids / finished_req_ids). Every shard applies every plan in the order the scheduler
+// sent them, so one mirror stands for all of them; with pp_size plans in flight it runs ahead of the slowest stage,
+// which catches up plan by plan.
 #pragma once
 
 #include "engine/block_allocator.hpp"
 #include "engine/seq_id.hpp"
 
 #include <map>
+#include <span>
 #include <vector>
 
 namespace actorllm::engine {
@@ -24,7 +26,7 @@ class block_table_mirror {
   /// The delta that brings the shards' table of `seq` to `table` (the sequence is scheduled in the plan being
   /// built), and records `table` as theirs. A sequence the shards do not hold, or whose held table is not a prefix
   /// of `table`, gets its whole table.
-  table_delta update(seq_id seq, const std::vector<block_id>& table);
+  table_delta update(seq_id seq, std::span<const block_id> table);
 
   /// `seq` finished or was preempted: its table is gone (a later update sends it whole again), and the next plan
   /// tells the shards to drop theirs. Unknown sequences are ignored.

@@ -1,13 +1,55 @@
 // What the scheduler needs to know about a generation request: the prompt's token ids and the stop conditions it
-// can check by itself on token ids (stop strings need the detokenizer and stay with the engine).
+// can check by itself on token ids (stop strings need the detokenizer and stay with the engine), the LoRA adapter its
+// rows apply, and the sampling knobs it hands on to the sampler shard.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace actorllm::engine {
+
+/// A LoRA adapter as the shards load it (vLLM's LoRARequest): `id` > 0 names it in plans (unique among the adapters
+/// of one engine; a reloaded adapter gets a new id), `path` is its PEFT directory, `name` is for messages.
+struct lora_ref {
+  int32_t id = 0;
+  std::string name;
+  std::string path;
+
+  friend bool operator==(const lora_ref&, const lora_ref&) = default;
+};
+
+/// The sampling knobs of one request, as the sampler shard applies them (kernels/sampling.hpp semantics).
+struct sampler_spec {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t logprobs = -1;  ///< -1: none; 0: the sampled token's; k > 0: also the top k
+  uint64_t seed = 0;      ///< sequence 0 draws from this seed; sequence i > 0 from a seed derived from it and i
+  std::vector<int32_t> allowed_token_ids;             ///< non-empty: only these can be sampled
+  std::vector<std::vector<int32_t>> bad_words;        ///< token sequences whose last token is banned after the rest
+  int32_t min_tokens = 0;                             ///< min_tokens_stop_ids are masked before this many tokens
+  std::vector<int32_t> min_tokens_stop_ids;           ///< eos (unless ignore_eos) and stop_token_ids
+  std::vector<std::pair<int32_t, float>> logit_bias;  ///< added to the logits
+  std::string structured_pattern;                     ///< structured outputs: the output must match it (empty: free)
+  std::string tokenizer_dir;  ///< where the sampler finds the tokenizer the pattern's token masks need
+  /// Structured outputs after a reasoning part: the pattern applies only to the tokens after the first sampled
+  /// reasoning_end_token_id (the think-end token); -1: from the first output token (no reasoning part, or the
+  /// prompt already ended it).
+  int32_t reasoning_end_token_id = -1;
+  int32_t prompt_logprobs = -1;  ///< -1: none; k >= 0: score rows report the prompt token's and the top k
+  /// vLLM's logprob_token_ids: each sampled token reports these tokens' logprobs (in this order) instead of the top
+  /// `logprobs`; empty: the top `logprobs`.
+  std::vector<int32_t> logprob_token_ids;
+
+  friend bool operator==(const sampler_spec&, const sampler_spec&) = default;
+};
 
 /// A tokenized generation request as the engine hands it to the scheduler.
 struct request {
@@ -29,9 +71,13 @@ struct request {
   /// Score the prompt: each prompt position's logits are computed (not only the last one's), so that the sampler
   /// reports the logprob of the prompt token that follows. Such a request bypasses the prefix cache.
   bool score_prompt = false;
-  /// The LoRA adapter the request's rows apply (> 0), or 0 for the base model. At most scheduler_config::max_loras
-  /// adapters run at once; the adapter is part of the prefix cache's key (its KV differs from the base model's).
-  int32_t lora_id = 0;
+  /// The LoRA adapter the request's rows apply (id > 0), or id 0 for the base model. At most
+  /// scheduler_config::max_loras adapters run at once; the adapter is part of the prefix cache's key (its KV differs
+  /// from the base model's). Plans name it in step_plan::loras while one of its sequences is scheduled.
+  lora_ref lora;
+  /// The sampling knobs: they go to the sampler shard with the request's first sample or score row
+  /// (step_plan::new_requests), and are not read by the scheduler itself.
+  sampler_spec sampling;
 };
 
 }  // namespace actorllm::engine

@@ -48,9 +48,9 @@ expected<void> scheduler_core::add_request(request req) {
     return reject(engine_errc::invalid_argument, fmt::format("min_tokens must be at least 0, got {}", req.min_tokens));
   if (req.cache_salt && req.cache_salt->empty())
     return reject(engine_errc::invalid_argument, "cache_salt must not be empty (leave it out for no salt)");
-  if (req.lora_id < 0)
-    return reject(engine_errc::invalid_argument, fmt::format("lora id must be positive, got {}", req.lora_id));
-  if (req.lora_id != 0 && config_.max_loras == 0)
+  if (req.lora.id < 0)
+    return reject(engine_errc::invalid_argument, fmt::format("lora id must be positive, got {}", req.lora.id));
+  if (req.lora.id != 0 && config_.max_loras == 0)
     return reject(engine_errc::invalid_argument,
                   "names a LoRA adapter, but LoRA is off (start the engine with enable_lora / --enable-lora)");
 
@@ -96,7 +96,15 @@ expected<void> scheduler_core::add_request(request req) {
   state.max_tokens = static_cast<int32_t>(max_tokens);
   state.arrival = next_arrival_++;
   state.n_live = req.n;
-  state.extra_keys = first_block_extra_keys(req.cache_salt, req.lora_id);
+  state.extra_keys = first_block_extra_keys(req.cache_salt, req.lora.id);
+  // The sampler learns the request with its first sample or score row (plan_samplers).
+  sampler_setup setup;
+  setup.request_id = req.id;
+  if (req.sampling.repetition_penalty != 1.0f)
+    setup.prompt_ids = req.prompt;
+  setup.resume_output_ids = req.resume_output;
+  setup.spec = std::move(req.sampling);
+  state.setup = std::move(setup);
   seq_state seq;
   seq.id = seq_id{req.id, 0};
   seq.serial = next_serial_++;
@@ -132,7 +140,7 @@ void scheduler_core::enter_running(seq_state& seq) {
   seq.running = true;
   running_.insert(key_of(seq));
   n_running_seats_ += seats_of(seq);
-  if (const int32_t lora = requests_.at(seq.id.request_id).req.lora_id; lora != 0)
+  if (const int32_t lora = requests_.at(seq.id.request_id).req.lora.id; lora != 0)
     ++running_loras_[lora];
 }
 
@@ -141,7 +149,7 @@ void scheduler_core::leave_running(seq_state& seq) {
   seq.running = false;
   running_.erase(key_of(seq));
   n_running_seats_ -= seats_of(seq);
-  if (const int32_t lora = requests_.at(seq.id.request_id).req.lora_id; lora != 0) {
+  if (const int32_t lora = requests_.at(seq.id.request_id).req.lora.id; lora != 0) {
     auto it = running_loras_.find(lora);
     ACTORLLM_CHECK(it != running_loras_.end() && it->second > 0, "a running LoRA adapter was not counted");
     if (--it->second == 0)
@@ -150,7 +158,7 @@ void scheduler_core::leave_running(seq_state& seq) {
 }
 
 bool scheduler_core::lora_fits(const seq_state& seq) const {
-  const int32_t lora = requests_.at(seq.id.request_id).req.lora_id;
+  const int32_t lora = requests_.at(seq.id.request_id).req.lora.id;
   return lora == 0 || running_loras_.contains(lora) || running_loras_.size() < static_cast<size_t>(config_.max_loras);
 }
 
@@ -166,20 +174,21 @@ std::optional<seq_id> scheduler_core::pick_victim(seq_id current) const {
   return std::nullopt;
 }
 
-void scheduler_core::preempt(seq_state& seq, step_plan& plan) {
-  // Recompute, not swap: drop the KV and re-prefill prompt plus output later. Its tokens stay as they are.
+void scheduler_core::preempt(seq_state& seq) {
+  // Recompute, not swap: drop the KV and re-prefill prompt plus output later. Its tokens stay as they are. The shards
+  // drop its table with the next plan (a re-admission sends it whole).
   allocator_.free(seq.id).value();
   leave_running(seq);
   seq.n_computed = 0;
   waiting_.insert(key_of(seq));
-  plan.preempted.push_back(seq.id);
+  tables_.forget(seq.id);
   ++n_preemptions_;
 }
 
-bool scheduler_core::make_room(seq_state& seq, int64_t n_tokens, step_plan& plan) {
+bool scheduler_core::make_room(seq_state& seq, int64_t n_tokens, uint64_t step_id) {
   while (!allocator_.can_append(seq.id, n_tokens)) {
     if (auto victim = pick_victim(seq.id)) {
-      preempt(seqs_.at(*victim), plan);
+      preempt(seqs_.at(*victim));
       continue;
     }
     // Everyone else holding blocks is in a plan. When some of them are in an earlier plan still in flight (pp > 1),
@@ -187,10 +196,10 @@ bool scheduler_core::make_room(seq_state& seq, int64_t n_tokens, step_plan& plan
     // keeps its KV instead of recomputing it. Otherwise it is itself the lowest-ranked sequence left (vLLM).
     bool earlier_plan_holds_blocks = std::any_of(running_.begin(), running_.end(), [&](const order_key& key) {
       const seq_state& other = seqs_.at(id_of(key));
-      return other.in_flight_step && *other.in_flight_step != plan.step_id;
+      return other.in_flight_step && *other.in_flight_step != step_id;
     });
     if (!earlier_plan_holds_blocks)
-      preempt(seq, plan);
+      preempt(seq);
     return false;
   }
   return true;
@@ -221,23 +230,31 @@ void scheduler_core::schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan&
   // The caller reserved the slots (append_slots, or start_sequence at admission).
   const int32_t start = seq.n_computed;
   const bool last_chunk = start + n_tokens == static_cast<int32_t>(seq.tokens.size());
-  const auto first_row = static_cast<int32_t>(plan.batch.tokens.size());
+  const auto first_row = static_cast<int32_t>(plan.tokens.size());
   plan_scores(seq, start, n_tokens, first_row, plan);
-  auto table = allocator_.block_table(seq.id);
-  plan.batch.add_sequence(
-      std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(start), static_cast<size_t>(n_tokens)), start,
-      std::vector<int32_t>(table.begin(), table.end()), last_chunk);
-  plan.batch.sequences.back().lora_id = requests_.at(seq.id.request_id).req.lora_id;
-  plan.batch_seqs.push_back(seq.id);
+  request_state& req = requests_.at(seq.id.request_id);
+  // The rows, and the block table as a diff against what the shards hold.
+  const auto chunk =
+      std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(start), static_cast<size_t>(n_tokens));
+  plan.tokens.insert(plan.tokens.end(), chunk.begin(), chunk.end());
+  for (int32_t i = 0; i < n_tokens; ++i)
+    plan.positions.push_back(start + i);
+  table_delta delta = tables_.update(seq.id, allocator_.block_table(seq.id));
+  plan.sequences.push_back(
+      scheduled_sequence{seq.id, first_row, n_tokens, delta.new_table, std::move(delta.blocks), req.req.lora.id});
+  if (const lora_ref& lora = req.req.lora;
+      lora.id != 0 &&
+      std::none_of(plan.loras.begin(), plan.loras.end(), [&](const lora_ref& l) { return l.id == lora.id; }))
+    plan.loras.push_back(lora);
   seq.n_computed += n_tokens;
   seq.in_flight_step = plan.step_id;
   record.scheduled.push_back({seq.id, seq.serial});
   if (!last_chunk)
     return;
+  plan.sample_rows.push_back(first_row + n_tokens - 1);
   plan.sample_seqs.push_back(seq.id);
   record.samples.push_back({seq.id, seq.serial});
 
-  request_state& req = requests_.at(seq.id.request_id);
   if (seq.id.index != 0 || req.forked || req.req.n == 1)
     return;
   // The prompt is complete: each sibling samples its own first token from the same logits row and shares the
@@ -245,7 +262,7 @@ void scheduler_core::schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan&
   // until its result is in). The partial last block stays sequence 0's; each sibling recomputes those tokens into a
   // block of its own along with its first decode, so no block is ever written by two sequences, or copied. Seats
   // were taken at admission, so the running seat count stays as it is.
-  const int32_t row = plan.batch.sample_rows.back();
+  const int32_t row = plan.sample_rows.back();
   n_running_seats_ -= seats_of(seq);
   req.forked = true;
   n_running_seats_ += seats_of(seq);
@@ -266,7 +283,7 @@ void scheduler_core::schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan&
     auto [it, inserted] = seqs_.emplace(child.id, std::move(child));
     ACTORLLM_CHECK(inserted, "a forked sequence already existed");
     enter_running(it->second);
-    plan.batch.sample_rows.push_back(row);
+    plan.sample_rows.push_back(row);
     plan.sample_seqs.push_back(it->second.id);
     record.scheduled.push_back({it->second.id, it->second.serial});
     record.samples.push_back({it->second.id, it->second.serial});
@@ -289,6 +306,22 @@ void scheduler_core::plan_scores(seq_state& seq, int32_t start, int32_t n_tokens
   seq.n_prompt_scored = std::max(seq.n_prompt_scored, end);
 }
 
+void scheduler_core::plan_samplers(step_plan& plan) {
+  // Score rows first: a scored prompt's sampler state is needed before its first token is sampled.
+  for (const auto* seqs : {&plan.score_seqs, &plan.sample_seqs}) {
+    for (const seq_id& seq : *seqs) {
+      request_state& req = requests_.at(seq.request_id);
+      if (req.setup) {
+        plan.new_requests.push_back(std::move(*req.setup));
+        req.setup.reset();
+        req.introduced = true;
+      }
+    }
+  }
+  plan.released_requests = std::move(releases_);
+  releases_.clear();
+}
+
 std::optional<step_plan> scheduler_core::schedule() {
   if (in_flight_.size() >= static_cast<size_t>(config_.pp_size))
     return std::nullopt;
@@ -296,6 +329,7 @@ std::optional<step_plan> scheduler_core::schedule() {
   plan.step_id = next_step_id_;
   plan_record record;
   int64_t budget = config_.max_num_batched_tokens;
+  const uint64_t preemptions_before = n_preemptions_;
 
   // Running sequences in policy order: decodes first so that streams keep flowing, then further prefill chunks. The
   // snapshot is needed because preemption removes entries while we walk.
@@ -314,7 +348,7 @@ std::optional<step_plan> scheduler_core::schedule() {
       if ((remaining == 1) != decodes)
         continue;
       const int64_t n_tokens = std::min(remaining, budget);
-      if (!make_room(seq, n_tokens, plan))
+      if (!make_room(seq, n_tokens, plan.step_id))
         continue;
       allocator_.append_slots(seq.id, n_tokens).value();
       schedule_chunk(seq, static_cast<int32_t>(n_tokens), plan, record);
@@ -326,7 +360,7 @@ std::optional<step_plan> scheduler_core::schedule() {
   // ones behind it), except one whose LoRA adapter would be one too many: it waits for an adapter to leave while the
   // ones behind it go ahead (as in vLLM). Not in a step that preempted: the freed blocks would go straight back to
   // the waiting queue and the step would thrash, as vLLM v1 also avoids.
-  if (plan.preempted.empty()) {
+  if (n_preemptions_ == preemptions_before) {
     auto next = waiting_.begin();
     while (budget > 0 && next != waiting_.end()) {
       seq_state& seq = seqs_.at(id_of(*next));
@@ -360,10 +394,12 @@ std::optional<step_plan> scheduler_core::schedule() {
     }
   }
 
-  if (plan.batch_seqs.empty()) {
-    // Nothing runs; preemptions made here still happened (and are counted), the plan just carries no work.
+  if (plan.sequences.empty()) {
+    // Nothing runs; preemptions made here still happened (and are counted), and the next plan drops their tables.
     return std::nullopt;
   }
+  plan.dropped_seqs = tables_.take_dropped();
+  plan_samplers(plan);
   ++next_step_id_;
   in_flight_.emplace(plan.step_id, std::move(record));
   return plan;
@@ -416,13 +452,15 @@ expected<std::vector<seq_event>> scheduler_core::update_from_output(uint64_t ste
     const int32_t token = sampled[i];
     seq->tokens.push_back(token);
     auto reason = stop_reason(*seq, requests_.at(seq->id.request_id), token);
+    const auto row = static_cast<int32_t>(i);
     if (!reason) {
       events.push_back(
-          seq_event{seq->id, token, std::nullopt, false, requests_.at(seq->id.request_id).n_cached_tokens});
+          seq_event{seq->id, token, std::nullopt, false, requests_.at(seq->id.request_id).n_cached_tokens, row});
       continue;
     }
     seq_event event = finish_live(seqs_.find(seq->id), *reason);
     event.new_token = token;
+    event.sample_row = row;
     events.push_back(event);
   }
   return events;
@@ -437,11 +475,16 @@ seq_event scheduler_core::finish_live(std::map<seq_id, seq_state>::iterator it, 
   } else {
     waiting_.erase(key_of(seq));
   }
+  // The shards drop its table with the next plan.
+  tables_.forget(seq.id);
   // An unforked parent takes its never-created siblings with it.
   req.n_live -= seats_of(seq);
   seq_event event{seq.id, std::nullopt, reason, false, req.n_cached_tokens};
   seqs_.erase(it);
   if (req.n_live == 0) {
+    // The sampler shard drops the request's state with the next plan, if a plan ever created it.
+    if (req.introduced)
+      releases_.push_back(event.seq.request_id);
     requests_.erase(event.seq.request_id);
     event.request_finished = true;
   }
@@ -468,6 +511,20 @@ expected<std::vector<seq_event>> scheduler_core::finish_request(uint64_t request
     it = next;
   }
   ACTORLLM_CHECK(!events.empty() && events.back().request_finished, "a live request had no live sequence left");
+  return events;
+}
+
+std::vector<seq_event> scheduler_core::abort_all() {
+  std::vector<uint64_t> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, req] : requests_)
+    ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  std::vector<seq_event> events;
+  for (uint64_t id : ids) {
+    auto aborted = abort(id);
+    events.insert(events.end(), aborted->begin(), aborted->end());
+  }
   return events;
 }
 
@@ -528,6 +585,22 @@ std::string scheduler_core::check_invariants() const {
       return fmt::format("request {} records {} live sequences but has {}", rid, req.n_live, live_per_request[rid]);
   if (in_flight_.size() > static_cast<size_t>(config_.pp_size))
     return fmt::format("{} plans in flight, more than pp_size {}", in_flight_.size(), config_.pp_size);
+  // The shards hold tables of running sequences only, each as the allocator holds it (only a plan scheduling the
+  // sequence changes its table, and that plan brings the shards' copy up to date).
+  size_t n_held = 0;
+  for (const auto& [id, seq] : seqs_) {
+    const std::vector<block_id>* held = tables_.table(id);
+    if (!held)
+      continue;
+    ++n_held;
+    if (!seq.running)
+      return fmt::format("the shards hold a table of sequence {}, which is waiting", to_string(id));
+    const auto table = allocator_.block_table(id);
+    if (!std::equal(held->begin(), held->end(), table.begin(), table.end()))
+      return fmt::format("the shards' table of sequence {} is not its table in the block pool", to_string(id));
+  }
+  if (n_held != tables_.size())
+    return fmt::format("the shards hold {} tables of sequences that are gone", tables_.size() - n_held);
   return {};
 }
 

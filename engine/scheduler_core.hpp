@@ -1,9 +1,11 @@
 // Continuous batching as in vLLM v1, as a pure state machine with no actors and no model: schedule() turns the
-// waiting and running sequences into a step plan, update_from_output() folds the sampled tokens back in. The
-// scheduler actor is a thin shell around this class.
+// waiting and running sequences into the step plan the shards receive (block tables as a diff against what they
+// hold, sampler state to create and to drop), update_from_output() folds the sampled tokens back in. The scheduler
+// actor is a thin shell around this class.
 #pragma once
 
 #include "engine/block_allocator.hpp"
+#include "engine/block_table_mirror.hpp"
 #include "engine/expected.hpp"
 #include "engine/request.hpp"
 #include "engine/scheduler_config.hpp"
@@ -55,12 +57,19 @@ class scheduler_core {
 
   /// The next step, or nullopt when pp_size plans are already in flight or nothing can run now. A sequence in a
   /// returned plan is not scheduled again until that plan's result has been given to update_from_output.
+  ///
+  /// The plan is the one the shards receive, and the plans must reach them in the order they were returned: each
+  /// scheduled sequence's block table is a diff against the plans returned before (engine/block_table_mirror.hpp),
+  /// dropped_seqs names the sequences finished or preempted since the last plan, new_requests carries the sampler
+  /// setup of each request with its first sample or score row, released_requests the requests that ended after
+  /// theirs went out, loras every adapter the plan's sequences apply.
   std::optional<step_plan> schedule();
 
   /// Folds in the result of step `step_id`: `sampled[i]` is the token sampled for plan.sample_seqs[i]. Appends each
   /// token, finishes sequences on eos / stop token ids (`stop`) or max_tokens / max_model_len (`length`), and frees
   /// the blocks of finished sequences at once. Results for sequences aborted or finished since the plan was made are
-  /// ignored. Errors for a step that is not in flight or a token count that does not match the plan.
+  /// ignored; the events come in sample-row order, each naming its row (seq_event::sample_row). Errors for a step
+  /// that is not in flight or a token count that does not match the plan.
   expected<std::vector<seq_event>> update_from_output(uint64_t step_id, std::span<const int32_t> sampled);
 
   /// Finishes one sequence now (a stop string found by the engine's detokenizer, or an abort), freeing its blocks
@@ -76,12 +85,17 @@ class scheduler_core {
     return finish_request(request_id, finish_reason::abort);
   }
 
+  /// Aborts every live request, in request id order (a failed replica, or shutdown).
+  std::vector<seq_event> abort_all();
+
   /// Sequences holding KV blocks (decoding or part-way through their prefill), in flight or not.
   size_t n_running() const { return running_.size(); }
   /// Sequences waiting for admission (new, or preempted).
   size_t n_waiting() const { return waiting_.size(); }
   /// Live requests (at least one sequence not finished).
   size_t n_requests() const { return requests_.size(); }
+  /// Whether request `request_id` is live.
+  bool has_request(uint64_t request_id) const { return requests_.contains(request_id); }
   /// Whether any request is still live.
   bool has_unfinished() const { return !requests_.empty(); }
   /// Preemptions since creation (vLLM's num_preemptions counter).
@@ -132,6 +146,9 @@ class scheduler_core {
     std::string extra_keys;  ///< of the first block's hash (the cache salt)
     bool admitted = false;   ///< sequence 0 was admitted once (the cache lookup that counts for usage)
     int32_t n_cached_tokens = 0;  ///< prompt tokens that lookup found
+    /// The sampler setup, until a plan carries it (with the request's first sample or score row).
+    std::optional<sampler_setup> setup;
+    bool introduced = false;  ///< a plan carried the setup: the sampler shard holds state to release at the end
   };
 
   struct tagged_seq {
@@ -142,6 +159,9 @@ class scheduler_core {
   /// Prompt scoring: the score rows of a chunk of `seq` at positions [start, start + n_tokens), whose first row is
   /// batch row first_row.
   void plan_scores(seq_state& seq, int32_t start, int32_t n_tokens, int32_t first_row, step_plan& plan);
+  /// The plan's sampler bookkeeping: the setups of requests sampled or scored for the first time, and the releases
+  /// of requests that ended since the last plan.
+  void plan_samplers(step_plan& plan);
 
   struct plan_record {
     std::vector<tagged_seq> scheduled;
@@ -157,8 +177,8 @@ class scheduler_core {
   /// Whether admitting `seq` keeps the running sequences' LoRA adapters within config.max_loras.
   bool lora_fits(const seq_state& seq) const;
   std::optional<seq_id> pick_victim(seq_id current) const;
-  void preempt(seq_state& seq, step_plan& plan);
-  bool make_room(seq_state& seq, int64_t n_tokens, step_plan& plan);
+  void preempt(seq_state& seq);
+  bool make_room(seq_state& seq, int64_t n_tokens, uint64_t step_id);
   void schedule_chunk(seq_state& seq, int32_t n_tokens, step_plan& plan, plan_record& record);
   std::vector<block_id> cached_prefix(seq_state& seq);
   void register_computed_blocks(seq_state& seq);
@@ -171,10 +191,11 @@ class scheduler_core {
   std::unordered_map<uint64_t, request_state> requests_;
   std::set<order_key> waiting_;
   std::set<order_key> running_;
-  int32_t n_running_seats_ = 0;
-  std::map<int32_t, int32_t> running_loras_;  ///< LoRA adapter id -> running sequences that apply it  ///< running
-                                              ///< sequences, counting each unforked n > 1 parent as its n sequences
+  int32_t n_running_seats_ = 0;  ///< running sequences, counting each unforked n > 1 parent as its n sequences
+  std::map<int32_t, int32_t> running_loras_;  ///< LoRA adapter id -> running sequences that apply it
   std::map<uint64_t, plan_record> in_flight_;
+  block_table_mirror tables_;       ///< the block tables the shards hold after the plans handed out
+  std::vector<uint64_t> releases_;  ///< introduced requests that ended since the last plan
   uint64_t next_step_id_ = 1;
   uint64_t next_arrival_ = 0;
   uint64_t next_serial_ = 1;

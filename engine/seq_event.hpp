@@ -39,6 +39,9 @@ struct seq_event {
   /// Prompt tokens of the request found in the prefix cache when it was first admitted (0 before that, or with
   /// caching off): usage.prompt_tokens_details.cached_tokens.
   int32_t n_cached_tokens = 0;
+  /// update_from_output's events: the index of the plan's sample row (step_plan::sample_seqs, and the result's
+  /// token) this event's token came from; -1 for a sequence finished by finish_sequence or finish_request.
+  int32_t sample_row = -1;
 };
 
 }  // namespace actorllm::engine

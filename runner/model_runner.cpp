@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <chrono>
 
-namespace actorllm::actors {
+namespace actorllm::runner {
 
 model_runner::model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_collective> comm,
                            const model::model_config& cfg, model::model_weights weights, const model::shard_spec& shard,
@@ -137,7 +137,7 @@ tensor model_runner::to_host(const tensor& t) {
   return host;
 }
 
-step_output model_runner::run(const proto::step_plan& plan, const tensor& hidden_in) {
+step_output model_runner::run(const engine::step_plan& plan, const tensor& hidden_in) {
   step_output out = run_queued(plan, hidden_in);
   be_->synchronize();  // a device backend's outputs (and its reads of hidden_in) are complete before they are handed on
   // A device communicator's collectives ran after they were queued: one its watchdog aborted (a peer gone) left
@@ -154,7 +154,7 @@ std::string model_runner::run_idle() {
   return {};
 }
 
-step_output model_runner::run_queued(const proto::step_plan& plan, const tensor& hidden_arg) {
+step_output model_runner::run_queued(const engine::step_plan& plan, const tensor& hidden_arg) {
   step_output out;
   tensor hidden_in = hidden_arg;
   if (!hidden_in.empty() && hidden_in.where() != be_->where()) {  // from the host (a link) or another GPU
@@ -189,7 +189,7 @@ step_output model_runner::run_queued(const proto::step_plan& plan, const tensor&
   std::vector<int32_t> lora_slots;  // each sequence's adapter slot; empty without LoRA
   if (model::lora_slots* lora = model_->lora()) {
     lora_sources_.clear();
-    for (const proto::lora_ref& l : plan.loras)
+    for (const engine::lora_ref& l : plan.loras)
       lora_sources_.push_back({l.id, l.path});
     try {
       lora_slots = lora->assign(batch, lora_sources_);
@@ -221,4 +221,4 @@ step_output model_runner::run_queued(const proto::step_plan& plan, const tensor&
   return out;
 }
 
-}  // namespace actorllm::actors
+}  // namespace actorllm::runner

@@ -1,35 +1,32 @@
-// A shard's step pipeline as a plain class (no actor, no CAF runtime: it reads the plan's protocol structs only):
-// the backend, the TP group, the model, the KV cache, the block tables and the sampler state of one shard, and the
-// one call that runs a step's plan: bookkeeping (the plan's block-table diff applied), the per-step inputs prepared
-// once, the forward pass, and on the sampler shard the whole batch sampled in one call. shard_actor is the thin
-// actor around it.
-//
-// It lives in actors/ rather than model/ because it consumes proto::step_plan directly; it moves to model/ when the
-// step protocol is owned by scheduler_core (docs/architecture.md, "what comes next").
+// A shard's step pipeline as a plain class (no actor, no CAF: it takes the engine's step plan and returns plain
+// results): the backend, the TP group, the model, the KV cache, the block tables and the sampler state of one shard,
+// and the one call that runs a step's plan: bookkeeping (the plan's block-table diff applied), the per-step inputs
+// prepared once, the forward pass, and on the sampler shard the whole batch sampled in one call. shard_actor is the
+// thin actor around it (as vLLM's GPUModelRunner is inside its worker).
 #pragma once
 
-#include "actorllm/proto/step_plan.hpp"
-#include "actorllm/proto/step_result.hpp"
-#include "runner/persistent_batch.hpp"
-#include "runner/sequence_samplers.hpp"
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
+#include "engine/step_plan.hpp"
+#include "kernels/backend.hpp"
 #include "model/decode_graphs.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/step_inputs.hpp"
+#include "runner/persistent_batch.hpp"
+#include "runner/sequence_samplers.hpp"
+#include "runner/step_result.hpp"
 
 #include <memory>
 #include <string>
 
-namespace actorllm::actors {
+namespace actorllm::runner {
 
 /// What a step produced on this shard: the hidden states for the next stage, or (sampler shard) the sampled tokens;
 /// or what went wrong (`result.error`, or `error` before sampling).
 struct step_output {
-  tensor hidden;              ///< [n_tokens, n_embd] for the next stage; empty on the last stage
-  proto::step_result result;  ///< the sampler shard's tokens and timings
-  std::string error;          ///< a plan this shard cannot run (the replica is then unusable)
+  tensor hidden;       ///< [n_tokens, n_embd] for the next stage; empty on the last stage
+  step_result result;  ///< the sampler shard's tokens and timings
+  std::string error;   ///< a plan this shard cannot run (the replica is then unusable)
 };
 
 /// Whether and how a runner replays decode steps as graphs (model/decode_graphs). Default: never (tools and tests
@@ -88,9 +85,9 @@ class model_runner {
   /// backend's device, in host memory or on another GPU (copied in first). Everything the step queued on the
   /// device has finished when it returns, so its outputs may be read from another stream or thread.
   /// Exceptions from the collectives (a lost peer, a timeout, a device communicator aborted meanwhile) propagate.
-  step_output run(const proto::step_plan& plan, const tensor& hidden_in);
+  step_output run(const engine::step_plan& plan, const tensor& hidden_in);
 
-  /// Runs an idle plan (proto::step_plan::idle, lockstep expert parallelism): only the MoE layers' exchanges, in
+  /// Runs an idle plan (engine::step_plan::idle, lockstep expert parallelism): only the MoE layers' exchanges, in
   /// which this shard's experts serve the other replicas' tokens (model::llama_model::idle_step). Returns an error
   /// message for a shard that serves no experts (empty: done). Collective failures propagate as in run().
   std::string run_idle();
@@ -99,7 +96,7 @@ class model_runner {
   const sequence_samplers& samplers() const { return samplers_; }
 
  private:
-  step_output run_queued(const proto::step_plan& plan, const tensor& hidden_in);
+  step_output run_queued(const engine::step_plan& plan, const tensor& hidden_in);
 
   std::unique_ptr<backend> be_;
   std::unique_ptr<tp_collective> comm_;
@@ -116,4 +113,4 @@ class model_runner {
   bool samples_ = false;
 };
 
-}  // namespace actorllm::actors
+}  // namespace actorllm::runner

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace actorllm::actors {
+namespace actorllm::runner {
 
 uint64_t sequence_seed(uint64_t seed, uint32_t index) {
   if (index == 0)
@@ -47,7 +47,7 @@ void sequence_samplers::record(const request& req, sequence& s, int32_t token) {
     s.constrained = true;  // the reasoning ended: the constraint applies from the next token on
 }
 
-void sequence_samplers::apply(const proto::step_plan& plan) {
+void sequence_samplers::apply(const engine::step_plan& plan) {
   release(plan.released_requests);
   for (const auto& setup : plan.new_requests) {
     ops::sampling_params p;
@@ -133,8 +133,8 @@ void sequence_samplers::release(std::span<const uint64_t> request_ids) {
     requests_.erase(id);
 }
 
-proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backend& be, const tensor& all_logits) {
-  proto::step_result result;
+step_result sequence_samplers::sample(const engine::step_plan& plan, backend& be, const tensor& all_logits) {
+  step_result result;
   result.step_id = plan.step_id;
   const size_t n_rows = plan.sample_seqs.size(), n_scores = plan.score_rows.size();
   if (n_rows + n_scores == 0)
@@ -161,7 +161,7 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
   rows_.clear();
   row_seqs_.clear();
   for (size_t i = 0; i < n_rows; ++i) {
-    const proto::seq_ref seq = plan.sample_seqs[i];
+    const engine::seq_id seq = plan.sample_seqs[i];
     auto req = requests_.find(seq.request_id);
     if (req == requests_.end()) {
       result.error = fmt::format("step {}: no sampler state for request {} (its setup never arrived)", plan.step_id,
@@ -207,7 +207,7 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
     ops::sample_result& r = results_[i];
     const auto& req = requests_.find(plan.sample_seqs[i].request_id)->second;
     record(req, *row_seqs_[i], r.token);
-    proto::sampled_token tok;
+    sampled_token tok;
     tok.token = r.token;
     tok.logprob = r.logprob;
     const auto& top = req.logprob_token_ids.empty() ? r.top : token_logprobs_[i];
@@ -219,7 +219,7 @@ proto::step_result sequence_samplers::sample(const proto::step_plan& plan, backe
   return result;
 }
 
-std::string sequence_samplers::listed_token_logprobs(const proto::step_plan& plan, backend& be, const tensor& logits) {
+std::string sequence_samplers::listed_token_logprobs(const engine::step_plan& plan, backend& be, const tensor& logits) {
   const int64_t n_vocab = logits.dim(1);
   token_logprobs_.resize(plan.sample_seqs.size());
   for (size_t i = 0; i < plan.sample_seqs.size(); ++i) {
@@ -238,15 +238,15 @@ std::string sequence_samplers::listed_token_logprobs(const proto::step_plan& pla
   return {};
 }
 
-std::string sequence_samplers::score(const proto::step_plan& plan, backend& be, const tensor& logits,
-                                     std::vector<proto::prompt_score>& out) {
+std::string sequence_samplers::score(const engine::step_plan& plan, backend& be, const tensor& logits,
+                                     std::vector<prompt_score>& out) {
   const int64_t n_vocab = logits.dim(1);
   const auto n = static_cast<size_t>(logits.dim(0));
   score_host_.resize(n * static_cast<size_t>(n_vocab));
   be.download(logits, score_host_.data(), score_host_.size() * sizeof(float));
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    const proto::seq_ref seq = plan.score_seqs[i];
+    const engine::seq_id seq = plan.score_seqs[i];
     auto req = requests_.find(seq.request_id);
     if (req == requests_.end())
       return fmt::format("step {}: no sampler state for request {} (its setup never arrived)", plan.step_id,
@@ -258,7 +258,7 @@ std::string sequence_samplers::score(const proto::step_plan& plan, backend& be, 
     const ops::row_logprobs lp = ops::logprobs_of(
         std::span<const float>(score_host_).subspan(i * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab)),
         token, std::max(req->second.params.prompt_logprobs, 0));
-    proto::prompt_score s;
+    prompt_score s;
     s.seq = seq;
     s.position = plan.score_positions[i];
     s.token = token;
@@ -272,7 +272,7 @@ std::string sequence_samplers::score(const proto::step_plan& plan, backend& be, 
   return {};
 }
 
-std::span<const int32_t> sequence_samplers::outputs(proto::seq_ref seq) const {
+std::span<const int32_t> sequence_samplers::outputs(engine::seq_id seq) const {
   auto req = requests_.find(seq.request_id);
   if (req == requests_.end())
     return {};
@@ -282,4 +282,4 @@ std::span<const int32_t> sequence_samplers::outputs(proto::seq_ref seq) const {
   return it->second.output_ids;
 }
 
-}  // namespace actorllm::actors
+}  // namespace actorllm::runner

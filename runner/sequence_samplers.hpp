@@ -3,10 +3,10 @@
 // preemptions, so a sequence samples the same tokens however it was batched, preempted or recomputed.
 #pragma once
 
-#include "actorllm/proto/step_plan.hpp"
-#include "actorllm/proto/step_result.hpp"
+#include "engine/step_plan.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/sampling.hpp"
+#include "runner/step_result.hpp"
 #include "text/structured/token_constraint.hpp"
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace actorllm::actors {
+namespace actorllm::runner {
 
 /// The seed sequence `index` of a request seeded with `seed` draws from: the seed itself for sequence 0 (so n = 1
 /// requests reproduce a plain sampler_rng{seed} run), a splitmix64 mix of both for the others.
@@ -30,7 +30,7 @@ bool reasoning_ended(std::span<const int32_t> ids, int32_t start_token, int32_t 
 class sequence_samplers {
  public:
   /// Applies a plan's bookkeeping: drops released requests' state, then creates new requests'.
-  void apply(const proto::step_plan& plan);
+  void apply(const engine::step_plan& plan);
 
   /// Creates (or replaces) the state of one request: its settings, its seed and the prompt ids the repetition
   /// penalty reads.
@@ -61,12 +61,12 @@ class sequence_samplers {
   /// returned as step_result::error.
   /// Then rows n_rows .. n_rows + plan.score_rows.size() - 1 of `logits` are the score rows: each gives the logprob
   /// and rank of its prompt token and the request's top prompt_logprobs (step_result::prompt_scores).
-  proto::step_result sample(const proto::step_plan& plan, backend& be, const tensor& logits);
+  step_result sample(const engine::step_plan& plan, backend& be, const tensor& logits);
 
   /// Requests with state.
   size_t n_requests() const { return requests_.size(); }
   /// Output tokens recorded for one sequence (empty when unknown); for tests.
-  std::span<const int32_t> outputs(proto::seq_ref seq) const;
+  std::span<const int32_t> outputs(engine::seq_id seq) const;
 
  private:
   struct sequence {
@@ -94,11 +94,10 @@ class sequence_samplers {
   static void record(const request& req, sequence& s, int32_t token);
 
   /// The score rows' logprobs (downloaded: they are few, and a prompt's worth of rows once per request).
-  std::string score(const proto::step_plan& plan, backend& be, const tensor& logits,
-                    std::vector<proto::prompt_score>& out);
+  std::string score(const engine::step_plan& plan, backend& be, const tensor& logits, std::vector<prompt_score>& out);
   /// logprob_token_ids: the listed tokens' raw logprobs of each sample row whose request has them (into
   /// token_logprobs_), read before sampling overwrites the logits. Only such rows are downloaded.
-  std::string listed_token_logprobs(const proto::step_plan& plan, backend& be, const tensor& logits);
+  std::string listed_token_logprobs(const engine::step_plan& plan, backend& be, const tensor& logits);
 
   std::unordered_map<uint64_t, request> requests_;
   std::vector<float> score_host_;      // the score rows' logits on the host
@@ -110,4 +109,4 @@ class sequence_samplers {
   std::vector<std::vector<uint64_t>> padded_masks_;              // per row: a mask widened to the logits' vocabulary
 };
 
-}  // namespace actorllm::actors
+}  // namespace actorllm::runner

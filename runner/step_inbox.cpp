@@ -1,9 +1,9 @@
 // A shard's step inputs, paired.
 #include "runner/step_inbox.hpp"
 
-namespace actorllm::actors {
+namespace actorllm::runner {
 
-void step_inbox::push(proto::stage_handoff handoff) {
+void step_inbox::push(stage_handoff handoff) {
   const uint64_t step = handoff.step_id;
   handoffs_.insert_or_assign(step, std::move(handoff));
 }
@@ -24,4 +24,4 @@ std::optional<ready_step> step_inbox::next() {
   return out;
 }
 
-}  // namespace actorllm::actors
+}  // namespace actorllm::runner

@@ -3,20 +3,20 @@
 // steps out in plan order, each once its handoff is in (when the shard expects one). A plain class.
 #pragma once
 
-#include "actorllm/proto/stage_handoff.hpp"
-#include "actorllm/proto/step_plan.hpp"
+#include "engine/step_plan.hpp"
+#include "runner/stage_handoff.hpp"
 
 #include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 
-namespace actorllm::actors {
+namespace actorllm::runner {
 
 /// A step ready to run: its plan and what the previous stage handed over (empty when none is expected).
 struct ready_step {
-  std::shared_ptr<const proto::step_plan> plan;
-  proto::stage_handoff handoff;
+  std::shared_ptr<const engine::step_plan> plan;
+  stage_handoff handoff;
 };
 
 /// Plans in arrival order, handoffs by step.
@@ -28,9 +28,9 @@ class step_inbox {
   void expect_handoff(bool expects) { expects_handoff_ = expects; }
 
   /// Queues a plan (plans run in the order they are pushed).
-  void push(std::shared_ptr<const proto::step_plan> plan) { plans_.push_back(std::move(plan)); }
+  void push(std::shared_ptr<const engine::step_plan> plan) { plans_.push_back(std::move(plan)); }
   /// Keeps the previous stage's output until its plan's turn.
-  void push(proto::stage_handoff handoff);
+  void push(stage_handoff handoff);
 
   /// The oldest plan with its handoff, when it is ready to run; nullopt when no plan is queued or the oldest still
   /// waits for its handoff.
@@ -43,8 +43,8 @@ class step_inbox {
 
  private:
   bool expects_handoff_ = false;
-  std::deque<std::shared_ptr<const proto::step_plan>> plans_;
-  std::map<uint64_t, proto::stage_handoff> handoffs_;
+  std::deque<std::shared_ptr<const engine::step_plan>> plans_;
+  std::map<uint64_t, stage_handoff> handoffs_;
 };
 
-}  // namespace actorllm::actors
+}  // namespace actorllm::runner

@@ -62,7 +62,7 @@ void on_submit(engine_pointer self, proto::submit_request& req) {
                         fmt::format("request {}: the engine is shutting down", req.request_id));
   auto spec = st.proc->add(req);
   if (!spec)
-    return fail_request(self, req.request_id, req.sink, proto::code_of(spec.error()), proto::message_of(spec.error()));
+    return fail_request(self, req.request_id, req.sink, proto::to_errc(spec.error().code), spec.error().message);
   const uint64_t id = req.request_id;
   st.sinks.insert_or_assign(id, req.sink);
   self->request(st.scheduler, caf::infinite, std::move(*spec))

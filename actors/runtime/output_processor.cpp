@@ -1,7 +1,6 @@
 // The engine's per-request bookkeeping.
 #include "actors/runtime/output_processor.hpp"
 
-#include "actorllm/proto/error.hpp"
 #include "runner/sequence_samplers.hpp"
 #include "text/tokenizer_error.hpp"
 
@@ -19,7 +18,8 @@ bool has_id(const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.
 
 uint64_t default_request_seed(uint64_t engine_seed, uint64_t request_id) {
   // A different stream per request, never the engine seed itself (that is sequence_seed's input).
-  return sequence_seed(engine_seed ^ 0x5bd1e9955bd1e995ULL, static_cast<uint32_t>(request_id % 0xffffffffULL) + 1) ^
+  return runner::sequence_seed(engine_seed ^ 0x5bd1e9955bd1e995ULL,
+                               static_cast<uint32_t>(request_id % 0xffffffffULL) + 1) ^
          (request_id >> 32);
 }
 
@@ -29,31 +29,32 @@ output_processor::output_processor(std::optional<text::tokenizer> tok, model_lim
     limits_.eos_token_ids.push_back(*tok_->eos_id());
 }
 
-caf::expected<proto::request_spec> output_processor::add(const proto::submit_request& req) {
-  auto fail = [&](errc code, std::string message) {
-    return proto::make_error(code, fmt::format("request {}: {}", req.request_id, message));
+engine::expected<proto::request_spec> output_processor::add(const proto::submit_request& req) {
+  using engine::engine_errc;
+  auto fail = [&](engine_errc code, std::string message) {
+    return engine::engine_error{code, fmt::format("request {}: {}", req.request_id, message)};
   };
   if (requests_.contains(req.request_id))
-    return fail(errc::duplicate_request, "a request with this id is still running");
+    return fail(engine_errc::duplicate_request, "a request with this id is still running");
   if (auto err = validate(req.params); !err.empty())
-    return fail(errc::invalid_argument, err);
+    return fail(engine_errc::invalid_argument, err);
   if (req.cache_salt && req.cache_salt->empty())
-    return fail(errc::invalid_argument, "cache_salt must not be empty (leave it out for no salt)");
+    return fail(engine_errc::invalid_argument, "cache_salt must not be empty (leave it out for no salt)");
   if (!req.params.stop.empty() && !tok_)
-    return fail(errc::invalid_argument, "stop strings need a tokenizer, and this model has none");
+    return fail(engine_errc::invalid_argument, "stop strings need a tokenizer, and this model has none");
   if (!req.params.bad_words.empty() && !tok_)
-    return fail(errc::invalid_argument, "bad_words need a tokenizer, and this model has none");
+    return fail(engine_errc::invalid_argument, "bad_words need a tokenizer, and this model has none");
   for (const auto& [id, bias] : req.params.logit_bias)
     if (id >= limits_.n_vocab)
-      return fail(errc::invalid_argument,
+      return fail(engine_errc::invalid_argument,
                   fmt::format("logit_bias token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
   for (int32_t id : req.params.allowed_token_ids)
     if (id >= limits_.n_vocab)
-      return fail(errc::invalid_argument,
+      return fail(engine_errc::invalid_argument,
                   fmt::format("allowed_token_ids: token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
   for (int32_t id : req.params.logprob_token_ids)
     if (id >= limits_.n_vocab)
-      return fail(errc::invalid_argument,
+      return fail(engine_errc::invalid_argument,
                   fmt::format("logprob_token_ids: token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
 
   std::vector<int32_t> prompt_ids;
@@ -61,42 +62,43 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
     prompt_ids = req.prompt_ids;
   } else {
     if (!tok_)
-      return fail(errc::invalid_argument, "a text prompt needs a tokenizer, and this model has none (give token ids)");
+      return fail(engine_errc::invalid_argument,
+                  "a text prompt needs a tokenizer, and this model has none (give token ids)");
     try {
       prompt_ids = tok_->encode(req.prompt_text, /*add_special_tokens=*/true);
     } catch (const text::tokenizer_error& e) {
-      return fail(errc::invalid_argument, fmt::format("the prompt cannot be tokenized: {}", e.what()));
+      return fail(engine_errc::invalid_argument, fmt::format("the prompt cannot be tokenized: {}", e.what()));
     }
   }
   if (prompt_ids.empty())
-    return fail(errc::invalid_argument, "the prompt is empty");
+    return fail(engine_errc::invalid_argument, "the prompt is empty");
   for (int32_t id : prompt_ids)
     if (id < 0 || id >= limits_.n_vocab)
-      return fail(errc::invalid_argument,
+      return fail(engine_errc::invalid_argument,
                   fmt::format("prompt token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
   const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size());
   const int64_t max_len = limits_.max_model_len;
   if (req.params.max_tokens && n_prompt + *req.params.max_tokens > max_len)
-    return fail(errc::exceeds_max_model_len,
+    return fail(engine_errc::exceeds_max_model_len,
                 fmt::format("the prompt ({} tokens) plus max_tokens ({}) is {} tokens, over the maximum model length "
                             "of {}",
                             n_prompt, *req.params.max_tokens, n_prompt + *req.params.max_tokens, max_len));
   if (!req.params.max_tokens && n_prompt >= max_len)
-    return fail(errc::exceeds_max_model_len,
+    return fail(engine_errc::exceeds_max_model_len,
                 fmt::format("the prompt ({} tokens) leaves no room for output within the maximum model length of {}",
                             n_prompt, max_len));
 
   if (!req.resume_tokens.empty()) {
     if (req.params.n != 1)
       return fail(
-          errc::invalid_argument,
+          engine_errc::invalid_argument,
           fmt::format("only an n = 1 request can resume from its output so far, this one has n = {}", req.params.n));
     for (const auto& t : req.resume_tokens)
       if (t.token < 0 || t.token >= limits_.n_vocab)
-        return fail(errc::invalid_argument,
+        return fail(engine_errc::invalid_argument,
                     fmt::format("resumed token id {} is outside the vocabulary of {}", t.token, limits_.n_vocab));
     if (n_prompt + static_cast<int64_t>(req.resume_tokens.size()) >= max_len)
-      return fail(errc::invalid_argument,
+      return fail(engine_errc::invalid_argument,
                   fmt::format("resumes with {} output tokens after {} prompt tokens: already at the maximum model "
                               "length of {}",
                               req.resume_tokens.size(), n_prompt, max_len));
@@ -129,17 +131,17 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
   spec.sampling.allowed_token_ids = p.allowed_token_ids;
   if (!p.structured_pattern.empty()) {
     if (limits_.tokenizer_dir.empty())
-      return fail(errc::invalid_argument, "structured outputs need a tokenizer, and this model has none");
+      return fail(engine_errc::invalid_argument, "structured outputs need a tokenizer, and this model has none");
     spec.sampling.structured_pattern = p.structured_pattern;
     spec.sampling.tokenizer_dir = limits_.tokenizer_dir;
     if (p.reasoning_end_token_id >= limits_.n_vocab || p.reasoning_start_token_id >= limits_.n_vocab)
-      return fail(errc::invalid_argument,
+      return fail(engine_errc::invalid_argument,
                   fmt::format("the reasoning's start/end token ids ({}, {}) are outside the vocabulary of {}",
                               p.reasoning_start_token_id, p.reasoning_end_token_id, limits_.n_vocab));
     // As vLLM's reasoners: the prompt ended the reasoning when the end token follows the last start token in it
     // (Qwen3 with thinking off renders "<think>\n\n</think>\n\n" into the generation prompt).
     if (p.reasoning_end_token_id >= 0 &&
-        !reasoning_ended(prompt_ids, p.reasoning_start_token_id, p.reasoning_end_token_id))
+        !runner::reasoning_ended(prompt_ids, p.reasoning_start_token_id, p.reasoning_end_token_id))
       spec.sampling.reasoning_end_token_id = p.reasoning_end_token_id;
   }
   spec.sampling.logit_bias = p.logit_bias;
@@ -195,7 +197,7 @@ caf::expected<proto::request_spec> output_processor::add(const proto::submit_req
       if (s.matcher) {
         auto m = s.matcher->push(piece);
         if (m.stop_index)
-          return fail(errc::invalid_argument, "the resumed output already ends in a stop string");
+          return fail(engine_errc::invalid_argument, "the resumed output already ends in a stop string");
         piece = std::move(m.text);
       }
       s.out.text += piece;

@@ -7,12 +7,10 @@
 #include "actorllm/proto/step_update.hpp"
 #include "actorllm/proto/submit_request.hpp"
 #include "actorllm/request_output.hpp"
+#include "engine/expected.hpp"
 #include "text/incremental_detokenizer.hpp"
 #include "text/stop_string_matcher.hpp"
 #include "text/tokenizer.hpp"
-
-#include <caf/error.hpp>
-#include <caf/expected.hpp>
 
 #include <cstdint>
 #include <map>
@@ -43,7 +41,7 @@ class output_processor {
 
   /// Validates and tokenizes a submission, starts tracking it, and returns what the scheduler needs. Errors
   /// (invalid_argument, exceeds_max_model_len, duplicate_request) name the offending values; nothing is tracked then.
-  caf::expected<proto::request_spec> add(const proto::submit_request& req);
+  engine::expected<proto::request_spec> add(const proto::submit_request& req);
 
   /// Stops tracking a request without producing an output (the scheduler refused it).
   void forget(uint64_t request_id) { requests_.erase(request_id); }

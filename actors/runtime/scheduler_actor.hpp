@@ -1,9 +1,9 @@
-// The scheduler actor: a thin shell around engine::scheduler_core. It turns each plan into one message for every
-// shard of the replica (block tables as a diff against what the shards hold: engine::block_table_mirror), keeps up
-// to pp_size of them in flight (the core enforces the count), folds sampled tokens back in, and reports each step's
-// news to the engine in one message. A step that gets no result within the step timeout fails
-// the replica like a dead shard does, so no request waits forever on a message that was lost. With lockstep expert
-// parallelism it also keeps its step count equal to its peer replicas' (engine::lockstep_rounds), with idle plans.
+// The scheduler actor: a thin shell around engine::scheduler_core, whose plans it sends as they are to every shard
+// of the replica (one shared message per step), keeping up to pp_size of them in flight (the core enforces the
+// count); it folds sampled tokens back in and reports each step's news to the engine in one message. A step that gets
+// no result within the step timeout (engine::step_watch) fails the replica like a dead shard does, so no request
+// waits forever on a message that was lost. With lockstep expert parallelism it also keeps its step count equal to its
+// peer replicas' (engine::lockstep_rounds), with idle plans.
 #pragma once
 
 #include "actorllm/proto/interfaces.hpp"
@@ -23,8 +23,8 @@ struct scheduler_args {
   /// A step with no result after this long fails the replica (a shard or a link that stopped answering without
   /// going down); zero: no limit.
   std::chrono::milliseconds step_timeout{0};
-  /// Lockstep expert parallelism (actors/executors/lockstep_replicas.hpp): every step this scheduler dispatches is announced
-  /// to its peers (connect_atom, round_sink), and it dispatches idle plans to keep up with theirs.
+  /// Lockstep expert parallelism (actors/executors/lockstep_replicas.hpp): every step this scheduler dispatches is
+  /// announced to its peers (connect_atom, round_sink), and it dispatches idle plans to keep up with theirs.
   bool lockstep = false;
 };
 

@@ -2,10 +2,10 @@
 #include "actors/runtime/shard_actor.hpp"
 
 #include "actorllm/proto/error.hpp"
+#include "comm/collective.hpp"
+#include "kernels/backend.hpp"
 #include "runner/model_runner.hpp"
 #include "runner/step_inbox.hpp"
-#include "kernels/backend.hpp"
-#include "comm/collective.hpp"
 #include "util/log.hpp"
 
 #include <algorithm>
@@ -25,10 +25,10 @@ struct shard_state {
   shard_args args;
   std::unique_ptr<activation_link> prev_link;
   std::unique_ptr<activation_link> next_link;
-  std::unique_ptr<model_runner> runner;
+  std::unique_ptr<runner::model_runner> runner;
   proto::result_sink results;
-  step_inbox inbox;     // plans from the scheduler and the previous stage's handoffs, paired by step
-  bool failed = false;  // once a step failed, later steps are dropped: the replica is unusable
+  runner::step_inbox inbox;  // plans from the scheduler and the previous stage's handoffs, paired by step
+  bool failed = false;       // once a step failed, later steps are dropped: the replica is unusable
 
   std::string where() const {
     return fmt::format("stage {} rank {} (layers {}-{})", args.stage, args.spec.tp_rank, args.spec.layer_begin,
@@ -77,7 +77,7 @@ bool expects_handoff(const shard_state& st) {
   return !st.prev_link || (st.args.spec.tp_rank == 0 && st.runner && st.runner->model().config().n_expert > 0);
 }
 
-void run_step(shard_pointer self, ready_step& in) {
+void run_step(shard_pointer self, runner::ready_step& in) {
   auto& st = self->state;
   const proto::step_plan& plan = *in.plan;
   const uint64_t step_id = plan.step_id;
@@ -92,7 +92,7 @@ void run_step(shard_pointer self, ready_step& in) {
       report_failure(self, step_id, "idle step: " + error);
     return;
   }
-  step_output out;
+  runner::step_output out;
   try {
     tensor hidden = std::move(in.handoff.hidden);
     if (st.prev_link) {
@@ -198,9 +198,9 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
             expert_comm =
                 std::make_unique<comm::shared_memory_collective>(st.args.expert_group, st.args.spec.ep_rank());
           auto loaded = model::load_shard(st.args.model_dir, st.args.spec, st.args.load);
-          st.runner =
-              std::make_unique<model_runner>(std::move(be), std::move(comm), loaded.config, std::move(loaded.weights),
-                                             st.args.spec, st.args.samples, std::move(expert_comm));
+          st.runner = std::make_unique<runner::model_runner>(std::move(be), std::move(comm), loaded.config,
+                                                             std::move(loaded.weights), st.args.spec, st.args.samples,
+                                                             std::move(expert_comm));
           st.runner->set_graph_options(shard_graph_options(st.args));
           if (st.args.lora.max_loras > 0)
             st.runner->enable_lora(st.args.lora);
@@ -271,8 +271,8 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
 
 }  // namespace
 
-graph_options shard_graph_options(const shard_args& a) {
-  graph_options o;
+runner::graph_options shard_graph_options(const shard_args& a) {
+  runner::graph_options o;
   o.enabled = !a.enforce_eager;
   o.max_num_seqs = a.max_num_seqs;
   o.max_model_len = a.max_model_len;

@@ -22,9 +22,11 @@
 #include <memory>
 #include <vector>
 
-namespace actorllm::actors {
-
+namespace actorllm::runner {
 struct graph_options;  // runner/model_runner.hpp
+}  // namespace actorllm::runner
+
+namespace actorllm::actors {
 
 /// Carries hidden states between the same tp rank of two adjacent stages when they live in different processes
 /// (the data plane): the plan reaches every shard from the scheduler in a CAF message, the floats never do.
@@ -77,7 +79,7 @@ struct shard_args {
 };
 
 /// What the shard's model_runner does about decode graphs, from its args.
-graph_options shard_graph_options(const shard_args& a);
+runner::graph_options shard_graph_options(const shard_args& a);
 
 /// Spawns a shard in a detached actor. It loads nothing until asked (load_atom).
 proto::shard_actor spawn_shard(caf::actor_system& sys, shard_args args);

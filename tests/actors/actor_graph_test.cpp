@@ -1,17 +1,17 @@
 // The engine and scheduler actors over fake pipeline stages, run by CAF's deterministic test coordinator: every
 // message is delivered when the test says so, so "two plans in flight" and "blocks free while a step is still in
 // flight" are observed exactly, with no sleeps and no real model. Every fake stage gets every plan from the scheduler
-// and keeps the block tables its diffs build up (actors::persistent_batch), a paged cache of token ids, and
+// and keeps the block tables its diffs build up (runner::persistent_batch), a paged cache of token ids, and
 // "predicts" a hash of everything a sequence's block table holds, so a wrong block table, a missed diff or a bad
 // recompute after preemption changes the output.
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/runtime/engine_actor.hpp"
-#include "runner/persistent_batch.hpp"
 #include "actors/runtime/scheduler_actor.hpp"
-#include "runner/sequence_samplers.hpp"
-#include "runner/step_inbox.hpp"
 #include "deterministic_system.hpp"
 #include "kernels/backend.hpp"
+#include "runner/persistent_batch.hpp"
+#include "runner/sequence_samplers.hpp"
+#include "runner/step_inbox.hpp"
 #include "support/test_paths.hpp"
 
 #include <caf/actor_system.hpp>
@@ -71,12 +71,12 @@ struct fake_stage_state {
   bool samples = false;
   proto::shard_link next;
   proto::result_sink results;
-  actors::sequence_samplers samplers;
+  runner::sequence_samplers samplers;
   std::shared_ptr<backend> be = make_backend(device_kind::cpu, 1);  // the sampler's
   std::optional<uint64_t> fail_step;
   std::shared_ptr<std::vector<uint64_t>> steps_seen = std::make_shared<std::vector<uint64_t>>();
-  actors::persistent_batch tables;
-  actors::step_inbox inbox;
+  runner::persistent_batch tables;
+  runner::step_inbox inbox;
   std::shared_ptr<block_counts> blocks = std::make_shared<block_counts>();
 };
 

@@ -78,7 +78,7 @@ TEST_CASE_FIXTURE(fixture, "a submission is validated, tokenized and turned into
 
   auto dup = proc.add(text_request(1, "again"));
   REQUIRE(!dup);
-  CHECK(proto::code_of(dup.error()) == errc::duplicate_request);
+  CHECK(dup.error().code == engine::engine_errc::duplicate_request);
 
   proto::submit_request ids;
   ids.request_id = 3;
@@ -86,25 +86,25 @@ TEST_CASE_FIXTURE(fixture, "a submission is validated, tokenized and turned into
   ids.prompt_ids = {1, 600};
   auto outside = proc.add(ids);
   REQUIRE(!outside);
-  CHECK(proto::message_of(outside.error()) == "request 3: prompt token id 600 is outside the vocabulary of 512");
+  CHECK(outside.error().message == "request 3: prompt token id 600 is outside the vocabulary of 512");
   ids.prompt_ids = std::vector<int32_t>(60, 5);
   auto too_long = proc.add(ids);
   REQUIRE(!too_long);
-  CHECK(proto::code_of(too_long.error()) == errc::exceeds_max_model_len);
-  CHECK(proto::message_of(too_long.error()) ==
+  CHECK(too_long.error().code == engine::engine_errc::exceeds_max_model_len);
+  CHECK(too_long.error().message ==
         "request 3: the prompt (60 tokens) plus max_tokens (16) is 76 tokens, over the maximum model length of 64");
   sampling_params bad;
   bad.top_p = 1.5f;
   auto invalid = proc.add(text_request(4, "Hi", bad));
   REQUIRE(!invalid);
-  CHECK(proto::code_of(invalid.error()) == errc::invalid_argument);
-  CHECK(proto::message_of(invalid.error()).find("top_p must be in (0, 1], got 1.5") != std::string::npos);
+  CHECK(invalid.error().code == engine::engine_errc::invalid_argument);
+  CHECK(invalid.error().message.find("top_p must be in (0, 1], got 1.5") != std::string::npos);
   CHECK(proc.size() == 2);  // nothing tracked for the rejected ones
 
   output_processor no_tok{std::nullopt, actors::model_limits{512, 64, {}, 0, {}}};
   auto needs_tok = no_tok.add(text_request(5, "Hi"));
   REQUIRE(!needs_tok);
-  CHECK(proto::message_of(needs_tok.error()).find("needs a tokenizer") != std::string::npos);
+  CHECK(needs_tok.error().message.find("needs a tokenizer") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(fixture, "deltas carry each token and the text it made final, the output adds them up") {
@@ -255,8 +255,8 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(unconstrained->sampling.reasoning_end_token_id == -1);  // nothing to gate
   auto outside = submit(6, {1, 5}, 600);
   REQUIRE(!outside);
-  CHECK(proto::message_of(outside.error()).find("outside the vocabulary of 512") != std::string::npos);
+  CHECK(outside.error().message.find("outside the vocabulary of 512") != std::string::npos);
   auto negative = submit(7, {1, 5}, -2);
   REQUIRE(!negative);
-  CHECK(proto::message_of(negative.error()).find("reasoning_end_token_id") != std::string::npos);
+  CHECK(negative.error().message.find("reasoning_end_token_id") != std::string::npos);
 }

@@ -17,6 +17,7 @@ using namespace actorllm::engine;
 using actorllm::engine::test::driver;
 using actorllm::engine::test::make_scheduler;
 using actorllm::engine::test::run_alone;
+using actorllm::engine::test::scheduled_seqs;
 
 namespace {
 
@@ -57,7 +58,7 @@ run_result run_request(scheduler_core& s, driver& d, const request& r) {
   run_result out;
   auto plan = s.schedule();
   REQUIRE(plan);
-  out.first_plan_tokens = plan->batch.n_tokens();
+  out.first_plan_tokens = plan->n_tokens();
   d.track(std::move(*plan));
   while (s.has_unfinished() || !d.in_flight.empty()) {
     step_plan p = std::move(d.in_flight.front().plan);
@@ -146,7 +147,7 @@ TEST_CASE("prefix cache: blocks are reused only after the step that computed the
     add(s, make_request(2, prompt, 4));
     auto plan = s.schedule();
     REQUIRE(plan);
-    CHECK(plan->batch.n_tokens() == 80);
+    CHECK(plan->n_tokens() == 80);
     d.track(std::move(*plan));
     d.run_to_completion();
     CHECK(s.prefix_cache_hits() == 0);
@@ -171,8 +172,8 @@ TEST_CASE("prefix cache: blocks are reused only after the step that computed the
     add(s, make_request(2, prompt, 4));
     auto plan = s.schedule();
     REQUIRE(plan);
-    REQUIRE(plan->batch_seqs == std::vector<seq_id>{{2, 0}});
-    CHECK(plan->batch.positions.front() == 32);  // blocks 0, 1 hit; blocks 2, 3 are still being written
+    REQUIRE(scheduled_seqs(*plan) == std::vector<seq_id>{{2, 0}});
+    CHECK(plan->positions.front() == 32);  // blocks 0, 1 hit; blocks 2, 3 are still being written
     d.track(std::move(*plan));
     d.run_to_completion();
     CHECK(s.prefix_cache_hits() == 32);
@@ -198,7 +199,7 @@ TEST_CASE("prefix cache: a preempted sequence comes back through the cache") {
       CHECK(d.outputs.at({r.id, 0}) == run_alone(r, 0, cfg.max_model_len, vocab).output);
     int32_t total = 0;
     for (const auto& p : d.history)
-      total += p.batch.n_tokens();
+      total += p.n_tokens();
     recomputed.push_back(total);
   }
   CAPTURE(recomputed[0]);
@@ -218,14 +219,14 @@ TEST_CASE("prefix cache: n > 1 siblings share full prompt blocks and outputs mat
       add(s, r);
       auto prefill = s.schedule();
       REQUIRE(prefill);
-      CHECK(prefill->batch.n_tokens() == len);
+      CHECK(prefill->n_tokens() == len);
       const auto full = static_cast<size_t>(len / 16);
+      REQUIRE(prefill->sequences[0].new_table);
       for (uint32_t i = 1; i < 3; ++i) {
         auto t = s.allocator().block_table(seq_id{9, i});
-        CHECK(
-            std::vector<int32_t>(t.begin(), t.end()) ==
-            std::vector<int32_t>(prefill->batch.sequences[0].block_table.begin(),
-                                 prefill->batch.sequences[0].block_table.begin() + static_cast<std::ptrdiff_t>(full)));
+        CHECK(std::vector<int32_t>(t.begin(), t.end()) ==
+              std::vector<int32_t>(prefill->sequences[0].blocks.begin(),
+                                   prefill->sequences[0].blocks.begin() + static_cast<std::ptrdiff_t>(full)));
       }
       d.track(std::move(*prefill));
       d.run_to_completion();

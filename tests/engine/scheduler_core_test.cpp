@@ -15,6 +15,7 @@ using namespace actorllm::engine;
 using actorllm::engine::test::driver;
 using actorllm::engine::test::make_scheduler;
 using actorllm::engine::test::run_alone;
+using actorllm::engine::test::scheduled_seqs;
 
 namespace {
 
@@ -70,13 +71,17 @@ TEST_CASE("scheduler splits a long prompt into chunks of at most max_num_batched
     auto plan = s.schedule();
     REQUIRE(plan);
     CHECK(s.schedule() == std::nullopt);  // pp_size 1: nothing more until the result arrives
-    REQUIRE(plan->batch.sequences.size() == 1);
-    const auto& seq = plan->batch.sequences[0];
+    REQUIRE(plan->sequences.size() == 1);
+    const auto& seq = plan->sequences[0];
     chunks.push_back(seq.n_query);
-    CHECK(plan->batch.positions.front() == 32 * i);
-    // Blocks are reserved for the tokens scheduled so far, no more.
-    CHECK(seq.block_table.size() == static_cast<size_t>((32 * i + seq.n_query + 15) / 16));
-    CHECK(plan->batch.sample_rows.size() == (i == 3 ? 1u : 0u));
+    CHECK(plan->positions.front() == 32 * i);
+    // Blocks are reserved for the tokens scheduled so far, no more; the shards get the table whole once, then the
+    // blocks each chunk adds.
+    const size_t n_blocks = static_cast<size_t>((32 * i + seq.n_query + 15) / 16);
+    CHECK(s.allocator().block_table(seq_id{1, 0}).size() == n_blocks);
+    CHECK(seq.new_table == (i == 0));
+    CHECK(seq.blocks.size() == n_blocks - static_cast<size_t>((32 * i + 15) / 16));
+    CHECK(plan->sample_rows.size() == (i == 3 ? 1u : 0u));
     auto events = s.update_from_output(plan->step_id, std::vector<int32_t>(plan->sample_seqs.size(), 5));
     REQUIRE(events.has_value());
     CHECK(events->size() == (i == 3 ? 1u : 0u));
@@ -85,8 +90,8 @@ TEST_CASE("scheduler splits a long prompt into chunks of at most max_num_batched
   CHECK(s.allocator().n_tokens(seq_id{1, 0}) == 100);
   auto decode = s.schedule();
   REQUIRE(decode);
-  CHECK(decode->batch.tokens == std::vector<int32_t>{5});
-  CHECK(decode->batch.positions == std::vector<int32_t>{100});
+  CHECK(decode->tokens == std::vector<int32_t>{5});
+  CHECK(decode->positions == std::vector<int32_t>{100});
 }
 
 TEST_CASE("scheduler admits at most max_num_seqs sequences and keeps the rest waiting") {
@@ -115,29 +120,29 @@ TEST_CASE("scheduler runs decodes before prefill chunks and gives them the token
     add(s, make_request(id, 2, 20));
   auto first = s.schedule();  // three prompts of 2 tokens
   REQUIRE(first);
-  CHECK(first->batch.n_tokens() == 6);
+  CHECK(first->n_tokens() == 6);
   REQUIRE(s.update_from_output(first->step_id, std::vector<int32_t>{1, 2, 3}).has_value());
 
   add(s, make_request(4, 20, 5));  // a long prompt arrives while the three decode
   auto plan = s.schedule();
   REQUIRE(plan);
-  REQUIRE(plan->batch.sequences.size() == 4);
+  REQUIRE(plan->sequences.size() == 4);
   for (int i = 0; i < 3; ++i) {
-    CHECK(plan->batch_seqs[static_cast<size_t>(i)] == seq_id{static_cast<uint64_t>(i + 1), 0});
-    CHECK(plan->batch.sequences[static_cast<size_t>(i)].n_query == 1);
-    CHECK(plan->batch.positions[static_cast<size_t>(i)] == 2);
+    CHECK(scheduled_seqs(*plan)[static_cast<size_t>(i)] == seq_id{static_cast<uint64_t>(i + 1), 0});
+    CHECK(plan->sequences[static_cast<size_t>(i)].n_query == 1);
+    CHECK(plan->positions[static_cast<size_t>(i)] == 2);
   }
-  CHECK(plan->batch_seqs[3] == seq_id{4, 0});
-  CHECK(plan->batch.sequences[3].n_query == 5);  // what the decodes left of the budget of 8
-  CHECK(plan->batch.n_tokens() == 8);
+  CHECK(scheduled_seqs(*plan)[3] == seq_id{4, 0});
+  CHECK(plan->sequences[3].n_query == 5);  // what the decodes left of the budget of 8
+  CHECK(plan->n_tokens() == 8);
   CHECK(plan->sample_seqs == std::vector<seq_id>{{1, 0}, {2, 0}, {3, 0}});
 
   // The partly prefilled prompt is running now, and still comes after the decodes.
   REQUIRE(s.update_from_output(plan->step_id, std::vector<int32_t>{1, 2, 3}).has_value());
   auto next = s.schedule();
   REQUIRE(next);
-  CHECK(next->batch_seqs == std::vector<seq_id>{{1, 0}, {2, 0}, {3, 0}, {4, 0}});
-  CHECK(next->batch.positions == std::vector<int32_t>{3, 3, 3, 5, 6, 7, 8, 9});
+  CHECK(scheduled_seqs(*next) == std::vector<seq_id>{{1, 0}, {2, 0}, {3, 0}, {4, 0}});
+  CHECK(next->positions == std::vector<int32_t>{3, 3, 3, 5, 6, 7, 8, 9});
 }
 
 TEST_CASE("scheduler admits in arrival order under fcfs and by priority value under priority") {
@@ -157,9 +162,9 @@ TEST_CASE("scheduler admits in arrival order under fcfs and by priority value un
     d.run_to_completion();
     std::vector<uint64_t> order;
     for (const auto& plan : d.history)
-      for (size_t i = 0; i < plan.batch_seqs.size(); ++i)
-        if (plan.batch.positions[static_cast<size_t>(plan.batch.sequences[i].query_begin)] == 0)
-          order.push_back(plan.batch_seqs[i].request_id);
+      for (size_t i = 0; i < scheduled_seqs(plan).size(); ++i)
+        if (plan.positions[static_cast<size_t>(plan.sequences[i].query_begin)] == 0)
+          order.push_back(scheduled_seqs(plan)[i].request_id);
     return order;
   };
   CHECK(admission_order(scheduling_policy::fcfs) == std::vector<uint64_t>{1, 2, 3, 4});
@@ -180,18 +185,18 @@ TEST_CASE("scheduler preempts the last sequence in policy order when blocks run 
     add(s, make_request(2, 4, 4, 1, /*priority=*/0));
     auto prefill = s.schedule();
     REQUIRE(prefill);
-    REQUIRE(prefill->batch_seqs.size() == 2);
+    REQUIRE(scheduled_seqs(*prefill).size() == 2);
     REQUIRE(s.update_from_output(prefill->step_id, std::vector<int32_t>{7, 7}).has_value());
     auto plan = s.schedule();
     REQUIRE(plan);
     CHECK(s.n_preemptions() == 1);
-    REQUIRE(plan->preempted.size() == 1);
-    CHECK(plan->batch_seqs.size() == 1);
-    CHECK(plan->batch_seqs[0] != plan->preempted[0]);
+    REQUIRE(plan->dropped_seqs.size() == 1);  // the shards drop the victim's table
+    CHECK(scheduled_seqs(*plan).size() == 1);
+    CHECK(scheduled_seqs(*plan)[0] != plan->dropped_seqs[0]);
     CHECK(s.n_waiting() == 1);
     CHECK(s.allocator().n_free_blocks() == 1);  // the victim's block went back; the survivor took one more
     CHECK(s.check_invariants() == "");
-    return plan->preempted[0].request_id;
+    return plan->dropped_seqs[0].request_id;
   };
   CHECK(victim(scheduling_policy::fcfs) == 2);      // latest arrival
   CHECK(victim(scheduling_policy::priority) == 1);  // highest priority value
@@ -277,7 +282,7 @@ TEST_CASE("scheduler abort frees blocks at once, also while the sequence is in a
   add(s, make_request(3, 5, 8));   // 2 blocks
   auto plan = s.schedule();
   REQUIRE(plan);
-  REQUIRE(plan->batch_seqs.size() == 3);
+  REQUIRE(scheduled_seqs(*plan).size() == 3);
   CHECK(s.allocator().n_free_blocks() == 32 - 3 - 2 - 2);
 
   auto events = s.abort(1);
@@ -307,7 +312,7 @@ TEST_CASE("scheduler abort frees blocks at once, also while the sequence is in a
   add(s, again3);
   auto fresh = s.schedule();  // the new request 3 prefills while the old plan is still in flight
   REQUIRE(fresh);
-  CHECK(fresh->batch_seqs == std::vector<seq_id>{{3, 0}});
+  CHECK(scheduled_seqs(*fresh) == std::vector<seq_id>{{3, 0}});
   auto stale = s.update_from_output(reused->step_id, std::vector<int32_t>{21, 22});
   REQUIRE(stale.has_value());
   REQUIRE(stale->size() == 1);
@@ -349,12 +354,13 @@ TEST_CASE("scheduler shares the prompt's blocks between the n sequences of a req
   driver d(s, vocab);
   auto prefill = s.schedule();
   REQUIRE(prefill);
-  CHECK(prefill->batch.n_tokens() == 40);  // the prompt is computed once
+  CHECK(prefill->n_tokens() == 40);  // the prompt is computed once
   CHECK(prefill->sample_seqs == std::vector<seq_id>{{9, 0}, {9, 1}, {9, 2}});
-  CHECK(prefill->batch.sample_rows == std::vector<int32_t>{39, 39, 39});
+  CHECK(prefill->sample_rows == std::vector<int32_t>{39, 39, 39});
   CHECK(s.n_running() == 3);
   CHECK(s.allocator().n_free_blocks() == 32 - 3);  // not 3 x 3
-  const auto& parent_table = prefill->batch.sequences[0].block_table;
+  REQUIRE(prefill->sequences[0].new_table);
+  const auto& parent_table = prefill->sequences[0].blocks;
   for (uint32_t i = 1; i < 3; ++i) {
     auto t = s.allocator().block_table(seq_id{9, i});
     // The full blocks only: the partial one is sequence 0's, which writes into it.
@@ -367,10 +373,10 @@ TEST_CASE("scheduler shares the prompt's blocks between the n sequences of a req
   // token, into a block of its own (nothing is copied). The full blocks stay shared for good.
   auto decode = s.schedule();
   REQUIRE(decode);
-  CHECK(decode->batch_seqs.size() == 3);
-  CHECK(decode->batch.n_tokens() == 1 + 9 + 9);
+  CHECK(scheduled_seqs(*decode).size() == 3);
+  CHECK(decode->n_tokens() == 1 + 9 + 9);
   CHECK(s.allocator().n_free_blocks() == 32 - 5);
-  CHECK(s.allocator().ref_count(prefill->batch.sequences[0].block_table[0]) == 3);
+  CHECK(s.allocator().ref_count(prefill->sequences[0].blocks[0]) == 3);
   d.apply(*s.update_from_output(decode->step_id, d.model.run(*decode)));
 
   d.run_to_completion();
@@ -413,8 +419,8 @@ TEST_CASE("scheduler with pp_size 2 keeps two plans in flight over disjoint sequ
   auto b = s.schedule();
   REQUIRE(a);
   REQUIRE(b);
-  CHECK(a->batch_seqs == std::vector<seq_id>{{1, 0}, {2, 0}});
-  CHECK(b->batch_seqs == std::vector<seq_id>{{3, 0}, {4, 0}});
+  CHECK(scheduled_seqs(*a) == std::vector<seq_id>{{1, 0}, {2, 0}});
+  CHECK(scheduled_seqs(*b) == std::vector<seq_id>{{3, 0}, {4, 0}});
   CHECK(a->step_id != b->step_id);
   CHECK(s.n_in_flight() == 2);
   CHECK(s.schedule() == std::nullopt);
@@ -424,7 +430,7 @@ TEST_CASE("scheduler with pp_size 2 keeps two plans in flight over disjoint sequ
   d.apply(*s.update_from_output(a->step_id, d.model.run(*a)));
   auto c = s.schedule();
   REQUIRE(c);
-  CHECK(c->batch_seqs == std::vector<seq_id>{{1, 0}, {2, 0}});
+  CHECK(scheduled_seqs(*c) == std::vector<seq_id>{{1, 0}, {2, 0}});
   CHECK(s.schedule() == std::nullopt);
   d.apply(*s.update_from_output(b->step_id, d.model.run(*b)));  // the model runs plans in order: a, b, c
   d.track(*c);

@@ -1,7 +1,7 @@
-// The scheduler's side of multi-LoRA: each batch sequence carries its request's adapter, the running sequences apply
-// at most max_loras adapters at once (a waiting request whose adapter would be one too many waits while the ones
-// behind it go ahead), a request naming an adapter is refused while LoRA is off, and an adapter's prompt never hits
-// the base model's (or another adapter's) cached blocks.
+// The scheduler's side of multi-LoRA: each batch sequence carries its request's adapter (which the plan names once in
+// its loras), the running sequences apply at most max_loras adapters at once (a waiting request whose adapter would be
+// one too many waits while the ones behind it go ahead), a request naming an adapter is refused while LoRA is off,
+// and an adapter's prompt never hits the base model's (or another adapter's) cached blocks.
 #include "engine/scheduler_core.hpp"
 
 #include "fake_model.hpp"
@@ -10,12 +10,14 @@
 
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 using namespace actorllm::engine;
 using actorllm::engine::test::driver;
 using actorllm::engine::test::make_scheduler;
 using actorllm::engine::test::run_alone;
+using actorllm::engine::test::scheduled_seqs;
 
 namespace {
 
@@ -27,7 +29,7 @@ request make_request(uint64_t id, int32_t lora, int32_t prompt_len = 6, int32_t 
   for (int32_t i = 0; i < prompt_len; ++i)
     r.prompt.push_back(((seed < 0 ? static_cast<int32_t>(id) : seed) * 31 + i * 7) % vocab);
   r.max_tokens = max_tokens;
-  r.lora_id = lora;
+  r.lora = lora_ref{lora, "adapter-" + std::to_string(lora), "/adapters/" + std::to_string(lora)};
   return r;
 }
 
@@ -55,7 +57,7 @@ TEST_CASE("scheduler: with max_loras 1 the adapters take turns, base requests ru
   std::map<uint64_t, int32_t> lora_of;
   for (const request& r : reqs) {
     add(s, r);
-    lora_of[r.id] = r.lora_id;
+    lora_of[r.id] = r.lora.id;
   }
   driver d(s, vocab);
   d.keep_history = true;
@@ -65,11 +67,11 @@ TEST_CASE("scheduler: with max_loras 1 the adapters take turns, base requests ru
   for (size_t p = 0; p < d.history.size(); ++p) {
     const step_plan& plan = d.history[p];
     std::set<int32_t> adapters;
-    for (size_t i = 0; i < plan.batch.sequences.size(); ++i) {
-      const seq_id seq = plan.batch_seqs[i];
-      CHECK(plan.batch.sequences[i].lora_id == lora_of.at(seq.request_id));
-      if (plan.batch.sequences[i].lora_id != 0)
-        adapters.insert(plan.batch.sequences[i].lora_id);
+    for (size_t i = 0; i < plan.sequences.size(); ++i) {
+      const seq_id seq = scheduled_seqs(plan)[i];
+      CHECK(plan.sequences[i].lora_id == lora_of.at(seq.request_id));
+      if (plan.sequences[i].lora_id != 0)
+        adapters.insert(plan.sequences[i].lora_id);
       if (p == 0)
         in_first.insert(seq.request_id);
     }
@@ -92,9 +94,11 @@ TEST_CASE("scheduler: with max_loras 2 two adapters and the base model share a s
   auto plan = s.schedule();
   REQUIRE(plan);
   std::set<int32_t> loras;
-  for (const auto& seq : plan->batch.sequences)
+  for (const auto& seq : plan->sequences)
     loras.insert(seq.lora_id);
   CHECK(loras == std::set<int32_t>{0, 1, 2});  // adapter 3 would be a third
+  // The plan names each adapter its sequences apply, once, as the shards load it.
+  CHECK(plan->loras == std::vector<lora_ref>{{1, "adapter-1", "/adapters/1"}, {2, "adapter-2", "/adapters/2"}});
 }
 
 TEST_CASE("scheduler: a request naming an adapter is refused while LoRA is off, and a negative id always") {

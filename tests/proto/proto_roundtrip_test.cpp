@@ -374,3 +374,77 @@ TEST_CASE_FIXTURE(proto_fixture, "errors keep their code and message across seri
   CHECK(proto::code_of(dead) == errc::engine_failure);
   CHECK(proto::message_of(dead).find("request_receiver_down") != std::string::npos);
 }
+
+TEST_CASE("the engine core's errors, requests and events in the protocol's terms") {
+  // Errors: the request-level codes keep their meaning, the core's own bookkeeping is a protocol violation.
+  const caf::error full = proto::make_error(engine::engine_error{engine::engine_errc::exceeds_kv_cache, "42 blocks"});
+  CHECK(proto::code_of(full) == errc::exceeds_kv_cache);
+  CHECK(proto::message_of(full) == "42 blocks");
+  CHECK(proto::to_errc(engine::engine_errc::duplicate_request) == errc::duplicate_request);
+  CHECK(proto::to_errc(engine::engine_errc::unknown_step) == errc::internal);
+  CHECK(proto::to_public(engine::finish_reason::length) == finish_reason::length);
+
+  // A request_spec is the scheduler's request under the protocol's names.
+  proto::request_spec spec;
+  spec.request_id = 7;
+  spec.prompt_ids = {1, 2, 3};
+  spec.max_tokens = 9;
+  spec.n = 2;
+  spec.priority = -1;
+  spec.eos_token_ids = {0};
+  spec.ignore_eos = true;
+  spec.stop_token_ids = {4};
+  spec.min_tokens = 1;
+  spec.sampling.temperature = 0.5f;
+  spec.sampling.prompt_logprobs = 2;
+  spec.cache_salt = "tenant";
+  spec.resume_output_ids = {8};
+  spec.lora = {3, "sql", "/adapters/sql"};
+  const proto::request_spec copy = spec;
+  const engine::request req = proto::to_engine_request(proto::request_spec{spec});
+  CHECK(req.id == 7);
+  CHECK(req.prompt == copy.prompt_ids);
+  CHECK(req.max_tokens == 9);
+  CHECK(req.n == 2);
+  CHECK(req.priority == -1);
+  CHECK(req.eos_token_ids == copy.eos_token_ids);
+  CHECK(req.ignore_eos);
+  CHECK(req.stop_token_ids == copy.stop_token_ids);
+  CHECK(req.min_tokens == 1);
+  CHECK(req.cache_salt == copy.cache_salt);
+  CHECK(req.resume_output == copy.resume_output_ids);
+  CHECK(req.score_prompt);  // prompt logprobs asked for
+  CHECK(req.lora == copy.lora);
+  CHECK(req.sampling == copy.sampling);
+
+  // A step's news: each event takes the token of the sample row it names.
+  proto::step_result res;
+  res.step_id = 5;
+  res.tokens = {{11, -0.5f, {}}, {12, -1.5f, {{12, -1.5f}}}, {13, -2.5f, {}}};
+  res.prompt_scores = {{{7, 0}, 0, 2, -0.25f, 1, {{2, -0.25f}}}};
+  std::vector<engine::seq_event> events(2);
+  events[0].seq = {7, 1};  // row 0's sequence ended meanwhile: no event for it
+  events[0].new_token = 12;
+  events[0].sample_row = 1;
+  events[0].n_cached_tokens = 16;
+  events[1].seq = {9, 0};
+  events[1].new_token = 13;
+  events[1].finished = engine::finish_reason::stop;
+  events[1].sample_row = 2;
+  const proto::step_update upd = proto::make_step_update(res, events);
+  CHECK(upd.step_id == 5);
+  REQUIRE(upd.prompts.size() == 1);
+  CHECK(upd.prompts[0].request_id == 7);
+  CHECK(upd.prompts[0].entry.rank == 1);
+  REQUIRE(upd.seqs.size() == 2);
+  CHECK(upd.seqs[0].request_id == 7);
+  CHECK(upd.seqs[0].index == 1);
+  CHECK(upd.seqs[0].token == 12);
+  CHECK(upd.seqs[0].logprob == -1.5f);
+  CHECK(upd.seqs[0].top.size() == 1);
+  CHECK(upd.seqs[0].num_cached_tokens == 16);
+  CHECK_FALSE(upd.seqs[0].finished.has_value());
+  CHECK(upd.seqs[1].token == 13);
+  CHECK(upd.seqs[1].logprob == -2.5f);
+  CHECK(upd.seqs[1].finished == finish_reason::stop);
+}

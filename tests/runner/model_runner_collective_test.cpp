@@ -2,10 +2,10 @@
 // device communicator (NCCL) is not, and a step fails with the communicator's error when its watchdog broke it while
 // the step's device work ran (raise_if_broken after the step's synchronisation), instead of handing on garbage. The
 // communicator is a fake here: NCCL itself needs GPUs (tests/cuda/nccl_collective_gpu_test.cpp).
-#include "runner/model_runner.hpp"
 #include "comm/comm_error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/model_source.hpp"
+#include "runner/model_runner.hpp"
 #include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
@@ -54,27 +54,27 @@ model::loaded_shard tiny_model() {
 TEST_CASE("model_runner: a step fails with the communicator's error when it broke while the step ran") {
   auto broken = std::make_shared<std::string>();
   auto loaded = tiny_model();
-  actors::model_runner runner{std::make_unique<cpu::cpu_backend>(1),
+  runner::model_runner runner{std::make_unique<cpu::cpu_backend>(1),
                               std::make_unique<breakable_collective>(broken),
                               loaded.config,
                               std::move(loaded.weights),
                               model::shard_spec{},
                               true};
   runner.allocate_cache(16, 4);
-  proto::step_plan plan;
+  engine::step_plan plan;
   plan.step_id = 1;
   plan.tokens = {1, 2, 3};
   plan.positions = {0, 1, 2};
-  plan.sequences.push_back(proto::scheduled_sequence{proto::seq_ref{1, 0}, 0, 3, true, {0}});
+  plan.sequences.push_back(engine::scheduled_sequence{engine::seq_id{1, 0}, 0, 3, true, {0}});
   // Healthy: the prefill runs and reports nothing wrong.
-  actors::step_output out = runner.run(plan, tensor{});
+  runner::step_output out = runner.run(plan, tensor{});
   CHECK(out.error.empty());
   // Broken meanwhile (as a watchdog thread would, between the step's queued collectives and its synchronisation).
   *broken = "nccl group 'g' rank 0/2: aborted during ncclAllReduce: peer declared dead";
   plan.step_id = 2;
   plan.tokens = {4};
   plan.positions = {3};
-  plan.sequences = {proto::scheduled_sequence{proto::seq_ref{1, 0}, 0, 1, false, {}}};
+  plan.sequences = {engine::scheduled_sequence{engine::seq_id{1, 0}, 0, 1, false, {}}};
   try {
     runner.run(plan, tensor{});
     FAIL("a step over a broken communicator succeeded");

@@ -1,12 +1,11 @@
 // model_runner and decode graphs: when a shard captures them (graph_options from --enforce-eager and the shard's
 // layout; never on the CPU backend), the memory it reserves for them in its profile, and plans run through a
-// runner on the recording backend (tests/support/recording_graph_backend.hpp) giving the eager runner's tokens, with every
-// all-decode step replayed from a graph and prefill steps run eagerly.
-#include "runner/model_runner.hpp"
-#include "actors/runtime/shard_actor.hpp"
+// runner on the recording backend (tests/support/recording_graph_backend.hpp) giving the eager runner's tokens, with
+// every all-decode step replayed from a graph and prefill steps run eagerly.
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/model_source.hpp"
 #include "model/stories_golden.hpp"
+#include "runner/model_runner.hpp"
 #include "support/recording_graph_backend.hpp"
 #include "support/test_paths.hpp"
 
@@ -18,17 +17,17 @@ using namespace actorllm;
 
 namespace {
 
-std::unique_ptr<actors::model_runner> stories_runner(std::unique_ptr<backend> be, actors::graph_options o) {
+std::unique_ptr<runner::model_runner> stories_runner(std::unique_ptr<backend> be, runner::graph_options o) {
   auto loaded = model::load_shard(test::model_dir("stories260K"), {}, {});
   auto runner =
-      std::make_unique<actors::model_runner>(std::move(be), std::make_unique<single_rank_collective>(), loaded.config,
+      std::make_unique<runner::model_runner>(std::move(be), std::make_unique<single_rank_collective>(), loaded.config,
                                              std::move(loaded.weights), model::shard_spec{}, true);
   runner->set_graph_options(o);
   return runner;
 }
 
-actors::graph_options graphs_on(int32_t max_num_seqs) {
-  actors::graph_options o;
+runner::graph_options graphs_on(int32_t max_num_seqs) {
+  runner::graph_options o;
   o.enabled = true;
   o.max_num_seqs = max_num_seqs;
   return o;
@@ -36,21 +35,21 @@ actors::graph_options graphs_on(int32_t max_num_seqs) {
 
 // Greedy decoding of `prompts` (one request each) through a runner's plans: step 1 prefills every prompt in one
 // batch, then each step decodes one token of every sequence. Returns the tokens per request.
-std::vector<std::vector<int32_t>> run_plans(actors::model_runner& runner,
+std::vector<std::vector<int32_t>> run_plans(runner::model_runner& runner,
                                             const std::vector<std::vector<int32_t>>& prompts, int n_steps) {
   const auto n = static_cast<uint64_t>(prompts.size());
   std::vector<std::vector<int32_t>> out(prompts.size());
   for (int step = 0; step < n_steps; ++step) {
-    proto::step_plan plan;
+    engine::step_plan plan;
     plan.step_id = static_cast<uint64_t>(step) + 1;
     for (uint64_t r = 0; r < n; ++r) {
-      const proto::seq_ref seq{r + 1, 0};
-      proto::scheduled_sequence s;
+      const engine::seq_id seq{r + 1, 0};
+      engine::scheduled_sequence s;
       s.seq = seq;
       s.query_begin = static_cast<int32_t>(plan.tokens.size());
       const auto& prompt = prompts[r];
       if (step == 0) {
-        proto::sampler_setup setup;
+        engine::sampler_setup setup;
         setup.request_id = r + 1;
         setup.spec.temperature = 0.0f;
         plan.new_requests.push_back(setup);
@@ -70,7 +69,7 @@ std::vector<std::vector<int32_t>> run_plans(actors::model_runner& runner,
       plan.sample_seqs.push_back(seq);
       plan.sequences.push_back(std::move(s));
     }
-    const actors::step_output o = runner.run(plan, tensor{});
+    const runner::step_output o = runner.run(plan, tensor{});
     REQUIRE(o.error.empty());
     REQUIRE(o.result.error.empty());
     REQUIRE(o.result.tokens.size() == n);
@@ -91,7 +90,7 @@ TEST_CASE("a CPU shard never captures decode graphs, and reserves no memory for 
 }
 
 TEST_CASE("--enforce-eager: a graph-capable shard captures none") {
-  actors::graph_options eager = graphs_on(8);
+  runner::graph_options eager = graphs_on(8);
   eager.enabled = false;
   auto runner = stories_runner(std::make_unique<test::recording_graph_backend>(), eager);
   CHECK(runner->graphs_disabled_reason() == "--enforce-eager");
@@ -114,7 +113,7 @@ TEST_CASE("a graph-capable shard captures graphs up to max_num_seqs and reserves
         std::vector<int32_t>{1, 2, 4});
   CHECK(runner->graphs()->max_blocks_per_seq() == 32);
   // A max_model_len narrows the block tables.
-  actors::graph_options narrow = graphs_on(3);
+  runner::graph_options narrow = graphs_on(3);
   narrow.max_model_len = 100;
   runner->set_graph_options(narrow);
   runner->allocate_cache(16, 16);
@@ -142,16 +141,4 @@ TEST_CASE("plans through a graph runner: decode steps replay graphs, tokens equa
                                                  g.prompts[1].greedy_output_ids};
   for (size_t r = 0; r < prompts.size(); ++r)
     CHECK(graph_tokens[r] == std::vector<int32_t>(golden[r].begin(), golden[r].begin() + n_steps));
-}
-
-TEST_CASE("shard_args carry --enforce-eager, max_num_seqs and max_model_len into the runner's graph options") {
-  actors::shard_args a;
-  CHECK(actors::shard_graph_options(a).enabled);  // graphs on by default, as vLLM
-  a.enforce_eager = true;
-  a.max_num_seqs = 64;
-  a.max_model_len = 2048;
-  const actors::graph_options o = actors::shard_graph_options(a);
-  CHECK_FALSE(o.enabled);
-  CHECK(o.max_num_seqs == 64);
-  CHECK(o.max_model_len == 2048);
 }

@@ -1,6 +1,7 @@
-// actors::persistent_batch and actors::step_inbox: a shard's side of the step protocol. Block-table diffs build up
+// runner::persistent_batch and runner::step_inbox: a shard's side of the step protocol. Block-table diffs build up
 // whole tables step by step (new, appended, dropped, replaced after a re-admission; an append to a table the shard
-// never got is an error), and plans pair with the previous stage's handoffs in plan order, whichever comes first.
+// never got is an error) that the batch borrows instead of copying, and plans pair with the previous stage's
+// handoffs in plan order, whichever comes first.
 #include "runner/persistent_batch.hpp"
 #include "runner/step_inbox.hpp"
 
@@ -10,9 +11,9 @@ using namespace actorllm;
 
 namespace {
 
-proto::step_plan plan_of(uint64_t step, std::vector<proto::scheduled_sequence> seqs,
-                         std::vector<proto::seq_ref> dropped = {}) {
-  proto::step_plan p;
+engine::step_plan plan_of(uint64_t step, std::vector<engine::scheduled_sequence> seqs,
+                          std::vector<engine::seq_id> dropped = {}) {
+  engine::step_plan p;
   p.step_id = step;
   int32_t row = 0;
   for (auto& s : seqs) {
@@ -28,8 +29,8 @@ proto::step_plan plan_of(uint64_t step, std::vector<proto::scheduled_sequence> s
 }
 
 TEST_CASE("persistent_batch builds whole block tables from the plans' diffs") {
-  actors::persistent_batch b;
-  const proto::seq_ref a{1, 0}, a1{1, 1}, c{2, 0};
+  runner::persistent_batch b;
+  const engine::seq_id a{1, 0}, a1{1, 1}, c{2, 0};
   // Step 1: a prefills (whole table); its sibling shares the full prompt block and has one of its own.
   REQUIRE(b.apply(plan_of(1, {{a, 0, 5, true, {3, 4}}, {a1, 0, 1, true, {3, 9}}})) == "");
   REQUIRE(b.batch().sequences.size() == 2);
@@ -57,27 +58,61 @@ TEST_CASE("persistent_batch builds whole block tables from the plans' diffs") {
 }
 
 TEST_CASE("persistent_batch refuses blocks appended to a table it does not hold") {
-  actors::persistent_batch b;
+  runner::persistent_batch b;
   const auto err = b.apply(plan_of(7, {{{4, 2}, 0, 1, false, {1}}}));
   CHECK(err.find("step 7") != std::string::npos);
   CHECK(err.find("4-2") != std::string::npos);
 }
 
-std::shared_ptr<const proto::step_plan> plan_ptr(uint64_t step) {
-  auto p = std::make_shared<proto::step_plan>();
+TEST_CASE("persistent_batch lends each table to the batch and takes it back: appended to, never copied") {
+  runner::persistent_batch b;
+  const engine::seq_id a{1, 0}, c{2, 0};
+  REQUIRE(b.apply(plan_of(1, {{a, 0, 4, true, {3, 4}}, {c, 0, 2, true, {5}}})) == "");
+  const int32_t* a_blocks = b.batch().sequences[0].block_table.data();
+  CHECK(b.table(a) == &b.batch().sequences[0].block_table);  // lent: the batch holds it while the plan runs
+  // Step 2: c first, then a: a's table is the same buffer in another place of the batch.
+  REQUIRE(b.apply(plan_of(2, {{c, 0, 1, false, {}}, {a, 0, 1, false, {}}})) == "");
+  CHECK(b.batch().sequences[1].block_table.data() == a_blocks);
+  CHECK(b.batch().sequences[1].block_table == std::vector<int32_t>{3, 4});
+  // Step 3: c alone: a's table is back with the shard, unchanged.
+  REQUIRE(b.apply(plan_of(3, {{c, 0, 1, false, {6}}})) == "");
+  REQUIRE(b.table(a) != nullptr);
+  CHECK(b.table(a)->data() == a_blocks);
+  CHECK(*b.table(a) == std::vector<int32_t>{3, 4});
+  CHECK(*b.table(c) == std::vector<int32_t>{5, 6});
+  // Step 4: a appends a block, and drops with c in the next plan.
+  REQUIRE(b.apply(plan_of(4, {{a, 0, 1, false, {8}}})) == "");
+  CHECK(b.batch().sequences[0].block_table == std::vector<int32_t>{3, 4, 8});
+  REQUIRE(b.apply(plan_of(5, {}, {a, c})) == "");
+  CHECK(b.size() == 0);
+}
+
+TEST_CASE("persistent_batch refuses a plan that schedules a sequence twice") {
+  runner::persistent_batch b;
+  const engine::seq_id a{1, 0};
+  REQUIRE(b.apply(plan_of(1, {{a, 0, 4, true, {3}}})) == "");
+  for (bool new_table : {false, true}) {
+    CAPTURE(new_table);
+    const auto err = b.apply(plan_of(2, {{a, 0, 1, false, {}}, {a, 0, 1, new_table, {3}}}));
+    CHECK(err.find("schedules sequence 1-0 twice") != std::string::npos);
+  }
+}
+
+std::shared_ptr<const engine::step_plan> plan_ptr(uint64_t step) {
+  auto p = std::make_shared<engine::step_plan>();
   p->step_id = step;
   return p;
 }
 
 TEST_CASE("step_inbox hands plans out in order, each with its handoff, whichever arrived first") {
-  actors::step_inbox in{true};
+  runner::step_inbox in{true};
   CHECK(!in.next());
   in.push(plan_ptr(1));
   in.push(plan_ptr(2));  // two plans in flight (pp 2)
   CHECK(!in.next());     // step 1's hidden states are not in yet
-  in.push(proto::stage_handoff{2, {}, {5}});
+  in.push(runner::stage_handoff{2, {}, {5}});
   CHECK(!in.next());  // step 2's handoff is in, but step 1 runs first
-  in.push(proto::stage_handoff{1, {}, {4}});
+  in.push(runner::stage_handoff{1, {}, {4}});
   auto first = in.next();
   REQUIRE(first);
   CHECK(first->plan->step_id == 1);
@@ -88,7 +123,7 @@ TEST_CASE("step_inbox hands plans out in order, each with its handoff, whichever
   CHECK(second->handoff.step_id == 2);
   CHECK(!in.next());
   // A handoff ahead of its plan waits for it.
-  in.push(proto::stage_handoff{3, {}, {}});
+  in.push(runner::stage_handoff{3, {}, {}});
   CHECK(!in.next());
   CHECK(in.n_handoffs() == 1);
   in.push(plan_ptr(3));
@@ -100,7 +135,7 @@ TEST_CASE("step_inbox hands plans out in order, each with its handoff, whichever
 }
 
 TEST_CASE("step_inbox of a first stage (or a data-plane link) runs each plan at once") {
-  actors::step_inbox in;
+  runner::step_inbox in;
   in.push(plan_ptr(1));
   in.push(plan_ptr(2));
   CHECK(in.next()->plan->step_id == 1);

@@ -18,8 +18,8 @@ namespace {
 
 constexpr int64_t vocab = 16;
 
-proto::sampler_setup setup(uint64_t id, float temperature, uint64_t seed, int32_t logprobs = -1) {
-  proto::sampler_setup s;
+engine::sampler_setup setup(uint64_t id, float temperature, uint64_t seed, int32_t logprobs = -1) {
+  engine::sampler_setup s;
   s.request_id = id;
   s.spec.temperature = temperature;
   s.spec.seed = seed;
@@ -37,16 +37,16 @@ std::vector<float> logits_for(size_t rows) {
 }
 
 // Samples `plan` from host logits through a CPU backend, as the sampler shard does from its backend's logits.
-proto::step_result sample_host(actors::sequence_samplers& samplers, const proto::step_plan& plan,
-                               const std::vector<float>& logits) {
+runner::step_result sample_host(runner::sequence_samplers& samplers, const engine::step_plan& plan,
+                                const std::vector<float>& logits) {
   static const std::unique_ptr<backend> be = make_backend(device_kind::cpu, 1);
   tensor t = make_host_tensor(dtype::f32, {static_cast<int64_t>(logits.size()) / vocab, vocab});
   std::copy_n(logits.begin(), t.numel(), t.data_as<float>());
   return samplers.sample(plan, *be, t);
 }
 
-proto::step_plan plan_sampling(uint64_t step, std::vector<proto::seq_ref> seqs) {
-  proto::step_plan p;
+engine::step_plan plan_sampling(uint64_t step, std::vector<engine::seq_id> seqs) {
+  engine::step_plan p;
   p.step_id = step;
   p.sample_seqs = std::move(seqs);
   for (size_t i = 0; i < p.sample_seqs.size(); ++i)
@@ -57,13 +57,13 @@ proto::step_plan plan_sampling(uint64_t step, std::vector<proto::seq_ref> seqs) 
 }  // namespace
 
 TEST_CASE("sequence 0 draws from the request seed itself, others from derived seeds") {
-  CHECK(actors::sequence_seed(42, 0) == 42);
-  CHECK(actors::sequence_seed(42, 1) != 42);
-  CHECK(actors::sequence_seed(42, 1) != actors::sequence_seed(42, 2));
-  CHECK(actors::sequence_seed(42, 1) != actors::sequence_seed(43, 1));
+  CHECK(runner::sequence_seed(42, 0) == 42);
+  CHECK(runner::sequence_seed(42, 1) != 42);
+  CHECK(runner::sequence_seed(42, 1) != runner::sequence_seed(42, 2));
+  CHECK(runner::sequence_seed(42, 1) != runner::sequence_seed(43, 1));
 
   // A request's sequence 0 reproduces a plain sampler_rng{seed} run, step after step.
-  actors::sequence_samplers samplers;
+  runner::sequence_samplers samplers;
   auto first = plan_sampling(1, {{5, 0}});
   first.new_requests.push_back(setup(5, 1.0f, 42));
   samplers.apply(first);
@@ -88,8 +88,8 @@ TEST_CASE("sequence 0 draws from the request seed itself, others from derived se
 
 TEST_CASE("each sequence keeps its own generator however the rows are batched") {
   auto run = [](bool batched) {
-    actors::sequence_samplers samplers;
-    proto::step_plan setup_plan;
+    runner::sequence_samplers samplers;
+    engine::step_plan setup_plan;
     setup_plan.new_requests = {setup(1, 1.0f, 7), setup(2, 1.0f, 7)};
     samplers.apply(setup_plan);
     std::vector<std::vector<int32_t>> out(2);
@@ -119,7 +119,7 @@ TEST_CASE("each sequence keeps its own generator however the rows are batched") 
 }
 
 TEST_CASE("released requests lose their state, sampling one then is an error") {
-  actors::sequence_samplers samplers;
+  runner::sequence_samplers samplers;
   auto plan = plan_sampling(1, {{9, 0}, {9, 1}});
   plan.new_requests.push_back(setup(9, 0.0f, 1, 2));
   samplers.apply(plan);
@@ -131,7 +131,7 @@ TEST_CASE("released requests lose their state, sampling one then is an error") {
   CHECK(r.tokens[0].top[0].token == r.tokens[0].token);  // greedy: the top token is the sampled one
   CHECK(samplers.n_requests() == 1);
 
-  proto::step_plan release;
+  engine::step_plan release;
   release.released_requests = {9, 12345};  // an unknown id is fine
   samplers.apply(release);
   CHECK(samplers.n_requests() == 0);
@@ -153,7 +153,7 @@ TEST_CASE("a sequence resumed from its output so far samples what it would have 
     s.spec.presence_penalty = 0.7f;
     return s;
   };
-  actors::sequence_samplers whole;
+  runner::sequence_samplers whole;
   std::vector<int32_t> tokens;
   for (uint64_t step = 1; step <= 12; ++step) {
     auto plan = plan_sampling(step, {{9, 0}});
@@ -168,7 +168,7 @@ TEST_CASE("a sequence resumed from its output so far samples what it would have 
 
   for (size_t cut : {size_t{1}, size_t{5}, size_t{11}}) {
     CAPTURE(cut);
-    actors::sequence_samplers resumed;
+    runner::sequence_samplers resumed;
     auto plan = plan_sampling(100, {{9, 0}});
     auto s = seeded();
     s.resume_output_ids.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(cut));
@@ -186,7 +186,7 @@ TEST_CASE("a sequence resumed from its output so far samples what it would have 
   }
 
   // Without the generator's advance the continuation differs: the test can tell.
-  actors::sequence_samplers fresh;
+  runner::sequence_samplers fresh;
   auto plan = plan_sampling(200, {{9, 0}});
   plan.new_requests.push_back(seeded());
   std::vector<int32_t> from_scratch;
@@ -200,7 +200,7 @@ TEST_CASE("a sequence resumed from its output so far samples what it would have 
 }
 
 TEST_CASE("logprob_token_ids: each sampled token reports the listed tokens' raw logprobs, in their order") {
-  actors::sequence_samplers samplers;
+  runner::sequence_samplers samplers;
   auto plan = plan_sampling(1, {{3, 0}, {4, 0}});
   auto listed = setup(3, 1.0f, 11, 2);
   listed.spec.logprob_token_ids = {9, 0, 9, 15};
@@ -262,8 +262,8 @@ const std::string two_digits = "\\d\\d";
 
 std::string tokenizer_dir() { return std::filesystem::absolute(test::model_dir("stories260K")).string(); }
 
-proto::sampler_setup constrained_setup(uint64_t id, int32_t reasoning_end, float temperature = 0.0f) {
-  proto::sampler_setup s;
+engine::sampler_setup constrained_setup(uint64_t id, int32_t reasoning_end, float temperature = 0.0f) {
+  engine::sampler_setup s;
   s.request_id = id;
   s.spec.temperature = temperature;
   s.spec.seed = 77;
@@ -280,7 +280,7 @@ std::vector<float> peaked(int32_t top) {
   return l;
 }
 
-int32_t sample_one(actors::sequence_samplers& samplers, const proto::step_plan& plan,
+int32_t sample_one(runner::sequence_samplers& samplers, const engine::step_plan& plan,
                    const std::vector<float>& logits) {
   static const std::unique_ptr<backend> be = make_backend(device_kind::cpu, 1);
   tensor t = make_host_tensor(dtype::f32, {1, tok_vocab});
@@ -310,14 +310,14 @@ TEST_CASE("a constraint after a reasoning part: free until the end token, constr
   REQUIRE(!allowed(c->start(), end_token));
 
   // Without a reasoning part the first token is already held to the pattern.
-  actors::sequence_samplers plain;
+  runner::sequence_samplers plain;
   auto first = plan_sampling(1, {{1, 0}});
   first.new_requests.push_back(constrained_setup(1, -1));
   plain.apply(first);
   CHECK(is_digit_token(sample_one(plain, first, peaked(free_token))));
 
   // With one: the reasoning's tokens (and the end token) are sampled freely, then two digits and nothing but eos.
-  actors::sequence_samplers samplers;
+  runner::sequence_samplers samplers;
   auto plan = plan_sampling(1, {{2, 0}, {2, 1}});
   plan.new_requests.push_back(constrained_setup(2, end_token));
   samplers.apply(plan);
@@ -336,7 +336,7 @@ TEST_CASE("a constraint after a reasoning part: free until the end token, constr
   }
 
   // The end token inside the constrained part is just a token the pattern does not allow.
-  actors::sequence_samplers after;
+  runner::sequence_samplers after;
   auto again = plan_sampling(1, {{3, 0}});
   again.new_requests.push_back(constrained_setup(3, end_token));
   after.apply(again);
@@ -345,7 +345,7 @@ TEST_CASE("a constraint after a reasoning part: free until the end token, constr
 }
 
 TEST_CASE("reasoning_ended: the end token after the last start token, as vLLM's reasoners read a prompt") {
-  using actors::reasoning_ended;
+  using runner::reasoning_ended;
   const std::vector<int32_t> open{5, 7, 9}, closed{5, 7, 8, 9}, reopened{5, 8, 7, 9}, none{5, 9};
   CHECK(!reasoning_ended(open, 7, 8));
   CHECK(reasoning_ended(closed, 7, 8));
@@ -366,7 +366,7 @@ TEST_CASE("a resumed sequence replays the reasoning gate: the automaton consumes
     l[end_token] = step == 2 ? 20.0f : -20.0f;
     return l;
   };
-  actors::sequence_samplers whole;
+  runner::sequence_samplers whole;
   std::vector<int32_t> tokens;
   for (size_t step = 0; step < 8; ++step) {
     auto plan = plan_sampling(step + 1, {{9, 0}});
@@ -382,7 +382,7 @@ TEST_CASE("a resumed sequence replays the reasoning gate: the automaton consumes
 
   for (size_t cut = 1; cut < tokens.size(); ++cut) {
     CAPTURE(cut);
-    actors::sequence_samplers resumed;
+    runner::sequence_samplers resumed;
     auto s = constrained_setup(9, end_token, 1.0f);
     s.resume_output_ids.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(cut));
     std::vector<int32_t> rest;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "actorllm/error.hpp"
+#include "engine/engine_error.hpp"
 
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
@@ -21,6 +22,30 @@ inline constexpr caf::atom_value error_category = caf::atom("actorllm");
 inline caf::error make_error(errc code, std::string message) {
   return caf::error{static_cast<uint8_t>(code), error_category, caf::make_message(std::move(message))};
 }
+
+/// The public code of an engine-core error; the codes of the core's own bookkeeping (a result for a step not in
+/// flight, a double free) are protocol violations: internal.
+inline errc to_errc(engine::engine_errc code) {
+  switch (code) {
+    case engine::engine_errc::invalid_argument:
+      return errc::invalid_argument;
+    case engine::engine_errc::duplicate_request:
+      return errc::duplicate_request;
+    case engine::engine_errc::unknown_request:
+      return errc::unknown_request;
+    case engine::engine_errc::exceeds_max_model_len:
+      return errc::exceeds_max_model_len;
+    case engine::engine_errc::exceeds_kv_cache:
+      return errc::exceeds_kv_cache;
+    case engine::engine_errc::too_many_sequences:
+      return errc::too_many_sequences;
+    default:
+      return errc::internal;
+  }
+}
+
+/// An engine-core error as a caf::error: its code (to_errc) and its message.
+inline caf::error make_error(const engine::engine_error& err) { return make_error(to_errc(err.code), err.message); }
 
 /// The actorllm code of `err`; errors of other categories (CAF's own, e.g. a dead actor) map to engine_failure.
 inline errc code_of(const caf::error& err) {

@@ -1,27 +1,13 @@
-// What the sampler shard (tp rank 0 of the last stage) returns to the scheduler after a step: one sampled token
-// per sample row, with its logprobs when the request asked for them; or what went wrong.
+// CAF inspection of the sampler shard's step result (runner/step_result.hpp), declared in the runner's namespace so
+// that argument-dependent lookup finds it, and the protocol's names for its types.
 #pragma once
 
 #include "actorllm/proto/request_output.hpp"
-#include "engine/seq_id.hpp"
+#include "runner/step_result.hpp"
 
 #include <caf/meta/type_name.hpp>
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
-namespace actorllm::proto {
-
-/// The token sampled for one row.
-struct sampled_token {
-  int32_t token = 0;
-  float logprob = 0.0f;  ///< always filled
-  /// The top-k alternatives when the request asked for them, or its logprob_token_ids' logprobs in their order.
-  std::vector<token_logprob> top;
-
-  friend bool operator==(const sampled_token&, const sampled_token&) = default;
-};
+namespace actorllm::runner {
 
 /// CAF inspection of sampled_token.
 template <class Inspector>
@@ -29,39 +15,11 @@ typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
   return f(caf::meta::type_name("sampled_token"), x.token, x.logprob, x.top);
 }
 
-/// A score row's result: prompt token `token` at prompt position `position` + 1 of sequence `seq`.
-struct prompt_score {
-  seq_ref seq;
-  int32_t position = 0;
-  int32_t token = 0;
-  float logprob = 0.0f;
-  int32_t rank = 0;
-  std::vector<token_logprob> top;
-
-  friend bool operator==(const prompt_score&, const prompt_score&) = default;
-};
-
 /// CAF inspection of prompt_score.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, prompt_score& x) {
   return f(caf::meta::type_name("prompt_score"), x.seq, x.position, x.token, x.logprob, x.rank, x.top);
 }
-
-/// The result of step `step_id`: tokens[i] for the plan's sample_rows[i]. A non-empty error means a shard failed
-/// the step (tokens is then empty) and the replica is unusable.
-struct step_result {
-  uint64_t step_id = 0;
-  std::vector<sampled_token> tokens;
-  std::vector<prompt_score> prompt_scores;  ///< one per score row of the plan, in its order
-  std::string error;
-  double forward_seconds = 0.0;  ///< the sampler shard's time in the forward pass (block copies included)
-  double sample_seconds = 0.0;   ///< its time sampling the rows
-  /// MoE models: tokens routed to each expert since the shards started, summed over every stage's MoE layers (each
-  /// stage's tp rank 0 counts its layers; the totals ride stage_handoff to the sampler shard); empty for dense models.
-  std::vector<uint64_t> expert_tokens;
-
-  friend bool operator==(const step_result&, const step_result&) = default;
-};
 
 /// CAF inspection of step_result.
 template <class Inspector>
@@ -69,5 +27,13 @@ typename Inspector::result_type inspect(Inspector& f, step_result& x) {
   return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.prompt_scores, x.error, x.forward_seconds,
            x.sample_seconds, x.expert_tokens);
 }
+
+}  // namespace actorllm::runner
+
+namespace actorllm::proto {
+
+using runner::prompt_score;   ///< a score row's result
+using runner::sampled_token;  ///< one sample row's token
+using runner::step_result;    ///< a step's result, from the sampler shard to the scheduler
 
 }  // namespace actorllm::proto
