@@ -96,7 +96,7 @@ TEST_CASE("prefix caching: n > 1 with a seed gives the same samples on and off, 
     for (uint32_t i = 0; i < 3; ++i) {
       sampling_params one = params;
       one.n = 1;
-      one.seed = actors::sequence_seed(1234, i);
+      one.seed = runner::sequence_seed(1234, i);
       CHECK(llm.generate(prompt{prompt_ids(37, 37)}, one).outputs.at(0).token_ids == runs[runs.size() - 6][i]);
     }
     CHECK(llm.stats().n_free_blocks == llm.stats().n_blocks);
