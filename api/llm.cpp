@@ -5,8 +5,8 @@
 #include "actorllm/llm.hpp"
 
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/executors/cluster_executor.hpp"
 #include "actors/cluster/control_network.hpp"
+#include "actors/executors/cluster_executor.hpp"
 #include "actors/executors/executor.hpp"
 #include "api/delivery.hpp"
 #include "api/replica_set.hpp"

@@ -8,7 +8,7 @@
 #include "actorllm/engine_config.hpp"
 #include "actorllm/engine_stats.hpp"
 #include "actorllm/llm.hpp"
-#include "actors/executors/uni_executor.hpp"
+#include "actors/executors/replica.hpp"
 #include "api/delivery.hpp"
 #include "api/lora_check.hpp"
 #include "api/replica_supervisor.hpp"
@@ -93,8 +93,8 @@ class replica_set {
   engine_config config_;
   int32_t dp_size_ = 1;         ///< replicas of the engine (data_parallel_size)
   std::vector<int32_t> ranks_;  ///< the data-parallel rank of each replica held here
-  /// The replicas step in lockstep over one expert-parallel group (actors/executors/lockstep_replicas.hpp): they are built,
-  /// fail and restart together.
+  /// The replicas step in lockstep over one expert-parallel group (actors/executors/lockstep_replicas.hpp): they are
+  /// built, fail and restart together.
   bool lockstep_ = false;
   std::shared_ptr<comm::shared_memory_group> expert_group_;  ///< the lockstep set's EP group (under mutex_)
   actors::replica first_;

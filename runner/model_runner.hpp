@@ -10,14 +10,14 @@
 
 #include "actorllm/proto/step_plan.hpp"
 #include "actorllm/proto/step_result.hpp"
-#include "runner/persistent_batch.hpp"
-#include "runner/sequence_samplers.hpp"
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
+#include "kernels/backend.hpp"
 #include "model/decode_graphs.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/step_inputs.hpp"
+#include "runner/persistent_batch.hpp"
+#include "runner/sequence_samplers.hpp"
 
 #include <memory>
 #include <string>

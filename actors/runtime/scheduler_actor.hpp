@@ -23,8 +23,8 @@ struct scheduler_args {
   /// A step with no result after this long fails the replica (a shard or a link that stopped answering without
   /// going down); zero: no limit.
   std::chrono::milliseconds step_timeout{0};
-  /// Lockstep expert parallelism (actors/executors/lockstep_replicas.hpp): every step this scheduler dispatches is announced
-  /// to its peers (connect_atom, round_sink), and it dispatches idle plans to keep up with theirs.
+  /// Lockstep expert parallelism (actors/executors/lockstep_replicas.hpp): every step this scheduler dispatches is
+  /// announced to its peers (connect_atom, round_sink), and it dispatches idle plans to keep up with theirs.
   bool lockstep = false;
 };
 

@@ -13,8 +13,8 @@
 #pragma once
 
 #include "comm/collective.hpp"
-#include "kernels/cuda/cuda_backend.hpp"
 #include "comm/device_peer_link.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 
 #include <chrono>
 #include <cstdint>

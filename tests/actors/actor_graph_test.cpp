@@ -6,12 +6,12 @@
 // recompute after preemption changes the output.
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/runtime/engine_actor.hpp"
-#include "runner/persistent_batch.hpp"
 #include "actors/runtime/scheduler_actor.hpp"
-#include "runner/sequence_samplers.hpp"
-#include "runner/step_inbox.hpp"
 #include "deterministic_system.hpp"
 #include "kernels/backend.hpp"
+#include "runner/persistent_batch.hpp"
+#include "runner/sequence_samplers.hpp"
+#include "runner/step_inbox.hpp"
 #include "support/test_paths.hpp"
 
 #include <caf/actor_system.hpp>

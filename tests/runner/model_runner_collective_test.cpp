@@ -2,10 +2,10 @@
 // device communicator (NCCL) is not, and a step fails with the communicator's error when its watchdog broke it while
 // the step's device work ran (raise_if_broken after the step's synchronisation), instead of handing on garbage. The
 // communicator is a fake here: NCCL itself needs GPUs (tests/cuda/nccl_collective_gpu_test.cpp).
-#include "runner/model_runner.hpp"
 #include "comm/comm_error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/model_source.hpp"
+#include "runner/model_runner.hpp"
 #include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>

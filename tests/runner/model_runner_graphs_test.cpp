@@ -1,12 +1,11 @@
 // model_runner and decode graphs: when a shard captures them (graph_options from --enforce-eager and the shard's
 // layout; never on the CPU backend), the memory it reserves for them in its profile, and plans run through a
-// runner on the recording backend (tests/support/recording_graph_backend.hpp) giving the eager runner's tokens, with every
-// all-decode step replayed from a graph and prefill steps run eagerly.
-#include "runner/model_runner.hpp"
-#include "actors/runtime/shard_actor.hpp"
+// runner on the recording backend (tests/support/recording_graph_backend.hpp) giving the eager runner's tokens, with
+// every all-decode step replayed from a graph and prefill steps run eagerly.
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/model_source.hpp"
 #include "model/stories_golden.hpp"
+#include "runner/model_runner.hpp"
 #include "support/recording_graph_backend.hpp"
 #include "support/test_paths.hpp"
 
@@ -142,16 +141,4 @@ TEST_CASE("plans through a graph runner: decode steps replay graphs, tokens equa
                                                  g.prompts[1].greedy_output_ids};
   for (size_t r = 0; r < prompts.size(); ++r)
     CHECK(graph_tokens[r] == std::vector<int32_t>(golden[r].begin(), golden[r].begin() + n_steps));
-}
-
-TEST_CASE("shard_args carry --enforce-eager, max_num_seqs and max_model_len into the runner's graph options") {
-  actors::shard_args a;
-  CHECK(actors::shard_graph_options(a).enabled);  // graphs on by default, as vLLM
-  a.enforce_eager = true;
-  a.max_num_seqs = 64;
-  a.max_model_len = 2048;
-  const actors::graph_options o = actors::shard_graph_options(a);
-  CHECK_FALSE(o.enabled);
-  CHECK(o.max_num_seqs == 64);
-  CHECK(o.max_model_len == 2048);
 }

@@ -3,8 +3,8 @@
 // backend (tests/model) and on CUDA (tests/cuda). Header-only.
 #pragma once
 
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
+#include "kernels/backend.hpp"
 #include "model/decode_graph_plan.hpp"
 #include "model/decode_graphs.hpp"
 #include "model/kv_cache.hpp"
