@@ -7,7 +7,7 @@
 #include "comm/device_communicator.hpp"
 #include "kernels/backend.hpp"
 
-#include "../comm/rank_threads.hpp"
+#include "../../comm/rank_threads.hpp"
 #include "gpu_test_util.hpp"
 
 #include <doctest/doctest.h>
