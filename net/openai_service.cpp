@@ -6,6 +6,7 @@
 #include "text/chat_template.hpp"
 #include "text/jinja/json.hpp"
 #include "text/structured/constraint_cache.hpp"
+#include "text/token_text.hpp"
 #include "text/tokenizer.hpp"
 #include "text/tokenizer_error.hpp"
 #include "util/json_writer.hpp"
@@ -322,23 +323,6 @@ std::optional<openai::api_error> check_capacity(int64_t sequences, int32_t n, st
       std::string{param});
 }
 
-/// A token's text as it reads inside generated text, for logprobs: " there" for "▁there". decode({id}) alone drops
-/// that space, because decoder steps tied to the start of a text (Strip, Metaspace's first "▁") act on it. Behind a
-/// copy of itself the token is out of their reach, so its text is decode({id, id}) minus decode({id}). A token that
-/// is not whole UTF-8 on its own (one byte of a character) keeps its stand-alone text (U+FFFD).
-std::string token_text_in_context(const text::tokenizer& tok, int32_t id) {
-  static constexpr std::string_view replacement_char = "\xEF\xBF\xBD";
-  const int32_t once[] = {id};
-  std::string alone = tok.decode(once);
-  if (alone.find(replacement_char) != std::string::npos)
-    return alone;
-  const int32_t twice[] = {id, id};
-  std::string both = tok.decode(twice);
-  if (!both.starts_with(alone))
-    return alone;
-  return both.substr(alone.size());
-}
-
 /// GET /v1/models/{model}.
 constexpr std::string_view model_path_prefix = "/v1/models/";
 
@@ -349,7 +333,7 @@ openai::token_decoder make_decoder(const text::tokenizer* tok, bool tokens_as_id
   if (tokens_as_ids)  // vLLM's return_tokens_as_token_ids: a token that is not valid UTF-8 alone stays exact
     d.token = [](int32_t id) { return "token_id:" + std::to_string(id); };
   else
-    d.token = [tok](int32_t id) { return token_text_in_context(*tok, id); };
+    d.token = [tok](int32_t id) { return text::token_text_in_context(*tok, id); };
   d.detokenize = [tok](std::span<const int32_t> ids) { return tok->decode(ids); };
   return d;
 }
