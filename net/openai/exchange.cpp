@@ -53,11 +53,6 @@ std::shared_ptr<response_channel> exchange::submit_all() {
   {
     std::lock_guard lock{mutex_};  // callbacks wait for the ids (submit only sends a message; this is brief)
     auto self = shared_from_this();
-    if (request_.stream) {
-      flowing_ = true;
-      if (!held_.empty())
-        channel_->send_chunk(std::move(held_));
-    }
     for (std::size_t p = 0; p < request_.prompts.size(); ++p) {
       if (handler_pool::cancelled()) {  // the client left (or the server stops): submit nothing more for it
         remaining_ = ids_.size();       // only the submitted ones will report back
@@ -166,7 +161,8 @@ void exchange::on_error(uint32_t p, const error& e) {
       request_.slot.release();
     if (failed_)
       return;
-    fail_locked(answer_for(p, e), p);
+    // The answer is this error: the request's other prompts would run for nobody.
+    to_abort = fail_locked(answer_for(p, e), p);
   }
   for (uint64_t id : to_abort)
     llm_.abort_async(id);
@@ -194,8 +190,19 @@ std::vector<uint64_t> exchange::fail_locked(const api_error& e, std::optional<ui
 }
 
 api_error exchange::answer_for(uint32_t p, const error& e) const {
-  (void)p;
-  return from_engine_error(e);
+  // The engine alone decides that a prompt and its max_tokens exceed the context; the answer says so in vLLM's words,
+  // with the numbers of this request.
+  api_error out = e.code() == errc::exceeds_max_model_len
+                      ? context_length_error(static_cast<int64_t>(request_.ctx.prompt_token_ids.at(p).size()),
+                                             request_.requested_max_tokens, llm_.info().max_model_len)
+                      : from_engine_error(e);
+  if (request_.kind == endpoint::chat_batch && out.status == 400) {
+    const std::string at = fmt::format("messages[{}]", p);
+    out.message = at + ": " + out.message;
+    if (out.param == "messages")
+      out.param = at;
+  }
+  return out;
 }
 
 }  // namespace actorllm::net::openai

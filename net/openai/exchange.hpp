@@ -23,8 +23,10 @@ namespace actorllm::net::openai {
 
 class exchange : public std::enable_shared_from_this<exchange> {
  public:
-  /// Submits every prompt of `request` to `llm` and returns the channel the answer goes to. `llm` must outlive the
-  /// exchange's engine requests (the callbacks abort through it).
+  /// Submits every prompt of `request` to `llm` and returns the channel the answer goes to. A streamed answer starts
+  /// with the engine's first news of the request, so that a request the engine refuses at once (a prompt longer than
+  /// the context, say) is answered with its error status, not an event stream. `llm` must outlive the exchange's
+  /// engine requests (the callbacks abort through it).
   static std::shared_ptr<response_channel> start(LLM& llm, std::shared_ptr<engine_metrics> metrics,
                                                  prepared_request request);
 
@@ -42,9 +44,10 @@ class exchange : public std::enable_shared_from_this<exchange> {
   void on_cancel();
   /// Ends the exchange with `e` (a started stream gets an error event). Under mutex_; returns the ids to abort.
   std::vector<uint64_t> fail_locked(const api_error& e, std::optional<uint32_t> except = std::nullopt);
-  /// The answer for an engine error of prompt `p`.
+  /// The answer for an engine error of prompt `p`: a context-length refusal in vLLM's words, a batch's errors naming
+  /// the conversation.
   api_error answer_for(uint32_t p, const error& e) const;
-  /// Sends the held start of a stream (if it was held). Under mutex_.
+  /// Sends the held start of a stream once the engine has news of the request. Under mutex_.
   void start_stream_locked(std::string& chunk);
 
   std::mutex mutex_;
@@ -54,7 +57,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
   prepared_request request_;
   std::optional<completion_stream> completion_chunks_;
   std::optional<chat_stream> chat_chunks_;
-  std::string held_;      // a stream's first chunk (role, or echo)
+  std::string held_;      // a stream's first chunk (role, or echo), sent with the engine's first news
   bool flowing_ = false;  // the stream has started
   std::vector<request_output> outputs_;
   std::vector<uint64_t> ids_;

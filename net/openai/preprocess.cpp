@@ -251,6 +251,8 @@ result<prepared_request> preprocessor::prepare_parsed(endpoint kind, common_requ
   if (auto bad = completion ? tokenize_prompts(*completion, out) : render_conversations(*chat, out))
     return *bad;
   // A max_tokens from generation_config.json is clamped to the room the prompts leave (vLLM); a given one is not.
+  // Whether a prompt and its max_tokens fit at all is the engine's check (errc::exceeds_max_model_len).
+  out.requested_max_tokens = r.max_tokens_defaulted ? std::nullopt : r.params.max_tokens;
   if (r.max_tokens_defaulted && r.params.max_tokens) {
     std::size_t longest = 0;
     for (const auto& ids : out.ctx.prompt_token_ids)
@@ -284,7 +286,6 @@ std::optional<api_error> preprocessor::tokenize_prompts(completion_request& r, p
   // Text prompts are tokenized here (with add_special_tokens when the request says how, else as the engine would)
   // and submitted as ids with their text: tokenized once.
   const bool own_tokens = r.add_special_tokens.has_value() || r.truncate_prompt_tokens.has_value();
-  const std::optional<int32_t> checked_max = r.max_tokens_defaulted ? std::nullopt : r.params.max_tokens;
   for (prompt& p : r.prompts) {
     if (handler_pool::cancelled())  // polled per prompt: a batch's tokenizing stops once its client is gone
       return cancelled_request();
@@ -305,9 +306,6 @@ std::optional<api_error> preprocessor::tokenize_prompts(completion_request& r, p
     }
     if (e.prompt_token_ids.empty())
       return api_error::bad_request("prompt must not be empty (it has no tokens)", "prompt");
-    if (auto err = check_context_length(static_cast<int64_t>(e.prompt_token_ids.size()), checked_max,
-                                        llm_.info().max_model_len))
-      return err;
     out.prompts.push_back(own_tokens || p.is_tokens() ? prompt{e.prompt_token_ids}
                                                       : prompt::tokenized(e.prompt, e.prompt_token_ids));
     out.ctx.prompt_token_ids.push_back(e.prompt_token_ids);
@@ -325,7 +323,6 @@ std::optional<api_error> preprocessor::render_conversations(chat_batch_request& 
   if (!tmpl)
     return tmpl.error();
   const bool batch = out.kind == endpoint::chat_batch;
-  const std::optional<int32_t> checked_max = r.max_tokens_defaulted ? std::nullopt : r.params.max_tokens;
   for (std::size_t c = 0; c < r.conversations.size(); ++c) {
     if (handler_pool::cancelled())
       return cancelled_request();
@@ -348,8 +345,6 @@ std::optional<api_error> preprocessor::render_conversations(chat_batch_request& 
     truncate_prompt(ids, r.truncate_prompt_tokens, llm_.info().max_model_len);
     if (ids.empty())
       return named(api_error::bad_request("the rendered conversation has no tokens", "messages"));
-    if (auto err = check_context_length(static_cast<int64_t>(ids.size()), checked_max, llm_.info().max_model_len))
-      return named(*err);
     out.ctx.prompt_token_ids.push_back(ids);
     out.echo_texts.push_back(chat_echo_text(r, messages));
     out.prompts.emplace_back(std::move(ids));

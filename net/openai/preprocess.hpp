@@ -1,8 +1,8 @@
 // The one path every generating request takes before the engine sees it (/v1/completions, /v1/chat/completions,
 // /v1/chat/completions/batch, /invocations): content type, parse, size against the server's capacity, the token ids
 // it names, structured output, the model or adapter it names, tokenizing (a chat rendered by its template first),
-// truncation, the context length, a defaulted max_tokens clamped to the room the prompts leave, the response's shape,
-// and admission. Its result is submitted as it is (exchange.hpp).
+// truncation, a defaulted max_tokens clamped to the room the prompts leave, the response's shape, and admission.
+// Its result is submitted as it is (exchange.hpp). The context-length limit is the engine's check, not this one's.
 #pragma once
 
 #include "net/admission.hpp"
@@ -67,6 +67,9 @@ struct prepared_request {
   response_context ctx;
   std::vector<request_output> echo;     ///< completions: each prompt's text and ids (a streamed echo starts with them)
   std::vector<std::string> echo_texts;  ///< chat batch: each conversation's echo text
+  /// max_tokens as the client set it (unset: not given, or given by --generation-config): how the engine's
+  /// context-length refusal is worded (vLLM's two messages).
+  std::optional<int32_t> requested_max_tokens;
   /// The structured-output constraint, compiled here and held while the request runs: the cache may drop it
   /// meanwhile, yet the sampler still finds this one instead of compiling it again.
   std::shared_ptr<const text::structured::token_constraint> constraint;
