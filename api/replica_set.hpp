@@ -48,10 +48,15 @@ class replica_set {
   bool abort(uint64_t id);
   /// Aborts without waiting.
   void abort_async(uint64_t id);
-  /// Stats summed over the serving replicas, with one entry per replica.
+  /// Stats summed over the serving replicas, with one entry per replica; waits for stats_async's answer.
   engine_stats stats();
-  /// Resets every serving replica's prefix cache; returns the blocks forgotten in all.
+  /// Asks the serving replicas' engines for their stats (api/engine_calls.hpp) and returns at once; `done` gets the
+  /// sum on an actor thread.
+  void stats_async(std::function<void(engine_stats)> done);
+  /// Resets every serving replica's prefix cache; returns the blocks forgotten in all. Throws the first failure.
   int32_t reset_prefix_cache();
+  /// The same without waiting: `done` gets the blocks forgotten and the first failure on an actor thread.
+  void reset_prefix_cache_async(std::function<void(int32_t, std::optional<error>)> done);
   /// The adapters requests may name (LLM::add_lora / remove_lora).
   lora_check& lora_checks() { return *lora_check_; }
 
