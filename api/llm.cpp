@@ -5,8 +5,8 @@
 #include "actorllm/llm.hpp"
 
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/executors/cluster_executor.hpp"
 #include "actors/cluster/control_network.hpp"
+#include "actors/executors/cluster_executor.hpp"
 #include "actors/executors/executor.hpp"
 #include "api/delivery.hpp"
 #include "api/replica_set.hpp"
@@ -228,7 +228,13 @@ void LLM::abort_async(uint64_t request_id) { impl_->abort_async(request_id); }
 
 engine_stats LLM::stats() const { return impl_->replicas->stats(); }
 
+void LLM::stats_async(std::function<void(engine_stats)> done) const { impl_->replicas->stats_async(std::move(done)); }
+
 int32_t LLM::reset_prefix_cache() { return impl_->replicas->reset_prefix_cache(); }
+
+void LLM::reset_prefix_cache_async(std::function<void(int32_t, std::optional<error>)> done) {
+  impl_->replicas->reset_prefix_cache_async(std::move(done));
+}
 
 std::optional<error> LLM::add_lora(const lora_request& lora) {
   if (std::string why = impl_->replicas->lora_checks().problem(lora); !why.empty())

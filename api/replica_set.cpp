@@ -6,6 +6,7 @@
 #include "actors/executors/executor.hpp"
 #include "actors/executors/lockstep_replicas.hpp"
 #include "actors/executors/replica_watch.hpp"
+#include "api/engine_calls.hpp"
 #include "text/tokenizer_error.hpp"
 #include "util/log.hpp"
 
@@ -17,6 +18,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <future>
 
 namespace actorllm::detail {
 
@@ -511,9 +514,9 @@ void replica_set::abort_async(uint64_t id) {
     caf::anon_send(engine, proto::abort_atom::value, attempt);
 }
 
-engine_stats replica_set::stats() {
+void replica_set::stats_async(std::function<void(engine_stats)> done) {
   std::vector<proto::engine_actor> engines;
-  engine_stats out;
+  engine_stats base;
   {
     std::lock_guard lock{mutex_};
     const auto n = static_cast<int32_t>(replicas_.size());
@@ -529,75 +532,27 @@ engine_stats replica_set::stats() {
       r.routed_requests = router_.routed_counts()[static_cast<size_t>(i)];
       r.outstanding_tokens = work[static_cast<size_t>(i)];
       engines.push_back(r.healthy ? replicas_[static_cast<size_t>(i)].engine : proto::engine_actor{});
-      out.replicas.push_back(std::move(r));
+      base.replicas.push_back(std::move(r));
     }
-    out.n_failovers = book_.n_failovers();
-    out.healthy = supervisor_.any_serving();
-    if (!out.healthy)
-      out.failure = unavailable_locked();
+    base.n_failovers = book_.n_failovers();
+    base.healthy = supervisor_.any_serving();
+    if (!base.healthy)
+      base.failure = unavailable_locked();
   }
-  caf::scoped_actor self{sys_};
-  bool first = true;
-  for (size_t i = 0; i < engines.size(); ++i) {
-    if (!engines[i])
-      continue;
-    replica_stats& rs = out.replicas[i];
-    self->request(engines[i], std::chrono::seconds{10}, caf::get_atom::value, proto::stats_atom::value)
-        .receive(
-            [&](engine_stats& s) {
-              rs.healthy = s.healthy;
-              if (!s.healthy)
-                rs.failure = s.failure;
-              rs.n_running = s.n_running;
-              rs.n_waiting = s.n_waiting;
-              rs.kv_cache_usage = s.kv_cache_usage;
-              rs.n_preemptions = s.n_preemptions;
-              rs.prefix_cache_queries = s.prefix_cache_queries;
-              rs.prefix_cache_hits = s.prefix_cache_hits;
-              out.n_requests += s.n_requests;
-              out.n_running += s.n_running;
-              out.n_waiting += s.n_waiting;
-              out.n_preemptions += s.n_preemptions;
-              out.n_steps += s.n_steps;
-              out.n_steps_in_flight += s.n_steps_in_flight;
-              out.n_blocks = s.n_blocks;
-              out.block_size = s.block_size;
-              out.prefix_cache_queries += s.prefix_cache_queries;
-              out.prefix_cache_hits += s.prefix_cache_hits;
-              out.forward_seconds += s.forward_seconds;
-              out.sample_seconds += s.sample_seconds;
-              out.expert_tokens.resize(std::max(out.expert_tokens.size(), s.expert_tokens.size()), 0);
-              for (size_t e = 0; e < s.expert_tokens.size(); ++e)
-                out.expert_tokens[e] += s.expert_tokens[e];
-              if (first) {
-                // Block counts are per replica (the KV cache is not pooled): the first serving replica's.
-                out.n_free_blocks = s.n_free_blocks;
-                out.n_cached_blocks = s.n_cached_blocks;
-                out.kv_cache_usage = s.kv_cache_usage;
-              } else {
-                out.kv_cache_usage = std::max(out.kv_cache_usage, s.kv_cache_usage);
-              }
-              first = false;
-            },
-            [&](caf::error& err) {
-              // The engine went away (a replica being replaced) or did not answer: report, don't throw.
-              rs.healthy = false;
-              rs.failure = "the engine did not answer: " + sys_.render(err);
+  ask_stats(sys_, std::move(engines),
+            [base = std::move(base), done = std::move(done)](std::vector<stats_answer> answers) mutable {
+              done(merge_stats(std::move(base), answers));
             });
-  }
-  if (out.replicas.size() == 1 && !out.replicas.front().healthy) {
-    out.healthy = false;
-    if (out.failure.empty())
-      out.failure = out.replicas.front().failure;
-  } else if (std::none_of(out.replicas.begin(), out.replicas.end(), [](const auto& r) { return r.healthy; })) {
-    out.healthy = false;
-    if (out.failure.empty())
-      out.failure = "no replica serves";
-  }
-  return out;
 }
 
-int32_t replica_set::reset_prefix_cache() {
+engine_stats replica_set::stats() {
+  std::promise<engine_stats> answer;
+  auto snapshot = answer.get_future();
+  stats_async([&answer](engine_stats s) { answer.set_value(std::move(s)); });
+  return snapshot.get();
+}
+
+void replica_set::reset_prefix_cache_async(std::function<void(int32_t, std::optional<error>)> done) {
   std::vector<proto::engine_actor> engines;
   {
     std::lock_guard lock{mutex_};
@@ -608,12 +563,19 @@ int32_t replica_set::reset_prefix_cache() {
         router_.forget(static_cast<int32_t>(i));
       }
   }
-  caf::scoped_actor self{sys_};
-  int32_t n = 0;
-  for (const auto& e : engines)
-    self->request(e, std::chrono::seconds{10}, proto::reset_prefix_cache_atom::value)
-        .receive([&](int32_t forgotten) { n += forgotten; }, [&](caf::error& err) { throw proto::to_exception(err); });
-  return n;
+  reset_prefix_caches(sys_, std::move(engines), std::move(done));
+}
+
+int32_t replica_set::reset_prefix_cache() {
+  std::promise<int32_t> answer;
+  auto forgotten = answer.get_future();
+  reset_prefix_cache_async([&answer](int32_t n, std::optional<error> failure) {
+    if (failure)
+      answer.set_exception(std::make_exception_ptr(std::move(*failure)));
+    else
+      answer.set_value(n);
+  });
+  return forgotten.get();
 }
 
 void replica_set::on_unrecoverable_failure(std::function<void(const std::string&)> handler) {

@@ -8,7 +8,7 @@
 #include "actorllm/engine_config.hpp"
 #include "actorllm/engine_stats.hpp"
 #include "actorllm/llm.hpp"
-#include "actors/executors/uni_executor.hpp"
+#include "actors/executors/replica.hpp"
 #include "api/delivery.hpp"
 #include "api/lora_check.hpp"
 #include "api/replica_supervisor.hpp"
@@ -48,10 +48,15 @@ class replica_set {
   bool abort(uint64_t id);
   /// Aborts without waiting.
   void abort_async(uint64_t id);
-  /// Stats summed over the serving replicas, with one entry per replica.
+  /// Stats summed over the serving replicas, with one entry per replica; waits for stats_async's answer.
   engine_stats stats();
-  /// Resets every serving replica's prefix cache; returns the blocks forgotten in all.
+  /// Asks the serving replicas' engines for their stats (api/engine_calls.hpp) and returns at once; `done` gets the
+  /// sum on an actor thread.
+  void stats_async(std::function<void(engine_stats)> done);
+  /// Resets every serving replica's prefix cache; returns the blocks forgotten in all. Throws the first failure.
   int32_t reset_prefix_cache();
+  /// The same without waiting: `done` gets the blocks forgotten and the first failure on an actor thread.
+  void reset_prefix_cache_async(std::function<void(int32_t, std::optional<error>)> done);
   /// The adapters requests may name (LLM::add_lora / remove_lora).
   lora_check& lora_checks() { return *lora_check_; }
 
@@ -93,8 +98,8 @@ class replica_set {
   engine_config config_;
   int32_t dp_size_ = 1;         ///< replicas of the engine (data_parallel_size)
   std::vector<int32_t> ranks_;  ///< the data-parallel rank of each replica held here
-  /// The replicas step in lockstep over one expert-parallel group (actors/executors/lockstep_replicas.hpp): they are built,
-  /// fail and restart together.
+  /// The replicas step in lockstep over one expert-parallel group (actors/executors/lockstep_replicas.hpp): they are
+  /// built, fail and restart together.
   bool lockstep_ = false;
   std::shared_ptr<comm::shared_memory_group> expert_group_;  ///< the lockstep set's EP group (under mutex_)
   actors::replica first_;

@@ -12,8 +12,8 @@
 #include "actors/cluster/cluster_registry.hpp"
 #include "actors/cluster/control_network.hpp"
 #include "actors/cluster/gated_multiplexer.hpp"
-#include "actors/executors/mp_executor.hpp"
 #include "actors/cluster/node_agent.hpp"
+#include "actors/executors/mp_executor.hpp"
 #include "util/log.hpp"
 
 #include <caf/actor_system.hpp>

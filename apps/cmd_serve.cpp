@@ -2,8 +2,8 @@
 // with vLLM's flag names. `--config FILE` (or `actorllm --config FILE`) reads the same settings from TOML
 // (apps/serve_config_file.hpp); flags given on the command line override the file.
 #include "apps/command_registry.hpp"
+#include "apps/engine_flags.hpp"
 #include "apps/model_flags.hpp"
-#include "apps/parallel_flags.hpp"
 
 #include "actors/executors/executor_choice.hpp"
 #include "apps/cluster_tls_options.hpp"
@@ -42,29 +42,6 @@
 namespace actorllm::app {
 namespace {
 
-/// Bytes from "123", "4GiB", "512MiB", "1KiB" (also GB/MB/KB as powers of 1024, the way vLLM's flag reads them).
-uint64_t parse_bytes(const std::string& s) {
-  std::size_t end = 0;
-  while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end])) != 0)
-    ++end;
-  if (end == 0)
-    throw std::invalid_argument(fmt::format("--kv-cache-memory: '{}' is not a byte count like 4GiB", s));
-  const uint64_t n = std::stoull(s.substr(0, end));
-  const std::string unit = s.substr(end);
-  uint64_t mult = 1;
-  if (unit.empty() || unit == "B")
-    mult = 1;
-  else if (unit == "KiB" || unit == "KB" || unit == "K")
-    mult = uint64_t{1} << 10;
-  else if (unit == "MiB" || unit == "MB" || unit == "M")
-    mult = uint64_t{1} << 20;
-  else if (unit == "GiB" || unit == "GB" || unit == "G")
-    mult = uint64_t{1} << 30;
-  else
-    throw std::invalid_argument(fmt::format("--kv-cache-memory: unknown unit '{}' (use B, KiB, MiB or GiB)", unit));
-  return n * mult;
-}
-
 /// --log-level: vLLM's names (lower case; upper case works too).
 log::level parse_log_level(std::string name) {
   for (auto& c : name)
@@ -91,20 +68,13 @@ void check_executor_backend(const std::string& requested) {
 void validate(const serve_options& o) {
   if (o.port < 0 || o.port > 65535)
     throw std::invalid_argument(fmt::format("--port: must be in [0, 65535], got {}", o.port));
-  if (o.block_size < 1 || o.block_size > 256)
-    throw std::invalid_argument(fmt::format("--block-size: must be in [1, 256], got {}", o.block_size));
   if (o.shutdown_timeout < 0)
     throw std::invalid_argument(fmt::format("--shutdown-timeout: must be >= 0, got {}", o.shutdown_timeout));
   if (o.max_connections < 1)
     throw std::invalid_argument(fmt::format("--max-connections: must be >= 1, got {}", o.max_connections));
-  if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
-    throw std::invalid_argument(
-        fmt::format("--gpu-memory-utilization: must be in (0, 1], got {}", o.gpu_memory_utilization));
   if (o.max_queued_requests < -1)
     throw std::invalid_argument(
         fmt::format("--max-queued-requests: must be >= -1 (-1: no limit), got {}", o.max_queued_requests));
-  if (const device_choice chosen = resolve_device(o.device); !chosen.error.empty())
-    throw std::invalid_argument(chosen.error);  // names --device and the value
   if (o.max_logprobs < 0)
     throw std::invalid_argument(fmt::format("--max-logprobs: must be >= 0, got {}", o.max_logprobs));
   for (const auto& [flag, value, min] :
@@ -132,9 +102,6 @@ void validate(const serve_options& o) {
       o.chat_template_content_format != "openai")
     throw std::invalid_argument(fmt::format("--chat-template-content-format: '{}' is not one of auto, string, openai",
                                             o.chat_template_content_format));
-  if (o.scheduling_policy != "fcfs" && o.scheduling_policy != "priority")
-    throw std::invalid_argument(
-        fmt::format("--scheduling-policy: '{}' is not one of fcfs, priority", o.scheduling_policy));
   if (!o.tool_call_parser.empty() && !net::openai::parse_tool_parser_name(o.tool_call_parser))
     throw std::invalid_argument(fmt::format(
         "--tool-call-parser: '{}' is not one of hermes (also Qwen), llama3_json, mistral", o.tool_call_parser));
@@ -143,7 +110,6 @@ void validate(const serve_options& o) {
         fmt::format("--reasoning-parser: '{}' is not one of deepseek_r1, qwen3", o.reasoning_parser));
   if (o.enable_auto_tool_choice && o.tool_call_parser.empty())
     throw std::invalid_argument("--enable-auto-tool-choice needs --tool-call-parser (hermes, llama3_json, mistral)");
-  validate_data_parallel(o.data_parallel_size, o.data_parallel_size_local, o.data_parallel_rank);
   if (!o.root_path.empty() && (o.root_path.front() != '/' || o.root_path.back() == '/'))
     throw std::invalid_argument(
         fmt::format("--root-path: '{}' must start with '/' and not end with one (like /api/v1)", o.root_path));
@@ -153,16 +119,18 @@ std::string layout_of(const serve_options& o, const model_info& info) {
   std::string stages;
   for (auto n : info.stage_layers)
     stages += fmt::format("{}{}", stages.empty() ? "" : "+", n);
-  return fmt::format("{}tp {} x pp {} (layers per stage {})",
-                     o.data_parallel_size > 1 ? fmt::format("dp {} x ", o.data_parallel_size) : std::string{},
-                     o.tensor_parallel_size, o.pipeline_parallel_size, stages.empty() ? "?" : stages);
+  return fmt::format(
+      "{}tp {} x pp {} (layers per stage {})",
+      o.engine.data_parallel_size > 1 ? fmt::format("dp {} x ", o.engine.data_parallel_size) : std::string{},
+      o.engine.tensor_parallel_size, o.engine.pipeline_parallel_size, stages.empty() ? "?" : stages);
 }
 
-int run_serve(serve_options o) {
+int run_serve(serve_options o, const engine_flag_texts& engine_texts) {
   if (!o.log_level.empty())
     log::set_threshold(parse_log_level(o.log_level));
   validate(o);
-  check_executor_backend(o.distributed_executor_backend);
+  check_executor_backend(o.engine.distributed_executor_backend);
+  check_engine_flags(o.engine, engine_texts, engine_command::serve);
   const std::vector<std::string> allowed_origins = parse_allowed_origins(o.allowed_origins);
   if (!o.config_file.empty())
     log::info("serve", "Settings from {} (flags on the command line override it)", o.config_file);
@@ -180,69 +148,30 @@ int run_serve(serve_options o) {
                                                        .revision = o.revision,
                                                        .tokenizer_revision = o.tokenizer_revision,
                                                        .download_dir = o.download_dir,
-                                                       .load_weights = o.load_format != "dummy",
-                                                       .tokenizer_needed = !o.skip_tokenizer_init});
+                                                       .load_weights = o.engine.load_format != "dummy",
+                                                       .tokenizer_needed = !o.engine.skip_tokenizer_init});
   // The CPU backend sizes its KV cache by --kv-cache-memory; GPU backends by --gpu-memory-utilization.
-  if (o.gpu_memory_utilization_set && resolve_device(o.device).kind == device_kind::cpu)
+  if (o.gpu_memory_utilization_set && resolve_device(o.engine.device).kind == device_kind::cpu)
     log::info("serve",
               "--gpu-memory-utilization {} applies to GPU backends only; this engine runs on the CPU and "
-              "sizes its KV cache with --kv-cache-memory ({})",
-              o.gpu_memory_utilization, o.kv_cache_memory);
+              "sizes its KV cache with --kv-cache-memory ({} bytes)",
+              o.engine.gpu_memory_utilization, o.engine.kv_cache_memory);
 
-  engine_config cfg;
+  engine_config cfg = o.engine;
   cfg.model = where.model_dir;
   cfg.tokenizer = where.tokenizer_dir;
-  cfg.tensor_parallel_size = o.tensor_parallel_size;
-  cfg.pipeline_parallel_size = o.pipeline_parallel_size;
-  cfg.data_parallel_size = o.data_parallel_size;
-  cfg.data_parallel_size_local = o.data_parallel_size_local;
-  cfg.data_parallel_rank = o.data_parallel_rank;
-  cfg.pp_layer_partition = o.pp_layer_partition;
-  cfg.enable_expert_parallel = o.enable_expert_parallel;
-  cfg.decode_context_parallel_size = o.decode_context_parallel_size;
-  cfg.dcp_kv_cache_interleave_size = o.dcp_kv_cache_interleave_size;
-  cfg.prefill_context_parallel_size = o.prefill_context_parallel_size;
-  cfg.enable_eplb = o.enable_eplb;
-  cfg.max_num_seqs = static_cast<int32_t>(o.max_num_seqs);
-  cfg.step_timeout = o.step_timeout;
-  cfg.max_num_batched_tokens = static_cast<int32_t>(o.max_num_batched_tokens);
-  cfg.block_size = static_cast<int32_t>(o.block_size);
-  cfg.kv_cache_memory = parse_bytes(o.kv_cache_memory);
-  cfg.max_model_len = static_cast<int32_t>(o.max_model_len);
-  cfg.load_format = o.load_format;
-  cfg.dtype = o.dtype;
-  cfg.quantization = o.quantization;
-  cfg.device = o.device;
-  cfg.seed = o.seed;
-  cfg.scheduling_policy = o.scheduling_policy;
-  cfg.threads = o.threads;
-  cfg.enable_prefix_caching = o.enable_prefix_caching;
-  cfg.skip_tokenizer_init = o.skip_tokenizer_init;
-  cfg.enforce_eager = o.enforce_eager;
-  cfg.enable_lora = o.enable_lora;
-  cfg.max_loras = static_cast<int32_t>(o.max_loras);
-  cfg.max_lora_rank = static_cast<int32_t>(o.max_lora_rank);
-  cfg.max_cpu_loras = static_cast<int32_t>(o.max_cpu_loras);
-  cfg.gpu_memory_utilization = o.gpu_memory_utilization;
-  cfg.distributed_executor_backend = o.distributed_executor_backend;
-  cfg.restart_workers = o.max_worker_restarts > 0;
-  cfg.max_worker_restarts = static_cast<int32_t>(o.max_worker_restarts);
-  cfg.cluster_address = o.cluster_head_address;
+  cfg.restart_workers = cfg.max_worker_restarts > 0;
   if (cfg.cluster_address.empty())
     if (const char* env = std::getenv("ACTORLLM_CLUSTER_ADDRESS"))
       cfg.cluster_address = env;
-  cfg.cluster_token = o.cluster_token;
-  cfg.cluster_tls_certificate = o.cluster_tls_cert;
-  cfg.cluster_tls_key = o.cluster_tls_key;
-  cfg.cluster_tls_ca_file = o.cluster_tls_ca;
   if (!o.host_ip.empty())
     ::setenv("ACTORLLM_HOST_IP", o.host_ip.c_str(), 1);  // read by the executors (and forwarded to nothing: per node)
   // Read by enable_network for the engine's control plane, and passed on to its workers by their launchers.
   ::setenv("ACTORLLM_CONTROL_MAX_MESSAGE_BYTES", std::to_string(o.max_control_message_bytes).c_str(), 1);
   log::info("serve", "Loading model {} as '{}' (dp {}, tp {}, pp {}{})", o.model, o.served_model_names.front(),
-            o.data_parallel_size, o.tensor_parallel_size, o.pipeline_parallel_size,
-            o.data_parallel_rank >= 0
-                ? fmt::format("; external load balancing: this server is replica {} only", o.data_parallel_rank)
+            cfg.data_parallel_size, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
+            cfg.data_parallel_rank >= 0
+                ? fmt::format("; external load balancing: this server is replica {} only", cfg.data_parallel_rank)
                 : std::string{});
   // --lora-modules are parsed before the engine starts, so that a typo costs no model load.
   std::vector<net::lora_module> lora_modules;
@@ -252,7 +181,7 @@ int run_serve(serve_options o) {
       throw std::runtime_error(m.error().message);
     lora_modules.push_back(std::move(*m));
   }
-  if (!lora_modules.empty() && !o.enable_lora)
+  if (!lora_modules.empty() && !cfg.enable_lora)
     throw std::runtime_error("--lora-modules needs --enable-lora");
   LLM llm{cfg};
   const model_info& info = llm.info();
@@ -276,7 +205,7 @@ int run_serve(serve_options o) {
        .max_queued_requests = o.max_queued_requests,
        .enable_prompt_tokens_details = o.enable_prompt_tokens_details,
        .enable_force_include_usage = o.enable_force_include_usage,
-       .skip_tokenizer_init = o.skip_tokenizer_init,
+       .skip_tokenizer_init = cfg.skip_tokenizer_init,
        .log_stats_interval = o.disable_log_stats ? std::chrono::milliseconds{0} : std::chrono::milliseconds{10000},
        .max_logprobs = o.max_logprobs,
        .chat_template_content_format = o.chat_template_content_format,
@@ -294,7 +223,7 @@ int run_serve(serve_options o) {
        .max_tools = static_cast<std::size_t>(o.max_tools),
        .max_chat_template_kwargs = static_cast<std::size_t>(o.max_chat_template_kwargs),
        .max_bad_words = static_cast<std::size_t>(o.max_bad_words),
-       .enable_lora = o.enable_lora,
+       .enable_lora = cfg.enable_lora,
        .lora_modules = lora_modules}};
   net::router router;
   // --api-key, else $VLLM_API_KEY (vLLM reads both; the flag wins).
@@ -383,101 +312,26 @@ command_registration serve_command{
           ->capture_default_str();
       sub.add_option("--log-level", o->log_level,
                      "debug, info, warning or error (default: $ACTORLLM_LOG_LEVEL, else info)");
-      sub.add_option("--tensor-parallel-size", o->tensor_parallel_size,
-                     "Tensor-parallel ranks per pipeline stage (also -tp)")
-          ->capture_default_str();
-      sub.add_option("--pipeline-parallel-size", o->pipeline_parallel_size, "Pipeline stages (also -pp)")
-          ->capture_default_str();
-      sub.add_option("--data-parallel-size", o->data_parallel_size,
-                     "Replicas of the tp x pp shards behind this endpoint, each on devices of its own (also -dp)")
-          ->capture_default_str();
-      sub.add_option("--data-parallel-size-local", o->data_parallel_size_local,
-                     "Replicas on this node's devices (default: all for uni/mp; the cluster executor places them "
-                     "over the nodes)");
-      sub.add_option("--data-parallel-rank", o->data_parallel_rank,
-                     "External load balancing: serve only replica R of --data-parallel-size, on R's devices, at "
-                     "this server's own --port");
-      sub.add_option("--pp-layer-partition", o->pp_layer_partition, "Layers per pipeline stage, e.g. 3,2");
-      sub.add_flag("--enable-expert-parallel", o->enable_expert_parallel,
-                   "MoE models: whole experts per rank of the expert-parallel group (dp x tp ranks: data-parallel "
-                   "replicas step in lockstep), tokens dispatched to them");
-      sub.add_flag("--enable-eplb", o->enable_eplb, "Expert-parallel load balancing (not implemented: refused)");
-      add_context_parallel_flags(sub, o->decode_context_parallel_size, o->dcp_kv_cache_interleave_size,
-                                 o->prefill_context_parallel_size);
-      sub.add_option("--cluster-address", o->cluster_head_address,
-                     "The cluster head (`actorllm node --head`), HOST:PORT; also $ACTORLLM_CLUSTER_ADDRESS");
       sub.add_option("--host-ip", o->host_ip,
                      "The address worker processes reach this engine at, bound and advertised (default: "
                      "$ACTORLLM_HOST_IP, else 127.0.0.1)");
-      sub.add_option("--cluster-token", o->cluster_token,
-                     "The cluster's shared token (default: $ACTORLLM_CLUSTER_TOKEN)");
-      add_cluster_tls_options(sub, o->cluster_tls_cert, o->cluster_tls_key, o->cluster_tls_ca);
+      add_cluster_tls_options(sub, o->engine.cluster_tls_certificate, o->engine.cluster_tls_key,
+                              o->engine.cluster_tls_ca_file);
       add_control_message_limit_option(sub, o->max_control_message_bytes);
-      sub.add_option("--max-worker-restarts", o->max_worker_restarts,
-                     "mp/cluster: times dead worker processes are restarted before the server exits non-zero "
-                     "(0: never)")
-          ->capture_default_str();
-      sub.add_option("--distributed-executor-backend", o->distributed_executor_backend,
-                     "Where the shards run: uni (threads of this process), mp (one worker process per shard) or "
-                     "cluster (nodes joined to a head). Default: uni for one shard, mp when this node has a device "
-                     "per shard ($ACTORLLM_CPU_DEVICES CPU devices, default 1), else uni threads");
-      sub.add_option("--max-model-len", o->max_model_len, "Context length limit (default: the model's)");
-      sub.add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();
-      sub.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step (prefill chunk)")
-          ->capture_default_str();
-      sub.add_option("--step-timeout", o->step_timeout,
-                     "Seconds a step may go without a result before the replica counts as failed (its requests "
-                     "end with the reason; worker processes restart), stretched for a step of many tokens by the pace "
-                     "of recent steps; 0: no limit")
-          ->capture_default_str();
       sub.add_option("--max-queued-requests", o->max_queued_requests,
                      "Sequences (n x prompts of each request) that may wait beyond the running ones; more get 429, "
                      "a request for more than max_num_seqs + this at once 400 (-1: no limit)")
           ->capture_default_str();
-      sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->capture_default_str();
-      sub.add_option("--kv-cache-memory", o->kv_cache_memory, "KV-cache bytes per shard (e.g. 4GiB, 512MiB)")
-          ->capture_default_str();
-      sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->enable_prefix_caching,
-                   "Reuse the KV blocks of prompt prefixes computed before (default: on)");
-      sub.add_flag("--enable-lora", o->enable_lora,
-                   "Serve LoRA adapters (PEFT directories) beside the base model: --lora-modules, "
-                   "/v1/load_lora_adapter and /v1/unload_lora_adapter; a request's model picks one, and requests of "
-                   "different adapters share a batch");
       sub.add_option("--lora-modules", o->lora_modules,
                      "Adapters served under their own names: name=path, or a JSON object {\"name\", \"path\", "
                      "\"base_model_name\"} (repeatable)");
-      sub.add_option("--max-loras", o->max_loras, "Most LoRA adapters running at once (their device slots)")
-          ->capture_default_str();
-      sub.add_option("--max-lora-rank", o->max_lora_rank, "Largest LoRA rank an adapter may have")
-          ->capture_default_str();
-      sub.add_option("--max-cpu-loras", o->max_cpu_loras, "Parsed adapters kept in host memory (0: --max-loras)")
-          ->capture_default_str();
-      sub.add_flag("--enforce-eager", o->enforce_eager,
-                   "Run every step eagerly: no CUDA graphs of decode steps (by default a CUDA engine of one shard "
-                   "captures them for batch sizes 1, 2, 4, 8, ... up to --max-num-seqs, at most 512)");
       sub.add_flag("--enable-prompt-tokens-details", o->enable_prompt_tokens_details,
                    "Report usage.prompt_tokens_details.cached_tokens (off by default: it tells a client whether "
                    "others sent the same prefix)");
-      sub.add_flag("--skip-tokenizer-init", o->skip_tokenizer_init,
-                   "Load no tokenizer: prompts must be token ids, outputs carry token ids and no text (chat and "
-                   "text prompts answer 400)");
       sub.add_flag("--enable-force-include-usage", o->enable_force_include_usage,
                    "Every streamed response ends with a usage chunk, as if stream_options.include_usage were set");
       sub.add_flag("--disable-log-stats", o->disable_log_stats,
                    "No periodic stats line (running, waiting, KV-cache usage, prefix cache hit rate)");
-      auto* gpu_memory = sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
-                                        "Share of each GPU's memory the engine may use, in (0, 1]; GPU backends "
-                                        "only (the CPU backend sizes its KV cache with --kv-cache-memory)")
-                             ->capture_default_str();
-      sub.add_option("--load-format", o->load_format, "auto, safetensors, or dummy (random weights)")
-          ->capture_default_str();
-      sub.add_option("--dtype", o->dtype, "Weight dtype: auto, float32, float16, bfloat16")->capture_default_str();
-      add_quantization_flag(sub, o->quantization);
-      sub.add_option("--device", o->device,
-                     "Device the shards run on: cpu, cuda, or auto (CUDA when this machine has a GPU)")
-          ->capture_default_str();
-      sub.add_option("--seed", o->seed, "Engine seed")->capture_default_str();
-      sub.add_option("--num-threads", o->threads, "CPU threads for the kernels (default: all cores)");
       sub.add_option("--chat-template", o->chat_template,
                      "Chat template: a Jinja file or the template itself (default: tokenizer_config.json's)");
       sub.add_option("--generation-config", o->generation_config,
@@ -525,9 +379,6 @@ command_registration serve_command{
           ->capture_default_str();
       sub.add_flag("--return-tokens-as-token-ids", o->return_tokens_as_token_ids,
                    "Write logprob tokens as token_id:N (exact even when a token is not whole UTF-8)");
-      sub.add_option("--scheduling-policy", o->scheduling_policy,
-                     "fcfs (first come first served) or priority (lower `priority` first, then arrival)")
-          ->capture_default_str();
       sub.add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,
                    "tool_choice \"auto\": parse the model's tool calls in --tool-call-parser's format");
       sub.add_option("--tool-call-parser", o->tool_call_parser,
@@ -535,8 +386,9 @@ command_registration serve_command{
       sub.add_option("--reasoning-parser", o->reasoning_parser,
                      "Thinking models: chat replies' reasoning (<think>...</think>) returned as reasoning_content, "
                      "apart from the content: deepseek_r1, qwen3");
+      auto engine_texts = add_engine_flags(sub, o->engine, engine_command::serve);
       auto vllm = add_vllm_flags(sub);
-      return [o, config, gpu_memory, vllm, &sub]() {
+      return [o, config, engine_texts, vllm, &sub]() {
         if (!config->empty()) {
           // The file replaces the defaults; then the flags given on the command line are applied again on top
           // (CLI11 re-runs an option's conversion into the bound field).
@@ -545,10 +397,10 @@ command_registration serve_command{
             if (opt != config && opt->count() > 0)
               opt->run_callback();
         }
-        if (gpu_memory->count() > 0)
+        if (sub.get_option("--gpu-memory-utilization")->count() > 0)
           o->gpu_memory_utilization_set = true;
         report_vllm_flags(*vllm);
-        return run_serve(*o);
+        return run_serve(*o, *engine_texts);
       };
     }};
 

@@ -11,17 +11,6 @@
 #include <string>
 #include <vector>
 
-namespace actorllm::app {
-std::vector<command_entry>& command_registry() {
-  static std::vector<command_entry> registry;
-  return registry;
-}
-std::map<std::string, std::string>& option_aliases() {
-  static std::map<std::string, std::string> aliases;
-  return aliases;
-}
-}  // namespace actorllm::app
-
 namespace {
 
 /// `actorllm --config FILE [flags]` means `actorllm serve --config FILE [flags]`: a settings file describes a

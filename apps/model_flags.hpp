@@ -1,4 +1,4 @@
-// The model-source flags `serve` and `generate` share: where a Hub-named model comes from, and its quantization.
+// The model-source flags `serve` and `generate` share: where a Hub-named model comes from.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -17,14 +17,6 @@ inline void add_hub_flags(CLI::App& sub, std::string& revision, std::string& tok
   sub.add_option("--download-dir", download_dir,
                  "The Hugging Face cache to find and download models in (default: $HF_HUB_CACHE, else "
                  "$HF_HOME/hub, else ~/.cache/huggingface/hub)");
-}
-
-/// --quantization (-q): engine_config::quantization.
-inline void add_quantization_flag(CLI::App& sub, std::string& quantization) {
-  sub.add_option("--quantization,-q", quantization,
-                 "Quantized weights: empty follows the checkpoint's quantization_config (awq, gptq, fp8, "
-                 "compressed-tensors); naming one checks it (awq_marlin and gptq_marlin are aliases); fp8 on a float "
-                 "checkpoint quantizes its Linear weights at load");
 }
 
 }  // namespace actorllm::app

@@ -2,6 +2,7 @@
 #include "apps/serve_config_file.hpp"
 
 #include "apps/cluster_tls_options.hpp"
+#include "apps/engine_flags.hpp"
 #include "apps/nearest_name.hpp"
 #include "hub/repo_id.hpp"
 #include "kernels/device.hpp"
@@ -18,6 +19,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 namespace actorllm::app {
 namespace {
@@ -191,18 +193,6 @@ setter string_list_value(std::vector<std::string>& out) {
   };
 }
 
-/// A byte count: an integer, or a string with a unit like "4GiB" (checked when the engine is built).
-setter bytes_value(std::string& out) {
-  return [&out](const toml::node& n, const key_location& at) {
-    if (n.is_string())
-      out = n.as_string()->get();
-    else if (n.is_integer() && n.as_integer()->get() > 0)
-      out = std::to_string(n.as_integer()->get());
-    else
-      type_error(at, n, "a positive integer or a string like \"4GiB\"");
-  };
-}
-
 /// Layers per pipeline stage: "3,2" or [3, 2].
 setter partition_value(std::string& out) {
   return [&out](const toml::node& n, const key_location& at) {
@@ -224,8 +214,79 @@ setter partition_value(std::string& out) {
   };
 }
 
+/// A byte count: a positive integer, or a string with a unit like "4GiB".
+setter bytes_value(uint64_t& out) {
+  return [&out](const toml::node& n, const key_location& at) {
+    if (n.is_integer() && n.as_integer()->get() > 0) {
+      out = static_cast<uint64_t>(n.as_integer()->get());
+      return;
+    }
+    if (!n.is_string())
+      type_error(at, n, "a positive integer or a string like \"4GiB\"");
+    if (std::string why = parse_bytes(n.as_string()->get(), out); !why.empty())
+      throw config_file_error(fmt::format("{}: {}", at.describe(), why));
+  };
+}
+
+/// The reader of an engine setting's key, by the kind of value the table gives it.
+setter engine_setter(const engine_flag& f, engine_config& cfg, const fs::path& base_dir) {
+  auto text = [&]() -> std::string& { return cfg.*std::get<std::string engine_config::*>(f.field); };
+  switch (f.kind) {
+    case value_kind::integer:
+      if (auto* m = std::get_if<int32_t engine_config::*>(&f.field))
+        return integer_value(cfg.**m, f.min, f.max);
+      return integer_value(cfg.*std::get<uint64_t engine_config::*>(f.field), f.min, f.max);
+    case value_kind::number:
+      return number_value(cfg.*std::get<double engine_config::*>(f.field));
+    case value_kind::fraction:
+      return [&v = cfg.*std::get<double engine_config::*>(f.field)](const toml::node& n, const key_location& at) {
+        number_value(v)(n, at);
+        if (!(v > 0 && v <= 1))
+          throw config_file_error(fmt::format("{} must be in (0, 1], got {}", at.describe(), v));
+      };
+    case value_kind::flag:
+      return bool_value(cfg.*std::get<bool engine_config::*>(f.field));
+    case value_kind::text:
+      return string_value(text());
+    case value_kind::path:
+      return path_value(text(), base_dir);
+    case value_kind::choice:
+      return choice_value(text(), std::vector<std::string>(f.choices.begin(), f.choices.end()));
+    case value_kind::executor:
+      return choice_value(text(), {"uni", "mp", "cluster"});
+    case value_kind::device:
+      return device_value(text());
+    case value_kind::partition:
+      return partition_value(text());
+    case value_kind::bytes:
+      return bytes_value(cfg.*std::get<uint64_t engine_config::*>(f.field));
+  }
+  return string_value(text());
+}
+
+std::vector<section_spec> server_sections(serve_options& o, const fs::path& base_dir);
+
+/// The sections and keys: the server's own, then the engine's from its table (apps/engine_flags.hpp).
 std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_dir) {
-  constexpr int64_t int_max = std::numeric_limits<int>::max();
+  std::vector<section_spec> sections = server_sections(o, base_dir);
+  for (const engine_flag& f : engine_flags()) {
+    auto section = std::find_if(sections.begin(), sections.end(), [&](const auto& s) { return s.name == f.section; });
+    if (section == sections.end())
+      throw std::logic_error(fmt::format("engine setting {}: no section [{}]", f.key, f.section));
+    setter set = engine_setter(f, o.engine, base_dir);
+    if (std::holds_alternative<double engine_config::*>(f.field) &&
+        std::get<double engine_config::*>(f.field) == &engine_config::gpu_memory_utilization)
+      set = [&o, set = std::move(set)](const toml::node& n, const key_location& at) {
+        set(n, at);
+        o.gpu_memory_utilization_set = true;
+      };
+    section->keys.push_back({std::string{f.key}, std::move(set)});
+  }
+  return sections;
+}
+
+/// The settings of the server itself, by section (the engine's are added by sections_for).
+std::vector<section_spec> server_sections(serve_options& o, const fs::path& base_dir) {
   constexpr int64_t int32_max = std::numeric_limits<int32_t>::max();
   return {
       {"model",
@@ -236,63 +297,19 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"tokenizer_revision", string_value(o.tokenizer_revision)},
            {"download_dir", path_value(o.download_dir, base_dir)},
            {"served_model_name", string_list_value(o.served_model_names)},
-           {"dtype", string_value(o.dtype)},
-           {"quantization", string_value(o.quantization)},
-           {"load_format", string_value(o.load_format)},
-           {"max_model_len", integer_value(o.max_model_len, 0, int32_max)},
-           {"seed", integer_value(o.seed, 0)},
            {"chat_template", path_value(o.chat_template, base_dir, true)},
            {"generation_config", path_value(o.generation_config, base_dir, true)},
-           {"enforce_eager", bool_value(o.enforce_eager)},
        }},
       {"lora",
        {
-           {"enable_lora", bool_value(o.enable_lora)},
            {"lora_modules", string_list_value(o.lora_modules)},
-           {"max_loras", integer_value(o.max_loras, 1, int32_max)},
-           {"max_lora_rank", integer_value(o.max_lora_rank, 1, int32_max)},
-           {"max_cpu_loras", integer_value(o.max_cpu_loras, 0, int32_max)},
        }},
-      {"parallel",
-       {
-           {"tensor_parallel_size", integer_value(o.tensor_parallel_size, 1, int_max)},
-           {"pipeline_parallel_size", integer_value(o.pipeline_parallel_size, 1, int_max)},
-           {"data_parallel_size", integer_value(o.data_parallel_size, 1, int_max)},
-           {"data_parallel_size_local", integer_value(o.data_parallel_size_local, 0, int_max)},
-           {"data_parallel_rank", integer_value(o.data_parallel_rank, -1, int_max)},
-           {"pp_layer_partition", partition_value(o.pp_layer_partition)},
-           {"enable_expert_parallel", bool_value(o.enable_expert_parallel)},
-           {"enable_eplb", bool_value(o.enable_eplb)},
-           {"decode_context_parallel_size", integer_value(o.decode_context_parallel_size, 1, int_max)},
-           {"dcp_kv_cache_interleave_size", integer_value(o.dcp_kv_cache_interleave_size, 1, 256)},
-           {"prefill_context_parallel_size", integer_value(o.prefill_context_parallel_size, 1, int_max)},
-           {"distributed_executor_backend", choice_value(o.distributed_executor_backend, {"uni", "mp", "cluster"})},
-           {"num_threads", integer_value(o.threads, 0, int_max)},
-           {"max_worker_restarts", integer_value(o.max_worker_restarts, 0, int_max)},
-           {"device", device_value(o.device)},
-       }},
+      {"parallel", {}},
       {"scheduler",
        {
-           {"max_num_seqs", integer_value(o.max_num_seqs, 1, int32_max)},
-           {"max_num_batched_tokens", integer_value(o.max_num_batched_tokens, 1, int32_max)},
            {"max_queued_requests", integer_value(o.max_queued_requests, -1)},
-           {"step_timeout", number_value(o.step_timeout)},
-           {"scheduling_policy", choice_value(o.scheduling_policy, {"fcfs", "priority"})},
        }},
-      {"cache",
-       {
-           {"block_size", integer_value(o.block_size, 1, 256)},
-           {"gpu_memory_utilization",
-            [&o, set = number_value(o.gpu_memory_utilization)](const toml::node& n, const key_location& at) {
-              set(n, at);
-              if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
-                throw config_file_error(
-                    fmt::format("{} must be in (0, 1], got {}", at.describe(), o.gpu_memory_utilization));
-              o.gpu_memory_utilization_set = true;
-            }},
-           {"kv_cache_memory", bytes_value(o.kv_cache_memory)},
-           {"enable_prefix_caching", bool_value(o.enable_prefix_caching)},
-       }},
+      {"cache", {}},
       {"server",
        {
            {"host", string_value(o.host)},
@@ -305,7 +322,6 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
            {"log_level", choice_value(o.log_level, {"debug", "info", "warning", "error"})},
            {"enable_prompt_tokens_details", bool_value(o.enable_prompt_tokens_details)},
            {"enable_force_include_usage", bool_value(o.enable_force_include_usage)},
-           {"skip_tokenizer_init", bool_value(o.skip_tokenizer_init)},
            {"disable_log_stats", bool_value(o.disable_log_stats)},
            {"max_logprobs", integer_value(o.max_logprobs, 0, int32_max)},
            {"max_stop_strings", integer_value(o.max_stop_strings, 0)},
@@ -329,12 +345,7 @@ std::vector<section_spec> sections_for(serve_options& o, const fs::path& base_di
        }},
       {"cluster",
        {
-           {"head_address", string_value(o.cluster_head_address)},
-           {"token", string_value(o.cluster_token)},
            {"host_ip", string_value(o.host_ip)},
-           {"tls_cert", path_value(o.cluster_tls_cert, base_dir)},
-           {"tls_key", path_value(o.cluster_tls_key, base_dir)},
-           {"tls_ca", path_value(o.cluster_tls_ca, base_dir)},
            {"max_control_message_bytes",
             integer_value(o.max_control_message_bytes, static_cast<int64_t>(min_control_message_bytes),
                           static_cast<int64_t>(max_control_message_bytes))},
@@ -439,18 +450,6 @@ std::vector<std::string> serve_config_keys() {
     for (const auto& k : s.keys)
       out.push_back(s.name + "." + k.name);
   return out;
-}
-
-void validate_data_parallel(int size, int size_local, int rank) {
-  if (size < 1)
-    throw std::invalid_argument(fmt::format("--data-parallel-size: must be at least 1, got {}", size));
-  if (size_local < 0 || size_local > size)
-    throw std::invalid_argument(fmt::format(
-        "--data-parallel-size-local: must be in [0, --data-parallel-size {}] (0: as the executor decides), got {}",
-        size, size_local));
-  if (rank < -1 || rank >= size)
-    throw std::invalid_argument(
-        fmt::format("--data-parallel-rank: must be in [0, --data-parallel-size {}), got {}", size, rank));
 }
 
 std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& entries) {

@@ -15,6 +15,8 @@
 //   [cluster]   head_address, token, host_ip, tls_cert, tls_key, tls_ca (the cluster executor; the TLS files
 //               secure the control plane of mp as well)
 //
+// The engine's keys (and [lora]'s, the rest of [parallel]'s, skip_tokenizer_init) come from the table of
+// apps/engine_flags.hpp, which also gives their flags: a key sets serve_options::engine's field as its flag does.
 // Relative paths (model path, tokenizer, download_dir, a chat_template file, a generation_config directory) are
 // resolved against the file's directory; a model path or tokenizer of the form "org/name" that is no directory
 // there is kept as a Hugging Face repo id. Unknown sections or keys and values of the wrong type are errors that
@@ -50,10 +52,5 @@ std::vector<std::string> serve_config_keys();
 /// Flattens --allowed-origins entries: each one is a JSON list of strings ('["*", "https://a.example"]'), a
 /// comma-separated list, or one origin. Throws std::invalid_argument on a malformed JSON list.
 std::vector<std::string> parse_allowed_origins(const std::vector<std::string>& entries);
-
-/// Checks the data-parallel settings together (serve and generate): --data-parallel-size at least 1,
-/// --data-parallel-size-local in [0, size], --data-parallel-rank in [0, size) when given (-1: not given). Throws
-/// std::invalid_argument naming the flag and the numbers.
-void validate_data_parallel(int size, int size_local, int rank);
 
 }  // namespace actorllm::app

@@ -1,6 +1,9 @@
 // The settings of `actorllm serve`, as its flags and the sections of a `--config` TOML file set them
-// (apps/cmd_serve.cpp binds the flags, apps/serve_config_file.cpp reads the file).
+// (apps/cmd_serve.cpp binds the flags, apps/serve_config_file.cpp reads the file). The engine's own settings are an
+// engine_config, which both fill through the table of apps/engine_flags.hpp.
 #pragma once
+
+#include "actorllm/engine_config.hpp"
 
 #include <cstdint>
 #include <string>
@@ -8,10 +11,15 @@
 
 namespace actorllm::app {
 
-/// Everything `actorllm serve` can be told, with vLLM's defaults. Strings are kept as given (byte counts, origin
-/// lists, log levels); cmd_serve.cpp checks and converts them when it builds the engine and the server.
+/// Everything `actorllm serve` can be told, with vLLM's defaults. Strings are kept as given (origin lists, log
+/// levels); cmd_serve.cpp checks and converts them when it builds the server.
 struct serve_options {
   std::string config_file;  ///< --config: the TOML file these settings were read from (empty: none)
+
+  /// The engine's settings (apps/engine_flags.hpp has each one's flag and key); model and tokenizer are the
+  /// directories the [model] settings below resolve to, filled in when the engine is built.
+  engine_config engine;
+  bool gpu_memory_utilization_set = false;  ///< given explicitly (flag or file): CPU-only engines say it is unused
 
   // [model]
   std::string model;               ///< MODEL: model directory or Hugging Face repo id (empty: $ACTORLLM_DEFAULT_MODEL)
@@ -20,51 +28,14 @@ struct serve_options {
   std::string tokenizer_revision;  ///< --tokenizer-revision (empty: --revision)
   std::string download_dir;        ///< --download-dir: the Hugging Face cache to use (empty: $HF_HUB_CACHE etc.)
   std::vector<std::string> served_model_names;
-  std::string dtype = "auto";
-  std::string quantization;  ///< --quantization (engine_config::quantization)
-  std::string load_format = "auto";
-  int64_t max_model_len = 0;
-  uint64_t seed = 0;
   std::string chat_template;  ///< a Jinja file or the template itself; empty: tokenizer_config.json's
   std::string generation_config = "auto";
-  bool enforce_eager = false;  ///< --enforce-eager: no CUDA graphs of decode steps
 
   // [lora]
-  bool enable_lora = false;               ///< --enable-lora
   std::vector<std::string> lora_modules;  ///< --lora-modules: name=path or {"name","path","base_model_name"}
-  int64_t max_loras = 1;                  ///< --max-loras
-  int64_t max_lora_rank = 16;             ///< --max-lora-rank
-  int64_t max_cpu_loras = 0;              ///< --max-cpu-loras (0: --max-loras)
-
-  // [parallel]
-  int tensor_parallel_size = 1;
-  int pipeline_parallel_size = 1;
-  int data_parallel_size = 1;        ///< --data-parallel-size / -dp: replicas of the tp × pp shards
-  int data_parallel_size_local = 0;  ///< --data-parallel-size-local: replicas on this node; 0: as the executor decides
-  int data_parallel_rank = -1;       ///< --data-parallel-rank (external LB): serve only this replica; -1: all
-  std::string pp_layer_partition;
-  bool enable_expert_parallel = false;       ///< --enable-expert-parallel: whole experts per rank (MoE models)
-  bool enable_eplb = false;                  ///< --enable-eplb: refused (not implemented)
-  int decode_context_parallel_size = 1;      ///< --decode-context-parallel-size / -dcp
-  int dcp_kv_cache_interleave_size = 1;      ///< --dcp-kv-cache-interleave-size (--cp-kv-cache-interleave-size)
-  int prefill_context_parallel_size = 1;     ///< --prefill-context-parallel-size / -pcp
-  std::string distributed_executor_backend;  ///< uni, mp or cluster; empty: chosen by the world size
-  int64_t max_worker_restarts = 3;           ///< mp/cluster: restarts of dead workers before exiting non-zero
-  int threads = 0;                           ///< --num-threads; 0: every core
-  std::string device = "auto";               ///< --device: cpu, cuda or auto (CUDA when a GPU is visible)
 
   // [scheduler]
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 2048;
   int64_t max_queued_requests = -1;  ///< -1: no limit
-  double step_timeout = 300.0;       ///< seconds without a step result before the replica counts as failed
-
-  // [cache]
-  int64_t block_size = 16;
-  double gpu_memory_utilization = 0.9;
-  bool gpu_memory_utilization_set = false;  ///< given explicitly (flag or file): CPU-only engines say it is unused
-  std::string kv_cache_memory = "4GiB";
-  bool enable_prefix_caching = true;  ///< --enable-prefix-caching / --no-enable-prefix-caching
 
   // [server]
   std::string host = "127.0.0.1";
@@ -79,7 +50,6 @@ struct serve_options {
   std::string log_level;                      ///< debug, info, warning or error; empty: $ACTORLLM_LOG_LEVEL, else info
   bool enable_prompt_tokens_details = false;  ///< usage.prompt_tokens_details.cached_tokens in responses
   bool enable_force_include_usage = false;    ///< every stream ends with a usage chunk, asked for or not
-  bool skip_tokenizer_init = false;           ///< no tokenizer: token-id prompts, outputs without text
   bool disable_log_stats = false;             ///< no periodic stats line
   int32_t max_logprobs = 20;                  ///< --max-logprobs: the most logprobs a request may ask for
   // Request-size limits, each checked before the work it guards (a 400 naming the field and the flag).
@@ -98,18 +68,12 @@ struct serve_options {
   std::string root_path;                              ///< --root-path: a prefix a proxy may leave on request paths
   std::string chat_template_content_format = "auto";  ///< auto, string or openai
   bool return_tokens_as_token_ids = false;            ///< logprob tokens as "token_id:N" by default
-  std::string scheduling_policy = "fcfs";             ///< fcfs or priority
   bool enable_auto_tool_choice = false;               ///< tool_choice "auto" parses calls (needs tool_call_parser)
   std::string tool_call_parser;                       ///< hermes, llama3_json or mistral
   std::string reasoning_parser;                       ///< deepseek_r1 or qwen3: chat replies' <think> part apart
 
-  // [cluster]: where the cluster executor finds the head (--cluster-address / --cluster-token).
-  std::string cluster_head_address;  ///< host:port of the head node
-  std::string cluster_token;         ///< shared secret nodes present to the head
-  std::string host_ip;           ///< the address this process binds and advertises to workers (sets ACTORLLM_HOST_IP)
-  std::string cluster_tls_cert;  ///< control-plane TLS: certificate, key and CA (PEM files; all three or none)
-  std::string cluster_tls_key;
-  std::string cluster_tls_ca;
+  // [cluster] (the head's address, the token and the TLS files are the engine's)
+  std::string host_ip;  ///< the address this process binds and advertises to workers (sets ACTORLLM_HOST_IP)
   uint64_t max_control_message_bytes = 256u << 20;  ///< --max-control-message-bytes (actors/cluster/basp_screen.hpp)
 };
 

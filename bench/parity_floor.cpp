@@ -8,8 +8,8 @@
 // grows with depth). Prints a table, writes JSON.
 #include "bench/bench_json.hpp"
 #include "bench/parity/logit_rows.hpp"
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
+#include "kernels/backend.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
 #include "util/thread_pool.hpp"

@@ -3,9 +3,9 @@
 // interface. Without NCCL (no nccl.h / libnccl at configure time) the calls that need it throw, naming why.
 #pragma once
 
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
 #include "comm/device_peer_link.hpp"
+#include "kernels/backend.hpp"
 
 #include <chrono>
 #include <functional>

@@ -3,8 +3,8 @@
 // faster choice for threads of one process.
 #pragma once
 
-#include "comm/gloo_group.hpp"
 #include "comm/collective.hpp"
+#include "comm/gloo_group.hpp"
 
 #include <cstdint>
 #include <memory>

@@ -4,8 +4,8 @@
 // group uses until NCCL is wired. Deterministic: the inner collective's summation order is kept.
 #pragma once
 
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
+#include "kernels/backend.hpp"
 
 #include <memory>
 #include <vector>

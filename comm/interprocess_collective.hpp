@@ -8,8 +8,8 @@
 // Gloo stays for ranks on different hosts and for pipeline activations.
 #pragma once
 
-#include "comm/rendezvous_store.hpp"
 #include "comm/collective.hpp"
+#include "comm/rendezvous_store.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -4,8 +4,8 @@
 // unit-tested with memory_store and a fake backend on threads.
 #pragma once
 
-#include "comm/rendezvous_store.hpp"
 #include "comm/ipc_memory.hpp"
+#include "comm/rendezvous_store.hpp"
 
 #include <chrono>
 #include <cstdint>

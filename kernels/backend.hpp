@@ -129,8 +129,6 @@ class backend {
   virtual void download(const tensor& src, void* dst, size_t bytes) = 0;
   /// dst = src, byte for byte (same nbytes), both on this device.
   virtual void copy(const tensor& src, const tensor& dst) = 0;
-  /// Copies row `src_row` of t's outermost dimension to row `dst_row` (the KV cache's copy-on-write of a block).
-  virtual void copy_row(const tensor& t, int64_t src_row, int64_t dst_row) = 0;
   /// Waits until every enqueued op has finished.
   virtual void synchronize() = 0;
 

@@ -3,8 +3,8 @@
 // them (MoE adds moe_ffn beside ffn) instead of copying a forward pass.
 #pragma once
 
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
+#include "kernels/backend.hpp"
 #include "model/layer_weights.hpp"
 #include "model/step_inputs.hpp"
 

@@ -2,8 +2,8 @@
 // sliced for one tensor-parallel rank, over a flattened batch and a paged KV cache, on any backend.
 #pragma once
 
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
+#include "kernels/backend.hpp"
 #include "model/forward_batch.hpp"
 #include "model/kv_cache.hpp"
 #include "model/layer_weights.hpp"

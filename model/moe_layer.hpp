@@ -6,8 +6,8 @@
 // dispatched to the ranks holding their experts and the outputs combined back with the collective's all-to-all.
 #pragma once
 
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
+#include "kernels/backend.hpp"
 #include "model/layers.hpp"
 #include "model/model_config.hpp"
 #include "model/moe_weights.hpp"

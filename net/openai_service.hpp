@@ -1,17 +1,18 @@
-// The OpenAI-compatible endpoints of `actorllm serve` on top of actorllm::LLM: parse, render the chat template,
-// tokenize, check the context length, submit, and answer (whole or as Server-Sent Events) through a
-// response_channel. The engine's callbacks only lock a request's state and feed its channel; they never wait.
+// The OpenAI-compatible endpoints of `actorllm serve` on top of actorllm::LLM: the routes. A generating request is
+// prepared (openai/preprocess.hpp: parse, render the chat template, tokenize, admit) on a preprocessing thread and
+// then exchanged with the engine (openai/exchange.hpp), which answers whole or as Server-Sent Events through a
+// response_channel. Nothing here waits on the engine: stats and the prefix-cache reset answer through callbacks.
 #pragma once
 
 #include "net/admission.hpp"
 #include "net/handler_pool.hpp"
 #include "net/lora_service.hpp"
 #include "net/openai/metrics.hpp"
+#include "net/openai/preprocess.hpp"
 #include "net/openai/requests.hpp"
 #include "net/routes.hpp"
 #include "net/stats_logger.hpp"
 #include "text/structured/structured_limits.hpp"
-#include "text/structured/token_constraint.hpp"
 
 #include <actorllm/llm.hpp>
 
@@ -30,8 +31,6 @@ class chat_template;
 }  // namespace actorllm::text
 
 namespace actorllm::net {
-
-struct engine_worker;
 
 struct service_config {
   std::vector<std::string> served_model_names;  ///< the first one names the model in responses; never empty
@@ -112,42 +111,31 @@ class openai_service {
  private:
   /// The parser's limits: the request-size flags, and n bounded by the engine's max_num_seqs.
   openai::parse_limits parse_limits() const;
-  /// The tokenizer directory structured outputs compile their token masks against (absolute, as the engine's).
-  std::string structured_tokenizer_dir() const;
-  /// What every generating route checks of a parsed body: its token ids against the vocabulary, for chat (`chat`)
-  /// the constraints after a reasoning parser's end token, and its structured output, compiled into `constraint`.
-  std::optional<openai::api_error> check_generation(
-      openai::common_request& r, bool chat, std::shared_ptr<const text::structured::token_constraint>& constraint);
-  std::shared_ptr<response_channel> completions(const http_request& req);
-  std::shared_ptr<response_channel> chat_completions(const http_request& req);
-  // POST /v1/chat/completions/batch (vLLM's): a list of conversations, one choice each, never streamed.
-  std::shared_ptr<response_channel> chat_completions_batch(const http_request& req);
+  /// POST /v1/completions, /v1/chat/completions and /v1/chat/completions/batch: prepared, then exchanged.
+  std::shared_ptr<response_channel> generate(openai::endpoint kind, const http_request& req);
   std::shared_ptr<response_channel> tokenize(const http_request& req);
   std::shared_ptr<response_channel> detokenize(const http_request& req);
   std::shared_ptr<response_channel> models() const;
   // GET /v1/models/{model}: `id` is the percent-decoded path segment (served names may hold '/').
   std::shared_ptr<response_channel> model(const std::string& id) const;
   std::shared_ptr<response_channel> health() const;
-  // POST /invocations: chat_completions or completions, by the body's fields.
+  // POST /invocations: chat completions or completions, by the body's fields.
   std::shared_ptr<response_channel> invocations(const http_request& req);
   std::shared_ptr<response_channel> metrics();
   std::shared_ptr<response_channel> reset_prefix_cache();
 
   LLM& llm_;
   service_config config_;
-  std::shared_ptr<engine_worker> worker_;  // runs LLM calls that wait for the engine (stats, abort) off the I/O thread
   std::unique_ptr<text::tokenizer> tokenizer_;
   std::unique_ptr<text::chat_template> chat_template_;
   std::shared_ptr<openai::engine_metrics> metrics_;
-  openai::sampling_defaults defaults_;   // --generation-config
   std::unique_ptr<lora_service> loras_;  // the LoRA adapters served under their own names
   admission_gate admission_;             // max_num_seqs + --max-queued-requests generation requests at once
   int64_t created_ = 0;
   std::unique_ptr<stats_logger> stats_logger_;
-  std::atomic<bool> draining_{false};  // begin_drain(): /health says 503
-  // /health's own thread: a probe never queues behind aborts or /metrics on worker_ (a client that leaves a batch
-  // of thousands of prompts posts as many aborts there).
-  std::shared_ptr<engine_worker> health_worker_;
+  // begin_drain(): /health says 503. Shared with the stats callbacks, which may answer after this service is gone.
+  std::shared_ptr<std::atomic<bool>> draining_ = std::make_shared<std::atomic<bool>>(false);
+  std::unique_ptr<openai::preprocessor> preprocessor_;
   std::unique_ptr<handler_pool> preprocess_;  // last: its threads use everything above, so it stops first
 };
 

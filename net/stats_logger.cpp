@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 namespace actorllm::net {
 
 std::string stats_line(const engine_stats& before, const engine_stats& now) {
@@ -19,8 +21,18 @@ std::string stats_line(const engine_stats& before, const engine_stats& now) {
                      now.n_running, now.n_waiting, 100.0 * now.kv_cache_usage, hit_rate);
 }
 
-stats_logger::stats_logger(std::function<engine_stats()> source, std::chrono::milliseconds interval)
-    : source_(std::move(source)), interval_(interval), thread_([this] { run(); }) {}
+struct stats_logger::history {
+  std::mutex mutex;
+  std::optional<engine_stats> before;
+  bool stopped = false;  // the logger is gone: late snapshots are dropped
+};
+
+stats_logger::stats_logger(std::function<void(std::function<void(engine_stats)>)> source,
+                           std::chrono::milliseconds interval)
+    : source_(std::move(source)),
+      interval_(interval),
+      history_(std::make_shared<history>()),
+      thread_([this] { run(); }) {}
 
 stats_logger::~stats_logger() {
   {
@@ -29,19 +41,29 @@ stats_logger::~stats_logger() {
   }
   stop_cv_.notify_all();
   thread_.join();
+  std::lock_guard lock{history_->mutex};
+  history_->stopped = true;
 }
 
 void stats_logger::run() {
-  engine_stats before = source_();
+  // The first snapshot is the start of the first interval, healthy or not.
+  source_([h = history_](engine_stats first) {
+    std::lock_guard guard{h->mutex};
+    if (!h->before)
+      h->before = std::move(first);
+  });
   std::unique_lock lock{mutex_};
   while (!stop_cv_.wait_for(lock, interval_, [this] { return stop_; })) {
     lock.unlock();
-    engine_stats now = source_();
-    if (now.healthy) {
-      if (std::string line = stats_line(before, now); !line.empty())
-        log::info("stats", "{}", line);
-      before = now;
-    }
+    source_([h = history_](engine_stats now) {
+      std::lock_guard guard{h->mutex};
+      if (h->stopped || !now.healthy)
+        return;
+      if (h->before)
+        if (std::string line = stats_line(*h->before, now); !line.empty())
+          log::info("stats", "{}", line);
+      h->before = std::move(now);
+    });
     lock.lock();
   }
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -18,21 +19,24 @@ namespace actorllm::net {
 /// throughout (nothing running or waiting, no new lookups): an idle server logs nothing.
 std::string stats_line(const engine_stats& before, const engine_stats& now);
 
-/// A thread that logs stats_line every `interval`, reading snapshots from `source`.
+/// A timer thread that asks for a snapshot every `interval` and logs stats_line when it arrives.
 class stats_logger {
  public:
-  /// Starts logging; `source` is called on the logger's thread and must not throw.
-  stats_logger(std::function<engine_stats()> source, std::chrono::milliseconds interval);
-  /// Stops the thread (at once, not after the current interval).
+  /// Asks for snapshots through `source`, which starts one (LLM::stats_async) and hands it to its callback later, on
+  /// any thread; the logger's thread never waits for one. The first is asked for now.
+  stats_logger(std::function<void(std::function<void(engine_stats)>)> source, std::chrono::milliseconds interval);
+  /// Stops the thread (at once, not after the current interval). A snapshot still on its way is dropped.
   ~stats_logger();
   stats_logger(const stats_logger&) = delete;
   stats_logger& operator=(const stats_logger&) = delete;
 
  private:
+  struct history;  // the last healthy snapshot, shared with the callbacks still on their way
   void run();
 
-  std::function<engine_stats()> source_;
+  std::function<void(std::function<void(engine_stats)>)> source_;
   std::chrono::milliseconds interval_;
+  std::shared_ptr<history> history_;
   std::mutex mutex_;
   std::condition_variable stop_cv_;
   bool stop_ = false;

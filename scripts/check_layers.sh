@@ -79,6 +79,32 @@ if ((${#public_headers[@]})); then
     < <(grep -nHE "$include_line" "${public_headers[@]}")
 fi
 
+# The tree's shape as review 3 (../shared/docs/DESIGN-REVIEW.md §5) asked for it, its "Verify" lines kept as rules.
+shape_failure() { # what is wrong
+  echo "check_layers: $1"
+  failures=$((failures + 1))
+}
+if [[ -d kernels ]]; then
+  for f in kernels/*collective* kernels/*nccl* kernels/*all_reduce* kernels/cuda/*collective* kernels/cuda/*nccl* \
+    kernels/cuda/*all_reduce*; do
+    [[ -e "$f" ]] && shape_failure "$f: communication lives in comm/ (comm/cuda/ for NCCL and the custom all-reduce), not kernels/"
+  done
+fi
+if [[ -d actors ]]; then
+  while IFS= read -r d; do
+    n=$(find "$d" -maxdepth 1 -type f | wc -l)
+    ((n > 25)) && shape_failure "$d holds $n files: no folder under actors/ holds more than 25 (split it into a wing)"
+  done < <(find actors -type d)
+  while IFS=: read -r file _; do
+    [[ "$file" != actors/executors/replica.hpp ]] && shape_failure "$file defines struct replica: it lives in actors/executors/replica.hpp only"
+  done < <(grep -rn --include='*.hpp' --include='*.cpp' '^struct replica {' actors api 2>/dev/null)
+  for f in $(find actors -name 'block_manager_actor.*'); do
+    shape_failure "$f: the KV cache is planned by actors/executors/cache_plan, no block-manager actor"
+  done
+  n=$(grep -rn --include='*.cpp' --include='*.hpp' '\.enforce_eager = ' actors | wc -l)
+  ((n > 1)) && shape_failure "actors/ assigns enforce_eager $n times: a shard knob is copied once, in make_shard_assignment"
+fi
+
 for key in "${!allowed[@]}"; do
   if [[ -z "${seen[$key]:-}" ]]; then
     echo "check_layers: '$key' is listed in $exceptions but no longer occurs: remove the entry"

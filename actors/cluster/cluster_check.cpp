@@ -3,8 +3,8 @@
 
 #include "actorllm/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
-#include "actors/executors/cluster_executor.hpp"
 #include "actors/cluster/control_network.hpp"
+#include "actors/executors/cluster_executor.hpp"
 #include "actors/executors/mp_executor.hpp"
 #include "actors/executors/worker_replica.hpp"
 

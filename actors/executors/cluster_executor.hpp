@@ -6,7 +6,7 @@
 #include "actorllm/engine_config.hpp"
 #include "actorllm/proto/cluster.hpp"
 #include "actors/executors/placement.hpp"
-#include "actors/executors/uni_executor.hpp"
+#include "actors/executors/replica.hpp"
 #include "actors/executors/worker_replica.hpp"
 
 #include <caf/fwd.hpp>

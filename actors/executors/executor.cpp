@@ -6,6 +6,7 @@
 #include "actors/executors/executor_choice.hpp"
 #include "actors/executors/lockstep_replicas.hpp"
 #include "actors/executors/mp_executor.hpp"
+#include "actors/executors/uni_executor.hpp"
 #include "kernels/device.hpp"
 #include "util/log.hpp"
 

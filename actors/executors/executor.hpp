@@ -3,7 +3,7 @@
 #pragma once
 
 #include "actorllm/engine_config.hpp"
-#include "actors/executors/uni_executor.hpp"
+#include "actors/executors/replica.hpp"
 
 #include <caf/fwd.hpp>
 
@@ -35,7 +35,7 @@ bool runs_on_cluster(const engine_config& config, const replica_slot& slot);
 bool uses_cluster(const engine_config& config);
 
 /// Builds the replica with config.distributed_executor_backend (as resolve_executor returned it), or the cluster's
-/// when runs_on_cluster, for `slot` (replica_slot is declared in uni_executor.hpp): uni and mp give it its own share
+/// when runs_on_cluster, for `slot` (replica_slot is declared in replica.hpp): uni and mp give it its own share
 /// of this node's devices and threads (replica_share), cluster places its ranks on devices no other live replica
 /// uses.
 replica build_replica(caf::actor_system& sys, const engine_config& config, const replica_slot& slot = {});

@@ -1,5 +1,6 @@
 // Lockstep replicas for expert parallelism over data parallelism: see lockstep_replicas.hpp.
 #include "actors/executors/lockstep_replicas.hpp"
+#include "actors/executors/uni_executor.hpp"
 
 #include "actorllm/error.hpp"
 #include "actorllm/proto/error.hpp"

@@ -11,7 +11,7 @@
 #pragma once
 
 #include "actorllm/engine_config.hpp"
-#include "actors/executors/uni_executor.hpp"
+#include "actors/executors/replica.hpp"
 #include "comm/shared_memory_collective.hpp"
 #include "model/model_config.hpp"
 

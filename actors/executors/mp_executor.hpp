@@ -5,7 +5,7 @@
 #pragma once
 
 #include "actorllm/engine_config.hpp"
-#include "actors/executors/uni_executor.hpp"
+#include "actors/executors/replica.hpp"
 
 #include <caf/fwd.hpp>
 

@@ -5,7 +5,7 @@
 // reports the failure once to the owner, which restarts the replica.
 #pragma once
 
-#include "actors/executors/uni_executor.hpp"
+#include "actors/executors/replica.hpp"
 
 #include <caf/fwd.hpp>
 

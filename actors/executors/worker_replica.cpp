@@ -107,38 +107,10 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
   r.shards.resize(static_cast<size_t>(world));
   for (int32_t s = pp - 1; s >= 0; --s) {
     for (int32_t in_stage = 0; in_stage < per_stage; ++in_stage) {
-      const int32_t rank = in_stage % tp;
       const auto index = static_cast<size_t>(s * per_stage + in_stage);
-      proto::shard_assignment a;
-      a.model_dir = config.model;
-      a.pcp_size = pcp;
-      a.pcp_rank = in_stage / tp;
-      a.tp_rank = rank;
-      a.tp_size = tp;
-      a.layer_begin = r.stages[static_cast<size_t>(s)].layer_begin;
-      a.layer_end = r.stages[static_cast<size_t>(s)].layer_end;
-      a.stage = s;
-      a.pp_size = pp;
-      a.expert_parallel = config.enable_expert_parallel;
-      a.dcp_size = config.decode_context_parallel_size;
-      a.dcp_interleave = config.dcp_kv_cache_interleave_size;
-      a.load_format = config.load_format;
-      a.dtype = config.dtype;
-      a.quantization = config.quantization;
-      a.device = config.device;
-      a.seed = config.seed;
+      proto::shard_assignment a = make_shard_assignment(config, plan, s, in_stage);
       a.n_threads = launcher->threads_for(static_cast<int32_t>(index), plan.threads_per_shard);
       a.device_offset = launcher->device_offset(plan.share.device_offset);
-      a.dp_rank = r.dp_rank;
-      a.samples = s == pp - 1 && in_stage == 0;
-      a.enforce_eager = config.enforce_eager;
-      a.max_num_seqs = config.max_num_seqs;
-      a.max_model_len = r.max_model_len;
-      if (config.enable_lora) {
-        a.max_loras = config.max_loras;
-        a.max_lora_rank = config.max_lora_rank;
-        a.max_cpu_loras = config.max_cpu_loras;
-      }
       if (s + 1 < pp)
         a.next = r.shards[static_cast<size_t>((s + 1) * per_stage + in_stage)];
       a.data_plane_host = "";  // each worker binds its own node's address (ACTORLLM_HOST_IP)
@@ -148,7 +120,7 @@ replica build_worker_replica(caf::actor_system& sys, const engine_config& config
           .receive([&](proto::shard_actor& shard) { r.shards[index] = std::move(shard); },
                    [&](caf::error& err) { error = sys.render(err); });
       if (error)
-        fail(fmt::format("{}worker {} could not host stage {} rank {}: {}", who, index, s, rank, *error));
+        fail(fmt::format("{}worker {} could not host stage {} rank {}: {}", who, index, s, a.tp_rank, *error));
     }
   }
 

@@ -5,7 +5,7 @@
 
 #include "actorllm/engine_config.hpp"
 #include "actorllm/proto/worker.hpp"
-#include "actors/executors/uni_executor.hpp"
+#include "actors/executors/replica.hpp"
 
 #include <caf/fwd.hpp>
 

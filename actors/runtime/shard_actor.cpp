@@ -1,9 +1,12 @@
 // The shard actor: a thin shell around model_runner.
 #include "actors/runtime/shard_actor.hpp"
 
+#include "actorllm/error.hpp"
 #include "actorllm/proto/error.hpp"
 #include "comm/collective.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/dtype.hpp"
+#include "model/model_source.hpp"
 #include "runner/model_runner.hpp"
 #include "runner/step_inbox.hpp"
 #include "util/log.hpp"
@@ -31,8 +34,8 @@ struct shard_state {
   bool failed = false;       // once a step failed, later steps are dropped: the replica is unusable
 
   std::string where() const {
-    return fmt::format("stage {} rank {} (layers {}-{})", args.stage, args.spec.tp_rank, args.spec.layer_begin,
-                       args.spec.layer_end - 1);
+    return fmt::format("stage {} rank {} (layers {}-{})", args.assignment.stage, args.spec.tp_rank,
+                       args.spec.layer_begin, args.spec.layer_end - 1);
   }
 };
 
@@ -72,7 +75,7 @@ void report_failure(shard_pointer self, uint64_t step_id, std::string message) {
 // Whether this shard's steps wait for a stage_handoff from the previous stage: its hidden states when they come as a
 // message (in-process), and on tp rank 0 of an MoE model the expert totals (which ride a message in every executor).
 bool expects_handoff(const shard_state& st) {
-  if (st.args.stage == 0)
+  if (st.args.assignment.stage == 0)
     return false;
   return !st.prev_link || (st.args.spec.tp_rank == 0 && st.runner && st.runner->model().config().n_expert > 0);
 }
@@ -120,12 +123,13 @@ void run_step(shard_pointer self, runner::ready_step& in) {
     expert_tokens[e] += own[e];
   if (!st.runner->model().is_last_stage()) {
     if (!st.next_link) {
-      self->send(st.args.next, proto::stage_handoff{step_id, std::move(out.hidden), std::move(expert_tokens)});
+      self->send(st.args.assignment.next,
+                 proto::stage_handoff{step_id, std::move(out.hidden), std::move(expert_tokens)});
       return;
     }
     // The hidden states go over the data plane; only tp rank 0 of an MoE model has something for a message.
     if (st.args.spec.tp_rank == 0 && st.runner->model().config().n_expert > 0)
-      self->send(st.args.next, proto::stage_handoff{step_id, {}, std::move(expert_tokens)});
+      self->send(st.args.assignment.next, proto::stage_handoff{step_id, {}, std::move(expert_tokens)});
     try {
       st.next_link->send(step_id, st.next_link->takes_device_tensors() ? out.hidden : st.runner->to_host(out.hidden));
     } catch (const std::exception& e) {
@@ -133,7 +137,7 @@ void run_step(shard_pointer self, runner::ready_step& in) {
     }
     return;
   }
-  if (!st.args.samples)
+  if (!st.args.assignment.samples)
     return;
   if (!out.result.error.empty())
     return report_failure(self, step_id, out.result.error);
@@ -175,11 +179,11 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
         try {
           // GPUs are shared out round robin by global rank (vLLM gives each worker its own device the same way);
           // a data-parallel replica's ranks start after those of the replicas before it on this node.
-          const int rank =
-              st.args.device_offset + st.args.stage * st.args.spec.group_size() + st.args.spec.group_rank();
+          const int rank = st.args.assignment.device_offset + st.args.assignment.stage * st.args.spec.group_size() +
+                           st.args.spec.group_rank();
           const device where =
               device_for_rank(st.args.device, rank, st.args.device == device_kind::cpu ? 0 : visible_gpu_count());
-          auto be = make_backend(where, std::max(1, st.args.n_threads));
+          auto be = make_backend(where, std::max(1, st.args.assignment.n_threads));
           if (where.kind != device_kind::cpu)
             log::info("shard", "{}: runs on {}", st.where(), be->describe());
           std::unique_ptr<tp_collective> comm;
@@ -197,11 +201,11 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
           if (st.args.expert_group)
             expert_comm =
                 std::make_unique<comm::shared_memory_collective>(st.args.expert_group, st.args.spec.ep_rank());
-          auto loaded = model::load_shard(st.args.model_dir, st.args.spec, st.args.load);
+          auto loaded = model::load_shard(st.args.assignment.model_dir, st.args.spec, st.args.load);
           st.runner = std::make_unique<runner::model_runner>(std::move(be), std::move(comm), loaded.config,
-                                                             std::move(loaded.weights), st.args.spec, st.args.samples,
-                                                             std::move(expert_comm));
-          st.runner->set_graph_options(shard_graph_options(st.args));
+                                                             std::move(loaded.weights), st.args.spec,
+                                                             st.args.assignment.samples, std::move(expert_comm));
+          st.runner->set_graph_options(shard_graph_options(st.args.assignment));
           if (st.args.lora.max_loras > 0)
             st.runner->enable_lora(st.args.lora);
           st.inbox.expect_handoff(expects_handoff(st));
@@ -220,7 +224,7 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
                                    fmt::format("block_size must be at least 1, got {}", block_size));
         const model::llama_model& m = st.runner->model();
         proto::shard_profile p;
-        p.stage = st.args.stage;
+        p.stage = st.args.assignment.stage;
         p.tp_rank = st.args.spec.tp_rank;
         p.layer_begin = m.shard().layer_begin;
         p.layer_end = m.shard().layer_end;
@@ -271,7 +275,44 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
 
 }  // namespace
 
-runner::graph_options shard_graph_options(const shard_args& a) {
+shard_args shard_args_of(proto::shard_assignment a) {
+  shard_args args;
+  args.spec = model::shard_spec{a.tp_rank, a.tp_size, a.layer_begin, a.layer_end};
+  args.spec.expert_parallel = a.expert_parallel;
+  args.spec.dcp_size = a.dcp_size;
+  args.spec.dcp_interleave = a.dcp_interleave;
+  args.spec.pcp_size = a.pcp_size;
+  args.spec.pcp_rank = a.pcp_rank;
+  if (a.lockstep) {
+    args.spec.dp_rank = a.dp_rank;
+    args.spec.dp_size = a.dp_size;
+  }
+  const auto format = model::parse_load_format(a.load_format);
+  if (!format)
+    throw actorllm::error{errc::invalid_config,
+                          fmt::format("load_format: '{}' is not one of auto, safetensors, dummy", a.load_format)};
+  args.load.format = *format;
+  if (a.dtype != "auto") {
+    args.load.weight_dtype = parse_dtype(a.dtype);
+    if (!args.load.weight_dtype)
+      throw actorllm::error{errc::invalid_config,
+                            fmt::format("dtype: '{}' is not one of auto, float32, float16, bfloat16", a.dtype)};
+  }
+  if (!a.quantization.empty())
+    args.load.quantization = a.quantization;
+  args.load.seed = a.seed;
+  const device_choice chosen = resolve_device(a.device);
+  if (!chosen.error.empty())
+    throw actorllm::error{errc::invalid_config, chosen.error};
+  if (std::string why = device_unusable_reason(chosen.kind); !why.empty())
+    throw actorllm::error{errc::invalid_config, why};
+  args.device = chosen.kind;
+  args.lora = {a.max_loras, a.max_lora_rank, a.max_cpu_loras};
+  args.assignment = std::move(a);
+  return args;
+}
+
+runner::graph_options shard_graph_options(const proto::shard_assignment& a) {
   runner::graph_options o;
   o.enabled = !a.enforce_eager;
   o.max_num_seqs = a.max_num_seqs;

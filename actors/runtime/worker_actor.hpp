@@ -14,7 +14,8 @@ namespace actorllm::actors {
 /// Spawns the worker root actor in this (worker) process. `registry` is the engine's (a remote handle).
 proto::worker_actor spawn_worker(caf::actor_system& sys, proto::worker_registry_actor registry, int32_t index);
 
-/// shard_args for an assignment: the shard's Gloo collective and stage links, with `registry` as their
+/// shard_args for an assignment in a worker process (shard_args_of), with builders of the shard's collective and
+/// stage links (NCCL, shared memory or Gloo), `registry` being their
 /// rendezvous store. Exposed for tests that host "remote" shards in one process. Throws actorllm::error
 /// (invalid_config) for a device this build cannot run.
 struct shard_args;

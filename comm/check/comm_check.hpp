@@ -3,8 +3,8 @@
 // pair of ranks, with latency and bandwidth. Every rank calls run_comm_check with the same options.
 #pragma once
 
-#include "comm/gloo_group.hpp"
 #include "comm/check/link_figures.hpp"
+#include "comm/gloo_group.hpp"
 
 #include <cstdint>
 #include <memory>

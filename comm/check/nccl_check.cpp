@@ -5,8 +5,8 @@
 #include "comm/device_communicator.hpp"
 
 #ifdef ACTORLLM_HAVE_NCCL
-#include "kernels/cuda/cuda_backend.hpp"
 #include "comm/cuda/nccl_collective.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #endif
 
 #include <fmt/format.h>

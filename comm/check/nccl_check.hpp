@@ -1,12 +1,12 @@
 // The NCCL half of `actorllm check` on GPU clusters: over one NCCL communicator of every rank, an all-reduce whose
 // result each rank verifies (latency of a small one, bus bandwidth of a large one), then for every pair of ranks a
 // ping-pong (latency) and a one-way bulk transfer (bandwidth) with ncclSend/ncclRecv: the figures
-// comm/check/comm_check.hpp measures over Gloo, in the same shape. Declared for every build; without NCCL it says so in the
-// report's error. The custom IPC all-reduce is measured next to it (actors/cluster/custom_all_reduce_check.hpp).
+// comm/check/comm_check.hpp measures over Gloo, in the same shape. Declared for every build; without NCCL it says so in
+// the report's error. The custom IPC all-reduce is measured next to it (comm/check/custom_all_reduce_check.hpp).
 #pragma once
 
-#include "kernels/backend.hpp"
 #include "comm/check/link_figures.hpp"
+#include "kernels/backend.hpp"
 
 #include <chrono>
 #include <cstdint>

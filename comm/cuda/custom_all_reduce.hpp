@@ -1,7 +1,7 @@
 // The custom all-reduce of a tensor-parallel group on the GPUs of one node: small messages go through this rank's
 // CUDA-IPC-registered staging buffer and the one-shot / two-shot kernels (comm/cuda/custom_all_reduce_kernels),
 // everything else to a fallback collective (NCCL for ranks on distinct devices, host-staged for ranks sharing one),
-// as comm/all_reduce_choice decides per message. Every rank gets identical bits: the sum runs in rank order.
+// as comm/transport_choice decides per message. Every rank gets identical bits: the sum runs in rank order.
 //
 // Setting a group up (one process per rank):
 //   custom_all_reduce_memory mem(device, 8 << 20);             // this rank's staging and signal buffers
@@ -13,10 +13,10 @@
 // `mem` must outlive `car` and every peer's use of it (tear the group down together).
 #pragma once
 
-#include "comm/all_reduce_choice.hpp"
 #include "comm/collective.hpp"
 #include "comm/cuda/custom_all_reduce_kernels.hpp"
 #include "comm/ipc_memory.hpp"
+#include "comm/transport_choice.hpp"
 
 #include <cuda_runtime.h>
 

@@ -19,8 +19,8 @@
 //   partitions are written before anyone gathers them.
 // * Flags come from a per-block counter in the rank's own signal buffer (written by thread 0 after the end barrier,
 //   read by the next launch), so a CUDA graph replaying the launch still gets a fresh flag each time.
-#include "kernels/cuda/cuda_check.hpp"
 #include "comm/cuda/custom_all_reduce_kernels.hpp"
+#include "kernels/cuda/cuda_check.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda/atomic>

@@ -1,6 +1,6 @@
 // The index arithmetic and the signal layout of the custom all-reduce (comm/cuda/custom_all_reduce_kernels.cu),
-// as __host__ __device__ functions the kernels call and tests/cuda/custom_all_reduce_math_test.cpp runs on the CPU:
-// 16-byte packs and the element tail after them, the two-shot partition of the packs over the ranks, the grid, and
+// as __host__ __device__ functions the kernels call and tests/kernels/cuda/custom_all_reduce_math_test.cpp runs on the
+// CPU: 16-byte packs and the element tail after them, the two-shot partition of the packs over the ranks, the grid, and
 // the flags of the barriers. A C++17 header (nvcc compiles the .cu files as C++17).
 #pragma once
 

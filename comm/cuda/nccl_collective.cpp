@@ -1,8 +1,8 @@
 // The NCCL communicator: see nccl_collective.hpp.
 #include "comm/cuda/nccl_collective.hpp"
 
-#include "comm/comm_error.hpp"
 #include "comm/collective_watchdog.hpp"
+#include "comm/comm_error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "util/check.hpp"
 

@@ -9,12 +9,12 @@
 // than the timeout, or abort() from any thread, it calls ncclCommAbort, which ends the kernels still spinning on a
 // dead peer, so that the owner's stream synchronisation returns and raise_if_broken() throws comm_error. None of
 // this has run on a GPU yet: written against the NCCL 2.28 headers, compiled, and tested only in its host logic
-// (comm/collective_watchdog.hpp) until tests/cuda/nccl_collective_gpu_test.cpp runs on a machine with 2 GPUs.
+// (comm/collective_watchdog.hpp) until tests/kernels/cuda/nccl_collective_gpu_test.cpp runs on a machine with 2 GPUs.
 #pragma once
 
 #include "comm/collective.hpp"
-#include "kernels/cuda/cuda_backend.hpp"
 #include "comm/device_peer_link.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -28,8 +28,8 @@ struct engine_config {
   /// vLLM's --enable-expert-parallel: MoE layers place whole experts on the ranks of the expert-parallel group
   /// and dispatch tokens to them, instead of splitting every expert over the TP ranks. The EP group is
   /// data_parallel_size × tensor_parallel_size ranks, as in vLLM: with more than one replica they step in lockstep
-  /// in one process (actors/executors/lockstep_replicas.hpp; uni executor, one pipeline stage, else refused). No effect on
-  /// dense models.
+  /// in one process (actors/executors/lockstep_replicas.hpp; uni executor, one pipeline stage, else refused). No effect
+  /// on dense models.
   bool enable_expert_parallel = false;
   /// vLLM's --enable-eplb (redundant copies of the hottest experts): not implemented, refused by name.
   bool enable_eplb = false;

@@ -206,10 +206,20 @@ class LLM {
   /// A snapshot of the engine's state, consistent with every call that returned before this one. Never throws: an
   /// engine that is restarting its workers or does not answer reports healthy = false with the reason.
   engine_stats stats() const;
+  /// stats() without waiting: returns at once, and `done` receives the snapshot once, on one of actorllm's threads
+  /// (never the caller's), when every replica has answered or had 10 s to. For callers that must not wait on the
+  /// engine (a server's /health, /metrics and stats line). `done` must not block, nor call the LLM's blocking
+  /// functions: it holds up the thread it runs on. A snapshot asked for before the LLM is destroyed is delivered
+  /// before the destructor returns.
+  void stats_async(std::function<void(engine_stats)> done) const;
   /// Forgets every cached KV block (prefix caching): no later request reuses what was computed before. Requests
   /// running now keep their blocks. Returns how many blocks were cached. Throws actorllm::error when the engine
   /// does not answer.
   int32_t reset_prefix_cache();
+  /// reset_prefix_cache() without waiting: returns at once, and `done` receives, once and on one of actorllm's
+  /// threads, the blocks forgotten by the replicas that answered and, when one did not answer within 10 s, the
+  /// error reset_prefix_cache() would throw. `done` must not block.
+  void reset_prefix_cache_async(std::function<void(int32_t forgotten, std::optional<error> failure)> done);
   /// Checks a LoRA adapter against the model now (vLLM's add_lora) and remembers it: requests then name it with
   /// prompt::with_lora. Unset when it may run; else why not (LoRA off, a bad id, an id that names another path, or
   /// a directory that is not a usable PEFT adapter for this model, named). A request with an adapter not added here

@@ -141,19 +141,6 @@ void cpu_backend::copy(const tensor& src, const tensor& dst) {
     std::memcpy(dst.data(), src.data(), src.nbytes());
 }
 
-void cpu_backend::copy_row(const tensor& t, int64_t src_row, int64_t dst_row) {
-  check_host(t, "copy_row", "t");
-  const int64_t rows = t.rows();
-  ACTORLLM_CHECK(src_row >= 0 && src_row < rows && dst_row >= 0 && dst_row < rows,
-                 fmt::format("copy_row: rows {} -> {} outside {}", src_row, dst_row, t.describe()).c_str());
-  if (src_row == dst_row)
-    return;
-  const size_t row_bytes = static_cast<size_t>(t.row_size()) * dtype_size(t.type);
-  auto* base = static_cast<std::byte*>(t.data());
-  std::memcpy(base + static_cast<size_t>(dst_row) * row_bytes, base + static_cast<size_t>(src_row) * row_bytes,
-              row_bytes);
-}
-
 void cpu_backend::synchronize() {}
 
 // ---- ops -------------------------------------------------------------------------------------------------------

@@ -38,7 +38,6 @@ class cpu_backend final : public backend {
   void upload(const tensor& dst, const void* src, size_t bytes) override;
   void download(const tensor& src, void* dst, size_t bytes) override;
   void copy(const tensor& src, const tensor& dst) override;
-  void copy_row(const tensor& t, int64_t src_row, int64_t dst_row) override;
   void synchronize() override;
 
   void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) override;

@@ -1,6 +1,6 @@
 // The arithmetic of the CUDA paged attention as __host__ __device__ functions: the kernels in paged_attention.cu
-// call exactly these, and tests/cuda/attention_math_test.cpp runs them on the CPU in the kernels' loop structure
-// against kernels/cpu, so the kernels' math is tested without a GPU.
+// call exactly these, and tests/kernels/cuda/attention_math_test.cpp runs them on the CPU in the kernels' loop
+// structure against kernels/cpu, so the kernels' math is tested without a GPU.
 #pragma once
 
 #include <math.h>

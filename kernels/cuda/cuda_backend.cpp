@@ -270,21 +270,6 @@ void cuda_backend::copy(const tensor& src, const tensor& dst) {
     ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the source's owner may reuse it once we return
 }
 
-void cuda_backend::copy_row(const tensor& t, int64_t src_row, int64_t dst_row) {
-  checker{where()}.on_device(t, "copy_row", "t");
-  const int64_t rows = t.rows();
-  ACTORLLM_CHECK(src_row >= 0 && src_row < rows && dst_row >= 0 && dst_row < rows,
-                 fmt::format("copy_row: rows {} -> {} outside {}", src_row, dst_row, t.describe()).c_str());
-  if (src_row == dst_row)
-    return;
-  const size_t row_bytes = static_cast<size_t>(t.row_size()) * dtype_size(t.type);
-  auto* base = static_cast<std::byte*>(t.data());
-  make_current();
-  ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(base + static_cast<size_t>(dst_row) * row_bytes,
-                                      base + static_cast<size_t>(src_row) * row_bytes, row_bytes,
-                                      cudaMemcpyDeviceToDevice, stream_));
-}
-
 void cuda_backend::synchronize() {
   not_capturing("synchronize");
   make_current();

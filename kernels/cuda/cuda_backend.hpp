@@ -44,7 +44,6 @@ class cuda_backend final : public backend {
   void upload(const tensor& dst, const void* src, size_t bytes) override;
   void download(const tensor& src, void* dst, size_t bytes) override;
   void copy(const tensor& src, const tensor& dst) override;
-  void copy_row(const tensor& t, int64_t src_row, int64_t dst_row) override;
   void synchronize() override;
   /// The stream every op of this backend is queued on: a device collective (custom_all_reduce, NCCL) runs its work
   /// there, ordered with the ops that produce and consume its tensors.

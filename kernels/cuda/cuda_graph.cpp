@@ -1,6 +1,6 @@
 // Capturing and replaying a stream's work as a CUDA graph. Unverified without a GPU: written against the CUDA 13
 // runtime API (cudaStreamBeginCapture / EndCapture, cudaGraphInstantiate with flags, cudaGraphLaunch); the GPU tests
-// in tests/cuda/decode_graphs_gpu_test.cpp run it.
+// in tests/kernels/cuda/decode_graphs_gpu_test.cpp run it.
 #include "kernels/cuda/cuda_graph.hpp"
 
 #include "kernels/cuda/cuda_check.hpp"

@@ -1,7 +1,8 @@
 // The arithmetic of the batched LoRA kernels (lora.cu) as __host__ __device__ functions: which adapter a row reads
 // (the device-side slot guard), one thread's share of a shrink dot product, the expand dot product of one output,
-// and the launch shapes. The kernels call exactly these, and tests/cuda/lora_math_test.cpp runs them in the kernels'
-// loop structure on the CPU against a float64 reference. A C++17 header (nvcc compiles the .cu files as C++17).
+// and the launch shapes. The kernels call exactly these, and tests/kernels/cuda/lora_math_test.cpp runs them in the
+// kernels' loop structure on the CPU against a float64 reference. A C++17 header (nvcc compiles the .cu files as
+// C++17).
 #pragma once
 
 #include <math.h>

@@ -2,8 +2,9 @@
 // as __host__ __device__ functions: where each code lies in the device image, how a 32-bit word of codes turns into
 // the bf16 operands of a tensor-core mma.m16n8k16, and how a group's sum meets its scale. The kernels in
 // quantized_gemv.cu call exactly these; the host packer (quantized_weight.cpp) writes the image with them; and
-// tests/cuda/quantized_gemv_math_test.cpp runs the kernel's loop on the CPU with them against a float64 reference,
-// with the PTX fragment layouts written out independently there. A C++17 header (nvcc compiles .cu files as C++17).
+// tests/kernels/cuda/quantized_gemv_math_test.cpp runs the kernel's loop on the CPU with them against a float64
+// reference, with the PTX fragment layouts written out independently there. A C++17 header (nvcc compiles .cu files as
+// C++17).
 //
 // The image of a weight [n_out, n_in] with `bits` 4 or 8 and group_size a multiple of 16:
 // - codes: row tiles of 16 output rows (the last one padded with zero codes), each split into chunks of

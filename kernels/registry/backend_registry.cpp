@@ -33,7 +33,6 @@ std::string device_unusable_reason(device_kind kind) {
   return fmt::format("--device cuda: no usable GPU on this machine ({})", gpu_unavailable_reason());
 }
 
-
 device_choice resolve_device(std::string_view name) {
   device_choice c;
   const std::vector<std::string> built = compiled_backends();
@@ -58,7 +57,6 @@ device_choice resolve_device(std::string_view name) {
                         has_cuda ? "cpu, cuda, auto" : "cpu, auto; cuda needs a build with the CUDA backend");
   return c;
 }
-
 
 std::unique_ptr<backend> make_backend(device where, int n_threads) {
   switch (where.kind) {

@@ -1070,23 +1070,17 @@ result<chat_batch_request> parse_chat_batch_request(std::string_view body, const
   return parse_chat_body<chat_batch_request>(body, limits, defaults);
 }
 
-std::optional<api_error> check_context_length(int64_t prompt_tokens, std::optional<int32_t> max_tokens,
-                                              int32_t max_model_len) {
-  if (prompt_tokens >= max_model_len && (!max_tokens || prompt_tokens > max_model_len)) {
-    return api_error::bad_request("This model's maximum context length is " + std::to_string(max_model_len) +
-                                      " tokens. However, your request has " + std::to_string(prompt_tokens) +
+api_error context_length_error(int64_t prompt_tokens, std::optional<int32_t> max_tokens, int32_t max_model_len) {
+  const std::string limit = "This model's maximum context length is " + std::to_string(max_model_len) + " tokens.";
+  if (!max_tokens || prompt_tokens > max_model_len)
+    return api_error::bad_request(limit + " However, your request has " + std::to_string(prompt_tokens) +
                                       " input tokens. Please reduce the length of the input messages.",
                                   "input_tokens");
-  }
-  if (max_tokens && prompt_tokens + *max_tokens > max_model_len) {
-    return api_error::bad_request("This model's maximum context length is " + std::to_string(max_model_len) +
-                                      " tokens. However, you requested " + std::to_string(prompt_tokens + *max_tokens) +
-                                      " tokens (" + std::to_string(prompt_tokens) + " in the messages, " +
-                                      std::to_string(*max_tokens) +
-                                      " in the completion). Please reduce the length of the messages or completion.",
-                                  "max_tokens");
-  }
-  return std::nullopt;
+  return api_error::bad_request(limit + " However, you requested " + std::to_string(prompt_tokens + *max_tokens) +
+                                    " tokens (" + std::to_string(prompt_tokens) + " in the messages, " +
+                                    std::to_string(*max_tokens) +
+                                    " in the completion). Please reduce the length of the messages or completion.",
+                                "max_tokens");
 }
 
 result<std::string> resolve_model(std::string_view requested, std::span<const std::string> served_names) {

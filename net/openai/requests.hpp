@@ -161,11 +161,11 @@ result<chat_request> parse_chat_request(std::string_view body, const parse_limit
 result<chat_batch_request> parse_chat_batch_request(std::string_view body, const parse_limits& limits = {},
                                                     const sampling_defaults& defaults = {});
 
-/// The context-length check the server runs once the prompt is tokenized: prompt + max_tokens must fit in
-/// max_model_len. Returns the 400 with vLLM's wording and the numbers, or nothing when the request fits.
-/// `max_tokens` unset means "the rest of the context", which only needs the prompt to leave room for one token.
-std::optional<api_error> check_context_length(int64_t prompt_tokens, std::optional<int32_t> max_tokens,
-                                              int32_t max_model_len);
+/// The 400 for a request the engine refused as longer than its context (errc::exceeds_max_model_len: prompt +
+/// max_tokens over max_model_len, or a prompt that leaves no room when max_tokens is unset), in vLLM's words with the
+/// numbers. `max_tokens` is what the client asked for (unset: not given); vLLM blames the input when the prompt alone
+/// is too long or no max_tokens was given (param input_tokens), else the total (param max_tokens).
+api_error context_length_error(int64_t prompt_tokens, std::optional<int32_t> max_tokens, int32_t max_model_len);
 
 /// The model check: a request naming no model gets the first served one; a name that is not served is a 404 with
 /// vLLM's wording. Returns the served name the request resolves to, or the error.

@@ -1,6 +1,6 @@
 // Sizing the KV cache from the shards' profiles: kv_cache_memory for host shards, vLLM's gpu_memory_utilization rule
 // per GPU for device shards (shards that share a GPU share its budget).
-#include "actors/runtime/block_manager_actor.hpp"
+#include "actors/executors/cache_plan.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
-// Cluster token strength (actors/cluster/cluster_token.hpp): short, empty and low-variety tokens are refused with a message
-// that says why and where the token came from, never the token; random tokens of the minimum length pass.
+// Cluster token strength (actors/cluster/cluster_token.hpp): short, empty and low-variety tokens are refused with a
+// message that says why and where the token came from, never the token; random tokens of the minimum length pass.
 #include "actors/cluster/cluster_token.hpp"
 
 #include "actorllm/error.hpp"

@@ -1,6 +1,6 @@
 // A data-parallel replica's share of its node: its own devices (GPU ranks offset by the replicas before it) and
 // its part of the kernel threads. Pure arithmetic over engine_config, no actors.
-#include "actors/executors/uni_executor.hpp"
+#include "actors/executors/replica.hpp"
 
 #include <doctest/doctest.h>
 

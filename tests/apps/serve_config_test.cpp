@@ -1,5 +1,6 @@
 // `actorllm serve` settings: the TOML reader (apps/serve_config_file.hpp), name suggestions
 // (apps/nearest_name.hpp), and the real binary's flags, --config and start-up.
+#include "apps/engine_flags.hpp"
 #include "apps/nearest_name.hpp"
 #include "apps/serve_config_file.hpp"
 
@@ -88,22 +89,22 @@ TEST_CASE("every configs/*.toml parses") {
   CHECK(n >= 3);
 
   auto stories = app::read_serve_config_file(configs_dir / "serve-stories260k.toml");
-  CHECK(stories.tensor_parallel_size == 2);
-  CHECK(stories.pipeline_parallel_size == 1);
+  CHECK(stories.engine.tensor_parallel_size == 2);
+  CHECK(stories.engine.pipeline_parallel_size == 1);
   // The relative model path is taken relative to the file: configs/../../shared/models/stories260K.
   CHECK(fs::path{stories.model} == (configs_dir / "../../shared/models/stories260K").lexically_normal());
   CHECK(stories.config_file == (configs_dir / "serve-stories260k.toml").string());
 
   auto cluster = app::read_serve_config_file(configs_dir / "cluster.toml");
-  CHECK(cluster.tensor_parallel_size == 2);
-  CHECK(cluster.pipeline_parallel_size == 2);
-  CHECK(cluster.pp_layer_partition == "3,2");
+  CHECK(cluster.engine.tensor_parallel_size == 2);
+  CHECK(cluster.engine.pipeline_parallel_size == 2);
+  CHECK(cluster.engine.pp_layer_partition == "3,2");
   CHECK(cluster.served_model_names == std::vector<std::string>{"stories260k", "default"});
 
   auto llama = app::read_serve_config_file(configs_dir / "llama-3.1-8b-tp8.toml");
-  CHECK(llama.tensor_parallel_size == 8);
+  CHECK(llama.engine.tensor_parallel_size == 8);
   CHECK(llama.model == "/models/Llama-3.1-8B-Instruct");
-  CHECK(llama.gpu_memory_utilization == doctest::Approx(0.9));
+  CHECK(llama.engine.gpu_memory_utilization == doctest::Approx(0.9));
   CHECK(llama.gpu_memory_utilization_set);
   CHECK(llama.shutdown_timeout == doctest::Approx(30.0));  // an integer where a float is expected is fine
   CHECK(llama.allowed_origins == std::vector<std::string>{"https://chat.example.com"});
@@ -186,23 +187,23 @@ max_control_message_bytes = 1048576
   CHECK(o.model == "/abs/model");
   CHECK(o.tokenizer == "/etc/actorllm/tok");  // relative to the file
   CHECK(o.served_model_names == std::vector<std::string>{"m"});
-  CHECK(o.dtype == "bfloat16");
-  CHECK(o.load_format == "dummy");
-  CHECK(o.max_model_len == 256);
-  CHECK(o.seed == 7);
+  CHECK(o.engine.dtype == "bfloat16");
+  CHECK(o.engine.load_format == "dummy");
+  CHECK(o.engine.max_model_len == 256);
+  CHECK(o.engine.seed == 7);
   CHECK(o.chat_template == "{{ messages }}");  // not a file: kept as the template itself
   CHECK(o.generation_config == "vllm");
-  CHECK(o.tensor_parallel_size == 4);
-  CHECK(o.pipeline_parallel_size == 3);
-  CHECK(o.pp_layer_partition == "2,2,1");
-  CHECK(o.distributed_executor_backend == "mp");
-  CHECK(o.threads == 3);
-  CHECK(o.max_num_seqs == 8);
-  CHECK(o.max_num_batched_tokens == 99);
+  CHECK(o.engine.tensor_parallel_size == 4);
+  CHECK(o.engine.pipeline_parallel_size == 3);
+  CHECK(o.engine.pp_layer_partition == "2,2,1");
+  CHECK(o.engine.distributed_executor_backend == "mp");
+  CHECK(o.engine.threads == 3);
+  CHECK(o.engine.max_num_seqs == 8);
+  CHECK(o.engine.max_num_batched_tokens == 99);
   CHECK(o.max_queued_requests == -1);
-  CHECK(o.block_size == 32);
-  CHECK(o.gpu_memory_utilization == doctest::Approx(0.5));
-  CHECK(o.kv_cache_memory == "1048576");
+  CHECK(o.engine.block_size == 32);
+  CHECK(o.engine.gpu_memory_utilization == doctest::Approx(0.5));
+  CHECK(o.engine.kv_cache_memory == 1048576);
   CHECK(o.host == "0.0.0.0");
   CHECK(o.port == 9000);
   CHECK(o.api_key == "k");
@@ -211,20 +212,20 @@ max_control_message_bytes = 1048576
   CHECK(o.max_connections == 77);
   CHECK(o.max_body_bytes == 1000);
   CHECK(o.log_level == "debug");
-  CHECK_FALSE(o.enable_prefix_caching);
+  CHECK_FALSE(o.engine.enable_prefix_caching);
   CHECK(o.enable_prompt_tokens_details);
   CHECK(o.disable_log_stats);
-  CHECK(o.cluster_head_address == "10.0.0.1:29500");
-  CHECK(o.cluster_token == "secret");
+  CHECK(o.engine.cluster_address == "10.0.0.1:29500");
+  CHECK(o.engine.cluster_token == "secret");
   CHECK(o.host_ip == "10.0.0.2");
   CHECK(o.max_control_message_bytes == 1048576);
-  CHECK(o.max_worker_restarts == 5);
-  CHECK(o.device == "cpu");
-  CHECK(o.enable_expert_parallel);
-  CHECK_FALSE(o.enable_eplb);
-  CHECK(o.decode_context_parallel_size == 2);
-  CHECK(o.dcp_kv_cache_interleave_size == 4);
-  CHECK(o.scheduling_policy == "priority");
+  CHECK(o.engine.max_worker_restarts == 5);
+  CHECK(o.engine.device == "cpu");
+  CHECK(o.engine.enable_expert_parallel);
+  CHECK_FALSE(o.engine.enable_eplb);
+  CHECK(o.engine.decode_context_parallel_size == 2);
+  CHECK(o.engine.dcp_kv_cache_interleave_size == 4);
+  CHECK(o.engine.scheduling_policy == "priority");
   CHECK(o.max_logprobs == 7);
   CHECK(o.max_stop_strings == 3);
   CHECK(o.max_stop_bytes == 40);
@@ -235,18 +236,18 @@ max_control_message_bytes = 1048576
   CHECK(o.root_path == "/api");
   CHECK(o.chat_template_content_format == "openai");
   CHECK(o.return_tokens_as_token_ids);
-  CHECK(o.data_parallel_size == 4);
-  CHECK(o.data_parallel_size_local == 2);
-  CHECK(o.data_parallel_rank == 3);
-  CHECK(o.enforce_eager);
+  CHECK(o.engine.data_parallel_size == 4);
+  CHECK(o.engine.data_parallel_size_local == 2);
+  CHECK(o.engine.data_parallel_rank == 3);
+  CHECK(o.engine.enforce_eager);
   CHECK(o.reasoning_parser == "qwen3");
   CHECK(o.enable_force_include_usage);
-  CHECK(o.skip_tokenizer_init);
-  CHECK(o.enable_lora);
+  CHECK(o.engine.skip_tokenizer_init);
+  CHECK(o.engine.enable_lora);
   CHECK(o.lora_modules == std::vector<std::string>{"sql=/adapters/sql", "chat=/adapters/chat"});
-  CHECK(o.max_loras == 3);
-  CHECK(o.max_lora_rank == 64);
-  CHECK(o.max_cpu_loras == 5);
+  CHECK(o.engine.max_loras == 3);
+  CHECK(o.engine.max_lora_rank == 64);
+  CHECK(o.engine.max_cpu_loras == 5);
   CHECK(app::serve_config_keys().size() == 79);
 }
 
@@ -256,13 +257,13 @@ TEST_CASE("a settings file keeps what it does not set, and a chat template file 
   std::ofstream{dir / "s.toml"} << "[model]\nchat_template = \"chat.jinja\"\n";
   app::serve_options base;
   base.port = 1234;
-  base.tensor_parallel_size = 2;
+  base.engine.tensor_parallel_size = 2;
   auto o = app::read_serve_config_file(dir / "s.toml", base);
   CHECK(o.port == 1234);
-  CHECK(o.tensor_parallel_size == 2);
+  CHECK(o.engine.tensor_parallel_size == 2);
   CHECK(o.chat_template == (dir / "chat.jinja").string());
   CHECK_FALSE(o.gpu_memory_utilization_set);
-  CHECK_FALSE(o.enforce_eager);  // CUDA graphs stay on unless asked
+  CHECK_FALSE(o.engine.enforce_eager);  // CUDA graphs stay on unless asked
 }
 
 TEST_CASE("an unknown key is an error naming the section, file and line, with the nearest valid key") {

@@ -1,6 +1,6 @@
 // The choice between NCCL and the host-staged collective for a GPU group: NCCL only with a GPU per rank and NCCL in
 // every rank's build; ACTORLLM_NCCL=0 turns it off, =1 makes its absence an error that says why.
-#include "comm/device_transport_choice.hpp"
+#include "comm/transport_choice.hpp"
 
 #include <doctest/doctest.h>
 

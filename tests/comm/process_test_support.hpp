@@ -65,8 +65,8 @@ std::vector<int> run_children(int n_rank, F&& body) {
     REQUIRE(pid >= 0);
     if (pid == 0) {
       alarm(60);  // a hung child dies instead of hanging the test
-      // As in `actorllm worker` (actors/runtime/worker_process.cpp): Gloo's writev() to a peer that died fails with EPIPE
-      // rather than killing the writer with SIGPIPE.
+      // As in `actorllm worker` (actors/runtime/worker_process.cpp): Gloo's writev() to a peer that died fails with
+      // EPIPE rather than killing the writer with SIGPIPE.
       signal(SIGPIPE, SIG_IGN);
       int code = 3;
       try {

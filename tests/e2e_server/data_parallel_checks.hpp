@@ -1,8 +1,9 @@
 // Checks of a data-parallel `actorllm serve`: every replica gives the golden continuation; and the failover scenario,
-// for any way of killing a replica: 32 temperature-0 completions of tests/support/story_prompts.hpp run undisturbed, then again
-// as SSE streams while `kill` takes replica 1 down once it runs; every stream must end with [DONE] and no error, its
-// text equal to the undisturbed one, and /health must stay 200 throughout. Then replica 1 must come back and take
-// requests again. Header-only; used by tests/e2e_server (a worker killed) and tests/e2e_cluster (a node agent killed).
+// for any way of killing a replica: 32 temperature-0 completions of tests/support/story_prompts.hpp run undisturbed,
+// then again as SSE streams while `kill` takes replica 1 down once it runs; every stream must end with [DONE] and no
+// error, its text equal to the undisturbed one, and /health must stay 200 throughout. Then replica 1 must come back and
+// take requests again. Header-only; used by tests/e2e_server (a worker killed) and tests/e2e_cluster (a node agent
+// killed).
 #pragma once
 
 #include "e2e_server/server_harness.hpp"

@@ -122,6 +122,68 @@ TEST_CASE("requests are validated as vLLM validates them") {
 
 namespace {
 
+/// A token-id prompt of `n` ids (all "1", stories260K's bos: any id in the vocabulary does).
+std::string id_prompt(std::size_t n) {
+  std::string out{"["};
+  for (std::size_t i = 0; i < n; ++i)
+    out += i == 0 ? "1" : ",1";
+  return out + "]";
+}
+
+std::string error_message(const http_reply& r) {
+  simdjson::dom::parser parser;
+  std::string_view m;
+  if (parser.parse(r.body)["error"]["message"].get(m) != simdjson::SUCCESS)
+    return "<none>";
+  return std::string{m};
+}
+
+}  // namespace
+
+TEST_CASE("the context length is the engine's check, answered as vLLM answers it, streamed or not") {
+  server s;  // max_model_len 512
+  const std::string too_long =
+      "This model's maximum context length is 512 tokens. However, your request has 600 input "
+      "tokens. Please reduce the length of the input messages.";
+  for (const std::string stream : {"false", "true"}) {
+    CAPTURE(stream);
+    auto r = http(s.port(), "POST", "/v1/completions",
+                  R"({"prompt":)" + id_prompt(600) + R"(,"max_tokens":4,"stream":)" + stream + "}");
+    check_openai_error(r, 400);  // a stream the engine refuses at once is a 400 too, not an event stream
+    CHECK(error_param(r) == "input_tokens");
+    CHECK(error_message(r) == too_long);
+  }
+  auto total = http(s.port(), "POST", "/v1/completions", R"({"prompt":)" + id_prompt(450) + R"(,"max_tokens":100})");
+  check_openai_error(total, 400);
+  CHECK(error_param(total) == "max_tokens");
+  CHECK(error_message(total) ==
+        "This model's maximum context length is 512 tokens. However, you requested 550 tokens (450 in the messages, "
+        "100 in the completion). Please reduce the length of the messages or completion.");
+  // Without max_tokens a chat may use the rest of the context: a prompt that leaves no room is the input's fault.
+  auto chat = http(s.port(), "POST", "/v1/chat/completions",
+                   R"({"messages":[{"role":"user","content":")" + std::string(3000, 'a') + R"("}],"stream":true})");
+  check_openai_error(chat, 400);
+  CHECK(error_param(chat) == "input_tokens");
+  // One prompt of a list too long: the request is refused, and the prompts that started are aborted and give their
+  // admission back.
+  auto list = http(s.port(), "POST", "/v1/completions",
+                   R"({"prompt":[[1,2,3],)" + id_prompt(600) + R"(],"max_tokens":400,"ignore_eos":true})");
+  check_openai_error(list, 400);
+  CHECK(error_message(list) == too_long);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{30};
+  int64_t load = -1;
+  while (load != 0 && std::chrono::steady_clock::now() < deadline) {
+    simdjson::dom::parser parser;
+    load = int64_t(parser.parse(http(s.port(), "GET", "/load").body)["server_load"]);
+  }
+  CHECK(load == 0);
+  // What fits runs: 508 prompt tokens and 4 more fill the context exactly.
+  auto fits = http(s.port(), "POST", "/v1/completions", R"({"prompt":)" + id_prompt(508) + R"(,"max_tokens":4})");
+  CHECK_MESSAGE(fits.status == 200, fits.body);
+}
+
+namespace {
+
 /// The choices' token ids of a completion asked with return_token_ids... read from the logprobs' "token_id:N".
 // `[a,b,...]`.
 std::string fmt_ids(const std::vector<int32_t>& ids) {

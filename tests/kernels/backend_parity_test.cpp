@@ -276,29 +276,6 @@ BACKEND_PARITY_CASE(parity_upload_download_and_copy, "upload, download and copy"
   });
 }
 
-BACKEND_PARITY_CASE(parity_copy_row, "copy_row") {
-  const uint32_t seed = 1002;
-  CAPTURE(seed);
-  for_each_backend([&](backend& be, device_kind) {
-    random_source rnd(seed);
-    for (dtype type : {dtype::f32, dtype::bf16}) {
-      // The KV cache's shape: [n_blocks, block_size, n_head_kv, head_dim].
-      const tensor_shape shape{rnd.integer(6, 11), rnd.integer(1, 5), rnd.integer(1, 3), rnd.integer(1, 19)};
-      CAPTURE(shape.to_string());
-      std::vector<uint8_t> data = test::to_dtype(rnd.reals(shape.numel()), type);
-      guarded t = alloc_guarded(be, type, shape, data);
-      const int64_t src = 2, dst = shape[0] - 1;
-      be.copy_row(t.view, src, dst);
-      be.copy_row(t.view, 1, 1);  // a row onto itself changes nothing
-      const size_t row_bytes = data.size() / static_cast<size_t>(shape[0]);
-      std::copy(data.begin() + static_cast<std::ptrdiff_t>(src * static_cast<int64_t>(row_bytes)),
-                data.begin() + static_cast<std::ptrdiff_t>((src + 1) * static_cast<int64_t>(row_bytes)),
-                data.begin() + static_cast<std::ptrdiff_t>(dst * static_cast<int64_t>(row_bytes)));
-      CHECK(read_as<uint8_t>(be, t, "copy_row") == data);
-    }
-  });
-}
-
 BACKEND_PARITY_CASE(parity_import_host_and_alloc, "import_host and alloc") {
   const uint32_t seed = 1003;
   CAPTURE(seed);

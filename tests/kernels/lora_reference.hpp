@@ -1,6 +1,6 @@
 // backend::lora_add in float64, written here from its doc comment (never from a kernel), with random cases and the
 // check of a kernel's result against it. Shared by the CPU kernel's test (lora_test.cpp), the backend parity test
-// and the CUDA kernels' math run on the CPU (tests/cuda/lora_math_test.cpp).
+// and the CUDA kernels' math run on the CPU (tests/kernels/cuda/lora_math_test.cpp).
 #pragma once
 
 #include <doctest/doctest.h>

@@ -1,9 +1,9 @@
-// model::decode_graphs on the recording CPU backend (tests/support/recording_graph_backend.hpp): the warm-up and capture
-// allocate, copy and wait for nothing while recording, a replay is one upload and one graph, padded rows are inert,
-// and greedy stories260K through the graphs equals the eager run and the golden ids. The same run on CUDA is
-// tests/cuda/decode_graphs_gpu_test.cpp.
-#include "support/decode_graph_harness.hpp"
+// model::decode_graphs on the recording CPU backend (tests/support/recording_graph_backend.hpp): the warm-up and
+// capture allocate, copy and wait for nothing while recording, a replay is one upload and one graph, padded rows are
+// inert, and greedy stories260K through the graphs equals the eager run and the golden ids. The same run on CUDA is
+// tests/kernels/cuda/decode_graphs_gpu_test.cpp.
 #include "model/stories_golden.hpp"
+#include "support/decode_graph_harness.hpp"
 #include "support/recording_graph_backend.hpp"
 
 #include <doctest/doctest.h>

@@ -1,7 +1,7 @@
 // The Llama forward pass against stories260K's golden outputs (an independent float64 implementation), batched
 // against alone, and tensor-parallel against one rank.
-#include "comm/shared_memory_collective.hpp"
 #include "comm/collective.hpp"
+#include "comm/shared_memory_collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"

@@ -3,8 +3,8 @@
 // (reference_llama + reference_moe) under every layout: tp 1/2/4, pp 2, expert parallelism over tp 2 and 4, and
 // lockstep expert parallelism over data-parallel replicas (idle replicas serving their experts). A rank under expert
 // parallelism holds only its experts.
-#include "comm/shared_memory_collective.hpp"
 #include "comm/collective.hpp"
+#include "comm/shared_memory_collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/forward_batch.hpp"
 #include "model/kv_cache.hpp"

@@ -424,26 +424,24 @@ TEST_CASE("valid multi-byte UTF-8 passes through unchanged") {
   CHECK(e.prompts[0].text() == "\xC3\xA9\xF0\x9F\x98\x80");
 }
 
-TEST_CASE("context length check after tokenization uses vLLM's wording") {
-  CHECK_FALSE(check_context_length(100, 412, 512).has_value());
-  CHECK_FALSE(check_context_length(511, std::nullopt, 512).has_value());
-
-  auto e = check_context_length(100, 500, 512);
-  REQUIRE(e.has_value());
-  CHECK(e->status == 400);
-  CHECK(e->param == "max_tokens");
-  CHECK(e->message ==
+TEST_CASE("the engine's context-length refusal is worded as vLLM words it") {
+  auto e = context_length_error(100, 500, 512);
+  CHECK(e.status == 400);
+  CHECK(e.param == "max_tokens");
+  CHECK(e.message ==
         "This model's maximum context length is 512 tokens. However, you requested 600 tokens (100 in the "
         "messages, 500 in the completion). Please reduce the length of the messages or completion.");
+  // Exactly full, with max_tokens: the total is what is too long.
+  CHECK(context_length_error(512, 1, 512).param == "max_tokens");
 
-  e = check_context_length(512, std::nullopt, 512);
-  REQUIRE(e.has_value());
-  CHECK(e->message ==
+  e = context_length_error(512, std::nullopt, 512);
+  CHECK(e.status == 400);
+  CHECK(e.param == "input_tokens");
+  CHECK(e.message ==
         "This model's maximum context length is 512 tokens. However, your request has 512 input tokens. Please "
         "reduce the length of the input messages.");
-  e = check_context_length(600, 10, 512);
-  REQUIRE(e.has_value());
-  CHECK(e->param == "input_tokens");
+  // A prompt longer than the context alone is blamed, max_tokens or not.
+  CHECK(context_length_error(600, 10, 512).param == "input_tokens");
 }
 
 TEST_CASE("model resolution: the default model or a served name or a 404 for others") {

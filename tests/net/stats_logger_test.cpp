@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <thread>
 
 using actorllm::engine_stats;
 using actorllm::net::stats_line;
@@ -42,16 +44,34 @@ TEST_CASE("stats_line reports running, waiting, KV-cache usage and the interval'
   CHECK(stats_line(drained, restarted).find("Prefix cache hit rate: 50.0%") != std::string::npos);
 }
 
-TEST_CASE("stats_logger reads snapshots on its thread and stops at once when destroyed") {
+TEST_CASE("stats_logger asks for snapshots from its thread and stops at once when destroyed") {
   std::atomic<int> calls{0};
   const auto t0 = std::chrono::steady_clock::now();
   {
-    actorllm::net::stats_logger logger{[&calls] {
+    actorllm::net::stats_logger logger{[&calls](std::function<void(engine_stats)> done) {
                                          ++calls;
-                                         return engine_stats{};
+                                         done(engine_stats{});
                                        },
                                        std::chrono::hours{1}};
   }
-  CHECK(calls >= 1);  // the first snapshot, taken when it starts
+  CHECK(calls >= 1);  // the first snapshot, asked for when it starts
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{5});
+}
+
+TEST_CASE("stats_logger never waits for a snapshot: one that never comes holds up neither it nor its destruction") {
+  std::function<void(engine_stats)> kept;  // the answer the source keeps and never gives, as a hung engine would
+  std::atomic<int> calls{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    actorllm::net::stats_logger logger{[&](std::function<void(engine_stats)> done) {
+                                         if (calls++ == 0)
+                                           kept = std::move(done);
+                                       },
+                                       std::chrono::milliseconds{5}};
+    while (calls < 3)  // the timer goes on asking
+      std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{5});
+  REQUIRE(kept);
+  kept(engine_stats{});  // a late answer after the logger is gone is dropped safely
 }

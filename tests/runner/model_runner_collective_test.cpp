@@ -1,7 +1,7 @@
 // How a shard's model_runner treats its TP communicator: a host communicator is staged for a device backend, a
 // device communicator (NCCL) is not, and a step fails with the communicator's error when its watchdog broke it while
 // the step's device work ran (raise_if_broken after the step's synchronisation), instead of handing on garbage. The
-// communicator is a fake here: NCCL itself needs GPUs (tests/cuda/nccl_collective_gpu_test.cpp).
+// communicator is a fake here: NCCL itself needs GPUs (tests/kernels/cuda/nccl_collective_gpu_test.cpp).
 #include "comm/comm_error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/model_source.hpp"

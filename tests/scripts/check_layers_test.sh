@@ -14,7 +14,7 @@ check "the repository keeps its layers (got: $(tail -1 "$tmp/repo.log"))" grep -
 
 tree=$tmp/tree
 mkdir -p "$tree/scripts"
-for d in util kernels comm model text engine hub include actors net api apps; do
+for d in util kernels comm model text engine runner hub include actors net api apps; do
   [[ -d "$src/$d" ]] && cp -r "$src/$d" "$tree/$d"
 done
 cp "$src/scripts/layer_exceptions.txt" "$tree/scripts/"
@@ -42,5 +42,17 @@ bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/stale.log" 2>&1
 rc=$?
 check "a stale exception fails the check (exit $rc)" test "$rc" -eq 1
 check "saying to remove it" grep -q "'util/json_writer.hpp -> kernels/tensor.hpp' is listed in scripts/layer_exceptions.txt but no longer occurs" "$tmp/stale.log"
+
+# The shape rules: a communication file back in kernels/, and a second copy of a shard knob.
+touch "$tree/kernels/extra_collective.cpp"
+bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/shape.log" 2>&1
+rc=$?
+check "a collective in kernels/ fails the check (exit $rc)" test "$rc" -eq 1
+check "naming the file and where it belongs" grep -q 'kernels/extra_collective.cpp: communication lives in comm/' "$tmp/shape.log"
+rm "$tree/kernels/extra_collective.cpp"
+printf 'void f(A& a) { a.enforce_eager = true; }\n' >"$tree/actors/runtime/extra_knob.cpp"
+bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/knob.log" 2>&1
+check "a second enforce_eager copy in actors/ fails" grep -q 'actors/ assigns enforce_eager 2 times' "$tmp/knob.log"
+rm "$tree/actors/runtime/extra_knob.cpp"
 
 exit $fail

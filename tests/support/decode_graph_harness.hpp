@@ -1,10 +1,10 @@
 // stories260K decoded greedily with several sequences in one batch, each decode step either eager (llama_model's
 // forward) or replayed through model::decode_graphs: what the decode-graph tests compare, on the recording CPU
-// backend (tests/model) and on CUDA (tests/cuda). Header-only.
+// backend (tests/model) and on CUDA (tests/kernels/cuda). Header-only.
 #pragma once
 
-#include "kernels/backend.hpp"
 #include "comm/collective.hpp"
+#include "kernels/backend.hpp"
 #include "model/decode_graph_plan.hpp"
 #include "model/decode_graphs.hpp"
 #include "model/kv_cache.hpp"

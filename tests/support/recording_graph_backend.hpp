@@ -54,7 +54,6 @@ class recording_graph_backend final : public backend {
     inner_.download(src, dst, bytes);
   }
   void copy(const tensor& src, const tensor& dst) override { inner_.copy(src, dst); }
-  void copy_row(const tensor& t, int64_t src_row, int64_t dst_row) override { inner_.copy_row(t, src_row, dst_row); }
   void synchronize() override {
     guard("synchronize");
     inner_.synchronize();

@@ -12,7 +12,6 @@ using profile_atom = caf::atom_constant<caf::atom("profile")>;
 /// shard: allocate the KV cache.
 using init_cache_atom = caf::atom_constant<caf::atom("init_cache")>;
 /// block manager: profile the shards, size the cache and allocate it everywhere.
-using configure_atom = caf::atom_constant<caf::atom("configure")>;
 /// wire an actor to the one it reports to.
 using connect_atom = caf::atom_constant<caf::atom("connect")>;
 /// abort a request.

@@ -63,13 +63,6 @@ using scheduler_actor = caf::typed_actor<
     /// (from itself) checks the age of the oldest step in flight against the step timeout.
     caf::reacts_to<step_watch_atom>>;
 
-/// The block manager: sizes the paged KV cache from the shards' profiles and has every shard allocate it.
-using block_manager_actor = caf::typed_actor<
-    /// Profiles every shard, logs the capacity, allocates the caches; replies with the result.
-    caf::replies_to<configure_atom>::with<kv_cache_config>,
-    /// The configured cache.
-    caf::replies_to<caf::get_atom>::with<kv_cache_config>>;
-
 /// A shard: one tp rank of one pipeline stage, with its weight slice, KV-cache slice and kernel threads.
 using shard_actor = caf::typed_actor<
     /// A step's plan (from the scheduler, to every shard): update the block tables, run the layers once the previous

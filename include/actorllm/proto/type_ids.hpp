@@ -75,7 +75,6 @@ CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::result_sink))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::shard_link))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::engine_actor))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::scheduler_actor))
-CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::block_manager_actor))
 CAF_ADD_TYPE_ID(actorllm, (actorllm::proto::shard_actor))
 
 // Engine <-> worker processes (executors mp and cluster).

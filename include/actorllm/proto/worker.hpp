@@ -6,6 +6,7 @@
 #include "actorllm/proto/atoms.hpp"
 #include "actorllm/proto/interfaces.hpp"
 #include "actorllm/proto/sinks.hpp"
+#include "comm/check/check_round.hpp"
 
 #include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
@@ -27,8 +28,9 @@ using store_get_atom = caf::atom_constant<caf::atom("store_get")>;
 /// liveness probe answered by every worker.
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 
-/// What a worker process hosts: one shard, described by value so it crosses processes. The worker builds the
-/// shard's collectives itself (Gloo over `data_plane_host`, rendezvous through the registry's store).
+/// One shard, described by value so it crosses processes: what every executor spawns a shard from
+/// (actors::make_shard_assignment). A worker process builds the shard's collectives itself (Gloo over
+/// `data_plane_host`, rendezvous through the registry's store); the uni executor hands it shared-memory groups.
 struct shard_assignment {
   std::string model_dir;
   int32_t tp_rank = 0;
@@ -52,6 +54,10 @@ struct shard_assignment {
   /// node take distinct GPUs. 0 where the worker sees only its own device (cluster: CUDA_VISIBLE_DEVICES).
   int32_t device_offset = 0;
   int32_t dp_rank = 0;  ///< the data-parallel replica the shard belongs to (logs)
+  int32_t dp_size = 1;  ///< the engine's data-parallel replicas
+  /// Lockstep expert parallelism (uni executor): the shard joins the EP group over every replica's TP ranks at rank
+  /// dp_rank × tp + tp rank (model::shard_spec::ep_rank).
+  bool lockstep = false;
   bool samples = false;
   bool enforce_eager = false;     ///< engine_config::enforce_eager: no decode graphs
   int32_t max_num_seqs = 0;       ///< engine_config::max_num_seqs: the largest decode graph
@@ -72,76 +78,41 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
   return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tp_rank, x.tp_size, x.layer_begin, x.layer_end,
            x.stage, x.pp_size, x.expert_parallel, x.dcp_size, x.dcp_interleave, x.pcp_size, x.pcp_rank, x.load_format,
-           x.dtype, x.quantization, x.device, x.seed, x.n_threads, x.device_offset, x.dp_rank, x.samples,
-           x.enforce_eager, x.max_num_seqs, x.max_model_len, x.max_loras, x.max_lora_rank, x.max_cpu_loras, x.next,
-           x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
+           x.dtype, x.quantization, x.device, x.seed, x.n_threads, x.device_offset, x.dp_rank, x.dp_size, x.lockstep,
+           x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len, x.max_loras, x.max_lora_rank, x.max_cpu_loras,
+           x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
 }
 
 /// worker: run the communication check (`actorllm check`).
 using comm_check_atom = caf::atom_constant<caf::atom("comm_check")>;
 
-/// The check every worker of `actorllm check` runs together: one group of all of them, over Gloo (host memory, every
-/// cluster), NCCL (GPUs, each worker's own) or the custom all-reduce (the GPUs of one node).
-struct comm_check_request {
-  int32_t rank = 0;
-  int32_t world = 1;
-  std::string group_name;  ///< unique per run (rendezvous keys in the registry's store)
-  int64_t small_floats = 1024;
-  int64_t large_floats = 4 << 20;
-  int32_t iterations = 5;
-  int64_t timeout_ms = 30000;
-  std::string transport = "gloo";  ///< "gloo", "nccl" or "custom" (the custom all-reduce)
-  /// The worker's device index on its node: a GPU round runs on visible GPU `device` mod the GPUs the worker sees
-  /// (one, CUDA_VISIBLE_DEVICES, on a node that reports GPUs; all of them on a node that reports CPU slices).
-  int32_t device = 0;
+/// `actorllm check`'s rounds (comm/check/check_round.hpp), with their CAF inspection here (ADL: namespace comm).
+using comm_check_request = comm::comm_check_request;
+using comm_pair_result = comm::comm_pair_result;
+using comm_check_result = comm::comm_check_result;
 
-  friend bool operator==(const comm_check_request&, const comm_check_request&) = default;
-};
+}  // namespace actorllm::proto
+
+namespace actorllm::comm {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, comm_check_request& x) {
   return f(caf::meta::type_name("comm_check_request"), x.rank, x.world, x.group_name, x.small_floats, x.large_floats,
            x.iterations, x.timeout_ms, x.transport, x.device);
 }
-
-/// One pair's figures, measured by its lower rank.
-struct comm_pair_result {
-  int32_t peer = 0;
-  bool ok = false;
-  double latency_us = 0;
-  double bandwidth_gbs = 0;
-  std::string error;
-
-  friend bool operator==(const comm_pair_result&, const comm_pair_result&) = default;
-};
-
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, comm_pair_result& x) {
   return f(caf::meta::type_name("comm_pair_result"), x.peer, x.ok, x.latency_us, x.bandwidth_gbs, x.error);
 }
-
-/// What one worker measured.
-struct comm_check_result {
-  int32_t rank = 0;
-  std::string host;       ///< the address its Gloo device bound
-  std::string transport;  ///< e.g. "gloo/tcp"
-  bool all_reduce_ok = false;
-  double all_reduce_latency_us = 0;
-  double all_reduce_bus_gbs = 0;
-  std::vector<comm_pair_result> pairs;
-  std::string error;
-  /// Non-empty when the transport does not apply here (NCCL without GPUs of their own or without NCCL in the build,
-  /// the custom all-reduce across nodes): why. Not a failure.
-  std::string skipped;
-
-  friend bool operator==(const comm_check_result&, const comm_check_result&) = default;
-};
-
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, comm_check_result& x) {
   return f(caf::meta::type_name("comm_check_result"), x.rank, x.host, x.transport, x.all_reduce_ok,
            x.all_reduce_latency_us, x.all_reduce_bus_gbs, x.pairs, x.error, x.skipped);
 }
+
+}  // namespace actorllm::comm
+
+namespace actorllm::proto {
 
 /// A worker process: hosts shards on request and answers liveness probes.
 using worker_actor = caf::typed_actor<

@@ -2,10 +2,10 @@
 // the graphs equal the eager CUDA run and the golden ids at batch 1, 3 (the graph of 4) and 8; a replay after the
 // block tables change gives the eager logits; a capture refuses an allocation. Skipped ("skipped: no GPU") where
 // there is none; the same checks run on the CPU through the recording backend (tests/model/decode_graphs_test.cpp).
-#include "support/decode_graph_harness.hpp"
 #include "gpu_test_util.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "model/stories_golden.hpp"
+#include "support/decode_graph_harness.hpp"
 
 #include <doctest/doctest.h>
 

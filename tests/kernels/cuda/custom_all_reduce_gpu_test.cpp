@@ -6,12 +6,12 @@
 // (GPU-PLAN §5: same-device IPC across processes is allowed; their kernels are time-sliced, so this checks correctness,
 // not speed); with two GPUs that can reach each other a second case puts one worker on each. Skipped ("skipped: no
 // GPU") without a GPU.
+#include "comm/cuda/cuda_ipc_backend.hpp"
+#include "comm/cuda/custom_all_reduce.hpp"
 #include "comm/ipc_handshake.hpp"
 #include "file_store.hpp"
 #include "gpu_test_util.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
-#include "comm/cuda/cuda_ipc_backend.hpp"
-#include "comm/cuda/custom_all_reduce.hpp"
 #include "kernels/dtype.hpp"
 
 #include <doctest/doctest.h>

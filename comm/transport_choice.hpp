@@ -1,15 +1,56 @@
-// Which all-reduce a tensor-parallel group of devices runs for one message: the custom all-reduce over CUDA-IPC-mapped
-// buffers (one-shot or two-shot) for small messages between the devices of one node, NCCL for the rest, and the
-// host-staged path where NCCL cannot run (ranks sharing a device). Plain arithmetic, unit-tested without a GPU; the
-// thresholds are vLLM's (csrc/custom_all_reduce.cuh and vllm/distributed/device_communicators/custom_all_reduce.py),
-// with our deviations named next to each.
+// Which transport a group's collectives take, decided in one place (vLLM's cuda_communicator chooses the same way):
+// - a GPU tensor-parallel group: NCCL when every rank is on a GPU of its own and every rank's build has NCCL; else the
+//   host-staged collective over the CPU transports. NCCL refuses two ranks on one GPU ("Duplicate GPU detected"),
+//   which is how the one-GPU test layouts run. Every rank decides from the same list (comm::exchange_rank_devices), so
+//   they all pick the same transport (ACTORLLM_NCCL: auto, 1, 0).
+// - a host group: shared memory when its ranks share a host, Gloo (TCP) otherwise (ACTORLLM_SHM_COLLECTIVE=0: Gloo
+//   always).
+// - one all-reduce of device tensors: the custom all-reduce over CUDA-IPC-mapped buffers (one-shot or two-shot) for
+//   small messages between the devices of one node, NCCL for the rest, host-staged where NCCL cannot run. Plain
+//   arithmetic, unit-tested without a GPU; the thresholds are vLLM's (csrc/custom_all_reduce.cuh and
+//   vllm/distributed/device_communicators/custom_all_reduce.py), with our deviations named next to each.
+// comm/group_transports builds what this names.
 #pragma once
 
+#include "comm/device_rendezvous.hpp"
 #include "kernels/dtype.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+
+namespace actorllm::comm {
+
+/// The transports of a GPU group's tensor collectives.
+enum class device_transport { host_staged, nccl };
+
+/// What the ACTORLLM_NCCL environment variable asks for.
+enum class nccl_mode {
+  automatic,  ///< unset or "auto": NCCL where it is possible, host-staged otherwise
+  required,   ///< "1": NCCL or an error saying why it is impossible
+  off,        ///< "0": host-staged always
+};
+
+/// ACTORLLM_NCCL's value (null: unset). nullopt for a value that is none of "auto", "1", "0".
+std::optional<nccl_mode> parse_nccl_mode(const char* value);
+
+/// The decision and why, for the log.
+struct device_transport_choice {
+  device_transport transport = device_transport::host_staged;
+  std::string reason;  ///< why this transport, naming the ranks and devices that decided it
+  std::string error;   ///< non-empty when NCCL was required and is impossible (the transport is then unusable)
+};
+
+/// The choice for a group whose ranks run on `ranks` (in rank order), under `mode`.
+device_transport_choice choose_device_transport(std::span<const rank_device> ranks, nccl_mode mode);
+
+/// False when ACTORLLM_SHM_COLLECTIVE is 0, off or false: host collectives then take Gloo even within one host.
+bool shm_collective_allowed();
+
+}  // namespace actorllm::comm
 
 namespace actorllm {
 

@@ -4,10 +4,10 @@
 // Without a GPU every case is skipped ("skipped: no GPU"); the cases that need two say "skipped: needs 2 GPUs" on a
 // machine with one (tests/gpu_skip_listener.cpp). Not run yet on a GPU: written and compiled on a machine without one.
 #include "comm/comm_error.hpp"
-#include "kernels/backend.hpp"
 #include "comm/device_communicator.hpp"
+#include "kernels/backend.hpp"
 
-#include "../comm/rank_threads.hpp"
+#include "../../comm/rank_threads.hpp"
 #include "gpu_test_util.hpp"
 
 #include <doctest/doctest.h>
@@ -21,8 +21,8 @@
 #include <vector>
 
 #ifdef ACTORLLM_HAVE_NCCL
-#include "kernels/cuda/cuda_backend.hpp"
 #include "comm/cuda/nccl_collective.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #endif
 
 using namespace actorllm;

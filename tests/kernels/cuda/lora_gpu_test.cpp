@@ -6,7 +6,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 
-#include "../kernels/lora_reference.hpp"
+#include "../lora_reference.hpp"
 #include "gpu_test_util.hpp"
 
 #include <doctest/doctest.h>

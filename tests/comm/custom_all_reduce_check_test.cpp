@@ -1,13 +1,13 @@
 // When `actorllm check` measures the custom all-reduce: GPUs of their own on one host, at most 8 ranks; otherwise
 // the line it prints says why. The measurement itself needs GPUs (unverified here).
-#include "actors/cluster/custom_all_reduce_check.hpp"
+#include "comm/check/custom_all_reduce_check.hpp"
 
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
-using actorllm::actors::custom_all_reduce_check_refusal;
+using actorllm::comm::custom_all_reduce_check_refusal;
 using actorllm::comm::rank_device;
 
 namespace {

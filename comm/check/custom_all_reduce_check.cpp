@@ -1,18 +1,18 @@
 // The custom all-reduce check: see custom_all_reduce_check.hpp.
-#include "actors/cluster/custom_all_reduce_check.hpp"
+#include "comm/check/custom_all_reduce_check.hpp"
 
-#include "actors/cluster/gpu_check_peers.hpp"
+#include "comm/check/gpu_check_peers.hpp"
 
+#include "comm/device_communicator.hpp"
 #include "comm/device_rendezvous.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/device.hpp"
-#include "comm/device_communicator.hpp"
 
 #ifdef ACTORLLM_HAVE_CUDA
-#include "comm/ipc_handshake.hpp"
-#include "kernels/cuda/cuda_backend.hpp"
 #include "comm/cuda/cuda_ipc_backend.hpp"
 #include "comm/cuda/custom_all_reduce.hpp"
+#include "comm/ipc_handshake.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #endif
 
 #include <fmt/format.h>
@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-namespace actorllm::actors {
+namespace actorllm::comm {
 
-std::string custom_all_reduce_check_refusal(const std::vector<comm::rank_device>& ranks) {
+std::string custom_all_reduce_check_refusal(const std::vector<rank_device>& ranks) {
   constexpr size_t max_ranks = 8;  // the custom kernels' signal layout (car::max_ranks)
   if (ranks.size() > max_ranks)
     return fmt::format("{} ranks; the custom all-reduce serves at most {}", ranks.size(), max_ranks);
@@ -68,9 +68,8 @@ class no_fallback final : public tp_collective {
 
 }  // namespace
 
-proto::comm_check_result run_custom_all_reduce_check(comm::rendezvous_store& store,
-                                                     const proto::comm_check_request& req) {
-  proto::comm_check_result out;
+comm_check_result run_custom_all_reduce_check(rendezvous_store& store, const comm_check_request& req) {
+  comm_check_result out;
   out.rank = req.rank;
   out.transport = "custom";
   try {
@@ -88,7 +87,7 @@ proto::comm_check_result run_custom_all_reduce_check(comm::rendezvous_store& sto
     const int64_t small_floats = std::max<int64_t>(req.small_floats / 4 * 4, 4);
     cuda::custom_all_reduce_memory mem(device, static_cast<size_t>(large_floats) * sizeof(float));
     cuda::cuda_ipc_backend ipc(device);
-    comm::ipc_handshake_config cfg;
+    ipc_handshake_config cfg;
     cfg.group = req.group_name;
     cfg.epoch = 0;
     cfg.rank = req.rank;
@@ -98,7 +97,7 @@ proto::comm_check_result run_custom_all_reduce_check(comm::rendezvous_store& sto
     cfg.signal = mem.signal();
     cfg.signal_bytes = mem.signal_bytes();
     cfg.timeout = timeout;
-    auto peers = comm::ipc_handshake(store, ipc, cfg);
+    auto peers = ipc_handshake(store, ipc, cfg);
     const all_reduce_topology topology = cuda::ipc_group_topology(*peers, false);
     cuda::custom_all_reduce car(std::move(peers), std::make_unique<no_fallback>(req.rank, req.world), topology,
                                 gpu.stream());
@@ -153,4 +152,4 @@ proto::comm_check_result run_custom_all_reduce_check(comm::rendezvous_store& sto
   return out;
 }
 
-}  // namespace actorllm::actors
+}  // namespace actorllm::comm

@@ -5,7 +5,7 @@
 // scalar) on every shape.
 #include "kernels/cuda/lora_math.hpp"
 
-#include "../kernels/lora_reference.hpp"
+#include "../lora_reference.hpp"
 
 #include <doctest/doctest.h>
 

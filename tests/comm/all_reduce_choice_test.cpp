@@ -1,6 +1,6 @@
 // The all-reduce size rule: vLLM's thresholds (8 MiB, 512 KiB up to 4 ranks, 256 KiB up to 8, two ranks always
 // one-shot), the conditions that send a message to NCCL or the host-staged path, and each refusal's reason.
-#include "comm/all_reduce_choice.hpp"
+#include "comm/transport_choice.hpp"
 
 #include <doctest/doctest.h>
 
