@@ -58,11 +58,13 @@ expected<void> scheduler_core::add_request(request req) {
   const int64_t max_len = config_.max_model_len;
   if (req.max_tokens && n_prompt + *req.max_tokens > max_len)
     return reject(engine_errc::exceeds_max_model_len,
-                  fmt::format("{} prompt tokens + max_tokens {} = {} tokens exceeds max_model_len {}", n_prompt,
-                              *req.max_tokens, n_prompt + *req.max_tokens, max_len));
+                  fmt::format("the prompt ({} tokens) plus max_tokens ({}) is {} tokens, over the maximum model "
+                              "length of {}",
+                              n_prompt, *req.max_tokens, n_prompt + *req.max_tokens, max_len));
   if (!req.max_tokens && n_prompt >= max_len)
     return reject(engine_errc::exceeds_max_model_len,
-                  fmt::format("{} prompt tokens leave no room for output within max_model_len {}", n_prompt, max_len));
+                  fmt::format("the prompt ({} tokens) leaves no room for output within the maximum model length of {}",
+                              n_prompt, max_len));
   const int64_t max_tokens = req.max_tokens ? *req.max_tokens : max_len - n_prompt;
   if (req.min_tokens > max_tokens)
     return reject(engine_errc::invalid_argument,

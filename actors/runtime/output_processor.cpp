@@ -76,17 +76,7 @@ engine::expected<proto::request_spec> output_processor::add(const proto::submit_
     if (id < 0 || id >= limits_.n_vocab)
       return fail(engine_errc::invalid_argument,
                   fmt::format("prompt token id {} is outside the vocabulary of {}", id, limits_.n_vocab));
-  const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size());
-  const int64_t max_len = limits_.max_model_len;
-  if (req.params.max_tokens && n_prompt + *req.params.max_tokens > max_len)
-    return fail(engine_errc::exceeds_max_model_len,
-                fmt::format("the prompt ({} tokens) plus max_tokens ({}) is {} tokens, over the maximum model length "
-                            "of {}",
-                            n_prompt, *req.params.max_tokens, n_prompt + *req.params.max_tokens, max_len));
-  if (!req.params.max_tokens && n_prompt >= max_len)
-    return fail(engine_errc::exceeds_max_model_len,
-                fmt::format("the prompt ({} tokens) leaves no room for output within the maximum model length of {}",
-                            n_prompt, max_len));
+  // The context length is the scheduler core's check (engine::scheduler_core::add_request), the only one.
 
   if (!req.resume_tokens.empty()) {
     if (req.params.n != 1)
@@ -97,6 +87,7 @@ engine::expected<proto::request_spec> output_processor::add(const proto::submit_
       if (t.token < 0 || t.token >= limits_.n_vocab)
         return fail(engine_errc::invalid_argument,
                     fmt::format("resumed token id {} is outside the vocabulary of {}", t.token, limits_.n_vocab));
+    const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size()), max_len = limits_.max_model_len;
     if (n_prompt + static_cast<int64_t>(req.resume_tokens.size()) >= max_len)
       return fail(engine_errc::invalid_argument,
                   fmt::format("resumes with {} output tokens after {} prompt tokens: already at the maximum model "

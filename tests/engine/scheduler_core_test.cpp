@@ -493,11 +493,13 @@ TEST_CASE("scheduler rejects requests that could never run, naming the numbers")
   };
   auto e1 = rejection(make_request(1, 60, 41));
   CHECK(e1.code == engine_errc::exceeds_max_model_len);
-  CHECK(e1.message == "request 1: 60 prompt tokens + max_tokens 41 = 101 tokens exceeds max_model_len 100");
+  CHECK(e1.message ==
+        "request 1: the prompt (60 tokens) plus max_tokens (41) is 101 tokens, over the maximum model length of 100");
 
   request no_max = make_request(2, 100, 1);
   no_max.max_tokens.reset();
-  CHECK(rejection(no_max).message == "request 2: 100 prompt tokens leave no room for output within max_model_len 100");
+  CHECK(rejection(no_max).message ==
+        "request 2: the prompt (100 tokens) leaves no room for output within the maximum model length of 100");
 
   auto e3 = rejection(make_request(3, 60, 6));  // 65 slots: 5 blocks of 16, the cache has 4
   CHECK(e3.code == engine_errc::exceeds_kv_cache);
