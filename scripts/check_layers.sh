@@ -115,6 +115,18 @@ if [[ -d actors ]]; then
   ((n > 1)) && shape_failure "actors/ assigns enforce_eager $n times: a shard knob is copied once, in make_shard_assignment"
 fi
 
+# One sampling spec from request to kernel (kernels/sampling.hpp): no second spec, and no per-request tokenizer path
+# on the wire (the sampler shard learns its tokenizer from its assignment).
+while IFS=: read -r file _; do
+  shape_failure "$file defines a second sampling spec (sampler_spec): a request's sampling is ops::sampling_spec (kernels/sampling.hpp)"
+done < <(grep -rn --include='*.hpp' --include='*.cpp' 'struct sampler[_]spec\b' util kernels comm model text engine runner \
+  hub include actors net api apps 2>/dev/null)
+if [[ -d include/actorllm/proto ]]; then
+  while IFS=: read -r file _; do
+    shape_failure "$file names tokenizer_dir: the sampler shard gets its tokenizer once, from shard_assignment::tokenizer"
+  done < <(grep -rn 'tokenizer_dir' include/actorllm/proto 2>/dev/null)
+fi
+
 for key in "${!allowed[@]}"; do
   if [[ -z "${seen[$key]:-}" ]]; then
     echo "check_layers: '$key' is listed in $exceptions but no longer occurs: remove the entry"
