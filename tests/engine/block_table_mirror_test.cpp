@@ -119,7 +119,7 @@ TEST_CASE("scheduler_core's block-table diffs rebuild the whole tables through p
   }
 }
 
-TEST_CASE("scheduler_core drops a sequence aborted while its plan is in flight; its blocks go to another") {
+TEST_CASE("scheduler_core drops a sequence aborted while its plan is in flight, and its blocks go to another") {
   for (int32_t pp : {1, 2}) {
     CAPTURE(pp);
     scheduler_config cfg{.max_num_seqs = 8,
