@@ -355,7 +355,7 @@ TEST_CASE("reasoning_ended: the end token after the last start token, as vLLM's 
   CHECK(!reasoning_ended(closed, 7, -1));
 }
 
-TEST_CASE("the sampler builds token masks over the tokenizer it was built with; without one a pattern fails") {
+TEST_CASE("the sampler builds token masks over the tokenizer it was built with, and without one a pattern fails") {
   runner::sequence_samplers with{tokenizer_dir()};
   auto plan = plan_sampling(1, {{1, 0}});
   plan.new_requests.push_back(constrained_setup(1, -1));
