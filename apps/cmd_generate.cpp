@@ -29,14 +29,9 @@ struct generate_options {
   std::string prompt;
   std::string prompt_ids;
   int64_t max_tokens = 16;
-  float temperature = 1.0f;
-  float top_p = 1.0f;
-  int32_t top_k = 0;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  bool ignore_eos = false;
+  /// The sampling flags bind straight onto the request's parameters (their defaults are the flags' defaults);
+  /// max_tokens and the seed are filled in at the run.
+  sampling_params sampling;
   std::string output = "text";
   /// The engine's settings (apps/engine_flags.hpp); --seed seeds the sampler too. model and tokenizer are filled from
   /// the location above.
@@ -49,12 +44,12 @@ int run_generate(generate_options& o) {
   check_engine_flags(o.engine, *o.engine_texts, engine_command::generate);
   if (o.max_tokens < 1)
     throw std::invalid_argument(fmt::format("--max-tokens: must be at least 1, got {}", o.max_tokens));
-  if (o.temperature < 0)
-    throw std::invalid_argument(fmt::format("--temperature: must be >= 0, got {}", o.temperature));
-  if (!(o.top_p > 0 && o.top_p <= 1))
-    throw std::invalid_argument(fmt::format("--top-p: must be in (0, 1], got {}", o.top_p));
-  if (o.min_p < 0 || o.min_p > 1)
-    throw std::invalid_argument(fmt::format("--min-p: must be in [0, 1], got {}", o.min_p));
+  if (o.sampling.temperature < 0)
+    throw std::invalid_argument(fmt::format("--temperature: must be >= 0, got {}", o.sampling.temperature));
+  if (!(o.sampling.top_p > 0 && o.sampling.top_p <= 1))
+    throw std::invalid_argument(fmt::format("--top-p: must be in (0, 1], got {}", o.sampling.top_p));
+  if (o.sampling.min_p < 0 || o.sampling.min_p > 1)
+    throw std::invalid_argument(fmt::format("--min-p: must be in [0, 1], got {}", o.sampling.min_p));
   if (o.output != "text" && o.output != "json")
     throw std::invalid_argument(fmt::format("--output: '{}' is not one of text, json", o.output));
   std::vector<int32_t> prompt_ids;
@@ -85,17 +80,9 @@ int run_generate(generate_options& o) {
         fmt::format("--prompt needs a tokenizer, and {} has no tokenizer.json (give --tokenizer or --prompt-ids)",
                     where.tokenizer_dir.empty() ? where.model_dir : where.tokenizer_dir));
 
-  sampling_params sp;
-  sp.temperature = o.temperature;
-  sp.top_p = o.top_p;
-  sp.top_k = o.top_k;
-  sp.min_p = o.min_p;
-  sp.repetition_penalty = o.repetition_penalty;
-  sp.presence_penalty = o.presence_penalty;
-  sp.frequency_penalty = o.frequency_penalty;
+  sampling_params sp = o.sampling;
   sp.seed = cfg.seed;
   sp.max_tokens = static_cast<int32_t>(o.max_tokens);
-  sp.ignore_eos = o.ignore_eos;
   request_output out = o.prompt_ids.empty() ? llm.generate(prompt{o.prompt}, sp) : llm.generate(prompt{prompt_ids}, sp);
   const completion_output& c = out.outputs.front();
   const std::string finish = c.finish_reason ? std::string{to_string(*c.finish_reason)} : std::string{"length"};
@@ -129,17 +116,19 @@ command_registration generate_command{
       auto* pi = sub.add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
       p->excludes(pi);
       sub.add_option("--max-tokens", o->max_tokens, "Maximum number of tokens to generate")->capture_default_str();
-      sub.add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-      sub.add_option("--top-p", o->top_p, "Nucleus sampling probability mass")->capture_default_str();
-      sub.add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
-      sub.add_option("--min-p", o->min_p, "Drop tokens below min_p times the top probability")->capture_default_str();
-      sub.add_option("--repetition-penalty", o->repetition_penalty, "Penalty for tokens in prompt and output")
+      sub.add_option("--temperature", o->sampling.temperature, "Sampling temperature (0 = greedy)")
           ->capture_default_str();
-      sub.add_option("--presence-penalty", o->presence_penalty, "Penalty for tokens present in the output")
+      sub.add_option("--top-p", o->sampling.top_p, "Nucleus sampling probability mass")->capture_default_str();
+      sub.add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+      sub.add_option("--min-p", o->sampling.min_p, "Drop tokens below min_p times the top probability")
           ->capture_default_str();
-      sub.add_option("--frequency-penalty", o->frequency_penalty, "Penalty per occurrence in the output")
+      sub.add_option("--repetition-penalty", o->sampling.repetition_penalty, "Penalty for tokens in prompt and output")
           ->capture_default_str();
-      sub.add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
+      sub.add_option("--presence-penalty", o->sampling.presence_penalty, "Penalty for tokens present in the output")
+          ->capture_default_str();
+      sub.add_option("--frequency-penalty", o->sampling.frequency_penalty, "Penalty per occurrence in the output")
+          ->capture_default_str();
+      sub.add_flag("--ignore-eos", o->sampling.ignore_eos, "Keep generating past end-of-sequence tokens");
       sub.add_option("--output", o->output, "Output format: text or json")->capture_default_str();
       o->engine_texts = add_engine_flags(sub, o->engine, engine_command::generate);
       return [o]() {

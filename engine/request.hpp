@@ -1,7 +1,9 @@
 // What the scheduler needs to know about a generation request: the prompt's token ids and the stop conditions it
 // can check by itself on token ids (stop strings need the detokenizer and stay with the engine), the LoRA adapter its
-// rows apply, and the sampling knobs it hands on to the sampler shard.
+// rows apply, and the sampling spec it hands on to the sampler shard (kernels/sampling.hpp: plain types).
 #pragma once
+
+#include "kernels/sampling.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -19,36 +21,6 @@ struct lora_ref {
   std::string path;
 
   friend bool operator==(const lora_ref&, const lora_ref&) = default;
-};
-
-/// The sampling knobs of one request, as the sampler shard applies them (kernels/sampling.hpp semantics).
-struct sampler_spec {
-  float temperature = 1.0f;
-  float top_p = 1.0f;
-  int32_t top_k = 0;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  int32_t logprobs = -1;  ///< -1: none; 0: the sampled token's; k > 0: also the top k
-  uint64_t seed = 0;      ///< sequence 0 draws from this seed; sequence i > 0 from a seed derived from it and i
-  std::vector<int32_t> allowed_token_ids;             ///< non-empty: only these can be sampled
-  std::vector<std::vector<int32_t>> bad_words;        ///< token sequences whose last token is banned after the rest
-  int32_t min_tokens = 0;                             ///< min_tokens_stop_ids are masked before this many tokens
-  std::vector<int32_t> min_tokens_stop_ids;           ///< eos (unless ignore_eos) and stop_token_ids
-  std::vector<std::pair<int32_t, float>> logit_bias;  ///< added to the logits
-  std::string structured_pattern;                     ///< structured outputs: the output must match it (empty: free)
-  std::string tokenizer_dir;  ///< where the sampler finds the tokenizer the pattern's token masks need
-  /// Structured outputs after a reasoning part: the pattern applies only to the tokens after the first sampled
-  /// reasoning_end_token_id (the think-end token); -1: from the first output token (no reasoning part, or the
-  /// prompt already ended it).
-  int32_t reasoning_end_token_id = -1;
-  int32_t prompt_logprobs = -1;  ///< -1: none; k >= 0: score rows report the prompt token's and the top k
-  /// vLLM's logprob_token_ids: each sampled token reports these tokens' logprobs (in this order) instead of the top
-  /// `logprobs`; empty: the top `logprobs`.
-  std::vector<int32_t> logprob_token_ids;
-
-  friend bool operator==(const sampler_spec&, const sampler_spec&) = default;
 };
 
 /// A tokenized generation request as the engine hands it to the scheduler.
@@ -75,9 +47,9 @@ struct request {
   /// scheduler_config::max_loras adapters run at once; the adapter is part of the prefix cache's key (its KV differs
   /// from the base model's). Plans name it in step_plan::loras while one of its sequences is scheduled.
   lora_ref lora;
-  /// The sampling knobs: they go to the sampler shard with the request's first sample or score row
-  /// (step_plan::new_requests), and are not read by the scheduler itself.
-  sampler_spec sampling;
+  /// The sampling spec: it goes to the sampler shard with the request's first sample or score row
+  /// (step_plan::new_requests); the scheduler reads only whether the repetition penalty needs the prompt.
+  ops::sampling_spec sampling;
 };
 
 }  // namespace actorllm::engine

@@ -102,7 +102,7 @@ expected<void> scheduler_core::add_request(request req) {
   // The sampler learns the request with its first sample or score row (plan_samplers).
   sampler_setup setup;
   setup.request_id = req.id;
-  if (req.sampling.repetition_penalty != 1.0f)
+  if (req.sampling.params.repetition_penalty != 1.0f)
     setup.prompt_ids = req.prompt;
   setup.resume_output_ids = req.resume_output;
   setup.spec = std::move(req.sampling);

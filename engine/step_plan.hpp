@@ -33,7 +33,7 @@ struct scheduled_sequence {
 /// Sampler state to create for a request the first time one of its rows is sampled or scored.
 struct sampler_setup {
   uint64_t request_id = 0;
-  sampler_spec spec;
+  ops::sampling_spec spec;
   std::vector<int32_t> prompt_ids;  ///< for the repetition penalty; empty when that penalty is off
   /// Failover: sequence 0's output so far (a request resumed on this replica). The sampler starts from the state it
   /// had after them: penalties and min_tokens see them, the generator has advanced once per token, a structured

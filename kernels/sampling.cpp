@@ -1,4 +1,4 @@
-// The per-sequence random generator of the samplers (xoshiro256** seeded through splitmix64).
+// The per-sequence random generator of the samplers (xoshiro256** seeded through splitmix64) and its seeds.
 #include "kernels/sampling.hpp"
 
 #include <algorithm>
@@ -24,6 +24,21 @@ sampler_rng::sampler_rng(uint64_t seed) {
   uint64_t x = seed;
   for (auto& s : s_)
     s = splitmix64(x);
+}
+
+uint64_t sequence_seed(uint64_t seed, uint32_t index) {
+  if (index == 0)
+    return seed;
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (uint64_t{index} + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t default_request_seed(uint64_t engine_seed, uint64_t request_id) {
+  // A different stream per request, never the engine seed itself (that is sequence_seed's input).
+  return sequence_seed(engine_seed ^ 0x5bd1e9955bd1e995ULL, static_cast<uint32_t>(request_id % 0xffffffffULL) + 1) ^
+         (request_id >> 32);
 }
 
 uint64_t sampler_rng::next() {

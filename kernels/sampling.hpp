@@ -1,9 +1,12 @@
 // What a backend's batched sampler takes and returns, with vLLM's semantics: per-request settings, the per-sequence
-// random generator, and the sampled token with its logprobs. Shared by every backend.
+// random generator and its seeds, and the sampled token with its logprobs. Shared by every backend. Plain types, no
+// device code: sampling_spec is also what the engine core carries from a request to the sampler shard (the one
+// sampling spec from request to kernel), so engine/ may include this header (scripts/check_layers.sh).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -41,6 +44,29 @@ struct sampling_params {
     return !allowed_token_ids.empty() || !bad_words.empty() || !logit_bias.empty() ||
            (!min_tokens_stop_ids.empty() && n_output < static_cast<size_t>(min_tokens));
   }
+
+  friend bool operator==(const sampling_params&, const sampling_params&) = default;
+};
+
+/// One request's sampling as the sampler shard applies it: the kernels' settings, used as they are, and what the
+/// shard keeps beside them per request (vLLM sends its SamplingParams to the worker the same way). Made from the
+/// public actorllm::sampling_params in one place (actors::to_sampling_spec); its CAF inspection is in
+/// include/actorllm/proto/sampling_params.hpp.
+struct sampling_spec {
+  sampling_params params;
+  uint64_t seed = 0;  ///< sequence 0 draws from this seed; sequence i > 0 from sequence_seed(seed, i)
+  /// Structured outputs: every output must match this pattern (empty: free). The sampler shard builds its token
+  /// masks over the vocabulary it was given when it was built.
+  std::string structured_pattern;
+  /// Structured outputs after a reasoning part: the pattern applies only to the tokens after the first sampled
+  /// reasoning_end_token_id (the think-end token); -1: from the first output token (no reasoning part, or the
+  /// prompt already ended it).
+  int32_t reasoning_end_token_id = -1;
+  /// vLLM's logprob_token_ids: each sampled token reports these tokens' raw logprobs (in this order) instead of the
+  /// top params.logprobs; empty: the top params.logprobs.
+  std::vector<int32_t> logprob_token_ids;
+
+  friend bool operator==(const sampling_spec&, const sampling_spec&) = default;
 };
 
 /// A token and its log-probability.
@@ -93,6 +119,14 @@ class sampler_rng {
  private:
   uint64_t s_[4];
 };
+
+/// The seed sequence `index` of a request seeded with `seed` draws from: the seed itself for sequence 0 (so n = 1
+/// requests reproduce a plain sampler_rng{seed} run), a splitmix64 mix of both for the others.
+uint64_t sequence_seed(uint64_t seed, uint32_t index);
+
+/// The seed of a request that brought none: derived from the engine seed and the request id, so a run is
+/// reproducible for the same submissions.
+uint64_t default_request_seed(uint64_t engine_seed, uint64_t request_id);
 
 /// One row of a batched sample: the row's settings, the ids the penalties look at, and the sequence's generator.
 /// Everything is borrowed for the duration of the call; `rng` advances.

@@ -14,11 +14,12 @@ namespace actorllm::runner {
 
 model_runner::model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_collective> comm,
                            const model::model_config& cfg, model::model_weights weights, const model::shard_spec& shard,
-                           bool samples, std::unique_ptr<tp_collective> expert_comm)
+                           bool samples, std::string tokenizer, std::unique_ptr<tp_collective> expert_comm)
     : be_(std::move(be)),
       comm_(std::move(comm)),
       expert_comm_(std::move(expert_comm)),
       inputs_(*be_),
+      samplers_(std::move(tokenizer)),
       samples_(samples) {
   // The host transports (threads, shared memory, Gloo) move host memory: a device backend's tensors are staged through
   // it. A device communicator (NCCL) takes them as they are.

@@ -41,9 +41,11 @@ struct graph_options {
 class model_runner {
  public:
   /// Builds the model from already-sliced weights. `samples`: this shard (tp rank 0 of the last stage) samples.
-  /// `expert_comm`: the expert-parallel group when it spans lockstep replicas (null: the TP group is the EP group).
+  /// `tokenizer`: the engine's tokenizer directory, whose vocabulary the sampler builds structured outputs' token masks
+  /// over (sequence_samplers; empty: none). `expert_comm`: the expert-parallel group when it spans lockstep replicas
+  /// (null: the TP group is the EP group).
   model_runner(std::unique_ptr<backend> be, std::unique_ptr<tp_collective> comm, const model::model_config& cfg,
-               model::model_weights weights, const model::shard_spec& shard, bool samples,
+               model::model_weights weights, const model::shard_spec& shard, bool samples, std::string tokenizer = {},
                std::unique_ptr<tp_collective> expert_comm = nullptr);
 
   const model::llama_model& model() const { return *model_; }

@@ -8,15 +8,6 @@
 
 namespace actorllm::runner {
 
-uint64_t sequence_seed(uint64_t seed, uint32_t index) {
-  if (index == 0)
-    return seed;
-  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (uint64_t{index} + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 bool reasoning_ended(std::span<const int32_t> ids, int32_t start_token, int32_t end_token) {
   if (end_token < 0)
     return false;
@@ -50,25 +41,9 @@ void sequence_samplers::record(const request& req, sequence& s, int32_t token) {
 void sequence_samplers::apply(const engine::step_plan& plan) {
   release(plan.released_requests);
   for (const auto& setup : plan.new_requests) {
-    ops::sampling_params p;
-    p.temperature = setup.spec.temperature;
-    p.top_p = setup.spec.top_p;
-    p.top_k = setup.spec.top_k;
-    p.min_p = setup.spec.min_p;
-    p.repetition_penalty = setup.spec.repetition_penalty;
-    p.presence_penalty = setup.spec.presence_penalty;
-    p.frequency_penalty = setup.spec.frequency_penalty;
-    // logprob_token_ids replace the top logprobs: the backend only computes the sampled token's.
-    p.logprobs = setup.spec.logprob_token_ids.empty() ? setup.spec.logprobs : std::min(setup.spec.logprobs, 0);
-    p.prompt_logprobs = setup.spec.prompt_logprobs;
-    p.allowed_token_ids = setup.spec.allowed_token_ids;
-    p.bad_words = setup.spec.bad_words;
-    p.min_tokens = setup.spec.min_tokens;
-    p.min_tokens_stop_ids = setup.spec.min_tokens_stop_ids;
-    p.logit_bias = setup.spec.logit_bias;
-    add(setup.request_id, p, setup.spec.seed, setup.prompt_ids);
+    add(setup.request_id, setup.spec.params, setup.spec.seed, setup.prompt_ids);
     if (!setup.spec.structured_pattern.empty())
-      constrain(setup.request_id, setup.spec.structured_pattern, setup.spec.tokenizer_dir);
+      constrain(setup.request_id, setup.spec.structured_pattern);
     if (setup.spec.reasoning_end_token_id >= 0)
       constrain_after(setup.request_id, setup.spec.reasoning_end_token_id);
     if (!setup.spec.logprob_token_ids.empty())
@@ -88,7 +63,7 @@ void sequence_samplers::resume(uint64_t request_id, std::span<const int32_t> out
   if (it == requests_.end())
     return;
   request& req = it->second;
-  sequence s = new_sequence(req, sequence_seed(req.seed, 0));
+  sequence s = new_sequence(req, ops::sequence_seed(req.seed, 0));
   if (req.params.draws_random())
     for (size_t i = 0; i < output_ids.size(); ++i)
       (void)s.rng.uniform();
@@ -107,15 +82,19 @@ void sequence_samplers::add(uint64_t request_id, const ops::sampling_params& par
   requests_.insert_or_assign(request_id, std::move(r));
 }
 
-void sequence_samplers::constrain(uint64_t request_id, const std::string& pattern, const std::string& tokenizer_dir) {
+void sequence_samplers::constrain(uint64_t request_id, const std::string& pattern) {
   auto it = requests_.find(request_id);
   if (it == requests_.end())
     return;
+  if (tokenizer_.empty()) {
+    it->second.constraint_error = "this sampler was built without a tokenizer";
+    return;
+  }
   try {
     // In the server's process the HTTP layer compiled this pattern under --max-structured-output-* and holds it
     // while the request runs, so this is a cache hit; elsewhere (a cluster worker) it compiles under the default
     // limits: bounded either way.
-    it->second.constraint = text::structured::compiled_constraint(tokenizer_dir, pattern);
+    it->second.constraint = text::structured::compiled_constraint(tokenizer_, pattern);
   } catch (const std::exception& e) {
     it->second.constraint_error = e.what();
   }
@@ -170,7 +149,8 @@ step_result sequence_samplers::sample(const engine::step_plan& plan, backend& be
     }
     auto it = req->second.seqs.find(seq.index);
     if (it == req->second.seqs.end())
-      it = req->second.seqs.emplace(seq.index, new_sequence(req->second, sequence_seed(req->second.seed, seq.index)))
+      it = req->second.seqs
+               .emplace(seq.index, new_sequence(req->second, ops::sequence_seed(req->second.seed, seq.index)))
                .first;
     sequence& s = it->second;
     if (!req->second.constraint_error.empty()) {

@@ -14,13 +14,10 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace actorllm::runner {
-
-/// The seed sequence `index` of a request seeded with `seed` draws from: the seed itself for sequence 0 (so n = 1
-/// requests reproduce a plain sampler_rng{seed} run), a splitmix64 mix of both for the others.
-uint64_t sequence_seed(uint64_t seed, uint32_t index);
 
 /// Whether `ids` end a reasoning part, as vLLM's reasoners decide it: `end_token` occurs after the last `start_token`
 /// (-1: none). False without `end_token`.
@@ -29,16 +26,21 @@ bool reasoning_ended(std::span<const int32_t> ids, int32_t start_token, int32_t 
 /// Sampler state of every request the sampler shard has seen and not released.
 class sequence_samplers {
  public:
-  /// Applies a plan's bookkeeping: drops released requests' state, then creates new requests'.
+  /// `tokenizer`: the directory of the engine's tokenizer (absolute), whose vocabulary structured outputs' token masks
+  /// are built over; the shard learns it once, from its assignment. Empty: requests with a structured pattern fail.
+  explicit sequence_samplers(std::string tokenizer = {}) : tokenizer_(std::move(tokenizer)) {}
+
+  /// Applies a plan's bookkeeping: drops released requests' state, then creates new requests' (their sampling spec
+  /// as it is: settings, seed, pattern, reasoning end and listed logprob tokens).
   void apply(const engine::step_plan& plan);
 
   /// Creates (or replaces) the state of one request: its settings, its seed and the prompt ids the repetition
   /// penalty reads.
   void add(uint64_t request_id, const ops::sampling_params& params, uint64_t seed, std::vector<int32_t> prompt_ids);
-  /// Constrains a request added before to structured outputs matching `pattern` (token masks from the tokenizer in
-  /// `tokenizer_dir`; compiled once per process and pattern, within structured_limits' defaults when this process
-  /// has not compiled it already).
-  void constrain(uint64_t request_id, const std::string& pattern, const std::string& tokenizer_dir);
+  /// Constrains a request added before to structured outputs matching `pattern` (token masks over the vocabulary of
+  /// the tokenizer this sampler was built with; compiled once per process and pattern, within structured_limits'
+  /// defaults when this process has not compiled it already).
+  void constrain(uint64_t request_id, const std::string& pattern);
   /// Makes a constrained request's constraint start only after a reasoning part: each sequence samples freely until
   /// it samples `end_token` (the think-end token), then the constraint applies to the tokens after it (vLLM's
   /// structured outputs with a reasoning parser). Before the request's first sampling or resume().
@@ -99,6 +101,7 @@ class sequence_samplers {
   /// token_logprobs_), read before sampling overwrites the logits. Only such rows are downloaded.
   std::string listed_token_logprobs(const engine::step_plan& plan, backend& be, const tensor& logits);
 
+  std::string tokenizer_;  ///< the tokenizer directory structured outputs' token masks come from (empty: none)
   std::unordered_map<uint64_t, request> requests_;
   std::vector<float> score_host_;      // the score rows' logits on the host
   std::vector<ops::sample_row> rows_;  // per-step scratch

@@ -229,6 +229,8 @@ proto::shard_assignment make_shard_assignment(const engine_config& config, const
   const int32_t pp = config.pipeline_parallel_size;
   proto::shard_assignment a;
   a.model_dir = config.model;
+  if (const std::filesystem::path dir = config.tokenizer.empty() ? config.model : config.tokenizer; !dir.empty())
+    a.tokenizer = std::filesystem::absolute(dir).string();
   a.tp_rank = index % tp;
   a.tp_size = tp;
   a.pcp_size = std::max(1, config.prefill_context_parallel_size);
@@ -305,10 +307,6 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
     ea.limits.max_model_len = r.max_model_len;
     ea.limits.eos_token_ids = r.model.eos_token_ids;
     ea.limits.seed = config.seed;
-    if (r.tokenizer) {
-      const std::filesystem::path dir = config.tokenizer.empty() ? config.model : config.tokenizer;
-      ea.limits.tokenizer_dir = std::filesystem::absolute(dir).string();
-    }
     r.engine = spawn_engine(sys, std::move(ea));
   } catch (...) {
     stop_actors(r);

@@ -16,11 +16,61 @@ bool has_id(const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.
 
 }  // namespace
 
-uint64_t default_request_seed(uint64_t engine_seed, uint64_t request_id) {
-  // A different stream per request, never the engine seed itself (that is sequence_seed's input).
-  return runner::sequence_seed(engine_seed ^ 0x5bd1e9955bd1e995ULL,
-                               static_cast<uint32_t>(request_id % 0xffffffffULL) + 1) ^
-         (request_id >> 32);
+engine::expected<ops::sampling_spec> to_sampling_spec(const sampling_params& p, const model_limits& limits,
+                                                      const text::tokenizer* tok, uint64_t request_id,
+                                                      std::span<const int32_t> prompt_ids) {
+  auto fail = [](std::string message) {
+    return engine::engine_error{engine::engine_errc::invalid_argument, std::move(message)};
+  };
+  ops::sampling_spec spec;
+  ops::sampling_params& k = spec.params;
+  k.temperature = p.temperature;
+  k.top_p = p.top_p;
+  k.top_k = p.top_k < 0 ? 0 : p.top_k;
+  k.min_p = p.min_p;
+  k.repetition_penalty = p.repetition_penalty;
+  k.presence_penalty = p.presence_penalty;
+  k.frequency_penalty = p.frequency_penalty;
+  k.logprobs = p.logprobs ? *p.logprobs : -1;
+  // logprob_token_ids replace the top logprobs: the backend computes only the sampled token's.
+  if (!p.logprob_token_ids.empty())
+    k.logprobs = std::min(k.logprobs, 0);
+  k.prompt_logprobs = p.prompt_logprobs ? *p.prompt_logprobs : -1;
+  k.allowed_token_ids = p.allowed_token_ids;
+  k.logit_bias = p.logit_bias;
+  if (p.min_tokens > 0) {
+    // vLLM masks the stop tokens until min_tokens are out (the scheduler, too, never stops a sequence before).
+    k.min_tokens = p.min_tokens;
+    if (!p.ignore_eos)
+      k.min_tokens_stop_ids = limits.eos_token_ids;
+    k.min_tokens_stop_ids.insert(k.min_tokens_stop_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+  }
+  if (!p.bad_words.empty() && !tok)
+    return fail("bad_words need a tokenizer, and this model has none");
+  for (const std::string& word : p.bad_words) {
+    // As vLLM: the word as is and with a leading space (how it reads inside a text), each tokenized alone.
+    for (const std::string& form : {word, " " + word}) {
+      std::vector<int32_t> ids = tok->encode(form, /*add_special_tokens=*/false);
+      if (!ids.empty() && std::find(k.bad_words.begin(), k.bad_words.end(), ids) == k.bad_words.end())
+        k.bad_words.push_back(std::move(ids));
+    }
+  }
+  spec.seed = p.seed ? *p.seed : ops::default_request_seed(limits.seed, request_id);
+  spec.logprob_token_ids = p.logprob_token_ids;
+  if (!p.structured_pattern.empty()) {
+    if (!tok)
+      return fail("structured outputs need a tokenizer, and this model has none");
+    spec.structured_pattern = p.structured_pattern;
+    if (p.reasoning_end_token_id >= limits.n_vocab || p.reasoning_start_token_id >= limits.n_vocab)
+      return fail(fmt::format("the reasoning's start/end token ids ({}, {}) are outside the vocabulary of {}",
+                              p.reasoning_start_token_id, p.reasoning_end_token_id, limits.n_vocab));
+    // As vLLM's reasoners: the prompt ended the reasoning when the end token follows the last start token in it
+    // (Qwen3 with thinking off renders "<think>\n\n</think>\n\n" into the generation prompt).
+    if (p.reasoning_end_token_id >= 0 &&
+        !runner::reasoning_ended(prompt_ids, p.reasoning_start_token_id, p.reasoning_end_token_id))
+      spec.reasoning_end_token_id = p.reasoning_end_token_id;
+  }
+  return spec;
 }
 
 output_processor::output_processor(std::optional<text::tokenizer> tok, model_limits limits)
@@ -108,51 +158,10 @@ engine::expected<proto::request_spec> output_processor::add(const proto::submit_
   spec.min_tokens = p.min_tokens;
   spec.cache_salt = req.cache_salt;
   spec.lora = req.lora;
-  spec.sampling.temperature = p.temperature;
-  spec.sampling.top_p = p.top_p;
-  spec.sampling.top_k = p.top_k < 0 ? 0 : p.top_k;
-  spec.sampling.min_p = p.min_p;
-  spec.sampling.repetition_penalty = p.repetition_penalty;
-  spec.sampling.presence_penalty = p.presence_penalty;
-  spec.sampling.frequency_penalty = p.frequency_penalty;
-  spec.sampling.logprobs = p.logprobs ? *p.logprobs : -1;
-  spec.sampling.prompt_logprobs = p.prompt_logprobs ? *p.prompt_logprobs : -1;
-  spec.sampling.logprob_token_ids = p.logprob_token_ids;
-  spec.sampling.seed = p.seed ? *p.seed : default_request_seed(limits_.seed, req.request_id);
-  spec.sampling.allowed_token_ids = p.allowed_token_ids;
-  if (!p.structured_pattern.empty()) {
-    if (limits_.tokenizer_dir.empty())
-      return fail(engine_errc::invalid_argument, "structured outputs need a tokenizer, and this model has none");
-    spec.sampling.structured_pattern = p.structured_pattern;
-    spec.sampling.tokenizer_dir = limits_.tokenizer_dir;
-    if (p.reasoning_end_token_id >= limits_.n_vocab || p.reasoning_start_token_id >= limits_.n_vocab)
-      return fail(engine_errc::invalid_argument,
-                  fmt::format("the reasoning's start/end token ids ({}, {}) are outside the vocabulary of {}",
-                              p.reasoning_start_token_id, p.reasoning_end_token_id, limits_.n_vocab));
-    // As vLLM's reasoners: the prompt ended the reasoning when the end token follows the last start token in it
-    // (Qwen3 with thinking off renders "<think>\n\n</think>\n\n" into the generation prompt).
-    if (p.reasoning_end_token_id >= 0 &&
-        !runner::reasoning_ended(prompt_ids, p.reasoning_start_token_id, p.reasoning_end_token_id))
-      spec.sampling.reasoning_end_token_id = p.reasoning_end_token_id;
-  }
-  spec.sampling.logit_bias = p.logit_bias;
-  if (p.min_tokens > 0) {
-    // vLLM masks the stop tokens until min_tokens are out (the scheduler, too, never stops a sequence before).
-    spec.sampling.min_tokens = p.min_tokens;
-    if (!p.ignore_eos)
-      spec.sampling.min_tokens_stop_ids = limits_.eos_token_ids;
-    spec.sampling.min_tokens_stop_ids.insert(spec.sampling.min_tokens_stop_ids.end(), p.stop_token_ids.begin(),
-                                             p.stop_token_ids.end());
-  }
-  for (const std::string& word : p.bad_words) {
-    // As vLLM: the word as is and with a leading space (how it reads inside a text), each tokenized alone.
-    for (const std::string& form : {word, " " + word}) {
-      std::vector<int32_t> ids = tok_->encode(form, /*add_special_tokens=*/false);
-      if (!ids.empty() && std::find(spec.sampling.bad_words.begin(), spec.sampling.bad_words.end(), ids) ==
-                              spec.sampling.bad_words.end())
-        spec.sampling.bad_words.push_back(std::move(ids));
-    }
-  }
+  auto sampling = to_sampling_spec(p, limits_, tok_ ? &*tok_ : nullptr, req.request_id, prompt_ids);
+  if (!sampling)
+    return fail(sampling.error().code, sampling.error().message);
+  spec.sampling = std::move(*sampling);
 
   request_state state;
   state.id = req.request_id;

@@ -8,6 +8,7 @@
 #include "actorllm/proto/submit_request.hpp"
 #include "actorllm/request_output.hpp"
 #include "engine/expected.hpp"
+#include "kernels/sampling.hpp"
 #include "text/incremental_detokenizer.hpp"
 #include "text/stop_string_matcher.hpp"
 #include "text/tokenizer.hpp"
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -25,13 +27,18 @@ struct model_limits {
   int64_t n_vocab = 0;
   int32_t max_model_len = 0;
   std::vector<int32_t> eos_token_ids;
-  uint64_t seed = 0;          ///< the engine seed, from which requests without a seed get theirs
-  std::string tokenizer_dir;  ///< absolute; what structured outputs' token masks are built from (empty: none)
+  uint64_t seed = 0;  ///< the engine seed, from which requests without a seed get theirs (ops::default_request_seed)
 };
 
-/// The seed of a request that brought none: derived from the engine seed and the request id, so a run is
-/// reproducible for the same submissions.
-uint64_t default_request_seed(uint64_t engine_seed, uint64_t request_id);
+/// The one conversion of a request's public sampling parameters into the spec the sampler shard applies
+/// (kernels/sampling.hpp), after validate(): the kernels' settings, the seed (`request_id`'s default seed when the
+/// request brought none), the structured pattern with where it starts (after the reasoning part, unless `prompt_ids`
+/// already ended it), the min_tokens stop ids (eos unless ignore_eos, and stop_token_ids), bad words tokenized with
+/// `tok` and logprob_token_ids. An error (invalid_argument) when the request needs a tokenizer (`tok` null) or names
+/// reasoning tokens outside the vocabulary.
+engine::expected<ops::sampling_spec> to_sampling_spec(const sampling_params& params, const model_limits& limits,
+                                                      const text::tokenizer* tok, uint64_t request_id,
+                                                      std::span<const int32_t> prompt_ids);
 
 /// Tracks the engine's live requests from submission to final output.
 class output_processor {

@@ -202,9 +202,9 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
             expert_comm =
                 std::make_unique<comm::shared_memory_collective>(st.args.expert_group, st.args.spec.ep_rank());
           auto loaded = model::load_shard(st.args.assignment.model_dir, st.args.spec, st.args.load);
-          st.runner = std::make_unique<runner::model_runner>(std::move(be), std::move(comm), loaded.config,
-                                                             std::move(loaded.weights), st.args.spec,
-                                                             st.args.assignment.samples, std::move(expert_comm));
+          st.runner = std::make_unique<runner::model_runner>(
+              std::move(be), std::move(comm), loaded.config, std::move(loaded.weights), st.args.spec,
+              st.args.assignment.samples, st.args.assignment.tokenizer, std::move(expert_comm));
           st.runner->set_graph_options(shard_graph_options(st.args.assignment));
           if (st.args.lora.max_loras > 0)
             st.runner->enable_lora(st.args.lora);

@@ -261,7 +261,7 @@ struct graph_fixture : test::deterministic_system {
     actors::engine_args ea;
     ea.scheduler = scheduler;
     ea.tokenizer = std::move(o.tokenizer);
-    ea.limits = actors::model_limits{o.vocab, o.max_model_len, {}, 0, {}};
+    ea.limits = actors::model_limits{o.vocab, o.max_model_len, {}, 0};
     engine = actors::spawn_engine(sys, std::move(ea));
     sched.run();
   }

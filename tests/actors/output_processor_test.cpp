@@ -13,7 +13,7 @@ namespace {
 
 struct fixture {
   text::tokenizer tok = text::tokenizer::from_directory(test::model_dir("stories260K"));
-  output_processor proc{tok, actors::model_limits{512, 64, {2, 1}, 7, {}}};
+  output_processor proc{tok, actors::model_limits{512, 64, {2, 1}, 7}};
 
   proto::submit_request text_request(uint64_t id, std::string prompt, sampling_params p = {}, bool stream = true) {
     proto::submit_request r;
@@ -66,10 +66,10 @@ TEST_CASE_FIXTURE(fixture, "a submission is validated, tokenized and turned into
   CHECK(spec->max_tokens == 10);
   CHECK(spec->eos_token_ids == std::vector<int32_t>{2, 1});
   CHECK(spec->stop_token_ids == std::vector<int32_t>{13});
-  CHECK(spec->sampling.temperature == 0.5f);
-  CHECK(spec->sampling.top_k == 0);  // -1 and 0 both mean off
-  CHECK(spec->sampling.logprobs == 2);
-  CHECK(spec->sampling.seed == actors::default_request_seed(7, 1));
+  CHECK(spec->sampling.params.temperature == 0.5f);
+  CHECK(spec->sampling.params.top_k == 0);  // -1 and 0 both mean off
+  CHECK(spec->sampling.params.logprobs == 2);
+  CHECK(spec->sampling.seed == ops::default_request_seed(7, 1));
   p.seed = 99;
   auto seeded = proc.add(text_request(2, "Hi", p));
   REQUIRE(seeded);
@@ -98,7 +98,7 @@ TEST_CASE_FIXTURE(fixture, "a submission is validated, tokenized and turned into
   CHECK(invalid.error().message.find("top_p must be in (0, 1], got 1.5") != std::string::npos);
   CHECK(proc.size() == 2);  // nothing tracked for the rejected ones
 
-  output_processor no_tok{std::nullopt, actors::model_limits{512, 64, {}, 0, {}}};
+  output_processor no_tok{std::nullopt, actors::model_limits{512, 64, {}, 0}};
   auto needs_tok = no_tok.add(text_request(5, "Hi"));
   REQUIRE(!needs_tok);
   CHECK(needs_tok.error().message.find("needs a tokenizer") != std::string::npos);
@@ -220,9 +220,7 @@ TEST_CASE_FIXTURE(fixture,
 TEST_CASE_FIXTURE(fixture,
                   "structured outputs after a reasoning part: the sampler waits for the end token unless the "
                   "prompt ended the reasoning") {
-  output_processor with_dir{
-      tok,
-      actors::model_limits{512, 64, {2, 1}, 7, std::filesystem::absolute(test::model_dir("stories260K")).string()}};
+  output_processor with_dir{tok, actors::model_limits{512, 64, {2, 1}, 7}};
   constexpr int32_t start = 400, end = 401;
   auto submit = [&](uint64_t id, std::vector<int32_t> prompt_ids, int32_t end_id, std::string pattern = "\\d\\d") {
     proto::submit_request r;

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <string>
 
 using namespace actorllm;
@@ -63,7 +64,18 @@ TEST_CASE("make_shard_assignment describes shard (stage, copy-major index) from 
   CHECK(a.enforce_eager);
   CHECK(a.max_num_seqs == 64);
   CHECK(a.max_model_len == 512);
-  CHECK(a.max_loras == 0);  // LoRA off
+  CHECK(a.max_loras == 0);            // LoRA off
+  CHECK(a.tokenizer == "/models/m");  // no --tokenizer: the model's directory serves
+}
+
+TEST_CASE("make_shard_assignment names the engine's tokenizer, absolute, for the sampler's structured outputs") {
+  engine_config c = two_stage_config();
+  c.tokenizer = "/models/tok";
+  CHECK(actors::make_shard_assignment(c, two_stage_plan(), 1, 0).tokenizer == "/models/tok");
+  c.tokenizer = "relative/tok";
+  const std::string tokenizer = actors::make_shard_assignment(c, two_stage_plan(), 1, 0).tokenizer;
+  CHECK(std::filesystem::path(tokenizer).is_absolute());
+  CHECK(tokenizer == std::filesystem::absolute("relative/tok").string());
 }
 
 TEST_CASE("shard_args_of reads the spec, load options and device from an assignment, lockstep ranks only in lockstep") {

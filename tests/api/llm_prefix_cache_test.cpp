@@ -1,7 +1,7 @@
 // Prefix caching through actorllm::LLM on stories260K: the same outputs with caching on and off (greedy, seeded
 // n > 1, after preemptions), usage.cached_tokens and the salt, reset_prefix_cache, and no block held after aborts.
 #include "actorllm/llm.hpp"
-#include "runner/sequence_samplers.hpp"
+#include "kernels/sampling.hpp"
 #include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
@@ -96,7 +96,7 @@ TEST_CASE("prefix caching: n > 1 with a seed gives the same samples on and off, 
     for (uint32_t i = 0; i < 3; ++i) {
       sampling_params one = params;
       one.n = 1;
-      one.seed = runner::sequence_seed(1234, i);
+      one.seed = ops::sequence_seed(1234, i);
       CHECK(llm.generate(prompt{prompt_ids(37, 37)}, one).outputs.at(0).token_ids == runs[runs.size() - 6][i]);
     }
     CHECK(llm.stats().n_free_blocks == llm.stats().n_blocks);

@@ -2,7 +2,8 @@
 // nodes gives stories260K's golden ids; a layout bigger than the cluster fails at once with every node listed; a
 // node without the model is named; killing a worker, or a whole node agent, while requests stream ends them at
 // once, /health is not 200 meanwhile, and serving resumes with the golden output; a restart that cannot place the
-// layout waits and tries again, so a node that joins meanwhile is used.
+// layout waits and tries again, so a node that joins meanwhile is used. Structured outputs constrain the sampling
+// worker as in one process.
 #include "actorllm/llm.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
 #include "e2e_server/server_harness.hpp"
@@ -66,6 +67,33 @@ TEST_CASE("cluster: tp 2 x pp 2 over 2 simulated nodes (4 worker processes) give
   CHECK(test::worker_pids_of(cluster.process("node-0").pid).size() == 2);
   CHECK(test::worker_pids_of(cluster.process("node-1").pid).size() == 2);
   CHECK(test::greedy_ids(llm, g) == g.output);
+}
+
+TEST_CASE("cluster: structured outputs constrain the sampling worker, whose tokenizer comes with its assignment") {
+  sampling_params p;
+  p.temperature = 1.0f;
+  p.seed = 9;
+  p.max_tokens = 60;
+  p.structured_pattern = "(?:Tom|Lily) (?:is|was) [a-z]{2,12}\\.";
+  const std::vector<int32_t> prompt_ids{1, 403, 411};
+  std::string uni_text;
+  {
+    engine_config one;
+    one.model = test::model_dir("stories260K").string();
+    one.kv_cache_memory = size_t{4} << 20;
+    one.distributed_executor_backend = "uni";
+    LLM uni{one};
+    uni_text = uni.generate(prompt{prompt_ids}, p).outputs.front().text;
+  }
+  test::sim_cluster cluster{2, 2};
+  LLM llm{cluster_config(cluster, 2, 2)};
+  REQUIRE(llm.info().executor == "cluster");
+  const auto out = llm.generate(prompt{prompt_ids}, p).outputs.front();
+  CHECK(out.text == uni_text);  // the same seeded draws under the same masks
+  CHECK(out.finish_reason == finish_reason::stop);
+  const bool starts_ok = out.text.starts_with("Tom ") || out.text.starts_with("Lily ");
+  CHECK_MESSAGE(starts_ok, out.text);
+  CHECK_MESSAGE(out.text.ends_with("."), out.text);
 }
 
 TEST_CASE("cluster: tp 2 x dcp 2, and pcp 2, on 2 simulated nodes (the group over Gloo) decode as in one process") {

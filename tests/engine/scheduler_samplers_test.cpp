@@ -26,7 +26,7 @@ request make_request(uint64_t id, int32_t prompt_len, int32_t max_tokens, int32_
     r.prompt.push_back((static_cast<int32_t>(id) * 31 + i * 7) % vocab);
   r.max_tokens = max_tokens;
   r.n = n;
-  r.sampling.temperature = 0.5f + static_cast<float>(id);
+  r.sampling.params.temperature = 0.5f + static_cast<float>(id);
   r.sampling.seed = 1000 + id;
   return r;
 }
@@ -56,7 +56,7 @@ scheduler_config config(int32_t max_num_batched_tokens = 64) {
 TEST_CASE("scheduler: a request's sampler setup rides the plan of its first sample row, once") {
   auto s = make_scheduler(config(8));
   request r = make_request(1, 12, 3);
-  r.sampling.repetition_penalty = 1.3f;  // the sampler needs the prompt
+  r.sampling.params.repetition_penalty = 1.3f;  // the sampler needs the prompt
   add(s, r);
   add(s, make_request(2, 2, 3));  // no repetition penalty: no prompt ids
   // Request 1's prompt takes two chunks; request 2 waits for the budget.
@@ -85,7 +85,7 @@ TEST_CASE("scheduler: a scored prompt introduces its request with its first scor
   auto s = make_scheduler(config(4));
   request r = make_request(1, 10, 4);
   r.score_prompt = true;
-  r.sampling.prompt_logprobs = 0;
+  r.sampling.params.prompt_logprobs = 0;
   add(s, r);
   auto first = s.schedule();  // positions 0..3: four score rows, no sample row
   REQUIRE(first);

@@ -111,8 +111,12 @@ proto::step_plan full_plan() {
   p.dropped_seqs = {{3, 0}, {4, 1}};
   p.sample_rows = {2, 3};
   p.sample_seqs = {{10, 0}, {11, 2}};
-  proto::sampler_spec spec{0.8f,          0.95f, 50,  0.1f,        1.2f,     0.3f,          0.4f, 3,  1234,   {5, 6},
-                           {{7}, {8, 9}}, 2,     {2}, {{5, 1.5f}}, "[a-z]+", "/models/tok", 19,   -1, {3, 11}};
+  ops::sampling_spec spec;
+  spec.params = {0.8f, 0.95f, 50, 0.1f, 1.2f, 0.3f, 0.4f, 3, -1, {5, 6}, {{7}, {8, 9}}, 2, {2}, {{5, 1.5f}}};
+  spec.seed = 1234;
+  spec.structured_pattern = "[a-z]+";
+  spec.reasoning_end_token_id = 19;
+  spec.logprob_token_ids = {3, 11};
   p.new_requests = {{10, spec, {1, 15, 22}, {7, 8}}};
   p.released_requests = {3, 4};
   return p;
@@ -237,7 +241,7 @@ TEST_CASE_FIXTURE(proto_fixture, "front-end and engine messages round-trip, also
   spec.ignore_eos = true;
   spec.stop_token_ids = {13};
   spec.min_tokens = 1;
-  spec.sampling = {0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, 77, {}, {}, 0, {}, {{3, -2.0f}}, "", "", -1, -1, {}};
+  spec.sampling = {{0.5f, 0.9f, 10, 0.0f, 1.0f, 0.0f, 0.0f, -1, -1, {}, {}, 0, {}, {{3, -2.0f}}}, 77, "", -1, {}};
   CHECK(roundtrip(spec) == spec);
   CHECK(roundtrip_message(spec) == spec);
   spec.cache_salt = "tenant-b";
@@ -327,6 +331,7 @@ TEST_CASE_FIXTURE(proto_fixture, "step plans, stage handoffs and step results ro
 TEST_CASE_FIXTURE(proto_fixture, "a shard assignment round-trips with its device, also inside a caf::message") {
   proto::shard_assignment a;
   a.model_dir = "/models/llama";
+  a.tokenizer = "/models/llama-tokenizer";
   a.tp_rank = 1;
   a.tp_size = 2;
   a.layer_begin = 3;
@@ -395,8 +400,8 @@ TEST_CASE("the engine core's errors, requests and events in the protocol's terms
   spec.ignore_eos = true;
   spec.stop_token_ids = {4};
   spec.min_tokens = 1;
-  spec.sampling.temperature = 0.5f;
-  spec.sampling.prompt_logprobs = 2;
+  spec.sampling.params.temperature = 0.5f;
+  spec.sampling.params.prompt_logprobs = 2;
   spec.cache_salt = "tenant";
   spec.resume_output_ids = {8};
   spec.lora = {3, "sql", "/adapters/sql"};

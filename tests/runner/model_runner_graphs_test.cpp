@@ -51,7 +51,7 @@ std::vector<std::vector<int32_t>> run_plans(runner::model_runner& runner,
       if (step == 0) {
         engine::sampler_setup setup;
         setup.request_id = r + 1;
-        setup.spec.temperature = 0.0f;
+        setup.spec.params.temperature = 0.0f;
         plan.new_requests.push_back(setup);
         for (size_t i = 0; i < prompt.size(); ++i) {
           plan.tokens.push_back(prompt[i]);

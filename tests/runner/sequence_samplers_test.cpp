@@ -21,9 +21,9 @@ constexpr int64_t vocab = 16;
 engine::sampler_setup setup(uint64_t id, float temperature, uint64_t seed, int32_t logprobs = -1) {
   engine::sampler_setup s;
   s.request_id = id;
-  s.spec.temperature = temperature;
+  s.spec.params.temperature = temperature;
   s.spec.seed = seed;
-  s.spec.logprobs = logprobs;
+  s.spec.params.logprobs = logprobs;
   return s;
 }
 
@@ -57,10 +57,10 @@ engine::step_plan plan_sampling(uint64_t step, std::vector<engine::seq_id> seqs)
 }  // namespace
 
 TEST_CASE("sequence 0 draws from the request seed itself, others from derived seeds") {
-  CHECK(runner::sequence_seed(42, 0) == 42);
-  CHECK(runner::sequence_seed(42, 1) != 42);
-  CHECK(runner::sequence_seed(42, 1) != runner::sequence_seed(42, 2));
-  CHECK(runner::sequence_seed(42, 1) != runner::sequence_seed(43, 1));
+  CHECK(ops::sequence_seed(42, 0) == 42);
+  CHECK(ops::sequence_seed(42, 1) != 42);
+  CHECK(ops::sequence_seed(42, 1) != ops::sequence_seed(42, 2));
+  CHECK(ops::sequence_seed(42, 1) != ops::sequence_seed(43, 1));
 
   // A request's sequence 0 reproduces a plain sampler_rng{seed} run, step after step.
   runner::sequence_samplers samplers;
@@ -150,7 +150,7 @@ TEST_CASE("a sequence resumed from its output so far samples what it would have 
   // Presence penalty and a seeded draw at temperature 1: both depend on the state the first tokens left behind.
   auto seeded = [] {
     auto s = setup(9, 1.0f, 1234);
-    s.spec.presence_penalty = 0.7f;
+    s.spec.params.presence_penalty = 0.7f;
     return s;
   };
   runner::sequence_samplers whole;
@@ -204,7 +204,8 @@ TEST_CASE("logprob_token_ids: each sampled token reports the listed tokens' raw 
   auto plan = plan_sampling(1, {{3, 0}, {4, 0}});
   auto listed = setup(3, 1.0f, 11, 2);
   listed.spec.logprob_token_ids = {9, 0, 9, 15};
-  listed.spec.logit_bias = {{9, 50.0f}};  // processors change what is sampled, not the raw logprobs reported
+  listed.spec.params.logprobs = 0;               // as to_sampling_spec sets it: the listed ids replace the top logprobs
+  listed.spec.params.logit_bias = {{9, 50.0f}};  // processors change what is sampled, not the raw logprobs reported
   plan.new_requests = {listed, setup(4, 1.0f, 11, 2)};
   samplers.apply(plan);
   const auto logits = logits_for(2);
@@ -265,10 +266,9 @@ std::string tokenizer_dir() { return std::filesystem::absolute(test::model_dir("
 engine::sampler_setup constrained_setup(uint64_t id, int32_t reasoning_end, float temperature = 0.0f) {
   engine::sampler_setup s;
   s.request_id = id;
-  s.spec.temperature = temperature;
+  s.spec.params.temperature = temperature;
   s.spec.seed = 77;
   s.spec.structured_pattern = two_digits;
-  s.spec.tokenizer_dir = tokenizer_dir();
   s.spec.reasoning_end_token_id = reasoning_end;
   return s;
 }
@@ -310,14 +310,14 @@ TEST_CASE("a constraint after a reasoning part: free until the end token, constr
   REQUIRE(!allowed(c->start(), end_token));
 
   // Without a reasoning part the first token is already held to the pattern.
-  runner::sequence_samplers plain;
+  runner::sequence_samplers plain{tokenizer_dir()};
   auto first = plan_sampling(1, {{1, 0}});
   first.new_requests.push_back(constrained_setup(1, -1));
   plain.apply(first);
   CHECK(is_digit_token(sample_one(plain, first, peaked(free_token))));
 
   // With one: the reasoning's tokens (and the end token) are sampled freely, then two digits and nothing but eos.
-  runner::sequence_samplers samplers;
+  runner::sequence_samplers samplers{tokenizer_dir()};
   auto plan = plan_sampling(1, {{2, 0}, {2, 1}});
   plan.new_requests.push_back(constrained_setup(2, end_token));
   samplers.apply(plan);
@@ -336,7 +336,7 @@ TEST_CASE("a constraint after a reasoning part: free until the end token, constr
   }
 
   // The end token inside the constrained part is just a token the pattern does not allow.
-  runner::sequence_samplers after;
+  runner::sequence_samplers after{tokenizer_dir()};
   auto again = plan_sampling(1, {{3, 0}});
   again.new_requests.push_back(constrained_setup(3, end_token));
   after.apply(again);
@@ -355,6 +355,24 @@ TEST_CASE("reasoning_ended: the end token after the last start token, as vLLM's 
   CHECK(!reasoning_ended(closed, 7, -1));
 }
 
+TEST_CASE("the sampler builds token masks over the tokenizer it was built with, and without one a pattern fails") {
+  runner::sequence_samplers with{tokenizer_dir()};
+  auto plan = plan_sampling(1, {{1, 0}});
+  plan.new_requests.push_back(constrained_setup(1, -1));
+  with.apply(plan);
+  CHECK(is_digit_token(sample_one(with, plan, peaked(free_token))));
+
+  runner::sequence_samplers without;
+  without.apply(plan);
+  static const std::unique_ptr<backend> be = make_backend(device_kind::cpu, 1);
+  tensor t = make_host_tensor(dtype::f32, {1, tok_vocab});
+  const auto logits = peaked(free_token);
+  std::copy_n(logits.begin(), t.numel(), t.data_as<float>());
+  const auto r = without.sample(plan, *be, t);
+  CHECK(r.tokens.empty());
+  CHECK(r.error.find("structured outputs: this sampler was built without a tokenizer") != std::string::npos);
+}
+
 TEST_CASE("a resumed sequence replays the reasoning gate: the automaton consumes only the tokens after the end") {
   // Seeded draws at temperature 1 (two free tokens, the end token at the third step, then digits and eos): the whole
   // run, then resumed from every cut, must sample the same continuation (the gate and the automaton's state
@@ -366,7 +384,7 @@ TEST_CASE("a resumed sequence replays the reasoning gate: the automaton consumes
     l[end_token] = step == 2 ? 20.0f : -20.0f;
     return l;
   };
-  runner::sequence_samplers whole;
+  runner::sequence_samplers whole{tokenizer_dir()};
   std::vector<int32_t> tokens;
   for (size_t step = 0; step < 8; ++step) {
     auto plan = plan_sampling(step + 1, {{9, 0}});
@@ -382,7 +400,7 @@ TEST_CASE("a resumed sequence replays the reasoning gate: the automaton consumes
 
   for (size_t cut = 1; cut < tokens.size(); ++cut) {
     CAPTURE(cut);
-    runner::sequence_samplers resumed;
+    runner::sequence_samplers resumed{tokenizer_dir()};
     auto s = constrained_setup(9, end_token, 1.0f);
     s.resume_output_ids.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(cut));
     std::vector<int32_t> rest;

@@ -30,6 +30,18 @@ check "naming the file, the line, the include and the rule" \
   grep -q 'engine/bad_layer.hpp:3 includes "caf/actor.hpp": the engine core is plain state machines: no CAF, no model (never caf/)' "$tmp/bad.log"
 rm "$tree/engine/bad_layer.hpp"
 
+# An allowed include passes (the engine core carries the plain sampling spec), and only that exact include: any other
+# kernels/ header stays forbidden there.
+printf '#pragma once\n#include "kernels/sampling.hpp"\n' >"$tree/engine/sampling_ok.hpp"
+bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/allowed.log" 2>&1
+check "an allowed include passes (got: $(tail -1 "$tmp/allowed.log"))" grep -q 'every include keeps the layers' "$tmp/allowed.log"
+printf '#pragma once\n#include "kernels/sampling.hpp"\n#include "kernels/backend.hpp"\n' >"$tree/engine/sampling_ok.hpp"
+bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/near.log" 2>&1
+check "another kernels/ header in engine/ still fails" \
+  grep -q 'engine/sampling_ok.hpp:3 includes "kernels/backend.hpp": the engine core is plain state machines: no CAF, no model (never kernels/)' "$tmp/near.log"
+check "and the allowed one beside it is not reported" bash -c "! grep -q 'sampling_ok.hpp:2' '$tmp/near.log'"
+rm "$tree/engine/sampling_ok.hpp"
+
 # A public header that pulls in CAF.
 printf '#pragma once\n#include "caf/all.hpp"\n' >"$tree/include/actorllm/bad_public.hpp"
 bash "$src/scripts/check_layers.sh" "$tree" >"$tmp/public.log" 2>&1

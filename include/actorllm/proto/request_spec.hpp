@@ -28,7 +28,7 @@ struct request_spec {
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
   int32_t min_tokens = 0;
-  sampler_spec sampling;
+  ops::sampling_spec sampling;
   std::optional<std::string> cache_salt;   ///< mixed into the prefix cache's block hashes; unset: no salt
   std::vector<int32_t> resume_output_ids;  ///< failover: sequence 0's output so far (n = 1); empty: a fresh request
   lora_ref lora;                           ///< the LoRA adapter the request runs with; id 0: the base model
@@ -61,7 +61,7 @@ inline engine::request to_engine_request(request_spec&& spec) {
   req.min_tokens = spec.min_tokens;
   req.cache_salt = std::move(spec.cache_salt);
   req.resume_output = std::move(spec.resume_output_ids);
-  req.score_prompt = spec.sampling.prompt_logprobs >= 0;
+  req.score_prompt = spec.sampling.params.prompt_logprobs >= 0;
   req.lora = std::move(spec.lora);
   req.sampling = std::move(spec.sampling);
   return req;

@@ -1,10 +1,12 @@
-// Serialization of the public sampling_params and engine_config, which travel inside requests and (later) to
-// worker processes.
+// Serialization of the public sampling_params and engine_config, which travel inside requests and to worker
+// processes, and of the sampling spec the sampler shard applies (kernels/sampling.hpp: ops::sampling_params plus seed,
+// pattern and logprob_token_ids), declared in namespace actorllm::ops so that argument-dependent lookup finds it.
 #pragma once
 
 #include "actorllm/engine_config.hpp"
 #include "actorllm/proto/optional_field.hpp"
 #include "actorllm/sampling_params.hpp"
+#include "kernels/sampling.hpp"
 
 #include <caf/meta/type_name.hpp>
 
@@ -40,3 +42,22 @@ typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
 }
 
 }  // namespace actorllm
+
+namespace actorllm::ops {
+
+/// CAF inspection of the kernels' sampling settings.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
+  return f(caf::meta::type_name("ops_sampling_params"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,
+           x.presence_penalty, x.frequency_penalty, x.logprobs, x.prompt_logprobs, x.allowed_token_ids, x.bad_words,
+           x.min_tokens, x.min_tokens_stop_ids, x.logit_bias);
+}
+
+/// CAF inspection of sampling_spec.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampling_spec& x) {
+  return f(caf::meta::type_name("sampling_spec"), x.params, x.seed, x.structured_pattern, x.reasoning_end_token_id,
+           x.logprob_token_ids);
+}
+
+}  // namespace actorllm::ops

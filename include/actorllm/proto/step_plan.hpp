@@ -1,8 +1,10 @@
 // CAF inspection of the step plan (engine/step_plan.hpp: what scheduler_core::schedule() hands out and every shard
 // receives), declared in the engine's namespace so that argument-dependent lookup finds it, and the protocol's names
-// for its types. The engine itself stays free of CAF.
+// for its types. The engine itself stays free of CAF. A setup's ops::sampling_spec is inspected in
+// actorllm/proto/sampling_params.hpp.
 #pragma once
 
+#include "actorllm/proto/sampling_params.hpp"
 #include "engine/step_plan.hpp"
 
 #include <caf/meta/type_name.hpp>
@@ -20,15 +22,6 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
   return f(caf::meta::type_name("scheduled_sequence"), x.seq, x.query_begin, x.n_query, x.new_table, x.blocks,
            x.lora_id);
-}
-
-/// CAF inspection of sampler_spec.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, sampler_spec& x) {
-  return f(caf::meta::type_name("sampler_spec"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,
-           x.presence_penalty, x.frequency_penalty, x.logprobs, x.seed, x.allowed_token_ids, x.bad_words, x.min_tokens,
-           x.min_tokens_stop_ids, x.logit_bias, x.structured_pattern, x.tokenizer_dir, x.reasoning_end_token_id,
-           x.prompt_logprobs, x.logprob_token_ids);
 }
 
 /// CAF inspection of sampler_setup.
@@ -52,7 +45,6 @@ namespace actorllm::proto {
 using seq_ref = engine::seq_id;                         ///< one output sequence: index `index` of request `request_id`
 using lora_ref = engine::lora_ref;                      ///< a LoRA adapter as the shards load it
 using scheduled_sequence = engine::scheduled_sequence;  ///< a sequence's rows and block-table diff
-using sampler_spec = engine::sampler_spec;              ///< a request's sampling knobs
 using sampler_setup = engine::sampler_setup;            ///< sampler state to create for a request
 using step_plan = engine::step_plan;                    ///< one step, sent to every shard
 

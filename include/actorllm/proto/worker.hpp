@@ -33,6 +33,9 @@ using ping_atom = caf::atom_constant<caf::atom("ping")>;
 /// `data_plane_host`, rendezvous through the registry's store); the uni executor hands it shared-memory groups.
 struct shard_assignment {
   std::string model_dir;
+  /// engine_config::tokenizer (else the model's directory), absolute: the sampler shard builds structured outputs'
+  /// token masks over its vocabulary.
+  std::string tokenizer;
   int32_t tp_rank = 0;
   int32_t tp_size = 1;
   int64_t layer_begin = 0;
@@ -76,11 +79,11 @@ struct shard_assignment {
 /// CAF inspection of shard_assignment.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
-  return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tp_rank, x.tp_size, x.layer_begin, x.layer_end,
-           x.stage, x.pp_size, x.expert_parallel, x.dcp_size, x.dcp_interleave, x.pcp_size, x.pcp_rank, x.load_format,
-           x.dtype, x.quantization, x.device, x.seed, x.n_threads, x.device_offset, x.dp_rank, x.dp_size, x.lockstep,
-           x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len, x.max_loras, x.max_lora_rank, x.max_cpu_loras,
-           x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
+  return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tokenizer, x.tp_rank, x.tp_size, x.layer_begin,
+           x.layer_end, x.stage, x.pp_size, x.expert_parallel, x.dcp_size, x.dcp_interleave, x.pcp_size, x.pcp_rank,
+           x.load_format, x.dtype, x.quantization, x.device, x.seed, x.n_threads, x.device_offset, x.dp_rank, x.dp_size,
+           x.lockstep, x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len, x.max_loras, x.max_lora_rank,
+           x.max_cpu_loras, x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
 }
 
 /// worker: run the communication check (`actorllm check`).
