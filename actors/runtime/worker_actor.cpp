@@ -1,24 +1,15 @@
-// The worker root actor and the shard arguments it builds for each assignment.
+// The worker root actor: it hosts shards (their collectives and links from comm/group_transports) and runs its rank
+// of each `actorllm check` round (comm/check).
 #include "actors/runtime/worker_actor.hpp"
 
 #include "actorllm/proto/error.hpp"
 #include "actors/executors/mp_executor.hpp"
 #include "actors/runtime/shard_actor.hpp"
-#include "comm/abort_registry.hpp"
 #include "comm/check/check_round.hpp"
-#include "comm/check/comm_check.hpp"
-#include "comm/check/nccl_check.hpp"
 #include "comm/comm_error.hpp"
-#include "comm/device_communicator.hpp"
-#include "comm/device_rendezvous.hpp"
-#include "comm/gloo_collective.hpp"
 #include "comm/gloo_group.hpp"
-#include "comm/gloo_pipe.hpp"
 #include "comm/group_transports.hpp"
-#include "comm/interprocess_collective.hpp"
 #include "comm/rendezvous_store.hpp"
-#include "comm/transport_choice.hpp"
-#include "kernels/device.hpp"
 #include "util/log.hpp"
 
 #include <caf/actor_system.hpp>
@@ -28,9 +19,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <optional>
-#include <string_view>
 #include <vector>
 
 namespace actorllm::actors {
