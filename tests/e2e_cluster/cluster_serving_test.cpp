@@ -8,6 +8,7 @@
 #include "e2e_cluster/cluster_harness.hpp"
 #include "e2e_server/server_harness.hpp"
 #include "support/golden_ids.hpp"
+#include "support/structured_story.hpp"
 #include "support/test_paths.hpp"
 #include "support/worker_processes.hpp"
 
@@ -70,12 +71,8 @@ TEST_CASE("cluster: tp 2 x pp 2 over 2 simulated nodes (4 worker processes) give
 }
 
 TEST_CASE("cluster: structured outputs constrain the sampling worker, whose tokenizer comes with its assignment") {
-  sampling_params p;
-  p.temperature = 1.0f;
-  p.seed = 9;
-  p.max_tokens = 60;
-  p.structured_pattern = "(?:Tom|Lily) (?:is|was) [a-z]{2,12}\\.";
-  const std::vector<int32_t> prompt_ids{1, 403, 411};
+  const sampling_params p = test::structured_story_params();
+  const std::vector<int32_t> prompt_ids = test::structured_story_prompt();
   std::string uni_text;
   {
     engine_config one;

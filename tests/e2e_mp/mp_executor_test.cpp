@@ -7,6 +7,7 @@
 #include "e2e_server/server_harness.hpp"
 #include "support/golden_ids.hpp"
 #include "support/story_prompts.hpp"
+#include "support/structured_story.hpp"
 #include "support/test_paths.hpp"
 #include "support/worker_processes.hpp"
 
@@ -420,12 +421,8 @@ TEST_CASE("mp executor: prompt logprobs come back from the sampling worker as in
 }
 
 TEST_CASE("mp executor: structured outputs constrain the sampling worker as they do in one process (tp 2 x pp 2)") {
-  sampling_params p;
-  p.temperature = 1.0f;
-  p.seed = 9;
-  p.max_tokens = 60;
-  p.structured_pattern = "(?:Tom|Lily) (?:is|was) [a-z]{2,12}\\.";
-  const std::vector<int32_t> prompt_ids{1, 403, 411};
+  const sampling_params p = test::structured_story_params();
+  const std::vector<int32_t> prompt_ids = test::structured_story_prompt();
   engine_config one = mp_config(1, 1);
   one.distributed_executor_backend = "uni";
   std::string uni_text;
