@@ -20,6 +20,7 @@
 #include <chrono>
 #include <exception>
 #include <future>
+#include <utility>
 
 namespace actorllm::detail {
 
@@ -57,12 +58,14 @@ replica_set::replica_set(caf::actor_system& sys, const engine_config& config)
                                                   config.data_parallel_rank, dp_size_, dp_size_)};
   replicas_.resize(ranks_.size());
   watches_.resize(ranks_.size());
+  watch_generations_.resize(ranks_.size(), 0);
   lockstep_ = actors::steps_in_lockstep(config_);
   try {
     if (lockstep_) {
       auto set = actors::build_lockstep_replicas(sys_, config_, dp_size_);
       replicas_ = std::move(set.replicas);
       expert_group_ = std::move(set.expert_group);
+      expert_store_ = std::move(set.expert_store);
     } else {
       for (size_t i = 0; i < ranks_.size(); ++i)
         replicas_[i] = build(static_cast<int32_t>(i));
@@ -100,27 +103,27 @@ replica_set::~replica_set() {
   jobs_cv_.notify_all();
   if (supervisor_thread_.joinable())
     supervisor_thread_.join();
-  std::vector<actors::replica> replicas;
-  std::shared_ptr<comm::shared_memory_group> expert_group;
+  actors::lockstep_set set;  // the replicas, and under lockstep what their EP group meets in
   {
     std::lock_guard lock{mutex_};
     for (auto& w : watches_)
       if (w)
         caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
     watches_.clear();
-    replicas = std::move(replicas_);
+    set.replicas = std::move(replicas_);
     replicas_.clear();
-    expert_group = std::move(expert_group_);
+    set.expert_group = std::move(expert_group_);
+    set.expert_store = std::move(expert_store_);
   }
   // Draining aborts what still runs: those outputs reach their callers through the delivery thread.
   if (lockstep_) {
-    actors::stop_lockstep_replicas(sys_, replicas, expert_group, "the engine shut down");
+    actors::stop_lockstep_set(sys_, set, "the engine shut down", /*failed=*/false);
   } else {
-    for (auto& r : replicas)
+    for (auto& r : set.replicas)
       if (r.engine)
         actors::stop_replica(sys_, r);
   }
-  replicas.clear();
+  set.replicas.clear();
   first_ = actors::replica{};
   if (delivery_) {
     // The delivery actor has handed out everything sent before its exit message (one mailbox, in order).
@@ -243,6 +246,10 @@ void replica_set::place_locked(uint64_t id, const std::string& reason, request_b
       out.outputs.push_back(std::move(*done));
     return;
   }
+  if (set_restarting_ && !stopping_ && book_.moves(id) < max_moves) {
+    awaiting_set_.push_back(id);  // its set comes back: it resumes there (restart_lockstep_set)
+    return;
+  }
   const auto serving = serving_locked();
   const auto work = book_.work(static_cast<int32_t>(replicas_.size()));
   auto r = stopping_ ? std::nullopt : router_.pick({}, work, serving);
@@ -278,6 +285,8 @@ void replica_set::report_failure_locked(int32_t replica, const std::string& reas
                reason);
     if (expert_group_)
       expert_group_->abort(fmt::format("replica {} failed", rank));
+    // The set's requests wait for its restart (workers: stopped at once by it, which ends any step still blocked).
+    set_restarting_ = d->restart;
     for (int32_t j = 0; j < supervisor_.size(); ++j) {
       if (j != replica)
         supervisor_.on_failure(
@@ -319,12 +328,14 @@ void replica_set::watch(int32_t index) {
   const actors::replica& r = replicas_[static_cast<size_t>(index)];
   if (r.workers.empty())
     return;
+  const uint64_t generation = ++watch_generations_[static_cast<size_t>(index)];
   watches_[static_cast<size_t>(index)] = actors::spawn_replica_watch(
       sys_, actors::watch_args_for(r, config_.tensor_parallel_size * std::max(1, config_.prefill_context_parallel_size),
-                                   [this, index](std::string reason) {
+                                   [this, index, generation](std::string reason) {
                                      {
                                        std::lock_guard lock{mutex_};
-                                       if (stopping_)
+                                       // A watch stopped on purpose may have reported on its way out: old news.
+                                       if (stopping_ || watch_generations_[static_cast<size_t>(index)] != generation)
                                          return;
                                        std::vector<uint64_t> lost;
                                        report_failure_locked(index, reason, lost);
@@ -360,6 +371,7 @@ void replica_set::supervise() {
       old = std::move(replicas_[static_cast<size_t>(job.replica)]);
       replicas_[static_cast<size_t>(job.replica)] = actors::replica{};
       old_watch = std::move(watches_[static_cast<size_t>(job.replica)]);
+      ++watch_generations_[static_cast<size_t>(job.replica)];
       router_.forget(job.replica);
     }
     const int32_t rank = ranks_[static_cast<size_t>(job.replica)];
@@ -426,21 +438,35 @@ void replica_set::give_up(const replica_supervisor::decision& decision) {
 }
 
 bool replica_set::restart_lockstep_set(failure_job job) {
-  std::vector<actors::replica> old;
-  std::shared_ptr<comm::shared_memory_group> old_group;
+  actors::lockstep_set old;
   {
     std::lock_guard lock{mutex_};
-    old = std::move(replicas_);
-    replicas_.assign(old.size(), actors::replica{});
-    old_group = std::move(expert_group_);
-    for (int32_t i = 0; i < static_cast<int32_t>(old.size()); ++i)
+    // Their watches first: stopping the workers on purpose is no news (each watch reports once, and may not have).
+    for (size_t i = 0; i < watches_.size(); ++i) {
+      ++watch_generations_[i];
+      if (watches_[i])
+        caf::anon_send_exit(std::exchange(watches_[i], caf::actor{}), caf::exit_reason::user_shutdown);
+    }
+    old.replicas = std::move(replicas_);
+    replicas_.assign(old.replicas.size(), actors::replica{});
+    old.expert_group = std::move(expert_group_);
+    old.expert_store = std::move(expert_store_);
+    for (int32_t i = 0; i < static_cast<int32_t>(old.replicas.size()); ++i)
       router_.forget(i);
   }
-  // Their requests moved (or failed) already: what the drain aborts now reaches nobody.
-  actors::stop_lockstep_replicas(sys_, old, old_group, "its set is being restarted");
+  // Their requests wait for the set (or failed) already: nothing of the old set is waited for.
+  actors::stop_lockstep_set(sys_, old, "its set is being restarted", /*failed=*/true);
   auto decision = job.decision;
   for (;;) {
     if (!decision.restart) {
+      {
+        // No set comes back: the requests that waited for it fail now.
+        std::lock_guard lock{mutex_};
+        set_restarting_ = false;
+        for (uint64_t id : std::exchange(awaiting_set_, {}))
+          place_locked(id, "its expert-parallel set failed and is not restarted: " + decision.why, parked_);
+      }
+      caf::anon_send(delivery_, proto::output_batch{});
       give_up(decision);
       return true;
     }
@@ -466,7 +492,7 @@ bool replica_set::restart_lockstep_set(failure_job job) {
     std::unique_lock lock{mutex_};
     if (stopping_) {
       lock.unlock();  // the set has no requests: nothing its drain sends needs the lock, but nothing should wait on it
-      actors::stop_lockstep_replicas(sys_, fresh.replicas, fresh.expert_group, "the engine shut down");
+      actors::stop_lockstep_set(sys_, fresh, "the engine shut down", /*failed=*/false);
       return false;
     }
     if (!failure.empty()) {
@@ -479,12 +505,21 @@ bool replica_set::restart_lockstep_set(failure_job job) {
     }
     replicas_ = std::move(fresh.replicas);
     expert_group_ = std::move(fresh.expert_group);
+    expert_store_ = std::move(fresh.expert_store);
     for (int32_t j = 0; j < supervisor_.size(); ++j) {
       supervisor_.on_restarted(j);
       watch(j);  // as every rebuilt replica is (a no-op for uni replicas, which have no worker processes)
     }
-    log::info("replicas", "the {} replicas of the expert-parallel set serve again, {:.2f} s after their restart began",
-              replicas_.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    set_restarting_ = false;
+    const std::vector<uint64_t> waiting = std::exchange(awaiting_set_, {});
+    log::info("replicas",
+              "the {} replicas of the expert-parallel set serve again, {:.2f} s after their restart began{}",
+              replicas_.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              waiting.empty() ? std::string{} : fmt::format("; {} request(s) resume there", waiting.size()));
+    for (uint64_t id : waiting)
+      place_locked(id, "its expert-parallel set failed", parked_);
+    lock.unlock();
+    caf::anon_send(delivery_, proto::output_batch{});  // hands out what the placing parked (errors, aborts)
     return true;
   }
 }

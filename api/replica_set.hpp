@@ -101,7 +101,12 @@ class replica_set {
   /// The replicas step in lockstep over one expert-parallel group (actors/executors/lockstep_replicas.hpp): they are
   /// built, fail and restart together.
   bool lockstep_ = false;
-  std::shared_ptr<comm::shared_memory_group> expert_group_;  ///< the lockstep set's EP group (under mutex_)
+  std::shared_ptr<comm::shared_memory_group> expert_group_;  ///< the lockstep set's EP group, uni (under mutex_)
+  proto::worker_registry_actor expert_store_;  ///< the lockstep set's EP store, mp and cluster (under mutex_)
+  /// A lockstep set failed and its restart is under way: the requests it ran wait here (ids in the book) instead of
+  /// failing, and go to the set again once it serves (under mutex_).
+  bool set_restarting_ = false;
+  std::vector<uint64_t> awaiting_set_;
   actors::replica first_;
   proto::output_sink delivery_;
   std::unique_ptr<lora_check> lora_check_;  ///< the adapters requests named, checked against the model
@@ -109,6 +114,7 @@ class replica_set {
   mutable std::mutex mutex_;
   std::vector<actors::replica> replicas_;
   std::vector<caf::actor> watches_;
+  std::vector<uint64_t> watch_generations_;  ///< per replica: which watch may report (a stopped one may not)
   replica_supervisor supervisor_;
   router router_;
   request_book book_;

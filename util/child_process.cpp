@@ -8,14 +8,67 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
 namespace actorllm::util {
+namespace {
+
+/// Linux sends PR_SET_PDEATHSIG when the *thread* that forked the child ends, not the process. A child that must die
+/// with this process is therefore forked from one thread that lives as long as the process: an engine that builds
+/// its replicas' workers from threads of its own (a lockstep set's replicas are built at once) keeps them when those
+/// threads end.
+class fork_thread {
+ public:
+  static fork_thread& instance() {
+    static fork_thread* const thread = new fork_thread;  // never destroyed: it serves until the process exits
+    return *thread;
+  }
+
+  /// Runs `fork_child` (which forks, and returns the pid and fork's errno) on the fork thread; waits for it.
+  std::pair<pid_t, int> run(const std::function<std::pair<pid_t, int>()>& fork_child) {
+    std::packaged_task<std::pair<pid_t, int>()> task{fork_child};
+    auto result = task.get_future();
+    {
+      std::lock_guard lock{mutex_};
+      tasks_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+    return result.get();
+  }
+
+ private:
+  fork_thread() {
+    std::thread{[this] {
+      for (;;) {
+        std::packaged_task<std::pair<pid_t, int>()> task;
+        {
+          std::unique_lock lock{mutex_};
+          ready_.wait(lock, [this] { return !tasks_.empty(); });
+          task = std::move(tasks_.front());
+          tasks_.pop_front();
+        }
+        task();
+      }
+    }}.detach();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::packaged_task<std::pair<pid_t, int>()>> tasks_;
+};
+
+}  // namespace
 
 child_process::child_process(const options& o) {
   // Build argv and envp before fork: the child may only make async-signal-safe calls until exec.
@@ -45,10 +98,10 @@ child_process::child_process(const options& o) {
   argv.push_back(nullptr);
 
   const pid_t parent = ::getpid();
-  pid_ = ::fork();
-  if (pid_ < 0)
-    throw std::runtime_error(fmt::format("cannot start {}: fork failed: {}", o.program, std::strerror(errno)));
-  if (pid_ == 0) {
+  auto fork_child = [&]() -> std::pair<pid_t, int> {
+    const pid_t pid = ::fork();
+    if (pid != 0)
+      return {pid, errno};
     if (o.die_with_parent) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent)  // the parent died between fork and prctl
@@ -58,7 +111,11 @@ child_process::child_process(const options& o) {
     const char msg[] = "actorllm: exec of a child process failed\n";
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
     ::_exit(127);
-  }
+  };
+  const auto [pid, fork_errno] = o.die_with_parent ? fork_thread::instance().run(fork_child) : fork_child();
+  pid_ = pid;
+  if (pid_ < 0)
+    throw std::runtime_error(fmt::format("cannot start {}: fork failed: {}", o.program, std::strerror(fork_errno)));
 }
 
 child_process::~child_process() {

@@ -1,6 +1,7 @@
 // Lockstep replicas for expert parallelism over data parallelism: see lockstep_replicas.hpp.
 #include "actors/executors/lockstep_replicas.hpp"
-#include "actors/executors/uni_executor.hpp"
+#include "actors/cluster/worker_registry.hpp"
+#include "actors/executors/executor.hpp"
 
 #include "actorllm/error.hpp"
 #include "actorllm/proto/error.hpp"
@@ -10,6 +11,7 @@
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 
 #include <fmt/format.h>
 
@@ -17,6 +19,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 namespace actorllm::actors {
@@ -27,8 +30,7 @@ namespace {
   throw actorllm::error{
       errc::invalid_config,
       fmt::format("enable_expert_parallel (--enable-expert-parallel) with data_parallel_size {}: the expert-parallel "
-                  "group spans every replica's tensor-parallel ranks ({} x {}), so the replicas step together in one "
-                  "process; {}",
+                  "group spans every replica's tensor-parallel ranks ({} x {}), so the replicas step together; {}",
                   config.data_parallel_size, config.data_parallel_size, config.tensor_parallel_size, why)};
 }
 
@@ -42,15 +44,18 @@ bool steps_in_lockstep(const engine_config& config, const model::model_config& m
     refuse(config, fmt::format("data_parallel_rank {} runs one replica per engine: leave it out and serve all {} "
                                "replicas from one",
                                config.data_parallel_rank, dp));
-  if (config.data_parallel_size_local > 0 && config.data_parallel_size_local < dp)
-    refuse(config, fmt::format("data_parallel_size_local {} would put replicas on other nodes",
+  const std::string& executor = config.distributed_executor_backend;
+  if (executor != "uni" && executor != "mp" && executor != "cluster")
+    refuse(config, fmt::format("that runs on the uni, mp or cluster executor, not distributed_executor_backend '{}'",
+                               executor));
+  if (config.data_parallel_size_local > 0 && config.data_parallel_size_local < dp && executor == "uni")
+    refuse(config, fmt::format("data_parallel_size_local {} puts replicas on other nodes, which the uni executor's "
+                               "in-process group cannot reach: run the local replicas in worker processes "
+                               "(distributed_executor_backend mp)",
                                config.data_parallel_size_local));
   if (config.pipeline_parallel_size > 1)
     refuse(config, fmt::format("that runs with one pipeline stage, not pipeline_parallel_size {}",
                                config.pipeline_parallel_size));
-  if (config.distributed_executor_backend != "uni")
-    refuse(config, fmt::format("that needs the uni executor, not distributed_executor_backend '{}'",
-                               config.distributed_executor_backend));
   const int64_t ep = int64_t{dp} * config.tensor_parallel_size;
   if (ep > model.n_expert)
     refuse(config, fmt::format("{} expert-parallel ranks are more than the model's {} experts", ep, model.n_expert));
@@ -81,29 +86,58 @@ bool names_moe_model(const std::string& dir) {
   return model && model->n_expert > 0;
 }
 
+namespace {
+
+std::string random_key() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
+}
+
+}  // namespace
+
 lockstep_set build_lockstep_replicas(caf::actor_system& sys, const engine_config& config, int32_t dp_size) {
   lockstep_set set;
   const int32_t ep = dp_size * config.tensor_parallel_size;
-  set.expert_group = std::make_shared<comm::shared_memory_group>(ep, "the expert-parallel group");
+  const bool in_process = config.distributed_executor_backend == "uni";
+  std::string prefix;
+  if (in_process) {
+    set.expert_group = std::make_shared<comm::shared_memory_group>(ep, "the expert-parallel group");
+  } else {
+    // A store of its own (no worker registers there): every replica's workers reach it, whichever registry admitted
+    // them. Each generation of the set has its own, so a worker of a failed one can never meet the next.
+    const std::string key = random_key();
+    set.expert_store = spawn_worker_registry(sys, {key, 0, caf::actor{}});
+    prefix = "ep-" + key;
+  }
   set.replicas.resize(static_cast<size_t>(dp_size));
-  log::info("replicas", "{} replicas step in lockstep over one expert-parallel group of {} ranks", dp_size, ep);
+  log::info("replicas", "{} replicas step in lockstep over one expert-parallel group of {} ranks ({})", dp_size, ep,
+            in_process ? "in this process, over shared memory"
+                       : fmt::format("in worker processes of the {} executor", config.distributed_executor_backend));
 
   std::mutex mutex;
   std::exception_ptr first_failure;  // the first in time: the others may only be its echo through the group
   std::vector<std::thread> builders;
+  // Built at once: their shards meet in the EP group while they load and profile.
   for (int32_t i = 0; i < dp_size; ++i)
     builders.emplace_back([&, i] {
       replica_slot slot;
       slot.dp_rank = i;
       slot.dp_size = dp_size;
       slot.expert_group = set.expert_group;
+      slot.expert_store = set.expert_store;
+      slot.expert_prefix = prefix;
       try {
-        set.replicas[static_cast<size_t>(i)] = build_uni_replica(sys, config, slot);
+        set.replicas[static_cast<size_t>(i)] = build_replica(sys, config, slot);
       } catch (const std::exception& e) {
         std::lock_guard lock{mutex};
         if (!first_failure) {
           first_failure = std::current_exception();
-          set.expert_group->abort(fmt::format("replica {} could not be built: {}", i, e.what()));
+          const std::string why = fmt::format("replica {} could not be built: {}", i, e.what());
+          // The others' shards may wait for this one's in the group (uni) or for its keys in the store (workers).
+          if (set.expert_group)
+            set.expert_group->abort(why);
+          if (set.expert_store)
+            caf::anon_send_exit(set.expert_store, caf::exit_reason::user_shutdown);
         }
       }
     });
@@ -125,15 +159,15 @@ lockstep_set build_lockstep_replicas(caf::actor_system& sys, const engine_config
     }
   }
   if (first_failure) {
-    stop_lockstep_replicas(sys, set.replicas, set.expert_group, "the replicas could not all be built");
+    stop_lockstep_set(sys, set, "the replicas could not all be built", /*failed=*/true);
     std::rethrow_exception(first_failure);
   }
   return set;
 }
 
-void stop_lockstep_replicas(caf::actor_system& sys, std::vector<replica>& replicas,
-                            const std::shared_ptr<comm::shared_memory_group>& expert_group, const std::string& why) {
-  {
+void stop_lockstep_set(caf::actor_system& sys, lockstep_set& set, const std::string& why, bool failed) {
+  auto& replicas = set.replicas;
+  if (!failed && !replicas.empty()) {
     // Drain all at once: one replica's drain may wait for a step that needs every other replica's experts.
     caf::scoped_actor self{sys};
     std::vector<std::pair<int32_t, decltype(self->request(replicas.front().engine, std::chrono::seconds{30},
@@ -149,14 +183,25 @@ void stop_lockstep_replicas(caf::actor_system& sys, std::vector<replica>& replic
                                proto::message_of(err));
                 });
   }
-  // Drained, no step of any replica is in flight, so no shard is in (or will enter) a collective of the group unless
-  // a replica failed: then the abort wakes its peers' shards still waiting for it, before their actors are stopped.
-  if (expert_group)
-    expert_group->abort(why);
+  // Drained, no step of any replica is in flight, so no shard is in (or will enter) a collective of the group. After
+  // a failure a step may wait there for a rank that is gone: the abort wakes the shards of an in-process group;
+  // workers are stopped with their processes, before anything waits for them.
+  if (set.expert_group)
+    set.expert_group->abort(why);
+  if (failed)
+    for (auto& r : replicas)
+      if (r.release_workers) {
+        r.release_workers();
+        r.release_workers = nullptr;
+      }
   for (auto& r : replicas)
     if (r.engine || !r.shards.empty())
-      stop_replica(sys, r);  // drained: its own drain returns at once
+      stop_replica(sys, r, replica_stop::at_once);  // drained, or failed: nothing left to wait for
   replicas.clear();
+  if (set.expert_store)
+    caf::anon_send_exit(set.expert_store, caf::exit_reason::user_shutdown);
+  set.expert_store = nullptr;
+  set.expert_group = nullptr;
 }
 
 }  // namespace actorllm::actors

@@ -211,6 +211,9 @@ replica_plan plan_replica(const engine_config& config, const replica_slot& slot)
                              slot.dp_size, slot.dp_size - 1));
   r.dp_rank = slot.dp_rank;
   r.dp_size = slot.dp_size;
+  plan.lockstep = slot.in_lockstep();
+  plan.expert_store = slot.expert_store;
+  plan.expert_prefix = slot.expert_prefix;
   const int32_t world = tp * pp * std::max(1, config.prefill_context_parallel_size);
   plan.share = share_of(config, slot, static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
   plan.threads_per_shard = std::max(1, plan.share.threads / world);
@@ -252,6 +255,8 @@ proto::shard_assignment make_shard_assignment(const engine_config& config, const
   a.dp_rank = r.dp_rank;
   a.dp_size = r.dp_size;
   a.lockstep = plan.lockstep;
+  a.expert_store = plan.expert_store;
+  a.expert_prefix = plan.expert_prefix;
   a.samples = stage == pp - 1 && index == 0;
   a.enforce_eager = config.enforce_eager;
   a.max_num_seqs = config.max_num_seqs;
@@ -314,8 +319,8 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
   }
 }
 
-void stop_replica(caf::actor_system& sys, replica& r) {
-  if (r.engine) {
+void stop_replica(caf::actor_system& sys, replica& r, replica_stop how) {
+  if (r.engine && how == replica_stop::drain) {
     caf::scoped_actor self{sys};
     // Bounded: a replica whose worker died must not hold the caller forever.
     self->request(r.engine, std::chrono::seconds{30}, proto::shutdown_atom::value)

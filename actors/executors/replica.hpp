@@ -39,10 +39,18 @@ struct replica_slot {
 
   int32_t dp_rank = 0;
   int32_t dp_size = 1;
-  /// Lockstep expert parallelism (actors/executors/lockstep_replicas.hpp, uni executor only): the EP group over every
-  /// replica's TP ranks, which this replica's shards join at ranks dp_rank × tp + tp rank; its scheduler keeps step
-  /// with the others'. Null: the replica steps alone (its EP group, if any, is its TP group).
+  /// Lockstep expert parallelism (actors/executors/lockstep_replicas.hpp) in process (uni executor): the EP group
+  /// over every replica's TP ranks, which this replica's shards join at ranks dp_rank × tp + tp rank; its scheduler
+  /// keeps step with the others'. Null: the replica steps alone (its EP group, if any, is its TP group), or its
+  /// shards are in worker processes (expert_store).
   std::shared_ptr<comm::shared_memory_group> expert_group;
+  /// Lockstep expert parallelism over worker processes (mp and cluster executors): the store in which the shards of
+  /// every replica of the set meet to build their EP group, and the keys of this generation of the set in it.
+  proto::rendezvous_store_actor expert_store;
+  std::string expert_prefix;
+
+  /// Whether the replica keeps step with the other replicas of a lockstep set.
+  bool in_lockstep() const { return expert_group != nullptr || static_cast<bool>(expert_store); }
 };
 
 /// A replica's share of this node when several replicas of one engine run on it: its own devices (the shards of
@@ -90,10 +98,12 @@ struct replica_plan {
   replica r;  ///< model, stages, max_model_len, tokenizer filled; no actors yet
   engine::scheduler_config scheduler;
   model::load_options load;
-  device_kind device = device_kind::cpu;  ///< engine_config::device, resolved
-  replica_share share;                    ///< this replica's devices and threads on this node
-  int32_t threads_per_shard = 1;          ///< share.threads / (tp × pp), at least 1
-  bool lockstep = false;                  ///< its scheduler keeps step with its peers' (replica_slot::expert_group)
+  device_kind device = device_kind::cpu;       ///< engine_config::device, resolved
+  replica_share share;                         ///< this replica's devices and threads on this node
+  int32_t threads_per_shard = 1;               ///< share.threads / (tp × pp), at least 1
+  bool lockstep = false;                       ///< its scheduler keeps step with its peers' (replica_slot::in_lockstep)
+  proto::rendezvous_store_actor expert_store;  ///< replica_slot::expert_store
+  std::string expert_prefix;                   ///< replica_slot::expert_prefix
 };
 
 /// Checks `config` against the model's config.json (TP split of the heads, pipeline layout, scheduler limits) and
@@ -109,9 +119,15 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
 /// "3,2": the layers of each stage, for logs.
 std::string describe_stages(const std::vector<stage_range>& stages);
 
-/// Aborts what still runs, waits for the pipeline to drain, and stops every actor of `r` (the actor system's
-/// destructor then joins their threads).
-void stop_replica(caf::actor_system& sys, replica& r);
+/// How stop_replica ends what still runs.
+enum class replica_stop {
+  drain,    ///< aborts what still runs and waits (bounded) for the pipeline to drain
+  at_once,  ///< no drain: a failed replica whose step may never finish (its requests were moved already)
+};
+
+/// Stops `r`: drains it (or not: `how`), then stops every actor of `r` (the actor system's destructor then joins their
+/// threads) and its worker processes.
+void stop_replica(caf::actor_system& sys, replica& r, replica_stop how = replica_stop::drain);
 
 /// The assignment of shard `index` (in its stage, copy-major: pcp copies of the TP group) of stage `stage` of
 /// `plan`'s replica: the one description of a shard every executor starts from (the uni executor spawns it in this

@@ -16,7 +16,6 @@ replica build_uni_replica(caf::actor_system& sys, const engine_config& config, c
   replica& r = plan.r;
   const int32_t tp = config.tensor_parallel_size;
   const int32_t pp = config.pipeline_parallel_size;
-  plan.lockstep = slot.expert_group != nullptr;
   log::info("executor",
             "{}uni executor: {} stage(s) x {} tp rank(s) of {} (layers per stage: {}), {} kernel thread(s) "
             "per shard{}{}",

@@ -198,7 +198,9 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
           if (st.args.make_next_link)
             st.next_link = st.args.make_next_link(*be);
           std::unique_ptr<tp_collective> expert_comm;
-          if (st.args.expert_group)
+          if (st.args.make_expert_collective)
+            expert_comm = st.args.make_expert_collective(*be);
+          else if (st.args.expert_group)
             expert_comm =
                 std::make_unique<comm::shared_memory_collective>(st.args.expert_group, st.args.spec.ep_rank());
           auto loaded = model::load_shard(st.args.assignment.model_dir, st.args.spec, st.args.load);

@@ -48,6 +48,9 @@ struct shard_args {
   /// Worker processes: builds the TP collective when the shard loads, on the shard's backend (NCCL between GPUs of
   /// their own, else shared memory or Gloo); null: shared memory through `group`.
   std::function<std::unique_ptr<tp_collective>(backend&)> make_collective;
+  /// Worker processes under lockstep expert parallelism: builds the EP group's collective (after the TP one), whose
+  /// ranks are every replica's shards of this stage; null: `expert_group`, or the TP group is the EP group.
+  std::function<std::unique_ptr<tp_collective>(backend&)> make_expert_collective;
   /// Worker processes: build the links to the previous and next stage when the shard loads (after the
   /// collective), on the shard's backend (NCCL between GPUs of their own, else Gloo); null: hidden states travel
   /// inside stage_handoff.

@@ -25,11 +25,11 @@
 namespace actorllm::actors {
 namespace {
 
-/// The rendezvous store over the engine's registry: blocking requests from the shard's own thread (it runs in a
-/// detached actor, so blocking there stalls nobody else).
+/// A rendezvous store in the engine (its registry, or a lockstep set's expert store): blocking requests from the
+/// shard's own thread (it runs in a detached actor, so blocking there stalls nobody else).
 class registry_store final : public comm::rendezvous_store {
  public:
-  registry_store(caf::actor_system& sys, proto::worker_registry_actor registry)
+  registry_store(caf::actor_system& sys, proto::rendezvous_store_actor registry)
       : sys_(sys), registry_(std::move(registry)) {}
 
   void set(const std::string& key, const std::vector<char>& value) override {
@@ -57,7 +57,7 @@ class registry_store final : public comm::rendezvous_store {
 
  private:
   caf::actor_system& sys_;
-  proto::worker_registry_actor registry_;
+  proto::rendezvous_store_actor registry_;
 };
 
 using check_actor = caf::typed_actor<
@@ -91,6 +91,15 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
                             size = group_size](backend& be) {
       return comm::make_group_collective(*store, fmt::format("{}/tp/{}", prefix, stage), rank, size, be, options,
                                          stage);
+    };
+  }
+  // Lockstep expert parallelism: the EP group over every replica's TP ranks of this stage meets in the set's store.
+  if (a.lockstep && a.expert_store) {
+    auto expert_store = std::make_shared<registry_store>(sys, a.expert_store);
+    args.make_expert_collective = [expert_store, options, name = fmt::format("{}/ep/{}", a.expert_prefix, a.stage),
+                                   stage = a.stage, rank = args.spec.ep_rank(),
+                                   size = args.spec.ep_size()](backend& be) {
+      return comm::make_group_collective(*expert_store, name, rank, size, be, options, stage);
     };
   }
   if (a.stage > 0) {

@@ -132,14 +132,14 @@ TEST_CASE("a lockstep set: each replica serves while the other idles, an aborted
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{20});
 
   const auto t1 = std::chrono::steady_clock::now();
-  actors::stop_lockstep_replicas(sys, set.replicas, set.expert_group, "the test is over");
+  actors::stop_lockstep_set(sys, set, "the test is over", /*failed=*/false);
   CHECK(set.replicas.empty());
   CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::seconds{10});
 
   // What the replica set's restart does: a fresh set over a fresh group serves the same ids.
   actors::lockstep_set fresh = actors::build_lockstep_replicas(sys, c, 2);
   CHECK(run_request(sys, fresh.replicas[1].engine, 4, 24, [] {}).ids == on0.ids);
-  actors::stop_lockstep_replicas(sys, fresh.replicas, fresh.expert_group, "the test is over");
+  actors::stop_lockstep_set(sys, fresh, "the test is over", /*failed=*/false);
 }
 
 TEST_CASE("lockstep: only an MoE model with expert parallelism and more than one replica steps in lockstep") {
@@ -152,12 +152,24 @@ TEST_CASE("lockstep: only an MoE model with expert parallelism and more than one
   c.data_parallel_size = 1;
   CHECK_FALSE(actors::steps_in_lockstep(c));
   c.data_parallel_size = 2;
+  // Worker processes, on one node or on a cluster's: their EP group meets through the set's store.
   c.distributed_executor_backend = "mp";
-  CHECK_THROWS_WITH_AS(actors::steps_in_lockstep(c), doctest::Contains("not distributed_executor_backend 'mp'"),
+  CHECK(actors::steps_in_lockstep(c));
+  c.distributed_executor_backend = "cluster";
+  CHECK(actors::steps_in_lockstep(c));
+  c.distributed_executor_backend = "ray";
+  CHECK_THROWS_WITH_AS(actors::steps_in_lockstep(c), doctest::Contains("not distributed_executor_backend 'ray'"),
                        actorllm::error);
   c.distributed_executor_backend = "uni";
-  c.data_parallel_size_local = 1;
+  c.data_parallel_size_local = 1;  // replica 1 on another node, which an in-process group cannot reach
   CHECK_THROWS_WITH_AS(actors::steps_in_lockstep(c), doctest::Contains("data_parallel_size_local 1"), actorllm::error);
+  c.distributed_executor_backend = "mp";
+  CHECK(actors::steps_in_lockstep(c));
+  c.data_parallel_size_local = 0;
+  c.pipeline_parallel_size = 2;
+  CHECK_THROWS_WITH_AS(actors::steps_in_lockstep(c), doctest::Contains("not pipeline_parallel_size 2"),
+                       actorllm::error);
+  c.pipeline_parallel_size = 1;
   c.model = (dir.path / "missing").string();
   CHECK_FALSE(actors::steps_in_lockstep(c));  // building the replica says what is wrong with it
 }
@@ -199,5 +211,5 @@ TEST_CASE("a lockstep set: one shard failing alone fails the other replica's run
   CHECK(cut.ids.empty());
   CHECK(cut.failure.find("was aborted: replica 1 stage 0 rank 1") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{20});
-  actors::stop_lockstep_replicas(sys, set.replicas, set.expert_group, "the test is over");
+  actors::stop_lockstep_set(sys, set, "the test is over", /*failed=*/true);
 }

@@ -187,7 +187,7 @@ TEST_CASE("lockstep DP+EP: one replica's failure restarts the whole set, whose r
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("lockstep DP+EP is refused by name where the replicas cannot step together in one process") {
+TEST_CASE("lockstep DP+EP is refused by name where the replicas cannot step together") {
   moe_dir dir;
   auto refused = [&](engine_config c, const char* what) {
     INFO(what);

@@ -28,6 +28,14 @@ using store_get_atom = caf::atom_constant<caf::atom("store_get")>;
 /// liveness probe answered by every worker.
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 
+/// A rendezvous store: what the shards' data plane meets through (the worker registry is one; a lockstep set's
+/// expert-parallel group has one of its own, in the engine, shared by the replicas' workers).
+using rendezvous_store_actor = caf::typed_actor<
+    /// Stores a value (bytes) under a key.
+    caf::replies_to<store_set_atom, std::string, std::string>::with<caf::ok_atom>,
+    /// Replies with the value once the key exists (waits for a set).
+    caf::replies_to<store_get_atom, std::string>::with<std::string>>;
+
 /// One shard, described by value so it crosses processes: what every executor spawns a shard from
 /// (actors::make_shard_assignment). A worker process builds the shard's collectives itself (Gloo over
 /// `data_plane_host`, rendezvous through the registry's store); the uni executor hands it shared-memory groups.
@@ -58,9 +66,14 @@ struct shard_assignment {
   int32_t device_offset = 0;
   int32_t dp_rank = 0;  ///< the data-parallel replica the shard belongs to (logs)
   int32_t dp_size = 1;  ///< the engine's data-parallel replicas
-  /// Lockstep expert parallelism (uni executor): the shard joins the EP group over every replica's TP ranks at rank
+  /// Lockstep expert parallelism: the shard joins the EP group over every replica's TP ranks at rank
   /// dp_rank × tp + tp rank (model::shard_spec::ep_rank).
   bool lockstep = false;
+  /// Lockstep expert parallelism in worker processes: the store the EP group's ranks meet through (every replica's
+  /// workers, so not their replica's registry) and the keys of this generation of the set in it. Null in process
+  /// (the uni executor hands the shard a shared-memory group).
+  rendezvous_store_actor expert_store;
+  std::string expert_prefix;
   bool samples = false;
   bool enforce_eager = false;     ///< engine_config::enforce_eager: no decode graphs
   int32_t max_num_seqs = 0;       ///< engine_config::max_num_seqs: the largest decode graph
@@ -82,8 +95,9 @@ typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
   return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tokenizer, x.tp_rank, x.tp_size, x.layer_begin,
            x.layer_end, x.stage, x.pp_size, x.expert_parallel, x.dcp_size, x.dcp_interleave, x.pcp_size, x.pcp_rank,
            x.load_format, x.dtype, x.quantization, x.device, x.seed, x.n_threads, x.device_offset, x.dp_rank, x.dp_size,
-           x.lockstep, x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len, x.max_loras, x.max_lora_rank,
-           x.max_cpu_loras, x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
+           x.lockstep, x.expert_store, x.expert_prefix, x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len,
+           x.max_loras, x.max_lora_rank, x.max_cpu_loras, x.next, x.data_plane_host, x.rendezvous_prefix,
+           x.collective_timeout_ms);
 }
 
 /// worker: run the communication check (`actorllm check`).
