@@ -94,11 +94,11 @@ class nccl_activation_link final : public activation_link {
 
 std::unique_ptr<tp_collective> make_group_collective(rendezvous_store& store, const std::string& name, int rank,
                                                      int size, backend& be, const gloo_group_options& options,
-                                                     int32_t stage) {
+                                                     int32_t stage, std::string_view kind) {
   std::string why;
   if (auto dc = try_nccl(store, name, rank, size, be, options.timeout, why)) {
     if (rank == 0)
-      log::info("worker", "stage {}: TP collectives over NCCL {} ({})", stage, nccl_version(), why);
+      log::info("worker", "stage {}: {} collectives over NCCL {} ({})", stage, kind, nccl_version(), why);
     return std::move(dc->collective);
   }
   if (rank == 0 && be.where().kind == device_kind::cuda)
@@ -110,13 +110,13 @@ std::unique_ptr<tp_collective> make_group_collective(rendezvous_store& store, co
     shm_options.timeout = options.timeout;
     if (auto shm = interprocess_collective::try_create(store, name + "/shm", rank, size, shm_options)) {
       if (rank == 0)
-        log::info("worker", "stage {}: the {} TP ranks share memory for their collectives", stage, size);
+        log::info("worker", "stage {}: the {} {} ranks share memory for their collectives", stage, size, kind);
       return std::unique_ptr<tp_collective>(std::move(shm));
     }
     if (rank == 0)
-      log::info("worker", "stage {}: the TP ranks are not all on one host: collectives over Gloo (TCP)", stage);
+      log::info("worker", "stage {}: the {} ranks are not all on one host: collectives over Gloo (TCP)", stage, kind);
   } else if (rank == 0) {
-    log::info("worker", "stage {}: ACTORLLM_SHM_COLLECTIVE is off: TP collectives over Gloo (TCP)", stage);
+    log::info("worker", "stage {}: ACTORLLM_SHM_COLLECTIVE is off: {} collectives over Gloo (TCP)", stage, kind);
   }
   auto group = std::make_shared<gloo_group>(store, name, rank, size, options);
   return std::unique_ptr<tp_collective>(std::make_unique<gloo_collective>(std::move(group)));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace actorllm::comm {
 
@@ -19,9 +20,10 @@ namespace actorllm::comm {
 /// is on a GPU of its own with NCCL, else shared memory when every rank is on this host (unless
 /// ACTORLLM_SHM_COLLECTIVE=0), else Gloo. Throws comm_error when ACTORLLM_NCCL is malformed, or is 1 and NCCL is
 /// impossible (naming why), or a rendezvous times out.
+/// `kind` names the group in the log ("TP", "EP").
 std::unique_ptr<tp_collective> make_group_collective(rendezvous_store& store, const std::string& name, int rank,
                                                      int size, backend& be, const gloo_group_options& options,
-                                                     int32_t stage);
+                                                     int32_t stage, std::string_view kind = "TP");
 
 /// The link of one pipeline hop (group `name`, this side `rank`: 0 sends, 1 receives): NCCL when both sides are on
 /// GPUs of their own with NCCL (as for a TP group), else Gloo over host memory.

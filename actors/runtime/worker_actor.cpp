@@ -99,7 +99,7 @@ shard_args make_worker_shard_args(caf::actor_system& sys, const proto::shard_ass
     args.make_expert_collective = [expert_store, options, name = fmt::format("{}/ep/{}", a.expert_prefix, a.stage),
                                    stage = a.stage, rank = args.spec.ep_rank(),
                                    size = args.spec.ep_size()](backend& be) {
-      return comm::make_group_collective(*expert_store, name, rank, size, be, options, stage);
+      return comm::make_group_collective(*expert_store, name, rank, size, be, options, stage, "EP");
     };
   }
   if (a.stage > 0) {

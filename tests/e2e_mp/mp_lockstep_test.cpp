@@ -2,8 +2,11 @@
 // process, one expert-parallel group of 4 over the processes (shared memory, or Gloo over loopback), the step rounds
 // between the schedulers over CAF messages. Random-weight Mixtral, Qwen2-MoE and Qwen3-MoE checkpoints give the
 // float64 reference's greedy ids with one replica busy and the other idle and with both busy; a worker killed with
-// SIGKILL under 16 streams restarts the whole set, and every stream resumes there and ends as undisturbed.
+// SIGKILL under 16 streams restarts the whole set, and every stream resumes there and ends as undisturbed (through
+// actorllm::LLM, and through `actorllm serve` with SSE streams that each end with [DONE]).
 #include "actorllm/llm.hpp"
+#include "e2e_server/data_parallel_checks.hpp"
+#include "e2e_server/server_harness.hpp"
 #include "model/model_config.hpp"
 #include "model_test_util.hpp"
 #include "moe_model_json.hpp"
@@ -21,6 +24,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -198,5 +202,66 @@ TEST_CASE(
   CHECK(test::worker_pids_of(::getpid()).size() == 4);  // the new set's workers; the old ones are gone
   // The restarted set serves as before.
   CHECK(llm.generate(prompts[3], p).outputs.at(0).token_ids == reference[3].outputs.at(0).token_ids);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE(
+    "serve: lockstep dp 2 x tp 2 (mp), kill -9 of one worker under 16 SSE streams: each ends with [DONE] as "
+    "undisturbed") {
+  // A dummy Mixtral with stories260K's vocabulary and tokenizer, so that the story prompts are text.
+  const auto dir = test::make_temp_dir("actorllm-serve-lockstep");
+  std::ofstream{dir / "config.json"} << R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "vocab_size": 512, "max_position_embeddings": 512, "num_local_experts": 8, "num_experts_per_tok": 2,
+      "bos_token_id": 1, "eos_token_id": 2, "sliding_window": null, "torch_dtype": "float32"})";
+  e2e::server srv{{"--load-format", "dummy", "--tokenizer", test::model_dir("stories260K").string(), "-dp", "2", "-tp",
+                   "2", "--enable-expert-parallel", "--distributed-executor-backend", "mp", "--max-num-seqs", "4",
+                   "--kv-cache-memory", "4MiB", "--max-worker-restarts", "5"},
+                  {"ACTORLLM_WORKER_BIN=" + test::actorllm_binary().string()},
+                  dir};
+  const uint16_t port = srv.port();
+  REQUIRE(test::worker_pids_of(srv.pid()).size() == 4);
+  auto prompts = test::story_prompts();
+  prompts.resize(16);
+
+  // Undisturbed, all at once.
+  std::vector<std::string> reference(prompts.size());
+  {
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      clients.emplace_back([&, i] {
+        auto r = e2e::http(port, "POST", "/v1/completions", e2e::story_body(prompts[i], false));
+        reference[i] = r.status == 200 ? e2e::completion_text(r.body) : "HTTP " + std::to_string(r.status) + r.body;
+      });
+    for (auto& t : clients)
+      t.join();
+  }
+  for (const auto& text : reference)
+    REQUIRE_MESSAGE(text.size() > 100, text);
+
+  std::vector<std::string> streamed(prompts.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    clients.emplace_back(
+        [&, i] { streamed[i] = e2e::http(port, "POST", "/v1/completions", e2e::story_body(prompts[i], true)).body; });
+  // Once both replicas run requests, one worker of the set goes.
+  const std::string running = R"(actorllm:num_requests_running{model_name="stories",replica=")";
+  REQUIRE(wait_until(
+      [&] { return e2e::metric(port, running + "0\"}") >= 2 && e2e::metric(port, running + "1\"}") >= 2; }, 30s));
+  auto workers = test::worker_pids_of(srv.pid());
+  REQUIRE(workers.size() == 4);
+  ::kill(workers.front(), SIGKILL);
+  for (auto& t : clients)
+    t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    const e2e::sse_result r = e2e::parse_sse(streamed[i]);
+    CHECK_MESSAGE(r.error.empty(), r.error);
+    CHECK(r.done);
+    CHECK(r.text == reference[i]);
+  }
+  const std::string log = srv.log();
+  CHECK_MESSAGE(log.find("the 2 replicas of the expert-parallel set serve again") != std::string::npos, log);
+  CHECK(e2e::metric(port, R"(actorllm:request_failovers_total{model_name="stories"})") > 0);
   std::filesystem::remove_all(dir);
 }
