@@ -220,7 +220,9 @@ void interprocess_collective::exchange(const char* what) {
         continue;
       const int32_t pid = ranks[q].pid.load(std::memory_order_acquire);
       fail_if_one_gave_up(what);
-      if (!process_alive(pid))
+      // A peer may arrive and exit between the look at its arrival above and this one at its pid (the last
+      // collective of a run): only a peer that is gone and still has not arrived failed.
+      if (!process_alive(pid) && ranks[q].arrived.load(std::memory_order_acquire) < op_)
         fail(fmt::format("{}: rank {} (pid {}) exited", what, q, pid));
       if (waited > options_.timeout)
         fail(fmt::format("{}: rank {} (pid {}) did not arrive within {} ms", what, q, pid, options_.timeout.count()));
