@@ -16,8 +16,8 @@
 #include "comm/shared_memory_collective.hpp"
 #include "util/json_writer.hpp"
 
-#include <CLI/CLI.hpp>
 #include <gloo/rendezvous/file_store.h>
+#include <CLI/CLI.hpp>
 
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -200,8 +200,8 @@ std::vector<row> process_rows(const std::vector<shape>& shapes, int ep, uint32_t
   const auto dir = std::filesystem::temp_directory_path() / ("actorllm-bench-ep-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const size_t n_results = shapes.size() * static_cast<size_t>(ep) * 2;
-  void* mem = ::mmap(nullptr, n_results * sizeof(rank_result), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                     -1, 0);
+  void* mem =
+      ::mmap(nullptr, n_results * sizeof(rank_result), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED)
     throw std::runtime_error("mmap of the results failed");
   auto* results = new (mem) rank_result[n_results];
@@ -315,13 +315,14 @@ int main(int argc, char** argv) {
   std::stable_sort(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.transport < b.transport; });
 
   const unsigned cores = std::thread::hardware_concurrency();
-  std::printf("MoE step = dispatch + combine, top-%d of %d experts; bytes: received per rank per step (the mean; it "
-              "sends as much); time: the slowest rank; %u cores for up to %d ranks%s\n",
-              n_expert_used, n_expert, cores, *std::max_element(eps.begin(), eps.end()),
-              static_cast<int>(cores) < *std::max_element(eps.begin(), eps.end()) ? " (oversubscribed: times are "
-                                                                                    "the scheduler's as much as the "
-                                                                                    "transport's)"
-                                                                                  : "");
+  std::printf(
+      "MoE step = dispatch + combine, top-%d of %d experts; bytes: received per rank per step (the mean; it "
+      "sends as much); time: the slowest rank; %u cores for up to %d ranks%s\n",
+      n_expert_used, n_expert, cores, *std::max_element(eps.begin(), eps.end()),
+      static_cast<int>(cores) < *std::max_element(eps.begin(), eps.end()) ? " (oversubscribed: times are "
+                                                                            "the scheduler's as much as the "
+                                                                            "transport's)"
+                                                                          : "");
   std::printf("%-24s %3s %6s %6s %14s %14s %8s %11s %11s %8s\n", "transport", "ep", "n_embd", "tokens", "a2a MB/step",
               "ag MB/step", "ag/a2a", "a2a ms", "ag ms", "ag/a2a");
   for (const auto& r : rows) {

@@ -129,15 +129,15 @@ std::vector<int64_t> gloo_collective::all_to_all_rows(const float* send, std::sp
   }
   const auto mine = static_cast<size_t>(me);
   if (from[mine] > 0)
-    std::memcpy(reinterpret_cast<char*>(recv.data()) + recv_at[mine], reinterpret_cast<const char*>(send) + send_at[mine],
-                static_cast<size_t>(from[mine]) * row_bytes);
+    std::memcpy(reinterpret_cast<char*>(recv.data()) + recv_at[mine],
+                reinterpret_cast<const char*>(send) + send_at[mine], static_cast<size_t>(from[mine]) * row_bytes);
   state.guarded(fmt::format("all_to_all_rows of {} rows out, {} in, {} floats each", n_send, n_recv, width), -1, [&] {
     // Gloo only reads a buffer it sends from: `send` stays unmodified.
-    auto out = n_send > 0 ? state.context->createUnboundBuffer(const_cast<float*>(send), static_cast<size_t>(n_send) *
-                                                                                             row_bytes)
+    auto out = n_send > 0 ? state.context->createUnboundBuffer(const_cast<float*>(send),
+                                                               static_cast<size_t>(n_send) * row_bytes)
                           : nullptr;
-    auto in = n_recv > 0 ? state.context->createUnboundBuffer(recv.data(), static_cast<size_t>(n_recv) * row_bytes)
-                         : nullptr;
+    auto in =
+        n_recv > 0 ? state.context->createUnboundBuffer(recv.data(), static_cast<size_t>(n_recv) * row_bytes) : nullptr;
     int n_out = 0, n_in = 0;
     for (int peer = 0; peer < n; ++peer) {
       const auto p = static_cast<size_t>(peer);

@@ -1,6 +1,6 @@
 // The TP collectives between processes: tp_collective over a gloo_group (Gloo's ring all-reduce and all-gather
-// over TCP, and an all-to-all of rows over its point-to-point buffers). Use it where the shards of a TP group live in different processes; shared_memory_collective is the
-// faster choice for threads of one process.
+// over TCP, and an all-to-all of rows over its point-to-point buffers). Use it where the shards of a TP group live in
+// different processes; shared_memory_collective is the faster choice for threads of one process.
 #pragma once
 
 #include "comm/collective.hpp"

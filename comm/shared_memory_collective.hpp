@@ -66,9 +66,9 @@ class shared_memory_group {
   int size_;
   std::optional<std::barrier<>> sync_;
   std::optional<abortable_barrier> abortable_;
-  std::vector<const float*> inputs_;  // per rank: the buffer it contributes to the current collective
+  std::vector<const float*> inputs_;        // per rank: the buffer it contributes to the current collective
   std::vector<const int64_t*> row_counts_;  // per rank, in an all-to-all: the rows it sends to each rank
-  std::vector<float> scratch_[2];     // alternated per collective so a fast rank never overwrites a slow reader
+  std::vector<float> scratch_[2];           // alternated per collective so a fast rank never overwrites a slow reader
 };
 
 /// One rank's handle on a shared_memory_group. Collectives are deterministic: every rank sums in rank order, so

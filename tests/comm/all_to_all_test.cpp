@@ -84,8 +84,9 @@ TEST_CASE("shared-memory all_to_all_rows: an abort wakes the ranks waiting for a
   CHECK(late.exchange_statistics().exchanges == 0);
 }
 
-TEST_CASE("interprocess all_to_all_rows: uneven rows in source order, back, as the all-gather form, counted, in "
-          "pieces too [asan]") {
+TEST_CASE(
+    "interprocess all_to_all_rows: uneven rows in source order, back, as the all-gather form, counted, in "
+    "pieces too [asan]") {
   comm::memory_store store;
   for (int n : {1, 2, 3, 4}) {
     // A slot of 2^18 floats carries every round at once; one of 37 splits rows (width 5) across exchanges and
@@ -161,27 +162,26 @@ TEST_CASE("gloo all_to_all_rows: a peer that never calls fails the waiting rank 
   auto rank0_done_future = rank0_done.get_future().share();
   std::string message;
   std::chrono::steady_clock::duration waited{};
-  test::run_gloo_ranks(
-      store, "a2a-silent", 2,
-      [&](std::shared_ptr<comm::gloo_group> group) {
-        comm::gloo_collective c{group};
-        if (group->rank() == 1) {  // stays connected but never calls the all-to-all
-          rank0_done_future.wait();
-          return;
-        }
-        const std::vector<int64_t> rows{0, 2};
-        const std::vector<float> send(2 * 3, 1.0f);
-        std::vector<float> recv;
-        const auto start = std::chrono::steady_clock::now();
-        try {
-          c.all_to_all_rows(send.data(), rows, 3, recv);
-        } catch (const comm::comm_error& e) {
-          message = e.what();
-        }
-        waited = std::chrono::steady_clock::now() - start;
-        rank0_done.set_value();
-      },
-      {.host = "127.0.0.1", .timeout = timeout});
+  test::run_gloo_ranks(store, "a2a-silent", 2,
+                       [&](std::shared_ptr<comm::gloo_group> group) {
+                         comm::gloo_collective c{group};
+                         if (group->rank() == 1) {  // stays connected but never calls the all-to-all
+                           rank0_done_future.wait();
+                           return;
+                         }
+                         const std::vector<int64_t> rows{0, 2};
+                         const std::vector<float> send(2 * 3, 1.0f);
+                         std::vector<float> recv;
+                         const auto start = std::chrono::steady_clock::now();
+                         try {
+                           c.all_to_all_rows(send.data(), rows, 3, recv);
+                         } catch (const comm::comm_error& e) {
+                           message = e.what();
+                         }
+                         waited = std::chrono::steady_clock::now() - start;
+                         rank0_done.set_value();
+                       },
+                       {.host = "127.0.0.1", .timeout = timeout});
   INFO(message);
   CHECK(waited >= timeout * 9 / 10);
   CHECK(waited < timeout + 2s);
