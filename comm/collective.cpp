@@ -24,6 +24,22 @@ void tp_collective::all_gather(const tensor& in, const tensor& out) {
 
 std::vector<int64_t> tp_collective::all_to_all_rows(const float* send, std::span<const int64_t> send_rows,
                                                     int64_t width, std::vector<float>& recv) {
+  return all_to_all_rows_via_all_gather(send, send_rows, width, recv);
+}
+
+void tp_collective::count_all_to_all(int64_t sent_rows, int64_t received_rows, int64_t width) {
+  const auto peers = static_cast<uint64_t>(size() - 1);
+  const auto row_bytes = static_cast<uint64_t>(width) * sizeof(float);
+  exchange_stats_.exchanges += 1;
+  exchange_stats_.rows_sent += static_cast<uint64_t>(sent_rows);
+  exchange_stats_.rows_received += static_cast<uint64_t>(received_rows);
+  exchange_stats_.bytes_sent += static_cast<uint64_t>(sent_rows) * row_bytes + peers * sizeof(int64_t);
+  exchange_stats_.bytes_received += static_cast<uint64_t>(received_rows) * row_bytes + peers * sizeof(int64_t);
+}
+
+std::vector<int64_t> tp_collective::all_to_all_rows_via_all_gather(const float* send,
+                                                                   std::span<const int64_t> send_rows, int64_t width,
+                                                                   std::vector<float>& recv) {
   const int n = size();
   const int me = rank();
   ACTORLLM_CHECK(static_cast<int>(send_rows.size()) == n, "all_to_all_rows: one send count per rank");
@@ -53,6 +69,14 @@ std::vector<int64_t> tp_collective::all_to_all_rows(const float* send, std::span
   for (int64_t r : from)
     n_recv += r;
   recv.assign(static_cast<size_t>(n_recv * width), 0.0f);
+  // What the two all-gathers carry between ranks: every rank's counts, then every rank's padded buffer, to each peer.
+  const auto peers = static_cast<uint64_t>(n - 1);
+  const uint64_t carried = peers * (un + static_cast<uint64_t>(max_total * width)) * sizeof(float);
+  exchange_stats_.exchanges += 1;
+  exchange_stats_.rows_sent += static_cast<uint64_t>(my_total - send_rows[static_cast<size_t>(me)]);
+  exchange_stats_.rows_received += static_cast<uint64_t>(n_recv - from[static_cast<size_t>(me)]);
+  exchange_stats_.bytes_sent += carried;
+  exchange_stats_.bytes_received += carried;
   if (max_total == 0)
     return from;
   // Step 2: every rank's rows, padded to the largest send; each rank keeps the runs addressed to it.

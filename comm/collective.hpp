@@ -12,6 +12,19 @@
 
 namespace actorllm {
 
+/// What all_to_all_rows moved between this rank and the others since the communicator was made: the rows of expert
+/// parallelism's dispatch and combine. Rows a rank addresses to itself are a local copy and not counted. Bytes are
+/// what crossed between ranks for those calls: the rows, the padding the all-gather form adds, and the row counts
+/// (a real all-to-all tells each peer one 8-byte count; an all-gather form gathers all size() counts, 4 bytes each,
+/// to every peer).
+struct exchange_stats {
+  uint64_t exchanges = 0;       ///< all_to_all_rows calls
+  uint64_t rows_sent = 0;       ///< rows sent to other ranks
+  uint64_t rows_received = 0;   ///< rows received from other ranks
+  uint64_t bytes_sent = 0;      ///< bytes this rank contributed that other ranks received (rows, padding, counts)
+  uint64_t bytes_received = 0;  ///< bytes this rank received from other ranks (rows, padding, counts)
+};
+
 /// Collective operations over the ranks of one tensor-parallel group. Every rank calls each operation in the same
 /// order with the same sizes (the usual collective contract).
 ///
@@ -48,11 +61,24 @@ class tp_collective {
   /// combines their outputs with. This rank sends send_rows[d] rows to rank d (size() entries; the rows lie back to
   /// back in `send`, in destination order) and receives into `recv` (resized) the rows every rank sent it, in source
   /// rank order; returns how many rows came from each source. Counts may differ from rank to rank; every rank calls
-  /// it with the same width. The default is built on all_gather (each rank sees every buffer, padded to the
-  /// largest): exact for every host communicator, and cheap for the few ranks of one host; a device communicator
-  /// (NCCL) overrides it with a real all-to-all.
+  /// it with the same width; `recv` must not hold `send`. Every transport overrides it with a real all-to-all that
+  /// moves each rank's rows only to the rank they are addressed to; the default is all_to_all_rows_via_all_gather.
   virtual std::vector<int64_t> all_to_all_rows(const float* send, std::span<const int64_t> send_rows, int64_t width,
                                                std::vector<float>& recv);
+  /// all_to_all_rows built on all_gather: the counts are all-gathered, then every rank's rows, padded to the largest
+  /// send, so every rank receives every rank's buffer (size() x the largest). Exact on every communicator; kept
+  /// callable by name so a bench or a test can set it against the real all-to-all on the same group.
+  std::vector<int64_t> all_to_all_rows_via_all_gather(const float* send, std::span<const int64_t> send_rows,
+                                                      int64_t width, std::vector<float>& recv);
+  /// What all_to_all_rows (either form) moved so far. A wrapper answers its inner communicator's.
+  virtual exchange_stats exchange_statistics() const { return exchange_stats_; }
+
+ protected:
+  /// Counts one all_to_all_rows call of a real all-to-all: `sent_rows` / `received_rows` to and from other ranks,
+  /// one 8-byte count told to and heard from each peer.
+  void count_all_to_all(int64_t sent_rows, int64_t received_rows, int64_t width);
+
+  exchange_stats exchange_stats_;
 };
 
 /// The group of one: every collective is the identity.

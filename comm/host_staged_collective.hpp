@@ -27,6 +27,12 @@ class host_staged_collective final : public tp_collective {
   void all_gather(const tensor& in, const tensor& out) override;
   void all_reduce_sum(float* data, int64_t n) override { inner_->all_reduce_sum(data, n); }
   void all_gather(const float* in, int64_t n_per_rank, float* out) override { inner_->all_gather(in, n_per_rank, out); }
+  /// Host rows already: the inner communicator's own all-to-all.
+  std::vector<int64_t> all_to_all_rows(const float* send, std::span<const int64_t> send_rows, int64_t width,
+                                       std::vector<float>& recv) override {
+    return inner_->all_to_all_rows(send, send_rows, width, recv);
+  }
+  exchange_stats exchange_statistics() const override { return inner_->exchange_statistics(); }
 
  private:
   std::unique_ptr<tp_collective> inner_;

@@ -220,7 +220,9 @@ void interprocess_collective::exchange(const char* what) {
         continue;
       const int32_t pid = ranks[q].pid.load(std::memory_order_acquire);
       fail_if_one_gave_up(what);
-      if (!process_alive(pid))
+      // A peer may arrive and exit between the look at its arrival above and this one at its pid (the last
+      // collective of a run): only a peer that is gone and still has not arrived failed.
+      if (!process_alive(pid) && ranks[q].arrived.load(std::memory_order_acquire) < op_)
         fail(fmt::format("{}: rank {} (pid {}) exited", what, q, pid));
       if (waited > options_.timeout)
         fail(fmt::format("{}: rank {} (pid {}) did not arrive within {} ms", what, q, pid, options_.timeout.count()));
@@ -269,6 +271,99 @@ void interprocess_collective::all_gather(const float* in, int64_t n_per_rank, fl
     for (int r = 0; r < size_; ++r)
       std::memcpy(out + r * n_per_rank + offset, slot(op_, r), len * sizeof(float));
   }
+}
+
+std::vector<int64_t> interprocess_collective::all_to_all_rows(const float* send, std::span<const int64_t> send_rows,
+                                                              int64_t width, std::vector<float>& recv) {
+  const auto un = static_cast<size_t>(size_);
+  const auto me = static_cast<size_t>(rank_);
+  ACTORLLM_CHECK(send_rows.size() == un, "all_to_all_rows: one send count per rank");
+  ACTORLLM_CHECK(width > 0, "all_to_all_rows: rows must have a width");
+  int64_t n_send = 0;
+  for (const int64_t rows : send_rows) {
+    ACTORLLM_CHECK(rows >= 0, "all_to_all_rows: a negative row count");
+    n_send += rows;
+  }
+  std::vector<int64_t> from(un, 0);
+  if (size_ == 1) {
+    from[0] = n_send;
+    recv.assign(send, send + n_send * width);
+    count_all_to_all(0, 0, width);
+    return from;
+  }
+  throw_if_broken();
+  const int64_t capacity = segment_->capacity;
+  // What each rank puts through its slot is one stream: its counts (one int64 per rank, two floats' room each), then
+  // its rows in destination order. Exchange k carries the stream's floats [k * capacity, (k + 1) * capacity); the
+  // first carries the counts whole, so every rank learns from it how many exchanges the largest stream takes.
+  const auto header = static_cast<int64_t>(un * sizeof(int64_t) / sizeof(float));
+  ACTORLLM_CHECK(capacity >= header, "all_to_all_rows: the slot cannot hold every rank's row count");
+  const int64_t my_length = header + n_send * width;
+  auto write_piece = [&](int64_t piece) {
+    float* dst = slot(op_ + 1, rank_);
+    const int64_t begin = piece * capacity;
+    const int64_t end = std::min(my_length, begin + capacity);
+    for (int64_t at = begin; at < end;) {
+      if (at < header) {  // the counts
+        std::memcpy(dst, send_rows.data(), static_cast<size_t>(header) * sizeof(float));
+        at = header;
+        continue;
+      }
+      std::memcpy(dst + (at - begin), send + (at - header), static_cast<size_t>(end - at) * sizeof(float));
+      at = end;
+    }
+  };
+
+  write_piece(0);
+  exchange("all_to_all_rows");
+  // Every rank's counts, from the first piece: where this rank's run lies in each stream, and how long each is.
+  std::vector<int64_t> run_begin(un, 0);
+  int64_t pieces = 1;
+  int64_t n_recv = 0;
+  for (size_t src = 0; src < un; ++src) {
+    std::vector<int64_t> counts(un);
+    std::memcpy(counts.data(), slot(op_, static_cast<int>(src)), un * sizeof(int64_t));
+    int64_t before = 0, total = 0;
+    for (size_t d = 0; d < un; ++d) {
+      if (counts[d] < 0)
+        fail(fmt::format("all_to_all_rows: rank {} sent a negative row count", src));
+      before += d < me ? counts[d] : 0;
+      total += counts[d];
+    }
+    from[src] = counts[me];
+    n_recv += from[src];
+    run_begin[src] = header + before * width;
+    pieces = std::max(pieces, (header + total * width + capacity - 1) / capacity);
+  }
+  recv.resize(static_cast<size_t>(n_recv * width));
+  std::vector<int64_t> recv_offset(un, 0);  // where each source's run goes in `recv` (source order)
+  for (size_t src = 1; src < un; ++src)
+    recv_offset[src] = recv_offset[src - 1] + from[src - 1] * width;
+  // This rank's own run is a local copy.
+  if (from[me] > 0)
+    std::memcpy(recv.data() + recv_offset[me], send + (run_begin[me] - header),
+                static_cast<size_t>(from[me] * width) * sizeof(float));
+  for (int64_t piece = 0; piece < pieces; ++piece) {
+    if (piece > 0) {
+      write_piece(piece);
+      exchange("all_to_all_rows");
+    }
+    const int64_t window_begin = piece * capacity;
+    const int64_t window_end = window_begin + capacity;
+    for (size_t src = 0; src < un; ++src) {
+      if (src == me || from[src] == 0)
+        continue;
+      const int64_t begin = std::max(run_begin[src], window_begin);
+      const int64_t end = std::min(run_begin[src] + from[src] * width, window_end);
+      if (begin >= end)
+        continue;
+      std::memcpy(recv.data() + recv_offset[src] + (begin - run_begin[src]),
+                  slot(op_, static_cast<int>(src)) + (begin - window_begin),
+                  static_cast<size_t>(end - begin) * sizeof(float));
+    }
+  }
+  count_all_to_all(n_send - send_rows[me], n_recv - from[me], width);
+  return from;
 }
 
 }  // namespace actorllm::comm

@@ -1,6 +1,7 @@
 // The data plane between the TP shards of one host that live in different processes (the mp executor, or the
 // workers a node agent starts): a POSIX shared-memory segment that every rank maps, so an all-reduce is a copy in,
-// one arrival barrier and a rank-order sum, with no sockets, no I/O thread and no sleeping wake-up in between.
+// one arrival barrier and a rank-order sum, with no sockets, no I/O thread and no sleeping wake-up in between; an
+// all-to-all is a copy in and each rank's copy out of the rows addressed to it.
 //
 // Why not Gloo here: Gloo's TCP pairs hand every receive from its I/O thread to the waiting thread, and a rank
 // that sleeps while its peer computes pays a wake-up per collective; a decode step does two all-reduces per layer,
@@ -46,6 +47,11 @@ class interprocess_collective final : public tp_collective {
   int size() const override { return size_; }
   void all_reduce_sum(float* data, int64_t n) override;
   void all_gather(const float* in, int64_t n_per_rank, float* out) override;
+  /// A real all-to-all: each rank writes its row counts and rows (in pieces when larger than a slot) into its own
+  /// slot, and every rank copies out only the run addressed to it. Needs a slot of at least 2 x size() floats (the
+  /// counts).
+  std::vector<int64_t> all_to_all_rows(const float* send, std::span<const int64_t> send_rows, int64_t width,
+                                       std::vector<float>& recv) override;
 
   /// The layout of the mapped segment (defined in the .cpp).
   struct segment;

@@ -45,13 +45,14 @@ bool abortable_barrier::aborted() const {
   return !abort_reason_.empty();
 }
 
-shared_memory_group::shared_memory_group(int size) : size_(size), inputs_(static_cast<size_t>(size), nullptr) {
+shared_memory_group::shared_memory_group(int size)
+    : size_(size), inputs_(static_cast<size_t>(size), nullptr), row_counts_(static_cast<size_t>(size), nullptr) {
   ACTORLLM_CHECK(size >= 1, "a TP group needs at least one rank");
   sync_.emplace(size);
 }
 
 shared_memory_group::shared_memory_group(int size, std::string name)
-    : size_(size), inputs_(static_cast<size_t>(size), nullptr) {
+    : size_(size), inputs_(static_cast<size_t>(size), nullptr), row_counts_(static_cast<size_t>(size), nullptr) {
   ACTORLLM_CHECK(size >= 1, "a group needs at least one rank");
   abortable_.emplace(size, std::move(name));
 }
@@ -122,6 +123,52 @@ void shared_memory_collective::all_gather(const float* in, int64_t n_per_rank, f
                 static_cast<size_t>(n_per_rank) * sizeof(float));
   // Inputs stay valid until every rank has copied them.
   g.wait_closing();
+}
+
+std::vector<int64_t> shared_memory_collective::all_to_all_rows(const float* send, std::span<const int64_t> send_rows,
+                                                               int64_t width, std::vector<float>& recv) {
+  auto& g = *group_;
+  const auto un = static_cast<size_t>(g.size_);
+  const auto me = static_cast<size_t>(rank_);
+  ACTORLLM_CHECK(send_rows.size() == un, "all_to_all_rows: one send count per rank");
+  ACTORLLM_CHECK(width > 0, "all_to_all_rows: rows must have a width");
+  int64_t n_send = 0;
+  for (const int64_t rows : send_rows) {
+    ACTORLLM_CHECK(rows >= 0, "all_to_all_rows: a negative row count");
+    n_send += rows;
+  }
+  std::vector<int64_t> from(un, 0);
+  if (un == 1) {
+    from[0] = n_send;
+    recv.assign(send, send + n_send * width);
+    count_all_to_all(0, 0, width);
+    return from;
+  }
+  g.inputs_[me] = send;
+  g.row_counts_[me] = send_rows.data();
+  g.wait();
+  // Every rank's rows lie in destination order: the run addressed to this rank starts after those to lower ranks.
+  int64_t n_recv = 0;
+  for (size_t src = 0; src < un; ++src) {
+    from[src] = g.row_counts_[src][me];
+    n_recv += from[src];
+  }
+  recv.resize(static_cast<size_t>(n_recv * width));
+  float* out = recv.data();
+  for (size_t src = 0; src < un; ++src) {
+    if (from[src] == 0)
+      continue;
+    int64_t before = 0;
+    for (size_t d = 0; d < me; ++d)
+      before += g.row_counts_[src][d];
+    const size_t n_floats = static_cast<size_t>(from[src] * width);
+    std::memcpy(out, g.inputs_[src] + before * width, n_floats * sizeof(float));
+    out += n_floats;
+  }
+  // Each rank's rows and counts stay valid until every rank has copied its run.
+  g.wait_closing();
+  count_all_to_all(n_send - send_rows[me], n_recv - from[me], width);
+  return from;
 }
 
 }  // namespace actorllm::comm

@@ -1,5 +1,6 @@
 // The data plane between ranks that are threads of one process: they share memory, so an all-reduce is a
-// reduce-scatter and an all-gather over each other's buffers, with no copies through messages. A TP group's ranks
+// reduce-scatter and an all-gather over each other's buffers, and an all-to-all each rank's copy of the rows
+// addressed to it, with no copies through messages. A TP group's ranks
 // live and die together; the expert-parallel group of lockstep replicas (actors/executors/lockstep_replicas.hpp) spans
 // replicas that fail apart, so it can be aborted: its ranks blocked in a collective wake up and throw.
 #pragma once
@@ -65,8 +66,9 @@ class shared_memory_group {
   int size_;
   std::optional<std::barrier<>> sync_;
   std::optional<abortable_barrier> abortable_;
-  std::vector<const float*> inputs_;  // per rank: the buffer it contributes to the current collective
-  std::vector<float> scratch_[2];     // alternated per collective so a fast rank never overwrites a slow reader
+  std::vector<const float*> inputs_;        // per rank: the buffer it contributes to the current collective
+  std::vector<const int64_t*> row_counts_;  // per rank, in an all-to-all: the rows it sends to each rank
+  std::vector<float> scratch_[2];           // alternated per collective so a fast rank never overwrites a slow reader
 };
 
 /// One rank's handle on a shared_memory_group. Collectives are deterministic: every rank sums in rank order, so
@@ -80,6 +82,10 @@ class shared_memory_collective final : public tp_collective {
   int size() const override { return group_->size_; }
   void all_reduce_sum(float* data, int64_t n) override;
   void all_gather(const float* in, int64_t n_per_rank, float* out) override;
+  /// A real all-to-all: each rank publishes its rows and counts, and copies from each peer's buffer only the run
+  /// addressed to it. Throws comm_error when an abortable group is aborted before every rank has arrived.
+  std::vector<int64_t> all_to_all_rows(const float* send, std::span<const int64_t> send_rows, int64_t width,
+                                       std::vector<float>& recv) override;
 
  private:
   std::shared_ptr<shared_memory_group> group_;

@@ -89,6 +89,7 @@ class custom_all_reduce final : public tp_collective {
                                        std::vector<float>& recv) override {
     return fallback_->all_to_all_rows(send, send_rows, width, recv);
   }
+  exchange_stats exchange_statistics() const override { return fallback_->exchange_statistics(); }
 
   /// The path the rule picks for a device message of `bytes` of `type` at `data`.
   all_reduce_path choose(dtype type, size_t bytes, const void* data) const;

@@ -396,6 +396,16 @@ std::vector<int64_t> nccl_collective::all_to_all_rows(const float* send_data, st
     n_recv += from[src];
   }
   recv_out.assign(static_cast<size_t>(n_recv * width), 0.0f);
+  // What crosses between GPUs: the all-gathered counts (size() floats to and from each peer) and the rows to and from
+  // other ranks; this rank's own rows are a device copy.
+  const auto me = static_cast<size_t>(rank_);
+  const uint64_t count_bytes = (un - 1) * un * sizeof(float);
+  const auto row_bytes = static_cast<uint64_t>(width) * sizeof(float);
+  exchange_stats_.exchanges += 1;
+  exchange_stats_.rows_sent += static_cast<uint64_t>(n_send - send_rows[me]);
+  exchange_stats_.rows_received += static_cast<uint64_t>(n_recv - from[me]);
+  exchange_stats_.bytes_sent += count_bytes + static_cast<uint64_t>(n_send - send_rows[me]) * row_bytes;
+  exchange_stats_.bytes_received += count_bytes + static_cast<uint64_t>(n_recv - from[me]) * row_bytes;
   if (n_send == 0 && n_recv == 0)
     return from;
   const tensor dsend = staging(stage_in_, n_send * width);
