@@ -246,8 +246,19 @@ void replica_set::place_locked(uint64_t id, const std::string& reason, request_b
       out.outputs.push_back(std::move(*done));
     return;
   }
-  if (set_restarting_ && !stopping_ && book_.moves(id) < max_moves) {
-    awaiting_set_.push_back(id);  // its set comes back: it resumes there (restart_lockstep_set)
+  if (set_restarting_ && !stopping_) {
+    if (book_.moves(id) < max_set_resumes) {
+      awaiting_set_.push_back(id);  // its set comes back: it resumes there (restart_lockstep_set)
+      return;
+    }
+    // Its set failed again with it: it may be what fails the set, which it should not take down a third time.
+    if (auto ch = book_.fail(id))
+      out.errors.emplace_back(
+          std::move(ch),
+          error{errc::engine_failure,
+                fmt::format("{} (the request had resumed after a restart of its expert-parallel set already: it may "
+                            "be what fails the set)",
+                            reason)});
     return;
   }
   const auto serving = serving_locked();

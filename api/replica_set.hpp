@@ -121,6 +121,8 @@ class replica_set {
   request_book::deliveries parked_;  ///< for channels, from threads other than the delivery thread
   /// A request is moved at most this many times: one that fails every replica it reaches is failed itself.
   static constexpr int32_t max_moves = 3;
+  /// A lockstep set's running requests resume after its restart once; the set failing again with one fails it.
+  static constexpr int32_t max_set_resumes = 1;
   std::atomic<uint64_t> next_id_{1};
   bool stopping_ = false;
   std::deque<failure_job> jobs_;
