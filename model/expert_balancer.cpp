@@ -71,9 +71,7 @@ void expert_balancer::set_placement(layer_state& l, layer_placement p) {
   l.placement = std::move(p);
 }
 
-const layer_placement& expert_balancer::placement(int64_t layer) const {
-  return layers_[local_index(layer)].placement;
-}
+const layer_placement& expert_balancer::placement(int64_t layer) const { return layers_[local_index(layer)].placement; }
 
 int32_t expert_balancer::slot_for(int64_t layer, int32_t expert, int64_t token) const {
   const auto& replicas = layers_[local_index(layer)].replicas[static_cast<size_t>(expert)];
@@ -125,7 +123,8 @@ void expert_balancer::rearrange(backend& be) {
   std::vector<std::vector<double>> load(static_cast<size_t>(n_layers), std::vector<double>(n_logical));
   for (int64_t l = 0; l < n_layers; ++l)
     for (int64_t e = 0; e < n_logical; ++e)
-      load[static_cast<size_t>(l)][static_cast<size_t>(e)] = static_cast<double>(total[static_cast<size_t>(l * n_logical + e)]);
+      load[static_cast<size_t>(l)][static_cast<size_t>(e)] =
+          static_cast<double>(total[static_cast<size_t>(l * n_logical + e)]);
   const std::vector<layer_placement> computed = rebalance_experts(load, n_physical_, 1, 1, n_ranks_);
   eplb_stats next = stats_;
   next.mean_before = next.max_before = next.mean_after = next.max_after = 0.0;
@@ -210,8 +209,9 @@ void expert_balancer::exchange(backend& be, const layer_state& l, const std::vec
   std::vector<int64_t> expected(static_cast<size_t>(n_ranks_), 0);
   for (const expert_move* m : incoming)
     ++expected[static_cast<size_t>(rank_of(m->src))];
-  ACTORLLM_CHECK(from == expected && static_cast<int64_t>(recv_.size()) == static_cast<int64_t>(incoming.size()) * width,
-                 "expert-parallel load balancing: the expert weights received are not the ones expected");
+  ACTORLLM_CHECK(
+      from == expected && static_cast<int64_t>(recv_.size()) == static_cast<int64_t>(incoming.size()) * width,
+      "expert-parallel load balancing: the expert weights received are not the ones expected");
   for (size_t i = 0; i < incoming.size(); ++i) {
     const auto* in = reinterpret_cast<const std::byte*>(recv_.data() + static_cast<int64_t>(i) * width);
     const expert_weights& dst = local(incoming[i]->dst);

@@ -13,6 +13,7 @@
 
 #include "comm/collective.hpp"
 #include "kernels/backend.hpp"
+#include "model/eplb_stats.hpp"
 #include "model/expert_moves.hpp"
 #include "model/expert_rebalance.hpp"
 #include "model/model_config.hpp"
@@ -23,21 +24,6 @@
 #include <vector>
 
 namespace actorllm::model {
-
-/// What the balancer did, for logs and metrics.
-struct eplb_stats {
-  uint64_t rearrangements = 0;
-  double last_stall_seconds = 0.0;  ///< the last rearrangement's duration (the steps wait that long)
-  /// Tokens per EP rank at the last rearrangement, summed over the shard's MoE layers of each layer's mean and max
-  /// over the ranks. before: what the ranks served since the previous rearrangement (measured); after: the window's
-  /// load as the new placement serves it (each expert's tokens split evenly over its replicas).
-  double mean_before = 0.0;
-  double max_before = 0.0;
-  double mean_after = 0.0;
-  double max_after = 0.0;
-
-  friend bool operator==(const eplb_stats&, const eplb_stats&) = default;
-};
 
 /// The balancing state of one shard's MoE layers.
 class expert_balancer {
@@ -94,7 +80,8 @@ class expert_balancer {
   size_t ring_next_ = 0;
   std::vector<uint64_t> window_sum_;
   std::vector<uint32_t> current_;
-  std::vector<uint64_t> slot_tokens_;  // per (local layer, slot): pairs this rank sent there since the last rearrangement
+  std::vector<uint64_t>
+      slot_tokens_;  // per (local layer, slot): pairs this rank sent there since the last rearrangement
   eplb_stats stats_;
   std::vector<float> send_, recv_;
 };

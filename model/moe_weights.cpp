@@ -44,11 +44,11 @@ void declare_moe_weights(const model_config& cfg, const shard_spec& shard, int64
   // The rank's physical expert slots; slot s starts with expert s mod n_expert (vLLM's initial EPLB placement; without
   // redundant slots, slot s is expert s).
   const int64_t n_physical = shard.n_physical_experts(cfg.n_expert);
-  if (shard.eplb.enabled && shard.expert_parallel &&
-      (n_physical % ep_size != 0 || n_physical / ep_size > cfg.n_expert))
-    throw model_error(fmt::format("expert-parallel load balancing: {} physical experts ({} + {} redundant) must split "
-                                  "evenly over {} ranks, at most {} each",
-                                  n_physical, cfg.n_expert, shard.eplb.n_redundant, ep_size, cfg.n_expert));
+  if (shard.eplb.enabled && shard.expert_parallel && (n_physical % ep_size != 0 || n_physical / ep_size > cfg.n_expert))
+    throw model_error(
+        fmt::format("expert-parallel load balancing: {} physical experts ({} + {} redundant) must split "
+                    "evenly over {} ranks, at most {} each",
+                    n_physical, cfg.n_expert, shard.eplb.n_redundant, ep_size, cfg.n_expert));
   const expert_range mine = experts_of_rank(n_physical, shard.ep_rank(), ep_size);
   // Expert parallel: whole experts, only this rank's. Tensor parallel: every expert, split by intermediate rows.
   const shard_kind column = shard.expert_parallel ? shard_kind::replicated : shard_kind::column;

@@ -19,7 +19,7 @@ struct expert_weights {
 
 /// A sparse MLP block. Empty (no router) on the dense layers.
 struct moe_weights {
-  tensor router;                        ///< gate.weight [n_expert, n_embd], replicated
+  tensor router;  ///< gate.weight [n_expert, n_embd], replicated
   /// Global id of experts[0]: its expert id, or under expert-parallel load balancing its physical slot (the expert a
   /// slot holds then changes as the balancer moves experts between ranks).
   int64_t expert_begin = 0;

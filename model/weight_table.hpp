@@ -55,7 +55,7 @@ struct weight_decl {
   tensor layer_weights::*layer_slot = nullptr;
   tensor model_tensors::*model_slot = nullptr;
   tensor moe_weights::*moe_slot = nullptr;  ///< or a member of layer `layer`'s MoE block
-  int64_t expert = -1;                      ///< or a member of this expert slot (global physical slot id; the expert id without EPLB)
+  int64_t expert = -1;  ///< or a member of this expert slot (global physical slot id; the expert id without EPLB)
   tensor expert_weights::*expert_slot = nullptr;
   bool bind_as_f32 = false;  ///< converted to f32 when bound (biases: the ops add them in f32)
   bool linear = false;       ///< a Linear weight only matmul reads: bound through backend::import_linear_weight
@@ -71,9 +71,9 @@ struct weight_table {
 /// Expert-parallel load balancing of a shard's MoE layers (vLLM's EPLB; engine_config::enable_eplb and eplb).
 struct expert_balancing {
   bool enabled = false;
-  int64_t n_redundant = 0;       ///< physical expert slots beyond the model's experts (num_redundant_experts)
-  int64_t window_size = 1000;    ///< steps of expert load a rearrangement balances
-  int64_t step_interval = 3000;  ///< steps between rearrangements
+  int64_t n_redundant = 0;        ///< physical expert slots beyond the model's experts (num_redundant_experts)
+  int64_t window_size = 1000;     ///< steps of expert load a rearrangement balances
+  int64_t step_interval = 3000;   ///< steps between rearrangements
   bool log_balancedness = false;  ///< log each rearrangement
 
   friend bool operator==(const expert_balancing&, const expert_balancing&) = default;

@@ -76,7 +76,8 @@ TEST_CASE("keep_in_place and plan_moves on random placements: the same experts p
       if (std::find(mine.begin(), mine.end(), old.phys_to_log[static_cast<size_t>(s)]) != mine.end() &&
           std::count(mine.begin(), mine.end(), old.phys_to_log[static_cast<size_t>(s)]) >=
               std::count(old.phys_to_log.begin() + s / per_rank * per_rank,
-                         old.phys_to_log.begin() + (s / per_rank + 1) * per_rank, old.phys_to_log[static_cast<size_t>(s)]))
+                         old.phys_to_log.begin() + (s / per_rank + 1) * per_rank,
+                         old.phys_to_log[static_cast<size_t>(s)]))
         CHECK(kept.phys_to_log[static_cast<size_t>(s)] == old.phys_to_log[static_cast<size_t>(s)]);
     }
     // Applying the moves to the old slots gives the new placement.

@@ -120,8 +120,8 @@ TEST_CASE("rebalance_experts: every layer's placement keeps the invariants, on r
     std::vector<std::vector<double>> load(3);
     for (auto& w : load)
       w = zipf_load(n_logical, 0.5 + static_cast<double>(rng() % 100) / 50.0, 1000.0, rng);
-    INFO(fmt::format("{} ranks, {} logical, {} physical, {} groups, {} nodes", n_ranks, n_logical, n_physical,
-                     n_groups, n_nodes));
+    INFO(fmt::format("{} ranks, {} logical, {} physical, {} groups, {} nodes", n_ranks, n_logical, n_physical, n_groups,
+                     n_nodes));
     const auto placements = rebalance_experts(load, n_physical, n_groups, n_nodes, n_ranks);
     REQUIRE(placements.size() == load.size());
     for (size_t l = 0; l < load.size(); ++l) {

@@ -108,8 +108,7 @@ balancing_seen balancing_of(const llama_model& m) {
     return seen;
   seen.rearrangements = b->stats().rearrangements;
   const model_config& cfg = m.config();
-  const layer_placement start =
-      initial_placement(cfg.n_expert, m.shard().n_physical_experts(cfg.n_expert));
+  const layer_placement start = initial_placement(cfg.n_expert, m.shard().n_physical_experts(cfg.n_expert));
   for (int64_t l = m.shard().layer_begin; l < m.shard().layer_end; ++l)
     if (cfg.is_moe_layer(l) && b->placement(l).phys_to_log != start.phys_to_log)
       seen.moved = true;
@@ -215,8 +214,8 @@ struct lockstep_result {
 /// n_tokens[i] tokens (one step each), then runs idle steps (llama_model::idle_step) until every replica has run as
 /// many steps as the busiest, as its scheduler would: its experts keep serving the others' tokens.
 lockstep_result lockstep_greedy(const std::filesystem::path& dir, int tp, int dp,
-                                const std::vector<std::vector<int32_t>>& prompts,
-                                const std::vector<int64_t>& n_tokens, bool eplb = false) {
+                                const std::vector<std::vector<int32_t>>& prompts, const std::vector<int64_t>& n_tokens,
+                                bool eplb = false) {
   const model_config cfg = load_model_config(dir);
   const int64_t n_steps = *std::max_element(n_tokens.begin(), n_tokens.end());
   auto expert_group = std::make_shared<comm::shared_memory_group>(dp * tp, "the expert-parallel group");
