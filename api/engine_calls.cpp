@@ -126,6 +126,9 @@ engine_stats merge_stats(engine_stats out, const std::vector<stats_answer>& answ
     out.prefix_cache_hits += s.prefix_cache_hits;
     out.forward_seconds += s.forward_seconds;
     out.sample_seconds += s.sample_seconds;
+    // Lockstep replicas share one EP group and report the same balancing; the most recent record wins.
+    if (s.eplb.rearrangements > out.eplb.rearrangements)
+      out.eplb = s.eplb;
     out.expert_tokens.resize(std::max(out.expert_tokens.size(), s.expert_tokens.size()), 0);
     for (std::size_t e = 0; e < s.expert_tokens.size(); ++e)
       out.expert_tokens[e] += s.expert_tokens[e];

@@ -2,6 +2,7 @@
 #include "apps/engine_flags.hpp"
 
 #include "apps/command_registry.hpp"
+#include "apps/eplb_config_text.hpp"
 #include "kernels/device.hpp"
 
 #include <fmt/format.h>
@@ -187,7 +188,15 @@ const std::vector<engine_flag>& table() {
        .key = "enable_eplb",
        .field = &ec::enable_eplb,
        .kind = vk::flag,
-       .help = "Expert-parallel load balancing (not implemented: refused)"},
+       .help = "Expert-parallel load balancing (with --enable-expert-parallel): redundant copies of the hottest "
+               "experts, rearranged between steps from the measured load (see --eplb-config)"},
+      {.names = "--eplb-config",
+       .section = "parallel",
+       .key = "eplb_config",
+       .field = &ec::eplb,
+       .kind = vk::eplb,
+       .help = "vLLM's EPLB settings as JSON: window_size (steps of load, default 1000), step_interval (steps "
+               "between rearrangements, 3000), num_redundant_experts (0), log_balancedness (false)"},
       {.names = "--prefill-context-parallel-size",
        .alias = "-pcp",
        .section = "parallel",
@@ -411,11 +420,18 @@ std::shared_ptr<engine_flag_texts> add_engine_flags(CLI::App& sub, engine_config
         opt->default_str(fmt::format("{}GiB", cfg.*std::get<uint64_t engine_config::*>(f.field) >> 30));
       continue;
     }
+    if (f.kind == value_kind::eplb) {  // JSON, read by check_engine_flags
+      sub.add_option_function<std::string>(
+          names, [given, flag = f.flag_name()](const std::string& text) { given->json[flag] = text; }, help);
+      continue;
+    }
     std::visit(
         [&](auto member) {
           using T = std::remove_reference_t<decltype(cfg.*member)>;
           CLI::Option* opt = nullptr;
-          if constexpr (std::is_same_v<T, bool>)
+          if constexpr (std::is_same_v<T, eplb_config>)
+            return;  // handled above
+          else if constexpr (std::is_same_v<T, bool>)
             opt = sub.add_flag(names, cfg.*member, help);
           else
             opt = sub.add_option(names, cfg.*member, help);
@@ -462,6 +478,12 @@ void check_engine_flags(engine_config& cfg, const engine_flag_texts& given, engi
             throw std::invalid_argument(fmt::format("{}: {}", flag, why));
           cfg.*std::get<uint64_t engine_config::*>(f.field) = bytes;
         }
+        break;
+      case value_kind::eplb:
+        if (auto text = given.json.find(flag); text != given.json.end())
+          if (std::string why = parse_eplb_config(text->second, cfg.*std::get<eplb_config engine_config::*>(f.field));
+              !why.empty())
+            throw std::invalid_argument(fmt::format("{}: {}", flag, why));
         break;
       default:
         break;

@@ -25,7 +25,7 @@ static_assert(std::is_same_v<std::size_t, uint64_t>, "engine_field assumes size_
 
 /// The engine_config field a setting sets.
 using engine_field = std::variant<int32_t engine_config::*, uint64_t engine_config::*, double engine_config::*,
-                                  bool engine_config::*, std::string engine_config::*>;
+                                  bool engine_config::*, std::string engine_config::*, eplb_config engine_config::*>;
 
 /// How a setting's values are read and checked.
 enum class value_kind {
@@ -40,6 +40,7 @@ enum class value_kind {
   device,     ///< a device this build runs shards on (kernels/device.hpp)
   partition,  ///< layers per pipeline stage, "3,2" (a --config file may write [3, 2])
   bytes,      ///< a byte count with an optional unit ("4GiB", "512MiB", "1048576")
+  eplb,       ///< --eplb-config: a JSON object of vLLM's EPLBConfig keys (a --config file may write a TOML table)
 };
 
 /// One engine setting.
@@ -71,6 +72,7 @@ enum class engine_command { generate, serve };
 /// unit), converted by check_engine_flags. Must outlive the parse.
 struct engine_flag_texts {
   std::map<std::string_view, std::string> bytes;  ///< by flag name, as given
+  std::map<std::string_view, std::string> json;   ///< by flag name, as given (value_kind::eplb)
 };
 
 /// Adds the engine flags `command` takes to `sub`, each bound to its field of `cfg` (which must outlive the parse),

@@ -3,6 +3,7 @@
 
 #include "apps/cluster_tls_options.hpp"
 #include "apps/engine_flags.hpp"
+#include "apps/eplb_config_text.hpp"
 #include "apps/nearest_name.hpp"
 #include "hub/repo_id.hpp"
 #include "kernels/device.hpp"
@@ -228,6 +229,35 @@ setter bytes_value(uint64_t& out) {
   };
 }
 
+/// --eplb-config's settings: vLLM's JSON object as a string, or a TOML table of the same keys.
+setter eplb_value(eplb_config& out) {
+  return [&out](const toml::node& n, const key_location& at) {
+    if (n.is_string()) {
+      if (std::string why = parse_eplb_config(n.as_string()->get(), out); !why.empty())
+        throw config_file_error(fmt::format("{}: {}", at.describe(), why));
+      return;
+    }
+    if (!n.is_table())
+      type_error(at, n, "a table of EPLB settings or a JSON object as a string");
+    eplb_config next = out;
+    for (const auto& [key, value] : *n.as_table()) {
+      const bool is_bool = value.is_boolean();
+      if (!is_bool && !value.is_integer() && key.str() != "window_size" && key.str() != "step_interval" &&
+          key.str() != "num_redundant_experts" && key.str() != "log_balancedness")
+        throw config_file_error(
+            fmt::format("{}: unknown key '{}' (known: {})", at.describe(), key.str(), eplb_config_keys));
+      if (!is_bool && !value.is_integer())
+        throw config_file_error(fmt::format("{}: {} must be {}, got {}", at.describe(), key.str(),
+                                            key.str() == "log_balancedness" ? "true or false" : "an integer",
+                                            type_name(value)));
+      const int64_t number = is_bool ? (value.as_boolean()->get() ? 1 : 0) : value.as_integer()->get();
+      if (std::string why = set_eplb_key(next, key.str(), is_bool, number); !why.empty())
+        throw config_file_error(fmt::format("{}: {}", at.describe(), why));
+    }
+    out = next;
+  };
+}
+
 /// The reader of an engine setting's key, by the kind of value the table gives it.
 setter engine_setter(const engine_flag& f, engine_config& cfg, const fs::path& base_dir) {
   auto text = [&]() -> std::string& { return cfg.*std::get<std::string engine_config::*>(f.field); };
@@ -260,6 +290,8 @@ setter engine_setter(const engine_flag& f, engine_config& cfg, const fs::path& b
       return partition_value(text());
     case value_kind::bytes:
       return bytes_value(cfg.*std::get<uint64_t engine_config::*>(f.field));
+    case value_kind::eplb:
+      return eplb_value(cfg.*std::get<eplb_config engine_config::*>(f.field));
   }
   return string_value(text());
 }

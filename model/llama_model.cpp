@@ -23,8 +23,13 @@ llama_model::llama_model(const model_config& cfg, model_weights weights, const s
   rope_ = be_.make_rope_table(cfg.rope_cfg());
   for (int64_t l = layer_begin_; l < layer_end_; ++l)
     windows_.push_back(cfg.window_for(l));
-  if (cfg.n_expert > 0)
-    moe_ = std::make_unique<moe_block>(cfg, shard_, ep_comm != nullptr ? *ep_comm : comm_);
+  if (cfg.n_expert > 0) {
+    std::vector<expert_balancer::layer_ref> moe_layers;
+    for (size_t i = 0; i < tensors_.layers.size(); ++i)
+      if (!tensors_.layers[i].moe.empty())
+        moe_layers.push_back({layer_begin_ + static_cast<int64_t>(i), &tensors_.layers[i].moe});
+    moe_ = std::make_unique<moe_block>(cfg, shard_, ep_comm != nullptr ? *ep_comm : comm_, std::move(moe_layers));
+  }
 
   const int64_t hd = cfg.head_dim;
   if (!tensors_.layers.empty()) {
@@ -140,12 +145,18 @@ tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor
   if (in.n_tokens == 0)
     return {};
   const tensor x = run_layers(in, cache, hidden_in, eager_);
+  tensor out;
   if (!is_last_stage()) {
-    tensor out = be_.alloc(dtype::f32, {in.n_tokens, cfg_.n_embd});
+    out = be_.alloc(dtype::f32, {in.n_tokens, cfg_.n_embd});
     be_.copy(x, out);
-    return out;
+  } else {
+    out = output_logits(in, x, eager_.full.h);
   }
-  return output_logits(in, x, eager_.full.h);
+  // Between this step and the next: expert-parallel load balancing may move experts now (every rank of the EP
+  // group is here, idle ranks in idle_step).
+  if (moe_)
+    moe_->end_step(be_);
+  return out;
 }
 
 bool llama_model::serves_experts() const {
@@ -157,9 +168,10 @@ bool llama_model::serves_experts() const {
 
 void llama_model::idle_step() {
   ACTORLLM_CHECK(serves_experts(), "idle_step: this shard serves no experts to other replicas");
-  for (const layer_weights& w : tensors_.layers)
-    if (!w.moe.empty())
-      moe_->forward_idle(be_, w.moe);
+  for (size_t i = 0; i < tensors_.layers.size(); ++i)
+    if (!tensors_.layers[i].moe.empty())
+      moe_->forward_idle(be_, layer_begin_ + static_cast<int64_t>(i), tensors_.layers[i].moe);
+  moe_->end_step(be_);
 }
 
 bool llama_model::graph_capable() const { return is_first_stage() && is_last_stage() && comm_.size() == 1 && !moe_; }

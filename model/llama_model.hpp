@@ -47,6 +47,8 @@ class llama_model {
   lora_slots* lora() { return lora_.get(); }
   /// Tokens routed to each expert so far, over this shard's MoE layers (empty for a dense model).
   std::vector<uint64_t> expert_load() const { return moe_ ? moe_->expert_load() : std::vector<uint64_t>{}; }
+  /// Expert-parallel load balancing's record (null without EPLB).
+  const expert_balancer* balancer() const { return moe_ ? moe_->balancer() : nullptr; }
   /// What the shard's KV cache must hold per token slot, for a given block size.
   kv_cache_shape cache_shape(int64_t block_size) const;
   /// How a step's rows are split between the copies of the TP group (prefill context parallelism; one copy: all).

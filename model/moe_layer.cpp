@@ -51,11 +51,26 @@ void route_top_k(std::span<const float> logits, int64_t n_expert, int64_t k, boo
   }
 }
 
-moe_block::moe_block(const model_config& cfg, const shard_spec& shard, tp_collective& ep_comm)
-    : cfg_(cfg), shard_(shard), ep_comm_(ep_comm), load_(static_cast<size_t>(cfg.n_expert), 0) {
+moe_block::moe_block(const model_config& cfg, const shard_spec& shard, tp_collective& ep_comm,
+                     std::vector<expert_balancer::layer_ref> layers)
+    : cfg_(cfg),
+      shard_(shard),
+      ep_comm_(ep_comm),
+      n_physical_(shard.n_physical_experts(cfg.n_expert)),
+      load_(static_cast<size_t>(cfg.n_expert), 0) {
   if (shard_.expert_parallel && ep_comm_.size() != shard_.ep_size())
     throw model_error(fmt::format("the expert-parallel group has {} ranks but the shard was placed for {}",
                                   ep_comm_.size(), shard_.ep_size()));
+  if (shard_.expert_parallel && shard_.eplb.enabled) {
+    if (ep_comm_.size() < 2)
+      throw model_error("expert-parallel load balancing needs an expert-parallel group of more than one rank");
+    balancer_ = std::make_unique<expert_balancer>(cfg, shard, ep_comm, std::move(layers));
+  }
+}
+
+void moe_block::end_step(backend& be) {
+  if (balancer_)
+    balancer_->end_step(be);
 }
 
 tensor moe_block::scratch(backend& be, tensor& buf, dtype type, int64_t rows, int64_t cols) {
@@ -125,8 +140,7 @@ void moe_block::add_shared_expert(const layer_context& ctx, const moe_weights& w
   }
 }
 
-void moe_block::dispatch_and_combine(backend& be, const moe_weights& w, int64_t n) {
-  const int64_t n_expert = cfg_.n_expert;
+void moe_block::dispatch_and_combine(backend& be, int64_t layer, const moe_weights& w, int64_t n) {
   const int64_t k = cfg_.n_expert_used;
   const int64_t d = cfg_.n_embd;
   const int64_t n_local = static_cast<int64_t>(w.experts.size());
@@ -135,14 +149,24 @@ void moe_block::dispatch_and_combine(backend& be, const moe_weights& w, int64_t 
   // ranks holding its experts, as [expert id, hidden row]; the outputs come back to the source in the order they
   // were sent, and the layer's TP all-reduce puts every token's sum on every rank. With lockstep replicas the EP
   // group spans them all (ep = dp × tp): a replica with n = 0 tokens still runs its experts for the others' rows.
+  // A pair goes to a physical expert slot: the expert's own without EPLB, else one of its replicas, which the
+  // balancer picks and counts (the source alone, so the group counts each pair once).
   const int ep = ep_comm_.size();
   const int64_t width = d + 1;
   std::vector<int64_t> send_rows(static_cast<size_t>(ep), 0);
   std::vector<int32_t> dest_of_pair(ids_.size(), -1);
+  std::vector<int32_t> slot_of(ids_.size(), -1);
   for (size_t p = 0; p < ids_.size(); ++p) {
-    if ((static_cast<int64_t>(p) / k) % shard_.tp_size != shard_.tp_rank)
+    const int64_t t = static_cast<int64_t>(p) / k;
+    if (t % shard_.tp_size != shard_.tp_rank)
       continue;
-    dest_of_pair[p] = static_cast<int32_t>(rank_of_expert(n_expert, ep, ids_[p]));
+    int32_t slot = ids_[p];
+    if (balancer_) {
+      slot = balancer_->slot_for(layer, ids_[p], t);
+      balancer_->count(layer, ids_[p], slot);
+    }
+    slot_of[p] = slot;
+    dest_of_pair[p] = static_cast<int32_t>(rank_of_expert(n_physical_, ep, slot));
     ++send_rows[static_cast<size_t>(dest_of_pair[p])];
   }
   std::vector<int64_t> next(send_rows.size(), 0);
@@ -156,7 +180,7 @@ void moe_block::dispatch_and_combine(backend& be, const moe_weights& w, int64_t 
     const int64_t q = next[static_cast<size_t>(dest_of_pair[p])]++;
     slot_of_pair[p] = q;
     float* row = send_.data() + q * width;
-    row[0] = static_cast<float>(ids_[p]);  // expert ids stay far below 2^24: exact as floats
+    row[0] = static_cast<float>(slot_of[p]);  // slot ids stay far below 2^24: exact as floats
     std::copy_n(host_h_.data() + (static_cast<int64_t>(p) / k) * d, d, row + 1);
   }
   const std::vector<int64_t> from = ep_comm_.all_to_all_rows(send_.data(), send_rows, width, recv_);
@@ -203,12 +227,12 @@ void moe_block::dispatch_and_combine(backend& be, const moe_weights& w, int64_t 
   }
 }
 
-void moe_block::forward_idle(backend& be, const moe_weights& w) {
+void moe_block::forward_idle(backend& be, int64_t layer, const moe_weights& w) {
   ACTORLLM_CHECK(shard_.expert_parallel && ep_comm_.size() > 1, "an idle MoE step outside expert parallelism");
   ids_.clear();
   weights_.clear();
   acc_.clear();
-  dispatch_and_combine(be, w, 0);
+  dispatch_and_combine(be, layer, w, 0);
 }
 
 void moe_block::forward(const layer_context& ctx, int64_t layer, const moe_weights& w, layer_scratch& s) {
@@ -257,7 +281,7 @@ void moe_block::forward(const layer_context& ctx, int64_t layer, const moe_weigh
   } else {
     host_h_.resize(static_cast<size_t>(n * d));
     be.download(s.h, host_h_.data(), host_h_.size() * sizeof(float));
-    dispatch_and_combine(be, w, n);
+    dispatch_and_combine(be, layer, w, n);
   }
 
   if (!w.shexp_gate.empty())

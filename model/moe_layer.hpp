@@ -8,12 +8,14 @@
 
 #include "comm/collective.hpp"
 #include "kernels/backend.hpp"
+#include "model/expert_balancer.hpp"
 #include "model/layers.hpp"
 #include "model/model_config.hpp"
 #include "model/moe_weights.hpp"
 #include "model/weight_table.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -33,7 +35,10 @@ class moe_block {
   /// `ep_comm` is the expert-parallel group when shard.expert_parallel: shard.ep_size() ranks, the TP group itself
   /// with one replica, every replica's TP ranks with lockstep data-parallel replicas (rank shard.ep_rank()); unused
   /// otherwise. Must outlive the block.
-  moe_block(const model_config& cfg, const shard_spec& shard, tp_collective& ep_comm);
+  /// With shard.eplb on (expert parallel over more than one rank), `layers` are the shard's MoE layers, whose
+  /// expert slots the balancer moves (model/expert_balancer); unused otherwise.
+  moe_block(const model_config& cfg, const shard_spec& shard, tp_collective& ep_comm,
+            std::vector<expert_balancer::layer_ref> layers = {});
 
   /// The MoE block of global layer `layer`: reads s.h, writes s.proj (complete on every TP rank, like ffn()).
   void forward(const layer_context& ctx, int64_t layer, const moe_weights& w, layer_scratch& s);
@@ -41,7 +46,13 @@ class moe_block {
   /// The MoE block of a step with no tokens on this replica (lockstep expert parallelism: another replica's step
   /// runs): the dispatch and combine alone, so that this rank's experts serve the rows the other replicas route to
   /// them. Every rank of the EP group runs each MoE layer's exchange once per step, idle or not.
-  void forward_idle(backend& be, const moe_weights& w);
+  void forward_idle(backend& be, int64_t layer, const moe_weights& w);
+
+  /// After every step of the shard, busy or idle (every rank of the EP group calls it once per step): expert-parallel
+  /// load balancing's window advances, and every step_interval steps its rearrangement runs. Nothing without EPLB.
+  void end_step(backend& be);
+  /// The balancer, or null without EPLB.
+  const expert_balancer* balancer() const { return balancer_.get(); }
 
   /// Tokens routed to each expert so far (each token counts once per expert it picked), summed over the shard's
   /// MoE layers: size n_expert. Every rank of a replica counts the same routing.
@@ -51,7 +62,7 @@ class moe_block {
   /// Expert parallel: sends this rank's share of the n routed tokens (ids_, weights_, hidden rows in host_h_) to
   /// the ranks holding their experts, runs the rows it receives through its own experts, sends them back, and adds
   /// the weighted outputs into acc_.
-  void dispatch_and_combine(backend& be, const moe_weights& w, int64_t n);
+  void dispatch_and_combine(backend& be, int64_t layer, const moe_weights& w, int64_t n);
   /// y[i] = expert(e_i)(x[rows[i]]) for the local experts, rows grouped by expert: `order` lists indices into
   /// `rows` sorted by expert, `counts[e]` rows of local expert e. x is [*, n_embd] on the backend; returns y
   /// [rows.size(), n_embd] downloaded to the host, in `order`'s order.
@@ -66,6 +77,8 @@ class moe_block {
   model_config cfg_;
   shard_spec shard_;
   tp_collective& ep_comm_;
+  int64_t n_physical_ = 0;  // expert slots over the EP group (the experts, plus EPLB's redundant ones)
+  std::unique_ptr<expert_balancer> balancer_;
   std::vector<uint64_t> load_;
   // Scratch on the backend, reused across layers and steps.
   tensor logits_, rows_, xg_, gate_, up_, y_, sh_gate_, sh_up_, sh_out_, sh_logit_, xr_;

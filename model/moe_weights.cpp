@@ -41,25 +41,39 @@ void declare_moe_weights(const model_config& cfg, const shard_spec& shard, int64
         fmt::format("expert parallelism over {} ranks needs at least as many experts, but the model has "
                     "{} (num_experts / num_local_experts)",
                     ep_size, cfg.n_expert));
-  const expert_range mine = experts_of_rank(cfg.n_expert, shard.ep_rank(), ep_size);
+  // The rank's physical expert slots; slot s starts with expert s mod n_expert (vLLM's initial EPLB placement; without
+  // redundant slots, slot s is expert s).
+  const int64_t n_physical = shard.n_physical_experts(cfg.n_expert);
+  if (shard.eplb.enabled && shard.expert_parallel && (n_physical % ep_size != 0 || n_physical / ep_size > cfg.n_expert))
+    throw model_error(
+        fmt::format("expert-parallel load balancing: {} physical experts ({} + {} redundant) must split "
+                    "evenly over {} ranks, at most {} each",
+                    n_physical, cfg.n_expert, shard.eplb.n_redundant, ep_size, cfg.n_expert));
+  const expert_range mine = experts_of_rank(n_physical, shard.ep_rank(), ep_size);
   // Expert parallel: whole experts, only this rank's. Tensor parallel: every expert, split by intermediate rows.
   const shard_kind column = shard.expert_parallel ? shard_kind::replicated : shard_kind::column;
   const shard_kind row = shard.expert_parallel ? shard_kind::replicated : shard_kind::row;
   const std::string_view ff_key = mixtral ? "intermediate_size" : "moe_intermediate_size";
-  for (int64_t e = mine.begin; e < mine.begin + mine.count; ++e) {
+  // Balanced experts move between ranks as raw bytes (model/expert_balancer): kept row-major, never in a backend's
+  // own matmul layout, so that every rank's copy of a slot has the same bytes for the same expert.
+  const bool movable = shard.expert_parallel && shard.eplb.enabled;
+  for (int64_t slot = mine.begin; slot < mine.begin + mine.count; ++slot) {
+    const int64_t e = slot % cfg.n_expert;
     const std::string q = fmt::format("{}experts.{}.", p, e);
     const std::string gate = q + (mixtral ? "w1.weight" : "gate_proj.weight");
     const std::string up = q + (mixtral ? "w3.weight" : "up_proj.weight");
     const std::string down = q + (mixtral ? "w2.weight" : "down_proj.weight");
-    for (auto [name, slot] : {std::pair{gate, &expert_weights::w_gate}, std::pair{up, &expert_weights::w_up}}) {
+    for (auto [name, member] : {std::pair{gate, &expert_weights::w_gate}, std::pair{up, &expert_weights::w_up}}) {
       weight_decl& d = add(name, {cfg.n_ff_exp, cfg.n_embd}, column, cfg.n_ff_exp, ff_key);
-      d.expert = e;
-      d.expert_slot = slot;
+      d.expert = slot;
+      d.expert_slot = member;
+      d.linear = !movable;
     }
     // A row split is along dimension 1: there the units are the expert's intermediate columns.
     weight_decl& d = add(down, {cfg.n_embd, cfg.n_ff_exp}, row, cfg.n_ff_exp, ff_key);
-    d.expert = e;
+    d.expert = slot;
     d.expert_slot = &expert_weights::w_down;
+    d.linear = !movable;
   }
 
   if (cfg.n_ff_shexp > 0) {
@@ -83,12 +97,12 @@ void bind_moe_weight(const weight_decl& d, tensor t, moe_weights& moe) {
     moe.*d.moe_slot = std::move(t);
     return;
   }
-  // Experts are declared in id order, the rank's first one first.
+  // Expert slots are declared in id order, the rank's first one first.
   if (moe.experts.empty())
     moe.expert_begin = d.expert;
   const int64_t local = d.expert - moe.expert_begin;
   if (local < 0 || local > static_cast<int64_t>(moe.experts.size()))
-    throw model_error(fmt::format("{}: expert {} is not next to this rank's experts", d.name, d.expert));
+    throw model_error(fmt::format("{}: expert slot {} is not next to this rank's slots", d.name, d.expert));
   if (local == static_cast<int64_t>(moe.experts.size()))
     moe.experts.emplace_back();
   moe.experts[static_cast<size_t>(local)].*d.expert_slot = std::move(t);

@@ -19,9 +19,11 @@ struct expert_weights {
 
 /// A sparse MLP block. Empty (no router) on the dense layers.
 struct moe_weights {
-  tensor router;                        ///< gate.weight [n_expert, n_embd], replicated
-  int64_t expert_begin = 0;             ///< global id of experts[0]
-  std::vector<expert_weights> experts;  ///< the experts this rank computes: [expert_begin, expert_begin + size)
+  tensor router;  ///< gate.weight [n_expert, n_embd], replicated
+  /// Global id of experts[0]: its expert id, or under expert-parallel load balancing its physical slot (the expert a
+  /// slot holds then changes as the balancer moves experts between ranks).
+  int64_t expert_begin = 0;
+  std::vector<expert_weights> experts;  ///< the experts (slots) this rank computes: [expert_begin, expert_begin + size)
   tensor shexp_gate, shexp_up;          ///< Qwen2-MoE shared_expert.gate/up_proj (column-parallel), or empty
   tensor shexp_down;                    ///< shared_expert.down_proj (row-parallel)
   tensor shexp_router;                  ///< shared_expert_gate.weight [1, n_embd]: the sigmoid gate, replicated

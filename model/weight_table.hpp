@@ -55,7 +55,7 @@ struct weight_decl {
   tensor layer_weights::*layer_slot = nullptr;
   tensor model_tensors::*model_slot = nullptr;
   tensor moe_weights::*moe_slot = nullptr;  ///< or a member of layer `layer`'s MoE block
-  int64_t expert = -1;                      ///< or a member of this expert (global id) of that block
+  int64_t expert = -1;  ///< or a member of this expert slot (global physical slot id; the expert id without EPLB)
   tensor expert_weights::*expert_slot = nullptr;
   bool bind_as_f32 = false;  ///< converted to f32 when bound (biases: the ops add them in f32)
   bool linear = false;       ///< a Linear weight only matmul reads: bound through backend::import_linear_weight
@@ -66,6 +66,17 @@ struct weight_table {
   std::vector<weight_decl> weights;
   /// The declaration called `name`, or nullptr.
   const weight_decl* find(std::string_view name) const;
+};
+
+/// Expert-parallel load balancing of a shard's MoE layers (vLLM's EPLB; engine_config::enable_eplb and eplb).
+struct expert_balancing {
+  bool enabled = false;
+  int64_t n_redundant = 0;        ///< physical expert slots beyond the model's experts (num_redundant_experts)
+  int64_t window_size = 1000;     ///< steps of expert load a rearrangement balances
+  int64_t step_interval = 3000;   ///< steps between rearrangements
+  bool log_balancedness = false;  ///< log each rearrangement
+
+  friend bool operator==(const expert_balancing&, const expert_balancing&) = default;
 };
 
 /// Which part of the model a shard holds: its tensor-parallel rank and its pipeline stage's layer range.
@@ -81,6 +92,8 @@ struct shard_spec {
   /// already computed from it, as in vLLM: ep_size = dp_size × tp_size, ep_rank = dp_rank × tp_size + tp_rank.
   int dp_rank = 0;
   int dp_size = 1;
+  /// With expert_parallel: redundant expert slots and their periodic rearrangement (off: one slot per expert).
+  expert_balancing eplb = {};
 
   /// Decode context parallelism (vLLM's -dcp): the TP ranks [g * dcp_size, (g + 1) * dcp_size), which hold the same
   /// kv head, keep each sequence's KV cache split between them by positions (runs of dcp_interleave tokens) instead
@@ -96,6 +109,10 @@ struct shard_spec {
 
   int ep_rank() const { return expert_parallel ? dp_rank * tp_size + tp_rank : 0; }
   int ep_size() const { return expert_parallel ? dp_size * tp_size : 1; }
+  /// Physical expert slots of an MoE layer over the EP group: the experts, plus the redundant slots under EPLB.
+  int64_t n_physical_experts(int64_t n_expert) const {
+    return n_expert + (expert_parallel && eplb.enabled ? eplb.n_redundant : 0);
+  }
   /// This rank's index in its DCP group, and the positions its cache keeps.
   int dcp_rank() const { return tp_rank % dcp_size; }
   kv_shard_layout kv_layout() const {

@@ -5,6 +5,7 @@
 
 #include "actorllm/request_output.hpp"
 #include "engine/seq_id.hpp"
+#include "model/eplb_stats.hpp"
 
 #include <cstdint>
 #include <string>
@@ -46,6 +47,9 @@ struct step_result {
   /// MoE models: tokens routed to each expert since the shards started, summed over every stage's MoE layers (each
   /// stage's tp rank 0 counts its layers; the totals ride stage_handoff to the sampler shard); empty for dense models.
   std::vector<uint64_t> expert_tokens;
+  /// Expert-parallel load balancing (--enable-eplb): the sampler shard's stage's record (every rank of its EP group
+  /// computes the same); zeros otherwise.
+  model::eplb_stats eplb;
 
   friend bool operator==(const step_result&, const step_result&) = default;
 };

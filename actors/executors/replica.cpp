@@ -128,6 +128,51 @@ void check_context_parallel(const engine_config& config, const model::model_conf
     refuse("enable_lora");
 }
 
+/// Expert-parallel load balancing: vLLM's rules (expert parallelism on an MoE model, physical slots that split
+/// evenly over the EP group), the settings' ranges, and what it cannot move yet.
+void check_eplb(const engine_config& config, const model::model_config& model) {
+  if (!config.enable_eplb)
+    return;
+  const eplb_config& e = config.eplb;
+  if (!config.enable_expert_parallel)
+    throw_config(
+        "enable_eplb (--enable-eplb) needs enable_expert_parallel (--enable-expert-parallel): it balances "
+        "the experts over the ranks of the expert-parallel group");
+  if (model.n_expert <= 0)
+    throw_config(
+        fmt::format("enable_eplb (--enable-eplb): {} is not a mixture-of-experts model (no experts to "
+                    "balance)",
+                    model.architecture));
+  if (e.window_size < 1)
+    throw_config(fmt::format("eplb_config.window_size must be at least 1, got {}", e.window_size));
+  if (e.step_interval < 1)
+    throw_config(fmt::format("eplb_config.step_interval must be at least 1, got {}", e.step_interval));
+  if (e.num_redundant_experts < 0)
+    throw_config(fmt::format("eplb_config.num_redundant_experts must be at least 0, got {}", e.num_redundant_experts));
+  // The EP group: the TP ranks of one replica, or of every replica when data-parallel replicas step in lockstep.
+  const int64_t ep = int64_t{config.tensor_parallel_size} * std::max(config.data_parallel_size, 1);
+  if (ep < 2)
+    throw_config(
+        "enable_eplb (--enable-eplb) needs more than one expert-parallel rank (tensor_parallel_size x "
+        "data_parallel_size is 1): there is nothing to balance between");
+  const int64_t n_physical = model.n_expert + e.num_redundant_experts;
+  if (n_physical % ep != 0)
+    throw_config(
+        fmt::format("enable_eplb: the model's {} experts plus eplb_config.num_redundant_experts {} make {} "
+                    "physical experts, which do not divide over the {} expert-parallel ranks",
+                    model.n_expert, e.num_redundant_experts, n_physical, ep));
+  if (n_physical / ep > model.n_expert)
+    throw_config(
+        fmt::format("enable_eplb: eplb_config.num_redundant_experts {} gives each of the {} expert-parallel "
+                    "ranks {} expert slots, more than the model's {} experts",
+                    e.num_redundant_experts, ep, n_physical / ep, model.n_expert));
+  if (model.quant.quantized() || !config.quantization.empty())
+    throw_config(
+        fmt::format("enable_eplb with quantized weights ({}): moving quantized expert weights between ranks "
+                    "is not implemented; serve the float checkpoint",
+                    model.quant.quantized() ? model.quant.describe() : config.quantization));
+}
+
 }  // namespace
 
 replica_plan plan_replica(const engine_config& config, const replica_slot& slot) {
@@ -166,10 +211,7 @@ replica_plan plan_replica(const engine_config& config, const replica_slot& slot)
   }
   if (r.model.quant.quantized())
     log::info("executor", "Quantization: {}", r.model.quant.describe());
-  if (config.enable_eplb)
-    throw_config(
-        "enable_eplb (--enable-eplb): expert-parallel load balancing (redundant copies of the hottest experts) is not "
-        "implemented; the per-expert load is reported in /metrics (actorllm:expert_tokens_total)");
+  check_eplb(config, r.model);
   auto layout = plan_layout(r.model, tp, pp, config.pp_layer_partition, config.enable_expert_parallel);
   if (auto* err = std::get_if<std::string>(&layout))
     throw_config(*err);
@@ -243,6 +285,11 @@ proto::shard_assignment make_shard_assignment(const engine_config& config, const
   a.stage = stage;
   a.pp_size = pp;
   a.expert_parallel = config.enable_expert_parallel;
+  a.eplb = config.enable_eplb;
+  a.eplb_redundant = config.eplb.num_redundant_experts;
+  a.eplb_window = config.eplb.window_size;
+  a.eplb_interval = config.eplb.step_interval;
+  a.eplb_log = config.eplb.log_balancedness;
   a.dcp_size = config.decode_context_parallel_size;
   a.dcp_interleave = config.dcp_kv_cache_interleave_size;
   a.load_format = config.load_format;

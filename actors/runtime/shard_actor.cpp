@@ -142,6 +142,8 @@ void run_step(shard_pointer self, runner::ready_step& in) {
   if (!out.result.error.empty())
     return report_failure(self, step_id, out.result.error);
   out.result.expert_tokens = std::move(expert_tokens);
+  if (const model::expert_balancer* b = st.runner->model().balancer())
+    out.result.eplb = b->stats();
   self->send(st.results, std::move(out.result));
 }
 
@@ -281,6 +283,7 @@ shard_args shard_args_of(proto::shard_assignment a) {
   shard_args args;
   args.spec = model::shard_spec{a.tp_rank, a.tp_size, a.layer_begin, a.layer_end};
   args.spec.expert_parallel = a.expert_parallel;
+  args.spec.eplb = model::expert_balancing{a.eplb, a.eplb_redundant, a.eplb_window, a.eplb_interval, a.eplb_log};
   args.spec.dcp_size = a.dcp_size;
   args.spec.dcp_interleave = a.dcp_interleave;
   args.spec.pcp_size = a.pcp_size;

@@ -8,6 +8,17 @@
 
 namespace actorllm {
 
+/// vLLM's EPLBConfig (--eplb-config, a JSON object with these keys): how expert-parallel load balancing measures
+/// the experts' load and how often it moves them.
+struct eplb_config {
+  int32_t window_size = 1000;         ///< steps whose expert load a rearrangement balances (at least 1)
+  int32_t step_interval = 3000;       ///< steps between rearrangements (at least 1)
+  int32_t num_redundant_experts = 0;  ///< physical expert slots beyond the model's experts, for copies of hot ones
+  bool log_balancedness = false;      ///< log every rearrangement: its balancedness before and after, its duration
+
+  friend bool operator==(const eplb_config&, const eplb_config&) = default;
+};
+
 /// The settings of one engine replica (actorllm::LLM, `actorllm generate`).
 struct engine_config {
   std::string model;      ///< model directory (Hugging Face layout: config.json, *.safetensors, tokenizer.json)
@@ -31,8 +42,13 @@ struct engine_config {
   /// in one process (actors/executors/lockstep_replicas.hpp; uni executor, one pipeline stage, else refused). No effect
   /// on dense models.
   bool enable_expert_parallel = false;
-  /// vLLM's --enable-eplb (redundant copies of the hottest experts): not implemented, refused by name.
+  /// vLLM's --enable-eplb: expert-parallel load balancing. Needs enable_expert_parallel and an MoE model: every
+  /// rank of the EP group holds (n_expert + eplb.num_redundant_experts) / ep_size physical expert slots (which must
+  /// divide), the hottest experts get the redundant copies, each token goes to one replica of its expert, and every
+  /// eplb.step_interval steps the placement is computed again from the last eplb.window_size steps' load and the
+  /// expert weights move between the ranks (between two steps; docs/architecture.md gives the stall's bound).
   bool enable_eplb = false;
+  eplb_config eplb;  ///< vLLM's --eplb-config; read only with enable_eplb
   /// vLLM's --decode-context-parallel-size (-dcp): where tensor_parallel_size exceeds the model's kv heads, the
   /// tp / num_key_value_heads ranks that would each hold a copy of one kv head's cache instead split it by positions
   /// in groups of this many (vLLM's rule: a divisor of tp / num_key_value_heads). A block then covers block_size

@@ -28,6 +28,21 @@ struct replica_stats {
   friend bool operator==(const replica_stats&, const replica_stats&) = default;
 };
 
+/// Expert-parallel load balancing (--enable-eplb) at its last rearrangement: tokens per rank of the expert-parallel
+/// group, each MoE layer's mean and max over the ranks summed over the layers (max / mean is the imbalance, 1 at
+/// best). before: what the ranks served since the previous rearrangement; after: the same window of load as the new
+/// placement serves it. All zero until the first rearrangement.
+struct eplb_report {
+  uint64_t rearrangements = 0;      ///< since start
+  double last_stall_seconds = 0.0;  ///< how long the last one held the steps up
+  double tokens_per_rank_mean_before = 0.0;
+  double tokens_per_rank_max_before = 0.0;
+  double tokens_per_rank_mean_after = 0.0;
+  double tokens_per_rank_max_after = 0.0;
+
+  friend bool operator==(const eplb_report&, const eplb_report&) = default;
+};
+
 /// Engine state at one instant. With data-parallel replicas the counts are summed over the replicas that serve,
 /// block counts are per replica, and `replicas` has one entry each.
 struct engine_stats {
@@ -55,6 +70,8 @@ struct engine_stats {
   /// MoE models: tokens routed to each expert since start (index: expert id), summed over every MoE layer; each
   /// token counts once per expert of its top-k. Empty otherwise.
   std::vector<uint64_t> expert_tokens;
+  /// Expert-parallel load balancing (--enable-eplb; zeros otherwise). With lockstep replicas: their one EP group's.
+  eplb_report eplb;
   /// Per replica (the LLM facade fills it; empty from a single engine).
   std::vector<replica_stats> replicas;
   uint64_t n_failovers = 0;  ///< requests moved to another replica after theirs failed, since start

@@ -337,6 +337,56 @@ void engine_metrics::update(const engine_stats& stats) {
   }
   for (size_t e = 0; e < stats.expert_tokens.size(); ++e)
     advance(expert_tokens_[e], expert_tokens_seen_[e], stats.expert_tokens[e]);
+  if (stats.eplb.rearrangements > 0 || eplb_)
+    update_eplb(stats.eplb);
+}
+
+void engine_metrics::update_eplb(const eplb_report& r) {
+  if (!eplb_) {
+    eplb_ = std::make_unique<eplb_series>();
+    eplb_->rearrangements = &registry_.get_counter(
+        "actorllm:eplb_rearrangements_total",
+        "Expert-parallel load balancing: rearrangements of the experts over the expert-parallel ranks.", labels_);
+    eplb_->stall = &registry_.get_gauge(
+        "actorllm:eplb_last_stall_seconds",
+        "Expert-parallel load balancing: how long the last rearrangement held the steps up.", labels_);
+    const char* when[2] = {"before", "after"};
+    const char* stat[2] = {"mean", "max"};
+    for (int w = 0; w < 2; ++w) {
+      for (int s = 0; s < 2; ++s) {
+        metric_labels l = labels_;
+        l.emplace_back("when", when[w]);
+        l.emplace_back("stat", stat[s]);
+        eplb_->tokens[w][s] = &registry_.get_gauge(
+            "actorllm:eplb_tokens_per_rank",
+            "Expert-parallel load balancing at its last rearrangement: tokens per expert-parallel rank, each MoE "
+            "layer's mean or max over the ranks summed over the layers; before: served since the previous one, "
+            "after: the same load under the new placement.",
+            l);
+      }
+      metric_labels l = labels_;
+      l.emplace_back("when", when[w]);
+      eplb_->imbalance[w] = &registry_.get_gauge(
+          "actorllm:eplb_imbalance",
+          "Expert-parallel load balancing at its last rearrangement: max over mean tokens per expert-parallel rank "
+          "(1 is perfect balance).",
+          l);
+    }
+  }
+  if (r.rearrangements < eplb_->rearrangements_seen)
+    eplb_->rearrangements_seen = 0;  // a new engine counts from 0 again; the counter stays monotonic
+  if (r.rearrangements > eplb_->rearrangements_seen) {
+    eplb_->rearrangements->inc(static_cast<double>(r.rearrangements - eplb_->rearrangements_seen));
+    eplb_->rearrangements_seen = r.rearrangements;
+  }
+  eplb_->stall->set(r.last_stall_seconds);
+  const double values[2][2] = {{r.tokens_per_rank_mean_before, r.tokens_per_rank_max_before},
+                               {r.tokens_per_rank_mean_after, r.tokens_per_rank_max_after}};
+  for (int w = 0; w < 2; ++w) {
+    eplb_->tokens[w][0]->set(values[w][0]);
+    eplb_->tokens[w][1]->set(values[w][1]);
+    eplb_->imbalance[w]->set(values[w][0] > 0 ? values[w][1] / values[w][0] : 1.0);
+  }
 }
 
 engine_metrics::replica_series& engine_metrics::replica(int32_t rank) {

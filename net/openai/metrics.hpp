@@ -166,6 +166,16 @@ class engine_metrics {
   uint64_t prefix_cache_hits_seen_ = 0;
   std::vector<counter*> expert_tokens_;  // actorllm:expert_tokens_total{expert="e"}, made on first sight
   std::vector<uint64_t> expert_tokens_seen_;
+  /// Expert-parallel load balancing's series (actorllm:eplb_*), made at its first rearrangement.
+  struct eplb_series {
+    counter* rearrangements = nullptr;
+    uint64_t rearrangements_seen = 0;
+    gauge* stall = nullptr;
+    gauge* tokens[2][2] = {};  // [before, after][mean, max]
+    gauge* imbalance[2] = {};  // [before, after]: max / mean
+  };
+  std::unique_ptr<eplb_series> eplb_;
+  void update_eplb(const eplb_report& r);
 };
 
 }  // namespace actorllm::net::openai

@@ -1,7 +1,8 @@
 // MoE models through the engine (actorllm::LLM, uni executor): a dummy-weight Mixtral-style model gives the same
 // greedy ids under tp 1, tp 2 and expert parallelism over tp 2 and 4, and with dp 2 lockstep replicas whose EP group
 // spans both (busy or idle); the per-expert load reaches the stats that /metrics exports; lockstep DP+EP where it
-// cannot run and --enable-eplb are refused by name.
+// cannot run is refused by name; expert-parallel load balancing (--enable-eplb) keeps the ids while experts move, and
+// settings it cannot run are refused by name.
 #include "actorllm/llm.hpp"
 #include "support/test_paths.hpp"
 
@@ -221,15 +222,78 @@ TEST_CASE("lockstep DP+EP is refused by name where the replicas cannot step toge
   refused(too_many, "16 expert-parallel ranks are more than the model's 8 experts");
 }
 
-TEST_CASE("--enable-eplb is refused by name before anything loads") {
+TEST_CASE("EPLB: expert parallelism over tp 4 and lockstep dp 2 x tp 2 give the tp 1 ids while experts move") {
   moe_dir dir;
-  engine_config c = moe_config(dir, 1, true);
-  c.enable_eplb = true;
-  try {
-    LLM llm{c};
-    FAIL("the engine started");
-  } catch (const error& e) {
-    CHECK(e.code() == errc::invalid_config);
-    CHECK(std::string{e.what()}.find("enable_eplb") != std::string::npos);
+  const std::vector<int32_t> ids = test_prompt();
+  sampling_params longer = greedy_24();
+  longer.max_tokens = 40;
+  std::vector<int32_t> reference, reference_long;
+  {
+    LLM one{moe_config(dir, 1, false)};
+    reference = one.generate(prompt{ids}, greedy_24()).outputs.at(0).token_ids;
+    reference_long = one.generate(prompt{ids}, longer).outputs.at(0).token_ids;
   }
+  for (int dp : {1, 2}) {
+    const int tp = dp == 1 ? 4 : 2;
+    INFO("dp " << dp << " x tp " << tp);
+    engine_config c = moe_config(dir, tp, true);
+    c.data_parallel_size = dp;
+    c.step_timeout = 60;
+    c.enable_eplb = true;
+    c.eplb = eplb_config{8, 6, 4, true};  // 12 slots, 3 per rank; a rearrangement every 6 steps
+    LLM llm{c};
+    CHECK(llm.generate(prompt{ids}, greedy_24()).outputs.at(0).token_ids == reference);
+    auto both = llm.generate(std::vector<prompt>{prompt{ids}, prompt{ids}}, greedy_24());
+    REQUIRE(both.size() == 2);
+    CHECK(both[0].outputs.at(0).token_ids == reference);
+    CHECK(both[1].outputs.at(0).token_ids == reference);
+    CHECK(llm.generate(prompt{ids}, longer).outputs.at(0).token_ids == reference_long);
+    // At least 24 + 24 + 40 steps ran (more with idle lockstep steps): 14 rearrangements or more, each reported.
+    const engine_stats s = llm.stats();
+    CHECK(s.eplb.rearrangements >= 14);
+    CHECK(s.eplb.last_stall_seconds > 0);
+    CHECK(s.eplb.tokens_per_rank_mean_before > 0);
+    CHECK(s.eplb.tokens_per_rank_max_before >= s.eplb.tokens_per_rank_mean_before);
+    CHECK(s.eplb.tokens_per_rank_max_after >= s.eplb.tokens_per_rank_mean_after);
+    CHECK(s.eplb.tokens_per_rank_max_after <= s.eplb.tokens_per_rank_max_before * 1.5);
+  }
+}
+
+TEST_CASE("EPLB settings the engine cannot run are refused by name before anything loads") {
+  moe_dir dir;
+  auto refused = [&](engine_config c, const char* what) {
+    INFO(what);
+    try {
+      LLM llm{c};
+      FAIL("the engine started");
+    } catch (const error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      const std::string msg = e.what();
+      CHECK_MESSAGE(msg.find(what) != std::string::npos, msg);
+    }
+  };
+  engine_config no_ep = moe_config(dir, 2, false);
+  no_ep.enable_eplb = true;
+  refused(no_ep, "enable_eplb (--enable-eplb) needs enable_expert_parallel");
+  engine_config one_rank = moe_config(dir, 1, true);
+  one_rank.enable_eplb = true;
+  refused(one_rank, "needs more than one expert-parallel rank");
+  engine_config uneven = moe_config(dir, 4, true);
+  uneven.enable_eplb = true;
+  uneven.eplb.num_redundant_experts = 2;
+  refused(uneven,
+          "the model's 8 experts plus eplb_config.num_redundant_experts 2 make 10 physical experts, which do "
+          "not divide over the 4 expert-parallel ranks");
+  engine_config window = moe_config(dir, 2, true);
+  window.enable_eplb = true;
+  window.eplb.window_size = 0;
+  refused(window, "eplb_config.window_size must be at least 1, got 0");
+  engine_config crowded = moe_config(dir, 2, true);
+  crowded.enable_eplb = true;
+  crowded.eplb.num_redundant_experts = 10;
+  refused(crowded, "more than the model's 8 experts");
+  engine_config fp8 = moe_config(dir, 2, true);
+  fp8.enable_eplb = true;
+  fp8.quantization = "fp8";
+  refused(fp8, "enable_eplb with quantized weights");
 }

@@ -128,3 +128,42 @@ tls_ca = "ca.pem"
                        app::config_file_error);
   CHECK_THROWS_AS(app::parse_serve_config("[model]\ndtype = \"int4\"\n", "s.toml"), app::config_file_error);
 }
+
+TEST_CASE("--eplb-config takes vLLM's JSON keys, refusing unknown keys and bad values by name") {
+  using app::engine_command;
+  const engine_config defaults;
+  CHECK(defaults.eplb == eplb_config{1000, 3000, 0, false});  // vLLM's EPLBConfig defaults
+  const engine_config cfg =
+      parse(engine_command::serve, {"--enable-expert-parallel", "--enable-eplb", "--eplb-config",
+                                    R"({"window_size": 64, "step_interval": 128, "num_redundant_experts": 4,
+                                        "log_balancedness": true})"});
+  CHECK(cfg.enable_eplb);
+  CHECK(cfg.eplb == eplb_config{64, 128, 4, true});
+  // Keys left out keep their defaults.
+  CHECK(parse(engine_command::generate, {"--eplb-config", R"({"num_redundant_experts": 2})"}).eplb ==
+        eplb_config{1000, 3000, 2, false});
+  CHECK(refusal(engine_command::serve, {"--eplb-config", R"({"use_async": true})"}) ==
+        "--eplb-config: unknown key 'use_async' (known: window_size, step_interval, num_redundant_experts, "
+        "log_balancedness)");
+  CHECK(refusal(engine_command::serve, {"--eplb-config", R"({"window_size": 0})"}) ==
+        "--eplb-config: window_size must be at least 1, got 0");
+  CHECK(refusal(engine_command::serve, {"--eplb-config", R"({"num_redundant_experts": -1})"}) ==
+        "--eplb-config: num_redundant_experts must be at least 0, got -1");
+  CHECK(refusal(engine_command::serve, {"--eplb-config", R"({"step_interval": "often"})"}) ==
+        "--eplb-config: step_interval must be an integer, got \"often\"");
+  CHECK(refusal(engine_command::serve, {"--eplb-config", R"({"log_balancedness": 1})"}) ==
+        "--eplb-config: log_balancedness must be true or false");
+  CHECK(refusal(engine_command::serve, {"--eplb-config", "[1]"}) == "--eplb-config: '[1]' is not a JSON object");
+  // A --config file writes the same as JSON text or as a table.
+  CHECK(app::parse_serve_config("[parallel]\neplb_config = '{\"step_interval\": 10}'\n", "s.toml").engine.eplb ==
+        eplb_config{1000, 10, 0, false});
+  CHECK(app::parse_serve_config("[parallel]\neplb_config = {window_size = 5, log_balancedness = true}\n", "s.toml")
+            .engine.eplb == eplb_config{5, 3000, 0, true});
+  CHECK_THROWS_WITH_AS(app::parse_serve_config("[parallel]\neplb_config = {windows = 5}\n", "s.toml"),
+                       "'eplb_config' in [parallel] (s.toml:2): unknown key 'windows' (known: window_size, "
+                       "step_interval, num_redundant_experts, log_balancedness)",
+                       app::config_file_error);
+  CHECK_THROWS_WITH_AS(app::parse_serve_config("[parallel]\neplb_config = {step_interval = 0}\n", "s.toml"),
+                       "'eplb_config' in [parallel] (s.toml:2): step_interval must be at least 1, got 0",
+                       app::config_file_error);
+}

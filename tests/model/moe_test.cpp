@@ -46,14 +46,47 @@ std::string replaced(std::string json, const std::vector<std::pair<std::string, 
   return json;
 }
 
-/// A layout to run: tp ranks per stage, pp stages, expert parallelism.
+/// A layout to run: tp ranks per stage, pp stages, expert parallelism, expert-parallel load balancing.
 struct layout {
   int tp = 1;
   int pp = 1;
   bool ep = false;
+  bool eplb = false;
 };
 
-std::string describe(const layout& l) { return fmt::format("tp {} pp {}{}", l.tp, l.pp, l.ep ? " ep" : ""); }
+std::string describe(const layout& l) {
+  return fmt::format("tp {} pp {}{}{}", l.tp, l.pp, l.ep ? " ep" : "", l.eplb ? " eplb" : "");
+}
+
+/// EPLB settings that rearrange often during a short generation: every 5 steps, from the last 4 steps' load, with
+/// the fewest redundant slots (at least one) that split evenly over `ep` ranks.
+expert_balancing frequent_eplb(int64_t n_expert, int64_t ep) {
+  expert_balancing b;
+  b.enabled = true;
+  b.n_redundant = ep - n_expert % ep;
+  b.window_size = 4;
+  b.step_interval = 5;
+  return b;
+}
+
+/// Whether `m`'s balancer has rearranged, and has moved some layer's experts away from the initial placement.
+struct balancing_seen {
+  uint64_t rearrangements = 0;
+  bool moved = false;
+};
+balancing_seen balancing_of(const llama_model& m) {
+  balancing_seen seen;
+  const expert_balancer* b = m.balancer();
+  if (b == nullptr)
+    return seen;
+  seen.rearrangements = b->stats().rearrangements;
+  const model_config& cfg = m.config();
+  const layer_placement start = initial_placement(cfg.n_expert, m.shard().n_physical_experts(cfg.n_expert));
+  for (int64_t l = m.shard().layer_begin; l < m.shard().layer_end; ++l)
+    if (cfg.is_moe_layer(l) && b->placement(l).phys_to_log != start.phys_to_log)
+      seen.moved = true;
+  return seen;
+}
 
 /// Writes `w` as DIR/model.safetensors beside DIR/config.json.
 std::filesystem::path write_checkpoint(const std::string& config_json, const model_weights& w) {
@@ -70,6 +103,7 @@ int32_t argmax(const std::vector<float>& v) {
 struct run_result {
   std::vector<int32_t> ids;
   std::vector<size_t> weight_bytes;  ///< per (stage, rank), stage-major
+  balancing_seen balancing;          ///< rank 0's, over its stages
 };
 
 /// Greedy decoding of `n` tokens after `prompt` under `l`: one thread per TP rank, each holding its shard of every
@@ -97,6 +131,8 @@ run_result engine_greedy(const std::filesystem::path& dir, const layout& l, cons
         shard.layer_begin = cfg.n_layer * s / l.pp;
         shard.layer_end = cfg.n_layer * (s + 1) / l.pp;
         shard.expert_parallel = l.ep;
+        if (l.eplb)
+          shard.eplb = frequent_eplb(cfg.n_expert, l.tp);
         comms.push_back(std::make_unique<comm::shared_memory_collective>(groups[static_cast<size_t>(s)], r));
         auto loaded = load_shard(dir, shard, load);
         stages.push_back(
@@ -123,6 +159,12 @@ run_result engine_greedy(const std::filesystem::path& dir, const layout& l, cons
         logits = step(tok, static_cast<int32_t>(prompt.size() + out.size() - 1));
       }
       outputs[static_cast<size_t>(r)] = out;
+      if (r == 0)
+        for (const auto& stage : stages) {
+          const balancing_seen seen = balancing_of(*stage);
+          result.balancing.rearrangements += seen.rearrangements;
+          result.balancing.moved = result.balancing.moved || seen.moved;
+        }
     });
   }
   for (auto& t : ranks)
@@ -137,6 +179,7 @@ run_result engine_greedy(const std::filesystem::path& dir, const layout& l, cons
 struct lockstep_result {
   std::vector<std::vector<int32_t>> ids;  ///< per replica
   std::vector<size_t> weight_bytes;       ///< per (replica, rank), replica-major
+  balancing_seen balancing;               ///< the EP group's rank 0's
 };
 
 /// Lockstep expert parallelism over dp replicas of tp ranks each (vLLM's DP+EP), one thread per (replica, rank):
@@ -144,8 +187,8 @@ struct lockstep_result {
 /// n_tokens[i] tokens (one step each), then runs idle steps (llama_model::idle_step) until every replica has run as
 /// many steps as the busiest, as its scheduler would: its experts keep serving the others' tokens.
 lockstep_result lockstep_greedy(const std::filesystem::path& dir, int tp, int dp,
-                                const std::vector<std::vector<int32_t>>& prompts,
-                                const std::vector<int64_t>& n_tokens) {
+                                const std::vector<std::vector<int32_t>>& prompts, const std::vector<int64_t>& n_tokens,
+                                bool eplb = false) {
   const model_config cfg = load_model_config(dir);
   const int64_t n_steps = *std::max_element(n_tokens.begin(), n_tokens.end());
   auto expert_group = std::make_shared<comm::shared_memory_group>(dp * tp, "the expert-parallel group");
@@ -171,6 +214,8 @@ lockstep_result lockstep_greedy(const std::filesystem::path& dir, int tp, int dp
           shard.expert_parallel = true;
           shard.dp_rank = d;
           shard.dp_size = dp;
+          if (eplb)
+            shard.eplb = frequent_eplb(cfg.n_expert, int64_t{dp} * tp);
           comm::shared_memory_collective tp_comm{tp_groups[static_cast<size_t>(d)], r};
           comm::shared_memory_collective ep_comm{expert_group, shard.ep_rank()};
           auto loaded = load_shard(dir, shard, {});
@@ -198,6 +243,8 @@ lockstep_result lockstep_greedy(const std::filesystem::path& dir, int tp, int dp
             out.push_back(argmax(m.forward(fb, cache)));
           }
           outputs[slot] = out;
+          if (slot == 0)
+            result.balancing = balancing_of(m);
         } catch (const std::exception& e) {
           errors[static_cast<size_t>(d * tp + r)] = e.what();
           expert_group->abort(e.what());
@@ -236,6 +283,15 @@ void check_model(const std::string& config_json, uint64_t seed) {
     INFO(cfg.architecture << " " << describe(l));
     CHECK(engine_greedy(dir, l, prompt, n).ids == expected);
   }
+  // Expert-parallel load balancing: redundant copies, replicas taking turns, and the experts rearranged every 5
+  // steps while the tokens are generated; the ids stay the reference's.
+  for (const layout& l : {layout{2, 1, true, true}, layout{4, 1, true, true}, layout{2, 2, true, true}}) {
+    INFO(cfg.architecture << " " << describe(l));
+    const run_result got = engine_greedy(dir, l, prompt, n);
+    CHECK(got.ids == expected);
+    CHECK(got.balancing.rearrangements >= static_cast<uint64_t>(n / 5));
+    CHECK(got.balancing.moved);
+  }
   // Lockstep DP+EP: replica 0 decodes the prompt; replica 1 decodes another for 12 tokens, then idles while its
   // experts serve replica 0's tokens (and with 3 replicas, replica 2 only idles).
   const std::vector<int32_t> other{7, 1, 60, 33, 21};
@@ -253,6 +309,12 @@ void check_model(const std::string& config_json, uint64_t seed) {
     const lockstep_result got = lockstep_greedy(dir, tp, dp, prompts, counts);
     CHECK(got.ids[0] == expected);
     CHECK(got.ids[1] == other_expected);
+    // With EPLB: the idle replicas' steps count too, and their experts move like the busy ones'.
+    const lockstep_result balanced = lockstep_greedy(dir, tp, dp, prompts, counts, true);
+    CHECK(balanced.ids[0] == expected);
+    CHECK(balanced.ids[1] == other_expected);
+    CHECK(balanced.balancing.rearrangements >= static_cast<uint64_t>(n / 5));
+    CHECK(balanced.balancing.moved);
   }
   model_config other_k = cfg;
   other_k.n_expert_used = cfg.n_expert_used + 1;

@@ -7,6 +7,17 @@
 
 #include <caf/meta/type_name.hpp>
 
+namespace actorllm::model {
+
+/// CAF inspection of eplb_stats.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, eplb_stats& x) {
+  return f(caf::meta::type_name("eplb_stats"), x.rearrangements, x.last_stall_seconds, x.mean_before, x.max_before,
+           x.mean_after, x.max_after);
+}
+
+}  // namespace actorllm::model
+
 namespace actorllm::runner {
 
 /// CAF inspection of sampled_token.
@@ -25,7 +36,7 @@ typename Inspector::result_type inspect(Inspector& f, prompt_score& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
   return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.prompt_scores, x.error, x.forward_seconds,
-           x.sample_seconds, x.expert_tokens);
+           x.sample_seconds, x.expert_tokens, x.eplb);
 }
 
 }  // namespace actorllm::runner

@@ -51,10 +51,17 @@ struct shard_assignment {
   int32_t stage = 0;
   int32_t pp_size = 1;
   bool expert_parallel = false;  ///< engine_config::enable_expert_parallel
-  int32_t dcp_size = 1;          ///< engine_config::decode_context_parallel_size
-  int32_t dcp_interleave = 1;    ///< engine_config::dcp_kv_cache_interleave_size
-  int32_t pcp_size = 1;          ///< engine_config::prefill_context_parallel_size
-  int32_t pcp_rank = 0;          ///< which copy of the stage's TP group (its collective spans tp × pcp ranks)
+  /// engine_config::enable_eplb and its eplb settings (model::expert_balancing): redundant expert slots and how
+  /// often they are rearranged.
+  bool eplb = false;
+  int32_t eplb_redundant = 0;
+  int32_t eplb_window = 1000;
+  int32_t eplb_interval = 3000;
+  bool eplb_log = false;
+  int32_t dcp_size = 1;        ///< engine_config::decode_context_parallel_size
+  int32_t dcp_interleave = 1;  ///< engine_config::dcp_kv_cache_interleave_size
+  int32_t pcp_size = 1;        ///< engine_config::prefill_context_parallel_size
+  int32_t pcp_rank = 0;        ///< which copy of the stage's TP group (its collective spans tp × pcp ranks)
   std::string load_format = "auto";
   std::string dtype = "auto";
   std::string quantization;    ///< engine_config::quantization
@@ -93,11 +100,11 @@ struct shard_assignment {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
   return f(caf::meta::type_name("shard_assignment"), x.model_dir, x.tokenizer, x.tp_rank, x.tp_size, x.layer_begin,
-           x.layer_end, x.stage, x.pp_size, x.expert_parallel, x.dcp_size, x.dcp_interleave, x.pcp_size, x.pcp_rank,
-           x.load_format, x.dtype, x.quantization, x.device, x.seed, x.n_threads, x.device_offset, x.dp_rank, x.dp_size,
-           x.lockstep, x.expert_store, x.expert_prefix, x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len,
-           x.max_loras, x.max_lora_rank, x.max_cpu_loras, x.next, x.data_plane_host, x.rendezvous_prefix,
-           x.collective_timeout_ms);
+           x.layer_end, x.stage, x.pp_size, x.expert_parallel, x.eplb, x.eplb_redundant, x.eplb_window, x.eplb_interval,
+           x.eplb_log, x.dcp_size, x.dcp_interleave, x.pcp_size, x.pcp_rank, x.load_format, x.dtype, x.quantization,
+           x.device, x.seed, x.n_threads, x.device_offset, x.dp_rank, x.dp_size, x.lockstep, x.expert_store,
+           x.expert_prefix, x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len, x.max_loras, x.max_lora_rank,
+           x.max_cpu_loras, x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
 }
 
 /// worker: run the communication check (`actorllm check`).
