@@ -3,7 +3,7 @@
 // engine's expert store; its collectives go over Gloo, as between real hosts (the simulated nodes share this machine,
 // whose shared memory is turned off for them); the schedulers keep step over CAF messages. A random-weight Qwen3-MoE
 // checkpoint (uneven expert placement: 6 experts over 4 ranks) gives the float64 reference's greedy ids with one
-// replica busy and the other idle, and with both busy.
+// replica busy and the other idle, and with both busy, and with EPLB moving experts between the nodes.
 #include "actorllm/llm.hpp"
 #include "e2e_cluster/cluster_harness.hpp"
 #include "model/model_config.hpp"
@@ -65,6 +65,30 @@ TEST_CASE("cluster: lockstep dp 2 x tp 2 over 2 simulated nodes gives the float6
     REQUIRE(stats.replicas.size() == 2);
     CHECK(stats.replicas[0].routed_requests > 0);
     CHECK(stats.replicas[1].routed_requests > 0);
+  }
+  {
+    // EPLB between the nodes: 8 expert slots (2 redundant), 2 per rank, moved every 4 steps over Gloo.
+    test::sim_cluster cluster{2, 2};
+    engine_config c;
+    c.model = dir.string();
+    c.tensor_parallel_size = 2;
+    c.data_parallel_size = 2;
+    c.enable_expert_parallel = true;
+    c.enable_eplb = true;
+    c.eplb = eplb_config{6, 4, 2, true};
+    c.kv_cache_memory = size_t{4} << 20;
+    c.distributed_executor_backend = "cluster";
+    c.cluster_address = cluster.head_address();
+    c.cluster_token = cluster.token();
+    LLM llm{c};
+    sampling_params p;
+    p.temperature = 0;
+    p.ignore_eos = true;
+    p.max_tokens = n;
+    const auto both = llm.generate(std::vector<prompt>{prompt{first}, prompt{second}}, p);
+    CHECK(both.at(0).outputs.at(0).token_ids == want_first);
+    CHECK(both.at(1).outputs.at(0).token_ids == want_second);
+    CHECK(llm.stats().eplb.rearrangements >= 4);
   }
   ::unsetenv("ACTORLLM_SHM_COLLECTIVE");
   std::filesystem::remove_all(dir);

@@ -1,7 +1,8 @@
 // Lockstep DP+EP in worker processes (the mp executor): dp 2 replicas × tp 2 ranks, each rank an `actorllm worker`
 // process, one expert-parallel group of 4 over the processes (shared memory, or Gloo over loopback), the step rounds
 // between the schedulers over CAF messages. Random-weight Mixtral, Qwen2-MoE and Qwen3-MoE checkpoints give the
-// float64 reference's greedy ids with one replica busy and the other idle and with both busy; a worker killed with
+// float64 reference's greedy ids with one replica busy and the other idle and with both busy, and with EPLB moving
+// experts between the processes; a worker killed with
 // SIGKILL under 16 streams restarts the whole set, and every stream resumes there and ends as undisturbed (through
 // actorllm::LLM, and through `actorllm serve` with SSE streams that each end with [DONE]).
 #include "actorllm/llm.hpp"
@@ -119,6 +120,18 @@ TEST_CASE("mp executor, lockstep dp 2 x tp 2: MoE checkpoints give the float64 r
       CHECK(stats.replicas[1].routed_requests > 0);
     }
     ::unsetenv("ACTORLLM_SHM_COLLECTIVE");
+    if (cfg.architecture == "MixtralForCausalLM") {
+      // EPLB across the processes: 12 expert slots (4 redundant), 3 per rank, moved every 5 steps over the EP group.
+      engine_config c = lockstep_mp_config(dir);
+      c.enable_eplb = true;
+      c.eplb = eplb_config{8, 5, 4, true};
+      LLM llm{c};
+      CHECK(greedy_ids(llm, first, n) == want_first);
+      CHECK(greedy_ids(llm, second, n) == want_second);
+      const engine_stats s = llm.stats();
+      CHECK(s.eplb.rearrangements >= 8);  // 48 steps at least, idle ones included
+      CHECK(s.eplb.tokens_per_rank_mean_before > 0);
+    }
     std::filesystem::remove_all(dir);
   }
 }
