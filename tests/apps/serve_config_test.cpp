@@ -141,6 +141,7 @@ num_threads = 3
 max_worker_restarts = 5
 device = "cpu"
 enable_expert_parallel = true
+eplb_config = '{"window_size": 50, "step_interval": 200}'
 decode-context-parallel-size = 2
 dcp_kv_cache_interleave_size = 4
 [scheduler]
@@ -223,6 +224,8 @@ max_control_message_bytes = 1048576
   CHECK(o.engine.device == "cpu");
   CHECK(o.engine.enable_expert_parallel);
   CHECK_FALSE(o.engine.enable_eplb);
+  CHECK(o.engine.eplb.window_size == 50);  // read, though only enable_eplb puts it to use
+  CHECK(o.engine.eplb.step_interval == 200);
   CHECK(o.engine.decode_context_parallel_size == 2);
   CHECK(o.engine.dcp_kv_cache_interleave_size == 4);
   CHECK(o.engine.scheduling_policy == "priority");
@@ -248,7 +251,7 @@ max_control_message_bytes = 1048576
   CHECK(o.engine.max_loras == 3);
   CHECK(o.engine.max_lora_rank == 64);
   CHECK(o.engine.max_cpu_loras == 5);
-  CHECK(app::serve_config_keys().size() == 79);
+  CHECK(app::serve_config_keys().size() == 80);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {
