@@ -126,6 +126,7 @@ engine_stats merge_stats(engine_stats out, const std::vector<stats_answer>& answ
     out.prefix_cache_hits += s.prefix_cache_hits;
     out.forward_seconds += s.forward_seconds;
     out.sample_seconds += s.sample_seconds;
+    out.ep_exchange_bytes += s.ep_exchange_bytes;
     // Lockstep replicas share one EP group and report the same balancing; the most recent record wins.
     if (s.eplb.rearrangements > out.eplb.rearrangements)
       out.eplb = s.eplb;

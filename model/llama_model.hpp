@@ -49,6 +49,11 @@ class llama_model {
   std::vector<uint64_t> expert_load() const { return moe_ ? moe_->expert_load() : std::vector<uint64_t>{}; }
   /// Expert-parallel load balancing's record (null without EPLB).
   const expert_balancer* balancer() const { return moe_ ? moe_->balancer() : nullptr; }
+  /// Expert parallelism: what this rank's MoE exchanges (dispatch, combine, EPLB's weight moves) moved over the EP
+  /// group so far (tp_collective::exchange_statistics); zeros without expert parallelism.
+  exchange_stats expert_exchange() const {
+    return moe_ && shard_.expert_parallel ? moe_->exchange() : exchange_stats{};
+  }
   /// What the shard's KV cache must hold per token slot, for a given block size.
   kv_cache_shape cache_shape(int64_t block_size) const;
   /// How a step's rows are split between the copies of the TP group (prefill context parallelism; one copy: all).

@@ -57,6 +57,8 @@ class moe_block {
   /// Tokens routed to each expert so far (each token counts once per expert it picked), summed over the shard's
   /// MoE layers: size n_expert. Every rank of a replica counts the same routing.
   const std::vector<uint64_t>& expert_load() const { return load_; }
+  /// What the EP group's all-to-all moved for this rank so far.
+  exchange_stats exchange() const { return ep_comm_.exchange_statistics(); }
 
  private:
   /// Expert parallel: sends this rank's share of the n routed tokens (ids_, weights_, hidden rows in host_h_) to

@@ -50,6 +50,9 @@ struct step_result {
   /// Expert-parallel load balancing (--enable-eplb): the sampler shard's stage's record (every rank of its EP group
   /// computes the same); zeros otherwise.
   model::eplb_stats eplb;
+  /// Expert parallelism: bytes the sampler shard's EP rank sent and received in the MoE exchanges since it started
+  /// (its EP group's all-to-all: tokens out to their experts, outputs back, EPLB's weight moves); 0 otherwise.
+  uint64_t ep_exchange_bytes = 0;
 
   friend bool operator==(const step_result&, const step_result&) = default;
 };

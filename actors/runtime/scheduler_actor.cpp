@@ -31,6 +31,7 @@ struct scheduler_state {
   double forward_seconds = 0.0;         // summed over steps, as the sampler shard reported them
   std::vector<uint64_t> expert_tokens;  // the sampler shard's latest totals (MoE models)
   model::eplb_stats eplb;               // its stage's expert-parallel load balancing, as last reported
+  uint64_t ep_exchange_bytes = 0;       // its sampler shard's EP exchanges, as last reported
   double sample_seconds = 0.0;
   bool healthy = true;
   std::string failure;
@@ -129,6 +130,7 @@ void on_result(scheduler_pointer self, proto::step_result& result) {
   if (!result.expert_tokens.empty())
     st.expert_tokens = std::move(result.expert_tokens);
   st.eplb = result.eplb;
+  st.ep_exchange_bytes = result.ep_exchange_bytes;
   proto::step_update upd = proto::make_step_update(result, *events);
   if (st.engine && (!upd.seqs.empty() || !upd.prompts.empty()))
     self->send(st.engine, std::move(upd));
@@ -156,6 +158,7 @@ engine_stats stats_of(const scheduler_state& st) {
   s.forward_seconds = st.forward_seconds;
   s.sample_seconds = st.sample_seconds;
   s.expert_tokens = st.expert_tokens;
+  s.ep_exchange_bytes = st.ep_exchange_bytes;
   s.eplb = eplb_report{st.eplb.rearrangements, st.eplb.last_stall_seconds, st.eplb.mean_before,
                        st.eplb.max_before,     st.eplb.mean_after,         st.eplb.max_after};
   return s;

@@ -144,6 +144,8 @@ void run_step(shard_pointer self, runner::ready_step& in) {
   out.result.expert_tokens = std::move(expert_tokens);
   if (const model::expert_balancer* b = st.runner->model().balancer())
     out.result.eplb = b->stats();
+  const exchange_stats moved = st.runner->model().expert_exchange();
+  out.result.ep_exchange_bytes = moved.bytes_sent + moved.bytes_received;
   self->send(st.results, std::move(out.result));
 }
 

@@ -72,6 +72,9 @@ struct engine_stats {
   std::vector<uint64_t> expert_tokens;
   /// Expert-parallel load balancing (--enable-eplb; zeros otherwise). With lockstep replicas: their one EP group's.
   eplb_report eplb;
+  /// Expert parallelism: bytes the MoE exchanges (tokens to their experts and back, EPLB's weight moves) moved for the
+  /// sampling rank of each replica's last stage since start, sent plus received, summed over the replicas; 0 otherwise.
+  uint64_t ep_exchange_bytes = 0;
   /// Per replica (the LLM facade fills it; empty from a single engine).
   std::vector<replica_stats> replicas;
   uint64_t n_failovers = 0;  ///< requests moved to another replica after theirs failed, since start

@@ -337,6 +337,15 @@ void engine_metrics::update(const engine_stats& stats) {
   }
   for (size_t e = 0; e < stats.expert_tokens.size(); ++e)
     advance(expert_tokens_[e], expert_tokens_seen_[e], stats.expert_tokens[e]);
+  // Expert parallelism: the bytes its all-to-all moved (made on first sight, so dense models do not show it).
+  if (stats.ep_exchange_bytes > 0 && ep_exchange_bytes_ == nullptr)
+    ep_exchange_bytes_ = &registry_.get_counter(
+        "actorllm:ep_exchange_bytes_total",
+        "Expert parallelism: bytes the MoE layers' all-to-all (tokens to their experts and back, EPLB's weight moves) "
+        "sent and received for the sampling rank of each replica, summed over the replicas.",
+        labels_);
+  if (ep_exchange_bytes_ != nullptr)
+    advance(ep_exchange_bytes_, ep_exchange_bytes_seen_, stats.ep_exchange_bytes);
   if (stats.eplb.rearrangements > 0 || eplb_)
     update_eplb(stats.eplb);
 }

@@ -166,6 +166,8 @@ class engine_metrics {
   uint64_t prefix_cache_hits_seen_ = 0;
   std::vector<counter*> expert_tokens_;  // actorllm:expert_tokens_total{expert="e"}, made on first sight
   std::vector<uint64_t> expert_tokens_seen_;
+  counter* ep_exchange_bytes_ = nullptr;  // actorllm:ep_exchange_bytes_total, made on first sight
+  uint64_t ep_exchange_bytes_seen_ = 0;
   /// Expert-parallel load balancing's series (actorllm:eplb_*), made at its first rearrangement.
   struct eplb_series {
     counter* rearrangements = nullptr;

@@ -85,6 +85,12 @@ TEST_CASE("a dummy Mixtral gives the same greedy ids under tp 1/2, pp 2 and expe
     const engine_stats s = llm.stats();
     REQUIRE(s.expert_tokens.size() == 8);
     CHECK(std::accumulate(s.expert_tokens.begin(), s.expert_tokens.end(), uint64_t{0}) == (6 + 23) * 2 * 2);
+    // The all-to-all's bytes are counted only where tokens leave their rank for their experts: expert parallelism
+    // over more than one rank (the rows of n_embd floats go out and come back, so at least that many bytes).
+    if (ep && tp > 1)
+      CHECK(s.ep_exchange_bytes >= uint64_t{64} * 4);
+    else
+      CHECK(s.ep_exchange_bytes == 0);
   }
 }
 

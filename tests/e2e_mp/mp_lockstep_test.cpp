@@ -276,5 +276,6 @@ TEST_CASE(
   const std::string log = srv.log();
   CHECK_MESSAGE(log.find("the 2 replicas of the expert-parallel set serve again") != std::string::npos, log);
   CHECK(e2e::metric(port, R"(actorllm:request_failovers_total{model_name="stories"})") > 0);
+  CHECK(e2e::metric(port, R"(actorllm:ep_exchange_bytes_total{model_name="stories"})") > 0);  // the EP group's bytes
   std::filesystem::remove_all(dir);
 }

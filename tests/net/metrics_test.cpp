@@ -188,6 +188,14 @@ TEST_CASE("MoE engines: the load of each expert is a counter labelled by expert 
   s.expert_tokens = {6, 1, 7};
   m.update(s);
   const std::string text = m.render();
+  CHECK(text.find("ep_exchange_bytes_total") == std::string::npos);  // no exchange yet: no family
+  s.ep_exchange_bytes = 4096;
+  m.update(s);
+  s.ep_exchange_bytes = 0;  // a restarted engine counts from 0 again
+  m.update(s);
+  s.ep_exchange_bytes = 1000;
+  m.update(s);
+  CHECK(m.render().find("actorllm:ep_exchange_bytes_total{model_name=\"mixtral\"} 5096\n") != std::string::npos);
   for (const std::string line : {"# TYPE actorllm:expert_tokens_total counter\n",
                                  "actorllm:expert_tokens_total{model_name=\"mixtral\",expert=\"0\"} 6\n",
                                  "actorllm:expert_tokens_total{model_name=\"mixtral\",expert=\"1\"} 1\n",

@@ -36,7 +36,7 @@ typename Inspector::result_type inspect(Inspector& f, prompt_score& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
   return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.prompt_scores, x.error, x.forward_seconds,
-           x.sample_seconds, x.expert_tokens, x.eplb);
+           x.sample_seconds, x.expert_tokens, x.eplb, x.ep_exchange_bytes);
 }
 
 }  // namespace actorllm::runner
