@@ -24,6 +24,7 @@ struct registry_state {
   std::set<int32_t> admitted;
   std::map<std::string, std::string> store;
   std::map<std::string, std::vector<caf::typed_response_promise<std::string>>> waiting;
+  std::string closed;  ///< why the store closed; empty while open
 };
 
 using registry_pointer = proto::worker_registry_actor::stateful_pointer<registry_state>;
@@ -62,9 +63,22 @@ proto::worker_registry_actor::behavior_type registry_behavior(registry_pointer s
         auto& st = self->state;
         if (auto it = st.store.find(key); it != st.store.end())
           return it->second;
+        if (!st.closed.empty())
+          return proto::make_error(errc::load_failed, fmt::format("the rendezvous store closed: {}", st.closed));
         auto promise = self->make_response_promise<std::string>();
         st.waiting[key].push_back(promise);
         return promise;
+      },
+      [self](proto::store_close_atom, std::string& why) {
+        auto& st = self->state;
+        if (!st.closed.empty())
+          return;
+        st.closed = why.empty() ? "closed" : why;
+        const caf::error err = proto::make_error(errc::load_failed, "the rendezvous store closed: " + st.closed);
+        for (auto& [key, promises] : st.waiting)
+          for (auto& promise : promises)
+            promise.deliver(err);
+        st.waiting.clear();
       },
   };
 }

@@ -137,7 +137,7 @@ lockstep_set build_lockstep_replicas(caf::actor_system& sys, const engine_config
           if (set.expert_group)
             set.expert_group->abort(why);
           if (set.expert_store)
-            caf::anon_send_exit(set.expert_store, caf::exit_reason::user_shutdown);
+            caf::anon_send(set.expert_store, proto::store_close_atom::value, why);
         }
       }
     });

@@ -15,9 +15,12 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <string>
+#include <thread>
 #include <vector>
 
 using namespace actorllm;
@@ -91,5 +94,41 @@ TEST_CASE("cluster: lockstep dp 2 x tp 2 over 2 simulated nodes gives the float6
     CHECK(llm.stats().eplb.rearrangements >= 4);
   }
   ::unsetenv("ACTORLLM_SHM_COLLECTIVE");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE(
+    "cluster: a lockstep set whose second replica cannot be placed fails at once, naming why, with no worker left") {
+  // One node of 2 devices: one replica's ranks load and wait in the EP group for the other's, which cannot be placed.
+  // The set's store goes away with the failure, so replica 0 stops waiting at once instead of at the rendezvous
+  // timeout.
+  const std::string json = model::test_util::mixtral_json();
+  const model::model_config cfg = model::parse_model_config(json, "config.json");
+  const auto dir = test::make_temp_dir("actorllm-cluster-lockstep-fail");
+  model::test_util::write_checkpoint(dir, json, model::test_util::random_weights(cfg, 5, dtype::f32));
+  test::sim_cluster cluster{1, 2};
+  engine_config c;
+  c.model = dir.string();
+  c.tensor_parallel_size = 2;
+  c.data_parallel_size = 2;
+  c.enable_expert_parallel = true;
+  c.kv_cache_memory = size_t{4} << 20;
+  c.distributed_executor_backend = "cluster";
+  c.cluster_address = cluster.head_address();
+  c.cluster_token = cluster.token();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    LLM llm{c};
+    FAIL("a set of 4 ranks started on 2 devices");
+  } catch (const error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("cannot place tp 2 × pp 1 = 2 devices") != std::string::npos);  // whichever replica came second
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{20});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (!test::worker_pids_of(cluster.process("node-0").pid).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  CHECK(test::worker_pids_of(cluster.process("node-0").pid).empty());
   std::filesystem::remove_all(dir);
 }

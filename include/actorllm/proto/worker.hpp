@@ -25,6 +25,8 @@ using register_atom = caf::atom_constant<caf::atom("register")>;
 /// registry: the rendezvous store.
 using store_set_atom = caf::atom_constant<caf::atom("store_set")>;
 using store_get_atom = caf::atom_constant<caf::atom("store_get")>;
+/// registry: the store closes (its group failed): every get waiting and every later one is answered with an error.
+using store_close_atom = caf::atom_constant<caf::atom("store_cls")>;
 /// liveness probe answered by every worker.
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 
@@ -171,6 +173,9 @@ using worker_registry_actor = caf::typed_actor<
     /// Stores a value (bytes) under a key.
     caf::replies_to<store_set_atom, std::string, std::string>::with<caf::ok_atom>,
     /// Replies with the value once the key exists (waits for a set).
-    caf::replies_to<store_get_atom, std::string>::with<std::string>>;
+    caf::replies_to<store_get_atom, std::string>::with<std::string>,
+    /// Closes the store with a reason: waiting and later gets fail with it (a lockstep set that could not be built:
+    /// the shards of its other replicas stop waiting for ranks that will never come).
+    caf::reacts_to<store_close_atom, std::string>>;
 
 }  // namespace actorllm::proto
