@@ -153,12 +153,14 @@ med = {k: statistics.median(row[k] for row in per_round) for k in per_round[0]}
 print(f"actorllm vs llama.cpp {commit['build_commit']} (build {commit['build_number']}), "
       f"{config.rstrip('/').split('/')[-1]}, same bf16 bytes, {threads} threads, {rounds} alternated rounds")
 print(f"cpu: {commit['cpu_info']}; llama.cpp model type: {commit['model_type']}")
-head = (f"{'round':>6} {'GB/s':>7} | {'b1 tok/s':>9} {'tg'+str(tg):>8} {'ratio':>6} {'b1/BW':>6} {'tg/BW':>6} | "
-        f"{'pp'+str(prefill)+' a':>9} {'llama':>8} {'ratio':>6} | {'b'+str(batch)+' a':>8} {'llama':>8} {'ratio':>6}")
+print("a: actorllm (bench_cpu_decode), l: llama.cpp (llama-bench, llama-batched-bench); tokens/s")
+head = (f"{'round':>6} {'GB/s':>7} | {'a b1':>8} {'l tg'+str(tg):>8} {'ratio':>6} {'a/BW':>6} {'l/BW':>6} | "
+        f"{'a pp'+str(prefill):>9} {'l pp'+str(prefill):>8} {'ratio':>6} | {'a b'+str(batch):>8} "
+        f"{'l b'+str(batch):>8} {'ratio':>6}")
 print(head)
 print("-" * len(head))
 def line(label, x):
-    print(f"{label:>6} {x['memory_bandwidth_bytes_per_s']/1e9:7.2f} | {x['actorllm_decode_b1']:9.2f} "
+    print(f"{label:>6} {x['memory_bandwidth_bytes_per_s']/1e9:7.2f} | {x['actorllm_decode_b1']:8.2f} "
           f"{x['llama_tg']:8.2f} {x['decode_b1_ratio']:5.2f}x {100*x['actorllm_b1_of_roofline']:5.1f}% "
           f"{100*x['llama_tg_of_roofline']:5.1f}% | {x['actorllm_prefill']:9.2f} {x['llama_pp']:8.2f} "
           f"{x['prefill_ratio']:5.2f}x | {x['actorllm_decode_batch']:8.2f} {x['llama_batched_tg']:8.2f} "
@@ -167,8 +169,8 @@ for i, x in enumerate(per_round, 1):
     line(str(i), x)
 print("-" * len(head))
 line("median", med)
-print("ratios: actorllm / llama.cpp, medians of the per-round ratios; b1/BW and tg/BW: batch-1 decode as a fraction "
-      "of the round's probed read bandwidth over the weight bytes read per token")
+print("ratio: a / l (the median row: medians of the per-round ratios); a/BW, l/BW: batch-1 decode as a fraction of "
+      "the roofline, the round's probed read bandwidth over the weight bytes read per token")
 
 result = {
     "benchmark": "compare_llama_cpp",
