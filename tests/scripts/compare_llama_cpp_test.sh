@@ -2,7 +2,7 @@
 # bench/compare_llama_cpp.sh's argument handling, without llama.cpp: each missing or invalid path or value is refused
 # (exit 2) with a message naming it, before anything is prepared or run. Then a whole run against stand-in programs
 # (shell scripts printing fixed figures in each tool's output format): the per-round ratios, medians and JSON.
-#   compare_llama_cpp_args_test.sh SOURCE_DIR
+#   compare_llama_cpp_test.sh SOURCE_DIR
 set -uo pipefail
 src=$1
 script=$src/bench/compare_llama_cpp.sh
