@@ -1,11 +1,13 @@
 #include "bench/export/llama_gguf.hpp"
 
 #include "bench/export/sentencepiece_model.hpp"
+#include "kernels/dtype.hpp"
 #include "model/model_config.hpp"
 #include "model/safetensors.hpp"
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <map>
 #include <optional>
 #include <regex>
@@ -232,6 +234,23 @@ llama_gguf_summary write_llama_gguf(const std::filesystem::path& hf_dir, const s
     const std::byte* bytes = found->file->data(info);
     const uint64_t nbytes = info.nbytes();
     const int64_t rope_heads = t.rope_heads, n_rows = info.shape[0];
+    if (info.shape.size() == 1 && type != ggml_type::f32) {
+      // ggml's CPU ops take 1-D weights (the norms) in F32 only, so llama.cpp's converter always writes them F32; a
+      // 16-bit value widens to F32 exactly, so both engines still multiply by the same numbers.
+      const dtype from = type == ggml_type::bf16 ? dtype::bf16 : dtype::f16;
+      gguf.add_tensor(t.gguf_name, ggml_type::f32, std::move(ne), [bytes, n = info.shape[0], from](std::ostream& os) {
+        std::vector<float> widened(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t h;
+          std::memcpy(&h, bytes + 2 * i, 2);
+          widened[static_cast<size_t>(i)] = from == dtype::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+        }
+        os.write(reinterpret_cast<const char*>(widened.data()), static_cast<std::streamsize>(4 * n));
+      });
+      ++summary.n_tensors;
+      summary.tensor_bytes += static_cast<uint64_t>(4 * info.shape[0]);
+      continue;
+    }
     gguf.add_tensor(t.gguf_name, type, std::move(ne), [bytes, nbytes, rope_heads, n_rows](std::ostream& os) {
       if (rope_heads == 0) {
         os.write(reinterpret_cast<const char*>(bytes), static_cast<std::streamsize>(nbytes));
@@ -241,8 +260,8 @@ llama_gguf_summary write_llama_gguf(const std::filesystem::path& hf_dir, const s
       permute_rope_rows(bytes, permuted.data(), n_rows, nbytes / static_cast<uint64_t>(n_rows), rope_heads);
       os.write(reinterpret_cast<const char*>(permuted.data()), static_cast<std::streamsize>(nbytes));
     });
-    ++summary.n_tensors;
     summary.tensor_bytes += nbytes;
+    ++summary.n_tensors;
   }
   gguf.add_u32("general.file_type", summary.file_type);
   summary.n_vocab = add_vocabulary(gguf, cfg, tokenizer_model, config_file);

@@ -2,7 +2,8 @@
 // same tensor bytes: the benchmark against llama.cpp (bench/compare_llama_cpp.sh) runs both engines on one set of
 // weights. What llama.cpp's own converter (convert_hf_to_gguf.py) would write for such a model: the llama.* hyper-
 // parameters, its tensor names, q_proj/k_proj rows permuted for ggml's rotary layout, and the SentencePiece vocabulary
-// of a tokenizer.model. No element is converted: BF16 stays BF16, F16 F16, F32 F32.
+// of a tokenizer.model. No matrix element is converted: BF16 stays BF16, F16 F16, F32 F32; 1-D weights (the norms)
+// are written F32, as llama.cpp's converter writes them (ggml's CPU ops take no other), widened exactly.
 #pragma once
 
 #include "bench/export/gguf_writer.hpp"
@@ -17,7 +18,7 @@ namespace actorllm::bench {
 /// What write_llama_gguf wrote.
 struct llama_gguf_summary {
   size_t n_tensors = 0;
-  uint64_t tensor_bytes = 0;  ///< the tensors' bytes, without header and padding
+  uint64_t tensor_bytes = 0;  ///< the tensors' bytes as written, without header and padding
   uint32_t file_type = 0;     ///< general.file_type: 0 all F32, 1 mostly F16, 32 mostly BF16
   size_t n_vocab = 0;
 };

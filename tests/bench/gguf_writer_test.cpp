@@ -200,7 +200,8 @@ std::string random_bytes(size_t n, std::mt19937& rng) {
   return s;
 }
 
-/// The tiny model's tensors: the embedding F16, the norms F32, every matrix BF16 (so each copy rule is exercised).
+/// The tiny model's tensors: the embedding F16, every matrix BF16, the norms F32 but for the last one (BF16) and layer
+/// 1's attention norm (F16), so that each copy rule is exercised.
 std::vector<model::test_util::test_tensor> tiny_tensors(int64_t vocab = n_vocab) {
   std::mt19937 rng{7};
   std::vector<model::test_util::test_tensor> out;
@@ -211,7 +212,7 @@ std::vector<model::test_util::test_tensor> tiny_tensors(int64_t vocab = n_vocab)
   add("model.embed_tokens.weight", dtype::f16, {vocab, n_embd});
   for (int64_t l = 0; l < n_layer; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
-    add(p + "input_layernorm.weight", dtype::f32, {n_embd});
+    add(p + "input_layernorm.weight", l == 1 ? dtype::f16 : dtype::f32, {n_embd});
     add(p + "self_attn.q_proj.weight", dtype::bf16, {n_head * head_dim, n_embd});
     add(p + "self_attn.k_proj.weight", dtype::bf16, {n_head_kv * head_dim, n_embd});
     add(p + "self_attn.v_proj.weight", dtype::bf16, {n_head_kv * head_dim, n_embd});
@@ -221,7 +222,7 @@ std::vector<model::test_util::test_tensor> tiny_tensors(int64_t vocab = n_vocab)
     add(p + "mlp.up_proj.weight", dtype::bf16, {n_ff, n_embd});
     add(p + "mlp.down_proj.weight", dtype::bf16, {n_embd, n_ff});
   }
-  add("model.norm.weight", dtype::f32, {n_embd});
+  add("model.norm.weight", dtype::bf16, {n_embd});
   add("lm_head.weight", dtype::bf16, {vocab, n_embd});
   return out;
 }
@@ -372,13 +373,28 @@ TEST_CASE("gguf writer: a sharded tiny Llama becomes GGUF v3 with llama.cpp's na
     CHECK(info.offset >= end_of_previous);
     end_of_previous = info.offset + t.bytes.size();
     CHECK(info.ne == std::vector<uint64_t>(t.shape.rbegin(), t.shape.rend()));
-    CHECK(info.type == (t.type == dtype::bf16 ? 30u : t.type == dtype::f16 ? 1u : 0u));
+    const bool widened = t.shape.size() == 1 && t.type != dtype::f32;  // 16-bit norms: F32 for ggml's CPU ops
+    CHECK(info.type == (widened ? 0u : t.type == dtype::bf16 ? 30u : t.type == dtype::f16 ? 1u : 0u));
     std::string expected = t.bytes;
+    if (widened) {
+      expected.clear();
+      for (size_t i = 0; i < t.bytes.size(); i += 2) {
+        uint16_t h;
+        std::memcpy(&h, t.bytes.data() + i, 2);
+        uint32_t bits = static_cast<uint32_t>(h) << 16;  // bf16: the high half of an f32
+        if (t.type == dtype::f16) {
+          const float value = f16_to_f32(h);
+          std::memcpy(&bits, &value, 4);
+        }
+        expected.append(reinterpret_cast<const char*>(&bits), 4);
+      }
+      end_of_previous += t.bytes.size();  // the F32 copy is twice the size
+    }
     if (t.name.ends_with("q_proj.weight"))
       expected = permuted_independently(t.bytes, t.shape[0], n_head);
     else if (t.name.ends_with("k_proj.weight"))
       expected = permuted_independently(t.bytes, t.shape[0], n_head_kv);
-    CHECK(f.tensor_bytes(info, t.bytes.size()) == expected);
+    CHECK(f.tensor_bytes(info, expected.size()) == expected);
   }
   CHECK(f.data_start % 32 == 0);
   CHECK(f.tensor("token_embd.weight").offset == 0);
