@@ -6,10 +6,13 @@
 // alternate for --rounds rounds and the table gives medians (each round's decode is set against that round's probe),
 // since a shared machine's bandwidth drifts. With --hog N every round also decodes batch 1 beside N busy processes
 // this bench starts and stops itself (the cores shared with other work): the ratio to the round's quiet decode says
-// whether the engine keeps its fair share. Prints a table, writes JSON.
+// whether the engine keeps its fair share. Prints a table, writes JSON. With --save-weights DIR it writes the dummy
+// weights as a checkpoint instead (DIR/config.json + model.safetensors), for another engine to run the same bytes
+// (bench/compare_llama_cpp.sh), and measures nothing.
 #include "bench/bench_json.hpp"
 #include "bench/bench_support.hpp"
 #include "bench/decode_loop.hpp"
+#include "bench/export/safetensors_writer.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -285,7 +288,15 @@ int main(int argc, char** argv) {
   app.add_option("--variants", variants_arg,
                  "Compare weight formats on the model's dummy weights, alternately per round: a comma list of bf16, "
                  "int8 (GPTQ g128), int8-channel (W8A16), w8a8, int4 (AWQ g128), fp8; the first is the baseline");
+  std::string save_dir;
+  app.add_option("--save-weights", save_dir,
+                 "Write the dummy weights (seed 0, --dtype) as a checkpoint in this directory and exit: config.json "
+                 "and model.safetensors, for another engine to run the same bytes");
   CLI11_PARSE(app, argc, argv);
+  if (!save_dir.empty() && !variants_arg.empty()) {
+    std::fprintf(stderr, "--save-weights: writes one set of weights; it does not combine with --variants\n");
+    return 2;
+  }
   if (rounds < 1) {
     std::fprintf(stderr, "--rounds: must be at least 1, got %d\n", rounds);
     return 2;
@@ -326,12 +337,30 @@ int main(int argc, char** argv) {
     load.format =
         model::has_safetensors_checkpoint(config_dir) ? model::load_format::safetensors : model::load_format::dummy;
   const bool dummy = load.format == model::load_format::dummy;
+  if (!save_dir.empty() && !dummy) {
+    std::fprintf(stderr,
+                 "--save-weights: %s has safetensors already (or --load-format safetensors); it writes dummy "
+                 "weights only\n",
+                 config_dir.c_str());
+    return 2;
+  }
 
   std::fprintf(stderr, "loading %s weights...\n", dummy ? "dummy" : "safetensors");
   model::shard_spec shard;
   auto t_load = clock_type::now();
   auto loaded = model::load_shard(config_dir, shard, load);
   double load_secs = seconds_since(t_load);
+  if (!save_dir.empty()) {
+    try {
+      bench::write_checkpoint_dir(save_dir, config_dir, loaded.weights);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "--save-weights: %s\n", e.what());
+      return 1;
+    }
+    std::printf("wrote %s: config.json and model.safetensors (%.3f GB, %zu tensors)\n", save_dir.c_str(),
+                static_cast<double>(loaded.weights.total_bytes()) / 1e9, loaded.weights.size());
+    return 0;
+  }
   const auto cfg = loaded.config;
   // Bytes a decode step streams: every weight except the embedding table, which is only gathered (unless tied, in
   // which case the same table is read whole as lm_head).
