@@ -37,6 +37,24 @@ void tp_collective::count_all_to_all(int64_t sent_rows, int64_t received_rows, i
   exchange_stats_.bytes_received += static_cast<uint64_t>(received_rows) * row_bytes + peers * sizeof(int64_t);
 }
 
+int64_t tp_collective::rows_to_send(std::span<const int64_t> send_rows, int64_t width) const {
+  ACTORLLM_CHECK(static_cast<int>(send_rows.size()) == size(), "all_to_all_rows: one send count per rank");
+  ACTORLLM_CHECK(width > 0, "all_to_all_rows: rows must have a width");
+  int64_t n_send = 0;
+  for (const int64_t rows : send_rows) {
+    ACTORLLM_CHECK(rows >= 0, "all_to_all_rows: a negative row count");
+    n_send += rows;
+  }
+  return n_send;
+}
+
+std::vector<int64_t> tp_collective::all_to_all_alone(const float* send, int64_t n_send, int64_t width,
+                                                     std::vector<float>& recv) {
+  recv.assign(send, send + n_send * width);
+  count_all_to_all(0, 0, width);
+  return {n_send};
+}
+
 std::vector<int64_t> tp_collective::all_to_all_rows_via_all_gather(const float* send,
                                                                    std::span<const int64_t> send_rows, int64_t width,
                                                                    std::vector<float>& recv) {

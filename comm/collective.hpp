@@ -77,6 +77,11 @@ class tp_collective {
   /// Counts one all_to_all_rows call of a real all-to-all: `sent_rows` / `received_rows` to and from other ranks,
   /// one 8-byte count told to and heard from each peer.
   void count_all_to_all(int64_t sent_rows, int64_t received_rows, int64_t width);
+  /// Checks the arguments of an all_to_all_rows call (one count per rank, none negative, rows of some width) and
+  /// returns how many rows this rank sends.
+  int64_t rows_to_send(std::span<const int64_t> send_rows, int64_t width) const;
+  /// all_to_all_rows in a group of one rank: its rows come back to it, and nothing crosses a transport.
+  std::vector<int64_t> all_to_all_alone(const float* send, int64_t n_send, int64_t width, std::vector<float>& recv);
 
   exchange_stats exchange_stats_;
 };

@@ -79,20 +79,10 @@ std::vector<int64_t> gloo_collective::all_to_all_rows(const float* send, std::sp
   const int n = size();
   const int me = rank();
   const auto un = static_cast<size_t>(n);
-  ACTORLLM_CHECK(send_rows.size() == un, "all_to_all_rows: one send count per rank");
-  ACTORLLM_CHECK(width > 0, "all_to_all_rows: rows must have a width");
-  int64_t n_send = 0;
-  for (const int64_t rows : send_rows) {
-    ACTORLLM_CHECK(rows >= 0, "all_to_all_rows: a negative row count");
-    n_send += rows;
-  }
+  const int64_t n_send = rows_to_send(send_rows, width);
+  if (n == 1)
+    return all_to_all_alone(send, n_send, width, recv);
   std::vector<int64_t> from(un, 0);
-  if (n == 1) {
-    from[0] = n_send;
-    recv.assign(send, send + n_send * width);
-    count_all_to_all(0, 0, width);
-    return from;
-  }
   auto& state = *group_->impl_;
   const auto deadline = std::chrono::steady_clock::now() + group_->timeout();
   const auto row_bytes = static_cast<size_t>(width) * sizeof(float);

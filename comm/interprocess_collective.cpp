@@ -277,20 +277,10 @@ std::vector<int64_t> interprocess_collective::all_to_all_rows(const float* send,
                                                               int64_t width, std::vector<float>& recv) {
   const auto un = static_cast<size_t>(size_);
   const auto me = static_cast<size_t>(rank_);
-  ACTORLLM_CHECK(send_rows.size() == un, "all_to_all_rows: one send count per rank");
-  ACTORLLM_CHECK(width > 0, "all_to_all_rows: rows must have a width");
-  int64_t n_send = 0;
-  for (const int64_t rows : send_rows) {
-    ACTORLLM_CHECK(rows >= 0, "all_to_all_rows: a negative row count");
-    n_send += rows;
-  }
+  const int64_t n_send = rows_to_send(send_rows, width);
+  if (size_ == 1)
+    return all_to_all_alone(send, n_send, width, recv);
   std::vector<int64_t> from(un, 0);
-  if (size_ == 1) {
-    from[0] = n_send;
-    recv.assign(send, send + n_send * width);
-    count_all_to_all(0, 0, width);
-    return from;
-  }
   throw_if_broken();
   const int64_t capacity = segment_->capacity;
   // What each rank puts through its slot is one stream: its counts (one int64 per rank, two floats' room each), then

@@ -25,6 +25,24 @@
 
 using namespace actorllm;
 
+namespace {
+
+/// dp 2 × tp 2 with expert parallelism on `cluster`, over the checkpoint in `dir`.
+engine_config lockstep_config(const test::sim_cluster& cluster, const std::filesystem::path& dir) {
+  engine_config c;
+  c.model = dir.string();
+  c.tensor_parallel_size = 2;
+  c.data_parallel_size = 2;
+  c.enable_expert_parallel = true;
+  c.kv_cache_memory = size_t{4} << 20;
+  c.distributed_executor_backend = "cluster";
+  c.cluster_address = cluster.head_address();
+  c.cluster_token = cluster.token();
+  return c;
+}
+
+}  // namespace
+
 TEST_CASE("cluster: lockstep dp 2 x tp 2 over 2 simulated nodes gives the float64 reference's ids, busy or idle") {
   const std::string json = model::test_util::qwen3_moe_json();
   const model::model_config cfg = model::parse_model_config(json, "config.json");
@@ -40,15 +58,7 @@ TEST_CASE("cluster: lockstep dp 2 x tp 2 over 2 simulated nodes gives the float6
   ::setenv("ACTORLLM_SHM_COLLECTIVE", "0", 1);  // the agents and their workers inherit it
   {
     test::sim_cluster cluster{2, 2};
-    engine_config c;
-    c.model = dir.string();
-    c.tensor_parallel_size = 2;
-    c.data_parallel_size = 2;
-    c.enable_expert_parallel = true;
-    c.kv_cache_memory = size_t{4} << 20;
-    c.distributed_executor_backend = "cluster";
-    c.cluster_address = cluster.head_address();
-    c.cluster_token = cluster.token();
+    engine_config c = lockstep_config(cluster, dir);
     LLM llm{c};
     CHECK(llm.info().executor == "cluster");
     CHECK(test::worker_pids_of(cluster.process("node-0").pid).size() == 2);  // one replica per node
@@ -72,17 +82,9 @@ TEST_CASE("cluster: lockstep dp 2 x tp 2 over 2 simulated nodes gives the float6
   {
     // EPLB between the nodes: 8 expert slots (2 redundant), 2 per rank, moved every 4 steps over Gloo.
     test::sim_cluster cluster{2, 2};
-    engine_config c;
-    c.model = dir.string();
-    c.tensor_parallel_size = 2;
-    c.data_parallel_size = 2;
-    c.enable_expert_parallel = true;
+    engine_config c = lockstep_config(cluster, dir);
     c.enable_eplb = true;
     c.eplb = eplb_config{6, 4, 2, true};
-    c.kv_cache_memory = size_t{4} << 20;
-    c.distributed_executor_backend = "cluster";
-    c.cluster_address = cluster.head_address();
-    c.cluster_token = cluster.token();
     LLM llm{c};
     sampling_params p;
     p.temperature = 0;
@@ -107,15 +109,7 @@ TEST_CASE(
   const auto dir = test::make_temp_dir("actorllm-cluster-lockstep-fail");
   model::test_util::write_checkpoint(dir, json, model::test_util::random_weights(cfg, 5, dtype::f32));
   test::sim_cluster cluster{1, 2};
-  engine_config c;
-  c.model = dir.string();
-  c.tensor_parallel_size = 2;
-  c.data_parallel_size = 2;
-  c.enable_expert_parallel = true;
-  c.kv_cache_memory = size_t{4} << 20;
-  c.distributed_executor_backend = "cluster";
-  c.cluster_address = cluster.head_address();
-  c.cluster_token = cluster.token();
+  engine_config c = lockstep_config(cluster, dir);
   const auto t0 = std::chrono::steady_clock::now();
   try {
     LLM llm{c};

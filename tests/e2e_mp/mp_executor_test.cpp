@@ -7,6 +7,7 @@
 #include "e2e_server/server_harness.hpp"
 #include "support/golden_ids.hpp"
 #include "support/story_prompts.hpp"
+#include "support/stream_recorder.hpp"
 #include "support/structured_story.hpp"
 #include "support/test_paths.hpp"
 #include "support/worker_processes.hpp"
@@ -461,45 +462,17 @@ TEST_CASE("mp executor, dp 2: kill -9 of one replica's worker under 32 greedy st
   CHECK(before.replicas[0].routed_requests > 0);
   CHECK(before.replicas[1].routed_requests > 0);
 
-  struct result {
-    std::mutex mutex;
-    std::string text;
-    std::vector<int32_t> ids;
-    std::optional<request_output> output;
-    std::optional<std::string> error;
-  };
-  std::vector<result> results(prompts.size());
-  std::atomic<int> ended{0};
-  std::atomic<int> tokens{0};
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    stream_callbacks cb;
-    result& r = results[i];
-    cb.on_delta = [&r, &tokens](const stream_delta& d) {
-      std::lock_guard lock{r.mutex};
-      r.text += d.text;
-      r.ids.insert(r.ids.end(), d.token_ids.begin(), d.token_ids.end());
-      tokens += static_cast<int>(d.token_ids.size());
-    };
-    cb.on_output = [&r, &ended](request_output o) {
-      std::lock_guard lock{r.mutex};
-      r.output = std::move(o);
-      ++ended;
-    };
-    cb.on_error = [&r, &ended](const error& e) {
-      std::lock_guard lock{r.mutex};
-      r.error = e.what();
-      ++ended;
-    };
-    llm.submit(prompt{prompts[i]}, p, std::move(cb));
-  }
+  test::stream_recorder streams;
+  for (const auto& text : prompts)
+    llm.submit(prompt{text}, p, streams.add());
   const auto wait_until = [](auto done, std::chrono::milliseconds limit) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (!done() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(1ms);
     return done();
   };
-  REQUIRE(wait_until([&] { return tokens.load() >= 200; }, 20s));  // well under way on both replicas
-  REQUIRE(ended.load() == 0);
+  REQUIRE(wait_until([&] { return streams.tokens() >= 200; }, 20s));  // well under way on both replicas
+  REQUIRE(streams.ended() == 0);
   auto workers = worker_pids();
   REQUIRE(workers.size() == 2);
   std::sort(workers.begin(), workers.end());
@@ -509,7 +482,7 @@ TEST_CASE("mp executor, dp 2: kill -9 of one replica's worker under 32 greedy st
   const bool all_ended = wait_until(
       [&] {
         healthy_throughout = healthy_throughout && llm.stats().healthy;
-        return ended.load() == 32;
+        return streams.ended() == 32;
       },
       60s);
   REQUIRE(all_ended);
@@ -519,7 +492,7 @@ TEST_CASE("mp executor, dp 2: kill -9 of one replica's worker under 32 greedy st
   CHECK(after.n_failovers > 0);
   for (size_t i = 0; i < prompts.size(); ++i) {
     CAPTURE(i);
-    result& r = results[i];
+    test::recorded_stream& r = streams.stream(i);
     std::lock_guard lock{r.mutex};
     REQUIRE_MESSAGE(!r.error, *r.error);
     REQUIRE(r.output);

@@ -12,6 +12,7 @@
 #include "model_test_util.hpp"
 #include "moe_model_json.hpp"
 #include "reference_llama.hpp"
+#include "support/stream_recorder.hpp"
 #include "support/test_paths.hpp"
 #include "support/worker_processes.hpp"
 
@@ -158,47 +159,21 @@ TEST_CASE(
   const auto reference = llm.generate(prompts, p);
   REQUIRE(reference.size() == 16);
 
-  struct result {
-    std::mutex mutex;
-    std::vector<int32_t> ids;
-    std::optional<request_output> output;
-    std::optional<std::string> error;
-  };
-  std::vector<result> results(prompts.size());
-  std::atomic<int> ended{0};
-  std::atomic<int> tokens{0};
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    stream_callbacks cb;
-    result& r = results[i];
-    cb.on_delta = [&r, &tokens](const stream_delta& d) {
-      std::lock_guard lock{r.mutex};
-      r.ids.insert(r.ids.end(), d.token_ids.begin(), d.token_ids.end());
-      tokens += static_cast<int>(d.token_ids.size());
-    };
-    cb.on_output = [&r, &ended](request_output o) {
-      std::lock_guard lock{r.mutex};
-      r.output = std::move(o);
-      ++ended;
-    };
-    cb.on_error = [&r, &ended](const error& e) {
-      std::lock_guard lock{r.mutex};
-      r.error = e.what();
-      ++ended;
-    };
-    llm.submit(prompts[i], p, std::move(cb));
-  }
-  REQUIRE(wait_until([&] { return tokens.load() >= 150; }, 60s));  // under way on both replicas
-  REQUIRE(ended.load() == 0);
+  test::stream_recorder streams;
+  for (const auto& one : prompts)
+    llm.submit(one, p, streams.add());
+  REQUIRE(wait_until([&] { return streams.tokens() >= 150; }, 60s));  // under way on both replicas
+  REQUIRE(streams.ended() == 0);
   auto workers = test::worker_pids_of(::getpid());
   REQUIRE(workers.size() == 4);
   std::sort(workers.begin(), workers.end());
   ::kill(workers.back(), SIGKILL);
 
-  const bool all_ended = wait_until([&] { return ended.load() == 16; }, 120s);
+  const bool all_ended = wait_until([&] { return streams.ended() == 16; }, 120s);
   REQUIRE(all_ended);
   for (size_t i = 0; i < prompts.size(); ++i) {
     CAPTURE(i);
-    result& r = results[i];
+    test::recorded_stream& r = streams.stream(i);
     std::lock_guard lock{r.mutex};
     REQUIRE_MESSAGE(!r.error, *r.error);
     REQUIRE(r.output);
