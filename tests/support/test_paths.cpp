@@ -7,7 +7,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
+#include <system_error>
+#include <vector>
 
 namespace actorllm::test {
 
@@ -23,12 +26,48 @@ std::filesystem::path model_dir(const std::string& name) { return shared_dir() /
 
 std::filesystem::path actorllm_binary() { return std::filesystem::path{ACTORLLM_BINARY}; }
 
+namespace {
+
+// The directories make_temp_dir made, each removed when the process that made it exits. A forked child (a worker
+// or a stand-in process of a test) inherits the list but removes only the directories it made itself.
+class temp_dir_registry {
+ public:
+  void add(const std::filesystem::path& dir) {
+    std::lock_guard lock{mutex_};
+    dirs_.push_back({::getpid(), dir});
+  }
+  ~temp_dir_registry() {
+    for (const auto& [maker, dir] : dirs_) {
+      if (maker != ::getpid())
+        continue;
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+
+ private:
+  struct made_dir {
+    pid_t maker;
+    std::filesystem::path dir;
+  };
+  std::mutex mutex_;
+  std::vector<made_dir> dirs_;
+};
+
+temp_dir_registry& temp_dirs() {
+  static temp_dir_registry registry;
+  return registry;
+}
+
+}  // namespace
+
 std::filesystem::path make_temp_dir(const std::string& prefix) {
   static std::atomic<int> counter{0};
   auto dir = std::filesystem::temp_directory_path() /
              (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  temp_dirs().add(dir);
   return dir;
 }
 

@@ -16,7 +16,8 @@ std::filesystem::path model_dir(const std::string& name);
 /// Path of the built `actorllm` executable.
 std::filesystem::path actorllm_binary();
 
-/// A fresh empty directory under the system temp dir, unique per call.
+/// A fresh empty directory under the system temp dir, unique per call; removed with its contents when the process
+/// that made it exits normally.
 std::filesystem::path make_temp_dir(const std::string& prefix);
 
 /// Runs a shell command, returns its exit status and captures stdout (stderr goes to the test's stderr).
