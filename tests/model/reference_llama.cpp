@@ -11,7 +11,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numbers>
 #include <string>
@@ -39,8 +41,19 @@ vec read_weight(const model_weights& w, const std::string& name, const std::vect
   return out;
 }
 
-/// y = W x (+ b): W is [rows, cols] row-major, as nn.Linear stores it.
-vec linear(const vec& weight, const vec* bias, const vec& x, int64_t rows, int64_t cols) {
+/// The bf16 value nearest to v (ties to even), as vcvtne2ps2bf16 rounds an f32 activation.
+double round_to_bf16(double v) {
+  uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(v));
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<double>(std::bit_cast<float>(bits & 0xffff0000u));
+}
+
+/// y = W x (+ b): W is [rows, cols] row-major, as nn.Linear stores it. With matmul_inputs::bf16, x is first rounded
+/// to bf16 (through f32) as the engine's bf16 kernels round it.
+vec linear(const vec& weight, const vec* bias, vec x, int64_t rows, int64_t cols, matmul_inputs inputs) {
+  if (inputs == matmul_inputs::bf16)
+    for (double& v : x)
+      v = round_to_bf16(v);
   vec y(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     const double* row = weight.data() + r * cols;
@@ -131,7 +144,8 @@ vec reference_inv_freq(const model_config& cfg) {
   return inv;
 }
 
-vec reference_logits(const model_config& cfg, const model_weights& w, const std::vector<int32_t>& tokens) {
+vec reference_logits(const model_config& cfg, const model_weights& w, const std::vector<int32_t>& tokens,
+                     matmul_inputs inputs) {
   const int64_t n_tokens = static_cast<int64_t>(tokens.size());
   const int64_t n_embd = cfg.n_embd;
   const int64_t head_dim = cfg.head_dim;
@@ -184,9 +198,9 @@ vec reference_logits(const model_config& cfg, const model_weights& w, const std:
     for (int64_t t = 0; t < n_tokens; ++t) {
       const auto ti = static_cast<size_t>(t);
       const vec h = rms_norm(x[ti], attn_norm, eps);
-      q[ti] = linear(wq, cfg.attention_bias ? &bq : nullptr, h, q_dim, n_embd);
-      k[ti] = linear(wk, cfg.attention_bias ? &bk : nullptr, h, kv_dim, n_embd);
-      v[ti] = linear(wv, cfg.attention_bias ? &bv : nullptr, h, kv_dim, n_embd);
+      q[ti] = linear(wq, cfg.attention_bias ? &bq : nullptr, h, q_dim, n_embd, inputs);
+      k[ti] = linear(wk, cfg.attention_bias ? &bk : nullptr, h, kv_dim, n_embd, inputs);
+      v[ti] = linear(wv, cfg.attention_bias ? &bv : nullptr, h, kv_dim, n_embd, inputs);
       for (int64_t hd = 0; hd < n_head; ++hd) {
         const auto off = static_cast<size_t>(hd * head_dim);
         if (cfg.qk_norm)
@@ -229,7 +243,7 @@ vec reference_logits(const model_config& cfg, const model_weights& w, const std:
             out[d] += pj * vh[d];
         }
       }
-      const vec o = linear(wo, cfg.o_proj_bias ? &bo : nullptr, attn, n_embd, q_dim);
+      const vec o = linear(wo, cfg.o_proj_bias ? &bo : nullptr, attn, n_embd, q_dim, inputs);
       for (size_t i = 0; i < e; ++i)
         x[static_cast<size_t>(t)][i] += o[i];
     }
@@ -242,11 +256,11 @@ vec reference_logits(const model_config& cfg, const model_weights& w, const std:
           xt[i] += d[i];
         continue;
       }
-      const vec g = linear(w_gate, nullptr, h, cfg.n_ff, n_embd);
-      vec u = linear(w_up, nullptr, h, cfg.n_ff, n_embd);
+      const vec g = linear(w_gate, nullptr, h, cfg.n_ff, n_embd, inputs);
+      vec u = linear(w_up, nullptr, h, cfg.n_ff, n_embd, inputs);
       for (size_t i = 0; i < u.size(); ++i)
         u[i] *= silu(g[i]);
-      const vec d = linear(w_down, nullptr, u, n_embd, cfg.n_ff);
+      const vec d = linear(w_down, nullptr, u, n_embd, cfg.n_ff, inputs);
       for (size_t i = 0; i < e; ++i)
         xt[i] += d[i];
     }
@@ -257,7 +271,7 @@ vec reference_logits(const model_config& cfg, const model_weights& w, const std:
   vec logits;
   logits.reserve(static_cast<size_t>(n_tokens * cfg.n_vocab));
   for (const auto& xt : x) {
-    const vec row = linear(lm_head, nullptr, rms_norm(xt, final_norm, eps), cfg.n_vocab, n_embd);
+    const vec row = linear(lm_head, nullptr, rms_norm(xt, final_norm, eps), cfg.n_vocab, n_embd, inputs);
     logits.insert(logits.end(), row.begin(), row.end());
   }
   return logits;

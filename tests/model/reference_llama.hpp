@@ -13,6 +13,9 @@
 
 namespace actorllm::model::test_util {
 
+/// What the reference does to a projection's input: keep it exact, or round it to bf16 first.
+enum class matmul_inputs { exact, bf16 };
+
 /// The logits of every position of one sequence that starts at position 0: [tokens.size(), n_vocab] row-major.
 /// `w` holds full (unsliced, tp 1, all layers) weights under their Hugging Face names, as load_shard(dir, {}, {})
 /// or random_weights return them; any float dtype, read exactly and computed in double. Per layer: RMSNorm, q/k/v
@@ -21,8 +24,11 @@ namespace actorllm::model::test_util {
 /// cfg.window_for(layer) positions when non-zero, o_proj (+ bias when cfg.o_proj_bias), SwiGLU MLP; then the final
 /// norm and lm_head.weight (model.embed_tokens.weight when tie_word_embeddings). Throws model_error when a weight
 /// is missing or misshapen or a token is out of range.
+/// With matmul_inputs::bf16 every projection's input (the normed activations, the attention output, SiLU(gate) x up,
+/// the final norm's output; MoE experts stay exact) is first rounded to bf16 as the engine's bf16 kernels round it,
+/// the rest stays double: what the engine's arithmetic would give if it lost nothing else.
 std::vector<double> reference_logits(const model_config& cfg, const model_weights& w,
-                                     const std::vector<int32_t>& tokens);
+                                     const std::vector<int32_t>& tokens, matmul_inputs inputs = matmul_inputs::exact);
 
 /// The rotary inverse frequencies (head_dim / 2 of them) for cfg.rope_theta and cfg.rope, as transformers'
 /// ROPE_INIT_FUNCTIONS compute them ("default", "linear", "llama3"), in double.
