@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_graph.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/launch_geometry.hpp"
 #include "kernels/cuda/lora.hpp"
 #include "kernels/cuda/paged_attention.hpp"
@@ -65,6 +66,13 @@ const quantized_weight& quantized_weight_of(const tensor& w) {
   ACTORLLM_CHECK(q != nullptr && q->layout().n_out == w.dim(0) && q->layout().n_in == w.dim(1) && w.offset == 0,
                  fmt::format("matmul: {} is not a quantized weight of this backend", w.describe()).c_str());
   return *q;
+}
+
+// Whether the small-batch GEMV (kernels/cuda/gemv.hpp) computes x w^T: plain bf16 weights, at most gemv::max_rows
+// rows of x, whole 16-byte chunks of aligned memory. Else cuBLAS, which at these M picks split-K GEMMs and a reduce.
+bool gemv_takes(const tensor& x, const tensor& w, int64_t n_tokens, int64_t n_in) {
+  return w.type == dtype::bf16 && w.layout == tensor_layout::row_major && x.type == dtype::f32 &&
+         gemv::takes(n_tokens, n_in, w.data(), x.data());
 }
 
 }  // namespace
@@ -355,10 +363,16 @@ void cuda_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, 
   const bool quantized = is_quantized_weight(w);
   const checker::linear_dims d = checker{where()}.matmul(x, w, bias, y, quantized);
   make_current();
-  if (quantized)
+  if (quantized) {
     quantized_matmul(x, d, w, bias, y);
-  else
+  } else if (gemv_takes(x, w, d.n_tokens, d.n_in)) {
+    if (d.n_out > 0) {
+      const gemv_output o{w.data(), bias.empty() ? nullptr : f32(bias), f32(y), d.n_out};
+      gemv_linear(&o, 1, x.data(), false, d.n_tokens, d.n_in, stream_);
+    }
+  } else {
     linear_on(gemm_input(x, element_of(w.type)), d, w, bias, y);
+  }
 }
 
 void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> outs) {
@@ -386,6 +400,20 @@ void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> out
   if (outs.empty())
     return;
   make_current();
+  if (std::all_of(outs.begin(), outs.end(),
+                  [&](const linear_out& o) { return gemv_takes(x, o.w, dims[0].n_tokens, dims[0].n_in); })) {
+    // One launch per gemv::max_outputs weights (q, k and v together), x read as it is.
+    for (size_t first = 0; first < outs.size(); first += gemv::max_outputs) {
+      std::array<gemv_output, gemv::max_outputs> group{};
+      const size_t n = std::min<size_t>(gemv::max_outputs, outs.size() - first);
+      for (size_t i = 0; i < n; ++i) {
+        const linear_out& o = outs[first + i];
+        group[i] = gemv_output{o.w.data(), o.bias.empty() ? nullptr : f32(o.bias), f32(o.y), dims[first + i].n_out};
+      }
+      gemv_linear(group.data(), static_cast<int>(n), x.data(), false, dims[0].n_tokens, dims[0].n_in, stream_);
+    }
+    return;
+  }
   const void* input = gemm_input(x, element_of(outs[0].w.type));
   for (size_t i = 0; i < outs.size(); ++i)
     linear_on(input, dims[i], outs[i].w, outs[i].bias, outs[i].y);
@@ -413,6 +441,11 @@ void cuda_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const
       fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
   checker::disjoint(up, out, "matmul_silu_gate", "up and out");
   make_current();
+  if (gemv_takes(x, w_gate, d.n_tokens, d.n_in) && gemv_takes(x, w_up, d.n_tokens, d.n_in)) {
+    if (d.n_out > 0)  // gate, up and their SiLU×mul in one launch; `up` is not needed
+      gemv_silu_gate(w_gate.data(), w_up.data(), d.n_out, x.data(), false, d.n_tokens, d.n_in, f32(out), stream_);
+    return;
+  }
   const void* input = gemm_input(x, element_of(w_gate.type));
   linear_on(input, d, w_gate, tensor{}, out);
   linear_on(input, du, w_up, tensor{}, up);

@@ -53,11 +53,15 @@ class cuda_backend final : public backend {
   void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) override;
   void add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                     const tensor& out) override;
+  /// Plain bf16 weights at up to gemv::max_rows tokens (whole 16-byte rows, aligned: gemv::takes) run the GEMV of
+  /// kernels/cuda/gemv.hpp, bias included; other shapes and types cuBLAS.
   void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) override;
-  /// x rounded to the weights' type once for every output (q/k/v), not once per GEMM; quantized weights run one
-  /// matmul each.
+  /// The GEMV's shapes: every output in one launch per three weights (q/k/v), x read once per weight as it is.
+  /// Else x rounded to the weights' type once for every output, not once per GEMM; quantized weights run one matmul
+  /// each.
   void matmul_group(const tensor& x, std::span<const linear_out> outs) override;
-  /// x rounded once for the gate and up GEMMs, then silu_mul; quantized weights run two matmuls, then silu_mul.
+  /// The GEMV's shapes: gate, up and the SiLU×mul in one launch (`up` is left as it was). Else x rounded once for
+  /// the gate and up GEMMs, then silu_mul; quantized weights run two matmuls, then silu_mul.
   void matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
                         const tensor& out) override;
   rope_table make_rope_table(const rope_config& cfg) override;

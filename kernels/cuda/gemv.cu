@@ -25,14 +25,14 @@ struct gemv_params {
 __device__ __forceinline__ void load_x_chunk(const float* row, int64_t c, float (&x)[chunk_inputs]) {
   const auto* p = reinterpret_cast<const float4*>(row + c * chunk_inputs);
   const float4 a = __ldg(p), b = __ldg(p + 1);
-  x[0] = a.x;
-  x[1] = a.y;
-  x[2] = a.z;
-  x[3] = a.w;
-  x[4] = b.x;
-  x[5] = b.y;
-  x[6] = b.z;
-  x[7] = b.w;
+  x[0] = round_to_bf16(a.x);
+  x[1] = round_to_bf16(a.y);
+  x[2] = round_to_bf16(a.z);
+  x[3] = round_to_bf16(a.w);
+  x[4] = round_to_bf16(b.x);
+  x[5] = round_to_bf16(b.y);
+  x[6] = round_to_bf16(b.z);
+  x[7] = round_to_bf16(b.w);
 }
 
 __device__ __forceinline__ void load_x_chunk(const __nv_bfloat16* row, int64_t c, float (&x)[chunk_inputs]) {

@@ -6,8 +6,9 @@
 //
 // One warp computes one output o for every row of x (up to max_rows): lane l reads chunks l, l + 32, l + 64, ... of
 // the weight row (chunk c = inputs [8c, 8c + 8), one 128-bit load), each once for all rows of x, and for every row r
-// folds it into its sum s_r with eight fmas in input order. The 32 lanes' sums then meet in a butterfly (xor 16, 8,
-// 4, 2, 1), which gives every lane the same total, and lane r writes row r's output.
+// folds it into its sum s_r with eight fmas in input order (x rounded to bf16 first, as every backend's bf16 matmul).
+// The 32 lanes' sums then meet in a butterfly (xor 16, 8, 4, 2, 1), which gives every lane the same total, and lane r
+// writes row r's output.
 #pragma once
 
 #include "kernels/cuda/host_device.hpp"
@@ -47,6 +48,22 @@ ACTORLLM_HOST_DEVICE inline float bf16_bits_to_f32(uint16_t bits) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 #endif
+}
+
+/// f32 rounded to bf16 (nearest, ties to even; NaN stays NaN) and widened back: what every backend multiplies bf16
+/// weights by (kernels/dtype.hpp's f32_to_bf16; __float2bfloat16_rn on the device gives the same bits).
+ACTORLLM_HOST_DEVICE inline float round_to_bf16(float f) {
+#ifdef __CUDA_ARCH__
+  uint32_t u = __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+#endif
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    u |= 0x00400000u;  // quiet NaN
+  else
+    u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16_bits_to_f32(static_cast<uint16_t>(u >> 16));
 }
 
 /// The eight weights of a chunk from the four 32-bit words a 128-bit load gives: element 2j in the low half of word j
@@ -95,7 +112,8 @@ inline bool takes(int64_t rows, int64_t n_in, const void* w, const void* x) {
 constexpr int64_t blocks_for(int64_t n_outputs) { return (n_outputs + warps_per_block - 1) / warps_per_block; }
 
 /// The warp's total for one output on the CPU, lane by lane as the kernel runs it: w_row bf16 bits [n_in], x_row
-/// [n_in] as f32 (a bf16 x widened exactly). Lane l folds chunks l, l + 32, ... in that order; then the butterfly.
+/// f32 [n_in], rounded to bf16 as the kernel loads it (a bf16 x widens to the same values). Lane l folds chunks l,
+/// l + 32, ... in that order; then the butterfly.
 inline float emulate_output(const uint16_t* w_row, const float* x_row, int64_t n_in) {
   float lane_sum[warp_lanes] = {};
   for (int lane = 0; lane < warp_lanes; ++lane) {
@@ -104,7 +122,8 @@ inline float emulate_output(const uint16_t* w_row, const float* x_row, int64_t n
       std::memcpy(words, w_row + c * chunk_inputs, sizeof words);
       float w[chunk_inputs], x[chunk_inputs];
       unpack_chunk(words, w);
-      std::memcpy(x, x_row + c * chunk_inputs, sizeof x);
+      for (int k = 0; k < chunk_inputs; ++k)
+        x[k] = round_to_bf16(x_row[c * chunk_inputs + k]);
       lane_sum[lane] = fold_chunk(w, x, lane_sum[lane]);
     }
   }

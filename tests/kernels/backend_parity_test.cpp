@@ -545,6 +545,72 @@ BACKEND_PARITY_CASE(parity_matmul_group_and_silu_gate, "matmul_group and matmul_
   });
 }
 
+// 1 to 8 tokens over bf16 weights of whole 16-byte rows: on CUDA the small-batch GEMV (kernels/cuda/gemv.hpp), for
+// matmul, a q/k/v group in one launch and gate/up with their SiLU in one launch, with f32 sums only (held to 2e-5
+// per unit of magnitude, not cuBLAS's bf16 bound). A 9-token matmul (cuBLAS on CUDA) checks the size rule's edge.
+BACKEND_PARITY_CASE(parity_small_batch_bf16, "bf16 matmul, matmul_group and matmul_silu_gate at 1 to 9 tokens") {
+  const uint32_t seed = 2024;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    for (int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
+      const int64_t n_in = n_tokens % 2 == 0 ? 64 : 264;  // 264: 33 chunks, one lane folds two
+      const std::string what = "bf16 " + shape_str({n_tokens, n_in});
+      CAPTURE(what);
+      const double rel = n_tokens <= 8 ? 2e-5 : matmul_rel(kind, dtype::bf16);
+      const std::vector<float> x = rnd.reals(n_tokens * n_in);
+      const tensor tx = input(be, dtype::f32, {n_tokens, n_in}, x);
+      const int64_t n_outs[] = {rnd.integer(1, 70), rnd.integer(1, 40), rnd.integer(1, 40)};
+      std::vector<weight> ws;
+      std::vector<std::vector<float>> biases;
+      std::vector<guarded> ys;
+      std::vector<linear_out> outs;
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<float> values = rnd.reals(n_outs[i] * n_in);
+        ws.push_back(make_weight(be, dtype::bf16, {n_outs[i], n_in}, values));
+        ws.back().t = linear_weight(be, dtype::bf16, {n_outs[i], n_in}, values);
+        biases.push_back(rnd.reals(n_outs[i]));
+        ys.push_back(alloc_guarded(be, dtype::f32, {n_tokens, n_outs[i]}));
+      }
+      for (int i = 0; i < 3; ++i)
+        outs.push_back({ws[static_cast<size_t>(i)].t,
+                        i != 1 ? input(be, dtype::f32, {n_outs[i]}, biases[static_cast<size_t>(i)]) : tensor{},
+                        ys[static_cast<size_t>(i)].view});
+      be.matmul_group(tx, outs);
+      for (size_t i = 0; i < 3; ++i) {
+        std::vector<double> ref, tol;
+        ref_linear(x, ws[i], dtype::bf16, i != 1 ? &biases[i] : nullptr, n_tokens, n_in, n_outs[i], rel, ref, tol);
+        const std::string out_what = what + " group output " + std::to_string(i);
+        const std::vector<float> got = read_as<float>(be, ys[i], out_what);
+        test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, out_what);
+      }
+      // matmul alone, with the first weight's bias.
+      guarded y = alloc_guarded(be, dtype::f32, {n_tokens, n_outs[0]});
+      be.matmul(tx, ws[0].t, input(be, dtype::f32, {n_outs[0]}, biases[0]), y.view);
+      {
+        std::vector<double> ref, tol;
+        ref_linear(x, ws[0], dtype::bf16, &biases[0], n_tokens, n_in, n_outs[0], rel, ref, tol);
+        const std::vector<float> got = read_as<float>(be, y, what + " matmul");
+        test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " matmul");
+      }
+      const int64_t n_ff = rnd.integer(1, 70);
+      const std::vector<float> gv = rnd.reals(n_ff * n_in), uv = rnd.reals(n_ff * n_in);
+      weight wg = make_weight(be, dtype::bf16, {n_ff, n_in}, gv), wu = make_weight(be, dtype::bf16, {n_ff, n_in}, uv);
+      wg.t = linear_weight(be, dtype::bf16, {n_ff, n_in}, gv);
+      wu.t = linear_weight(be, dtype::bf16, {n_ff, n_in}, uv);
+      guarded up = alloc_guarded(be, dtype::f32, {n_tokens, n_ff}),
+              out = alloc_guarded(be, dtype::f32, {n_tokens, n_ff});
+      be.matmul_silu_gate(tx, wg.t, wu.t, up.view, out.view);
+      std::vector<double> g_ref, g_tol, u_ref, u_tol, ref, tol;
+      ref_linear(x, wg, dtype::bf16, nullptr, n_tokens, n_in, n_ff, rel, g_ref, g_tol);
+      ref_linear(x, wu, dtype::bf16, nullptr, n_tokens, n_in, n_ff, rel, u_ref, u_tol);
+      test::silu_gate_reference(g_ref, g_tol, u_ref, u_tol, ref, tol);
+      const std::vector<float> got = read_as<float>(be, out, what + " silu gate");
+      test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " silu gate");
+    }
+  });
+}
+
 // A quantized Linear weight with random codes, zero points (GPTQ v1's 16 among the 4-bit ones) and scales;
 // group_size 0: per channel.
 quantized_linear random_quantized(random_source& rnd, int bits, int64_t n_out, int64_t n_in, int64_t group_size) {

@@ -8,9 +8,11 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <ios>
 #include <random>
 #include <vector>
 
@@ -41,19 +43,47 @@ TEST_CASE("gemv math: a chunk's 128 bits unpack to its eight bf16 weights in mem
     CHECK(w[k] == want[k]);
 }
 
+TEST_CASE("gemv math: x is rounded to bf16 as kernels/dtype.hpp rounds it, NaN, infinities and ties included") {
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               INFINITY,
+                               -INFINITY,
+                               NAN,
+                               3.0e38f,
+                               -1.0e-40f,
+                               std::bit_cast<float>(0x3f808000u),
+                               std::bit_cast<float>(0x3f818000u),   // ties
+                               std::bit_cast<float>(0x7f7fffffu)};  // rounds up to infinity
+  for (int i = 0; i < 100000; ++i)
+    values.push_back(std::bit_cast<float>(bits(gen)));
+  for (float v : values) {
+    const float got = round_to_bf16(v), want = bf16_to_f32(f32_to_bf16(v));
+    if (std::isnan(want)) {
+      CHECK(std::isnan(got));
+    } else if (std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(want)) {
+      FAIL_CHECK(std::hexfloat << v << ": " << got << " vs " << want);
+      break;
+    }
+  }
+}
+
 TEST_CASE("gemv math: every input is read exactly once, by one lane, for widths with uneven chunks per lane") {
   // A one-hot weight row picks input i: the warp's total must be exactly x[i] (any chunk skipped or read twice, or a
   // lane's sums lost in the butterfly, shows).
   for (const int64_t n_in : {int64_t{8}, int64_t{248}, int64_t{256}, int64_t{264}, int64_t{1032}, int64_t{2056}}) {
     std::vector<float> x(static_cast<size_t>(n_in));
-    for (int64_t i = 0; i < n_in; ++i)
-      x[static_cast<size_t>(i)] = static_cast<float>(i + 1);
+    for (int64_t i = 0; i < n_in; ++i)  // distinct values bf16 holds exactly: 7 fraction bits, one binade per 128
+      x[static_cast<size_t>(i)] =
+          std::ldexp(1.0f + static_cast<float>(i % 128) / 128.0f, static_cast<int>(i / 128) - 8);
     std::vector<uint16_t> w(static_cast<size_t>(n_in), 0);
     for (int64_t i = 0; i < n_in; ++i) {
       w[static_cast<size_t>(i)] = f32_to_bf16(1.0f);
       const float got = emulate_output(w.data(), x.data(), n_in);
       w[static_cast<size_t>(i)] = 0;
-      if (got != static_cast<float>(i + 1)) {
+      if (got != x[static_cast<size_t>(i)]) {
         FAIL_CHECK("n_in " << n_in << ", input " << i << ": got " << got);
         break;
       }
@@ -78,7 +108,7 @@ TEST_CASE("gemv math: the emulated warp against float64, within the f32 bound of
           const float* xr = x.data() + r * n_in;
           double ref = 0.0, mag = 0.0;
           for (int64_t i = 0; i < n_in; ++i) {
-            const double p = static_cast<double>(bf16_to_f32(wr[i])) * xr[i];
+            const double p = static_cast<double>(bf16_to_f32(wr[i])) * bf16_to_f32(f32_to_bf16(xr[i]));
             ref += p;
             mag += std::fabs(p);
           }
