@@ -126,9 +126,11 @@ void profile_decode_step(model::llama_model& llm, int64_t batch) {
   std::fprintf(stderr, "profiled one decode step at batch %ld\n", static_cast<long>(batch));
 }
 
-// One GEMV measurement: y = x w^T at `tokens` tokens over a weight of one format and shape.
+// One GEMV measurement: y = x w^T at `tokens` tokens over a weight of one format and shape. "bf16 gate+up": two
+// bf16 weights of the shape through matmul_silu_gate (one launch at up to 8 tokens); "bf16 q/k/v": three through
+// matmul_group (one launch), the shape being each weight's.
 struct gemv_case {
-  std::string format;  // "int4 g128", "int8 g128", "int8 per-channel", "bf16"
+  std::string format;  // "int4 g128", "int8 g128", "int8 per-channel", "bf16", "bf16 gate+up", "bf16 q/k/v"
   int64_t n_in = 0, n_out = 0, tokens = 0;
   size_t weight_bytes = 0;  // read per call: codes, scales and zero points (bf16: the weight)
   double seconds_per_call = 0.0;
@@ -138,7 +140,7 @@ struct gemv_case {
 // A weight of `format` [n_out, n_in] with random codes (or values), on the backend.
 tensor gemv_weight(backend& be, const std::string& format, int64_t n_out, int64_t n_in, uint64_t seed, size_t& bytes) {
   std::mt19937_64 gen{seed};
-  if (format == "bf16") {
+  if (format.rfind("bf16", 0) == 0) {
     tensor host = make_host_tensor(dtype::bf16, {n_out, n_in});
     auto* v = host.data_as<uint16_t>();
     for (int64_t i = 0; i < host.numel(); ++i)  // small values around +-0.01: any bits do for a bandwidth test
@@ -170,14 +172,17 @@ std::vector<gemv_case> measure_gemv(backend& be, const std::string& format, int6
   constexpr size_t cycled_bytes = size_t{128} << 20;  // 2.5 times the L2 of an H100 or H200
   size_t bytes = 0;
   std::vector<tensor> weights{gemv_weight(be, format, n_out, n_in, 1, bytes)};
-  const size_t copies = std::max<size_t>(2, (cycled_bytes + bytes - 1) / bytes);
+  const size_t copies = std::max<size_t>(3, (cycled_bytes + bytes - 1) / bytes);
   size_t ignored = 0;
   while (weights.size() < copies)
     weights.push_back(gemv_weight(be, format, n_out, n_in, weights.size() + 1, ignored));
+  // Weights read per call: one, or the gate and up pair, or q, k and v (copies of one shape: the bytes are the same).
+  const size_t per_call = format == "bf16 gate+up" ? 2 : format == "bf16 q/k/v" ? 3 : 1;
   std::vector<gemv_case> out;
   for (int64_t tokens : token_counts) {
-    gemv_case c{format, n_in, n_out, tokens, bytes};
-    tensor x = be.alloc(dtype::f32, {tokens, n_in}), y = be.alloc(dtype::f32, {tokens, n_out});
+    gemv_case c{format, n_in, n_out, tokens, bytes * per_call};
+    tensor x = be.alloc(dtype::f32, {tokens, n_in}), y = be.alloc(dtype::f32, {tokens, n_out}),
+           y2 = be.alloc(dtype::f32, {tokens, n_out}), y3 = be.alloc(dtype::f32, {tokens, n_out});
     std::vector<float> xs(static_cast<size_t>(x.numel()));
     std::mt19937 gen{7};
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -186,8 +191,18 @@ std::vector<gemv_case> measure_gemv(backend& be, const std::string& format, int6
     be.upload(x, xs.data(), x.nbytes());
     const size_t calls = std::max<size_t>(copies, 64 / copies * copies);  // whole cycles, at least 64 calls
     auto record = [&] {
-      for (size_t i = 0; i < calls; ++i)
-        be.matmul(x, weights[i % copies], tensor{}, y);
+      for (size_t i = 0; i < calls; ++i) {
+        const tensor& w0 = weights[i % copies];
+        if (per_call == 2) {
+          be.matmul_silu_gate(x, w0, weights[(i + 1) % copies], y2, y);
+        } else if (per_call == 3) {
+          const linear_out qkv[] = {
+              {w0, tensor{}, y}, {weights[(i + 1) % copies], tensor{}, y2}, {weights[(i + 2) % copies], tensor{}, y3}};
+          be.matmul_group(x, qkv);
+        } else {
+          be.matmul(x, w0, tensor{}, y);
+        }
+      }
     };
     be.use_graph_scratch(true);
     record();  // warm-up: sizes the graph scratch
@@ -287,6 +302,14 @@ int main(int argc, char** argv) {
           for (const gemv_case& c : measure_gemv(*be, format, n_in, n_out, {1, 8}))
             rows.push_back(c);
         }
+      // The 8B's gate and up (with their SiLU) and its q/k/v (4096 -> 4096, 1024, 1024: the same bytes as three of
+      // 4096 -> 2048) in one launch each.
+      for (const auto& [format, n_out] :
+           {std::pair<std::string, int64_t>{"bf16 gate+up", 14336}, {"bf16 q/k/v", 2048}}) {
+        std::fprintf(stderr, "gemv %s 4096 -> %ld...\n", format.c_str(), static_cast<long>(n_out));
+        for (const gemv_case& c : measure_gemv(*be, format, 4096, n_out, {1, 8}))
+          rows.push_back(c);
+      }
     }
     w.key("gemv").begin_array();
     for (const gemv_case& c : rows) {
