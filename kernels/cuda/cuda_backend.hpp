@@ -50,9 +50,13 @@ class cuda_backend final : public backend {
   cudaStream_t stream() const { return stream_; }
 
   void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) override;
+  /// out f32 or bf16 (rounded once, for the bf16 GEMMs that read it).
   void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) override;
+  /// out f32 or bf16, as rms_norm's.
   void add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                     const tensor& out) override;
+  /// bf16 for plain bf16 weights (the GEMV and cuBLAS read a bf16 x as it is), else f32.
+  dtype matmul_input_type(const tensor& w) const override;
   /// Plain bf16 weights at up to gemv::max_rows tokens (whole 16-byte rows, aligned: gemv::takes) run the GEMV of
   /// kernels/cuda/gemv.hpp, bias included; other shapes and types cuBLAS.
   void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) override;
@@ -106,8 +110,10 @@ class cuda_backend final : public backend {
   /// Throws std::logic_error naming `op` while a graph is being captured (it would allocate, copy from the host or
   /// wait, none of which a graph can hold).
   void not_capturing(const char* op) const;
-  /// x as the GEMMs over weights of `type` take it: x itself for f32, else x rounded to `type` in scratch (valid
-  /// until the next op that converts).
+  /// x's type after checking that matmuls over w take it (f32 or matmul_input_type(w)); names `op` otherwise.
+  dtype checked_input_type(const tensor& x, const tensor& w, const char* op) const;
+  /// x as the GEMMs over weights of `type` take it: x itself for f32 weights or an x already of `type`, else x
+  /// rounded to `type` in scratch (valid until the next op that converts).
   const void* gemm_input(const tensor& x, element_type type);
   /// y = input w^T (+ bias) with input from gemm_input and dimensions already checked.
   void linear_on(const void* input, const backend_checks::linear_dims& d, const tensor& w, const tensor& bias,

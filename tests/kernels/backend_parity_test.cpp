@@ -611,6 +611,79 @@ BACKEND_PARITY_CASE(parity_small_batch_bf16, "bf16 matmul, matmul_group and matm
   });
 }
 
+// The norms writing the type the next matmul reads as it is (backend::matmul_input_type of a bf16 weight: f32 on the
+// CPU, bf16 on CUDA, rounded once from the f32 norm), then matmul, matmul_group and matmul_silu_gate reading that
+// activation: at 1 and 5 tokens (CUDA's GEMV with a bf16 x) and 12 (cuBLAS over a bf16 x, no conversion).
+BACKEND_PARITY_CASE(parity_norm_into_matmul_input, "norms into the matmul input type, and the matmuls that read it") {
+  const uint32_t seed = 2025;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    for (const int64_t n_tokens : {int64_t{1}, int64_t{5}, int64_t{12}}) {
+      for (const int64_t width : {int64_t{256}, int64_t{4096}}) {
+        for (const bool add : {false, true}) {
+          const int64_t n_out = rnd.integer(1, 40);
+          const std::vector<float> lin = rnd.reals(n_out * width, -0.1f, 0.1f);
+          weight wl = make_weight(be, dtype::bf16, {n_out, width}, lin);
+          wl.t = linear_weight(be, dtype::bf16, {n_out, width}, lin);
+          const dtype act = be.matmul_input_type(wl.t);
+          CHECK(act == (kind == device_kind::cuda ? dtype::bf16 : dtype::f32));
+          const std::string what = std::string(add ? "add_rms_norm" : "rms_norm") + " into " +
+                                   std::string(dtype_name(act)) + " " + shape_str({n_tokens, width});
+          CAPTURE(what);
+          const std::vector<float> residual = rnd.reals(n_tokens * width, -3.0f, 3.0f),
+                                   delta = rnd.reals(n_tokens * width);
+          weight wn = make_weight(be, dtype::bf16, {width}, rnd.reals(width, 0.5f, 1.5f));
+          guarded res = alloc_guarded(be, dtype::f32, {n_tokens, width}, residual);
+          guarded h = alloc_guarded(be, act, {n_tokens, width});
+          if (add)
+            be.add_rms_norm(res.view, input(be, dtype::f32, {n_tokens, width}, delta), wn.t, 1e-5f, h.view);
+          else
+            be.rms_norm(res.view, wn.t, 1e-5f, h.view);
+          std::vector<double> sum(residual.size()), ref(residual.size());
+          for (size_t i = 0; i < sum.size(); ++i)
+            sum[i] = add ? static_cast<double>(residual[i] + delta[i]) : residual[i];
+          for (int64_t r = 0; r < n_tokens; ++r)
+            ref_rms_norm(sum.data() + r * width, width, wn.exact, 1e-5, ref.data() + r * width);
+          std::vector<float> hv(residual.size());
+          if (act == dtype::bf16) {
+            const std::vector<uint16_t> bits = read_as<uint16_t>(be, h, what);
+            for (size_t i = 0; i < bits.size(); ++i)
+              hv[i] = bf16_to_f32(bits[i]);
+          } else {
+            hv = read_as<float>(be, h, what);
+          }
+          // One bf16 rounding (half a unit in the 8th bit) on top of the f32 norm's error.
+          test::check_close(hv, ref, 1e-6, act == dtype::bf16 ? 1.0 / 256 + 1e-5 : 1e-5, what);
+          // The matmuls read the activation as stored: the reference takes those values.
+          const double rel = n_tokens <= 8 ? 2e-5 : matmul_rel(kind, dtype::bf16);
+          std::vector<double> lref, ltol;
+          ref_linear(hv, wl, dtype::bf16, nullptr, n_tokens, width, n_out, rel, lref, ltol);
+          guarded y = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+          be.matmul(h.view, wl.t, tensor{}, y.view);
+          const std::vector<float> got = read_as<float>(be, y, what + " matmul");
+          test::check_close(got.data(), lref.data(), got.size(), ltol.data(), 0.0, 1e-6, what + " matmul");
+          guarded y2 = alloc_guarded(be, dtype::f32, {n_tokens, n_out}),
+                  y3 = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+          const linear_out two[] = {{wl.t, tensor{}, y2.view}, {wl.t, tensor{}, y3.view}};
+          be.matmul_group(h.view, two);
+          for (const guarded* g : {&y2, &y3}) {
+            const std::vector<float> gg = read_as<float>(be, *g, what + " group");
+            test::check_close(gg.data(), lref.data(), gg.size(), ltol.data(), 0.0, 1e-6, what + " group");
+          }
+          guarded up = alloc_guarded(be, dtype::f32, {n_tokens, n_out}),
+                  out = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+          be.matmul_silu_gate(h.view, wl.t, wl.t, up.view, out.view);
+          std::vector<double> sref, stol;
+          test::silu_gate_reference(lref, ltol, lref, ltol, sref, stol);
+          const std::vector<float> sg = read_as<float>(be, out, what + " silu gate");
+          test::check_close(sg.data(), sref.data(), sg.size(), stol.data(), 0.0, 1e-6, what + " silu gate");
+        }
+      }
+    }
+  });
+}
+
 // A quantized Linear weight with random codes, zero points (GPTQ v1's 16 among the 4-bit ones) and scales;
 // group_size 0: per channel.
 quantized_linear random_quantized(random_source& rnd, int bits, int64_t n_out, int64_t n_in, int64_t group_size) {
