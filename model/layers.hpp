@@ -47,7 +47,7 @@ struct cp_scratch {
 
 /// Scratch activations of one step, each a view of n_tokens rows.
 struct layer_scratch {
-  tensor h;            ///< [n, n_embd]: the normalised input of a block
+  tensor h;            ///< [n, n_embd]: the normalised input of a block (llama_model::normed_input_type)
   tensor q;            ///< [n, n_head * head_dim]
   tensor k, v;         ///< [n, n_head_kv * head_dim]
   tensor attn;         ///< [n, n_head * head_dim]

@@ -105,6 +105,10 @@ class llama_model {
     cp_buffers cp;
   };
 
+  /// The type the norms write a block's input (layer_scratch::h) in: the type every matmul that reads it takes as it
+  /// is (backend::matmul_input_type; CUDA: bf16 for bf16 weights), so no conversion runs between the norm and the
+  /// q/k/v and gate/up GEMMs. f32 whenever anything else reads it (LoRA's shrink, a MoE layer) or the weights differ.
+  dtype normed_input_type() const;
   /// Scratch views of n rows of `a` (reallocated when a batch needs more than ever before).
   layer_scratch scratch(activations& a, int64_t n);
   /// s.cp's views for a step of n rows, c of them this copy's (nothing without context parallelism).
