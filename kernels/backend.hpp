@@ -166,8 +166,8 @@ class backend {
       matmul(x, o.w, o.bias, o.y);
   }
   /// The SwiGLU up-projection: out = silu(x w_gate^T) * (x w_up^T). w_gate, w_up: [n_ff, n_in] of one type; up and
-  /// out: f32 [n_tokens, n_ff], up is scratch (overwritten), neither overlaps x nor the other. Default: two matmuls
-  /// and silu_mul.
+  /// out: f32 [n_tokens, n_ff] (out may also be of a type matmul_input_type names: the down projection's input), up
+  /// is scratch (may be overwritten), neither overlaps x nor the other. Default: two matmuls and silu_mul.
   virtual void matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
                                 const tensor& out) {
     matmul(x, w_gate, tensor{}, out);
@@ -201,7 +201,8 @@ class backend {
   /// sum over p of exp(lse_p - m) part_p / sum over p of exp(lse_p - m), m = max lse_p, parts taken in order.
   virtual void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
                                         const tensor& out) = 0;
-  /// out = silu(gate) * up elementwise (f32, equal shapes; out may be gate or up).
+  /// out = silu(gate) * up elementwise (f32, equal shapes; out may be gate or up). out may also be of a type
+  /// matmul_input_type names (rounded once; then apart from gate and up).
   virtual void silu_mul(const tensor& gate, const tensor& up, const tensor& out) = 0;
   /// out = a + b elementwise (f32). b has a's numel, or one row's worth (b.numel() == a.row_size(): added to every
   /// row, a bias). out may be a.

@@ -268,13 +268,17 @@ struct backend_checks {
     disjoint(parts, out, "merge_attention_partials", "parts and out");
     return n_head_all;
   }
-  /// silu_mul: gate, up and out f32 of equal size.
-  void silu_mul(const tensor& gate, const tensor& up, const tensor& out) const {
+  /// silu_mul: gate, up and out f32 (out also `out_also`, then apart from both) of equal size.
+  void silu_mul(const tensor& gate, const tensor& up, const tensor& out, dtype out_also = dtype::f32) const {
     on_device(gate, dtype::f32, "silu_mul", "gate");
     on_device(up, dtype::f32, "silu_mul", "up");
-    on_device(out, dtype::f32, "silu_mul", "out");
+    activation(out, out_also, "silu_mul", "out");
     numel(up, gate.numel(), "silu_mul", "up");
     numel(out, gate.numel(), "silu_mul", "out");
+    if (out.type != dtype::f32) {
+      disjoint(out, gate, "silu_mul", "out (not f32) and gate");
+      disjoint(out, up, "silu_mul", "out (not f32) and up");
+    }
   }
   /// gather_rows: x f32 [n, width], rows i32 [m], out f32 [m, width] apart from x. Returns the width.
   int64_t gather_rows(const tensor& x, const tensor& rows, const tensor& out) const {

@@ -61,18 +61,23 @@ kv_cache_shape llama_model::cache_shape(int64_t block_size) const {
   return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size / shares, shard_.kv_layout()};
 }
 
-dtype llama_model::normed_input_type() const {
+dtype llama_model::matmul_input_type_of(std::initializer_list<tensor layer_weights::*> readers) const {
   if (lora_ || tensors_.layers.empty())
     return dtype::f32;
-  dtype type = be_.matmul_input_type(tensors_.layers.front().wq);
+  const dtype type = be_.matmul_input_type(tensors_.layers.front().*(*readers.begin()));
   for (const layer_weights& w : tensors_.layers) {
     if (!w.moe.empty() || w.w_gate.empty())
       return dtype::f32;
-    for (const tensor* t : {&w.wq, &w.wk, &w.wv, &w.w_gate, &w.w_up})
-      if (be_.matmul_input_type(*t) != type)
+    for (tensor layer_weights::*reader : readers)
+      if (be_.matmul_input_type(w.*reader) != type)
         return dtype::f32;
   }
   return type;
+}
+
+dtype llama_model::normed_input_type() const {
+  return matmul_input_type_of(
+      {&layer_weights::wq, &layer_weights::wk, &layer_weights::wv, &layer_weights::w_gate, &layer_weights::w_up});
 }
 
 layer_scratch llama_model::scratch(activations& a, int64_t n) {
@@ -88,7 +93,8 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
     a.full.v = be_.alloc(dtype::f32, {cap, kv_dim});
     a.full.attn = be_.alloc(dtype::f32, {cap, q_dim});
     a.full.proj = be_.alloc(dtype::f32, {cap, n_embd});
-    a.full.gate = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
+    // SiLU×mul's product, down's input: in the type down reads as it is (f32 with LoRA or MoE, as h).
+    a.full.gate = be_.alloc(matmul_input_type_of({&layer_weights::w_down}), {cap, std::max<int64_t>(n_ff_, 1)});
     a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
     if (lora_)
       a.full.lora_shrunk = be_.alloc(dtype::f32, {cap, lora_->max_lora_rank()});

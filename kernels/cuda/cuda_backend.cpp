@@ -437,36 +437,42 @@ void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> out
 void cuda_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
                                     const tensor& out) {
   const checker c{where()};
-  if (is_quantized_weight(w_gate) || is_quantized_weight(w_up)) {
-    c.matmul(x, w_gate, tensor{}, out, is_quantized_weight(w_gate));
-    c.matmul(x, w_up, tensor{}, up, is_quantized_weight(w_up));
-    ACTORLLM_CHECK(
-        w_gate.shape == w_up.shape,
-        fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
-    checker::disjoint(up, out, "matmul_silu_gate", "up and out");
-    matmul(x, w_gate, tensor{}, out);
-    matmul(x, w_up, tensor{}, up);
-    silu_mul(out, up, out);
-    return;
-  }
+  const bool quantized = is_quantized_weight(w_gate) || is_quantized_weight(w_up);
+  // Both weights checked against up (f32 [n, n_ff]); out is up's size in f32 or bf16 (the down GEMM's input).
   const checker::linear_dims d =
-      c.matmul(x, w_gate, tensor{}, out, false, checked_input_type(x, w_gate, "matmul_silu_gate"));
-  const checker::linear_dims du =
-      c.matmul(x, w_up, tensor{}, up, false, checked_input_type(x, w_up, "matmul_silu_gate"));
+      c.matmul(x, w_up, tensor{}, up, is_quantized_weight(w_up), checked_input_type(x, w_up, "matmul_silu_gate"));
+  c.matmul(x, w_gate, tensor{}, up, is_quantized_weight(w_gate), checked_input_type(x, w_gate, "matmul_silu_gate"));
   ACTORLLM_CHECK(
-      w_gate.type == w_up.type && w_gate.shape == w_up.shape,
+      w_gate.shape == w_up.shape && (quantized || w_gate.type == w_up.type),
       fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
+  c.activation(out, dtype::bf16, "matmul_silu_gate", "out");
+  checker::numel(out, up.numel(), "matmul_silu_gate", "out");
   checker::disjoint(up, out, "matmul_silu_gate", "up and out");
+  checker::disjoint(x, out, "matmul_silu_gate", "x and out");
   make_current();
-  if (gemv_takes(x, w_gate, d.n_tokens, d.n_in) && gemv_takes(x, w_up, d.n_tokens, d.n_in)) {
+  if (!quantized && gemv_takes(x, w_gate, d.n_tokens, d.n_in) && gemv_takes(x, w_up, d.n_tokens, d.n_in)) {
     if (d.n_out > 0)  // gate, up and their SiLU×mul in one launch; `up` is not needed
-      gemv_silu_gate(w_gate.data(), w_up.data(), d.n_out, x.data(), is_bf16(x), d.n_tokens, d.n_in, f32(out), stream_);
+      gemv_silu_gate(w_gate.data(), w_up.data(), d.n_out, x.data(), is_bf16(x), d.n_tokens, d.n_in, out.data(),
+                     is_bf16(out), stream_);
     return;
   }
-  const void* input = gemm_input(x, element_of(w_gate.type));
-  linear_on(input, d, w_gate, tensor{}, out);
-  linear_on(input, du, w_up, tensor{}, up);
-  silu_mul(out, up, out);
+  // The gate's f32 product: in out itself when out is f32 (silu_mul then works in place), else in scratch.
+  tensor gate = out;
+  if (out.type != dtype::f32) {
+    scratch(scratch_->gate_product, up.nbytes());
+    gate = scratch_->gate_product;
+    gate.type = dtype::f32;
+    gate.shape = up.shape;
+  }
+  if (quantized) {
+    matmul(x, w_gate, tensor{}, gate);
+    matmul(x, w_up, tensor{}, up);
+  } else {
+    const void* input = gemm_input(x, element_of(w_gate.type));
+    linear_on(input, d, w_gate, tensor{}, gate);
+    linear_on(input, d, w_up, tensor{}, up);
+  }
+  silu_mul(gate, up, out);
 }
 
 rope_table cuda_backend::make_rope_table(const rope_config& cfg) {
@@ -578,9 +584,9 @@ void cuda_backend::attend(const tensor& q, const attention_batch& batch, const k
 }
 
 void cuda_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
-  checker{where()}.silu_mul(gate, up, out);
+  checker{where()}.silu_mul(gate, up, out, dtype::bf16);
   make_current();
-  cuda::silu_mul(f32(gate), f32(up), gate.numel(), f32(out), stream_);
+  cuda::silu_mul(f32(gate), f32(up), gate.numel(), out.data(), element_of(out.type), stream_);
 }
 
 void cuda_backend::add(const tensor& a, const tensor& b, const tensor& out) {

@@ -64,8 +64,9 @@ class cuda_backend final : public backend {
   /// Else x rounded to the weights' type once for every output, not once per GEMM; quantized weights run one matmul
   /// each.
   void matmul_group(const tensor& x, std::span<const linear_out> outs) override;
-  /// The GEMV's shapes: gate, up and the SiLU×mul in one launch (`up` is left as it was). Else x rounded once for
-  /// the gate and up GEMMs, then silu_mul; quantized weights run two matmuls, then silu_mul.
+  /// out f32 or bf16 (the down GEMM's input). The GEMV's shapes: gate, up and the SiLU×mul in one launch (`up` is
+  /// left as it was). Else x rounded once for the gate and up GEMMs, then silu_mul; quantized weights run two
+  /// matmuls, then silu_mul.
   void matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
                         const tensor& out) override;
   rope_table make_rope_table(const rope_config& cfg) override;
@@ -78,6 +79,7 @@ class cuda_backend final : public backend {
                                int64_t window, const tensor& out, const tensor& lse) override;
   void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
                                 const tensor& out) override;
+  /// out f32 or bf16 (rounded once, for the GEMM that reads it).
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override;
   void add(const tensor& a, const tensor& b, const tensor& out) override;
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override;
@@ -100,6 +102,7 @@ class cuda_backend final : public backend {
     tensor gemm_input;  // x converted to the weight type for f16/bf16 GEMMs
     tensor attention_workspace;
     tensor dequantized_weight;  // rows of a quantized weight as bf16 for the prefill GEMM (dequant_chunk_rows)
+    tensor gate_product;        // matmul_silu_gate's f32 gate GEMM when its out is bf16
   };
 
   void make_current() const;

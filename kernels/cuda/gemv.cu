@@ -17,6 +17,7 @@ struct gemv_params {
   gemv_output outs[max_outputs];
   int n_outputs = 0;
   const void* w_up = nullptr;  // silu_gate: the up weight (outs[0] holds the gate weight and the output)
+  bool y_bf16 = false;         // silu_gate: outs[0].y holds bf16
   const void* x = nullptr;
   int64_t rows = 0;
   int64_t n_in = 0;
@@ -132,12 +133,15 @@ __global__ void __launch_bounds__(warps_per_block* warp_lanes) gemv_kernel(const
 #pragma unroll
   for (int r = 0; r < MaxRows; ++r) {
     if (r < p.rows && lane == r) {
-      float v = 0.0f;
-      if constexpr (E == epilogue::silu_gate)
-        v = silu_times(sum[0][r], sum[1][r]);
-      else
-        v = linear_output(sum[0][r], out.bias, out.o);
-      out.y[r * out.n_out + out.o] = v;
+      if constexpr (E == epilogue::silu_gate) {
+        const float v = silu_times(sum[0][r], sum[1][r]);
+        if (p.y_bf16)
+          reinterpret_cast<__nv_bfloat16*>(out.y)[r * out.n_out + out.o] = __float2bfloat16_rn(v);
+        else
+          out.y[r * out.n_out + out.o] = v;
+      } else {
+        out.y[r * out.n_out + out.o] = linear_output(sum[0][r], out.bias, out.o);
+      }
     }
   }
 }
@@ -189,9 +193,10 @@ void gemv_linear(const gemv_output* outputs, int n_outputs, const void* x, bool 
 }
 
 void gemv_silu_gate(const void* w_gate, const void* w_up, int64_t n_ff, const void* x, bool x_bf16, int64_t rows,
-                    int64_t n_in, float* out, cudaStream_t stream) {
+                    int64_t n_in, void* out, bool out_bf16, cudaStream_t stream) {
   gemv_params p;
-  p.outs[0] = gemv_output{w_gate, nullptr, out, n_ff};
+  p.outs[0] = gemv_output{w_gate, nullptr, static_cast<float*>(out), n_ff};
+  p.y_bf16 = out_bf16;
   p.n_outputs = 1;
   p.w_up = w_up;
   p.x = x;

@@ -26,9 +26,9 @@ struct gemv_output {
 void gemv_linear(const gemv_output* outputs, int n_outputs, const void* x, bool x_bf16, int64_t rows, int64_t n_in,
                  cudaStream_t stream);
 
-/// out = silu(x w_gate^T) * (x w_up^T): w_gate and w_up bf16 [n_ff, n_in], out f32 [rows, n_ff], one launch (no gate
-/// or up activations in memory). x as gemv_linear's.
+/// out = silu(x w_gate^T) * (x w_up^T): w_gate and w_up bf16 [n_ff, n_in], out [rows, n_ff] f32 or (out_bf16) bf16
+/// rounded once, one launch (no gate or up activations in memory). x as gemv_linear's.
 void gemv_silu_gate(const void* w_gate, const void* w_up, int64_t n_ff, const void* x, bool x_bf16, int64_t rows,
-                    int64_t n_in, float* out, cudaStream_t stream);
+                    int64_t n_in, void* out, bool out_bf16, cudaStream_t stream);
 
 }  // namespace actorllm::cuda

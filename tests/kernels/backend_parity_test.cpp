@@ -613,7 +613,8 @@ BACKEND_PARITY_CASE(parity_small_batch_bf16, "bf16 matmul, matmul_group and matm
 
 // The norms writing the type the next matmul reads as it is (backend::matmul_input_type of a bf16 weight: f32 on the
 // CPU, bf16 on CUDA, rounded once from the f32 norm), then matmul, matmul_group and matmul_silu_gate reading that
-// activation: at 1 and 5 tokens (CUDA's GEMV with a bf16 x) and 12 (cuBLAS over a bf16 x, no conversion).
+// activation: at 1 and 5 tokens (CUDA's GEMV with a bf16 x) and 12 (cuBLAS over a bf16 x, no conversion); and
+// matmul_silu_gate and silu_mul writing their product in that type (the down projection's input).
 BACKEND_PARITY_CASE(parity_norm_into_matmul_input, "norms into the matmul input type, and the matmuls that read it") {
   const uint32_t seed = 2025;
   CAPTURE(seed);
@@ -678,6 +679,36 @@ BACKEND_PARITY_CASE(parity_norm_into_matmul_input, "norms into the matmul input 
           test::silu_gate_reference(lref, ltol, lref, ltol, sref, stol);
           const std::vector<float> sg = read_as<float>(be, out, what + " silu gate");
           test::check_close(sg.data(), sref.data(), sg.size(), stol.data(), 0.0, 1e-6, what + " silu gate");
+          // SiLU×mul's product in the input type of the down projection: matmul_silu_gate and silu_mul.
+          std::vector<double> act_tol(stol);
+          for (size_t i = 0; i < act_tol.size(); ++i)
+            act_tol[i] += act == dtype::bf16 ? std::fabs(sref[i]) / 256 : 0.0;
+          const auto read_act = [&](const guarded& g, const std::string& label) {
+            if (act == dtype::f32)
+              return read_as<float>(be, g, label);
+            const std::vector<uint16_t> bits = read_as<uint16_t>(be, g, label);
+            std::vector<float> v(bits.size());
+            for (size_t i = 0; i < bits.size(); ++i)
+              v[i] = bf16_to_f32(bits[i]);
+            return v;
+          };
+          guarded out_act = alloc_guarded(be, act, {n_tokens, n_out});
+          be.matmul_silu_gate(h.view, wl.t, wl.t, up.view, out_act.view);
+          const std::vector<float> sa = read_act(out_act, what + " silu gate into the input type");
+          test::check_close(sa.data(), sref.data(), sa.size(), act_tol.data(), 0.0, 1e-6,
+                            what + " silu gate into the input type");
+          guarded g_in = alloc_guarded(be, dtype::f32, {n_tokens, n_out}, sg),
+                  silu_act = alloc_guarded(be, act, {n_tokens, n_out});
+          const std::vector<float> ones(static_cast<size_t>(n_tokens * n_out), 1.0f);
+          be.silu_mul(g_in.view, input(be, dtype::f32, {n_tokens, n_out}, ones), silu_act.view);
+          std::vector<double> silu_ref(sg.size()), silu_tol(sg.size());
+          for (size_t i = 0; i < sg.size(); ++i) {
+            silu_ref[i] = sg[i] / (1.0 + std::exp(-static_cast<double>(sg[i])));
+            silu_tol[i] = 1e-6 * std::fabs(silu_ref[i]) + (act == dtype::bf16 ? std::fabs(silu_ref[i]) / 256 : 0.0);
+          }
+          const std::vector<float> sm = read_act(silu_act, what + " silu_mul into the input type");
+          test::check_close(sm.data(), silu_ref.data(), sm.size(), silu_tol.data(), 0.0, 1e-6,
+                            what + " silu_mul into the input type");
         }
       }
     }

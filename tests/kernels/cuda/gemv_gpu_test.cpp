@@ -1,8 +1,8 @@
 // The bf16 GEMV on the GPU (kernels/cuda/gemv.cu) held to its CPU emulation (gemv_math.hpp's emulate_output) bit for
 // bit: one to eight rows of x in f32 and in bf16, widths with uneven chunks per lane, a group of three weights with
-// biases in one launch (q/k/v), and the SiLU×mul epilogue (within its expf's rounding). Guards past every output
-// catch writes beyond it. Skipped ("skipped: no GPU") where there is none; the emulation itself is checked against
-// float64 in gemv_math_test.cpp.
+// biases in one launch (q/k/v), and the SiLU×mul epilogue (within its expf's rounding), into f32 and bf16. Guards past
+// every output catch writes beyond it. Skipped ("skipped: no GPU") where there is none; the emulation itself is checked
+// against float64 in gemv_math_test.cpp.
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/dtype.hpp"
 
@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -119,22 +120,29 @@ TEST_CASE("cuda gemv: gate, up and SiLU×mul in one launch against the emulated 
   std::mt19937 gen(2032);
   const int64_t n_in = 1032, n_ff = 301;
   for (int rows : {1, 3, 8}) {
-    CAPTURE(rows);
-    const std::vector<float> x = random_x(gen, rows * n_in);
-    const std::vector<uint16_t> wg = random_bf16(gen, n_ff * n_in), wu = random_bf16(gen, n_ff * n_in);
-    device_array<float> dx(x), dout(guarded_output(rows, n_ff));
-    device_array<uint16_t> dwg(wg), dwu(wu);
-    cuda::gemv_silu_gate(dwg.ptr, dwu.ptr, n_ff, dx.ptr, false, rows, n_in, dout.ptr, nullptr);
-    ACTORLLM_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> out = dout.to_host();
-    check_guards(out, rows * n_ff);
-    for (int r = 0; r < rows; ++r) {
-      for (int64_t o = 0; o < n_ff; ++o) {
-        const float g = cuda::gemv::emulate_output(wg.data() + o * n_in, x.data() + r * n_in, n_in);
-        const float u = cuda::gemv::emulate_output(wu.data() + o * n_in, x.data() + r * n_in, n_in);
-        const double want = static_cast<double>(g) * u / (1.0 + std::exp(-static_cast<double>(g)));
-        const float got = out[static_cast<size_t>(r * n_ff + o)];
-        CHECK_MESSAGE(std::fabs(got - want) <= 1e-6 * std::fabs(want) + 1e-30, "row " << r << " o " << o);
+    for (const bool out_bf16 : {false, true}) {
+      CAPTURE(rows);
+      CAPTURE(out_bf16);
+      const std::vector<float> x = random_x(gen, rows * n_in);
+      const std::vector<uint16_t> wg = random_bf16(gen, n_ff * n_in), wu = random_bf16(gen, n_ff * n_in);
+      device_array<float> dx(x), dout(guarded_output(rows, n_ff));  // bf16: the first half, guards untouched
+      device_array<uint16_t> dwg(wg), dwu(wu);
+      cuda::gemv_silu_gate(dwg.ptr, dwu.ptr, n_ff, dx.ptr, false, rows, n_in, dout.ptr, out_bf16, nullptr);
+      ACTORLLM_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> out = dout.to_host();
+      check_guards(out, rows * n_ff);
+      std::vector<uint16_t> bits(static_cast<size_t>(rows * n_ff));
+      std::memcpy(bits.data(), out.data(), bits.size() * sizeof(uint16_t));
+      for (int r = 0; r < rows; ++r) {
+        for (int64_t o = 0; o < n_ff; ++o) {
+          const float g = cuda::gemv::emulate_output(wg.data() + o * n_in, x.data() + r * n_in, n_in);
+          const float u = cuda::gemv::emulate_output(wu.data() + o * n_in, x.data() + r * n_in, n_in);
+          const double want = static_cast<double>(g) * u / (1.0 + std::exp(-static_cast<double>(g)));
+          const auto i = static_cast<size_t>(r * n_ff + o);
+          const double got = out_bf16 ? bf16_to_f32(bits[i]) : out[i];
+          const double rel = out_bf16 ? 1.0 / 256 : 1e-6;  // bf16: half a unit in the 8th bit, rounded once
+          CHECK_MESSAGE(std::fabs(got - want) <= rel * std::fabs(want) + 1e-30, "row " << r << " o " << o);
+        }
       }
     }
   }
