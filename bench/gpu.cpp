@@ -3,8 +3,9 @@
 // bytes read per token ÷ measured bandwidth); output tokens/s through the engine (actorllm::LLM) for batches of
 // 64 and 256 at 128 in / 128 out and 1024 / 1024; and, with --parity, the CUDA forward (bf16 weights) against the
 // CPU's (the same bf16 weights, f32 activations) on identical dummy weights: top-1 agreement and error norms.
-// First, the GEMV over quantized weights at the 8B shapes (int4 g128, int8 g128 and per channel, bf16 for
-// comparison): weight bytes read per second, beside the copy bandwidth (--gemv-only: only that, no model).
+// First, the GEMVs at the 8B shapes (int4 g128, int8 g128 and per channel; bf16 alone, gate+up with SiLU and q/k/v
+// in one launch): weight bytes read per second, beside the copy bandwidth, and the add + RMSNorm of a 4096-wide row
+// at batch 1 and 64 (--gemv-only: only these, no model).
 // Prints a table, writes JSON. With --profile it runs no benchmark: one eager decode step at each of the given batch
 // sizes inside a profiler region (kernels/cuda/profile_range.hpp) for `ncu --profile-from-start off`, which
 // scripts/gpu_check.sh's profile step turns into a table per kernel kind. Without a GPU it says "skipped: no GPU" and
@@ -222,6 +223,36 @@ std::vector<gemv_case> measure_gemv(backend& be, const std::string& format, int6
   return out;
 }
 
+// Microseconds per add_rms_norm of `rows` rows of `width` (bf16 weight, bf16 out: the decode layer's), replayed from
+// a graph of 256 calls back to back (each call's residual is the last one's: they run one after another, as in a
+// decode step; the graph hides the host's launch time, not the kernels' own start).
+double measure_add_rms_norm(backend& be, int64_t rows, int64_t width) {
+  tensor residual = be.alloc(dtype::f32, {rows, width}), delta = be.alloc(dtype::f32, {rows, width});
+  tensor out = be.alloc(dtype::bf16, {rows, width});
+  tensor host_w = make_host_tensor(dtype::bf16, {width});
+  std::fill_n(host_w.data_as<uint16_t>(), width, uint16_t{0x3f80});  // 1.0
+  const tensor weight = be.import_host(std::move(host_w));
+  std::vector<float> values(static_cast<size_t>(rows * width), 0.001f);
+  be.upload(residual, values.data(), residual.nbytes());
+  be.upload(delta, values.data(), delta.nbytes());
+  constexpr int calls = 256, replays = 20;
+  auto record = [&] {
+    for (int i = 0; i < calls; ++i)
+      be.add_rms_norm(residual, delta, weight, 1e-5f, out);
+  };
+  be.use_graph_scratch(true);
+  record();
+  std::unique_ptr<op_graph> graph = be.capture_graph(record);
+  be.use_graph_scratch(false);
+  graph->replay();
+  be.synchronize();
+  const auto t0 = clock_type::now();
+  for (int r = 0; r < replays; ++r)
+    graph->replay();
+  be.synchronize();
+  return seconds_since(t0) / (calls * replays) * 1e6;
+}
+
 struct throughput_case {
   int64_t batch, input_len, output_len;
   double output_tokens_per_s = 0.0;
@@ -309,6 +340,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "gemv %s 4096 -> %ld...\n", format.c_str(), static_cast<long>(n_out));
         for (const gemv_case& c : measure_gemv(*be, format, 4096, n_out, {1, 8}))
           rows.push_back(c);
+      }
+    }
+    {
+      std::unique_ptr<backend> be = make_backend(device{device_kind::cuda, 0}, 1);
+      for (const int64_t batch : {int64_t{1}, int64_t{64}}) {
+        const double us = measure_add_rms_norm(*be, batch, 4096);
+        table.emplace_back(fmt::format("add_rms_norm 4096 x{}, bf16 out (us per call)", batch),
+                           fmt::format("{:.2f}", us));
+        w.key(fmt::format("add_rms_norm_4096_x{}_us", batch)).value(us);
       }
     }
     w.key("gemv").begin_array();
