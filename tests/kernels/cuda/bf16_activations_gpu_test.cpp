@@ -91,14 +91,15 @@ TEST_CASE("cuda bf16 activations: stories260K in bf16 follows the CPU's logits a
   }
 }
 
-TEST_CASE("cuda bf16 activations: graph replays of stories260K in bf16 give the eager CUDA ids at batch 1 and 3" *
+TEST_CASE("cuda bf16 activations: graph replays of stories260K in bf16 give the eager CUDA ids at batch 1 and 4" *
           doctest::skip(!gpu_available())) {
-  // Batch 3 replays the graph of 4 (a padded row): the GEMV's sums of a row do not depend on how many rows it serves,
-  // so the ids equal the eager run's exactly.
+  // Batches that fill their graph exactly (1 and 4): the same kernels with the same shapes as the eager run, the
+  // GEMV's and cuBLAS's (stories260K's down projection, 172 inputs, is no whole number of GEMV chunks), so the ids
+  // equal the eager run's exactly.
   require_gpu();
   model::load_options bf16;
   bf16.weight_dtype = dtype::bf16;
-  for (const size_t n : {size_t{1}, size_t{3}}) {
+  for (const size_t n : {size_t{1}, size_t{4}}) {
     CAPTURE(n);
     const test::golden_batch g = test::golden_prompts(n);
     cuda::cuda_backend eager_be{0};
