@@ -3,8 +3,9 @@
 // bytes read per token ÷ measured bandwidth); output tokens/s through the engine (actorllm::LLM) for batches of
 // 64 and 256 at 128 in / 128 out and 1024 / 1024; and, with --parity, the CUDA forward (bf16 weights) against the
 // CPU's (the same bf16 weights, f32 activations) on identical dummy weights: top-1 agreement and error norms.
-// First, the GEMV over quantized weights at the 8B shapes (int4 g128, int8 g128 and per channel, bf16 for
-// comparison): weight bytes read per second, beside the copy bandwidth (--gemv-only: only that, no model).
+// First, the GEMVs at the 8B shapes (int4 g128, int8 g128 and per channel; bf16 alone, gate+up with SiLU and q/k/v
+// in one launch): weight bytes read per second, beside the copy bandwidth, and the add + RMSNorm of a 4096-wide row
+// at batch 1 and 64 (--gemv-only: only these, no model).
 // Prints a table, writes JSON. With --profile it runs no benchmark: one eager decode step at each of the given batch
 // sizes inside a profiler region (kernels/cuda/profile_range.hpp) for `ncu --profile-from-start off`, which
 // scripts/gpu_check.sh's profile step turns into a table per kernel kind. Without a GPU it says "skipped: no GPU" and
@@ -126,9 +127,11 @@ void profile_decode_step(model::llama_model& llm, int64_t batch) {
   std::fprintf(stderr, "profiled one decode step at batch %ld\n", static_cast<long>(batch));
 }
 
-// One GEMV measurement: y = x w^T at `tokens` tokens over a weight of one format and shape.
+// One GEMV measurement: y = x w^T at `tokens` tokens over a weight of one format and shape. "bf16 gate+up": two
+// bf16 weights of the shape through matmul_silu_gate (one launch at up to 8 tokens); "bf16 q/k/v": three through
+// matmul_group (one launch), the shape being each weight's.
 struct gemv_case {
-  std::string format;  // "int4 g128", "int8 g128", "int8 per-channel", "bf16"
+  std::string format;  // "int4 g128", "int8 g128", "int8 per-channel", "bf16", "bf16 gate+up", "bf16 q/k/v"
   int64_t n_in = 0, n_out = 0, tokens = 0;
   size_t weight_bytes = 0;  // read per call: codes, scales and zero points (bf16: the weight)
   double seconds_per_call = 0.0;
@@ -138,7 +141,7 @@ struct gemv_case {
 // A weight of `format` [n_out, n_in] with random codes (or values), on the backend.
 tensor gemv_weight(backend& be, const std::string& format, int64_t n_out, int64_t n_in, uint64_t seed, size_t& bytes) {
   std::mt19937_64 gen{seed};
-  if (format == "bf16") {
+  if (format.rfind("bf16", 0) == 0) {
     tensor host = make_host_tensor(dtype::bf16, {n_out, n_in});
     auto* v = host.data_as<uint16_t>();
     for (int64_t i = 0; i < host.numel(); ++i)  // small values around +-0.01: any bits do for a bandwidth test
@@ -170,14 +173,17 @@ std::vector<gemv_case> measure_gemv(backend& be, const std::string& format, int6
   constexpr size_t cycled_bytes = size_t{128} << 20;  // 2.5 times the L2 of an H100 or H200
   size_t bytes = 0;
   std::vector<tensor> weights{gemv_weight(be, format, n_out, n_in, 1, bytes)};
-  const size_t copies = std::max<size_t>(2, (cycled_bytes + bytes - 1) / bytes);
+  const size_t copies = std::max<size_t>(3, (cycled_bytes + bytes - 1) / bytes);
   size_t ignored = 0;
   while (weights.size() < copies)
     weights.push_back(gemv_weight(be, format, n_out, n_in, weights.size() + 1, ignored));
+  // Weights read per call: one, or the gate and up pair, or q, k and v (copies of one shape: the bytes are the same).
+  const size_t per_call = format == "bf16 gate+up" ? 2 : format == "bf16 q/k/v" ? 3 : 1;
   std::vector<gemv_case> out;
   for (int64_t tokens : token_counts) {
-    gemv_case c{format, n_in, n_out, tokens, bytes};
-    tensor x = be.alloc(dtype::f32, {tokens, n_in}), y = be.alloc(dtype::f32, {tokens, n_out});
+    gemv_case c{format, n_in, n_out, tokens, bytes * per_call};
+    tensor x = be.alloc(dtype::f32, {tokens, n_in}), y = be.alloc(dtype::f32, {tokens, n_out}),
+           y2 = be.alloc(dtype::f32, {tokens, n_out}), y3 = be.alloc(dtype::f32, {tokens, n_out});
     std::vector<float> xs(static_cast<size_t>(x.numel()));
     std::mt19937 gen{7};
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -186,8 +192,18 @@ std::vector<gemv_case> measure_gemv(backend& be, const std::string& format, int6
     be.upload(x, xs.data(), x.nbytes());
     const size_t calls = std::max<size_t>(copies, 64 / copies * copies);  // whole cycles, at least 64 calls
     auto record = [&] {
-      for (size_t i = 0; i < calls; ++i)
-        be.matmul(x, weights[i % copies], tensor{}, y);
+      for (size_t i = 0; i < calls; ++i) {
+        const tensor& w0 = weights[i % copies];
+        if (per_call == 2) {
+          be.matmul_silu_gate(x, w0, weights[(i + 1) % copies], y2, y);
+        } else if (per_call == 3) {
+          const linear_out qkv[] = {
+              {w0, tensor{}, y}, {weights[(i + 1) % copies], tensor{}, y2}, {weights[(i + 2) % copies], tensor{}, y3}};
+          be.matmul_group(x, qkv);
+        } else {
+          be.matmul(x, w0, tensor{}, y);
+        }
+      }
     };
     be.use_graph_scratch(true);
     record();  // warm-up: sizes the graph scratch
@@ -205,6 +221,36 @@ std::vector<gemv_case> measure_gemv(backend& be, const std::string& format, int6
     out.push_back(c);
   }
   return out;
+}
+
+// Microseconds per add_rms_norm of `rows` rows of `width` (bf16 weight, bf16 out: the decode layer's), replayed from
+// a graph of 256 calls back to back (each call's residual is the last one's: they run one after another, as in a
+// decode step; the graph hides the host's launch time, not the kernels' own start).
+double measure_add_rms_norm(backend& be, int64_t rows, int64_t width) {
+  tensor residual = be.alloc(dtype::f32, {rows, width}), delta = be.alloc(dtype::f32, {rows, width});
+  tensor out = be.alloc(dtype::bf16, {rows, width});
+  tensor host_w = make_host_tensor(dtype::bf16, {width});
+  std::fill_n(host_w.data_as<uint16_t>(), width, uint16_t{0x3f80});  // 1.0
+  const tensor weight = be.import_host(std::move(host_w));
+  std::vector<float> values(static_cast<size_t>(rows * width), 0.001f);
+  be.upload(residual, values.data(), residual.nbytes());
+  be.upload(delta, values.data(), delta.nbytes());
+  constexpr int calls = 256, replays = 20;
+  auto record = [&] {
+    for (int i = 0; i < calls; ++i)
+      be.add_rms_norm(residual, delta, weight, 1e-5f, out);
+  };
+  be.use_graph_scratch(true);
+  record();
+  std::unique_ptr<op_graph> graph = be.capture_graph(record);
+  be.use_graph_scratch(false);
+  graph->replay();
+  be.synchronize();
+  const auto t0 = clock_type::now();
+  for (int r = 0; r < replays; ++r)
+    graph->replay();
+  be.synchronize();
+  return seconds_since(t0) / (calls * replays) * 1e6;
 }
 
 struct throughput_case {
@@ -287,6 +333,23 @@ int main(int argc, char** argv) {
           for (const gemv_case& c : measure_gemv(*be, format, n_in, n_out, {1, 8}))
             rows.push_back(c);
         }
+      // The 8B's gate and up (with their SiLU) and its q/k/v (4096 -> 4096, 1024, 1024: the same bytes as three of
+      // 4096 -> 2048) in one launch each.
+      for (const auto& [format, n_out] :
+           {std::pair<std::string, int64_t>{"bf16 gate+up", 14336}, {"bf16 q/k/v", 2048}}) {
+        std::fprintf(stderr, "gemv %s 4096 -> %ld...\n", format.c_str(), static_cast<long>(n_out));
+        for (const gemv_case& c : measure_gemv(*be, format, 4096, n_out, {1, 8}))
+          rows.push_back(c);
+      }
+    }
+    {
+      std::unique_ptr<backend> be = make_backend(device{device_kind::cuda, 0}, 1);
+      for (const int64_t batch : {int64_t{1}, int64_t{64}}) {
+        const double us = measure_add_rms_norm(*be, batch, 4096);
+        table.emplace_back(fmt::format("add_rms_norm 4096 x{}, bf16 out (us per call)", batch),
+                           fmt::format("{:.2f}", us));
+        w.key(fmt::format("add_rms_norm_4096_x{}_us", batch)).value(us);
+      }
     }
     w.key("gemv").begin_array();
     for (const gemv_case& c : rows) {

@@ -16,13 +16,19 @@ if(ACTORLLM_NCCL AND NOT _nccl_found)
 endif()
 message(STATUS "NCCL communicator: ${ACTORLLM_NCCL} (${ACTORLLM_NCCL_LIBRARY})")
 
+# ptxas's checks for every CUDA source: a spill to local memory, or any other use of it (a stack frame: an array
+# indexed at run time, a library routine's table), fails the build. Hot loops that touch local memory lose much of
+# their bandwidth, and a kernel that fits its registers today keeps fitting them only while someone checks.
+# tests/CMakeLists.txt compiles a kernel that must trip them with these same flags.
+set(ACTORLLM_CUDA_PTXAS_CHECKS -Xptxas=--warn-on-spills -Xptxas=--warn-on-local-memory-usage -Xptxas=--warning-as-error
+    CACHE INTERNAL "ptxas flags that refuse local memory")
+
 # Compile options of every target with CUDA sources (kernels/cuda, comm/cuda).
 function(actorllm_cuda_target_options target)
-  # Every kernel must fit its registers: ptxas fails the build on a spill to local memory (hot loops that spill lose
-  # much of their bandwidth), and -v prints each kernel's registers and shared memory into the build log.
+  # -v (ACTORLLM_CUDA_PTXAS_VERBOSE) prints each kernel's registers and shared memory into the build log.
   target_compile_options(
-    ${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall -Xptxas=--warn-on-spills
-                      -Xptxas=--warning-as-error> $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wshadow>)
+    ${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall ${ACTORLLM_CUDA_PTXAS_CHECKS}>
+                      $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wshadow>)
   if(ACTORLLM_CUDA_PTXAS_VERBOSE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
   endif()

@@ -139,14 +139,25 @@ class backend {
   /// shards' outputs is the full lookup). ids: i32 [n]; table: [rows, n_embd] f32/f16/bf16; out: f32 [n, n_embd].
   virtual void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) = 0;
   /// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight for every row r of width weight.numel(). x, out: f32 of equal
-  /// shape (out may be x); weight: f32/f16/bf16.
+  /// shape (out may be x); weight: f32/f16/bf16. out may also be of a type matmul_input_type names (the normalised
+  /// rows rounded once, for the GEMMs that read them; then apart from x).
   virtual void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) = 0;
   /// The residual add fused with the next norm: residual += delta, then out = rms_norm(residual). All f32 [n, width]
-  /// except weight; out must not overlap residual or delta.
+  /// except weight, and out, which may be of a type matmul_input_type names as rms_norm's; out must not overlap
+  /// residual or delta.
   virtual void add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                             const tensor& out) = 0;
-  /// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]): x f32 [n_tokens, n_in]; w [n_out, n_in] f32/f16/bf16 (the Hugging
-  /// Face Linear layout); bias f32 [n_out] or empty; y f32 [n_tokens, n_out], not overlapping x. f32 accumulation.
+  /// The type in which this backend's matmuls over `w` (a weight as matmul takes it) read x as it is, with no
+  /// conversion of their own: f32, or bf16 where the backend's bf16 GEMMs read bf16 (CUDA). matmul, matmul_group and
+  /// matmul_silu_gate take x in f32 always and in this type too, and the norms may write it: a model whose every
+  /// consumer of a normalised activation is such a matmul keeps that activation in this type. Default: f32.
+  virtual dtype matmul_input_type(const tensor& w) const {
+    (void)w;
+    return dtype::f32;
+  }
+  /// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]): x f32 [n_tokens, n_in] (or of matmul_input_type(w)); w [n_out,
+  /// n_in] f32/f16/bf16 (the Hugging Face Linear layout); bias f32 [n_out] or empty; y f32 [n_tokens, n_out], not
+  /// overlapping x. f32 accumulation.
   virtual void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) = 0;
   /// matmul of every output over the same x (q/k/v): a backend may read x once and run them as one pass. At most 8
   /// outputs. Default: one matmul each.
@@ -155,8 +166,8 @@ class backend {
       matmul(x, o.w, o.bias, o.y);
   }
   /// The SwiGLU up-projection: out = silu(x w_gate^T) * (x w_up^T). w_gate, w_up: [n_ff, n_in] of one type; up and
-  /// out: f32 [n_tokens, n_ff], up is scratch (overwritten), neither overlaps x nor the other. Default: two matmuls
-  /// and silu_mul.
+  /// out: f32 [n_tokens, n_ff] (out may also be of a type matmul_input_type names: the down projection's input), up
+  /// is scratch (may be overwritten), neither overlaps x nor the other. Default: two matmuls and silu_mul.
   virtual void matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
                                 const tensor& out) {
     matmul(x, w_gate, tensor{}, out);
@@ -190,7 +201,8 @@ class backend {
   /// sum over p of exp(lse_p - m) part_p / sum over p of exp(lse_p - m), m = max lse_p, parts taken in order.
   virtual void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
                                         const tensor& out) = 0;
-  /// out = silu(gate) * up elementwise (f32, equal shapes; out may be gate or up).
+  /// out = silu(gate) * up elementwise (f32, equal shapes; out may be gate or up). out may also be of a type
+  /// matmul_input_type names (rounded once; then apart from gate and up).
   virtual void silu_mul(const tensor& gate, const tensor& up, const tensor& out) = 0;
   /// out = a + b elementwise (f32). b has a's numel, or one row's worth (b.numel() == a.row_size(): added to every
   /// row, a bias). out may be a.

@@ -54,6 +54,16 @@ struct backend_checks {
     ACTORLLM_CHECK(t.type == type,
                    fmt::format("{}: {} must be {}, got {}", op, arg, dtype_name(type), t.describe()).c_str());
   }
+  /// on_device, of type f32 or `also` (an activation a backend takes in a GEMM's input type as well; `also` f32:
+  /// f32 only).
+  void activation(const tensor& t, dtype also, const char* op, const char* arg) const {
+    on_device(t, op, arg);
+    ACTORLLM_CHECK(
+        t.type == dtype::f32 || t.type == also,
+        (also == dtype::f32 ? fmt::format("{}: {} must be f32, got {}", op, arg, t.describe())
+                            : fmt::format("{}: {} must be f32 or {}, got {}", op, arg, dtype_name(also), t.describe()))
+            .c_str());
+  }
   /// on_device, and a weight type (f32, f16 or bf16).
   void weight(const tensor& t, const char* op, const char* arg, bool packed_ok = false) const {
     on_device(t, op, arg, packed_ok);
@@ -83,26 +93,28 @@ struct backend_checks {
     numel(out, ids.numel() * table.dim(1), "embedding", "out");
     return table.dim(1);
   }
-  /// rms_norm: x and out f32 rows of the weight's width (out equal to x or apart from it). Returns the width.
-  int64_t rms_norm(const tensor& x, const tensor& w, const tensor& out) const {
+  /// rms_norm: x f32 and out f32 (or `out_also`) rows of the weight's width (out equal to x, when both are f32, or
+  /// apart from it). Returns the width.
+  int64_t rms_norm(const tensor& x, const tensor& w, const tensor& out, dtype out_also = dtype::f32) const {
     on_device(x, dtype::f32, "rms_norm", "x");
     weight(w, "rms_norm", "weight");
-    on_device(out, dtype::f32, "rms_norm", "out");
+    activation(out, out_also, "rms_norm", "out");
     const int64_t width = w.numel();
     ACTORLLM_CHECK(width > 0 && x.numel() % width == 0,
                    fmt::format("rms_norm: {} is not made of rows of the weight's {}", x.describe(), width).c_str());
     numel(out, x.numel(), "rms_norm", "out");
-    if (!same_start(x, out))
+    if (!same_start(x, out) || out.type != x.type)
       disjoint(x, out, "rms_norm", "x and out (unless equal)");
     return width;
   }
-  /// add_rms_norm: residual, delta and out f32 of equal size in rows of the weight's width; out apart from both.
-  /// Returns the width.
-  int64_t add_rms_norm(const tensor& residual, const tensor& delta, const tensor& w, const tensor& out) const {
+  /// add_rms_norm: residual, delta and out f32 (out also `out_also`) of equal size in rows of the weight's width;
+  /// out apart from both. Returns the width.
+  int64_t add_rms_norm(const tensor& residual, const tensor& delta, const tensor& w, const tensor& out,
+                       dtype out_also = dtype::f32) const {
     on_device(residual, dtype::f32, "add_rms_norm", "residual");
     on_device(delta, dtype::f32, "add_rms_norm", "delta");
     weight(w, "add_rms_norm", "weight");
-    on_device(out, dtype::f32, "add_rms_norm", "out");
+    activation(out, out_also, "add_rms_norm", "out");
     const int64_t n = residual.numel(), width = w.numel();
     ACTORLLM_CHECK(
         width > 0 && n % width == 0,
@@ -117,11 +129,12 @@ struct backend_checks {
   struct linear_dims {
     int64_t n_tokens, n_in, n_out;
   };
-  /// matmul: x f32 [n_tokens, n_in], w [n_out, n_in] (packed only where `packed_ok`: the backend made it), bias f32
-  /// [n_out] or empty, y f32 [n_tokens, n_out] apart from x.
-  linear_dims matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y,
-                     bool packed_ok = false) const {
-    on_device(x, dtype::f32, "matmul", "x");
+  /// matmul: x f32 [n_tokens, n_in] (or `x_also`, which the caller has checked the weight takes), w [n_out, n_in]
+  /// (packed only where `packed_ok`: the backend made it), bias f32 [n_out] or empty, y f32 [n_tokens, n_out] apart
+  /// from x.
+  linear_dims matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y, bool packed_ok = false,
+                     dtype x_also = dtype::f32) const {
+    activation(x, x_also, "matmul", "x");
     weight(w, "matmul", "w", packed_ok);
     on_device(y, dtype::f32, "matmul", "y");
     ACTORLLM_CHECK(w.shape.n_dims == 2, fmt::format("matmul: w must be [n_out, n_in], got {}", w.describe()).c_str());
@@ -255,13 +268,17 @@ struct backend_checks {
     disjoint(parts, out, "merge_attention_partials", "parts and out");
     return n_head_all;
   }
-  /// silu_mul: gate, up and out f32 of equal size.
-  void silu_mul(const tensor& gate, const tensor& up, const tensor& out) const {
+  /// silu_mul: gate, up and out f32 (out also `out_also`, then apart from both) of equal size.
+  void silu_mul(const tensor& gate, const tensor& up, const tensor& out, dtype out_also = dtype::f32) const {
     on_device(gate, dtype::f32, "silu_mul", "gate");
     on_device(up, dtype::f32, "silu_mul", "up");
-    on_device(out, dtype::f32, "silu_mul", "out");
+    activation(out, out_also, "silu_mul", "out");
     numel(up, gate.numel(), "silu_mul", "up");
     numel(out, gate.numel(), "silu_mul", "out");
+    if (out.type != dtype::f32) {
+      disjoint(out, gate, "silu_mul", "out (not f32) and gate");
+      disjoint(out, up, "silu_mul", "out (not f32) and up");
+    }
   }
   /// gather_rows: x f32 [n, width], rows i32 [m], out f32 [m, width] apart from x. Returns the width.
   int64_t gather_rows(const tensor& x, const tensor& rows, const tensor& out) const {

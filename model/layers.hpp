@@ -47,12 +47,12 @@ struct cp_scratch {
 
 /// Scratch activations of one step, each a view of n_tokens rows.
 struct layer_scratch {
-  tensor h;            ///< [n, n_embd]: the normalised input of a block
+  tensor h;            ///< [n, n_embd]: the normalised input of a block (llama_model::normed_input_type)
   tensor q;            ///< [n, n_head * head_dim]
   tensor k, v;         ///< [n, n_head_kv * head_dim]
   tensor attn;         ///< [n, n_head * head_dim]
   tensor proj;         ///< [n, n_embd]: a block's output (all-reduced), added to the residual by the next norm
-  tensor gate;         ///< [n, n_ff]
+  tensor gate;         ///< [n, n_ff]: SiLU×mul's product, in the type w_down reads (llama_model::matmul_input_type_of)
   tensor up;           ///< [n, n_ff]
   tensor lora_shrunk;  ///< [n, max_lora_rank]: lora_add's scratch (only with LoRA)
   cp_scratch cp;       ///< context parallel attention's buffers (only with it)

@@ -61,6 +61,25 @@ kv_cache_shape llama_model::cache_shape(int64_t block_size) const {
   return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size / shares, shard_.kv_layout()};
 }
 
+dtype llama_model::matmul_input_type_of(std::initializer_list<tensor layer_weights::*> readers) const {
+  if (lora_ || tensors_.layers.empty())
+    return dtype::f32;
+  const dtype type = be_.matmul_input_type(tensors_.layers.front().*(*readers.begin()));
+  for (const layer_weights& w : tensors_.layers) {
+    if (!w.moe.empty() || w.w_gate.empty())
+      return dtype::f32;
+    for (tensor layer_weights::*reader : readers)
+      if (be_.matmul_input_type(w.*reader) != type)
+        return dtype::f32;
+  }
+  return type;
+}
+
+dtype llama_model::normed_input_type() const {
+  return matmul_input_type_of(
+      {&layer_weights::wq, &layer_weights::wk, &layer_weights::wv, &layer_weights::w_gate, &layer_weights::w_up});
+}
+
 layer_scratch llama_model::scratch(activations& a, int64_t n) {
   if (n > a.capacity) {
     const int64_t cap = std::max(n, a.capacity * 2);
@@ -68,13 +87,14 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
     const int64_t q_dim = n_head_ * cfg_.head_dim;
     const int64_t kv_dim = n_head_kv_ * cfg_.head_dim;
     a.x = be_.alloc(dtype::f32, {cap, n_embd});
-    a.full.h = be_.alloc(dtype::f32, {cap, n_embd});
+    a.full.h = be_.alloc(normed_input_type(), {cap, n_embd});
     a.full.q = be_.alloc(dtype::f32, {cap, q_dim});
     a.full.k = be_.alloc(dtype::f32, {cap, kv_dim});
     a.full.v = be_.alloc(dtype::f32, {cap, kv_dim});
     a.full.attn = be_.alloc(dtype::f32, {cap, q_dim});
     a.full.proj = be_.alloc(dtype::f32, {cap, n_embd});
-    a.full.gate = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
+    // SiLU×mul's product, down's input: in the type down reads as it is (f32 with LoRA or MoE, as h).
+    a.full.gate = be_.alloc(matmul_input_type_of({&layer_weights::w_down}), {cap, std::max<int64_t>(n_ff_, 1)});
     a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
     if (lora_)
       a.full.lora_shrunk = be_.alloc(dtype::f32, {cap, lora_->max_lora_rank()});
@@ -150,7 +170,7 @@ tensor llama_model::forward(const step_inputs& in, kv_cache& cache, const tensor
     out = be_.alloc(dtype::f32, {in.n_tokens, cfg_.n_embd});
     be_.copy(x, out);
   } else {
-    out = output_logits(in, x, eager_.full.h);
+    out = output_logits(in, x, eager_.full.proj);  // f32 (h may be of the GEMMs' input type), free after the layers
   }
   // Between this step and the next: expert-parallel load balancing may move experts now (every rank of the EP
   // group is here, idle ranks in idle_step).
@@ -186,7 +206,7 @@ void llama_model::forward_into(const step_inputs& in, kv_cache& cache, const ten
       fmt::format("forward_into: logits {} for {} sampled rows of {}", logits.describe(), in.n_sample, cfg_.n_vocab)
           .c_str());
   const tensor x = run_layers(in, cache, tensor{}, graph_);
-  output_logits(in, x, graph_.full.h, logits);
+  output_logits(in, x, graph_.full.proj, logits);
 }
 
 tensor llama_model::run_layers(const step_inputs& in, kv_cache& cache, const tensor& hidden_in, activations& a) {

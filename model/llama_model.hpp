@@ -15,6 +15,7 @@
 #include "model/step_inputs.hpp"
 #include "model/weight_table.hpp"
 
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -45,6 +46,10 @@ class llama_model {
   void enable_lora(const lora_limits& limits);
   /// The adapter slots (null while LoRA is off).
   lora_slots* lora() { return lora_.get(); }
+  /// The type the norms write a block's input (layer_scratch::h) in: the type every matmul that reads it takes as it
+  /// is (backend::matmul_input_type; CUDA: bf16 for bf16 weights), so no conversion runs between the norm and the
+  /// q/k/v and gate/up GEMMs. f32 whenever anything else reads it (LoRA's shrink, a MoE layer) or the weights differ.
+  dtype normed_input_type() const;
   /// Tokens routed to each expert so far, over this shard's MoE layers (empty for a dense model).
   std::vector<uint64_t> expert_load() const { return moe_ ? moe_->expert_load() : std::vector<uint64_t>{}; }
   /// Expert-parallel load balancing's record (null without EPLB).
@@ -105,6 +110,9 @@ class llama_model {
     cp_buffers cp;
   };
 
+  /// The type every layer's `readers` weights take their x in as it is (backend::matmul_input_type), when they agree
+  /// and the shard is dense without LoRA; else f32.
+  dtype matmul_input_type_of(std::initializer_list<tensor layer_weights::*> readers) const;
   /// Scratch views of n rows of `a` (reallocated when a batch needs more than ever before).
   layer_scratch scratch(activations& a, int64_t n);
   /// s.cp's views for a step of n rows, c of them this copy's (nothing without context parallelism).

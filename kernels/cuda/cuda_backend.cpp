@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_graph.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/launch_geometry.hpp"
 #include "kernels/cuda/lora.hpp"
 #include "kernels/cuda/paged_attention.hpp"
@@ -66,6 +67,15 @@ const quantized_weight& quantized_weight_of(const tensor& w) {
                  fmt::format("matmul: {} is not a quantized weight of this backend", w.describe()).c_str());
   return *q;
 }
+
+// Whether the small-batch GEMV (kernels/cuda/gemv.hpp) computes x w^T: plain bf16 weights, at most gemv::max_rows
+// rows of x, whole 16-byte chunks of aligned memory. Else cuBLAS, which at these M picks split-K GEMMs and a reduce.
+bool gemv_takes(const tensor& x, const tensor& w, int64_t n_tokens, int64_t n_in) {
+  return w.type == dtype::bf16 && w.layout == tensor_layout::row_major &&
+         (x.type == dtype::f32 || x.type == dtype::bf16) && gemv::takes(n_tokens, n_in, w.data(), x.data());
+}
+
+bool is_bf16(const tensor& t) { return t.type == dtype::bf16; }
 
 }  // namespace
 
@@ -286,22 +296,35 @@ void cuda_backend::embedding(const tensor& ids, const tensor& table, int64_t row
 }
 
 void cuda_backend::rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) {
-  const int64_t width = checker{where()}.rms_norm(x, weight, out);
+  const int64_t width = checker{where()}.rms_norm(x, weight, out, dtype::bf16);
   make_current();
-  cuda::rms_norm(f32(x), x.numel() / width, width, weight.data(), element_of(weight.type), eps, f32(out), stream_);
+  cuda::rms_norm(f32(x), x.numel() / width, width, weight.data(), element_of(weight.type), eps, out.data(),
+                 element_of(out.type), stream_);
 }
 
 void cuda_backend::add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                                 const tensor& out) {
-  const int64_t width = checker{where()}.add_rms_norm(residual, delta, weight, out), n = residual.numel();
+  const int64_t width = checker{where()}.add_rms_norm(residual, delta, weight, out, dtype::bf16), n = residual.numel();
   make_current();
-  cuda::add_rms_norm(f32(residual), f32(delta), n / width, width, weight.data(), element_of(weight.type), eps, f32(out),
-                     stream_);
+  cuda::add_rms_norm(f32(residual), f32(delta), n / width, width, weight.data(), element_of(weight.type), eps,
+                     out.data(), element_of(out.type), stream_);
+}
+
+dtype cuda_backend::matmul_input_type(const tensor& w) const {
+  return w.type == dtype::bf16 && w.layout == tensor_layout::row_major ? dtype::bf16 : dtype::f32;
+}
+
+dtype cuda_backend::checked_input_type(const tensor& x, const tensor& w, const char* op) const {
+  ACTORLLM_CHECK(x.type == dtype::f32 || x.type == matmul_input_type(w),
+                 fmt::format("{}: x {} must be f32 or the weight's input type {} (w {})", op, x.describe(),
+                             dtype_name(matmul_input_type(w)), w.describe())
+                     .c_str());
+  return x.type;
 }
 
 const void* cuda_backend::gemm_input(const tensor& x, element_type type) {
-  if (type == element_type::f32)
-    return x.data();
+  if (type == element_type::f32 || x.type != dtype::f32)
+    return x.data();  // f32 weights, or x already in the weights' type (checked_input_type)
   // Reduced-precision weights: the input is rounded to their type, into scratch that lives until the next op.
   void* converted =
       scratch(scratch_->gemm_input, static_cast<size_t>(x.numel()) * static_cast<size_t>(element_size(type)));
@@ -353,12 +376,18 @@ void cuda_backend::quantized_matmul(const tensor& x, const checker::linear_dims&
 
 void cuda_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) {
   const bool quantized = is_quantized_weight(w);
-  const checker::linear_dims d = checker{where()}.matmul(x, w, bias, y, quantized);
+  const checker::linear_dims d = checker{where()}.matmul(x, w, bias, y, quantized, checked_input_type(x, w, "matmul"));
   make_current();
-  if (quantized)
+  if (quantized) {
     quantized_matmul(x, d, w, bias, y);
-  else
+  } else if (gemv_takes(x, w, d.n_tokens, d.n_in)) {
+    if (d.n_out > 0) {
+      const gemv_output o{w.data(), bias.empty() ? nullptr : f32(bias), f32(y), d.n_out};
+      gemv_linear(&o, 1, x.data(), is_bf16(x), d.n_tokens, d.n_in, stream_);
+    }
+  } else {
     linear_on(gemm_input(x, element_of(w.type)), d, w, bias, y);
+  }
 }
 
 void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> outs) {
@@ -376,7 +405,7 @@ void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> out
   }
   std::array<checker::linear_dims, 8> dims{};
   for (size_t i = 0; i < outs.size(); ++i) {
-    dims[i] = c.matmul(x, outs[i].w, outs[i].bias, outs[i].y);
+    dims[i] = c.matmul(x, outs[i].w, outs[i].bias, outs[i].y, false, checked_input_type(x, outs[i].w, "matmul_group"));
     ACTORLLM_CHECK(outs[i].w.type == outs[0].w.type, fmt::format("matmul_group: weights {} and {} differ in type",
                                                                  outs[0].w.describe(), outs[i].w.describe())
                                                          .c_str());
@@ -386,6 +415,20 @@ void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> out
   if (outs.empty())
     return;
   make_current();
+  if (std::all_of(outs.begin(), outs.end(),
+                  [&](const linear_out& o) { return gemv_takes(x, o.w, dims[0].n_tokens, dims[0].n_in); })) {
+    // One launch per gemv::max_outputs weights (q, k and v together), x read as it is.
+    for (size_t first = 0; first < outs.size(); first += gemv::max_outputs) {
+      std::array<gemv_output, gemv::max_outputs> group{};
+      const size_t n = std::min<size_t>(gemv::max_outputs, outs.size() - first);
+      for (size_t i = 0; i < n; ++i) {
+        const linear_out& o = outs[first + i];
+        group[i] = gemv_output{o.w.data(), o.bias.empty() ? nullptr : f32(o.bias), f32(o.y), dims[first + i].n_out};
+      }
+      gemv_linear(group.data(), static_cast<int>(n), x.data(), is_bf16(x), dims[0].n_tokens, dims[0].n_in, stream_);
+    }
+    return;
+  }
   const void* input = gemm_input(x, element_of(outs[0].w.type));
   for (size_t i = 0; i < outs.size(); ++i)
     linear_on(input, dims[i], outs[i].w, outs[i].bias, outs[i].y);
@@ -394,29 +437,42 @@ void cuda_backend::matmul_group(const tensor& x, std::span<const linear_out> out
 void cuda_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
                                     const tensor& out) {
   const checker c{where()};
-  if (is_quantized_weight(w_gate) || is_quantized_weight(w_up)) {
-    c.matmul(x, w_gate, tensor{}, out, is_quantized_weight(w_gate));
-    c.matmul(x, w_up, tensor{}, up, is_quantized_weight(w_up));
-    ACTORLLM_CHECK(
-        w_gate.shape == w_up.shape,
-        fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
-    checker::disjoint(up, out, "matmul_silu_gate", "up and out");
-    matmul(x, w_gate, tensor{}, out);
-    matmul(x, w_up, tensor{}, up);
-    silu_mul(out, up, out);
+  const bool quantized = is_quantized_weight(w_gate) || is_quantized_weight(w_up);
+  // Both weights checked against up (f32 [n, n_ff]); out is up's size in f32 or bf16 (the down GEMM's input).
+  const checker::linear_dims d =
+      c.matmul(x, w_up, tensor{}, up, is_quantized_weight(w_up), checked_input_type(x, w_up, "matmul_silu_gate"));
+  c.matmul(x, w_gate, tensor{}, up, is_quantized_weight(w_gate), checked_input_type(x, w_gate, "matmul_silu_gate"));
+  ACTORLLM_CHECK(
+      w_gate.shape == w_up.shape && (quantized || w_gate.type == w_up.type),
+      fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
+  c.activation(out, dtype::bf16, "matmul_silu_gate", "out");
+  checker::numel(out, up.numel(), "matmul_silu_gate", "out");
+  checker::disjoint(up, out, "matmul_silu_gate", "up and out");
+  checker::disjoint(x, out, "matmul_silu_gate", "x and out");
+  make_current();
+  if (!quantized && gemv_takes(x, w_gate, d.n_tokens, d.n_in) && gemv_takes(x, w_up, d.n_tokens, d.n_in)) {
+    if (d.n_out > 0)  // gate, up and their SiLU×mul in one launch; `up` is not needed
+      gemv_silu_gate(w_gate.data(), w_up.data(), d.n_out, x.data(), is_bf16(x), d.n_tokens, d.n_in, out.data(),
+                     is_bf16(out), stream_);
     return;
   }
-  const checker::linear_dims d = c.matmul(x, w_gate, tensor{}, out);
-  const checker::linear_dims du = c.matmul(x, w_up, tensor{}, up);
-  ACTORLLM_CHECK(
-      w_gate.type == w_up.type && w_gate.shape == w_up.shape,
-      fmt::format("matmul_silu_gate: w_gate {} and w_up {} differ", w_gate.describe(), w_up.describe()).c_str());
-  checker::disjoint(up, out, "matmul_silu_gate", "up and out");
-  make_current();
-  const void* input = gemm_input(x, element_of(w_gate.type));
-  linear_on(input, d, w_gate, tensor{}, out);
-  linear_on(input, du, w_up, tensor{}, up);
-  silu_mul(out, up, out);
+  // The gate's f32 product: in out itself when out is f32 (silu_mul then works in place), else in scratch.
+  tensor gate = out;
+  if (out.type != dtype::f32) {
+    scratch(scratch_->gate_product, up.nbytes());
+    gate = scratch_->gate_product;
+    gate.type = dtype::f32;
+    gate.shape = up.shape;
+  }
+  if (quantized) {
+    matmul(x, w_gate, tensor{}, gate);
+    matmul(x, w_up, tensor{}, up);
+  } else {
+    const void* input = gemm_input(x, element_of(w_gate.type));
+    linear_on(input, d, w_gate, tensor{}, gate);
+    linear_on(input, d, w_up, tensor{}, up);
+  }
+  silu_mul(gate, up, out);
 }
 
 rope_table cuda_backend::make_rope_table(const rope_config& cfg) {
@@ -528,9 +584,9 @@ void cuda_backend::attend(const tensor& q, const attention_batch& batch, const k
 }
 
 void cuda_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {
-  checker{where()}.silu_mul(gate, up, out);
+  checker{where()}.silu_mul(gate, up, out, dtype::bf16);
   make_current();
-  cuda::silu_mul(f32(gate), f32(up), gate.numel(), f32(out), stream_);
+  cuda::silu_mul(f32(gate), f32(up), gate.numel(), out.data(), element_of(out.type), stream_);
 }
 
 void cuda_backend::add(const tensor& a, const tensor& b, const tensor& out) {

@@ -50,14 +50,23 @@ class cuda_backend final : public backend {
   cudaStream_t stream() const { return stream_; }
 
   void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) override;
+  /// out f32 or bf16 (rounded once, for the bf16 GEMMs that read it).
   void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) override;
+  /// out f32 or bf16, as rms_norm's.
   void add_rms_norm(const tensor& residual, const tensor& delta, const tensor& weight, float eps,
                     const tensor& out) override;
+  /// bf16 for plain bf16 weights (the GEMV and cuBLAS read a bf16 x as it is), else f32.
+  dtype matmul_input_type(const tensor& w) const override;
+  /// Plain bf16 weights at up to gemv::max_rows tokens (whole 16-byte rows, aligned: gemv::takes) run the GEMV of
+  /// kernels/cuda/gemv.hpp, bias included; other shapes and types cuBLAS.
   void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) override;
-  /// x rounded to the weights' type once for every output (q/k/v), not once per GEMM; quantized weights run one
-  /// matmul each.
+  /// The GEMV's shapes: every output in one launch per three weights (q/k/v), x read once per weight as it is.
+  /// Else x rounded to the weights' type once for every output, not once per GEMM; quantized weights run one matmul
+  /// each.
   void matmul_group(const tensor& x, std::span<const linear_out> outs) override;
-  /// x rounded once for the gate and up GEMMs, then silu_mul; quantized weights run two matmuls, then silu_mul.
+  /// out f32 or bf16 (the down GEMM's input). The GEMV's shapes: gate, up and the SiLU×mul in one launch (`up` is
+  /// left as it was). Else x rounded once for the gate and up GEMMs, then silu_mul; quantized weights run two
+  /// matmuls, then silu_mul.
   void matmul_silu_gate(const tensor& x, const tensor& w_gate, const tensor& w_up, const tensor& up,
                         const tensor& out) override;
   rope_table make_rope_table(const rope_config& cfg) override;
@@ -70,6 +79,7 @@ class cuda_backend final : public backend {
                                int64_t window, const tensor& out, const tensor& lse) override;
   void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
                                 const tensor& out) override;
+  /// out f32 or bf16 (rounded once, for the GEMM that reads it).
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override;
   void add(const tensor& a, const tensor& b, const tensor& out) override;
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override;
@@ -92,6 +102,7 @@ class cuda_backend final : public backend {
     tensor gemm_input;  // x converted to the weight type for f16/bf16 GEMMs
     tensor attention_workspace;
     tensor dequantized_weight;  // rows of a quantized weight as bf16 for the prefill GEMM (dequant_chunk_rows)
+    tensor gate_product;        // matmul_silu_gate's f32 gate GEMM when its out is bf16
   };
 
   void make_current() const;
@@ -102,8 +113,10 @@ class cuda_backend final : public backend {
   /// Throws std::logic_error naming `op` while a graph is being captured (it would allocate, copy from the host or
   /// wait, none of which a graph can hold).
   void not_capturing(const char* op) const;
-  /// x as the GEMMs over weights of `type` take it: x itself for f32, else x rounded to `type` in scratch (valid
-  /// until the next op that converts).
+  /// x's type after checking that matmuls over w take it (f32 or matmul_input_type(w)); names `op` otherwise.
+  dtype checked_input_type(const tensor& x, const tensor& w, const char* op) const;
+  /// x as the GEMMs over weights of `type` take it: x itself for f32 weights or an x already of `type`, else x
+  /// rounded to `type` in scratch (valid until the next op that converts).
   const void* gemm_input(const tensor& x, element_type type);
   /// y = input w^T (+ bias) with input from gemm_input and dimensions already checked.
   void linear_on(const void* input, const backend_checks::linear_dims& d, const tensor& w, const tensor& bias,

@@ -4,6 +4,7 @@
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/launch_geometry.hpp"
 
+#include <stdexcept>
 #include <type_traits>
 
 namespace actorllm::cuda {
@@ -12,10 +13,12 @@ namespace {
 __device__ __forceinline__ int64_t first_index() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+// Out: float, or __nv_bfloat16 for the GEMM that reads the product (rounded once).
+template <class Out>
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, Out* out) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const float g = gate[i];
-    out[i] = g * up[i] / (1.0f + expf(-g));  // the CPU's order of operations; expf, not the fast __expf
+    out[i] = from_f32<Out>(g * up[i] / (1.0f + expf(-g)));  // the CPU's order of operations; expf, not __expf
   }
 }
 
@@ -53,11 +56,16 @@ __global__ void embedding_kernel(const int32_t* __restrict__ ids, int64_t n_toke
 
 }  // namespace
 
-void silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
+void silu_mul(const float* gate, const float* up, int64_t n, void* out, element_type out_type, cudaStream_t stream) {
   const grid_1d g = elementwise_grid(n);
   if (g.blocks == 0)
     return;
-  silu_mul_kernel<<<g.blocks, g.threads, 0, stream>>>(gate, up, n, out);
+  if (out_type == element_type::bf16)
+    silu_mul_kernel<<<g.blocks, g.threads, 0, stream>>>(gate, up, n, static_cast<__nv_bfloat16*>(out));
+  else if (out_type == element_type::f32)
+    silu_mul_kernel<<<g.blocks, g.threads, 0, stream>>>(gate, up, n, static_cast<float*>(out));
+  else
+    throw std::invalid_argument("silu_mul: the output is f32 or bf16");
   ACTORLLM_CUDA_CHECK_LAUNCH();
 }
 

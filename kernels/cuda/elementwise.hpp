@@ -10,8 +10,9 @@
 
 namespace actorllm::cuda {
 
-/// out[i] = silu(gate[i]) * up[i] = gate[i] * up[i] / (1 + exp(-gate[i])). out may be gate or up.
-void silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+/// out[i] = silu(gate[i]) * up[i] = gate[i] * up[i] / (1 + exp(-gate[i])), out of out_type: f32 (which may be gate or
+/// up) or bf16 (rounded once, for the GEMM that reads it; apart from both).
+void silu_mul(const float* gate, const float* up, int64_t n, void* out, element_type out_type, cudaStream_t stream);
 
 /// out[i] = a[i] + b[i % b_n] for i < n, where b_n is n (elementwise) or a row width dividing n (a bias added to
 /// every row). out may be a or b.

@@ -36,9 +36,13 @@ inline constexpr int row_threads = 1024;
 /// 4096 floats is read in one pass, every load in flight at once: one block of a 4096-wide row at batch 1 is latency,
 /// not a chain of 16 dependent loads per thread.
 struct row_launch {
-  unsigned threads = 0;  ///< a multiple of 32 in [32, row_threads]
-  int vector = 1;        ///< elements per load: 1 or 4
+  unsigned threads = 0;   ///< a multiple of 32 in [32, row_threads]
+  int vector = 1;         ///< elements per load: 1 or 4
+  int cached_passes = 0;  ///< passes over the row (1..row_cached_passes_max), held in registers; 0: more, reread
 };
+
+/// The most passes a row kernel keeps in registers (rms_norm_math.hpp's norm::max_cached_passes).
+inline constexpr int row_cached_passes_max = 4;
 
 constexpr row_launch row_launch_of(int64_t width, bool aligned_16) {
   if (width <= 0)
@@ -46,7 +50,8 @@ constexpr row_launch row_launch_of(int64_t width, bool aligned_16) {
   const int vector = aligned_16 && width % 4 == 0 ? 4 : 1;
   const int64_t lanes = (width + vector - 1) / vector;  // threads that would each do one load
   const int64_t threads = std::clamp<int64_t>((lanes + 31) / 32 * 32, 32, row_threads);
-  return {static_cast<unsigned>(threads), vector};
+  const int64_t passes = (lanes + threads - 1) / threads;
+  return {static_cast<unsigned>(threads), vector, passes <= row_cached_passes_max ? static_cast<int>(passes) : 0};
 }
 /// Rows per launch of a one-block-per-row kernel: gridDim.x may be up to 2^31 - 1, far above any batch.
 inline constexpr int64_t max_grid_x = 2147483647;

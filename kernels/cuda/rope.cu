@@ -10,6 +10,8 @@
 namespace actorllm::cuda {
 namespace {
 
+constexpr double inv_pi = 0.318309886183790671537767526745028724;  // 1 / pi, rounded to double
+
 template <class W>
 __global__ void __launch_bounds__(32 * head_warps_per_block)
     rope_kernel(const float* __restrict__ inv_freq, int64_t head_dim, const int32_t* __restrict__ positions,
@@ -39,8 +41,11 @@ __global__ void __launch_bounds__(32 * head_warps_per_block)
       a = a * inv * to_f32(norm[i]);
       b = b * inv * to_f32(norm[i + half]);
     }
+    // sincospi, not sincos: the angle in half turns reduces exactly, where double sincos carries a Payne-Hanek
+    // reduction for huge arguments whose table lives in local memory (a 40-byte stack frame, which the build
+    // refuses). Dividing by pi first costs an angle error of ~1e-16 relative, far below the f32 result's rounding.
     double s = 0.0, c = 0.0;
-    sincos(pos * static_cast<double>(inv_freq[i]), &s, &c);
+    sincospi(pos * static_cast<double>(inv_freq[i]) * inv_pi, &s, &c);
     const float cs = static_cast<float>(c), sn = static_cast<float>(s);
     v[i] = a * cs - b * sn;
     v[i + half] = b * cs + a * sn;

@@ -545,6 +545,176 @@ BACKEND_PARITY_CASE(parity_matmul_group_and_silu_gate, "matmul_group and matmul_
   });
 }
 
+// 1 to 8 tokens over bf16 weights of whole 16-byte rows: on CUDA the small-batch GEMV (kernels/cuda/gemv.hpp), for
+// matmul, a q/k/v group in one launch and gate/up with their SiLU in one launch, with f32 sums only (held to 2e-5
+// per unit of magnitude, not cuBLAS's bf16 bound). A 9-token matmul (cuBLAS on CUDA) checks the size rule's edge.
+BACKEND_PARITY_CASE(parity_small_batch_bf16, "bf16 matmul, matmul_group and matmul_silu_gate at 1 to 9 tokens") {
+  const uint32_t seed = 2024;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    for (int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
+      const int64_t n_in = n_tokens % 2 == 0 ? 64 : 264;  // 264: 33 chunks, one lane folds two
+      const std::string what = "bf16 " + shape_str({n_tokens, n_in});
+      CAPTURE(what);
+      const double rel = n_tokens <= 8 ? 2e-5 : matmul_rel(kind, dtype::bf16);
+      const std::vector<float> x = rnd.reals(n_tokens * n_in);
+      const tensor tx = input(be, dtype::f32, {n_tokens, n_in}, x);
+      const int64_t n_outs[] = {rnd.integer(1, 70), rnd.integer(1, 40), rnd.integer(1, 40)};
+      std::vector<weight> ws;
+      std::vector<std::vector<float>> biases;
+      std::vector<guarded> ys;
+      std::vector<linear_out> outs;
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<float> values = rnd.reals(n_outs[i] * n_in);
+        ws.push_back(make_weight(be, dtype::bf16, {n_outs[i], n_in}, values));
+        ws.back().t = linear_weight(be, dtype::bf16, {n_outs[i], n_in}, values);
+        biases.push_back(rnd.reals(n_outs[i]));
+        ys.push_back(alloc_guarded(be, dtype::f32, {n_tokens, n_outs[i]}));
+      }
+      for (int i = 0; i < 3; ++i)
+        outs.push_back({ws[static_cast<size_t>(i)].t,
+                        i != 1 ? input(be, dtype::f32, {n_outs[i]}, biases[static_cast<size_t>(i)]) : tensor{},
+                        ys[static_cast<size_t>(i)].view});
+      be.matmul_group(tx, outs);
+      for (size_t i = 0; i < 3; ++i) {
+        std::vector<double> ref, tol;
+        ref_linear(x, ws[i], dtype::bf16, i != 1 ? &biases[i] : nullptr, n_tokens, n_in, n_outs[i], rel, ref, tol);
+        const std::string out_what = what + " group output " + std::to_string(i);
+        const std::vector<float> got = read_as<float>(be, ys[i], out_what);
+        test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, out_what);
+      }
+      // matmul alone, with the first weight's bias.
+      guarded y = alloc_guarded(be, dtype::f32, {n_tokens, n_outs[0]});
+      be.matmul(tx, ws[0].t, input(be, dtype::f32, {n_outs[0]}, biases[0]), y.view);
+      {
+        std::vector<double> ref, tol;
+        ref_linear(x, ws[0], dtype::bf16, &biases[0], n_tokens, n_in, n_outs[0], rel, ref, tol);
+        const std::vector<float> got = read_as<float>(be, y, what + " matmul");
+        test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " matmul");
+      }
+      const int64_t n_ff = rnd.integer(1, 70);
+      const std::vector<float> gv = rnd.reals(n_ff * n_in), uv = rnd.reals(n_ff * n_in);
+      weight wg = make_weight(be, dtype::bf16, {n_ff, n_in}, gv), wu = make_weight(be, dtype::bf16, {n_ff, n_in}, uv);
+      wg.t = linear_weight(be, dtype::bf16, {n_ff, n_in}, gv);
+      wu.t = linear_weight(be, dtype::bf16, {n_ff, n_in}, uv);
+      guarded up = alloc_guarded(be, dtype::f32, {n_tokens, n_ff}),
+              out = alloc_guarded(be, dtype::f32, {n_tokens, n_ff});
+      be.matmul_silu_gate(tx, wg.t, wu.t, up.view, out.view);
+      std::vector<double> g_ref, g_tol, u_ref, u_tol, ref, tol;
+      ref_linear(x, wg, dtype::bf16, nullptr, n_tokens, n_in, n_ff, rel, g_ref, g_tol);
+      ref_linear(x, wu, dtype::bf16, nullptr, n_tokens, n_in, n_ff, rel, u_ref, u_tol);
+      test::silu_gate_reference(g_ref, g_tol, u_ref, u_tol, ref, tol);
+      const std::vector<float> got = read_as<float>(be, out, what + " silu gate");
+      test::check_close(got.data(), ref.data(), got.size(), tol.data(), 0.0, 1e-6, what + " silu gate");
+    }
+  });
+}
+
+// The norms writing the type the next matmul reads as it is (backend::matmul_input_type of a bf16 weight: f32 on the
+// CPU, bf16 on CUDA, rounded once from the f32 norm), then matmul, matmul_group and matmul_silu_gate reading that
+// activation: at 1 and 5 tokens (CUDA's GEMV with a bf16 x) and 12 (cuBLAS over a bf16 x, no conversion); and
+// matmul_silu_gate and silu_mul writing their product in that type (the down projection's input).
+BACKEND_PARITY_CASE(parity_norm_into_matmul_input, "norms into the matmul input type, and the matmuls that read it") {
+  const uint32_t seed = 2025;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    for (const int64_t n_tokens : {int64_t{1}, int64_t{5}, int64_t{12}}) {
+      for (const int64_t width : {int64_t{256}, int64_t{4096}}) {
+        for (const bool add : {false, true}) {
+          const int64_t n_out = rnd.integer(1, 40);
+          const std::vector<float> lin = rnd.reals(n_out * width, -0.1f, 0.1f);
+          weight wl = make_weight(be, dtype::bf16, {n_out, width}, lin);
+          wl.t = linear_weight(be, dtype::bf16, {n_out, width}, lin);
+          const dtype act = be.matmul_input_type(wl.t);
+          CHECK(act == (kind == device_kind::cuda ? dtype::bf16 : dtype::f32));
+          const std::string what = std::string(add ? "add_rms_norm" : "rms_norm") + " into " +
+                                   std::string(dtype_name(act)) + " " + shape_str({n_tokens, width});
+          CAPTURE(what);
+          const std::vector<float> residual = rnd.reals(n_tokens * width, -3.0f, 3.0f),
+                                   delta = rnd.reals(n_tokens * width);
+          weight wn = make_weight(be, dtype::bf16, {width}, rnd.reals(width, 0.5f, 1.5f));
+          guarded res = alloc_guarded(be, dtype::f32, {n_tokens, width}, residual);
+          guarded h = alloc_guarded(be, act, {n_tokens, width});
+          if (add)
+            be.add_rms_norm(res.view, input(be, dtype::f32, {n_tokens, width}, delta), wn.t, 1e-5f, h.view);
+          else
+            be.rms_norm(res.view, wn.t, 1e-5f, h.view);
+          std::vector<double> sum(residual.size()), ref(residual.size());
+          for (size_t i = 0; i < sum.size(); ++i)
+            sum[i] = add ? static_cast<double>(residual[i] + delta[i]) : residual[i];
+          for (int64_t r = 0; r < n_tokens; ++r)
+            ref_rms_norm(sum.data() + r * width, width, wn.exact, 1e-5, ref.data() + r * width);
+          std::vector<float> hv(residual.size());
+          if (act == dtype::bf16) {
+            const std::vector<uint16_t> bits = read_as<uint16_t>(be, h, what);
+            for (size_t i = 0; i < bits.size(); ++i)
+              hv[i] = bf16_to_f32(bits[i]);
+          } else {
+            hv = read_as<float>(be, h, what);
+          }
+          // One bf16 rounding (half a unit in the 8th bit) on top of the f32 norm's error.
+          test::check_close(hv, ref, 1e-6, act == dtype::bf16 ? 1.0 / 256 + 1e-5 : 1e-5, what);
+          // The matmuls read the activation as stored: the reference takes those values.
+          const double rel = n_tokens <= 8 ? 2e-5 : matmul_rel(kind, dtype::bf16);
+          std::vector<double> lref, ltol;
+          ref_linear(hv, wl, dtype::bf16, nullptr, n_tokens, width, n_out, rel, lref, ltol);
+          guarded y = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+          be.matmul(h.view, wl.t, tensor{}, y.view);
+          const std::vector<float> got = read_as<float>(be, y, what + " matmul");
+          test::check_close(got.data(), lref.data(), got.size(), ltol.data(), 0.0, 1e-6, what + " matmul");
+          guarded y2 = alloc_guarded(be, dtype::f32, {n_tokens, n_out}),
+                  y3 = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+          const linear_out two[] = {{wl.t, tensor{}, y2.view}, {wl.t, tensor{}, y3.view}};
+          be.matmul_group(h.view, two);
+          for (const guarded* g : {&y2, &y3}) {
+            const std::vector<float> gg = read_as<float>(be, *g, what + " group");
+            test::check_close(gg.data(), lref.data(), gg.size(), ltol.data(), 0.0, 1e-6, what + " group");
+          }
+          guarded up = alloc_guarded(be, dtype::f32, {n_tokens, n_out}),
+                  out = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+          be.matmul_silu_gate(h.view, wl.t, wl.t, up.view, out.view);
+          std::vector<double> sref, stol;
+          test::silu_gate_reference(lref, ltol, lref, ltol, sref, stol);
+          const std::vector<float> sg = read_as<float>(be, out, what + " silu gate");
+          test::check_close(sg.data(), sref.data(), sg.size(), stol.data(), 0.0, 1e-6, what + " silu gate");
+          // SiLU×mul's product in the input type of the down projection: matmul_silu_gate and silu_mul.
+          std::vector<double> act_tol(stol);
+          for (size_t i = 0; i < act_tol.size(); ++i)
+            act_tol[i] += act == dtype::bf16 ? std::fabs(sref[i]) / 256 : 0.0;
+          const auto read_act = [&](const guarded& g, const std::string& label) {
+            if (act == dtype::f32)
+              return read_as<float>(be, g, label);
+            const std::vector<uint16_t> bits = read_as<uint16_t>(be, g, label);
+            std::vector<float> v(bits.size());
+            for (size_t i = 0; i < bits.size(); ++i)
+              v[i] = bf16_to_f32(bits[i]);
+            return v;
+          };
+          guarded out_act = alloc_guarded(be, act, {n_tokens, n_out});
+          be.matmul_silu_gate(h.view, wl.t, wl.t, up.view, out_act.view);
+          const std::vector<float> sa = read_act(out_act, what + " silu gate into the input type");
+          test::check_close(sa.data(), sref.data(), sa.size(), act_tol.data(), 0.0, 1e-6,
+                            what + " silu gate into the input type");
+          guarded g_in = alloc_guarded(be, dtype::f32, {n_tokens, n_out}, sg),
+                  silu_act = alloc_guarded(be, act, {n_tokens, n_out});
+          const std::vector<float> ones(static_cast<size_t>(n_tokens * n_out), 1.0f);
+          be.silu_mul(g_in.view, input(be, dtype::f32, {n_tokens, n_out}, ones), silu_act.view);
+          std::vector<double> silu_ref(sg.size()), silu_tol(sg.size());
+          for (size_t i = 0; i < sg.size(); ++i) {
+            silu_ref[i] = sg[i] / (1.0 + std::exp(-static_cast<double>(sg[i])));
+            silu_tol[i] = 1e-6 * std::fabs(silu_ref[i]) + (act == dtype::bf16 ? std::fabs(silu_ref[i]) / 256 : 0.0);
+          }
+          const std::vector<float> sm = read_act(silu_act, what + " silu_mul into the input type");
+          test::check_close(sm.data(), silu_ref.data(), sm.size(), silu_tol.data(), 0.0, 1e-6,
+                            what + " silu_mul into the input type");
+        }
+      }
+    }
+  });
+}
+
 // A quantized Linear weight with random codes, zero points (GPTQ v1's 16 among the 4-bit ones) and scales;
 // group_size 0: per channel.
 quantized_linear random_quantized(random_source& rnd, int bits, int64_t n_out, int64_t n_in, int64_t group_size) {

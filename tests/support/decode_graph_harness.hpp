@@ -41,13 +41,15 @@ inline golden_batch golden_prompts(size_t n) {
   return b;
 }
 
-/// stories260K (f32) on `be` with a cache of n_blocks blocks of 16 tokens and, on demand, its decode graphs.
+/// stories260K (f32, or as load_options say) on `be` with a cache of n_blocks blocks of 16 tokens and, on demand, its
+/// decode graphs.
 struct stories_graph_model {
   static constexpr int64_t block_size = 16;
 
-  explicit stories_graph_model(backend& b, int64_t n_blocks = 128)
+  /// `options`: how the weights load (weight_dtype bf16: the checkpoint's f32 weights rounded to bf16).
+  explicit stories_graph_model(backend& b, int64_t n_blocks = 128, const model::load_options& options = {})
       : be(b),
-        loaded(model::load_shard(model_dir("stories260K"), {}, {})),
+        loaded(model::load_shard(model_dir("stories260K"), {}, options)),
         llm(loaded.config, std::move(loaded.weights), {}, comm, be),
         cache(be, llm.cache_shape(block_size), n_blocks) {}
 

@@ -26,6 +26,9 @@ class recording_graph_backend final : public backend {
   int uploads = 0;            ///< upload calls (a decode replay makes exactly one)
   int graph_scratch_on = 0;   ///< use_graph_scratch(true) calls
   int graph_scratch_off = 0;  ///< use_graph_scratch(false) calls
+  /// What matmul_input_type answers, when set (a device backend's rule, for the model's choice of activation types;
+  /// the CPU kernels underneath still take f32 only, so a forward must not run with a rule that names bf16).
+  std::function<dtype(const tensor&)> matmul_input_rule;
 
   device where() const override { return inner_.where(); }
   std::string describe() const override { return "recording graphs over " + inner_.describe(); }
@@ -61,6 +64,9 @@ class recording_graph_backend final : public backend {
 
   void embedding(const tensor& ids, const tensor& table, int64_t row_begin, const tensor& out) override {
     inner_.embedding(ids, table, row_begin, out);
+  }
+  dtype matmul_input_type(const tensor& w) const override {
+    return matmul_input_rule ? matmul_input_rule(w) : inner_.matmul_input_type(w);
   }
   void rms_norm(const tensor& x, const tensor& weight, float eps, const tensor& out) override {
     inner_.rms_norm(x, weight, eps, out);
