@@ -220,6 +220,7 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   if (map == MAP_FAILED)
     throw model_error(fmt::format("{}: cannot mmap {} bytes: {}", where, size, std::strerror(errno)));
+  file.mapping_ = std::make_shared<const file_mapping>(static_cast<const std::byte*>(map), size);
   file.map_ = static_cast<const std::byte*>(map);
   file.size_ = size;
 
@@ -286,6 +287,7 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
 
 safetensors_file::safetensors_file(safetensors_file&& other) noexcept
     : path_(std::move(other.path_)),
+      mapping_(std::move(other.mapping_)),
       map_(std::exchange(other.map_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       tensors_(std::move(other.tensors_)),
@@ -296,6 +298,7 @@ safetensors_file& safetensors_file::operator=(safetensors_file&& other) noexcept
   if (this != &other) {
     unmap();
     path_ = std::move(other.path_);
+    mapping_ = std::move(other.mapping_);
     map_ = std::exchange(other.map_, nullptr);
     size_ = std::exchange(other.size_, 0);
     tensors_ = std::move(other.tensors_);
@@ -308,10 +311,14 @@ safetensors_file& safetensors_file::operator=(safetensors_file&& other) noexcept
 safetensors_file::~safetensors_file() { unmap(); }
 
 void safetensors_file::unmap() noexcept {
-  if (map_ != nullptr)
-    ::munmap(const_cast<std::byte*>(map_), size_);
+  mapping_.reset();  // unmapped here unless a weight used in place still holds it
   map_ = nullptr;
   size_ = 0;
+}
+
+file_mapping::~file_mapping() {
+  if (data_ != nullptr)
+    ::munmap(const_cast<std::byte*>(data_), size_);
 }
 
 const tensor_info* safetensors_file::find(std::string_view name) const {
