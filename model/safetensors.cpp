@@ -217,7 +217,10 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
 
   safetensors_file file;  // owns the mapping from here on, so every throw below unmaps
   file.path_ = path;
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  // Private and writable: weights are used in place, and a backend that rewrites one (the expert balancer moving
+  // experts between slots) gets private copies of the pages it writes; the file never changes. No swap reserved for
+  // that: it is the exception, and the pages are the file's until written.
+  void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd.get(), 0);
   if (map == MAP_FAILED)
     throw model_error(fmt::format("{}: cannot mmap {} bytes: {}", where, size, std::strerror(errno)));
   file.mapping_ = std::make_shared<const file_mapping>(static_cast<const std::byte*>(map), size);

@@ -1,4 +1,4 @@
-// Reading Hugging Face safetensors checkpoints: one file mapped read-only with its header validated up front, and a
+// Reading Hugging Face safetensors checkpoints: one file mapped (privately) with its header validated up front, and a
 // checkpoint directory (one file, or an index and its shards) seen as one name -> tensor table.
 #pragma once
 
@@ -46,8 +46,9 @@ struct tensor_info {
   }
 };
 
-/// A read-only mapping of a whole file, unmapped when its last holder lets go: the safetensors_file that made it, and
-/// every weight the loader uses in place (host_tensor::view keeps it alive).
+/// A private mapping of a whole file, unmapped when its last holder lets go: the safetensors_file that made it, and
+/// every weight the loader uses in place (host_tensor::view keeps it alive). Writes to it (a backend rewriting a
+/// weight in place) go to private copies of the pages written; the file never changes.
 class file_mapping {
  public:
   /// Takes over the mapping of `size` bytes at `data` (from mmap).
@@ -69,10 +70,10 @@ class file_mapping {
   uint64_t size_;
 };
 
-/// One .safetensors file, mapped read-only. Everything the header claims is checked at open, so a tensor_info from
-/// it always describes bytes inside the mapping: file at least 8 bytes; header length (u64 LE) at most 100 MB and
-/// inside the file; header a JSON object; every entry with dtype F32/F16/BF16, a shape of non-negative ints whose
-/// byte size does not overflow, data_offsets [begin, end] with end - begin == numel * dtype size, inside the data
+/// One .safetensors file, mapped (privately: see file_mapping). Everything the header claims is checked at open, so a
+/// tensor_info from it always describes bytes inside the mapping: file at least 8 bytes; header length (u64 LE) at most
+/// 100 MB and inside the file; header a JSON object; every entry with dtype F32/F16/BF16, a shape of non-negative ints
+/// whose byte size does not overflow, data_offsets [begin, end] with end - begin == numel * dtype size, inside the data
 /// section and overlapping no other tensor; "__metadata__" a map of strings. Errors (model_error) name the file and
 /// the tensor.
 class safetensors_file {

@@ -23,8 +23,9 @@ constexpr size_t huge_page = size_t{2} << 20;
 
 namespace {
 
-// A backend buffer over a view's memory: the CPU backend computes from it in place (it never writes imported weights),
-// and the mapping lives as long as any tensor handle does.
+// A backend buffer over a view's memory: the CPU backend computes from it in place, and the mapping lives as long as
+// any tensor handle does. A backend that rewrites a weight (the expert balancer) writes to private copies of the
+// file's pages (safetensors' file_mapping).
 class borrowed_host_buffer final : public buffer {
  public:
   borrowed_host_buffer(const void* data, size_t bytes, std::shared_ptr<const void> owner)

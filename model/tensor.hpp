@@ -15,8 +15,8 @@ namespace actorllm::model {
 
 /// A row-major host tensor; for weights, this shard's slice of the full tensor. Either owned (64-byte-aligned storage
 /// of its own) or a view of memory another object owns: a weight the loader uses in place in the checkpoint's file
-/// mapping, which the view keeps alive. A view is read-only memory: the mutable data() first copies it into storage
-/// of its own (copy on write), so a writer never touches the file's pages and a reader should use the const one.
+/// mapping, which the view keeps alive. The mutable data() of a view first copies it into storage of its own (copy
+/// on write), so a writer owns what it writes; a reader should use the const one.
 struct host_tensor {
   dtype type = dtype::f32;
   std::vector<int64_t> shape;  ///< the slice's shape
