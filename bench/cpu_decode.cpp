@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -93,6 +94,14 @@ size_t max_rank_weight_bytes(const model::model_config& cfg, int tp, bool expert
       most = std::max(most, bytes);
     }
   return most;
+}
+
+// The 1-minute load average (-1 where /proc/loadavg cannot be read): a measurement on a busy machine says so.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  in >> load;
+  return in ? load : -1.0;
 }
 
 // N busy processes (a shell loop each) beside the engine, killed when this goes out of scope.
@@ -387,6 +396,7 @@ int main(int argc, char** argv) {
   model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, be};
   const int64_t block_size = 16;
 
+  const double load_before = load_average();
   std::vector<double> bandwidths, tps1s, tpsns, prefills, fractions, hogged, hog_ratios;
   bench::read_pattern best_pattern;
   double best_bandwidth = 0;
@@ -423,7 +433,10 @@ int main(int argc, char** argv) {
                prefill_tps = bench::median(prefills), fraction = bench::median(fractions);
   const double roofline = bandwidth / static_cast<double>(bytes_per_token);
 
+  const double load_after = load_average();
   std::printf("%-44s %16s\n", "metric", "value");
+  std::printf("%-44s %16s\n", "load average (1 min), start / end",
+              fmt::format("{:.2f} / {:.2f}", load_before, load_after).c_str());
   std::printf("%-44s %16s\n", "model", std::filesystem::path{config_dir}.filename().c_str());
   std::printf("%-44s %16s\n", "weights", dummy ? "dummy" : "safetensors");
   std::printf("%-44s %16s\n", "weight dtype", dtype_arg == "auto" ? stored_dtype.c_str() : dtype_arg.c_str());
@@ -495,6 +508,8 @@ int main(int argc, char** argv) {
   w.key("batch1_fraction_of_roofline").value(fraction);
   w.key("decode_steps").value(steps);
   w.key("hog_processes").value(hog);
+  w.key("load_average_start").value(load_before);
+  w.key("load_average_end").value(load_after);
   if (hog > 0) {
     w.key("decode_batch1_beside_hog_tokens_per_s").value(bench::median(hogged));
     w.key("decode_batch1_hog_over_quiet").value(bench::median(hog_ratios));

@@ -1,7 +1,10 @@
 // The scheduler's step watchdog as a plain class: the steps in flight with when each went out and how many tokens it
 // carries, the pace of recent steps (engine/step_pace.hpp), and the verdict of a periodic look: a step past its own
-// limit means a shard, or a link between stages, stopped answering. The caller supplies the time, so tests drive it
-// with a clock of their own.
+// limit means a shard, or a link between stages, stopped answering. A look may also bring the count of work the
+// shards in this process have done (util/work_progress.hpp): while it moves they are computing, however slowly, so a
+// step's limit runs from the last time it moved rather than from when the step went out; a shard in another process
+// that dies is noticed by its link, not here. The caller supplies the time, so tests drive it with a clock of their
+// own.
 #pragma once
 
 #include "engine/step_pace.hpp"
@@ -36,6 +39,10 @@ class step_watch {
   /// step must not be judged by the decode step's limit, nor the other way round). Returns why the first one over
   /// its limit counts as lost, or empty when none is.
   std::string check(clock::time_point now);
+  /// The same, with the work count of the shards in this process at `now`: when it moved since the last look, every
+  /// step in flight counts as answering until `now`, and only a stretch without progress longer than its limit loses
+  /// it.
+  std::string check(clock::time_point now, uint64_t work_done);
 
   /// Steps in flight.
   size_t n_in_flight() const { return in_flight_.size(); }
@@ -52,6 +59,9 @@ class step_watch {
   step_pace pace_;
   std::map<uint64_t, in_flight> in_flight_;
   bool armed_ = false;
+  bool counted_ = false;               // whether a look brought a work count yet
+  uint64_t work_done_ = 0;             // the count at the last look that brought one
+  clock::time_point progressed_at_{};  // when a look last saw it move
 };
 
 }  // namespace actorllm::engine

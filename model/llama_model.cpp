@@ -3,6 +3,7 @@
 
 #include "model/model_error.hpp"
 #include "util/check.hpp"
+#include "util/work_progress.hpp"
 
 #include <fmt/format.h>
 
@@ -255,6 +256,7 @@ tensor llama_model::run_layers(const step_inputs& in, kv_cache& cache, const ten
     else
       moe_->forward(ctx, layer_begin_ + static_cast<int64_t>(i), w.moe, s);
     pending = true;
+    util::note_work_progress();  // alive and computing, for the step watchdog
   }
   if (pending)
     be_.add(x, s.proj, x);

@@ -217,9 +217,13 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
 
   safetensors_file file;  // owns the mapping from here on, so every throw below unmaps
   file.path_ = path;
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  // Private and writable: weights are used in place, and a backend that rewrites one (the expert balancer moving
+  // experts between slots) gets private copies of the pages it writes; the file never changes. No swap reserved for
+  // that: it is the exception, and the pages are the file's until written.
+  void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd.get(), 0);
   if (map == MAP_FAILED)
     throw model_error(fmt::format("{}: cannot mmap {} bytes: {}", where, size, std::strerror(errno)));
+  file.mapping_ = std::make_shared<const file_mapping>(static_cast<const std::byte*>(map), size);
   file.map_ = static_cast<const std::byte*>(map);
   file.size_ = size;
 
@@ -286,6 +290,7 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
 
 safetensors_file::safetensors_file(safetensors_file&& other) noexcept
     : path_(std::move(other.path_)),
+      mapping_(std::move(other.mapping_)),
       map_(std::exchange(other.map_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       tensors_(std::move(other.tensors_)),
@@ -296,6 +301,7 @@ safetensors_file& safetensors_file::operator=(safetensors_file&& other) noexcept
   if (this != &other) {
     unmap();
     path_ = std::move(other.path_);
+    mapping_ = std::move(other.mapping_);
     map_ = std::exchange(other.map_, nullptr);
     size_ = std::exchange(other.size_, 0);
     tensors_ = std::move(other.tensors_);
@@ -308,10 +314,14 @@ safetensors_file& safetensors_file::operator=(safetensors_file&& other) noexcept
 safetensors_file::~safetensors_file() { unmap(); }
 
 void safetensors_file::unmap() noexcept {
-  if (map_ != nullptr)
-    ::munmap(const_cast<std::byte*>(map_), size_);
+  mapping_.reset();  // unmapped here unless a weight used in place still holds it
   map_ = nullptr;
   size_ = 0;
+}
+
+file_mapping::~file_mapping() {
+  if (data_ != nullptr)
+    ::munmap(const_cast<std::byte*>(data_), size_);
 }
 
 const tensor_info* safetensors_file::find(std::string_view name) const {

@@ -1,4 +1,4 @@
-// Reading Hugging Face safetensors checkpoints: one file mapped read-only with its header validated up front, and a
+// Reading Hugging Face safetensors checkpoints: one file mapped (privately) with its header validated up front, and a
 // checkpoint directory (one file, or an index and its shards) seen as one name -> tensor table.
 #pragma once
 
@@ -46,10 +46,34 @@ struct tensor_info {
   }
 };
 
-/// One .safetensors file, mapped read-only. Everything the header claims is checked at open, so a tensor_info from
-/// it always describes bytes inside the mapping: file at least 8 bytes; header length (u64 LE) at most 100 MB and
-/// inside the file; header a JSON object; every entry with dtype F32/F16/BF16, a shape of non-negative ints whose
-/// byte size does not overflow, data_offsets [begin, end] with end - begin == numel * dtype size, inside the data
+/// A private mapping of a whole file, unmapped when its last holder lets go: the safetensors_file that made it, and
+/// every weight the loader uses in place (host_tensor::view keeps it alive). Writes to it (a backend rewriting a
+/// weight in place) go to private copies of the pages written; the file never changes.
+class file_mapping {
+ public:
+  /// Takes over the mapping of `size` bytes at `data` (from mmap).
+  file_mapping(const std::byte* data, uint64_t size) : data_(data), size_(size) {}
+  ~file_mapping();
+  file_mapping(const file_mapping&) = delete;
+  file_mapping& operator=(const file_mapping&) = delete;
+
+  const std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  /// Whether `p` points into the mapping.
+  bool contains(const void* p) const {
+    const auto* b = static_cast<const std::byte*>(p);
+    return b >= data_ && b < data_ + size_;
+  }
+
+ private:
+  const std::byte* data_;
+  uint64_t size_;
+};
+
+/// One .safetensors file, mapped (privately: see file_mapping). Everything the header claims is checked at open, so a
+/// tensor_info from it always describes bytes inside the mapping: file at least 8 bytes; header length (u64 LE) at most
+/// 100 MB and inside the file; header a JSON object; every entry with dtype F32/F16/BF16, a shape of non-negative ints
+/// whose byte size does not overflow, data_offsets [begin, end] with end - begin == numel * dtype size, inside the data
 /// section and overlapping no other tensor; "__metadata__" a map of strings. Errors (model_error) name the file and
 /// the tensor.
 class safetensors_file {
@@ -76,13 +100,16 @@ class safetensors_file {
   const std::unordered_map<std::string, std::string>& metadata() const { return metadata_; }
   /// Size of the file in bytes.
   uint64_t file_size() const { return size_; }
+  /// The mapping, for a tensor used in place to keep alive (null once moved from).
+  const std::shared_ptr<const file_mapping>& mapping() const { return mapping_; }
 
  private:
   safetensors_file() = default;
   void unmap() noexcept;
 
   std::filesystem::path path_;
-  const std::byte* map_ = nullptr;
+  std::shared_ptr<const file_mapping> mapping_;
+  const std::byte* map_ = nullptr;  // mapping_->data()
   uint64_t size_ = 0;
   std::vector<tensor_info> tensors_;
   std::unordered_map<std::string_view, size_t> by_name_;  // views into tensors_[i].name

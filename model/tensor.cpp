@@ -4,8 +4,10 @@
 #include "util/check.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 #include <utility>
 
@@ -18,6 +20,61 @@ constexpr size_t tensor_alignment = 64;
 // 512x fewer page faults (the load's main cost on a VM) and the GEMMs fewer TLB misses.
 constexpr size_t huge_page = size_t{2} << 20;
 }  // namespace
+
+namespace {
+
+// A backend buffer over a view's memory: the CPU backend computes from it in place, and the mapping lives as long as
+// any tensor handle does. A backend that rewrites a weight (the expert balancer) writes to private copies of the
+// file's pages (safetensors' file_mapping).
+class borrowed_host_buffer final : public buffer {
+ public:
+  borrowed_host_buffer(const void* data, size_t bytes, std::shared_ptr<const void> owner)
+      : data_(data), size_(bytes), owner_(std::move(owner)) {}
+  // A weight the backend packed into a layout of its own (the CPU's bf16 panels) is read once and dropped: its pages
+  // leave this process's resident set (they stay in the page cache, and come back on a later read). Only whole pages
+  // inside it: its first and last may hold a neighbour still in use.
+  ~borrowed_host_buffer() override {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<uintptr_t>(data_) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<uintptr_t>(data_) + size_) / page * page;
+    if (end > begin)
+      ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: on failure they just stay
+  }
+  borrowed_host_buffer(const borrowed_host_buffer&) = delete;
+  borrowed_host_buffer& operator=(const borrowed_host_buffer&) = delete;
+  void* data() override { return const_cast<void*>(data_); }
+  size_t size() const override { return size_; }
+  device where() const override { return device{}; }
+
+ private:
+  const void* data_;
+  size_t size_;
+  std::shared_ptr<const void> owner_;
+};
+
+}  // namespace
+
+host_tensor host_tensor::view(dtype t, std::vector<int64_t> s, const void* data, std::shared_ptr<const void> owner) {
+  ACTORLLM_CHECK(data != nullptr && owner != nullptr, "host_tensor::view: no memory, or nothing that owns it");
+  host_tensor h;
+  h.type = t;
+  h.shape = std::move(s);
+  h.nbytes_ = static_cast<size_t>(h.numel()) * dtype_size(t);
+  h.view_ = data;
+  h.owner_ = std::move(owner);
+  return h;
+}
+
+void* host_tensor::data() {
+  if (view_ != nullptr) {
+    host_tensor copy(type, shape);
+    std::memcpy(copy.storage_.get(), view_, nbytes_);
+    storage_ = std::move(copy.storage_);
+    view_ = nullptr;
+    owner_.reset();
+  }
+  return storage_.get();
+}
 
 host_tensor::host_tensor(dtype t, std::vector<int64_t> s) : type(t), shape(std::move(s)) {
   nbytes_ = static_cast<size_t>(numel()) * dtype_size(type);
@@ -38,7 +95,12 @@ tensor host_tensor::into_tensor() && {
   ACTORLLM_CHECK(shape.size() <= static_cast<size_t>(tensor_shape::max_dims), "host_tensor: more than 4 dimensions");
   for (int64_t d : shape)
     t.shape.dims[static_cast<size_t>(t.shape.n_dims++)] = d;
-  t.buf = host_buffer::adopt(storage_.release(), nbytes_);
+  if (view_ != nullptr)
+    t.buf = std::make_shared<borrowed_host_buffer>(view_, nbytes_, std::move(owner_));
+  else
+    t.buf = host_buffer::adopt(storage_.release(), nbytes_);
+  view_ = nullptr;
+  owner_.reset();
   nbytes_ = 0;
   shape.clear();
   return t;

@@ -8,22 +8,49 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace actorllm::model {
 
-/// An owned, 64-byte-aligned, row-major host tensor; for weights, this shard's slice of the full tensor.
+/// A row-major host tensor; for weights, this shard's slice of the full tensor. Either owned (64-byte-aligned storage
+/// of its own) or a view of memory another object owns: a weight the loader uses in place in the checkpoint's file
+/// mapping, which the view keeps alive. The mutable data() of a view first copies it into storage of its own (copy
+/// on write), so a writer owns what it writes; a reader should use the const one.
 struct host_tensor {
   dtype type = dtype::f32;
   std::vector<int64_t> shape;  ///< the slice's shape
   int64_t row_offset = 0;      ///< for a vocab slice: the full tensor's row this slice starts at
 
   host_tensor() = default;
+  host_tensor(host_tensor&& other) noexcept { *this = std::move(other); }
+  /// Leaves `other` without data (a moved-from view must not point at memory it no longer keeps alive).
+  host_tensor& operator=(host_tensor&& other) noexcept {
+    if (this != &other) {
+      type = other.type;
+      shape = std::move(other.shape);
+      row_offset = other.row_offset;
+      storage_ = std::move(other.storage_);
+      view_ = std::exchange(other.view_, nullptr);
+      owner_ = std::move(other.owner_);
+      nbytes_ = other.nbytes_;
+    }
+    return *this;
+  }
   /// Allocates uninitialised storage for `shape` elements of `type`.
   host_tensor(dtype t, std::vector<int64_t> s);
 
-  const void* data() const { return storage_.get(); }
-  void* data() { return storage_.get(); }
+  /// A view of `data` (shape `s` of `t`, row-major) that keeps `owner` alive as long as it, or the backend tensor
+  /// made from it, lives. No copy.
+  static host_tensor view(dtype t, std::vector<int64_t> s, const void* data, std::shared_ptr<const void> owner);
+
+  const void* data() const { return view_ != nullptr ? view_ : storage_.get(); }
+  /// The storage to write; a view becomes an owned copy first.
+  void* data();
+  /// Whether this is a view of memory it does not own (nothing was copied).
+  bool is_view() const { return view_ != nullptr; }
+  /// What a view keeps alive (null for an owned tensor).
+  const std::shared_ptr<const void>& view_owner() const { return owner_; }
   /// numel() * dtype_size(type).
   size_t nbytes() const { return nbytes_; }
   /// Product of the shape (1 for a 0-d tensor).
@@ -48,6 +75,8 @@ struct host_tensor {
     void operator()(std::byte* p) const { std::free(p); }
   };
   std::unique_ptr<std::byte[], free_deleter> storage_;
+  const void* view_ = nullptr;         // a view's data, in memory owner_ keeps alive
+  std::shared_ptr<const void> owner_;  // a view's keeper
   size_t nbytes_ = 0;
 };
 

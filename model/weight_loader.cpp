@@ -95,6 +95,20 @@ bool quantizes_at_load(const weight_decl& decl) {
          decl.moe_slot != &moe_weights::router && decl.moe_slot != &moe_weights::shexp_router;
 }
 
+/// Where a float weight's slice can be used in place, in the checkpoint's mapping: it keeps its dtype, it is one
+/// contiguous run of the file (the whole tensor, or a range of its first dimension), and it starts on a multiple of
+/// its element size (safetensors promises no alignment; the CPU kernels read weights with unaligned loads, but not
+/// across a misaligned element). Null when it must be copied.
+const std::byte* usable_in_place(const safetensors_checkpoint::entry& src, const slice_layout& layout,
+                                 std::optional<dtype> convert_to) {
+  const dtype type = src.info->type;
+  const bool whole = layout.begin == 0 && layout.end == layout.full_dim;  // a split dimension kept whole (tp 1)
+  if ((convert_to && *convert_to != type) || (layout.outer != 1 && !whole) || !src.file->mapping())
+    return nullptr;
+  const std::byte* p = src.file->data(*src.info) + static_cast<size_t>(layout.full_index(0, 0)) * dtype_size(type);
+  return reinterpret_cast<uintptr_t>(p) % dtype_size(type) == 0 ? p : nullptr;
+}
+
 }  // namespace
 
 model_weights load_weights(const model_config& cfg, const weight_table& table, const std::filesystem::path& dir,
@@ -137,6 +151,7 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
   std::vector<slice_chunk> chunks;
   model_weights weights;
   std::vector<size_t> quantized;  // declarations read by the quantized path, after the plain copies
+  size_t copied_bytes = 0;        // of the plain copies (a weight used in place costs nothing here)
   for (size_t di = 0; di < table.weights.size(); ++di) {
     const weight_decl& decl = table.weights[di];
     if (sources[di].storage != linear_storage::float_weight) {
@@ -163,15 +178,23 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
                                     src->file->path().string(), decl.name, format_shape(info.shape),
                                     format_shape(decl.shape)));
     const tensor_slice slice = slice_for(decl, shard.tp_rank, shard.tp_size);
+    const slice_layout layout = make_slice_layout(decl.shape, slice);
+    if (const std::byte* in_place = usable_in_place(*src, layout, convert_to)) {
+      weights.insert(decl.name, host_tensor::view(info.type, slice.shape, in_place, src->file->mapping())).row_offset =
+          decl.kind == shard_kind::vocab ? slice.begin : 0;
+      continue;
+    }
     host_tensor& dst = weights.insert(decl.name, host_tensor(convert_to.value_or(info.type), slice.shape));
     if (decl.kind == shard_kind::vocab)
       dst.row_offset = slice.begin;
-    jobs.push_back({*src, make_slice_layout(decl.shape, slice), &dst});
+    copied_bytes += dst.nbytes();
+    jobs.push_back({*src, layout, &dst});
     append_chunks(jobs.size() - 1, jobs.back().layout, chunk_elements, chunks);
   }
 
   auto& progress = util::weight_loading_progress();
-  progress.add_total(weights.total_bytes());
+  if (copied_bytes > 0)  // a checkpoint used in place has nothing to show progress of
+    progress.add_total(copied_bytes);
   parallel_for(chunks.size(), [&](size_t i) {
     const slice_chunk& c = chunks[i];
     const copy_job& job = jobs[c.tensor];
@@ -213,9 +236,12 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
   progress.finish_if_complete();
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log::debug("weight_loader", "loaded {} tensors ({:.1f} MiB) from {} for tp rank {}/{}, layers [{}, {}) in {:.2f} s",
-             weights.size(), static_cast<double>(weights.total_bytes()) / (1 << 20), dir.string(), shard.tp_rank,
-             shard.tp_size, shard.layer_begin, shard.layer_end, seconds);
+  log::debug("weight_loader",
+             "loaded {} tensors ({:.1f} MiB, {:.1f} MiB of them copied, the rest used in place) from {} for tp rank "
+             "{}/{}, layers [{}, {}) in {:.2f} s",
+             weights.size(), static_cast<double>(weights.total_bytes()) / (1 << 20),
+             static_cast<double>(copied_bytes) / (1 << 20), dir.string(), shard.tp_rank, shard.tp_size,
+             shard.layer_begin, shard.layer_end, seconds);
   return weights;
 }
 

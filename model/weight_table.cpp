@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <utility>
+
 namespace actorllm::model {
 
 std::string_view shard_kind_name(shard_kind kind) {
@@ -124,7 +126,7 @@ model_tensors bind_weights(const weight_table& table, model_weights weights, con
       if (d.bind_as_f32 && h.type != dtype::f32) {
         host_tensor f(dtype::f32, h.shape);
         for (int64_t i = 0; i < h.numel(); ++i)
-          f.data_as<float>()[i] = load_as_f32(h.data(), h.type, static_cast<size_t>(i));
+          f.data_as<float>()[i] = load_as_f32(std::as_const(h).data(), h.type, static_cast<size_t>(i));
         h = std::move(f);
       }
       out.weight_bytes += h.nbytes();

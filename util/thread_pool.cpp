@@ -13,7 +13,8 @@
 
 #include "util/check.hpp"
 #include "util/cpu_count.hpp"
-#include "util/cpu_relax.hpp"
+#include "util/log.hpp"
+#include "util/spin_wait.hpp"
 
 namespace actorllm {
 namespace {
@@ -22,28 +23,6 @@ namespace {
 // decode step come a few microseconds to a millisecond apart; spinning across those gaps saves the futex
 // round trip (tens of microseconds) without burning a core for long once the engine goes idle.
 constexpr auto spin_budget = std::chrono::microseconds(200);
-
-// Spins until pred() holds or the budget is spent; true when pred() held. After a short pure spin it yields the
-// core on every round: when there are more runnable threads than cores (a pool as large as the machine while
-// anything else runs), the thread we wait for may need exactly this core, and a pause loop would hold it for a
-// whole scheduler time slice.
-template <class Pred>
-bool spin_until(Pred pred) {
-  constexpr int pure_spins = 1024;  // a few microseconds
-  for (int i = 0; i < pure_spins; ++i) {
-    if (pred())
-      return true;
-    cpu_relax();
-  }
-  auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    if (pred())
-      return true;
-    std::this_thread::yield();
-    if (std::chrono::steady_clock::now() - start > spin_budget)
-      return pred();
-  }
-}
 
 // The pool (if any) whose chunk the current thread is running: nested parallel_for calls run inline.
 thread_local const thread_pool* current_pool = nullptr;
@@ -54,13 +33,21 @@ struct current_pool_scope {
   ~current_pool_scope() { current_pool = saved; }
 };
 
+// ACTORLLM_NUM_THREADS, at most the usable CPUs: a thread more than the CPUs the process may use (its affinity, its
+// cgroup quota) is one that is descheduled at every barrier.
 int threads_from_env() {
+  const int usable = usable_cpu_count();
   if (const char* env = std::getenv("ACTORLLM_NUM_THREADS")) {
-    int n = std::atoi(env);
+    const int n = std::atoi(env);
+    if (n > usable)
+      log::warning("thread_pool",
+                   "ACTORLLM_NUM_THREADS={} is more than the {} CPU(s) this process may use (affinity "
+                   "and cgroup quota): using {}",
+                   n, usable, usable);
     if (n >= 1)
-      return n;
+      return std::min(n, usable);
   }
-  return usable_cpu_count();
+  return usable;
 }
 
 // Chunks per thread (thread_pool::chunks_for). Measured with bench_cpu_decode --hog 2 on the 2-vCPU VM, TinyLlama
@@ -171,7 +158,7 @@ void thread_pool::worker_main() {
   uint64_t seen = 0;
   for (;;) {
     auto changed = [&] { return generation_.load(std::memory_order_acquire) != seen; };
-    if (!spin_until(changed)) {
+    if (!spin_until(changed, spin_budget)) {
       std::unique_lock lock(sleep_mutex_);
       sleeping_workers_.fetch_add(1, std::memory_order_seq_cst);
       while (generation_.load(std::memory_order_seq_cst) == seen)
@@ -215,7 +202,7 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
   run_claimed(generation);  // the caller takes chunks too, all of them if no worker comes
 
   auto done = [&] { return chunks_done_.load(std::memory_order_acquire) == job_chunks_; };
-  if (!spin_until(done)) {
+  if (!spin_until(done, spin_budget)) {
     std::unique_lock lock(sleep_mutex_);
     dispatcher_sleeping_.store(true, std::memory_order_seq_cst);
     while (chunks_done_.load(std::memory_order_seq_cst) != job_chunks_)

@@ -7,6 +7,7 @@
 #include "engine/step_watch.hpp"
 #include "util/check.hpp"
 #include "util/log.hpp"
+#include "util/work_progress.hpp"
 
 #include <caf/actor_clock.hpp>
 #include <caf/actor_system.hpp>
@@ -214,7 +215,7 @@ proto::scheduler_actor::behavior_type scheduler_behavior(scheduler_pointer self,
       },
       [self](proto::step_watch_atom) {
         auto& st = self->state;
-        const std::string lost = st.watch.check(self->clock().now());
+        const std::string lost = st.watch.check(self->clock().now(), util::work_progress());
         if (!st.healthy || st.watch.n_in_flight() == 0)
           return;
         if (!lost.empty())

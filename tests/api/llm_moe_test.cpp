@@ -135,15 +135,17 @@ TEST_CASE("lockstep DP+EP: dp 2 x tp 2 over one expert-parallel group of 4 gives
 }
 
 TEST_CASE("lockstep DP+EP: one replica's failure restarts the whole set, whose replicas then serve the same ids") {
-  // A larger model, so that a 4000-token prefill takes far longer than the step timeout (about 8 s on this 2-core
-  // machine, against 1 s) while a decode step stays far below it (tens of ms): the prefill's replica fails by the
-  // step timeout, as a hung shard would. It is the engine's first step: once steps have run, the timeout stretches
-  // for a step of many tokens by the pace they ran at (engine/step_pace.hpp), and the prefill would be given its time.
+  // A larger model, so that each layer of a 4000-token prefill takes far longer than the step timeout (seconds on
+  // this 2-core machine, against 1 s) while a decode step stays far below it (tens of ms): the prefill's replica
+  // fails by the step timeout, as a hung shard would. Per layer, because the watchdog restarts a step's clock at every
+  // layer a forward pass finishes in this process (engine/step_watch.hpp): a step slow but progressing is not lost.
+  // It is the engine's first step: once steps have run, the timeout stretches for a step of many tokens by the pace
+  // they ran at (engine/step_pace.hpp), and the prefill would be given its time.
   const auto dir = test::make_temp_dir("actorllm-lockstep-restart");
   {
     std::ofstream f{dir / "config.json"};
-    f << R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 1024, "intermediate_size": 1024,
-        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 97,
+    f << R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 1024, "intermediate_size": 4096,
+        "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 97,
         "max_position_embeddings": 8192, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": null,
         "torch_dtype": "bfloat16"})";
   }
@@ -172,7 +174,7 @@ TEST_CASE("lockstep DP+EP: one replica's failure restarts the whole set, whose r
   one.max_tokens = 1;
   try {
     llm.generate(prompt{long_prompt}, one);
-    FAIL("a 4000-token prefill finished within the 1 s step timeout: the test cannot tell a failure");
+    FAIL("a 4000-token prefill finished with no layer past the 1 s step timeout: the test cannot tell a failure");
   } catch (const error& e) {
     // It resumed once after the set's restart, and failed the set again: then it fails, as a request that may be what
     // fails the set.

@@ -42,3 +42,39 @@ TEST_CASE("step watch: a long step is judged by its own stretched limit, and zer
   CHECK_FALSE(off.arm());
   CHECK(off.interval() == 10ms);
 }
+
+TEST_CASE("step watch: a step far past the timeout is not lost while work progresses, and is once it stops") {
+  // The first busy-machine run: a 1,000-token prefill as the engine's first step (no pace learnt yet), each layer
+  // taking seconds while other work holds the cores. The old verdict came at the timeout; now the count of work done
+  // in this process restarts the step's clock at every look that sees it move.
+  step_watch w{300s};
+  const auto t0 = step_watch::clock::time_point{} + 1h;
+  uint64_t work = 5;
+  CHECK(w.check(t0, work).empty());  // the first count only sets the mark
+  w.dispatched(1, 1000, t0);
+  auto t = t0;
+  for (int look = 0; look < 40; ++look) {  // 40 looks 25 s apart: 1,000 s, more than three timeouts
+    t += 25s;
+    work += 1;  // a layer finished since the last look
+    CHECK(w.check(t, work).empty());
+  }
+  CHECK(w.n_in_flight() == 1);
+  // The shard hangs: the count stops. Lost once the step's limit has passed since the last progress.
+  CHECK(w.check(t + 299s, work).empty());
+  const std::string lost = w.check(t + 301s, work);
+  CHECK(lost.find("step 1 got no result within 300.0 s of the last progress (1000.0 s after it went out)") == 0);
+}
+
+TEST_CASE("step watch: without a work count (shards in other processes) the limit runs from when the step went out") {
+  step_watch w{300s};
+  const auto t0 = step_watch::clock::time_point{} + 1h;
+  w.dispatched(1, 1000, t0);
+  CHECK(w.check(t0 + 299s).empty());
+  CHECK_FALSE(w.check(t0 + 301s).empty());
+  // A count that never moves is no progress either.
+  step_watch still{300s};
+  still.dispatched(1, 1000, t0);
+  CHECK(still.check(t0 + 100s, 7).empty());
+  CHECK(still.check(t0 + 200s, 7).empty());
+  CHECK_FALSE(still.check(t0 + 301s, 7).empty());
+}

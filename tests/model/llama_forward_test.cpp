@@ -88,6 +88,31 @@ TEST_CASE("stories260K first-step logits match the float64 reference within 1e-4
   }
 }
 
+TEST_CASE("stories260K: weights used in place in the file mapping give the logits of copied ones, bit for bit") {
+  model::loaded_shard mapped = model::load_shard(test::model_dir("stories260K"), {}, {});
+  model::loaded_shard copied = model::load_shard(test::model_dir("stories260K"), {}, {});
+  size_t n_mapped = 0;
+  for (const auto& [name, t] : mapped.weights.tensors())
+    n_mapped += t.is_view();
+  CHECK(n_mapped == mapped.weights.size());  // f32 kept as f32, every tensor in one piece
+  for (const auto& [name, t] : copied.weights.tensors()) {
+    (void)copied.weights.find_mutable(name)->data();  // copy on write: owned storage from here on
+    CHECK_FALSE(copied.weights.get(name).is_view());
+  }
+  cpu::cpu_backend be{2};
+  single_rank_collective comm;
+  model::llama_model a{mapped.config, std::move(mapped.weights), {}, comm, be};
+  model::llama_model b{copied.config, std::move(copied.weights), {}, comm, be};
+  model::kv_cache cache_a{be, a.cache_shape(16), 8}, cache_b{be, b.cache_shape(16), 8};
+  std::vector<int32_t> table(8);
+  std::iota(table.begin(), table.end(), 0);
+  for (const auto& p : load_golden().prompts) {
+    model::forward_batch fb;
+    fb.add_sequence(p.prompt_ids, 0, table, true);
+    CHECK(a.forward(fb, cache_a) == b.forward(fb, cache_b));
+  }
+}
+
 TEST_CASE("stories260K greedy decoding from BOS gives the golden 256 tokens") {
   stories_model m;
   const auto& g = load_golden();

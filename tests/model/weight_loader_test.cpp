@@ -2,6 +2,7 @@
 // small synthetic checkpoints (sharded, bf16, GQA with more ranks than kv heads) written by the tests.
 #include "model/weight_loader.hpp"
 
+#include "kernels/cpu/cpu_backend.hpp"
 #include "model/safetensors.hpp"
 #include "model/weight_table.hpp"
 #include "model_test_util.hpp"
@@ -11,7 +12,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <memory>
 #include <set>
+#include <utility>
 
 using namespace actorllm;
 using namespace actorllm::model;
@@ -299,7 +303,7 @@ TEST_CASE("loader: stories260K loads fully with tied embeddings") {
   CHECK(embed.type == dtype::f32);
   CHECK(embed.shape == std::vector<int64_t>{512, 64});
   CHECK(embed.row_offset == 0);
-  CHECK(reinterpret_cast<uintptr_t>(embed.data()) % 64 == 0);
+  CHECK(embed.is_view());                        // f32 kept as f32, in one piece: used in place in the file mapping
   CHECK(w.total_bytes() == 1044992 - 8 - 4856);  // every byte of the data section, once
   CHECK(mentions(error_of([&] { (void)w.get("lm_head.weight"); }), {"lm_head.weight"}));
 
@@ -399,6 +403,98 @@ TEST_CASE("loader: f16 checkpoint converts to bf16 and f32") {
       mismatches += bt.data_as<uint16_t>()[j] != f32_to_bf16(f16_to_f32(t.data_as<uint16_t>()[j]));
     CHECK(mismatches == 0);
   }
+}
+
+TEST_CASE("loader: slices that keep their dtype and lie in one piece are used in place in the file mapping") {
+  const auto dir = write_checkpoint(synthetic_config(false, R"(, "attention_bias": true)"), dtype::bf16, 2);
+  const model_config cfg = load_model_config(dir);
+  for (int tp : {1, 2}) {
+    for (int r = 0; r < tp; ++r) {
+      CAPTURE(tp);
+      CAPTURE(r);
+      const shard_spec shard{r, tp};
+      const auto table = llama_weight_table(cfg, shard);
+      const model_weights mapped = load_weights(cfg, table, dir, shard);
+      const model_weights copied = load_weights(cfg, table, dir, shard, dtype::f32);  // converted: all copied
+      for (const auto& [name, t] : mapped.tensors()) {
+        CAPTURE(name);
+        // Rows of a tensor are one run of the file; o_proj and down_proj split by columns are strided.
+        const bool one_piece = tp == 1 || split_dim(name) == 0;
+        CHECK(t.is_view() == one_piece);
+        CHECK_FALSE(copied.get(name).is_view());
+        if (t.is_view()) {
+          const auto mapping = std::static_pointer_cast<const file_mapping>(t.view_owner());
+          REQUIRE(mapping != nullptr);
+          CHECK(mapping->contains(t.data()));
+          CHECK(mapping->contains(static_cast<const std::byte*>(t.data()) + t.nbytes() - 1));
+        }
+        const host_tensor& c = copied.get(name);
+        REQUIRE(c.shape == t.shape);
+        CHECK(c.row_offset == t.row_offset);
+        int64_t mismatches = 0;
+        for (int64_t j = 0; j < t.numel(); ++j)
+          mismatches += c.data_as<float>()[j] != bf16_to_f32(t.data_as<uint16_t>()[j]);
+        CHECK(mismatches == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("loader: writing to a weight used in place copies it first, and the file stays as it was") {
+  const auto dir = write_checkpoint(synthetic_config(), dtype::bf16, 1);
+  const model_config cfg = load_model_config(dir);
+  model_weights w = load_weights(cfg, llama_weight_table(cfg, {}), dir, {});
+  host_tensor* q = w.find_mutable("model.layers.0.self_attn.q_proj.weight");
+  REQUIRE(q != nullptr);
+  REQUIRE(q->is_view());
+  const std::string before = bytes_of(*q);
+  const void* in_file = std::as_const(*q).data();
+  auto* data = static_cast<uint16_t*>(q->data());
+  CHECK_FALSE(q->is_view());
+  CHECK(data != in_file);
+  CHECK(bytes_of(*q) == before);
+  data[0] = static_cast<uint16_t>(data[0] ^ 0x7fff);
+  const model_weights again = load_weights(cfg, llama_weight_table(cfg, {}), dir, {});
+  CHECK(same_bytes(bytes_of(again.get("model.layers.0.self_attn.q_proj.weight")), before));
+}
+
+TEST_CASE("loader: the file mapping is released with the last weight used in place, through a model's backend") {
+  const auto dir = write_checkpoint(synthetic_config(), dtype::bf16, 1);
+  const std::string file = (dir / "model.safetensors").string();
+  const auto mapped_now = [&] {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line))
+      if (line.size() >= file.size() && line.compare(line.size() - file.size(), file.size(), file) == 0)
+        return true;
+    return false;
+  };
+  const model_config cfg = load_model_config(dir);
+  const auto table = llama_weight_table(cfg, {});
+  std::weak_ptr<const void> mapping;
+  {
+    model_weights w = load_weights(cfg, table, dir, {});
+    mapping = w.get("model.embed_tokens.weight").view_owner();
+    REQUIRE_FALSE(mapping.expired());
+    CHECK(mapped_now());
+    cpu::cpu_backend be{1};
+    {
+      const model_tensors bound = bind_weights(table, std::move(w), {}, be);
+      CHECK_FALSE(mapping.expired());  // the embedding is computed from the mapping
+      CHECK(mapped_now());
+      // A backend may rewrite a weight in place (the expert balancer does): its own pages change, the file does not.
+      const std::string before = bytes_of(load_weights(cfg, table, dir, {}).get("model.embed_tokens.weight"));
+      const std::vector<std::byte> zeros(bound.embed.nbytes());
+      be.upload(bound.embed, zeros.data(), zeros.size());
+      std::vector<std::byte> back(zeros.size(), std::byte{1});
+      be.download(bound.embed, back.data(), back.size());
+      CHECK(back == zeros);
+      CHECK(same_bytes(bytes_of(load_weights(cfg, table, dir, {}).get("model.embed_tokens.weight")), before));
+    }
+    CHECK(mapping.expired());
+  }
+  CHECK(mapping.expired());
+  CHECK_FALSE(mapped_now());
 }
 
 TEST_CASE("loader: layer ranges load only their layers") {

@@ -11,7 +11,10 @@
 #include <thread>
 #include <vector>
 
+#include <time.h>
+
 #include "util/cpu_count.hpp"
+#include "util/spin_wait.hpp"
 #include "util/thread_pool.hpp"
 
 using actorllm::thread_pool;
@@ -229,4 +232,39 @@ TEST_CASE("usable CPUs: cgroup quotas are read as vLLM users set them in contain
   const int n = actorllm::usable_cpu_count();
   CHECK(n >= 1);
   CHECK(n <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+TEST_CASE("spin_until: gives up after its budget, or returns as soon as the condition holds") {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  CHECK_FALSE(actorllm::spin_until([] { return false; }, std::chrono::milliseconds(5)));
+  const auto waited = clock::now() - t0;
+  CHECK(waited >= std::chrono::milliseconds(5));
+  CHECK(waited < std::chrono::seconds(2));  // the budget plus a time slice or so, even on a busy machine
+  int polls = 0;
+  CHECK(actorllm::spin_until([&] { return ++polls == 3000; }, std::chrono::seconds(60)));  // past the pure spins
+  CHECK(polls == 3000);
+}
+
+namespace {
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+}  // namespace
+
+TEST_CASE("thread_pool: idle workers sleep instead of spinning, and wake for the next call") {
+  // Workers that kept spinning would burn three cores' worth (as much as the machine lets them) while the pool is
+  // idle; past the spin budget they are asleep and the process uses next to nothing.
+  thread_pool pool(4);
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(1000, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin budget
+  const double cpu0 = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const double used = process_cpu_seconds() - cpu0;
+  CHECK(used < 0.1);
+  pool.parallel_for(1000, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
+  CHECK(sum.load() == 2000);
 }
