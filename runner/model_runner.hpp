@@ -53,6 +53,9 @@ class model_runner {
   bool has_cache() const { return cache_ != nullptr; }
   /// Turns LoRA on (before the memory profile, so that the KV cache leaves room for the adapter slots).
   void enable_lora(const model::lora_limits& limits) { model_->enable_lora(limits); }
+  /// Sets the KV cache's element type (resolved --kv-cache-dtype); takes effect at the next allocate_cache and in
+  /// the model's cache_shape.
+  void set_kv_cache_dtype(dtype type) { model_->set_kv_cache_dtype(type); }
   /// Sets how decode graphs are used; takes effect at the next allocate_cache.
   void set_graph_options(const graph_options& o) { graph_options_ = o; }
   /// Empty when allocate_cache captures decode graphs on this shard; else why its steps all run eagerly.

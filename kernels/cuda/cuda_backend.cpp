@@ -42,6 +42,7 @@ element_type element_of(dtype t) {
       return element_type::f16;
     case dtype::bf16:
       return element_type::bf16;
+    case dtype::fp8_e4m3:
     case dtype::i32:
     case dtype::i64:
       break;

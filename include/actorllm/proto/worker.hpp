@@ -85,6 +85,7 @@ struct shard_assignment {
   std::string expert_prefix;
   bool samples = false;
   bool enforce_eager = false;     ///< engine_config::enforce_eager: no decode graphs
+  std::string kv_cache_dtype = "auto";  ///< engine_config::kv_cache_dtype (vLLM's spelling)
   int32_t max_num_seqs = 0;       ///< engine_config::max_num_seqs: the largest decode graph
   int32_t max_model_len = 0;      ///< the replica's context limit: the decode graphs' block-table width
   int32_t max_loras = 0;          ///< engine_config::max_loras when enable_lora, else 0 (LoRA off)
@@ -105,7 +106,7 @@ typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
            x.layer_end, x.stage, x.pp_size, x.expert_parallel, x.eplb, x.eplb_redundant, x.eplb_window, x.eplb_interval,
            x.eplb_log, x.dcp_size, x.dcp_interleave, x.pcp_size, x.pcp_rank, x.load_format, x.dtype, x.quantization,
            x.device, x.seed, x.n_threads, x.device_offset, x.dp_rank, x.dp_size, x.lockstep, x.expert_store,
-           x.expert_prefix, x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len, x.max_loras, x.max_lora_rank,
+           x.expert_prefix, x.samples, x.enforce_eager, x.kv_cache_dtype, x.max_num_seqs, x.max_model_len, x.max_loras, x.max_lora_rank,
            x.max_cpu_loras, x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
 }
 
