@@ -6,6 +6,8 @@
 #include "comm/collective.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/dtype.hpp"
+#include "kernels/kv_cache_dtype.hpp"
+#include "model/kv_cache_scales.hpp"
 #include "model/model_source.hpp"
 #include "runner/model_runner.hpp"
 #include "runner/step_inbox.hpp"
@@ -218,6 +220,10 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
           if (std::string why = kv_cache_dtype_unsupported(kv_type, st.args.device); !why.empty())
             return proto::make_error(errc::invalid_config, fmt::format("{}: {}", st.where(), why));
           st.runner->set_kv_cache_dtype(kv_type);
+          if (kv_type == dtype::fp8_e4m3 && st.args.load.format != model::load_format::dummy)
+            st.runner->set_kv_cache_scales(model::read_kv_cache_scales(
+                st.args.assignment.model_dir, st.runner->model().shard().layer_begin,
+                st.runner->model().shard().layer_end));
           if (st.args.lora.max_loras > 0)
             st.runner->enable_lora(st.args.lora);
           st.inbox.expect_handoff(expects_handoff(st));
