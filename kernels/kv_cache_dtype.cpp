@@ -17,9 +17,10 @@ std::optional<kv_cache_dtype_choice> parse_kv_cache_dtype(std::string_view text,
   if (text == "fp8" || text == "fp8_e4m3")
     return kv_cache_dtype_choice{false, dtype::fp8_e4m3};
   if (text == "fp8_e5m2" || text == "fp8_inc" || text == "fp8_ds_mla")
-    error = fmt::format("--kv-cache-dtype: '{}' is not implemented (fp8 here is e4m3 with a per-tensor scale: fp8 or "
-                        "fp8_e4m3); accepted: {}",
-                        text, kv_cache_dtype_values);
+    error = fmt::format(
+        "--kv-cache-dtype: '{}' is not implemented (fp8 here is e4m3 with a per-tensor scale: fp8 or "
+        "fp8_e4m3); accepted: {}",
+        text, kv_cache_dtype_values);
   else
     error = fmt::format("--kv-cache-dtype: '{}' is not one of {}", text, kv_cache_dtype_values);
   return std::nullopt;
@@ -37,9 +38,10 @@ std::string kv_cache_dtype_unsupported(dtype type, device_kind kind) {
   if (type == dtype::fp8_e4m3 && kind == device_kind::cuda)
     return {};
   if (type == dtype::fp8_e4m3)
-    return fmt::format("--kv-cache-dtype fp8: the {} backend has no fp8 KV cache (fp8 e4m3 is GPU only); use auto, "
-                       "bfloat16 or float16",
-                       device_kind_name(kind));
+    return fmt::format(
+        "--kv-cache-dtype fp8: the {} backend has no fp8 KV cache (fp8 e4m3 is GPU only); use auto, "
+        "bfloat16 or float16",
+        device_kind_name(kind));
   return fmt::format("--kv-cache-dtype: a KV cache cannot hold {} elements", dtype_name(type));
 }
 

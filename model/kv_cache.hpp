@@ -55,7 +55,7 @@ class kv_cache {
   backend& be_;
   kv_cache_shape shape_;
   int64_t n_blocks_ = 0;
-  tensor data_;                     // [n_layer * 2 * n_blocks, block_size, n_head_kv, head_dim]
+  tensor data_;                             // [n_layer * 2 * n_blocks, block_size, n_head_kv, head_dim]
   std::vector<float> k_scales_, v_scales_;  // [n_layer]
 };
 

@@ -104,10 +104,10 @@ cache_plan plan_cache(const std::vector<proto::shard_profile>& profiles, int32_t
 std::vector<std::string> cache_plan_lines(const proto::kv_cache_config& c, const cache_log_facts& f) {
   std::vector<std::string> lines;
   lines.push_back(fmt::format("# {} blocks: {}", f.device, c.n_blocks));
-  lines.push_back(fmt::format("{} KV cache size: {} tokens ({} blocks of {}, {} bytes per block on the largest shard, "
-                              "kv_cache_dtype {})",
-                              f.device, c.token_capacity(), c.n_blocks, c.block_size, c.max_bytes_per_block,
-                              f.kv_cache_dtype));
+  lines.push_back(
+      fmt::format("{} KV cache size: {} tokens ({} blocks of {}, {} bytes per block on the largest shard, "
+                  "kv_cache_dtype {})",
+                  f.device, c.token_capacity(), c.n_blocks, c.block_size, c.max_bytes_per_block, f.kv_cache_dtype));
   if (const int32_t shares = f.dcp_size * f.pcp_size; shares > 1)
     lines.push_back(fmt::format(
         "{}: each rank of a group keeps {} of every block's {} positions, 1/{} of each sequence's KV cache",

@@ -346,8 +346,9 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
         plan_cache(profiles, block_size, config.kv_cache_memory, r.max_model_len, config.gpu_memory_utilization);
     if (!cache.error.empty())
       throw_config(cache.error);
-    log_cache_plan(cache.config, {plan.device == device_kind::cuda ? "GPU" : "CPU", config.decode_context_parallel_size,
-                                  config.prefill_context_parallel_size, r.max_model_len, profiles.front().kv_cache_dtype});
+    log_cache_plan(cache.config,
+                   {plan.device == device_kind::cuda ? "GPU" : "CPU", config.decode_context_parallel_size,
+                    config.prefill_context_parallel_size, r.max_model_len, profiles.front().kv_cache_dtype});
     ask_all<caf::ok_atom>(self, r.shards, proto::init_cache_atom::value, cache.config);
     r.cache = cache.config;
 

@@ -221,9 +221,9 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
             return proto::make_error(errc::invalid_config, fmt::format("{}: {}", st.where(), why));
           st.runner->set_kv_cache_dtype(kv_type);
           if (kv_type == dtype::fp8_e4m3 && st.args.load.format != model::load_format::dummy)
-            st.runner->set_kv_cache_scales(model::read_kv_cache_scales(
-                st.args.assignment.model_dir, st.runner->model().shard().layer_begin,
-                st.runner->model().shard().layer_end));
+            st.runner->set_kv_cache_scales(model::read_kv_cache_scales(st.args.assignment.model_dir,
+                                                                       st.runner->model().shard().layer_begin,
+                                                                       st.runner->model().shard().layer_end));
           if (st.args.lora.max_loras > 0)
             st.runner->enable_lora(st.args.lora);
           st.inbox.expect_handoff(expects_handoff(st));

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -134,9 +134,9 @@ void accumulate_values_heads(float* const* acc, const float* correction, const f
 }
 
 struct tile_scratch {
-  std::vector<float> kt;   // [head_dim][W]: the current keys, transposed (a key per lane)
+  std::vector<float> kt;      // [head_dim][W]: the current keys, transposed (a key per lane)
   std::vector<float> kf, vf;  // [W][head_dim]: the current keys and values widened to f32 (a bf16 or f16 cache)
-  std::vector<float> acc;  // [pairs][head_dim]: running weighted sums of v
+  std::vector<float> acc;     // [pairs][head_dim]: running weighted sums of v
   std::vector<float> row_max, row_sum;
   std::vector<float> q;                 // [pairs][head_dim]: the queries, pre-multiplied by the scale
   std::vector<int64_t> key_lo, key_hi;  // [rows]: the local key indices [lo, hi) each row sees
@@ -203,7 +203,7 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         dst[d] = src[d] * scale;
     }
   const int64_t row_stride = cache.n_head_kv * hd;  // elements between consecutive slots
-  const bool widen = cache.type != dtype::f32;       // keys and values are copied to f32 step by step
+  const bool widen = cache.type != dtype::f32;      // keys and values are copied to f32 step by step
   const size_t esize = dtype_size(cache.type);
   if (widen) {
     s.kf.resize(static_cast<size_t>(W * hd));
@@ -336,8 +336,10 @@ void write_kv(const paged_kv_view& cache, const float* k, const float* v, const 
     if (slot < 0)
       continue;
     ACTORLLM_CHECK(slot < capacity, "write_kv: slot beyond the cache");
-    convert_from_f32(k + t * row, row, cache.type, static_cast<std::byte*>(cache.k) + static_cast<size_t>(slot) * row_bytes);
-    convert_from_f32(v + t * row, row, cache.type, static_cast<std::byte*>(cache.v) + static_cast<size_t>(slot) * row_bytes);
+    convert_from_f32(k + t * row, row, cache.type,
+                     static_cast<std::byte*>(cache.k) + static_cast<size_t>(slot) * row_bytes);
+    convert_from_f32(v + t * row, row, cache.type,
+                     static_cast<std::byte*>(cache.v) + static_cast<size_t>(slot) * row_bytes);
   }
 }
 

@@ -467,9 +467,8 @@ paged_cache_view cache_view(const kv_layer& cache) {
     default:  // f32 (the checks refused every other type)
       break;
   }
-  return paged_cache_view{cache.k.data(),     cache.v.data(),    cache.n_blocks(), cache.block_size(),
-                          cache.n_head_kv(),  cache.head_dim(),  type,             cache.k_scale,
-                          cache.v_scale};
+  return paged_cache_view{cache.k.data(),   cache.v.data(), cache.n_blocks(), cache.block_size(), cache.n_head_kv(),
+                          cache.head_dim(), type,           cache.k_scale,    cache.v_scale};
 }
 
 }  // namespace

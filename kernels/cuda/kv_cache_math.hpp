@@ -86,7 +86,7 @@ ACTORLLM_HOST_DEVICE inline uint8_t fp8_e4m3_encode(float x) {
     return sign;
   // An e4m3 subnormal (or the smallest normal, code 8, by carry): x / 2^-9 rounded to nearest even.
   const uint32_t full = (a & 0x7fffffu) | 0x800000u;  // x = full x 2^(e - 23)
-  const int shift = 14 - e;                            // x / 2^-9 = full >> shift, shift >= 21
+  const int shift = 14 - e;                           // x / 2^-9 = full >> shift, shift >= 21
   if (shift >= 32)
     return sign;
   uint32_t q = full >> shift;

@@ -51,7 +51,7 @@ __device__ inline void load_chunk(const T* __restrict__ src, float (&dst)[E]) {
       dst[i] = f.x;
       dst[i + 1] = f.y;
     }
-  } else if constexpr ((std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) && E % 4 == 0) {
+  } else if constexpr ((std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>)&&E % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < E; i += 4) {  // 8 bytes: four 16-bit elements
       const uint2 raw = *reinterpret_cast<const uint2*>(src + i);

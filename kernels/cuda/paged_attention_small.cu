@@ -31,8 +31,8 @@ struct small_params {
   int32_t n_head;
   int32_t n_head_kv;
   int32_t head_dim;
-  float scale;    // the score scale, times k_scale for an fp8 cache
-  float v_scale;  // an fp8 cache's V scale (1 otherwise)
+  float scale;             // the score scale, times k_scale for an fp8 cache
+  float v_scale;           // an fp8 cache's V scale (1 otherwise)
   kv_shard_layout layout;  // the positions this rank's cache keeps (decode context parallelism)
   float* lse;              // [n_tokens, n_head] log-sum-exps, or null
 };

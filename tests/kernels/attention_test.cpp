@@ -211,9 +211,14 @@ TEST_CASE("write_kv rounds to a bf16 or f16 cache to nearest even, as the scalar
     cpu::paged_kv_view cache{kc.data(), vc.data(), n_blocks, bs, n_head_kv, hd, kv};
     // Ties (bf16: 1 + 2^-8 and 1 + 3 * 2^-8 round to even opposite ways; f16: 1 + 2^-11), values that overflow f16,
     // subnormals, signed zeros, infinities, NaN, and random values of every magnitude.
-    std::vector<float> k = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 70000.0f,
-                            -65519.0f,      65520.0f,           1e-6f,           -3e-8f,             0.0f,
-                            -0.0f,          INFINITY,           -INFINITY,       std::nanf(""),      1e-40f};
+    std::vector<float> k = {1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f,
+                            1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
+                            70000.0f,        -65519.0f,
+                            65520.0f,        1e-6f,
+                            -3e-8f,          0.0f,
+                            -0.0f,           INFINITY,
+                            -INFINITY,       std::nanf(""),
+                            1e-40f};
     auto rest = test::random_floats(static_cast<size_t>(row) - k.size(), 31, -3.0f, 3.0f);
     for (size_t i = 0; i < rest.size(); ++i)
       rest[i] = std::ldexp(rest[i], static_cast<int>(i % 40) - 20);

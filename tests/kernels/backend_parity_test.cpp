@@ -810,7 +810,8 @@ void attention_case(backend& be, random_source& rnd, int64_t n_head_kv, int64_t 
   std::vector<size_t> row_seq;
   // What the cache must hold: the sentinel, and each written slot's row in the cache's type.
   const size_t esize = dtype_size(kv.type);
-  std::vector<std::byte> expect_k = sentinel_bytes(static_cast<size_t>(cache_shape.numel()) * esize), expect_v = expect_k;
+  std::vector<std::byte> expect_k = sentinel_bytes(static_cast<size_t>(cache_shape.numel()) * esize),
+                         expect_v = expect_k;
   size_t next = 0;
   for (size_t s = 0; s < specs.size(); ++s) {
     const seq_spec& sp = specs[s];
@@ -942,18 +943,19 @@ BACKEND_PARITY_CASE(parity_kv_cache_types, "write_kv and paged_attention over bf
     random_source rnd(seed);
     std::vector<kv_format> formats = {{dtype::bf16}, {dtype::f16}};
     if (kind == device_kind::cuda)  // e4m3 with scales: 1, small ones, and a v scale under which values saturate
-      formats.insert(formats.end(), {{dtype::fp8_e4m3}, {dtype::fp8_e4m3, 0.01f, 0.004f}, {dtype::fp8_e4m3, 2.0f, 0.0015f}});
+      formats.insert(formats.end(),
+                     {{dtype::fp8_e4m3}, {dtype::fp8_e4m3, 0.01f, 0.004f}, {dtype::fp8_e4m3, 2.0f, 0.0015f}});
     // The main kernel's head sizes (64, 128), the small-head kernel's (8, stories260K's; 17), GQA 1 and 4, windows.
     struct layout {
       int64_t n_head_kv, gqa, head_dim, block_size, window;
     };
-    const layout layouts[] = {{2, 1, 64, 16, 0}, {1, 4, 128, 16, 0}, {2, 4, 64, 5, 7}, {2, 2, 8, 16, 0}, {2, 1, 17, 4, 3}};
+    const layout layouts[] = {
+        {2, 1, 64, 16, 0}, {1, 4, 128, 16, 0}, {2, 4, 64, 5, 7}, {2, 2, 8, 16, 0}, {2, 1, 17, 4, 3}};
     for (const kv_format& f : formats)
       for (const layout& l : layouts)
         attention_case(be, rnd, l.n_head_kv, l.gqa, l.head_dim, l.block_size, l.window, f);
   });
 }
-
 
 namespace {
 

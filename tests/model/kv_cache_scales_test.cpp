@@ -64,9 +64,9 @@ TEST_CASE("read_kv_cache_scales: k_scale and v_scale by vLLM's names, kv_scale f
 TEST_CASE("read_kv_cache_scales refuses a scale that is not one positive finite float, naming it") {
   const auto zero = checkpoint_with({f32_scalar("model.layers.0.self_attn.k_scale", 0.0f)});
   CHECK(test_util::mentions(test_util::error_of([&] { read_kv_cache_scales(zero, 0, 1); }),
-                       {"model.layers.0.self_attn.k_scale", "positive and finite"}));
+                            {"model.layers.0.self_attn.k_scale", "positive and finite"}));
   std::string two(8, '\0');
   const auto vec = checkpoint_with({{"model.layers.0.self_attn.v_scale", dtype::f32, {2}, two}});
   CHECK(test_util::mentions(test_util::error_of([&] { read_kv_cache_scales(vec, 0, 1); }),
-                       {"model.layers.0.self_attn.v_scale", "one F32, F16 or BF16 value"}));
+                            {"model.layers.0.self_attn.v_scale", "one F32, F16 or BF16 value"}));
 }

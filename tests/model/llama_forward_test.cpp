@@ -279,35 +279,36 @@ TEST_CASE("tensor-parallel shards (tp 2, 4, 8: kv heads split or replicated, une
 TEST_CASE("pipeline stages (layers 0-2 then 3-4) chained by hidden states reproduce the golden tokens") {
   const auto& p = load_golden().prompts[0];
   for (dtype kv : {dtype::f32, dtype::bf16}) {
-  CAPTURE(dtype_name(kv));
-  cpu::cpu_backend be{2};
-  single_rank_collective comm;
-  model::shard_spec s0, s1;
-  s0.layer_begin = 0;
-  s0.layer_end = 3;
-  s1.layer_begin = 3;
-  s1.layer_end = 5;
-  auto l0 = model::load_shard(test::model_dir("stories260K"), s0, {});
-  auto l1 = model::load_shard(test::model_dir("stories260K"), s1, {});
-  model::llama_model stage0{l0.config, std::move(l0.weights), s0, comm, be};
-  model::llama_model stage1{l1.config, std::move(l1.weights), s1, comm, be};
-  CHECK(stage0.is_first_stage());
-  CHECK(!stage0.is_last_stage());
-  CHECK(stage1.is_last_stage());
-  model::kv_cache c0{be, with_kv_dtype(stage0, kv).cache_shape(16), 8}, c1{be, with_kv_dtype(stage1, kv).cache_shape(16), 8};
-  std::vector<int32_t> table{0, 1, 2, 3, 4, 5, 6, 7};
-  std::vector<int32_t> out;
-  model::forward_batch fb;
-  fb.add_sequence(p.prompt_ids, 0, table, true);
-  auto logits = stage1.forward(fb, c1, stage0.forward(fb, c0));
-  for (size_t i = 0; i < p.greedy_output_ids.size(); ++i) {
-    out.push_back(argmax(logits.data(), l0.config.n_vocab));
-    model::forward_batch next;
-    int32_t tok[1] = {out.back()};
-    next.add_sequence(tok, static_cast<int32_t>(p.prompt_ids.size() + out.size() - 1), table, true);
-    logits = stage1.forward(next, c1, stage0.forward(next, c0));
-  }
-  CHECK(out == p.greedy_output_ids);
+    CAPTURE(dtype_name(kv));
+    cpu::cpu_backend be{2};
+    single_rank_collective comm;
+    model::shard_spec s0, s1;
+    s0.layer_begin = 0;
+    s0.layer_end = 3;
+    s1.layer_begin = 3;
+    s1.layer_end = 5;
+    auto l0 = model::load_shard(test::model_dir("stories260K"), s0, {});
+    auto l1 = model::load_shard(test::model_dir("stories260K"), s1, {});
+    model::llama_model stage0{l0.config, std::move(l0.weights), s0, comm, be};
+    model::llama_model stage1{l1.config, std::move(l1.weights), s1, comm, be};
+    CHECK(stage0.is_first_stage());
+    CHECK(!stage0.is_last_stage());
+    CHECK(stage1.is_last_stage());
+    model::kv_cache c0{be, with_kv_dtype(stage0, kv).cache_shape(16), 8},
+        c1{be, with_kv_dtype(stage1, kv).cache_shape(16), 8};
+    std::vector<int32_t> table{0, 1, 2, 3, 4, 5, 6, 7};
+    std::vector<int32_t> out;
+    model::forward_batch fb;
+    fb.add_sequence(p.prompt_ids, 0, table, true);
+    auto logits = stage1.forward(fb, c1, stage0.forward(fb, c0));
+    for (size_t i = 0; i < p.greedy_output_ids.size(); ++i) {
+      out.push_back(argmax(logits.data(), l0.config.n_vocab));
+      model::forward_batch next;
+      int32_t tok[1] = {out.back()};
+      next.add_sequence(tok, static_cast<int32_t>(p.prompt_ids.size() + out.size() - 1), table, true);
+      logits = stage1.forward(next, c1, stage0.forward(next, c0));
+    }
+    CHECK(out == p.greedy_output_ids);
   }
 }
 

@@ -33,7 +33,8 @@ struct shard_profile {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_profile& x) {
   return f(caf::meta::type_name("shard_profile"), x.stage, x.tp_rank, x.layer_begin, x.layer_end, x.weight_bytes,
-           x.bytes_per_block, x.n_blocks_fit, x.kv_cache_dtype, x.device, x.device_total, x.device_used, x.in_use, x.peak_in_use);
+           x.bytes_per_block, x.n_blocks_fit, x.kv_cache_dtype, x.device, x.device_total, x.device_used, x.in_use,
+           x.peak_in_use);
 }
 
 /// The replica's KV cache.

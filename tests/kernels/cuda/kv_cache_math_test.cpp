@@ -89,7 +89,8 @@ TEST_CASE("fp8 e4m3 encode: nearest code, ties to even, saturation and NaN") {
   }
   // Midpoints between neighbouring codes go to the even one; a float step either side goes to the nearer one.
   for (int c = 0; c < 0x7e; ++c) {
-    const float lo = kvq::fp8_e4m3_decode(static_cast<uint8_t>(c)), hi = kvq::fp8_e4m3_decode(static_cast<uint8_t>(c + 1));
+    const float lo = kvq::fp8_e4m3_decode(static_cast<uint8_t>(c)),
+                hi = kvq::fp8_e4m3_decode(static_cast<uint8_t>(c + 1));
     const float mid = static_cast<float>((static_cast<double>(lo) + hi) / 2);  // exact in f32
     CAPTURE(c);
     for (float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1000.0f)}) {
