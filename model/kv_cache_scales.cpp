@@ -26,9 +26,14 @@ std::optional<float> scalar(const safetensors_checkpoint& ckpt, std::initializer
     if (!info.is_float() || info.numel() != 1)
       throw model_error(fmt::format("{}: a KV cache scale must be one F32, F16 or BF16 value, got {} elements of {}",
                                     name, info.numel(), stored_type_name(info.stored)));
-    std::byte raw[4]{};
-    std::memcpy(raw, e->file->data(info), dtype_size(info.type));
-    const float v = load_as_f32(raw, info.type, 0);
+    float v = 0.0f;
+    if (info.type == dtype::f32) {
+      std::memcpy(&v, e->file->data(info), sizeof v);
+    } else {
+      uint16_t h = 0;
+      std::memcpy(&h, e->file->data(info), sizeof h);
+      v = info.type == dtype::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
     if (!(v > 0.0f) || !std::isfinite(v))
       throw model_error(fmt::format("{}: a KV cache scale must be positive and finite, got {}", name, v));
     return v;

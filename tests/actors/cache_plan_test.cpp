@@ -110,16 +110,16 @@ TEST_CASE("cache plan: a bf16 KV cache logs twice the blocks and tokens of an f3
       MESSAGE(l);
     for (const auto& l : bf16)
       MESSAGE(l);
-    // f32: 32 x 2 x 16 x 8 x 128 x 4 = 2 MiB per block; bf16 1 MiB. CPU: 4 GiB / 2 MiB = 2048 blocks, 32768 tokens.
-    // GPU: 80 x 0.75 - 20 = 40 GiB: 20480 blocks (327680 tokens) f32.
-    const int64_t blocks = gpu ? 20480 : 2048;
+    // f32: 32 x 2 x 16 x 8 x 128 x 4 = 4 MiB per block; bf16 2 MiB. CPU: 4 GiB / 4 MiB = 1024 blocks, 16384 tokens.
+    // GPU: 80 x 0.75 - 20 = 40 GiB: 10240 blocks (163840 tokens) f32.
+    const int64_t blocks = gpu ? 10240 : 1024;
     const std::string device = gpu ? "GPU" : "CPU";
     CHECK(f32.at(0) == fmt::format("# {} blocks: {}", device, blocks));
     CHECK(bf16.at(0) == fmt::format("# {} blocks: {}", device, 2 * blocks));
-    CHECK(f32.at(1) == fmt::format("{} KV cache size: {} tokens ({} blocks of 16, 2097152 bytes per block on the "
+    CHECK(f32.at(1) == fmt::format("{} KV cache size: {} tokens ({} blocks of 16, 4194304 bytes per block on the "
                                    "largest shard, kv_cache_dtype float32)",
                                    device, blocks * 16, blocks));
-    CHECK(bf16.at(1) == fmt::format("{} KV cache size: {} tokens ({} blocks of 16, 1048576 bytes per block on the "
+    CHECK(bf16.at(1) == fmt::format("{} KV cache size: {} tokens ({} blocks of 16, 2097152 bytes per block on the "
                                     "largest shard, kv_cache_dtype bfloat16)",
                                     device, 2 * blocks * 16, 2 * blocks));
   }

@@ -143,13 +143,17 @@ TEST_CASE("stories260K greedy with a bf16 KV cache: the golden ids, and every (t
 }
 
 TEST_CASE("a bf16 KV cache holds twice the tokens of an f32 one in the same kv_cache_memory") {
-  engine_config f32 = stories_config(1, 1), bf16 = f32;
+  // stories260K's f32 block: 2 (k, v) x 5 layers x 16 slots x 4 kv heads x 8 x 4 bytes = 20480 bytes.
+  engine_config f32 = stories_config(1, 1);
+  f32.kv_cache_memory = size_t{20480} * 200;
+  engine_config bf16 = f32;
   f32.kv_cache_dtype = "float32";
   bf16.kv_cache_dtype = "bfloat16";
   const int64_t f32_blocks = LLM{f32}.stats().n_blocks, bf16_blocks = LLM{bf16}.stats().n_blocks;
-  MESSAGE("4 MiB of KV cache: " << f32_blocks << " blocks f32, " << bf16_blocks << " blocks bf16");
-  CHECK(f32_blocks > 0);
-  CHECK(bf16_blocks == 2 * f32_blocks);
+  MESSAGE(f32.kv_cache_memory << " bytes of KV cache: " << f32_blocks << " blocks f32, " << bf16_blocks
+                              << " blocks bf16");
+  CHECK(f32_blocks == 200);
+  CHECK(bf16_blocks == 400);
 }
 
 TEST_CASE("--kv-cache-dtype fp8 on the CPU and unknown values are refused at construction, naming the value") {
@@ -161,7 +165,7 @@ TEST_CASE("--kv-cache-dtype fp8 on the CPU and unknown values are refused at con
     engine_config cfg = stories_config(1, 1);
     cfg.device = "cpu";
     cfg.kv_cache_dtype = value;
-    INFO(value);
+    INFO(std::string{value});
     try {
       LLM llm{cfg};
       FAIL("the engine started");

