@@ -4,6 +4,7 @@
 #include "apps/command_registry.hpp"
 #include "apps/eplb_config_text.hpp"
 #include "kernels/device.hpp"
+#include "kernels/kv_cache_dtype.hpp"
 
 #include <fmt/format.h>
 
@@ -329,6 +330,14 @@ const std::vector<engine_flag>& table() {
        .kind = vk::bytes,
        .help = "KV-cache bytes per shard (e.g. 4GiB, 512MiB)",
        .show_default = true},
+      {.names = "--kv-cache-dtype",
+       .section = "cache",
+       .key = "kv_cache_dtype",
+       .field = &ec::kv_cache_dtype,
+       .kind = vk::kv_dtype,
+       .help = "KV-cache element type: auto (the model's dtype: bf16 for a bf16 model), bfloat16, float16, "
+               "float32, or fp8 / fp8_e4m3 (e4m3 with a scale per layer's k and v; GPU only)",
+       .show_default = true},
       {.names = "--enable-prefix-caching,!--no-enable-prefix-caching",
        .section = "cache",
        .key = "enable_prefix_caching",
@@ -471,6 +480,12 @@ void check_engine_flags(engine_config& cfg, const engine_flag_texts& given, engi
             !chosen.error.empty())
           throw std::invalid_argument(chosen.error);  // names --device and the value
         break;
+      case value_kind::kv_dtype: {
+        std::string why;
+        if (!parse_kv_cache_dtype(cfg.*std::get<std::string engine_config::*>(f.field), why))
+          throw std::invalid_argument(why);  // names --kv-cache-dtype and the value
+        break;
+      }
       case value_kind::bytes:
         if (auto text = given.bytes.find(flag); text != given.bytes.end()) {
           uint64_t bytes = 0;

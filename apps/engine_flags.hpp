@@ -38,6 +38,7 @@ enum class value_kind {
   choice,     ///< a string field, one of `choices`
   executor,   ///< uni, mp or cluster; empty: chosen by the world size (the command checks a given spelling)
   device,     ///< a device this build runs shards on (kernels/device.hpp)
+  kv_dtype,   ///< --kv-cache-dtype: a KV cache element type by vLLM's names (kernels/kv_cache_dtype.hpp)
   partition,  ///< layers per pipeline stage, "3,2" (a --config file may write [3, 2])
   bytes,      ///< a byte count with an optional unit ("4GiB", "512MiB", "1048576")
   eplb,       ///< --eplb-config: a JSON object of vLLM's EPLBConfig keys (a --config file may write a TOML table)

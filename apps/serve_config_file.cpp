@@ -7,6 +7,7 @@
 #include "apps/nearest_name.hpp"
 #include "hub/repo_id.hpp"
 #include "kernels/device.hpp"
+#include "kernels/kv_cache_dtype.hpp"
 #include "text/structured/structured_limits.hpp"
 
 #include <fmt/format.h>
@@ -286,6 +287,16 @@ setter engine_setter(const engine_flag& f, engine_config& cfg, const fs::path& b
       return choice_value(text(), {"uni", "mp", "cluster"});
     case value_kind::device:
       return device_value(text());
+    case value_kind::kv_dtype:
+      return [&out = text()](const toml::node& n, const key_location& at) {
+        if (!n.is_string())
+          type_error(at, n, "a string");
+        const std::string value{n.as_string()->get()};
+        std::string why;
+        if (!parse_kv_cache_dtype(value, why))
+          throw config_file_error(fmt::format("{}: {}", at.describe(), why));
+        out = value;
+      };
     case value_kind::partition:
       return partition_value(text());
     case value_kind::bytes:

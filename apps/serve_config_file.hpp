@@ -6,7 +6,7 @@
 //   [parallel]  tensor_parallel_size, pipeline_parallel_size, pp_layer_partition, distributed_executor_backend,
 //               num_threads, max_worker_restarts, device
 //   [scheduler] max_num_seqs, max_num_batched_tokens, max_queued_requests, step_timeout
-//   [cache]     block_size, gpu_memory_utilization, kv_cache_memory
+//   [cache]     block_size, gpu_memory_utilization, kv_cache_memory, kv_cache_dtype
 //   [server]    host, port, api_key, allowed_origins, shutdown_timeout, max_connections, max_body_bytes, log_level,
 //               max_stop_strings, max_stop_bytes, max_prompts_per_request, max_tools, max_chat_template_kwargs,
 //               max_bad_words, max_structured_output_bytes, max_structured_output_depth,

@@ -35,7 +35,6 @@ constexpr std::array flags{
     vllm_flag{"--code-revision", true, "", "no model code is downloaded"},
     vllm_flag{"--swap-space", true, "", "preemption recomputes: no KV cache is swapped to the host"},
     vllm_flag{"--cpu-offload-gb", true, "0", "weights are never offloaded"},
-    vllm_flag{"--kv-cache-dtype", true, "auto", "the KV cache is f32"},
     vllm_flag{"--max-seq-len-to-capture", true, "", "the decode graphs hold block tables of --max-model-len, so every length replays them"},
     vllm_flag{"--max-num-partial-prefills", true, "1", "one prompt is prefilled in chunks at a time per step plan"},
     vllm_flag{"--compilation-config", true, "", "there is no torch.compile"},

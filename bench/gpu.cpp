@@ -16,6 +16,7 @@
 #include "comm/collective.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/device.hpp"
+#include "kernels/kv_cache_dtype.hpp"
 #include "kernels/quantized_linear.hpp"
 #include "model/decode_graph_plan.hpp"
 #include "model/decode_graphs.hpp"
@@ -285,7 +286,19 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-memory-utilization", gpu_memory_utilization, "Share of the GPU the engine may use")
       ->capture_default_str();
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
+  std::string kv_cache_dtype = "auto";
+  app.add_option("--kv-cache-dtype", kv_cache_dtype,
+                 "KV-cache element type of every run (auto: the bf16 weights' dtype; float32, float16, fp8); the CPU "
+                 "side of --parity keeps it unless it is fp8 (then f32)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  std::string kv_error;
+  const auto kv_choice = parse_kv_cache_dtype(kv_cache_dtype, kv_error);
+  if (!kv_choice) {
+    std::fprintf(stderr, "%s\n", kv_error.c_str());
+    return 2;
+  }
+  const dtype kv_type = resolve_kv_cache_dtype(*kv_choice, dtype::bf16);
   std::vector<throughput_case> cases;
   for (const std::string& s : case_specs) {
     long long b = 0, in = 0, out = 0;
@@ -394,6 +407,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<backend> be = make_backend(device{device_kind::cuda, 0}, 1);
     single_rank_collective comm;
     model::llama_model llm{cfg, std::move(loaded.weights), model::shard_spec{}, comm, *be};
+    llm.set_kv_cache_dtype(kv_type);
     for (int64_t b : profile_batches)
       profile_decode_step(llm, b);
     return 0;
@@ -405,6 +419,8 @@ int main(int argc, char** argv) {
     single_rank_collective comm;
     auto t_up = clock_type::now();
     model::llama_model llm{cfg, std::move(loaded.weights), model::shard_spec{}, comm, *be};
+    llm.set_kv_cache_dtype(kv_type);
+    table.emplace_back("KV cache dtype", std::string{kv_cache_dtype_name(kv_type)});
     be->synchronize();
     table.emplace_back("weights uploaded (s)", fmt::format("{:.1f}", seconds_since(t_up)));
     std::fprintf(stderr, "decode batch 1...\n");
@@ -437,6 +453,7 @@ int main(int argc, char** argv) {
       std::unique_ptr<backend> cpu = make_backend(device_kind::cpu, thread_pool::global().size());
       single_rank_collective cpu_comm;
       model::llama_model ref{cfg, std::move(host.weights), model::shard_spec{}, cpu_comm, *cpu};
+      ref.set_kv_cache_dtype(kv_type == dtype::fp8_e4m3 ? dtype::f32 : kv_type);
       const bench::rows_difference p = bench::compare_rows(gpu_rows, bench::rows_of(ref, parity_tokens, prompt_len));
       table.emplace_back("8B parity: top-1 agreement (rows)", fmt::format("{}/{}", p.top1_agree, p.rows));
       table.emplace_back("8B parity: worst relative L2 error", fmt::format("{:.2e}", p.max_rel_l2_error));
@@ -456,6 +473,7 @@ int main(int argc, char** argv) {
     ec.model = config_dir;
     ec.load_format = "dummy";
     ec.dtype = "bfloat16";
+    ec.kv_cache_dtype = kv_cache_dtype;
     ec.device = "cuda";
     ec.max_num_seqs = static_cast<int32_t>(max_batch);
     ec.max_num_batched_tokens = 8192;

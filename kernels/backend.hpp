@@ -29,11 +29,15 @@
 
 namespace actorllm {
 
-/// One layer's paged KV cache: k and v each [n_blocks, block_size, n_head_kv, head_dim] f32. The slot of a token is
-/// block * block_size + offset_in_block.
+/// One layer's paged KV cache: k and v each [n_blocks, block_size, n_head_kv, head_dim] of one element type (f32,
+/// bf16, f16, or on a GPU fp8 e4m3: --kv-cache-dtype). The slot of a token is block * block_size + offset_in_block.
+/// An fp8 cache holds round(x / scale) and is read back as code * scale, one scale per tensor (vLLM's k_scale and
+/// v_scale: 1 unless the checkpoint gives them); the other types ignore the scales.
 struct kv_layer {
   tensor k;
   tensor v;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 
   int64_t n_blocks() const { return k.dim(0); }
   int64_t block_size() const { return k.dim(1); }

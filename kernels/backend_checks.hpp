@@ -5,10 +5,12 @@
 #pragma once
 
 #include "kernels/backend.hpp"
+#include "kernels/kv_cache_dtype.hpp"
 #include "util/check.hpp"
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace actorllm {
@@ -70,10 +72,19 @@ struct backend_checks {
     ACTORLLM_CHECK(is_float_dtype(t.type),
                    fmt::format("{}: {} must be f32, f16 or bf16, got {}", op, arg, t.describe()).c_str());
   }
-  /// The KV cache's k and v: f32 on this device, both [n_blocks, block_size, n_head_kv, head_dim].
+  /// The KV cache's k and v: on this device, of one element type it stores (kv_cache_dtype_unsupported), both
+  /// [n_blocks, block_size, n_head_kv, head_dim], with positive finite scales.
   void kv_cache(const kv_layer& cache, const char* op) const {
-    on_device(cache.k, dtype::f32, op, "cache.k");
-    on_device(cache.v, dtype::f32, op, "cache.v");
+    on_device(cache.k, op, "cache.k");
+    on_device(cache.v, cache.k.type, op, "cache.v");  // k's type
+    const dtype t = cache.k.type;
+    if (t != dtype::f32 && t != dtype::bf16 && t != dtype::f16) [[unlikely]]
+      if (std::string why = kv_cache_dtype_unsupported(t, dev.kind); !why.empty())
+        ACTORLLM_CHECK(false, fmt::format("{}: {}", op, why).c_str());
+    ACTORLLM_CHECK(
+        cache.k_scale > 0 && cache.v_scale > 0 && std::isfinite(cache.k_scale) && std::isfinite(cache.v_scale),
+        fmt::format("{}: cache scales must be positive and finite, got k {} v {}", op, cache.k_scale, cache.v_scale)
+            .c_str());
     ACTORLLM_CHECK(cache.k.shape.n_dims == 4 && cache.k.shape == cache.v.shape && cache.block_size() > 0 &&
                        cache.n_head_kv() > 0 && cache.head_dim() > 0,
                    fmt::format("{}: cache k and v must both be [n_blocks, block_size, n_head_kv, head_dim], got {} "

@@ -10,13 +10,16 @@
 
 namespace actorllm {
 
-/// Storage type of a tensor's elements: the float types of weights and activations, and the integer types of a
-/// step's inputs (token ids, positions, cache slots) as backend tensors hold them.
-enum class dtype : uint8_t { f32, f16, bf16, i32, i64 };
+/// Storage type of a tensor's elements: the float types of weights and activations, the integer types of a
+/// step's inputs (token ids, positions, cache slots) as backend tensors hold them, and fp8_e4m3, which only a GPU KV
+/// cache stores (--kv-cache-dtype fp8: codes times a per-tensor scale).
+enum class dtype : uint8_t { f32, f16, bf16, i32, i64, fp8_e4m3 };
 
 /// Bytes per element.
 constexpr size_t dtype_size(dtype t) {
   switch (t) {
+    case dtype::fp8_e4m3:
+      return 1;
     case dtype::f16:
     case dtype::bf16:
       return 2;
@@ -32,7 +35,7 @@ constexpr size_t dtype_size(dtype t) {
 /// True for the types weights and activations may have (f32, f16, bf16).
 constexpr bool is_float_dtype(dtype t) { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
 
-/// Short lowercase name: "f32", "f16", "bf16", "i32", "i64".
+/// Short lowercase name: "f32", "f16", "bf16", "i32", "i64", "fp8_e4m3".
 constexpr std::string_view dtype_name(dtype t) {
   switch (t) {
     case dtype::f32:
@@ -45,6 +48,8 @@ constexpr std::string_view dtype_name(dtype t) {
       return "i32";
     case dtype::i64:
       return "i64";
+    case dtype::fp8_e4m3:
+      return "fp8_e4m3";
   }
   return "?";
 }
@@ -88,6 +93,8 @@ inline float load_as_f32(const void* data, dtype t, size_t i) {
       return static_cast<float>(static_cast<const int32_t*>(data)[i]);
     case dtype::i64:
       return static_cast<float>(static_cast<const int64_t*>(data)[i]);
+    case dtype::fp8_e4m3:
+      return fp8_e4m3_to_f32(static_cast<const uint8_t*>(data)[i]);
   }
   return 0.0f;
 }
@@ -109,6 +116,9 @@ inline void store_from_f32(void* data, dtype t, size_t i, float v) {
       break;
     case dtype::i64:
       static_cast<int64_t*>(data)[i] = static_cast<int64_t>(v);
+      break;
+    case dtype::fp8_e4m3:
+      static_cast<uint8_t*>(data)[i] = f32_to_fp8_e4m3(v);
       break;
   }
 }

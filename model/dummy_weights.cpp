@@ -87,6 +87,7 @@ void fill_run(uint64_t key, value_range r, int64_t first, void* dst, dtype type,
           d[i] = f32_to_bf16(values[i]);
         break;
       }
+      case dtype::fp8_e4m3:
       case dtype::i32:
       case dtype::i64:
         ACTORLLM_CHECK(false, "dummy weights: integer types hold no weights");

@@ -59,7 +59,14 @@ kv_cache_shape llama_model::cache_shape(int64_t block_size) const {
   const int64_t shares = int64_t{shard_.dcp_size} * shard_.pcp_size;
   ACTORLLM_CHECK(block_size % shares == 0 && (block_size / shares) % shard_.dcp_interleave == 0,
                  "cache_shape: the block size is not a multiple of the context-parallel group's interleaved runs");
-  return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size / shares, shard_.kv_layout()};
+  return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_,         cfg_.head_dim,
+                        block_size / shares,       shard_.kv_layout(), kv_dtype_};
+}
+
+void llama_model::set_kv_cache_dtype(dtype type) {
+  ACTORLLM_CHECK(type == dtype::f32 || type == dtype::bf16 || type == dtype::f16 || type == dtype::fp8_e4m3,
+                 "set_kv_cache_dtype: a KV cache holds f32, bf16, f16 or fp8_e4m3");
+  kv_dtype_ = type;
 }
 
 dtype llama_model::matmul_input_type_of(std::initializer_list<tensor layer_weights::*> readers) const {

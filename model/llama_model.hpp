@@ -59,8 +59,12 @@ class llama_model {
   exchange_stats expert_exchange() const {
     return moe_ && shard_.expert_parallel ? moe_->exchange() : exchange_stats{};
   }
-  /// What the shard's KV cache must hold per token slot, for a given block size.
+  /// What the shard's KV cache must hold per token slot, for a given block size, in the KV element type.
   kv_cache_shape cache_shape(int64_t block_size) const;
+  /// The element type the KV cache stores (--kv-cache-dtype, resolved; f32 unless set): attention reads it back to
+  /// f32, so it changes the cache's bytes per token, not the math. Set before the cache is sized.
+  void set_kv_cache_dtype(dtype type);
+  dtype kv_cache_dtype() const { return kv_dtype_; }
   /// How a step's rows are split between the copies of the TP group (prefill context parallelism; one copy: all).
   row_split rows_of_copies() const { return row_split{shard_.pcp_size, shard_.pcp_rank}; }
 
@@ -134,6 +138,7 @@ class llama_model {
   model_tensors tensors_;
   rope_table rope_;
   std::vector<int64_t> windows_;    // per local layer: the sliding window (0: full attention)
+  dtype kv_dtype_ = dtype::f32;     // the KV cache's element type
   std::unique_ptr<moe_block> moe_;  // the MoE layers' helper (MoE architectures only)
   std::unique_ptr<lora_slots> lora_;
 

@@ -59,6 +59,7 @@ void convert_from(const std::byte* src, void* dst, dtype dst_type, size_t n) {
         d[i] = f32_to_bf16(read_element<S>(src, i));
       break;
     }
+    case dtype::fp8_e4m3:
     case dtype::i32:
     case dtype::i64:
       ACTORLLM_CHECK(false, "weight loader: integer types hold no weights");
@@ -80,6 +81,7 @@ void convert_elements(const std::byte* src, dtype src_type, void* dst, dtype dst
     case dtype::bf16:
       convert_from<dtype::bf16>(src, dst, dst_type, n);
       break;
+    case dtype::fp8_e4m3:
     case dtype::i32:
     case dtype::i64:
       ACTORLLM_CHECK(false, "weight loader: integer types hold no weights or activations");

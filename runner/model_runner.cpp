@@ -71,6 +71,8 @@ size_t model_runner::graph_memory_estimate(int64_t block_size) const {
 void model_runner::allocate_cache(int64_t block_size, int64_t n_blocks) {
   graphs_.reset();  // they name the old cache
   cache_ = std::make_unique<model::kv_cache>(*be_, model_->cache_shape(block_size), n_blocks);
+  for (size_t l = 0; l < kv_scales_.size() && static_cast<int64_t>(l) < cache_->shape().n_layer; ++l)
+    cache_->set_scales(static_cast<int64_t>(l), kv_scales_[l].k, kv_scales_[l].v);
   if (const std::string why = graphs_disabled_reason(); !why.empty()) {
     if (graph_options_.enabled && be_->supports_graphs())
       log::info("shard", "decode steps run eagerly: {}", why);

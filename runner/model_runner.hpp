@@ -10,6 +10,7 @@
 #include "kernels/backend.hpp"
 #include "model/decode_graphs.hpp"
 #include "model/kv_cache.hpp"
+#include "model/kv_cache_scales.hpp"
 #include "model/llama_model.hpp"
 #include "model/step_inputs.hpp"
 #include "runner/persistent_batch.hpp"
@@ -53,6 +54,11 @@ class model_runner {
   bool has_cache() const { return cache_ != nullptr; }
   /// Turns LoRA on (before the memory profile, so that the KV cache leaves room for the adapter slots).
   void enable_lora(const model::lora_limits& limits) { model_->enable_lora(limits); }
+  /// Sets the KV cache's element type (resolved --kv-cache-dtype); takes effect at the next allocate_cache and in
+  /// the model's cache_shape.
+  void set_kv_cache_dtype(dtype type) { model_->set_kv_cache_dtype(type); }
+  /// The scales of an fp8 KV cache, one per local layer (read_kv_cache_scales); applied at the next allocate_cache.
+  void set_kv_cache_scales(std::vector<model::kv_scales> scales) { kv_scales_ = std::move(scales); }
   /// Sets how decode graphs are used; takes effect at the next allocate_cache.
   void set_graph_options(const graph_options& o) { graph_options_ = o; }
   /// Empty when allocate_cache captures decode graphs on this shard; else why its steps all run eagerly.
@@ -105,6 +111,7 @@ class model_runner {
   std::unique_ptr<tp_collective> expert_comm_;  // null unless the EP group spans replicas
   std::unique_ptr<model::llama_model> model_;
   std::unique_ptr<model::kv_cache> cache_;
+  std::vector<model::kv_scales> kv_scales_;  // per local layer; empty: all 1
   graph_options graph_options_;
   std::unique_ptr<model::decode_graphs> graphs_;  // after cache_: destroyed first, it reads the cache
   uint64_t graph_replays_ = 0;

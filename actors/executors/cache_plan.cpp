@@ -101,22 +101,28 @@ cache_plan plan_cache(const std::vector<proto::shard_profile>& profiles, int32_t
   return plan;
 }
 
-void log_cache_plan(const proto::kv_cache_config& c, const cache_log_facts& f) {
-  log::info("kv_cache", "# {} blocks: {}", f.device, c.n_blocks);
-  log::info("kv_cache",
-            "{} KV cache size: {} tokens ({} blocks of {}, {} bytes per block on "
-            "the largest shard)",
-            f.device, c.token_capacity(), c.n_blocks, c.block_size, c.max_bytes_per_block);
+std::vector<std::string> cache_plan_lines(const proto::kv_cache_config& c, const cache_log_facts& f) {
+  std::vector<std::string> lines;
+  lines.push_back(fmt::format("# {} blocks: {}", f.device, c.n_blocks));
+  lines.push_back(
+      fmt::format("{} KV cache size: {} tokens ({} blocks of {}, {} bytes per block on the largest shard, "
+                  "kv_cache_dtype {})",
+                  f.device, c.token_capacity(), c.n_blocks, c.block_size, c.max_bytes_per_block, f.kv_cache_dtype));
   if (const int32_t shares = f.dcp_size * f.pcp_size; shares > 1)
-    log::info("kv_cache",
-              "{}: each rank of a group keeps {} of every block's {} positions, 1/{} of each "
-              "sequence's KV cache",
-              f.pcp_size == 1   ? fmt::format("Decode context parallel size {}", f.dcp_size)
-              : f.dcp_size == 1 ? fmt::format("Prefill context parallel size {}", f.pcp_size)
-                                : fmt::format("Context parallel sizes: prefill {} x decode {}", f.pcp_size, f.dcp_size),
-              c.block_size / shares, c.block_size, shares);
-  log::info("kv_cache", "Maximum concurrency for {} tokens per request: {:.2f}x", f.max_model_len,
-            static_cast<double>(c.token_capacity()) / f.max_model_len);
+    lines.push_back(fmt::format(
+        "{}: each rank of a group keeps {} of every block's {} positions, 1/{} of each sequence's KV cache",
+        f.pcp_size == 1   ? fmt::format("Decode context parallel size {}", f.dcp_size)
+        : f.dcp_size == 1 ? fmt::format("Prefill context parallel size {}", f.pcp_size)
+                          : fmt::format("Context parallel sizes: prefill {} x decode {}", f.pcp_size, f.dcp_size),
+        c.block_size / shares, c.block_size, shares));
+  lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x", f.max_model_len,
+                              static_cast<double>(c.token_capacity()) / f.max_model_len));
+  return lines;
+}
+
+void log_cache_plan(const proto::kv_cache_config& c, const cache_log_facts& f) {
+  for (const std::string& line : cache_plan_lines(c, f))
+    log::info("kv_cache", "{}", line);
 }
 
 }  // namespace actorllm::actors

@@ -32,10 +32,13 @@ struct cache_log_facts {
   int32_t dcp_size = 1;        ///< decode context parallelism: the ranks that share each block's positions
   int32_t pcp_size = 1;        ///< prefill context parallelism: the copies of the TP group that share them too
   int32_t max_model_len = 0;   ///< for the concurrency line
+  std::string kv_cache_dtype = "float32";  ///< the cache's element type (vLLM's name), which sets its bytes per token
 };
 
-/// Logs the capacity as vLLM does: "# GPU blocks: N", the KV cache size in tokens, the context-parallel share of
-/// each rank, the maximum concurrency at max_model_len.
+/// The capacity lines as vLLM logs them: "# GPU blocks: N", the KV cache size in tokens (and its element type), the
+/// context-parallel share of each rank, the maximum concurrency at max_model_len.
+std::vector<std::string> cache_plan_lines(const proto::kv_cache_config& c, const cache_log_facts& facts);
+/// Logs cache_plan_lines.
 void log_cache_plan(const proto::kv_cache_config& c, const cache_log_facts& facts);
 
 }  // namespace actorllm::actors

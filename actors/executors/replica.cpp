@@ -8,6 +8,7 @@
 #include "actors/runtime/scheduler_actor.hpp"
 #include "actors/runtime/shard_actor.hpp"
 #include "comm/shared_memory_collective.hpp"
+#include "kernels/kv_cache_dtype.hpp"
 #include "model/model_error.hpp"
 #include "model/model_source.hpp"
 #include "text/tokenizer_error.hpp"
@@ -202,6 +203,14 @@ replica_plan plan_replica(const engine_config& config, const replica_slot& slot)
   }
   if (config.block_size < 1 || config.block_size > 256)
     throw_config(fmt::format("block_size must be in [1, 256], got {}", config.block_size));
+  std::string kv_error;
+  const auto kv_dtype = parse_kv_cache_dtype(config.kv_cache_dtype, kv_error);
+  if (!kv_dtype)
+    throw_config(kv_error);
+  // A cluster's workers check their own device (shard_args_of); the others run where plan.device says.
+  if (config.distributed_executor_backend != "cluster" && !kv_dtype->follows_model)
+    if (std::string why = kv_cache_dtype_unsupported(kv_dtype->type, plan.device); !why.empty())
+      throw_config(why);
   try {
     r.model = model::load_model_config(config.model);
     r.model.quant = model::resolve_quantization(
@@ -306,6 +315,7 @@ proto::shard_assignment make_shard_assignment(const engine_config& config, const
   a.expert_prefix = plan.expert_prefix;
   a.samples = stage == pp - 1 && index == 0;
   a.enforce_eager = config.enforce_eager;
+  a.kv_cache_dtype = config.kv_cache_dtype;
   a.max_num_seqs = config.max_num_seqs;
   a.max_model_len = r.max_model_len;
   if (config.enable_lora) {
@@ -336,8 +346,9 @@ void finish_replica(caf::actor_system& sys, const engine_config& config, replica
         plan_cache(profiles, block_size, config.kv_cache_memory, r.max_model_len, config.gpu_memory_utilization);
     if (!cache.error.empty())
       throw_config(cache.error);
-    log_cache_plan(cache.config, {plan.device == device_kind::cuda ? "GPU" : "CPU", config.decode_context_parallel_size,
-                                  config.prefill_context_parallel_size, r.max_model_len});
+    log_cache_plan(cache.config,
+                   {plan.device == device_kind::cuda ? "GPU" : "CPU", config.decode_context_parallel_size,
+                    config.prefill_context_parallel_size, r.max_model_len, profiles.front().kv_cache_dtype});
     ask_all<caf::ok_atom>(self, r.shards, proto::init_cache_atom::value, cache.config);
     r.cache = cache.config;
 

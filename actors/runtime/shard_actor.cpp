@@ -6,6 +6,8 @@
 #include "comm/collective.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/dtype.hpp"
+#include "kernels/kv_cache_dtype.hpp"
+#include "model/kv_cache_scales.hpp"
 #include "model/model_source.hpp"
 #include "runner/model_runner.hpp"
 #include "runner/step_inbox.hpp"
@@ -212,6 +214,16 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
               std::move(be), std::move(comm), loaded.config, std::move(loaded.weights), st.args.spec,
               st.args.assignment.samples, st.args.assignment.tokenizer, std::move(expert_comm));
           st.runner->set_graph_options(shard_graph_options(st.args.assignment));
+          // auto: the model's dtype as loaded (--dtype, else the checkpoint's torch_dtype), as vLLM resolves it.
+          const dtype kv_type = resolve_kv_cache_dtype(
+              st.args.kv_dtype, st.args.load.weight_dtype.value_or(st.runner->model().config().torch_dtype));
+          if (std::string why = kv_cache_dtype_unsupported(kv_type, st.args.device); !why.empty())
+            return proto::make_error(errc::invalid_config, fmt::format("{}: {}", st.where(), why));
+          st.runner->set_kv_cache_dtype(kv_type);
+          if (kv_type == dtype::fp8_e4m3 && st.args.load.format != model::load_format::dummy)
+            st.runner->set_kv_cache_scales(model::read_kv_cache_scales(st.args.assignment.model_dir,
+                                                                       st.runner->model().shard().layer_begin,
+                                                                       st.runner->model().shard().layer_end));
           if (st.args.lora.max_loras > 0)
             st.runner->enable_lora(st.args.lora);
           st.inbox.expect_handoff(expects_handoff(st));
@@ -236,6 +248,7 @@ proto::shard_actor::behavior_type shard_behavior(shard_pointer self, shard_args 
         p.layer_end = m.shard().layer_end;
         p.weight_bytes = m.weight_bytes();
         p.bytes_per_block = m.cache_shape(block_size).bytes_per_block();
+        p.kv_cache_dtype = std::string{kv_cache_dtype_name(m.kv_cache_dtype())};
         p.n_blocks_fit = p.bytes_per_block == 0 ? 0 : static_cast<int64_t>(budget / p.bytes_per_block);
         backend& be = st.runner->device_backend();
         if (be.memory_info().total > 0) {  // a GPU: profile a forward, report the memory it leaves
@@ -315,6 +328,14 @@ shard_args shard_args_of(proto::shard_assignment a) {
     throw actorllm::error{errc::invalid_config, why};
   args.device = chosen.kind;
   args.lora = {a.max_loras, a.max_lora_rank, a.max_cpu_loras};
+  std::string kv_error;
+  const auto kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype, kv_error);
+  if (!kv_dtype)
+    throw actorllm::error{errc::invalid_config, kv_error};
+  if (!kv_dtype->follows_model)  // auto is checked once the model's dtype is known (load_atom)
+    if (std::string why = kv_cache_dtype_unsupported(kv_dtype->type, args.device); !why.empty())
+      throw actorllm::error{errc::invalid_config, why};
+  args.kv_dtype = *kv_dtype;
   args.assignment = std::move(a);
   return args;
 }

@@ -12,6 +12,7 @@
 #include "comm/shared_memory_collective.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/device.hpp"
+#include "kernels/kv_cache_dtype.hpp"
 #include "kernels/tensor.hpp"
 #include "model/lora_slots.hpp"
 #include "model/model_source.hpp"
@@ -40,6 +41,7 @@ struct shard_args {
   model::load_options load;               ///< load format, weight dtype, quantization, seed
   device_kind device = device_kind::cpu;  ///< the backend the shard runs on (--device, resolved)
   model::lora_limits lora;                ///< --enable-lora's slots (max_loras 0: LoRA off)
+  kv_cache_dtype_choice kv_dtype;         ///< --kv-cache-dtype (auto: the loaded model's dtype)
   /// The stage's TP group (one per stage, shared by its ranks); null when tp_size is 1.
   std::shared_ptr<comm::shared_memory_group> group;
   /// Lockstep expert parallelism: the EP group over every replica's TP ranks (spec.ep_size() ranks; this shard is
@@ -58,9 +60,9 @@ struct shard_args {
   std::function<std::unique_ptr<activation_link>(backend&)> make_next_link;
 };
 
-/// shard_args for `a`: its spec, load options, device and LoRA slots read from it. Throws actorllm::error
-/// (invalid_config) for a load format, dtype or device this process cannot run (a worker's binary, on another node,
-/// may lack a backend the engine's has).
+/// shard_args for `a`: its spec, load options, device, LoRA slots and KV cache dtype read from it. Throws
+/// actorllm::error (invalid_config) for a load format, dtype, KV cache dtype or device this process cannot run (a
+/// worker's binary, on another node, may lack a backend the engine's has; the CPU has no fp8 KV cache).
 shard_args shard_args_of(proto::shard_assignment a);
 
 /// What the shard's model_runner does about decode graphs (captured unless enforce_eager, where the shard can: a CUDA

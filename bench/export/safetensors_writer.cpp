@@ -19,6 +19,8 @@ std::string_view safetensors_dtype(dtype t, const std::string& name) {
       return "F16";
     case dtype::bf16:
       return "BF16";
+    case dtype::fp8_e4m3:
+      return "F8_E4M3";
     case dtype::i32:
       return "I32";
     case dtype::i64:

@@ -124,6 +124,7 @@ ncclDataType_t nccl_type(dtype t, const char* what) {
       return ncclFloat16;
     case dtype::bf16:
       return ncclBfloat16;
+    case dtype::fp8_e4m3:
     case dtype::i32:
     case dtype::i64:
       break;

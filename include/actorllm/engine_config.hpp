@@ -68,6 +68,10 @@ struct engine_config {
   int32_t max_num_seqs = 256;             ///< most sequences running at once
   int32_t max_num_batched_tokens = 2048;  ///< most tokens per step; longer prompts are prefilled in chunks
   int32_t block_size = 16;                ///< token slots per KV-cache block
+  /// vLLM's --kv-cache-dtype: the element type of the KV cache. auto: the model's dtype (a bf16 model's cache is
+  /// bf16: half the bytes per token of f32); bfloat16, float16, float32; fp8 (fp8_e4m3: e4m3 codes with a scale per
+  /// layer's k and v, GPU only).
+  std::string kv_cache_dtype = "auto";
   /// Bytes of KV cache each shard may use (vLLM's VLLM_CPU_KVCACHE_SPACE); the block count is the minimum over the
   /// shards of what fits.
   size_t kv_cache_memory = size_t{4} << 30;

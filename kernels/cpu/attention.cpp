@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "util/check.hpp"
 
@@ -132,8 +134,9 @@ void accumulate_values_heads(float* const* acc, const float* correction, const f
 }
 
 struct tile_scratch {
-  std::vector<float> kt;   // [head_dim][W]: the current keys, transposed (a key per lane)
-  std::vector<float> acc;  // [pairs][head_dim]: running weighted sums of v
+  std::vector<float> kt;      // [head_dim][W]: the current keys, transposed (a key per lane)
+  std::vector<float> kf, vf;  // [W][head_dim]: the current keys and values widened to f32 (a bf16 or f16 cache)
+  std::vector<float> acc;     // [pairs][head_dim]: running weighted sums of v
   std::vector<float> row_max, row_sum;
   std::vector<float> q;                 // [pairs][head_dim]: the queries, pre-multiplied by the scale
   std::vector<int64_t> key_lo, key_hi;  // [rows]: the local key indices [lo, hi) each row sees
@@ -199,7 +202,13 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
       for (int64_t d = 0; d < hd; ++d)
         dst[d] = src[d] * scale;
     }
-  const int64_t row_stride = cache.n_head_kv * hd;  // floats between consecutive slots
+  const int64_t row_stride = cache.n_head_kv * hd;  // elements between consecutive slots
+  const bool widen = cache.type != dtype::f32;      // keys and values are copied to f32 step by step
+  const size_t esize = dtype_size(cache.type);
+  if (widen) {
+    s.kf.resize(static_cast<size_t>(W * hd));
+    s.vf.resize(static_cast<size_t>(W * hd));
+  }
   alignas(64) float p[W];
   alignas(64) float pg[4][W];  // probabilities of the (up to) four heads scored together
   float corrections[4];
@@ -214,9 +223,26 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
     for (int64_t lo = block_lo; lo < block_hi; lo += W) {
       const int64_t n = std::min<int64_t>(W, block_hi - lo);
       const int64_t key0 = b * bs + lo;  // local index of the step's first key
-      const float* kb = cache.k + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
-      const float* vb = cache.v + (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;
-      transpose_keys(kb, row_stride, n, hd, s.kt.data());
+      const int64_t first = (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;  // element offset
+      const float* kb = nullptr;
+      const float* vb = nullptr;
+      int64_t stride = row_stride;  // between the step's key (value) rows as read below
+      if (!widen) {
+        kb = static_cast<const float*>(cache.k) + first;
+        vb = static_cast<const float*>(cache.v) + first;
+      } else {
+        const auto* k_bytes = static_cast<const std::byte*>(cache.k) + static_cast<size_t>(first) * esize;
+        const auto* v_bytes = static_cast<const std::byte*>(cache.v) + static_cast<size_t>(first) * esize;
+        for (int64_t k = 0; k < n; ++k) {
+          const size_t at = static_cast<size_t>(k * row_stride) * esize;
+          convert_to_f32(k_bytes + at, cache.type, hd, s.kf.data() + k * hd);
+          convert_to_f32(v_bytes + at, cache.type, hd, s.vf.data() + k * hd);
+        }
+        kb = s.kf.data();
+        vb = s.vf.data();
+        stride = hd;
+      }
+      transpose_keys(kb, stride, n, hd, s.kt.data());
       for (int64_t r = r0; r < r1; ++r) {
         // The keys of this step that row r sees: [see_lo, see_hi) of the step's lanes.
         const int64_t see_lo = std::max<int64_t>(s.key_lo[static_cast<size_t>(r - r0)] - key0, 0);
@@ -272,7 +298,7 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
             corrections[jj] = correction;
             accs[jj] = s.acc.data() + pair * hd;
           }
-          accumulate_values_heads(accs, corrections, pg, nj, see_lo, see_hi, vb, row_stride, hd);
+          accumulate_values_heads(accs, corrections, pg, nj, see_lo, see_hi, vb, stride, hd);
         }
       }
     }
@@ -302,13 +328,18 @@ void write_kv(const paged_kv_view& cache, const float* k, const float* v, const 
               int64_t n_tokens) {
   const int64_t row = cache.n_head_kv * cache.head_dim;
   const int64_t capacity = cache.n_blocks * cache.block_size;
+  ACTORLLM_CHECK(cache.type == dtype::f32 || cache.type == dtype::bf16 || cache.type == dtype::f16,
+                 "write_kv: the CPU KV cache holds f32, bf16 or f16");
+  const size_t row_bytes = static_cast<size_t>(row) * dtype_size(cache.type);
   for (int64_t t = 0; t < n_tokens; ++t) {
     int64_t slot = slot_mapping[t];
     if (slot < 0)
       continue;
     ACTORLLM_CHECK(slot < capacity, "write_kv: slot beyond the cache");
-    std::memcpy(cache.k + slot * row, k + t * row, static_cast<size_t>(row) * sizeof(float));
-    std::memcpy(cache.v + slot * row, v + t * row, static_cast<size_t>(row) * sizeof(float));
+    convert_from_f32(k + t * row, row, cache.type,
+                     static_cast<std::byte*>(cache.k) + static_cast<size_t>(slot) * row_bytes);
+    convert_from_f32(v + t * row, row, cache.type,
+                     static_cast<std::byte*>(cache.v) + static_cast<size_t>(slot) * row_bytes);
   }
 }
 
@@ -317,6 +348,8 @@ void paged_attention(const float* q, const int32_t* positions, const attention_s
                      int64_t window, const kv_shard_layout& layout, float* lse) {
   ACTORLLM_CHECK(cache.n_head_kv > 0 && n_head % cache.n_head_kv == 0,
                  "paged_attention: n_head must be a multiple of n_head_kv");
+  ACTORLLM_CHECK(cache.type == dtype::f32 || cache.type == dtype::bf16 || cache.type == dtype::f16,
+                 "paged_attention: the CPU KV cache holds f32, bf16 or f16");
   const int64_t n_rep = n_head / cache.n_head_kv;
   // Work item w maps to (sequence, tile of query rows, kv head) through prefix sums over the sequences.
   // Reused across calls (no allocation once warm); the reference, not the thread_local, is what the workers see.

@@ -4,24 +4,27 @@
 
 #include <cstdint>
 
+#include "kernels/dtype.hpp"
 #include "kernels/kv_shard_layout.hpp"
 #include "util/thread_pool.hpp"
 
 namespace actorllm::cpu {
 
-/// One layer's paged KV cache: k and v each [n_blocks, block_size, n_head_kv, head_dim] f32. A token's slot is
-/// block * block_size + offset_in_block.
+/// One layer's paged KV cache: k and v each [n_blocks, block_size, n_head_kv, head_dim] of `type` (f32, bf16 or
+/// f16: --kv-cache-dtype). A token's slot is block * block_size + offset_in_block.
 struct paged_kv_view {
-  float* k;
-  float* v;
+  void* k;
+  void* v;
   int64_t n_blocks;
   int64_t block_size;
   int64_t n_head_kv;
   int64_t head_dim;
+  dtype type = dtype::f32;
 };
 
-/// Writes the k/v rows of new tokens (each [n_tokens, n_head_kv, head_dim]) into their slots; slot_mapping[t] < 0
-/// skips token t (padding). A slot past the cache aborts (it would be a scheduler bug).
+/// Writes the k/v rows of new tokens (each f32 [n_tokens, n_head_kv, head_dim]) into their slots, rounded to the
+/// cache's type (nearest even); slot_mapping[t] < 0 skips token t (padding). A slot past the cache aborts (it would
+/// be a scheduler bug).
 void write_kv(const paged_kv_view& cache, const float* k, const float* v, const int64_t* slot_mapping,
               int64_t n_tokens);
 
@@ -41,7 +44,8 @@ struct attention_seq {
 /// block-table entries not even read (a scheduler may have freed them); a window that starts inside a block reads
 /// that block from the window start on. GQA: query head h uses kv head h / (n_head / n_head_kv). q, out:
 /// [n_tokens, n_head, head_dim] f32; scores are q.k * scale. Online softmax over cache blocks (running max and
-/// sum, rescaled per step of keys), f32 accumulation. Parallel over (sequence, tile of up to 4 query rows, kv head)
+/// sum, rescaled per step of keys), f32 accumulation; a bf16 or f16 cache is widened to f32 (exactly) as each step's
+/// keys and values are loaded. Parallel over (sequence, tile of up to 4 query rows, kv head)
 /// work items, each covering the n_head / n_head_kv query heads that share a kv head, so every k/v row is loaded
 /// (and the keys transposed for lane-parallel scores) once for all the tile's rows and heads.
 ///

@@ -11,7 +11,9 @@ namespace actorllm::cpu {
 /// (every f16 and bf16 value is representable as f32).
 void convert_to_f32(const void* src, dtype stype, int64_t n, float* dst);
 
-/// dst[i] = src[i] rounded to `dtype` (round-to-nearest-even, NaN stays NaN) for i < n.
+/// dst[i] = src[i] rounded to `dtype` (round-to-nearest-even, NaN stays NaN) for i < n. Vectorised for bf16 and
+/// f16 (the KV cache's writes), with the scalar conversions' results bit for bit (for f16, NaN payloads aside: a NaN
+/// stays a NaN).
 void convert_from_f32(const float* src, int64_t n, dtype dtype_out, void* dst);
 
 }  // namespace actorllm::cpu

@@ -354,6 +354,7 @@ void matmul_fma(const float* x, int64_t n_tokens, int64_t n_in, const void* w, d
       use_gemv ? gemv<dtype::bf16>(x, n_tokens, n_in, w, n_out, bias, y, pool)
                : gemm<dtype::bf16>(x, n_tokens, n_in, w, n_out, bias, y, pool);
       return;
+    case dtype::fp8_e4m3:
     case dtype::i32:
     case dtype::i64:
       break;

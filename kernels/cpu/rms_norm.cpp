@@ -59,6 +59,7 @@ void rms_norm(const float* x, int64_t n_tokens, int64_t n_embd, const void* weig
     case dtype::bf16:
       rms_norm_impl<dtype::bf16>(x, n_tokens, n_embd, weight, eps, y);
       return;
+    case dtype::fp8_e4m3:
     case dtype::i32:
     case dtype::i64:
       ACTORLLM_CHECK(false, "rms_norm: integer types hold no weights or activations");

@@ -43,6 +43,7 @@ element_type element_of(dtype t) {
       return element_type::f16;
     case dtype::bf16:
       return element_type::bf16;
+    case dtype::fp8_e4m3:
     case dtype::i32:
     case dtype::i64:
       break;
@@ -508,8 +509,22 @@ namespace {
 
 // The cache as the kernels take it (its shape checked by backend_checks::kv_cache).
 paged_cache_view cache_view(const kv_layer& cache) {
-  return paged_cache_view{f32(cache.k),       f32(cache.v),      cache.n_blocks(),
-                          cache.block_size(), cache.n_head_kv(), cache.head_dim()};
+  kv_element type = kv_element::f32;
+  switch (cache.k.type) {
+    case dtype::f16:
+      type = kv_element::f16;
+      break;
+    case dtype::bf16:
+      type = kv_element::bf16;
+      break;
+    case dtype::fp8_e4m3:
+      type = kv_element::fp8_e4m3;
+      break;
+    default:  // f32 (the checks refused every other type)
+      break;
+  }
+  return paged_cache_view{cache.k.data(),   cache.v.data(), cache.n_blocks(), cache.block_size(), cache.n_head_kv(),
+                          cache.head_dim(), type,           cache.k_scale,    cache.v_scale};
 }
 
 }  // namespace

@@ -12,10 +12,12 @@
 #include "kernels/cuda/attention_math.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/paged_attention.hpp"
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <type_traits>
@@ -29,7 +31,8 @@ constexpr int k_tile = static_cast<int>(attention_tile);
 constexpr unsigned k_full_mask = 0xffffffffu;
 
 // E consecutive cache or activation elements as f32, with 16- or 8-byte loads where E allows (the launcher checks
-// that the base pointers are 16-byte aligned; every offset used here is a multiple of E elements).
+// that the base pointers are 16-byte aligned; every offset used here is a multiple of E elements). fp8 codes come
+// out as their e4m3 values, unscaled.
 template <int E, class T>
 __device__ inline void load_chunk(const T* __restrict__ src, float (&dst)[E]) {
   if constexpr (std::is_same_v<T, float> && E % 4 == 0) {
@@ -48,10 +51,27 @@ __device__ inline void load_chunk(const T* __restrict__ src, float (&dst)[E]) {
       dst[i] = f.x;
       dst[i + 1] = f.y;
     }
+  } else if constexpr ((std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>)&&E % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 4) {  // 8 bytes: four 16-bit elements
+      const uint2 raw = *reinterpret_cast<const uint2*>(src + i);
+      const T* h = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        dst[i + j] = kv_to_f32(h[j]);
+    }
+  } else if constexpr (is_fp8_kv<T> && E % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 4) {  // 4 bytes: four codes
+      const uint32_t raw = *reinterpret_cast<const uint32_t*>(src + i);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        dst[i + j] = kvq::fp8_e4m3_decode(static_cast<uint8_t>(raw >> (8 * j)));
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < E; ++i)
-      dst[i] = static_cast<float>(src[i]);
+      dst[i] = kv_to_f32(src[i]);
   }
 }
 
@@ -101,7 +121,8 @@ struct attention_params {
   int32_t n_partitions;
   int32_t n_seqs;
   bool split;
-  float scale;
+  float scale;    // the score scale, times k_scale for an fp8 cache
+  float v_scale;  // an fp8 cache's V scale (1 otherwise)
   float* out;
   float* ws_acc;  // split: [n_tokens, n_head, n_partitions, HD]
   float* ws_max;  // split: [n_tokens, n_head, n_partitions]
@@ -254,6 +275,11 @@ __global__ void __launch_bounds__(k_threads, 4) paged_attention_kernel(const att
       if (attn::block_in_cache(block, p.cache_blocks)) {
         load_chunk<E>(
             p.v + attn::cache_offset(block, slot.offset, p.block_size, p.n_head_kv, group.kv_head, HD) + lane * E, v);
+        if constexpr (is_fp8_kv<T>) {
+#pragma unroll
+          for (int e = 0; e < E; ++e)
+            v[e] *= p.v_scale;
+        }
       } else {
 #pragma unroll
         for (int e = 0; e < E; ++e)
@@ -392,11 +418,13 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-// One CTA per token: its k and v rows to their slot, 16 bytes at a time when the row allows.
+// One CTA per token: its k and v rows to their slot, rounded to the cache's type (16 bytes at a time for an f32
+// cache when the row allows).
 template <class T>
 __global__ void __launch_bounds__(128)
     write_kv_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const float* __restrict__ k,
-                    const float* __restrict__ v, const int64_t* __restrict__ slots, int64_t row, int64_t capacity) {
+                    const float* __restrict__ v, const int64_t* __restrict__ slots, int64_t row, int64_t capacity,
+                    float k_scale, float v_scale) {
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
   if (slot < 0 || slot >= capacity)
@@ -415,8 +443,8 @@ __global__ void __launch_bounds__(128)
     }
   }
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
-    kd[i] = static_cast<T>(ks[i]);
-    vd[i] = static_cast<T>(vs[i]);
+    kd[i] = kv_from_f32<T>(ks[i], k_scale);
+    vd[i] = kv_from_f32<T>(vs[i], v_scale);
   }
 }
 
@@ -426,12 +454,50 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
   throw std::invalid_argument(std::string{op} + ": " + what);
 }
 
-template <int HD>
-void launch_attention(const attention_plan& plan, const attention_params<float>& params, cudaStream_t stream) {
+template <int HD, class T>
+void launch_attention(const attention_plan& plan, const attention_params<T>& params, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.grid[0]), static_cast<unsigned>(plan.grid[1]),
                   static_cast<unsigned>(plan.grid[2]));
-  paged_attention_kernel<HD, float><<<grid, k_threads, 0, stream>>>(params);
+  paged_attention_kernel<HD, T><<<grid, k_threads, 0, stream>>>(params);
   ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+// The attention kernel for the cache's element type T and the plan's head size.
+template <class T>
+void launch_attention_typed(const attention_plan& plan, attention_params<T> params, const paged_cache_view& cache,
+                            cudaStream_t stream) {
+  params.k = static_cast<const T*>(cache.k);
+  params.v = static_cast<const T*>(cache.v);
+  if constexpr (is_fp8_kv<T>) {
+    params.scale *= cache.k_scale;  // q . (code * k_scale) * scale = q . code * (scale * k_scale)
+    params.v_scale = cache.v_scale;
+  }
+  switch (plan.geometry.head_dim) {
+    case 32:
+      return launch_attention<32>(plan, params, stream);
+    case 64:
+      return launch_attention<64>(plan, params, stream);
+    case 96:
+      return launch_attention<96>(plan, params, stream);
+    case 128:
+      return launch_attention<128>(plan, params, stream);
+    case 160:
+      return launch_attention<160>(plan, params, stream);
+    case 192:
+      return launch_attention<192>(plan, params, stream);
+    case 224:
+      return launch_attention<224>(plan, params, stream);
+    case 256:
+      return launch_attention<256>(plan, params, stream);
+    default:
+      fail("paged_attention", fmt::format("head_dim {} is not supported", plan.geometry.head_dim));
+  }
+}
+
+// Checks a view's scales: positive and finite (an fp8 cache divides by them).
+void check_scales(const paged_cache_view& cache, const char* op) {
+  if (!(cache.k_scale > 0.0f && cache.v_scale > 0.0f && std::isfinite(cache.k_scale) && std::isfinite(cache.v_scale)))
+    fail(op, fmt::format("cache scales must be positive and finite, got k {} v {}", cache.k_scale, cache.v_scale));
 }
 
 }  // namespace
@@ -447,11 +513,16 @@ void write_kv(const paged_cache_view& cache, const float* k, const float* v, con
     return;
   if (cache.k == nullptr || cache.v == nullptr || k == nullptr || v == nullptr || slots == nullptr)
     fail("write_kv", "null pointer");
+  check_scales(cache, "write_kv");
   const int64_t row = cache.n_head_kv * cache.head_dim;
   if (row % 4 == 0 && !(aligned16(cache.k) && aligned16(cache.v) && aligned16(k) && aligned16(v)))
     fail("write_kv", "k, v and the cache must be 16-byte aligned");
-  write_kv_kernel<float><<<static_cast<unsigned>(n_tokens), 128, 0, stream>>>(cache.k, cache.v, k, v, slots, row,
-                                                                              cache.n_blocks * cache.block_size);
+  dispatch_kv_element(cache.type, [&](const auto* tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    write_kv_kernel<T><<<static_cast<unsigned>(n_tokens), 128, 0, stream>>>(
+        static_cast<T*>(cache.k), static_cast<T*>(cache.v), k, v, slots, row, cache.n_blocks * cache.block_size,
+        cache.k_scale, cache.v_scale);
+  });
   ACTORLLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -477,77 +548,67 @@ void paged_attention(const attention_plan& plan, const float* q, const int32_t* 
   if (plan.split && (workspace == nullptr || !aligned16(workspace)))
     fail("paged_attention",
          fmt::format("the plan needs a 16-byte aligned workspace of {} bytes", plan.workspace_bytes));
-
-  auto* ws = static_cast<char*>(workspace);
-  attention_params<float> params{};
-  params.q = q;
-  params.positions = positions;
-  params.seqs = seqs;
-  params.block_tables = block_tables;
-  params.k = cache.k;
-  params.v = cache.v;
-  params.cache_blocks = cache.n_blocks;
-  params.window = g.window;
-  params.block_size = static_cast<int32_t>(g.block_size);
-  params.n_head = static_cast<int32_t>(g.n_head);
-  params.n_head_kv = static_cast<int32_t>(g.n_head_kv);
-  params.head_chunk = static_cast<int32_t>(plan.head_chunk);
-  params.partition_size = static_cast<int32_t>(plan.partition_size);
-  params.n_partitions = static_cast<int32_t>(plan.n_partitions);
-  params.n_seqs = static_cast<int32_t>(plan.n_seqs);
-  params.split = plan.split;
-  params.scale = scale;
-  params.out = out;
-  params.layout = layout;
-  params.lse = lse;
-  if (plan.split) {
-    params.ws_acc = reinterpret_cast<float*>(ws);
-    params.ws_max = reinterpret_cast<float*>(ws + plan.workspace_max_offset);
-    params.ws_sum = reinterpret_cast<float*>(ws + plan.workspace_sum_offset);
-  }
-  switch (g.head_dim) {
+  check_scales(cache, "paged_attention");
+  switch (g.head_dim) {  // checked before any launch
     case 32:
-      launch_attention<32>(plan, params, stream);
-      break;
     case 64:
-      launch_attention<64>(plan, params, stream);
-      break;
     case 96:
-      launch_attention<96>(plan, params, stream);
-      break;
     case 128:
-      launch_attention<128>(plan, params, stream);
-      break;
     case 160:
-      launch_attention<160>(plan, params, stream);
-      break;
     case 192:
-      launch_attention<192>(plan, params, stream);
-      break;
     case 224:
-      launch_attention<224>(plan, params, stream);
-      break;
     case 256:
-      launch_attention<256>(plan, params, stream);
       break;
     default:
       fail("paged_attention", fmt::format("head_dim {} is not supported", g.head_dim));
   }
+
+  auto* ws = static_cast<char*>(workspace);
+  float* ws_acc = plan.split ? reinterpret_cast<float*>(ws) : nullptr;
+  float* ws_max = plan.split ? reinterpret_cast<float*>(ws + plan.workspace_max_offset) : nullptr;
+  float* ws_sum = plan.split ? reinterpret_cast<float*>(ws + plan.workspace_sum_offset) : nullptr;
+  dispatch_kv_element(cache.type, [&](const auto* tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    attention_params<T> params{};  // the cache pointers and scales: launch_attention_typed
+    params.q = q;
+    params.positions = positions;
+    params.seqs = seqs;
+    params.block_tables = block_tables;
+    params.cache_blocks = cache.n_blocks;
+    params.window = g.window;
+    params.block_size = static_cast<int32_t>(g.block_size);
+    params.n_head = static_cast<int32_t>(g.n_head);
+    params.n_head_kv = static_cast<int32_t>(g.n_head_kv);
+    params.head_chunk = static_cast<int32_t>(plan.head_chunk);
+    params.partition_size = static_cast<int32_t>(plan.partition_size);
+    params.n_partitions = static_cast<int32_t>(plan.n_partitions);
+    params.n_seqs = static_cast<int32_t>(plan.n_seqs);
+    params.split = plan.split;
+    params.scale = scale;
+    params.v_scale = 1.0f;
+    params.out = out;
+    params.layout = layout;
+    params.lse = lse;
+    params.ws_acc = ws_acc;
+    params.ws_max = ws_max;
+    params.ws_sum = ws_sum;
+    launch_attention_typed<T>(plan, params, cache, stream);
+  });
   if (!plan.split)
     return;
   merge_params merge{};
   merge.positions = positions;
   merge.seqs = seqs;
-  merge.n_seqs = params.n_seqs;
-  merge.block_size = params.block_size;
-  merge.n_head = params.n_head;
+  merge.n_seqs = static_cast<int32_t>(plan.n_seqs);
+  merge.block_size = static_cast<int32_t>(g.block_size);
+  merge.n_head = static_cast<int32_t>(g.n_head);
   merge.head_dim = static_cast<int32_t>(g.head_dim);
   merge.window = g.window;
-  merge.partition_size = params.partition_size;
-  merge.n_partitions = params.n_partitions;
-  merge.ws_acc = params.ws_acc;
-  merge.ws_max = params.ws_max;
-  merge.ws_sum = params.ws_sum;
+  merge.partition_size = static_cast<int32_t>(plan.partition_size);
+  merge.n_partitions = static_cast<int32_t>(plan.n_partitions);
+  merge.ws_acc = ws_acc;
+  merge.ws_max = ws_max;
+  merge.ws_sum = ws_sum;
   merge.out = out;
   merge.layout = layout;
   merge.lse = lse;

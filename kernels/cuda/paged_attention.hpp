@@ -6,6 +6,7 @@
 #include "kernels/kv_shard_layout.hpp"
 
 #include "kernels/cuda/attention_plan.hpp"
+#include "kernels/cuda/kv_cache_math.hpp"
 
 #include <cuda_runtime.h>
 
@@ -13,20 +14,25 @@
 
 namespace actorllm::cuda {
 
-/// One layer's paged KV cache on the device: k and v each [n_blocks, block_size, n_head_kv, head_dim] f32. A
-/// token's slot is block * block_size + offset_in_block.
+/// One layer's paged KV cache on the device: k and v each [n_blocks, block_size, n_head_kv, head_dim] of `type`. A
+/// token's slot is block * block_size + offset_in_block. An fp8 cache holds e4m3 codes of x / scale (k_scale for k,
+/// v_scale for v) and reads back code * scale; the other types ignore the scales.
 struct paged_cache_view {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int64_t n_blocks = 0;
   int64_t block_size = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
+  kv_element type = kv_element::f32;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 /// Writes the k and v rows of n_tokens tokens (each f32 [n_tokens, n_head_kv, head_dim]) into their slots (i64
-/// [n_tokens]). A negative slot is skipped (padding); so is a slot past the cache (a scheduler bug the CPU backend
-/// aborts on: here it must at least never write out of bounds). Throws std::invalid_argument for a bad view.
+/// [n_tokens]), rounded to the cache's type (nearest even; fp8: kvq::fp8_quantize, saturating). A negative slot is
+/// skipped (padding); so is a slot past the cache (a scheduler bug the CPU backend aborts on: here it must at least
+/// never write out of bounds). Throws std::invalid_argument for a bad view.
 void write_kv(const paged_cache_view& cache, const float* k, const float* v, const int64_t* slots, int64_t n_tokens,
               cudaStream_t stream = nullptr);
 
@@ -34,7 +40,8 @@ void write_kv(const paged_cache_view& cache, const float* k, const float* v, con
 /// the shapes and the split): query row r at position p = positions[r] of sequence s attends to cache positions
 /// [max(0, p - window + 1), p] (window <= 0: [0, p]) through s's block table; blocks wholly before the window are
 /// never read, nor their table entries. GQA: query head h reads kv head h / (n_head / n_head_kv); the heads of a
-/// group share every K/V load. Scores are q.k * scale, softmax in f32.
+/// group share every K/V load. Scores are q.k * scale, softmax in f32, K and V widened to f32 as they are loaded
+/// (fp8: k_scale folded into the score scale, v_scale applied to each loaded V element).
 ///
 /// q, out: f32 [n_tokens, n_head, head_dim] (out must not overlap q); positions: i32 [n_tokens]; seqs: i32 [n_seqs,
 /// 4] (query_begin, n_query, first block-table entry, n_blocks; the same values the plan saw); block_tables: i32.

@@ -2,24 +2,27 @@
 #include "kernels/cuda/attention_math.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/kv_element.cuh"
 #include "kernels/cuda/paged_attention_small.hpp"
 
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace actorllm::cuda {
 namespace {
 
 constexpr int k_max_dim = 32;
 
+template <class T>
 struct small_params {
   const float* q;
   const int32_t* positions;
   const int32_t* seqs;
   const int32_t* block_tables;
-  const float* k;
-  const float* v;
+  const T* k;
+  const T* v;
   float* out;
   int64_t cache_blocks;
   int64_t window;
@@ -28,12 +31,14 @@ struct small_params {
   int32_t n_head;
   int32_t n_head_kv;
   int32_t head_dim;
-  float scale;
+  float scale;             // the score scale, times k_scale for an fp8 cache
+  float v_scale;           // an fp8 cache's V scale (1 otherwise)
   kv_shard_layout layout;  // the positions this rank's cache keeps (decode context parallelism)
   float* lse;              // [n_tokens, n_head] log-sum-exps, or null
 };
 
-__global__ void __launch_bounds__(32) small_head_attention_kernel(const small_params p) {
+template <class T>
+__global__ void __launch_bounds__(32) small_head_attention_kernel(const small_params<T> p) {
   const int32_t row = static_cast<int32_t>(blockIdx.x), head = static_cast<int32_t>(blockIdx.y);
   const int lane = static_cast<int>(threadIdx.x);
   const int32_t* seq = nullptr;
@@ -80,7 +85,7 @@ __global__ void __launch_bounds__(32) small_head_attention_kernel(const small_pa
 #pragma unroll
     for (int d = 0; d < k_max_dim; ++d)
       if (d < hd)
-        score += q[d] * p.k[base + d];
+        score += q[d] * kv_to_f32(p.k[base + d]);
     score *= p.scale;
     const float rescale = attn::softmax_rescale(st, score);  // raises the running max, scales the sum
     const float w = attn::softmax_weight(st, score);
@@ -88,7 +93,7 @@ __global__ void __launch_bounds__(32) small_head_attention_kernel(const small_pa
 #pragma unroll
     for (int d = 0; d < k_max_dim; ++d)
       if (d < hd)
-        acc[d] = acc[d] * rescale + w * p.v[base + d];
+        acc[d] = acc[d] * rescale + w * (kv_to_f32(p.v[base + d]) * p.v_scale);
   }
   // Merge the lanes: rescale each to the warp's maximum, then sum.
   const float m = warp_max(st.max);
@@ -123,26 +128,33 @@ void paged_attention_small_heads(const float* q, const int32_t* positions, const
   if (n_head % cache.n_head_kv != 0 || n_tokens > 2147483647 || n_head > 65535)
     throw std::invalid_argument("paged_attention_small_heads: n_head " + std::to_string(n_head) +
                                 " is not a multiple of n_head_kv or the grid is too large");
-  small_params p{};
-  p.q = q;
-  p.positions = positions;
-  p.seqs = seqs;
-  p.block_tables = block_tables;
-  p.k = cache.k;
-  p.v = cache.v;
-  p.out = out;
-  p.cache_blocks = cache.n_blocks;
-  p.window = window;
-  p.n_seqs = static_cast<int32_t>(n_seqs);
-  p.block_size = static_cast<int32_t>(cache.block_size);
-  p.n_head = static_cast<int32_t>(n_head);
-  p.n_head_kv = static_cast<int32_t>(cache.n_head_kv);
-  p.head_dim = static_cast<int32_t>(cache.head_dim);
-  p.scale = scale;
-  p.layout = layout;
-  p.lse = lse;
-  small_head_attention_kernel<<<dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_head)), 32, 0, stream>>>(
-      p);
+  if (!(cache.k_scale > 0.0f && cache.v_scale > 0.0f && std::isfinite(cache.k_scale) && std::isfinite(cache.v_scale)))
+    throw std::invalid_argument("paged_attention_small_heads: cache scales must be positive and finite");
+  dispatch_kv_element(cache.type, [&](const auto* tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    small_params<T> p{};
+    p.q = q;
+    p.positions = positions;
+    p.seqs = seqs;
+    p.block_tables = block_tables;
+    p.k = static_cast<const T*>(cache.k);
+    p.v = static_cast<const T*>(cache.v);
+    p.out = out;
+    p.cache_blocks = cache.n_blocks;
+    p.window = window;
+    p.n_seqs = static_cast<int32_t>(n_seqs);
+    p.block_size = static_cast<int32_t>(cache.block_size);
+    p.n_head = static_cast<int32_t>(n_head);
+    p.n_head_kv = static_cast<int32_t>(cache.n_head_kv);
+    p.head_dim = static_cast<int32_t>(cache.head_dim);
+    // fp8: q . (code * k_scale) * scale = q . code * (scale * k_scale); the other types hold the values themselves.
+    p.scale = is_fp8_kv<T> ? scale * cache.k_scale : scale;
+    p.v_scale = is_fp8_kv<T> ? cache.v_scale : 1.0f;
+    p.layout = layout;
+    p.lse = lse;
+    small_head_attention_kernel<T>
+        <<<dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_head)), 32, 0, stream>>>(p);
+  });
   ACTORLLM_CUDA_CHECK_LAUNCH();
 }
 

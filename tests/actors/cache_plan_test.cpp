@@ -1,8 +1,12 @@
 // Sizing the KV cache from the shards' profiles: kv_cache_memory for host shards, vLLM's gpu_memory_utilization rule
 // per GPU for device shards (shards that share a GPU share its budget).
 #include "actors/executors/cache_plan.hpp"
+#include "kernels/kv_cache_dtype.hpp"
+#include "model/kv_cache.hpp"
 
 #include <doctest/doctest.h>
+
+#include <fmt/format.h>
 
 #include <string>
 #include <vector>
@@ -78,4 +82,45 @@ TEST_CASE("cache plan: a GPU with no room for one block, or too few tokens for m
   CHECK(plan.config.n_blocks == 53);
   CHECK(plan.error.find("max seq len (4096)") != std::string::npos);
   CHECK(plan.error.find("--gpu-memory-utilization") != std::string::npos);
+}
+
+TEST_CASE("cache plan: a bf16 KV cache logs twice the blocks and tokens of an f32 one in the same memory") {
+  // Llama-3.1-8B's shard at tp 1 (32 layers, 8 kv heads of 128) in 4 GiB of kv_cache_memory, and on a GPU with
+  // 40 GiB left after the weights.
+  auto lines_for = [](dtype type, bool gpu) {
+    model::kv_cache_shape shape{32, 8, 128, 16, {}, type};
+    proto::shard_profile p;
+    p.bytes_per_block = shape.bytes_per_block();
+    p.n_blocks_fit = shape.blocks_in(4 * gib);
+    p.kv_cache_dtype = std::string{kv_cache_dtype_name(type)};
+    if (gpu)
+      p = [&] {
+        proto::shard_profile g = gpu_shard("h/cuda:0", 80 * gib, 20 * gib, 20 * gib, 20 * gib, shape.bytes_per_block());
+        g.kv_cache_dtype = p.kv_cache_dtype;
+        return g;
+      }();
+    const actors::cache_plan plan = actors::plan_cache({p}, 16, 4 * gib, 8192, 0.75);
+    REQUIRE(plan.error.empty());
+    return actors::cache_plan_lines(plan.config, {gpu ? "GPU" : "CPU", 1, 1, 8192, p.kv_cache_dtype});
+  };
+  for (bool gpu : {false, true}) {
+    CAPTURE(gpu);
+    const std::vector<std::string> f32 = lines_for(dtype::f32, gpu), bf16 = lines_for(dtype::bf16, gpu);
+    for (const auto& l : f32)
+      MESSAGE(l);
+    for (const auto& l : bf16)
+      MESSAGE(l);
+    // f32: 32 x 2 x 16 x 8 x 128 x 4 = 4 MiB per block; bf16 2 MiB. CPU: 4 GiB / 4 MiB = 1024 blocks, 16384 tokens.
+    // GPU: 80 x 0.75 - 20 = 40 GiB: 10240 blocks (163840 tokens) f32.
+    const int64_t blocks = gpu ? 10240 : 1024;
+    const std::string device = gpu ? "GPU" : "CPU";
+    CHECK(f32.at(0) == fmt::format("# {} blocks: {}", device, blocks));
+    CHECK(bf16.at(0) == fmt::format("# {} blocks: {}", device, 2 * blocks));
+    CHECK(f32.at(1) == fmt::format("{} KV cache size: {} tokens ({} blocks of 16, 4194304 bytes per block on the "
+                                   "largest shard, kv_cache_dtype float32)",
+                                   device, blocks * 16, blocks));
+    CHECK(bf16.at(1) == fmt::format("{} KV cache size: {} tokens ({} blocks of 16, 2097152 bytes per block on the "
+                                    "largest shard, kv_cache_dtype bfloat16)",
+                                    device, 2 * blocks * 16, 2 * blocks));
+  }
 }

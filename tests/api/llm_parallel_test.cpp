@@ -125,6 +125,58 @@ TEST_CASE("stories260K greedy: every (tp, pp) layout gives the golden ids and th
     }
 }
 
+TEST_CASE("stories260K greedy with a bf16 KV cache: the golden ids, and every (tp, pp) layout the tp1 run's") {
+  engine_config one = stories_config(1, 1);
+  one.kv_cache_dtype = "bfloat16";
+  const auto reference = run_golden(one);
+  for (size_t i = 0; i < golden().size(); ++i)
+    CHECK(reference[i] == golden()[i].output);
+  struct layout {
+    int tp, pp;
+  };
+  for (layout l : {layout{2, 1}, layout{4, 1}, layout{8, 1}, layout{1, 2}, layout{1, 5}, layout{2, 2}}) {
+    INFO("tp " << l.tp << " pp " << l.pp);
+    engine_config cfg = stories_config(l.tp, l.pp);
+    cfg.kv_cache_dtype = "bfloat16";
+    CHECK(run_golden(cfg) == reference);
+  }
+}
+
+TEST_CASE("a bf16 KV cache holds twice the tokens of an f32 one in the same kv_cache_memory") {
+  // stories260K's f32 block: 2 (k, v) x 5 layers x 16 slots x 4 kv heads x 8 x 4 bytes = 20480 bytes.
+  engine_config f32 = stories_config(1, 1);
+  f32.kv_cache_memory = size_t{20480} * 200;
+  engine_config bf16 = f32;
+  f32.kv_cache_dtype = "float32";
+  bf16.kv_cache_dtype = "bfloat16";
+  const int64_t f32_blocks = LLM{f32}.stats().n_blocks, bf16_blocks = LLM{bf16}.stats().n_blocks;
+  MESSAGE(f32.kv_cache_memory << " bytes of KV cache: " << f32_blocks << " blocks f32, " << bf16_blocks
+                              << " blocks bf16");
+  CHECK(f32_blocks == 200);
+  CHECK(bf16_blocks == 400);
+}
+
+TEST_CASE("--kv-cache-dtype fp8 on the CPU and unknown values are refused at construction, naming the value") {
+  for (const auto& [value, needle] :
+       {std::pair{"fp8", "--kv-cache-dtype fp8: the cpu backend has no fp8 KV cache"},
+        std::pair{"fp8_e4m3", "--kv-cache-dtype fp8: the cpu backend has no fp8 KV cache"},
+        std::pair{"fp8_e5m2", "--kv-cache-dtype: 'fp8_e5m2' is not implemented"},
+        std::pair{"int4", "--kv-cache-dtype: 'int4' is not one of"}}) {
+    engine_config cfg = stories_config(1, 1);
+    cfg.device = "cpu";
+    cfg.kv_cache_dtype = value;
+    INFO(std::string{value});
+    try {
+      LLM llm{cfg};
+      FAIL("the engine started");
+    } catch (const error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      CHECK(std::string{e.what()}.find(needle) != std::string::npos);
+      MESSAGE(std::string{e.what()});
+    }
+  }
+}
+
 TEST_CASE("stories260K greedy with tp 8 (kv heads replicated, n_ff split unevenly) gives the golden ids") {
   // 8 attention heads, 4 kv heads: each kv head serves two ranks; intermediate_size 172 does not divide by 8.
   std::vector<std::vector<int32_t>> expected;

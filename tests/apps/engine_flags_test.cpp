@@ -167,3 +167,23 @@ TEST_CASE("--eplb-config takes vLLM's JSON keys, refusing unknown keys and bad v
                        "'eplb_config' in [parallel] (s.toml:2): step_interval must be at least 1, got 0",
                        app::config_file_error);
 }
+
+TEST_CASE("--kv-cache-dtype: vLLM's values bind to engine_config; unimplemented and unknown ones are refused by name") {
+  CHECK(parse(app::engine_command::serve, {}).kv_cache_dtype == "auto");
+  for (const char* value : {"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3"}) {
+    CAPTURE(value);
+    CHECK(parse(app::engine_command::serve, {"--kv-cache-dtype", value}).kv_cache_dtype == value);
+    CHECK(parse(app::engine_command::generate, {"--kv-cache-dtype", value}).kv_cache_dtype == value);
+  }
+  CHECK(refusal(app::engine_command::serve, {"--kv-cache-dtype", "fp8_e5m2"})
+            .starts_with("--kv-cache-dtype: 'fp8_e5m2' is not implemented"));
+  CHECK(refusal(app::engine_command::serve, {"--kv-cache-dtype", "bf16x"}) ==
+        "--kv-cache-dtype: 'bf16x' is not one of auto, bfloat16, float16, float32, fp8, fp8_e4m3");
+  // The --config file's [cache] kv_cache_dtype, checked alike.
+  CHECK(app::parse_serve_config("[cache]\nkv_cache_dtype = \"bfloat16\"\n", "s.toml").engine.kv_cache_dtype ==
+        "bfloat16");
+  CHECK_THROWS_WITH_AS(app::parse_serve_config("[cache]\nkv_cache_dtype = \"fp8_inc\"\n", "s.toml"),
+                       doctest::Contains("'kv_cache_dtype' in [cache] (s.toml:2): --kv-cache-dtype: 'fp8_inc' is not "
+                                         "implemented"),
+                       app::config_file_error);
+}

@@ -153,6 +153,7 @@ scheduling_policy = "priority"
 block_size = 32
 gpu_memory_utilization = 0.5
 kv_cache_memory = 1048576
+kv_cache_dtype = "bfloat16"
 enable-prefix-caching = false
 [server]
 host = "0.0.0.0"
@@ -251,7 +252,8 @@ max_control_message_bytes = 1048576
   CHECK(o.engine.max_loras == 3);
   CHECK(o.engine.max_lora_rank == 64);
   CHECK(o.engine.max_cpu_loras == 5);
-  CHECK(app::serve_config_keys().size() == 80);
+  CHECK(o.engine.kv_cache_dtype == "bfloat16");
+  CHECK(app::serve_config_keys().size() == 81);
 }
 
 TEST_CASE("a settings file keeps what it does not set, and a chat template file resolves next to it") {

@@ -22,11 +22,28 @@ struct seq_spec {
   int32_t n_query;  // query rows this step: the last n_query positions
 };
 
+// `kv_rounded` = x rounded to the cache's element type and read back (exact for f32).
+float kv_rounded(float x, dtype type) {
+  uint64_t slot = 0;  // wide enough for any type
+  store_from_f32(&slot, type, 0, x);
+  return load_as_f32(&slot, type, 0);
+}
+
+// A 16-bit cache element: the scalar conversion's code, and the value of a code.
+uint16_t code16(float x, dtype type) {
+  uint64_t slot = 0;
+  store_from_f32(&slot, type, 0, x);
+  return static_cast<uint16_t>(slot);
+}
+float value16(uint16_t code, dtype type) { return type == dtype::bf16 ? bf16_to_f32(code) : f16_to_f32(code); }
+
 // window > 0: a sliding window (row at position p sees [p - window + 1, p]). The block-table entries of blocks
 // that lie wholly before the window of every query row of a sequence then point at a spare block that was never
-// written (NaN): the kernel must skip those blocks, not read and mask them.
+// written (NaN): the kernel must skip those blocks, not read and mask them. kv_type: the cache's element type;
+// write_kv gets the f32 rows and the reference their values rounded to it, so both attend over the same numbers.
 void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_size, float q_scale,
-              const std::vector<seq_spec>& specs, int threads, uint64_t seed, int64_t window = 0) {
+              const std::vector<seq_spec>& specs, int threads, uint64_t seed, int64_t window = 0,
+              dtype kv_type = dtype::f32) {
   const int64_t n_head = n_head_kv * gqa;
   const int64_t kv_row = n_head_kv * head_dim;
   test::data_rng rng(seed);
@@ -41,9 +58,14 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
   for (size_t i = pool_ids.size(); i > 1; --i)
     std::swap(pool_ids[i - 1], pool_ids[static_cast<size_t>(rng.below(static_cast<int64_t>(i)))]);
 
-  std::vector<float> k_cache(static_cast<size_t>(n_blocks * block_size * kv_row), std::nanf(""));
-  std::vector<float> v_cache(k_cache.size(), std::nanf(""));  // unwritten slots must never be read
-  cpu::paged_kv_view cache{k_cache.data(), v_cache.data(), n_blocks, block_size, n_head_kv, head_dim};
+  // Unwritten slots hold NaN, which must never be read.
+  const auto n_elems = static_cast<size_t>(n_blocks * block_size * kv_row);
+  std::vector<std::byte> k_cache(n_elems * dtype_size(kv_type)), v_cache(k_cache.size());
+  for (size_t i = 0; i < n_elems; ++i) {
+    store_from_f32(k_cache.data(), kv_type, i, std::nanf(""));
+    store_from_f32(v_cache.data(), kv_type, i, std::nanf(""));
+  }
+  cpu::paged_kv_view cache{k_cache.data(), v_cache.data(), n_blocks, block_size, n_head_kv, head_dim, kv_type};
 
   std::vector<std::vector<int32_t>> tables;
   std::vector<std::vector<float>> dense_k, dense_v;  // per sequence [context][n_head_kv][head_dim]
@@ -65,6 +87,10 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
       auto kb = dense_k.back().begin() + p * kv_row, vb = dense_v.back().begin() + p * kv_row;
       ks.insert(ks.end(), kb, kb + kv_row);
       vs.insert(vs.end(), vb, vb + kv_row);
+      for (auto it = kb; it != kb + kv_row; ++it)  // the reference sees what the cache holds
+        *it = kv_rounded(*it, kv_type);
+      for (auto it = vb; it != vb + kv_row; ++it)
+        *it = kv_rounded(*it, kv_type);
       if (p % 3 == 1) {
         slots.push_back(-1);
         ks.insert(ks.end(), static_cast<size_t>(kv_row), 1e30f);
@@ -112,7 +138,8 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
   }
   std::string what = "n_head_kv " + std::to_string(n_head_kv) + " gqa " + std::to_string(gqa) + " head_dim " +
                      std::to_string(head_dim) + " block_size " + std::to_string(block_size) + " q_scale " +
-                     std::to_string(q_scale) + " window " + std::to_string(window);
+                     std::to_string(q_scale) + " window " + std::to_string(window) + " kv " +
+                     std::string{dtype_name(kv_type)};
   test::check_close(out, ref, 2e-6, 1e-4, what);
 }
 
@@ -157,6 +184,64 @@ TEST_CASE("paged_attention with a sliding window over a long context") {
 
 TEST_CASE("paged_attention with a long context across many blocks") {
   run_case(2, 4, 64, 16, 1.0f, {{700, 3}, {300, 1}, {129, 129}}, 2, 99);
+}
+
+TEST_CASE("paged_attention over a bf16 or f16 cache matches float64 attention over the same rounded values [asan]") {
+  uint64_t seed = 500;
+  for (dtype kv : {dtype::bf16, dtype::f16}) {
+    CAPTURE(dtype_name(kv));
+    for (int64_t gqa : {1, 2, 4}) {
+      run_case(2, gqa, 16, 4, 1.0f, mixed, 3, ++seed, 0, kv);
+      run_case(1, gqa, 17, 5, 1.0f, mixed, 2, ++seed, 0, kv);  // odd head_dim: the scalar tails
+      run_case(3, gqa, 64, 16, 1.0f, mixed, 1, ++seed, 0, kv);
+      run_case(2, gqa, 8, 16, 1.0f, mixed, 2, ++seed, 0, kv);  // stories260K's head size
+    }
+    run_case(2, 2, 32, 8, 40.0f, mixed, 2, ++seed, 0, kv);  // large scores
+    for (int64_t window : {1, 7, 21})
+      run_case(2, 4, 16, 4, 1.0f, mixed, 2, ++seed, window, kv);
+    run_case(2, 4, 64, 16, 1.0f, {{300, 3}, {129, 129}}, 2, ++seed, 0, kv);
+  }
+}
+
+TEST_CASE("write_kv rounds to a bf16 or f16 cache to nearest even, as the scalar conversions do [asan]") {
+  const int64_t n_blocks = 2, bs = 2, n_head_kv = 2, hd = 19, row = n_head_kv * hd;  // 38: two vectors and a tail
+  for (dtype kv : {dtype::bf16, dtype::f16}) {
+    CAPTURE(dtype_name(kv));
+    std::vector<uint16_t> kc(static_cast<size_t>(n_blocks * bs * row), 0x1234), vc(kc.size(), 0x1234);
+    cpu::paged_kv_view cache{kc.data(), vc.data(), n_blocks, bs, n_head_kv, hd, kv};
+    // Ties (bf16: 1 + 2^-8 and 1 + 3 * 2^-8 round to even opposite ways; f16: 1 + 2^-11), values that overflow f16,
+    // subnormals, signed zeros, infinities, NaN, and random values of every magnitude.
+    std::vector<float> k = {1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f,
+                            1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
+                            70000.0f,        -65519.0f,
+                            65520.0f,        1e-6f,
+                            -3e-8f,          0.0f,
+                            -0.0f,           INFINITY,
+                            -INFINITY,       std::nanf(""),
+                            1e-40f};
+    auto rest = test::random_floats(static_cast<size_t>(row) - k.size(), 31, -3.0f, 3.0f);
+    for (size_t i = 0; i < rest.size(); ++i)
+      rest[i] = std::ldexp(rest[i], static_cast<int>(i % 40) - 20);
+    k.insert(k.end(), rest.begin(), rest.end());
+    std::vector<float> v(k.rbegin(), k.rend());
+    const std::vector<int64_t> slots = {3};
+    cpu::write_kv(cache, k.data(), v.data(), slots.data(), 1);
+    for (int64_t i = 0; i < row; ++i) {
+      const uint16_t want_k = code16(k[static_cast<size_t>(i)], kv), want_v = code16(v[static_cast<size_t>(i)], kv);
+      const uint16_t got_k = kc[static_cast<size_t>(3 * row + i)], got_v = vc[static_cast<size_t>(3 * row + i)];
+      CAPTURE(i);
+      if (std::isnan(k[static_cast<size_t>(i)]))
+        CHECK(std::isnan(value16(got_k, kv)));
+      else
+        CHECK(got_k == want_k);
+      if (std::isnan(v[static_cast<size_t>(i)]))
+        CHECK(std::isnan(value16(got_v, kv)));
+      else
+        CHECK(got_v == want_v);
+    }
+    for (int64_t i = 0; i < 3 * row; ++i)  // the slots before it are untouched
+      CHECK(kc[static_cast<size_t>(i)] == 0x1234);
+  }
 }
 
 TEST_CASE("write_kv skips negative slots and writes only its slots [asan]") {

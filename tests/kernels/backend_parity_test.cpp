@@ -907,12 +907,36 @@ namespace {
 // rows, then this step's rows) and checked; then paged_attention against float64. Under a window, the
 // block-table entries of blocks wholly before every query row's window point at a block nobody wrote (NaN): a
 // backend must skip them, not read and mask them.
+// A KV cache element type with its scales (fp8: the codes of x / scale; the others ignore them).
+struct kv_format {
+  dtype type = dtype::f32;
+  float k_scale = 1.0f, v_scale = 1.0f;
+};
+
+// The bytes of x as element type `type` under `scale` (fp8: the code of x / scale), and the value they stand for.
+void encode_kv(float x, const kv_format& f, float scale, std::byte* dst) {
+  if (f.type == dtype::fp8_e4m3)
+    x /= scale;
+  uint64_t slot = 0;
+  store_from_f32(&slot, f.type, 0, x);
+  std::memcpy(dst, &slot, dtype_size(f.type));
+}
+float kv_value(float x, const kv_format& f, float scale) {
+  std::byte b[8]{};
+  encode_kv(x, f, scale, b);
+  uint64_t slot = 0;
+  std::memcpy(&slot, b, sizeof slot);
+  const float v = load_as_f32(&slot, f.type, 0);
+  return f.type == dtype::fp8_e4m3 ? v * scale : v;
+}
+
 void attention_case(backend& be, random_source& rnd, int64_t n_head_kv, int64_t gqa, int64_t head_dim,
-                    int64_t block_size, int64_t window) {
+                    int64_t block_size, int64_t window, const kv_format& kv = {}) {
   const int64_t n_head = n_head_kv * gqa, kv_row = n_head_kv * head_dim;
   const std::string what = "n_head " + std::to_string(n_head) + "/" + std::to_string(n_head_kv) + " head_dim " +
                            std::to_string(head_dim) + " block_size " + std::to_string(block_size) + " window " +
-                           std::to_string(window);
+                           std::to_string(window) + " kv " + std::string{dtype_name(kv.type)} + " scales " +
+                           std::to_string(kv.k_scale) + "/" + std::to_string(kv.v_scale);
   CAPTURE(what);
 
   struct seq_spec {
@@ -944,8 +968,8 @@ void attention_case(backend& be, random_source& rnd, int64_t n_head_kv, int64_t 
   const int32_t never_written = pool.back();
 
   const tensor_shape cache_shape{n_blocks, block_size, n_head_kv, head_dim};
-  guarded kc = alloc_guarded(be, dtype::f32, cache_shape), vc = alloc_guarded(be, dtype::f32, cache_shape);
-  const kv_layer cache{kc.view, vc.view};
+  guarded kc = alloc_guarded(be, kv.type, cache_shape), vc = alloc_guarded(be, kv.type, cache_shape);
+  const kv_layer cache{kc.view, vc.view, kv.k_scale, kv.v_scale};
 
   // Block tables, dense per-sequence k/v, and the slots of the history and of this step.
   std::vector<std::vector<int32_t>> tables;
@@ -954,7 +978,10 @@ void attention_case(backend& be, random_source& rnd, int64_t n_head_kv, int64_t 
   std::vector<float> hist_k, hist_v, step_k, step_v;
   std::vector<int32_t> step_pos, host_seqs, host_tables;
   std::vector<size_t> row_seq;
-  std::vector<float> expect_k(static_cast<size_t>(cache_shape.numel()), std::nanf("")), expect_v(expect_k);
+  // What the cache must hold: the sentinel, and each written slot's row in the cache's type.
+  const size_t esize = dtype_size(kv.type);
+  std::vector<std::byte> expect_k = sentinel_bytes(static_cast<size_t>(cache_shape.numel()) * esize),
+                         expect_v = expect_k;
   size_t next = 0;
   for (size_t s = 0; s < specs.size(); ++s) {
     const seq_spec& sp = specs[s];
@@ -970,8 +997,11 @@ void attention_case(backend& be, random_source& rnd, int64_t n_head_kv, int64_t 
     for (int64_t p = first_kept_block * block_size; p < sp.context; ++p) {
       const int64_t slot = tables[s][static_cast<size_t>(p / block_size)] * block_size + p % block_size;
       const auto kb = dense_k[s].begin() + p * kv_row, vb = dense_v[s].begin() + p * kv_row;
-      std::copy(kb, kb + kv_row, expect_k.begin() + slot * kv_row);
-      std::copy(vb, vb + kv_row, expect_v.begin() + slot * kv_row);
+      for (int64_t i = 0; i < kv_row; ++i) {
+        const size_t at = static_cast<size_t>(slot * kv_row + i) * esize;
+        encode_kv(kb[i], kv, kv.k_scale, expect_k.data() + at);
+        encode_kv(vb[i], kv, kv.v_scale, expect_v.data() + at);
+      }
       if (p >= first_query) {
         step_slots.push_back(slot);
         step_k.insert(step_k.end(), kb, kb + kv_row);
@@ -1019,18 +1049,25 @@ void attention_case(backend& be, random_source& rnd, int64_t n_head_kv, int64_t 
   be.write_kv(cache, input(be, dtype::f32, {n_tokens, n_head_kv, head_dim}, step_k),
               input(be, dtype::f32, {n_tokens, n_head_kv, head_dim}, step_v), batch);
 
-  // Every written slot holds its row exactly; every other slot (and the guards) still holds the sentinel.
-  const std::vector<float> got_k = read_as<float>(be, kc, what + " k cache");
-  const std::vector<float> got_v = read_as<float>(be, vc, what + " v cache");
+  // Every written slot holds its row exactly, rounded to the cache's type; every other slot (and the guards) still
+  // holds the sentinel.
+  const std::vector<std::byte> got_k = read_checked(be, kc, what + " k cache");
+  const std::vector<std::byte> got_v = read_checked(be, vc, what + " v cache");
   REQUIRE(got_k.size() == expect_k.size());
   size_t bad_k = 0, bad_v = 0;
-  for (size_t i = 0; i < got_k.size(); ++i) {
-    const bool written = !std::isnan(expect_k[i]);
-    bad_k += written ? got_k[i] != expect_k[i] : std::bit_cast<uint32_t>(got_k[i]) != sentinel;
-    bad_v += written ? got_v[i] != expect_v[i] : std::bit_cast<uint32_t>(got_v[i]) != sentinel;
+  for (size_t i = 0; i < got_k.size(); i += esize) {
+    bad_k += std::memcmp(got_k.data() + i, expect_k.data() + i, esize) != 0;
+    bad_v += std::memcmp(got_v.data() + i, expect_v.data() + i, esize) != 0;
   }
   CHECK_MESSAGE(bad_k == 0, "write_kv: k cache elements wrong");
   CHECK_MESSAGE(bad_v == 0, "write_kv: v cache elements wrong");
+  // The reference attends over what the cache holds.
+  for (size_t s = 0; s < specs.size(); ++s) {
+    for (float& x : dense_k[s])
+      x = kv_value(x, kv, kv.k_scale);
+    for (float& x : dense_v[s])
+      x = kv_value(x, kv, kv.v_scale);
+  }
 
   const std::vector<float> q = rnd.reals(n_tokens * n_head * head_dim, -1.5f, 1.5f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -1066,6 +1103,27 @@ BACKEND_PARITY_CASE(parity_write_kv_and_paged_attention, "write_kv and paged_att
     for (const layout& l : layouts)
       for (int64_t window : {0, 1, 4, 7, 13, 1000})
         attention_case(be, rnd, l.n_head_kv, l.gqa, l.head_dim, l.block_size, window);
+  });
+}
+
+BACKEND_PARITY_CASE(parity_kv_cache_types, "write_kv and paged_attention over bf16, f16 and fp8 caches") {
+  const uint32_t seed = 2007;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    std::vector<kv_format> formats = {{dtype::bf16}, {dtype::f16}};
+    if (kind == device_kind::cuda)  // e4m3 with scales: 1, small ones, and a v scale under which values saturate
+      formats.insert(formats.end(),
+                     {{dtype::fp8_e4m3}, {dtype::fp8_e4m3, 0.01f, 0.004f}, {dtype::fp8_e4m3, 2.0f, 0.0015f}});
+    // The main kernel's head sizes (64, 128), the small-head kernel's (8, stories260K's; 17), GQA 1 and 4, windows.
+    struct layout {
+      int64_t n_head_kv, gqa, head_dim, block_size, window;
+    };
+    const layout layouts[] = {
+        {2, 1, 64, 16, 0}, {1, 4, 128, 16, 0}, {2, 4, 64, 5, 7}, {2, 2, 8, 16, 0}, {2, 1, 17, 4, 3}};
+    for (const kv_format& f : formats)
+      for (const layout& l : layouts)
+        attention_case(be, rnd, l.n_head_kv, l.gqa, l.head_dim, l.block_size, l.window, f);
   });
 }
 

@@ -97,6 +97,8 @@ inline std::string safetensors_dtype_name(dtype t) {
       return "F16";
     case dtype::bf16:
       return "BF16";
+    case dtype::fp8_e4m3:
+      return "F8_E4M3";
     case dtype::i32:
       return "I32";
     case dtype::i64:

@@ -18,6 +18,7 @@ struct shard_profile {
   uint64_t weight_bytes = 0;     ///< bytes of the weight slice it holds
   uint64_t bytes_per_block = 0;  ///< bytes one KV block takes on this shard (its layers, its kv heads)
   int64_t n_blocks_fit = 0;      ///< blocks that fit in the memory budget it was given (host backends)
+  std::string kv_cache_dtype;    ///< the element type its cache stores (vLLM's name: "bfloat16", ...)
   // A GPU shard's memory after its profile forward (zeros on the CPU, whose cache the budget above sizes):
   std::string device;         ///< "HOST/cuda:N": shards with equal strings share one GPU's memory
   uint64_t device_total = 0;  ///< the GPU's memory
@@ -32,7 +33,8 @@ struct shard_profile {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_profile& x) {
   return f(caf::meta::type_name("shard_profile"), x.stage, x.tp_rank, x.layer_begin, x.layer_end, x.weight_bytes,
-           x.bytes_per_block, x.n_blocks_fit, x.device, x.device_total, x.device_used, x.in_use, x.peak_in_use);
+           x.bytes_per_block, x.n_blocks_fit, x.kv_cache_dtype, x.device, x.device_total, x.device_used, x.in_use,
+           x.peak_in_use);
 }
 
 /// The replica's KV cache.

@@ -34,9 +34,9 @@ typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
            x.pipeline_parallel_size, x.pp_layer_partition, x.enable_expert_parallel, x.enable_eplb, x.eplb.window_size,
            x.eplb.step_interval, x.eplb.num_redundant_experts, x.eplb.log_balancedness, x.decode_context_parallel_size,
            x.dcp_kv_cache_interleave_size, x.prefill_context_parallel_size, x.max_num_seqs, x.max_num_batched_tokens,
-           x.block_size, kv_cache_memory, x.max_model_len, x.load_format, x.dtype, x.quantization, x.enable_lora,
-           x.max_loras, x.max_lora_rank, x.max_cpu_loras, x.device, x.seed, x.threads, x.scheduling_policy,
-           caf::meta::load_callback([&]() -> caf::error {
+           x.block_size, kv_cache_memory, x.max_model_len, x.load_format, x.dtype, x.kv_cache_dtype, x.quantization,
+           x.enable_lora, x.max_loras, x.max_lora_rank, x.max_cpu_loras, x.device, x.seed, x.threads,
+           x.scheduling_policy, caf::meta::load_callback([&]() -> caf::error {
              x.kv_cache_memory = static_cast<size_t>(kv_cache_memory);
              return caf::none;
            }));

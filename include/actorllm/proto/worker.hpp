@@ -84,15 +84,16 @@ struct shard_assignment {
   rendezvous_store_actor expert_store;
   std::string expert_prefix;
   bool samples = false;
-  bool enforce_eager = false;     ///< engine_config::enforce_eager: no decode graphs
-  int32_t max_num_seqs = 0;       ///< engine_config::max_num_seqs: the largest decode graph
-  int32_t max_model_len = 0;      ///< the replica's context limit: the decode graphs' block-table width
-  int32_t max_loras = 0;          ///< engine_config::max_loras when enable_lora, else 0 (LoRA off)
-  int32_t max_lora_rank = 0;      ///< engine_config::max_lora_rank
-  int32_t max_cpu_loras = 0;      ///< engine_config::max_cpu_loras
-  shard_link next;                ///< the same tp rank of the next stage; null on the last stage
-  std::string data_plane_host;    ///< the address this worker's Gloo device binds (ACTORLLM_HOST_IP)
-  std::string rendezvous_prefix;  ///< keys of this replica generation in the store (a restart uses a new one)
+  bool enforce_eager = false;           ///< engine_config::enforce_eager: no decode graphs
+  std::string kv_cache_dtype = "auto";  ///< engine_config::kv_cache_dtype (vLLM's spelling)
+  int32_t max_num_seqs = 0;             ///< engine_config::max_num_seqs: the largest decode graph
+  int32_t max_model_len = 0;            ///< the replica's context limit: the decode graphs' block-table width
+  int32_t max_loras = 0;                ///< engine_config::max_loras when enable_lora, else 0 (LoRA off)
+  int32_t max_lora_rank = 0;            ///< engine_config::max_lora_rank
+  int32_t max_cpu_loras = 0;            ///< engine_config::max_cpu_loras
+  shard_link next;                      ///< the same tp rank of the next stage; null on the last stage
+  std::string data_plane_host;          ///< the address this worker's Gloo device binds (ACTORLLM_HOST_IP)
+  std::string rendezvous_prefix;        ///< keys of this replica generation in the store (a restart uses a new one)
   int64_t collective_timeout_ms = 30000;
 
   friend bool operator==(const shard_assignment&, const shard_assignment&) = default;
@@ -105,8 +106,8 @@ typename Inspector::result_type inspect(Inspector& f, shard_assignment& x) {
            x.layer_end, x.stage, x.pp_size, x.expert_parallel, x.eplb, x.eplb_redundant, x.eplb_window, x.eplb_interval,
            x.eplb_log, x.dcp_size, x.dcp_interleave, x.pcp_size, x.pcp_rank, x.load_format, x.dtype, x.quantization,
            x.device, x.seed, x.n_threads, x.device_offset, x.dp_rank, x.dp_size, x.lockstep, x.expert_store,
-           x.expert_prefix, x.samples, x.enforce_eager, x.max_num_seqs, x.max_model_len, x.max_loras, x.max_lora_rank,
-           x.max_cpu_loras, x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
+           x.expert_prefix, x.samples, x.enforce_eager, x.kv_cache_dtype, x.max_num_seqs, x.max_model_len, x.max_loras,
+           x.max_lora_rank, x.max_cpu_loras, x.next, x.data_plane_host, x.rendezvous_prefix, x.collective_timeout_ms);
 }
 
 /// worker: run the communication check (`actorllm check`).
