@@ -26,7 +26,7 @@ std::optional<float> scalar(const safetensors_checkpoint& ckpt, std::initializer
     if (!info.is_float() || info.numel() != 1)
       throw model_error(fmt::format("{}: a KV cache scale must be one F32, F16 or BF16 value, got {} elements of {}",
                                     name, info.numel(), stored_type_name(info.stored)));
-    std::byte raw[4]{};
+    alignas(8) std::byte raw[8]{};  // 8: load_as_f32 has an i64 case GCC cannot rule out
     std::memcpy(raw, e->file->data(info), dtype_size(info.type));
     const float v = load_as_f32(raw, info.type, 0);
     if (!(v > 0.0f) || !std::isfinite(v))
