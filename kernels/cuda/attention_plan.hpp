@@ -89,6 +89,10 @@ struct attention_plan {
   int64_t workspace_max_offset = 0;  ///< byte offset of the max array
   int64_t workspace_sum_offset = 0;  ///< byte offset of the sum array
 
+  /// Sequences with at least this many query rows are left to the tensor-core prefill kernel (prefill_attention.hpp):
+  /// the per-row and merge kernels skip their rows. 0: none (the default; the backend sets it when it launches that
+  /// kernel too).
+  int64_t rows_fused_from = 0;
   /// Nothing to launch (no rows or no sequences).
   bool empty() const { return geometry.n_tokens == 0 || n_seqs == 0; }
 };

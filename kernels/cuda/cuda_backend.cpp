@@ -14,6 +14,7 @@
 #include "kernels/cuda/lora.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/paged_attention_small.hpp"
+#include "kernels/cuda/prefill_attention.hpp"
 #include "kernels/cuda/quantized_gemv.hpp"
 #include "kernels/cuda/quantized_weight.hpp"
 #include "kernels/cuda/rms_norm.hpp"
@@ -589,6 +590,12 @@ void cuda_backend::attend(const tensor& q, const attention_batch& batch, const k
   } catch (const std::invalid_argument& e) {
     ACTORLLM_CHECK(false, fmt::format("paged_attention: {}", e.what()).c_str());
   }
+  // Prefill chunks of a 16-bit or fp8 cache go to the tensor-core kernel; the per-row kernel takes the other rows.
+  const int64_t prefill_tiles = cuda::prefill_attention_applies(view.type, hd, batch.kv_layout, lse != nullptr)
+                                    ? cuda::prefill_attention_max_tiles(batch.host_seqs.data(), batch.n_seqs)
+                                    : 0;
+  if (prefill_tiles > 0)
+    plan.rows_fused_from = cuda::prefill::min_rows;
   void* workspace = plan.workspace_bytes > 0
                         ? scratch(scratch_->attention_workspace, static_cast<size_t>(plan.workspace_bytes))
                         : nullptr;
@@ -596,6 +603,10 @@ void cuda_backend::attend(const tensor& q, const attention_batch& batch, const k
   cuda::paged_attention(plan, f32(q), batch.positions.data_as<int32_t>(), batch.seqs.data_as<int32_t>(),
                         batch.block_tables.data_as<int32_t>(), view, scale, f32(out), workspace, stream_,
                         batch.kv_layout, lse);
+  if (prefill_tiles > 0)
+    cuda::prefill_attention(f32(q), batch.positions.data_as<int32_t>(), batch.seqs.data_as<int32_t>(), batch.n_seqs,
+                            prefill_tiles, batch.block_tables.data_as<int32_t>(), view, n_head, scale, window, f32(out),
+                            stream_);
 }
 
 void cuda_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {

@@ -129,6 +129,7 @@ struct attention_params {
   float* ws_sum;
   kv_shard_layout layout;  // the positions this rank's cache keeps (decode context parallelism)
   float* lse;              // [n_tokens, n_head] log-sum-exps (paged_attention_partial), or null
+  int32_t skip_from_rows;  // rows of sequences with at least this many query rows are the prefill kernel's (0: none)
 };
 
 template <int HD, class T>
@@ -149,6 +150,8 @@ __global__ void __launch_bounds__(k_threads, 4) paged_attention_kernel(const att
   const auto part = static_cast<int32_t>(blockIdx.z);
   if (!load_sequence(p.seqs, p.n_seqs, row, seq_info, &seq_found))
     return;  // a row of no sequence is left as it is
+  if (p.skip_from_rows > 0 && seq_info[1] >= p.skip_from_rows)
+    return;  // a prefill chunk's row: the tensor-core kernel writes it
 
   const attn::head_group group =
       attn::head_group_of(static_cast<int32_t>(blockIdx.y), p.n_head, p.n_head_kv, p.head_chunk);
@@ -341,7 +344,8 @@ struct merge_params {
   const float* ws_sum;
   float* out;
   kv_shard_layout layout;
-  float* lse;  // or null
+  float* lse;              // or null
+  int32_t skip_from_rows;  // as attention_params::skip_from_rows
 };
 
 // One CTA per (row, head): out = sum_p w_p acc_p / sum_p w_p sum_p with w_p = exp(max_p - max over partitions).
@@ -352,6 +356,8 @@ __global__ void __launch_bounds__(attention_merge_threads) merge_partitions_kern
   const int64_t row = blockIdx.x, head = blockIdx.y;
   if (!load_sequence(p.seqs, p.n_seqs, row, seq_info, &seq_found))
     return;
+  if (p.skip_from_rows > 0 && seq_info[1] >= p.skip_from_rows)
+    return;  // a prefill chunk's row: the tensor-core kernel writes it
   float* out = p.out + (row * p.n_head + head) * p.head_dim;
   float* lse = p.lse != nullptr ? p.lse + row * p.n_head + head : nullptr;
   const int32_t position = p.positions[row];
@@ -592,6 +598,7 @@ void paged_attention(const attention_plan& plan, const float* q, const int32_t* 
     params.ws_acc = ws_acc;
     params.ws_max = ws_max;
     params.ws_sum = ws_sum;
+    params.skip_from_rows = static_cast<int32_t>(plan.rows_fused_from);
     launch_attention_typed<T>(plan, params, cache, stream);
   });
   if (!plan.split)
@@ -612,6 +619,7 @@ void paged_attention(const attention_plan& plan, const float* q, const int32_t* 
   merge.out = out;
   merge.layout = layout;
   merge.lse = lse;
+  merge.skip_from_rows = static_cast<int32_t>(plan.rows_fused_from);
   const dim3 grid(static_cast<unsigned>(plan.merge_grid[0]), static_cast<unsigned>(plan.merge_grid[1]));
   merge_partitions_kernel<<<grid, static_cast<unsigned>(plan.merge_threads),
                             static_cast<size_t>(plan.merge_shared_bytes), stream>>>(merge);

@@ -6,6 +6,8 @@
 #include "kernels/cuda/attention_plan.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/prefill_attention.hpp"
+#include "kernels/dtype.hpp"
 
 #include "gpu_test_util.hpp"
 #include "paged_batch_fixture.hpp"
@@ -242,4 +244,68 @@ TEST_CASE("cuda paged_attention and write_kv refuse bad arguments before any lau
   CHECK_NOTHROW(cuda::write_kv(good, nullptr, nullptr, nullptr, 0));
   const cuda::attention_plan empty = cuda::plan_paged_attention({0, 8, 2, 64, 16, 0}, nullptr, 0, 0);
   CHECK_NOTHROW(cuda::paged_attention(empty, nullptr, nullptr, nullptr, nullptr, good, 1.0f, nullptr, nullptr));
+}
+
+namespace {
+
+// The per-row kernel beside the tensor-core prefill kernel, as cuda_backend runs them, over a bf16 cache uploaded
+// as its bits: the prefill chunks' rows within the bf16 rounding of q and the softmax weights (the emulation's bound),
+// every other row as tight as the f32 runs.
+void check_prefill_on_gpu(paged_batch b) {
+  actorllm::cuda_test::round_cache_to_bf16(b);
+  auto bits = [](const std::vector<float>& f) {
+    std::vector<uint16_t> out(f.size());
+    for (size_t i = 0; i < f.size(); ++i)
+      out[i] = actorllm::f32_to_bf16(f[i]);
+    return out;
+  };
+  device_array<uint16_t> k(bits(b.k_cache)), v(bits(b.v_cache));
+  cuda::paged_cache_view view{k.ptr, v.ptr, b.n_blocks, b.block_size, b.n_head_kv, b.head_dim};
+  view.type = cuda::kv_element::bf16;
+  cuda::attention_plan plan =
+      cuda::plan_paged_attention(b.geometry(), b.seqs.data(), b.n_seqs(), static_cast<int64_t>(b.block_tables.size()));
+  const int64_t tiles = cuda::prefill_attention_max_tiles(b.seqs.data(), b.n_seqs());
+  REQUIRE(tiles > 0);
+  plan.rows_fused_from = cuda::prefill::min_rows;
+  std::vector<float> out_init(b.q.size(), paged_batch::untouched);
+  out_init.insert(out_init.end(), k_guard, k_guard_value);
+  device_array<float> q(b.q), out(out_init);
+  device_array<int32_t> positions(b.positions), seqs(b.seqs), tables(b.block_tables);
+  device_array<float> workspace(std::vector<float>(static_cast<size_t>(plan.workspace_bytes / 4) + 4, std::nanf("")));
+  cuda::paged_attention(plan, q.ptr, positions.ptr, seqs.ptr, tables.ptr, view, b.scale, out.ptr, workspace.ptr);
+  cuda::prefill_attention(q.ptr, positions.ptr, seqs.ptr, b.n_seqs(), tiles, tables.ptr, view, b.n_head, b.scale,
+                          b.window, out.ptr);
+  ACTORLLM_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = out.to_host();
+  const int64_t row = b.n_head * b.head_dim;
+  int64_t bad = 0;
+  for (int64_t s = 0; s < b.n_seqs(); ++s) {
+    const int32_t* e = b.seqs.data() + 4 * s;
+    const bool fused = cuda::prefill::takes_sequence(e[1]);
+    for (int64_t r = e[0]; r < e[0] + e[1]; ++r)
+      for (int64_t i = 0; i < row; ++i) {
+        const auto at = static_cast<size_t>(r * row + i);
+        const double ref = b.expected[at], err = std::fabs(got[at] - ref);
+        bad += !(err <= (fused ? 4e-3 : 5e-6 + 1e-4 * std::fabs(ref)));
+      }
+  }
+  INFO(b.describe());
+  CHECK(bad == 0);
+  CHECK(guard_intact(got, b.q.size()));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "cuda prefill_attention on tensor cores with a bf16 cache: chunks of several tiles beside decode rows, "
+    "GQA, windows" *
+    doctest::skip(!gpu_available())) {
+  require_gpu();
+  uint64_t seed = 5000;
+  for (int64_t head_dim : {64, 128})
+    for (int64_t gqa : {1, 4})
+      check_prefill_on_gpu(
+          make_paged_batch({{300, 100}, {5, 1}, {16, 16}, {40, 15}, {77, 1}}, 2, gqa, head_dim, 16, 0, ++seed));
+  check_prefill_on_gpu(make_paged_batch({{400, 130}, {33, 20}}, 2, 2, 64, 16, 50, ++seed));
+  check_prefill_on_gpu(make_paged_batch({{2048, 512}, {900, 1}}, 2, 4, 128, 16, 0, ++seed));
 }

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cuda/attention_plan.hpp"
+#include "kernels/dtype.hpp"
 #include "kernels/kernel_test_util.hpp"
 #include "util/thread_pool.hpp"
 
@@ -147,6 +148,23 @@ inline paged_batch make_paged_batch(const std::vector<seq_spec>& specs, int64_t 
   cpu::paged_attention(b.q.data(), b.positions.data(), cpu_seqs.data(), b.n_seqs(), b.cpu_cache(), b.n_head, b.scale,
                        b.expected.data(), pool_threads, window);
   return b;
+}
+
+/// The batch with its cache rounded to bf16 (what a bf16 cache holds; NaN stays NaN) and the CPU reference
+/// recomputed over those values.
+inline void round_cache_to_bf16(paged_batch& b) {
+  for (auto* cache : {&b.k_cache, &b.v_cache})
+    for (auto& x : *cache)
+      x = bf16_to_f32(f32_to_bf16(x));
+  std::vector<cpu::attention_seq> cpu_seqs;
+  for (int64_t s = 0; s < b.n_seqs(); ++s) {
+    const int32_t* e = b.seqs.data() + 4 * s;
+    cpu_seqs.push_back({e[0], e[1], b.block_tables.data() + e[2], e[3]});
+  }
+  b.expected.assign(b.q.size(), paged_batch::untouched);
+  thread_pool pool_threads(2);
+  cpu::paged_attention(b.q.data(), b.positions.data(), cpu_seqs.data(), b.n_seqs(), b.cpu_cache(), b.n_head, b.scale,
+                       b.expected.data(), pool_threads, b.window);
 }
 
 /// Compares out with the CPU reference, |got - ref| <= tol + eps * |ref| on sequence rows, and checks that padding
