@@ -192,6 +192,9 @@ class backend {
                                         const tensor& out) = 0;
   /// out = silu(gate) * up elementwise (f32, equal shapes; out may be gate or up).
   virtual void silu_mul(const tensor& gate, const tensor& up, const tensor& out) = 0;
+  /// silu_mul over a stacked gate|up projection's output (model/stacked_linear.hpp): out[r, j] = silu(gate_up[r, j]) *
+  /// gate_up[r, n_ff + j]. gate_up f32 [n, 2 * n_ff]; out f32 [n, n_ff], not overlapping gate_up.
+  virtual void silu_mul_stacked(const tensor& gate_up, const tensor& out) = 0;
   /// out = a + b elementwise (f32). b has a's numel, or one row's worth (b.numel() == a.row_size(): added to every
   /// row, a bias). out may be a.
   virtual void add(const tensor& a, const tensor& b, const tensor& out) = 0;

@@ -263,6 +263,18 @@ struct backend_checks {
     numel(up, gate.numel(), "silu_mul", "up");
     numel(out, gate.numel(), "silu_mul", "out");
   }
+  /// silu_mul_stacked: gate_up f32 [n, 2 * n_ff], out f32 [n, n_ff] apart from it. Returns n_ff.
+  int64_t silu_mul_stacked(const tensor& gate_up, const tensor& out) const {
+    on_device(gate_up, dtype::f32, "silu_mul_stacked", "gate_up");
+    on_device(out, dtype::f32, "silu_mul_stacked", "out");
+    ACTORLLM_CHECK(gate_up.shape.n_dims == 2 && gate_up.dim(1) % 2 == 0 && out.shape.n_dims == 2 &&
+                       out.dim(0) == gate_up.dim(0) && out.dim(1) * 2 == gate_up.dim(1),
+                   fmt::format("silu_mul_stacked: gate_up {} must be [n, 2 * n_ff] and out {} [n, n_ff]",
+                               gate_up.describe(), out.describe())
+                       .c_str());
+    disjoint(gate_up, out, "silu_mul_stacked", "gate_up and out");
+    return out.dim(1);
+  }
   /// gather_rows: x f32 [n, width], rows i32 [m], out f32 [m, width] apart from x. Returns the width.
   int64_t gather_rows(const tensor& x, const tensor& rows, const tensor& out) const {
     on_device(x, dtype::f32, "gather_rows", "x");

@@ -34,11 +34,11 @@ llama_model::llama_model(const model_config& cfg, model_weights weights, const s
   const int64_t hd = cfg.head_dim;
   if (!tensors_.layers.empty()) {
     const layer_weights& first = tensors_.layers.front();
-    n_head_ = first.wq.dim(0) / hd;
-    n_head_kv_ = first.wk.dim(0) / hd;
+    n_head_ = first.qkv.rows[0] / hd;
+    n_head_kv_ = first.qkv.rows[1] / hd;
     for (const layer_weights& w : tensors_.layers)  // the dense MLP layers' rows (none on MoE-only stages)
-      if (!w.w_gate.empty())
-        n_ff_ = std::max(n_ff_, w.w_gate.dim(0));
+      if (!w.gate_up.empty())
+        n_ff_ = std::max(n_ff_, w.gate_up.rows[0]);
     if (n_head_kv_ <= 0 || n_head_ % n_head_kv_ != 0)
       throw model_error(
           fmt::format("shard holds {} query heads and {} kv heads: not a GQA grouping", n_head_, n_head_kv_));
@@ -61,6 +61,10 @@ kv_cache_shape llama_model::cache_shape(int64_t block_size) const {
   return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size / shares, shard_.kv_layout()};
 }
 
+int64_t llama_model::stacked_width() const {
+  return std::max((n_head_ + 2 * n_head_kv_) * cfg_.head_dim, 2 * n_ff_);
+}
+
 layer_scratch llama_model::scratch(activations& a, int64_t n) {
   if (n > a.capacity) {
     const int64_t cap = std::max(n, a.capacity * 2);
@@ -76,6 +80,7 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
     a.full.proj = be_.alloc(dtype::f32, {cap, n_embd});
     a.full.gate = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
     a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
+    a.full.stacked = be_.alloc(dtype::f32, {cap * stacked_width()});
     if (lora_)
       a.full.lora_shrunk = be_.alloc(dtype::f32, {cap, lora_->max_lora_rank()});
     a.capacity = cap;
@@ -89,6 +94,7 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
   s.proj = a.full.proj.slice_rows(0, n);
   s.gate = a.full.gate.slice_rows(0, n);
   s.up = a.full.up.slice_rows(0, n);
+  s.stacked = a.full.stacked.slice_rows(0, n * stacked_width());
   if (!a.full.lora_shrunk.empty())
     s.lora_shrunk = a.full.lora_shrunk.slice_rows(0, n);
   return s;

@@ -105,6 +105,8 @@ class llama_model {
     cp_buffers cp;
   };
 
+  /// The widest stacked projection's rows (q|k|v or gate|up): the columns of layer_scratch::stacked.
+  int64_t stacked_width() const;
   /// Scratch views of n rows of `a` (reallocated when a batch needs more than ever before).
   layer_scratch scratch(activations& a, int64_t n);
   /// s.cp's views for a step of n rows, c of them this copy's (nothing without context parallelism).

@@ -304,6 +304,15 @@ void cpu_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& o
   cpu::silu_mul(f32(gate), f32(up), gate.numel(), f32(out));
 }
 
+void cpu_backend::silu_mul_stacked(const tensor& gate_up, const tensor& out) {
+  const int64_t ff = host.silu_mul_stacked(gate_up, out);
+  // Row by row: each row's gate and up halves are contiguous runs of ff (silu_mul's values, element for element).
+  for_rows(pool_, out.dim(0), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      cpu::silu_mul(f32(gate_up) + r * 2 * ff, f32(gate_up) + r * 2 * ff + ff, ff, f32(out) + r * ff);
+  });
+}
+
 void cpu_backend::add(const tensor& a, const tensor& b, const tensor& out) {
   check_host(a, dtype::f32, "add", "a");
   check_host(b, dtype::f32, "add", "b");

@@ -3,6 +3,7 @@
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/launch_geometry.hpp"
+#include "kernels/cuda/silu_stacked_math.hpp"
 
 #include <type_traits>
 
@@ -17,6 +18,12 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, f
     const float g = gate[i];
     out[i] = g * up[i] / (1.0f + expf(-g));  // the CPU's order of operations; expf, not the fast __expf
   }
+}
+
+__global__ void silu_mul_stacked_kernel(const float* __restrict__ gate_up, int64_t n, int64_t n_ff,
+                                        float* __restrict__ out) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = silu_stacked::at(gate_up, n_ff, i);
 }
 
 __global__ void add_kernel(const float* a, const float* b, int64_t n, int64_t b_n, float* out) {
@@ -58,6 +65,15 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStr
   if (g.blocks == 0)
     return;
   silu_mul_kernel<<<g.blocks, g.threads, 0, stream>>>(gate, up, n, out);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, float* out, cudaStream_t stream) {
+  const int64_t n = n_rows * n_ff;
+  const grid_1d g = elementwise_grid(n);
+  if (g.blocks == 0)
+    return;
+  silu_mul_stacked_kernel<<<g.blocks, g.threads, 0, stream>>>(gate_up, n, n_ff, out);
   ACTORLLM_CUDA_CHECK_LAUNCH();
 }
 

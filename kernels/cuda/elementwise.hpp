@@ -13,6 +13,10 @@ namespace actorllm::cuda {
 /// out[i] = silu(gate[i]) * up[i] = gate[i] * up[i] / (1 + exp(-gate[i])). out may be gate or up.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
 
+/// out[r, j] = silu(gate_up[r, j]) * gate_up[r, n_ff + j] for r < n_rows, j < n_ff (a stacked gate|up output, rows of
+/// 2 * n_ff floats; silu_stacked_math.hpp). out must not overlap gate_up.
+void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, float* out, cudaStream_t stream);
+
 /// out[i] = a[i] + b[i % b_n] for i < n, where b_n is n (elementwise) or a row width dividing n (a bias added to
 /// every row). out may be a or b.
 void add(const float* a, const float* b, int64_t n, int64_t b_n, float* out, cudaStream_t stream);

@@ -101,6 +101,7 @@ class recording_graph_backend final : public backend {
     inner_.merge_attention_partials(parts, lses, n_parts, head_begin, out);
   }
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override { inner_.silu_mul(gate, up, out); }
+  void silu_mul_stacked(const tensor& gate_up, const tensor& out) override { inner_.silu_mul_stacked(gate_up, out); }
   void add(const tensor& a, const tensor& b, const tensor& out) override { inner_.add(a, b, out); }
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override {
     inner_.gather_rows(x, rows, out);
