@@ -148,8 +148,8 @@ class backend {
   /// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]): x f32 [n_tokens, n_in]; w [n_out, n_in] f32/f16/bf16 (the Hugging
   /// Face Linear layout); bias f32 [n_out] or empty; y f32 [n_tokens, n_out], not overlapping x. f32 accumulation.
   virtual void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) = 0;
-  /// matmul of every output over the same x (q/k/v): a backend may read x once and run them as one pass. At most 8
-  /// outputs. Default: one matmul each.
+  /// matmul of every output over the same x (the parts of a Linear stack bound apart): a backend may read x once and
+  /// run them as one pass. At most 8 outputs. Default: one matmul each.
   virtual void matmul_group(const tensor& x, std::span<const linear_out> outs) {
     for (const linear_out& o : outs)
       matmul(x, o.w, o.bias, o.y);

@@ -176,8 +176,9 @@ void ffn(const layer_context& ctx, const layer_weights& w, layer_scratch& s) {
     be.silu_mul(gate_up[0], gate_up[1], s.gate);
   } else {
     const int64_t n = s.h.rows();
-    swiglu_stacked(be, w.gate_up, s.h, s.stacked.slice_rows(0, n * w.gate_up.total_rows()).reshape({n, w.gate_up.total_rows()}),
-                   s.up, s.gate);
+    swiglu_stacked(be, w.gate_up, s.h,
+                   s.stacked.slice_rows(0, n * w.gate_up.total_rows()).reshape({n, w.gate_up.total_rows()}), s.up,
+                   s.gate);
   }
   be.matmul(s.gate, w.w_down, tensor{}, s.proj);
   lora_update(ctx, stack(w, lora_target::down), s.gate, s.proj, s);

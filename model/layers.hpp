@@ -48,13 +48,13 @@ struct cp_scratch {
 
 /// Scratch activations of one step, each a view of n_tokens rows.
 struct layer_scratch {
-  tensor h;            ///< [n, n_embd]: the normalised input of a block
-  tensor q;            ///< [n, n_head * head_dim]
-  tensor k, v;         ///< [n, n_head_kv * head_dim]
-  tensor attn;         ///< [n, n_head * head_dim]
-  tensor proj;         ///< [n, n_embd]: a block's output (all-reduced), added to the residual by the next norm
-  tensor gate;         ///< [n, n_ff]
-  tensor up;           ///< [n, n_ff]
+  tensor h;     ///< [n, n_embd]: the normalised input of a block
+  tensor q;     ///< [n, n_head * head_dim]
+  tensor k, v;  ///< [n, n_head_kv * head_dim]
+  tensor attn;  ///< [n, n_head * head_dim]
+  tensor proj;  ///< [n, n_embd]: a block's output (all-reduced), added to the residual by the next norm
+  tensor gate;  ///< [n, n_ff]
+  tensor up;    ///< [n, n_ff]
   /// 1-D, at least n * max(q|k|v's, gate|up's rows): a stacked projection's output, viewed as [n, its rows] (one at
   /// a time: attention's q|k|v, then the MLP's gate|up).
   tensor stacked;

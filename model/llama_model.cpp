@@ -61,9 +61,7 @@ kv_cache_shape llama_model::cache_shape(int64_t block_size) const {
   return kv_cache_shape{layer_end_ - layer_begin_, n_head_kv_, cfg_.head_dim, block_size / shares, shard_.kv_layout()};
 }
 
-int64_t llama_model::stacked_width() const {
-  return std::max((n_head_ + 2 * n_head_kv_) * cfg_.head_dim, 2 * n_ff_);
-}
+int64_t llama_model::stacked_width() const { return std::max((n_head_ + 2 * n_head_kv_) * cfg_.head_dim, 2 * n_ff_); }
 
 layer_scratch llama_model::scratch(activations& a, int64_t n) {
   if (n > a.capacity) {

@@ -89,8 +89,7 @@ void declare_moe_weights(const model_config& cfg, const shard_spec& shard, int64
     stack.layer = layer;
     stack.moe_slot = &moe_weights::shexp_gate_up;
     for (const char* part : {"gate_proj.weight", "up_proj.weight"}) {
-      add(q + part, {cfg.n_ff_shexp, cfg.n_embd}, shard_kind::column, cfg.n_ff_shexp,
-          "shared_expert_intermediate_size")
+      add(q + part, {cfg.n_ff_shexp, cfg.n_embd}, shard_kind::column, cfg.n_ff_shexp, "shared_expert_intermediate_size")
           .stack = static_cast<int>(table.stacks.size());
       stack.weights.push_back(table.weights.size() - 1);
     }

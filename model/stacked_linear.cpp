@@ -100,7 +100,8 @@ tensor bind_quantized(const quantized_linear& q, backend& be, size_t& bytes) {
 
 stacked_linear bind_stacked_linear(std::vector<stack_part> parts, bool linear, backend& be, size_t& bytes) {
   if (parts.empty() || parts.size() > stacked_linear::max_parts)
-    throw model_error(fmt::format("a stacked Linear has 1 to {} parts, not {}", stacked_linear::max_parts, parts.size()));
+    throw model_error(
+        fmt::format("a stacked Linear has 1 to {} parts, not {}", stacked_linear::max_parts, parts.size()));
   stacked_linear out;
   out.n_parts = static_cast<int>(parts.size());
   out.n_in = inputs_of(parts.front());
@@ -110,8 +111,8 @@ stacked_linear bind_stacked_linear(std::vector<stack_part> parts, bool linear, b
     if ((parts[i].bias != nullptr) != with_bias)
       throw model_error(fmt::format("{} and {}: one has a bias, the other not", parts.front().name, parts[i].name));
     if (with_bias && parts[i].bias->numel() != out.rows[i])
-      throw model_error(fmt::format("{}: its bias has {} values for {} rows", parts[i].name, parts[i].bias->numel(),
-                                    out.rows[i]));
+      throw model_error(
+          fmt::format("{}: its bias has {} values for {} rows", parts[i].name, parts[i].bias->numel(), out.rows[i]));
   }
   if (stack_refusal(parts).empty()) {
     out.merged = parts.front().quantized ? bind_quantized(stack_quantized_rows(parts), be, bytes)

@@ -73,8 +73,8 @@ struct stack_decl {
   std::vector<size_t> biases;
   int64_t layer = -1;
   stacked_linear layer_weights::*layer_slot = nullptr;
-  stacked_linear moe_weights::*moe_slot = nullptr;   ///< or a member of layer `layer`'s MoE block
-  int64_t expert = -1;                               ///< or a member of this expert slot
+  stacked_linear moe_weights::*moe_slot = nullptr;  ///< or a member of layer `layer`'s MoE block
+  int64_t expert = -1;                              ///< or a member of this expert slot
   stacked_linear expert_weights::*expert_slot = nullptr;
 };
 

@@ -199,8 +199,9 @@ TEST_CASE("stacked weights: a shard binds one q|k|v (and bias) and one gate|up, 
   }
 }
 
-TEST_CASE("stacked weights: quantized parts stack their codes, scales and zero points; a float/quantized mix stays "
-          "apart") {
+TEST_CASE(
+    "stacked weights: quantized parts stack their codes, scales and zero points; a float/quantized mix stays "
+    "apart") {
   const test_model m = make_model(llama_json(), 22);
   const loaded_shard loaded = load_shard(m.dir, shard_spec{}, {});
   auto quantized = [&](const std::string& name, int64_t group) {
@@ -232,8 +233,9 @@ TEST_CASE("stacked weights: quantized parts stack their codes, scales and zero p
                  {q, k, "quantized"}));
 }
 
-TEST_CASE("stacked weights: Llama, Mistral, Qwen2 (biases) and Qwen3 (q/k norm) give the float64 reference's ids at "
-          "tp 1/2/4 and pp 2") {
+TEST_CASE(
+    "stacked weights: Llama, Mistral, Qwen2 (biases) and Qwen3 (q/k norm) give the float64 reference's ids at "
+    "tp 1/2/4 and pp 2") {
   const std::vector<int32_t> prompt{3, 14, 15, 62, 5, 35, 59, 26, 53};
   constexpr int64_t n = 24;
   uint64_t seed = 30;
@@ -267,8 +269,7 @@ TEST_CASE("stacked weights: with only q_proj quantized, q|k|v is bound apart and
     for (int64_t l = 0; l < m.cfg.n_layer; ++l) {
       const std::string name = fmt::format("model.layers.{}.self_attn.q_proj.weight", l);
       if (const host_tensor* h = w.find(name))
-        w.replace_with_quantized(name,
-                                 quantize_linear_rtn(h->data_as<float>(), h->shape[0], h->shape[1], 8, 0, true));
+        w.replace_with_quantized(name, quantize_linear_rtn(h->data_as<float>(), h->shape[0], h->shape[1], 8, 0, true));
     }
   };
   // The stack is refused and bound apart.

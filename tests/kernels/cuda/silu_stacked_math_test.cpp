@@ -1,8 +1,8 @@
 // The CUDA silu_mul_stacked kernel's math on the CPU, no GPU needed: elementwise.cu's grid-stride loop written out
 // over every output index, calling the very silu_stacked_math.hpp function the kernel calls, against the CPU
 // backend's silu_mul_stacked and a float64 reference on rows of odd and even widths.
-#include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/silu_stacked_math.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 
 #include <doctest/doctest.h>
 
