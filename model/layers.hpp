@@ -54,7 +54,7 @@ struct layer_scratch {
   tensor attn;  ///< [n, n_head * head_dim]
   tensor proj;  ///< [n, n_embd]: a block's output (all-reduced), added to the residual by the next norm
   tensor gate;  ///< [n, n_ff]
-  tensor up;    ///< [n, n_ff]
+  tensor up;    ///< [n, n_ff], only with LoRA or a gate|up bound apart (else empty)
   /// 1-D, at least n * max(q|k|v's, gate|up's rows): a stacked projection's output, viewed as [n, its rows] (one at
   /// a time: attention's q|k|v, then the MLP's gate|up).
   tensor stacked;

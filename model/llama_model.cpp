@@ -37,8 +37,10 @@ llama_model::llama_model(const model_config& cfg, model_weights weights, const s
     n_head_ = first.qkv.rows[0] / hd;
     n_head_kv_ = first.qkv.rows[1] / hd;
     for (const layer_weights& w : tensors_.layers)  // the dense MLP layers' rows (none on MoE-only stages)
-      if (!w.gate_up.empty())
+      if (!w.gate_up.empty()) {
         n_ff_ = std::max(n_ff_, w.gate_up.rows[0]);
+        unstacked_mlp_ = unstacked_mlp_ || !w.gate_up.is_merged();
+      }
     if (n_head_kv_ <= 0 || n_head_ % n_head_kv_ != 0)
       throw model_error(
           fmt::format("shard holds {} query heads and {} kv heads: not a GQA grouping", n_head_, n_head_kv_));
@@ -77,7 +79,9 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
     a.full.attn = be_.alloc(dtype::f32, {cap, q_dim});
     a.full.proj = be_.alloc(dtype::f32, {cap, n_embd});
     a.full.gate = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
-    a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
+    // up apart from gate: only for LoRA's gate and up updates, or a gate|up that could not be stacked.
+    if (lora_ || unstacked_mlp_)
+      a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
     a.full.stacked = be_.alloc(dtype::f32, {cap * stacked_width()});
     if (lora_)
       a.full.lora_shrunk = be_.alloc(dtype::f32, {cap, lora_->max_lora_rank()});
@@ -91,7 +95,8 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
   s.attn = a.full.attn.slice_rows(0, n);
   s.proj = a.full.proj.slice_rows(0, n);
   s.gate = a.full.gate.slice_rows(0, n);
-  s.up = a.full.up.slice_rows(0, n);
+  if (!a.full.up.empty())
+    s.up = a.full.up.slice_rows(0, n);
   s.stacked = a.full.stacked.slice_rows(0, n * stacked_width());
   if (!a.full.lora_shrunk.empty())
     s.lora_shrunk = a.full.lora_shrunk.slice_rows(0, n);

@@ -122,9 +122,10 @@ class llama_model {
   backend& be_;
   int64_t layer_begin_ = 0;
   int64_t layer_end_ = 0;
-  int64_t n_head_ = 0;     // query heads on this rank
-  int64_t n_head_kv_ = 0;  // kv heads on this rank
-  int64_t n_ff_ = 0;       // feed-forward rows on this rank
+  int64_t n_head_ = 0;          // query heads on this rank
+  int64_t n_head_kv_ = 0;       // kv heads on this rank
+  int64_t n_ff_ = 0;            // feed-forward rows on this rank
+  bool unstacked_mlp_ = false;  // some dense layer's gate|up is bound apart (stacked_linear::parts)
   model_tensors tensors_;
   rope_table rope_;
   std::vector<int64_t> windows_;    // per local layer: the sliding window (0: full attention)

@@ -200,7 +200,7 @@ TEST_CASE("stacked weights: a shard binds one q|k|v (and bias) and one gate|up, 
 }
 
 TEST_CASE(
-    "stacked weights: quantized parts stack their codes, scales and zero points; a float/quantized mix stays "
+    "stacked weights: quantized parts stack their codes, scales and zero points, a float/quantized mix stays "
     "apart") {
   const test_model m = make_model(llama_json(), 22);
   const loaded_shard loaded = load_shard(m.dir, shard_spec{}, {});
