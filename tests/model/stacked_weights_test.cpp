@@ -1,6 +1,7 @@
 // Stacked Linear weights (model/stacked_linear.hpp): a shard binds q|k|v_proj (with their biases) and gate|up_proj
-// as one weight each, built from its tensor-parallel slices of the Hugging Face tensors; the bound stacks hold exactly
-// those slices' rows; and the dense architectures of the float64 reference (Llama, Mistral, Qwen2 with q/k/v biases
+// as one weight each, built from its tensor-parallel slices of the Hugging Face tensors (MoE experts and the shared
+// expert their gate|up, tensor or expert parallel); the bound stacks hold exactly those slices' rows; and the dense
+// architectures of the float64 reference (Llama, Mistral, Qwen2 with q/k/v biases
 // and replicated kv heads, Qwen3 with q/k norms) give the reference's greedy ids through them at tp 1/2/4 and pp 2.
 // Parts that cannot be stacked (one quantized, the others float) are bound apart and still give the right ids.
 #include "comm/collective.hpp"
@@ -14,6 +15,7 @@
 #include "model/stacked_linear.hpp"
 #include "model/weight_table.hpp"
 #include "model_test_util.hpp"
+#include "moe_model_json.hpp"
 #include "reference_llama.hpp"
 
 #include <doctest/doctest.h>
@@ -199,6 +201,44 @@ TEST_CASE("stacked weights: a shard binds one q|k|v (and bias) and one gate|up, 
   }
 }
 
+TEST_CASE("stacked weights: MoE experts and the shared expert bind one gate|up each, tensor or expert parallel") {
+  const test_model m = make_model(qwen2_moe_json(), 23);  // layer 1 dense (mlp_only_layers), 0 and 2 sparse
+  for (bool ep : {false, true}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      CAPTURE(ep);
+      CAPTURE(rank);
+      shard_spec shard;
+      shard.tp_rank = rank;
+      shard.tp_size = 2;
+      shard.expert_parallel = ep;
+      const loaded_shard loaded = load_shard(m.dir, shard, {});
+      cpu::cpu_backend be{1};
+      const model_tensors t =
+          bind_weights(llama_weight_table(loaded.config, shard), copy_weights(loaded.weights), shard, be);
+      for (int64_t l : {0, 2}) {
+        const moe_weights& moe = t.layers[static_cast<size_t>(l)].moe;
+        const std::string p = fmt::format("model.layers.{}.mlp.", l);
+        REQUIRE(moe.experts.size() == (ep ? 4u : 8u));
+        const int64_t ff = ep ? 16 : 8;  // whole experts under EP, half of each under TP
+        for (size_t i = 0; i < moe.experts.size(); ++i) {
+          const stacked_linear& gu = moe.experts[i].gate_up;
+          const std::string e = fmt::format("{}experts.{}.", p, moe.expert_begin + static_cast<int64_t>(i));
+          REQUIRE(gu.is_merged());
+          CHECK(gu.merged.shape == tensor_shape{2 * ff, 64});
+          CHECK(rows_equal(gu.merged, 0, loaded.weights.get(e + "gate_proj.weight")));
+          CHECK(rows_equal(gu.merged, ff, loaded.weights.get(e + "up_proj.weight")));
+        }
+        const stacked_linear& sh = moe.shexp_gate_up;
+        REQUIRE(sh.is_merged());
+        CHECK(sh.merged.shape == tensor_shape{2 * 20, 64});
+        CHECK(rows_equal(sh.merged, 0, loaded.weights.get(p + "shared_expert.gate_proj.weight")));
+        CHECK(rows_equal(sh.merged, 20, loaded.weights.get(p + "shared_expert.up_proj.weight")));
+      }
+      CHECK(t.layers[1].gate_up.merged.shape == tensor_shape{2 * 24, 64});
+    }
+  }
+}
+
 TEST_CASE(
     "stacked weights: quantized parts stack their codes, scales and zero points, a float/quantized mix stays "
     "apart") {
@@ -231,6 +271,18 @@ TEST_CASE(
   model_weights copy = copy_weights(loaded.weights);
   CHECK(mentions(stack_refusal({{q, nullptr, &a2, nullptr}, {k, copy.find_mutable(k), nullptr, nullptr}}),
                  {q, k, "quantized"}));
+  // Float parts of different dtypes stack as f32, each value exactly.
+  const host_tensor& kf = copy.get(k);
+  host_tensor kb(dtype::bf16, kf.shape);
+  for (int64_t i = 0; i < kf.numel(); ++i)
+    kb.data_as<uint16_t>()[i] = f32_to_bf16(kf.data_as<float>()[i]);
+  const std::vector<stack_part> mixed{{q, copy.find_mutable(q), nullptr, nullptr}, {k, &kb, nullptr, nullptr}};
+  CHECK(stack_refusal(mixed).empty());
+  const host_tensor stacked = stack_dense_rows(mixed);
+  REQUIRE(stacked.type == dtype::f32);
+  CHECK(std::memcmp(stacked.data(), copy.get(q).data(), copy.get(q).nbytes()) == 0);
+  for (int64_t i = 0; i < kb.numel(); ++i)
+    REQUIRE(stacked.data_as<float>()[copy.get(q).numel() + i] == bf16_to_f32(kb.data_as<uint16_t>()[i]));
 }
 
 TEST_CASE(
