@@ -1,9 +1,9 @@
 // Stacked Linear weights (model/stacked_linear.hpp): a shard binds q|k|v_proj (with their biases) and gate|up_proj
 // as one weight each, built from its tensor-parallel slices of the Hugging Face tensors (MoE experts and the shared
 // expert their gate|up, tensor or expert parallel); the bound stacks hold exactly those slices' rows; and the dense
-// architectures of the float64 reference (Llama, Mistral, Qwen2 with q/k/v biases
-// and replicated kv heads, Qwen3 with q/k norms) give the reference's greedy ids through them at tp 1/2/4 and pp 2.
-// Parts that cannot be stacked (one quantized, the others float) are bound apart and still give the right ids.
+// architectures of the float64 reference (Llama, Mistral, Qwen2 with q/k/v biases and replicated kv heads, Qwen3 with
+// q/k norms) give the reference's greedy ids through them at tp 1/2/4 and pp 2 (the MoE ones: moe_test.cpp). Parts
+// that cannot be stacked (one quantized, the others float) are bound apart and still give the right ids.
 #include "comm/collective.hpp"
 #include "comm/shared_memory_collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
