@@ -200,6 +200,10 @@ class backend {
   virtual void add(const tensor& a, const tensor& b, const tensor& out) = 0;
   /// out[i] = x[rows[i]]: x [n, width] f32, rows i32 [m], out f32 [m, width].
   virtual void gather_rows(const tensor& x, const tensor& rows, const tensor& out) = 0;
+  /// The column ranges of a stacked projection's output apart, in one op: dsts[p] (f32 [n, w_p]) receives columns
+  /// [w_0 + ... + w_(p-1), + w_p) of every row of src (f32 [n, W], W >= the sum of the w_p). At most 4 parts, none
+  /// overlapping src.
+  virtual void split_columns(const tensor& src, std::span<const tensor> dsts) = 0;
   /// dst[r, dst_col + c] = src[r, src_col + c] for c < n_cols and every row r (src, dst f32 2-D, equal rows): puts
   /// vocab shards side by side.
   virtual void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) = 0;

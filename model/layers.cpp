@@ -107,14 +107,10 @@ void project_stacked(backend& be, const stacked_linear& w, const tensor& x, cons
   be.matmul(x, w.merged, w.bias, wide.reshape({n, total}));
   for (int i = 0; i < w.n_parts; ++i) {
     const auto p = static_cast<size_t>(i);
-    const int64_t cols = w.rows[p];
-    if (n == 1) {
-      out[p] = wide.slice_rows(w.offset(i), cols).reshape({1, cols});
-    } else {
-      be.copy_columns(wide.reshape({n, total}), w.offset(i), apart[p], 0, cols);
-      out[p] = apart[p];
-    }
+    out[p] = n == 1 ? wide.slice_rows(w.offset(i), w.rows[p]).reshape({1, w.rows[p]}) : apart[p];
   }
+  if (n > 1)
+    be.split_columns(wide.reshape({n, total}), apart);
 }
 
 void swiglu_stacked(backend& be, const stacked_linear& gate_up, const tensor& x, const tensor& wide, const tensor& up,

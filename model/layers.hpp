@@ -64,9 +64,9 @@ struct layer_scratch {
 
 /// The outputs of a stacked Linear (model/stacked_linear.hpp) over x's n rows: one GEMM into s.stacked viewed as
 /// [n, w.total_rows()], then part i's columns in out[i]. With one row the parts' columns are contiguous already and
-/// out[i] is a view of them (no copy); with more they are copied into apart[i] ([n, rows[i]] each; copy_columns, n *
-/// total_rows floats, small beside the GEMM: RoPE, the cache write and LoRA read contiguous rows). Parts bound apart
-/// run as one matmul_group into apart[i].
+/// out[i] is a view of them (no copy); with more they are copied into apart[i] ([n, rows[i]] each; one split_columns,
+/// n * total_rows floats, small beside the GEMM: RoPE, the cache write and LoRA read contiguous rows). Parts bound
+/// apart run as one matmul_group into apart[i].
 void project_stacked(backend& be, const stacked_linear& w, const tensor& x, const layer_scratch& s,
                      std::span<const tensor> apart, std::span<tensor> out);
 

@@ -367,6 +367,21 @@ void cpu_backend::copy_columns(const tensor& src, int64_t src_col, const tensor&
     std::memmove(f32(dst) + r * dw + dst_col, f32(src) + r * sw + src_col, static_cast<size_t>(n_cols) * sizeof(float));
 }
 
+void cpu_backend::split_columns(const tensor& src, std::span<const tensor> dsts) {
+  host.split_columns(src, dsts);
+  const int64_t width = src.dim(1);
+  for_rows(pool_, src.dim(0), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* row = f32(src) + r * width;
+      for (const tensor& d : dsts) {
+        const int64_t w = d.dim(1);
+        std::memcpy(f32(d) + r * w, row, static_cast<size_t>(w) * sizeof(float));
+        row += w;
+      }
+    }
+  });
+}
+
 void cpu_backend::sample(const tensor& logits, std::span<const ops::sample_row> rows,
                          std::span<ops::sample_result> out) {
   check_host(logits, dtype::f32, "sample", "logits");

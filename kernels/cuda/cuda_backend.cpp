@@ -575,6 +575,21 @@ void cuda_backend::lora_add(const tensor& x, const tensor& a, const tensor& b, c
                  cuda::lora_dims{d.n, d.n_in, d.n_out, d.n_slots, d.rank}, f32(shrunk), f32(y), stream_);
 }
 
+void cuda_backend::split_columns(const tensor& src, std::span<const tensor> dsts) {
+  checker{where()}.split_columns(src, dsts);
+  cuda::split::parts p{};
+  for (const tensor& d : dsts) {
+    p.dst[p.n] = f32(d);
+    p.cols[p.n] = d.dim(1);
+    p.total += d.dim(1);
+    ++p.n;
+  }
+  if (p.total == 0 || src.dim(0) == 0)
+    return;
+  make_current();
+  cuda::split_columns(f32(src), src.dim(0), src.dim(1), p, stream_);
+}
+
 void cuda_backend::copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col,
                                 int64_t n_cols) {
   checker{where()}.copy_columns(src, src_col, dst, dst_col, n_cols);

@@ -3,7 +3,7 @@
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/launch_geometry.hpp"
-#include "kernels/cuda/silu_stacked_math.hpp"
+#include "kernels/cuda/stacked_math.hpp"
 
 #include <type_traits>
 
@@ -24,6 +24,13 @@ __global__ void silu_mul_stacked_kernel(const float* __restrict__ gate_up, int64
                                         float* __restrict__ out) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
     out[i] = silu_stacked::at(gate_up, n_ff, i);
+}
+
+__global__ void split_columns_kernel(const float* __restrict__ src, int64_t n, int64_t src_width, split::parts p) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const split::target t = split::locate(p, src_width, i);
+    p.dst[t.part][t.index] = src[t.src];
+  }
 }
 
 __global__ void add_kernel(const float* a, const float* b, int64_t n, int64_t b_n, float* out) {
@@ -74,6 +81,15 @@ void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, float*
   if (g.blocks == 0)
     return;
   silu_mul_stacked_kernel<<<g.blocks, g.threads, 0, stream>>>(gate_up, n, n_ff, out);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void split_columns(const float* src, int64_t n_rows, int64_t src_width, const split::parts& p, cudaStream_t stream) {
+  const int64_t n = n_rows * p.total;
+  const grid_1d g = elementwise_grid(n);
+  if (g.blocks == 0)
+    return;
+  split_columns_kernel<<<g.blocks, g.threads, 0, stream>>>(src, n, src_width, p);
   ACTORLLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -106,6 +106,7 @@ class recording_graph_backend final : public backend {
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override {
     inner_.gather_rows(x, rows, out);
   }
+  void split_columns(const tensor& src, std::span<const tensor> dsts) override { inner_.split_columns(src, dsts); }
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override {
     inner_.copy_columns(src, src_col, dst, dst_col, n_cols);
   }
