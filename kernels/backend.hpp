@@ -163,8 +163,8 @@ class backend {
   /// n_in] f32/f16/bf16 (the Hugging Face Linear layout); bias f32 [n_out] or empty; y f32 [n_tokens, n_out], not
   /// overlapping x. f32 accumulation.
   virtual void matmul(const tensor& x, const tensor& w, const tensor& bias, const tensor& y) = 0;
-  /// matmul of every output over the same x (q/k/v): a backend may read x once and run them as one pass. At most 8
-  /// outputs. Default: one matmul each.
+  /// matmul of every output over the same x (the parts of a Linear stack bound apart): a backend may read x once and
+  /// run them as one pass. At most 8 outputs. Default: one matmul each.
   virtual void matmul_group(const tensor& x, std::span<const linear_out> outs) {
     for (const linear_out& o : outs)
       matmul(x, o.w, o.bias, o.y);
@@ -208,11 +208,18 @@ class backend {
   /// out = silu(gate) * up elementwise (f32, equal shapes; out may be gate or up). out may also be of a type
   /// matmul_input_type names (rounded once; then apart from gate and up).
   virtual void silu_mul(const tensor& gate, const tensor& up, const tensor& out) = 0;
+  /// silu_mul over a stacked gate|up projection's output (model/stacked_linear.hpp): out[r, j] = silu(gate_up[r, j]) *
+  /// gate_up[r, n_ff + j]. gate_up f32 [n, 2 * n_ff]; out f32 [n, n_ff], not overlapping gate_up.
+  virtual void silu_mul_stacked(const tensor& gate_up, const tensor& out) = 0;
   /// out = a + b elementwise (f32). b has a's numel, or one row's worth (b.numel() == a.row_size(): added to every
   /// row, a bias). out may be a.
   virtual void add(const tensor& a, const tensor& b, const tensor& out) = 0;
   /// out[i] = x[rows[i]]: x [n, width] f32, rows i32 [m], out f32 [m, width].
   virtual void gather_rows(const tensor& x, const tensor& rows, const tensor& out) = 0;
+  /// The column ranges of a stacked projection's output apart, in one op: dsts[p] (f32 [n, w_p]) receives columns
+  /// [w_0 + ... + w_(p-1), + w_p) of every row of src (f32 [n, W], W >= the sum of the w_p). At most 4 parts, none
+  /// overlapping src.
+  virtual void split_columns(const tensor& src, std::span<const tensor> dsts) = 0;
   /// dst[r, dst_col + c] = src[r, src_col + c] for c < n_cols and every row r (src, dst f32 2-D, equal rows): puts
   /// vocab shards side by side.
   virtual void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) = 0;

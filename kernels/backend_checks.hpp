@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <span>
 
 namespace actorllm {
 
@@ -291,6 +292,18 @@ struct backend_checks {
       disjoint(out, up, "silu_mul", "out (not f32) and up");
     }
   }
+  /// silu_mul_stacked: gate_up f32 [n, 2 * n_ff], out f32 [n, n_ff] apart from it. Returns n_ff.
+  int64_t silu_mul_stacked(const tensor& gate_up, const tensor& out) const {
+    on_device(gate_up, dtype::f32, "silu_mul_stacked", "gate_up");
+    on_device(out, dtype::f32, "silu_mul_stacked", "out");
+    ACTORLLM_CHECK(gate_up.shape.n_dims == 2 && gate_up.dim(1) % 2 == 0 && out.shape.n_dims == 2 &&
+                       out.dim(0) == gate_up.dim(0) && out.dim(1) * 2 == gate_up.dim(1),
+                   fmt::format("silu_mul_stacked: gate_up {} must be [n, 2 * n_ff] and out {} [n, n_ff]",
+                               gate_up.describe(), out.describe())
+                       .c_str());
+    disjoint(gate_up, out, "silu_mul_stacked", "gate_up and out");
+    return out.dim(1);
+  }
   /// gather_rows: x f32 [n, width], rows i32 [m], out f32 [m, width] apart from x. Returns the width.
   int64_t gather_rows(const tensor& x, const tensor& rows, const tensor& out) const {
     on_device(x, dtype::f32, "gather_rows", "x");
@@ -300,6 +313,26 @@ struct backend_checks {
     numel(out, rows.numel() * width, "gather_rows", "out");
     disjoint(x, out, "gather_rows", "x and out");
     return width;
+  }
+  /// split_columns: src f32 [n, W], at most 4 dsts f32 [n, w_p] apart from src, the w_p summing to at most W.
+  void split_columns(const tensor& src, std::span<const tensor> dsts) const {
+    on_device(src, dtype::f32, "split_columns", "src");
+    ACTORLLM_CHECK(
+        src.shape.n_dims == 2 && dsts.size() <= 4,
+        fmt::format("split_columns: src {} must be 2-D, into at most 4 parts (got {})", src.describe(), dsts.size())
+            .c_str());
+    int64_t total = 0;
+    for (const tensor& d : dsts) {
+      on_device(d, dtype::f32, "split_columns", "a part");
+      ACTORLLM_CHECK(
+          d.shape.n_dims == 2 && d.dim(0) == src.dim(0),
+          fmt::format("split_columns: part {} must be 2-D with the rows of src {}", d.describe(), src.describe())
+              .c_str());
+      disjoint(src, d, "split_columns", "src and a part");
+      total += d.dim(1);
+    }
+    ACTORLLM_CHECK(total <= src.dim(1),
+                   fmt::format("split_columns: the parts take {} columns of src {}", total, src.describe()).c_str());
   }
   /// copy_columns: src and dst f32 2-D with equal rows, the columns inside both.
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) const {

@@ -24,8 +24,20 @@ uint64_t get_u64(const float* words) {
   return v;
 }
 
-/// The bytes of one expert slot's weights, gate then up then down.
-size_t expert_bytes(const expert_weights& e) { return e.w_gate.nbytes() + e.w_up.nbytes() + e.w_down.nbytes(); }
+/// The tensors of one expert slot's weights, in the order they travel: gate|up (stacked, or gate then up), then down.
+std::vector<tensor> expert_tensors(const expert_weights& e) {
+  std::vector<tensor> out = e.gate_up.weight_tensors();
+  out.push_back(e.w_down);
+  return out;
+}
+
+/// The bytes of one expert slot's weights.
+size_t expert_bytes(const expert_weights& e) {
+  size_t bytes = 0;
+  for (const tensor& t : expert_tensors(e))
+    bytes += t.nbytes();
+  return bytes;
+}
 
 }  // namespace
 
@@ -192,9 +204,10 @@ void expert_balancer::exchange(backend& be, const layer_state& l, const std::vec
     ++send_rows[static_cast<size_t>(rank_of(m.dst))];
     auto* out = reinterpret_cast<std::byte*>(send_.data() + row * width);
     const expert_weights& src = local(m.src);
-    be.download(src.w_gate, out, src.w_gate.nbytes());
-    be.download(src.w_up, out + src.w_gate.nbytes(), src.w_up.nbytes());
-    be.download(src.w_down, out + src.w_gate.nbytes() + src.w_up.nbytes(), src.w_down.nbytes());
+    for (const tensor& t : expert_tensors(src)) {
+      be.download(t, out, t.nbytes());
+      out += t.nbytes();
+    }
     ++row;
   }
   const std::vector<int64_t> from = ep_comm_.all_to_all_rows(send_.data(), send_rows, width, recv_);
@@ -215,9 +228,10 @@ void expert_balancer::exchange(backend& be, const layer_state& l, const std::vec
   for (size_t i = 0; i < incoming.size(); ++i) {
     const auto* in = reinterpret_cast<const std::byte*>(recv_.data() + static_cast<int64_t>(i) * width);
     const expert_weights& dst = local(incoming[i]->dst);
-    be.upload(dst.w_gate, in, dst.w_gate.nbytes());
-    be.upload(dst.w_up, in + dst.w_gate.nbytes(), dst.w_up.nbytes());
-    be.upload(dst.w_down, in + dst.w_gate.nbytes() + dst.w_up.nbytes(), dst.w_down.nbytes());
+    for (const tensor& t : expert_tensors(dst)) {
+      be.upload(t, in, t.nbytes());
+      in += t.nbytes();
+    }
   }
 }
 

@@ -3,7 +3,10 @@
 
 #include "model/lora_adapter.hpp"
 
+#include "util/check.hpp"
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace actorllm::model {
@@ -84,24 +87,61 @@ void gather_rows_of_copies(const layer_context& ctx, const tensor& local, const 
 
 }  // namespace
 
+void project_stacked(backend& be, const stacked_linear& w, const tensor& x, const layer_scratch& s,
+                     std::span<const tensor> apart, std::span<tensor> out) {
+  const int64_t n = x.rows();
+  ACTORLLM_CHECK(std::ssize(apart) == w.n_parts && std::ssize(out) == w.n_parts,
+                 "project_stacked: one output per part of the stack");
+  if (!w.is_merged()) {
+    std::array<linear_out, stacked_linear::max_parts> outs;
+    for (int i = 0; i < w.n_parts; ++i) {
+      const auto p = static_cast<size_t>(i);
+      outs[p] = {w.parts[p], w.part_biases[p], apart[p]};
+      out[p] = apart[p];
+    }
+    be.matmul_group(x, std::span{outs.data(), static_cast<size_t>(w.n_parts)});
+    return;
+  }
+  const int64_t total = w.total_rows();
+  const tensor wide = s.stacked.slice_rows(0, n * total);
+  be.matmul(x, w.merged, w.bias, wide.reshape({n, total}));
+  for (int i = 0; i < w.n_parts; ++i) {
+    const auto p = static_cast<size_t>(i);
+    out[p] = n == 1 ? wide.slice_rows(w.offset(i), w.rows[p]).reshape({1, w.rows[p]}) : apart[p];
+  }
+  if (n > 1)
+    be.split_columns(wide.reshape({n, total}), apart);
+}
+
+void swiglu_stacked(backend& be, const stacked_linear& gate_up, const tensor& x, const tensor& wide, const tensor& up,
+                    const tensor& out) {
+  if (gate_up.is_merged()) {
+    be.matmul(x, gate_up.merged, tensor{}, wide);
+    be.silu_mul_stacked(wide, out);
+  } else {
+    be.matmul_silu_gate(x, gate_up.parts[0], gate_up.parts[1], up, out);
+  }
+}
+
 void attention(const layer_context& ctx, const layer_weights& w, const kv_layer& cache, int64_t window,
                layer_scratch& s) {
   backend& be = ctx.be;
   const int64_t n = ctx.in.local_rows;  // this copy's rows (every row without prefill context parallelism)
   const int64_t hd = ctx.head_dim;
-  const linear_out qkv[] = {{w.wq, w.bq, s.q}, {w.wk, w.bk, s.k}, {w.wv, w.bv, s.v}};
-  be.matmul_group(s.h, qkv);
-  lora_update(ctx, stack(w, lora_target::q), s.h, s.q, s);
-  lora_update(ctx, stack(w, lora_target::k), s.h, s.k, s);
-  lora_update(ctx, stack(w, lora_target::v), s.h, s.v, s);
-  const tensor q = s.q.reshape({n, ctx.n_head, hd});
-  const tensor k = s.k.reshape({n, ctx.n_head_kv, hd});
-  const tensor v = s.v.reshape({n, ctx.n_head_kv, hd});
+  const tensor apart[] = {s.q, s.k, s.v};
+  std::array<tensor, 3> qkv;  // q, k, v: [n, heads * hd] each
+  project_stacked(be, w.qkv, s.h, s, apart, qkv);
+  lora_update(ctx, stack(w, lora_target::q), s.h, qkv[0], s);
+  lora_update(ctx, stack(w, lora_target::k), s.h, qkv[1], s);
+  lora_update(ctx, stack(w, lora_target::v), s.h, qkv[2], s);
+  const tensor q = qkv[0].reshape({n, ctx.n_head, hd});
+  const tensor k = qkv[1].reshape({n, ctx.n_head_kv, hd});
+  const tensor v = qkv[2].reshape({n, ctx.n_head_kv, hd});
   be.rope(ctx.rope, ctx.in.local_positions, q, k, w.q_norm, w.k_norm, ctx.norm_eps);
   if (ctx.pcp_size > 1) {  // every row's keys and values, for the rows' cache slots
     const int64_t rows = ctx.in.n_tokens;
-    gather_rows_of_copies(ctx, s.k, s.cp.k_full, s.cp);
-    gather_rows_of_copies(ctx, s.v, s.cp.v_full, s.cp);
+    gather_rows_of_copies(ctx, qkv[1], s.cp.k_full, s.cp);
+    gather_rows_of_copies(ctx, qkv[2], s.cp.v_full, s.cp);
     be.write_kv(cache, s.cp.k_full.slice_rows(0, rows).reshape({rows, ctx.n_head_kv, hd}),
                 s.cp.v_full.slice_rows(0, rows).reshape({rows, ctx.n_head_kv, hd}), ctx.in.attn);
   } else {
@@ -124,13 +164,17 @@ void ffn(const layer_context& ctx, const layer_weights& w, layer_scratch& s) {
   // With LoRA on, gate and up always run apart from their SiLU, adapted rows or not, so that a base-model row gets
   // the same numbers whatever else shares its step.
   if (!stack(w, lora_target::gate).empty() || !stack(w, lora_target::up).empty()) {
-    be.matmul(s.h, w.w_gate, tensor{}, s.gate);
-    be.matmul(s.h, w.w_up, tensor{}, s.up);
-    lora_update(ctx, stack(w, lora_target::gate), s.h, s.gate, s);
-    lora_update(ctx, stack(w, lora_target::up), s.h, s.up, s);
-    be.silu_mul(s.gate, s.up, s.gate);
+    const tensor apart[] = {s.gate, s.up};
+    std::array<tensor, 2> gate_up;
+    project_stacked(be, w.gate_up, s.h, s, apart, gate_up);
+    lora_update(ctx, stack(w, lora_target::gate), s.h, gate_up[0], s);
+    lora_update(ctx, stack(w, lora_target::up), s.h, gate_up[1], s);
+    be.silu_mul(gate_up[0], gate_up[1], s.gate);
   } else {
-    be.matmul_silu_gate(s.h, w.w_gate, w.w_up, s.up, s.gate);
+    const int64_t n = s.h.rows();
+    swiglu_stacked(be, w.gate_up, s.h,
+                   s.stacked.slice_rows(0, n * w.gate_up.total_rows()).reshape({n, w.gate_up.total_rows()}), s.up,
+                   s.gate);
   }
   be.matmul(s.gate, w.w_down, tensor{}, s.proj);
   lora_update(ctx, stack(w, lora_target::down), s.gate, s.proj, s);

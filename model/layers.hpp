@@ -9,6 +9,7 @@
 #include "model/step_inputs.hpp"
 
 #include <cstdint>
+#include <span>
 
 namespace actorllm::model {
 
@@ -47,16 +48,34 @@ struct cp_scratch {
 
 /// Scratch activations of one step, each a view of n_tokens rows.
 struct layer_scratch {
-  tensor h;            ///< [n, n_embd]: the normalised input of a block (llama_model::normed_input_type)
-  tensor q;            ///< [n, n_head * head_dim]
-  tensor k, v;         ///< [n, n_head_kv * head_dim]
-  tensor attn;         ///< [n, n_head * head_dim]
-  tensor proj;         ///< [n, n_embd]: a block's output (all-reduced), added to the residual by the next norm
-  tensor gate;         ///< [n, n_ff]: SiLU×mul's product, in the type w_down reads (llama_model::matmul_input_type_of)
-  tensor up;           ///< [n, n_ff]
+  tensor h;     ///< [n, n_embd]: the normalised input of a block (llama_model::normed_input_type)
+  tensor q;     ///< [n, n_head * head_dim]
+  tensor k, v;  ///< [n, n_head_kv * head_dim]
+  tensor attn;  ///< [n, n_head * head_dim]
+  tensor proj;  ///< [n, n_embd]: a block's output (all-reduced), added to the residual by the next norm
+  /// [n, n_ff]: SiLU×mul's product, in the type w_down reads where matmul_silu_gate writes it (llama_model::scratch)
+  tensor gate;
+  tensor up;  ///< [n, n_ff], only with LoRA or a gate|up bound apart (else empty)
+  /// 1-D, at least n * max(q|k|v's, gate|up's rows): a stacked projection's output, viewed as [n, its rows] (one at
+  /// a time: attention's q|k|v, then the MLP's gate|up).
+  tensor stacked;
   tensor lora_shrunk;  ///< [n, max_lora_rank]: lora_add's scratch (only with LoRA)
   cp_scratch cp;       ///< context parallel attention's buffers (only with it)
 };
+
+/// The outputs of a stacked Linear (model/stacked_linear.hpp) over x's n rows: one GEMM into s.stacked viewed as
+/// [n, w.total_rows()], then part i's columns in out[i]. With one row the parts' columns are contiguous already and
+/// out[i] is a view of them (no copy); with more they are copied into apart[i] ([n, rows[i]] each; one split_columns,
+/// n * total_rows floats, small beside the GEMM: RoPE, the cache write and LoRA read contiguous rows). Parts bound
+/// apart run as one matmul_group into apart[i].
+void project_stacked(backend& be, const stacked_linear& w, const tensor& x, const layer_scratch& s,
+                     std::span<const tensor> apart, std::span<tensor> out);
+
+/// The SwiGLU up-projection through a stacked gate|up: out = silu(x gate^T) * (x up^T) ([n, n_ff]). Stacked: one
+/// GEMM into `wide` ([n, 2 * n_ff] scratch) and backend::silu_mul_stacked; apart: matmul_silu_gate with `up` ([n,
+/// n_ff] scratch).
+void swiglu_stacked(backend& be, const stacked_linear& gate_up, const tensor& x, const tensor& wide, const tensor& up,
+                    const tensor& out);
 
 /// Self-attention of one layer: q/k/v projections (+ biases), q/k norm and RoPE, the cache write, paged attention
 /// (within `window` positions when > 0), o_proj, the TP all-reduce and o_proj's bias. Reads s.h, writes s.proj.

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace actorllm::model {
 
@@ -35,11 +36,13 @@ llama_model::llama_model(const model_config& cfg, model_weights weights, const s
   const int64_t hd = cfg.head_dim;
   if (!tensors_.layers.empty()) {
     const layer_weights& first = tensors_.layers.front();
-    n_head_ = first.wq.dim(0) / hd;
-    n_head_kv_ = first.wk.dim(0) / hd;
+    n_head_ = first.qkv.rows[0] / hd;
+    n_head_kv_ = first.qkv.rows[1] / hd;
     for (const layer_weights& w : tensors_.layers)  // the dense MLP layers' rows (none on MoE-only stages)
-      if (!w.w_gate.empty())
-        n_ff_ = std::max(n_ff_, w.w_gate.dim(0));
+      if (!w.gate_up.empty()) {
+        n_ff_ = std::max(n_ff_, w.gate_up.rows[0]);
+        unstacked_mlp_ = unstacked_mlp_ || !w.gate_up.is_merged();
+      }
     if (n_head_kv_ <= 0 || n_head_ % n_head_kv_ != 0)
       throw model_error(
           fmt::format("shard holds {} query heads and {} kv heads: not a GQA grouping", n_head_, n_head_kv_));
@@ -69,24 +72,40 @@ void llama_model::set_kv_cache_dtype(dtype type) {
   kv_dtype_ = type;
 }
 
-dtype llama_model::matmul_input_type_of(std::initializer_list<tensor layer_weights::*> readers) const {
-  if (lora_ || tensors_.layers.empty())
-    return dtype::f32;
-  const dtype type = be_.matmul_input_type(tensors_.layers.front().*(*readers.begin()));
-  for (const layer_weights& w : tensors_.layers) {
-    if (!w.moe.empty() || w.w_gate.empty())
-      return dtype::f32;
-    for (tensor layer_weights::*reader : readers)
-      if (be_.matmul_input_type(w.*reader) != type)
-        return dtype::f32;
-  }
-  return type;
+namespace {
+
+// The weights that read a layer's normalised input: q|k|v and gate|up, stacked or apart.
+std::vector<tensor> normed_input_readers(const layer_weights& w) {
+  std::vector<tensor> readers = w.qkv.weight_tensors();
+  for (const tensor& t : w.gate_up.weight_tensors())
+    readers.push_back(t);
+  return readers;
 }
 
-dtype llama_model::normed_input_type() const {
-  return matmul_input_type_of(
-      {&layer_weights::wq, &layer_weights::wk, &layer_weights::wv, &layer_weights::w_gate, &layer_weights::w_up});
+std::vector<tensor> down_reader(const layer_weights& w) { return {w.w_down}; }
+
+}  // namespace
+
+dtype llama_model::matmul_input_type_of(std::vector<tensor> (*readers)(const layer_weights&)) const {
+  if (lora_ || tensors_.layers.empty())
+    return dtype::f32;
+  std::optional<dtype> type;
+  for (const layer_weights& w : tensors_.layers) {
+    if (!w.moe.empty() || w.gate_up.empty())
+      return dtype::f32;
+    for (const tensor& t : readers(w)) {
+      const dtype d = be_.matmul_input_type(t);
+      if (type && *type != d)
+        return dtype::f32;
+      type = d;
+    }
+  }
+  return type.value_or(dtype::f32);
 }
+
+dtype llama_model::normed_input_type() const { return matmul_input_type_of(normed_input_readers); }
+
+int64_t llama_model::stacked_width() const { return std::max((n_head_ + 2 * n_head_kv_) * cfg_.head_dim, 2 * n_ff_); }
 
 layer_scratch llama_model::scratch(activations& a, int64_t n) {
   if (n > a.capacity) {
@@ -101,9 +120,16 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
     a.full.v = be_.alloc(dtype::f32, {cap, kv_dim});
     a.full.attn = be_.alloc(dtype::f32, {cap, q_dim});
     a.full.proj = be_.alloc(dtype::f32, {cap, n_embd});
-    // SiLU×mul's product, down's input: in the type down reads as it is (f32 with LoRA or MoE, as h).
-    a.full.gate = be_.alloc(matmul_input_type_of({&layer_weights::w_down}), {cap, std::max<int64_t>(n_ff_, 1)});
-    a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
+    // SiLU×mul's product, down's input: in the type down reads as it is where matmul_silu_gate writes it (every
+    // gate|up bound apart); silu_mul_stacked (a stacked gate|up) and LoRA's silu_mul write f32.
+    const bool stacked_mlp = std::any_of(tensors_.layers.begin(), tensors_.layers.end(),
+                                         [](const layer_weights& w) { return w.gate_up.is_merged(); });
+    a.full.gate = be_.alloc(stacked_mlp ? dtype::f32 : matmul_input_type_of(down_reader),
+                            {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
+    // up apart from gate: only for LoRA's gate and up updates, or a gate|up that could not be stacked.
+    if (lora_ || unstacked_mlp_)
+      a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});
+    a.full.stacked = be_.alloc(dtype::f32, {cap * stacked_width()});
     if (lora_)
       a.full.lora_shrunk = be_.alloc(dtype::f32, {cap, lora_->max_lora_rank()});
     a.capacity = cap;
@@ -116,7 +142,9 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
   s.attn = a.full.attn.slice_rows(0, n);
   s.proj = a.full.proj.slice_rows(0, n);
   s.gate = a.full.gate.slice_rows(0, n);
-  s.up = a.full.up.slice_rows(0, n);
+  if (!a.full.up.empty())
+    s.up = a.full.up.slice_rows(0, n);
+  s.stacked = a.full.stacked.slice_rows(0, n * stacked_width());
   if (!a.full.lora_shrunk.empty())
     s.lora_shrunk = a.full.lora_shrunk.slice_rows(0, n);
   return s;

@@ -114,9 +114,11 @@ class llama_model {
     cp_buffers cp;
   };
 
-  /// The type every layer's `readers` weights take their x in as it is (backend::matmul_input_type), when they agree
-  /// and the shard is dense without LoRA; else f32.
-  dtype matmul_input_type_of(std::initializer_list<tensor layer_weights::*> readers) const;
+  /// The type every dense layer's `readers` weights take their x in as it is (backend::matmul_input_type), when they
+  /// agree and the shard is dense without LoRA; else f32.
+  dtype matmul_input_type_of(std::vector<tensor> (*readers)(const layer_weights&)) const;
+  /// The widest stacked projection's rows (q|k|v or gate|up): the columns of layer_scratch::stacked.
+  int64_t stacked_width() const;
   /// Scratch views of n rows of `a` (reallocated when a batch needs more than ever before).
   layer_scratch scratch(activations& a, int64_t n);
   /// s.cp's views for a step of n rows, c of them this copy's (nothing without context parallelism).
@@ -132,9 +134,10 @@ class llama_model {
   backend& be_;
   int64_t layer_begin_ = 0;
   int64_t layer_end_ = 0;
-  int64_t n_head_ = 0;     // query heads on this rank
-  int64_t n_head_kv_ = 0;  // kv heads on this rank
-  int64_t n_ff_ = 0;       // feed-forward rows on this rank
+  int64_t n_head_ = 0;          // query heads on this rank
+  int64_t n_head_kv_ = 0;       // kv heads on this rank
+  int64_t n_ff_ = 0;            // feed-forward rows on this rank
+  bool unstacked_mlp_ = false;  // some dense layer's gate|up is bound apart (stacked_linear::parts)
   model_tensors tensors_;
   rope_table rope_;
   std::vector<int64_t> windows_;    // per local layer: the sliding window (0: full attention)

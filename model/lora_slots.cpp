@@ -15,25 +15,32 @@ static_assert(n_lora_targets == std::tuple_size_v<decltype(layer_weights::lora)>
 
 namespace {
 
-/// The Linear each target adapts in `w` (empty when the layer has none: the MLP of a MoE layer).
-const tensor& target_weight(const layer_weights& w, lora_target t) {
+/// The shape [out, in] of the Linear each target adapts in `w`, on this shard ({0, 0} when the layer has none: the MLP
+/// of a MoE layer). q/k/v and gate/up are parts of stacked Linears: their own rows.
+std::array<int64_t, 2> target_shape(const layer_weights& w, lora_target t) {
+  auto part = [](const stacked_linear& s, int i) -> std::array<int64_t, 2> {
+    return s.empty() ? std::array<int64_t, 2>{0, 0} : std::array<int64_t, 2>{s.rows[static_cast<size_t>(i)], s.n_in};
+  };
+  auto whole = [](const tensor& x) -> std::array<int64_t, 2> {
+    return x.empty() ? std::array<int64_t, 2>{0, 0} : std::array<int64_t, 2>{x.dim(0), x.dim(1)};
+  };
   switch (t) {
     case lora_target::q:
-      return w.wq;
+      return part(w.qkv, 0);
     case lora_target::k:
-      return w.wk;
+      return part(w.qkv, 1);
     case lora_target::v:
-      return w.wv;
+      return part(w.qkv, 2);
     case lora_target::o:
-      return w.wo;
+      return whole(w.wo);
     case lora_target::gate:
-      return w.w_gate;
+      return part(w.gate_up, 0);
     case lora_target::up:
-      return w.w_up;
+      return part(w.gate_up, 1);
     case lora_target::down:
-      return w.w_down;
+      return whole(w.w_down);
   }
-  return w.wq;
+  return {0, 0};
 }
 
 }  // namespace
@@ -48,10 +55,9 @@ lora_slots::lora_slots(backend& be, const model_config& cfg, const shard_spec& s
   const int64_t slots = limits_.max_loras, rank = limits_.max_lora_rank;
   for (layer_weights& w : layers_) {
     for (size_t t = 0; t < n_lora_targets; ++t) {
-      const tensor& base = target_weight(w, static_cast<lora_target>(t));
-      if (base.empty())
+      const auto [out, in] = target_shape(w, static_cast<lora_target>(t));
+      if (out == 0)
         continue;
-      const int64_t out = base.dim(0), in = base.dim(1);
       lora_stack& s = w.lora[t];
       s.a = be_.alloc(dtype::f32, {slots, rank, in});
       s.b = be_.alloc(dtype::f32, {slots, out, rank});

@@ -87,19 +87,20 @@ void moe_block::run_experts(backend& be, const moe_weights& w, const tensor& x, 
   y.resize(static_cast<size_t>(m * d));
   if (m == 0)
     return;
-  const int64_t ff = w.experts.front().w_gate.dim(0);
+  const int64_t ff = w.experts.front().gate_up.rows[0];
   const tensor idx = scratch(be, rows_, dtype::i32, m, 1).reshape({m});
   be.upload(idx, rows.data(), static_cast<size_t>(m) * sizeof(int32_t));
   const tensor xg = scratch(be, xg_, dtype::f32, m, d);
   be.gather_rows(x, idx, xg);
   const tensor gate = scratch(be, gate_, dtype::f32, m, ff);
   const tensor up = scratch(be, up_, dtype::f32, m, ff);
+  const tensor gate_up = scratch(be, gate_up_, dtype::f32, m, 2 * ff);
   const tensor out = scratch(be, y_, dtype::f32, m, d);
   int64_t offset = 0;
   for (size_t e = 0; e < counts.size(); ++e) {
     if (const int64_t c = counts[e]; c > 0) {
-      be.matmul_silu_gate(xg.slice_rows(offset, c), w.experts[e].w_gate, w.experts[e].w_up, up.slice_rows(offset, c),
-                          gate.slice_rows(offset, c));
+      swiglu_stacked(be, w.experts[e].gate_up, xg.slice_rows(offset, c), gate_up.slice_rows(offset, c),
+                     up.slice_rows(offset, c), gate.slice_rows(offset, c));
       offset += c;
     }
   }
@@ -118,12 +119,13 @@ void moe_block::add_shared_expert(const layer_context& ctx, const moe_weights& w
   backend& be = ctx.be;
   const int64_t n = ctx.in.n_tokens;
   const int64_t d = cfg_.n_embd;
-  const int64_t ff = w.shexp_gate.dim(0);
+  const int64_t ff = w.shexp_gate_up.rows[0];
   const tensor g = scratch(be, sh_gate_, dtype::f32, n, ff);
   const tensor u = scratch(be, sh_up_, dtype::f32, n, ff);
+  const tensor gu = scratch(be, sh_gate_up_, dtype::f32, n, 2 * ff);
   const tensor o = scratch(be, sh_out_, dtype::f32, n, d);
   const tensor logit = scratch(be, sh_logit_, dtype::f32, n, 1);
-  be.matmul_silu_gate(s.h, w.shexp_gate, w.shexp_up, u, g);
+  swiglu_stacked(be, w.shexp_gate_up, s.h, gu, u, g);
   be.matmul(g, w.shexp_down, tensor{}, o);
   be.matmul(s.h, w.shexp_router, tensor{}, logit);
   sh_host_.resize(static_cast<size_t>(n * d));
@@ -284,7 +286,7 @@ void moe_block::forward(const layer_context& ctx, int64_t layer, const moe_weigh
     dispatch_and_combine(be, layer, w, n);
   }
 
-  if (!w.shexp_gate.empty())
+  if (!w.shexp_gate_up.empty())
     add_shared_expert(ctx, w, s, acc_);
   be.upload(s.proj, acc_.data(), acc_.size() * sizeof(float));
   if (ctx.comm.size() > 1)

@@ -83,7 +83,7 @@ class moe_block {
   std::unique_ptr<expert_balancer> balancer_;
   std::vector<uint64_t> load_;
   // Scratch on the backend, reused across layers and steps.
-  tensor logits_, rows_, xg_, gate_, up_, y_, sh_gate_, sh_up_, sh_out_, sh_logit_, xr_;
+  tensor logits_, rows_, xg_, gate_, up_, gate_up_, y_, sh_gate_, sh_up_, sh_gate_up_, sh_out_, sh_logit_, xr_;
   // Host scratch.
   std::vector<float> host_logits_, host_y_, acc_, host_h_, send_, recv_, back_, ret_, sh_host_, sh_logit_host_;
   std::vector<int32_t> ids_;

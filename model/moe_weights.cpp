@@ -63,12 +63,19 @@ void declare_moe_weights(const model_config& cfg, const shard_spec& shard, int64
     const std::string gate = q + (mixtral ? "w1.weight" : "gate_proj.weight");
     const std::string up = q + (mixtral ? "w3.weight" : "up_proj.weight");
     const std::string down = q + (mixtral ? "w2.weight" : "down_proj.weight");
-    for (auto [name, member] : {std::pair{gate, &expert_weights::w_gate}, std::pair{up, &expert_weights::w_up}}) {
+    // gate|up stacked by rows (one GEMM per expert); moved between ranks as the stack's bytes.
+    stack_decl stack;
+    stack.layer = layer;
+    stack.expert = slot;
+    stack.expert_slot = &expert_weights::gate_up;
+    for (const std::string& name : {gate, up}) {
       weight_decl& d = add(name, {cfg.n_ff_exp, cfg.n_embd}, column, cfg.n_ff_exp, ff_key);
       d.expert = slot;
-      d.expert_slot = member;
       d.linear = !movable;
+      d.stack = static_cast<int>(table.stacks.size());
+      stack.weights.push_back(table.weights.size() - 1);
     }
+    table.stacks.push_back(std::move(stack));
     // A row split is along dimension 1: there the units are the expert's intermediate columns.
     weight_decl& d = add(down, {cfg.n_embd, cfg.n_ff_exp}, row, cfg.n_ff_exp, ff_key);
     d.expert = slot;
@@ -78,12 +85,15 @@ void declare_moe_weights(const model_config& cfg, const shard_spec& shard, int64
 
   if (cfg.n_ff_shexp > 0) {
     const std::string q = p + "shared_expert.";
-    add(q + "gate_proj.weight", {cfg.n_ff_shexp, cfg.n_embd}, shard_kind::column, cfg.n_ff_shexp,
-        "shared_expert_intermediate_size")
-        .moe_slot = &moe_weights::shexp_gate;
-    add(q + "up_proj.weight", {cfg.n_ff_shexp, cfg.n_embd}, shard_kind::column, cfg.n_ff_shexp,
-        "shared_expert_intermediate_size")
-        .moe_slot = &moe_weights::shexp_up;
+    stack_decl stack;
+    stack.layer = layer;
+    stack.moe_slot = &moe_weights::shexp_gate_up;
+    for (const char* part : {"gate_proj.weight", "up_proj.weight"}) {
+      add(q + part, {cfg.n_ff_shexp, cfg.n_embd}, shard_kind::column, cfg.n_ff_shexp, "shared_expert_intermediate_size")
+          .stack = static_cast<int>(table.stacks.size());
+      stack.weights.push_back(table.weights.size() - 1);
+    }
+    table.stacks.push_back(std::move(stack));
     add(q + "down_proj.weight", {cfg.n_embd, cfg.n_ff_shexp}, shard_kind::row, cfg.n_ff_shexp,
         "shared_expert_intermediate_size")
         .moe_slot = &moe_weights::shexp_down;
@@ -97,15 +107,19 @@ void bind_moe_weight(const weight_decl& d, tensor t, moe_weights& moe) {
     moe.*d.moe_slot = std::move(t);
     return;
   }
+  expert_entry(moe, d.expert, d.name).*d.expert_slot = std::move(t);
+}
+
+expert_weights& expert_entry(moe_weights& moe, int64_t expert, std::string_view name) {
   // Expert slots are declared in id order, the rank's first one first.
   if (moe.experts.empty())
-    moe.expert_begin = d.expert;
-  const int64_t local = d.expert - moe.expert_begin;
+    moe.expert_begin = expert;
+  const int64_t local = expert - moe.expert_begin;
   if (local < 0 || local > static_cast<int64_t>(moe.experts.size()))
-    throw model_error(fmt::format("{}: expert slot {} is not next to this rank's slots", d.name, d.expert));
+    throw model_error(fmt::format("{}: expert slot {} is not next to this rank's slots", name, expert));
   if (local == static_cast<int64_t>(moe.experts.size()))
     moe.experts.emplace_back();
-  moe.experts[static_cast<size_t>(local)].*d.expert_slot = std::move(t);
+  return moe.experts[static_cast<size_t>(local)];
 }
 
 }  // namespace actorllm::model

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/tensor.hpp"
+#include "model/stacked_linear.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -12,9 +13,8 @@ namespace actorllm::model {
 /// One expert's SwiGLU MLP (Mixtral w1/w3/w2, Qwen gate/up/down_proj). Under tensor parallelism the rank's slice of
 /// the intermediate rows; under expert parallelism the whole expert.
 struct expert_weights {
-  tensor w_gate;  ///< [n_ff_exp (or this rank's rows), n_embd]
-  tensor w_up;    ///< [n_ff_exp (or this rank's rows), n_embd]
-  tensor w_down;  ///< [n_embd, n_ff_exp (or this rank's columns)]
+  stacked_linear gate_up;  ///< gate|up [2 * n_ff_exp (or this rank's rows), n_embd] stacked: parts 0, 1 = gate, up
+  tensor w_down;           ///< [n_embd, n_ff_exp (or this rank's columns)]
 };
 
 /// A sparse MLP block. Empty (no router) on the dense layers.
@@ -24,7 +24,7 @@ struct moe_weights {
   /// slot holds then changes as the balancer moves experts between ranks).
   int64_t expert_begin = 0;
   std::vector<expert_weights> experts;  ///< the experts (slots) this rank computes: [expert_begin, expert_begin + size)
-  tensor shexp_gate, shexp_up;          ///< Qwen2-MoE shared_expert.gate/up_proj (column-parallel), or empty
+  stacked_linear shexp_gate_up;         ///< Qwen2-MoE shared_expert.gate|up_proj (column-parallel), or empty
   tensor shexp_down;                    ///< shared_expert.down_proj (row-parallel)
   tensor shexp_router;                  ///< shared_expert_gate.weight [1, n_embd]: the sigmoid gate, replicated
 

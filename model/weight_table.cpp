@@ -96,6 +96,56 @@ tensor_slice slice_for(const weight_decl& decl, int tp_rank, int tp_size) {
   return s;
 }
 
+namespace {
+
+/// A loaded bias as f32 (the ops add biases in f32), in place.
+void widen_to_f32(host_tensor& h) {
+  if (h.type == dtype::f32)
+    return;
+  host_tensor f(dtype::f32, h.shape);
+  for (int64_t i = 0; i < h.numel(); ++i)
+    f.data_as<float>()[i] = load_as_f32(h.data(), h.type, static_cast<size_t>(i));
+  h = std::move(f);
+}
+
+/// Binds the parts of `st` as one stacked_linear where the stack says.
+void bind_stack(const weight_table& table, const stack_decl& st, int64_t layer_begin, model_weights& weights,
+                backend& be, model_tensors& out) {
+  std::vector<stack_part> parts;
+  bool linear = true;
+  for (size_t i = 0; i < st.weights.size(); ++i) {
+    const weight_decl& d = table.weights[st.weights[i]];
+    stack_part p{d.name, weights.find_mutable(d.name), nullptr, nullptr};
+    if (p.dense == nullptr)
+      p.quantized = weights.find_quantized_mutable(d.name);
+    if (p.dense == nullptr && p.quantized == nullptr)
+      throw model_error(fmt::format("{}: declared by the weight table but not loaded", d.name));
+    if (p.quantized != nullptr && !d.linear)
+      throw model_error(fmt::format("{}: quantized, but only the layers' Linear weights may be", d.name));
+    if (!st.biases.empty()) {
+      const weight_decl& b = table.weights[st.biases.at(i)];
+      p.bias = weights.find_mutable(b.name);
+      if (p.bias == nullptr)
+        throw model_error(fmt::format("{}: declared by the weight table but not loaded", b.name));
+      widen_to_f32(*p.bias);
+    }
+    linear = linear && d.linear;
+    parts.push_back(p);
+  }
+  stacked_linear s = bind_stacked_linear(std::move(parts), linear, be, out.weight_bytes);
+  layer_weights& lw = out.layers.at(static_cast<size_t>(st.layer - layer_begin));
+  if (st.layer_slot != nullptr)
+    lw.*st.layer_slot = std::move(s);
+  else if (st.moe_slot != nullptr)
+    lw.moe.*st.moe_slot = std::move(s);
+  else if (st.expert_slot != nullptr)
+    expert_entry(lw.moe, st.expert, table.weights[st.weights[0]].name).*st.expert_slot = std::move(s);
+  else
+    throw model_error(fmt::format("{}: the weight table binds its stack nowhere", table.weights[st.weights[0]].name));
+}
+
+}  // namespace
+
 model_tensors bind_weights(const weight_table& table, model_weights weights, const shard_spec& shard_in, backend& be) {
   model_tensors out;
   const int64_t layer_begin = shard_in.layer_begin;
@@ -105,6 +155,8 @@ model_tensors bind_weights(const weight_table& table, model_weights weights, con
       n_layers = std::max(n_layers, d.layer - layer_begin + 1);
   out.layers.resize(static_cast<size_t>(n_layers));
   for (const auto& d : table.weights) {
+    if (d.stack >= 0)  // bound with its stack, below
+      continue;
     host_tensor* found = weights.find_mutable(d.name);
     quantized_linear* quantized = found == nullptr ? weights.find_quantized_mutable(d.name) : nullptr;
     if (found == nullptr && quantized == nullptr) {
@@ -141,6 +193,8 @@ model_tensors bind_weights(const weight_table& table, model_weights weights, con
     else
       throw model_error(fmt::format("{}: the weight table binds it nowhere", d.name));
   }
+  for (const stack_decl& st : table.stacks)
+    bind_stack(table, st, layer_begin, weights, be, out);
   if (out.lm_head.empty())
     out.lm_head = out.embed;  // tie_word_embeddings
   return out;
@@ -239,6 +293,21 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
   auto bias = [&] { table.weights.back().bind_as_f32 = true; };
   // Projections only matmul reads (the backend may pack them for its kernels).
   auto linear = [&] { table.weights.back().linear = true; };
+  // Parts of a stacked Linear of the current layer, in output-row order: its weights, then their biases.
+  auto begin_stack = [&](stacked_linear layer_weights::*slot) {
+    stack_decl st;
+    st.layer = current_layer;
+    st.layer_slot = slot;
+    table.stacks.push_back(std::move(st));
+  };
+  auto add_to_stack = [&](std::vector<size_t> stack_decl::*list) {
+    weight_decl& d = table.weights.back();
+    d.layer = current_layer;
+    d.stack = static_cast<int>(table.stacks.size()) - 1;
+    (table.stacks.back().*list).push_back(table.weights.size() - 1);
+  };
+  auto stack_weight = [&] { add_to_stack(&stack_decl::weights); };
+  auto stack_bias = [&] { add_to_stack(&stack_decl::biases); };
 
   bind_model(&model_tensors::embed);
   if (first_stage || (last_stage && cfg.tie_word_embeddings))
@@ -248,31 +317,34 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
     const std::string p = fmt::format("model.layers.{}.", layer);
     bind(&layer_weights::attn_norm);
     declare(p + "input_layernorm.weight", {cfg.n_embd}, shard_kind::replicated);
-    bind(&layer_weights::wq);
+    // q|k|v (and their biases) are bound as one stack: one GEMM computes them.
+    bind(nullptr);
+    begin_stack(&layer_weights::qkv);
     declare(p + "self_attn.q_proj.weight", {q_dim, cfg.n_embd}, shard_kind::column, cfg.n_head, cfg.head_dim,
             "num_attention_heads");
     linear();
-    bind(&layer_weights::wk);
+    stack_weight();
     declare(p + "self_attn.k_proj.weight", {kv_dim, cfg.n_embd}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
             "num_key_value_heads", true);
     linear();
-    bind(&layer_weights::wv);
+    stack_weight();
     declare(p + "self_attn.v_proj.weight", {kv_dim, cfg.n_embd}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
             "num_key_value_heads", true);
     linear();
+    stack_weight();
     if (cfg.attention_bias) {
-      bind(&layer_weights::bq);
       declare(p + "self_attn.q_proj.bias", {q_dim}, shard_kind::column, cfg.n_head, cfg.head_dim,
               "num_attention_heads");
       bias();
-      bind(&layer_weights::bk);
+      stack_bias();
       declare(p + "self_attn.k_proj.bias", {kv_dim}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
               "num_key_value_heads", true);
       bias();
-      bind(&layer_weights::bv);
+      stack_bias();
       declare(p + "self_attn.v_proj.bias", {kv_dim}, shard_kind::column, cfg.n_head_kv, cfg.head_dim,
               "num_key_value_heads", true);
       bias();
+      stack_bias();
     }
     if (cfg.qk_norm) {
       bind(&layer_weights::q_norm);
@@ -296,14 +368,16 @@ weight_table llama_weight_table(const model_config& cfg, const shard_spec& shard
       declare_moe_weights(cfg, shard, layer, table);
       continue;
     }
-    bind(&layer_weights::w_gate);
+    bind(nullptr);
+    begin_stack(&layer_weights::gate_up);
     declare(p + "mlp.gate_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size",
             false, true);
     linear();
-    bind(&layer_weights::w_up);
+    stack_weight();
     declare(p + "mlp.up_proj.weight", {cfg.n_ff, cfg.n_embd}, shard_kind::column, cfg.n_ff, 1, "intermediate_size",
             false, true);
     linear();
+    stack_weight();
     bind(&layer_weights::w_down);
     declare(p + "mlp.down_proj.weight", {cfg.n_embd, cfg.n_ff}, shard_kind::row, cfg.n_ff, 1, "intermediate_size",
             false, true);

@@ -59,11 +59,29 @@ struct weight_decl {
   tensor expert_weights::*expert_slot = nullptr;
   bool bind_as_f32 = false;  ///< converted to f32 when bound (biases: the ops add them in f32)
   bool linear = false;       ///< a Linear weight only matmul reads: bound through backend::import_linear_weight
+  /// The index in weight_table::stacks of the stacked Linear this weight (or bias) is a part of, or -1: it is bound
+  /// with the stack's other parts, and the slots above are unused.
+  int stack = -1;
+};
+
+/// Linear weights of one input that a shard binds as one stacked_linear (q|k|v_proj and their biases, gate|up_proj;
+/// model/stacked_linear.hpp), each still declared (and loaded, sliced, quantized) under its Hugging Face name: the
+/// indices in weight_table::weights of the parts' weights and biases (none, or one per part) in output-row order,
+/// and the member the stack binds to.
+struct stack_decl {
+  std::vector<size_t> weights;
+  std::vector<size_t> biases;
+  int64_t layer = -1;
+  stacked_linear layer_weights::*layer_slot = nullptr;
+  stacked_linear moe_weights::*moe_slot = nullptr;  ///< or a member of layer `layer`'s MoE block
+  int64_t expert = -1;                              ///< or a member of this expert slot
+  stacked_linear expert_weights::*expert_slot = nullptr;
 };
 
 /// The declared weights of one shard, in declaration order.
 struct weight_table {
   std::vector<weight_decl> weights;
+  std::vector<stack_decl> stacks;
   /// The declaration called `name`, or nullptr.
   const weight_decl* find(std::string_view name) const;
 };
@@ -159,9 +177,13 @@ void declare_moe_weights(const model_config& cfg, const shard_spec& shard, int64
 
 /// Puts `t`, loaded for declaration `d` (a moe_slot or expert_slot one), into `moe`.
 void bind_moe_weight(const weight_decl& d, tensor t, moe_weights& moe);
+/// The entry of expert slot `expert` in `moe`, added when it is the next one (slots are declared in id order, the
+/// rank's first one first); model_error naming `name` when it is not next to the rank's slots.
+expert_weights& expert_entry(moe_weights& moe, int64_t expert, std::string_view name);
 
 /// Binds the loaded weights of `shard` to the members the table names and hands each to `be` (import_host: no copy
-/// on the CPU). Declared weights that are absent must be optional. Throws model_error naming a missing tensor.
+/// on the CPU); the parts of each stack are stacked by rows first (bind_stacked_linear). Declared weights that are
+/// absent must be optional. Throws model_error naming a missing tensor.
 model_tensors bind_weights(const weight_table& table, model_weights weights, const shard_spec& shard, backend& be);
 
 /// `shard` with layer_end -1 replaced by n_layer, after checking 0 <= tp_rank < tp_size and

@@ -304,6 +304,15 @@ void cpu_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& o
   cpu::silu_mul(f32(gate), f32(up), gate.numel(), f32(out));
 }
 
+void cpu_backend::silu_mul_stacked(const tensor& gate_up, const tensor& out) {
+  const int64_t ff = host.silu_mul_stacked(gate_up, out);
+  // Row by row: each row's gate and up halves are contiguous runs of ff (silu_mul's values, element for element).
+  for_rows(pool_, out.dim(0), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      cpu::silu_mul(f32(gate_up) + r * 2 * ff, f32(gate_up) + r * 2 * ff + ff, ff, f32(out) + r * ff);
+  });
+}
+
 void cpu_backend::add(const tensor& a, const tensor& b, const tensor& out) {
   check_host(a, dtype::f32, "add", "a");
   check_host(b, dtype::f32, "add", "b");
@@ -356,6 +365,21 @@ void cpu_backend::copy_columns(const tensor& src, int64_t src_col, const tensor&
   const int64_t sw = src.dim(1), dw = dst.dim(1);
   for (int64_t r = 0; r < src.dim(0); ++r)  // memmove: src and dst may be one tensor
     std::memmove(f32(dst) + r * dw + dst_col, f32(src) + r * sw + src_col, static_cast<size_t>(n_cols) * sizeof(float));
+}
+
+void cpu_backend::split_columns(const tensor& src, std::span<const tensor> dsts) {
+  host.split_columns(src, dsts);
+  const int64_t width = src.dim(1);
+  for_rows(pool_, src.dim(0), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* row = f32(src) + r * width;
+      for (const tensor& d : dsts) {
+        const int64_t w = d.dim(1);
+        std::memcpy(f32(d) + r * w, row, static_cast<size_t>(w) * sizeof(float));
+        row += w;
+      }
+    }
+  });
 }
 
 void cpu_backend::sample(const tensor& logits, std::span<const ops::sample_row> rows,

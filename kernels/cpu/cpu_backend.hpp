@@ -59,9 +59,11 @@ class cpu_backend final : public backend {
   void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
                                 const tensor& out) override;
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override;
+  void silu_mul_stacked(const tensor& gate_up, const tensor& out) override;
   void add(const tensor& a, const tensor& b, const tensor& out) override;
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override;
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override;
+  void split_columns(const tensor& src, std::span<const tensor> dsts) override;
   void lora_add(const tensor& x, const tensor& a, const tensor& b, const tensor& row_slots, const tensor& shrunk,
                 const tensor& y) override;
   void sample(const tensor& logits, std::span<const ops::sample_row> rows, std::span<ops::sample_result> out) override;

@@ -615,6 +615,12 @@ void cuda_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& 
   cuda::silu_mul(f32(gate), f32(up), gate.numel(), out.data(), element_of(out.type), stream_);
 }
 
+void cuda_backend::silu_mul_stacked(const tensor& gate_up, const tensor& out) {
+  const int64_t ff = checker{where()}.silu_mul_stacked(gate_up, out);
+  make_current();
+  cuda::silu_mul_stacked(f32(gate_up), out.dim(0), ff, f32(out), stream_);
+}
+
 void cuda_backend::add(const tensor& a, const tensor& b, const tensor& out) {
   const checker c{where()};
   c.on_device(a, dtype::f32, "add", "a");
@@ -649,6 +655,21 @@ void cuda_backend::lora_add(const tensor& x, const tensor& a, const tensor& b, c
   make_current();
   cuda::lora_add(f32(x), f32(a), f32(b), row_slots.data_as<int32_t>(),
                  cuda::lora_dims{d.n, d.n_in, d.n_out, d.n_slots, d.rank}, f32(shrunk), f32(y), stream_);
+}
+
+void cuda_backend::split_columns(const tensor& src, std::span<const tensor> dsts) {
+  checker{where()}.split_columns(src, dsts);
+  cuda::split::parts p{};
+  for (const tensor& d : dsts) {
+    p.dst[p.n] = f32(d);
+    p.cols[p.n] = d.dim(1);
+    p.total += d.dim(1);
+    ++p.n;
+  }
+  if (p.total == 0 || src.dim(0) == 0)
+    return;
+  make_current();
+  cuda::split_columns(f32(src), src.dim(0), src.dim(1), p, stream_);
 }
 
 void cuda_backend::copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col,

@@ -81,9 +81,12 @@ class cuda_backend final : public backend {
                                 const tensor& out) override;
   /// out f32 or bf16 (rounded once, for the GEMM that reads it).
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override;
+  void silu_mul_stacked(const tensor& gate_up, const tensor& out) override;
   void add(const tensor& a, const tensor& b, const tensor& out) override;
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override;
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override;
+  /// One kernel for all the parts (copy_columns would be one cudaMemcpy2D each).
+  void split_columns(const tensor& src, std::span<const tensor> dsts) override;
   void lora_add(const tensor& x, const tensor& a, const tensor& b, const tensor& row_slots, const tensor& shrunk,
                 const tensor& y) override;
   void sample(const tensor& logits, std::span<const ops::sample_row> rows, std::span<ops::sample_result> out) override;

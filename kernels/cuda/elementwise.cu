@@ -3,6 +3,7 @@
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/launch_geometry.hpp"
+#include "kernels/cuda/stacked_math.hpp"
 
 #include <stdexcept>
 #include <type_traits>
@@ -19,6 +20,19 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, O
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const float g = gate[i];
     out[i] = from_f32<Out>(g * up[i] / (1.0f + expf(-g)));  // the CPU's order of operations; expf, not __expf
+  }
+}
+
+__global__ void silu_mul_stacked_kernel(const float* __restrict__ gate_up, int64_t n, int64_t n_ff,
+                                        float* __restrict__ out) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = silu_stacked::at(gate_up, n_ff, i);
+}
+
+__global__ void split_columns_kernel(const float* __restrict__ src, int64_t n, int64_t src_width, split::parts p) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const split::target t = split::locate(p, src_width, i);
+    p.dst[t.part][t.index] = src[t.src];
   }
 }
 
@@ -66,6 +80,24 @@ void silu_mul(const float* gate, const float* up, int64_t n, void* out, element_
     silu_mul_kernel<<<g.blocks, g.threads, 0, stream>>>(gate, up, n, static_cast<float*>(out));
   else
     throw std::invalid_argument("silu_mul: the output is f32 or bf16");
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, float* out, cudaStream_t stream) {
+  const int64_t n = n_rows * n_ff;
+  const grid_1d g = elementwise_grid(n);
+  if (g.blocks == 0)
+    return;
+  silu_mul_stacked_kernel<<<g.blocks, g.threads, 0, stream>>>(gate_up, n, n_ff, out);
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+void split_columns(const float* src, int64_t n_rows, int64_t src_width, const split::parts& p, cudaStream_t stream) {
+  const int64_t n = n_rows * p.total;
+  const grid_1d g = elementwise_grid(n);
+  if (g.blocks == 0)
+    return;
+  split_columns_kernel<<<g.blocks, g.threads, 0, stream>>>(src, n, src_width, p);
   ACTORLLM_CUDA_CHECK_LAUNCH();
 }
 

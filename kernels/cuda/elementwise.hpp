@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/cuda/element_type.hpp"
+#include "kernels/cuda/stacked_math.hpp"
 
 #include <cuda_runtime.h>
 
@@ -13,6 +14,14 @@ namespace actorllm::cuda {
 /// out[i] = silu(gate[i]) * up[i] = gate[i] * up[i] / (1 + exp(-gate[i])), out of out_type: f32 (which may be gate or
 /// up) or bf16 (rounded once, for the GEMM that reads it; apart from both).
 void silu_mul(const float* gate, const float* up, int64_t n, void* out, element_type out_type, cudaStream_t stream);
+
+/// out[r, j] = silu(gate_up[r, j]) * gate_up[r, n_ff + j] for r < n_rows, j < n_ff (a stacked gate|up output, rows of
+/// 2 * n_ff floats; stacked_math.hpp). out must not overlap gate_up.
+void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, float* out, cudaStream_t stream);
+
+/// The first p.total columns of each of src's n_rows rows (src_width floats each) into the parts' own rows, in one
+/// launch (stacked_math.hpp's split::locate). No part overlaps src.
+void split_columns(const float* src, int64_t n_rows, int64_t src_width, const split::parts& p, cudaStream_t stream);
 
 /// out[i] = a[i] + b[i % b_n] for i < n, where b_n is n (elementwise) or a row width dividing n (a bias added to
 /// every row). out may be a or b.

@@ -1277,6 +1277,75 @@ BACKEND_PARITY_CASE(parity_silu_mul, "silu_mul") {
   });
 }
 
+BACKEND_PARITY_CASE(parity_silu_mul_stacked, "silu_mul_stacked equals silu_mul over the split gate and up") {
+  const uint32_t seed = 2015;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (int trial = 0; trial < 4; ++trial) {
+      const int64_t n = rnd.integer(1, 9), ff = trial == 0 ? 1 : rnd.integer(1, 200);
+      const std::string what = shape_str({n, 2 * ff});
+      CAPTURE(what);
+      std::vector<float> gate_up = rnd.reals(n * 2 * ff, -10.0f, 10.0f);
+      gate_up[0] = 80.0f;  // large magnitudes, as silu_mul's case
+      gate_up[static_cast<size_t>(ff - 1)] = -80.0f;
+      std::vector<float> gate(static_cast<size_t>(n * ff)), up(gate.size());
+      std::vector<double> ref(gate.size());
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < ff; ++j) {
+          const auto i = static_cast<size_t>(r * ff + j);
+          gate[i] = gate_up[static_cast<size_t>(r * 2 * ff + j)];
+          up[i] = gate_up[static_cast<size_t>(r * 2 * ff + ff + j)];
+          ref[i] = double(gate[i]) / (1 + std::exp(-double(gate[i]))) * up[i];
+        }
+      guarded out = alloc_guarded(be, dtype::f32, {n, ff});
+      be.silu_mul_stacked(input(be, dtype::f32, {n, 2 * ff}, gate_up), out.view);
+      const std::vector<float> stacked = read_as<float>(be, out, what);
+      test::check_close(stacked, ref, 1e-6, 1e-5, what);
+      // The separate form on the same backend: the same values, bit for bit.
+      guarded apart = alloc_guarded(be, dtype::f32, {n, ff});
+      be.silu_mul(input(be, dtype::f32, {n, ff}, gate), input(be, dtype::f32, {n, ff}, up), apart.view);
+      CHECK(read_as<float>(be, apart, what) == stacked);
+    }
+  });
+}
+
+BACKEND_PARITY_CASE(parity_split_columns, "split_columns puts each part's columns in its own rows") {
+  const uint32_t seed = 2016;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (int trial = 0; trial < 6; ++trial) {
+      const int64_t n = rnd.integer(1, 9), n_parts = rnd.integer(1, 4);
+      std::vector<int64_t> cols;
+      int64_t total = 0;
+      for (int64_t p = 0; p < n_parts; ++p)
+        total += cols.emplace_back(rnd.integer(1, 70));
+      const int64_t width = total + rnd.integer(0, 5);  // a source wider than its parts: the rest is not read
+      const std::string what = shape_str({n, width}) + " into " + std::to_string(n_parts) + " parts";
+      CAPTURE(what);
+      const std::vector<float> src = rnd.reals(n * width, -5.0f, 5.0f);
+      std::vector<guarded> parts;
+      std::vector<tensor> views;
+      for (int64_t c : cols) {
+        parts.push_back(alloc_guarded(be, dtype::f32, {n, c}));
+        views.push_back(parts.back().view);
+      }
+      be.split_columns(input(be, dtype::f32, {n, width}, src), views);
+      int64_t first = 0;
+      for (size_t p = 0; p < cols.size(); ++p) {
+        const std::vector<float> got = read_as<float>(be, parts[p], what);
+        std::vector<float> want;
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < cols[p]; ++c)
+            want.push_back(src[static_cast<size_t>(r * width + first + c)]);
+        CHECK(got == want);  // a copy: bit for bit
+        first += cols[p];
+      }
+    }
+  });
+}
+
 BACKEND_PARITY_CASE(parity_add, "add") {
   const uint32_t seed = 2008;
   CAPTURE(seed);

@@ -107,10 +107,12 @@ class recording_graph_backend final : public backend {
     inner_.merge_attention_partials(parts, lses, n_parts, head_begin, out);
   }
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override { inner_.silu_mul(gate, up, out); }
+  void silu_mul_stacked(const tensor& gate_up, const tensor& out) override { inner_.silu_mul_stacked(gate_up, out); }
   void add(const tensor& a, const tensor& b, const tensor& out) override { inner_.add(a, b, out); }
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override {
     inner_.gather_rows(x, rows, out);
   }
+  void split_columns(const tensor& src, std::span<const tensor> dsts) override { inner_.split_columns(src, dsts); }
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override {
     inner_.copy_columns(src, src_col, dst, dst_col, n_cols);
   }
