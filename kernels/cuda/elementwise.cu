@@ -32,7 +32,7 @@ __global__ void silu_mul_stacked_kernel(const float* __restrict__ gate_up, int64
 __global__ void split_columns_kernel(const float* __restrict__ src, int64_t n, int64_t src_width, split::parts p) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const split::target t = split::locate(p, src_width, i);
-    p.dst[t.part][t.index] = src[t.src];
+    split::destination(p, t.part)[t.index] = src[t.src];
   }
 }
 

@@ -49,12 +49,28 @@ ACTORLLM_HOST_DEVICE inline target locate(const parts& p, int64_t src_width, int
   const int64_t r = i / p.total;
   int64_t c = i % p.total;
   const int64_t src = r * src_width + c;
+  // Unrolled with constant indexes only: an index computed at run time into the kernel's by-value parameter would
+  // copy it to local memory, which the build refuses.
   int part = 0;
-  while (part + 1 < p.n && c >= p.cols[part]) {
-    c -= p.cols[part];
-    ++part;
-  }
-  return {part, r * p.cols[part] + c, src};
+  int64_t cols = p.cols[0];
+#pragma unroll
+  for (int k = 0; k + 1 < max_parts; ++k)
+    if (part == k && k + 1 < p.n && c >= p.cols[k]) {
+      c -= p.cols[k];
+      part = k + 1;
+      cols = p.cols[k + 1];
+    }
+  return {part, r * cols + c, src};
+}
+
+/// parts::dst[part], by constant indexes (see locate).
+ACTORLLM_HOST_DEVICE inline float* destination(const parts& p, int part) {
+  float* d = p.dst[0];
+#pragma unroll
+  for (int k = 1; k < max_parts; ++k)
+    if (part == k)
+      d = p.dst[k];
+  return d;
 }
 
 }  // namespace actorllm::cuda::split
