@@ -8,3 +8,10 @@
 #else
 #define ACTORLLM_HOST_DEVICE
 #endif
+
+// ACTORLLM_UNROLL: `#pragma unroll` for nvcc before a loop of a shared header (host compilers would warn about it).
+#ifdef __CUDACC__
+#define ACTORLLM_UNROLL _Pragma("unroll")
+#else
+#define ACTORLLM_UNROLL
+#endif

@@ -53,6 +53,7 @@ ACTORLLM_HOST_DEVICE inline target locate(const parts& p, int64_t src_width, int
   // copy it to local memory, which the build refuses.
   int part = 0;
   int64_t cols = p.cols[0];
+  ACTORLLM_UNROLL
   for (int k = 0; k + 1 < max_parts; ++k)
     if (part == k && k + 1 < p.n && c >= p.cols[k]) {
       c -= p.cols[k];
@@ -65,6 +66,7 @@ ACTORLLM_HOST_DEVICE inline target locate(const parts& p, int64_t src_width, int
 /// parts::dst[part], by constant indexes (see locate).
 ACTORLLM_HOST_DEVICE inline float* destination(const parts& p, int part) {
   float* d = p.dst[0];
+  ACTORLLM_UNROLL
   for (int k = 1; k < max_parts; ++k)
     if (part == k)
       d = p.dst[k];
