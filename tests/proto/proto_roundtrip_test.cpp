@@ -318,8 +318,8 @@ TEST_CASE_FIXTURE(proto_fixture, "step plans, stage handoffs and step results ro
   failed.error = "block 99 outside a cache of 64 blocks";
   CHECK(roundtrip(failed) == failed);
 
-  proto::shard_profile prof{1,           3,           3,           5,          123456, 20480, 51, "node-a/cuda:1",
-                            85899345920, 21474836480, 17179869184, 19327352832};
+  proto::shard_profile prof{
+      1, 3, 3, 5, 123456, 20480, 51, "bfloat16", "node-a/cuda:1", 85899345920, 21474836480, 17179869184, 19327352832};
   CHECK(roundtrip(prof) == prof);
   CHECK(roundtrip_message(prof) == prof);
   proto::kv_cache_config kv{51, 16, 20480};
