@@ -168,7 +168,7 @@ TEST_CASE("--eplb-config takes vLLM's JSON keys, refusing unknown keys and bad v
                        app::config_file_error);
 }
 
-TEST_CASE("--kv-cache-dtype: vLLM's values bind to engine_config; unimplemented and unknown ones are refused by name") {
+TEST_CASE("--kv-cache-dtype: vLLM's values bind to engine_config, unimplemented and unknown ones are refused by name") {
   CHECK(parse(app::engine_command::serve, {}).kv_cache_dtype == "auto");
   for (const char* value : {"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3"}) {
     CAPTURE(value);

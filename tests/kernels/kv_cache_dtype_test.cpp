@@ -43,7 +43,7 @@ TEST_CASE("--kv-cache-dtype takes vLLM's spellings and refuses others by name") 
   }
 }
 
-TEST_CASE("--kv-cache-dtype auto follows the model's dtype; a given type overrides it") {
+TEST_CASE("--kv-cache-dtype auto follows the model's dtype, a given type overrides it") {
   const kv_cache_dtype_choice automatic{};
   CHECK(resolve_kv_cache_dtype(automatic, dtype::bf16) == dtype::bf16);
   CHECK(resolve_kv_cache_dtype(automatic, dtype::f16) == dtype::f16);
@@ -54,7 +54,7 @@ TEST_CASE("--kv-cache-dtype auto follows the model's dtype; a given type overrid
   CHECK(resolve_kv_cache_dtype({false, dtype::fp8_e4m3}, dtype::bf16) == dtype::fp8_e4m3);
 }
 
-TEST_CASE("the CPU stores f32, bf16 and f16 KV caches and refuses fp8 by name; CUDA stores fp8") {
+TEST_CASE("the CPU stores f32, bf16 and f16 KV caches and refuses fp8 by name, CUDA stores fp8") {
   for (dtype t : {dtype::f32, dtype::bf16, dtype::f16}) {
     CHECK(kv_cache_dtype_unsupported(t, device_kind::cpu).empty());
     CHECK(kv_cache_dtype_unsupported(t, device_kind::cuda).empty());

@@ -33,9 +33,9 @@ TEST_CASE("normed input type: f32 on the CPU, the backend's type when every read
   be.matmul_input_rule = [](const tensor&) { return dtype::bf16; };  // a device whose GEMMs read bf16 everywhere
   CHECK(m.llm.normed_input_type() == dtype::bf16);
 
-  // One reader that takes f32 (a quantized up projection, say): the activation stays f32 for all.
+  // One reader that takes f32 (a quantized gate|up stack, say): the activation stays f32 for all.
   const int64_t n_ff = m.loaded.config.n_ff;
-  be.matmul_input_rule = [n_ff](const tensor& w) { return w.dim(0) == n_ff ? dtype::f32 : dtype::bf16; };
+  be.matmul_input_rule = [n_ff](const tensor& w) { return w.dim(0) == 2 * n_ff ? dtype::f32 : dtype::bf16; };
   CHECK(m.llm.normed_input_type() == dtype::f32);
 
   be.matmul_input_rule = [](const tensor&) { return dtype::bf16; };
