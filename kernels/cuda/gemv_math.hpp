@@ -40,25 +40,13 @@ enum class epilogue : uint8_t {
 
 /// A bf16 (its 16 bits) as f32: exact.
 ACTORLLM_HOST_DEVICE inline float bf16_bits_to_f32(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
+  return bits_float(static_cast<uint32_t>(bits) << 16);
 }
 
 /// f32 rounded to bf16 (nearest, ties to even; NaN stays NaN) and widened back: what every backend multiplies bf16
 /// weights by (kernels/dtype.hpp's f32_to_bf16; __float2bfloat16_rn on the device gives the same bits).
 ACTORLLM_HOST_DEVICE inline float round_to_bf16(float f) {
-#ifdef __CUDA_ARCH__
-  uint32_t u = __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-#endif
+  uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u)
     u |= 0x00400000u;  // quiet NaN
   else

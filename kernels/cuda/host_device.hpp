@@ -3,6 +3,9 @@
 // lora_math.hpp).
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+
 #ifdef __CUDACC__
 #define ACTORLLM_HOST_DEVICE __host__ __device__
 #else
@@ -15,3 +18,29 @@
 #else
 #define ACTORLLM_UNROLL
 #endif
+
+namespace actorllm::cuda {
+
+/// The bits of a float (the device's intrinsic, memcpy on the host).
+ACTORLLM_HOST_DEVICE inline uint32_t float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+/// The float of some bits.
+ACTORLLM_HOST_DEVICE inline float bits_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+}  // namespace actorllm::cuda

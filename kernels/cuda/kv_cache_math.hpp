@@ -27,27 +27,8 @@ struct fp8_e4m3_code {
 
 namespace kvq {
 
-/// The bits of a float.
-ACTORLLM_HOST_DEVICE inline uint32_t float_bits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-
-/// The float of some bits.
-ACTORLLM_HOST_DEVICE inline float bits_float(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
+using cuda::bits_float;
+using cuda::float_bits;
 
 /// The largest finite e4m3 value (code 0x7e).
 constexpr float fp8_e4m3_max = 448.0f;
