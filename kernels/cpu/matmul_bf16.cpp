@@ -281,6 +281,24 @@ struct gemm_tile_args {
   const float* bias;  // 32 values (padded), or null
 };
 
+// Writes a tile's M x 32 sums (plus the bias) to its outputs, masked to the panel's valid outputs.
+template <int M>
+inline void store_tile(const gemm_tile_args& t, __m512* acc0, __m512* acc1) {
+  const __mmask16 m0 = t.n_valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << t.n_valid) - 1);
+  const __mmask16 m1 = t.n_valid >= 32   ? __mmask16(0xffff)
+                       : t.n_valid <= 16 ? __mmask16(0)
+                                         : __mmask16((1u << (t.n_valid - 16)) - 1);
+  for (int m = 0; m < M; ++m) {
+    float* out = t.y + m * t.ldy;
+    if (t.bias != nullptr) {
+      acc0[m] = _mm512_add_ps(acc0[m], _mm512_loadu_ps(t.bias));
+      acc1[m] = _mm512_add_ps(acc1[m], _mm512_loadu_ps(t.bias + 16));
+    }
+    _mm512_mask_storeu_ps(out, m0, acc0[m]);
+    _mm512_mask_storeu_ps(out + 16, m1, acc1[m]);
+  }
+}
+
 // Prefetch: the panel streams from memory (a packed weight read in place), so each step asks for the lines 1 KiB
 // ahead; a panel packed per call sits in L1 already.
 template <int M, bool Prefetch>
@@ -306,19 +324,7 @@ void gemm_tile(const gemm_tile_args& t) {
       acc1[m] = _mm512_dpbf16_ps(acc1[m], av, b1);
     }
   }
-  for (int m = 0; m < M; ++m) {
-    float* out = t.y + m * t.ldy;
-    if (t.bias != nullptr) {
-      acc0[m] = _mm512_add_ps(acc0[m], _mm512_loadu_ps(t.bias));
-      acc1[m] = _mm512_add_ps(acc1[m], _mm512_loadu_ps(t.bias + 16));
-    }
-    const __mmask16 m0 = t.n_valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << t.n_valid) - 1);
-    const __mmask16 m1 = t.n_valid >= 32   ? __mmask16(0xffff)
-                         : t.n_valid <= 16 ? __mmask16(0)
-                                           : __mmask16((1u << (t.n_valid - 16)) - 1);
-    _mm512_mask_storeu_ps(out, m0, acc0[m]);
-    _mm512_mask_storeu_ps(out + 16, m1, acc1[m]);
-  }
+  store_tile<M>(t, acc0, acc1);
 }
 
 using gemm_tile_fn = void (*)(const gemm_tile_args&);
@@ -326,6 +332,129 @@ using gemm_tile_fn = void (*)(const gemm_tile_args&);
 template <bool Prefetch, size_t... I>
 constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<I...>) {
   return {&gemm_tile<static_cast<int>(I) + 1, Prefetch>...};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Decode on packed weights: several panel streams per thread
+//
+// With 1 to 4 tokens a packed weight is read once from memory and the multiply-adds are nearly free, so the read
+// pattern is the speed. One panel after another is one sequential stream per thread; on Zen 5 the bandwidth probe
+// reads fastest with several interleaved streams per thread, and batch-1 decode of the TinyLlama shape measured
+// 69-82% of the probe with one stream against 87-96% with four (bench_cpu_decode, alternated runs, 2 threads).
+// So a thread walks S panels side by side (S = 4 up to 2 tokens; 2 for 3-4 tokens, where 4 streams would not fit
+// the 32 vector registers), each activation pair broadcast once for all S panels. The panels are handed out on
+// demand in grains of 8 (about 1 MiB at K = 2048): a thread that was descheduled or reads slower takes fewer, and the
+// wait at the end of a call is one grain, not an eighth of the weight (92-97% against 90-96% with fixed chunks).
+
+constexpr int64_t streamed_max_tokens = 4;
+constexpr int64_t streamed_grain_units = 8;
+constexpr int max_streams = 4;
+
+constexpr int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? 4 : 2; }
+
+// Tiles t[0..S) (M token rows each, the same activations and K) walked side by side.
+template <int M, int S>
+void stream_tiles(const gemm_tile_args* t) {
+  __m512 acc0[S][M], acc1[S][M];
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < M; ++m) {
+      acc0[s][m] = _mm512_setzero_ps();
+      acc1[s][m] = _mm512_setzero_ps();
+    }
+  const uint32_t* p[S];
+  for (int s = 0; s < S; ++s)
+    p[s] = t[s].panel;
+  const int64_t n_kp = t[0].k_pad / 2;
+  for (int64_t kp = 0; kp < n_kp; ++kp) {
+    __m512bh b0[S], b1[S];
+    for (int s = 0; s < S; ++s) {
+      _mm_prefetch(reinterpret_cast<const char*>(p[s]) + panel_prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p[s]) + panel_prefetch_bytes + 64, _MM_HINT_T0);
+      b0[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p[s]));
+      b1[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p[s] + 16));
+      p[s] += gemm_nr;
+    }
+    for (int m = 0; m < M; ++m) {
+      int32_t pair;
+      std::memcpy(&pair, t[0].a + m * t[0].lda + 2 * kp, sizeof pair);
+      const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+      for (int s = 0; s < S; ++s) {
+        acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av, b0[s]);
+        acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av, b1[s]);
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s)
+    store_tile<M>(t[s], acc0[s], acc1[s]);
+}
+
+using stream_fn = void (*)(const gemm_tile_args*);
+
+// Entry (M - 1) * max_streams + (S - 1); M * 2 * S accumulators and 2 * S panel vectors must fit 32 registers, so the
+// combinations that do not (M > 2 with S > 2) are never called.
+template <size_t... I>
+constexpr std::array<stream_fn, sizeof...(I)> stream_fn_table(std::index_sequence<I...>) {
+  return {&stream_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1>...};
+}
+
+// Splits `tiles` into `streams` contiguous runs and walks them side by side (the runs' last steps with fewer).
+void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
+  static constexpr auto table = stream_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
+  const int64_t n = static_cast<int64_t>(tiles.size());
+  if (n == 0)
+    return;
+  streams = static_cast<int>(std::min<int64_t>(streams, n));
+  const int64_t run = (n + streams - 1) / streams;
+  for (int64_t j = 0; j < run; ++j) {
+    gemm_tile_args group[max_streams];
+    int count = 0;
+    for (int s = 0; s < streams; ++s)
+      if (s * run + j < n)
+        group[count++] = tiles[static_cast<size_t>(s * run + j)];
+    table[static_cast<size_t>((m - 1) * max_streams + (count - 1))](group);
+  }
+}
+
+// Packed weights, 1 to streamed_max_tokens tokens: the units (panels; a gated unit is a gate and an up panel) in
+// grains claimed on demand, each grain's panels read as streams_for(n_tokens) side-by-side streams.
+void streamed_panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool,
+                           const unit_numbering& units) {
+  const size_t per_unit = gated ? 2 : 1;
+  const int64_t n_kp = c.k_pad / 2;
+  const int m = static_cast<int>(c.n_tokens);
+  pool.parallel_for_dynamic(units.total(), streamed_grain_units, [&](int64_t u_begin, int64_t u_end) {
+    std::array<gemm_tile_args, 2 * streamed_grain_units> tiles;
+    alignas(64) float bias_pad[2 * streamed_grain_units][gemm_nr];
+    size_t n_tiles = 0, i = 0;
+    for (int64_t u = u_begin; u < u_end; ++u) {
+      i = units.target_of(u, i);
+      const int64_t p = u - units.begin[i];
+      const int64_t o0 = p * gemm_nr;
+      for (size_t part = 0; part < per_unit; ++part) {
+        const target_view& tv = targets[gated ? part : i];
+        const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
+        const float* tile_bias = nullptr;
+        if (tv.bias != nullptr) {
+          for (int j = 0; j < gemm_nr; ++j)
+            bias_pad[n_tiles][j] = j < n_valid ? tv.bias[o0 + j] : 0.0f;
+          tile_bias = bias_pad[n_tiles];
+        }
+        tiles[n_tiles++] = {c.xb,      c.ld,     reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr,
+                            c.k_pad,   tv.y + o0, tv.n_out,
+                            n_valid,   tile_bias};
+      }
+    }
+    run_streams({tiles.data(), n_tiles}, m, streams_for(c.n_tokens));
+    if (gated)  // gate and up complete for these outputs: combine while warm
+      for (int64_t u = u_begin; u < u_end; ++u) {
+        const int64_t o0 = u * gemm_nr;
+        const int64_t n_valid = std::min<int64_t>(gemm_nr, targets[0].n_out - o0);
+        for (int64_t t = 0; t < c.n_tokens; ++t) {
+          float* g = targets[0].y + t * targets[0].n_out + o0;
+          silu_mul(g, targets[1].y + t * targets[1].n_out + o0, n_valid, g);
+        }
+      }
+  });
 }
 
 // The panel algorithm: work units are panels of 32 outputs, numbered across the targets (a gated unit is a gate panel
@@ -349,6 +478,10 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
   const bool stream = packed && c.n_tokens <= packed_stream_max_tokens;
   const int64_t chunk = stream ? c.n_tokens : panel_tc;
   const auto& table = stream ? stream_table : chunk_table;
+  if (packed && c.n_tokens <= streamed_max_tokens) {
+    streamed_panel_matmul(c, targets, gated, pool, units);
+    return;
+  }
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
     thread_local std::vector<uint32_t> packed_panel;
     if (!packed)

@@ -290,3 +290,62 @@ TEST_CASE("pack_bf16_panels puts each pair where the panel layout says, zeros in
     }
   }
 }
+
+// Packed bf16 weights with 1 to 4 tokens run the streamed decode path: panels claimed in grains of 8 and read as
+// several side-by-side streams. Enough panels for several grains, targets of uneven size that share a grain, runs of
+// unequal length and partial panels; 5 tokens (the panel path) alongside.
+TEST_CASE("packed bf16 decode streams match float64 over several grains, targets and gated pairs [asan]") {
+  if (!cpu::have_bf16_dot_kernels()) {
+    MESSAGE("skipped: this CPU has no AVX512-BF16");
+    return;
+  }
+  uint64_t seed = 1200;
+  for (int threads : {1, 3}) {
+    thread_pool pool(threads);
+    for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
+      const int64_t n_in = 70;
+      const std::vector<int64_t> n_outs = {300, 33, 64, 257};  // 10 + 2 + 2 + 9 panels: grains of 8, 8 and 7
+      auto x = test::random_floats(static_cast<size_t>(n_tokens * n_in), seed++);
+      std::vector<std::vector<uint8_t>> w, wv;
+      std::vector<std::vector<float>> bias, y;
+      std::vector<cpu::matmul_target> targets;
+      for (size_t i = 0; i < n_outs.size(); ++i) {
+        w.push_back(test::to_dtype(test::random_floats(static_cast<size_t>(n_outs[i] * n_in), seed++), dtype::bf16));
+        wv.push_back(weight_for(w.back(), n_outs[i], n_in, bf16_variant::dot_packed, pool));
+        bias.push_back(test::random_floats(static_cast<size_t>(n_outs[i]), seed++));
+        y.emplace_back(static_cast<size_t>(n_tokens * n_outs[i]) + 11, -777.0f);
+      }
+      for (size_t i = 0; i < n_outs.size(); ++i)
+        targets.push_back({wv[i].data(), dtype::bf16, n_outs[i], i % 2 == 1 ? bias[i].data() : nullptr, y[i].data(),
+                           true});
+      cpu::matmul_group(x.data(), n_tokens, n_in, targets, pool);
+      for (size_t i = 0; i < n_outs.size(); ++i) {
+        std::vector<double> ref, tol;
+        reference_matmul(x, w[i], dtype::bf16, i % 2 == 1 ? bias[i].data() : nullptr, n_tokens, n_in, n_outs[i], ref,
+                         tol);
+        const std::string what = "streamed target " + std::to_string(i) + " tokens " + std::to_string(n_tokens) +
+                                 " threads " + std::to_string(threads);
+        test::check_close(y[i].data(), ref.data(), ref.size(), tol.data(), 0.0, 1e-6, what);
+        for (size_t j = ref.size(); j < y[i].size(); ++j)
+          REQUIRE(y[i][j] == -777.0f);
+      }
+
+      const int64_t n_ff = 600;  // 19 gate/up panel pairs, the last one partial
+      auto wg = test::to_dtype(test::random_floats(static_cast<size_t>(n_ff * n_in), seed++), dtype::bf16);
+      auto wu = test::to_dtype(test::random_floats(static_cast<size_t>(n_ff * n_in), seed++), dtype::bf16);
+      std::vector<double> g_ref, g_tol, u_ref, u_tol, ref, tol;
+      reference_matmul(x, wg, dtype::bf16, nullptr, n_tokens, n_in, n_ff, g_ref, g_tol);
+      reference_matmul(x, wu, dtype::bf16, nullptr, n_tokens, n_in, n_ff, u_ref, u_tol);
+      test::silu_gate_reference(g_ref, g_tol, u_ref, u_tol, ref, tol);
+      const auto wgv = weight_for(wg, n_ff, n_in, bf16_variant::dot_packed, pool);
+      const auto wuv = weight_for(wu, n_ff, n_in, bf16_variant::dot_packed, pool);
+      std::vector<float> up(static_cast<size_t>(n_tokens * n_ff)), out(up.size() + 19, -777.0f);
+      cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wgv.data(), wuv.data(), dtype::bf16, true, n_ff, up.data(),
+                            out.data(), pool, cpu::matmul_path::automatic);
+      test::check_close(out.data(), ref.data(), ref.size(), tol.data(), 0.0, 1e-6,
+                        "streamed gate tokens " + std::to_string(n_tokens) + " threads " + std::to_string(threads));
+      for (size_t j = ref.size(); j < out.size(); ++j)
+        REQUIRE(out[j] == -777.0f);
+    }
+  }
+}
