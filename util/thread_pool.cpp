@@ -218,18 +218,28 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
 }
 
 void thread_pool::parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_for_guided(n, grain, grain, fn);
+}
+
+void thread_pool::parallel_for_guided(int64_t n, int64_t min_grain, int64_t max_grain,
+                                      const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0)
     return;
-  grain = std::max<int64_t>(grain, 1);
-  int64_t n_grains = (n + grain - 1) / grain;
+  min_grain = std::max<int64_t>(min_grain, 1);
+  max_grain = std::max(max_grain, min_grain);
+  const int64_t spread = 2 * static_cast<int64_t>(n_threads_);
   std::atomic<int64_t> next{0};
-  // Each participating thread pulls grains until none are left; threads that start late find less to do.
-  parallel_for(std::min<int64_t>(n_grains, n_threads_), [&](int64_t, int64_t) {
+  // Each participating thread claims grains until none are left; threads that start late find less to do.
+  parallel_for(std::min<int64_t>((n + min_grain - 1) / min_grain, n_threads_), [&](int64_t, int64_t) {
     for (;;) {
-      int64_t g = next.fetch_add(1, std::memory_order_relaxed);
-      if (g >= n_grains)
-        return;
-      fn(g * grain, std::min(n, (g + 1) * grain));
+      int64_t begin = next.load(std::memory_order_relaxed), end = 0;
+      do {
+        const int64_t left = n - begin;
+        if (left <= 0)
+          return;
+        end = begin + std::min(left, std::clamp(left / spread, min_grain, max_grain));
+      } while (!next.compare_exchange_weak(begin, end, std::memory_order_relaxed));
+      fn(begin, end);
     }
   });
 }

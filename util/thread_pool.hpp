@@ -44,6 +44,13 @@ class thread_pool {
   /// Like parallel_for but hands out chunks of `grain` indices on demand, for work items of uneven cost.
   void parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
 
+  /// Guided self-scheduling: hands out contiguous grains on demand, in order, each of
+  /// clamp(left / (2 x size()), min_grain, max_grain) indices where `left` is what no thread has claimed yet. Long
+  /// grains while much is left (a streaming kernel keeps its read streams long), short ones at the end (a thread
+  /// waits for the last grain of another at most min_grain indices' time).
+  void parallel_for_guided(int64_t n, int64_t min_grain, int64_t max_grain,
+                           const std::function<void(int64_t begin, int64_t end)>& fn);
+
   /// Process-wide pool sized by ACTORLLM_NUM_THREADS, else usable_cpu_count() (the CPUs this process may run on,
   /// capped by its cgroup's CPU quota).
   static thread_pool& global();

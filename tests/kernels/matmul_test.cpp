@@ -291,7 +291,7 @@ TEST_CASE("pack_bf16_panels puts each pair where the panel layout says, zeros in
   }
 }
 
-// Packed bf16 weights with 1 to 4 tokens run the streamed decode path: panels claimed in grains of 8 and read as
+// Packed bf16 weights with 1 to 4 tokens run the streamed decode path: panels claimed in grains of 8 to 32, read as
 // several side-by-side streams. Enough panels for several grains, targets of uneven size that share a grain, runs of
 // unequal length and partial panels; 5 tokens (the panel path) alongside.
 TEST_CASE("packed bf16 decode streams match float64 over several grains, targets and gated pairs [asan]") {
@@ -304,7 +304,7 @@ TEST_CASE("packed bf16 decode streams match float64 over several grains, targets
     thread_pool pool(threads);
     for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
       const int64_t n_in = 70;
-      const std::vector<int64_t> n_outs = {300, 33, 64, 257};  // 10 + 2 + 2 + 9 panels: grains of 8, 8 and 7
+      const std::vector<int64_t> n_outs = {2100, 33, 64, 257};  // 66 + 2 + 2 + 9 panels: grains of 32 down to 8
       auto x = test::random_floats(static_cast<size_t>(n_tokens * n_in), seed++);
       std::vector<std::vector<uint8_t>> w, wv;
       std::vector<std::vector<float>> bias, y;
@@ -316,8 +316,8 @@ TEST_CASE("packed bf16 decode streams match float64 over several grains, targets
         y.emplace_back(static_cast<size_t>(n_tokens * n_outs[i]) + 11, -777.0f);
       }
       for (size_t i = 0; i < n_outs.size(); ++i)
-        targets.push_back({wv[i].data(), dtype::bf16, n_outs[i], i % 2 == 1 ? bias[i].data() : nullptr, y[i].data(),
-                           true});
+        targets.push_back(
+            {wv[i].data(), dtype::bf16, n_outs[i], i % 2 == 1 ? bias[i].data() : nullptr, y[i].data(), true});
       cpu::matmul_group(x.data(), n_tokens, n_in, targets, pool);
       for (size_t i = 0; i < n_outs.size(); ++i) {
         std::vector<double> ref, tol;
@@ -330,7 +330,7 @@ TEST_CASE("packed bf16 decode streams match float64 over several grains, targets
           REQUIRE(y[i][j] == -777.0f);
       }
 
-      const int64_t n_ff = 600;  // 19 gate/up panel pairs, the last one partial
+      const int64_t n_ff = 2100;  // 66 gate/up panel pairs (a grain of 32 pairs is 64 tiles), the last one partial
       auto wg = test::to_dtype(test::random_floats(static_cast<size_t>(n_ff * n_in), seed++), dtype::bf16);
       auto wu = test::to_dtype(test::random_floats(static_cast<size_t>(n_ff * n_in), seed++), dtype::bf16);
       std::vector<double> g_ref, g_tol, u_ref, u_tol, ref, tol;

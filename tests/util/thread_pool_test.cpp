@@ -210,6 +210,40 @@ TEST_CASE("thread_pool parallel_for_dynamic covers every index exactly once [asa
   }
 }
 
+TEST_CASE("thread_pool parallel_for_guided hands out contiguous shrinking grains within bounds [asan]") {
+  for (int size : {1, 2, 4}) {
+    thread_pool pool(size);
+    for (int64_t n : {0, 1, 7, 64, 1000, 4096}) {
+      for (auto [lo, hi] : {std::pair<int64_t, int64_t>{1, 1}, {8, 32}, {3, 100}, {50, 10}}) {
+        std::mutex m;
+        std::vector<std::pair<int64_t, int64_t>> grains;
+        pool.parallel_for_guided(n, lo, hi, [&](int64_t b, int64_t e) {
+          const std::lock_guard lock(m);
+          grains.emplace_back(b, e);
+        });
+        std::sort(grains.begin(), grains.end());
+        const int64_t max_grain = std::max(lo, hi);  // a max below the min is the min
+        int64_t covered = 0;
+        for (size_t g = 0; g < grains.size(); ++g) {
+          const auto [b, e] = grains[g];
+          REQUIRE(b == covered);  // contiguous, each index once
+          CHECK(e - b <= max_grain);
+          if (e < n)
+            CHECK(e - b >= lo);  // only the last grain may be short
+          if (g > 0)
+            CHECK(e - b <= grains[g - 1].second - grains[g - 1].first);  // claimed in order, never growing
+          covered = e;
+        }
+        CHECK(covered == n);
+        if (n >= 1000 && lo == 8 && hi == 32) {  // long grains first, short at the end
+          CHECK(grains.front().second - grains.front().first == 32);
+          CHECK(grains.back().second - grains.back().first <= 8);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("thread_pool::global is one process-wide pool") {
   thread_pool& a = thread_pool::global();
   thread_pool& b = thread_pool::global();
