@@ -399,20 +399,23 @@ constexpr std::array<stream_fn, sizeof...(I)> stream_fn_table(std::index_sequenc
   return {&stream_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1>...};
 }
 
-// Splits `tiles` into `streams` contiguous runs and walks them side by side (the runs' last steps with fewer).
+// Splits `tiles` into `streams` contiguous runs of near-equal length (they differ by at most one tile, so only the
+// last step walks fewer streams) and walks them side by side.
 void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
   static constexpr auto table = stream_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
   const int64_t n = static_cast<int64_t>(tiles.size());
   if (n == 0)
     return;
   streams = static_cast<int>(std::min<int64_t>(streams, n));
-  const int64_t run = (n + streams - 1) / streams;
-  for (int64_t j = 0; j < run; ++j) {
+  const int64_t longest = (n + streams - 1) / streams;
+  for (int64_t j = 0; j < longest; ++j) {
     gemm_tile_args group[max_streams];
     int count = 0;
-    for (int s = 0; s < streams; ++s)
-      if (s * run + j < n)
-        group[count++] = tiles[static_cast<size_t>(s * run + j)];
+    for (int s = 0; s < streams; ++s) {
+      const int64_t begin = n * s / streams, end = n * (s + 1) / streams;
+      if (begin + j < end)
+        group[count++] = tiles[static_cast<size_t>(begin + j)];
+    }
     table[static_cast<size_t>((m - 1) * max_streams + (count - 1))](group);
   }
 }
