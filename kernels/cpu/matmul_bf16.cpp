@@ -334,6 +334,26 @@ constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<
   return {&gemm_tile<static_cast<int>(I) + 1, Prefetch>...};
 }
 
+// The panel's 32 bias values at outputs [o0, o0 + 32) of tv, zero past n_valid, in `pad`; null when tv has no bias.
+const float* padded_bias(const target_view& tv, int64_t o0, int n_valid, float* pad) {
+  if (tv.bias == nullptr)
+    return nullptr;
+  for (int j = 0; j < gemm_nr; ++j)
+    pad[j] = j < n_valid ? tv.bias[o0 + j] : 0.0f;
+  return pad;
+}
+
+// A gated group's outputs [o0, o0 + 32) of token rows [t_begin, t_end), gate and up complete: gate = silu(gate) * up.
+void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_begin, int64_t t_end) {
+  const target_view& gate = targets[0];
+  const target_view& up = targets[1];
+  const int64_t n_valid = std::min<int64_t>(gemm_nr, gate.n_out - o0);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    float* g = gate.y + t * gate.n_out + o0;
+    silu_mul(g, up.y + t * up.n_out + o0, n_valid, g);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Decode on packed weights: several panel streams per thread
 //
@@ -438,12 +458,7 @@ void streamed_panel_matmul(const gemv_call& c, std::span<const target_view> targ
       for (size_t part = 0; part < per_unit; ++part) {
         const target_view& tv = targets[gated ? part : i];
         const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
-        const float* tile_bias = nullptr;
-        if (tv.bias != nullptr) {
-          for (int j = 0; j < gemm_nr; ++j)
-            bias_pad[n_tiles][j] = j < n_valid ? tv.bias[o0 + j] : 0.0f;
-          tile_bias = bias_pad[n_tiles];
-        }
+        const float* tile_bias = padded_bias(tv, o0, n_valid, bias_pad[n_tiles]);
         tiles[n_tiles++] = {c.xb,    c.ld,      reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr,
                             c.k_pad, tv.y + o0, tv.n_out,
                             n_valid, tile_bias};
@@ -451,14 +466,8 @@ void streamed_panel_matmul(const gemv_call& c, std::span<const target_view> targ
     }
     run_streams({tiles.data(), n_tiles}, m, streams_for(c.n_tokens));
     if (gated)  // gate and up complete for these outputs: combine while warm
-      for (int64_t u = u_begin; u < u_end; ++u) {
-        const int64_t o0 = u * gemm_nr;
-        const int64_t n_valid = std::min<int64_t>(gemm_nr, targets[0].n_out - o0);
-        for (int64_t t = 0; t < c.n_tokens; ++t) {
-          float* g = targets[0].y + t * targets[0].n_out + o0;
-          silu_mul(g, targets[1].y + t * targets[1].n_out + o0, n_valid, g);
-        }
-      }
+      for (int64_t u = u_begin; u < u_end; ++u)
+        combine_gated(targets, u * gemm_nr, 0, c.n_tokens);
   });
 }
 
@@ -509,12 +518,7 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
             pack_panel(tv.w, c.n_in, tv.n_out, o0, c.k_pad, packed_panel.data());
             panel = packed_panel.data();
           }
-          const float* tile_bias = nullptr;
-          if (tv.bias != nullptr) {
-            for (int j = 0; j < gemm_nr; ++j)
-              bias_pad[j] = j < n_valid ? tv.bias[o0 + j] : 0.0f;
-            tile_bias = bias_pad;
-          }
+          const float* tile_bias = padded_bias(tv, o0, n_valid, bias_pad);
           for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
             const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
             const gemm_tile_args args{c.xb + m0 * c.ld,          c.ld,     panel,   c.k_pad,
@@ -522,15 +526,8 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
             table[static_cast<size_t>(mm - 1)](args);
           }
         }
-        if (gated) {  // gate and up complete for this chunk: combine while warm
-          const target_view& gate = targets[0];
-          const target_view& up = targets[1];
-          const int64_t n_valid = std::min<int64_t>(gemm_nr, gate.n_out - o0);
-          for (int64_t m = t0; m < t0 + tc; ++m) {
-            float* g = gate.y + m * gate.n_out + o0;
-            silu_mul(g, up.y + m * up.n_out + o0, n_valid, g);
-          }
-        }
+        if (gated)  // gate and up complete for this chunk: combine while warm
+          combine_gated(targets, o0, t0, t0 + tc);
       }
     }
   });
