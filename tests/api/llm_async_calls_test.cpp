@@ -109,6 +109,13 @@ TEST_CASE("stats_async delivers the snapshot stats() gives, once, on a thread of
   stream.abort();
   while (stream.wait_next()) {
   }
+  // The abort ends the stream at once; a step planned before it may still be in flight and lands after (it adds to
+  // n_steps and forward_seconds). Wait for the engine to go quiet, with a deadline, before comparing snapshots.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (engine_stats now = llm.stats(); now.n_steps_in_flight != 0 || now.n_requests != 0; now = llm.stats()) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(1ms);
+  }
   answer<engine_stats> idle;
   llm.stats_async([&idle](engine_stats snapshot) { idle.set(std::move(snapshot)); });
   CHECK(idle.wait() == llm.stats());  // nothing ran in between: the same snapshot
