@@ -13,6 +13,7 @@
 
 #include "util/check.hpp"
 #include "util/cpu_count.hpp"
+#include "util/cpu_relax.hpp"
 #include "util/log.hpp"
 #include "util/spin_wait.hpp"
 
@@ -54,6 +55,11 @@ int threads_from_env() {
 // shape, paired runs: batch-1 decode beside the hog at 43% and 36% of quiet with claimed chunks, 4 per thread,
 // against 36% and 31% with one assigned chunk per thread (a fair share is 50%).
 constexpr int chunks_per_thread = 4;
+
+// The next grain of guided self-scheduling with `left` indices unclaimed (thread_pool::parallel_for_guided).
+int64_t guided_grain(int64_t left, int64_t spread, int64_t min_grain, int64_t max_grain) {
+  return std::min(left, std::clamp(left / spread, min_grain, max_grain));
+}
 
 constexpr uint64_t claim_word(uint64_t generation, int chunks, int next) {
   return (generation << 32) | (static_cast<uint64_t>(chunks) << 16) | static_cast<uint64_t>(next);
@@ -169,6 +175,19 @@ void thread_pool::worker_main() {
     if (stop_.load(std::memory_order_acquire))
       return;
     run_claimed(seen);
+    run_takeover(seen);
+  }
+}
+
+void thread_pool::publish(uint64_t generation, int chunks) {
+  // The job's fields before the claim word (release): a thread that claims a chunk sees them.
+  claim_.store(claim_word(generation & 0xffffffffu, chunks, 0), std::memory_order_release);
+  // seq_cst publish pairs with the workers' seq_cst sleeper registration: either a worker sees the new
+  // generation before it sleeps, or we see it asleep and wake it.
+  generation_.store(generation, std::memory_order_seq_cst);
+  if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard lock(sleep_mutex_);
+    wake_cv_.notify_all();
   }
 }
 
@@ -189,15 +208,7 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
   job_error_ = nullptr;
   chunks_done_.store(0, std::memory_order_relaxed);
   const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
-  // The job's fields before the claim word (release): a thread that claims a chunk sees them.
-  claim_.store(claim_word(generation & 0xffffffffu, job_chunks_, 0), std::memory_order_release);
-  // seq_cst publish pairs with the workers' seq_cst sleeper registration: either a worker sees the new
-  // generation before it sleeps, or we see it asleep and wake it.
-  generation_.store(generation, std::memory_order_seq_cst);
-  if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard lock(sleep_mutex_);
-    wake_cv_.notify_all();
-  }
+  publish(generation, job_chunks_);
 
   run_claimed(generation);  // the caller takes chunks too, all of them if no worker comes
 
@@ -234,14 +245,193 @@ void thread_pool::parallel_for_guided(int64_t n, int64_t min_grain, int64_t max_
     for (;;) {
       int64_t begin = next.load(std::memory_order_relaxed), end = 0;
       do {
-        const int64_t left = n - begin;
-        if (left <= 0)
+        if (begin >= n)
           return;
-        end = begin + std::min(left, std::clamp(left / spread, min_grain, max_grain));
+        end = begin + guided_grain(n - begin, spread, min_grain, max_grain);
       } while (!next.compare_exchange_weak(begin, end, std::memory_order_relaxed));
       fn(begin, end);
     }
   });
+}
+
+// ---- parallel_for_takeover --------------------------------------------------------------------------------------
+
+namespace {
+
+// A grain's life: claimed (free -> owned) and computed by its owner, then committed by it (owned -> writing ->
+// committed); or taken over by the caller when the owner holds it too long (owned or free -> taken -> committed), the
+// owner's result then dropped.
+enum grain_state : int { grain_free, grain_owned, grain_writing, grain_taken, grain_committed };
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// This thread's scratch for one grain at a time.
+float* grain_scratch(size_t n_floats) {
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < n_floats)
+    scratch.resize(n_floats);
+  return scratch.data();
+}
+
+// How long the caller lets another thread hold a grain of `items` items before it takes the grain over: twice what
+// the caller itself took per item, plus 50 us for a thread a moment late; 1 ms when it ran no grain to time. A thread
+// the OS took off its core holds its grain for a time slice (milliseconds), far past this.
+int64_t patience_ns(int64_t items, double caller_ns_per_item) {
+  constexpr int64_t slack = 50'000, untimed = 1'000'000;
+  return caller_ns_per_item > 0 ? slack + static_cast<int64_t>(2.0 * caller_ns_per_item * static_cast<double>(items))
+                                : untimed;
+}
+
+}  // namespace
+
+struct thread_pool::takeover_job {
+  uint64_t generation = 0;
+  std::shared_ptr<const takeover_work> work;
+  std::vector<int64_t> bounds;  // grain g: items [bounds[g], bounds[g + 1])
+  std::unique_ptr<std::atomic<int>[]> state;
+  std::unique_ptr<std::atomic<int64_t>[]> claimed_ns;  // when the owner claimed it (now_ns)
+  std::atomic<int64_t> next{0};                        // the next unclaimed grain
+  std::atomic<int64_t> n_committed{0};
+
+  int64_t n_grains() const { return static_cast<int64_t>(bounds.size()) - 1; }
+
+  // Claims the next grain for this thread: its index, or -1 when none is left (or the caller took it first).
+  int64_t claim() {
+    for (;;) {
+      const int64_t g = next.fetch_add(1, std::memory_order_relaxed);
+      if (g >= n_grains())
+        return -1;
+      claimed_ns[static_cast<size_t>(g)].store(now_ns(), std::memory_order_relaxed);
+      int expected = grain_free;
+      if (state[static_cast<size_t>(g)].compare_exchange_strong(expected, grain_owned, std::memory_order_acq_rel))
+        return g;
+    }
+  }
+
+  void commit(int64_t g, const float* scratch) {
+    work->commit(bounds[static_cast<size_t>(g)], bounds[static_cast<size_t>(g) + 1], scratch);
+    state[static_cast<size_t>(g)].store(grain_committed, std::memory_order_release);
+    n_committed.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  // Computes grain g, which this thread owns, and commits it unless it was taken over meanwhile.
+  void run_owned(int64_t g) {
+    const int64_t b = bounds[static_cast<size_t>(g)], e = bounds[static_cast<size_t>(g) + 1];
+    float* scratch = grain_scratch(work->scratch_floats(e - b));
+    work->compute(b, e, scratch);
+    int expected = grain_owned;
+    if (state[static_cast<size_t>(g)].compare_exchange_strong(expected, grain_writing, std::memory_order_acq_rel))
+      commit(g, scratch);
+  }
+
+  // Takes grain g over from its owner (state `from`: owned, or claimed but not yet marked) and runs it; false when
+  // the owner got to write it first.
+  bool take_over(int64_t g, int from) {
+    if (!state[static_cast<size_t>(g)].compare_exchange_strong(from, grain_taken, std::memory_order_acq_rel))
+      return false;
+    const int64_t b = bounds[static_cast<size_t>(g)], e = bounds[static_cast<size_t>(g) + 1];
+    float* scratch = grain_scratch(work->scratch_floats(e - b));
+    work->compute(b, e, scratch);
+    commit(g, scratch);
+    return true;
+  }
+};
+
+void thread_pool::run_takeover(uint64_t generation) {
+  if (takeover_generation_.load(std::memory_order_acquire) != generation)
+    return;
+  std::shared_ptr<takeover_job> job;
+  {
+    std::lock_guard lock(takeover_mutex_);
+    if (takeover_ != nullptr && takeover_->generation == generation)
+      job = takeover_;
+  }
+  if (job == nullptr)
+    return;
+  current_pool_scope scope(this);
+  for (int64_t g = job->claim(); g >= 0; g = job->claim())
+    job->run_owned(g);
+}
+
+void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
+                                        std::shared_ptr<const takeover_work> work) {
+  ACTORLLM_CHECK(work != nullptr, "parallel_for_takeover: no work");
+  if (n <= 0)
+    return;
+  auto job = std::make_shared<takeover_job>();
+  job->work = std::move(work);
+  min_grain = std::max<int64_t>(min_grain, 1);
+  max_grain = std::max(max_grain, min_grain);
+  const int64_t spread = 2 * static_cast<int64_t>(n_threads_);
+  for (int64_t b = 0; b < n; b += guided_grain(n - b, spread, min_grain, max_grain))
+    job->bounds.push_back(b);
+  job->bounds.push_back(n);
+  const int64_t n_grains = job->n_grains();
+  job->state = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(n_grains));
+  job->claimed_ns = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_grains));
+
+  if (n_threads_ == 1 || n_grains == 1 || inside_this_pool()) {
+    current_pool_scope scope(this);
+    for (int64_t g = job->claim(); g >= 0; g = job->claim())
+      job->run_owned(g);
+    return;
+  }
+
+  std::lock_guard dispatch_lock(dispatch_mutex_);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  job->generation = generation;
+  {
+    std::lock_guard lock(takeover_mutex_);
+    takeover_ = job;
+  }
+  takeover_generation_.store(generation, std::memory_order_release);
+  publish(generation, 0);  // no chunks: the workers go to run_takeover
+
+  // The caller claims grains too, timing them: its time per item is what "too long" is measured against.
+  double items = 0, seconds = 0;
+  {
+    current_pool_scope scope(this);
+    for (int64_t g = job->claim(); g >= 0; g = job->claim()) {
+      const int64_t start = now_ns();
+      job->run_owned(g);
+      seconds += static_cast<double>(now_ns() - start) * 1e-9;
+      items += static_cast<double>(job->bounds[static_cast<size_t>(g) + 1] - job->bounds[static_cast<size_t>(g)]);
+    }
+    const double ns_per_item = items > 0 ? seconds * 1e9 / items : 0.0;
+
+    // Nothing left to claim: wait for the grains other threads hold, taking over one held too long. A grain claimed
+    // but not yet marked owned counts from now.
+    const int64_t waiting_since = now_ns();
+    int64_t first_open = 0;
+    for (int polls = 0; job->n_committed.load(std::memory_order_acquire) < n_grains; ++polls) {
+      while (job->state[static_cast<size_t>(first_open)].load(std::memory_order_acquire) == grain_committed)
+        ++first_open;
+      const int64_t now = now_ns();
+      bool took = false;
+      for (int64_t g = first_open; g < n_grains; ++g) {
+        const int s = job->state[static_cast<size_t>(g)].load(std::memory_order_acquire);
+        if (s != grain_owned && s != grain_free)
+          continue;
+        const int64_t since =
+            s == grain_owned ? job->claimed_ns[static_cast<size_t>(g)].load(std::memory_order_relaxed) : waiting_since;
+        const int64_t held = job->bounds[static_cast<size_t>(g) + 1] - job->bounds[static_cast<size_t>(g)];
+        if (now - since > patience_ns(held, ns_per_item))
+          took = job->take_over(g, s) || took;
+      }
+      if (took)
+        continue;
+      if (polls < 1024)
+        cpu_relax();
+      else
+        std::this_thread::yield();
+    }
+  }
+
+  std::lock_guard lock(takeover_mutex_);
+  takeover_.reset();  // a thread still computing a grain it lost keeps its own reference
 }
 
 thread_pool& thread_pool::global() {

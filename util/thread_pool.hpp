@@ -2,7 +2,9 @@
 // step), so dispatch latency matters more than generality: workers spin briefly on a generation counter before
 // they go to sleep, and the calling thread takes chunks itself. Chunks are claimed, not assigned: a thread the OS
 // has not scheduled (the cores shared with other work) leaves its chunk to whoever runs, so a kernel waits only for
-// chunks already started, not for a whole time slice of a thread that has not begun.
+// chunks already started, not for a whole time slice of a thread that has not begun. parallel_for_takeover goes one
+// step further for work that may be computed twice: a grain held by a descheduled thread is computed again by the
+// caller, so the call waits for no thread the OS took off its core.
 #pragma once
 
 #include <atomic>
@@ -10,11 +12,29 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace actorllm {
+
+/// Work for thread_pool::parallel_for_takeover: items computed grain by grain into the computing thread's scratch,
+/// then committed to the outputs by the first thread to finish the grain.
+///
+/// compute() may run twice for a grain, on two threads at once, and may still be running after the call returned
+/// (on a thread that was descheduled): it must read only memory this object owns or keeps alive, and write only the
+/// scratch it is given. commit() runs exactly once per grain, before the call returns. Neither may throw.
+class takeover_work {
+ public:
+  virtual ~takeover_work() = default;
+  /// Floats of scratch a grain of `n_items` items needs.
+  virtual size_t scratch_floats(int64_t n_items) const = 0;
+  /// Computes items [begin, end) into `scratch`.
+  virtual void compute(int64_t begin, int64_t end, float* scratch) const noexcept = 0;
+  /// Writes what compute() left in `scratch` for items [begin, end) to the outputs.
+  virtual void commit(int64_t begin, int64_t end, const float* scratch) const noexcept = 0;
+};
 
 /// A fixed set of worker threads that run one parallel_for at a time.
 ///
@@ -51,12 +71,27 @@ class thread_pool {
   void parallel_for_guided(int64_t n, int64_t min_grain, int64_t max_grain,
                            const std::function<void(int64_t begin, int64_t end)>& fn);
 
+  /// Guided like parallel_for_guided, for work that may be computed twice (takeover_work): when the caller has run
+  /// out of grains and another thread has held one for much longer than the caller takes for that many items (the OS
+  /// took it off its core: the machine is shared), the caller computes that grain itself, and whichever thread
+  /// finishes first commits it. The call returns once every grain is committed, without waiting for a thread that
+  /// lost its grain: that thread may still be inside work->compute() (its result is then dropped), which is why the
+  /// pool shares ownership of `work`. On a quiet machine it runs as parallel_for_guided does.
+  void parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
+                             std::shared_ptr<const takeover_work> work);
+
   /// Process-wide pool sized by ACTORLLM_NUM_THREADS, else usable_cpu_count() (the CPUs this process may run on,
   /// capped by its cgroup's CPU quota).
   static thread_pool& global();
 
  private:
+  struct takeover_job;
+
   void worker_main();
+  // Publishes job `generation` with `chunks` chunks to claim (0: a takeover job) and wakes sleeping workers.
+  void publish(uint64_t generation, int chunks);
+  // Claims and computes grains of the takeover job of `generation`, if that is one, until none is left unclaimed.
+  void run_takeover(uint64_t generation);
   // Claims and runs chunks of job `generation` until none is left.
   void run_claimed(uint64_t generation) noexcept;
   void run_chunk(int index) noexcept;
@@ -90,6 +125,12 @@ class thread_pool {
   std::atomic<bool> dispatcher_sleeping_{false};
 
   std::mutex dispatch_mutex_;  // one parallel_for at a time from outside threads
+
+  // The current parallel_for_takeover job, if any: a worker takes a reference under the mutex when its generation
+  // is current, and keeps the job (and the work) alive for as long as it computes, after the call returned too.
+  std::mutex takeover_mutex_;
+  std::shared_ptr<takeover_job> takeover_;
+  std::atomic<uint64_t> takeover_generation_{0};
 };
 
 }  // namespace actorllm

@@ -175,9 +175,9 @@ void cpu_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, c
     cpu::matmul_quantized(f32(x), d.n_tokens, d.n_in, std::span{&target, 1}, pool_);
     return;
   }
-  const matmul_target target{w.data(), w.type,
-                             d.n_out,  bias.empty() ? nullptr : f32(bias),
-                             f32(y),   w.layout == tensor_layout::cpu_bf16_panels};
+  const matmul_target target{
+      w.data(), w.type, d.n_out, bias.empty() ? nullptr : f32(bias), f32(y), w.layout == tensor_layout::cpu_bf16_panels,
+      w.buf};
   cpu::matmul_group(f32(x), d.n_tokens, d.n_in, std::span{&target, 1}, pool_);
 }
 
@@ -197,8 +197,8 @@ void cpu_backend::matmul_group(const tensor& x, std::span<const linear_out> outs
     if (is_quantized_layout(o.w.layout))
       quantized[n_quantized++] = quantized_target{&panels_of(o.w), bias, f32(o.y)};
     else
-      targets[n_plain++] =
-          matmul_target{o.w.data(), o.w.type, d.n_out, bias, f32(o.y), o.w.layout == tensor_layout::cpu_bf16_panels};
+      targets[n_plain++] = matmul_target{
+          o.w.data(), o.w.type, d.n_out, bias, f32(o.y), o.w.layout == tensor_layout::cpu_bf16_panels, o.w.buf};
   }
   if (n_quantized != 0)
     cpu::matmul_quantized(f32(x), d.n_tokens, d.n_in, std::span{quantized.data(), n_quantized}, pool_);
@@ -220,7 +220,8 @@ void cpu_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const 
     return;
   }
   cpu::matmul_silu_gate(f32(x), d.n_tokens, d.n_in, w_gate.data(), w_up.data(), w_gate.type,
-                        w_gate.layout == tensor_layout::cpu_bf16_panels, d.n_out, f32(up), f32(out), pool_);
+                        w_gate.layout == tensor_layout::cpu_bf16_panels, d.n_out, f32(up), f32(out), pool_,
+                        cpu::matmul_path::automatic, w_gate.buf, w_up.buf);
 }
 
 rope_table cpu_backend::make_rope_table(const rope_config& cfg) {

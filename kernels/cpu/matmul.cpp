@@ -451,10 +451,12 @@ void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<cons
 }
 
 void matmul_silu_gate(const float* x, int64_t n_tokens, int64_t n_in, const void* w_gate, const void* w_up, dtype wtype,
-                      bool packed, int64_t n_ff, float* up_scratch, float* out, thread_pool& pool, matmul_path path) {
+                      bool packed, int64_t n_ff, float* up_scratch, float* out, thread_pool& pool, matmul_path path,
+                      std::shared_ptr<const void> gate_owner, std::shared_ptr<const void> up_owner) {
   check_dims(n_tokens, n_in, n_ff);
-  const std::array<matmul_target, 2> targets{matmul_target{w_gate, wtype, n_ff, nullptr, out, packed},
-                                             matmul_target{w_up, wtype, n_ff, nullptr, up_scratch, packed}};
+  const std::array<matmul_target, 2> targets{
+      matmul_target{w_gate, wtype, n_ff, nullptr, out, packed, std::move(gate_owner)},
+      matmul_target{w_up, wtype, n_ff, nullptr, up_scratch, packed, std::move(up_owner)}};
   check_packed(targets[0]);
   if (n_tokens == 0 || n_ff == 0)
     return;

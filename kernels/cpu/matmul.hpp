@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "kernels/dtype.hpp"
@@ -39,6 +40,11 @@ struct matmul_target {
   float* y = nullptr;
   /// w is in tensor_layout::cpu_bf16_panels (pack_bf16_panels), not row-major; bf16 only.
   bool packed = false;
+  /// Keeps w's memory alive, or null. When every target of a decode call over packed weights has one, a thread the
+  /// OS took off its core does not hold the call up: another computes its part again, and the descheduled thread may
+  /// still be reading w after the call returned (thread_pool::parallel_for_takeover). Without, the call waits for
+  /// every thread, and w need only live as long as the call.
+  std::shared_ptr<const void> owner = nullptr;
 };
 
 /// Bytes of a [n_out, n_in] bf16 weight in tensor_layout::cpu_bf16_panels.
@@ -70,9 +76,11 @@ void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<cons
 /// The SwiGLU up-projection: out = silu(x w_gate^T) * (x w_up^T), both weights [n_ff, n_in] of type wtype (both packed
 /// or neither). up_scratch:
 /// f32 [n_tokens, n_ff], overwritten; out: f32 [n_tokens, n_ff], apart from x and up_scratch. With bf16 weights on an
-/// AVX512-BF16 CPU gate and up rows are read side by side in one parallel region.
+/// AVX512-BF16 CPU gate and up rows are read side by side in one parallel region. gate_owner and up_owner keep the
+/// weights alive, as matmul_target::owner does.
 void matmul_silu_gate(const float* x, int64_t n_tokens, int64_t n_in, const void* w_gate, const void* w_up, dtype wtype,
                       bool packed, int64_t n_ff, float* up_scratch, float* out, thread_pool& pool,
-                      matmul_path path = matmul_path::automatic);
+                      matmul_path path = matmul_path::automatic, std::shared_ptr<const void> gate_owner = {},
+                      std::shared_ptr<const void> up_owner = {});
 
 }  // namespace actorllm::cpu

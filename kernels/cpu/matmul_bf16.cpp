@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/activation.hpp"
@@ -441,33 +442,131 @@ void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
 }
 
 // Packed weights, 1 to streamed_max_tokens tokens: the units (panels; a gated unit is a gate and an up panel) in
-// grains claimed on demand, each grain's panels read as streams_for(n_tokens) side-by-side streams.
-void streamed_panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool,
-                           const unit_numbering& units) {
-  const size_t per_unit = gated ? 2 : 1;
-  const int64_t n_kp = c.k_pad / 2;
-  const int m = static_cast<int>(c.n_tokens);
-  pool.parallel_for_guided(units.total(), streamed_min_grain, streamed_max_grain, [&](int64_t u_begin, int64_t u_end) {
+// grains claimed on demand, each grain's panels read as streams_for(n_tokens) side-by-side streams into the thread's
+// scratch, then committed to the outputs (the bias added, a gated pair combined). The work owns its rounded input and
+// keeps the weights alive where the caller says how, so the pool can take a grain over from a thread the OS
+// descheduled and return without it (thread_pool::parallel_for_takeover); on a shared machine such a thread held a
+// decode step up for a time slice per kernel call.
+class streamed_panel_work final : public takeover_work {
+ public:
+  streamed_panel_work(int64_t n_tokens, int64_t n_in, std::span<const target_view> targets, bool gated)
+      : gated_(gated), units_(targets, gated, gemm_nr) {
+    std::copy(targets.begin(), targets.end(), targets_.begin());
+    const int64_t k_pad = (n_in + k_step - 1) / k_step * k_step;
+    const int64_t ld = k_pad + k_step;  // as matmul_bf16_dot lays its rows out
+    xb_.resize(static_cast<size_t>(n_tokens * ld));
+    c_ = gemv_call{xb_.data(), ld, k_pad, n_in, n_tokens};
+  }
+
+  /// Where the input goes, rounded to bf16: n_tokens rows of c().ld.
+  uint16_t* input() { return xb_.data(); }
+  const gemv_call& call() const { return c_; }
+  int64_t n_units() const { return units_.total(); }
+  /// Keeps a target's weight alive (matmul_target::owner).
+  void keep_alive(std::shared_ptr<const void> owner) { owners_.push_back(std::move(owner)); }
+
+  size_t scratch_floats(int64_t n_units) const override {
+    return static_cast<size_t>(n_units) * (gated_ ? 2 : 1) * static_cast<size_t>(c_.n_tokens) * gemm_nr;
+  }
+
+  void compute(int64_t u_begin, int64_t u_end, float* scratch) const noexcept override {
     std::array<gemm_tile_args, 2 * streamed_max_grain> tiles;
-    alignas(64) float bias_pad[2 * streamed_max_grain][gemm_nr];
+    const int64_t n_kp = c_.k_pad / 2;
     size_t n_tiles = 0, i = 0;
     for (int64_t u = u_begin; u < u_end; ++u) {
-      i = units.target_of(u, i);
-      const int64_t p = u - units.begin[i];
-      const int64_t o0 = p * gemm_nr;
-      for (size_t part = 0; part < per_unit; ++part) {
-        const target_view& tv = targets[gated ? part : i];
-        const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
-        const float* tile_bias = padded_bias(tv, o0, n_valid, bias_pad[n_tiles]);
-        tiles[n_tiles++] = {c.xb,    c.ld,      reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr,
-                            c.k_pad, tv.y + o0, tv.n_out,
-                            n_valid, tile_bias};
+      i = units_.target_of(u, i);
+      const int64_t p = u - units_.begin[i];
+      for (size_t part = 0; part < parts(); ++part) {
+        const target_view& tv = targets_[gated_ ? part : i];
+        tiles[n_tiles] = {.a = c_.xb,
+                          .lda = c_.ld,
+                          .panel = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr,
+                          .k_pad = c_.k_pad,
+                          .y = scratch_tile(scratch, n_tiles),
+                          .ldy = gemm_nr,
+                          .n_valid = gemm_nr,  // the panel's rows past n_out are zeros
+                          .bias = nullptr};    // added at commit
+        ++n_tiles;
       }
     }
-    run_streams({tiles.data(), n_tiles}, m, streams_for(c.n_tokens));
-    if (gated)  // gate and up complete for these outputs: combine while warm
-      for (int64_t u = u_begin; u < u_end; ++u)
-        combine_gated(targets, u * gemm_nr, 0, c.n_tokens);
+    run_streams({tiles.data(), n_tiles}, static_cast<int>(c_.n_tokens), streams_for(c_.n_tokens));
+  }
+
+  void commit(int64_t u_begin, int64_t u_end, const float* scratch) const noexcept override {
+    size_t tile = 0, i = 0;
+    for (int64_t u = u_begin; u < u_end; ++u, tile += parts()) {
+      i = units_.target_of(u, i);
+      const int64_t o0 = (u - units_.begin[i]) * gemm_nr;
+      if (gated_) {
+        commit_gated(o0, scratch_tile(scratch, tile), scratch_tile(scratch, tile + 1));
+        continue;
+      }
+      const target_view& tv = targets_[i];
+      const int64_t n_valid = std::min<int64_t>(gemm_nr, tv.n_out - o0);
+      const float* sums = scratch_tile(scratch, tile);
+      for (int64_t t = 0; t < c_.n_tokens; ++t) {
+        float* out = tv.y + t * tv.n_out + o0;
+        for (int64_t j = 0; j < n_valid; ++j)
+          out[j] = sums[t * gemm_nr + j] + (tv.bias != nullptr ? tv.bias[o0 + j] : 0.0f);
+      }
+    }
+  }
+
+ private:
+  size_t parts() const { return gated_ ? 2 : 1; }
+  // A tile's n_tokens x 32 sums in a grain's scratch, rows 32 apart.
+  float* scratch_tile(float* scratch, size_t tile) const {
+    return scratch + tile * static_cast<size_t>(c_.n_tokens) * gemm_nr;
+  }
+  const float* scratch_tile(const float* scratch, size_t tile) const {
+    return scratch + tile * static_cast<size_t>(c_.n_tokens) * gemm_nr;
+  }
+
+  // Gate and up sums of outputs [o0, o0 + 32): up (+ bias) to up's outputs, silu(gate) * up to gate's.
+  void commit_gated(int64_t o0, const float* gate_sums, const float* up_sums) const {
+    const target_view& gate = targets_[0];
+    const target_view& up = targets_[1];
+    const int64_t n_valid = std::min<int64_t>(gemm_nr, gate.n_out - o0);
+    alignas(64) float g[gemm_nr];
+    for (int64_t t = 0; t < c_.n_tokens; ++t) {
+      float* u = up.y + t * up.n_out + o0;
+      for (int64_t j = 0; j < n_valid; ++j) {
+        g[j] = gate_sums[t * gemm_nr + j] + (gate.bias != nullptr ? gate.bias[o0 + j] : 0.0f);
+        u[j] = up_sums[t * gemm_nr + j] + (up.bias != nullptr ? up.bias[o0 + j] : 0.0f);
+      }
+      silu_mul(g, u, n_valid, gate.y + t * gate.n_out + o0);
+    }
+  }
+
+  bool gated_;
+  std::array<target_view, 8> targets_{};
+  unit_numbering units_;
+  std::vector<uint16_t> xb_;
+  gemv_call c_{};
+  std::vector<std::shared_ptr<const void>> owners_;
+};
+
+// Rounds x into the work's input and runs it: taken over from descheduled threads when every weight has an owner.
+void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets,
+                           std::span<const target_view> views, bool gated, thread_pool& pool) {
+  auto work = std::make_shared<streamed_panel_work>(n_tokens, n_in, views, gated);
+  const gemv_call& c = work->call();
+  round_rows(x, n_tokens, n_in, work->input(), c.k_pad, c.ld);
+  bool owned = true;
+  for (const matmul_target& t : targets) {
+    owned = owned && t.owner != nullptr;
+    work->keep_alive(t.owner);
+  }
+  const int64_t n_units = work->n_units();
+  if (owned) {
+    pool.parallel_for_takeover(n_units, streamed_min_grain, streamed_max_grain, std::move(work));
+    return;
+  }
+  pool.parallel_for_guided(n_units, streamed_min_grain, streamed_max_grain, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(work->scratch_floats(e - b));
+    work->compute(b, e, scratch.data());
+    work->commit(b, e, scratch.data());
   });
 }
 
@@ -492,10 +591,6 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
   const bool stream = packed && c.n_tokens <= packed_stream_max_tokens;
   const int64_t chunk = stream ? c.n_tokens : panel_tc;
   const auto& table = stream ? stream_table : chunk_table;
-  if (packed && c.n_tokens <= streamed_max_tokens) {
-    streamed_panel_matmul(c, targets, gated, pool, units);
-    return;
-  }
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
     thread_local std::vector<uint32_t> packed_panel;
     if (!packed)
@@ -567,6 +662,11 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
     views[i] = target_view{static_cast<const uint16_t*>(targets[i].w), targets[i].n_out, targets[i].bias, targets[i].y,
                            targets[i].packed};
   }
+  const std::span<const target_view> tv{views.data(), targets.size()};
+  if (targets[0].packed && n_tokens <= streamed_max_tokens) {
+    streamed_panel_matmul(x, n_tokens, n_in, targets, tv, gated, pool);
+    return;
+  }
   const int64_t k_pad = (n_in + k_step - 1) / k_step * k_step;
   // One extra line per row: rows a multiple of 4 KiB apart (n_in 2048, 4096, ...) would all fall into the same L1
   // sets, and the GEMM tile reads 12 of them at once.
@@ -581,7 +681,6 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
   else
     round_rows(x, n_tokens, n_in, xb, k_pad, ld);
   const gemv_call c{xb_storage.data(), ld, k_pad, n_in, n_tokens};
-  const std::span<const target_view> tv{views.data(), targets.size()};
   if (targets[0].packed) {
     panel_matmul(c, tv, gated, pool);
     return;

@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -319,6 +321,19 @@ TEST_CASE("packed bf16 decode streams match float64 over several grains, targets
         targets.push_back(
             {wv[i].data(), dtype::bf16, n_outs[i], i % 2 == 1 ? bias[i].data() : nullptr, y[i].data(), true});
       cpu::matmul_group(x.data(), n_tokens, n_in, targets, pool);
+      // With owners the grains may be taken over (thread_pool::parallel_for_takeover): the same bits.
+      std::vector<std::vector<float>> y_owned;
+      std::vector<cpu::matmul_target> owned = targets;
+      for (size_t i = 0; i < n_outs.size(); ++i) {
+        auto copy = std::make_shared<const std::vector<uint8_t>>(wv[i]);
+        y_owned.emplace_back(y[i].size(), -777.0f);
+        owned[i].w = copy->data();
+        owned[i].y = y_owned.back().data();
+        owned[i].owner = std::move(copy);
+      }
+      cpu::matmul_group(x.data(), n_tokens, n_in, owned, pool);
+      for (size_t i = 0; i < n_outs.size(); ++i)
+        REQUIRE(std::memcmp(y_owned[i].data(), y[i].data(), y[i].size() * sizeof(float)) == 0);
       for (size_t i = 0; i < n_outs.size(); ++i) {
         std::vector<double> ref, tol;
         reference_matmul(x, w[i], dtype::bf16, i % 2 == 1 ? bias[i].data() : nullptr, n_tokens, n_in, n_outs[i], ref,
@@ -346,6 +361,12 @@ TEST_CASE("packed bf16 decode streams match float64 over several grains, targets
                         "streamed gate tokens " + std::to_string(n_tokens) + " threads " + std::to_string(threads));
       for (size_t j = ref.size(); j < out.size(); ++j)
         REQUIRE(out[j] == -777.0f);
+      std::vector<float> up_owned(up.size()), out_owned(out.size(), -777.0f);
+      const auto wg_owned = std::make_shared<const std::vector<uint8_t>>(wgv);
+      const auto wu_owned = std::make_shared<const std::vector<uint8_t>>(wuv);
+      cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wg_owned->data(), wu_owned->data(), dtype::bf16, true, n_ff,
+                            up_owned.data(), out_owned.data(), pool, cpu::matmul_path::automatic, wg_owned, wu_owned);
+      REQUIRE(std::memcmp(out_owned.data(), out.data(), out.size() * sizeof(float)) == 0);
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -242,6 +243,119 @@ TEST_CASE("thread_pool parallel_for_guided hands out contiguous shrinking grains
       }
     }
   }
+}
+
+namespace {
+
+// Work for parallel_for_takeover: item i is 3 i + 1, computed into scratch and committed to `out`. It counts the
+// commits per item, in memory it owns (a thread that lost its grain may still run compute() after the call). With
+// `stall`, the first grain a thread other than `caller` computes blocks until release() (10 s at most), and then
+// leaves wrong values in its scratch: committed, they would show.
+class counting_work final : public actorllm::takeover_work {
+ public:
+  counting_work(int64_t n, int64_t* out, std::thread::id caller, bool stall)
+      : out_(out), caller_(caller), stall_(stall), commits_(static_cast<size_t>(n)) {}
+
+  size_t scratch_floats(int64_t n_items) const override { return static_cast<size_t>(n_items); }
+
+  void compute(int64_t begin, int64_t end, float* scratch) const noexcept override {
+    float value_offset = 0.0f;
+    if (stall_ && std::this_thread::get_id() != caller_ && !stalled_.exchange(true)) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!released_.load() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      value_offset = 1000.0f;  // the late result, never to be committed
+    } else if (std::this_thread::get_id() == caller_) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // leaves the workers time to claim grains
+    }
+    for (int64_t i = begin; i < end; ++i)
+      scratch[i - begin] = static_cast<float>(3 * i + 1) + value_offset;
+    if (value_offset != 0.0f)
+      late_done_.store(true);
+  }
+
+  void commit(int64_t begin, int64_t end, const float* scratch) const noexcept override {
+    for (int64_t i = begin; i < end; ++i) {
+      out_[i] = static_cast<int64_t>(scratch[i - begin]);
+      commits_[static_cast<size_t>(i)].fetch_add(1);
+    }
+  }
+
+  bool stalled() const { return stalled_.load(); }
+  bool late_done() const { return late_done_.load(); }
+  void release() { released_.store(true); }
+  int commits(int64_t i) const { return commits_[static_cast<size_t>(i)].load(); }
+
+ private:
+  int64_t* out_;
+  std::thread::id caller_;
+  bool stall_;
+  mutable std::vector<std::atomic<int>> commits_;
+  mutable std::atomic<bool> stalled_{false}, released_{false}, late_done_{false};
+};
+
+}  // namespace
+
+TEST_CASE("thread_pool parallel_for_takeover commits every item exactly once, nested calls inline [asan]") {
+  for (int size : {1, 2, 4}) {
+    thread_pool pool(size);
+    for (int64_t n : {0, 1, 7, 64, 1000}) {
+      for (auto [lo, hi] : {std::pair<int64_t, int64_t>{1, 1}, {8, 32}, {50, 10}}) {
+        std::vector<int64_t> out(static_cast<size_t>(n), -5);
+        auto work = std::make_shared<counting_work>(n, out.data(), std::thread::id{}, false);
+        pool.parallel_for_takeover(n, lo, hi, work);
+        for (int64_t i = 0; i < n; ++i) {
+          REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);
+          REQUIRE(work->commits(i) == 1);
+        }
+      }
+    }
+    // From inside a chunk of the same pool: runs on the calling thread.
+    std::vector<int64_t> out(100, -5);
+    pool.parallel_for(1, [&](int64_t, int64_t) {
+      pool.parallel_for_takeover(100, 8, 32,
+                                 std::make_shared<counting_work>(100, out.data(), std::thread::id{}, false));
+    });
+    for (int64_t i = 0; i < 100; ++i)
+      REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);
+  }
+}
+
+TEST_CASE(
+    "thread_pool parallel_for_takeover: a grain held by a stalled thread is taken over, the call returns "
+    "without it, and the late result is dropped [asan]") {
+  thread_pool pool(2);
+  bool stalled = false;
+  // A worker has to claim a grain before the caller has claimed them all; the caller's grains are slow, so it does
+  // at the first attempt but for a machine too busy to run the worker at all.
+  for (int attempt = 0; attempt < 20 && !stalled; ++attempt) {
+    const int64_t n = 64;
+    std::vector<int64_t> out(static_cast<size_t>(n), -5);
+    auto work = std::make_shared<counting_work>(n, out.data(), std::this_thread::get_id(), true);
+    const std::weak_ptr<counting_work> alive = work;
+    pool.parallel_for_takeover(n, 4, 4, work);  // returns while the stalled grain's thread still waits for release()
+    stalled = work->stalled();
+    CHECK_FALSE(work->late_done());
+    for (int64_t i = 0; i < n; ++i) {
+      REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);
+      REQUIRE(work->commits(i) == 1);
+    }
+    work->release();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (stalled && !work->late_done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(work->late_done() == stalled);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the late thread's commit attempt
+    for (int64_t i = 0; i < n; ++i) {
+      REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);  // the late values (+1000) were dropped
+      REQUIRE(work->commits(i) == 1);
+    }
+    work.reset();
+    while (!alive.expired() && std::chrono::steady_clock::now() < deadline)  // the late thread lets go of the work
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(alive.expired());
+  }
+  CHECK(stalled);
 }
 
 TEST_CASE("thread_pool::global is one process-wide pool") {
