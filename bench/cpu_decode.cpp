@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -129,6 +130,26 @@ class cpu_hog {
 
  private:
   std::vector<pid_t> pids_;
+};
+
+// CPU time this process used since construction, over the wall time: how many cores it got (beside the hog: a fair
+// share of 2 vCPUs beside 2 busy processes is 1.0 for 2 threads).
+class cpu_clock {
+ public:
+  cpu_clock() : cpu_(process_seconds()), wall_(std::chrono::steady_clock::now()) {}
+  double cores_used() const {
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_).count();
+    return wall > 0 ? (process_seconds() - cpu_) / wall : 0.0;
+  }
+
+ private:
+  static double process_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  double cpu_;
+  std::chrono::steady_clock::time_point wall_;
 };
 
 /// One weight format of --variants: the model's dummy bf16 weights as they are, or quantized the way a checkpoint of
@@ -397,7 +418,7 @@ int main(int argc, char** argv) {
   const int64_t block_size = 16;
 
   const double load_before = load_average();
-  std::vector<double> bandwidths, tps1s, tpsns, prefills, fractions, hogged, hog_ratios;
+  std::vector<double> bandwidths, tps1s, tpsns, prefills, fractions, hogged, hog_ratios, hog_cores;
   bench::read_pattern best_pattern;
   double best_bandwidth = 0;
   for (int round = 0; round < rounds; ++round) {
@@ -416,7 +437,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--hog: started %zu of %d busy processes\n", busy.running(), hog);
         return 1;
       }
+      const cpu_clock start;
       hogged.push_back(bench::decode_tokens_per_second(llm, 1, prompt_len, steps, block_size));
+      hog_cores.push_back(start.cores_used());
       hog_ratios.push_back(hogged.back() / tps1);
     }
     std::fprintf(stderr, "round %d/%d: decode batch %ld...\n", round + 1, rounds, static_cast<long>(big_batch));
@@ -470,16 +493,19 @@ int main(int argc, char** argv) {
     std::printf("%-44s %15.1f%%\n", "  / quiet (median of per-round ratios)", 100.0 * bench::median(hog_ratios));
     std::printf("%-44s %15.1f%%\n", "  fair share: threads / (threads + hog)",
                 100.0 * pool.size() / static_cast<double>(pool.size() + hog));
+    std::printf("%-44s %16.2f\n", "  cores the engine got beside the hog", bench::median(hog_cores));
   }
   std::printf("%-44s %16.2f\n", "batch-1 roofline (tokens/s)", roofline);
   std::printf("%-44s %15.1f%%\n", "batch-1 decode / roofline", fraction * 100.0);
   std::printf("%-44s %16s\n", "per round: bandwidth GB/s, decode b1, b/roofline", "");
   for (size_t r = 0; r < bandwidths.size(); ++r)
-    std::printf(
-        "  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%% | batch %ld %8.2f tok/s | prefill %8.2f tok/s%s\n", r + 1,
-        bandwidths[r] / 1e9, tps1s[r], fractions[r] * 100.0, static_cast<long>(big_batch), tpsns[r], prefills[r],
-        hog > 0 ? fmt::format(" | beside the hog {:.2f} tok/s ({:.0f}%)", hogged[r], 100.0 * hog_ratios[r]).c_str()
-                : "");
+    std::printf("  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%% | batch %ld %8.2f tok/s | prefill %8.2f tok/s%s\n", r + 1,
+                bandwidths[r] / 1e9, tps1s[r], fractions[r] * 100.0, static_cast<long>(big_batch), tpsns[r],
+                prefills[r],
+                hog > 0 ? fmt::format(" | beside the hog {:.2f} tok/s ({:.0f}%, {:.2f} cores)", hogged[r],
+                                      100.0 * hog_ratios[r], hog_cores[r])
+                              .c_str()
+                        : "");
 
   json_writer w;
   w.begin_object();
@@ -513,6 +539,7 @@ int main(int argc, char** argv) {
   if (hog > 0) {
     w.key("decode_batch1_beside_hog_tokens_per_s").value(bench::median(hogged));
     w.key("decode_batch1_hog_over_quiet").value(bench::median(hog_ratios));
+    w.key("decode_batch1_beside_hog_cores").value(bench::median(hog_cores));
   }
   w.key("per_round").begin_array();
   for (size_t r = 0; r < bandwidths.size(); ++r) {
@@ -522,8 +549,10 @@ int main(int argc, char** argv) {
     w.key("decode_batchN_tokens_per_s").value(tpsns[r]);
     w.key("prefill_tokens_per_s").value(prefills[r]);
     w.key("batch1_fraction_of_roofline").value(fractions[r]);
-    if (hog > 0)
+    if (hog > 0) {
       w.key("decode_batch1_beside_hog_tokens_per_s").value(hogged[r]);
+      w.key("decode_batch1_beside_hog_cores").value(hog_cores[r]);
+    }
     w.end_object();
   }
   w.end_array();

@@ -21,9 +21,10 @@ namespace actorllm {
 namespace {
 
 // How long an idle worker (or a dispatcher waiting for stragglers) spins before it sleeps. Kernel calls of one
-// decode step come a few microseconds to a millisecond apart; spinning across those gaps saves the futex
-// round trip (tens of microseconds) without burning a core for long once the engine goes idle.
-constexpr auto spin_budget = std::chrono::microseconds(200);
+// decode step mostly come a few microseconds apart; spinning across those gaps saves the futex round trip (tens of
+// microseconds) without burning a core for long once the engine goes idle, or the share of a core the machine gives
+// this thread beside other work (util/spin_wait.hpp: 50 us measured as fast as 200 us on a quiet machine).
+constexpr auto spin_budget = std::chrono::microseconds(50);
 
 // The pool (if any) whose chunk the current thread is running: nested parallel_for calls run inline.
 thread_local const thread_pool* current_pool = nullptr;
@@ -406,7 +407,7 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
     // but not yet marked owned counts from now.
     const int64_t waiting_since = now_ns();
     int64_t first_open = 0;
-    for (int polls = 0; job->n_committed.load(std::memory_order_acquire) < n_grains; ++polls) {
+    while (job->n_committed.load(std::memory_order_acquire) < n_grains) {
       while (job->state[static_cast<size_t>(first_open)].load(std::memory_order_acquire) == grain_committed)
         ++first_open;
       const int64_t now = now_ns();
@@ -423,10 +424,7 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
       }
       if (took)
         continue;
-      if (polls < 1024)
-        cpu_relax();
-      else
-        std::this_thread::yield();
+      cpu_relax();  // never sched_yield: see util/spin_wait.hpp
     }
   }
 
