@@ -408,7 +408,8 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
     const int64_t waiting_since = now_ns();
     int64_t first_open = 0;
     while (job->n_committed.load(std::memory_order_acquire) < n_grains) {
-      while (job->state[static_cast<size_t>(first_open)].load(std::memory_order_acquire) == grain_committed)
+      while (first_open < n_grains &&
+             job->state[static_cast<size_t>(first_open)].load(std::memory_order_acquire) == grain_committed)
         ++first_open;
       const int64_t now = now_ns();
       bool took = false;
