@@ -120,6 +120,11 @@ class backend {
   /// the backend may lay it out for its kernels (tensor_layout), so no other op may be given the result. Default:
   /// import_host.
   virtual tensor import_linear_weight(tensor host) { return import_host(std::move(host)); }
+  /// import_linear_weight of `parts` (host tensors [rows_i, n_in], one dtype and n_in, row-major) stacked by rows,
+  /// q/k/v or gate/up as one weight. Default: the rows copied into one host tensor, imported. A backend that lays
+  /// weights out may place each part straight into the stacked layout, so nothing is copied twice at start-up.
+  /// Throws std::invalid_argument for no parts, or parts of different dtypes, widths or layouts.
+  virtual tensor import_stacked_linear_weight(std::span<const tensor> parts);
   /// A quantized Linear weight (kernels/quantized_linear.hpp) made available for matmul, matmul_group and
   /// matmul_silu_gate only, as import_linear_weight: the result has the weight's logical shape [n_out, n_in] and a
   /// layout of this backend's own. A backend with integer kernels keeps the codes (the CPU: tensor_layout::cpu_q8 /

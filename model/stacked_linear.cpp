@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -91,6 +92,23 @@ tensor bind_dense(host_tensor h, bool linear, backend& be, size_t& bytes) {
   return linear ? be.import_linear_weight(std::move(h).into_tensor()) : be.import_host(std::move(h).into_tensor());
 }
 
+bool one_dtype(const std::vector<stack_part>& parts) {
+  return std::all_of(parts.begin(), parts.end(),
+                     [&](const stack_part& p) { return p.dense->type == parts.front().dense->type; });
+}
+
+// Dense parts of one dtype as one Linear weight, each handed to the backend as it is (it may lay each part out in its
+// place, with no stacked copy of the rows first); the parts are left without data.
+tensor bind_stacked_dense(const std::vector<stack_part>& parts, backend& be, size_t& bytes) {
+  std::vector<tensor> hosts;
+  hosts.reserve(parts.size());
+  for (const stack_part& p : parts) {
+    bytes += p.dense->nbytes();
+    hosts.push_back(std::move(*p.dense).into_tensor());
+  }
+  return be.import_stacked_linear_weight(hosts);
+}
+
 tensor bind_quantized(const quantized_linear& q, backend& be, size_t& bytes) {
   bytes += q.packed_bytes();
   return be.import_quantized_linear(q);
@@ -115,8 +133,12 @@ stacked_linear bind_stacked_linear(std::vector<stack_part> parts, bool linear, b
           fmt::format("{}: its bias has {} values for {} rows", parts[i].name, parts[i].bias->numel(), out.rows[i]));
   }
   if (stack_refusal(parts).empty()) {
-    out.merged = parts.front().quantized ? bind_quantized(stack_quantized_rows(parts), be, bytes)
-                                         : bind_dense(stack_dense_rows(parts), linear, be, bytes);
+    if (parts.front().quantized)
+      out.merged = bind_quantized(stack_quantized_rows(parts), be, bytes);
+    else if (linear && one_dtype(parts))
+      out.merged = bind_stacked_dense(parts, be, bytes);
+    else
+      out.merged = bind_dense(stack_dense_rows(parts), linear, be, bytes);
     if (with_bias) {
       std::vector<stack_part> biases;
       for (const stack_part& p : parts) {

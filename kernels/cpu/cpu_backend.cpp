@@ -99,6 +99,34 @@ tensor cpu_backend::import_linear_weight(tensor host) {
   return packed;
 }
 
+tensor cpu_backend::import_stacked_linear_weight(std::span<const tensor> parts) {
+  constexpr int64_t panel_rows = 32;  // tensor_layout::cpu_bf16_panels
+  bool in_place = !parts.empty() && cpu::bf16_panels_preferred();
+  int64_t rows = 0;
+  for (size_t i = 0; in_place && i < parts.size(); ++i) {
+    const tensor& p = parts[i];
+    in_place = p.type == dtype::bf16 && p.shape.n_dims == 2 && p.layout == tensor_layout::row_major &&
+               p.where().kind == device_kind::cpu && p.shape[1] == parts.front().shape[1] &&
+               (i + 1 == parts.size() || p.shape[0] % panel_rows == 0);
+    rows += in_place ? p.shape[0] : 0;
+  }
+  if (!in_place)
+    return backend::import_stacked_linear_weight(parts);
+  const int64_t n_in = parts.front().shape[1];
+  tensor packed;
+  packed.type = dtype::bf16;
+  packed.shape = tensor_shape{rows, n_in};
+  packed.buf = host_buffer::allocate_huge(cpu::bf16_panels_bytes(rows, n_in));
+  packed.layout = tensor_layout::cpu_bf16_panels;
+  auto* out = packed.data_as<uint16_t>();
+  for (const tensor& p : parts) {
+    // Every part before it is whole panels, so its panels are the stacked weight's from its first row on.
+    cpu::pack_bf16_panels(p.data_as<uint16_t>(), p.shape[0], n_in, out, pool_);
+    out += cpu::bf16_panels_bytes(p.shape[0], n_in) / sizeof(uint16_t);
+  }
+  return packed;
+}
+
 tensor cpu_backend::import_quantized_linear(const quantized_linear& w) {
   w.validate();
   if (w.activations == activation_quant::none &&

@@ -31,6 +31,9 @@ class cpu_backend final : public backend {
   tensor import_host(tensor host) override;
   /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the vdpbf16ps kernels run.
   tensor import_linear_weight(tensor host) override;
+  /// bf16 parts whose row counts (all but the last) are whole panels are packed each into its place in the stacked
+  /// weight's panels, the rows never copied into a stacked row-major tensor first; others as the default.
+  tensor import_stacked_linear_weight(std::span<const tensor> parts) override;
   /// Packs w into a cpu::quantized_panels (tensor_layout::cpu_q4 / cpu_q8) for the quantized kernels: W8A8 always,
   /// weight-only formats where the AVX-512 kernels take them; other weight-only formats go the default way
   /// (dequantized to bf16), which the bf16 kernels run faster than the scalar quantized path would.

@@ -486,6 +486,64 @@ BACKEND_PARITY_CASE(parity_matmul, "matmul") {
   });
 }
 
+BACKEND_PARITY_CASE(parity_stacked_linear_weight,
+                    "import_stacked_linear_weight is import_linear_weight of the rows stacked") {
+  const uint32_t seed = 2009;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    // Parts of whole 32-row panels but the last (the CPU packs each in place), and parts that are not (stacked first).
+    const std::vector<std::vector<int64_t>> layouts = {{64, 32, 40}, {96, 7}, {33, 31}, {5}, {32, 0, 64}};
+    for (const std::vector<int64_t>& rows : layouts) {
+      for (dtype type : weight_types) {
+        const int64_t n_in = 67, n_tokens = 2;
+        std::string what = std::string(dtype_name(type)) + " parts";
+        for (int64_t r : rows) {
+          what += ' ';
+          what += std::to_string(r);
+        }
+        CAPTURE(what);
+        std::vector<float> all;
+        std::vector<tensor> parts;
+        for (int64_t r : rows) {
+          const std::vector<float> values = rnd.reals(r * n_in);
+          all.insert(all.end(), values.begin(), values.end());
+          const std::vector<uint8_t> bytes = test::to_dtype(values, type);
+          tensor host = make_host_tensor(type, {r, n_in});
+          if (!bytes.empty())
+            std::memcpy(host.data(), bytes.data(), bytes.size());
+          parts.push_back(std::move(host));
+        }
+        const int64_t n_out = static_cast<int64_t>(all.size()) / n_in;
+        const tensor stacked = be.import_stacked_linear_weight(parts);
+        const tensor reference = linear_weight(be, type, {n_out, n_in}, all);
+        CHECK(stacked.shape == reference.shape);
+        CHECK(stacked.layout == reference.layout);
+        const tensor tx = input(be, dtype::f32, {n_tokens, n_in}, rnd.reals(n_tokens * n_in));
+        guarded y_stacked = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+        guarded y_reference = alloc_guarded(be, dtype::f32, {n_tokens, n_out});
+        be.matmul(tx, stacked, tensor{}, y_stacked.view);
+        be.matmul(tx, reference, tensor{}, y_reference.view);
+        const std::vector<float> got = read_as<float>(be, y_stacked, what),
+                                 want = read_as<float>(be, y_reference, what);
+        REQUIRE(got.size() == want.size());
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);  // the same bits
+      }
+    }
+    // Parts that do not stack are refused by name.
+    std::vector<tensor> mixed;
+    mixed.push_back(make_host_tensor(dtype::bf16, {32, 8}));
+    mixed.push_back(make_host_tensor(dtype::f32, {32, 8}));
+    CHECK_THROWS_WITH_AS(be.import_stacked_linear_weight(mixed), doctest::Contains("does not stack"),
+                         std::invalid_argument);
+    std::vector<tensor> widths;
+    widths.push_back(make_host_tensor(dtype::bf16, {32, 8}));
+    widths.push_back(make_host_tensor(dtype::bf16, {32, 9}));
+    CHECK_THROWS_AS(be.import_stacked_linear_weight(widths), std::invalid_argument);
+    CHECK_THROWS_AS(be.import_stacked_linear_weight({}), std::invalid_argument);
+  });
+}
+
 BACKEND_PARITY_CASE(parity_matmul_group_and_silu_gate, "matmul_group and matmul_silu_gate") {
   const uint32_t seed = 2014;
   CAPTURE(seed);
