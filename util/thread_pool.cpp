@@ -328,6 +328,42 @@ struct thread_pool::takeover_job {
       commit(g, scratch);
   }
 
+  // Claims and runs grains until none is left unclaimed; returns the items it ran.
+  int64_t run_claimed() {
+    int64_t items = 0;
+    for (int64_t g = claim(); g >= 0; g = claim()) {
+      run_owned(g);
+      items += bounds[static_cast<size_t>(g) + 1] - bounds[static_cast<size_t>(g)];
+    }
+    return items;
+  }
+
+  // With nothing left to claim: waits until every grain is committed, taking over each one another thread has held
+  // past patience_ns. A grain claimed but not yet marked owned counts from the start of the wait.
+  void finish(double ns_per_item) {
+    const int64_t waiting_since = now_ns();
+    int64_t first_open = 0;
+    while (n_committed.load(std::memory_order_acquire) < n_grains()) {
+      while (first_open < n_grains() &&
+             state[static_cast<size_t>(first_open)].load(std::memory_order_acquire) == grain_committed)
+        ++first_open;
+      const int64_t now = now_ns();
+      bool took = false;
+      for (int64_t g = first_open; g < n_grains(); ++g) {
+        const int s = state[static_cast<size_t>(g)].load(std::memory_order_acquire);
+        if (s != grain_owned && s != grain_free)
+          continue;
+        const int64_t since =
+            s == grain_owned ? claimed_ns[static_cast<size_t>(g)].load(std::memory_order_relaxed) : waiting_since;
+        const int64_t held = bounds[static_cast<size_t>(g) + 1] - bounds[static_cast<size_t>(g)];
+        if (now - since > patience_ns(held, ns_per_item))
+          took = take_over(g, s) || took;
+      }
+      if (!took)
+        cpu_relax();  // never sched_yield: see util/spin_wait.hpp
+    }
+  }
+
   // Takes grain g over from its owner (state `from`: owned, or claimed but not yet marked) and runs it; false when
   // the owner got to write it first.
   bool take_over(int64_t g, int from) {
@@ -353,8 +389,7 @@ void thread_pool::run_takeover(uint64_t generation) {
   if (job == nullptr)
     return;
   current_pool_scope scope(this);
-  for (int64_t g = job->claim(); g >= 0; g = job->claim())
-    job->run_owned(g);
+  job->run_claimed();
 }
 
 void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
@@ -376,8 +411,7 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
 
   if (n_threads_ == 1 || n_grains == 1 || inside_this_pool()) {
     current_pool_scope scope(this);
-    for (int64_t g = job->claim(); g >= 0; g = job->claim())
-      job->run_owned(g);
+    job->run_claimed();
     return;
   }
 
@@ -392,41 +426,11 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
   publish(generation, 0);  // no chunks: the workers go to run_takeover
 
   // The caller claims grains too, timing them: its time per item is what "too long" is measured against.
-  double items = 0, seconds = 0;
   {
     current_pool_scope scope(this);
-    for (int64_t g = job->claim(); g >= 0; g = job->claim()) {
-      const int64_t start = now_ns();
-      job->run_owned(g);
-      seconds += static_cast<double>(now_ns() - start) * 1e-9;
-      items += static_cast<double>(job->bounds[static_cast<size_t>(g) + 1] - job->bounds[static_cast<size_t>(g)]);
-    }
-    const double ns_per_item = items > 0 ? seconds * 1e9 / items : 0.0;
-
-    // Nothing left to claim: wait for the grains other threads hold, taking over one held too long. A grain claimed
-    // but not yet marked owned counts from now.
-    const int64_t waiting_since = now_ns();
-    int64_t first_open = 0;
-    while (job->n_committed.load(std::memory_order_acquire) < n_grains) {
-      while (first_open < n_grains &&
-             job->state[static_cast<size_t>(first_open)].load(std::memory_order_acquire) == grain_committed)
-        ++first_open;
-      const int64_t now = now_ns();
-      bool took = false;
-      for (int64_t g = first_open; g < n_grains; ++g) {
-        const int s = job->state[static_cast<size_t>(g)].load(std::memory_order_acquire);
-        if (s != grain_owned && s != grain_free)
-          continue;
-        const int64_t since =
-            s == grain_owned ? job->claimed_ns[static_cast<size_t>(g)].load(std::memory_order_relaxed) : waiting_since;
-        const int64_t held = job->bounds[static_cast<size_t>(g) + 1] - job->bounds[static_cast<size_t>(g)];
-        if (now - since > patience_ns(held, ns_per_item))
-          took = job->take_over(g, s) || took;
-      }
-      if (took)
-        continue;
-      cpu_relax();  // never sched_yield: see util/spin_wait.hpp
-    }
+    const int64_t start = now_ns();
+    const int64_t items = job->run_claimed();
+    job->finish(items > 0 ? static_cast<double>(now_ns() - start) / static_cast<double>(items) : 0.0);
   }
 
   std::lock_guard lock(takeover_mutex_);

@@ -86,33 +86,32 @@ tensor cpu_backend::import_host(tensor host) {
   return host;
 }
 
-tensor cpu_backend::import_linear_weight(tensor host) {
-  tensor t = import_host(std::move(host));
-  if (t.type != dtype::bf16 || t.shape.n_dims != 2 || t.layout != tensor_layout::row_major ||
-      !cpu::bf16_panels_preferred())
-    return t;
-  tensor packed = t;
-  packed.buf = host_buffer::allocate_huge(cpu::bf16_panels_bytes(t.dim(0), t.dim(1)));
-  packed.offset = 0;
-  packed.layout = tensor_layout::cpu_bf16_panels;
-  cpu::pack_bf16_panels(t.data_as<uint16_t>(), t.dim(0), t.dim(1), packed.data_as<uint16_t>(), pool_);
-  return packed;
+namespace {
+
+// Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own
+// place: bf16 row-major host parts of one width, every one but the last whole 32-row panels, on a CPU that runs the
+// vdpbf16ps kernels.
+bool packs_in_place(std::span<const tensor> parts) {
+  constexpr int64_t panel_rows = 32;
+  if (parts.empty() || !cpu::bf16_panels_preferred())
+    return false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const tensor& p = parts[i];
+    if (p.type != dtype::bf16 || p.shape.n_dims != 2 || p.layout != tensor_layout::row_major ||
+        p.where().kind != device_kind::cpu || p.shape[1] != parts.front().shape[1] ||
+        (i + 1 < parts.size() && p.shape[0] % panel_rows != 0))
+      return false;
+  }
+  return true;
 }
 
-tensor cpu_backend::import_stacked_linear_weight(std::span<const tensor> parts) {
-  constexpr int64_t panel_rows = 32;  // tensor_layout::cpu_bf16_panels
-  bool in_place = !parts.empty() && cpu::bf16_panels_preferred();
-  int64_t rows = 0;
-  for (size_t i = 0; in_place && i < parts.size(); ++i) {
-    const tensor& p = parts[i];
-    in_place = p.type == dtype::bf16 && p.shape.n_dims == 2 && p.layout == tensor_layout::row_major &&
-               p.where().kind == device_kind::cpu && p.shape[1] == parts.front().shape[1] &&
-               (i + 1 == parts.size() || p.shape[0] % panel_rows == 0);
-    rows += in_place ? p.shape[0] : 0;
-  }
-  if (!in_place)
-    return backend::import_stacked_linear_weight(parts);
+}  // namespace
+
+tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   const int64_t n_in = parts.front().shape[1];
+  int64_t rows = 0;
+  for (const tensor& p : parts)
+    rows += p.shape[0];
   tensor packed;
   packed.type = dtype::bf16;
   packed.shape = tensor_shape{rows, n_in};
@@ -125,6 +124,15 @@ tensor cpu_backend::import_stacked_linear_weight(std::span<const tensor> parts) 
     out += cpu::bf16_panels_bytes(p.shape[0], n_in) / sizeof(uint16_t);
   }
   return packed;
+}
+
+tensor cpu_backend::import_linear_weight(tensor host) {
+  tensor t = import_host(std::move(host));
+  return packs_in_place({&t, 1}) ? packed_panels({&t, 1}) : t;
+}
+
+tensor cpu_backend::import_stacked_linear_weight(std::span<const tensor> parts) {
+  return packs_in_place(parts) ? packed_panels(parts) : backend::import_stacked_linear_weight(parts);
 }
 
 tensor cpu_backend::import_quantized_linear(const quantized_linear& w) {

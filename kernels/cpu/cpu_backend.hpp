@@ -73,6 +73,8 @@ class cpu_backend final : public backend {
 
  private:
   thread_pool pool_;
+  /// `parts` (packs_in_place) packed into one tensor_layout::cpu_bf16_panels weight, each part into its panels.
+  tensor packed_panels(std::span<const tensor> parts);
   /// paged_attention and paged_attention_partial (lse null for the former) after their checks.
   void attend(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale, int64_t window,
               const tensor& out, int64_t n_head, float* lse);

@@ -482,7 +482,7 @@ class streamed_panel_work final : public takeover_work {
                           .lda = c_.ld,
                           .panel = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr,
                           .k_pad = c_.k_pad,
-                          .y = scratch_tile(scratch, n_tiles),
+                          .y = scratch + tile_offset(n_tiles),
                           .ldy = gemm_nr,
                           .n_valid = gemm_nr,  // the panel's rows past n_out are zeros
                           .bias = nullptr};    // added at commit
@@ -494,48 +494,37 @@ class streamed_panel_work final : public takeover_work {
 
   void commit(int64_t u_begin, int64_t u_end, const float* scratch) const noexcept override {
     size_t tile = 0, i = 0;
+    alignas(64) float gate[gemm_nr];
     for (int64_t u = u_begin; u < u_end; ++u, tile += parts()) {
       i = units_.target_of(u, i);
       const int64_t o0 = (u - units_.begin[i]) * gemm_nr;
-      if (gated_) {
-        commit_gated(o0, scratch_tile(scratch, tile), scratch_tile(scratch, tile + 1));
-        continue;
-      }
-      const target_view& tv = targets_[i];
+      const target_view& tv = targets_[i];  // the gate of a gated pair
       const int64_t n_valid = std::min<int64_t>(gemm_nr, tv.n_out - o0);
-      const float* sums = scratch_tile(scratch, tile);
       for (int64_t t = 0; t < c_.n_tokens; ++t) {
-        float* out = tv.y + t * tv.n_out + o0;
-        for (int64_t j = 0; j < n_valid; ++j)
-          out[j] = sums[t * gemm_nr + j] + (tv.bias != nullptr ? tv.bias[o0 + j] : 0.0f);
+        const size_t row = static_cast<size_t>(t) * gemm_nr;
+        if (!gated_) {
+          add_bias(scratch + tile_offset(tile) + row, tv, o0, n_valid, tv.y + t * tv.n_out + o0);
+          continue;
+        }
+        // up (+ bias) to up's outputs, silu(gate) * up to gate's
+        const target_view& up = targets_[1];
+        float* up_out = up.y + t * up.n_out + o0;
+        add_bias(scratch + tile_offset(tile) + row, tv, o0, n_valid, gate);
+        add_bias(scratch + tile_offset(tile + 1) + row, up, o0, n_valid, up_out);
+        silu_mul(gate, up_out, n_valid, tv.y + t * tv.n_out + o0);
       }
     }
   }
 
  private:
   size_t parts() const { return gated_ ? 2 : 1; }
-  // A tile's n_tokens x 32 sums in a grain's scratch, rows 32 apart.
-  float* scratch_tile(float* scratch, size_t tile) const {
-    return scratch + tile * static_cast<size_t>(c_.n_tokens) * gemm_nr;
-  }
-  const float* scratch_tile(const float* scratch, size_t tile) const {
-    return scratch + tile * static_cast<size_t>(c_.n_tokens) * gemm_nr;
-  }
+  // Where a tile's n_tokens x 32 sums start in a grain's scratch (rows 32 apart).
+  size_t tile_offset(size_t tile) const { return tile * static_cast<size_t>(c_.n_tokens) * gemm_nr; }
 
-  // Gate and up sums of outputs [o0, o0 + 32): up (+ bias) to up's outputs, silu(gate) * up to gate's.
-  void commit_gated(int64_t o0, const float* gate_sums, const float* up_sums) const {
-    const target_view& gate = targets_[0];
-    const target_view& up = targets_[1];
-    const int64_t n_valid = std::min<int64_t>(gemm_nr, gate.n_out - o0);
-    alignas(64) float g[gemm_nr];
-    for (int64_t t = 0; t < c_.n_tokens; ++t) {
-      float* u = up.y + t * up.n_out + o0;
-      for (int64_t j = 0; j < n_valid; ++j) {
-        g[j] = gate_sums[t * gemm_nr + j] + (gate.bias != nullptr ? gate.bias[o0 + j] : 0.0f);
-        u[j] = up_sums[t * gemm_nr + j] + (up.bias != nullptr ? up.bias[o0 + j] : 0.0f);
-      }
-      silu_mul(g, u, n_valid, gate.y + t * gate.n_out + o0);
-    }
+  // out[j] = sums[j] + tv's bias at output o0 + j, for j < n.
+  static void add_bias(const float* sums, const target_view& tv, int64_t o0, int64_t n, float* out) {
+    for (int64_t j = 0; j < n; ++j)
+      out[j] = sums[j] + (tv.bias != nullptr ? tv.bias[o0 + j] : 0.0f);
   }
 
   bool gated_;
