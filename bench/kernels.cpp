@@ -1,10 +1,13 @@
 // CPU kernel benchmark: the machine's streaming memory bandwidth (the decode roofline), matmul weight bandwidth in
 // the decode shapes of Llama-3.2-1B, GEMM throughput at prefill size, the GEMV/GEMM crossover, and the matmuls of
-// one whole batch-1 decode step of Llama-3.2-1B against the roofline. Prints a table; writes JSON (--json PATH).
+// one whole batch-1 decode step of the TinyLlama-1.1B shape on packed weights, as the CPU backend runs them, against
+// the roofline. Prints a table; writes JSON (--json PATH). --decode-step-rounds N: only the probe and that step,
+// alternately.
 //
 // Weights live in one 1 GiB arena that is larger than the last-level cache, and successive calls walk through it,
 // so the decode figures are memory-bound numbers, not cache-resident ones.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -41,18 +44,16 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-struct aligned_deleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
 // The weight arena: 1 GiB of 16-bit patterns in [0x3c00, 0x3f80) so that every reading (bf16, f16, or f32 pairs)
-// is a normal number of modest size (no denormal slow paths, no overflow).
+// is a normal number of modest size (no denormal slow paths, no overflow). On huge pages, as the loaded weights are.
 struct arena {
   size_t bytes;
-  std::unique_ptr<uint8_t, aligned_deleter> data;
+  std::shared_ptr<host_buffer> buf;
+  uint8_t* data;
 
-  arena(size_t n, thread_pool& pool) : bytes(n), data(static_cast<uint8_t*>(std::aligned_alloc(4096, n))) {
-    auto* p = reinterpret_cast<uint16_t*>(data.get());
+  arena(size_t n, thread_pool& pool)
+      : bytes(n), buf(host_buffer::allocate_huge(n)), data(static_cast<uint8_t*>(buf->data())) {
+    auto* p = reinterpret_cast<uint16_t*>(data);
     int64_t n16 = static_cast<int64_t>(n / 2);
     // First touch from the pool's threads, like the weights a loader would place.
     pool.parallel_for(n16, [&](int64_t b, int64_t e) {
@@ -70,7 +71,7 @@ struct arena {
     size_t span = bytes - size;
     size_t off = span == 0 ? 0 : (index * size) % span;
     off &= ~size_t{4095};
-    return data.get() + off;
+    return data + off;
   }
 };
 
@@ -140,43 +141,73 @@ matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n
           2.0 * static_cast<double>(n_tokens * n_in * n_out) / s / 1e9};
 }
 
-// The matmuls of one batch-1 decode step of Llama-3.2-1B (16 layers; lm_head tied to the 128256-row embedding).
+// The matmuls of one batch-1 decode step of the TinyLlama-1.1B shape (22 layers; q/k/v and gate/up stacked as the
+// model loads them; an untied 32000-row lm_head) on packed weights with owners, as the CPU backend runs them: the
+// takeover path of a real decode step without the rest of the layer. Timed per kind of matmul too, so a step's
+// shortfall against the roofline can be put on the shapes (small matrices pay the start and the end of a parallel
+// region more often).
 struct decode_step_result {
-  double seconds;
-  double weight_bytes;
-  double gbs;
+  struct kind {
+    std::string name;
+    double bytes = 0;    // per step
+    double seconds = 0;  // per step (median over the steps)
+  };
+  double seconds = 0;
+  double weight_bytes = 0;
+  double gbs = 0;
+  std::vector<kind> kinds;
 };
 
-decode_step_result time_decode_step(const arena& a, thread_pool& pool, dtype wt, int reps) {
+decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps) {
+  enum kind_index { qkv, o, gate_up, down, lm_head, n_kinds };
   struct shape {
+    kind_index kind;
     int64_t n_in, n_out;
   };
+  const char* names[n_kinds] = {"qkv 2048->2560", "o 2048->2048", "gate/up 2048->11264", "down 5632->2048",
+                                "lm_head 2048->32000"};
   std::vector<shape> shapes;
-  for (int l = 0; l < 16; ++l) {
-    shapes.insert(shapes.end(),
-                  {{2048, 2048}, {2048, 512}, {2048, 512}, {2048, 2048}, {2048, 8192}, {2048, 8192}, {8192, 2048}});
+  for (int l = 0; l < 22; ++l)
+    shapes.insert(shapes.end(), {{qkv, 2048, 2560}, {o, 2048, 2048}, {gate_up, 2048, 11264}, {down, 5632, 2048}});
+  shapes.push_back({lm_head, 2048, 32000});
+  std::vector<float> x(5632, 0.01f), y(32000);
+  const std::shared_ptr<const void> owner = a.buf;
+  decode_step_result r;
+  r.kinds.resize(n_kinds);
+  for (int k = 0; k < n_kinds; ++k)
+    r.kinds[static_cast<size_t>(k)].name = names[k];
+  for (auto s : shapes) {
+    const auto b = static_cast<double>(cpu::bf16_panels_bytes(s.n_out, s.n_in));
+    r.weight_bytes += b;
+    r.kinds[static_cast<size_t>(s.kind)].bytes += b;
   }
-  shapes.push_back({2048, 128256});
-  std::vector<float> x(8192, 0.01f), y(128256);
-  double bytes = 0;
-  for (auto s : shapes)
-    bytes += static_cast<double>(s.n_in * s.n_out * static_cast<int64_t>(dtype_size(wt)));
   size_t slot_index = 0;
-  auto run_step = [&] {
+  std::vector<std::vector<double>> kind_times(n_kinds);
+  std::vector<double> step_times;
+  auto run_step = [&](bool timed) {
+    std::array<double, n_kinds> per_kind{};
+    const auto t_step = clock_type::now();
     for (auto s : shapes) {
-      size_t b = static_cast<size_t>(s.n_in * s.n_out) * dtype_size(wt);
-      cpu::matmul(x.data(), 1, s.n_in, a.slot(slot_index++, b), wt, s.n_out, nullptr, y.data(), pool);
+      const size_t b = cpu::bf16_panels_bytes(s.n_out, s.n_in);
+      const auto t0 = clock_type::now();
+      const cpu::matmul_target target{a.slot(slot_index++, b), dtype::bf16, s.n_out, nullptr, y.data(), true, owner};
+      cpu::matmul_group(x.data(), 1, s.n_in, std::span{&target, 1}, pool);
+      per_kind[static_cast<size_t>(s.kind)] += seconds_since(t0);
     }
+    if (!timed)
+      return;
+    step_times.push_back(seconds_since(t_step));
+    for (int k = 0; k < n_kinds; ++k)
+      kind_times[static_cast<size_t>(k)].push_back(per_kind[static_cast<size_t>(k)]);
   };
-  run_step();
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = clock_type::now();
-    run_step();
-    times.push_back(seconds_since(t0));
-  }
-  double s = bench::median(times);
-  return {s, bytes, bytes / s / 1e9};
+  run_step(false);
+  for (int i = 0; i < reps; ++i)
+    run_step(true);
+  r.seconds = bench::median(step_times);
+  r.gbs = r.weight_bytes / r.seconds / 1e9;
+  for (int k = 0; k < n_kinds; ++k)
+    r.kinds[static_cast<size_t>(k)].seconds = bench::median(kind_times[static_cast<size_t>(k)]);
+  return r;
 }
 
 // Paged attention of `n_seqs` sequences, each with `n_query` query rows ending at context `ctx` (prefill: one
@@ -225,6 +256,17 @@ attention_result time_attention(thread_pool& pool, const std::string& name, int6
   return {name, secs, pairs * static_cast<double>(n_head) * static_cast<double>(hd) * 4.0 / secs / 1e9};
 }
 
+// One decode step's figures against the probe's bandwidth bw (GB/s): the step and each kind of matmul.
+void print_decode_step(const decode_step_result& step, double bw) {
+  fmt::print(
+      "TinyLlama-1.1B batch-1 decode step, matmuls only (packed bf16, {:.2f} GB): {:.2f} ms, {:.2f} GB/s = "
+      "{:.1f}% of the probe's {:.2f} GB/s\n",
+      step.weight_bytes / 1e9, step.seconds * 1e3, step.gbs, 100.0 * step.gbs / bw, bw);
+  for (const auto& k : step.kinds)
+    fmt::print("  {:<22} {:>8.3f} ms/step {:>8.2f} GB/s {:>6.1f}%\n", k.name, k.seconds * 1e3,
+               k.bytes / k.seconds / 1e9, 100.0 * k.bytes / k.seconds / 1e9 / bw);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -232,7 +274,11 @@ int main(int argc, char** argv) {
   std::string json_path = "bench/results/kernels.json";
   int threads = 0;
   bool quick = false;
+  int step_rounds = 0;
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
+  app.add_option("--decode-step-rounds", step_rounds,
+                 "Only the probe and the decode step's matmuls, alternately for this many rounds (no JSON)")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
   CLI11_PARSE(app, argc, argv);
@@ -246,6 +292,22 @@ int main(int argc, char** argv) {
   double min_s = quick ? 0.2 : 1.0;
   int min_reps = quick ? 2 : 5;
 
+  if (step_rounds > 0) {
+    // The probe and the step alternately, so that the machine's drift hits both alike.
+    fmt::print("actorllm CPU kernels: isa {}, {} threads; the decode step's matmuls against the probe, {} rounds\n",
+               cpu::simd::isa_name, pool->size(), step_rounds);
+    arena a(size_t{1} << 30, *pool);
+    std::vector<double> fractions;
+    for (int r = 1; r <= step_rounds; ++r) {
+      const double bw = bench::measure_read_bandwidth(*pool) / 1e9;
+      const decode_step_result step = time_decode_step(a, *pool, quick ? 3 : 10);
+      fmt::print("round {}: ", r);
+      print_decode_step(step, bw);
+      fractions.push_back(step.gbs / bw);
+    }
+    fmt::print("median step / probe: {:.1f}%\n", 100.0 * bench::median(fractions));
+    return 0;
+  }
   fmt::print("actorllm CPU kernels: isa {}, {} threads\n", cpu::simd::isa_name, pool->size());
   // The same roofline denominator as bench_cpu_decode.
   double bw = bench::measure_read_bandwidth(*pool, size_t{1} << 30, quick ? 3 : 8) / 1e9;
@@ -311,13 +373,9 @@ int main(int argc, char** argv) {
   for (const auto& r : attention)
     fmt::print("{:<20} {:>10.3f} ms  {:>8.2f} GFLOP/s\n", r.name, r.seconds * 1e3, r.gflops);
 
-  decode_step_result step = time_decode_step(a, *pool, dtype::bf16, quick ? 3 : 10);
-  double roofline_s = step.weight_bytes / (bw * 1e9);
-  fmt::print(
-      "\nLlama-3.2-1B batch-1 decode step, matmuls only (bf16, {:.2f} GB of weights): {:.2f} ms, {:.2f} GB/s = "
-      "{:.0f}% of the measured bandwidth (roofline {:.2f} ms, {:.1f} tokens/s)\n",
-      step.weight_bytes / 1e9, step.seconds * 1e3, step.gbs, 100.0 * step.gbs / bw, roofline_s * 1e3,
-      1.0 / step.seconds);
+  decode_step_result step = time_decode_step(a, *pool, quick ? 3 : 10);
+  fmt::print("\n");
+  print_decode_step(step, bw);
 
   json_writer j;
   j.begin_object();
@@ -351,11 +409,20 @@ int main(int argc, char** argv) {
     j.end_object();
   }
   j.end_array();
-  j.key("decode_step_llama_3_2_1b_bf16").begin_object();
+  j.key("decode_step_tinyllama_1_1b_bf16").begin_object();
   j.key("seconds").value(step.seconds);
   j.key("weight_bytes").value(step.weight_bytes);
   j.key("weight_gbs").value(step.gbs);
   j.key("fraction_of_bandwidth").value(step.gbs / bw);
+  j.key("kinds").begin_array();
+  for (const auto& k : step.kinds) {
+    j.begin_object();
+    j.key("matmul").value(k.name);
+    j.key("seconds").value(k.seconds);
+    j.key("weight_bytes").value(k.bytes);
+    j.end_object();
+  }
+  j.end_array();
   j.end_object();
   j.end_object();
 

@@ -113,6 +113,9 @@ class backend {
 
   /// A tensor of `shape` over fresh, uninitialised device memory. Throws std::bad_alloc when it does not fit.
   virtual tensor alloc(dtype type, tensor_shape shape) = 0;
+  /// alloc for a paged KV cache (model::kv_cache), written a slot at a time by every step and read by attention.
+  /// Default: alloc. The CPU backend puts it on huge pages.
+  virtual tensor alloc_kv_cache(dtype type, tensor_shape shape) { return alloc(type, shape); }
   /// `host` (a tensor on the CPU) made available on this device: the CPU backend returns it as is, a device backend
   /// allocates and uploads (the host copy may then be dropped). Weights enter the backend this way.
   virtual tensor import_host(tensor host) = 0;

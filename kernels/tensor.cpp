@@ -94,4 +94,12 @@ tensor make_host_tensor(dtype type, tensor_shape shape) {
   return t;
 }
 
+tensor make_huge_host_tensor(dtype type, tensor_shape shape) {
+  tensor t;
+  t.type = type;
+  t.shape = shape;
+  t.buf = host_buffer::allocate_huge(t.nbytes());
+  return t;
+}
+
 }  // namespace actorllm

@@ -129,5 +129,7 @@ struct tensor {
 
 /// A tensor over a fresh host_buffer (uninitialised).
 tensor make_host_tensor(dtype type, tensor_shape shape);
+/// make_host_tensor over host_buffer::allocate_huge.
+tensor make_huge_host_tensor(dtype type, tensor_shape shape);
 
 }  // namespace actorllm

@@ -11,7 +11,8 @@ kv_cache::kv_cache(backend& be, const kv_cache_shape& shape, int64_t n_blocks)
     : be_(be), shape_(shape), n_blocks_(n_blocks) {
   ACTORLLM_CHECK(n_blocks >= 0 && shape.block_size > 0, "kv cache needs a positive block size");
   // The backend leaves the memory untouched, so host pages are only committed when a step writes them.
-  data_ = be_.alloc(shape.type, {shape.n_layer * 2 * n_blocks, shape.block_size, shape.n_head_kv, shape.head_dim});
+  data_ =
+      be_.alloc_kv_cache(shape.type, {shape.n_layer * 2 * n_blocks, shape.block_size, shape.n_head_kv, shape.head_dim});
   k_scales_.assign(static_cast<size_t>(shape.n_layer), 1.0f);
   v_scales_.assign(static_cast<size_t>(shape.n_layer), 1.0f);
 }

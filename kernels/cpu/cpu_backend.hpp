@@ -28,6 +28,7 @@ class cpu_backend final : public backend {
   std::string describe() const override;
 
   tensor alloc(dtype type, tensor_shape shape) override;
+  tensor alloc_kv_cache(dtype type, tensor_shape shape) override;
   tensor import_host(tensor host) override;
   /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the vdpbf16ps kernels run.
   tensor import_linear_weight(tensor host) override;

@@ -276,6 +276,36 @@ BACKEND_PARITY_CASE(parity_upload_download_and_copy, "upload, download and copy"
   });
 }
 
+BACKEND_PARITY_CASE(parity_alloc_kv_cache, "alloc_kv_cache: a tensor of the shape that holds what is written") {
+  const uint32_t seed = 1002;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    // A KV cache's shape: [n_layer * 2 * n_blocks, block_size, n_head_kv, head_dim]; no blocks at all is allowed.
+    for (const tensor_shape shape : {tensor_shape{2 * 2 * 3, 16, 4, 8}, tensor_shape{0, 16, 2, 8}}) {
+      for (dtype type : {dtype::f32, dtype::bf16, dtype::f16}) {
+        const std::string what = std::string(dtype_name(type)) + shape.to_string();
+        CAPTURE(what);
+        const tensor t = be.alloc_kv_cache(type, shape);
+        CHECK(t.type == type);
+        CHECK(t.shape == shape);
+        CHECK(t.where().kind == kind);
+        const size_t n = static_cast<size_t>(shape.numel()) * dtype_size(type);
+        if (n == 0)
+          continue;
+        std::vector<std::byte> data(n), back(n);
+        for (std::byte& b : data)
+          b = static_cast<std::byte>(rnd.integer(0, 255));
+        be.upload(t, data.data(), n);
+        be.download(t, back.data(), n);
+        CHECK(back == data);
+        if (kind == device_kind::cpu)  // on memory the kernel can back with transparent huge pages
+          CHECK(reinterpret_cast<uintptr_t>(t.data()) % (uintptr_t{2} << 20) == 0);
+      }
+    }
+  });
+}
+
 BACKEND_PARITY_CASE(parity_import_host_and_alloc, "import_host and alloc") {
   const uint32_t seed = 1003;
   CAPTURE(seed);

@@ -39,6 +39,10 @@ class recording_graph_backend final : public backend {
     guard("alloc");
     return inner_.alloc(type, shape);
   }
+  tensor alloc_kv_cache(dtype type, tensor_shape shape) override {
+    guard("alloc_kv_cache");
+    return inner_.alloc_kv_cache(type, shape);
+  }
   tensor import_host(tensor host) override {
     guard("import_host");
     return inner_.import_host(std::move(host));
