@@ -23,13 +23,14 @@
 namespace actorllm::bench {
 
 /// One way of reading a buffer: `streams` interleaved sequential streams per thread, each prefetched `prefetch`
-/// bytes ahead (0: hardware prefetch only).
+/// bytes ahead (0: hardware prefetch only), non-temporally when `nta` (as the decode kernels prefetch).
 struct read_pattern {
   int streams = 1;
   int prefetch = 0;
+  bool nta = false;
   std::string name() const {
-    return fmt::format("{} stream{}, prefetch {}", streams, streams > 1 ? "s" : "",
-                       prefetch == 0 ? std::string{"off"} : fmt::format("{} B", prefetch));
+    return fmt::format("{} stream{}, prefetch {}{}", streams, streams > 1 ? "s" : "",
+                       prefetch == 0 ? std::string{"off"} : fmt::format("{} B", prefetch), nta ? " (nta)" : "");
   }
 };
 
@@ -56,7 +57,9 @@ inline double read_pass(thread_pool& pool, const float* buf, int64_t n_lines, co
     for (int64_t i = 0; i < len; ++i)
       for (int64_t s = 0; s < streams; ++s) {
         const float* line = buf + (b + s * len + i) * 16;
-        if (p.prefetch > 0)
+        if (p.prefetch > 0 && p.nta)
+          _mm_prefetch(reinterpret_cast<const char*>(line) + p.prefetch, _MM_HINT_NTA);
+        else if (p.prefetch > 0)
           _mm_prefetch(reinterpret_cast<const char*>(line) + p.prefetch, _MM_HINT_T0);
         acc[s & 7] = _mm512_add_ps(acc[s & 7], _mm512_load_ps(line));
       }
@@ -81,9 +84,11 @@ inline double read_pass(thread_pool& pool, const float* buf, int64_t n_lines, co
 /// The patterns the probe tries.
 inline std::vector<read_pattern> probe_patterns() {
   std::vector<read_pattern> out;
-  for (int streams : {1, 2, 4, 8})
+  for (int streams : {1, 2, 4, 8}) {
     for (int prefetch : {0, 512, 1024, 2048})
       out.push_back({streams, prefetch});
+    out.push_back({streams, 1024, true});  // the decode kernels' prefetch (kernels/cpu/matmul_bf16.cpp)
+  }
   return out;
 }
 
