@@ -86,20 +86,23 @@ std::string tensor::describe() const {
                      layout == tensor_layout::row_major ? "" : " (packed)", where().to_string());
 }
 
-tensor make_host_tensor(dtype type, tensor_shape shape) {
+namespace {
+
+// A tensor of type and shape over a buffer of its size from `allocate` (host_buffer::allocate or allocate_huge).
+tensor host_tensor(dtype type, tensor_shape shape, std::shared_ptr<host_buffer> (*allocate)(size_t)) {
   tensor t;
   t.type = type;
   t.shape = shape;
-  t.buf = host_buffer::allocate(t.nbytes());
+  t.buf = allocate(t.nbytes());
   return t;
 }
 
+}  // namespace
+
+tensor make_host_tensor(dtype type, tensor_shape shape) { return host_tensor(type, shape, &host_buffer::allocate); }
+
 tensor make_huge_host_tensor(dtype type, tensor_shape shape) {
-  tensor t;
-  t.type = type;
-  t.shape = shape;
-  t.buf = host_buffer::allocate_huge(t.nbytes());
-  return t;
+  return host_tensor(type, shape, &host_buffer::allocate_huge);
 }
 
 }  // namespace actorllm

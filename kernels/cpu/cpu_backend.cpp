@@ -63,6 +63,12 @@ paged_kv_view kv_view(const kv_layer& cache) {
                        cache.n_head_kv(), cache.head_dim(), cache.k.type};
 }
 
+// alloc's and alloc_kv_cache's check: every dimension of `shape` is at least 0.
+void check_alloc_shape(const tensor_shape& shape, const char* op) {
+  for (int i = 0; i < shape.n_dims; ++i)
+    ACTORLLM_CHECK(shape[i] >= 0, fmt::format("{}: negative dimension in {}", op, shape.to_string()).c_str());
+}
+
 }  // namespace
 
 cpu_backend::cpu_backend(int n_threads) : pool_(n_threads) {}
@@ -74,14 +80,12 @@ std::string cpu_backend::describe() const { return fmt::format("cpu ({} threads)
 // ---- memory ----------------------------------------------------------------------------------------------------
 
 tensor cpu_backend::alloc(dtype type, tensor_shape shape) {
-  for (int i = 0; i < shape.n_dims; ++i)
-    ACTORLLM_CHECK(shape[i] >= 0, fmt::format("alloc: negative dimension in {}", shape.to_string()).c_str());
+  check_alloc_shape(shape, "alloc");
   return make_host_tensor(type, shape);
 }
 
 tensor cpu_backend::alloc_kv_cache(dtype type, tensor_shape shape) {
-  for (int i = 0; i < shape.n_dims; ++i)
-    ACTORLLM_CHECK(shape[i] >= 0, fmt::format("alloc_kv_cache: negative dimension in {}", shape.to_string()).c_str());
+  check_alloc_shape(shape, "alloc_kv_cache");
   // Uninitialised on purpose: the pages stay uncommitted until a block is first written. On huge pages (advised; the
   // kernel may still give small ones) each layer's k or v region faults in once per 2 MiB: on 4 KiB pages a decode
   // step wrote each token into a fresh page of some layer every few steps, and a fault costs tens of microseconds on a
