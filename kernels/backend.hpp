@@ -186,6 +186,13 @@ class backend {
     matmul(x, w_up, tensor{}, up);
     silu_mul(out, up, out);
   }
+  /// matmul_silu_gate through a stacked gate|up weight (model/stacked_linear.hpp): gate_up [2 * n_ff, n_in] holds
+  /// gate's rows, then up's; wide: f32 [n_tokens, 2 * n_ff] scratch (may be overwritten); out: f32 [n_tokens, n_ff];
+  /// none overlaps x or another. Default: the stacked matmul into wide, then silu_mul_stacked.
+  virtual void matmul_silu_stacked(const tensor& x, const tensor& gate_up, const tensor& wide, const tensor& out) {
+    matmul(x, gate_up, tensor{}, wide);
+    silu_mul_stacked(wide, out);
+  }
   /// The rotary table of `cfg` (inverse frequencies computed as transformers does, scaling included).
   virtual rope_table make_rope_table(const rope_config& cfg) = 0;
   /// Rotates q [n_tokens, n_head, head_dim] and k [n_tokens, n_head_kv, head_dim] in place by positions (i32

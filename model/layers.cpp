@@ -116,8 +116,7 @@ void project_stacked(backend& be, const stacked_linear& w, const tensor& x, cons
 void swiglu_stacked(backend& be, const stacked_linear& gate_up, const tensor& x, const tensor& wide, const tensor& up,
                     const tensor& out) {
   if (gate_up.is_merged()) {
-    be.matmul(x, gate_up.merged, tensor{}, wide);
-    be.silu_mul_stacked(wide, out);
+    be.matmul_silu_stacked(x, gate_up.merged, wide, out);
   } else {
     be.matmul_silu_gate(x, gate_up.parts[0], gate_up.parts[1], up, out);
   }

@@ -71,9 +71,9 @@ struct layer_scratch {
 void project_stacked(backend& be, const stacked_linear& w, const tensor& x, const layer_scratch& s,
                      std::span<const tensor> apart, std::span<tensor> out);
 
-/// The SwiGLU up-projection through a stacked gate|up: out = silu(x gate^T) * (x up^T) ([n, n_ff]). Stacked: one
-/// GEMM into `wide` ([n, 2 * n_ff] scratch) and backend::silu_mul_stacked; apart: matmul_silu_gate with `up` ([n,
-/// n_ff] scratch).
+/// The SwiGLU up-projection through a stacked gate|up: out = silu(x gate^T) * (x up^T) ([n, n_ff]). Stacked:
+/// backend::matmul_silu_stacked with `wide` ([n, 2 * n_ff] scratch); apart: matmul_silu_gate with `up` ([n, n_ff]
+/// scratch).
 void swiglu_stacked(backend& be, const stacked_linear& gate_up, const tensor& x, const tensor& wide, const tensor& up,
                     const tensor& out);
 

@@ -105,7 +105,7 @@ thread_pool::thread_pool(int n_threads) : n_threads_(n_threads) {
   for (int i = 1; i < n_threads; ++i)
     workers_.emplace_back([this, i, n_threads] {
       pin_worker(i, n_threads);
-      worker_main();
+      worker_main(i);
     });
 }
 
@@ -161,7 +161,7 @@ void thread_pool::run_claimed(uint64_t generation) noexcept {
   }
 }
 
-void thread_pool::worker_main() {
+void thread_pool::worker_main(int index) {
   uint64_t seen = 0;
   for (;;) {
     auto changed = [&] { return generation_.load(std::memory_order_acquire) != seen; };
@@ -176,7 +176,7 @@ void thread_pool::worker_main() {
     if (stop_.load(std::memory_order_acquire))
       return;
     run_claimed(seen);
-    run_takeover(seen);
+    run_takeover(seen, index);
   }
 }
 
@@ -294,20 +294,30 @@ struct thread_pool::takeover_job {
   std::vector<int64_t> bounds;  // grain g: items [bounds[g], bounds[g + 1])
   std::unique_ptr<std::atomic<int>[]> state;
   std::unique_ptr<std::atomic<int64_t>[]> claimed_ns;  // when the owner claimed it (now_ns)
-  std::atomic<int64_t> next{0};                        // the next unclaimed grain
+  int64_t n_first = 0;                                 // grains [0, n_first): grain i is thread i's first
+  std::atomic<int64_t> next{0};                        // the next unclaimed grain from n_first on
   std::atomic<int64_t> n_committed{0};
 
   int64_t n_grains() const { return static_cast<int64_t>(bounds.size()) - 1; }
 
-  // Claims the next grain for this thread: its index, or -1 when none is left (or the caller took it first).
-  int64_t claim() {
+  // Makes grain g this thread's if it is free. The time is stored before the state changes (finish() reads it for an
+  // owned grain); a thread that loses the race for a first grain may have moved that time a moment later, which only
+  // delays a takeover by as much.
+  bool try_own(int64_t g) {
+    if (state[static_cast<size_t>(g)].load(std::memory_order_relaxed) != grain_free)
+      return false;
+    claimed_ns[static_cast<size_t>(g)].store(now_ns(), std::memory_order_relaxed);
+    int expected = grain_free;
+    return state[static_cast<size_t>(g)].compare_exchange_strong(expected, grain_owned, std::memory_order_acq_rel);
+  }
+
+  // Claims the next grain past the first grains: its index, or -1 when none is left.
+  int64_t claim_next() {
     for (;;) {
       const int64_t g = next.fetch_add(1, std::memory_order_relaxed);
       if (g >= n_grains())
         return -1;
-      claimed_ns[static_cast<size_t>(g)].store(now_ns(), std::memory_order_relaxed);
-      int expected = grain_free;
-      if (state[static_cast<size_t>(g)].compare_exchange_strong(expected, grain_owned, std::memory_order_acq_rel))
+      if (try_own(g))
         return g;
     }
   }
@@ -328,20 +338,32 @@ struct thread_pool::takeover_job {
       commit(g, scratch);
   }
 
-  // Claims and runs grains until none is left unclaimed; returns the items it ran.
-  int64_t run_claimed() {
+  // Claims and runs grains as pool thread `index` until none is left unclaimed: its first grain, the others in order,
+  // then the first grains of threads that have not come (the OS has not run them yet); returns the items it ran.
+  int64_t run_claimed(int index) {
     int64_t items = 0;
-    for (int64_t g = claim(); g >= 0; g = claim()) {
+    auto run = [&](int64_t g) {
       run_owned(g);
       items += bounds[static_cast<size_t>(g) + 1] - bounds[static_cast<size_t>(g)];
-    }
+    };
+    if (index < n_first && try_own(index))
+      run(index);
+    for (int64_t g = claim_next(); g >= 0; g = claim_next())
+      run(g);
+    for (int64_t g = 0; g < n_first; ++g)
+      if (try_own(g))
+        run(g);
     return items;
   }
 
   // With nothing left to claim: waits until every grain is committed, taking over each one another thread has held
   // past patience_ns. A grain claimed but not yet marked owned counts from the start of the wait.
+  // Before that, the caller's idle time goes to the work's read-ahead (takeover_work::idle), until every grain is in.
   void finish(double ns_per_item) {
     const int64_t waiting_since = now_ns();
+    auto all_committed = [this] { return n_committed.load(std::memory_order_acquire) >= n_grains(); };
+    if (!all_committed())
+      work->idle(0, all_committed);
     int64_t first_open = 0;
     while (n_committed.load(std::memory_order_acquire) < n_grains()) {
       while (first_open < n_grains() &&
@@ -377,7 +399,7 @@ struct thread_pool::takeover_job {
   }
 };
 
-void thread_pool::run_takeover(uint64_t generation) {
+void thread_pool::run_takeover(uint64_t generation, int index) {
   if (takeover_generation_.load(std::memory_order_acquire) != generation)
     return;
   std::shared_ptr<takeover_job> job;
@@ -389,7 +411,8 @@ void thread_pool::run_takeover(uint64_t generation) {
   if (job == nullptr)
     return;
   current_pool_scope scope(this);
-  job->run_claimed();
+  job->run_claimed(index);
+  job->work->idle(index, [&] { return generation_.load(std::memory_order_relaxed) != generation; });
 }
 
 void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
@@ -399,19 +422,16 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
     return;
   auto job = std::make_shared<takeover_job>();
   job->work = std::move(work);
-  min_grain = std::max<int64_t>(min_grain, 1);
-  max_grain = std::max(max_grain, min_grain);
-  const int64_t spread = 2 * static_cast<int64_t>(n_threads_);
-  for (int64_t b = 0; b < n; b += guided_grain(n - b, spread, min_grain, max_grain))
-    job->bounds.push_back(b);
-  job->bounds.push_back(n);
+  job->bounds = takeover_grains(n, min_grain, max_grain);
   const int64_t n_grains = job->n_grains();
+  job->n_first = std::min<int64_t>(n_grains, n_threads_);
+  job->next.store(job->n_first, std::memory_order_relaxed);
   job->state = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(n_grains));
   job->claimed_ns = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_grains));
 
   if (n_threads_ == 1 || n_grains == 1 || inside_this_pool()) {
     current_pool_scope scope(this);
-    job->run_claimed();
+    job->run_claimed(0);
     return;
   }
 
@@ -429,12 +449,23 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
   {
     current_pool_scope scope(this);
     const int64_t start = now_ns();
-    const int64_t items = job->run_claimed();
+    const int64_t items = job->run_claimed(0);
     job->finish(items > 0 ? static_cast<double>(now_ns() - start) / static_cast<double>(items) : 0.0);
   }
 
   std::lock_guard lock(takeover_mutex_);
   takeover_.reset();  // a thread still computing a grain it lost keeps its own reference
+}
+
+std::vector<int64_t> thread_pool::takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const {
+  min_grain = std::max<int64_t>(min_grain, 1);
+  max_grain = std::max(max_grain, min_grain);
+  const int64_t spread = 2 * static_cast<int64_t>(n_threads_);
+  std::vector<int64_t> bounds;
+  for (int64_t b = 0; b < n; b += guided_grain(n - b, spread, min_grain, max_grain))
+    bounds.push_back(b);
+  bounds.push_back(std::max<int64_t>(n, 0));
+  return bounds;
 }
 
 thread_pool& thread_pool::global() {

@@ -34,6 +34,15 @@ class takeover_work {
   virtual void compute(int64_t begin, int64_t end, float* scratch) const noexcept = 0;
   /// Writes what compute() left in `scratch` for items [begin, end) to the outputs.
   virtual void commit(int64_t begin, int64_t end, const float* scratch) const noexcept = 0;
+  /// Called on pool thread `thread_index` (0: the caller) once it has no grain of this call left to claim, while it
+  /// waits for the others' grains (the caller) or for the next call (a worker): it may read ahead what that thread
+  /// will likely need next (cache prefetches: nothing it writes may be seen), returning soon after `stop()` turns
+  /// true. A thread's first grain of a call is grain `thread_index` (thread_pool::takeover_grains), so it can tell
+  /// which memory it reads first. The default does nothing.
+  virtual void idle(int thread_index, const std::function<bool()>& stop) const noexcept {
+    (void)thread_index;
+    (void)stop;
+  }
 };
 
 /// A fixed set of worker threads that run one parallel_for at a time.
@@ -80,6 +89,11 @@ class thread_pool {
   void parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
                              std::shared_ptr<const takeover_work> work);
 
+  /// The grains parallel_for_takeover(n, min_grain, max_grain, ...) splits [0, n) into: grain g is items
+  /// [bounds[g], bounds[g + 1]). Thread i (0: the caller) claims grain i first, when the call has that many; the
+  /// others go on demand, in order.
+  std::vector<int64_t> takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const;
+
   /// Process-wide pool sized by ACTORLLM_NUM_THREADS, else usable_cpu_count() (the CPUs this process may run on,
   /// capped by its cgroup's CPU quota).
   static thread_pool& global();
@@ -87,11 +101,12 @@ class thread_pool {
  private:
   struct takeover_job;
 
-  void worker_main();
+  void worker_main(int index);
   // Publishes job `generation` with `chunks` chunks to claim (0: a takeover job) and wakes sleeping workers.
   void publish(uint64_t generation, int chunks);
-  // Claims and computes grains of the takeover job of `generation`, if that is one, until none is left unclaimed.
-  void run_takeover(uint64_t generation);
+  // Claims and computes grains of the takeover job of `generation`, if that is one, as pool thread `index`, until
+  // none is left unclaimed; then lets the work read ahead until the next job is published.
+  void run_takeover(uint64_t generation, int index);
   // Claims and runs chunks of job `generation` until none is left.
   void run_claimed(uint64_t generation) noexcept;
   void run_chunk(int index) noexcept;

@@ -364,6 +364,29 @@ void cpu_backend::silu_mul_stacked(const tensor& gate_up, const tensor& out) {
   });
 }
 
+void cpu_backend::matmul_silu_stacked(const tensor& x, const tensor& gate_up, const tensor& wide, const tensor& out) {
+  const backend_checks::linear_dims d = host.matmul(x, gate_up, tensor{}, wide, true);
+  check_host(out, dtype::f32, "matmul_silu_stacked", "out");
+  ACTORLLM_CHECK(d.n_out % 2 == 0 && out.numel() == d.n_tokens * d.n_out / 2,
+                 fmt::format("matmul_silu_stacked: out {} must be [{}, {}] for gate|up {}", out.describe(), d.n_tokens,
+                             d.n_out / 2, gate_up.describe())
+                     .c_str());
+  check_disjoint(out, wide, "matmul_silu_stacked", "out and wide");
+  check_disjoint(out, x, "matmul_silu_stacked", "out and x");
+  const int64_t n_ff = d.n_out / 2;
+  // Packed panels with gate's rows whole panels (as packs_in_place stacks them): up's panels begin where gate's end,
+  // and the two halves run as one gated pair that writes silu(gate) * up as it goes (no second pass over wide).
+  constexpr int64_t panel_rows = 32;
+  if (gate_up.layout != tensor_layout::cpu_bf16_panels || n_ff % panel_rows != 0) {
+    backend::matmul_silu_stacked(x, gate_up, wide, out);
+    return;
+  }
+  const auto* gate = gate_up.data_as<uint16_t>();
+  const uint16_t* up = gate + cpu::bf16_panels_bytes(n_ff, d.n_in) / sizeof(uint16_t);
+  cpu::matmul_silu_gate(f32(x), d.n_tokens, d.n_in, gate, up, dtype::bf16, true, n_ff, f32(wide), f32(out), pool_,
+                        cpu::matmul_path::automatic, gate_up.buf, gate_up.buf);
+}
+
 void cpu_backend::add(const tensor& a, const tensor& b, const tensor& out) {
   check_host(a, dtype::f32, "add", "a");
   check_host(b, dtype::f32, "add", "b");

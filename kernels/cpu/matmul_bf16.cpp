@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/read_ahead.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "util/check.hpp"
 
@@ -372,6 +373,9 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
 constexpr int64_t streamed_max_tokens = 4;
 constexpr int64_t streamed_min_grain = 8, streamed_max_grain = 32;  // panels (units)
 constexpr int max_streams = 4;
+static_assert(max_streams <= read_ahead_plan::max_streams);
+// How much of its first grain of the next call a waiting thread prefetches into its L2 (1 MiB on Zen 4 and 5).
+constexpr size_t read_ahead_bytes = 512 * 1024;
 
 constexpr int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? 4 : 2; }
 
@@ -425,8 +429,11 @@ constexpr std::array<stream_fn, sizeof...(I)> stream_fn_table(std::index_sequenc
   return {&stream_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1>...};
 }
 
-// Splits `tiles` into `streams` contiguous runs of near-equal length (they differ by at most one tile, so only the
-// last step walks fewer streams) and walks them side by side.
+// Stream s of `streams` over n tiles starts at this tile: contiguous runs of near-equal length (they differ by at most
+// one tile, so only the last step walks fewer streams).
+int64_t stream_start(int64_t n, int streams, int s) { return n * s / streams; }
+
+// Splits `tiles` into min(streams, tiles) runs (stream_start) and walks them side by side.
 void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
   static constexpr auto table = stream_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
   const int64_t n = static_cast<int64_t>(tiles.size());
@@ -438,7 +445,7 @@ void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
     gemm_tile_args group[max_streams];
     int count = 0;
     for (int s = 0; s < streams; ++s) {
-      const int64_t begin = n * s / streams, end = n * (s + 1) / streams;
+      const int64_t begin = stream_start(n, streams, s), end = stream_start(n, streams, s + 1);
       if (begin + j < end)
         group[count++] = tiles[static_cast<size_t>(begin + j)];
     }
@@ -476,26 +483,40 @@ class streamed_panel_work final : public takeover_work {
 
   void compute(int64_t u_begin, int64_t u_end, float* scratch) const noexcept override {
     std::array<gemm_tile_args, 2 * streamed_max_grain> tiles;
-    const int64_t n_kp = c_.k_pad / 2;
-    size_t n_tiles = 0, i = 0;
-    for (int64_t u = u_begin; u < u_end; ++u) {
-      i = units_.target_of(u, i);
-      const int64_t p = u - units_.begin[i];
-      for (size_t part = 0; part < parts(); ++part) {
-        const target_view& tv = targets_[gated_ ? part : i];
-        tiles[n_tiles] = {.a = c_.xb,
-                          .lda = c_.ld,
-                          .panel = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr,
-                          .k_pad = c_.k_pad,
-                          .y = scratch + tile_offset(n_tiles),
-                          .ldy = gemm_nr,
-                          .n_valid = gemm_nr,  // the panel's rows past n_out are zeros
-                          .bias = nullptr};    // added at commit
-        ++n_tiles;
-      }
-    }
+    const size_t n_tiles = grain_tiles(u_begin, u_end, scratch, tiles);
     run_streams({tiles.data(), n_tiles}, static_cast<int>(c_.n_tokens), streams_for(c_.n_tokens));
   }
+
+  void idle(int thread_index, const std::function<bool()>& stop) const noexcept override {
+    if (next_ != nullptr)
+      read_ahead(*next_, thread_index, stop);
+  }
+
+  /// What this call's threads read first, for the call before it to prefetch: each thread's first grain (`grains`,
+  /// as the pool splits the units) up to read_ahead_bytes, spread over the grain's streams.
+  read_ahead_plan first_reads(const std::vector<int64_t>& grains, int n_threads) const {
+    read_ahead_plan plan;
+    const int64_t n_grains = static_cast<int64_t>(grains.size()) - 1;
+    std::array<gemm_tile_args, 2 * streamed_max_grain> tiles;
+    for (int64_t t = 0; t < std::min<int64_t>(n_threads, n_grains); ++t) {
+      const int64_t n_tiles = static_cast<int64_t>(
+          grain_tiles(grains[static_cast<size_t>(t)], grains[static_cast<size_t>(t) + 1], nullptr, tiles));
+      read_ahead_plan::thread_heads h;
+      h.count = static_cast<int>(std::min<int64_t>(streams_for(c_.n_tokens), n_tiles));
+      for (int s = 0; s < h.count; ++s)
+        h.at[static_cast<size_t>(s)] =
+            reinterpret_cast<const char*>(tiles[static_cast<size_t>(stream_start(n_tiles, h.count, s))].panel);
+      h.bytes = h.count == 0 ? 0 : std::min(panel_bytes(), read_ahead_bytes / static_cast<size_t>(h.count));
+      plan.threads.push_back(h);
+    }
+    return plan;
+  }
+
+  /// Bytes of one unit (a panel; a gate and an up panel when gated).
+  int64_t unit_bytes() const { return static_cast<int64_t>(parts() * panel_bytes()); }
+
+  /// The call that came after this one last time (thread_pool's idle time prefetches its start).
+  void set_next(std::shared_ptr<const read_ahead_plan> next) { next_ = std::move(next); }
 
   void commit(int64_t u_begin, int64_t u_end, const float* scratch) const noexcept override {
     size_t tile = 0, i = 0;
@@ -523,6 +544,31 @@ class streamed_panel_work final : public takeover_work {
 
  private:
   size_t parts() const { return gated_ ? 2 : 1; }
+  size_t panel_bytes() const { return static_cast<size_t>(c_.k_pad) * gemm_nr * sizeof(uint16_t); }
+
+  // The tiles of units [u_begin, u_end), in the order compute() walks them, their sums to `scratch`.
+  size_t grain_tiles(int64_t u_begin, int64_t u_end, float* scratch,
+                     std::array<gemm_tile_args, 2 * streamed_max_grain>& tiles) const {
+    const int64_t n_kp = c_.k_pad / 2;
+    size_t n_tiles = 0, i = 0;
+    for (int64_t u = u_begin; u < u_end; ++u) {
+      i = units_.target_of(u, i);
+      const int64_t p = u - units_.begin[i];
+      for (size_t part = 0; part < parts(); ++part) {
+        const target_view& tv = targets_[gated_ ? part : i];
+        tiles[n_tiles] = {.a = c_.xb,
+                          .lda = c_.ld,
+                          .panel = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr,
+                          .k_pad = c_.k_pad,
+                          .y = scratch == nullptr ? nullptr : scratch + tile_offset(n_tiles),
+                          .ldy = gemm_nr,
+                          .n_valid = gemm_nr,  // the panel's rows past n_out are zeros
+                          .bias = nullptr};    // added at commit
+        ++n_tiles;
+      }
+    }
+    return n_tiles;
+  }
   // Where a tile's n_tokens x 32 sums start in a grain's scratch (rows 32 apart).
   size_t tile_offset(size_t tile) const { return tile * static_cast<size_t>(c_.n_tokens) * gemm_nr; }
 
@@ -538,6 +584,7 @@ class streamed_panel_work final : public takeover_work {
   std::vector<uint16_t> xb_;
   gemv_call c_{};
   std::vector<std::shared_ptr<const void>> owners_;
+  std::shared_ptr<const read_ahead_plan> next_;
 };
 
 // Rounds x into the work's input and runs it: taken over from descheduled threads when every weight has an owner.
@@ -553,6 +600,12 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
   }
   const int64_t n_units = work->n_units();
   if (owned) {
+    // The pool lets waiting threads read ahead (takeover_work::idle) on this path only. A guess that is wrong, or
+    // that points at weights freed since, only prefetches lines nobody reads: a prefetch never faults.
+    const read_ahead_key key{views[0].w, n_units, work->unit_bytes(), streams_for(n_tokens), pool.size()};
+    work->set_next(next_call_table::global().advance(key, [&] {
+      return work->first_reads(pool.takeover_grains(n_units, streamed_min_grain, streamed_max_grain), pool.size());
+    }));
     pool.parallel_for_takeover(n_units, streamed_min_grain, streamed_max_grain, std::move(work));
     return;
   }

@@ -1398,6 +1398,45 @@ BACKEND_PARITY_CASE(parity_silu_mul_stacked, "silu_mul_stacked equals silu_mul o
   });
 }
 
+BACKEND_PARITY_CASE(parity_matmul_silu_stacked,
+                    "matmul_silu_stacked equals the stacked matmul then silu_mul_stacked, bit for bit") {
+  const uint32_t seed = 2019;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    // n_ff of whole 32-row panels (the CPU runs gate and up as one gated pair) and not; decode and prefill rows.
+    for (int64_t n_ff : {64, 40, 96}) {
+      for (int64_t n_tokens : {1, 3, 70}) {
+        for (dtype type : weight_types) {
+          const int64_t n_in = 67;
+          const std::string what =
+              std::string(dtype_name(type)) + " n_ff " + std::to_string(n_ff) + " tokens " + std::to_string(n_tokens);
+          CAPTURE(what);
+          std::vector<tensor> parts;
+          for (int p = 0; p < 2; ++p) {
+            const std::vector<uint8_t> bytes = test::to_dtype(rnd.reals(n_ff * n_in), type);
+            tensor host = make_host_tensor(type, {n_ff, n_in});
+            std::memcpy(host.data(), bytes.data(), bytes.size());
+            parts.push_back(std::move(host));
+          }
+          const tensor gate_up = be.import_stacked_linear_weight(parts);
+          const tensor tx = input(be, dtype::f32, {n_tokens, n_in}, rnd.reals(n_tokens * n_in));
+          guarded wide = alloc_guarded(be, dtype::f32, {n_tokens, 2 * n_ff});
+          guarded fused = alloc_guarded(be, dtype::f32, {n_tokens, n_ff});
+          be.matmul_silu_stacked(tx, gate_up, wide.view, fused.view);
+          guarded wide2 = alloc_guarded(be, dtype::f32, {n_tokens, 2 * n_ff});
+          guarded apart = alloc_guarded(be, dtype::f32, {n_tokens, n_ff});
+          be.matmul(tx, gate_up, tensor{}, wide2.view);
+          be.silu_mul_stacked(wide2.view, apart.view);
+          const std::vector<float> got = read_as<float>(be, fused, what), want = read_as<float>(be, apart, what);
+          REQUIRE(got.size() == want.size());
+          CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  });
+}
+
 BACKEND_PARITY_CASE(parity_split_columns, "split_columns puts each part's columns in its own rows") {
   const uint32_t seed = 2016;
   CAPTURE(seed);

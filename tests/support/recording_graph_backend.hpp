@@ -87,6 +87,9 @@ class recording_graph_backend final : public backend {
                         const tensor& out) override {
     inner_.matmul_silu_gate(x, w_gate, w_up, up, out);
   }
+  void matmul_silu_stacked(const tensor& x, const tensor& gate_up, const tensor& wide, const tensor& out) override {
+    inner_.matmul_silu_stacked(x, gate_up, wide, out);
+  }
   rope_table make_rope_table(const rope_config& cfg) override {
     guard("make_rope_table");
     return inner_.make_rope_table(cfg);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -356,6 +357,130 @@ TEST_CASE(
     CHECK(alive.expired());
   }
   CHECK(stalled);
+}
+
+namespace {
+
+// Work for parallel_for_takeover that records which thread computed which grain (by the grain's first item) and each
+// idle() call: the pool thread index, the OS thread, and whether stop() turned true within 10 s. Every compute()
+// sleeps, so the worker cannot run out of grains before the caller has begun unless the OS holds the caller back.
+class idle_recording_work final : public actorllm::takeover_work {
+ public:
+  struct idle_call {
+    int thread_index;
+    std::thread::id thread;
+    bool stopped;
+  };
+
+  explicit idle_recording_work(int64_t n) : computed_by_(static_cast<size_t>(n)) {}
+
+  size_t scratch_floats(int64_t n_items) const override { return static_cast<size_t>(n_items); }
+  void compute(int64_t begin, int64_t, float*) const noexcept override {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    std::lock_guard lock(mutex_);
+    computed_by_[static_cast<size_t>(begin)] = std::this_thread::get_id();
+  }
+  void commit(int64_t, int64_t, const float*) const noexcept override {}
+  void idle(int thread_index, const std::function<bool()>& stop) const noexcept override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool stopped = false;
+    while (!(stopped = stop()) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    std::lock_guard lock(mutex_);
+    idle_calls_.push_back({thread_index, std::this_thread::get_id(), stopped});
+  }
+
+  std::thread::id computed_by(int64_t first_item) const {
+    std::lock_guard lock(mutex_);
+    return computed_by_[static_cast<size_t>(first_item)];
+  }
+  std::vector<idle_call> idle_calls() const {
+    std::lock_guard lock(mutex_);
+    return idle_calls_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::vector<std::thread::id> computed_by_;
+  mutable std::vector<idle_call> idle_calls_;
+};
+
+}  // namespace
+
+TEST_CASE("thread_pool::takeover_grains: guided grains that tile [0, n), the same split the call makes [asan]") {
+  thread_pool pool(2);
+  for (int64_t n : {0, 1, 7, 80, 352}) {
+    const std::vector<int64_t> g = pool.takeover_grains(n, 8, 32);
+    REQUIRE(!g.empty());
+    CHECK(g.front() == 0);
+    CHECK(g.back() == n);
+    for (size_t i = 1; i < g.size(); ++i) {
+      CHECK(g[i] > g[i - 1]);
+      CHECK(g[i] - g[i - 1] <= 32);
+      if (g[i] != n)
+        CHECK(g[i] - g[i - 1] >= 8);  // only the last grain may be short
+    }
+  }
+  // 80 units over 2 threads: a quarter of what is left, 8 to 32 at a time.
+  CHECK(pool.takeover_grains(80, 8, 32) == std::vector<int64_t>{0, 20, 35, 46, 54, 62, 70, 78, 80});
+  // The same split the call makes: one grain at a time as compute() sees them.
+  std::mutex m;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  class grain_log final : public actorllm::takeover_work {
+   public:
+    grain_log(std::mutex& m, std::set<std::pair<int64_t, int64_t>>& seen) : m_(m), seen_(seen) {}
+    size_t scratch_floats(int64_t n) const override { return static_cast<size_t>(n); }
+    void compute(int64_t b, int64_t e, float*) const noexcept override {
+      std::lock_guard lock(m_);
+      seen_.emplace(b, e);
+    }
+    void commit(int64_t, int64_t, const float*) const noexcept override {}
+
+   private:
+    std::mutex& m_;
+    std::set<std::pair<int64_t, int64_t>>& seen_;
+  };
+  pool.parallel_for_takeover(352, 8, 32, std::make_shared<grain_log>(m, seen));
+  const std::vector<int64_t> g = pool.takeover_grains(352, 8, 32);
+  std::set<std::pair<int64_t, int64_t>> expected;
+  for (size_t i = 0; i + 1 < g.size(); ++i)
+    expected.emplace(g[i], g[i + 1]);
+  CHECK(seen == expected);
+}
+
+TEST_CASE(
+    "thread_pool parallel_for_takeover: thread i claims grain i first, and a thread with no grain left idles until "
+    "the call ends (the caller) or the next call comes (a worker) [asan]") {
+  thread_pool pool(2);
+  const int64_t n = 64;  // 8 grains of 8
+  bool pattern_seen = false;
+  // The pattern needs the OS to run both threads during the call: tried a few times on a busy machine.
+  for (int attempt = 0; attempt < 10 && !pattern_seen; ++attempt) {
+    auto work = std::make_shared<idle_recording_work>(n);
+    pool.parallel_for_takeover(n, 8, 8, work);
+    // The caller's idle() ran (if at all) inside the call, and returned because every grain was in.
+    for (const auto& call : work->idle_calls())
+      if (call.thread == std::this_thread::get_id()) {
+        CHECK(call.thread_index == 0);
+        CHECK(call.stopped);
+      }
+    // The next call (any kind) is what stops a worker's idle().
+    pool.parallel_for(8, [](int64_t, int64_t) {});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::thread::id worker;
+    while (std::chrono::steady_clock::now() < deadline && worker == std::thread::id{}) {
+      for (const auto& call : work->idle_calls())
+        if (call.thread != std::this_thread::get_id()) {
+          CHECK(call.thread_index == 1);
+          CHECK(call.stopped);
+          worker = call.thread;
+        }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    pattern_seen = worker != std::thread::id{} && work->computed_by(0) == std::this_thread::get_id() &&
+                   work->computed_by(8) == worker;
+  }
+  CHECK(pattern_seen);
 }
 
 TEST_CASE("thread_pool::global is one process-wide pool") {

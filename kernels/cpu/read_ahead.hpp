@@ -1,0 +1,69 @@
+// Read-ahead across the kernel calls of a decode step. Batch-1 decode streams the weights once per step, and each
+// core reads only about half of what the machine can, so every moment a pool thread waits (for the others' last grain
+// of a call, for the next call while the caller runs attention or a norm) is memory bandwidth lost. A step makes the
+// same calls in the same order every step, so the call that followed this one last time is the likely next one, and
+// a waiting thread can prefetch the start of its first grain of that call into its L2.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace actorllm::cpu {
+
+/// Where each pool thread's first grain of a call starts reading: up to four interleaved streams, and how many bytes
+/// from each stream's start to prefetch.
+struct read_ahead_plan {
+  static constexpr int max_streams = 4;
+  struct thread_heads {
+    std::array<const char*, max_streams> at{};
+    int count = 0;
+    size_t bytes = 0;  // per stream
+  };
+  std::vector<thread_heads> threads;  // index: the pool thread (0: the caller)
+};
+
+/// Prefetches thread `thread_index`'s heads of `plan` into L2, the streams interleaved line by line in the order the
+/// kernel reads them, and returns early once `stop()` holds (checked every 1 KiB per stream).
+void read_ahead(const read_ahead_plan& plan, int thread_index, const std::function<bool()>& stop) noexcept;
+
+/// What identifies a call for read-ahead: its first weight and the shape of its split over the pool.
+struct read_ahead_key {
+  const void* weights = nullptr;
+  int64_t n_units = 0;
+  int64_t unit_bytes = 0;
+  int streams = 0;
+  int n_threads = 0;
+  bool operator==(const read_ahead_key&) const = default;
+};
+
+/// Which call followed which, per calling thread: a table from a call's first weight to the call that came next the
+/// last time, and that call's plan. Thread-safe; a wrong guess only prefetches lines that are not read.
+class next_call_table {
+ public:
+  /// The calling thread is making call `key`: records it (with make_plan(), made only when the entry changes) as what
+  /// followed this thread's previous call, and returns the plan of the call that followed `key` last time, or null.
+  std::shared_ptr<const read_ahead_plan> advance(const read_ahead_key& key,
+                                                 const std::function<read_ahead_plan()>& make_plan);
+
+  /// The process-wide table.
+  static next_call_table& global();
+
+ private:
+  struct successor {
+    read_ahead_key key;
+    std::shared_ptr<const read_ahead_plan> plan;
+  };
+  // Weights freed and loaded again leave stale entries (harmless); past this many the table starts over.
+  static constexpr size_t max_entries = 4096;
+
+  std::mutex mutex_;
+  std::unordered_map<const void*, successor> next_;
+};
+
+}  // namespace actorllm::cpu

@@ -1,0 +1,107 @@
+// Read-ahead across kernel calls: the table of which call followed which, and the prefetch loop's bounds and stop.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "kernels/cpu/read_ahead.hpp"
+
+using actorllm::cpu::next_call_table;
+using actorllm::cpu::read_ahead_key;
+using actorllm::cpu::read_ahead_plan;
+
+namespace {
+
+// A plan whose single thread's first stream starts at `tag` (only compared, never read).
+read_ahead_plan plan_tagged(const char* tag) {
+  read_ahead_plan p;
+  p.threads.push_back({});
+  p.threads[0].at[0] = tag;
+  p.threads[0].count = 1;
+  return p;
+}
+
+const char* tag_of(const std::shared_ptr<const read_ahead_plan>& p) {
+  return p == nullptr ? nullptr : p->threads.at(0).at[0];
+}
+
+}  // namespace
+
+TEST_CASE("next_call_table: after one pass over a sequence of calls, each call gets the plan of the call after it") {
+  next_call_table table;
+  const char a = 'a', b = 'b', c = 'c';
+  int plans_made = 0;
+  auto key = [](const char& w) { return read_ahead_key{&w, 8, 1024, 4, 2}; };
+  auto call = [&](const char& w) {
+    return tag_of(table.advance(key(w), [&] {
+      ++plans_made;
+      return plan_tagged(&w);
+    }));
+  };
+  // First step: nothing is known yet.
+  CHECK(call(a) == nullptr);
+  CHECK(call(b) == nullptr);
+  CHECK(call(c) == nullptr);
+  // Second step: each call learns its successor from the first (c -> a was recorded when a came after c).
+  CHECK(call(a) == &b);
+  CHECK(call(b) == &c);
+  CHECK(call(c) == &a);
+  CHECK(plans_made == 3);  // a's successor b, b's c, c's a: made once, then reused
+  CHECK(call(a) == &b);
+  CHECK(plans_made == 3);
+
+  // A different sequence replaces the guess, and a changed shape of the same weight makes a new plan.
+  CHECK(call(c) == &a);  // recorded a -> c, in place of a -> b
+  CHECK(call(a) == &c);  // and a's guess is c now
+  CHECK(plans_made == 4);
+  const auto changed = table.advance(read_ahead_key{&b, 8, 1024, 2, 2}, [&] {  // b with 2 streams after a
+    ++plans_made;
+    return plan_tagged(&b);
+  });
+  CHECK(plans_made == 5);
+  CHECK(tag_of(changed) == &c);
+}
+
+TEST_CASE("next_call_table: calls through another table are not this table's history") {
+  next_call_table one, two;
+  const char a = 'a', b = 'b';
+  auto make = [](const char* t) { return [t] { return plan_tagged(t); }; };
+  one.advance({&a, 1, 64, 1, 1}, make(&a));
+  two.advance({&b, 1, 64, 1, 1}, make(&b));  // this thread's previous call was in table one
+  CHECK(one.advance({&a, 1, 64, 1, 1}, make(&a)) == nullptr);
+  CHECK(two.advance({&a, 1, 64, 1, 1}, make(&a)) == nullptr);  // b -> a learned in two only now
+  CHECK(tag_of(two.advance({&b, 1, 64, 1, 1}, make(&b))) == nullptr);
+  CHECK(tag_of(two.advance({&a, 1, 64, 1, 1}, make(&a))) == &b);  // a -> b, learned just before
+}
+
+TEST_CASE("read_ahead: stops when told, checks often, ignores threads the plan does not have [asan]") {
+  std::vector<char> memory(64 * 1024);
+  read_ahead_plan plan;
+  read_ahead_plan::thread_heads h;
+  h.count = 2;
+  h.at[0] = memory.data();
+  h.at[1] = memory.data() + memory.size() / 2;
+  h.bytes = memory.size() / 2;
+  plan.threads.push_back(h);
+
+  int checks = 0;
+  actorllm::cpu::read_ahead(plan, 0, [&] {
+    ++checks;
+    return false;
+  });
+  CHECK(checks == static_cast<int>(h.bytes / 1024));  // once per KiB of each stream, to the end
+
+  checks = 0;
+  actorllm::cpu::read_ahead(plan, 0, [&] { return ++checks == 3; });
+  CHECK(checks == 3);  // returned at the first true
+
+  checks = 0;
+  actorllm::cpu::read_ahead(plan, 1, [&] {
+    ++checks;
+    return false;
+  });
+  actorllm::cpu::read_ahead(plan, -1, [&] {
+    ++checks;
+    return false;
+  });
+  CHECK(checks == 0);
+}
