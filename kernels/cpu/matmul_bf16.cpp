@@ -503,10 +503,17 @@ class streamed_panel_work final : public takeover_work {
           grain_tiles(grains[static_cast<size_t>(t)], grains[static_cast<size_t>(t) + 1], nullptr, tiles));
       read_ahead_plan::thread_heads h;
       h.count = static_cast<int>(std::min<int64_t>(streams_for(c_.n_tokens), n_tiles));
-      for (int s = 0; s < h.count; ++s)
-        h.at[static_cast<size_t>(s)] =
-            reinterpret_cast<const char*>(tiles[static_cast<size_t>(stream_start(n_tiles, h.count, s))].panel);
-      h.bytes = h.count == 0 ? 0 : std::min(panel_bytes(), read_ahead_bytes / static_cast<size_t>(h.count));
+      h.tile_bytes = panel_bytes();
+      size_t longest = 0;
+      for (int s = 0; s < h.count; ++s) {  // as run_streams splits the grain
+        const int64_t begin = stream_start(n_tiles, h.count, s), end = stream_start(n_tiles, h.count, s + 1);
+        auto& at = h.at[static_cast<size_t>(s)];
+        int& n = h.tiles[static_cast<size_t>(s)];
+        for (n = 0; n < read_ahead_plan::max_tiles && begin + n < end; ++n)
+          at[static_cast<size_t>(n)] = reinterpret_cast<const char*>(tiles[static_cast<size_t>(begin + n)].panel);
+        longest = std::max(longest, static_cast<size_t>(n));
+      }
+      h.bytes = h.count == 0 ? 0 : std::min(longest * h.tile_bytes, read_ahead_bytes / static_cast<size_t>(h.count));
       plan.threads.push_back(h);
     }
     return plan;

@@ -1,35 +1,37 @@
 // Read-ahead across kernel calls (see read_ahead.hpp).
 #include "kernels/cpu/read_ahead.hpp"
-#include <atomic>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
 namespace actorllm::cpu {
-std::atomic<int64_t> tmp_ra_bytes[4], tmp_ra_calls[4], tmp_ra_full[4];
 
 void read_ahead(const read_ahead_plan& plan, int thread_index, const std::function<bool()>& stop) noexcept {
   if (thread_index < 0 || static_cast<size_t>(thread_index) >= plan.threads.size())
     return;
   const read_ahead_plan::thread_heads& h = plan.threads[static_cast<size_t>(thread_index)];
+  if (h.tile_bytes == 0)
+    return;
   constexpr size_t line = 64, check_every = 1024;
-  tmp_ra_calls[thread_index & 3] += 1;
   for (size_t off = 0; off < h.bytes; off += check_every) {
     if (stop())
       return;
-    tmp_ra_bytes[thread_index & 3] += check_every * h.count;
-    for (size_t l = off; l < off + check_every && l < h.bytes; l += line)
-      for (int s = 0; s < h.count; ++s) {
+    for (size_t l = off; l < off + check_every && l < h.bytes; l += line) {
+      const size_t tile = l / h.tile_bytes, in_tile = l % h.tile_bytes;
+      for (size_t s = 0; s < static_cast<size_t>(h.count); ++s) {
+        if (tile >= static_cast<size_t>(h.tiles[s]))
+          continue;
+        const char* p = h.at[s][tile] + in_tile;
 #if defined(__x86_64__) || defined(__i386__)
         // T1: into L2 (AMD and Intel), leaving L1 to the kernel running beside it on a caller that takes over.
-        _mm_prefetch(h.at[static_cast<size_t>(s)] + l, _MM_HINT_T1);
+        _mm_prefetch(p, _MM_HINT_T1);
 #else
-        __builtin_prefetch(h.at[static_cast<size_t>(s)] + l, 0, 2);
+        __builtin_prefetch(p, 0, 2);
 #endif
       }
+    }
   }
-  tmp_ra_full[thread_index & 3] += 1;
 }
 
 std::shared_ptr<const read_ahead_plan> next_call_table::advance(const read_ahead_key& key,

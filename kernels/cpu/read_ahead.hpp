@@ -16,14 +16,17 @@
 
 namespace actorllm::cpu {
 
-/// Where each pool thread's first grain of a call starts reading: up to four interleaved streams, and how many bytes
-/// from each stream's start to prefetch.
+/// Where each pool thread's first grain of a call starts reading: up to four interleaved streams, each the first tiles
+/// (runs of tile_bytes) it reads in order, and how many bytes of each stream to prefetch.
 struct read_ahead_plan {
   static constexpr int max_streams = 4;
+  static constexpr int max_tiles = 8;  // per stream
   struct thread_heads {
-    std::array<const char*, max_streams> at{};
-    int count = 0;
-    size_t bytes = 0;  // per stream
+    std::array<std::array<const char*, max_tiles>, max_streams> at{};  // stream s: at[s][0 .. tiles[s])
+    std::array<int, max_streams> tiles{};
+    int count = 0;  // streams
+    size_t tile_bytes = 0;
+    size_t bytes = 0;  // per stream, at most its tiles' bytes
   };
   std::vector<thread_heads> threads;  // index: the pool thread (0: the caller)
 };

@@ -15,13 +15,14 @@ namespace {
 read_ahead_plan plan_tagged(const char* tag) {
   read_ahead_plan p;
   p.threads.push_back({});
-  p.threads[0].at[0] = tag;
+  p.threads[0].at[0][0] = tag;
+  p.threads[0].tiles[0] = 1;
   p.threads[0].count = 1;
   return p;
 }
 
 const char* tag_of(const std::shared_ptr<const read_ahead_plan>& p) {
-  return p == nullptr ? nullptr : p->threads.at(0).at[0];
+  return p == nullptr ? nullptr : p->threads.at(0).at[0][0];
 }
 
 }  // namespace
@@ -77,10 +78,13 @@ TEST_CASE("read_ahead: stops when told, checks often, ignores threads the plan d
   std::vector<char> memory(64 * 1024);
   read_ahead_plan plan;
   read_ahead_plan::thread_heads h;
-  h.count = 2;
-  h.at[0] = memory.data();
-  h.at[1] = memory.data() + memory.size() / 2;
-  h.bytes = memory.size() / 2;
+  h.count = 2;  // a stream of two 8 KiB tiles, and one of one
+  h.tile_bytes = 8 * 1024;
+  h.at[0] = {memory.data(), memory.data() + 40 * 1024};
+  h.tiles[0] = 2;
+  h.at[1] = {memory.data() + 16 * 1024};
+  h.tiles[1] = 1;
+  h.bytes = 2 * h.tile_bytes;
   plan.threads.push_back(h);
 
   int checks = 0;
@@ -88,7 +92,7 @@ TEST_CASE("read_ahead: stops when told, checks often, ignores threads the plan d
     ++checks;
     return false;
   });
-  CHECK(checks == static_cast<int>(h.bytes / 1024));  // once per KiB of each stream, to the end
+  CHECK(checks == static_cast<int>(h.bytes / 1024));  // once per KiB of a stream, to the end of the longest
 
   checks = 0;
   actorllm::cpu::read_ahead(plan, 0, [&] { return ++checks == 3; });
