@@ -163,9 +163,11 @@ void thread_pool::run_claimed(uint64_t generation) noexcept {
 
 void thread_pool::worker_main(int index) {
   uint64_t seen = 0;
+  std::chrono::nanoseconds idle_spent{0};  // in the last job's takeover_work::idle, already awake
   for (;;) {
     auto changed = [&] { return generation_.load(std::memory_order_acquire) != seen; };
-    if (!spin_until(changed, spin_budget)) {
+    // Time spent reading ahead counts against the spin: the thread burns no more of a shared core than it did.
+    if (!spin_until(changed, std::max<std::chrono::nanoseconds>(spin_budget - idle_spent, {}))) {
       std::unique_lock lock(sleep_mutex_);
       sleeping_workers_.fetch_add(1, std::memory_order_seq_cst);
       while (generation_.load(std::memory_order_seq_cst) == seen)
@@ -176,7 +178,7 @@ void thread_pool::worker_main(int index) {
     if (stop_.load(std::memory_order_acquire))
       return;
     run_claimed(seen);
-    run_takeover(seen, index);
+    idle_spent = run_takeover(seen, index);
   }
 }
 
@@ -399,9 +401,9 @@ struct thread_pool::takeover_job {
   }
 };
 
-void thread_pool::run_takeover(uint64_t generation, int index) {
+std::chrono::nanoseconds thread_pool::run_takeover(uint64_t generation, int index) {
   if (takeover_generation_.load(std::memory_order_acquire) != generation)
-    return;
+    return {};
   std::shared_ptr<takeover_job> job;
   {
     std::lock_guard lock(takeover_mutex_);
@@ -409,10 +411,12 @@ void thread_pool::run_takeover(uint64_t generation, int index) {
       job = takeover_;
   }
   if (job == nullptr)
-    return;
+    return {};
   current_pool_scope scope(this);
   job->run_claimed(index);
+  const int64_t idle_start = now_ns();
   job->work->idle(index, [&] { return generation_.load(std::memory_order_relaxed) != generation; });
+  return std::chrono::nanoseconds(now_ns() - idle_start);
 }
 
 void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,

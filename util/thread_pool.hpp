@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -105,8 +106,8 @@ class thread_pool {
   // Publishes job `generation` with `chunks` chunks to claim (0: a takeover job) and wakes sleeping workers.
   void publish(uint64_t generation, int chunks);
   // Claims and computes grains of the takeover job of `generation`, if that is one, as pool thread `index`, until
-  // none is left unclaimed; then lets the work read ahead until the next job is published.
-  void run_takeover(uint64_t generation, int index);
+  // none is left unclaimed; then lets the work read ahead until the next job is published. Returns the time that took.
+  std::chrono::nanoseconds run_takeover(uint64_t generation, int index);
   // Claims and runs chunks of job `generation` until none is left.
   void run_claimed(uint64_t generation) noexcept;
   void run_chunk(int index) noexcept;
