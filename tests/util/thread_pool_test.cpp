@@ -407,7 +407,7 @@ class idle_recording_work final : public actorllm::takeover_work {
 
 }  // namespace
 
-TEST_CASE("thread_pool::takeover_grains: guided grains that tile [0, n), the same split the call makes [asan]") {
+TEST_CASE("thread_pool::takeover_grains: guided grains that tile 0 to n, the same split the call makes [asan]") {
   thread_pool pool(2);
   for (int64_t n : {0, 1, 7, 80, 352}) {
     const std::vector<int64_t> g = pool.takeover_grains(n, 8, 32);
