@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 
@@ -73,12 +74,18 @@ int run_generate(generate_options& o) {
   cfg.model = where.model_dir;
   cfg.tokenizer = where.tokenizer_dir;
   cfg.max_num_seqs = 1;
+  // Before the weights load (seconds for a large model): the engine reads a tokenizer from tokenizer.json there.
+  const std::string tokenizer_dir = where.tokenizer_dir.empty() ? where.model_dir : where.tokenizer_dir;
+  auto no_tokenizer = [&] {
+    return std::invalid_argument(fmt::format(
+        "--prompt needs a tokenizer, and {} has no tokenizer.json (give --tokenizer or --prompt-ids)", tokenizer_dir));
+  };
+  if (o.prompt_ids.empty() &&
+      (cfg.skip_tokenizer_init || !std::filesystem::exists(std::filesystem::path{tokenizer_dir} / "tokenizer.json")))
+    throw no_tokenizer();
   LLM llm{cfg};
-
   if (o.prompt_ids.empty() && !llm.info().has_tokenizer)
-    throw std::invalid_argument(
-        fmt::format("--prompt needs a tokenizer, and {} has no tokenizer.json (give --tokenizer or --prompt-ids)",
-                    where.tokenizer_dir.empty() ? where.model_dir : where.tokenizer_dir));
+    throw no_tokenizer();
 
   sampling_params sp = o.sampling;
   sp.seed = cfg.seed;

@@ -129,6 +129,20 @@ TEST_CASE("generate rejects bad input with a message naming the flag") {
   CHECK(r.out.find("/nonexistent") != std::string::npos);
 }
 
+TEST_CASE("generate --prompt without a tokenizer is refused before the weights load") {
+  // Weights that would fail to load: the tokenizer's absence must be what the user hears about, at once.
+  auto dir = test::make_temp_dir("actorllm-no-tokenizer");
+  std::filesystem::copy_file(test::model_dir("stories260K") / "config.json", dir / "config.json");
+  std::ofstream{dir / "model.safetensors"} << "not a safetensors file";
+  auto r = test::run_command(test::actorllm_binary().string() + " generate --model " + dir.string() +
+                             " --prompt Hello 2>&1");
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("--prompt needs a tokenizer") != std::string::npos);
+  CHECK(r.out.find("--prompt-ids") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("generate runs a dummy-weight model from config.json alone") {
   auto dir = test::make_temp_dir("actorllm-dummy");
   std::ofstream{dir / "config.json"} << R"({"architectures":["LlamaForCausalLM"],"model_type":"llama",
