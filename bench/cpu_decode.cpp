@@ -419,6 +419,10 @@ int main(int argc, char** argv) {
 
   const double load_before = load_average();
   std::vector<double> bandwidths, tps1s, tpsns, prefills, fractions, hogged, hog_ratios, hog_cores;
+  // Batch-1 decode's time as the kernel pool saw it, per round: the share of the step inside the decode matmuls'
+  // calls, and each pool thread's share computing their grains (what the rest of the step leaves idle).
+  std::vector<double> call_shares;
+  std::vector<std::vector<double>> compute_shares(static_cast<size_t>(pool.size()));
   bench::read_pattern best_pattern;
   double best_bandwidth = 0;
   for (int round = 0; round < rounds; ++round) {
@@ -429,7 +433,14 @@ int main(int argc, char** argv) {
       best_pattern = probe.best;
     }
     std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
+    pool.set_takeover_timing(true);
     const double tps1 = bench::decode_tokens_per_second(llm, 1, prompt_len, steps, block_size);
+    const thread_pool::takeover_timing timing = pool.takeover_timing_totals();
+    pool.set_takeover_timing(false);
+    const double decode_ns = static_cast<double>(steps) / tps1 * 1e9;  // the timed steps (the prefill runs no call)
+    call_shares.push_back(static_cast<double>(timing.call_ns) / decode_ns);
+    for (size_t t = 0; t < compute_shares.size(); ++t)
+      compute_shares[t].push_back(static_cast<double>(timing.compute_ns[t]) / decode_ns);
     if (hog > 0) {
       std::fprintf(stderr, "round %d/%d: decode batch 1 beside %d busy processes...\n", round + 1, rounds, hog);
       const cpu_hog busy(hog);
@@ -497,6 +508,11 @@ int main(int argc, char** argv) {
   }
   std::printf("%-44s %16.2f\n", "batch-1 roofline (tokens/s)", roofline);
   std::printf("%-44s %15.1f%%\n", "batch-1 decode / roofline", fraction * 100.0);
+  std::printf("%-44s %15.1f%%\n", "  share of the step in decode matmul calls", 100.0 * bench::median(call_shares));
+  std::string computing;
+  for (const auto& shares : compute_shares)
+    computing += fmt::format("{}{:.1f}%", computing.empty() ? "" : " ", 100.0 * bench::median(shares));
+  std::printf("%-44s %16s\n", "  share computing, per pool thread", computing.c_str());
   std::printf("%-44s %16s\n", "per round: bandwidth GB/s, decode b1, b/roofline", "");
   for (size_t r = 0; r < bandwidths.size(); ++r)
     std::printf("  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%% | batch %ld %8.2f tok/s | prefill %8.2f tok/s%s\n", r + 1,
@@ -532,6 +548,11 @@ int main(int argc, char** argv) {
   w.key("prefill_tokens_per_s").value(prefill_tps);
   w.key("roofline_batch1_tokens_per_s").value(roofline);
   w.key("batch1_fraction_of_roofline").value(fraction);
+  w.key("decode_batch1_matmul_call_share").value(bench::median(call_shares));
+  w.key("decode_batch1_thread_compute_share").begin_array();
+  for (const auto& shares : compute_shares)
+    w.value(bench::median(shares));
+  w.end_array();
   w.key("decode_steps").value(steps);
   w.key("hog_processes").value(hog);
   w.key("load_average_start").value(load_before);

@@ -100,6 +100,7 @@ void pin_worker(int index, int n_threads) {
 
 thread_pool::thread_pool(int n_threads) : n_threads_(n_threads) {
   ACTORLLM_CHECK(n_threads >= 1, "thread_pool needs at least one thread");
+  compute_ns_ = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_threads));
   workers_.reserve(static_cast<size_t>(n_threads - 1));
   ACTORLLM_CHECK(n_threads <= 0xffff / chunks_per_thread, "thread_pool: at most 16383 threads");
   for (int i = 1; i < n_threads; ++i)
@@ -293,7 +294,8 @@ int64_t patience_ns(int64_t items, double caller_ns_per_item) {
 struct thread_pool::takeover_job {
   uint64_t generation = 0;
   std::shared_ptr<const takeover_work> work;
-  std::vector<int64_t> bounds;  // grain g: items [bounds[g], bounds[g + 1])
+  std::atomic<int64_t>* compute_ns = nullptr;  // per pool thread, when the pool times its calls
+  std::vector<int64_t> bounds;                 // grain g: items [bounds[g], bounds[g + 1])
   std::unique_ptr<std::atomic<int>[]> state;
   std::unique_ptr<std::atomic<int64_t>[]> claimed_ns;  // when the owner claimed it (now_ns)
   int64_t n_first = 0;                                 // grains [0, n_first): grain i is thread i's first
@@ -330,11 +332,23 @@ struct thread_pool::takeover_job {
     n_committed.fetch_add(1, std::memory_order_acq_rel);
   }
 
-  // Computes grain g, which this thread owns, and commits it unless it was taken over meanwhile.
-  void run_owned(int64_t g) {
+  // Computes grain g on the given scratch (timed for pool thread `index` when the pool times its calls).
+  void compute(int64_t g, float* scratch, int index) {
+    const int64_t b = bounds[static_cast<size_t>(g)], e = bounds[static_cast<size_t>(g) + 1];
+    if (compute_ns == nullptr) {
+      work->compute(b, e, scratch);
+      return;
+    }
+    const int64_t start = now_ns();
+    work->compute(b, e, scratch);
+    compute_ns[index].fetch_add(now_ns() - start, std::memory_order_relaxed);
+  }
+
+  // Computes grain g, which pool thread `index` owns, and commits it unless it was taken over meanwhile.
+  void run_owned(int64_t g, int index) {
     const int64_t b = bounds[static_cast<size_t>(g)], e = bounds[static_cast<size_t>(g) + 1];
     float* scratch = grain_scratch(work->scratch_floats(e - b));
-    work->compute(b, e, scratch);
+    compute(g, scratch, index);
     int expected = grain_owned;
     if (state[static_cast<size_t>(g)].compare_exchange_strong(expected, grain_writing, std::memory_order_acq_rel))
       commit(g, scratch);
@@ -345,7 +359,7 @@ struct thread_pool::takeover_job {
   int64_t run_claimed(int index) {
     int64_t items = 0;
     auto run = [&](int64_t g) {
-      run_owned(g);
+      run_owned(g, index);
       items += bounds[static_cast<size_t>(g) + 1] - bounds[static_cast<size_t>(g)];
     };
     if (index < n_first && try_own(index))
@@ -395,7 +409,7 @@ struct thread_pool::takeover_job {
       return false;
     const int64_t b = bounds[static_cast<size_t>(g)], e = bounds[static_cast<size_t>(g) + 1];
     float* scratch = grain_scratch(work->scratch_floats(e - b));
-    work->compute(b, e, scratch);
+    compute(g, scratch, 0);
     commit(g, scratch);
     return true;
   }
@@ -424,8 +438,21 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
   ACTORLLM_CHECK(work != nullptr, "parallel_for_takeover: no work");
   if (n <= 0)
     return;
+  struct call_timer {
+    thread_pool& pool;
+    bool on = pool.timing_on_.load(std::memory_order_relaxed);
+    int64_t start = on ? now_ns() : 0;
+    ~call_timer() {
+      if (!on)
+        return;
+      pool.timed_calls_.fetch_add(1, std::memory_order_relaxed);
+      pool.timed_call_ns_.fetch_add(now_ns() - start, std::memory_order_relaxed);
+    }
+  } timer{*this};
   auto job = std::make_shared<takeover_job>();
   job->work = std::move(work);
+  if (timer.on)
+    job->compute_ns = compute_ns_.get();
   job->bounds = takeover_grains(n, min_grain, max_grain);
   const int64_t n_grains = job->n_grains();
   job->n_first = std::min<int64_t>(n_grains, n_threads_);
@@ -459,6 +486,23 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
 
   std::lock_guard lock(takeover_mutex_);
   takeover_.reset();  // a thread still computing a grain it lost keeps its own reference
+}
+
+void thread_pool::set_takeover_timing(bool on) {
+  for (int i = 0; i < n_threads_; ++i)
+    compute_ns_[static_cast<size_t>(i)].store(0, std::memory_order_relaxed);
+  timed_calls_.store(0, std::memory_order_relaxed);
+  timed_call_ns_.store(0, std::memory_order_relaxed);
+  timing_on_.store(on, std::memory_order_relaxed);
+}
+
+thread_pool::takeover_timing thread_pool::takeover_timing_totals() const {
+  takeover_timing t;
+  for (int i = 0; i < n_threads_; ++i)
+    t.compute_ns.push_back(compute_ns_[static_cast<size_t>(i)].load(std::memory_order_relaxed));
+  t.calls = timed_calls_.load(std::memory_order_relaxed);
+  t.call_ns = timed_call_ns_.load(std::memory_order_relaxed);
+  return t;
 }
 
 std::vector<int64_t> thread_pool::takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const {

@@ -95,6 +95,18 @@ class thread_pool {
   /// others go on demand, in order.
   std::vector<int64_t> takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const;
 
+  /// Where parallel_for_takeover's time goes, for benches: each pool thread's time inside takeover_work::compute, and
+  /// the calls' count and time from entry to return, since set_takeover_timing(true).
+  struct takeover_timing {
+    std::vector<int64_t> compute_ns;  ///< per pool thread (0: the caller)
+    int64_t calls = 0;
+    int64_t call_ns = 0;
+  };
+  /// Turns the timing on (two clock reads per grain) or off; either way the totals start from zero.
+  void set_takeover_timing(bool on);
+  /// The totals so far (read while no call runs, or they may be mid-update).
+  takeover_timing takeover_timing_totals() const;
+
   /// Process-wide pool sized by ACTORLLM_NUM_THREADS, else usable_cpu_count() (the CPUs this process may run on,
   /// capped by its cgroup's CPU quota).
   static thread_pool& global();
@@ -147,6 +159,11 @@ class thread_pool {
   std::mutex takeover_mutex_;
   std::shared_ptr<takeover_job> takeover_;
   std::atomic<uint64_t> takeover_generation_{0};
+
+  // set_takeover_timing's totals: per pool thread, and per call.
+  std::atomic<bool> timing_on_{false};
+  std::unique_ptr<std::atomic<int64_t>[]> compute_ns_;
+  std::atomic<int64_t> timed_calls_{0}, timed_call_ns_{0};
 };
 
 }  // namespace actorllm

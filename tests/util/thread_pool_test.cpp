@@ -483,6 +483,30 @@ TEST_CASE(
   CHECK(pattern_seen);
 }
 
+TEST_CASE("thread_pool takeover timing: each thread's compute time and the calls, only while on [asan]") {
+  thread_pool pool(2);
+  auto run = [&] { pool.parallel_for_takeover(64, 8, 8, std::make_shared<idle_recording_work>(64)); };
+  run();  // not timed
+  pool.set_takeover_timing(true);
+  thread_pool::takeover_timing t = pool.takeover_timing_totals();
+  CHECK(t.calls == 0);
+  REQUIRE(t.compute_ns.size() == 2);
+  CHECK(t.compute_ns[0] + t.compute_ns[1] == 0);
+  run();
+  run();
+  t = pool.takeover_timing_totals();
+  CHECK(t.calls == 2);
+  // 16 grains of at least 300 us each, computed once (no takeover at these times unless the machine is very busy).
+  CHECK(t.compute_ns[0] + t.compute_ns[1] >= 16 * 300'000);
+  CHECK(t.compute_ns[0] > 0);
+  CHECK(t.call_ns >= (t.compute_ns[0] + t.compute_ns[1]) / 2);  // two threads at most
+  pool.set_takeover_timing(false);
+  run();
+  t = pool.takeover_timing_totals();
+  CHECK(t.calls == 0);
+  CHECK(t.compute_ns[0] + t.compute_ns[1] == 0);
+}
+
 TEST_CASE("thread_pool::global is one process-wide pool") {
   thread_pool& a = thread_pool::global();
   thread_pool& b = thread_pool::global();
