@@ -303,6 +303,10 @@ struct thread_pool::takeover_job {
   std::atomic<int64_t> n_committed{0};
 
   int64_t n_grains() const { return static_cast<int64_t>(bounds.size()) - 1; }
+  int64_t begin_of(int64_t g) const { return bounds[static_cast<size_t>(g)]; }
+  int64_t end_of(int64_t g) const { return bounds[static_cast<size_t>(g) + 1]; }
+  // This thread's scratch, large enough for grain g.
+  float* scratch_for(int64_t g) const { return grain_scratch(work->scratch_floats(end_of(g) - begin_of(g))); }
 
   // Makes grain g this thread's if it is free. The time is stored before the state changes (finish() reads it for an
   // owned grain); a thread that loses the race for a first grain may have moved that time a moment later, which only
@@ -327,27 +331,25 @@ struct thread_pool::takeover_job {
   }
 
   void commit(int64_t g, const float* scratch) {
-    work->commit(bounds[static_cast<size_t>(g)], bounds[static_cast<size_t>(g) + 1], scratch);
+    work->commit(begin_of(g), end_of(g), scratch);
     state[static_cast<size_t>(g)].store(grain_committed, std::memory_order_release);
     n_committed.fetch_add(1, std::memory_order_acq_rel);
   }
 
   // Computes grain g on the given scratch (timed for pool thread `index` when the pool times its calls).
   void compute(int64_t g, float* scratch, int index) {
-    const int64_t b = bounds[static_cast<size_t>(g)], e = bounds[static_cast<size_t>(g) + 1];
     if (compute_ns == nullptr) {
-      work->compute(b, e, scratch);
+      work->compute(begin_of(g), end_of(g), scratch);
       return;
     }
     const int64_t start = now_ns();
-    work->compute(b, e, scratch);
+    work->compute(begin_of(g), end_of(g), scratch);
     compute_ns[index].fetch_add(now_ns() - start, std::memory_order_relaxed);
   }
 
   // Computes grain g, which pool thread `index` owns, and commits it unless it was taken over meanwhile.
   void run_owned(int64_t g, int index) {
-    const int64_t b = bounds[static_cast<size_t>(g)], e = bounds[static_cast<size_t>(g) + 1];
-    float* scratch = grain_scratch(work->scratch_floats(e - b));
+    float* scratch = scratch_for(g);
     compute(g, scratch, index);
     int expected = grain_owned;
     if (state[static_cast<size_t>(g)].compare_exchange_strong(expected, grain_writing, std::memory_order_acq_rel))
@@ -360,7 +362,7 @@ struct thread_pool::takeover_job {
     int64_t items = 0;
     auto run = [&](int64_t g) {
       run_owned(g, index);
-      items += bounds[static_cast<size_t>(g) + 1] - bounds[static_cast<size_t>(g)];
+      items += end_of(g) - begin_of(g);
     };
     if (index < n_first && try_own(index))
       run(index);
@@ -393,7 +395,7 @@ struct thread_pool::takeover_job {
           continue;
         const int64_t since =
             s == grain_owned ? claimed_ns[static_cast<size_t>(g)].load(std::memory_order_relaxed) : waiting_since;
-        const int64_t held = bounds[static_cast<size_t>(g) + 1] - bounds[static_cast<size_t>(g)];
+        const int64_t held = end_of(g) - begin_of(g);
         if (now - since > patience_ns(held, ns_per_item))
           took = take_over(g, s) || took;
       }
@@ -407,8 +409,7 @@ struct thread_pool::takeover_job {
   bool take_over(int64_t g, int from) {
     if (!state[static_cast<size_t>(g)].compare_exchange_strong(from, grain_taken, std::memory_order_acq_rel))
       return false;
-    const int64_t b = bounds[static_cast<size_t>(g)], e = bounds[static_cast<size_t>(g) + 1];
-    float* scratch = grain_scratch(work->scratch_floats(e - b));
+    float* scratch = scratch_for(g);
     compute(g, scratch, 0);
     commit(g, scratch);
     return true;

@@ -102,11 +102,13 @@ tensor cpu_backend::import_host(tensor host) {
 
 namespace {
 
+// Rows of one tensor_layout::cpu_bf16_panels panel.
+constexpr int64_t panel_rows = 32;
+
 // Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own
 // place: bf16 row-major host parts of one width, every one but the last whole 32-row panels, on a CPU that runs the
 // vdpbf16ps kernels.
 bool packs_in_place(std::span<const tensor> parts) {
-  constexpr int64_t panel_rows = 32;
   if (parts.empty() || !cpu::bf16_panels_preferred())
     return false;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -376,7 +378,6 @@ void cpu_backend::matmul_silu_stacked(const tensor& x, const tensor& gate_up, co
   const int64_t n_ff = d.n_out / 2;
   // Packed panels with gate's rows whole panels (as packs_in_place stacks them): up's panels begin where gate's end,
   // and the two halves run as one gated pair that writes silu(gate) * up as it goes (no second pass over wide).
-  constexpr int64_t panel_rows = 32;
   if (gate_up.layout != tensor_layout::cpu_bf16_panels || n_ff % panel_rows != 0) {
     backend::matmul_silu_stacked(x, gate_up, wide, out);
     return;

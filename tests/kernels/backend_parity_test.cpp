@@ -433,12 +433,18 @@ BACKEND_PARITY_CASE(parity_add_rms_norm, "add_rms_norm") {
   });
 }
 
-// A Linear weight as the model binds it: from host memory through import_linear_weight (which may pack it).
-tensor linear_weight(backend& be, dtype type, tensor_shape shape, const std::vector<float>& values) {
+// `values` rounded to `type` in a host tensor of `shape`, as a loader hands a weight over.
+tensor host_weight(dtype type, tensor_shape shape, const std::vector<float>& values) {
   const std::vector<uint8_t> bytes = test::to_dtype(values, type);
   tensor host = make_host_tensor(type, shape);
-  std::memcpy(host.data(), bytes.data(), bytes.size());
-  return be.import_linear_weight(std::move(host));
+  if (!bytes.empty())
+    std::memcpy(host.data(), bytes.data(), bytes.size());
+  return host;
+}
+
+// A Linear weight as the model binds it: from host memory through import_linear_weight (which may pack it).
+tensor linear_weight(backend& be, dtype type, tensor_shape shape, const std::vector<float>& values) {
+  return be.import_linear_weight(host_weight(type, shape, values));
 }
 
 // The input as a weight of `type` multiplies it: bf16 weights take it rounded to bf16 (every backend).
@@ -538,11 +544,7 @@ BACKEND_PARITY_CASE(parity_stacked_linear_weight,
         for (int64_t r : rows) {
           const std::vector<float> values = rnd.reals(r * n_in);
           all.insert(all.end(), values.begin(), values.end());
-          const std::vector<uint8_t> bytes = test::to_dtype(values, type);
-          tensor host = make_host_tensor(type, {r, n_in});
-          if (!bytes.empty())
-            std::memcpy(host.data(), bytes.data(), bytes.size());
-          parts.push_back(std::move(host));
+          parts.push_back(host_weight(type, {r, n_in}, values));
         }
         const int64_t n_out = static_cast<int64_t>(all.size()) / n_in;
         const tensor stacked = be.import_stacked_linear_weight(parts);
@@ -1413,12 +1415,8 @@ BACKEND_PARITY_CASE(parity_matmul_silu_stacked,
               std::string(dtype_name(type)) + " n_ff " + std::to_string(n_ff) + " tokens " + std::to_string(n_tokens);
           CAPTURE(what);
           std::vector<tensor> parts;
-          for (int p = 0; p < 2; ++p) {
-            const std::vector<uint8_t> bytes = test::to_dtype(rnd.reals(n_ff * n_in), type);
-            tensor host = make_host_tensor(type, {n_ff, n_in});
-            std::memcpy(host.data(), bytes.data(), bytes.size());
-            parts.push_back(std::move(host));
-          }
+          for (int p = 0; p < 2; ++p)
+            parts.push_back(host_weight(type, {n_ff, n_in}, rnd.reals(n_ff * n_in)));
           const tensor gate_up = be.import_stacked_linear_weight(parts);
           const tensor tx = input(be, dtype::f32, {n_tokens, n_in}, rnd.reals(n_tokens * n_in));
           guarded wide = alloc_guarded(be, dtype::f32, {n_tokens, 2 * n_ff});
