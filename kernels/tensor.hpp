@@ -10,14 +10,31 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace actorllm {
+
+/// Which file a buffer's bytes are, unchanged, and where in it: the file's identity as stat(2) gives it (a file
+/// rewritten gets another size, modification or change time) and the offset of data(). What lets a backend know the
+/// same weight across runs without reading it (the CPU's packed-weight cache).
+struct file_origin {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t size = 0;
+  int64_t modified_ns = 0;
+  int64_t changed_ns = 0;
+  uint64_t offset = 0;  ///< of data() in the file
+  bool operator==(const file_origin&) const = default;
+};
 
 /// Memory a backend owns on its device. data() is an address on that device (a host address for the CPU).
 class buffer {
  public:
   virtual ~buffer() = default;
+  /// The file these bytes are a part of, unchanged, where they are one (a weight used in place in its checkpoint's
+  /// mapping); none for memory of its own.
+  virtual std::optional<file_origin> origin() const { return std::nullopt; }
   /// Start of the allocation, on the buffer's device.
   virtual void* data() = 0;
   /// Size in bytes.

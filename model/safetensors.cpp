@@ -223,7 +223,13 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
   void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd.get(), 0);
   if (map == MAP_FAILED)
     throw model_error(fmt::format("{}: cannot mmap {} bytes: {}", where, size, std::strerror(errno)));
-  file.mapping_ = std::make_shared<const file_mapping>(static_cast<const std::byte*>(map), size);
+  const file_origin identity{static_cast<uint64_t>(st.st_dev),
+                             static_cast<uint64_t>(st.st_ino),
+                             size,
+                             int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
+                             int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec,
+                             0};
+  file.mapping_ = std::make_shared<const file_mapping>(static_cast<const std::byte*>(map), size, identity);
   file.map_ = static_cast<const std::byte*>(map);
   file.size_ = size;
 

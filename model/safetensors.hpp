@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/dtype.hpp"
+#include "kernels/tensor.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -51,14 +52,21 @@ struct tensor_info {
 /// weight in place) go to private copies of the pages written; the file never changes.
 class file_mapping {
  public:
-  /// Takes over the mapping of `size` bytes at `data` (from mmap).
-  file_mapping(const std::byte* data, uint64_t size) : data_(data), size_(size) {}
+  /// Takes over the mapping of `size` bytes at `data` (from mmap) of the file `identity` names (its offset 0).
+  file_mapping(const std::byte* data, uint64_t size, file_origin identity = {})
+      : data_(data), size_(size), identity_(identity) {}
   ~file_mapping();
   file_mapping(const file_mapping&) = delete;
   file_mapping& operator=(const file_mapping&) = delete;
 
   const std::byte* data() const { return data_; }
   uint64_t size() const { return size_; }
+  /// The file and offset of `p`, which must point into the mapping.
+  file_origin origin_of(const void* p) const {
+    file_origin o = identity_;
+    o.offset = static_cast<uint64_t>(static_cast<const std::byte*>(p) - data_);
+    return o;
+  }
   /// Whether `p` points into the mapping.
   bool contains(const void* p) const {
     const auto* b = static_cast<const std::byte*>(p);
@@ -68,6 +76,7 @@ class file_mapping {
  private:
   const std::byte* data_;
   uint64_t size_;
+  file_origin identity_;
 };
 
 /// One .safetensors file, mapped (privately: see file_mapping). Everything the header claims is checked at open, so a

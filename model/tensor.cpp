@@ -28,8 +28,9 @@ namespace {
 // file's pages (safetensors' file_mapping).
 class borrowed_host_buffer final : public buffer {
  public:
-  borrowed_host_buffer(const void* data, size_t bytes, std::shared_ptr<const void> owner)
-      : data_(data), size_(bytes), owner_(std::move(owner)) {}
+  borrowed_host_buffer(const void* data, size_t bytes, std::shared_ptr<const void> owner,
+                       std::optional<file_origin> origin)
+      : data_(data), size_(bytes), owner_(std::move(owner)), origin_(origin) {}
   // A weight the backend packed into a layout of its own (the CPU's bf16 panels) is read once and dropped: its pages
   // leave this process's resident set (they stay in the page cache, and come back on a later read). Only whole pages
   // inside it: its first and last may hold a neighbour still in use.
@@ -45,16 +46,19 @@ class borrowed_host_buffer final : public buffer {
   void* data() override { return const_cast<void*>(data_); }
   size_t size() const override { return size_; }
   device where() const override { return device{}; }
+  std::optional<file_origin> origin() const override { return origin_; }
 
  private:
   const void* data_;
   size_t size_;
   std::shared_ptr<const void> owner_;
+  std::optional<file_origin> origin_;
 };
 
 }  // namespace
 
-host_tensor host_tensor::view(dtype t, std::vector<int64_t> s, const void* data, std::shared_ptr<const void> owner) {
+host_tensor host_tensor::view(dtype t, std::vector<int64_t> s, const void* data, std::shared_ptr<const void> owner,
+                              std::optional<file_origin> origin) {
   ACTORLLM_CHECK(data != nullptr && owner != nullptr, "host_tensor::view: no memory, or nothing that owns it");
   host_tensor h;
   h.type = t;
@@ -62,6 +66,7 @@ host_tensor host_tensor::view(dtype t, std::vector<int64_t> s, const void* data,
   h.nbytes_ = static_cast<size_t>(h.numel()) * dtype_size(t);
   h.view_ = data;
   h.owner_ = std::move(owner);
+  h.origin_ = origin;
   return h;
 }
 
@@ -72,6 +77,7 @@ void* host_tensor::data() {
     storage_ = std::move(copy.storage_);
     view_ = nullptr;
     owner_.reset();
+    origin_.reset();
   }
   return storage_.get();
 }
@@ -96,11 +102,12 @@ tensor host_tensor::into_tensor() && {
   for (int64_t d : shape)
     t.shape.dims[static_cast<size_t>(t.shape.n_dims++)] = d;
   if (view_ != nullptr)
-    t.buf = std::make_shared<borrowed_host_buffer>(view_, nbytes_, std::move(owner_));
+    t.buf = std::make_shared<borrowed_host_buffer>(view_, nbytes_, std::move(owner_), origin_);
   else
     t.buf = host_buffer::adopt(storage_.release(), nbytes_);
   view_ = nullptr;
   owner_.reset();
+  origin_.reset();
   nbytes_ = 0;
   shape.clear();
   return t;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct host_tensor {
       storage_ = std::move(other.storage_);
       view_ = std::exchange(other.view_, nullptr);
       owner_ = std::move(other.owner_);
+      origin_ = std::exchange(other.origin_, std::nullopt);
       nbytes_ = other.nbytes_;
     }
     return *this;
@@ -41,8 +43,9 @@ struct host_tensor {
   host_tensor(dtype t, std::vector<int64_t> s);
 
   /// A view of `data` (shape `s` of `t`, row-major) that keeps `owner` alive as long as it, or the backend tensor
-  /// made from it, lives. No copy.
-  static host_tensor view(dtype t, std::vector<int64_t> s, const void* data, std::shared_ptr<const void> owner);
+  /// made from it, lives. No copy. `origin`: the file the bytes are in, unchanged (buffer::origin), when they are.
+  static host_tensor view(dtype t, std::vector<int64_t> s, const void* data, std::shared_ptr<const void> owner,
+                          std::optional<file_origin> origin = std::nullopt);
 
   const void* data() const { return view_ != nullptr ? view_ : storage_.get(); }
   /// The storage to write; a view becomes an owned copy first.
@@ -77,6 +80,7 @@ struct host_tensor {
   std::unique_ptr<std::byte[], free_deleter> storage_;
   const void* view_ = nullptr;         // a view's data, in memory owner_ keeps alive
   std::shared_ptr<const void> owner_;  // a view's keeper
+  std::optional<file_origin> origin_;  // a view's place in its file, when it has one
   size_t nbytes_ = 0;
 };
 

@@ -182,8 +182,10 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
     const tensor_slice slice = slice_for(decl, shard.tp_rank, shard.tp_size);
     const slice_layout layout = make_slice_layout(decl.shape, slice);
     if (const std::byte* in_place = usable_in_place(*src, layout, convert_to)) {
-      weights.insert(decl.name, host_tensor::view(info.type, slice.shape, in_place, src->file->mapping())).row_offset =
-          decl.kind == shard_kind::vocab ? slice.begin : 0;
+      weights
+          .insert(decl.name, host_tensor::view(info.type, slice.shape, in_place, src->file->mapping(),
+                                               src->file->mapping()->origin_of(in_place)))
+          .row_offset = decl.kind == shard_kind::vocab ? slice.begin : 0;
       continue;
     }
     host_tensor& dst = weights.insert(decl.name, host_tensor(convert_to.value_or(info.type), slice.shape));

@@ -71,7 +71,10 @@ void check_alloc_shape(const tensor_shape& shape, const char* op) {
 
 }  // namespace
 
-cpu_backend::cpu_backend(int n_threads) : pool_(n_threads) {}
+cpu_backend::cpu_backend(int n_threads) : cpu_backend(n_threads, packed_weight_cache::from_environment()) {}
+
+cpu_backend::cpu_backend(int n_threads, std::shared_ptr<packed_weight_cache> weight_cache)
+    : pool_(n_threads), weight_cache_(std::move(weight_cache)) {}
 
 device cpu_backend::where() const { return device{}; }
 
@@ -128,17 +131,51 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   int64_t rows = 0;
   for (const tensor& p : parts)
     rows += p.shape[0];
+  const size_t bytes = cpu::bf16_panels_bytes(rows, n_in);
   tensor packed;
   packed.type = dtype::bf16;
   packed.shape = tensor_shape{rows, n_in};
-  packed.buf = host_buffer::allocate_huge(cpu::bf16_panels_bytes(rows, n_in));
   packed.layout = tensor_layout::cpu_bf16_panels;
-  auto* out = packed.data_as<uint16_t>();
+  // The packed bytes follow from the parts' bytes, their row counts and the panel format: the cache's key. Parts
+  // used in place in their checkpoint are known by their file and place in it, which costs no read (reading them is
+  // most of a load on a VM: the first touch of each page goes through the hypervisor); others by their bytes.
+  util::digest128 key;
+  if (weight_cache_ != nullptr) {
+    const bool in_files = std::all_of(parts.begin(), parts.end(), [](const tensor& p) { return p.buf->origin(); });
+    util::fast_digest d;
+    d.add(in_files ? 1 : 2);
+    d.add(cpu::bf16_panels_format);
+    d.add(static_cast<uint64_t>(n_in));
+    for (const tensor& p : parts) {
+      d.add(static_cast<uint64_t>(p.shape[0]));
+      if (in_files) {
+        const file_origin o = *p.buf->origin();
+        for (uint64_t field : {o.device, o.inode, o.size, static_cast<uint64_t>(o.modified_ns),
+                               static_cast<uint64_t>(o.changed_ns), o.offset + p.offset})
+          d.add(field);
+        continue;
+      }
+      populate_for_reading(p.data(), p.nbytes());
+      d.add({static_cast<const std::byte*>(p.data()), p.nbytes()}, pool_);
+    }
+    key = d.value();
+    if (std::shared_ptr<buffer> mapped = weight_cache_->find(key, bytes, pool_)) {
+      packed.buf = std::move(mapped);
+      return packed;
+    }
+  }
+  // Packed straight into a new cache entry's pages where the cache takes it, else into memory of its own.
+  std::unique_ptr<packed_weight_cache::pending_entry> entry =
+      weight_cache_ != nullptr ? weight_cache_->begin_store(key, bytes) : nullptr;
+  const std::shared_ptr<host_buffer> own = entry == nullptr ? host_buffer::allocate_huge(bytes) : nullptr;
+  auto* out = reinterpret_cast<uint16_t*>(entry != nullptr ? entry->data() : static_cast<std::byte*>(own->data()));
   for (const tensor& p : parts) {
+    populate_for_reading(p.data(), p.nbytes());
     // Every part before it is whole panels, so its panels are the stacked weight's from its first row on.
     cpu::pack_bf16_panels(p.data_as<uint16_t>(), p.shape[0], n_in, out, pool_);
     out += cpu::bf16_panels_bytes(p.shape[0], n_in) / sizeof(uint16_t);
   }
+  packed.buf = entry != nullptr ? entry->commit(pool_) : own;
   return packed;
 }
 

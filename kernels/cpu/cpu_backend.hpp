@@ -5,9 +5,11 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/packed_weight_cache.hpp"
 #include "util/thread_pool.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,8 +20,11 @@ namespace actorllm::cpu {
 /// the backend's own pool before they return (synchronize() has nothing to wait for).
 class cpu_backend final : public backend {
  public:
-  /// A backend whose kernels run on `n_threads` threads (the caller included); n_threads >= 1.
+  /// A backend whose kernels run on `n_threads` threads (the caller included); n_threads >= 1. Packed weights go
+  /// through the process's packed_weight_cache (packed_weight_cache::from_environment).
   explicit cpu_backend(int n_threads);
+  /// As above with the given cache of packed weights (null: none).
+  cpu_backend(int n_threads, std::shared_ptr<packed_weight_cache> weight_cache);
 
   /// The pool the kernels run on (for benchmarks that drive cpu:: kernels beside the backend).
   thread_pool& pool() { return pool_; }
@@ -30,7 +35,8 @@ class cpu_backend final : public backend {
   tensor alloc(dtype type, tensor_shape shape) override;
   tensor alloc_kv_cache(dtype type, tensor_shape shape) override;
   tensor import_host(tensor host) override;
-  /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the vdpbf16ps kernels run.
+  /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the vdpbf16ps kernels run,
+  /// or mapped from the packed weight cache where it holds them.
   tensor import_linear_weight(tensor host) override;
   /// bf16 parts whose row counts (all but the last) are whole panels are packed each into its place in the stacked
   /// weight's panels, the rows never copied into a stacked row-major tensor first; others as the default.
@@ -75,6 +81,7 @@ class cpu_backend final : public backend {
 
  private:
   thread_pool pool_;
+  std::shared_ptr<packed_weight_cache> weight_cache_;
   /// `parts` (packs_in_place) packed into one tensor_layout::cpu_bf16_panels weight, each part into its panels.
   tensor packed_panels(std::span<const tensor> parts);
   /// paged_attention and paged_attention_partial (lse null for the former) after their checks.

@@ -47,6 +47,10 @@ struct matmul_target {
   std::shared_ptr<const void> owner = nullptr;
 };
 
+/// The version of tensor_layout::cpu_bf16_panels' byte layout: changed whenever pack_bf16_panels writes other bytes
+/// for the same weight, so that packed weights cached on disk (cpu::packed_weight_cache) in another layout are not
+/// used.
+inline constexpr uint32_t bf16_panels_format = 1;
 /// Bytes of a [n_out, n_in] bf16 weight in tensor_layout::cpu_bf16_panels.
 size_t bf16_panels_bytes(int64_t n_out, int64_t n_in);
 /// Writes w (bf16 [n_out, n_in], row-major) into `out` (bf16_panels_bytes) in tensor_layout::cpu_bf16_panels.

@@ -1,0 +1,300 @@
+// The packed-weight cache: entries written and found whole, damaged ones refused, the least recently used evicted,
+// its settings read from the environment, and the CPU backend mapping packed weights from it (by file and place, or
+// by bytes) with exactly the bytes packing gives.
+#include "kernels/cpu/packed_weight_cache.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "support/test_paths.hpp"
+#include "util/thread_pool.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace actorllm;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Sets (or unsets, for nullopt) an environment variable for a scope.
+class scoped_env {
+ public:
+  scoped_env(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name))
+      old_ = old;
+    if (value)
+      ::setenv(name, value->c_str(), 1);
+    else
+      ::unsetenv(name);
+  }
+  ~scoped_env() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::vector<std::byte> pattern(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> b(n);
+  for (auto& x : b)
+    x = static_cast<std::byte>(rng());
+  return b;
+}
+
+util::digest128 key_of(uint64_t n) {
+  util::fast_digest d;
+  d.add(n);
+  return d.value();
+}
+
+// Stores `bytes` under `key` through begin_store / commit; the committed mapping.
+std::shared_ptr<buffer> store(cpu::packed_weight_cache& cache, const util::digest128& key,
+                              const std::vector<std::byte>& bytes, thread_pool& pool) {
+  auto entry = cache.begin_store(key, bytes.size());
+  REQUIRE(entry != nullptr);
+  std::memcpy(entry->data(), bytes.data(), bytes.size());
+  return entry->commit(pool);
+}
+
+bool same_bytes(const std::shared_ptr<buffer>& b, const std::vector<std::byte>& bytes) {
+  return b != nullptr && b->size() == bytes.size() && std::memcmp(b->data(), bytes.data(), bytes.size()) == 0;
+}
+
+fs::path only_entry(const fs::path& dir) {
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(dir))
+    found.push_back(e.path());
+  REQUIRE(found.size() == 1);
+  return found.front();
+}
+
+}  // namespace
+
+TEST_CASE("packed_weight_cache: an entry committed is found with the same bytes, in a later cache too [asan]") {
+  const fs::path dir = test::make_temp_dir("pwc");
+  thread_pool pool(2);
+  const auto bytes = pattern((size_t{3} << 20) + 100, 1);  // past one 2 MiB page, not a whole number of pages
+  cpu::packed_weight_cache cache({dir / "cache", uint64_t{1} << 30});
+  CHECK(cache.find(key_of(1), bytes.size(), pool) == nullptr);  // no directory yet
+  const std::shared_ptr<buffer> committed = store(cache, key_of(1), bytes, pool);
+  CHECK(same_bytes(committed, bytes));
+  CHECK(reinterpret_cast<uintptr_t>(committed->data()) % (size_t{2} << 20) == 0);
+  CHECK(only_entry(dir / "cache").extension() == ".panels");  // no temporary file left behind
+
+  cpu::packed_weight_cache later({dir / "cache", uint64_t{1} << 30});
+  const std::shared_ptr<buffer> found = later.find(key_of(1), bytes.size(), pool);
+  CHECK(same_bytes(found, bytes));
+  CHECK(later.find(key_of(2), bytes.size(), pool) == nullptr);      // another key
+  CHECK(later.find(key_of(1), bytes.size() - 1, pool) == nullptr);  // another size: damaged, removed
+  CHECK(later.totals().hits == 1);
+  CHECK(later.totals().misses == 2);
+  CHECK(cache.totals().stored == 1);
+  CHECK(same_bytes(found, bytes));  // the mapping outlives the entry's file
+}
+
+TEST_CASE(
+    "packed_weight_cache: a damaged or cut entry is refused and removed, and an uncommitted one leaves nothing "
+    "[asan]") {
+  const fs::path dir = test::make_temp_dir("pwc");
+  thread_pool pool(2);
+  const auto bytes = pattern(size_t{1} << 20, 2);
+  cpu::packed_weight_cache cache({dir, uint64_t{1} << 30});
+
+  store(cache, key_of(1), bytes, pool);
+  const fs::path path = only_entry(dir);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(12345);
+    f.put(static_cast<char>(bytes[12345] ^ std::byte{0x5a}));
+  }
+  CHECK(cache.find(key_of(1), bytes.size(), pool) == nullptr);
+  CHECK_FALSE(fs::exists(path));
+
+  store(cache, key_of(1), bytes, pool);
+  fs::resize_file(path, fs::file_size(path) - 10);  // the trailer cut
+  CHECK(cache.find(key_of(1), bytes.size(), pool) == nullptr);
+  CHECK_FALSE(fs::exists(path));
+
+  {
+    auto entry = cache.begin_store(key_of(3), bytes.size());
+    REQUIRE(entry != nullptr);
+    std::memcpy(entry->data(), bytes.data(), bytes.size());
+  }  // dropped without commit
+  CHECK(fs::is_empty(dir));
+  CHECK(cache.find(key_of(3), bytes.size(), pool) == nullptr);
+}
+
+TEST_CASE(
+    "packed_weight_cache: past its limit the least recently used entries go, and one too large is not stored [asan]") {
+  const fs::path dir = test::make_temp_dir("pwc");
+  thread_pool pool(2);
+  const size_t n = size_t{1} << 20;
+  // Room for three entries (each n bytes and a 64-byte trailer), not four.
+  cpu::packed_weight_cache cache({dir, 3 * (n + 64) + 100});
+  const auto now = fs::file_time_type::clock::now();
+  for (uint64_t k = 1; k <= 3; ++k) {
+    store(cache, key_of(k), pattern(n, k), pool);
+    for (const auto& e : fs::directory_iterator(dir))  // entry k last used 10 - k minutes ago: 1 is the oldest
+      if (e.path().filename().string().rfind(key_of(k).hex(), 0) == 0)
+        fs::last_write_time(e.path(), now - std::chrono::minutes(10 - k));
+  }
+  REQUIRE(cache.find(key_of(1), n, pool) != nullptr);  // used now: 2 is the least recently used
+  store(cache, key_of(4), pattern(n, 4), pool);
+  CHECK(cache.find(key_of(2), n, pool) == nullptr);
+  CHECK(same_bytes(cache.find(key_of(1), n, pool), pattern(n, 1)));
+  CHECK(same_bytes(cache.find(key_of(3), n, pool), pattern(n, 3)));
+  CHECK(same_bytes(cache.find(key_of(4), n, pool), pattern(n, 4)));
+  CHECK(cache.begin_store(key_of(5), 4 * n) == nullptr);  // larger than the whole cache
+}
+
+TEST_CASE("packed_weight_cache: a directory that cannot be made turns storing off, with the weight packed anyway") {
+  const fs::path dir = test::make_temp_dir("pwc");
+  std::ofstream(dir / "file") << "not a directory";
+  cpu::packed_weight_cache cache({dir / "file" / "cache", uint64_t{1} << 30});
+  CHECK(cache.begin_store(key_of(1), 4096) == nullptr);
+  CHECK(cache.begin_store(key_of(1), 4096) == nullptr);
+  CHECK(cache.totals().stored == 0);
+}
+
+TEST_CASE("packed_weight_cache_config: read from the environment, bad values refused by name") {
+  {
+    scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", std::nullopt), b("ACTORLLM_PACKED_WEIGHT_CACHE_GB", std::nullopt),
+        c("XDG_CACHE_HOME", "/tmp/xdg");
+    const auto config = cpu::packed_weight_cache_config::from_environment();
+    CHECK(config.dir == fs::path("/tmp/xdg/actorllm/packed-weights"));
+    CHECK(config.max_bytes == uint64_t{64} << 30);
+  }
+  {
+    scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", std::nullopt), c("XDG_CACHE_HOME", std::nullopt),
+        h("HOME", "/home/someone");
+    CHECK(cpu::packed_weight_cache_config::from_environment().dir ==
+          fs::path("/home/someone/.cache/actorllm/packed-weights"));
+  }
+  {
+    scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", "/srv/packed"), b("ACTORLLM_PACKED_WEIGHT_CACHE_GB", "5");
+    const auto config = cpu::packed_weight_cache_config::from_environment();
+    CHECK(config.dir == fs::path("/srv/packed"));
+    CHECK(config.max_bytes == uint64_t{5} << 30);
+  }
+  {
+    scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", "off");
+    CHECK(cpu::packed_weight_cache_config::from_environment().dir.empty());
+  }
+  {
+    scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", "/srv/packed"), b("ACTORLLM_PACKED_WEIGHT_CACHE_GB", "0");
+    CHECK(cpu::packed_weight_cache_config::from_environment().dir.empty());
+  }
+  for (const char* bad : {"", "x", "-1", "2.5", "4G"}) {
+    CAPTURE(bad);
+    scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", "/srv/packed"), b("ACTORLLM_PACKED_WEIGHT_CACHE_GB", bad);
+    CHECK_THROWS_WITH_AS(cpu::packed_weight_cache_config::from_environment(),
+                         doctest::Contains("ACTORLLM_PACKED_WEIGHT_CACHE_GB"), std::invalid_argument);
+  }
+  scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", "");
+  CHECK_THROWS_WITH_AS(cpu::packed_weight_cache_config::from_environment(),
+                       doctest::Contains("ACTORLLM_PACKED_WEIGHT_CACHE: empty"), std::invalid_argument);
+}
+
+namespace {
+
+// Host bytes that say which file they are (as a weight used in place in its checkpoint does).
+class file_bytes final : public buffer {
+ public:
+  file_bytes(std::vector<std::byte> bytes, std::optional<file_origin> origin)
+      : bytes_(std::move(bytes)), origin_(origin) {}
+  void* data() override { return bytes_.data(); }
+  size_t size() const override { return bytes_.size(); }
+  device where() const override { return device{}; }
+  std::optional<file_origin> origin() const override { return origin_; }
+
+ private:
+  std::vector<std::byte> bytes_;
+  std::optional<file_origin> origin_;
+};
+
+tensor bf16_weight(int64_t rows, int64_t n_in, uint64_t seed, std::optional<file_origin> origin) {
+  tensor t;
+  t.type = dtype::bf16;
+  t.shape = tensor_shape{rows, n_in};
+  auto bytes = pattern(static_cast<size_t>(rows * n_in) * 2, seed);
+  for (size_t i = 1; i < bytes.size(); i += 2)  // finite bf16 values: exponent bits below all-ones
+    bytes[i] &= std::byte{0x3f};
+  t.buf = std::make_shared<file_bytes>(std::move(bytes), origin);
+  return t;
+}
+
+bool same_packed(const tensor& a, const tensor& b) {
+  const size_t n = cpu::bf16_panels_bytes(a.dim(0), a.dim(1));
+  return a.layout == tensor_layout::cpu_bf16_panels && b.layout == tensor_layout::cpu_bf16_panels &&
+         a.dim(0) == b.dim(0) && std::memcmp(a.data(), b.data(), n) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("cpu_backend with a packed-weight cache: the same packed bytes, mapped on the second import [asan]") {
+  if (!cpu::bf16_panels_preferred()) {
+    MESSAGE("skipped: this CPU or build has no AVX512-BF16 kernels, so no weight is packed");
+    return;
+  }
+  const fs::path dir = test::make_temp_dir("pwc");
+  auto cache = std::make_shared<cpu::packed_weight_cache>(cpu::packed_weight_cache_config{dir, uint64_t{1} << 30});
+  cpu::cpu_backend plain(2, nullptr), cold(2, cache);
+  const file_origin in_file{1, 2, 3 << 20, 4, 5, 1024};
+
+  SUBCASE("a weight known by its bytes") {
+    const tensor w = bf16_weight(96, 256, 1, std::nullopt);
+    const tensor reference = plain.import_linear_weight(w);
+    CHECK(same_packed(cold.import_linear_weight(w), reference));
+    CHECK(cache->totals().stored == 1);
+    cpu::cpu_backend warm(2, cache);
+    CHECK(same_packed(warm.import_linear_weight(bf16_weight(96, 256, 1, std::nullopt)), reference));
+    CHECK(cache->totals().hits == 1);
+    // Other bytes of the same shape are another entry.
+    const tensor other = bf16_weight(96, 256, 2, std::nullopt);
+    CHECK(same_packed(warm.import_linear_weight(other), plain.import_linear_weight(other)));
+    CHECK(cache->totals().stored == 2);
+  }
+  SUBCASE("a weight known by its file and place, which is not read on a hit") {
+    const tensor w = bf16_weight(96, 256, 1, in_file);
+    const tensor reference = plain.import_linear_weight(w);
+    CHECK(same_packed(cold.import_linear_weight(w), reference));
+    // The same file and place: the cached panels, whatever bytes are at hand (they are the file's, unchanged).
+    CHECK(same_packed(cold.import_linear_weight(bf16_weight(96, 256, 9, in_file)), reference));
+    CHECK(cache->totals().hits == 1);
+    // The file changed (its modification time), or another place in it: packed again.
+    file_origin touched = in_file;
+    touched.modified_ns += 1;
+    const tensor changed = bf16_weight(96, 256, 3, touched);
+    CHECK(same_packed(cold.import_linear_weight(changed), plain.import_linear_weight(changed)));
+    file_origin further = in_file;
+    further.offset += 96 * 256 * 2;
+    const tensor next = bf16_weight(96, 256, 4, further);
+    CHECK(same_packed(cold.import_linear_weight(next), plain.import_linear_weight(next)));
+    CHECK(cache->totals().stored == 3);
+  }
+  SUBCASE("stacked parts") {
+    const tensor q = bf16_weight(64, 256, 5, in_file), k = bf16_weight(32, 256, 6, std::nullopt);
+    const std::vector<tensor> parts{q, k};
+    const tensor reference = plain.import_stacked_linear_weight(parts);
+    CHECK(same_packed(cold.import_stacked_linear_weight(parts), reference));
+    CHECK(same_packed(cold.import_stacked_linear_weight(parts), reference));
+    CHECK(cache->totals().hits == 1);
+    CHECK(cache->totals().stored == 1);
+  }
+}

@@ -1,0 +1,88 @@
+// stories260K in bf16 through the CPU backend's packed-weight cache: the weights packed as before, packed into a cold
+// cache, and mapped from a warm one give the same logits to the bit.
+#include "comm/collective.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/packed_weight_cache.hpp"
+#include "model/kv_cache.hpp"
+#include "model/llama_model.hpp"
+#include "model/model_source.hpp"
+#include "model_test_util.hpp"
+#include "support/test_paths.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+using namespace actorllm;
+namespace test_util = actorllm::model::test_util;
+
+namespace {
+
+// A bf16 copy of stories260K (its weights rounded once), which the loader uses in place from the file: so the cache
+// knows them by their file and place.
+std::filesystem::path write_bf16_stories() {
+  const auto dir = test_util::temp_dir("stories-bf16");
+  std::filesystem::copy_file(test::model_dir("stories260K") / "config.json", dir / "config.json");
+  model::load_options options;
+  options.weight_dtype = dtype::bf16;
+  const model::loaded_shard loaded = model::load_shard(test::model_dir("stories260K"), {}, options);
+  std::vector<test_util::test_tensor> tensors;
+  for (const auto& [name, h] : loaded.weights.tensors()) {
+    REQUIRE(h.type == dtype::bf16);
+    tensors.push_back({name, dtype::bf16, h.shape, std::string(static_cast<const char*>(h.data()), h.nbytes())});
+  }
+  test_util::write_file(dir / "model.safetensors", test_util::make_safetensors(tensors));
+  return dir;
+}
+
+// The logits of a 6-token prefill and 4 greedy steps after it, all in one vector.
+std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be) {
+  model::loaded_shard loaded = model::load_shard(dir, {}, {});
+  single_rank_collective comm;
+  model::llama_model llm{loaded.config, std::move(loaded.weights), {}, comm, be};
+  model::kv_cache cache{be, llm.cache_shape(16), 16};
+  std::vector<int32_t> table(16);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> tokens{1, 403, 407, 261, 378, 365};
+  std::vector<float> all;
+  int32_t position = 0;
+  for (int step = 0; step < 5; ++step) {
+    model::forward_batch fb;
+    fb.add_sequence(tokens, position, table, true);
+    const std::vector<float> logits = llm.forward(fb, cache);
+    all.insert(all.end(), logits.begin(), logits.end());
+    position += static_cast<int32_t>(tokens.size());
+    tokens = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("packed-weight cache: bf16 stories260K gives the same logits packed, packed into the cache, and mapped") {
+  if (!cpu::bf16_panels_preferred()) {
+    MESSAGE("skipped: this CPU or build has no AVX512-BF16 kernels, so no weight is packed");
+    return;
+  }
+  const auto model_dir = write_bf16_stories();
+  cpu::cpu_backend plain(2, nullptr);
+  const std::vector<float> reference = run(model_dir, plain);
+
+  auto cache = std::make_shared<cpu::packed_weight_cache>(
+      cpu::packed_weight_cache_config{test_util::temp_dir("packed-cache"), uint64_t{1} << 30});
+  cpu::cpu_backend cold(2, cache);
+  CHECK(run(model_dir, cold) == reference);
+  const int64_t stored = cache->totals().stored;
+  CHECK(stored > 0);
+  CHECK(cache->totals().hits == 0);
+
+  cpu::cpu_backend warm(2, cache);
+  CHECK(run(model_dir, warm) == reference);
+  CHECK(cache->totals().hits == stored);
+  CHECK(cache->totals().stored == stored);
+  MESSAGE(stored << " packed weights stored, then mapped");
+}
