@@ -5,6 +5,7 @@
 #include "kernels/backend_checks.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cuda/attention_plan.hpp"
+#include "kernels/cuda/cublas_library.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_graph.hpp"
 #include "kernels/cuda/elementwise.hpp"
@@ -102,10 +103,10 @@ cuda_backend::cuda_backend(int device_index) : device_(device_index) {
   name_ = prop.name;
   sm_count_ = prop.multiProcessorCount;
   ACTORLLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  check_cublas(cublasCreate(&cublas_), "cublasCreate");
-  check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
+  check_cublas(cublas().create(&cublas_), "cublasCreate");
+  check_cublas(cublas().set_stream(cublas_, stream_), "cublasSetStream");
   // Default math: no TF32 in SGEMM, so the f32 path stays close enough to the CPU for the goldens.
-  check_cublas(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  check_cublas(cublas().set_math_mode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   pool_ = std::make_shared<device_memory_pool>(device_);
 }
 
@@ -117,7 +118,7 @@ cuda_backend::~cuda_backend() {
   graph_scratch_ = scratch_set{};
   cublas_workspace_ = tensor{};
   if (cublas_ != nullptr)
-    cublasDestroy(cublas_);
+    cublas().destroy(cublas_);
   if (stream_ != nullptr)
     cudaStreamDestroy(stream_);
   // pool_ lives on while tensors of this backend do (each buffer holds it).
@@ -175,7 +176,8 @@ void cuda_backend::use_graph_scratch(bool on) {
     make_current();
     ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no GEMM queued may still use the default workspace
     cublas_workspace_ = alloc(dtype::i32, {static_cast<int64_t>(cublas_workspace_bytes / 4)});
-    check_cublas(cublasSetWorkspace(cublas_, cublas_workspace_.data(), cublas_workspace_bytes), "cublasSetWorkspace");
+    check_cublas(cublas().set_workspace(cublas_, cublas_workspace_.data(), cublas_workspace_bytes),
+                 "cublasSetWorkspace");
   }
   scratch_ = on ? &graph_scratch_ : &eager_scratch_;
 }

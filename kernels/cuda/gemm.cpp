@@ -1,6 +1,8 @@
 // cuBLAS calls of the Linear layers.
 #include "kernels/cuda/gemm.hpp"
 
+#include "kernels/cuda/cublas_library.hpp"
+
 #include "kernels/cuda/cuda_check.hpp"
 
 #include <algorithm>
@@ -67,15 +69,15 @@ void linear(cublasHandle_t handle, const gemm_args& args, const void* w, const v
   const cublasOperation_t op_b = args.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const float alpha = 1.0f, beta = 0.0f;
   if (type == element_type::f32) {
-    check_cublas(cublasSgemm(handle, op_a, op_b, args.m, args.n, args.k, &alpha, static_cast<const float*>(w), args.lda,
-                             static_cast<const float*>(x), args.ldb, &beta, y, args.ldc),
+    check_cublas(cublas().sgemm(handle, op_a, op_b, args.m, args.n, args.k, &alpha, static_cast<const float*>(w),
+                                args.lda, static_cast<const float*>(x), args.ldb, &beta, y, args.ldc),
                  "cublasSgemm");
     return;
   }
-  check_cublas(
-      cublasGemmEx(handle, op_a, op_b, args.m, args.n, args.k, &alpha, w, cuda_type(type), args.lda, x, cuda_type(type),
-                   args.ldb, &beta, y, CUDA_R_32F, args.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-      "cublasGemmEx");
+  check_cublas(cublas().gemm_ex(handle, op_a, op_b, args.m, args.n, args.k, &alpha, w, cuda_type(type), args.lda, x,
+                                cuda_type(type), args.ldb, &beta, y, CUDA_R_32F, args.ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
 }
 
 const char* cublas_status_name(cublasStatus_t status) {
