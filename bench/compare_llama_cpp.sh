@@ -83,6 +83,10 @@ command -v python3 >/dev/null || die "python3 is needed to read the benchmarks' 
 
 tmp=$(mktemp -d /tmp/actorllm-vs-llama.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+# The checkpoint is new every run, so a packed-weight cache would only gain entries nobody maps again, and the first
+# round's 2.2 GB of cache pages written back to disk during the next rounds took cores from both engines (actorllm
+# 59-65% of the roofline and llama.cpp 43% in rounds 2-3 of one run). Packed in memory, as llama.cpp's are loaded.
+export ACTORLLM_PACKED_WEIGHT_CACHE=${ACTORLLM_PACKED_WEIGHT_CACHE:-off}
 
 echo "== preparing the weights ($(basename "$config"), bf16 dummy weights, seed 0)" >&2
 "$build/bench/bench_cpu_decode" --model "$config" --save-weights "$tmp/weights" >&2
