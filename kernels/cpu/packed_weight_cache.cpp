@@ -114,6 +114,17 @@ void* map_aligned(int fd, size_t bytes, size_t& mapped, bool writable) {
   return m;
 }
 
+// Locks an entry's pages in memory, as packed memory of the process's own was (no swap: never evicted); where the
+// process may not (RLIMIT_MEMLOCK without CAP_IPC_LOCK), says once that the kernel may drop them under memory pressure.
+void lock_in_memory(void* at, size_t bytes) {
+  static std::atomic<bool> told{false};
+  if (::mlock(at, bytes) != 0 && !told.exchange(true))
+    log::info(where,
+              "packed weights mapped from the cache are not locked in memory ({}): under memory pressure the kernel "
+              "may drop them and read them back from disk",
+              std::strerror(errno));
+}
+
 util::digest128 digest_of(std::span<const std::byte> bytes, thread_pool& pool) {
   util::fast_digest d;
   d.add(bytes, pool);
@@ -213,6 +224,7 @@ std::shared_ptr<buffer> packed_weight_cache::find(const util::digest128& key, si
   // Reading every byte once also maps every page now, not in the first decode step.
   if (!(digest_of({static_cast<const std::byte*>(at), bytes}, pool) == t.data))
     return damaged("its bytes do not match their digest");
+  lock_in_memory(at, bytes);
   ::futimens(fd.get(), nullptr);  // recently used (eviction goes by it); an entry of another user's stays as it is
   ++hits_;
   if (!told_hit_.exchange(true))
@@ -337,6 +349,7 @@ std::shared_ptr<buffer> packed_weight_cache::pending_entry::commit(thread_pool& 
     mapped = mapped_;
   auto entry = std::make_shared<mapped_entry>(at != nullptr ? at : at_, mapped, bytes_);
   at_ = nullptr;
+  lock_in_memory(entry->data(), bytes_);
   ::close(std::exchange(fd_, -1));
   std::error_code ec;
   if (sealed)
