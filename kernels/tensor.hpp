@@ -25,6 +25,8 @@ struct file_origin {
   int64_t modified_ns = 0;
   int64_t changed_ns = 0;
   uint64_t offset = 0;  ///< of data() in the file
+  std::string
+      path;  ///< the file's path when it was opened (absolute), to tell later whether it still holds these bytes
   bool operator==(const file_origin&) const = default;
 };
 

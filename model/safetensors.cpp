@@ -228,7 +228,8 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
                              size,
                              int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
                              int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec,
-                             0};
+                             0,
+                             std::filesystem::absolute(path).string()};
   file.mapping_ = std::make_shared<const file_mapping>(static_cast<const std::byte*>(map), size, identity);
   file.map_ = static_cast<const std::byte*>(map);
   file.size_ = size;

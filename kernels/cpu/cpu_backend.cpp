@@ -140,6 +140,7 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   // used in place in their checkpoint are known by their file and place in it, which costs no read (reading them is
   // most of a load on a VM: the first touch of each page goes through the hypervisor); others by their bytes.
   util::digest128 key;
+  std::vector<file_origin> sources;
   if (weight_cache_ != nullptr) {
     const bool in_files = std::all_of(parts.begin(), parts.end(), [](const tensor& p) { return p.buf->origin(); });
     util::fast_digest d;
@@ -150,6 +151,7 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
       d.add(static_cast<uint64_t>(p.shape[0]));
       if (in_files) {
         const file_origin o = *p.buf->origin();
+        sources.push_back(o);
         for (uint64_t field : {o.device, o.inode, o.size, static_cast<uint64_t>(o.modified_ns),
                                static_cast<uint64_t>(o.changed_ns), o.offset + p.offset})
           d.add(field);
@@ -166,7 +168,7 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   }
   // Packed straight into a new cache entry's pages where the cache takes it, else into memory of its own.
   std::unique_ptr<packed_weight_cache::pending_entry> entry =
-      weight_cache_ != nullptr ? weight_cache_->begin_store(key, bytes) : nullptr;
+      weight_cache_ != nullptr ? weight_cache_->begin_store(key, bytes, std::move(sources)) : nullptr;
   const std::shared_ptr<host_buffer> own = entry == nullptr ? host_buffer::allocate_huge(bytes) : nullptr;
   auto* out = reinterpret_cast<uint16_t*>(entry != nullptr ? entry->data() : static_cast<std::byte*>(own->data()));
   for (const tensor& p : parts) {

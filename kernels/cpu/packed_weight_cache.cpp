@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -30,7 +32,7 @@ namespace actorllm::cpu {
 namespace {
 
 constexpr std::string_view where = "packed_weight_cache";
-constexpr std::string_view entry_extension = ".panels";
+constexpr std::string_view entry_extension = ".panels", source_extension = ".source";
 constexpr size_t huge_page = size_t{2} << 20, small_page = 4096;
 // Left free on the cache's file system beyond an entry, so that the cache never fills a disk.
 constexpr uint64_t free_space_margin = uint64_t{1} << 30;
@@ -139,6 +141,40 @@ std::filesystem::path default_dir() {
   return {};
 }
 
+// Whether the file a source record names still is that file (the same identity as stat(2) gives it).
+bool source_unchanged(const file_origin& o) {
+  struct stat st {};
+  return ::stat(o.path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_dev) == o.device &&
+         static_cast<uint64_t>(st.st_ino) == o.inode && static_cast<uint64_t>(st.st_size) == o.size &&
+         int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec == o.modified_ns &&
+         int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec == o.changed_ns;
+}
+
+// A source record: one line per file, "device inode size modified_ns changed_ns path".
+std::string source_record(const std::vector<file_origin>& sources) {
+  std::string out;
+  for (const file_origin& o : sources)
+    out += fmt::format("{} {} {} {} {} {}\n", o.device, o.inode, o.size, o.modified_ns, o.changed_ns, o.path);
+  return out;
+}
+
+// The files a source record names; false when it cannot be read as one (then the entry is kept, as one without).
+bool read_source_record(const std::filesystem::path& path, std::vector<file_origin>& out) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    file_origin o;
+    if (!(fields >> o.device >> o.inode >> o.size >> o.modified_ns >> o.changed_ns) || fields.get() != ' ')
+      return false;
+    std::getline(fields, o.path);
+    if (o.path.empty())
+      return false;
+    out.push_back(std::move(o));
+  }
+  return !out.empty();
+}
+
 }  // namespace
 
 void populate_for_reading(const void* p, size_t bytes) {
@@ -203,6 +239,7 @@ std::shared_ptr<buffer> packed_weight_cache::find(const util::digest128& key, si
     log::warning(where, "{}: {}; removed, the weight is packed again", path.string(), what);
     std::error_code ec;
     std::filesystem::remove(path, ec);
+    std::filesystem::remove(std::filesystem::path(path).replace_extension(source_extension), ec);
     ++misses_;
     return nullptr;
   };
@@ -244,6 +281,7 @@ void packed_weight_cache::evict_for(uint64_t incoming) {
     std::filesystem::path path;
   };
   std::vector<entry> entries;
+  std::vector<std::filesystem::path> records;
   uint64_t total = 0;
   std::error_code ec;
   const auto now = std::filesystem::file_time_type::clock::now();
@@ -259,25 +297,69 @@ void packed_weight_cache::evict_for(uint64_t incoming) {
         std::filesystem::remove(e.path(), e_ec);
       continue;
     }
-    if (e.path().extension() != entry_extension)
-      continue;
-    entries.push_back({used, size, e.path()});
-    total += size;
+    if (e.path().extension() == source_extension)
+      records.push_back(e.path());
+    else if (e.path().extension() == entry_extension)
+      entries.push_back({used, size, e.path()});
   }
+  auto remove_entry = [&](const std::filesystem::path& panels) {
+    std::error_code r_ec;
+    const bool removed = std::filesystem::remove(panels, r_ec);
+    std::filesystem::remove(std::filesystem::path(panels).replace_extension(source_extension), r_ec);
+    return removed;
+  };
+  // Entries whose checkpoint is gone or changed are never mapped again: they go first, whatever the space.
+  for (const std::filesystem::path& record : records) {
+    std::vector<file_origin> sources;
+    const std::filesystem::path panels = std::filesystem::path(record).replace_extension(entry_extension);
+    if (!std::filesystem::exists(panels, ec)) {
+      std::filesystem::remove(record, ec);  // the entry went without it
+      continue;
+    }
+    if (!read_source_record(record, sources))
+      continue;
+    const auto changed =
+        std::find_if(sources.begin(), sources.end(), [](const file_origin& o) { return !source_unchanged(o); });
+    if (changed != sources.end() && remove_entry(panels))
+      log::info(where, "removed {}: {} is gone or changed since it was packed", panels.filename().string(),
+                changed->path);
+  }
+  std::erase_if(entries, [&](const entry& e) { return !std::filesystem::exists(e.path, ec); });
+  for (const entry& e : entries)
+    total += e.size;
   std::sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) { return a.used < b.used; });
   for (const entry& e : entries) {
     if (total + incoming <= config_.max_bytes)
       break;
-    std::error_code r_ec;
-    if (std::filesystem::remove(e.path, r_ec)) {
+    if (remove_entry(e.path)) {
       total -= e.size;
       log::info(where, "evicted {} ({} MiB, least recently used)", e.path.filename().string(), e.size >> 20);
     }
   }
 }
 
+void packed_weight_cache::record_sources(const util::digest128& key, const std::vector<file_origin>& sources) const {
+  if (sources.empty())
+    return;
+  static std::atomic<uint64_t> serial{0};
+  const std::filesystem::path final_path = std::filesystem::path(entry_path(key)).replace_extension(source_extension);
+  const std::filesystem::path tmp =
+      config_.dir / fmt::format("{}.tmp.{}.s{}", key.hex(), static_cast<long>(::getpid()), serial.fetch_add(1));
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << source_record(sources);
+    if (!out.flush())
+      return;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, final_path, ec);
+  if (ec)
+    std::filesystem::remove(tmp, ec);
+}
+
 std::unique_ptr<packed_weight_cache::pending_entry> packed_weight_cache::begin_store(const util::digest128& key,
-                                                                                     size_t bytes) {
+                                                                                     size_t bytes,
+                                                                                     std::vector<file_origin> sources) {
   const uint64_t incoming = bytes + sizeof(trailer);
   if (disabled_.load() || bytes == 0 || incoming > config_.max_bytes)
     return nullptr;
@@ -313,12 +395,21 @@ std::unique_ptr<packed_weight_cache::pending_entry> packed_weight_cache::begin_s
     disable(fmt::format("cannot make {}: {}", tmp.string(), std::strerror(e)));
     return nullptr;
   }
-  return std::unique_ptr<pending_entry>(new pending_entry(*this, key, bytes, fd.release(), tmp, at, mapped));
+  return std::unique_ptr<pending_entry>(
+      new pending_entry(*this, key, bytes, fd.release(), tmp, at, mapped, std::move(sources)));
 }
 
 packed_weight_cache::pending_entry::pending_entry(packed_weight_cache& cache, util::digest128 key, size_t bytes, int fd,
-                                                  std::filesystem::path tmp, void* at, size_t mapped)
-    : cache_(cache), key_(key), bytes_(bytes), fd_(fd), tmp_(std::move(tmp)), at_(at), mapped_(mapped) {}
+                                                  std::filesystem::path tmp, void* at, size_t mapped,
+                                                  std::vector<file_origin> sources)
+    : cache_(cache),
+      sources_(std::move(sources)),
+      key_(key),
+      bytes_(bytes),
+      fd_(fd),
+      tmp_(std::move(tmp)),
+      at_(at),
+      mapped_(mapped) {}
 
 packed_weight_cache::pending_entry::~pending_entry() {
   if (at_ != nullptr)
@@ -360,6 +451,7 @@ std::shared_ptr<buffer> packed_weight_cache::pending_entry::commit(thread_pool& 
     cache_.disable(fmt::format("cannot write {}: {}", tmp_.string(), std::strerror(sealed ? ec.value() : e)));
     return entry;
   }
+  cache_.record_sources(key_, sources_);
   ++cache_.stored_;
   if (!cache_.told_store_.exchange(true))
     log::info(where,

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <vector>
 
 namespace actorllm {
 class thread_pool;
@@ -72,8 +73,9 @@ class packed_weight_cache {
    private:
     friend class packed_weight_cache;
     pending_entry(packed_weight_cache& cache, util::digest128 key, size_t bytes, int fd, std::filesystem::path tmp,
-                  void* at, size_t mapped);
+                  void* at, size_t mapped, std::vector<file_origin> sources);
     packed_weight_cache& cache_;
+    std::vector<file_origin> sources_;
     util::digest128 key_;
     size_t bytes_;
     int fd_;
@@ -85,7 +87,11 @@ class packed_weight_cache {
   /// A new entry of `bytes` bytes under `key`, once the least recently used entries past the limit are evicted; null
   /// where the cache does not take it (larger than the limit, short of disk space, or the file cannot be made: a
   /// warning the first time, and this cache stores nothing more), when the caller packs into memory of its own.
-  std::unique_ptr<pending_entry> begin_store(const util::digest128& key, size_t bytes);
+  /// `sources`: the checkpoint files (buffer::origin) the bytes were packed from, where known; recorded beside the
+  /// entry (`<key>.source`), so that the entry is removed as stale at a later store once one of them is gone or
+  /// changed, before any entry is evicted for space.
+  std::unique_ptr<pending_entry> begin_store(const util::digest128& key, size_t bytes,
+                                             std::vector<file_origin> sources = {});
 
   /// What the cache did in this process.
   struct counts {
@@ -97,8 +103,11 @@ class packed_weight_cache {
 
  private:
   std::filesystem::path entry_path(const util::digest128& key) const;
-  // Removes entries, least recently used first, until `incoming` more bytes fit within the limit.
+  // Removes the entries whose source files are gone or changed, then others, least recently used first, until
+  // `incoming` more bytes fit within the limit.
   void evict_for(uint64_t incoming);
+  // Writes `key`'s source record (a failure only leaves the entry without one).
+  void record_sources(const util::digest128& key, const std::vector<file_origin>& sources) const;
   void disable(const std::string& why);
 
   packed_weight_cache_config config_;

@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -163,6 +165,56 @@ TEST_CASE(
   CHECK(cache.begin_store(key_of(5), 4 * n) == nullptr);  // larger than the whole cache
 }
 
+namespace {
+
+// What a loader records of `path` (buffer::origin): its identity now, at offset 0.
+file_origin origin_of(const fs::path& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return {static_cast<uint64_t>(st.st_dev),
+          static_cast<uint64_t>(st.st_ino),
+          static_cast<uint64_t>(st.st_size),
+          int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
+          int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec,
+          0,
+          fs::absolute(path).string()};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "packed_weight_cache: entries of a checkpoint since changed or deleted are removed at the next store [asan]") {
+  const fs::path dir = test::make_temp_dir("pwc");
+  thread_pool pool(2);
+  const size_t n = 64 * 1024;
+  const fs::path changed = dir / "changed model.safetensors", deleted = dir / "deleted.safetensors",
+                 kept = dir / "kept.safetensors";
+  for (const fs::path& f : {changed, deleted, kept})
+    std::ofstream(f) << "checkpoint bytes";
+  cpu::packed_weight_cache cache({dir / "cache", uint64_t{1} << 30});
+  auto store_from = [&](uint64_t k, std::vector<file_origin> sources) {
+    auto entry = cache.begin_store(key_of(k), n, std::move(sources));
+    REQUIRE(entry != nullptr);
+    std::memcpy(entry->data(), pattern(n, k).data(), n);
+    entry->commit(pool);
+  };
+  store_from(1, {origin_of(changed)});
+  store_from(2, {origin_of(kept), origin_of(deleted)});
+  store_from(3, {origin_of(kept)});
+  store_from(4, {});  // known by its bytes: no source to go stale
+  CHECK(fs::exists(dir / "cache" / (key_of(1).hex() + ".source")));
+
+  std::ofstream(changed, std::ios::app) << " and more";  // rewritten: another size and modification time
+  fs::remove(deleted);
+  store_from(5, {origin_of(kept)});
+  CHECK(cache.find(key_of(1), n, pool) == nullptr);
+  CHECK(cache.find(key_of(2), n, pool) == nullptr);
+  CHECK_FALSE(fs::exists(dir / "cache" / (key_of(1).hex() + ".source")));
+  CHECK(same_bytes(cache.find(key_of(3), n, pool), pattern(n, 3)));
+  CHECK(same_bytes(cache.find(key_of(4), n, pool), pattern(n, 4)));
+  CHECK(same_bytes(cache.find(key_of(5), n, pool), pattern(n, 5)));
+}
+
 TEST_CASE("packed_weight_cache: a directory that cannot be made turns storing off, with the weight packed anyway") {
   const fs::path dir = test::make_temp_dir("pwc");
   std::ofstream(dir / "file") << "not a directory";
@@ -255,7 +307,7 @@ TEST_CASE("cpu_backend with a packed-weight cache: the same packed bytes, mapped
   const fs::path dir = test::make_temp_dir("pwc");
   auto cache = std::make_shared<cpu::packed_weight_cache>(cpu::packed_weight_cache_config{dir, uint64_t{1} << 30});
   cpu::cpu_backend plain(2, nullptr), cold(2, cache);
-  const file_origin in_file{1, 2, 3 << 20, 4, 5, 1024};
+  const file_origin in_file{1, 2, 3 << 20, 4, 5, 1024, "/models/m/model.safetensors"};
 
   SUBCASE("a weight known by its bytes") {
     const tensor w = bf16_weight(96, 256, 1, std::nullopt);
