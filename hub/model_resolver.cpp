@@ -9,6 +9,7 @@
 #include "hub/hub_error.hpp"
 #include "hub/repo_id.hpp"
 #include "hub/url.hpp"
+#include "util/file_descriptor.hpp"
 #include "util/log.hpp"
 #include "util/progress_bar.hpp"
 #include "util/sha256.hpp"
@@ -47,15 +48,6 @@ bool listed(const std::vector<std::string>& siblings, std::string_view name) {
 fs::path no_exist_marker(const repo_cache& cache, std::string_view commit, std::string_view file) {
   return cache.repo_dir() / ".no_exist" / std::string{commit} / std::string{file};
 }
-
-// An open file descriptor, closed on scope exit.
-struct fd_guard {
-  int fd = -1;
-  ~fd_guard() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-};
 
 void write_all(int fd, std::string_view bytes, const fs::path& path) {
   while (!bytes.empty()) {
@@ -243,13 +235,12 @@ class snapshot_downloader {
       return;  // another process finished it while this one waited for the lock
     fs::create_directories(blob.parent_path(), ec);
     const fs::path partial = cache_.incomplete_path(remote.etag);
-    fd_guard out;
-    out.fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (out.fd < 0)
+    util::file_descriptor out(::open(partial.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (out.get() < 0)
       throw hub_error(fmt::format("cannot write {}: {}", partial.string(), std::strerror(errno)));
     uint64_t offset = fs::file_size(partial, ec);
     if (ec || (remote.size && offset >= *remote.size && offset > 0)) {
-      if (::ftruncate(out.fd, 0) != 0)
+      if (::ftruncate(out.get(), 0) != 0)
         throw hub_error(fmt::format("cannot truncate {}: {}", partial.string(), std::strerror(errno)));
       offset = 0;
     }
@@ -270,7 +261,7 @@ class snapshot_downloader {
 
     for (int attempt = 0;; ++attempt) {
       try {
-        transfer(remote, out.fd, partial, offset, hasher, bar);
+        transfer(remote, out.get(), partial, offset, hasher, bar);
         break;
       } catch (const transfer_interrupted& e) {
         if (attempt >= max_resumes)
@@ -279,8 +270,7 @@ class snapshot_downloader {
         log::warning("hub", "{}: {}; continuing from byte {}", remote.name, e.what(), offset);
       }
     }
-    ::close(out.fd);
-    out.fd = -1;
+    out.close();
 
     if (remote.size && offset != *remote.size) {
       fs::remove(partial, ec);

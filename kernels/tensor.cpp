@@ -7,10 +7,22 @@
 
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 namespace actorllm {
+
+file_origin file_origin_of(const struct ::stat& st, std::string path) {
+  return {static_cast<uint64_t>(st.st_dev),
+          static_cast<uint64_t>(st.st_ino),
+          static_cast<uint64_t>(st.st_size),
+          int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
+          int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec,
+          0,
+          std::move(path)};
+}
 
 std::shared_ptr<host_buffer> host_buffer::allocate(size_t bytes) {
   // aligned_alloc wants a multiple of the alignment; malloc'd pages stay uncommitted until written.

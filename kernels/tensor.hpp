@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+struct stat;
+
 namespace actorllm {
 
 /// Which file a buffer's bytes are, unchanged, and where in it: the file's identity as stat(2) gives it (a file
@@ -29,6 +31,9 @@ struct file_origin {
       path;  ///< the file's path when it was opened (absolute), to tell later whether it still holds these bytes
   bool operator==(const file_origin&) const = default;
 };
+
+/// The identity of the file at `path` whose stat(2) is `st`, at offset 0.
+file_origin file_origin_of(const struct ::stat& st, std::string path);
 
 /// Memory a backend owns on its device. data() is an address on that device (a host address for the CPU).
 class buffer {

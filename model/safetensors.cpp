@@ -5,6 +5,7 @@
 #include "model/json_util.hpp"
 #include "model/model_error.hpp"
 #include "model/text_file.hpp"
+#include "util/file_descriptor.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -48,22 +49,6 @@ std::optional<stored_type> parse_stored_type(std::string_view s) {
       return t;
   return std::nullopt;
 }
-
-/// Keeps an fd open only as long as needed to map the file.
-class file_descriptor {
- public:
-  explicit file_descriptor(int fd) : fd_(fd) {}
-  file_descriptor(const file_descriptor&) = delete;
-  file_descriptor& operator=(const file_descriptor&) = delete;
-  ~file_descriptor() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 /// Reads one header entry, checking it against the data section it must live in.
 class header_reader {
@@ -202,7 +187,7 @@ int64_t tensor_info::numel() const {
 
 safetensors_file safetensors_file::open(const std::filesystem::path& path) {
   const std::string where = path.string();
-  file_descriptor fd(::open(where.c_str(), O_RDONLY | O_CLOEXEC));
+  util::file_descriptor fd(::open(where.c_str(), O_RDONLY | O_CLOEXEC));  // open only while mapping
   if (fd.get() < 0)
     throw model_error(fmt::format("{}: cannot open: {}", where, std::strerror(errno)));
   struct stat st {};
@@ -223,14 +208,8 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
   void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd.get(), 0);
   if (map == MAP_FAILED)
     throw model_error(fmt::format("{}: cannot mmap {} bytes: {}", where, size, std::strerror(errno)));
-  const file_origin identity{static_cast<uint64_t>(st.st_dev),
-                             static_cast<uint64_t>(st.st_ino),
-                             size,
-                             int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
-                             int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec,
-                             0,
-                             std::filesystem::absolute(path).string()};
-  file.mapping_ = std::make_shared<const file_mapping>(static_cast<const std::byte*>(map), size, identity);
+  file.mapping_ = std::make_shared<const file_mapping>(static_cast<const std::byte*>(map), size,
+                                                       file_origin_of(st, std::filesystem::absolute(path).string()));
   file.map_ = static_cast<const std::byte*>(map);
   file.size_ = size;
 

@@ -141,8 +141,10 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   // most of a load on a VM: the first touch of each page goes through the hypervisor); others by their bytes.
   util::digest128 key;
   std::vector<file_origin> sources;
+  bool parts_populated = false;  // mapped for reading already, by the digest of their bytes
   if (weight_cache_ != nullptr) {
     const bool in_files = std::all_of(parts.begin(), parts.end(), [](const tensor& p) { return p.buf->origin(); });
+    parts_populated = !in_files;
     util::fast_digest d;
     d.add(in_files ? 1 : 2);
     d.add(cpu::bf16_panels_format);
@@ -172,7 +174,8 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   const std::shared_ptr<host_buffer> own = entry == nullptr ? host_buffer::allocate_huge(bytes) : nullptr;
   auto* out = reinterpret_cast<uint16_t*>(entry != nullptr ? entry->data() : static_cast<std::byte*>(own->data()));
   for (const tensor& p : parts) {
-    populate_for_reading(p.data(), p.nbytes());
+    if (!parts_populated)
+      populate_for_reading(p.data(), p.nbytes());
     // Every part before it is whole panels, so its panels are the stacked weight's from its first row on.
     cpu::pack_bf16_panels(p.data_as<uint16_t>(), p.shape[0], n_in, out, pool_);
     out += cpu::bf16_panels_bytes(p.shape[0], n_in) / sizeof(uint16_t);

@@ -1,6 +1,7 @@
 // Packed weights kept on disk between runs (see packed_weight_cache.hpp).
 #include "kernels/cpu/packed_weight_cache.hpp"
 
+#include "util/file_descriptor.hpp"
 #include "util/log.hpp"
 #include "util/thread_pool.hpp"
 
@@ -50,23 +51,6 @@ struct trailer {
 static_assert(sizeof(trailer) == 64);
 constexpr std::array<char, 8> trailer_magic = {'A', 'L', 'P', 'A', 'N', 'E', 'L', 'S'};
 constexpr uint32_t trailer_version = 1;
-
-// A file descriptor closed when it goes out of scope.
-class fd_guard {
- public:
-  explicit fd_guard(int fd) : fd_(fd) {}
-  ~fd_guard() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-  fd_guard(const fd_guard&) = delete;
-  fd_guard& operator=(const fd_guard&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 // An entry's bytes mapped read-only at a 2 MiB-aligned address (so the kernel can map the page cache's huge folios
 // whole); unmapped with the last tensor that refers to it.
@@ -144,17 +128,18 @@ std::filesystem::path default_dir() {
 // Whether the file a source record names still is that file (the same identity as stat(2) gives it).
 bool source_unchanged(const file_origin& o) {
   struct stat st {};
-  return ::stat(o.path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_dev) == o.device &&
-         static_cast<uint64_t>(st.st_ino) == o.inode && static_cast<uint64_t>(st.st_size) == o.size &&
-         int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec == o.modified_ns &&
-         int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec == o.changed_ns;
+  return ::stat(o.path.c_str(), &st) == 0 && file_origin_of(st, o.path) == o;
 }
 
-// A source record: one line per file, "device inode size modified_ns changed_ns path".
+// A source record: one line per file (parts from one file once), "device inode size modified_ns changed_ns path".
 std::string source_record(const std::vector<file_origin>& sources) {
   std::string out;
-  for (const file_origin& o : sources)
-    out += fmt::format("{} {} {} {} {} {}\n", o.device, o.inode, o.size, o.modified_ns, o.changed_ns, o.path);
+  for (const file_origin& o : sources) {
+    const std::string line =
+        fmt::format("{} {} {} {} {} {}\n", o.device, o.inode, o.size, o.modified_ns, o.changed_ns, o.path);
+    if (out.find(line) == std::string::npos)
+      out += line;
+  }
   return out;
 }
 
@@ -164,7 +149,7 @@ bool read_source_record(const std::filesystem::path& path, std::vector<file_orig
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream fields(line);
-    file_origin o;
+    file_origin o;  // offset 0: a record names files, not places in them
     if (!(fields >> o.device >> o.inode >> o.size >> o.modified_ns >> o.changed_ns) || fields.get() != ' ')
       return false;
     std::getline(fields, o.path);
@@ -227,9 +212,14 @@ std::filesystem::path packed_weight_cache::entry_path(const util::digest128& key
   return config_.dir / (key.hex() + std::string(entry_extension));
 }
 
+std::filesystem::path packed_weight_cache::temporary_path(const util::digest128& key) const {
+  static std::atomic<uint64_t> serial{0};  // unique within the process; the pid makes it so between processes
+  return config_.dir / fmt::format("{}.tmp.{}.{}", key.hex(), static_cast<long>(::getpid()), serial.fetch_add(1));
+}
+
 std::shared_ptr<buffer> packed_weight_cache::find(const util::digest128& key, size_t bytes, thread_pool& pool) {
   const std::filesystem::path path = entry_path(key);
-  fd_guard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  util::file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st {};
   if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || bytes == 0) {
     ++misses_;
@@ -309,6 +299,7 @@ void packed_weight_cache::evict_for(uint64_t incoming) {
     return removed;
   };
   // Entries whose checkpoint is gone or changed are never mapped again: they go first, whatever the space.
+  std::vector<std::filesystem::path> stale;
   for (const std::filesystem::path& record : records) {
     std::vector<file_origin> sources;
     const std::filesystem::path panels = std::filesystem::path(record).replace_extension(entry_extension);
@@ -320,11 +311,14 @@ void packed_weight_cache::evict_for(uint64_t incoming) {
       continue;
     const auto changed =
         std::find_if(sources.begin(), sources.end(), [](const file_origin& o) { return !source_unchanged(o); });
-    if (changed != sources.end() && remove_entry(panels))
-      log::info(where, "removed {}: {} is gone or changed since it was packed", panels.filename().string(),
-                changed->path);
+    if (changed == sources.end())
+      continue;
+    remove_entry(panels);
+    stale.push_back(panels);
+    log::info(where, "removed {}: {} is gone or changed since it was packed", panels.filename().string(),
+              changed->path);
   }
-  std::erase_if(entries, [&](const entry& e) { return !std::filesystem::exists(e.path, ec); });
+  std::erase_if(entries, [&](const entry& e) { return std::find(stale.begin(), stale.end(), e.path) != stale.end(); });
   for (const entry& e : entries)
     total += e.size;
   std::sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) { return a.used < b.used; });
@@ -341,10 +335,8 @@ void packed_weight_cache::evict_for(uint64_t incoming) {
 void packed_weight_cache::record_sources(const util::digest128& key, const std::vector<file_origin>& sources) const {
   if (sources.empty())
     return;
-  static std::atomic<uint64_t> serial{0};
   const std::filesystem::path final_path = std::filesystem::path(entry_path(key)).replace_extension(source_extension);
-  const std::filesystem::path tmp =
-      config_.dir / fmt::format("{}.tmp.{}.s{}", key.hex(), static_cast<long>(::getpid()), serial.fetch_add(1));
+  const std::filesystem::path tmp = temporary_path(key);
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << source_record(sources);
@@ -363,9 +355,7 @@ std::unique_ptr<packed_weight_cache::pending_entry> packed_weight_cache::begin_s
   const uint64_t incoming = bytes + sizeof(trailer);
   if (disabled_.load() || bytes == 0 || incoming > config_.max_bytes)
     return nullptr;
-  static std::atomic<uint64_t> serial{0};
-  const std::filesystem::path tmp =
-      config_.dir / fmt::format("{}.tmp.{}.{}", key.hex(), static_cast<long>(::getpid()), serial.fetch_add(1));
+  const std::filesystem::path tmp = temporary_path(key);
   {
     std::lock_guard lock(store_mutex_);
     std::error_code ec;
@@ -382,7 +372,7 @@ std::unique_ptr<packed_weight_cache::pending_entry> packed_weight_cache::begin_s
       return nullptr;
     }
   }
-  fd_guard fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  util::file_descriptor fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   // Blocks reserved up front where the file system can (no write then fails for space); the size alone elsewhere.
   const bool sized = fd.get() >= 0 && (::fallocate(fd.get(), 0, 0, static_cast<off_t>(incoming)) == 0 ||
                                        ::ftruncate(fd.get(), static_cast<off_t>(incoming)) == 0);

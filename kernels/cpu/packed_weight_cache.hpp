@@ -103,6 +103,8 @@ class packed_weight_cache {
 
  private:
   std::filesystem::path entry_path(const util::digest128& key) const;
+  // A fresh name for a file being written under `key` (entry or source record), renamed into place when whole.
+  std::filesystem::path temporary_path(const util::digest128& key) const;
   // Removes the entries whose source files are gone or changed, then others, least recently used first, until
   // `incoming` more bytes fit within the limit.
   void evict_for(uint64_t incoming);

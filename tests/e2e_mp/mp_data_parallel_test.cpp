@@ -6,6 +6,7 @@
 #include "actors/executors/executor.hpp"
 #include "support/golden_ids.hpp"
 #include "support/replica_driver.hpp"
+#include "support/scoped_env.hpp"
 #include "support/test_paths.hpp"
 #include "support/worker_processes.hpp"
 
@@ -22,6 +23,7 @@
 #include <vector>
 
 using namespace actorllm;
+using test::scoped_env;
 
 namespace {
 
@@ -39,27 +41,6 @@ size_t count_containing(const std::vector<std::string>& lines, const std::string
     n += l.find(part) != std::string::npos ? 1 : 0;
   return n;
 }
-
-/// Sets an environment variable for one test and restores the old value.
-struct scoped_env {
-  scoped_env(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name))
-      old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~scoped_env() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 engine_config dp_config() {
   engine_config c;

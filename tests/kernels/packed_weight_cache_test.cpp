@@ -4,6 +4,7 @@
 #include "kernels/cpu/packed_weight_cache.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "support/scoped_env.hpp"
 #include "support/test_paths.hpp"
 #include "util/thread_pool.hpp"
 
@@ -22,34 +23,10 @@
 #include <vector>
 
 using namespace actorllm;
+using test::scoped_env;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Sets (or unsets, for nullopt) an environment variable for a scope.
-class scoped_env {
- public:
-  scoped_env(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name))
-      old_ = old;
-    if (value)
-      ::setenv(name, value->c_str(), 1);
-    else
-      ::unsetenv(name);
-  }
-  ~scoped_env() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 std::vector<std::byte> pattern(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -171,13 +148,7 @@ namespace {
 file_origin origin_of(const fs::path& path) {
   struct stat st {};
   REQUIRE(::stat(path.c_str(), &st) == 0);
-  return {static_cast<uint64_t>(st.st_dev),
-          static_cast<uint64_t>(st.st_ino),
-          static_cast<uint64_t>(st.st_size),
-          int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
-          int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec,
-          0,
-          fs::absolute(path).string()};
+  return file_origin_of(st, fs::absolute(path).string());
 }
 
 }  // namespace
