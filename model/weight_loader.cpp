@@ -2,6 +2,7 @@
 // large copy), then copy the slices out of the mappings in parallel chunks, converting dtype on the way if asked.
 #include "model/weight_loader.hpp"
 #include "util/check.hpp"
+#include "util/populate_pages.hpp"
 
 #include "util/progress_bar.hpp"
 
@@ -206,6 +207,11 @@ model_weights load_weights(const model_config& cfg, const weight_table& table, c
     const std::byte* src = job.src.file->data(*job.src.info);
     auto* dst = static_cast<std::byte*>(job.dst->data());
     const size_t n = static_cast<size_t>(c.run_end - c.run_begin);
+    // The chunk's span of the file in one call: a column slice (tp > 1) reads every page of its tensor, and faulting
+    // them one by one took most of a TP=2 load of a 1.1B model on a 2-core VM (330 MiB copied per rank in 1.0 s).
+    const auto first = static_cast<size_t>(job.layout.full_index(c.outer_begin, c.run_begin));
+    const auto last = static_cast<size_t>(job.layout.full_index(c.outer_end - 1, c.run_end));
+    util::populate_for_reading(src + first * dtype_size(src_type), (last - first) * dtype_size(src_type));
     for (int64_t o = c.outer_begin; o < c.outer_end; ++o) {
       const auto from = static_cast<size_t>(job.layout.full_index(o, c.run_begin));
       const auto to = static_cast<size_t>(job.layout.slice_index(o, c.run_begin));

@@ -13,6 +13,7 @@
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/sampling.hpp"
 #include "util/check.hpp"
+#include "util/populate_pages.hpp"
 
 #include <fmt/format.h>
 
@@ -159,7 +160,7 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
           d.add(field);
         continue;
       }
-      populate_for_reading(p.data(), p.nbytes());
+      util::populate_for_reading(p.data(), p.nbytes());
       d.add({static_cast<const std::byte*>(p.data()), p.nbytes()}, pool_);
     }
     key = d.value();
@@ -175,7 +176,7 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   auto* out = reinterpret_cast<uint16_t*>(entry != nullptr ? entry->data() : static_cast<std::byte*>(own->data()));
   for (const tensor& p : parts) {
     if (!parts_populated)
-      populate_for_reading(p.data(), p.nbytes());
+      util::populate_for_reading(p.data(), p.nbytes());
     // Every part before it is whole panels, so its panels are the stacked weight's from its first row on.
     cpu::pack_bf16_panels(p.data_as<uint16_t>(), p.shape[0], n_in, out, pool_);
     out += cpu::bf16_panels_bytes(p.shape[0], n_in) / sizeof(uint16_t);

@@ -162,18 +162,6 @@ bool read_source_record(const std::filesystem::path& path, std::vector<file_orig
 
 }  // namespace
 
-void populate_for_reading(const void* p, size_t bytes) {
-#ifdef MADV_POPULATE_READ
-  const auto begin = reinterpret_cast<uintptr_t>(p) / small_page * small_page;
-  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
-  if (bytes > 0)
-    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);  // EINVAL before Linux 5.14: no-op
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 packed_weight_cache_config packed_weight_cache_config::from_environment() {
   packed_weight_cache_config c;
   const char* dir = std::getenv("ACTORLLM_PACKED_WEIGHT_CACHE");

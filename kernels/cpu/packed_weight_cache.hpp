@@ -25,11 +25,6 @@ class thread_pool;
 
 namespace actorllm::cpu {
 
-/// Maps the pages of [p, p + bytes) for reading in one call (MADV_POPULATE_READ) where the kernel can; a no-op where it
-/// cannot. A weight read first through a file mapping faults once per 64 KiB otherwise: 0.9 s against 0.1 s for the
-/// 2.2 GB of a 1.1B model on a 2-core VM, where each fault costs a trip through the hypervisor.
-void populate_for_reading(const void* p, size_t bytes);
-
 /// Where the cache lives and how large it may grow.
 struct packed_weight_cache_config {
   std::filesystem::path dir;  ///< empty: no cache
