@@ -29,6 +29,9 @@ struct file_origin {
   uint64_t offset = 0;  ///< of data() in the file
   std::string
       path;  ///< the file's path when it was opened (absolute), to tell later whether it still holds these bytes
+  /// A strided slice of the file (a tensor's columns, as a row-parallel TP rank holds them): the bytes from the start
+  /// of one of its rows in the file to the next; its rows are the buffer's rows, back to back. 0: one contiguous run.
+  uint64_t row_stride = 0;
   bool operator==(const file_origin&) const = default;
 };
 

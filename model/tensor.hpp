@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -17,7 +18,10 @@ namespace actorllm::model {
 /// A row-major host tensor; for weights, this shard's slice of the full tensor. Either owned (64-byte-aligned storage
 /// of its own) or a view of memory another object owns: a weight the loader uses in place in the checkpoint's file
 /// mapping, which the view keeps alive. The mutable data() of a view first copies it into storage of its own (copy
-/// on write), so a writer owns what it writes; a reader should use the const one.
+/// on write), so a writer owns what it writes; a reader should use the const one. A third kind is a deferred copy: a
+/// slice the loader cannot use in place (a tensor's columns), copied out of the file mapping the first time anything
+/// reads it, so that a backend that finds what it needs by the slice's place in the file (buffer::origin; the CPU's
+/// packed-weight cache) never copies it at all.
 struct host_tensor {
   dtype type = dtype::f32;
   std::vector<int64_t> shape;  ///< the slice's shape
@@ -32,6 +36,7 @@ struct host_tensor {
       shape = std::move(other.shape);
       row_offset = other.row_offset;
       storage_ = std::move(other.storage_);
+      deferred_ = std::move(other.deferred_);
       view_ = std::exchange(other.view_, nullptr);
       owner_ = std::move(other.owner_);
       origin_ = std::exchange(other.origin_, std::nullopt);
@@ -46,12 +51,22 @@ struct host_tensor {
   /// made from it, lives. No copy. `origin`: the file the bytes are in, unchanged (buffer::origin), when they are.
   static host_tensor view(dtype t, std::vector<int64_t> s, const void* data, std::shared_ptr<const void> owner,
                           std::optional<file_origin> origin = std::nullopt);
+  /// A deferred copy (shape `s` of `t`): `fill(dst)` writes its nbytes() bytes, once, the first time data() is asked
+  /// for, here or of the backend tensor made from it; until then `owner` (what fill reads) is kept alive. `origin`
+  /// names the bytes in their file (a strided slice: file_origin::row_stride).
+  static host_tensor deferred(dtype t, std::vector<int64_t> s, std::function<void(void* dst)> fill,
+                              std::shared_ptr<const void> owner, file_origin origin);
 
-  const void* data() const { return view_ != nullptr ? view_ : storage_.get(); }
+  /// The bytes (a deferred copy is made here, once).
+  const void* data() const;
   /// The storage to write; a view becomes an owned copy first.
   void* data();
   /// Whether this is a view of memory it does not own (nothing was copied).
   bool is_view() const { return view_ != nullptr; }
+  /// Whether this is a deferred copy not made yet.
+  bool is_deferred() const;
+  /// A deferred copy's fill and, once made, its bytes (model/tensor.cpp).
+  struct deferred_copy;
   /// What a view keeps alive (null for an owned tensor).
   const std::shared_ptr<const void>& view_owner() const { return owner_; }
   /// numel() * dtype_size(type).
@@ -77,10 +92,15 @@ struct host_tensor {
   struct free_deleter {
     void operator()(std::byte* p) const { std::free(p); }
   };
-  std::unique_ptr<std::byte[], free_deleter> storage_;
-  const void* view_ = nullptr;         // a view's data, in memory owner_ keeps alive
-  std::shared_ptr<const void> owner_;  // a view's keeper
-  std::optional<file_origin> origin_;  // a view's place in its file, when it has one
+  using storage = std::unique_ptr<std::byte[], free_deleter>;
+  // Uninitialised storage for `bytes` bytes: 64-byte aligned, on transparent huge pages from 2 MiB on.
+  static storage allocate(size_t bytes);
+
+  storage storage_;
+  std::shared_ptr<deferred_copy> deferred_;  // a deferred copy's fill and, once made, its bytes
+  const void* view_ = nullptr;               // a view's data, in memory owner_ keeps alive
+  std::shared_ptr<const void> owner_;        // a view's keeper
+  std::optional<file_origin> origin_;        // a view's place in its file, when it has one
   size_t nbytes_ = 0;
 };
 

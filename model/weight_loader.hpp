@@ -16,10 +16,12 @@ namespace actorllm::model {
 /// Loads the `shard` slice of every weight in `table` from the checkpoint in `dir` (model.safetensors, or an index
 /// and its shards). A slice that keeps its dtype and lies in one piece in the file (a whole tensor, or rows of one) is
 /// used in place: a host_tensor::view of the file mapping, which stays mapped while any such view (or the backend
-/// tensor made from it) lives. Other slices' rows (or strided columns) are copied out of the mapping; the full
-/// tensor is never materialised. Tensors keep the checkpoint's dtype unless `convert_to` is given. Throws model_error
-/// naming the tensor when a required weight is missing or its full shape differs from the declaration (expected and
-/// found shapes), and whatever safetensors_checkpoint::open throws for a malformed checkpoint.
+/// tensor made from it) lives. A matrix's columns that keep their dtype (a row-parallel weight at tp > 1) are a
+/// host_tensor::deferred copy, named by their place in the file (a strided file_origin) and copied out of the mapping
+/// only when first read. Other slices are copied out of the mapping; the full tensor is never materialised. Tensors
+/// keep the checkpoint's dtype unless `convert_to` is given. Throws model_error naming the tensor when a required
+/// weight is missing or its full shape differs from the declaration (expected and found shapes), and whatever
+/// safetensors_checkpoint::open throws for a malformed checkpoint.
 model_weights load_weights(const model_config& cfg, const weight_table& table, const std::filesystem::path& dir,
                            const shard_spec& shard, std::optional<dtype> convert_to = std::nullopt);
 

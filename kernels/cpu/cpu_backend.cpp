@@ -109,6 +109,10 @@ namespace {
 // Rows of one tensor_layout::cpu_bf16_panels panel.
 constexpr int64_t panel_rows = 32;
 
+// What the packed-weight cache's key is made of: the parts' files and places, or their bytes; and a part that is a
+// strided slice of its file (its stride follows).
+constexpr uint64_t in_files_tag = 1, by_bytes_tag = 2, strided_part_tag = 3;
+
 // Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own
 // place: bf16 row-major host parts of one width, every one but the last whole 32-row panels, on a CPU that runs the
 // vdpbf16ps kernels.
@@ -144,10 +148,14 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   std::vector<file_origin> sources;
   bool parts_populated = false;  // mapped for reading already, by the digest of their bytes
   if (weight_cache_ != nullptr) {
-    const bool in_files = std::all_of(parts.begin(), parts.end(), [](const tensor& p) { return p.buf->origin(); });
+    // (A view into a strided slice past its start is not a place in the file the key can name: known by its bytes.)
+    const bool in_files = std::all_of(parts.begin(), parts.end(), [](const tensor& p) {
+      const std::optional<file_origin> o = p.buf->origin();
+      return o && (o->row_stride == 0 || p.offset == 0);
+    });
     parts_populated = !in_files;
     util::fast_digest d;
-    d.add(in_files ? 1 : 2);
+    d.add(in_files ? in_files_tag : by_bytes_tag);
     d.add(cpu::bf16_panels_format);
     d.add(static_cast<uint64_t>(n_in));
     for (const tensor& p : parts) {
@@ -158,6 +166,10 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
         for (uint64_t field : {o.device, o.inode, o.size, static_cast<uint64_t>(o.modified_ns),
                                static_cast<uint64_t>(o.changed_ns), o.offset + p.offset})
           d.add(field);
+        if (o.row_stride != 0) {  // a strided slice: other bytes than the run at the same offset
+          d.add(strided_part_tag);
+          d.add(o.row_stride);
+        }
         continue;
       }
       util::populate_for_reading(p.data(), p.nbytes());

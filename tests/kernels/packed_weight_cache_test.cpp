@@ -311,6 +311,24 @@ TEST_CASE("cpu_backend with a packed-weight cache: the same packed bytes, mapped
     CHECK(same_packed(cold.import_linear_weight(next), plain.import_linear_weight(next)));
     CHECK(cache->totals().stored == 3);
   }
+  SUBCASE("a strided slice of a file (a tp rank's columns): its own entry, not read on a hit") {
+    file_origin columns = in_file;
+    columns.row_stride = 512 * 2;  // 256 of a row's 512 bf16 columns
+    const tensor w = bf16_weight(96, 256, 7, columns);
+    const tensor reference = plain.import_linear_weight(w);
+    CHECK(same_packed(cold.import_linear_weight(w), reference));
+    CHECK(same_packed(cold.import_linear_weight(bf16_weight(96, 256, 8, columns)), reference));
+    CHECK(cache->totals().hits == 1);
+    // The contiguous run at the same offset, and another stride, are other bytes: packed from their own.
+    const tensor run = bf16_weight(96, 256, 10, in_file);
+    CHECK(same_packed(cold.import_linear_weight(run), plain.import_linear_weight(run)));
+    file_origin wider = columns;
+    wider.row_stride = 768 * 2;
+    const tensor other = bf16_weight(96, 256, 11, wider);
+    CHECK(same_packed(cold.import_linear_weight(other), plain.import_linear_weight(other)));
+    CHECK(cache->totals().hits == 1);
+    CHECK(cache->totals().stored == 3);
+  }
   SUBCASE("stacked parts") {
     const tensor q = bf16_weight(64, 256, 5, in_file), k = bf16_weight(32, 256, 6, std::nullopt);
     const std::vector<tensor> parts{q, k};

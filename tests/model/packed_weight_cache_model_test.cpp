@@ -1,6 +1,8 @@
 // stories260K in bf16 through the CPU backend's packed-weight cache: the weights packed as before, packed into a cold
-// cache, and mapped from a warm one give the same logits to the bit.
+// cache, and mapped from a warm one give the same logits to the bit; at tp 2 too, where o_proj and down_proj are
+// column slices the cache knows by their strided place in the file.
 #include "comm/collective.hpp"
+#include "comm/shared_memory_collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/packed_weight_cache.hpp"
@@ -15,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 using namespace actorllm;
@@ -39,11 +42,15 @@ std::filesystem::path write_bf16_stories() {
   return dir;
 }
 
-// The logits of a 6-token prefill and 4 greedy steps after it, all in one vector.
-std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be) {
-  model::loaded_shard loaded = model::load_shard(dir, {}, {});
-  single_rank_collective comm;
-  model::llama_model llm{loaded.config, std::move(loaded.weights), {}, comm, be};
+// The logits of a 6-token prefill and 4 greedy steps after it, all in one vector, of `shard` (its rank of `comm`).
+std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be, const model::shard_spec& shard,
+                       tp_collective& comm) {
+  model::loaded_shard loaded = model::load_shard(dir, shard, {});
+  if (shard.tp_size > 1)  // o_proj and down_proj: columns, not copied unless read
+    for (const auto& [name, h] : loaded.weights.tensors())
+      CHECK(h.is_deferred() ==
+            (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos));
+  model::llama_model llm{loaded.config, std::move(loaded.weights), shard, comm, be};
   model::kv_cache cache{be, llm.cache_shape(16), 16};
   std::vector<int32_t> table(16);
   std::iota(table.begin(), table.end(), 0);
@@ -59,6 +66,31 @@ std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be) {
     tokens = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
   }
   return all;
+}
+
+std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be) {
+  single_rank_collective comm;
+  return run(dir, be, {}, comm);
+}
+
+// run() at tp 2, a thread per rank, each with a backend on `cache` (none: packed in memory): rank 0's logits.
+std::vector<float> run_tp2(const std::filesystem::path& dir, const std::shared_ptr<cpu::packed_weight_cache>& cache) {
+  auto group = std::make_shared<comm::shared_memory_group>(2);
+  std::vector<std::vector<float>> logits(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      cpu::cpu_backend be(1, cache);
+      comm::shared_memory_collective comm{group, r};
+      model::shard_spec shard;
+      shard.tp_rank = r;
+      shard.tp_size = 2;
+      logits[static_cast<size_t>(r)] = run(dir, be, shard, comm);
+    });
+  for (auto& t : ranks)
+    t.join();
+  CHECK(logits[0] == logits[1]);
+  return logits[0];
 }
 
 }  // namespace
@@ -85,4 +117,24 @@ TEST_CASE("packed-weight cache: bf16 stories260K gives the same logits packed, p
   CHECK(cache->totals().hits == stored);
   CHECK(cache->totals().stored == stored);
   MESSAGE(stored << " packed weights stored, then mapped");
+}
+
+TEST_CASE(
+    "packed-weight cache: bf16 stories260K at tp 2 (column slices known by their strided place) gives the same "
+    "logits packed, packed into the cache, and mapped") {
+  if (!cpu::bf16_panels_preferred()) {
+    MESSAGE("skipped: this CPU or build has no AVX512-BF16 kernels, so no weight is packed");
+    return;
+  }
+  const auto model_dir = write_bf16_stories();
+  const std::vector<float> reference = run_tp2(model_dir, nullptr);
+  auto cache = std::make_shared<cpu::packed_weight_cache>(
+      cpu::packed_weight_cache_config{test_util::temp_dir("packed-cache-tp2"), uint64_t{1} << 30});
+  CHECK(run_tp2(model_dir, cache) == reference);
+  const int64_t stored = cache->totals().stored;
+  CHECK(stored > 0);
+  CHECK(run_tp2(model_dir, cache) == reference);
+  CHECK(cache->totals().hits == stored);  // every weight mapped, the column slices too (by place: never copied)
+  CHECK(cache->totals().stored == stored);
+  MESSAGE(stored << " packed weights of 2 ranks stored, then mapped");
 }

@@ -440,6 +440,49 @@ TEST_CASE("loader: slices that keep their dtype and lie in one piece are used in
   }
 }
 
+TEST_CASE("loader: a matrix's columns at tp 2 are copied when first read, named by their strided place in the file") {
+  const auto dir = write_checkpoint(synthetic_config(), dtype::bf16, 2);
+  const model_config cfg = load_model_config(dir);
+  const model_weights whole = load_weights(cfg, llama_weight_table(cfg, {}), dir, {});
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const shard_spec shard{r, 2};
+    model_weights w = load_weights(cfg, llama_weight_table(cfg, shard), dir, shard);
+    int columns = 0;
+    for (const auto& [name, t] : whole.tensors()) {
+      if (split_dim(name) != 1)
+        continue;
+      CAPTURE(name);
+      ++columns;
+      host_tensor* slice = w.find_mutable(name);
+      REQUIRE(slice != nullptr);
+      CHECK(slice->is_deferred());
+      CHECK_FALSE(slice->is_view());
+      const int64_t cols = t.shape[1], half = cols / 2;
+      REQUIRE(slice->shape == std::vector<int64_t>{t.shape[0], half});
+      // Named by the file, the place of its first element and the full row's length, without a copy.
+      const auto mapping = std::static_pointer_cast<const file_mapping>(t.view_owner());
+      REQUIRE(mapping != nullptr);
+      file_origin expected = mapping->origin_of(static_cast<const std::byte*>(t.data()) + r * half * 2);
+      expected.row_stride = static_cast<uint64_t>(cols) * 2;
+      host_tensor moved = std::move(*slice);
+      const tensor handle = std::move(moved).into_tensor();
+      const std::optional<file_origin> o = handle.buf->origin();
+      REQUIRE(o.has_value());
+      CHECK(*o == expected);
+      // Its bytes, copied when the backend first reads them: the columns of the whole tensor.
+      const auto* full = static_cast<const uint16_t*>(t.data());
+      const auto* got = static_cast<const uint16_t*>(handle.data());
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < t.shape[0]; ++i)
+        for (int64_t j = 0; j < half; ++j)
+          mismatches += got[i * half + j] != full[i * cols + r * half + j];
+      CHECK(mismatches == 0);
+    }
+    CHECK(columns > 0);
+  }
+}
+
 TEST_CASE("loader: writing to a weight used in place copies it first, and the file stays as it was") {
   const auto dir = write_checkpoint(synthetic_config(), dtype::bf16, 1);
   const model_config cfg = load_model_config(dir);
