@@ -71,37 +71,4 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-float fp8_e4m3_to_f32(uint8_t v) {
-  const float sign = (v & 0x80u) != 0 ? -1.0f : 1.0f;
-  const int exp = (v >> 3) & 0xf;
-  const int mant = v & 0x7;
-  if (exp == 0xf && mant == 0x7)
-    return std::numeric_limits<float>::quiet_NaN();
-  if (exp == 0)
-    return sign * std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant / 8 * 2^-6
-  return sign * std::ldexp(static_cast<float>(8 + mant), exp - 10);
-}
-
-uint8_t f32_to_fp8_e4m3(float f) {
-  if (std::isnan(f))
-    return 0x7f;
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  const double a = std::fabs(static_cast<double>(f));
-  if (a >= 448.0)
-    return static_cast<uint8_t>(sign | 0x7e);
-  if (a < std::ldexp(1.0, -6)) {  // subnormal (or zero): steps of 2^-9; 8 steps is the smallest normal
-    const auto m = static_cast<int>(std::nearbyint(a * 512.0));
-    return static_cast<uint8_t>(sign | (m >= 8 ? 0x08 : m));
-  }
-  int e = std::ilogb(a);                                                   // 2^e <= a < 2^(e+1), -6 <= e <= 8
-  auto m = static_cast<int>(std::nearbyint(std::ldexp(a, -e) * 8.0)) - 8;  // 0..8
-  if (m == 8) {
-    m = 0;
-    ++e;
-  }
-  if (e > 8 || (e == 8 && m == 7))  // rounded past 448
-    return static_cast<uint8_t>(sign | 0x7e);
-  return static_cast<uint8_t>(sign | ((e + 7) << 3) | m);
-}
-
 }  // namespace actorllm

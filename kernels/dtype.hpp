@@ -1,6 +1,7 @@
 // Element types of weights and activations, and the scalar conversions between them. Shared by every backend.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -74,11 +75,63 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+namespace detail {
+
+// Every e4m3 code's value: (-1)^s * 2^(e-7) * (1 + m/8), subnormals (e = 0) 2^-6 * m/8, 0x7f/0xff NaN. Made at compile
+// time from the bits of the float, so reading one is a load (converting an FP8 checkpoint reads billions).
+constexpr std::array<float, 256> make_fp8_e4m3_table() {
+  std::array<float, 256> t{};
+  for (uint32_t v = 0; v < 256; ++v) {
+    const uint32_t sign = (v & 0x80u) << 24, exp = (v >> 3) & 0xfu, mant = v & 0x7u;
+    uint32_t bits = 0;
+    if (exp == 0xf && mant == 0x7) {
+      bits = sign | 0x7fc00000u;  // quiet NaN
+    } else if (exp != 0) {
+      bits = sign | ((exp - 7 + 127) << 23) | (mant << 20);
+    } else if (mant != 0) {  // subnormal: mant * 2^-9, normalised for the float
+      uint32_t m = mant, e = 127 - 9;
+      while ((m & 0x8u) == 0) {  // shift the leading one to bit 3 (the implicit one at m = 8)
+        m <<= 1;
+        --e;
+      }
+      bits = sign | ((e + 3) << 23) | ((m & 0x7u) << 20);
+    } else {
+      bits = sign;  // +-0
+    }
+    t[v] = std::bit_cast<float>(bits);
+  }
+  return t;
+}
+
+inline constexpr std::array<float, 256> fp8_e4m3_table = make_fp8_e4m3_table();
+
+}  // namespace detail
+
 /// FP8 e4m3 ("e4m3fn", the OCP format of F8_E4M3 checkpoints): 1 sign, 4 exponent bits (bias 7), 3 mantissa bits,
 /// subnormals, no infinities, 0x7f / 0xff NaN, largest finite 448. Exact.
-float fp8_e4m3_to_f32(uint8_t v);
+inline float fp8_e4m3_to_f32(uint8_t v) { return detail::fp8_e4m3_table[v]; }
+
 /// The nearest e4m3 value (ties to even), saturated to +-448 (as vLLM clamps before converting); NaN gives 0x7f.
-uint8_t f32_to_fp8_e4m3(float f);
+inline uint8_t f32_to_fp8_e4m3(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u)  // NaN
+    return 0x7f;
+  if (abs >= 0x43e00000u)  // 448 (the largest finite) and beyond, infinities too: saturated
+    return static_cast<uint8_t>(sign | 0x7e);
+  if (abs < 0x3c800000u) {  // below 2^-6, the smallest normal: steps of 2^-9, 8 of them the smallest normal
+    // a * 512 is exact (a power of two); adding and taking away 2^23 rounds it to an integer, ties to even.
+    const float steps = std::bit_cast<float>(abs) * 512.0f;
+    const auto m = static_cast<uint32_t>((steps + 8388608.0f) - 8388608.0f);
+    return static_cast<uint8_t>(sign | m);  // m == 8 is 0x08, the smallest normal
+  }
+  // Normal: keep 3 of the 23 mantissa bits, rounding the other 20 to nearest, ties to even; a carry moves into the
+  // exponent, as it should. Below 448 nothing rounds past 448 (416 and 448 are neighbours).
+  const uint32_t rounded = (abs + 0x7ffffu + ((abs >> 20) & 1u)) & ~0xfffffu;
+  const uint32_t exp = (rounded >> 23) - 127 + 7, mant = (rounded >> 20) & 0x7u;
+  return static_cast<uint8_t>(sign | (exp << 3) | mant);
+}
 
 /// Reads element `i` of a buffer of type `t` as float.
 inline float load_as_f32(const void* data, dtype t, size_t i) {

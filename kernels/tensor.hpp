@@ -32,6 +32,9 @@ struct file_origin {
   /// A strided slice of the file (a tensor's columns, as a row-parallel TP rank holds them): the bytes from the start
   /// of one of its rows in the file to the next; its rows are the buffer's rows, back to back. 0: one contiguous run.
   uint64_t row_stride = 0;
+  /// What the loader made of those bytes before handing them on, when not the bytes themselves (a weight quantized at
+  /// load: which rounding, and its version); 0: the bytes as stored. Part of what names them.
+  uint64_t transform = 0;
   bool operator==(const file_origin&) const = default;
 };
 

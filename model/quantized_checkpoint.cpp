@@ -537,22 +537,38 @@ host_tensor quantize_fp8_slice_as_bf16(const safetensors_checkpoint::entry& src,
                           stored_type_name(src.info->stored)));
   const int64_t n_in = decl.shape[1];
   const slice_box b = box_of(decl, tp_rank, tp_size);
-  host_tensor out(dtype::bf16, {b.r1 - b.r0, b.c1 - b.c0});
   const float_reader element(src, decl.shape[0], n_in);
-  auto* dst = out.data_as<uint16_t>();
-  const int64_t cols = b.c1 - b.c0;
-  for_row_chunks(b.r1 - b.r0, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t o = b.r0 + r;
-      float amax = 0;
-      for (int64_t i = 0; i < n_in; ++i)  // the whole row: the same scale whatever the layout
-        amax = std::max(amax, std::fabs(element(o, i)));
-      const float scale = fp8_channel_scale(amax);
-      for (int64_t c = 0; c < cols; ++c)
-        dst[r * cols + c] = fp8_round_trip_bf16(element(o, b.c0 + c), scale);
-    }
-  });
-  return out;
+  const int64_t rows = b.r1 - b.r0, cols = b.c1 - b.c0;
+  // Reads the checkpoint through `element` (which points into its mapping), never through `src`: this may run after
+  // the checkpoint object is gone.
+  auto quantize = [element, b, n_in, rows, cols](void* out) {
+    auto* dst = static_cast<uint16_t*>(out);
+    for_row_chunks(rows, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(static_cast<size_t>(n_in));  // read once: for its scale, then rounded
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t o = b.r0 + r;
+        float amax = 0;
+        for (int64_t i = 0; i < n_in; ++i) {  // the whole row: the same scale whatever the layout
+          row[static_cast<size_t>(i)] = element(o, i);
+          amax = std::max(amax, std::fabs(row[static_cast<size_t>(i)]));
+        }
+        const float scale = fp8_channel_scale(amax);
+        for (int64_t c = 0; c < cols; ++c)
+          dst[r * cols + c] = fp8_round_trip_bf16(row[static_cast<size_t>(b.c0 + c)], scale);
+      }
+    });
+  };
+  if (src.file->mapping() == nullptr) {
+    host_tensor out(dtype::bf16, {rows, cols});
+    quantize(out.data());
+    return out;
+  }
+  const size_t element_size = dtype_size(src.info->type);
+  file_origin origin = src.file->mapping()->origin_of(src.file->data(*src.info) +
+                                                      static_cast<size_t>(b.r0 * n_in + b.c0) * element_size);
+  origin.row_stride = cols == n_in ? 0 : static_cast<uint64_t>(n_in) * element_size;
+  origin.transform = fp8_at_load_transform;
+  return host_tensor::deferred(dtype::bf16, {rows, cols}, std::move(quantize), src.file->mapping(), std::move(origin));
 }
 
 }  // namespace actorllm::model

@@ -70,9 +70,14 @@ float fp8_channel_scale(float amax);
 /// `w` rounded to e4m3 at `scale` and back, as bf16 bits: what a per-channel fp8 weight holds, dequantized.
 uint16_t fp8_round_trip_bf16(float w, float scale);
 
+/// What quantize_fp8_slice_as_bf16 makes of a slice's bytes, as file_origin::transform names it ("FP8", version 1).
+inline constexpr uint64_t fp8_at_load_transform = 0x465038'01;
+
 /// `--quantization fp8` on a float weight: each output row (whole, whatever the slice, so every layout gets the same
 /// scales) scaled to max |w| / 448, rounded to e4m3, and the slice's elements dequantized to bf16. `src` is the
-/// float tensor "<prefix>.weight".
+/// float tensor "<prefix>.weight". Where the checkpoint is mapped, a host_tensor::deferred: quantized when first read,
+/// and named by its place in the file with fp8_at_load_transform, so a backend that finds the result by that name
+/// (the CPU's packed-weight cache) never quantizes it.
 host_tensor quantize_fp8_slice_as_bf16(const safetensors_checkpoint::entry& src, const weight_decl& decl, int tp_rank,
                                        int tp_size);
 

@@ -109,9 +109,9 @@ namespace {
 // Rows of one tensor_layout::cpu_bf16_panels panel.
 constexpr int64_t panel_rows = 32;
 
-// What the packed-weight cache's key is made of: the parts' files and places, or their bytes; and a part that is a
-// strided slice of its file (its stride follows).
-constexpr uint64_t in_files_tag = 1, by_bytes_tag = 2, strided_part_tag = 3;
+// What the packed-weight cache's key is made of: the parts' files and places, or their bytes; a part that is a strided
+// slice of its file (its stride follows), or was made from its file's bytes (the transform follows).
+constexpr uint64_t in_files_tag = 1, by_bytes_tag = 2, strided_part_tag = 3, transformed_part_tag = 4;
 
 // Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own
 // place: bf16 row-major host parts of one width, every one but the last whole 32-row panels, on a CPU that runs the
@@ -169,6 +169,10 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
         if (o.row_stride != 0) {  // a strided slice: other bytes than the run at the same offset
           d.add(strided_part_tag);
           d.add(o.row_stride);
+        }
+        if (o.transform != 0) {  // made from those bytes (quantized at load): other bytes again
+          d.add(transformed_part_tag);
+          d.add(o.transform);
         }
         continue;
       }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ios>
 #include <limits>
+#include <sstream>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -222,4 +223,92 @@ TEST_CASE("convert_to_f32 and convert_from_f32 agree with the scalar conversions
       }
     }
   }
+}
+
+namespace {
+
+// FP8 e4m3 from the format's definition, in double (the project's first, libm-based conversions): the references
+// of the table and the bit-level encoder.
+double e4m3_value(uint8_t v) {
+  const double sign = (v & 0x80u) != 0 ? -1.0 : 1.0;
+  const int exp = (v >> 3) & 0xf, mant = v & 0x7;
+  if (exp == 0xf && mant == 0x7)
+    return std::numeric_limits<double>::quiet_NaN();
+  if (exp == 0)
+    return sign * std::ldexp(static_cast<double>(mant), -9);
+  return sign * std::ldexp(static_cast<double>(8 + mant), exp - 10);
+}
+
+uint8_t e4m3_nearest(float f) {
+  if (std::isnan(f))
+    return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 448.0)
+    return static_cast<uint8_t>(sign | 0x7e);
+  if (a < std::ldexp(1.0, -6)) {
+    const auto m = static_cast<int>(std::nearbyint(a * 512.0));
+    return static_cast<uint8_t>(sign | (m >= 8 ? 0x08 : m));
+  }
+  int e = std::ilogb(a);
+  auto m = static_cast<int>(std::nearbyint(std::ldexp(a, -e) * 8.0)) - 8;
+  if (m == 8) {
+    m = 0;
+    ++e;
+  }
+  if (e > 8 || (e == 8 && m == 7))
+    return static_cast<uint8_t>(sign | 0x7e);
+  return static_cast<uint8_t>(sign | ((e + 7) << 3) | m);
+}
+
+}  // namespace
+
+TEST_CASE("fp8 e4m3 -> f32: every code is its value from the format's definition") {
+  for (int v = 0; v < 256; ++v) {
+    CAPTURE(v);
+    const double want = e4m3_value(static_cast<uint8_t>(v));
+    const float got = fp8_e4m3_to_f32(static_cast<uint8_t>(v));
+    if (std::isnan(want)) {
+      CHECK(std::isnan(got));
+      continue;
+    }
+    CHECK(static_cast<double>(got) == want);
+    CHECK(std::signbit(got) == ((v & 0x80) != 0));  // -0 too
+  }
+}
+
+TEST_CASE(
+    "f32 -> fp8 e4m3: the nearest code, ties to even, saturated, on every code's neighbourhood and a sweep of "
+    "all floats") {
+  auto check = [](float f) {
+    const uint8_t want = e4m3_nearest(f), got = f32_to_fp8_e4m3(f);
+    if (want != got) {
+      std::ostringstream what;
+      what << "f = " << std::hexfloat << f << " (bits 0x" << std::hex << std::bit_cast<uint32_t>(f) << "): got 0x"
+           << int{got} << ", want 0x" << int{want};
+      FAIL_CHECK(what.str());
+    }
+  };
+  // Each code's value, the midpoints to its neighbours (the ties) and one float step either side of all of them.
+  for (int v = 0; v < 0x7f; ++v) {
+    const double here = e4m3_value(static_cast<uint8_t>(v));
+    const double next = v + 1 < 0x7f ? e4m3_value(static_cast<uint8_t>(v + 1)) : 480.0;  // 480: past the largest
+    for (double x : {here, (here + next) / 2}) {
+      const auto f = static_cast<float>(x);
+      for (float g : {f, std::nextafter(f, 0.0f), std::nextafter(f, 1e9f)})
+        for (float s : {g, -g})
+          check(s);
+    }
+  }
+  // Every 997th bit pattern of all 2^32: float subnormals, normals, infinities and NaNs of both signs.
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 997)
+    check(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  CHECK(f32_to_fp8_e4m3(std::numeric_limits<float>::infinity()) == 0x7e);
+  CHECK(f32_to_fp8_e4m3(-std::numeric_limits<float>::infinity()) == 0xfe);
+  CHECK(f32_to_fp8_e4m3(std::numeric_limits<float>::quiet_NaN()) == 0x7f);
+  CHECK(f32_to_fp8_e4m3(-0.0f) == 0x80);
+  CHECK(f32_to_fp8_e4m3(0.5f * 0x1p-9f) == 0x00);  // a tie below the smallest subnormal: to even (0)
+  CHECK(f32_to_fp8_e4m3(1.5f * 0x1p-9f) == 0x02);  // a tie between subnormals 1 and 2: to even (2)
+  CHECK(f32_to_fp8_e4m3(1.0625f) == 0x38);         // a tie between 1 and 1.125: to even (1)
+  CHECK(f32_to_fp8_e4m3(464.0f) == 0x7e);          // between 448 and 480: saturated to 448
 }

@@ -329,6 +329,24 @@ TEST_CASE("cpu_backend with a packed-weight cache: the same packed bytes, mapped
     CHECK(cache->totals().hits == 1);
     CHECK(cache->totals().stored == 3);
   }
+  SUBCASE("a weight made from its file's bytes (quantized at load): its own entry, not read on a hit") {
+    file_origin quantized = in_file;
+    quantized.transform = 0x46503801;
+    const tensor w = bf16_weight(96, 256, 12, quantized);
+    const tensor reference = plain.import_linear_weight(w);
+    CHECK(same_packed(cold.import_linear_weight(w), reference));
+    CHECK(same_packed(cold.import_linear_weight(bf16_weight(96, 256, 13, quantized)), reference));
+    CHECK(cache->totals().hits == 1);
+    // The bytes as stored at that place, and another transform of them, are others.
+    const tensor stored = bf16_weight(96, 256, 14, in_file);
+    CHECK(same_packed(cold.import_linear_weight(stored), plain.import_linear_weight(stored)));
+    file_origin other = quantized;
+    other.transform = 0x46503802;
+    const tensor again = bf16_weight(96, 256, 15, other);
+    CHECK(same_packed(cold.import_linear_weight(again), plain.import_linear_weight(again)));
+    CHECK(cache->totals().hits == 1);
+    CHECK(cache->totals().stored == 3);
+  }
   SUBCASE("stacked parts") {
     const tensor q = bf16_weight(64, 256, 5, in_file), k = bf16_weight(32, 256, 6, std::nullopt);
     const std::vector<tensor> parts{q, k};

@@ -42,14 +42,18 @@ std::filesystem::path write_bf16_stories() {
   return dir;
 }
 
-// The logits of a 6-token prefill and 4 greedy steps after it, all in one vector, of `shard` (its rank of `comm`).
+// The logits of a 6-token prefill and 4 greedy steps after it, all in one vector, of `shard` (its rank of `comm`),
+// the weights loaded with `options`.
 std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be, const model::shard_spec& shard,
-                       tp_collective& comm) {
-  model::loaded_shard loaded = model::load_shard(dir, shard, {});
-  if (shard.tp_size > 1)  // o_proj and down_proj: columns, not copied unless read
-    for (const auto& [name, h] : loaded.weights.tensors())
-      CHECK(h.is_deferred() ==
-            (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos));
+                       tp_collective& comm, const model::load_options& options = {}) {
+  model::loaded_shard loaded = model::load_shard(dir, shard, options);
+  const bool fp8 = options.quantization == "fp8";
+  if (shard.tp_size > 1 || fp8)  // o_proj and down_proj columns, or every Linear quantized: not made unless read
+    for (const auto& [name, h] : loaded.weights.tensors()) {
+      const bool column = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
+      const bool linear = name.find("_proj") != std::string::npos;
+      CHECK(h.is_deferred() == (fp8 ? linear : column));
+    }
   model::llama_model llm{loaded.config, std::move(loaded.weights), shard, comm, be};
   model::kv_cache cache{be, llm.cache_shape(16), 16};
   std::vector<int32_t> table(16);
@@ -68,9 +72,10 @@ std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be, c
   return all;
 }
 
-std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be) {
+std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be,
+                       const model::load_options& options = {}) {
   single_rank_collective comm;
-  return run(dir, be, {}, comm);
+  return run(dir, be, {}, comm, options);
 }
 
 // run() at tp 2, a thread per rank, each with a backend on `cache` (none: packed in memory): rank 0's logits.
@@ -137,4 +142,32 @@ TEST_CASE(
   CHECK(cache->totals().hits == stored);  // every weight mapped, the column slices too (by place: never copied)
   CHECK(cache->totals().stored == stored);
   MESSAGE(stored << " packed weights of 2 ranks stored, then mapped");
+}
+
+TEST_CASE(
+    "packed-weight cache: bf16 stories260K quantized to fp8 at load gives the same logits packed, packed into the "
+    "cache, and mapped, and a warm start quantizes nothing") {
+  if (!cpu::bf16_panels_preferred()) {
+    MESSAGE("skipped: this CPU or build has no AVX512-BF16 kernels, so no weight is packed");
+    return;
+  }
+  const auto model_dir = write_bf16_stories();
+  model::load_options fp8;
+  fp8.quantization = "fp8";
+  cpu::cpu_backend plain(2, nullptr);
+  const std::vector<float> reference = run(model_dir, plain, fp8);
+  const std::vector<float> unquantized = run(model_dir, plain);
+  CHECK(reference != unquantized);  // quantized: other logits than bf16's
+  auto cache = std::make_shared<cpu::packed_weight_cache>(
+      cpu::packed_weight_cache_config{test_util::temp_dir("packed-cache-fp8"), uint64_t{1} << 30});
+  cpu::cpu_backend cold(2, cache);
+  CHECK(run(model_dir, cold, fp8) == reference);
+  const int64_t stored = cache->totals().stored;
+  CHECK(stored > 0);
+  cpu::cpu_backend warm(2, cache);
+  CHECK(run(model_dir, warm, fp8) == reference);
+  CHECK(cache->totals().hits == stored);  // every quantized weight found by its place and transform
+  CHECK(cache->totals().stored == stored);
+  // The same file unquantized is not taken for the quantized weights.
+  CHECK(run(model_dir, warm) == unquantized);
 }
