@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -74,10 +75,11 @@ struct host_tensor::deferred_copy {
       bytes = std::move(s);
       fill = nullptr;  // what it read is no longer needed
       owner.reset();
+      made.store(true, std::memory_order_release);
     });
     return bytes.get();
   }
-  bool made() const { return bytes != nullptr; }
+  std::atomic<bool> made{false};  // readable while another thread makes the copy
 };
 
 namespace {
@@ -120,7 +122,9 @@ const void* host_tensor::data() const {
   return view_ != nullptr ? view_ : storage_.get();
 }
 
-bool host_tensor::is_deferred() const { return deferred_ != nullptr && !deferred_->made(); }
+bool host_tensor::is_deferred() const {
+  return deferred_ != nullptr && !deferred_->made.load(std::memory_order_acquire);
+}
 
 host_tensor host_tensor::view(dtype t, std::vector<int64_t> s, const void* data, std::shared_ptr<const void> owner,
                               std::optional<file_origin> origin) {

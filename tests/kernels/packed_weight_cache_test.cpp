@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <optional>
 #include <random>
 #include <string>
@@ -311,41 +312,32 @@ TEST_CASE("cpu_backend with a packed-weight cache: the same packed bytes, mapped
     CHECK(same_packed(cold.import_linear_weight(next), plain.import_linear_weight(next)));
     CHECK(cache->totals().stored == 3);
   }
-  SUBCASE("a strided slice of a file (a tp rank's columns): its own entry, not read on a hit") {
-    file_origin columns = in_file;
-    columns.row_stride = 512 * 2;  // 256 of a row's 512 bf16 columns
-    const tensor w = bf16_weight(96, 256, 7, columns);
+  // A weight named by `named` is its own entry, found on a hit without reading the bytes at hand; weights named by
+  // each of `others` (the same place differently read) are other bytes, packed from their own.
+  auto check_named_apart = [&](const file_origin& named, std::initializer_list<file_origin> others, uint64_t seed) {
+    const tensor w = bf16_weight(96, 256, seed, named);
     const tensor reference = plain.import_linear_weight(w);
     CHECK(same_packed(cold.import_linear_weight(w), reference));
-    CHECK(same_packed(cold.import_linear_weight(bf16_weight(96, 256, 8, columns)), reference));
+    CHECK(same_packed(cold.import_linear_weight(bf16_weight(96, 256, seed + 1, named)), reference));
     CHECK(cache->totals().hits == 1);
-    // The contiguous run at the same offset, and another stride, are other bytes: packed from their own.
-    const tensor run = bf16_weight(96, 256, 10, in_file);
-    CHECK(same_packed(cold.import_linear_weight(run), plain.import_linear_weight(run)));
-    file_origin wider = columns;
+    for (const file_origin& o : others) {
+      const tensor t = bf16_weight(96, 256, seed += 2, o);  // bytes of its own, not those the hit came with
+      CHECK(same_packed(cold.import_linear_weight(t), plain.import_linear_weight(t)));
+    }
+    CHECK(cache->totals().hits == 1);
+    CHECK(cache->totals().stored == static_cast<int64_t>(1 + others.size()));
+  };
+  SUBCASE("a strided slice of a file (a tp rank's columns): its own entry, not read on a hit") {
+    file_origin columns = in_file, wider = in_file;
+    columns.row_stride = 512 * 2;  // 256 of a row's 512 bf16 columns
     wider.row_stride = 768 * 2;
-    const tensor other = bf16_weight(96, 256, 11, wider);
-    CHECK(same_packed(cold.import_linear_weight(other), plain.import_linear_weight(other)));
-    CHECK(cache->totals().hits == 1);
-    CHECK(cache->totals().stored == 3);
+    check_named_apart(columns, {in_file, wider}, 7);  // the contiguous run at the same offset, another stride
   }
   SUBCASE("a weight made from its file's bytes (quantized at load): its own entry, not read on a hit") {
-    file_origin quantized = in_file;
+    file_origin quantized = in_file, other = in_file;
     quantized.transform = 0x46503801;
-    const tensor w = bf16_weight(96, 256, 12, quantized);
-    const tensor reference = plain.import_linear_weight(w);
-    CHECK(same_packed(cold.import_linear_weight(w), reference));
-    CHECK(same_packed(cold.import_linear_weight(bf16_weight(96, 256, 13, quantized)), reference));
-    CHECK(cache->totals().hits == 1);
-    // The bytes as stored at that place, and another transform of them, are others.
-    const tensor stored = bf16_weight(96, 256, 14, in_file);
-    CHECK(same_packed(cold.import_linear_weight(stored), plain.import_linear_weight(stored)));
-    file_origin other = quantized;
     other.transform = 0x46503802;
-    const tensor again = bf16_weight(96, 256, 15, other);
-    CHECK(same_packed(cold.import_linear_weight(again), plain.import_linear_weight(again)));
-    CHECK(cache->totals().hits == 1);
-    CHECK(cache->totals().stored == 3);
+    check_named_apart(quantized, {in_file, other}, 12);  // the bytes as stored there, another transform of them
   }
   SUBCASE("stacked parts") {
     const tensor q = bf16_weight(64, 256, 5, in_file), k = bf16_weight(32, 256, 6, std::nullopt);

@@ -15,8 +15,10 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -98,6 +100,24 @@ std::vector<float> run_tp2(const std::filesystem::path& dir, const std::shared_p
   return logits[0];
 }
 
+// Runs `run_with` on a cold cache in a new directory, then again on it warm: both give `reference`, the cold run
+// stores what the warm one maps, all of it. The cache, for more runs.
+std::shared_ptr<cpu::packed_weight_cache> check_cold_then_warm(
+    const std::function<std::vector<float>(const std::shared_ptr<cpu::packed_weight_cache>&)>& run_with,
+    const std::vector<float>& reference, const std::string& dir_name) {
+  auto cache = std::make_shared<cpu::packed_weight_cache>(
+      cpu::packed_weight_cache_config{test_util::temp_dir(dir_name), uint64_t{1} << 30});
+  CHECK(run_with(cache) == reference);
+  const int64_t stored = cache->totals().stored;
+  CHECK(stored > 0);
+  CHECK(cache->totals().hits == 0);
+  CHECK(run_with(cache) == reference);
+  CHECK(cache->totals().hits == stored);  // every weight mapped (found by its place: never read, copied or quantized)
+  CHECK(cache->totals().stored == stored);
+  MESSAGE(stored << " packed weights stored, then mapped");
+  return cache;
+}
+
 }  // namespace
 
 TEST_CASE("packed-weight cache: bf16 stories260K gives the same logits packed, packed into the cache, and mapped") {
@@ -107,21 +127,12 @@ TEST_CASE("packed-weight cache: bf16 stories260K gives the same logits packed, p
   }
   const auto model_dir = write_bf16_stories();
   cpu::cpu_backend plain(2, nullptr);
-  const std::vector<float> reference = run(model_dir, plain);
-
-  auto cache = std::make_shared<cpu::packed_weight_cache>(
-      cpu::packed_weight_cache_config{test_util::temp_dir("packed-cache"), uint64_t{1} << 30});
-  cpu::cpu_backend cold(2, cache);
-  CHECK(run(model_dir, cold) == reference);
-  const int64_t stored = cache->totals().stored;
-  CHECK(stored > 0);
-  CHECK(cache->totals().hits == 0);
-
-  cpu::cpu_backend warm(2, cache);
-  CHECK(run(model_dir, warm) == reference);
-  CHECK(cache->totals().hits == stored);
-  CHECK(cache->totals().stored == stored);
-  MESSAGE(stored << " packed weights stored, then mapped");
+  check_cold_then_warm(
+      [&](const auto& cache) {
+        cpu::cpu_backend be(2, cache);
+        return run(model_dir, be);
+      },
+      run(model_dir, plain), "packed-cache");
 }
 
 TEST_CASE(
@@ -132,16 +143,8 @@ TEST_CASE(
     return;
   }
   const auto model_dir = write_bf16_stories();
-  const std::vector<float> reference = run_tp2(model_dir, nullptr);
-  auto cache = std::make_shared<cpu::packed_weight_cache>(
-      cpu::packed_weight_cache_config{test_util::temp_dir("packed-cache-tp2"), uint64_t{1} << 30});
-  CHECK(run_tp2(model_dir, cache) == reference);
-  const int64_t stored = cache->totals().stored;
-  CHECK(stored > 0);
-  CHECK(run_tp2(model_dir, cache) == reference);
-  CHECK(cache->totals().hits == stored);  // every weight mapped, the column slices too (by place: never copied)
-  CHECK(cache->totals().stored == stored);
-  MESSAGE(stored << " packed weights of 2 ranks stored, then mapped");
+  check_cold_then_warm([&](const auto& cache) { return run_tp2(model_dir, cache); }, run_tp2(model_dir, nullptr),
+                       "packed-cache-tp2");
 }
 
 TEST_CASE(
@@ -158,16 +161,13 @@ TEST_CASE(
   const std::vector<float> reference = run(model_dir, plain, fp8);
   const std::vector<float> unquantized = run(model_dir, plain);
   CHECK(reference != unquantized);  // quantized: other logits than bf16's
-  auto cache = std::make_shared<cpu::packed_weight_cache>(
-      cpu::packed_weight_cache_config{test_util::temp_dir("packed-cache-fp8"), uint64_t{1} << 30});
-  cpu::cpu_backend cold(2, cache);
-  CHECK(run(model_dir, cold, fp8) == reference);
-  const int64_t stored = cache->totals().stored;
-  CHECK(stored > 0);
+  const auto cache = check_cold_then_warm(
+      [&](const auto& c) {
+        cpu::cpu_backend be(2, c);
+        return run(model_dir, be, fp8);
+      },
+      reference, "packed-cache-fp8");
   cpu::cpu_backend warm(2, cache);
-  CHECK(run(model_dir, warm, fp8) == reference);
-  CHECK(cache->totals().hits == stored);  // every quantized weight found by its place and transform
-  CHECK(cache->totals().stored == stored);
   // The same file unquantized is not taken for the quantized weights.
   CHECK(run(model_dir, warm) == unquantized);
 }
