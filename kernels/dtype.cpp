@@ -1,9 +1,6 @@
 // Element types and scalar conversions.
 #include "kernels/dtype.hpp"
 
-#include <cmath>
-#include <limits>
-
 namespace actorllm {
 
 std::optional<dtype> parse_dtype(std::string_view s) {
