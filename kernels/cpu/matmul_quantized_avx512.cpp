@@ -8,16 +8,19 @@
 //   (Sapphire Rapids, in a VM) it measured about 2 cycles per instruction and the same kernel on vpdpwssd ran 1.5x
 //   (int4) to 2-3x (int8) faster. Each segment (a group's part of a 128-input block) is converted to f32 once, times
 //   its group's scale; each block's sum times its step; the zero points come off per row at the end, vectorized over
-//   groups (scale * zero * the group's sum of x). Tiles of 4 rows x 1 token, or 2 rows x up to 4 tokens. Rows are
-//   prefetched along (512 bytes ahead) and one tile ahead (the next tile's rows, into L2): a 4-bit row of 2048 inputs
-//   is only 1 KiB.
+//   groups (scale * zero * the group's sum of x). Tiles of 2 rows x 2 to 4 tokens read consecutive rows, prefetched
+//   along (512 bytes ahead) and one tile ahead (the next tile's rows, into L2): a 4-bit row of 2048 inputs is only
+//   1 KiB. One token: tiles of 4 rows, each the next row of one of four streams walked side by side (walk_streams),
+//   with no software prefetch; 4-bit codes in whole-block groups go on vpdpbusd against the grid's high and low
+//   bytes (grid_bytes), 64 products an instruction. Both give the same exact lane sums as the multi-token tiles, so
+//   a token's result does not depend on how many tokens share the call.
 // - GEMM (many tokens): 32 rows are dequantized to bf16 ((code - zero) * scale, rounded once, as dequantize_to_bf16
 //   does) into a panel in cache and run on the bf16 weights' 12 x 32 register tiles (matmul_bf16) with x rounded to
 //   bf16, so the result is bit-identical to the packed bf16 weight's.
 // W8A8 (int8 per-token activations, signed 8-bit codes): vpdpbusd multiplies 64 pairs per instruction, activations
 // + 128 (unsigned) against signed codes; 128 * the group's code sum (precomputed) is taken off the exact int32 sum.
-// Tiles of 4 rows x up to 4 tokens serve every batch size (token rows in chunks that stay in L2); the float epilogue
-// is w8a8_combine's, step for step.
+// Tiles of 4 rows x up to 4 tokens serve every batch size (token rows in chunks that stay in L2; one token reads four
+// row streams, as the weight-only GEMV); the float epilogue is w8a8_combine's, step for step.
 #include "kernels/cpu/matmul_quantized_avx512.hpp"
 
 #include <algorithm>
@@ -57,7 +60,33 @@ struct wo_input {
   int64_t ld;
   const float* steps;  // [n_tokens][n_blocks]: the grid step of each block
   int64_t n_blocks;
+  const uint8_t* bytes = nullptr;  // one token: its grid values as bytes in 4-bit code order (grid_bytes), or null
 };
+
+// One token's grid values q [n_blocks * 128] split into bytes for vpdpbusd against 4-bit codes, 256 per block: the
+// high bytes (q >> 8, signed) in the order of the block's low nibbles, then in the order of its high nibbles, then
+// the low bytes (q & 0xff, unsigned) in the same two orders. Byte j of a block's 64-byte load of codes holds the
+// codes of inputs 64 (j % 2) + j / 2 (low nibble) and 32 + 64 (j % 2) + j / 2 (high nibble): word m's nibbles are
+// chunks 0..3 (quantized_panels), so a low-nibble vector interleaves chunks 0 and 2 byte by byte, a high-nibble one
+// chunks 1 and 3. q = 256 hi + lo exactly, so sum(code * q) = 256 sum(code * hi) + sum(lo * code), both exact in
+// int32 and vpdpbusd's operand signs (unsigned x signed): codes x hi, lo x codes.
+void grid_bytes(const int16_t* q, int64_t n_blocks, uint8_t* out) {
+  const __m512i low_byte = _mm512_set1_epi16(0x00ff), high_byte = _mm512_set1_epi16(static_cast<int16_t>(0xff00));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int16_t* x = q + b * block_inputs;
+    __m512i c[4];
+    for (int i = 0; i < 4; ++i)
+      c[i] = _mm512_loadu_si512(x + 32 * i);
+    uint8_t* o = out + b * 256;
+    for (int h = 0; h < 2; ++h) {                 // low nibbles: chunks 0 and 2; high nibbles: chunks 1 and 3
+      const __m512i even = c[h], odd = c[h + 2];  // word m: byte 0 from `even`, byte 1 from `odd`
+      const __m512i hi = _mm512_or_si512(_mm512_srli_epi16(even, 8), _mm512_and_si512(odd, high_byte));
+      const __m512i lo = _mm512_or_si512(_mm512_and_si512(even, low_byte), _mm512_slli_epi16(odd, 8));
+      _mm512_storeu_si512(o + 64 * h, hi);
+      _mm512_storeu_si512(o + 128 + 64 * h, lo);
+    }
+  }
+}
 
 // How a weight's groups fall on its 32-input chunks.
 enum wo_mode : int {
@@ -92,25 +121,77 @@ inline __m512i chunk_codes(const __m512i (&loads)[2]) {
   }
 }
 
-// out[t][r] = y[t0 + t, row0 + r] without bias, for R rows and T tokens. Per (row, token) three accumulators: the
-// exact int32 sum of the current segment (a group's part of one 128-input block), the block's sum of segments times
-// their group's scale, and the running f32 sum of blocks times their step.
+// The weight rows of one tile: row o[r] of weight w[r]. Every weight of a tile has v's format (bits, group size,
+// n_in), so that v's geometry, mode and group sums serve them all.
+struct tile_row_refs {
+  std::array<const quantized_panels*, tile_rows> w{};
+  std::array<int64_t, tile_rows> o{};
+};
+
+// R consecutive rows of w from row0, the last ones repeating w's last row when it has fewer.
+tile_row_refs consecutive_rows(const quantized_panels& w, int64_t row0) {
+  tile_row_refs refs;
+  for (int r = 0; r < tile_rows; ++r) {
+    refs.w[static_cast<size_t>(r)] = &w;
+    refs.o[static_cast<size_t>(r)] = tile_row(row0, r, w.n_out());
+  }
+  return refs;
+}
+
+// One token reads a weight's rows as several streams walked side by side, a tile taking the next row of each: the
+// range [r0, r1) cut into `streams` runs of near-equal length, visit(o, valid) called once per tile with o[s] the next
+// row of run s (a row that exists, repeated once a shorter run is done, where valid[s] is false). A weight read as one
+// run of consecutive rows measured 11-14 GB/s on one core of the 2-vCPU Zen 5 VM and as four streams 17 (int4 g128,
+// 28.5 against 21.5 GB/s on two cores; bench_quantized_matmul, 2048 x 2048 copies past the caches): the rows are short
+// (1 KiB at 2048 4-bit inputs), and one stream gives the hardware prefetchers too little to run ahead on while the
+// unpacking keeps the core busy.
+template <int Streams, class Visit>
+void walk_streams(int64_t r0, int64_t r1, Visit&& visit) {
+  const int64_t run = (r1 - r0 + Streams - 1) / Streams;
+  std::array<int64_t, Streams> o{};
+  std::array<bool, Streams> valid{};
+  for (int64_t j = 0; j < run; ++j) {
+    for (size_t s = 0; s < Streams; ++s) {
+      const int64_t row = r0 + static_cast<int64_t>(s) * run + j;
+      valid[s] = row < r1;
+      o[s] = valid[s] ? row : r0 + j;
+    }
+    visit(o, valid);
+  }
+}
+
+// out[t][r] = the product of token t0 + t with tile row r, without bias, for R rows and T tokens. Per (row, token)
+// three accumulators: the exact int32 sum of the current segment (a group's part of one 128-input block), the block's
+// sum of segments times their group's scale, and the running f32 sum of blocks times their step.
 // With one token, the odd chunks of a segment go to a second accumulator: vpdpwssd's latency (5 to 6 cycles) would
 // otherwise bound a block's four dependent instructions per row.
+// Software prefetch: a multi-token tile reads consecutive rows, each 512 bytes ahead along the row and the same line
+// one tile ahead (into L2). A one-token tile reads rows far apart (stream_gemv), each the next row of its own stream,
+// and is faster with none: the hardware's stream prefetchers follow four streams per core on their own, and software
+// prefetches on top measured 5-15% slower (bench_quantized_matmul, 2-vCPU Zen 5).
 template <int R, int T, int Bits, int Mode>
-void wo_tile(const wo_input& in, const wo_view& v, int64_t row0, int64_t t0, float (*out)[tile_rows]) {
+void wo_tile(const wo_input& in, const wo_view& v, const tile_row_refs& refs, int64_t t0, float (*out)[tile_rows]) {
   constexpr int loads_per_block = Bits == 8 ? 2 : 1;
-  constexpr bool split = T == 1 && Mode != wo_g32;
+  constexpr bool stream = R == tile_rows && T == 1;  // stream_gemv's one-token tile; the others read consecutive rows
+  constexpr bool prefetch = !stream;
+  // One token against 4-bit codes in whole blocks per segment: vpdpbusd on the grid's bytes (grid_bytes), 64
+  // products an instruction where vpdpwssd takes 32, and one unpacking per nibble half instead of one per chunk. A
+  // lane sums the same eight inputs of the block as vpdpwssd's lane on the chunks does (inputs 2i, 2i + 1 of each
+  // chunk), so every lane's exact sum, and so the result, is the same. (Groups of 32 or 64 end inside a block, where
+  // a byte lane would mix two groups' inputs: those keep vpdpwssd.)
+  constexpr bool byte_dots = stream && Bits == 4 && Mode == wo_blocks;
+  constexpr bool split = T == 1 && Mode != wo_g32 && !byte_dots;
   const quantized_panels& w = *v.w;
-  const int64_t n_out = w.n_out(), ng = w.n_groups(), n_in = w.n_in();
+  const int64_t ng = w.n_groups(), n_in = w.n_in();
   const uint8_t* rows[R];
   const float* scales[R];
   const uint8_t* zeros[R];
   for (int r = 0; r < R; ++r) {
-    const int64_t o = tile_row(row0, r, n_out);
-    rows[r] = w.row_codes(o);
-    scales[r] = w.row_scales(o);
-    zeros[r] = w.row_zeros(o);
+    const quantized_panels& wr = *refs.w[static_cast<size_t>(r)];
+    const int64_t o = refs.o[static_cast<size_t>(r)];
+    rows[r] = wr.row_codes(o);
+    scales[r] = wr.row_scales(o);
+    zeros[r] = wr.row_zeros(o);
   }
   const int16_t* xs[T];
   const float* steps[T];
@@ -191,12 +272,38 @@ void wo_tile(const wo_input& in, const wo_view& v, int64_t row0, int64_t t0, flo
   };
 
   for (int64_t b = 0; b < n_blocks; ++b) {
+    if constexpr (byte_dots) {
+      // Padding past n_in is zero codes against zero grid values: whole blocks, no chunk count.
+      const uint8_t* xb = in.bytes + b * 256;
+      const __m512i hi_low = _mm512_loadu_si512(xb), hi_high = _mm512_loadu_si512(xb + 64);
+      const __m512i lo_low = _mm512_loadu_si512(xb + 128), lo_high = _mm512_loadu_si512(xb + 192);
+      const __m512i nibble = _mm512_set1_epi8(0x0f);
+      for (int r = 0; r < R; ++r) {
+        const __m512i codes = _mm512_loadu_si512(rows[r] + b * 64);
+        const __m512i low = _mm512_and_si512(codes, nibble);
+        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(codes, 4), nibble);
+        __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, hi_low);
+        h = _mm512_dpbusd_epi32(h, high, hi_high);
+        __m512i l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo_low, low);
+        l = _mm512_dpbusd_epi32(l, lo_high, high);
+        seg[r][0] = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);  // end_segment left it zero
+      }
+      end_segment();
+      if (--left == 0 || b + 1 == n_blocks) {
+        ++g;
+        left = v.per_group;
+      }
+      end_block(b);
+      continue;
+    }
     __m512i loads[R][2];
     for (int r = 0; r < R; ++r)
       for (int l = 0; l < loads_per_block; ++l) {
         const uint8_t* src = rows[r] + (b * loads_per_block + l) * 64;
-        _mm_prefetch(reinterpret_cast<const char*>(src) + prefetch_bytes, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(src) + next_tile, _MM_HINT_T1);
+        if constexpr (prefetch) {
+          _mm_prefetch(reinterpret_cast<const char*>(src) + prefetch_bytes, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(src) + next_tile, _MM_HINT_T1);
+        }
         loads[r][l] = _mm512_loadu_si512(src);
       }
     const int n_chunks = b + 1 < n_blocks ? 4 : last_chunks;
@@ -237,7 +344,7 @@ void wo_tile(const wo_input& in, const wo_view& v, int64_t row0, int64_t t0, flo
   }
 }
 
-using wo_tile_fn = void (*)(const wo_input&, const wo_view&, int64_t, int64_t, float (*)[tile_rows]);
+using wo_tile_fn = void (*)(const wo_input&, const wo_view&, const tile_row_refs&, int64_t, float (*)[tile_rows]);
 
 // One token: tiles of 4 rows (four row streams). More tokens: tiles of 2 rows x up to 4 tokens, so that each row's
 // codes, unpacked once, serve 4 tokens (24 accumulators in registers).
@@ -271,6 +378,11 @@ wo_tile_fn wo_tile_for_bits(wo_mode mode, size_t index) {
 
 wo_tile_fn wo_tile_for(const wo_view& v, size_t index) {
   return v.w->bits() == 8 ? wo_tile_for_bits<8>(v.mode, index) : wo_tile_for_bits<4>(v.mode, index);
+}
+
+// Whether w's groups are whole 128-input blocks (or one per row), set_mode's wo_blocks.
+bool byte_dots_mode(const quantized_panels& w) {
+  return w.group_size() % block_inputs == 0 || w.group_size() == w.n_in();
 }
 
 // The mode and the count it needs for w.
@@ -347,6 +459,58 @@ void grid_group_sums(const wo_input& in, int64_t n_tokens, int64_t n_in, int64_t
   }
 }
 
+// One token, rows [r0, r1) of v's weight as four streams (walk_streams).
+void stream_rows(const wo_input& in, const wo_view& v, int64_t r0, int64_t r1) {
+  const wo_tile_fn tile = wo_tile_for(v, 0);
+  walk_streams<tile_rows>(r0, r1,
+                          [&](const std::array<int64_t, tile_rows>& o, const std::array<bool, tile_rows>& valid) {
+                            tile_row_refs refs;
+                            refs.w.fill(v.w);
+                            refs.o = o;
+                            float out[wo_max_tokens][tile_rows];
+                            tile(in, v, refs, 0, out);
+                            for (size_t s = 0; s < tile_rows; ++s)
+                              if (valid[s])
+                                v.y[o[s]] = out[0][s] + (v.bias != nullptr ? v.bias[o[s]] : 0.0f);
+                          });
+}
+
+// One token, outputs [r0, r1) of a gated pair: two streams of outputs, each read in gate and in up (four row
+// streams); writes silu(gate) * up to gate's outputs (up's are not written: scratch).
+void stream_gated_rows(const wo_input& in, const wo_view& gate, const wo_view& up, int64_t r0, int64_t r1) {
+  const wo_tile_fn tile = wo_tile_for(gate, 0);
+  walk_streams<2>(r0, r1, [&](const std::array<int64_t, 2>& o, const std::array<bool, 2>& valid) {
+    tile_row_refs refs;
+    refs.w = {gate.w, gate.w, up.w, up.w};
+    refs.o = {o[0], o[1], o[0], o[1]};
+    float out[wo_max_tokens][tile_rows];
+    tile(in, gate, refs, 0, out);
+    for (size_t h = 0; h < 2; ++h)
+      if (valid[h]) {
+        const float g = out[0][h] + (gate.bias != nullptr ? gate.bias[o[h]] : 0.0f);
+        const float u = out[0][2 + h] + (up.bias != nullptr ? up.bias[o[h]] : 0.0f);
+        silu_mul(&g, &u, 1, gate.y + o[h]);
+      }
+  });
+}
+
+// One token, units [u_begin, u_end) of a call: each target's rows in them streamed (stream_rows, stream_gated_rows).
+// Every tile reads one target (or one gated pair), so its rows share a format.
+void stream_gemv(const wo_input& in, std::span<const wo_view> views, const quantized_units& units, bool gated,
+                 int64_t u_begin, int64_t u_end) {
+  for (size_t i = units.target_of(u_begin, 0); i < units.n_targets && units.begin[i] < u_end; ++i) {
+    const wo_view& v = views[i];
+    const int64_t r0 = (std::max(u_begin, units.begin[i]) - units.begin[i]) * tile_rows;
+    const int64_t r1 = std::min((std::min(u_end, units.begin[i + 1]) - units.begin[i]) * tile_rows, v.w->n_out());
+    if (r0 >= r1)
+      continue;
+    if (gated)
+      stream_gated_rows(in, views[0], views[1], r0, r1);
+    else
+      stream_rows(in, v, r0, r1);
+  }
+}
+
 void wo_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const quantized_target> targets, bool gated,
              thread_pool& pool) {
   const int64_t k_pad = round_up(n_in, block_inputs);
@@ -359,7 +523,15 @@ void wo_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const qua
   steps.resize(static_cast<size_t>(n_tokens * n_blocks));
   for (int64_t t = 0; t < n_tokens; ++t)
     grid_row(x + t * n_in, n_in, q.data() + t * ld, steps.data() + t * n_blocks, k_pad);
-  const wo_input in{q.data(), ld, steps.data(), n_blocks};
+  thread_local std::vector<uint8_t> bytes;
+  const bool any_byte_dots =
+      n_tokens == 1 && std::any_of(targets.begin(), targets.end(),
+                                   [](const quantized_target& t) { return t.w->bits() == 4 && byte_dots_mode(*t.w); });
+  if (any_byte_dots) {
+    bytes.resize(static_cast<size_t>(n_blocks * 256));
+    grid_bytes(q.data(), n_blocks, bytes.data());
+  }
+  const wo_input in{q.data(), ld, steps.data(), n_blocks, any_byte_dots ? bytes.data() : nullptr};
   // The group sums of the grid values, once per distinct group size.
   std::array<wo_view, 8> views{};
   std::array<int64_t, 8> sum_sizes{};
@@ -387,7 +559,12 @@ void wo_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const qua
     set_mode(views[i]);
   }
   const quantized_units units(targets, gated, tile_rows);
+  const std::span<const wo_view> view_span{views.data(), targets.size()};
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
+    if (n_tokens == 1) {
+      stream_gemv(in, view_span, units, gated, u_begin, u_end);
+      return;
+    }
     size_t i = 0;
     for (int64_t u = u_begin; u < u_end; ++u) {
       i = units.target_of(u, i);
@@ -402,16 +579,11 @@ void wo_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const qua
               v.y[(t0 + t) * n_out + r0 + r] = out[t][r] + (v.bias != nullptr ? v.bias[r0 + r] : 0.0f);
         };
         float out[wo_max_tokens][tile_rows];
-        if (n_tokens == 1) {
-          wo_tile_for(v, 0)(in, v, row0, 0, out);
-          store(out, row0, rows, 0, 1);
-          continue;
-        }
         for (int64_t r0 = row0; r0 < row0 + rows; r0 += wo_multi_rows) {
           const int n_rows = static_cast<int>(std::min<int64_t>(wo_multi_rows, row0 + rows - r0));
           for (int64_t t0 = 0; t0 < n_tokens; t0 += wo_max_tokens) {
             const int tt = static_cast<int>(std::min<int64_t>(wo_max_tokens, n_tokens - t0));
-            wo_tile_for(v, static_cast<size_t>(tt))(in, v, r0, t0, out);
+            wo_tile_for(v, static_cast<size_t>(tt))(in, v, consecutive_rows(*v.w, r0), t0, out);
             store(out, r0, n_rows, t0, tt);
           }
         }
@@ -587,17 +759,18 @@ inline int32_t wrapping_sub(int32_t a, int32_t b) {
 
 // out[t][r] = the weight rows' combined sums for tokens t0.. (before the token scale and bias).
 template <int T>
-void w8_tile(const w8_input& in, const w8_view& v, int64_t row0, int64_t t0, float (*out)[tile_rows]) {
+void w8_tile(const w8_input& in, const w8_view& v, const tile_row_refs& refs, int64_t t0, float (*out)[tile_rows]) {
+  constexpr bool prefetch = T > 1;  // one token: rows far apart (walk_streams), as the weight-only tiles
   const quantized_panels& w = *v.w;
-  const int64_t n_out = w.n_out();
   const uint8_t* rows[tile_rows];
   const float* scales[tile_rows];
   const int32_t* code_sums[tile_rows];
   for (int r = 0; r < tile_rows; ++r) {
-    const int64_t o = tile_row(row0, r, n_out);
-    rows[r] = w.row_codes(o);
-    scales[r] = w.row_scales(o);
-    code_sums[r] = w.row_code_sums(o);
+    const quantized_panels& wr = *refs.w[static_cast<size_t>(r)];
+    const int64_t o = refs.o[static_cast<size_t>(r)];
+    rows[r] = wr.row_codes(o);
+    scales[r] = wr.row_scales(o);
+    code_sums[r] = wr.row_code_sums(o);
   }
   const uint8_t* xs[T];
   for (int t = 0; t < T; ++t)
@@ -624,8 +797,10 @@ void w8_tile(const w8_input& in, const w8_view& v, int64_t row0, int64_t t0, flo
   for (int64_t k = 0; k < k_pad; k += 64) {
     __m512i wv[tile_rows];
     for (int r = 0; r < tile_rows; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + prefetch_bytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + next_tile, _MM_HINT_T1);
+      if constexpr (prefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + prefetch_bytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + next_tile, _MM_HINT_T1);
+      }
       wv[r] = _mm512_loadu_si512(rows[r] + k);
     }
     for (int t = 0; t < T; ++t) {
@@ -645,11 +820,46 @@ void w8_tile(const w8_input& in, const w8_view& v, int64_t row0, int64_t t0, flo
       out[t][r] = run[r][t];
 }
 
-using w8_tile_fn = void (*)(const w8_input&, const w8_view&, int64_t, int64_t, float (*)[tile_rows]);
+using w8_tile_fn = void (*)(const w8_input&, const w8_view&, const tile_row_refs&, int64_t, float (*)[tile_rows]);
 
 template <size_t... I>
 constexpr std::array<w8_tile_fn, sizeof...(I)> w8_tiles(std::index_sequence<I...>) {
   return {&w8_tile<static_cast<int>(I) + 1>...};
+}
+
+// One token, rows [r0, r1) of target i (gated: outputs [r0, r1) of the gate and up pair, silu(gate) * up to gate's) as
+// four row streams (walk_streams).
+void w8_stream_rows(const w8_input& in, std::span<const w8_view> views, size_t i, bool gated, int64_t r0, int64_t r1) {
+  const float sx = in.sx[0];
+  float out[w8_max_tokens][tile_rows];
+  if (!gated) {
+    const w8_view& v = views[i];
+    walk_streams<tile_rows>(r0, r1,
+                            [&](const std::array<int64_t, tile_rows>& o, const std::array<bool, tile_rows>& valid) {
+                              tile_row_refs refs;
+                              refs.w.fill(v.w);
+                              refs.o = o;
+                              w8_tile<1>(in, v, refs, 0, out);
+                              for (size_t s = 0; s < tile_rows; ++s)
+                                if (valid[s])
+                                  v.y[o[s]] = std::fma(sx, out[0][s], v.bias != nullptr ? v.bias[o[s]] : 0.0f);
+                            });
+    return;
+  }
+  const w8_view& gate = views[0];
+  const w8_view& up = views[1];
+  walk_streams<2>(r0, r1, [&](const std::array<int64_t, 2>& o, const std::array<bool, 2>& valid) {
+    tile_row_refs refs;
+    refs.w = {gate.w, gate.w, up.w, up.w};
+    refs.o = {o[0], o[1], o[0], o[1]};
+    w8_tile<1>(in, gate, refs, 0, out);
+    for (size_t h = 0; h < 2; ++h)
+      if (valid[h]) {
+        const float g = std::fma(sx, out[0][h], gate.bias != nullptr ? gate.bias[o[h]] : 0.0f);
+        const float u = std::fma(sx, out[0][2 + h], up.bias != nullptr ? up.bias[o[h]] : 0.0f);
+        silu_mul(&g, &u, 1, gate.y + o[h]);
+      }
+  });
 }
 
 void w8a8(const float* x, int64_t n_tokens, int64_t n_in, std::span<const quantized_target> targets, bool gated,
@@ -679,6 +889,16 @@ void w8a8(const float* x, int64_t n_tokens, int64_t n_in, std::span<const quanti
   const w8_input in{xu, ld, sx};
   const quantized_units units(targets, gated, tile_rows);
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
+    if (n_tokens == 1) {
+      for (size_t i = units.target_of(u_begin, 0); i < units.n_targets && units.begin[i] < u_end; ++i) {
+        const int64_t r0 = (std::max(u_begin, units.begin[i]) - units.begin[i]) * tile_rows;
+        const int64_t r1 =
+            std::min((std::min(u_end, units.begin[i + 1]) - units.begin[i]) * tile_rows, views[i].w->n_out());
+        if (r0 < r1)
+          w8_stream_rows(in, {views.data(), targets.size()}, i, gated, r0, r1);
+      }
+      return;
+    }
     for (int64_t c0 = 0; c0 < n_tokens; c0 += w8_chunk) {
       const int64_t c_end = std::min(n_tokens, c0 + w8_chunk);
       size_t i = 0;
@@ -692,7 +912,7 @@ void w8a8(const float* x, int64_t n_tokens, int64_t n_in, std::span<const quanti
           for (int64_t t0 = c0; t0 < c_end; t0 += w8_max_tokens) {
             const int tt = static_cast<int>(std::min<int64_t>(w8_max_tokens, c_end - t0));
             float out[w8_max_tokens][tile_rows];
-            table[static_cast<size_t>(tt - 1)](in, v, row0, t0, out);
+            table[static_cast<size_t>(tt - 1)](in, v, consecutive_rows(*v.w, row0), t0, out);
             for (int t = 0; t < tt; ++t)
               for (int r = 0; r < rows; ++r)
                 v.y[(t0 + t) * n_out + row0 + r] =

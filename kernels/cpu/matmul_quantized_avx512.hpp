@@ -1,5 +1,5 @@
-// The AVX-512 kernels of quantized Linear weights (vdpbf16ps for weight-only formats, vpdpbusd for W8A8). Internal
-// to kernels/cpu; callers go through kernels/cpu/matmul_quantized.hpp, which picks these or the scalar path.
+// The AVX-512 kernels of quantized Linear weights (vpdpwssd and vpdpbusd for weight-only formats, vpdpbusd for W8A8).
+// Internal to kernels/cpu; callers go through kernels/cpu/matmul_quantized.hpp, which picks these or the scalar path.
 #pragma once
 
 #include <cstdint>
