@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/matmul_quantized_avx512.hpp"
+#include "kernels/cpu/simd.hpp"
 #include "util/check.hpp"
 
 namespace actorllm::cpu {
@@ -34,6 +35,54 @@ constexpr int64_t block_inputs = activation_block;
 inline size_t nibble_byte(int64_t q) { return static_cast<size_t>(2 * (q % 32) + (q / 32) / 2); }
 inline int nibble_shift(int64_t q) { return 4 * static_cast<int>((q / 32) % 2); }
 inline size_t byte_of(int64_t q) { return static_cast<size_t>(64 * (q / 64) + 2 * (q % 32) + (q % 64) / 32); }
+
+// One weight-only row's codes src[n_in] (each < 2^bits) into its blocks at `row` (row_bytes, zeroed by the caller
+// past the last input). Both layouts put byte j of a 64-byte group from the inputs 32 (j % 2) + j / 2 of 64: for
+// 8-bit codes that group is one half of a block, for 4-bit ones a block's chunks {0, 1} (low and high nibble of the
+// even bytes, inputs 0..63) and {2, 3} (the odd bytes, inputs 64..127) are those 64-input halves' nibble pairs.
+void pack_row_codes(const uint8_t* src, int64_t n_in, int bits, uint8_t* row) {
+  const size_t block_bytes = bits == 8 ? 128 : 64;
+  int64_t i0 = 0;
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+  // Byte permutations of a block's 128 inputs (a: 0..63, b: 64..127 as indices 64..127): out[j] = in[32 (j % 2) +
+  // j / 2] within each half for 8-bit codes; for 4-bit ones the low nibbles in[64 (j % 2) + j / 2] and the high
+  // nibbles in[64 (j % 2) + 32 + j / 2].
+  static constexpr auto table = [](int64_t half_stride, int64_t offset) {
+    std::array<uint8_t, 64> idx{};
+    for (size_t j = 0; j < 64; ++j)
+      idx[j] = static_cast<uint8_t>(half_stride * static_cast<int64_t>(j % 2) + offset + static_cast<int64_t>(j / 2));
+    return idx;
+  };
+  alignas(64) static constexpr std::array<uint8_t, 64> half = table(32, 0), low = table(64, 0), high = table(64, 32);
+  const __m512i half_idx = _mm512_load_si512(half.data()), low_idx = _mm512_load_si512(low.data()),
+                high_idx = _mm512_load_si512(high.data());
+  for (; i0 < n_in; i0 += block_inputs) {
+    const int64_t left = n_in - i0;
+    const __mmask64 m0 = left >= 64 ? ~__mmask64(0) : (__mmask64(1) << left) - 1;
+    const __mmask64 m1 = left >= 128 ? ~__mmask64(0) : left <= 64 ? __mmask64(0) : (__mmask64(1) << (left - 64)) - 1;
+    const __m512i a = _mm512_maskz_loadu_epi8(m0, src + i0);  // zeros past n_in
+    const __m512i b = _mm512_maskz_loadu_epi8(m1, src + i0 + 64);
+    uint8_t* block = row + static_cast<size_t>(i0 / block_inputs) * block_bytes;
+    if (bits == 8) {
+      _mm512_storeu_si512(block, _mm512_permutexvar_epi8(half_idx, a));
+      _mm512_storeu_si512(block + 64, _mm512_permutexvar_epi8(half_idx, b));
+      continue;
+    }
+    // Codes < 16: a 16-bit shift by 4 moves each byte's code into its high nibble.
+    const __m512i lo = _mm512_permutex2var_epi8(a, low_idx, b), hi = _mm512_permutex2var_epi8(a, high_idx, b);
+    _mm512_storeu_si512(block, _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)));
+  }
+  return;
+#endif
+  for (int64_t i = i0; i < n_in; ++i) {
+    const int64_t b = i / block_inputs, q = i % block_inputs;
+    uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
+    if (bits == 8)
+      block[byte_of(q)] = src[i];
+    else
+      block[nibble_byte(q)] |= static_cast<uint8_t>(src[i] << nibble_shift(q));
+  }
+}
 
 }  // namespace
 
@@ -83,15 +132,7 @@ quantized_panels::quantized_panels(const quantized_linear& w, thread_pool& pool)
         continue;
       }
       std::memcpy(out + extra_at_ + p0, w.zeros.data() + p0, static_cast<size_t>(ng));
-      const size_t block_bytes = bits_ == 8 ? 128 : 64;
-      for (int64_t i = 0; i < n_in_; ++i) {
-        const int64_t b = i / block_inputs, q = i % block_inputs;
-        uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
-        if (bits_ == 8)
-          block[byte_of(q)] = src[i];
-        else
-          block[nibble_byte(q)] |= static_cast<uint8_t>(src[i] << nibble_shift(q));
-      }
+      pack_row_codes(src, n_in_, bits_, row);
     }
   });
 }
