@@ -135,6 +135,11 @@ class backend {
   /// imports that, so every backend runs every weight-only format. Weights whose activations are quantized too
   /// (W8A8) change the math and are refused by the default with std::runtime_error naming the backend.
   virtual tensor import_quantized_linear(const quantized_linear& w);
+  /// What import_quantized_linear would make of `w`, when this backend keeps such layouts under
+  /// quantized_linear::origin (the CPU's packed-weight cache) and has this one; else a tensor without a buffer. Reads
+  /// none of w's codes, so a weight whose codes are still unread (quantized_linear::unread) need not be read at all.
+  /// Default: none.
+  virtual tensor find_quantized_linear(const quantized_linear& w);
   /// Copies `bytes` from host memory into dst, starting at dst's first byte. bytes <= dst.nbytes().
   virtual void upload(const tensor& dst, const void* src, size_t bytes) = 0;
   /// Copies `bytes` of src (from its first byte) to host memory, after everything enqueued before.

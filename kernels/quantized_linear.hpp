@@ -5,8 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "kernels/tensor.hpp"
+#include "util/fast_digest.hpp"
 
 namespace actorllm {
 
@@ -34,6 +39,25 @@ struct quantized_linear {
   /// [n_out, n_groups()] row-major, each <= 2^bits (GPTQ v1's zero offset makes 2^bits possible for 4-bit codes).
   std::vector<uint8_t> zeros;
   activation_quant activations = activation_quant::none;
+
+  /// Where the codes, scales and zero points come from, when a loader knows: a digest of the checkpoint files'
+  /// identities, the tensors' places in them, the slice and the stored format, everything a backend's packed layout of
+  /// this weight follows from (so it can keep that layout in a cache under this name; kernels/cpu/packed_weight_cache).
+  std::optional<util::digest128> origin;
+  /// The files `origin` names (the cache records them, to drop entries whose checkpoint is gone).
+  std::vector<file_origin> origin_files;
+  /// Set while codes, scales and zeros are not read yet (the loader defers them, so that a backend holding the packed
+  /// layout under `origin` reads nothing of the checkpoint): read() calls it once to fill them.
+  std::function<void(quantized_linear&)> unread;
+
+  /// Fills codes, scales and zeros if they are still unread (see `unread`); a no-op otherwise.
+  void read() {
+    if (unread) {
+      auto fill = std::move(unread);
+      unread = nullptr;
+      fill(*this);
+    }
+  }
 
   int64_t n_groups() const { return group_size > 0 ? n_in / group_size : 0; }
   /// The dequantized weight w[o, i] (in float: exact, since (code - zero) has at most 9 bits).

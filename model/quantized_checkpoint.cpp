@@ -5,6 +5,7 @@
 
 #include "model/model_error.hpp"
 #include "model/slice_plan.hpp"
+#include "util/fast_digest.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -436,6 +437,47 @@ void check_group_split(const weight_decl& decl, int64_t group_size, int tp_size)
                   decl.name, tp_size, group_size, fmt::join(fine, ", ")));
 }
 
+namespace {
+
+// Codes, zero points and scales of the slice b of a format's tensors into q (its sizes set), validated; errors name
+// the checkpoint tensor `codes_name` (and `zeros_name` for a zero point past 8 bits).
+template <class Format>
+void fill_slice(quantized_linear& q, const Format& f, const slice_box& b, int64_t first_group,
+                const std::string& codes_name, const std::string& zeros_name) {
+  const int64_t n_groups = q.n_groups();
+  q.codes.resize(static_cast<size_t>(q.n_out * q.n_in));
+  q.scales.resize(static_cast<size_t>(q.n_out * n_groups));
+  q.zeros.resize(static_cast<size_t>(q.n_out * n_groups));
+  for_row_chunks(q.n_out, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = b.r0 + r;
+      for (int64_t i = 0; i < q.n_in; ++i)
+        q.codes[static_cast<size_t>(r * q.n_in + i)] = f.code(o, b.c0 + i);
+      for (int64_t g = 0; g < n_groups; ++g) {
+        // GPTQ v1 stores zero - 1, so a stored 2^bits - 1 reads as 2^bits (what its kernels compute too): a 4-bit
+        // zero of 16 is kept; 256 does not fit an 8-bit one.
+        const int z = f.zero(o, first_group + g);
+        if (z > 255)
+          throw model_error(fmt::format("{}: output channel {} group {} has zero point {}, beyond 8 bits", zeros_name,
+                                        o, first_group + g, z));
+        q.zeros[static_cast<size_t>(r * n_groups + g)] = static_cast<uint8_t>(z);
+        q.scales[static_cast<size_t>(r * n_groups + g)] = f.scale(o, first_group + g);
+      }
+    }
+  });
+  try {
+    q.validate();
+  } catch (const std::invalid_argument& e) {
+    throw model_error(fmt::format("{}: {}", codes_name, e.what()));
+  }
+}
+
+// How read_quantized_slice turns a format's tensors into codes, scales and zero points: part of the name of what a
+// backend packs from them (quantized_linear::origin). A change to what it reads must change this.
+constexpr uint64_t quantized_slice_reader_version = 1;
+
+}  // namespace
+
 quantized_linear read_quantized_slice(const quantized_source& src, const weight_decl& decl,
                                       const quantization_config& quant, int tp_rank, int tp_size) {
   if (decl.kind == shard_kind::vocab)
@@ -453,52 +495,69 @@ quantized_linear read_quantized_slice(const quantized_source& src, const weight_
   q.n_in = b.c1 - b.c0;
   q.group_size = group >= n_in ? q.n_in : group;
   q.activations = src.storage == linear_storage::int8_weight ? quant.activations : activation_quant::none;
-  const int64_t n_groups = q.n_groups();
   const int64_t first_group = b.c0 / group;
-  q.codes.resize(static_cast<size_t>(q.n_out * q.n_in));
-  q.scales.resize(static_cast<size_t>(q.n_out * n_groups));
-  q.zeros.resize(static_cast<size_t>(q.n_out * n_groups));
-  auto fill = [&](const auto& f) {
+  const std::string codes_name = src.codes.info->name;
+  const std::string zeros_name = src.zeros.file != nullptr ? src.zeros.info->name : codes_name;
+  // Where every tensor it reads lies in a file mapping, the weight is left unread: named by those places (and the
+  // slice and the format), and read when a backend needs the codes, which one holding the packed layout under that
+  // name never does. The mappings stay alive with it.
+  std::vector<std::shared_ptr<const file_mapping>> mappings;
+  std::vector<file_origin> files;
+  util::fast_digest name;
+  bool mapped = true;
+  name.add(quantized_slice_reader_version);
+  for (uint64_t v : {static_cast<uint64_t>(src.storage), static_cast<uint64_t>(n_out), static_cast<uint64_t>(n_in),
+                     static_cast<uint64_t>(group), static_cast<uint64_t>(b.r0), static_cast<uint64_t>(b.r1),
+                     static_cast<uint64_t>(b.c0), static_cast<uint64_t>(b.c1), static_cast<uint64_t>(q.activations)})
+    name.add(v);
+  for (const safetensors_checkpoint::entry* e : {&src.codes, &src.scales, &src.zeros}) {
+    if (e->file == nullptr) {
+      name.add(0);  // no such tensor (a symmetric format's zero points)
+      continue;
+    }
+    const std::shared_ptr<const file_mapping>& m = e->file->mapping();
+    if (m == nullptr) {
+      mapped = false;
+      break;
+    }
+    const file_origin o = m->origin_of(e->file->data(*e->info));
+    for (uint64_t field : {o.device, o.inode, o.size, static_cast<uint64_t>(o.modified_ns),
+                           static_cast<uint64_t>(o.changed_ns), o.offset, static_cast<uint64_t>(e->info->type)})
+      name.add(field);
+    mappings.push_back(m);
+    file_origin whole = o;
+    whole.offset = 0;
+    if (std::find(files.begin(), files.end(), whole) == files.end())
+      files.push_back(std::move(whole));
+  }
+  auto take = [&](auto f) {
     q.bits = f.bits;
-    for_row_chunks(q.n_out, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t o = b.r0 + r;
-        for (int64_t i = 0; i < q.n_in; ++i)
-          q.codes[static_cast<size_t>(r * q.n_in + i)] = f.code(o, b.c0 + i);
-        for (int64_t g = 0; g < n_groups; ++g) {
-          // GPTQ v1 stores zero - 1, so a stored 2^bits - 1 reads as 2^bits (what its kernels compute too): a 4-bit
-          // zero of 16 is kept; 256 does not fit an 8-bit one.
-          const int z = f.zero(o, first_group + g);
-          if (z > 255)
-            throw model_error(fmt::format("{}: output channel {} group {} has zero point {}, beyond 8 bits",
-                                          src.zeros.info->name, o, first_group + g, z));
-          q.zeros[static_cast<size_t>(r * n_groups + g)] = static_cast<uint8_t>(z);
-          q.scales[static_cast<size_t>(r * n_groups + g)] = f.scale(o, first_group + g);
-        }
-      }
-    });
+    if (!mapped) {
+      fill_slice(q, f, b, first_group, codes_name, zeros_name);
+      return;
+    }
+    q.origin = name.value();
+    q.origin_files = std::move(files);
+    q.unread = [f, b, first_group, codes_name, zeros_name, keep = std::move(mappings)](quantized_linear& w) {
+      fill_slice(w, f, b, first_group, codes_name, zeros_name);
+    };
   };
   switch (src.storage) {
     case linear_storage::awq:
-      fill(awq_format(src, n_out, n_in, group));
+      take(awq_format(src, n_out, n_in, group));
       break;
     case linear_storage::gptq:
-      fill(gptq_format(src, quant, n_out, n_in, group));
+      take(gptq_format(src, quant, n_out, n_in, group));
       break;
     case linear_storage::ct_packed:
-      fill(ct_packed_format(src, quant, n_out, n_in, group));
+      take(ct_packed_format(src, quant, n_out, n_in, group));
       break;
     case linear_storage::int8_weight:
-      fill(int8_format(src, n_out, n_in, group));
+      take(int8_format(src, n_out, n_in, group));
       break;
     case linear_storage::float_weight:
     case linear_storage::fp8_weight:
       throw model_error(fmt::format("{}: not an integer-quantized weight", decl.name));
-  }
-  try {
-    q.validate();
-  } catch (const std::invalid_argument& e) {
-    throw model_error(fmt::format("{}: {}", src.codes.info->name, e.what()));
   }
   return q;
 }

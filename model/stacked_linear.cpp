@@ -3,6 +3,7 @@
 
 #include "kernels/backend.hpp"
 #include "model/model_error.hpp"
+#include "util/fast_digest.hpp"
 
 #include <fmt/format.h>
 
@@ -62,6 +63,17 @@ host_tensor stack_dense_rows(const std::vector<stack_part>& parts) {
   return out;
 }
 
+namespace {
+
+// Appends q's rows (codes, scales, zero points) to out's.
+void append_rows(quantized_linear& out, const quantized_linear& q) {
+  out.codes.insert(out.codes.end(), q.codes.begin(), q.codes.end());
+  out.scales.insert(out.scales.end(), q.scales.begin(), q.scales.end());
+  out.zeros.insert(out.zeros.end(), q.zeros.begin(), q.zeros.end());
+}
+
+}  // namespace
+
 quantized_linear stack_quantized_rows(const std::vector<stack_part>& parts) {
   quantized_linear out;
   const quantized_linear& first = *parts.front().quantized;
@@ -69,13 +81,42 @@ quantized_linear stack_quantized_rows(const std::vector<stack_part>& parts) {
   out.n_in = first.n_in;
   out.group_size = first.group_size;
   out.activations = first.activations;
+  const bool unread = std::all_of(parts.begin(), parts.end(), [](const stack_part& p) {
+    return p.quantized->unread && p.quantized->origin.has_value();
+  });
+  if (unread) {
+    util::fast_digest name;
+    name.add(parts.size());
+    std::vector<quantized_linear> pieces;
+    for (const stack_part& p : parts) {
+      quantized_linear& q = *p.quantized;
+      out.n_out += q.n_out;
+      name.add(static_cast<uint64_t>(q.n_out));
+      name.add(q.origin->lo);
+      name.add(q.origin->hi);
+      for (const file_origin& f : q.origin_files)
+        if (std::find(out.origin_files.begin(), out.origin_files.end(), f) == out.origin_files.end())
+          out.origin_files.push_back(f);
+      pieces.push_back(std::move(q));
+      q = quantized_linear{};
+    }
+    out.origin = name.value();
+    out.unread = [pieces = std::move(pieces)](quantized_linear& w) mutable {
+      for (quantized_linear& piece : pieces) {
+        piece.read();
+        append_rows(w, piece);
+        piece = quantized_linear{};
+      }
+      w.validate();
+    };
+    return out;
+  }
   for (const stack_part& p : parts) {
     quantized_linear& q = *p.quantized;
+    q.read();
     out.n_out += q.n_out;
     // Row-major [n_out, ...] each: the rows of one part follow the previous part's.
-    out.codes.insert(out.codes.end(), q.codes.begin(), q.codes.end());
-    out.scales.insert(out.scales.end(), q.scales.begin(), q.scales.end());
-    out.zeros.insert(out.zeros.end(), q.zeros.begin(), q.zeros.end());
+    append_rows(out, q);
     q = quantized_linear{};
   }
   out.validate();
@@ -109,12 +150,15 @@ tensor bind_stacked_dense(const std::vector<stack_part>& parts, backend& be, siz
   return be.import_stacked_linear_weight(hosts);
 }
 
-tensor bind_quantized(const quantized_linear& q, backend& be, size_t& bytes) {
+}  // namespace
+
+tensor bind_quantized_linear(quantized_linear& q, backend& be, size_t& bytes) {
   bytes += q.packed_bytes();
+  if (tensor held = be.find_quantized_linear(q); held.buf != nullptr)
+    return held;
+  q.read();
   return be.import_quantized_linear(q);
 }
-
-}  // namespace
 
 stacked_linear bind_stacked_linear(std::vector<stack_part> parts, bool linear, backend& be, size_t& bytes) {
   if (parts.empty() || parts.size() > stacked_linear::max_parts)
@@ -133,9 +177,10 @@ stacked_linear bind_stacked_linear(std::vector<stack_part> parts, bool linear, b
           fmt::format("{}: its bias has {} values for {} rows", parts[i].name, parts[i].bias->numel(), out.rows[i]));
   }
   if (stack_refusal(parts).empty()) {
-    if (parts.front().quantized)
-      out.merged = bind_quantized(stack_quantized_rows(parts), be, bytes);
-    else if (linear && one_dtype(parts))
+    if (parts.front().quantized) {
+      quantized_linear stacked = stack_quantized_rows(parts);
+      out.merged = bind_quantized_linear(stacked, be, bytes);
+    } else if (linear && one_dtype(parts))
       out.merged = bind_stacked_dense(parts, be, bytes);
     else
       out.merged = bind_dense(stack_dense_rows(parts), linear, be, bytes);
@@ -155,7 +200,7 @@ stacked_linear bind_stacked_linear(std::vector<stack_part> parts, bool linear, b
   }
   // Apart: each part's own weight (and bias), run as one matmul_group.
   for (size_t i = 0; i < parts.size(); ++i) {
-    out.parts[i] = parts[i].quantized ? bind_quantized(*parts[i].quantized, be, bytes)
+    out.parts[i] = parts[i].quantized ? bind_quantized_linear(*parts[i].quantized, be, bytes)
                                       : bind_dense(std::move(*parts[i].dense), linear, be, bytes);
     if (parts[i].quantized)
       *parts[i].quantized = quantized_linear{};

@@ -63,8 +63,14 @@ std::string stack_refusal(const std::vector<stack_part>& parts);
 /// The parts' slices stacked by rows into one host tensor (their common dtype, f32 if they differ).
 host_tensor stack_dense_rows(const std::vector<stack_part>& parts);
 /// The parts' quantized slices stacked by rows (codes, scales and zero points follow their rows: output channels
-/// are independent in every supported format). The parts are moved from.
+/// are independent in every supported format). The parts are moved from. When every part is still unread and named
+/// by its origin (quantized_linear::unread, ::origin), so is the result: named by the parts' names in order, and read
+/// (each part, then stacked) only when read() is called.
 quantized_linear stack_quantized_rows(const std::vector<stack_part>& parts);
+
+/// `q` on `be`: the layout the backend holds under q's origin where it has one (reading nothing of q's codes), else
+/// q read (if still unread) and imported. Adds q's packed size to `bytes`.
+tensor bind_quantized_linear(quantized_linear& q, backend& be, size_t& bytes);
 
 /// The parts bound on `be` as one stacked_linear: stacked when stack_refusal allows, else apart. `linear` says whether
 /// the weights go through import_linear_weight (false for experts moved as raw bytes). Adds the bytes bound to

@@ -168,8 +168,9 @@ model_tensors bind_weights(const weight_table& table, model_weights weights, con
     if (quantized != nullptr) {
       if (!d.linear || d.kind == shard_kind::vocab)
         throw model_error(fmt::format("{}: quantized, but only the layers' Linear weights may be", d.name));
-      out.weight_bytes += quantized->packed_bytes();
-      t = be.import_quantized_linear(*quantized);
+      size_t bytes = 0;
+      t = bind_quantized_linear(*quantized, be, bytes);
+      out.weight_bytes += bytes;
       *quantized = quantized_linear{};  // the backend holds its own layout now
     } else {
       if (d.kind == shard_kind::vocab)

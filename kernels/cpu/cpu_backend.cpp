@@ -112,6 +112,8 @@ constexpr int64_t panel_rows = 32;
 // What the packed-weight cache's key is made of: the parts' files and places, or their bytes; a part that is a strided
 // slice of its file (its stride follows), or was made from its file's bytes (the transform follows).
 constexpr uint64_t in_files_tag = 1, by_bytes_tag = 2, strided_part_tag = 3, transformed_part_tag = 4;
+// A quantized weight's layout (quantized_panels), named by where the loader read it from (quantized_linear::origin).
+constexpr uint64_t quantized_tag = 5;
 
 // Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own
 // place: bf16 row-major host parts of one width, every one but the last whole 32-row panels, on a CPU that runs the
@@ -210,18 +212,62 @@ tensor cpu_backend::import_stacked_linear_weight(std::span<const tensor> parts) 
   return packs_in_place(parts) ? packed_panels(parts) : backend::import_stacked_linear_weight(parts);
 }
 
-tensor cpu_backend::import_quantized_linear(const quantized_linear& w) {
-  w.validate();
-  if (w.activations == activation_quant::none &&
-      !(cpu::have_quantized_avx512_kernels() && cpu::quantized_vector_format(w.activations, w.n_in, w.group_size)))
-    return backend::import_quantized_linear(w);
-  auto panels = cpu::pack_quantized(w, pool_);
+namespace {
+
+// Whether the CPU keeps w as quantized_panels (else the default import dequantizes it to bf16).
+bool keeps_codes(const quantized_linear& w) {
+  return w.activations != activation_quant::none ||
+         (cpu::have_quantized_avx512_kernels() && cpu::quantized_vector_format(w.activations, w.n_in, w.group_size));
+}
+
+// The packed-weight cache's name of w's quantized_panels: where its codes come from and the layout's shape and
+// version.
+util::digest128 quantized_key(const quantized_linear& w) {
+  util::fast_digest d;
+  d.add(quantized_tag);
+  d.add(cpu::quantized_panels_format);
+  d.add(w.origin->lo);
+  d.add(w.origin->hi);
+  for (int64_t v : {int64_t{w.bits}, w.n_out, w.n_in, w.group_size, static_cast<int64_t>(w.activations)})
+    d.add(static_cast<uint64_t>(v));
+  return d.value();
+}
+
+tensor quantized_tensor(const quantized_linear& w, std::shared_ptr<cpu::quantized_panels> panels) {
   tensor t;
   t.type = dtype::bf16;  // logical: the values are those of the dequantized weight
   t.shape = tensor_shape{w.n_out, w.n_in};
   t.layout = panels->layout();
   t.buf = std::move(panels);
   return t;
+}
+
+}  // namespace
+
+tensor cpu_backend::find_quantized_linear(const quantized_linear& w) {
+  if (weight_cache_ == nullptr || !w.origin || !keeps_codes(w))
+    return {};
+  std::shared_ptr<buffer> mapped =
+      weight_cache_->find(quantized_key(w), cpu::quantized_panels::storage_bytes(w), pool_);
+  if (mapped == nullptr)
+    return {};
+  return quantized_tensor(w, std::make_shared<cpu::quantized_panels>(w, std::move(mapped)));
+}
+
+tensor cpu_backend::import_quantized_linear(const quantized_linear& w) {
+  w.validate();
+  if (!keeps_codes(w))
+    return backend::import_quantized_linear(w);
+  // A weight named by its origin is packed straight into a new cache entry (where the cache takes it), so that the
+  // next start maps it (find_quantized_linear) and reads none of the checkpoint's codes.
+  std::unique_ptr<packed_weight_cache::pending_entry> entry =
+      weight_cache_ != nullptr && w.origin
+          ? weight_cache_->begin_store(quantized_key(w), cpu::quantized_panels::storage_bytes(w), w.origin_files)
+          : nullptr;
+  if (entry == nullptr)
+    return quantized_tensor(w, cpu::pack_quantized(w, pool_));
+  cpu::quantized_panels::pack(w, pool_, entry->data());
+  return quantized_tensor(w, std::make_shared<cpu::quantized_panels>(w, entry->commit(pool_)));
 }
 
 void cpu_backend::upload(const tensor& dst, const void* src, size_t bytes) {

@@ -45,6 +45,7 @@ class cpu_backend final : public backend {
   /// weight-only formats where the AVX-512 kernels take them; other weight-only formats go the default way
   /// (dequantized to bf16), which the bf16 kernels run faster than the scalar quantized path would.
   tensor import_quantized_linear(const quantized_linear& w) override;
+  tensor find_quantized_linear(const quantized_linear& w) override;
   void upload(const tensor& dst, const void* src, size_t bytes) override;
   void download(const tensor& src, void* dst, size_t bytes) override;
   void copy(const tensor& src, const tensor& dst) override;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/activation.hpp"
@@ -86,18 +87,21 @@ void pack_row_codes(const uint8_t* src, int64_t n_in, int bits, uint8_t* row) {
 
 }  // namespace
 
-quantized_panels::quantized_panels(const quantized_linear& w, thread_pool& pool)
-    : bits_(w.bits),
-      n_out_(w.n_out),
-      n_in_(w.n_in),
-      group_size_(w.group_size),
-      activations_(w.activations),
+quantized_panels::quantized_panels(const quantized_linear& header)
+    : bits_(header.bits),
+      n_out_(header.n_out),
+      n_in_(header.n_in),
+      group_size_(header.group_size),
+      activations_(header.activations),
       k_pad_(0),
       row_bytes_(0),
       scales_at_(0),
       extra_at_(0),
       bytes_(0) {
-  w.validate();
+  if (!((bits_ == 4 || bits_ == 8) && n_out_ > 0 && n_in_ > 0 && group_size_ > 0 && n_in_ % group_size_ == 0))
+    throw std::invalid_argument(
+        "quantized_panels: " + header.describe() +
+        " is not a shape of quantized weight (4 or 8 bits, positive sizes, groups dividing n_in)");
   const bool w8a8 = activations_ == activation_quant::int8_per_token;
   // W8A8 sums are int32: 255 * 128 * n_in must not wrap (the +128 activations against signed codes).
   ACTORLLM_CHECK(!w8a8 || n_in_ <= (int64_t{1} << 16), "quantized_panels: W8A8 rows of more than 65536 inputs");
@@ -108,10 +112,42 @@ quantized_panels::quantized_panels(const quantized_linear& w, thread_pool& pool)
   scales_at_ = align64(row_bytes_ * static_cast<size_t>(n_out_));
   extra_at_ = align64(scales_at_ + n_params * sizeof(float));
   bytes_ = extra_at_ + n_params * (w8a8 ? sizeof(int32_t) : sizeof(uint8_t));
+}
+
+namespace {
+const quantized_linear& validated(const quantized_linear& w) {
+  w.validate();
+  return w;
+}
+}  // namespace
+
+quantized_panels::quantized_panels(const quantized_linear& w, thread_pool& pool) : quantized_panels(validated(w)) {
+  mem_ = host_buffer::allocate_huge(storage_bytes());
+  pack(w, pool, base());
+}
+
+quantized_panels::quantized_panels(const quantized_linear& header, std::shared_ptr<buffer> storage)
+    : quantized_panels(header) {
+  ACTORLLM_CHECK(storage != nullptr && storage->size() >= storage_bytes(),
+                 "quantized_panels: the storage is smaller than the layout");
+  mem_ = std::move(storage);
+}
+
+size_t quantized_panels::storage_bytes(const quantized_linear& header) {
+  return quantized_panels(header).storage_bytes();
+}
+
+void quantized_panels::pack(const quantized_linear& w, thread_pool& pool, void* storage) {
+  w.validate();
+  const quantized_panels layout(w);
+  layout.pack_into(w, pool, static_cast<uint8_t*>(storage));
+}
+
+void quantized_panels::pack_into(const quantized_linear& w, thread_pool& pool, uint8_t* out) const {
+  const bool w8a8 = activations_ == activation_quant::int8_per_token;
+  const int64_t ng = n_groups();
   // 64 bytes of zeros past the end: vector loads of a row's last group parameters may reach into them.
-  mem_ = host_buffer::allocate_huge(bytes_ + 64);
-  uint8_t* out = base();
-  std::memset(out + bytes_, 0, 64);
+  std::memset(out + bytes_, 0, storage_bytes() - bytes_);
   pool.parallel_for(n_out_, [&](int64_t o_begin, int64_t o_end) {
     for (int64_t o = o_begin; o < o_end; ++o) {
       uint8_t* row = out + static_cast<size_t>(o) * row_bytes_;

@@ -29,10 +29,22 @@ namespace actorllm::cpu {
 /// W8A8 (int8_per_token): rows of signed codes (code - 128), padded with zeros to k_pad, a multiple of 64; then the
 /// scales (f32 [n_out, n_groups]) and, per group, 128 times the sum of its signed codes (i32 [n_out, n_groups]),
 /// which removes the +128 that makes the activations unsigned for vpdpbusd.
+/// The version of quantized_panels' layout: a packed-weight cache entry of another version is never used.
+inline constexpr uint32_t quantized_panels_format = 1;
+
 class quantized_panels final : public buffer {
  public:
-  /// Lays out w (validated first; std::invalid_argument when it is not valid) on the pool.
+  /// Lays out w (validated first; std::invalid_argument when it is not valid) on the pool, in memory of its own.
   quantized_panels(const quantized_linear& w, thread_pool& pool);
+  /// The layout of a weight shaped as `header` (bits, sizes, group size, activations; its codes are not read) over
+  /// `storage`, which holds what pack() wrote for such a weight (a packed-weight cache entry, mapped).
+  quantized_panels(const quantized_linear& header, std::shared_ptr<buffer> storage);
+
+  /// Bytes of storage the layout of a weight shaped as `header` takes (the panels and 64 zero bytes after them).
+  static size_t storage_bytes(const quantized_linear& header);
+  /// Writes w's layout (validated first, as the constructor does) into `storage` (storage_bytes(w), any alignment
+  /// the caller likes; huge pages suit it) on the pool.
+  static void pack(const quantized_linear& w, thread_pool& pool, void* storage);
 
   void* data() override { return mem_->data(); }
   /// The real size of the panels: codes, scales, zero points or code sums (not the logical bf16 size).
@@ -68,6 +80,9 @@ class quantized_panels final : public buffer {
   int code(int64_t o, int64_t i) const;
 
  private:
+  explicit quantized_panels(const quantized_linear& header);  // the geometry only
+  size_t storage_bytes() const { return bytes_ + 64; }
+  void pack_into(const quantized_linear& w, thread_pool& pool, uint8_t* out) const;
   const uint8_t* base() const { return static_cast<const uint8_t*>(mem_->data()); }
   uint8_t* base() { return static_cast<uint8_t*>(mem_->data()); }
 
@@ -78,7 +93,7 @@ class quantized_panels final : public buffer {
   size_t row_bytes_;
   size_t scales_at_, extra_at_;  // byte offsets of the scales and of the zero points or code sums
   size_t bytes_;
-  std::shared_ptr<host_buffer> mem_;
+  std::shared_ptr<buffer> mem_;  // host memory of its own, or a mapped cache entry
 };
 
 /// A quantized_panels of w, as cpu_backend::import_quantized_linear keeps it.

@@ -349,3 +349,80 @@ TEST_CASE("cpu_backend with a packed-weight cache: the same packed bytes, mapped
     CHECK(cache->totals().stored == 1);
   }
 }
+
+TEST_CASE("cpu_backend with a packed-weight cache: a quantized weight named by its origin is mapped unread [asan]") {
+  const fs::path dir = test::make_temp_dir("pwc-quantized");
+  auto cache = std::make_shared<cpu::packed_weight_cache>(cpu::packed_weight_cache_config{dir, uint64_t{1} << 30});
+  cpu::cpu_backend plain(2, nullptr), cold(2, cache);
+  // A weight as a loader leaves it: sizes, the origin, and its codes unread until read() (counted).
+  int reads = 0;
+  auto unread_weight = [&](uint64_t origin, int bits, int64_t group, uint64_t seed) {
+    std::vector<float> f(static_cast<size_t>(40 * 256));
+    std::mt19937_64 rng(seed);
+    for (float& v : f)
+      v = static_cast<float>(static_cast<int64_t>(rng() % 2001) - 1000) * 1e-4f;
+    const quantized_linear full = quantize_linear_rtn(f.data(), 40, 256, bits, group, false);
+    quantized_linear q;
+    q.bits = full.bits;
+    q.n_out = full.n_out;
+    q.n_in = full.n_in;
+    q.group_size = full.group_size;
+    q.origin = key_of(origin);
+    q.unread = [&reads, full](quantized_linear& w) {
+      ++reads;
+      w.codes = full.codes;
+      w.scales = full.scales;
+      w.zeros = full.zeros;
+    };
+    return q;
+  };
+  auto panel_bytes = [](const tensor& t) {
+    return std::vector<std::byte>(static_cast<const std::byte*>(t.buf->data()),
+                                  static_cast<const std::byte*>(t.buf->data()) + t.buf->size());
+  };
+  for (int bits : {4, 8}) {
+    INFO("bits " << bits);
+    quantized_linear reference_weight = unread_weight(100 + static_cast<uint64_t>(bits), bits, 128, 1);
+    reference_weight.read();
+    const tensor reference = plain.import_quantized_linear(reference_weight);
+    const int64_t stored = cache->totals().stored, hits = cache->totals().hits;
+    // Not in the cache yet: nothing found, and the weight is still unread.
+    quantized_linear q = unread_weight(100 + static_cast<uint64_t>(bits), bits, 128, 1);
+    CHECK(cold.find_quantized_linear(q).buf == nullptr);
+    CHECK(q.unread);
+    q.read();
+    const tensor packed = cold.import_quantized_linear(q);
+    CHECK(cache->totals().stored == stored + 1);
+    CHECK(panel_bytes(packed) == panel_bytes(reference));
+    // A later backend finds it by the origin alone: the same bytes, nothing read.
+    cpu::cpu_backend warm(2, cache);
+    reads = 0;
+    quantized_linear again = unread_weight(100 + static_cast<uint64_t>(bits), bits, 128, 1);
+    const tensor mapped = warm.find_quantized_linear(again);
+    REQUIRE(mapped.buf != nullptr);
+    CHECK(reads == 0);
+    CHECK(again.unread);
+    CHECK(mapped.layout == reference.layout);
+    CHECK(panel_bytes(mapped) == panel_bytes(reference));
+    CHECK(cache->totals().hits == hits + 1);
+    // The product through the mapped layout is the packed one's, bit for bit.
+    const std::vector<float> x(256, 0.25f);
+    std::vector<float> y_ref(40), y_mapped(40);
+    tensor xt = plain.alloc(dtype::f32, tensor_shape{1, 256});
+    plain.upload(xt, x.data(), x.size() * sizeof(float));
+    tensor yr = plain.alloc(dtype::f32, tensor_shape{1, 40}), ym = warm.alloc(dtype::f32, tensor_shape{1, 40});
+    plain.matmul(xt, reference, tensor{}, yr);
+    warm.matmul(xt, mapped, tensor{}, ym);
+    plain.download(yr, y_ref.data(), y_ref.size() * sizeof(float));
+    warm.download(ym, y_mapped.data(), y_mapped.size() * sizeof(float));
+    CHECK(y_ref == y_mapped);
+    // Another origin, or another shape under the same origin: not found.
+    CHECK(warm.find_quantized_linear(unread_weight(999, bits, 128, 1)).buf == nullptr);
+    CHECK(warm.find_quantized_linear(unread_weight(100 + static_cast<uint64_t>(bits), bits, 64, 1)).buf == nullptr);
+    // No origin, or no cache: never found.
+    quantized_linear nameless = unread_weight(100 + static_cast<uint64_t>(bits), bits, 128, 1);
+    nameless.origin.reset();
+    CHECK(warm.find_quantized_linear(nameless).buf == nullptr);
+    CHECK(plain.find_quantized_linear(unread_weight(100 + static_cast<uint64_t>(bits), bits, 128, 1)).buf == nullptr);
+  }
+}

@@ -14,6 +14,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -100,6 +102,51 @@ std::vector<float> run_tp2(const std::filesystem::path& dir, const std::shared_p
   return logits[0];
 }
 
+// stories260K as the quantization tools write it (scripts/make_quantized_checkpoints.py, groups of 32): one
+// directory per format under the returned root.
+std::filesystem::path write_quantized_stories(const std::vector<std::string>& formats) {
+  const auto root = test_util::temp_dir("stories-quantized");
+  std::string list;
+  for (const std::string& f : formats)
+    list += " " + f;
+  const std::string cmd = "python3 '" + std::string(ACTORLLM_SOURCE_DIR) +
+                          "/scripts/make_quantized_checkpoints.py' --model '" +
+                          test::model_dir("stories260K").string() + "' --out '" + root.string() +
+                          "' --group-size 32 --formats" + list + " > /dev/null";
+  REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
+  return root;
+}
+
+// run() of a checkpoint whose Linear weights are integer-quantized: every one loads unread (the loader defers its
+// codes, named by their place in the files) and then goes through the backend.
+std::vector<float> run_quantized(const std::filesystem::path& dir, cpu::cpu_backend& be) {
+  model::loaded_shard loaded = model::load_shard(dir, {}, {});
+  CHECK(!loaded.weights.quantized().empty());
+  for (const auto& [name, q] : loaded.weights.quantized()) {
+    INFO(name);
+    CHECK(q.unread);
+    CHECK(q.origin.has_value());
+    CHECK(q.codes.empty());
+  }
+  single_rank_collective comm;
+  model::llama_model llm{loaded.config, std::move(loaded.weights), {}, comm, be};
+  model::kv_cache cache{be, llm.cache_shape(16), 16};
+  std::vector<int32_t> table(16);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> tokens{1, 403, 407, 261, 378, 365};
+  std::vector<float> all;
+  int32_t position = 0;
+  for (int step = 0; step < 5; ++step) {
+    model::forward_batch fb;
+    fb.add_sequence(tokens, position, table, true);
+    const std::vector<float> logits = llm.forward(fb, cache);
+    all.insert(all.end(), logits.begin(), logits.end());
+    position += static_cast<int32_t>(tokens.size());
+    tokens = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+  }
+  return all;
+}
+
 // Runs `run_with` on a cold cache in a new directory, then again on it warm: both give `reference`, the cold run
 // stores what the warm one maps, all of it. The cache, for more runs.
 std::shared_ptr<cpu::packed_weight_cache> check_cold_then_warm(
@@ -170,4 +217,33 @@ TEST_CASE(
   cpu::cpu_backend warm(2, cache);
   // The same file unquantized is not taken for the quantized weights.
   CHECK(run(model_dir, warm) == unquantized);
+}
+
+TEST_CASE(
+    "packed-weight cache: stories260K in AWQ, GPTQ int8 and W8A8 checkpoints gives the same logits packed, packed "
+    "into the cache, and mapped, and a warm start reads no codes") {
+  const auto root = write_quantized_stories({"awq", "gptq8", "ct_w8a8"});
+  std::vector<std::vector<float>> references;
+  for (const std::string format : {"awq", "gptq8", "ct_w8a8"}) {
+    INFO(format);
+    const auto dir = root / format;
+    cpu::cpu_backend plain(2, nullptr);
+    const std::vector<float> reference = run_quantized(dir, plain);
+    for (const auto& other : references)
+      CHECK(other != reference);  // each format its own weights
+    references.push_back(reference);
+    const auto cache = check_cold_then_warm(
+        [&](const auto& c) {
+          cpu::cpu_backend be(2, c);
+          return run_quantized(dir, be);
+        },
+        reference, "packed-cache-" + format);
+    // Another format's files are other places: nothing of this cache is taken for them.
+    if (format != "awq") {
+      cpu::cpu_backend be(2, cache);
+      const int64_t hits = cache->totals().hits;
+      CHECK(run_quantized(root / "awq", be) == references.front());
+      CHECK(cache->totals().hits == hits);
+    }
+  }
 }
