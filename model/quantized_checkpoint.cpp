@@ -11,9 +11,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 namespace actorllm::model {
 
@@ -118,14 +121,47 @@ constexpr std::array<int, 8> awq_nibble_of_column{0, 4, 1, 5, 2, 6, 3, 7};
 
 /// Weight element accessors of one integer format in full-tensor coordinates: code(o, i) and zero(o, g) are the
 /// format's own lambdas (a template, not std::function: they run once per weight element while a model loads).
-template <class Code, class Zero>
+/// rows(o0, o1, i0, i1, dst, ld), where a format has one, writes the codes of outputs [o0, o1) x inputs [i0, i1) to
+/// dst (rows ld apart) reading each packed word once, where code() reads it once per code it holds.
+template <class Code, class Zero, class Rows = std::nullptr_t>
 struct int_format {
   int bits;
   int64_t group;  ///< input columns per group (full tensor)
   Code code;
   Zero zero;
   float_reader scale;
+  Rows rows = nullptr;
 };
+
+uint32_t read_u32(const std::byte* base, int64_t i) { return static_cast<uint32_t>(read_i32(base, i)); }
+
+// Codes of outputs [o0, o1) x inputs [i0, i1) of a format that packs `pack` consecutive inputs of one output per
+// word, word(o, k) holding inputs k * pack ..: each word read once (GPTQ, compressed-tensors); edges through code().
+template <class Word, class Code>
+void rows_by_input_words(int64_t o0, int64_t o1, int64_t i0, int64_t i1, uint8_t* dst, int64_t ld, int bits, Word word,
+                         Code code) {
+  const int64_t pack = 32 / bits;
+  const uint32_t mask = (1u << bits) - 1;
+  const int64_t k0 = (i0 + pack - 1) / pack, k1 = i1 / pack;  // whole words inside [i0, i1)
+  for (int64_t o = o0; o < o1; ++o) {
+    uint8_t* row = dst + (o - o0) * ld;  // input i at row[i - i0]
+    if (k0 >= k1) {
+      for (int64_t i = i0; i < i1; ++i)
+        row[i - i0] = code(o, i);
+      continue;
+    }
+    for (int64_t i = i0; i < k0 * pack; ++i)
+      row[i - i0] = code(o, i);
+    for (int64_t k = k0; k < k1; ++k) {
+      const uint32_t v = word(o, k);
+      uint8_t* out = row + (k * pack - i0);
+      for (int64_t j = 0; j < pack; ++j)
+        out[j] = static_cast<uint8_t>((v >> (bits * j)) & mask);
+    }
+    for (int64_t i = k1 * pack; i < i1; ++i)
+      row[i - i0] = code(o, i);
+  }
+}
 
 auto awq_format(const quantized_source& src, int64_t n_out, int64_t n_in, int64_t group) {
   const int64_t n_groups = n_in / group;
@@ -148,7 +184,28 @@ auto awq_format(const quantized_source& src, int64_t n_out, int64_t n_in, int64_
                              (4 * awq_nibble_of_column[static_cast<size_t>(o % 8)])) &
                             0xfu);
   };
-  return int_format{4, group, code, zero, float_reader(src.scales, n_out, n_groups, true)};
+  // A word holds 8 outputs of one input: the 8 rows of a word column are written together, each word read once.
+  auto rows = [=](int64_t o0, int64_t o1, int64_t i0, int64_t i1, uint8_t* dst, int64_t ld) {
+    for (int64_t o = o0; o < o1;) {
+      const int64_t w = o / 8, end = std::min(o1, (w + 1) * 8);
+      if (o != w * 8 || end != o + 8) {  // part of a word column
+        for (; o < end; ++o)
+          for (int64_t i = i0; i < i1; ++i)
+            dst[(o - o0) * ld + (i - i0)] = code(o, i);
+        continue;
+      }
+      std::array<uint8_t*, 8> out{};  // input i at out[c][i - i0]
+      for (size_t c = 0; c < 8; ++c)
+        out[c] = dst + (o - o0 + static_cast<int64_t>(c)) * ld;
+      for (int64_t i = i0; i < i1; ++i) {
+        const uint32_t v = read_u32(qw, i * words + w);
+        for (size_t c = 0; c < 8; ++c)
+          out[c][i - i0] = static_cast<uint8_t>((v >> (4 * awq_nibble_of_column[c])) & 0xfu);
+      }
+      o = end;
+    }
+  };
+  return int_format{4, group, code, zero, float_reader(src.scales, n_out, n_groups, true), rows};
 }
 
 auto gptq_format(const quantized_source& src, const quantization_config& q, int64_t n_out, int64_t n_in,
@@ -186,7 +243,11 @@ auto gptq_format(const quantized_source& src, const quantization_config& q, int6
                             mask) +
            offset;
   };
-  return int_format{bits, group, code, zero, float_reader(src.scales, n_out, n_groups, true)};
+  auto rows = [=](int64_t o0, int64_t o1, int64_t i0, int64_t i1, uint8_t* dst, int64_t ld) {
+    rows_by_input_words(
+        o0, o1, i0, i1, dst, ld, bits, [=](int64_t o, int64_t k) { return read_u32(qw, k * n_out + o); }, code);
+  };
+  return int_format{bits, group, code, zero, float_reader(src.scales, n_out, n_groups, true), rows};
 }
 
 auto ct_packed_format(const quantized_source& src, const quantization_config& q, int64_t n_out, int64_t n_in,
@@ -209,7 +270,11 @@ auto ct_packed_format(const quantized_source& src, const quantization_config& q,
   };
   const int mid = 1 << (bits - 1);  // codes are the signed values plus 2^(bits-1)
   auto zero = [=](int64_t, int64_t) { return mid; };
-  return int_format{bits, group, code, zero, float_reader(src.scales, n_out, n_in / group)};
+  auto rows = [=](int64_t o0, int64_t o1, int64_t i0, int64_t i1, uint8_t* dst, int64_t ld) {
+    rows_by_input_words(
+        o0, o1, i0, i1, dst, ld, bits, [=](int64_t o, int64_t k) { return read_u32(wp, o * words + k); }, code);
+  };
+  return int_format{bits, group, code, zero, float_reader(src.scales, n_out, n_in / group), rows};
 }
 
 auto int8_format(const quantized_source& src, int64_t n_out, int64_t n_in, int64_t group) {
@@ -449,10 +514,13 @@ void fill_slice(quantized_linear& q, const Format& f, const slice_box& b, int64_
   q.scales.resize(static_cast<size_t>(q.n_out * n_groups));
   q.zeros.resize(static_cast<size_t>(q.n_out * n_groups));
   for_row_chunks(q.n_out, [&](int64_t r0, int64_t r1) {
+    if constexpr (!std::is_null_pointer_v<decltype(f.rows)>)
+      f.rows(b.r0 + r0, b.r0 + r1, b.c0, b.c1, q.codes.data() + r0 * q.n_in, q.n_in);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = b.r0 + r;
-      for (int64_t i = 0; i < q.n_in; ++i)
-        q.codes[static_cast<size_t>(r * q.n_in + i)] = f.code(o, b.c0 + i);
+      if constexpr (std::is_null_pointer_v<decltype(f.rows)>)
+        for (int64_t i = 0; i < q.n_in; ++i)
+          q.codes[static_cast<size_t>(r * q.n_in + i)] = f.code(o, b.c0 + i);
       for (int64_t g = 0; g < n_groups; ++g) {
         // GPTQ v1 stores zero - 1, so a stored 2^bits - 1 reads as 2^bits (what its kernels compute too): a 4-bit
         // zero of 16 is kept; 256 does not fit an 8-bit one.
