@@ -455,11 +455,11 @@ TEST_CASE("weight-only quantized GEMV matches float64 for int4 and int8 formats 
 }
 
 // One token reads each weight as several row streams walked side by side (and 4-bit whole-block groups on vpdpbusd),
-// two tokens read consecutive rows on vpdpwssd: the exact integer sums per lane are the same, so the first of two
-// identical tokens equals the single token bit for bit. Checked over row counts that leave the streams uneven, pool
-// sizes that cut the rows into different chunks, one target, three targets and a gated pair; every output written
-// once and nothing past it.
-TEST_CASE("one token equals the first of two identical tokens bit for bit, streamed or not [asan]") {
+// two and five tokens read consecutive rows on vpdpwssd: the exact integer sums per lane are the same, so every token
+// of identical ones equals the single token bit for bit. Checked over row counts that leave the streams
+// uneven, pool sizes that cut the rows into different chunks, one target, three targets and a gated pair; every output
+// written once and nothing past it.
+TEST_CASE("one token equals the first of two and of five identical tokens bit for bit, streamed or not [asan]") {
   uint64_t seed = 900;
   std::vector<qformat> formats = weight_only_formats;
   for (const qformat& f : {qformat{8, 256, 128}, qformat{8, 192, 0}})
@@ -470,8 +470,10 @@ TEST_CASE("one token equals the first of two identical tokens bit for bit, strea
       const int bits = std::abs(f.bits);
       const activation_quant act = f.bits < 0 ? activation_quant::int8_per_token : activation_quant::none;
       const auto x1 = make_input(1, f.n_in, seed++);
-      std::vector<float> x2 = x1;
+      std::vector<float> x2 = x1, x5;
       x2.insert(x2.end(), x1.begin(), x1.end());
+      for (int i = 0; i < 5; ++i)
+        x5.insert(x5.end(), x1.begin(), x1.end());
       for (int64_t n_out : {1, 2, 3, 5, 6, 7, 9, 13, 37, 101}) {
         const quantized_linear wa = make_weight(bits, n_out, f.n_in, f.group, maker::hand_made, act, seed++);
         const quantized_linear wb = make_weight(bits, n_out + 3, f.n_in, f.group, maker::hand_made, act, seed++);
@@ -503,6 +505,18 @@ TEST_CASE("one token equals the first of two identical tokens bit for bit, strea
               for (size_t j = n; j < n + 8; ++j)
                 REQUIRE(one[i][j] == -777.0f);
             }
+          }
+          // Five tokens (consecutive tiles for every format) against the first of two (streamed where the format is).
+          {
+            const auto n = static_cast<size_t>(pa->n_out());
+            std::vector<float> five(5 * n), five_up(5 * n), five_out(5 * n), two_out(2 * n), two_up(2 * n);
+            const cpu::quantized_target t5{pa.get(), nullptr, five.data()}, t2b{pa.get(), nullptr, two[0].data()};
+            cpu::matmul_quantized(x5.data(), 5, f.n_in, std::span{&t5, 1}, pool);
+            cpu::matmul_quantized(x2.data(), 2, f.n_in, std::span{&t2b, 1}, pool);
+            CHECK(std::memcmp(five.data(), two[0].data(), n * sizeof(float)) == 0);
+            cpu::matmul_quantized_silu_gate(x5.data(), 5, f.n_in, *pa, *pc, five_up.data(), five_out.data(), pool);
+            cpu::matmul_quantized_silu_gate(x2.data(), 2, f.n_in, *pa, *pc, two_up.data(), two_out.data(), pool);
+            CHECK(std::memcmp(five_out.data(), two_out.data(), 2 * n * sizeof(float)) == 0);
           }
           // A gated pair (gate a, up c).
           const auto n = static_cast<size_t>(n_out);
