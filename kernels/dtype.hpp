@@ -133,6 +133,11 @@ inline uint8_t f32_to_fp8_e4m3(float f) {
   return static_cast<uint8_t>(sign | (exp << 3) | mant);
 }
 
+/// The bf16 of each of n floats after an fp8 e4m3 round trip at `scale`: out[i] is
+/// f32_to_bf16(fp8_e4m3_to_f32(f32_to_fp8_e4m3(w[i] / scale)) * scale), bit for bit, 16 at a time where the build has
+/// AVX-512 (a weight quantized to fp8 at load, kept as bf16).
+void fp8_e4m3_round_trip_to_bf16(const float* w, int64_t n, float scale, uint16_t* out);
+
 /// Reads element `i` of a buffer of type `t` as float.
 inline float load_as_f32(const void* data, dtype t, size_t i) {
   switch (t) {

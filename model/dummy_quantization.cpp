@@ -66,9 +66,7 @@ void quantize_dummy_weights(const model_config& cfg, const weight_table& table, 
       auto* dst = out.data_as<uint16_t>();
       for (int64_t o = 0; o < n_out; ++o) {
         const float* row = w.data() + o * n_in;
-        const float scale = fp8_channel_scale(amax[static_cast<size_t>(o)]);
-        for (int64_t i = 0; i < n_in; ++i)
-          dst[o * n_in + i] = fp8_round_trip_bf16(row[i], scale);
+        fp8_e4m3_round_trip_to_bf16(row, n_in, fp8_channel_scale(amax[static_cast<size_t>(o)]), dst + o * n_in);
       }
       *weights.find_mutable(decl.name) = std::move(out);
       continue;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -94,6 +95,27 @@ class float_reader {
     } else {
       fail(e, fmt::format("has shape {}, expected [{}, {}] (output channels x groups), [{}, 1], [1] or []",
                           shape_text(s), n_out, n_groups, n_out));
+    }
+  }
+  /// Values (o, 0) .. (o, n - 1) into out.
+  void read_row(int64_t o, int64_t n, float* out) const {
+    if (group_stride_ != 1) {
+      for (int64_t g = 0; g < n; ++g)
+        out[g] = (*this)(o, g);
+      return;
+    }
+    const std::byte* at = base_ + static_cast<size_t>(o * row_stride_) * dtype_size(type_);
+    if (type_ == dtype::f32) {
+      std::memcpy(out, at, static_cast<size_t>(n) * sizeof(float));
+    } else if (type_ == dtype::bf16) {  // the top half of an f32: a loop the compiler vectorises
+      for (int64_t g = 0; g < n; ++g) {
+        uint16_t h;
+        std::memcpy(&h, at + 2 * g, 2);
+        out[g] = std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+      }
+    } else {
+      for (int64_t g = 0; g < n; ++g)
+        out[g] = (*this)(o, g);
     }
   }
   float operator()(int64_t o, int64_t g) const {
@@ -327,10 +349,6 @@ void for_row_chunks(int64_t n_rows, const std::function<void(int64_t, int64_t)>&
 }  // namespace
 
 float fp8_channel_scale(float amax) { return amax > 0 ? amax / 448.0f : 1.0f; }
-
-uint16_t fp8_round_trip_bf16(float w, float scale) {
-  return f32_to_bf16(fp8_e4m3_to_f32(f32_to_fp8_e4m3(w / scale)) * scale);
-}
 
 std::string_view linear_storage_name(linear_storage s) {
   switch (s) {
@@ -674,14 +692,11 @@ host_tensor quantize_fp8_slice_as_bf16(const safetensors_checkpoint::entry& src,
       std::vector<float> row(static_cast<size_t>(n_in));  // read once: for its scale, then rounded
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t o = b.r0 + r;
+        element.read_row(o, n_in, row.data());  // the whole row: the same scale whatever the layout
         float amax = 0;
-        for (int64_t i = 0; i < n_in; ++i) {  // the whole row: the same scale whatever the layout
-          row[static_cast<size_t>(i)] = element(o, i);
-          amax = std::max(amax, std::fabs(row[static_cast<size_t>(i)]));
-        }
-        const float scale = fp8_channel_scale(amax);
-        for (int64_t c = 0; c < cols; ++c)
-          dst[r * cols + c] = fp8_round_trip_bf16(row[static_cast<size_t>(b.c0 + c)], scale);
+        for (float v : row)
+          amax = std::max(amax, std::fabs(v));
+        fp8_e4m3_round_trip_to_bf16(row.data() + b.c0, cols, fp8_channel_scale(amax), dst + r * cols);
       }
     });
   };

@@ -67,9 +67,6 @@ host_tensor read_fp8_slice_as_bf16(const quantized_source& src, const weight_dec
 /// The per-channel fp8 scale of a row whose largest magnitude is `amax`: amax / 448 (e4m3's largest), 1 for a row
 /// of zeros.
 float fp8_channel_scale(float amax);
-/// `w` rounded to e4m3 at `scale` and back, as bf16 bits: what a per-channel fp8 weight holds, dequantized.
-uint16_t fp8_round_trip_bf16(float w, float scale);
-
 /// What quantize_fp8_slice_as_bf16 makes of a slice's bytes, as file_origin::transform names it ("FP8", version 1).
 inline constexpr uint64_t fp8_at_load_transform = 0x465038'01;
 

@@ -312,3 +312,38 @@ TEST_CASE(
   CHECK(f32_to_fp8_e4m3(1.0625f) == 0x38);         // a tie between 1 and 1.125: to even (1)
   CHECK(f32_to_fp8_e4m3(464.0f) == 0x7e);          // between 448 and 480: saturated to 448
 }
+
+// fp8_e4m3_round_trip_to_bf16 is the element-wise composition, bit for bit, on every code's neighbourhood, a sweep of
+// float bit patterns (specials of both signs included) and scales of several sizes; lengths that leave a tail.
+TEST_CASE("fp8 e4m3 round trip to bf16: the vector loop gives the scalar composition's bits [asan]") {
+  std::vector<float> w;
+  for (int v = 0; v < 0x7f; ++v) {
+    const auto f = fp8_e4m3_to_f32(static_cast<uint8_t>(v));
+    const float next = v + 1 < 0x7f ? fp8_e4m3_to_f32(static_cast<uint8_t>(v + 1)) : 480.0f;
+    for (float x : {f, (f + next) / 2})
+      for (float g : {x, std::nextafter(x, 0.0f), std::nextafter(x, 1e9f)})
+        for (float s : {g, -g})
+          w.push_back(s);
+  }
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 104729)
+    w.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  for (float f : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f,
+                  std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::max()})
+    w.push_back(f);
+  for (float scale : {1.0f, 0.0123f, 3.7e-3f, 448.0f / 3.0f, 1e-30f, 2.5e30f}) {
+    INFO("scale " << scale);
+    for (size_t n : {w.size(), w.size() - 7, size_t{15}, size_t{1}}) {
+      std::vector<uint16_t> got(n, 0xdead);
+      fp8_e4m3_round_trip_to_bf16(w.data(), static_cast<int64_t>(n), scale, got.data());
+      size_t wrong = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t want = f32_to_bf16(fp8_e4m3_to_f32(f32_to_fp8_e4m3(w[i] / scale)) * scale);
+        if (got[i] != want && ++wrong <= 5)
+          FAIL_CHECK("w = " << w[i] << " (bits 0x" << std::hex << std::bit_cast<uint32_t>(w[i]) << "): got 0x" << got[i]
+                            << ", want 0x" << want);
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
