@@ -107,7 +107,6 @@ quantized_linear stack_quantized_rows(const std::vector<stack_part>& parts) {
         append_rows(w, piece);
         piece = quantized_linear{};
       }
-      w.validate();
     };
     return out;
   }

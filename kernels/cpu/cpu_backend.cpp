@@ -260,12 +260,15 @@ tensor cpu_backend::import_quantized_linear(const quantized_linear& w) {
     return backend::import_quantized_linear(w);
   // A weight named by its origin is packed straight into a new cache entry (where the cache takes it), so that the
   // next start maps it (find_quantized_linear) and reads none of the checkpoint's codes.
+  const size_t bytes = cpu::quantized_panels::storage_bytes(w);
   std::unique_ptr<packed_weight_cache::pending_entry> entry =
-      weight_cache_ != nullptr && w.origin
-          ? weight_cache_->begin_store(quantized_key(w), cpu::quantized_panels::storage_bytes(w), w.origin_files)
-          : nullptr;
-  if (entry == nullptr)
-    return quantized_tensor(w, cpu::pack_quantized(w, pool_));
+      weight_cache_ != nullptr && w.origin ? weight_cache_->begin_store(quantized_key(w), bytes, w.origin_files)
+                                           : nullptr;
+  if (entry == nullptr) {
+    std::shared_ptr<host_buffer> own = host_buffer::allocate_huge(bytes);
+    cpu::quantized_panels::pack(w, pool_, own->data());
+    return quantized_tensor(w, std::make_shared<cpu::quantized_panels>(w, std::move(own)));
+  }
   cpu::quantized_panels::pack(w, pool_, entry->data());
   return quantized_tensor(w, std::make_shared<cpu::quantized_panels>(w, entry->commit(pool_)));
 }

@@ -123,7 +123,7 @@ const quantized_linear& validated(const quantized_linear& w) {
 
 quantized_panels::quantized_panels(const quantized_linear& w, thread_pool& pool) : quantized_panels(validated(w)) {
   mem_ = host_buffer::allocate_huge(storage_bytes());
-  pack(w, pool, base());
+  pack_into(w, pool, base());
 }
 
 quantized_panels::quantized_panels(const quantized_linear& header, std::shared_ptr<buffer> storage)
@@ -138,7 +138,6 @@ size_t quantized_panels::storage_bytes(const quantized_linear& header) {
 }
 
 void quantized_panels::pack(const quantized_linear& w, thread_pool& pool, void* storage) {
-  w.validate();
   const quantized_panels layout(w);
   layout.pack_into(w, pool, static_cast<uint8_t*>(storage));
 }

@@ -16,6 +16,9 @@
 
 namespace actorllm::cpu {
 
+/// The version of quantized_panels' layout: a packed-weight cache entry of another version is never used.
+inline constexpr uint32_t quantized_panels_format = 1;
+
 /// A quantized Linear weight [n_out, n_in] laid out for the kernels, in host memory on huge pages (each decode step
 /// streams it). Made by pack_quantized; immutable afterwards. The buffer of a tensor_layout::cpu_q4 / cpu_q8 tensor.
 ///
@@ -29,9 +32,6 @@ namespace actorllm::cpu {
 /// W8A8 (int8_per_token): rows of signed codes (code - 128), padded with zeros to k_pad, a multiple of 64; then the
 /// scales (f32 [n_out, n_groups]) and, per group, 128 times the sum of its signed codes (i32 [n_out, n_groups]),
 /// which removes the +128 that makes the activations unsigned for vpdpbusd.
-/// The version of quantized_panels' layout: a packed-weight cache entry of another version is never used.
-inline constexpr uint32_t quantized_panels_format = 1;
-
 class quantized_panels final : public buffer {
  public:
   /// Lays out w (validated first; std::invalid_argument when it is not valid) on the pool, in memory of its own.
@@ -42,8 +42,8 @@ class quantized_panels final : public buffer {
 
   /// Bytes of storage the layout of a weight shaped as `header` takes (the panels and 64 zero bytes after them).
   static size_t storage_bytes(const quantized_linear& header);
-  /// Writes w's layout (validated first, as the constructor does) into `storage` (storage_bytes(w), any alignment
-  /// the caller likes; huge pages suit it) on the pool.
+  /// Writes the layout of w (valid: quantized_linear::validate) into `storage` (storage_bytes(w), any alignment the
+  /// caller likes; huge pages suit it) on the pool.
   static void pack(const quantized_linear& w, thread_pool& pool, void* storage);
 
   void* data() override { return mem_->data(); }

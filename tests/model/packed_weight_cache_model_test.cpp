@@ -46,19 +46,8 @@ std::filesystem::path write_bf16_stories() {
   return dir;
 }
 
-// The logits of a 6-token prefill and 4 greedy steps after it, all in one vector, of `shard` (its rank of `comm`),
-// the weights loaded with `options`.
-std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be, const model::shard_spec& shard,
-                       tp_collective& comm, const model::load_options& options = {}) {
-  model::loaded_shard loaded = model::load_shard(dir, shard, options);
-  const bool fp8 = options.quantization == "fp8";
-  if (shard.tp_size > 1 || fp8)  // o_proj and down_proj columns, or every Linear quantized: not made unless read
-    for (const auto& [name, h] : loaded.weights.tensors()) {
-      const bool column = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
-      const bool linear = name.find("_proj") != std::string::npos;
-      CHECK(h.is_deferred() == (fp8 ? linear : column));
-    }
-  model::llama_model llm{loaded.config, std::move(loaded.weights), shard, comm, be};
+// The logits of a 6-token prefill and 4 greedy steps after it, all in one vector.
+std::vector<float> prefill_and_greedy(model::llama_model& llm, cpu::cpu_backend& be) {
   model::kv_cache cache{be, llm.cache_shape(16), 16};
   std::vector<int32_t> table(16);
   std::iota(table.begin(), table.end(), 0);
@@ -74,6 +63,21 @@ std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be, c
     tokens = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
   }
   return all;
+}
+
+// prefill_and_greedy() of `shard` (its rank of `comm`), the weights loaded with `options`.
+std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be, const model::shard_spec& shard,
+                       tp_collective& comm, const model::load_options& options = {}) {
+  model::loaded_shard loaded = model::load_shard(dir, shard, options);
+  const bool fp8 = options.quantization == "fp8";
+  if (shard.tp_size > 1 || fp8)  // o_proj and down_proj columns, or every Linear quantized: not made unless read
+    for (const auto& [name, h] : loaded.weights.tensors()) {
+      const bool column = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
+      const bool linear = name.find("_proj") != std::string::npos;
+      CHECK(h.is_deferred() == (fp8 ? linear : column));
+    }
+  model::llama_model llm{loaded.config, std::move(loaded.weights), shard, comm, be};
+  return prefill_and_greedy(llm, be);
 }
 
 std::vector<float> run(const std::filesystem::path& dir, cpu::cpu_backend& be,
@@ -130,21 +134,7 @@ std::vector<float> run_quantized(const std::filesystem::path& dir, cpu::cpu_back
   }
   single_rank_collective comm;
   model::llama_model llm{loaded.config, std::move(loaded.weights), {}, comm, be};
-  model::kv_cache cache{be, llm.cache_shape(16), 16};
-  std::vector<int32_t> table(16);
-  std::iota(table.begin(), table.end(), 0);
-  std::vector<int32_t> tokens{1, 403, 407, 261, 378, 365};
-  std::vector<float> all;
-  int32_t position = 0;
-  for (int step = 0; step < 5; ++step) {
-    model::forward_batch fb;
-    fb.add_sequence(tokens, position, table, true);
-    const std::vector<float> logits = llm.forward(fb, cache);
-    all.insert(all.end(), logits.begin(), logits.end());
-    position += static_cast<int32_t>(tokens.size());
-    tokens = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
-  }
-  return all;
+  return prefill_and_greedy(llm, be);
 }
 
 // Runs `run_with` on a cold cache in a new directory, then again on it warm: both give `reference`, the cold run
