@@ -105,6 +105,23 @@ double load_average() {
   return in ? load : -1.0;
 }
 
+// The share of this process's resident memory mapped in 2 MiB pages (anonymous, file and shmem; -1 where
+// /proc/self/smaps_rollup cannot be read). The weights are nearly all of it: a decode step streams weights in small
+// pages about 5% slower (util/huge_file_pages.hpp).
+double huge_page_share() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  std::string key;
+  double rss = 0, huge = 0, kib = 0;
+  std::string unit;
+  while (in >> key) {
+    if (key == "Rss:" || key == "AnonHugePages:" || key == "FilePmdMapped:" || key == "ShmemPmdMapped:") {
+      in >> kib >> unit;
+      (key == "Rss:" ? rss : huge) += kib;
+    }
+  }
+  return rss > 0 ? huge / rss : -1.0;
+}
+
 // N busy processes (a shell loop each) beside the engine, killed when this goes out of scope.
 class cpu_hog {
  public:
@@ -418,6 +435,7 @@ int main(int argc, char** argv) {
   const int64_t block_size = 16;
 
   const double load_before = load_average();
+  const double resident_huge = huge_page_share();
   std::vector<double> bandwidths, tps1s, tpsns, prefills, fractions, hogged, hog_ratios, hog_cores;
   // Batch-1 decode's time as the kernel pool saw it, per round: the share of the step inside the decode matmuls'
   // calls, and each pool thread's share computing their grains (what the rest of the step leaves idle).
@@ -482,6 +500,7 @@ int main(int argc, char** argv) {
                 fmt::format("{} / {}", cfg.n_expert_used, cfg.n_expert).c_str());
   std::printf("%-44s %16.2f\n", "weight bytes read per decode token (GB)", static_cast<double>(bytes_per_token) / 1e9);
   std::printf("%-44s %16.2f\n", "weight loading (s)", load_secs);
+  std::printf("%-44s %15.1f%%\n", "resident memory in 2 MiB pages", 100.0 * resident_huge);
   if (cfg.n_expert > 0)
     for (int tp : {2, 4})
       if (tp <= cfg.n_expert && cfg.n_head % tp == 0)
@@ -539,6 +558,7 @@ int main(int argc, char** argv) {
   if (lockstep_fits)
     w.key("rank_weight_bytes_ep_dp2_tp2")
         .value(static_cast<uint64_t>(max_rank_weight_bytes(cfg, 2, true, weight_type, 2)));
+  w.key("resident_huge_page_share").value(resident_huge);
   w.key("memory_bandwidth_bytes_per_s").value(bandwidth);
   w.key("memory_bandwidth_best_pattern").value(best_pattern.name());
   w.key("decode_batch1_tokens_per_s").value(tps1);

@@ -48,7 +48,8 @@ class packed_weight_cache {
   static std::shared_ptr<packed_weight_cache> from_environment();
 
   /// The bytes stored under `key`, mapped read-only (the mapping is the buffer), when an entry exists with exactly
-  /// `bytes` bytes whose digest checks out; else null. A damaged entry is removed (with a warning).
+  /// `bytes` bytes whose digest checks out; else null. A damaged entry is removed (with a warning). Its 2 MiB blocks
+  /// that the page cache holds in small pages are read again into huge ones first (util/huge_file_pages.hpp).
   std::shared_ptr<buffer> find(const util::digest128& key, size_t bytes, thread_pool& pool);
 
   /// An entry being written: memory to pack `bytes` bytes into, backed by a temporary file in the cache (page cache,
@@ -91,6 +92,7 @@ class packed_weight_cache {
   /// What the cache did in this process.
   struct counts {
     int64_t hits = 0, misses = 0, stored = 0;  ///< stored: entries committed
+    int64_t reread_blocks = 0;  ///< 2 MiB blocks of found entries read again into huge pages (util/huge_file_pages)
   };
   counts totals() const;
 
@@ -110,8 +112,8 @@ class packed_weight_cache {
   packed_weight_cache_config config_;
   std::mutex store_mutex_;  // one eviction and space check at a time in this process
   std::atomic<bool> disabled_{false};
-  std::atomic<int64_t> hits_{0}, misses_{0}, stored_{0};
-  std::atomic<bool> told_hit_{false}, told_store_{false};
+  std::atomic<int64_t> hits_{0}, misses_{0}, stored_{0}, reread_blocks_{0};
+  std::atomic<bool> told_hit_{false}, told_store_{false}, told_reread_{false};
 };
 
 }  // namespace actorllm::cpu
