@@ -87,7 +87,7 @@ inline std::vector<read_pattern> probe_patterns() {
   for (int streams : {1, 2, 4, 8}) {
     for (int prefetch : {0, 512, 1024, 2048})
       out.push_back({streams, prefetch});
-    out.push_back({streams, 1024, true});  // the decode kernels' prefetch (kernels/cpu/matmul_bf16.cpp)
+    out.push_back({streams, 1024, true});  // the non-temporal prefetch the bf16 decode kernels used until 2026-11-30
   }
   return out;
 }

@@ -368,7 +368,7 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
 // demand (guided): grains of up to 32 panels while much of the weight is left, so the streams stay long, shrinking to
 // 8 (about 1 MiB at K = 2048) at the end, so a thread waits at most that long for another that was descheduled or
 // reads slower. Batch-1 decode / probe in alternated runs: 77-95% with fixed grains of 8, 98-103% guided 8 to 32
-// (4 to 16: 85-95%); prefetch 2 KiB ahead instead of 1 KiB: 86-89%, 512 B: 77-83%.
+// (4 to 16: 85-95%).
 
 constexpr int64_t streamed_max_tokens = 4;
 constexpr int64_t streamed_min_grain = 8, streamed_max_grain = 32;  // panels (units)
@@ -379,12 +379,13 @@ constexpr size_t read_ahead_bytes = 512 * 1024;
 
 constexpr int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? 4 : 2; }
 
-// Tiles t[0..S) (M token rows each, the same activations and K) walked side by side. Each panel line is read once,
-// so it is prefetched non-temporally (into L1 only, not left in L2 and L3 for the rest of the step): batch-1 decode of
-// the TinyLlama shape ran 3.5-5.5% faster than with T0 prefetches (bench_cpu_decode, both alternated in one process,
-// 10-12 pairs each in both orders and bandwidth states, 26 of 34 pairs faster), though the probe reads no faster with
-// NTA: what the step gains is the caches it no longer flushes. (The GEMM tiles of 5-48 tokens keep T0: their panel
-// is read again from L2 by each 12-row tile.)
+// Tiles t[0..S) (M token rows each, the same activations and K) walked side by side, with no software prefetch: the
+// hardware prefetcher follows the S streams by itself, and prefetch instructions only got in its way. Batch-1 decode
+// of the TinyLlama shape (bench_cpu_decode on the weights mapped from the packed-weight cache, 2026-11-30, Zen 5 VM)
+// read 96.0-101.5% of the probe without them against 91.0-98.4% with the non-temporal prefetch 1 KiB ahead used
+// before (6 alternated pairs of 3-round runs, all 6 faster; 8 of 10 pairs over two orders), and one thread 92.6-97.4%
+// of the one-thread probe against 83.2-91.2%; T0 or NTA 2 KiB ahead, 1.5 KiB, 3 KiB and T0 1 KiB were all slower than
+// none. (The GEMM tiles of 5-48 tokens keep their T0 prefetch: their panel is read again from L2 by each 12-row tile.)
 template <int M, int S>
 void stream_tiles(const gemm_tile_args* t) {
   __m512 acc0[S][M], acc1[S][M];
@@ -400,8 +401,6 @@ void stream_tiles(const gemm_tile_args* t) {
   for (int64_t kp = 0; kp < n_kp; ++kp) {
     __m512bh b0[S], b1[S];
     for (int s = 0; s < S; ++s) {
-      _mm_prefetch(reinterpret_cast<const char*>(p[s]) + panel_prefetch_bytes, _MM_HINT_NTA);
-      _mm_prefetch(reinterpret_cast<const char*>(p[s]) + panel_prefetch_bytes + 64, _MM_HINT_NTA);
       b0[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p[s]));
       b1[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p[s] + 16));
       p[s] += gemm_nr;
