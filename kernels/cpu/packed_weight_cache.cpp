@@ -4,6 +4,7 @@
 #include "util/file_descriptor.hpp"
 #include "util/huge_file_pages.hpp"
 #include "util/log.hpp"
+#include "util/populate_pages.hpp"
 #include "util/thread_pool.hpp"
 
 #include <fmt/format.h>
@@ -238,16 +239,27 @@ std::shared_ptr<buffer> packed_weight_cache::find(const util::digest128& key, si
   }
   auto entry = std::make_shared<mapped_entry>(at, mapped, bytes);
   // Blocks the page cache holds in small folios are read again into huge ones before anything reads them (a decode
-  // step streams them 5% slower otherwise: util/huge_file_pages.hpp).
-  const util::huge_page_reread reread = util::read_again_in_huge_pages(fd.get(), at, bytes);
-  if (reread.small_before > 0) {
+  // step streams them 5% slower otherwise: util/huge_file_pages.hpp). Where that changed nothing for a whole entry
+  // (a file system that gives no huge folios, such as tmpfs with shmem_enabled "never"), later entries are not tried.
+  if (reread_futile_.load()) {
+    util::populate_for_reading(at, bytes);
+  } else {
+    const util::huge_page_reread reread = util::read_again_in_huge_pages(fd.get(), at, bytes);
     reread_blocks_ += static_cast<int64_t>(reread.small_before);
-    if (!told_reread_.exchange(true))
-      log::info(where,
-                "{}: the page cache held {} MiB of it in small pages; read again from the file in 2 MiB pages ({} MiB "
-                "still small)",
-                path.filename().string(), reread.small_before * (util::huge_page_bytes >> 20),
-                reread.small_after * (util::huge_page_bytes >> 20));
+    if (reread.small_before > 0 && reread.small_after == reread.small_before &&
+        reread.small_before == bytes / util::huge_page_bytes)
+      reread_futile_ = true;
+    const auto mib = [](size_t blocks) { return blocks * (util::huge_page_bytes >> 20); };
+    if (reread.small_after > 0 && !told_small_.exchange(true))
+      log::warning(where,
+                   "{}: {} MiB of it stay in 4 KiB pages after reading them again from the file, and a decode step "
+                   "reads weights in small pages slower (a 1.1B model's decode, from a cache on tmpfs without shmem "
+                   "huge pages: about 7%); a cache directory on a disk file system (ACTORLLM_PACKED_WEIGHT_CACHE) or "
+                   "shmem huge pages (/sys/kernel/mm/transparent_hugepage/shmem_enabled) avoid it",
+                   path.string(), mib(reread.small_after));
+    else if (reread.small_before > 0 && !told_reread_.exchange(true))
+      log::info(where, "{}: the page cache held {} MiB of it in small pages; read again from the file in 2 MiB pages",
+                path.filename().string(), mib(reread.small_before));
   }
   // Reading every byte once also maps every page now, not in the first decode step.
   if (!(digest_of({static_cast<const std::byte*>(at), bytes}, pool) == t.data))

@@ -113,7 +113,8 @@ class packed_weight_cache {
   std::mutex store_mutex_;  // one eviction and space check at a time in this process
   std::atomic<bool> disabled_{false};
   std::atomic<int64_t> hits_{0}, misses_{0}, stored_{0}, reread_blocks_{0};
-  std::atomic<bool> told_hit_{false}, told_store_{false}, told_reread_{false};
+  std::atomic<bool> told_hit_{false}, told_store_{false}, told_reread_{false}, told_small_{false};
+  std::atomic<bool> reread_futile_{false};  // an entry stayed all in small pages after reading it again
 };
 
 }  // namespace actorllm::cpu

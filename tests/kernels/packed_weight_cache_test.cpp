@@ -154,6 +154,42 @@ TEST_CASE("packed_weight_cache: an entry the page cache holds in small pages is 
     CHECK(*small == 0);
 }
 
+TEST_CASE("packed_weight_cache: on a file system with no huge pages, one entry is read again and no more") {
+  // tmpfs with shmem huge pages off: the page cache never holds huge folios there, and dropping them does nothing.
+  std::ifstream shmem("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string setting;
+  std::getline(shmem, setting);
+  if (!fs::is_directory("/dev/shm") || setting.find("[never]") == std::string::npos) {
+    MESSAGE("skipped: needs /dev/shm with shmem_enabled [never]; here: '", setting, "'");
+    return;
+  }
+  const fs::path dir = fs::path("/dev/shm") / test::make_temp_dir("pwc").filename();
+  struct remove_dir {
+    fs::path p;
+    ~remove_dir() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } cleanup{dir};
+  thread_pool pool(2);
+  constexpr size_t blocks = 2;
+  const auto a = pattern(blocks * util::huge_page_bytes, 11), b = pattern(blocks * util::huge_page_bytes, 12);
+  cpu::packed_weight_cache cache({dir, uint64_t{1} << 30});
+  store(cache, key_of(1), a, pool);
+  store(cache, key_of(2), b, pool);
+  cpu::packed_weight_cache later({dir, uint64_t{1} << 30});
+  const auto first = later.find(key_of(1), a.size(), pool);
+  const auto second = later.find(key_of(2), b.size(), pool);
+  CHECK(same_bytes(first, a));
+  CHECK(same_bytes(second, b));
+  if (!util::count_small_page_blocks(first->data(), a.size())) {
+    MESSAGE("skipped: this kernel has no PAGEMAP_SCAN (Linux 6.7)");
+    return;
+  }
+  CHECK(util::count_small_page_blocks(first->data(), a.size()) == blocks);
+  CHECK(later.totals().reread_blocks == static_cast<int64_t>(blocks));  // the first entry's, not the second's
+}
+
 TEST_CASE(
     "packed_weight_cache: a damaged or cut entry is refused and removed, and an uncommitted one leaves nothing "
     "[asan]") {
