@@ -264,13 +264,10 @@ tensor cpu_backend::import_quantized_linear(const quantized_linear& w) {
   std::unique_ptr<packed_weight_cache::pending_entry> entry =
       weight_cache_ != nullptr && w.origin ? weight_cache_->begin_store(quantized_key(w), bytes, w.origin_files)
                                            : nullptr;
-  if (entry == nullptr) {
-    std::shared_ptr<host_buffer> own = host_buffer::allocate_huge(bytes);
-    cpu::quantized_panels::pack(w, pool_, own->data());
-    return quantized_tensor(w, std::make_shared<cpu::quantized_panels>(w, std::move(own)));
-  }
-  cpu::quantized_panels::pack(w, pool_, entry->data());
-  return quantized_tensor(w, std::make_shared<cpu::quantized_panels>(w, entry->commit(pool_)));
+  std::shared_ptr<host_buffer> own = entry == nullptr ? host_buffer::allocate_huge(bytes) : nullptr;
+  cpu::quantized_panels::pack(w, pool_, entry != nullptr ? static_cast<void*>(entry->data()) : own->data());
+  std::shared_ptr<buffer> storage = entry != nullptr ? entry->commit(pool_) : std::move(own);
+  return quantized_tensor(w, std::make_shared<cpu::quantized_panels>(w, std::move(storage)));
 }
 
 void cpu_backend::upload(const tensor& dst, const void* src, size_t bytes) {

@@ -36,7 +36,7 @@ namespace {
 
 constexpr std::string_view where = "packed_weight_cache";
 constexpr std::string_view entry_extension = ".panels", source_extension = ".source";
-constexpr size_t huge_page = size_t{2} << 20, small_page = 4096;
+constexpr size_t huge_page = util::huge_page_bytes, small_page = 4096;
 // Left free on the cache's file system beyond an entry, so that the cache never fills a disk.
 constexpr uint64_t free_space_margin = uint64_t{1} << 30;
 

@@ -4,17 +4,16 @@
 #include "kernels/cpu/packed_weight_cache.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "support/huge_pages.hpp"
 #include "support/scoped_env.hpp"
 #include "support/test_paths.hpp"
 #include "util/file_descriptor.hpp"
 #include "util/huge_file_pages.hpp"
-#include "util/populate_pages.hpp"
 #include "util/thread_pool.hpp"
 
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,33 +69,6 @@ fs::path only_entry(const fs::path& dir) {
   return found.front();
 }
 
-// Whether a file in `dir`, read fresh through a 2 MiB-aligned mapping advised MADV_HUGEPAGE, is mapped in huge pages:
-// the THP setting and the file system's large folios allow it (the control for a test that expects huge pages).
-bool file_maps_huge(const fs::path& dir) {
-  const fs::path path = dir / "control.bin";
-  const size_t n = 2 * util::huge_page_bytes;
-  {
-    std::ofstream out(path, std::ios::binary);
-    const std::vector<char> zeros(n, 1);
-    out.write(zeros.data(), static_cast<std::streamsize>(n));
-  }
-  const util::file_descriptor fd(::open(path.c_str(), O_RDONLY));
-  REQUIRE(fd.get() >= 0);
-  REQUIRE(::fsync(fd.get()) == 0);
-  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
-  void* r = ::mmap(nullptr, 2 * n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  REQUIRE(r != MAP_FAILED);
-  const uintptr_t at = (reinterpret_cast<uintptr_t>(r) + n / 2 - 1) / (n / 2) * (n / 2);
-  void* m = ::mmap(reinterpret_cast<void*>(at), n, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd.get(), 0);
-  REQUIRE(m != MAP_FAILED);
-  ::madvise(m, n, MADV_HUGEPAGE);
-  util::populate_for_reading(m, n);
-  const auto small = util::count_small_page_blocks(m, n);
-  ::munmap(r, 2 * n);
-  fs::remove(path);
-  return small == size_t{0};
-}
-
 }  // namespace
 
 TEST_CASE("packed_weight_cache: an entry committed is found with the same bytes, in a later cache too [asan]") {
@@ -148,7 +120,7 @@ TEST_CASE("packed_weight_cache: an entry the page cache holds in small pages is 
     return;
   }
   CHECK(later.totals().reread_blocks == static_cast<int64_t>(blocks));  // every block was found small
-  if (!file_maps_huge(dir))
+  if (!test::fresh_file_maps_huge(dir))
     MESSAGE("skipped: this kernel maps no file read with MADV_HUGEPAGE in huge pages here: ", dir.string());
   else
     CHECK(*small == 0);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "support/huge_pages.hpp"
 #include "support/test_paths.hpp"
 #include "util/populate_pages.hpp"
 
@@ -20,27 +21,6 @@ namespace {
 using actorllm::util::huge_page_bytes;
 
 constexpr size_t n_blocks = 4, bytes = n_blocks * huge_page_bytes;
-
-// A 2 MiB-aligned address range of `bytes` reserved (no access), so that a mapping can be placed there.
-void* reserve_aligned() {
-  void* r = ::mmap(nullptr, bytes + huge_page_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  REQUIRE(r != MAP_FAILED);
-  const auto base = reinterpret_cast<uintptr_t>(r);
-  const uintptr_t at = (base + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
-  if (at > base)
-    ::munmap(r, at - base);
-  ::munmap(reinterpret_cast<void*>(at + bytes), base + huge_page_bytes - at);
-  return reinterpret_cast<void*>(at);
-}
-
-// `fd` mapped read-only at a 2 MiB boundary, advised MADV_HUGEPAGE before any fault (as the packed-weight cache maps).
-void* map_file(int fd) {
-  void* at = reserve_aligned();
-  void* m = ::mmap(at, bytes, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
-  REQUIRE(m == at);
-  ::madvise(m, bytes, MADV_HUGEPAGE);
-  return m;
-}
 
 // Byte i of the test file.
 unsigned char byte_at(size_t i) { return static_cast<unsigned char>((i * 131 + i / 4096) & 0xff); }
@@ -56,7 +36,7 @@ bool bytes_intact(const void* m) {
 }  // namespace
 
 TEST_CASE("count_small_page_blocks counts the whole 2 MiB blocks that hold pages mapped small") {
-  void* at = reserve_aligned();
+  void* at = actorllm::test::reserve_huge_aligned(bytes);
   void* m = ::mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   REQUIRE(m == at);
   ::madvise(m, bytes, MADV_NOHUGEPAGE);
@@ -93,7 +73,7 @@ TEST_CASE("read_again_in_huge_pages maps a file written in small pieces in huge 
   }
   REQUIRE(::fsync(fd) == 0);
 
-  void* m = map_file(fd);
+  void* m = actorllm::test::map_file_huge_aligned(fd, bytes);
   REQUIRE(actorllm::util::populate_for_reading(m, bytes));
   const auto before = actorllm::util::count_small_page_blocks(m, bytes);
   if (!before) {
@@ -104,15 +84,8 @@ TEST_CASE("read_again_in_huge_pages maps a file written in small pieces in huge 
     CHECK(r.supported);
     CHECK(r.small_before == *before);
     CHECK(bytes_intact(m));
-    // Whether this file can be mapped in huge pages at all (the THP setting, the file system's large folios, free
-    // memory): a second mapping of it, read fresh from the file, is the control.
     ::munmap(m, bytes);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    void* control = map_file(fd);
-    REQUIRE(actorllm::util::populate_for_reading(control, bytes));
-    const auto control_small = actorllm::util::count_small_page_blocks(control, bytes);
-    ::munmap(control, bytes);
-    if (control_small != size_t{0}) {
+    if (!actorllm::test::fresh_file_maps_huge(dir)) {
       MESSAGE(
           "skipped: this kernel maps no file read with MADV_HUGEPAGE in huge pages here (transparent huge pages "
           "off, or a file system without large folios): ",
