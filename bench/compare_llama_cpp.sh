@@ -2,9 +2,10 @@
 # actorllm against llama.cpp on the CPU, on the same weights: a config's dummy weights written once as a safetensors
 # checkpoint (bench_cpu_decode --save-weights) and as a GGUF file with the same tensor bytes (bench_gguf_from_hf),
 # then, alternately for --rounds rounds: bench_cpu_decode on the checkpoint (the memory bandwidth probe, decode batch
-# 1, decode batch 32, prefill 512), llama.cpp's llama-bench on the GGUF (pp512, tg64) and its llama-batched-bench at
-# batch 32 (16-token prompts and 16 generated tokens per sequence, as bench_cpu_decode decodes). Prints each round's
-# figures and ratios and their medians, llama.cpp's commit, and writes JSON.
+# 1 over 64 steps as llama-bench's tg64 generates 64 tokens, decode batch 32, prefill 512), llama.cpp's llama-bench on
+# the GGUF (pp512, tg64) and its llama-batched-bench at batch 32 (16-token prompts and 16 generated tokens per
+# sequence, as bench_cpu_decode decodes); each engine warms up before it times. Prints each round's figures and ratios
+# and their medians, llama.cpp's commit, and writes JSON.
 #
 # llama.cpp is never downloaded or built by this script: point it at a build (--llama-cpp DIR: DIR/bin or DIR holds
 # llama-bench and llama-batched-bench) or at the two binaries.
@@ -95,7 +96,7 @@ echo "== preparing the weights ($(basename "$config"), bf16 dummy weights, seed 
 for ((r = 1; r <= rounds; ++r)); do
   echo "== round $r/$rounds: bench_cpu_decode (bandwidth probe, decode b1, b$batch, prefill $prefill)" >&2
   "$build/bench/bench_cpu_decode" --model "$tmp/weights" --threads "$threads" --rounds 1 --batch "$batch" \
-    --prompt-len "$prompt_len" --decode-steps "$steps" --prefill-tokens "$prefill" --json "$tmp/actorllm.$r.json" \
+    --prompt-len "$prompt_len" --decode-steps "$steps" --batch1-steps "$tg" --prefill-tokens "$prefill" --json "$tmp/actorllm.$r.json" \
     >"$tmp/actorllm.$r.txt"
   echo "== round $r/$rounds: llama-bench (pp$prefill, tg$tg)" >&2
   "$llama_bench" -m "$tmp/model.gguf" -p "$prefill" -n "$tg" -t "$threads" -r 1 -o json \

@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
   std::string dtype_arg = "bfloat16";
   std::string format_name = "auto";
   int threads = 0, rounds = 3, hog = 0;
-  int64_t steps = 16, prompt_len = 16, prefill = 512, big_batch = 32;
+  int64_t steps = 16, batch1_steps = 0, prompt_len = 16, prefill = 512, big_batch = 32;
   int prefill_reps = 2;
   app.add_option("--model,--config", config_dir, "Hugging Face model directory (config.json, safetensors optional)")
       ->capture_default_str();
@@ -323,6 +323,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "Alternated rounds of probe and measurements (medians reported)")
       ->capture_default_str();
   app.add_option("--decode-steps", steps, "Timed decode steps per batch size")->capture_default_str();
+  app.add_option("--batch1-steps", batch1_steps,
+                 "Timed decode steps at batch 1 (0: --decode-steps), e.g. 64 beside llama-bench's tg64")
+      ->capture_default_str();
   app.add_option("--prompt-len", prompt_len, "Context each decoding sequence starts from")->capture_default_str();
   app.add_option("--prefill-tokens", prefill, "Prompt length of the prefill measurement")->capture_default_str();
   app.add_option("--prefill-reps", prefill_reps, "Prefill repetitions per round (best is kept)")->capture_default_str();
@@ -344,6 +347,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--save-weights: writes one set of weights; it does not combine with --variants\n");
     return 2;
   }
+  if (steps < 1 || batch1_steps < 0) {
+    std::fprintf(stderr, "--decode-steps: must be at least 1 (got %ld); --batch1-steps: at least 0 (got %ld)\n",
+                 static_cast<long>(steps), static_cast<long>(batch1_steps));
+    return 2;
+  }
+  if (batch1_steps == 0)
+    batch1_steps = steps;
   if (rounds < 1) {
     std::fprintf(stderr, "--rounds: must be at least 1, got %d\n", rounds);
     return 2;
@@ -363,7 +373,7 @@ int main(int argc, char** argv) {
       }
       variants.push_back(*v);
     }
-    return run_variants(config_dir, variants, be, rounds, steps, prompt_len, prefill, prefill_reps, json_path);
+    return run_variants(config_dir, variants, be, rounds, batch1_steps, prompt_len, prefill, prefill_reps, json_path);
   }
   model::load_options load;
   if (dtype_arg != "auto") {
@@ -451,11 +461,12 @@ int main(int argc, char** argv) {
       best_pattern = probe.best;
     }
     std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
-    pool.set_takeover_timing(true);
-    const double tps1 = bench::decode_tokens_per_second(llm, 1, prompt_len, steps, block_size);
+    // The pool's timing covers the timed steps only (set_takeover_timing restarts its totals).
+    const double tps1 = bench::decode_tokens_per_second(llm, 1, prompt_len, batch1_steps, block_size, {}, {},
+                                                        [&] { pool.set_takeover_timing(true); });
     const thread_pool::takeover_timing timing = pool.takeover_timing_totals();
     pool.set_takeover_timing(false);
-    const double decode_ns = static_cast<double>(steps) / tps1 * 1e9;  // the timed steps (the prefill runs no call)
+    const double decode_ns = static_cast<double>(batch1_steps) / tps1 * 1e9;  // the timed steps
     call_shares.push_back(static_cast<double>(timing.call_ns) / decode_ns);
     for (size_t t = 0; t < compute_shares.size(); ++t)
       compute_shares[t].push_back(static_cast<double>(timing.compute_ns[t]) / decode_ns);
@@ -467,7 +478,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       const cpu_clock start;
-      hogged.push_back(bench::decode_tokens_per_second(llm, 1, prompt_len, steps, block_size));
+      hogged.push_back(bench::decode_tokens_per_second(llm, 1, prompt_len, batch1_steps, block_size));
       hog_cores.push_back(start.cores_used());
       hog_ratios.push_back(hogged.back() / tps1);
     }
@@ -514,8 +525,8 @@ int main(int argc, char** argv) {
                 max_rank_weight_bytes(cfg, 2, true, weight_type, 2) / 1e9);
   std::printf("%-44s %16.2f\n", "memory read bandwidth (GB/s)", bandwidth / 1e9);
   std::printf("%-44s %16s\n", "  best read pattern", best_pattern.name().c_str());
-  std::printf("%-44s %16.2f\n", "decode tokens/s, batch 1", tps1);
-  std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch {}", big_batch).c_str(), tpsn);
+  std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch 1 ({} steps)", batch1_steps).c_str(), tps1);
+  std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch {} ({} steps)", big_batch, steps).c_str(), tpsn);
   std::printf("%-44s %16.2f\n", fmt::format("prefill tokens/s, {}-token prompt", prefill).c_str(), prefill_tps);
   if (hog > 0) {
     std::printf("%-44s %16.2f\n", fmt::format("decode tokens/s, batch 1, beside {} busy", hog).c_str(),
@@ -574,6 +585,7 @@ int main(int argc, char** argv) {
     w.value(bench::median(shares));
   w.end_array();
   w.key("decode_steps").value(steps);
+  w.key("decode_batch1_steps").value(batch1_steps);
   w.key("hog_processes").value(hog);
   w.key("load_average_start").value(load_before);
   w.key("load_average_end").value(load_after);

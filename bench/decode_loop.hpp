@@ -1,4 +1,5 @@
-// The CPU benches' decode measurement: `batch` sequences, a short prefill each, then timed decode steps of the whole
+// The CPU benches' decode measurement: `batch` sequences, a short prefill each, one untimed warm-up step (as
+// llama.cpp's llama-bench and llama-batched-bench warm up before they time), then timed decode steps of the whole
 // batch through llama_model's host forward, each row fed its own greedy token.
 #pragma once
 
@@ -8,17 +9,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
 namespace actorllm::bench {
 
-/// Decode tokens/s of `batch` rows: a `prompt_len`-token prefill each, then `steps` timed steps. With `row_loras`
-/// (one per row, 0: base) each row applies that LoRA adapter, put in slots from `loras`.
+/// Decode tokens/s of `batch` rows: a `prompt_len`-token prefill each, a warm-up step, then `steps` timed steps. With
+/// `row_loras` (one per row, 0: base) each row applies that LoRA adapter, put in slots from `loras`. `on_timing_start`,
+/// when given, runs after the warm-up, just before the timed steps (a bench resets its counters there).
 inline double decode_tokens_per_second(model::llama_model& llm, int64_t batch, int64_t prompt_len, int64_t steps,
                                        int64_t block_size, std::span<const int32_t> row_loras = {},
-                                       std::span<const model::lora_source> loras = {}) {
-  const int64_t ctx = prompt_len + steps + 1;
+                                       std::span<const model::lora_source> loras = {},
+                                       const std::function<void()>& on_timing_start = {}) {
+  const int64_t ctx = prompt_len + 1 + steps;  // the prompt, the warm-up step, the timed steps
   const int64_t blocks_per_seq = (ctx + block_size - 1) / block_size;
   model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), batch * blocks_per_seq};
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
@@ -44,8 +48,9 @@ inline double decode_tokens_per_second(model::llama_model& llm, int64_t batch, i
     prefill.sequences.back().lora_id = lora_of(s);
   }
   run(prefill);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < steps; ++step) {
+  // Step `step` decodes each row's last token at position prompt_len + step; step 0 is the warm-up (the first decode
+  // step after a prefill: kernels' first use at this batch size, the read-ahead's record of which call follows which).
+  auto decode_step = [&](int64_t step) {
     model::forward_batch fb;
     for (int64_t s = 0; s < batch; ++s) {
       const int32_t tok[1] = {last[static_cast<size_t>(s)]};
@@ -53,7 +58,13 @@ inline double decode_tokens_per_second(model::llama_model& llm, int64_t batch, i
       fb.sequences.back().lora_id = lora_of(s);
     }
     run(fb);
-  }
+  };
+  decode_step(0);
+  if (on_timing_start)
+    on_timing_start();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= steps; ++step)
+    decode_step(step);
   return static_cast<double>(batch * steps) /
          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

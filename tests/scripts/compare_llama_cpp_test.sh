@@ -59,6 +59,7 @@ cat >"$fake/build/bench/bench_cpu_decode" <<'FAKE'
 #!/usr/bin/env bash
 # bench_cpu_decode's stand-in: --save-weights DIR makes DIR; otherwise writes the JSON of --json, the round counted in
 # a file beside it (decode batch 1 = 3, 4, 5 tok/s over the rounds).
+echo "$*" >>"$(dirname "$0")/args"
 save="" json=""
 while [[ $# -gt 0 ]]; do
   case $1 in --save-weights) save=$2; shift ;; --json) json=$2; shift ;; esac
@@ -93,6 +94,8 @@ bash "$script" --llama-cpp "$fake/llama" --build "$fake/build" --config "$fake/c
 rc=$?
 check "a run with stand-ins succeeds (exit $rc; $(tail -3 "$tmp/run.err" | tr "\n" " "))" test "$rc" -eq 0
 check "it names llama.cpp's commit" grep -q "llama.cpp abc1234 (build 7)" "$tmp/run.out"
+check "each round times batch 1 over as many steps as tg64 ($(grep -c -- '--batch1-steps 64 ' "$fake/build/bench/args") of 3)" \
+  test "$(grep -c -- '--batch1-steps 64 ' "$fake/build/bench/args")" -eq 3
 check "each round's decode ratio: 3/10, 4/10, 5/10" \
   python3 -c "import json,sys; d=json.load(open('$fake/out.json'));
 r=[x['decode_b1_ratio'] for x in d['per_round']]; sys.exit(0 if [round(v, 6) for v in r] == [0.3, 0.4, 0.5] else 1)"
