@@ -96,8 +96,8 @@ echo "== preparing the weights ($(basename "$config"), bf16 dummy weights, seed 
 for ((r = 1; r <= rounds; ++r)); do
   echo "== round $r/$rounds: bench_cpu_decode (bandwidth probe, decode b1, b$batch, prefill $prefill)" >&2
   "$build/bench/bench_cpu_decode" --model "$tmp/weights" --threads "$threads" --rounds 1 --batch "$batch" \
-    --prompt-len "$prompt_len" --decode-steps "$steps" --batch1-steps "$tg" --prefill-tokens "$prefill" --json "$tmp/actorllm.$r.json" \
-    >"$tmp/actorllm.$r.txt"
+    --prompt-len "$prompt_len" --decode-steps "$steps" --batch1-steps "$tg" --prefill-tokens "$prefill" \
+    --json "$tmp/actorllm.$r.json" >"$tmp/actorllm.$r.txt"
   echo "== round $r/$rounds: llama-bench (pp$prefill, tg$tg)" >&2
   "$llama_bench" -m "$tmp/model.gguf" -p "$prefill" -n "$tg" -t "$threads" -r 1 -o json \
     >"$tmp/llama_bench.$r.json" 2>"$tmp/llama_bench.$r.err" ||

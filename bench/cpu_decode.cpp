@@ -347,9 +347,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--save-weights: writes one set of weights; it does not combine with --variants\n");
     return 2;
   }
-  if (steps < 1 || batch1_steps < 0) {
-    std::fprintf(stderr, "--decode-steps: must be at least 1 (got %ld); --batch1-steps: at least 0 (got %ld)\n",
-                 static_cast<long>(steps), static_cast<long>(batch1_steps));
+  if (steps < 1) {
+    std::fprintf(stderr, "--decode-steps: must be at least 1, got %ld\n", static_cast<long>(steps));
+    return 2;
+  }
+  if (batch1_steps < 0) {
+    std::fprintf(stderr, "--batch1-steps: must be at least 0 (0: --decode-steps), got %ld\n",
+                 static_cast<long>(batch1_steps));
     return 2;
   }
   if (batch1_steps == 0)

@@ -94,8 +94,8 @@ bash "$script" --llama-cpp "$fake/llama" --build "$fake/build" --config "$fake/c
 rc=$?
 check "a run with stand-ins succeeds (exit $rc; $(tail -3 "$tmp/run.err" | tr "\n" " "))" test "$rc" -eq 0
 check "it names llama.cpp's commit" grep -q "llama.cpp abc1234 (build 7)" "$tmp/run.out"
-check "each round times batch 1 over as many steps as tg64 ($(grep -c -- '--batch1-steps 64 ' "$fake/build/bench/args") of 3)" \
-  test "$(grep -c -- '--batch1-steps 64 ' "$fake/build/bench/args")" -eq 3
+timed_like_tg64=$(grep -c -- '--batch1-steps 64 ' "$fake/build/bench/args")
+check "each round times batch 1 over as many steps as tg64 ($timed_like_tg64 of 3)" test "$timed_like_tg64" -eq 3
 check "each round's decode ratio: 3/10, 4/10, 5/10" \
   python3 -c "import json,sys; d=json.load(open('$fake/out.json'));
 r=[x['decode_b1_ratio'] for x in d['per_round']]; sys.exit(0 if [round(v, 6) for v in r] == [0.3, 0.4, 0.5] else 1)"
