@@ -2,7 +2,8 @@
 // the decode shapes of Llama-3.2-1B, GEMM throughput at prefill size, the GEMV/GEMM crossover, and the matmuls of
 // one whole batch-1 decode step of the TinyLlama-1.1B shape on packed weights, as the CPU backend runs them, against
 // the roofline. Prints a table; writes JSON (--json PATH). --decode-step-rounds N: only the probe and that step,
-// alternately.
+// alternately, beside the same bytes read as one call and the step with the caller busy between its calls
+// (--decode-step-gaps): what the step's call structure costs, apart from the rest of a decode step.
 //
 // Weights live in one 1 GiB arena that is larger than the last-level cache, and successive calls walk through it,
 // so the decode figures are memory-bound numbers, not cache-resident ones.
@@ -158,7 +159,18 @@ struct decode_step_result {
   std::vector<kind> kinds;
 };
 
-decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps) {
+// Busy for `us` microseconds on the calling thread: the work between a layer's calls, as a decode step keeps the
+// caller.
+void busy_for(double us) {
+  const auto until = clock_type::now() + std::chrono::duration<double, std::micro>(us);
+  while (us > 0 && clock_type::now() < until) {
+  }
+}
+
+// The step's matmuls; with `gaps` (microseconds before a layer's q/k/v, o, gate/up and down calls) the caller is busy
+// that long before each, as the rest of the layer (norms, rope, the cache write, attention) keeps it in a real step.
+decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps,
+                                    const std::array<double, 4>& gaps = {}) {
   enum kind_index { qkv, o, gate_up, down, lm_head, n_kinds };
   struct shape {
     kind_index kind;
@@ -189,6 +201,8 @@ decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps)
     const auto t_step = clock_type::now();
     for (auto s : shapes) {
       const size_t b = cpu::bf16_panels_bytes(s.n_out, s.n_in);
+      if (s.kind != lm_head)
+        busy_for(gaps[static_cast<size_t>(s.kind)]);
       const auto t0 = clock_type::now();
       const cpu::matmul_target target{a.slot(slot_index++, b), dtype::bf16, s.n_out, nullptr, y.data(), true, owner};
       cpu::matmul_group(x.data(), 1, s.n_in, std::span{&target, 1}, pool);
@@ -208,6 +222,51 @@ decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps)
   for (int k = 0; k < n_kinds; ++k)
     r.kinds[static_cast<size_t>(k)].seconds = bench::median(kind_times[static_cast<size_t>(k)]);
   return r;
+}
+
+// GB/s of the arena read as one batch-1 call (2048 inputs, as many packed rows as fit): the kernel with no call
+// boundary, what the step's calls would read if nothing interrupted them.
+double time_one_call(const arena& a, thread_pool& pool, int reps) {
+  const int64_t n_in = 2048, panel = cpu::bf16_panels_bytes(32, n_in);
+  const int64_t n_out = static_cast<int64_t>(a.bytes) / panel * 32;
+  std::vector<float> x(static_cast<size_t>(n_in), 0.01f), y(static_cast<size_t>(n_out));
+  const cpu::matmul_target target{a.data, dtype::bf16, n_out, nullptr, y.data(), true, a.buf};
+  std::vector<double> times;
+  for (int i = 0; i <= reps; ++i) {  // the first untimed
+    const auto t0 = clock_type::now();
+    cpu::matmul_group(x.data(), 1, n_in, std::span{&target, 1}, pool);
+    if (i > 0)
+      times.push_back(seconds_since(t0));
+  }
+  return static_cast<double>(cpu::bf16_panels_bytes(n_out, n_in)) / bench::median(times) / 1e9;
+}
+
+// --decode-step-gaps: four microsecond counts, comma separated; throws CLI::ValidationError naming what is wrong.
+std::array<double, 4> parse_gaps(const std::string& text) {
+  std::array<double, 4> gaps{};
+  size_t n = 0, at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    if (n == gaps.size())
+      throw CLI::ValidationError("--decode-step-gaps", fmt::format("four values expected, got more: '{}'", text));
+    size_t used = 0;
+    double v = -1;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || !(v >= 0 && v <= 10000))
+      throw CLI::ValidationError("--decode-step-gaps",
+                                 fmt::format("'{}' is not a number of microseconds in [0, 10000]", item));
+    gaps[n++] = v;
+    at = comma + 1;
+  }
+  if (n != gaps.size())
+    throw CLI::ValidationError("--decode-step-gaps",
+                               fmt::format("four values expected (q/k/v, o, gate/up, down), got {}", n));
+  return gaps;
 }
 
 // Paged attention of `n_seqs` sequences, each with `n_query` query rows ending at context `ctx` (prefill: one
@@ -275,13 +334,27 @@ int main(int argc, char** argv) {
   int threads = 0;
   bool quick = false;
   int step_rounds = 0;
+  // The gaps between a layer's calls measured in bench_cpu_decode's batch-1 step of the TinyLlama-1.1B shape on the
+  // 2-vCPU Zen 5 VM (2026-11-30: 11, 30, 9 and 8.5 us), less the 5 us or so of each call's own set-up and return
+  // that the calls here pay themselves.
+  std::string gaps_text = "6,25,4,3.5";
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
   app.add_option("--decode-step-rounds", step_rounds,
                  "Only the probe and the decode step's matmuls, alternately for this many rounds (no JSON)")
       ->check(CLI::Range(1, 1000));
+  app.add_option("--decode-step-gaps", gaps_text,
+                 "With --decode-step-rounds: microseconds the caller is busy before a layer's q/k/v, o, gate/up and "
+                 "down calls in the step timed with gaps (four, comma separated)")
+      ->capture_default_str();
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
-  CLI11_PARSE(app, argc, argv);
+  std::array<double, 4> gaps{};
+  try {
+    app.parse(argc, argv);
+    gaps = parse_gaps(gaps_text);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
 
   std::unique_ptr<thread_pool> own_pool;
   thread_pool* pool = &thread_pool::global();
@@ -293,19 +366,25 @@ int main(int argc, char** argv) {
   int min_reps = quick ? 2 : 5;
 
   if (step_rounds > 0) {
-    // The probe and the step alternately, so that the machine's drift hits both alike.
+    // The probe and the three ways alternately, so that the machine's drift hits them alike.
     fmt::print("actorllm CPU kernels: isa {}, {} threads; the decode step's matmuls against the probe, {} rounds\n",
                cpu::simd::isa_name, pool->size(), step_rounds);
     arena a(size_t{1} << 30, *pool);
-    std::vector<double> fractions;
+    std::vector<double> fractions, one_call, with_gaps;
     for (int r = 1; r <= step_rounds; ++r) {
       const double bw = bench::measure_read_bandwidth(*pool) / 1e9;
+      one_call.push_back(time_one_call(a, *pool, quick ? 3 : 10) / bw);
       const decode_step_result step = time_decode_step(a, *pool, quick ? 3 : 10);
+      with_gaps.push_back(time_decode_step(a, *pool, quick ? 3 : 10, gaps).gbs / bw);
       fmt::print("round {}: ", r);
       print_decode_step(step, bw);
+      fmt::print("  one call over the same arena {:.1f}%; the step with {} us between calls {:.1f}%\n",
+                 100.0 * one_call.back(), gaps_text, 100.0 * with_gaps.back());
       fractions.push_back(step.gbs / bw);
     }
+    fmt::print("median one call / probe: {:.1f}%\n", 100.0 * bench::median(one_call));
     fmt::print("median step / probe: {:.1f}%\n", 100.0 * bench::median(fractions));
+    fmt::print("median step with gaps / probe: {:.1f}%\n", 100.0 * bench::median(with_gaps));
     return 0;
   }
   fmt::print("actorllm CPU kernels: isa {}, {} threads\n", cpu::simd::isa_name, pool->size());

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench_kernels --decode-step-rounds: one quick round prints the step's matmuls, the same bytes as one call and the step
+# with the caller busy between its calls, each as a positive fraction of the probe, and their medians; each bad
+# --decode-step-gaps is refused (exit non-zero, nothing measured) with a message naming the flag and the value.
+#   decode_step_test.sh BENCH_KERNELS
+set -uo pipefail
+bench=$1
+tmp=$(mktemp -d /tmp/actorllm-decode-step.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/scripts/check_helpers.sh
+source "$(dirname "$0")/check_helpers.sh"
+
+"$bench" --decode-step-rounds 1 --quick --threads 2 --decode-step-gaps 1,2,0.5,0 >"$tmp/out" 2>&1
+rc=$?
+check "a quick round exits 0 (got $rc: $(tail -c 300 "$tmp/out"))" test "$rc" -eq 0
+check "the round names the gaps it used" grep -qF "the step with 1,2,0.5,0 us between calls" "$tmp/out"
+for what in "one call" "step" "step with gaps"; do
+  check "a positive median $what / probe" grep -qE "^median $what / probe: [0-9]*[1-9][0-9]*\.[0-9]%" "$tmp/out"
+done
+
+refuses() { # DESCRIPTION EXPECTED_TEXT GAPS
+  "$bench" --decode-step-rounds 1 --quick --decode-step-gaps "$3" >"$tmp/out" 2>&1
+  local rc=$?
+  check "$1: exits non-zero (got $rc)" test "$rc" -ne 0
+  check "$1: says '$2' (got: $(head -c 300 "$tmp/out"))" grep -qF -- "$2" "$tmp/out"
+  check "$1: measures nothing" bash -c "! grep -q 'round 1' '$tmp/out'"
+}
+refuses "three gaps" "--decode-step-gaps: four values expected (q/k/v, o, gate/up, down), got 3" "1,2,3"
+refuses "five gaps" "four values expected, got more" "1,2,3,4,5"
+refuses "a word" "'x' is not a number of microseconds" "1,x,3,4"
+refuses "an empty value" "'' is not a number of microseconds" "1,,3,4"
+refuses "a negative gap" "'-1' is not a number of microseconds" "1,-1,3,4"
+refuses "a number with a tail" "'2us' is not a number of microseconds" "1,2us,3,4"
+exit "$fail"
