@@ -2,8 +2,9 @@
 // the decode shapes of Llama-3.2-1B, GEMM throughput at prefill size, the GEMV/GEMM crossover, and the matmuls of
 // one whole batch-1 decode step of the TinyLlama-1.1B shape on packed weights, as the CPU backend runs them, against
 // the roofline. Prints a table; writes JSON (--json PATH). --decode-step-rounds N: only the probe and that step,
-// alternately, beside the same bytes read as one call and the step with the caller busy between its calls
-// (--decode-step-gaps): what the step's call structure costs, apart from the rest of a decode step.
+// alternately, beside the same bytes read as one call, as calls of 2, 8 and 32 MiB (each call's fixed cost, in us),
+// and the step with the caller busy between its calls (--decode-step-gaps): what the step's call structure costs,
+// apart from the rest of a decode step.
 //
 // Weights live in one 1 GiB arena that is larger than the last-level cache, and successive calls walk through it,
 // so the decode figures are memory-bound numbers, not cache-resident ones.
@@ -224,21 +225,35 @@ decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps,
   return r;
 }
 
-// GB/s of the arena read as one batch-1 call (2048 inputs, as many packed rows as fit): the kernel with no call
-// boundary, what the step's calls would read if nothing interrupted them.
-double time_one_call(const arena& a, thread_pool& pool, int reps) {
-  const int64_t n_in = 2048, panel = cpu::bf16_panels_bytes(32, n_in);
-  const int64_t n_out = static_cast<int64_t>(a.bytes) / panel * 32;
+// The arena read by batch-1 calls of `call_bytes` each (2048 inputs, as many packed rows as fit; the whole arena: one
+// call, the kernel with no call boundary), back to back as a step makes its calls.
+struct calls_result {
+  int64_t calls = 0;   // per pass over the arena
+  double bytes = 0;    // per pass
+  double seconds = 0;  // per pass (median)
+  double gbs() const { return bytes / seconds / 1e9; }
+};
+
+calls_result time_calls(const arena& a, thread_pool& pool, int reps, size_t call_bytes) {
+  const int64_t n_in = 2048, panel = static_cast<int64_t>(cpu::bf16_panels_bytes(32, n_in));
+  const int64_t n_out = static_cast<int64_t>(std::min(call_bytes, a.bytes)) / panel * 32;
+  const auto stride = static_cast<int64_t>(cpu::bf16_panels_bytes(n_out, n_in));
+  calls_result r;
+  r.calls = static_cast<int64_t>(a.bytes) / stride;
+  r.bytes = static_cast<double>(r.calls * stride);
   std::vector<float> x(static_cast<size_t>(n_in), 0.01f), y(static_cast<size_t>(n_out));
-  const cpu::matmul_target target{a.data, dtype::bf16, n_out, nullptr, y.data(), true, a.buf};
   std::vector<double> times;
-  for (int i = 0; i <= reps; ++i) {  // the first untimed
+  for (int i = 0; i <= reps; ++i) {  // the first pass untimed
     const auto t0 = clock_type::now();
-    cpu::matmul_group(x.data(), 1, n_in, std::span{&target, 1}, pool);
+    for (int64_t c = 0; c < r.calls; ++c) {
+      const cpu::matmul_target target{a.data + c * stride, dtype::bf16, n_out, nullptr, y.data(), true, a.buf};
+      cpu::matmul_group(x.data(), 1, n_in, std::span{&target, 1}, pool);
+    }
     if (i > 0)
       times.push_back(seconds_since(t0));
   }
-  return static_cast<double>(cpu::bf16_panels_bytes(n_out, n_in)) / bench::median(times) / 1e9;
+  r.seconds = bench::median(times);
+  return r;
 }
 
 // --decode-step-gaps: four microsecond counts, comma separated; throws CLI::ValidationError naming what is wrong.
@@ -370,19 +385,49 @@ int main(int argc, char** argv) {
     fmt::print("actorllm CPU kernels: isa {}, {} threads; the decode step's matmuls against the probe, {} rounds\n",
                cpu::simd::isa_name, pool->size(), step_rounds);
     arena a(size_t{1} << 30, *pool);
-    std::vector<double> fractions, one_call, with_gaps;
+    std::vector<double> fractions, one_call, with_gaps, per_call_us;
+    // Calls of these sizes over the arena: how each call's fixed cost (its set-up, start, last grain and return)
+    // shows as calls shrink. A step's calls are 8-131 MB; per call, the machine reads for `per-call cost` less.
+    const std::array<size_t, 3> sizes{size_t{2} << 20, size_t{8} << 20, size_t{32} << 20};
+    std::array<std::vector<double>, 3> by_size;
     for (int r = 1; r <= step_rounds; ++r) {
       const double bw = bench::measure_read_bandwidth(*pool) / 1e9;
-      one_call.push_back(time_one_call(a, *pool, quick ? 3 : 10) / bw);
+      // One call and the three sizes in turn, three times: the machine's drift within the round hits each alike.
+      calls_result one;
+      std::array<calls_result, 3> sized;
+      std::vector<double> one_s;
+      std::array<std::vector<double>, 3> sized_s;
+      for (int cycle = 0; cycle < 3; ++cycle) {
+        one = time_calls(a, *pool, quick ? 1 : 3, a.bytes);
+        one_s.push_back(one.seconds);
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          sized[i] = time_calls(a, *pool, quick ? 1 : 3, sizes[i]);
+          sized_s[i].push_back(sized[i].seconds);
+        }
+      }
+      one.seconds = bench::median(one_s);
+      one_call.push_back(one.gbs() / bw);
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        sized[i].seconds = bench::median(sized_s[i]);
+        by_size[i].push_back(sized[i].gbs() / bw);
+      }
+      // Seconds the 2 MiB calls took beyond what one call over the same bytes takes, per call.
+      per_call_us.push_back(1e6 * (sized[0].seconds - one.seconds * sized[0].bytes / one.bytes) /
+                            static_cast<double>(sized[0].calls));
       const decode_step_result step = time_decode_step(a, *pool, quick ? 3 : 10);
       with_gaps.push_back(time_decode_step(a, *pool, quick ? 3 : 10, gaps).gbs / bw);
       fmt::print("round {}: ", r);
       print_decode_step(step, bw);
       fmt::print("  one call over the same arena {:.1f}%; the step with {} us between calls {:.1f}%\n",
                  100.0 * one_call.back(), gaps_text, 100.0 * with_gaps.back());
+      fmt::print("  the arena as calls of 2, 8 and 32 MiB: {:.1f}% {:.1f}% {:.1f}%; per-call cost {:.1f} us\n",
+                 100.0 * by_size[0].back(), 100.0 * by_size[1].back(), 100.0 * by_size[2].back(), per_call_us.back());
       fractions.push_back(step.gbs / bw);
     }
     fmt::print("median one call / probe: {:.1f}%\n", 100.0 * bench::median(one_call));
+    fmt::print("median calls of 2, 8 and 32 MiB / probe: {:.1f}% {:.1f}% {:.1f}%\n", 100.0 * bench::median(by_size[0]),
+               100.0 * bench::median(by_size[1]), 100.0 * bench::median(by_size[2]));
+    fmt::print("median per-call cost (2 MiB calls against one call): {:.1f} us\n", bench::median(per_call_us));
     fmt::print("median step / probe: {:.1f}%\n", 100.0 * bench::median(fractions));
     fmt::print("median step with gaps / probe: {:.1f}%\n", 100.0 * bench::median(with_gaps));
     return 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# bench_kernels --decode-step-rounds: one quick round prints the step's matmuls, the same bytes as one call and the step
-# with the caller busy between its calls, each as a positive fraction of the probe, and their medians; each bad
-# --decode-step-gaps is refused (exit non-zero, nothing measured) with a message naming the flag and the value.
+# bench_kernels --decode-step-rounds: one quick round prints the step's matmuls, the same bytes as one call, as calls of
+# 2, 8 and 32 MiB (and the per-call cost) and the step with the caller busy between its calls, each as a fraction of
+# the probe, and their medians; each bad --decode-step-gaps is refused (exit non-zero, nothing measured) with a message
+# naming the flag and the value.
 #   decode_step_test.sh BENCH_KERNELS
 set -uo pipefail
 bench=$1
@@ -17,6 +18,9 @@ check "the round names the gaps it used" grep -qF "the step with 1,2,0.5,0 us be
 for what in "one call" "step" "step with gaps"; do
   check "a positive median $what / probe" grep -qE "^median $what / probe: [0-9]*[1-9][0-9]*\.[0-9]%" "$tmp/out"
 done
+check "the medians of calls of 2, 8 and 32 MiB" \
+  grep -qE "^median calls of 2, 8 and 32 MiB / probe: [0-9]+\.[0-9]% [0-9]+\.[0-9]% [0-9]+\.[0-9]%$" "$tmp/out"
+check "a per-call cost in us" grep -qE "^median per-call cost \(2 MiB calls against one call\): -?[0-9]+\.[0-9] us$" "$tmp/out"
 
 refuses() { # DESCRIPTION EXPECTED_TEXT GAPS
   "$bench" --decode-step-rounds 1 --quick --decode-step-gaps "$3" >"$tmp/out" 2>&1
