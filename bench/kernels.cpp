@@ -3,8 +3,8 @@
 // one whole batch-1 decode step of the TinyLlama-1.1B shape on packed weights, as the CPU backend runs them, against
 // the roofline. Prints a table; writes JSON (--json PATH). --decode-step-rounds N: only the probe and that step,
 // alternately, beside the same bytes read as one call, as calls of 2, 8 and 32 MiB (each call's fixed cost, in us),
-// and the step with the caller busy between its calls (--decode-step-gaps): what the step's call structure costs,
-// apart from the rest of a decode step.
+// the step with the caller busy between its calls (--decode-step-gaps), and the step with gate/up and down as one
+// call: what the step's call structure costs, apart from the rest of a decode step.
 //
 // Weights live in one 1 GiB arena that is larger than the last-level cache, and successive calls walk through it,
 // so the decode figures are memory-bound numbers, not cache-resident ones.
@@ -170,8 +170,11 @@ void busy_for(double us) {
 
 // The step's matmuls; with `gaps` (microseconds before a layer's q/k/v, o, gate/up and down calls) the caller is busy
 // that long before each, as the rest of the layer (norms, rope, the cache write, attention) keeps it in a real step.
-decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps,
-                                    const std::array<double, 4>& gaps = {}) {
+// With `fused_mlp` gate/up and down are one call over their bytes together (11264 + 5632 rows of 2048 inputs): what
+// fusing them (down computed over blocks of its inputs as gate/up's outputs come) could save at most, a call and its
+// last grain a layer.
+decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps, const std::array<double, 4>& gaps = {},
+                                    bool fused_mlp = false) {
   enum kind_index { qkv, o, gate_up, down, lm_head, n_kinds };
   struct shape {
     kind_index kind;
@@ -181,7 +184,10 @@ decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps,
                                 "lm_head 2048->32000"};
   std::vector<shape> shapes;
   for (int l = 0; l < 22; ++l)
-    shapes.insert(shapes.end(), {{qkv, 2048, 2560}, {o, 2048, 2048}, {gate_up, 2048, 11264}, {down, 5632, 2048}});
+    if (fused_mlp)
+      shapes.insert(shapes.end(), {{qkv, 2048, 2560}, {o, 2048, 2048}, {gate_up, 2048, 11264 + 5632}});
+    else
+      shapes.insert(shapes.end(), {{qkv, 2048, 2560}, {o, 2048, 2048}, {gate_up, 2048, 11264}, {down, 5632, 2048}});
   shapes.push_back({lm_head, 2048, 32000});
   std::vector<float> x(5632, 0.01f), y(32000);
   const std::shared_ptr<const void> owner = a.buf;
@@ -337,8 +343,9 @@ void print_decode_step(const decode_step_result& step, double bw) {
       "{:.1f}% of the probe's {:.2f} GB/s\n",
       step.weight_bytes / 1e9, step.seconds * 1e3, step.gbs, 100.0 * step.gbs / bw, bw);
   for (const auto& k : step.kinds)
-    fmt::print("  {:<22} {:>8.3f} ms/step {:>8.2f} GB/s {:>6.1f}%\n", k.name, k.seconds * 1e3,
-               k.bytes / k.seconds / 1e9, 100.0 * k.bytes / k.seconds / 1e9 / bw);
+    if (k.bytes > 0)
+      fmt::print("  {:<22} {:>8.3f} ms/step {:>8.2f} GB/s {:>6.1f}%\n", k.name, k.seconds * 1e3,
+                 k.bytes / k.seconds / 1e9, 100.0 * k.bytes / k.seconds / 1e9 / bw);
 }
 
 }  // namespace
@@ -385,7 +392,7 @@ int main(int argc, char** argv) {
     fmt::print("actorllm CPU kernels: isa {}, {} threads; the decode step's matmuls against the probe, {} rounds\n",
                cpu::simd::isa_name, pool->size(), step_rounds);
     arena a(size_t{1} << 30, *pool);
-    std::vector<double> fractions, one_call, with_gaps, per_call_us;
+    std::vector<double> fractions, one_call, with_gaps, per_call_us, fused, fused_gaps;
     // Calls of these sizes over the arena: how each call's fixed cost (its set-up, start, last grain and return)
     // shows as calls shrink. A step's calls are 8-131 MB; per call, the machine reads for `per-call cost` less.
     const std::array<size_t, 3> sizes{size_t{2} << 20, size_t{8} << 20, size_t{32} << 20};
@@ -416,10 +423,14 @@ int main(int argc, char** argv) {
                             static_cast<double>(sized[0].calls));
       const decode_step_result step = time_decode_step(a, *pool, quick ? 3 : 10);
       with_gaps.push_back(time_decode_step(a, *pool, quick ? 3 : 10, gaps).gbs / bw);
+      fused.push_back(time_decode_step(a, *pool, quick ? 3 : 10, {}, true).gbs / bw);
+      fused_gaps.push_back(time_decode_step(a, *pool, quick ? 3 : 10, gaps, true).gbs / bw);
       fmt::print("round {}: ", r);
       print_decode_step(step, bw);
       fmt::print("  one call over the same arena {:.1f}%; the step with {} us between calls {:.1f}%\n",
                  100.0 * one_call.back(), gaps_text, 100.0 * with_gaps.back());
+      fmt::print("  gate/up and down as one call: the step {:.1f}%, with the gaps {:.1f}%\n", 100.0 * fused.back(),
+                 100.0 * fused_gaps.back());
       fmt::print("  the arena as calls of 2, 8 and 32 MiB: {:.1f}% {:.1f}% {:.1f}%; per-call cost {:.1f} us\n",
                  100.0 * by_size[0].back(), 100.0 * by_size[1].back(), 100.0 * by_size[2].back(), per_call_us.back());
       fractions.push_back(step.gbs / bw);
@@ -430,6 +441,8 @@ int main(int argc, char** argv) {
     fmt::print("median per-call cost (2 MiB calls against one call): {:.1f} us\n", bench::median(per_call_us));
     fmt::print("median step / probe: {:.1f}%\n", 100.0 * bench::median(fractions));
     fmt::print("median step with gaps / probe: {:.1f}%\n", 100.0 * bench::median(with_gaps));
+    fmt::print("median step, gate/up and down as one call / probe: {:.1f}%; with the gaps {:.1f}%\n",
+               100.0 * bench::median(fused), 100.0 * bench::median(fused_gaps));
     return 0;
   }
   fmt::print("actorllm CPU kernels: isa {}, {} threads\n", cpu::simd::isa_name, pool->size());

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench_kernels --decode-step-rounds: one quick round prints the step's matmuls, the same bytes as one call, as calls of
-# 2, 8 and 32 MiB (and the per-call cost) and the step with the caller busy between its calls, each as a fraction of
-# the probe, and their medians; each bad --decode-step-gaps is refused (exit non-zero, nothing measured) with a message
-# naming the flag and the value.
+# 2, 8 and 32 MiB (and the per-call cost), the step with the caller busy between its calls and the step with gate/up and
+# down as one call, each as a fraction of the probe, and their medians; each bad --decode-step-gaps is refused (exit
+# non-zero, nothing measured) with a message naming the flag and the value.
 #   decode_step_test.sh BENCH_KERNELS
 set -uo pipefail
 bench=$1
@@ -20,6 +20,8 @@ for what in "one call" "step" "step with gaps"; do
 done
 check "the medians of calls of 2, 8 and 32 MiB" \
   grep -qE "^median calls of 2, 8 and 32 MiB / probe: [0-9]+\.[0-9]% [0-9]+\.[0-9]% [0-9]+\.[0-9]%$" "$tmp/out"
+check "the medians of the step with gate/up and down as one call" \
+  grep -qE "^median step, gate/up and down as one call / probe: [0-9]+\.[0-9]%; with the gaps [0-9]+\.[0-9]%$" "$tmp/out"
 check "a per-call cost in us" grep -qE "^median per-call cost \(2 MiB calls against one call\): -?[0-9]+\.[0-9] us$" "$tmp/out"
 
 refuses() { # DESCRIPTION EXPECTED_TEXT GAPS
