@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -262,6 +263,22 @@ calls_result time_calls(const arena& a, thread_pool& pool, int reps, size_t call
   return r;
 }
 
+// time_calls for each of `sizes`, in turn `cycles` times (so that the machine's drift hits each alike); each with the
+// median of its cycles' seconds.
+std::vector<calls_result> time_calls_alternately(const arena& a, thread_pool& pool, int reps,
+                                                 std::span<const size_t> sizes, int cycles) {
+  std::vector<calls_result> out(sizes.size());
+  std::vector<std::vector<double>> seconds(sizes.size());
+  for (int cycle = 0; cycle < cycles; ++cycle)
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      out[i] = time_calls(a, pool, reps, sizes[i]);
+      seconds[i].push_back(out[i].seconds);
+    }
+  for (size_t i = 0; i < sizes.size(); ++i)
+    out[i].seconds = bench::median(seconds[i]);
+  return out;
+}
+
 // --decode-step-gaps: four microsecond counts, comma separated; throws CLI::ValidationError naming what is wrong.
 std::array<double, 4> parse_gaps(const std::string& text) {
   std::array<double, 4> gaps{};
@@ -388,43 +405,32 @@ int main(int argc, char** argv) {
   int min_reps = quick ? 2 : 5;
 
   if (step_rounds > 0) {
-    // The probe and the three ways alternately, so that the machine's drift hits them alike.
+    // The probe and every way of reading alternately, so that the machine's drift hits them alike.
     fmt::print("actorllm CPU kernels: isa {}, {} threads; the decode step's matmuls against the probe, {} rounds\n",
                cpu::simd::isa_name, pool->size(), step_rounds);
     arena a(size_t{1} << 30, *pool);
     std::vector<double> fractions, one_call, with_gaps, per_call_us, fused, fused_gaps;
-    // Calls of these sizes over the arena: how each call's fixed cost (its set-up, start, last grain and return)
-    // shows as calls shrink. A step's calls are 8-131 MB; per call, the machine reads for `per-call cost` less.
-    const std::array<size_t, 3> sizes{size_t{2} << 20, size_t{8} << 20, size_t{32} << 20};
+    // The arena as one call (the kernel with no call boundary), then as calls of 2, 8 and 32 MiB: how each call's
+    // fixed cost (its set-up, start, last grain and return) shows as calls shrink. A step's calls are 8-131 MB; per
+    // call, the machine reads for `per-call cost` less.
+    const std::array<size_t, 4> sizes{a.bytes, size_t{2} << 20, size_t{8} << 20, size_t{32} << 20};
     std::array<std::vector<double>, 3> by_size;
+    const int step_reps = quick ? 3 : 10;
     for (int r = 1; r <= step_rounds; ++r) {
       const double bw = bench::measure_read_bandwidth(*pool) / 1e9;
-      // One call and the three sizes in turn, three times: the machine's drift within the round hits each alike.
-      calls_result one;
-      std::array<calls_result, 3> sized;
-      std::vector<double> one_s;
-      std::array<std::vector<double>, 3> sized_s;
-      for (int cycle = 0; cycle < 3; ++cycle) {
-        one = time_calls(a, *pool, quick ? 1 : 3, a.bytes);
-        one_s.push_back(one.seconds);
-        for (size_t i = 0; i < sizes.size(); ++i) {
-          sized[i] = time_calls(a, *pool, quick ? 1 : 3, sizes[i]);
-          sized_s[i].push_back(sized[i].seconds);
-        }
-      }
-      one.seconds = bench::median(one_s);
+      const std::vector<calls_result> calls = time_calls_alternately(a, *pool, quick ? 1 : 3, sizes, 3);
+      const calls_result& one = calls[0];
       one_call.push_back(one.gbs() / bw);
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        sized[i].seconds = bench::median(sized_s[i]);
-        by_size[i].push_back(sized[i].gbs() / bw);
-      }
+      for (size_t i = 0; i < by_size.size(); ++i)
+        by_size[i].push_back(calls[i + 1].gbs() / bw);
       // Seconds the 2 MiB calls took beyond what one call over the same bytes takes, per call.
-      per_call_us.push_back(1e6 * (sized[0].seconds - one.seconds * sized[0].bytes / one.bytes) /
-                            static_cast<double>(sized[0].calls));
-      const decode_step_result step = time_decode_step(a, *pool, quick ? 3 : 10);
-      with_gaps.push_back(time_decode_step(a, *pool, quick ? 3 : 10, gaps).gbs / bw);
-      fused.push_back(time_decode_step(a, *pool, quick ? 3 : 10, {}, true).gbs / bw);
-      fused_gaps.push_back(time_decode_step(a, *pool, quick ? 3 : 10, gaps, true).gbs / bw);
+      const calls_result& small = calls[1];
+      per_call_us.push_back(1e6 * (small.seconds - one.seconds * small.bytes / one.bytes) /
+                            static_cast<double>(small.calls));
+      const decode_step_result step = time_decode_step(a, *pool, step_reps);
+      with_gaps.push_back(time_decode_step(a, *pool, step_reps, gaps).gbs / bw);
+      fused.push_back(time_decode_step(a, *pool, step_reps, {}, true).gbs / bw);
+      fused_gaps.push_back(time_decode_step(a, *pool, step_reps, gaps, true).gbs / bw);
       fmt::print("round {}: ", r);
       print_decode_step(step, bw);
       fmt::print("  one call over the same arena {:.1f}%; the step with {} us between calls {:.1f}%\n",
