@@ -16,11 +16,7 @@ bash scripts/build.sh "$ACTORLLM_WERROR_FLAG"
 
 if [[ "${ACTORLLM_SKIP_SANITIZE:-0}" != 1 ]]; then
   echo "== sanitizer run (ASan+UBSan): loaders, parsers, kernels"
-  # -O1 -g1: ASan's reports keep their file:line stacks (line tables) at 60% of -O2 -g1's compile time (13.8 against
-  # 22.8 min cold on a 2-vCPU VM); a sanitizer build compiles only the test files that hold [asan] cases
-  # (tests/CMakeLists.txt).
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-    -DACTORLLM_SANITIZE=ON -DACTORLLM_CUDA=OFF -DACTORLLM_BUILD_BENCH=OFF -DACTORLLM_WERROR=ON >/dev/null
+  bash scripts/configure_sanitizer_build.sh build-asan >/dev/null
   # Only the suites that hold [asan] cases: loaders, parsers, kernels, collectives, the scheduler stress test, the
   # control gate, the fuzzers of the HTTP and control ports, and the Hub client's parsers and downloads.
   cmake --build build-asan -j "$(nproc)" --target actorllm test_util test_kernels test_comm test_model test_text test_engine test_net \
