@@ -148,6 +148,9 @@ for r in range(1, rounds + 1):
         "llama_batched_tg": batched[0]["speed_tg"],
     }
     row["actorllm_b1_of_roofline"] = row["actorllm_decode_b1"] * bytes_per_token / bw
+    # The decode against the probe's best pattern read just before and after each of its segments (bench_cpu_decode,
+    # bench/paired_roofline.hpp): the round's probe and decode, seconds apart, can see different bandwidth states.
+    row["actorllm_b1_of_probe_beside"] = a["batch1_fraction_of_probe_beside"]
     row["llama_tg_of_roofline"] = row["llama_tg"] * bytes_per_token / bw
     row["decode_b1_ratio"] = row["actorllm_decode_b1"] / row["llama_tg"]
     row["prefill_ratio"] = row["actorllm_prefill"] / row["llama_pp"]
@@ -159,7 +162,8 @@ print(f"actorllm vs llama.cpp {commit['build_commit']} (build {commit['build_num
       f"{config.rstrip('/').split('/')[-1]}, same bf16 bytes, {threads} threads, {rounds} alternated rounds")
 print(f"cpu: {commit['cpu_info']}; llama.cpp model type: {commit['model_type']}")
 print("a: actorllm (bench_cpu_decode), l: llama.cpp (llama-bench, llama-batched-bench); tokens/s")
-head = (f"{'round':>6} {'GB/s':>7} | {'a b1':>8} {'l tg'+str(tg):>8} {'ratio':>6} {'a/BW':>6} {'l/BW':>6} | "
+head = (f"{'round':>6} {'GB/s':>7} | {'a b1':>8} {'l tg'+str(tg):>8} {'ratio':>6} {'a/BW':>6} {'a/bsd':>6} "
+        f"{'l/BW':>6} | "
         f"{'a pp'+str(prefill):>9} {'l pp'+str(prefill):>8} {'ratio':>6} | {'a b'+str(batch):>8} "
         f"{'l b'+str(batch):>8} {'ratio':>6}")
 print(head)
@@ -167,6 +171,7 @@ print("-" * len(head))
 def line(label, x):
     print(f"{label:>6} {x['memory_bandwidth_bytes_per_s']/1e9:7.2f} | {x['actorllm_decode_b1']:8.2f} "
           f"{x['llama_tg']:8.2f} {x['decode_b1_ratio']:5.2f}x {100*x['actorllm_b1_of_roofline']:5.1f}% "
+          f"{100*x['actorllm_b1_of_probe_beside']:5.1f}% "
           f"{100*x['llama_tg_of_roofline']:5.1f}% | {x['actorllm_prefill']:9.2f} {x['llama_pp']:8.2f} "
           f"{x['prefill_ratio']:5.2f}x | {x['actorllm_decode_batch']:8.2f} {x['llama_batched_tg']:8.2f} "
           f"{x['decode_batch_ratio']:5.2f}x")
@@ -175,7 +180,9 @@ for i, x in enumerate(per_round, 1):
 print("-" * len(head))
 line("median", med)
 print("ratio: a / l (the median row: medians of the per-round ratios); a/BW, l/BW: batch-1 decode as a fraction of "
-      "the roofline, the round's probed read bandwidth over the weight bytes read per token")
+      "the roofline, the round's probed read bandwidth over the weight bytes read per token; a/bsd: actorllm's "
+      "decode against the probe's best pattern read beside it (each segment of 8 steps against the higher of the "
+      "passes just before and after it; the median over segments)")
 
 result = {
     "benchmark": "compare_llama_cpp",

@@ -14,6 +14,7 @@
 #include "bench/decode_loop.hpp"
 #include "bench/export/safetensors_writer.hpp"
 #include "bench/memory_bandwidth.hpp"
+#include "bench/paired_roofline.hpp"
 #include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/kv_cache.hpp"
@@ -311,7 +312,7 @@ int main(int argc, char** argv) {
   std::string dtype_arg = "bfloat16";
   std::string format_name = "auto";
   int threads = 0, rounds = 3, hog = 0;
-  int64_t steps = 16, batch1_steps = 0, prompt_len = 16, prefill = 512, big_batch = 32;
+  int64_t steps = 16, batch1_steps = 0, prompt_len = 16, prefill = 512, big_batch = 32, segment_steps = 8;
   int prefill_reps = 2;
   app.add_option("--model,--config", config_dir, "Hugging Face model directory (config.json, safetensors optional)")
       ->capture_default_str();
@@ -325,6 +326,9 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", steps, "Timed decode steps per batch size")->capture_default_str();
   app.add_option("--batch1-steps", batch1_steps,
                  "Timed decode steps at batch 1 (0: --decode-steps), e.g. 64 beside llama-bench's tg64")
+      ->capture_default_str();
+  app.add_option("--paired-segment-steps", segment_steps,
+                 "Batch-1 steps per segment compared with a probe pass read just before and after it (0: none)")
       ->capture_default_str();
   app.add_option("--prompt-len", prompt_len, "Context each decoding sequence starts from")->capture_default_str();
   app.add_option("--prefill-tokens", prefill, "Prompt length of the prefill measurement")->capture_default_str();
@@ -358,6 +362,11 @@ int main(int argc, char** argv) {
   }
   if (batch1_steps == 0)
     batch1_steps = steps;
+  if (segment_steps < 0) {
+    std::fprintf(stderr, "--paired-segment-steps: must be at least 0 (0: no paired probe), got %ld\n",
+                 static_cast<long>(segment_steps));
+    return 2;
+  }
   if (rounds < 1) {
     std::fprintf(stderr, "--rounds: must be at least 1, got %d\n", rounds);
     return 2;
@@ -457,6 +466,12 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> compute_shares(static_cast<size_t>(pool.size()));
   bench::read_pattern best_pattern;
   double best_bandwidth = 0;
+  // Batch-1 decode against the probe read beside it, per round (bench/paired_roofline.hpp), and those passes.
+  std::vector<double> paired_fractions;
+  std::vector<std::vector<double>> beside_passes;
+  std::optional<bench::probe_buffer> beside_buffer;
+  if (segment_steps > 0)
+    beside_buffer.emplace(pool);
   for (int round = 0; round < rounds; ++round) {
     std::fprintf(stderr, "round %d/%d: memory bandwidth probe...\n", round + 1, rounds);
     const bench::bandwidth_probe probe = bench::probe_read_bandwidth(pool);
@@ -465,9 +480,24 @@ int main(int argc, char** argv) {
       best_pattern = probe.best;
     }
     std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
-    // The pool's timing covers the timed steps only (set_takeover_timing restarts its totals).
-    const double tps1 = bench::decode_tokens_per_second(llm, 1, prompt_len, batch1_steps, block_size, {}, {},
-                                                        [&] { pool.set_takeover_timing(true); });
+    // The pool's timing covers the timed steps only (set_takeover_timing restarts its totals); each segment of them
+    // is compared with the round's best pattern read just before and just after it.
+    bench::paired_roofline paired{[&] { return beside_buffer->pass(probe.best); },
+                                  std::min(segment_steps, batch1_steps), static_cast<double>(bytes_per_token)};
+    const double tps1 = bench::decode_tokens_per_second(
+        llm, 1, prompt_len, batch1_steps, block_size, {}, {},
+        [&] {
+          pool.set_takeover_timing(true);
+          if (segment_steps > 0)
+            paired.start();
+        },
+        segment_steps > 0
+            ? std::function<void(int64_t, double)>{[&](int64_t step, double secs) { paired.after_step(step, secs); }}
+            : std::function<void(int64_t, double)>{});
+    if (segment_steps > 0) {
+      paired_fractions.push_back(paired.fraction());
+      beside_passes.push_back(paired.passes());
+    }
     const thread_pool::takeover_timing timing = pool.takeover_timing_totals();
     pool.set_takeover_timing(false);
     const double decode_ns = static_cast<double>(batch1_steps) / tps1 * 1e9;  // the timed steps
@@ -542,6 +572,8 @@ int main(int argc, char** argv) {
   }
   std::printf("%-44s %16.2f\n", "batch-1 roofline (tokens/s)", roofline);
   std::printf("%-44s %15.1f%%\n", "batch-1 decode / roofline", fraction * 100.0);
+  if (segment_steps > 0)
+    std::printf("%-44s %15.1f%%\n", "batch-1 decode / probe read beside it", 100.0 * bench::median(paired_fractions));
   std::printf("%-44s %15.1f%%\n", "  share of the step in decode matmul calls", 100.0 * bench::median(call_shares));
   std::string computing;
   for (const auto& shares : compute_shares)
@@ -549,9 +581,15 @@ int main(int argc, char** argv) {
   std::printf("%-44s %16s\n", "  share computing, per pool thread", computing.c_str());
   std::printf("%-44s %16s\n", "per round: bandwidth GB/s, decode b1, b/roofline", "");
   for (size_t r = 0; r < bandwidths.size(); ++r)
-    std::printf("  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%% | batch %ld %8.2f tok/s | prefill %8.2f tok/s%s\n", r + 1,
-                bandwidths[r] / 1e9, tps1s[r], fractions[r] * 100.0, static_cast<long>(big_batch), tpsns[r],
-                prefills[r],
+    std::printf("  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%%%s | batch %ld %8.2f tok/s | prefill %8.2f tok/s%s\n",
+                r + 1, bandwidths[r] / 1e9, tps1s[r], fractions[r] * 100.0,
+                segment_steps > 0
+                    ? fmt::format(" (beside: {:.1f}%, passes {:.1f}-{:.1f} GB/s)", 100.0 * paired_fractions[r],
+                                  *std::min_element(beside_passes[r].begin(), beside_passes[r].end()) / 1e9,
+                                  *std::max_element(beside_passes[r].begin(), beside_passes[r].end()) / 1e9)
+                          .c_str()
+                    : "",
+                static_cast<long>(big_batch), tpsns[r], prefills[r],
                 hog > 0 ? fmt::format(" | beside the hog {:.2f} tok/s ({:.0f}%, {:.2f} cores)", hogged[r],
                                       100.0 * hog_ratios[r], hog_cores[r])
                               .c_str()
@@ -583,6 +621,9 @@ int main(int argc, char** argv) {
   w.key("prefill_tokens_per_s").value(prefill_tps);
   w.key("roofline_batch1_tokens_per_s").value(roofline);
   w.key("batch1_fraction_of_roofline").value(fraction);
+  w.key("paired_segment_steps").value(std::min(segment_steps, batch1_steps));
+  if (segment_steps > 0)
+    w.key("batch1_fraction_of_probe_beside").value(bench::median(paired_fractions));
   w.key("decode_batch1_matmul_call_share").value(bench::median(call_shares));
   w.key("decode_batch1_thread_compute_share").begin_array();
   for (const auto& shares : compute_shares)
@@ -606,6 +647,13 @@ int main(int argc, char** argv) {
     w.key("decode_batchN_tokens_per_s").value(tpsns[r]);
     w.key("prefill_tokens_per_s").value(prefills[r]);
     w.key("batch1_fraction_of_roofline").value(fractions[r]);
+    if (segment_steps > 0) {
+      w.key("batch1_fraction_of_probe_beside").value(paired_fractions[r]);
+      w.key("probe_passes_beside_bytes_per_s").begin_array();
+      for (double p : beside_passes[r])
+        w.value(p);
+      w.end_array();
+    }
     if (hog > 0) {
       w.key("decode_batch1_beside_hog_tokens_per_s").value(hogged[r]);
       w.key("decode_batch1_beside_hog_cores").value(hog_cores[r]);

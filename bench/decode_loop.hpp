@@ -17,11 +17,14 @@ namespace actorllm::bench {
 
 /// Decode tokens/s of `batch` rows: a `prompt_len`-token prefill each, a warm-up step, then `steps` timed steps. With
 /// `row_loras` (one per row, 0: base) each row applies that LoRA adapter, put in slots from `loras`. `on_timing_start`,
-/// when given, runs after the warm-up, just before the timed steps (a bench resets its counters there).
+/// when given, runs after the warm-up, just before the timed steps (a bench resets its counters there). `after_step`,
+/// when given, runs after each timed step (numbered from 1) with its seconds; then each step is timed alone and what
+/// `after_step` does is not counted (bench_cpu_decode reads a probe pass beside the decode there).
 inline double decode_tokens_per_second(model::llama_model& llm, int64_t batch, int64_t prompt_len, int64_t steps,
                                        int64_t block_size, std::span<const int32_t> row_loras = {},
                                        std::span<const model::lora_source> loras = {},
-                                       const std::function<void()>& on_timing_start = {}) {
+                                       const std::function<void()>& on_timing_start = {},
+                                       const std::function<void(int64_t, double)>& after_step = {}) {
   const int64_t ctx = prompt_len + 1 + steps;  // the prompt, the warm-up step, the timed steps
   const int64_t blocks_per_seq = (ctx + block_size - 1) / block_size;
   model::kv_cache cache{llm.device_backend(), llm.cache_shape(block_size), batch * blocks_per_seq};
@@ -62,11 +65,23 @@ inline double decode_tokens_per_second(model::llama_model& llm, int64_t batch, i
   decode_step(0);
   if (on_timing_start)
     on_timing_start();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t step = 1; step <= steps; ++step)
+  if (!after_step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t step = 1; step <= steps; ++step)
+      decode_step(step);
+    return static_cast<double>(batch * steps) /
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Each step timed alone; what after_step does between them is not counted.
+  double total = 0;
+  for (int64_t step = 1; step <= steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
     decode_step(step);
-  return static_cast<double>(batch * steps) /
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    total += secs;
+    after_step(step, secs);
+  }
+  return static_cast<double>(batch * steps) / total;
 }
 
 }  // namespace actorllm::bench

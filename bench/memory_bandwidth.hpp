@@ -113,6 +113,31 @@ inline bandwidth_probe probe_read_bandwidth(thread_pool& pool, size_t bytes = si
   return best;
 }
 
+/// Passes over a buffer of its own, one at a time, in a given pattern: the probe read beside a measurement, between
+/// its parts (bench/paired_roofline.hpp).
+class probe_buffer {
+ public:
+  explicit probe_buffer(thread_pool& pool, size_t bytes = size_t{1} << 30)
+      : pool_(pool),
+        n_lines_(static_cast<int64_t>(bytes / 64)),
+        buf_(host_buffer::allocate_huge(bytes)),
+        sink_(static_cast<size_t>(pool.size()) * 16, 0.0f) {
+    auto* data = static_cast<float*>(buf_->data());
+    pool_.parallel_for(n_lines_,
+                       [&](int64_t b, int64_t e) { std::memset(data + b * 16, 1, static_cast<size_t>(e - b) * 64); });
+  }
+  /// Bytes/s of one pass in `p`.
+  double pass(const read_pattern& p) {
+    return detail::read_pass(pool_, static_cast<const float*>(buf_->data()), n_lines_, p, sink_);
+  }
+
+ private:
+  thread_pool& pool_;
+  int64_t n_lines_;
+  std::shared_ptr<host_buffer> buf_;
+  std::vector<float> sink_;
+};
+
 /// The best pattern's bandwidth alone: the roofline denominator of the other benchmarks.
 inline double measure_read_bandwidth(thread_pool& pool, size_t bytes = size_t{1} << 30, int reps = 3) {
   return probe_read_bandwidth(pool, bytes, reps).bytes_per_s;

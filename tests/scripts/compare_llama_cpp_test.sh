@@ -69,7 +69,8 @@ if [[ -n $save ]]; then mkdir -p "$save"; echo '{}' >"$save/config.json"; exit 0
 n=$(($(cat "$(dirname "$0")/round" 2>/dev/null || echo 0) + 1))
 echo "$n" >"$(dirname "$0")/round"
 printf '{"memory_bandwidth_bytes_per_s": 1e10, "weight_bytes_per_token": 2000000000, "decode_batch1_tokens_per_s": %d,
- "prefill_tokens_per_s": 150, "decode_batchN_tokens_per_s": 75}\n' $((n + 2)) >"$json"
+ "prefill_tokens_per_s": 150, "decode_batchN_tokens_per_s": 75, "batch1_fraction_of_probe_beside": 0.9%d}\n' \
+  $((n + 2)) "$n" >"$json"
 FAKE
 cat >"$fake/build/bench/bench_gguf_from_hf" <<'FAKE'
 #!/usr/bin/env bash
@@ -103,7 +104,11 @@ check "the medians: decode 0.4x, prefill 1.5x, batch 1.5x, roofline 80% (4 tok/s
   python3 -c "import json,sys; m=json.load(open('$fake/out.json'))['medians'];
 ok = [round(m[k], 6) for k in ('decode_b1_ratio', 'prefill_ratio', 'decode_batch_ratio', 'actorllm_b1_of_roofline')]
 sys.exit(0 if ok == [0.4, 1.5, 1.5, 0.8] else 1)"
-check "the table's median row (got: $(grep "^median" "$tmp/run.out"))" grep -qE "^median +10.00 \| +4.00 +10.00 +0.40x +80.0% +200.0% \| +150.00 +100.00 +1.50x \| +75.00 +50.00 +1.50x" "$tmp/run.out"
+check "the decode against the probe read beside it, per round (0.91, 0.92, 0.93) and their median" \
+  python3 -c "import json,sys; d=json.load(open('$fake/out.json'));
+r=[round(x['actorllm_b1_of_probe_beside'], 6) for x in d['per_round']]
+sys.exit(0 if r == [0.91, 0.92, 0.93] and round(d['medians']['actorllm_b1_of_probe_beside'], 6) == 0.92 else 1)"
+check "the table's median row (got: $(grep "^median" "$tmp/run.out"))" grep -qE "^median +10.00 \| +4.00 +10.00 +0.40x +80.0% +92.0% +200.0% \| +150.00 +100.00 +1.50x \| +75.00 +50.00 +1.50x" "$tmp/run.out"
 check "the temporary weights are removed" test -z "$(find /tmp -maxdepth 1 -name 'actorllm-vs-llama.*' -newer "$fake/config/config.json" 2>/dev/null)"
 
 exit "$fail"
