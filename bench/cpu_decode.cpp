@@ -482,21 +482,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
     // The pool's timing covers the timed steps only (set_takeover_timing restarts its totals); each segment of them
     // is compared with the round's best pattern read just before and just after it.
-    bench::paired_roofline paired{[&] { return beside_buffer->pass(probe.best); },
-                                  std::min(segment_steps, batch1_steps), static_cast<double>(bytes_per_token)};
+    std::optional<bench::paired_roofline> paired;
+    if (segment_steps > 0)
+      paired.emplace([&] { return beside_buffer->pass(probe.best); }, std::min(segment_steps, batch1_steps),
+                     static_cast<double>(bytes_per_token));
     const double tps1 = bench::decode_tokens_per_second(
         llm, 1, prompt_len, batch1_steps, block_size, {}, {},
         [&] {
           pool.set_takeover_timing(true);
-          if (segment_steps > 0)
-            paired.start();
+          if (paired)
+            paired->start();
         },
-        segment_steps > 0
-            ? std::function<void(int64_t, double)>{[&](int64_t step, double secs) { paired.after_step(step, secs); }}
+        paired
+            ? std::function<void(int64_t, double)>{[&](int64_t step, double secs) { paired->after_step(step, secs); }}
             : std::function<void(int64_t, double)>{});
-    if (segment_steps > 0) {
-      paired_fractions.push_back(paired.fraction());
-      beside_passes.push_back(paired.passes());
+    if (paired) {
+      paired_fractions.push_back(paired->fraction());
+      beside_passes.push_back(paired->passes());
     }
     const thread_pool::takeover_timing timing = pool.takeover_timing_totals();
     pool.set_takeover_timing(false);

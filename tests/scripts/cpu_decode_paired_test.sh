@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# bench_cpu_decode's batch-1 decode against the probe read beside it (bench/paired_roofline.hpp), on ../shared's
+# stories260K: with segments of 2 steps a round prints the figure and the passes' range, and the JSON holds one pass
+# more than the segments; with --paired-segment-steps 0 there is neither and the run still succeeds; a negative value
+# is refused by name before anything is measured.
+#   cpu_decode_paired_test.sh BENCH_CPU_DECODE MODEL_DIR
+set -uo pipefail
+bench=${1:?usage: cpu_decode_paired_test.sh BENCH_CPU_DECODE MODEL_DIR}
+model=${2:?usage: cpu_decode_paired_test.sh BENCH_CPU_DECODE MODEL_DIR}
+tmp=$(mktemp -d /tmp/actorllm-cpu-decode-paired.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/scripts/check_helpers.sh
+source "$(dirname "$0")/check_helpers.sh"
+export ACTORLLM_PACKED_WEIGHT_CACHE=off
+args=(--model "$model" --threads 2 --rounds 1 --batch 2 --decode-steps 2 --batch1-steps 6 --prefill-tokens 8
+  --prefill-reps 1)
+
+"$bench" "${args[@]}" --paired-segment-steps 2 --json "$tmp/on.json" >"$tmp/on.out" 2>&1
+rc=$?
+check "segments of 2 steps: exit 0 (got $rc: $(tail -c 300 "$tmp/on.out"))" test "$rc" -eq 0
+check "the median against the probe read beside it is printed" \
+  grep -qE "^batch-1 decode / probe read beside it +[0-9]+\.[0-9]%" "$tmp/on.out"
+check "the round names its figure beside the probe and the passes' range" \
+  grep -qE "round 1: .*\(beside: [0-9]+\.[0-9]%, passes [0-9.]+-[0-9.]+ GB/s\)" "$tmp/on.out"
+check "the JSON: 6 steps in segments of 2 give 4 passes, and a positive fraction" python3 -c "
+import json, sys
+d = json.load(open('$tmp/on.json'))
+r = d['per_round'][0]
+ok = (d['paired_segment_steps'] == 2 and len(r['probe_passes_beside_bytes_per_s']) == 4
+      and all(p > 0 for p in r['probe_passes_beside_bytes_per_s'])
+      and r['batch1_fraction_of_probe_beside'] > 0 and d['batch1_fraction_of_probe_beside'] > 0)
+sys.exit(0 if ok else 1)"
+
+"$bench" "${args[@]}" --paired-segment-steps 0 --json "$tmp/off.json" >"$tmp/off.out" 2>&1
+rc=$?
+check "--paired-segment-steps 0: exit 0 (got $rc: $(tail -c 300 "$tmp/off.out"))" test "$rc" -eq 0
+check "and no figure beside the probe" bash -c "! grep -q 'beside' '$tmp/off.out'"
+check "and a decode figure" grep -qE "^decode tokens/s, batch 1 \(6 steps\) +[0-9]" "$tmp/off.out"
+check "and no such key in the JSON" python3 -c "
+import json, sys
+d = json.load(open('$tmp/off.json'))
+sys.exit(0 if 'batch1_fraction_of_probe_beside' not in d and d['paired_segment_steps'] == 0 else 1)"
+
+"$bench" "${args[@]}" --paired-segment-steps -3 >"$tmp/bad.out" 2>&1
+rc=$?
+check "a negative segment is refused (exit $rc)" test "$rc" -eq 2
+check "naming the flag and the value" grep -qF -- "--paired-segment-steps: must be at least 0 (0: no paired probe), got -3" \
+  "$tmp/bad.out"
+check "before anything is measured" bash -c "! grep -q 'memory bandwidth probe' '$tmp/bad.out'"
+exit "$fail"
