@@ -92,29 +92,9 @@ inline std::vector<read_pattern> probe_patterns() {
   return out;
 }
 
-/// Best-of-`reps` bytes/s for each pattern over a `bytes`-sized buffer (far larger than the caches), all pool threads
-/// reading every cache line once per pass; returns the best pattern.
-inline bandwidth_probe probe_read_bandwidth(thread_pool& pool, size_t bytes = size_t{1} << 30, int reps = 3) {
-  const int64_t n_lines = static_cast<int64_t>(bytes / 64);
-  const auto buf = host_buffer::allocate_huge(bytes);
-  auto* data = static_cast<float*>(buf->data());
-  pool.parallel_for(n_lines,
-                    [&](int64_t b, int64_t e) { std::memset(data + b * 16, 1, static_cast<size_t>(e - b) * 64); });
-  std::vector<float> sink(static_cast<size_t>(pool.size()) * 16, 0.0f);
-  bandwidth_probe best;
-  for (int r = 0; r < reps; ++r)  // rounds over all patterns, so that drift of the machine hits each alike
-    for (const read_pattern& p : probe_patterns()) {
-      const double bw = detail::read_pass(pool, data, n_lines, p, sink);
-      if (bw > best.bytes_per_s)
-        best = {bw, p};
-    }
-  volatile float keep = sink[0];
-  (void)keep;
-  return best;
-}
-
-/// Passes over a buffer of its own, one at a time, in a given pattern: the probe read beside a measurement, between
-/// its parts (bench/paired_roofline.hpp).
+/// A buffer far larger than the caches, on huge pages (as the packed weights are), read in one pass at a time by all
+/// pool threads in a given pattern: the probe's passes, and the passes read beside a measurement, between its parts
+/// (bench/paired_roofline.hpp).
 class probe_buffer {
  public:
   explicit probe_buffer(thread_pool& pool, size_t bytes = size_t{1} << 30)
@@ -128,7 +108,10 @@ class probe_buffer {
   }
   /// Bytes/s of one pass in `p`.
   double pass(const read_pattern& p) {
-    return detail::read_pass(pool_, static_cast<const float*>(buf_->data()), n_lines_, p, sink_);
+    const double bw = detail::read_pass(pool_, static_cast<const float*>(buf_->data()), n_lines_, p, sink_);
+    volatile float keep = sink_[0];  // the sums are used
+    (void)keep;
+    return bw;
   }
 
  private:
@@ -137,6 +120,20 @@ class probe_buffer {
   std::shared_ptr<host_buffer> buf_;
   std::vector<float> sink_;
 };
+
+/// Best-of-`reps` bytes/s for each pattern over a `bytes`-sized buffer (far larger than the caches), all pool threads
+/// reading every cache line once per pass; returns the best pattern.
+inline bandwidth_probe probe_read_bandwidth(thread_pool& pool, size_t bytes = size_t{1} << 30, int reps = 3) {
+  probe_buffer buffer{pool, bytes};
+  bandwidth_probe best;
+  for (int r = 0; r < reps; ++r)  // rounds over all patterns, so that drift of the machine hits each alike
+    for (const read_pattern& p : probe_patterns()) {
+      const double bw = buffer.pass(p);
+      if (bw > best.bytes_per_s)
+        best = {bw, p};
+    }
+  return best;
+}
 
 /// The best pattern's bandwidth alone: the roofline denominator of the other benchmarks.
 inline double measure_read_bandwidth(thread_pool& pool, size_t bytes = size_t{1} << 30, int reps = 3) {
