@@ -649,6 +649,11 @@ int main(int argc, char** argv) {
     w.key("decode_batchN_tokens_per_s").value(tpsns[r]);
     w.key("prefill_tokens_per_s").value(prefills[r]);
     w.key("batch1_fraction_of_roofline").value(fractions[r]);
+    w.key("decode_batch1_matmul_call_share").value(call_shares[r]);
+    w.key("decode_batch1_thread_compute_share").begin_array();
+    for (const auto& shares : compute_shares)
+      w.value(shares[r]);
+    w.end_array();
     if (segment_steps > 0) {
       w.key("batch1_fraction_of_probe_beside").value(paired_fractions[r]);
       w.key("probe_passes_beside_bytes_per_s").begin_array();
