@@ -466,15 +466,14 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> compute_shares(static_cast<size_t>(pool.size()));
   bench::read_pattern best_pattern;
   double best_bandwidth = 0;
-  // Batch-1 decode against the probe read beside it, per round (bench/paired_roofline.hpp), and those passes.
+  // Batch-1 decode against the probe read beside it, per round (bench/paired_roofline.hpp), and those passes. The
+  // probe and the passes beside the decode read one buffer.
   std::vector<double> paired_fractions;
   std::vector<std::vector<double>> beside_passes;
-  std::optional<bench::probe_buffer> beside_buffer;
-  if (segment_steps > 0)
-    beside_buffer.emplace(pool);
+  bench::probe_buffer probe_buffer{pool};
   for (int round = 0; round < rounds; ++round) {
     std::fprintf(stderr, "round %d/%d: memory bandwidth probe...\n", round + 1, rounds);
-    const bench::bandwidth_probe probe = bench::probe_read_bandwidth(pool);
+    const bench::bandwidth_probe probe = bench::probe_read_bandwidth(probe_buffer);
     if (probe.bytes_per_s > best_bandwidth) {
       best_bandwidth = probe.bytes_per_s;
       best_pattern = probe.best;
@@ -483,9 +482,12 @@ int main(int argc, char** argv) {
     // The pool's timing covers the timed steps only (set_takeover_timing restarts its totals); each segment of them
     // is compared with the round's best pattern read just before and just after it.
     std::optional<bench::paired_roofline> paired;
-    if (segment_steps > 0)
-      paired.emplace([&] { return beside_buffer->pass(probe.best); }, std::min(segment_steps, batch1_steps),
+    std::function<void(int64_t, double)> after_step;  // none without segments: the steps timed as one
+    if (segment_steps > 0) {
+      paired.emplace([&] { return probe_buffer.pass(probe.best); }, std::min(segment_steps, batch1_steps),
                      static_cast<double>(bytes_per_token));
+      after_step = [&](int64_t step, double secs) { paired->after_step(step, secs); };
+    }
     const double tps1 = bench::decode_tokens_per_second(
         llm, 1, prompt_len, batch1_steps, block_size, {}, {},
         [&] {
@@ -493,9 +495,7 @@ int main(int argc, char** argv) {
           if (paired)
             paired->start();
         },
-        paired
-            ? std::function<void(int64_t, double)>{[&](int64_t step, double secs) { paired->after_step(step, secs); }}
-            : std::function<void(int64_t, double)>{});
+        after_step);
     if (paired) {
       paired_fractions.push_back(paired->fraction());
       beside_passes.push_back(paired->passes());

@@ -121,10 +121,9 @@ class probe_buffer {
   std::vector<float> sink_;
 };
 
-/// Best-of-`reps` bytes/s for each pattern over a `bytes`-sized buffer (far larger than the caches), all pool threads
-/// reading every cache line once per pass; returns the best pattern.
-inline bandwidth_probe probe_read_bandwidth(thread_pool& pool, size_t bytes = size_t{1} << 30, int reps = 3) {
-  probe_buffer buffer{pool, bytes};
+/// Best-of-`reps` bytes/s for each pattern over `buffer`, all pool threads reading every cache line once per pass;
+/// returns the best pattern.
+inline bandwidth_probe probe_read_bandwidth(probe_buffer& buffer, int reps = 3) {
   bandwidth_probe best;
   for (int r = 0; r < reps; ++r)  // rounds over all patterns, so that drift of the machine hits each alike
     for (const read_pattern& p : probe_patterns()) {
@@ -133,6 +132,12 @@ inline bandwidth_probe probe_read_bandwidth(thread_pool& pool, size_t bytes = si
         best = {bw, p};
     }
   return best;
+}
+
+/// The same over a `bytes`-sized buffer of its own (far larger than the caches).
+inline bandwidth_probe probe_read_bandwidth(thread_pool& pool, size_t bytes = size_t{1} << 30, int reps = 3) {
+  probe_buffer buffer{pool, bytes};
+  return probe_read_bandwidth(buffer, reps);
 }
 
 /// The best pattern's bandwidth alone: the roofline denominator of the other benchmarks.
