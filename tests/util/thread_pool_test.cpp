@@ -361,6 +361,93 @@ TEST_CASE(
 
 namespace {
 
+// Work for parallel_for_takeover with grains that wait: compute() of the grain starting at item b notes whether every
+// item before need[b] had been committed by then (commit() marks its items).
+class prefix_checking_work final : public actorllm::takeover_work {
+ public:
+  prefix_checking_work(int64_t n, std::vector<int64_t> need) : need_(std::move(need)), done_(static_cast<size_t>(n)) {}
+
+  size_t scratch_floats(int64_t n_items) const override { return static_cast<size_t>(n_items); }
+  void compute(int64_t begin, int64_t, float*) const noexcept override {
+    for (int64_t i = 0; i < need_[static_cast<size_t>(begin)]; ++i)
+      if (done_[static_cast<size_t>(i)].load() == 0)
+        early_.store(true);
+  }
+  void commit(int64_t begin, int64_t end, const float*) const noexcept override {
+    for (int64_t i = begin; i < end; ++i)
+      done_[static_cast<size_t>(i)].fetch_add(1);
+  }
+  bool early() const { return early_.load(); }
+  int commits(int64_t i) const { return done_[static_cast<size_t>(i)].load(); }
+
+ private:
+  std::vector<int64_t> need_;  // by a grain's first item
+  mutable std::vector<std::atomic<int>> done_;
+  mutable std::atomic<bool> early_{false};
+};
+
+}  // namespace
+
+TEST_CASE(
+    "thread_pool parallel_for_takeover with grains that wait: none computed before those it waits for "
+    "[asan]") {
+  // Four parts of 24 items in grains of 3: part 2 waits for part 0, part 3 for parts 0 to 2 (as swiglu_down's halves of
+  // down wait for the gate|up outputs they read).
+  const int64_t n = 96, grain = 3, part = 24;
+  std::vector<int64_t> bounds, after, need(static_cast<size_t>(n), 0);
+  for (int64_t b = 0; b <= n; b += grain)
+    bounds.push_back(b);
+  for (int64_t g = 0; g + 1 < static_cast<int64_t>(bounds.size()); ++g) {
+    const int64_t p = bounds[static_cast<size_t>(g)] / part;
+    const int64_t first_item = p == 2 ? part : p == 3 ? 3 * part : 0;
+    after.push_back(first_item / grain);
+    need[static_cast<size_t>(bounds[static_cast<size_t>(g)])] = first_item;
+  }
+  for (int size : {1, 2, 3, 4})
+    for (int rep = 0; rep < 50; ++rep) {
+      thread_pool pool(size);
+      auto work = std::make_shared<prefix_checking_work>(n, need);
+      pool.parallel_for_takeover(bounds, after, work);
+      INFO("threads " << size << ", repetition " << rep);
+      CHECK_FALSE(work->early());
+      for (int64_t i = 0; i < n; ++i)
+        REQUIRE(work->commits(i) == 1);
+    }
+}
+
+TEST_CASE(
+    "thread_pool parallel_for_takeover with grains that wait: a waited-for grain held by a stalled thread is "
+    "taken over [asan]") {
+  thread_pool pool(2);
+  bool stalled = false;
+  for (int attempt = 0; attempt < 20 && !stalled; ++attempt) {
+    // Grains of 4; every grain from the third on waits for the first two, one of which the worker claims first.
+    const int64_t n = 64;
+    std::vector<int64_t> bounds, after;
+    for (int64_t b = 0; b <= n; b += 4)
+      bounds.push_back(b);
+    for (size_t g = 0; g + 1 < bounds.size(); ++g)
+      after.push_back(g >= 2 ? 2 : 0);
+    std::vector<int64_t> out(static_cast<size_t>(n), -5);
+    auto work = std::make_shared<counting_work>(n, out.data(), std::this_thread::get_id(), true);
+    pool.parallel_for_takeover(bounds, after, work);  // returns while the stalled thread waits for release()
+    stalled = work->stalled();
+    CHECK_FALSE(work->late_done());
+    for (int64_t i = 0; i < n; ++i) {
+      REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);
+      REQUIRE(work->commits(i) == 1);
+    }
+    work->release();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (stalled && !work->late_done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(work->late_done() == stalled);
+  }
+  CHECK(stalled);
+}
+
+namespace {
+
 // Work for parallel_for_takeover that records which thread computed which grain (by the grain's first item) and each
 // idle() call: the pool thread index, the OS thread, and whether stop() turned true within 10 s. Every compute()
 // sleeps, so the worker cannot run out of grains before the caller has begun unless the OS holds the caller back.
