@@ -633,10 +633,10 @@ int main(int argc, char** argv) {
   if (mlp_ab) {
     std::printf("%-44s %16s\n", "MLP as one call / as two (median of rounds)", "");
     std::printf("%-44s %15.3fx\n", "  decode tokens/s, batch 1", bench::median(ratios(mlp_one.b1, mlp_two.b1)));
-    std::printf("%-44s %16s\n", "  batch 1 / probe read beside it",
-                fmt::format("{:.1f}% / {:.1f}%", 100.0 * bench::median(mlp_one.beside),
-                            100.0 * bench::median(mlp_two.beside))
-                    .c_str());
+    std::printf(
+        "%-44s %16s\n", "  batch 1 / probe read beside it",
+        fmt::format("{:.1f}% / {:.1f}%", 100.0 * bench::median(mlp_one.beside), 100.0 * bench::median(mlp_two.beside))
+            .c_str());
     std::printf("%-44s %15.3fx\n", fmt::format("  decode tokens/s, batch {}", big_batch).c_str(),
                 bench::median(ratios(mlp_one.batch, mlp_two.batch)));
     std::printf("%-44s %15.3fx\n", "  prefill tokens/s", bench::median(ratios(mlp_one.prefill, mlp_two.prefill)));
