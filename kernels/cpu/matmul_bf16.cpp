@@ -654,7 +654,7 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
 // Many tokens go in chunks of 384 rows, so a panel comes from memory once per chunk and serves 32 tiles. A row-major
 // weight's panel is packed per call into a thread-local buffer; a packed weight (tensor_layout::cpu_bf16_panels) is
 // read in place, and with few tokens (decode) each panel is streamed once with software prefetch ahead.
-constexpr int64_t packed_stream_max_tokens = 48;
+constexpr int64_t packed_stream_max_tokens = bf16_packed_stream_max_tokens;
 constexpr int64_t panel_tc = 384;
 
 void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
@@ -732,8 +732,10 @@ void pack_bf16_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0,
 }
 
 void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const uint32_t* panel, int64_t k_pad,
-                        float* y, int64_t ldy, int n_valid, const float* bias32) {
-  static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
+                        float* y, int64_t ldy, int n_valid, const float* bias32, bool from_memory) {
+  static constexpr auto cached = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
+  static constexpr auto streamed = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
+  const auto& table = from_memory ? streamed : cached;
   for (int64_t m0 = 0; m0 < n_tokens; m0 += gemm_mr) {
     const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, n_tokens - m0));
     const gemm_tile_args args{xb + m0 * ld, ld, panel, k_pad, y + m0 * ldy, ldy, n_valid, bias32};
@@ -803,7 +805,7 @@ void pack_bf16_panel(const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint32
 }
 
 void bf16_panel_product(const uint16_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t, int,
-                        const float*) {
+                        const float*, bool) {
   ACTORLLM_CHECK(false, "bf16_panel_product: this build has no AVX512-BF16 kernels");
 }
 

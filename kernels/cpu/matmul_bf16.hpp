@@ -31,8 +31,13 @@ void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t
 void pack_bf16_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k_pad, uint32_t* panel);
 /// y[t, j] = sum_k xb[t, k] * panel[k, j] (+ bias32[j]) for t < n_tokens, j < n_valid (<= 32): the 12 x 32 register
 /// tiles over one panel that sits in cache. xb rows ld apart, y rows ldy apart; bias32 null or 32 values.
+/// `from_memory`: the panel is read from memory (a packed weight read in place by its first tile), so the tiles
+/// prefetch ahead as the packed weights' GEMM does up to 48 tokens.
 void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const uint32_t* panel, int64_t k_pad,
-                        float* y, int64_t ldy, int n_valid, const float* bias32);
+                        float* y, int64_t ldy, int n_valid, const float* bias32, bool from_memory = false);
+/// Up to this many tokens the packed weights' GEMM streams each panel from memory with software prefetch (more: the
+/// panel serves chunks of token rows from L2).
+inline constexpr int64_t bf16_packed_stream_max_tokens = 48;
 
 // The decode kernel on its own, for fused kernels that walk panels (or K ranges of them) they chose
 // (kernels/cpu/swiglu_down.cpp). Require have_bf16_dot_kernels().

@@ -195,7 +195,10 @@ void batch_calls(const float* x, int64_t n_tokens, const swiglu_down_weights& w,
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
     round_rows_to_bf16(act + b * w.n_ff, e - b, w.n_ff, ab.data() + b * ld, w.n_ff, ld);
   });
-  constexpr int64_t chunk = 384;  // token rows a half panel serves from L2 before the next (as panel_matmul)
+  // As the packed weights' GEMM: up to 48 tokens each half panel streams from memory once, prefetched ahead; more go
+  // in chunks of 384 rows that a half panel serves from L2.
+  const bool from_memory = n_tokens <= bf16_packed_stream_max_tokens;
+  const int64_t chunk = from_memory ? n_tokens : 384;
   const auto* down = reinterpret_cast<const uint32_t*>(w.down);
   const int64_t n_panels = (w.n_out + panel_rows - 1) / panel_rows;
   pool.parallel_for(n_panels, [&](int64_t p_begin, int64_t p_end) {
@@ -208,7 +211,7 @@ void batch_calls(const float* x, int64_t n_tokens, const swiglu_down_weights& w,
           bf16_panel_product(ab.data() + t0 * ld + half * half_k, ld, tc,
                              down + panel_words(p, w.n_ff) + half * (half_k / 2) * panel_rows, half_k,
                              sums.data() + half * chunk * panel_rows, panel_rows, static_cast<int>(panel_rows),
-                             nullptr);
+                             nullptr, from_memory);
         const int64_t n_valid = std::min(panel_rows, w.n_out - p * panel_rows);
         for (int64_t t = 0; t < tc; ++t) {
           const float* first = sums.data() + t * panel_rows;
