@@ -804,8 +804,8 @@ void pack_bf16_panel(const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint32
   ACTORLLM_CHECK(false, "pack_bf16_panel: this build has no AVX512-BF16 kernels");
 }
 
-void bf16_panel_product(const uint16_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t, int,
-                        const float*, bool) {
+void bf16_panel_product(const uint16_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t, int, const float*,
+                        bool) {
   ACTORLLM_CHECK(false, "bf16_panel_product: this build has no AVX512-BF16 kernels");
 }
 

@@ -210,8 +210,8 @@ void batch_calls(const float* x, int64_t n_tokens, const swiglu_down_weights& w,
         for (int64_t half = 0; half < 2; ++half)
           bf16_panel_product(ab.data() + t0 * ld + half * half_k, ld, tc,
                              down + panel_words(p, w.n_ff) + half * (half_k / 2) * panel_rows, half_k,
-                             sums.data() + half * chunk * panel_rows, panel_rows, static_cast<int>(panel_rows),
-                             nullptr, from_memory);
+                             sums.data() + half * chunk * panel_rows, panel_rows, static_cast<int>(panel_rows), nullptr,
+                             from_memory);
         const int64_t n_valid = std::min(panel_rows, w.n_out - p * panel_rows);
         for (int64_t t = 0; t < tc; ++t) {
           const float* first = sums.data() + t * panel_rows;
