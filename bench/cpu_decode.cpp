@@ -17,7 +17,6 @@
 #include "bench/paired_roofline.hpp"
 #include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "kernels/cpu/swiglu_down.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
@@ -338,10 +337,6 @@ int main(int argc, char** argv) {
   app.add_option("--hog", hog, "Also decode batch 1 beside N busy processes, every round (0: not)")
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
-  bool mlp_ab = false;
-  app.add_flag("--mlp-ab", mlp_ab,
-               "Every round, also decode batch 1 with each layer's MLP as two calls (gate|up, then down) instead of "
-               "one (cpu::swiglu_down), alternating which goes first");
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
   std::string variants_arg;
   app.add_option("--variants", variants_arg,
@@ -476,10 +471,6 @@ int main(int argc, char** argv) {
   std::vector<double> paired_fractions;
   std::vector<std::vector<double>> beside_passes;
   bench::probe_buffer probe_buffer{pool};
-  struct mlp_figures {  // per round
-    std::vector<double> beside, batch, prefill;
-  } mlp_one, mlp_two;
-  std::vector<double> mlp_pair_ratios, mlp_round_ratios;  // batch 1: one call over two, neighbouring segments
   for (int round = 0; round < rounds; ++round) {
     std::fprintf(stderr, "round %d/%d: memory bandwidth probe...\n", round + 1, rounds);
     const bench::bandwidth_probe probe = bench::probe_read_bandwidth(probe_buffer);
@@ -487,49 +478,6 @@ int main(int argc, char** argv) {
       best_bandwidth = probe.bytes_per_s;
       best_pattern = probe.best;
     }
-    // --mlp-ab: batch 1 with each layer's MLP as one call and as two (gate|up, then down) in alternate segments of
-    // one decode, each segment against the probe passes read beside it and each pair of neighbouring segments
-    // compared directly (the VM's bandwidth state changes within seconds); then batch N and prefill once more with the
-    // MLP as two calls, before the main measurements in even rounds and after them in odd ones.
-    auto two_call_mlp = [&] {
-      std::fprintf(stderr, "round %d/%d: the MLP as one call and as two: batch 1 in alternate segments...\n", round + 1,
-                   rounds);
-      const int64_t segment = std::max<int64_t>(segment_steps, 1);
-      bench::paired_roofline beside([&] { return probe_buffer.pass(probe.best); }, segment,
-                                    static_cast<double>(bytes_per_token));
-      bool fused = round % 2 == 0;  // which goes first alternates by round
-      std::vector<bool> segment_fused;
-      cpu::set_swiglu_down_fused(fused);
-      bench::decode_tokens_per_second(
-          llm, 1, prompt_len, 2 * batch1_steps, block_size, {}, {}, [&] { beside.start(); },
-          [&](int64_t step, double secs) {
-            beside.after_step(step, secs);
-            if (step % segment == 0) {
-              segment_fused.push_back(fused);
-              fused = !fused;
-              cpu::set_swiglu_down_fused(fused);
-            }
-          });
-      std::vector<double> one, two, pair_ratios;
-      const std::vector<double> segment_fractions = beside.segment_fractions();
-      const std::vector<double>& rates = beside.segment_rates();
-      for (size_t i = 0; i < segment_fractions.size(); ++i)
-        (segment_fused[i] ? one : two).push_back(segment_fractions[i]);
-      for (size_t i = 0; i + 1 < rates.size(); i += 2)
-        pair_ratios.push_back(segment_fused[i] ? rates[i] / rates[i + 1] : rates[i + 1] / rates[i]);
-      mlp_one.beside.push_back(bench::median(one));
-      mlp_two.beside.push_back(bench::median(two));
-      mlp_pair_ratios.insert(mlp_pair_ratios.end(), pair_ratios.begin(), pair_ratios.end());
-      mlp_round_ratios.push_back(bench::median(pair_ratios));
-      std::fprintf(stderr, "round %d/%d: the MLP as two calls: batch %ld, prefill...\n", round + 1, rounds,
-                   static_cast<long>(big_batch));
-      cpu::set_swiglu_down_fused(false);
-      mlp_two.batch.push_back(bench::decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size));
-      mlp_two.prefill.push_back(prefill_tokens_per_second(llm, prefill, block_size, prefill_reps));
-      cpu::set_swiglu_down_fused(true);
-    };
-    if (mlp_ab && round % 2 == 0)
-      two_call_mlp();
     std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
     // The pool's timing covers the timed steps only (set_takeover_timing restarts its totals); each segment of them
     // is compared with the round's best pattern read just before and just after it.
@@ -574,18 +522,6 @@ int main(int argc, char** argv) {
     const double tpsn = bench::decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
     std::fprintf(stderr, "round %d/%d: prefill %ld tokens...\n", round + 1, rounds, static_cast<long>(prefill));
     const double prefill_tps = prefill_tokens_per_second(llm, prefill, block_size, prefill_reps);
-    if (mlp_ab) {
-      mlp_one.batch.push_back(tpsn);
-      mlp_one.prefill.push_back(prefill_tps);
-      if (round % 2 == 1)
-        two_call_mlp();
-      std::fprintf(stderr,
-                   "round %d/%d: the MLP as one call against two: batch 1 %.1f%% / %.1f%% of the probe beside it, "
-                   "%.3fx (neighbouring segments), batch %ld %.2f / %.2f tok/s, prefill %.1f / %.1f\n",
-                   round + 1, rounds, 100.0 * mlp_one.beside.back(), 100.0 * mlp_two.beside.back(),
-                   mlp_round_ratios.back(), static_cast<long>(big_batch), mlp_one.batch.back(), mlp_two.batch.back(),
-                   mlp_one.prefill.back(), mlp_two.prefill.back());
-    }
     bandwidths.push_back(probe.bytes_per_s);
     tps1s.push_back(tps1);
     tpsns.push_back(tpsn);
@@ -645,31 +581,6 @@ int main(int argc, char** argv) {
   for (const auto& shares : compute_shares)
     computing += fmt::format("{}{:.1f}%", computing.empty() ? "" : " ", 100.0 * bench::median(shares));
   std::printf("%-44s %16s\n", "  share computing, per pool thread", computing.c_str());
-  // Per-round ratios of the two ways of running the MLP, measured in the same round.
-  auto ratios = [](const std::vector<double>& one, const std::vector<double>& two) {
-    std::vector<double> r;
-    for (size_t i = 0; i < one.size(); ++i)
-      r.push_back(one[i] / two[i]);
-    return r;
-  };
-  if (mlp_ab) {
-    std::printf("%-44s %16s\n", "MLP as one call / as two (median of rounds)", "");
-    std::printf("%-44s %16s\n", "  batch 1, neighbouring segments (all pairs)",
-                fmt::format("{:.3f}x ({})", bench::median(mlp_pair_ratios), mlp_pair_ratios.size()).c_str());
-    std::printf(
-        "%-44s %16s\n", "  pairs where one call was faster",
-        fmt::format("{} of {}",
-                    std::count_if(mlp_pair_ratios.begin(), mlp_pair_ratios.end(), [](double r) { return r > 1; }),
-                    mlp_pair_ratios.size())
-            .c_str());
-    std::printf(
-        "%-44s %16s\n", "  batch 1 / probe read beside it",
-        fmt::format("{:.1f}% / {:.1f}%", 100.0 * bench::median(mlp_one.beside), 100.0 * bench::median(mlp_two.beside))
-            .c_str());
-    std::printf("%-44s %15.3fx\n", fmt::format("  decode tokens/s, batch {}", big_batch).c_str(),
-                bench::median(ratios(mlp_one.batch, mlp_two.batch)));
-    std::printf("%-44s %15.3fx\n", "  prefill tokens/s", bench::median(ratios(mlp_one.prefill, mlp_two.prefill)));
-  }
   std::printf("%-44s %16s\n", "per round: bandwidth GB/s, decode b1, b/roofline", "");
   for (size_t r = 0; r < bandwidths.size(); ++r)
     std::printf("  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%%%s | batch %ld %8.2f tok/s | prefill %8.2f tok/s%s\n",
@@ -729,28 +640,6 @@ int main(int argc, char** argv) {
     w.key("decode_batch1_beside_hog_tokens_per_s").value(bench::median(hogged));
     w.key("decode_batch1_hog_over_quiet").value(bench::median(hog_ratios));
     w.key("decode_batch1_beside_hog_cores").value(bench::median(hog_cores));
-  }
-  if (mlp_ab) {  // the MLP as one call against two, per round, each in the same round
-    w.key("mlp_ab").begin_object();
-    auto series = [&](const char* key, const std::vector<double>& v) {
-      w.key(key).begin_array();
-      for (double x : v)
-        w.value(x);
-      w.end_array();
-    };
-    w.key("batch1_ratio").value(bench::median(mlp_pair_ratios));
-    series("batch1_pair_ratios", mlp_pair_ratios);
-    w.key("batchN_ratio").value(bench::median(ratios(mlp_one.batch, mlp_two.batch)));
-    w.key("prefill_ratio").value(bench::median(ratios(mlp_one.prefill, mlp_two.prefill)));
-    w.key("one_call_batch1_of_probe_beside").value(bench::median(mlp_one.beside));
-    w.key("two_calls_batch1_of_probe_beside").value(bench::median(mlp_two.beside));
-    series("one_call_batch1_of_probe_beside_per_round", mlp_one.beside);
-    series("two_calls_batch1_of_probe_beside_per_round", mlp_two.beside);
-    series("one_call_batchN_tokens_per_s", mlp_one.batch);
-    series("two_calls_batchN_tokens_per_s", mlp_two.batch);
-    series("one_call_prefill_tokens_per_s", mlp_one.prefill);
-    series("two_calls_prefill_tokens_per_s", mlp_two.prefill);
-    w.end_object();
   }
   w.key("per_round").begin_array();
   for (size_t r = 0; r < bandwidths.size(); ++r) {

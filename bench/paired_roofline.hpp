@@ -51,8 +51,6 @@ class paired_roofline {
       out.push_back(segment_bytes_per_s_[i] / std::max(passes_[i], passes_[i + 1]));
     return out;
   }
-  /// Each whole segment's read rate (weight bytes/s).
-  const std::vector<double>& segment_rates() const { return segment_bytes_per_s_; }
   /// The median of segment_fractions() (0 with no whole segment).
   double fraction() const { return median(segment_fractions()); }
   /// The probe passes, in order (one more than the segments).

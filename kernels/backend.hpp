@@ -198,16 +198,6 @@ class backend {
     matmul(x, gate_up, tensor{}, wide);
     silu_mul_stacked(wide, out);
   }
-  /// A dense layer's SwiGLU MLP through a stacked gate|up weight: act = silu(x gate^T) * (x up^T), as
-  /// matmul_silu_stacked writes it, then y = act w_down^T. w_down: [n_embd, n_ff]; wide and act as
-  /// matmul_silu_stacked's wide and out; y: f32 [n_tokens, n_embd]; none overlaps x or another. A backend may run both
-  /// as one pass and sum down's inputs in another order (the same up to f32 rounding, and the same for every batch
-  /// size). Default: matmul_silu_stacked, then matmul.
-  virtual void swiglu_down_stacked(const tensor& x, const tensor& gate_up, const tensor& w_down, const tensor& wide,
-                                   const tensor& act, const tensor& y) {
-    matmul_silu_stacked(x, gate_up, wide, act);
-    matmul(act, w_down, tensor{}, y);
-  }
   /// The rotary table of `cfg` (inverse frequencies computed as transformers does, scaling included).
   virtual rope_table make_rope_table(const rope_config& cfg) = 0;
   /// Rotates q [n_tokens, n_head, head_dim] and k [n_tokens, n_head_kv, head_dim] in place by positions (i32

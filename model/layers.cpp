@@ -169,15 +169,13 @@ void ffn(const layer_context& ctx, const layer_weights& w, layer_scratch& s) {
     lora_update(ctx, stack(w, lora_target::gate), s.h, gate_up[0], s);
     lora_update(ctx, stack(w, lora_target::up), s.h, gate_up[1], s);
     be.silu_mul(gate_up[0], gate_up[1], s.gate);
-    be.matmul(s.gate, w.w_down, tensor{}, s.proj);
-  } else if (w.gate_up.is_merged()) {  // the whole MLP as one op, which a backend may run as one pass
-    const int64_t n = s.h.rows(), width = w.gate_up.total_rows();
-    be.swiglu_down_stacked(s.h, w.gate_up.merged, w.w_down, s.stacked.slice_rows(0, n * width).reshape({n, width}),
-                           s.gate, s.proj);
   } else {
-    be.matmul_silu_gate(s.h, w.gate_up.parts[0], w.gate_up.parts[1], s.up, s.gate);
-    be.matmul(s.gate, w.w_down, tensor{}, s.proj);
+    const int64_t n = s.h.rows();
+    swiglu_stacked(be, w.gate_up, s.h,
+                   s.stacked.slice_rows(0, n * w.gate_up.total_rows()).reshape({n, w.gate_up.total_rows()}), s.up,
+                   s.gate);
   }
+  be.matmul(s.gate, w.w_down, tensor{}, s.proj);
   lora_update(ctx, stack(w, lora_target::down), s.gate, s.proj, s);
   tp_all_reduce(ctx, s.proj, s);
 }

@@ -301,8 +301,6 @@ struct thread_pool::takeover_job {
   int64_t n_first = 0;                                 // grains [0, n_first): grain i is thread i's first
   std::atomic<int64_t> next{0};                        // the next unclaimed grain from n_first on
   std::atomic<int64_t> n_committed{0};
-  std::vector<int64_t> after;       // grain g starts once grains [0, after[g]) are committed; empty: none waits
-  double caller_ns_per_item = 0.0;  // the caller's pace so far (its patience while it waits for earlier grains)
 
   int64_t n_grains() const { return static_cast<int64_t>(bounds.size()) - 1; }
   int64_t begin_of(int64_t g) const { return bounds[static_cast<size_t>(g)]; }
@@ -349,38 +347,8 @@ struct thread_pool::takeover_job {
     compute_ns[index].fetch_add(now_ns() - start, std::memory_order_relaxed);
   }
 
-  int64_t after_of(int64_t g) const { return after.empty() ? 0 : after[static_cast<size_t>(g)]; }
-
-  // Returns once grains [0, limit) are all committed. Meanwhile this thread runs those still free itself, and the
-  // caller takes over those another thread has held past patience_ns (the OS took it off its core), as finish() does.
-  // Grains wait only for grains before them, so the waits never form a cycle.
-  void wait_for_prefix(int64_t limit, int index) {
-    for (int64_t first_open = 0;;) {
-      while (first_open < limit &&
-             state[static_cast<size_t>(first_open)].load(std::memory_order_acquire) == grain_committed)
-        ++first_open;
-      if (first_open >= limit)
-        return;
-      bool progressed = false;
-      for (int64_t g = first_open; g < limit; ++g) {
-        const int s = state[static_cast<size_t>(g)].load(std::memory_order_acquire);
-        if (s == grain_free && try_own(g)) {
-          run_owned(g, index);
-          progressed = true;
-        } else if (index == 0 && s == grain_owned &&
-                   now_ns() - claimed_ns[static_cast<size_t>(g)].load(std::memory_order_relaxed) >
-                       patience_ns(end_of(g) - begin_of(g), caller_ns_per_item)) {
-          progressed = take_over(g, s) || progressed;
-        }
-      }
-      if (!progressed)
-        cpu_relax();
-    }
-  }
-
   // Computes grain g, which pool thread `index` owns, and commits it unless it was taken over meanwhile.
   void run_owned(int64_t g, int index) {
-    wait_for_prefix(after_of(g), index);
     float* scratch = scratch_for(g);
     compute(g, scratch, index);
     int expected = grain_owned;
@@ -392,12 +360,9 @@ struct thread_pool::takeover_job {
   // then the first grains of threads that have not come (the OS has not run them yet); returns the items it ran.
   int64_t run_claimed(int index) {
     int64_t items = 0;
-    const int64_t start = index == 0 ? now_ns() : 0;
     auto run = [&](int64_t g) {
       run_owned(g, index);
       items += end_of(g) - begin_of(g);
-      if (index == 0)
-        caller_ns_per_item = static_cast<double>(now_ns() - start) / static_cast<double>(items);
     };
     if (index < n_first && try_own(index))
       run(index);
@@ -444,7 +409,6 @@ struct thread_pool::takeover_job {
   bool take_over(int64_t g, int from) {
     if (!state[static_cast<size_t>(g)].compare_exchange_strong(from, grain_taken, std::memory_order_acq_rel))
       return false;
-    wait_for_prefix(after_of(g), 0);
     float* scratch = scratch_for(g);
     compute(g, scratch, 0);
     commit(g, scratch);
@@ -472,23 +436,8 @@ std::chrono::nanoseconds thread_pool::run_takeover(uint64_t generation, int inde
 
 void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
                                         std::shared_ptr<const takeover_work> work) {
-  if (n <= 0)
-    return;
-  parallel_for_takeover(takeover_grains(n, min_grain, max_grain), {}, std::move(work));
-}
-
-void thread_pool::parallel_for_takeover(std::vector<int64_t> bounds, std::vector<int64_t> after,
-                                        std::shared_ptr<const takeover_work> work) {
   ACTORLLM_CHECK(work != nullptr, "parallel_for_takeover: no work");
-  ACTORLLM_CHECK(!bounds.empty() && bounds.front() == 0 && std::is_sorted(bounds.begin(), bounds.end()) &&
-                     std::adjacent_find(bounds.begin(), bounds.end()) == bounds.end(),
-                 "parallel_for_takeover: grain bounds must start at 0 and increase");
-  ACTORLLM_CHECK(after.empty() || after.size() + 1 == bounds.size(),
-                 "parallel_for_takeover: one 'after' per grain, or none");
-  for (size_t g = 0; g < after.size(); ++g)
-    ACTORLLM_CHECK(after[g] >= 0 && after[g] <= static_cast<int64_t>(g),
-                   "parallel_for_takeover: a grain may wait only for grains before it");
-  if (bounds.size() == 1)
+  if (n <= 0)
     return;
   struct call_timer {
     thread_pool& pool;
@@ -505,8 +454,7 @@ void thread_pool::parallel_for_takeover(std::vector<int64_t> bounds, std::vector
   job->work = std::move(work);
   if (timer.on)
     job->compute_ns = compute_ns_.get();
-  job->bounds = std::move(bounds);
-  job->after = std::move(after);
+  job->bounds = takeover_grains(n, min_grain, max_grain);
   const int64_t n_grains = job->n_grains();
   job->n_first = std::min<int64_t>(n_grains, n_threads_);
   job->next.store(job->n_first, std::memory_order_relaxed);

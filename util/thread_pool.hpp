@@ -90,14 +90,6 @@ class thread_pool {
   void parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
                              std::shared_ptr<const takeover_work> work);
 
-  /// parallel_for_takeover over grains the work chose, some of which need others' results: grain g is items
-  /// [bounds[g], bounds[g + 1]) (bounds start at 0 and increase), and it is computed only once grains [0, after[g])
-  /// are committed (after[g] <= g; empty: no grain waits). Such grains are claimed in order like the others; a thread
-  /// whose grain must wait runs the earlier grains still unclaimed itself, and the caller takes over the earlier grains
-  /// a descheduled thread holds, so a wait lasts no longer than the work it waits for.
-  void parallel_for_takeover(std::vector<int64_t> bounds, std::vector<int64_t> after,
-                             std::shared_ptr<const takeover_work> work);
-
   /// The grains parallel_for_takeover(n, min_grain, max_grain, ...) splits [0, n) into: grain g is items
   /// [bounds[g], bounds[g + 1]). Thread i (0: the caller) claims grain i first, when the call has that many; the
   /// others go on demand, in order.

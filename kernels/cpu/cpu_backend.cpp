@@ -12,7 +12,6 @@
 #include "kernels/cpu/rms_norm.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/sampling.hpp"
-#include "kernels/cpu/swiglu_down.hpp"
 #include "util/check.hpp"
 #include "util/populate_pages.hpp"
 
@@ -492,40 +491,6 @@ void cpu_backend::matmul_silu_stacked(const tensor& x, const tensor& gate_up, co
   const uint16_t* up = gate + cpu::bf16_panels_bytes(n_ff, d.n_in) / sizeof(uint16_t);
   cpu::matmul_silu_gate(f32(x), d.n_tokens, d.n_in, gate, up, dtype::bf16, true, n_ff, f32(wide), f32(out), pool_,
                         cpu::matmul_path::automatic, gate_up.buf, gate_up.buf);
-}
-
-void cpu_backend::swiglu_down_stacked(const tensor& x, const tensor& gate_up, const tensor& w_down, const tensor& wide,
-                                      const tensor& act, const tensor& y) {
-  // Packed gate|up (gate's rows whole panels) and down, bf16: cpu::swiglu_down, as one pool call at decode.
-  const bool packed = gate_up.layout == tensor_layout::cpu_bf16_panels &&
-                      w_down.layout == tensor_layout::cpu_bf16_panels && act.type == dtype::f32 &&
-                      w_down.shape.n_dims == 2 && gate_up.shape.n_dims == 2 && gate_up.dim(0) % (2 * panel_rows) == 0 &&
-                      cpu::swiglu_down_supported(gate_up.dim(0) / 2) && w_down.dim(1) == gate_up.dim(0) / 2;
-  if (!packed) {
-    backend::swiglu_down_stacked(x, gate_up, w_down, wide, act, y);
-    return;
-  }
-  const backend_checks::linear_dims up_dims = host.matmul(x, gate_up, tensor{}, wide, true);
-  const int64_t n_ff = up_dims.n_out / 2;
-  check_host(act, dtype::f32, "swiglu_down_stacked", "act");
-  ACTORLLM_CHECK(act.numel() == up_dims.n_tokens * n_ff,
-                 fmt::format("swiglu_down_stacked: act {} must be [{}, {}] for gate|up {}", act.describe(),
-                             up_dims.n_tokens, n_ff, gate_up.describe())
-                     .c_str());
-  host.matmul(act, w_down, tensor{}, y, true);
-  check_disjoint(act, wide, "swiglu_down_stacked", "act and wide");
-  check_disjoint(act, x, "swiglu_down_stacked", "act and x");
-  check_disjoint(y, act, "swiglu_down_stacked", "y and act");
-  check_disjoint(y, wide, "swiglu_down_stacked", "y and wide");
-  check_disjoint(y, x, "swiglu_down_stacked", "y and x");
-  const cpu::swiglu_down_weights w{gate_up.data_as<uint16_t>(),
-                                   w_down.data_as<uint16_t>(),
-                                   up_dims.n_in,
-                                   n_ff,
-                                   w_down.dim(0),
-                                   gate_up.buf,
-                                   w_down.buf};
-  cpu::swiglu_down(f32(x), up_dims.n_tokens, w, f32(wide), f32(act), f32(y), pool_);
 }
 
 void cpu_backend::add(const tensor& a, const tensor& b, const tensor& out) {

@@ -72,8 +72,6 @@ class cpu_backend final : public backend {
   void silu_mul(const tensor& gate, const tensor& up, const tensor& out) override;
   void silu_mul_stacked(const tensor& gate_up, const tensor& out) override;
   void matmul_silu_stacked(const tensor& x, const tensor& gate_up, const tensor& wide, const tensor& out) override;
-  void swiglu_down_stacked(const tensor& x, const tensor& gate_up, const tensor& w_down, const tensor& wide,
-                           const tensor& act, const tensor& y) override;
   void add(const tensor& a, const tensor& b, const tensor& out) override;
   void gather_rows(const tensor& x, const tensor& rows, const tensor& out) override;
   void copy_columns(const tensor& src, int64_t src_col, const tensor& dst, int64_t dst_col, int64_t n_cols) override;

@@ -374,8 +374,8 @@ constexpr int64_t streamed_max_tokens = 4;
 constexpr int64_t streamed_min_grain = 8, streamed_max_grain = 32;  // panels (units)
 constexpr int max_streams = 4;
 static_assert(max_streams <= read_ahead_plan::max_streams);
-constexpr size_t read_ahead_bytes = bf16_stream_read_ahead_bytes;
-static_assert(streamed_max_tokens == bf16_stream_max_tokens);
+// How much of its first grain of the next call a waiting thread prefetches into its L2 (1 MiB on Zen 4 and 5).
+constexpr size_t read_ahead_bytes = 512 * 1024;
 
 constexpr int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? 4 : 2; }
 
@@ -452,43 +452,6 @@ void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
   }
 }
 
-// Where a thread walking `tiles` as run_streams does reads first: each stream's first tiles, `bytes` spread over them.
-read_ahead_plan::thread_heads stream_heads(std::span<const gemm_tile_args> tiles, int streams, size_t bytes) {
-  const int64_t n_tiles = static_cast<int64_t>(tiles.size());
-  read_ahead_plan::thread_heads h;
-  h.count = static_cast<int>(std::min<int64_t>(streams, n_tiles));
-  h.tile_bytes = tiles.empty() ? 0 : static_cast<size_t>(tiles[0].k_pad) * gemm_nr * sizeof(uint16_t);
-  size_t longest = 0;
-  for (int s = 0; s < h.count; ++s) {  // as run_streams splits the tiles
-    const int64_t begin = stream_start(n_tiles, h.count, s), end = stream_start(n_tiles, h.count, s + 1);
-    auto& at = h.at[static_cast<size_t>(s)];
-    int& n = h.tiles[static_cast<size_t>(s)];
-    for (n = 0; n < read_ahead_plan::max_tiles && begin + n < end; ++n)
-      at[static_cast<size_t>(n)] = reinterpret_cast<const char*>(tiles[static_cast<size_t>(begin + n)].panel);
-    longest = std::max(longest, static_cast<size_t>(n));
-  }
-  h.bytes = h.count == 0 ? 0 : std::min(longest * h.tile_bytes, bytes / static_cast<size_t>(h.count));
-  return h;
-}
-
-// bf16_stream_tile as the kernels take it (no bias; the panel's rows past n_out are zeros).
-constexpr size_t max_stream_tiles = 2 * streamed_max_grain;
-size_t as_tile_args(std::span<const bf16_stream_tile> in, std::array<gemm_tile_args, max_stream_tiles>& out) {
-  ACTORLLM_CHECK(in.size() <= max_stream_tiles, "bf16_stream_panels: at most 64 tiles a call");
-  for (size_t i = 0; i < in.size(); ++i) {
-    ACTORLLM_CHECK(in[i].k == in[0].k && in[i].k % k_step == 0, "bf16_stream_panels: one K, a multiple of 32");
-    out[i] = {.a = in[i].xb,
-              .lda = in[i].ld,
-              .panel = in[i].pairs,
-              .k_pad = in[i].k,
-              .y = in[i].y,
-              .ldy = gemm_nr,
-              .n_valid = gemm_nr,
-              .bias = nullptr};
-  }
-  return in.size();
-}
-
 // Packed weights, 1 to streamed_max_tokens tokens: the units (panels; a gated unit is a gate and an up panel) in
 // grains claimed on demand, each grain's panels read as streams_for(n_tokens) side-by-side streams into the thread's
 // scratch, then committed to the outputs (the bias added, a gated pair combined). The work owns its rounded input and
@@ -535,9 +498,22 @@ class streamed_panel_work final : public takeover_work {
     const int64_t n_grains = static_cast<int64_t>(grains.size()) - 1;
     std::array<gemm_tile_args, 2 * streamed_max_grain> tiles;
     for (int64_t t = 0; t < std::min<int64_t>(n_threads, n_grains); ++t) {
-      const size_t n_tiles =
-          grain_tiles(grains[static_cast<size_t>(t)], grains[static_cast<size_t>(t) + 1], nullptr, tiles);
-      plan.threads.push_back(stream_heads({tiles.data(), n_tiles}, streams_for(c_.n_tokens), read_ahead_bytes));
+      const int64_t n_tiles = static_cast<int64_t>(
+          grain_tiles(grains[static_cast<size_t>(t)], grains[static_cast<size_t>(t) + 1], nullptr, tiles));
+      read_ahead_plan::thread_heads h;
+      h.count = static_cast<int>(std::min<int64_t>(streams_for(c_.n_tokens), n_tiles));
+      h.tile_bytes = panel_bytes();
+      size_t longest = 0;
+      for (int s = 0; s < h.count; ++s) {  // as run_streams splits the grain
+        const int64_t begin = stream_start(n_tiles, h.count, s), end = stream_start(n_tiles, h.count, s + 1);
+        auto& at = h.at[static_cast<size_t>(s)];
+        int& n = h.tiles[static_cast<size_t>(s)];
+        for (n = 0; n < read_ahead_plan::max_tiles && begin + n < end; ++n)
+          at[static_cast<size_t>(n)] = reinterpret_cast<const char*>(tiles[static_cast<size_t>(begin + n)].panel);
+        longest = std::max(longest, static_cast<size_t>(n));
+      }
+      h.bytes = h.count == 0 ? 0 : std::min(longest * h.tile_bytes, read_ahead_bytes / static_cast<size_t>(h.count));
+      plan.threads.push_back(h);
     }
     return plan;
   }
@@ -654,7 +630,7 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
 // Many tokens go in chunks of 384 rows, so a panel comes from memory once per chunk and serves 32 tiles. A row-major
 // weight's panel is packed per call into a thread-local buffer; a packed weight (tensor_layout::cpu_bf16_panels) is
 // read in place, and with few tokens (decode) each panel is streamed once with software prefetch ahead.
-constexpr int64_t packed_stream_max_tokens = bf16_packed_stream_max_tokens;
+constexpr int64_t packed_stream_max_tokens = 48;
 constexpr int64_t panel_tc = 384;
 
 void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
@@ -709,20 +685,6 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
 
 bool have_bf16_dot_kernels() { return true; }
 
-void bf16_stream_panels(int64_t n_tokens, std::span<const bf16_stream_tile> tiles) {
-  ACTORLLM_CHECK(n_tokens >= 1 && n_tokens <= streamed_max_tokens, "bf16_stream_panels: 1 to 4 tokens");
-  std::array<gemm_tile_args, max_stream_tiles> args;
-  const size_t n = as_tile_args(tiles, args);
-  run_streams({args.data(), n}, static_cast<int>(n_tokens), streams_for(n_tokens));
-}
-
-read_ahead_plan::thread_heads bf16_stream_heads(int64_t n_tokens, std::span<const bf16_stream_tile> tiles,
-                                                size_t bytes) {
-  std::array<gemm_tile_args, max_stream_tiles> args;
-  const size_t n = as_tile_args(tiles, args);
-  return stream_heads({args.data(), n}, streams_for(n_tokens), bytes);
-}
-
 void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
   round_rows(x, n_tokens, n_in, xb, k_pad, ld);
 }
@@ -732,10 +694,8 @@ void pack_bf16_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0,
 }
 
 void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const uint32_t* panel, int64_t k_pad,
-                        float* y, int64_t ldy, int n_valid, const float* bias32, bool from_memory) {
-  static constexpr auto cached = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
-  static constexpr auto streamed = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
-  const auto& table = from_memory ? streamed : cached;
+                        float* y, int64_t ldy, int n_valid, const float* bias32) {
+  static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
   for (int64_t m0 = 0; m0 < n_tokens; m0 += gemm_mr) {
     const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, n_tokens - m0));
     const gemm_tile_args args{xb + m0 * ld, ld, panel, k_pad, y + m0 * ldy, ldy, n_valid, bias32};
@@ -804,18 +764,9 @@ void pack_bf16_panel(const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint32
   ACTORLLM_CHECK(false, "pack_bf16_panel: this build has no AVX512-BF16 kernels");
 }
 
-void bf16_panel_product(const uint16_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t, int, const float*,
-                        bool) {
+void bf16_panel_product(const uint16_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t, int,
+                        const float*) {
   ACTORLLM_CHECK(false, "bf16_panel_product: this build has no AVX512-BF16 kernels");
-}
-
-void bf16_stream_panels(int64_t, std::span<const bf16_stream_tile>) {
-  ACTORLLM_CHECK(false, "bf16_stream_panels: this build has no AVX512-BF16 kernels");
-}
-
-read_ahead_plan::thread_heads bf16_stream_heads(int64_t, std::span<const bf16_stream_tile>, size_t) {
-  ACTORLLM_CHECK(false, "bf16_stream_heads: this build has no AVX512-BF16 kernels");
-  return {};
 }
 
 #endif

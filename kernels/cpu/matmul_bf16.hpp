@@ -6,7 +6,6 @@
 #include <span>
 
 #include "kernels/cpu/matmul.hpp"
-#include "kernels/cpu/read_ahead.hpp"
 #include "util/thread_pool.hpp"
 
 namespace actorllm::cpu {
@@ -31,36 +30,7 @@ void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t
 void pack_bf16_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k_pad, uint32_t* panel);
 /// y[t, j] = sum_k xb[t, k] * panel[k, j] (+ bias32[j]) for t < n_tokens, j < n_valid (<= 32): the 12 x 32 register
 /// tiles over one panel that sits in cache. xb rows ld apart, y rows ldy apart; bias32 null or 32 values.
-/// `from_memory`: the panel is read from memory (a packed weight read in place by its first tile), so the tiles
-/// prefetch ahead as the packed weights' GEMM does up to 48 tokens.
 void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const uint32_t* panel, int64_t k_pad,
-                        float* y, int64_t ldy, int n_valid, const float* bias32, bool from_memory = false);
-/// Up to this many tokens the packed weights' GEMM streams each panel from memory with software prefetch (more: the
-/// panel serves chunks of token rows from L2).
-inline constexpr int64_t bf16_packed_stream_max_tokens = 48;
-
-// The decode kernel on its own, for fused kernels that walk panels (or K ranges of them) they chose
-// (kernels/cpu/swiglu_down.cpp). Require have_bf16_dot_kernels().
-
-/// Inputs [k0, k0 + k) of one panel of tensor_layout::cpu_bf16_panels, read from `pairs` (the panel's first word
-/// plus k0 / 2 x 32), with token rows `xb` (bf16, starting at input k0, ld apart); its n_tokens x 32 sums go to `y`,
-/// rows 32 apart.
-struct bf16_stream_tile {
-  const uint32_t* pairs = nullptr;
-  const uint16_t* xb = nullptr;
-  int64_t ld = 0;
-  int64_t k = 0;  // a multiple of 32, the same for every tile of one bf16_stream_panels call
-  float* y = nullptr;
-};
-/// Most tokens bf16_stream_panels takes.
-inline constexpr int64_t bf16_stream_max_tokens = 4;
-/// How much of its first grain of the next call a waiting thread prefetches into its L2 (1 MiB on Zen 4 and 5).
-inline constexpr size_t bf16_stream_read_ahead_bytes = 512 * 1024;
-/// Multiplies each tile's panel range by its token rows (1 to bf16_stream_max_tokens), walking the list as the decode
-/// kernel walks a grain: split into contiguous runs read side by side, one stream each.
-void bf16_stream_panels(int64_t n_tokens, std::span<const bf16_stream_tile> tiles);
-/// Where a thread that runs bf16_stream_panels(n_tokens, tiles) reads first, for read_ahead (up to `bytes` in all).
-read_ahead_plan::thread_heads bf16_stream_heads(int64_t n_tokens, std::span<const bf16_stream_tile> tiles,
-                                                size_t bytes);
+                        float* y, int64_t ldy, int n_valid, const float* bias32);
 
 }  // namespace actorllm::cpu
