@@ -4,8 +4,11 @@
 # then, alternately for --rounds rounds: bench_cpu_decode on the checkpoint (the memory bandwidth probe, decode batch
 # 1 over 64 steps as llama-bench's tg64 generates 64 tokens, decode batch 32, prefill 512), llama.cpp's llama-bench on
 # the GGUF (pp512, tg64) and its llama-batched-bench at batch 32 (16-token prompts and 16 generated tokens per
-# sequence, as bench_cpu_decode decodes); each engine warms up before it times. Prints each round's figures and ratios
-# and their medians, llama.cpp's commit, and writes JSON.
+# sequence, as bench_cpu_decode decodes); each engine warms up before it times. This VM's memory bandwidth changes
+# state within seconds, so each engine's batch-1 decode is also held to the probe's best pattern read just before and
+# just after it (bench_probe_passes runs beside llama-bench; bench_cpu_decode reads its own passes), and the ratio of
+# those two fractions compares the engines on the same footing. Prints each round's figures and ratios and their
+# medians, llama.cpp's commit, and writes JSON.
 #
 # llama.cpp is never downloaded or built by this script: point it at a build (--llama-cpp DIR: DIR/bin or DIR holds
 # llama-bench and llama-batched-bench) or at the two binaries.
@@ -77,7 +80,7 @@ fi
 
 [[ -f $config/config.json ]] || die "--config: $config has no config.json"
 [[ -f $tokenizer ]] || die "--tokenizer: $tokenizer is not a file (a SentencePiece tokenizer.model)"
-for b in bench_cpu_decode bench_gguf_from_hf; do
+for b in bench_cpu_decode bench_gguf_from_hf bench_probe_passes; do
   [[ -x $build/bench/$b ]] || die "--build: $build/bench/$b is missing (cmake --build $build --target $b)"
 done
 command -v python3 >/dev/null || die "python3 is needed to read the benchmarks' JSON"
@@ -93,18 +96,35 @@ echo "== preparing the weights ($(basename "$config"), bf16 dummy weights, seed 
 "$build/bench/bench_cpu_decode" --model "$config" --save-weights "$tmp/weights" >&2
 "$build/bench/bench_gguf_from_hf" --model "$tmp/weights" --tokenizer "$tokenizer" --out "$tmp/model.gguf" >&2
 
+# One probe pass on demand (bench/probe_passes.cpp): its buffer stays filled and its threads asleep in between.
+coproc probe { "$build/bench/bench_probe_passes" --threads "$threads" --json "$tmp/passes.json" 2>"$tmp/passes.err"; }
+probe_in=${probe[1]} probe_out=${probe[0]} probe_pid=$probe_PID
+read -r ready _ <&"$probe_out" && [[ $ready == ready ]] || die "bench_probe_passes did not start: $(cat "$tmp/passes.err")"
+probe_pass() { # LABEL: one pass, recorded under LABEL in passes.json
+  echo "$1" >&"$probe_in"
+  read -r _ _ <&"$probe_out" || die "bench_probe_passes stopped: $(cat "$tmp/passes.err")"
+}
+
 for ((r = 1; r <= rounds; ++r)); do
   echo "== round $r/$rounds: bench_cpu_decode (bandwidth probe, decode b1, b$batch, prefill $prefill)" >&2
   "$build/bench/bench_cpu_decode" --model "$tmp/weights" --threads "$threads" --rounds 1 --batch "$batch" \
     --prompt-len "$prompt_len" --decode-steps "$steps" --batch1-steps "$tg" --prefill-tokens "$prefill" \
     --json "$tmp/actorllm.$r.json" >"$tmp/actorllm.$r.txt"
-  echo "== round $r/$rounds: llama-bench (pp$prefill, tg$tg)" >&2
-  "$llama_bench" -m "$tmp/model.gguf" -p "$prefill" -n "$tg" -t "$threads" -r 1 -o json \
-    >"$tmp/llama_bench.$r.json" 2>"$tmp/llama_bench.$r.err" ||
+  echo "== round $r/$rounds: llama-bench (pp$prefill; then tg$tg between two probe passes)" >&2
+  "$llama_bench" -m "$tmp/model.gguf" -p "$prefill" -n 0 -t "$threads" -r 1 -o json \
+    >"$tmp/llama_bench_pp.$r.json" 2>"$tmp/llama_bench.$r.err" ||
     {
       tail -20 "$tmp/llama_bench.$r.err" >&2
-      die "llama-bench failed (round $r)"
+      die "llama-bench failed (round $r, pp$prefill)"
     }
+  probe_pass "llama_tg_before_$r"
+  "$llama_bench" -m "$tmp/model.gguf" -p 0 -n "$tg" -t "$threads" -r 1 -o json \
+    >"$tmp/llama_bench_tg.$r.json" 2>"$tmp/llama_bench.$r.err" ||
+    {
+      tail -20 "$tmp/llama_bench.$r.err" >&2
+      die "llama-bench failed (round $r, tg$tg)"
+    }
+  probe_pass "llama_tg_after_$r"
   echo "== round $r/$rounds: llama-batched-bench (batch $batch)" >&2
   "$llama_batched" -m "$tmp/model.gguf" -c $((batch * (prompt_len + steps) + 64)) -npp "$prompt_len" -ntg "$steps" \
     -npl "$batch" -t "$threads" --output-format jsonl >"$tmp/llama_batched.$r.jsonl" 2>"$tmp/llama_batched.$r.err" ||
@@ -113,6 +133,9 @@ for ((r = 1; r <= rounds; ++r)); do
       die "llama-batched-bench failed (round $r)"
     }
 done
+
+exec {probe_in}>&- # end of input: the helper writes passes.json and exits
+wait "$probe_pid" || die "bench_probe_passes failed: $(cat "$tmp/passes.err")"
 
 mkdir -p "$(dirname "$json")"
 python3 - "$tmp" "$rounds" "$json" "$config" "$threads" "$batch" "$prefill" "$tg" <<'EOF'
@@ -127,10 +150,11 @@ def llama_bench_rate(rows, n_prompt, n_gen):
             return row["avg_ts"]
     sys.exit(f"compare_llama_cpp.sh: llama-bench reported no test with n_prompt {n_prompt}, n_gen {n_gen}")
 
+passes = {p["label"]: p["bytes_per_s"] for p in json.load(open(f"{tmp}/passes.json"))["passes"]}
 per_round, commit = [], {}
 for r in range(1, rounds + 1):
     a = json.load(open(f"{tmp}/actorllm.{r}.json"))
-    lb = json.load(open(f"{tmp}/llama_bench.{r}.json"))
+    lb = json.load(open(f"{tmp}/llama_bench_pp.{r}.json")) + json.load(open(f"{tmp}/llama_bench_tg.{r}.json"))
     batched = [json.loads(line) for line in open(f"{tmp}/llama_batched.{r}.jsonl") if line.strip().startswith("{")]
     batched = [b for b in batched if b.get("pl") == batch]
     if not batched:
@@ -152,6 +176,15 @@ for r in range(1, rounds + 1):
     # bench/paired_roofline.hpp): the round's probe and decode, seconds apart, can see different bandwidth states.
     row["actorllm_b1_of_probe_beside"] = a["batch1_fraction_of_probe_beside"]
     row["llama_tg_of_roofline"] = row["llama_tg"] * bytes_per_token / bw
+    # Each engine's whole batch-1 run against the higher of the passes read just before and just after it: llama.cpp's
+    # around its llama-bench process (bench_probe_passes), actorllm's the first and last of those it reads beside its
+    # decode. Their ratio compares the engines as if each had run in the other's bandwidth state.
+    a_passes = a["per_round"][0]["probe_passes_beside_bytes_per_s"]
+    row["actorllm_b1_of_passes_around"] = (row["actorllm_decode_b1"] * bytes_per_token /
+                                           max(a_passes[0], a_passes[-1]))
+    row["llama_tg_of_passes_around"] = (row["llama_tg"] * bytes_per_token /
+                                        max(passes[f"llama_tg_before_{r}"], passes[f"llama_tg_after_{r}"]))
+    row["decode_b1_ratio_same_footing"] = row["actorllm_b1_of_passes_around"] / row["llama_tg_of_passes_around"]
     row["decode_b1_ratio"] = row["actorllm_decode_b1"] / row["llama_tg"]
     row["prefill_ratio"] = row["actorllm_prefill"] / row["llama_pp"]
     row["decode_batch_ratio"] = row["actorllm_decode_batch"] / row["llama_batched_tg"]
@@ -163,7 +196,7 @@ print(f"actorllm vs llama.cpp {commit['build_commit']} (build {commit['build_num
 print(f"cpu: {commit['cpu_info']}; llama.cpp model type: {commit['model_type']}")
 print("a: actorllm (bench_cpu_decode), l: llama.cpp (llama-bench, llama-batched-bench); tokens/s")
 head = (f"{'round':>6} {'GB/s':>7} | {'a b1':>8} {'l tg'+str(tg):>8} {'ratio':>6} {'a/BW':>6} {'a/bsd':>6} "
-        f"{'l/BW':>6} | "
+        f"{'l/BW':>6} {'a/arn':>6} {'l/arn':>6} {'ratio':>6} | "
         f"{'a pp'+str(prefill):>9} {'l pp'+str(prefill):>8} {'ratio':>6} | {'a b'+str(batch):>8} "
         f"{'l b'+str(batch):>8} {'ratio':>6}")
 print(head)
@@ -172,7 +205,9 @@ def line(label, x):
     print(f"{label:>6} {x['memory_bandwidth_bytes_per_s']/1e9:7.2f} | {x['actorllm_decode_b1']:8.2f} "
           f"{x['llama_tg']:8.2f} {x['decode_b1_ratio']:5.2f}x {100*x['actorllm_b1_of_roofline']:5.1f}% "
           f"{100*x['actorllm_b1_of_probe_beside']:5.1f}% "
-          f"{100*x['llama_tg_of_roofline']:5.1f}% | {x['actorllm_prefill']:9.2f} {x['llama_pp']:8.2f} "
+          f"{100*x['llama_tg_of_roofline']:5.1f}% {100*x['actorllm_b1_of_passes_around']:5.1f}% "
+          f"{100*x['llama_tg_of_passes_around']:5.1f}% {x['decode_b1_ratio_same_footing']:5.2f}x "
+          f"| {x['actorllm_prefill']:9.2f} {x['llama_pp']:8.2f} "
           f"{x['prefill_ratio']:5.2f}x | {x['actorllm_decode_batch']:8.2f} {x['llama_batched_tg']:8.2f} "
           f"{x['decode_batch_ratio']:5.2f}x")
 for i, x in enumerate(per_round, 1):
@@ -182,7 +217,8 @@ line("median", med)
 print("ratio: a / l (the median row: medians of the per-round ratios); a/BW, l/BW: batch-1 decode as a fraction of "
       "the roofline, the round's probed read bandwidth over the weight bytes read per token; a/bsd: actorllm's "
       "decode against the probe's best pattern read beside it (each segment of 8 steps against the higher of the "
-      "passes just before and after it; the median over segments)")
+      "passes just before and after it; the median over segments); a/arn, l/arn: each engine's whole batch-1 run "
+      "against the higher of the probe passes read just before and just after it, and their ratio")
 
 result = {
     "benchmark": "compare_llama_cpp",

@@ -69,8 +69,24 @@ if [[ -n $save ]]; then mkdir -p "$save"; echo '{}' >"$save/config.json"; exit 0
 n=$(($(cat "$(dirname "$0")/round" 2>/dev/null || echo 0) + 1))
 echo "$n" >"$(dirname "$0")/round"
 printf '{"memory_bandwidth_bytes_per_s": 1e10, "weight_bytes_per_token": 2000000000, "decode_batch1_tokens_per_s": %d,
- "prefill_tokens_per_s": 150, "decode_batchN_tokens_per_s": 75, "batch1_fraction_of_probe_beside": 0.9%d}\n' \
+ "prefill_tokens_per_s": 150, "decode_batchN_tokens_per_s": 75, "batch1_fraction_of_probe_beside": 0.9%d,
+ "per_round": [{"probe_passes_beside_bytes_per_s": [1e10, 5e9, 8e9]}]}\n' \
   $((n + 2)) "$n" >"$json"
+FAKE
+cat >"$fake/build/bench/bench_probe_passes" <<'FAKE'
+#!/usr/bin/env bash
+# bench_probe_passes' stand-in: a pass before llama-bench reads 20 GB/s, one after 25 GB/s; the JSON at end of input.
+json=""
+while [[ $# -gt 0 ]]; do [[ $1 == --json ]] && json=$2; shift; done
+echo "ready 4-streams 30000000000"
+passes=""
+while read -r label; do
+  bw=2e10
+  [[ $label == *after* ]] && bw=2.5e10
+  echo "$label $bw"
+  passes+="${passes:+,}{\"label\": \"$label\", \"bytes_per_s\": $bw}"
+done
+echo "{\"passes\": [$passes]}" >"$json"
 FAKE
 cat >"$fake/build/bench/bench_gguf_from_hf" <<'FAKE'
 #!/usr/bin/env bash
@@ -78,11 +94,20 @@ while [[ $# -gt 0 ]]; do [[ $1 == --out ]] && echo gguf >"$2"; shift; done
 FAKE
 cat >"$fake/llama/llama-bench" <<'FAKE'
 #!/usr/bin/env bash
+# llama-bench's stand-in: a pp512 row for -p 512 and a tg64 row for -n 64 (none for 0), as llama-bench skips them.
+echo "$*" >>"$(dirname "$0")/args"
 echo "loading model" >&2
-echo '[{"build_commit": "abc1234", "build_number": 7, "cpu_info": "fake", "model_type": "llama 1B BF16",
-  "backends": "CPU", "n_prompt": 512, "n_gen": 0, "avg_ts": 100.0},
- {"build_commit": "abc1234", "build_number": 7, "cpu_info": "fake", "model_type": "llama 1B BF16",
-  "backends": "CPU", "n_prompt": 0, "n_gen": 64, "avg_ts": 10.0}]'
+p=0 n=0
+while [[ $# -gt 0 ]]; do
+  case $1 in -p) p=$2; shift ;; -n) n=$2; shift ;; esac
+  shift
+done
+rows=()
+[[ $p != 0 ]] && rows+=('{"build_commit": "abc1234", "build_number": 7, "cpu_info": "fake", "model_type": "llama 1B BF16",
+  "backends": "CPU", "n_prompt": 512, "n_gen": 0, "avg_ts": 100.0}')
+[[ $n != 0 ]] && rows+=('{"build_commit": "abc1234", "build_number": 7, "cpu_info": "fake", "model_type": "llama 1B BF16",
+  "backends": "CPU", "n_prompt": 0, "n_gen": 64, "avg_ts": 10.0}')
+(IFS=,; echo "[${rows[*]}]")
 FAKE
 cat >"$fake/llama/llama-batched-bench" <<'FAKE'
 #!/usr/bin/env bash
@@ -108,7 +133,15 @@ check "the decode against the probe read beside it, per round (0.91, 0.92, 0.93)
   python3 -c "import json,sys; d=json.load(open('$fake/out.json'));
 r=[round(x['actorllm_b1_of_probe_beside'], 6) for x in d['per_round']]
 sys.exit(0 if r == [0.91, 0.92, 0.93] and round(d['medians']['actorllm_b1_of_probe_beside'], 6) == 0.92 else 1)"
-check "the table's median row (got: $(grep "^median" "$tmp/run.out"))" grep -qE "^median +10.00 \| +4.00 +10.00 +0.40x +80.0% +92.0% +200.0% \| +150.00 +100.00 +1.50x \| +75.00 +50.00 +1.50x" "$tmp/run.out"
+check "llama-bench runs pp512 alone, then tg64 alone, every round" \
+  test "$(grep -c -- '-p 512 -n 0 ' "$fake/llama/args")" -eq 3 -a "$(grep -c -- '-p 0 -n 64 ' "$fake/llama/args")" -eq 3
+check "each engine's run against the passes around it: actorllm 3, 4, 5 tok/s x 2 GB over 10 GB/s (the first and last
+of its own), llama.cpp 10 tok/s x 2 GB over 25 GB/s (the pass after llama-bench), and their ratio" \
+  python3 -c "import json,sys; d=json.load(open('$fake/out.json'));
+got = [[round(x[k], 6) for x in d['per_round']] for k in
+       ('actorllm_b1_of_passes_around', 'llama_tg_of_passes_around', 'decode_b1_ratio_same_footing')]
+sys.exit(0 if got == [[0.6, 0.8, 1.0], [0.8, 0.8, 0.8], [0.75, 1.0, 1.25]] else 1)"
+check "the table's median row (got: $(grep "^median" "$tmp/run.out"))" grep -qE "^median +10.00 \| +4.00 +10.00 +0.40x +80.0% +92.0% +200.0% +80.0% +80.0% +1.00x \| +150.00 +100.00 +1.50x \| +75.00 +50.00 +1.50x" "$tmp/run.out"
 check "the temporary weights are removed" test -z "$(find /tmp -maxdepth 1 -name 'actorllm-vs-llama.*' -newer "$fake/config/config.json" 2>/dev/null)"
 
 exit "$fail"
