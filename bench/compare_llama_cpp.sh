@@ -6,7 +6,8 @@
 # the GGUF (pp512, tg64) and its llama-batched-bench at batch 32 (16-token prompts and 16 generated tokens per
 # sequence, as bench_cpu_decode decodes); each engine warms up before it times. This VM's memory bandwidth changes
 # state within seconds, so each engine's batch-1 decode is also held to the probe's best pattern read just before and
-# just after it (bench_probe_passes runs beside llama-bench; bench_cpu_decode reads its own passes), and the ratio of
+# just after it (bench_probe_passes runs beside llama-bench, in the pattern bench_cpu_decode's probe found best that
+# round; bench_cpu_decode reads its own passes), and the ratio of
 # those two fractions compares the engines on the same footing. Prints each round's figures and ratios and their
 # medians, llama.cpp's commit, and writes JSON.
 #
@@ -100,9 +101,11 @@ echo "== preparing the weights ($(basename "$config"), bf16 dummy weights, seed 
 coproc probe { "$build/bench/bench_probe_passes" --threads "$threads" --json "$tmp/passes.json" 2>"$tmp/passes.err"; }
 probe_in=${probe[1]} probe_out=${probe[0]} probe_pid=$probe_PID
 read -r ready _ <&"$probe_out" && [[ $ready == ready ]] || die "bench_probe_passes did not start: $(cat "$tmp/passes.err")"
-probe_pass() { # LABEL: one pass, recorded under LABEL in passes.json
-  echo "$1" >&"$probe_in"
-  read -r _ _ <&"$probe_out" || die "bench_probe_passes stopped: $(cat "$tmp/passes.err")"
+probe_pass() { # LABEL STREAMS PREFETCH_BYTES NTA: one pass in that pattern, recorded under LABEL in passes.json
+  local answer
+  echo "$*" >&"$probe_in"
+  read -r answer <&"$probe_out" || die "bench_probe_passes stopped: $(cat "$tmp/passes.err")"
+  [[ $answer != error* ]] || die "bench_probe_passes: $answer"
 }
 
 for ((r = 1; r <= rounds; ++r)); do
@@ -117,14 +120,19 @@ for ((r = 1; r <= rounds; ++r)); do
       tail -20 "$tmp/llama_bench.$r.err" >&2
       die "llama-bench failed (round $r, pp$prefill)"
     }
-  probe_pass "llama_tg_before_$r"
+  # In the pattern actorllm's probe found best this round, so that both engines are held to the same reads.
+  pattern=$(python3 -c 'import json, sys
+f = json.load(open(sys.argv[1]))["memory_bandwidth_best_pattern_fields"]
+print(f["streams"], f["prefetch_bytes"], int(f["nta"]))' "$tmp/actorllm.$r.json") ||
+    die "bench_cpu_decode wrote no best read pattern (round $r)"
+  probe_pass "llama_tg_before_$r" $pattern
   "$llama_bench" -m "$tmp/model.gguf" -p 0 -n "$tg" -t "$threads" -r 1 -o json \
     >"$tmp/llama_bench_tg.$r.json" 2>"$tmp/llama_bench.$r.err" ||
     {
       tail -20 "$tmp/llama_bench.$r.err" >&2
       die "llama-bench failed (round $r, tg$tg)"
     }
-  probe_pass "llama_tg_after_$r"
+  probe_pass "llama_tg_after_$r" $pattern
   echo "== round $r/$rounds: llama-batched-bench (batch $batch)" >&2
   "$llama_batched" -m "$tmp/model.gguf" -c $((batch * (prompt_len + steps) + 64)) -npp "$prompt_len" -ntg "$steps" \
     -npl "$batch" -t "$threads" --output-format jsonl >"$tmp/llama_batched.$r.jsonl" 2>"$tmp/llama_batched.$r.err" ||

@@ -616,6 +616,11 @@ int main(int argc, char** argv) {
   w.key("resident_huge_page_share").value(resident_huge);
   w.key("memory_bandwidth_bytes_per_s").value(bandwidth);
   w.key("memory_bandwidth_best_pattern").value(best_pattern.name());
+  w.key("memory_bandwidth_best_pattern_fields").begin_object();  // for bench_probe_passes to read the same pattern
+  w.key("streams").value(best_pattern.streams);
+  w.key("prefetch_bytes").value(best_pattern.prefetch);
+  w.key("nta").value(best_pattern.nta);
+  w.end_object();
   w.key("decode_batch1_tokens_per_s").value(tps1);
   w.key("decode_batch").value(big_batch);
   w.key("decode_batchN_tokens_per_s").value(tpsn);

@@ -5,11 +5,14 @@
 // passes read just before and after it, as bench_cpu_decode holds its decode to passes read between its segments.
 //
 // Protocol (line-oriented; stdout flushed after each line): on start "ready PATTERN BYTES_PER_S"; for each stdin line
-// LABEL, "LABEL BYTES_PER_S". At end of input a table of the passes goes to stderr and the JSON to --json.
+// "LABEL" (a pass in the probe's best pattern) or "LABEL STREAMS PREFETCH_BYTES NTA" (a pass in that pattern, e.g. the
+// one another bench's probe found best, NTA 0 or 1), "LABEL BYTES_PER_S"; a line it cannot read is answered
+// "error WHY". At end of input a table of the passes goes to stderr and the JSON to --json.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,19 +42,40 @@ int main(int argc, char** argv) {
   std::printf("ready %s %.0f\n", probe.best.name().c_str(), probe.bytes_per_s);
   std::fflush(stdout);
 
-  std::vector<std::pair<std::string, double>> passes;
-  for (std::string label; std::getline(std::cin, label);) {
-    if (label.empty() || label.find_first_of(" \t\"\\") != std::string::npos)
+  struct pass_record {
+    std::string label;
+    bench::read_pattern pattern;
+    double bytes_per_s;
+  };
+  std::vector<pass_record> passes;
+  for (std::string line; std::getline(std::cin, line);) {
+    std::istringstream fields(line);
+    std::string label;
+    fields >> label;
+    if (label.empty() || label.find_first_of("\"\\") != std::string::npos)
       label = "pass" + std::to_string(passes.size() + 1);  // one token per answer, and plain JSON
-    passes.emplace_back(label, buffer.pass(probe.best));
-    std::printf("%s %.0f\n", label.c_str(), passes.back().second);
+    bench::read_pattern pattern = probe.best;
+    if (std::string rest; fields >> std::ws, std::getline(fields, rest), !rest.empty()) {
+      std::istringstream spec(rest);
+      int streams = 0, prefetch = 0, nta = 0;
+      std::string extra;
+      if (!(spec >> streams >> prefetch >> nta) || (spec >> extra) || streams < 1 || streams > 8 || prefetch < 0 ||
+          prefetch > 4096 || (nta != 0 && nta != 1)) {
+        std::printf("error '%s': expected LABEL STREAMS (1-8) PREFETCH_BYTES (0-4096) NTA (0 or 1)\n", line.c_str());
+        std::fflush(stdout);
+        continue;
+      }
+      pattern = bench::read_pattern{streams, prefetch, nta == 1};
+    }
+    passes.push_back({label, pattern, buffer.pass(pattern)});
+    std::printf("%s %.0f\n", label.c_str(), passes.back().bytes_per_s);
     std::fflush(stdout);
   }
 
-  std::fprintf(stderr, "%-32s %12s\n", "pass", "GB/s");
-  std::fprintf(stderr, "%-32s %12.2f\n", ("probe, best: " + probe.best.name()).c_str(), probe.bytes_per_s / 1e9);
-  for (const auto& [label, bw] : passes)
-    std::fprintf(stderr, "%-32s %12.2f\n", label.c_str(), bw / 1e9);
+  std::fprintf(stderr, "%-32s %-28s %12s\n", "pass", "pattern", "GB/s");
+  std::fprintf(stderr, "%-32s %-28s %12.2f\n", "probe (best)", probe.best.name().c_str(), probe.bytes_per_s / 1e9);
+  for (const auto& p : passes)
+    std::fprintf(stderr, "%-32s %-28s %12.2f\n", p.label.c_str(), p.pattern.name().c_str(), p.bytes_per_s / 1e9);
   json_writer w;
   w.begin_object();
   w.key("benchmark").value("probe_passes");
@@ -59,10 +83,11 @@ int main(int argc, char** argv) {
   w.key("memory_bandwidth_bytes_per_s").value(probe.bytes_per_s);
   w.key("memory_bandwidth_best_pattern").value(probe.best.name());
   w.key("passes").begin_array();
-  for (const auto& [label, bw] : passes) {
+  for (const auto& p : passes) {
     w.begin_object();
-    w.key("label").value(label);
-    w.key("bytes_per_s").value(bw);
+    w.key("label").value(p.label);
+    w.key("pattern").value(p.pattern.name());
+    w.key("bytes_per_s").value(p.bytes_per_s);
     w.end_object();
   }
   w.end_array();
