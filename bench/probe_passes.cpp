@@ -19,6 +19,7 @@
 
 #include "bench/bench_json.hpp"
 #include "bench/memory_bandwidth.hpp"
+#include "util/cpu_count.hpp"
 #include "util/json_writer.hpp"
 #include "util/thread_pool.hpp"
 
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  thread_pool pool(threads > 0 ? threads : thread_pool::global().size());
+  thread_pool pool(threads > 0 ? threads : usable_cpu_count());
   bench::probe_buffer buffer{pool};
   const bench::bandwidth_probe probe = bench::probe_read_bandwidth(buffer);
   std::printf("ready %s %.0f\n", probe.best.name().c_str(), probe.bytes_per_s);
