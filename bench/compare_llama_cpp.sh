@@ -7,9 +7,8 @@
 # sequence, as bench_cpu_decode decodes); each engine warms up before it times. This VM's memory bandwidth changes
 # state within seconds, so each engine's batch-1 decode is also held to the probe's best pattern read just before and
 # just after it (bench_probe_passes runs beside llama-bench, in the pattern bench_cpu_decode's probe found best that
-# round; bench_cpu_decode reads its own passes), and the ratio of
-# those two fractions compares the engines on the same footing. Prints each round's figures and ratios and their
-# medians, llama.cpp's commit, and writes JSON.
+# round; bench_cpu_decode reads its own passes), and the ratio of those two fractions compares the engines on the same
+# footing. Prints each round's figures and ratios and their medians, llama.cpp's commit, and writes JSON.
 #
 # llama.cpp is never downloaded or built by this script: point it at a build (--llama-cpp DIR: DIR/bin or DIR holds
 # llama-bench and llama-batched-bench) or at the two binaries.
@@ -23,7 +22,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 me=compare_llama_cpp.sh
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 die() {
