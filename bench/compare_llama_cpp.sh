@@ -98,8 +98,11 @@ echo "== preparing the weights ($(basename "$config"), bf16 dummy weights, seed 
 
 # One probe pass on demand (bench/probe_passes.cpp): its buffer stays filled and its threads asleep in between.
 coproc probe { "$build/bench/bench_probe_passes" --threads "$threads" --json "$tmp/passes.json" 2>"$tmp/passes.err"; }
+# shellcheck disable=SC2154  # probe_PID is set by coproc
 probe_in=${probe[1]} probe_out=${probe[0]} probe_pid=$probe_PID
-read -r ready _ <&"$probe_out" && [[ $ready == ready ]] || die "bench_probe_passes did not start: $(cat "$tmp/passes.err")"
+ready=""
+read -r ready _ <&"$probe_out" || true
+[[ $ready == ready ]] || die "bench_probe_passes did not start: $(cat "$tmp/passes.err")"
 probe_pass() { # LABEL STREAMS PREFETCH_BYTES NTA: one pass in that pattern, recorded under LABEL in passes.json
   local answer
   echo "$*" >&"$probe_in"
@@ -124,14 +127,14 @@ for ((r = 1; r <= rounds; ++r)); do
 f = json.load(open(sys.argv[1]))["memory_bandwidth_best_pattern_fields"]
 print(f["streams"], f["prefetch_bytes"], int(f["nta"]))' "$tmp/actorllm.$r.json") ||
     die "bench_cpu_decode wrote no best read pattern (round $r)"
-  probe_pass "llama_tg_before_$r" $pattern
+  probe_pass "llama_tg_before_$r" "$pattern"
   "$llama_bench" -m "$tmp/model.gguf" -p 0 -n "$tg" -t "$threads" -r 1 -o json \
     >"$tmp/llama_bench_tg.$r.json" 2>"$tmp/llama_bench.$r.err" ||
     {
       tail -20 "$tmp/llama_bench.$r.err" >&2
       die "llama-bench failed (round $r, tg$tg)"
     }
-  probe_pass "llama_tg_after_$r" $pattern
+  probe_pass "llama_tg_after_$r" "$pattern"
   echo "== round $r/$rounds: llama-batched-bench (batch $batch)" >&2
   "$llama_batched" -m "$tmp/model.gguf" -c $((batch * (prompt_len + steps) + 64)) -npp "$prompt_len" -ntg "$steps" \
     -npl "$batch" -t "$threads" --output-format jsonl >"$tmp/llama_batched.$r.jsonl" 2>"$tmp/llama_batched.$r.err" ||
