@@ -2,11 +2,13 @@
 #include "kernels/cpu/attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/convert.hpp"
@@ -18,7 +20,9 @@ namespace {
 
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
-constexpr int W = simd::width;  // keys per step: one vector of scores
+constexpr int W = simd::width;  // keys per score vector
+constexpr int KW = 2 * W;       // keys per step: two vectors of scores
+constexpr int max_group = 8;    // (row, head) pairs scored together: each key vector loaded once for all of them
 
 // acc[0 .. n) *= c.
 void scale_in_place(float* acc, float c, int64_t n) {
@@ -40,58 +44,57 @@ void axpy(float* acc, float p, const float* v, int64_t n) {
     acc[i] += p * v[i];
 }
 
-// acc = acc * correction + sum over k in [k_lo, k_hi) of p[k] * v[k] (v rows row_stride floats apart), head_dim hd.
+// acc = acc * correction + sum over k in [k_lo, k_hi) of p[k] * v[k] (v[k]: value row k), head_dim hd.
 // Head sizes of up to 8 vectors keep acc in registers for the whole step.
 template <int NV>
-void accumulate_values_regs(float* acc, float correction, const float* p, int64_t k_lo, int64_t k_hi, const float* v,
-                            int64_t row_stride) {
+void accumulate_values_regs(float* acc, float correction, const float* p, int64_t k_lo, int64_t k_hi,
+                            const float* const* v) {
   simd::vf a[NV];
   const simd::vf c = simd::set1(correction);
   for (int i = 0; i < NV; ++i)
     a[i] = simd::mul(c, simd::load(acc + i * W));
   for (int64_t k = k_lo; k < k_hi; ++k) {
     const simd::vf pk = simd::set1(p[k]);
-    const float* vk = v + k * row_stride;
     for (int i = 0; i < NV; ++i)
-      a[i] = simd::fmadd(pk, simd::load(vk + i * W), a[i]);
+      a[i] = simd::fmadd(pk, simd::load(v[k] + i * W), a[i]);
   }
   for (int i = 0; i < NV; ++i)
     simd::store(acc + i * W, a[i]);
 }
 
-void accumulate_values(float* acc, float correction, const float* p, int64_t k_lo, int64_t k_hi, const float* v,
-                       int64_t row_stride, int64_t hd) {
+void accumulate_values(float* acc, float correction, const float* p, int64_t k_lo, int64_t k_hi, const float* const* v,
+                       int64_t hd) {
   if (hd % W == 0 && hd / W <= 8 && W > 1) {
     switch (hd / W) {
       case 1:
-        return accumulate_values_regs<1>(acc, correction, p, k_lo, k_hi, v, row_stride);
+        return accumulate_values_regs<1>(acc, correction, p, k_lo, k_hi, v);
       case 2:
-        return accumulate_values_regs<2>(acc, correction, p, k_lo, k_hi, v, row_stride);
+        return accumulate_values_regs<2>(acc, correction, p, k_lo, k_hi, v);
       case 3:
-        return accumulate_values_regs<3>(acc, correction, p, k_lo, k_hi, v, row_stride);
+        return accumulate_values_regs<3>(acc, correction, p, k_lo, k_hi, v);
       case 4:
-        return accumulate_values_regs<4>(acc, correction, p, k_lo, k_hi, v, row_stride);
+        return accumulate_values_regs<4>(acc, correction, p, k_lo, k_hi, v);
       case 5:
-        return accumulate_values_regs<5>(acc, correction, p, k_lo, k_hi, v, row_stride);
+        return accumulate_values_regs<5>(acc, correction, p, k_lo, k_hi, v);
       case 6:
-        return accumulate_values_regs<6>(acc, correction, p, k_lo, k_hi, v, row_stride);
+        return accumulate_values_regs<6>(acc, correction, p, k_lo, k_hi, v);
       case 7:
-        return accumulate_values_regs<7>(acc, correction, p, k_lo, k_hi, v, row_stride);
+        return accumulate_values_regs<7>(acc, correction, p, k_lo, k_hi, v);
       default:
-        return accumulate_values_regs<8>(acc, correction, p, k_lo, k_hi, v, row_stride);
+        return accumulate_values_regs<8>(acc, correction, p, k_lo, k_hi, v);
     }
   }
   if (correction != 1.0f)
     scale_in_place(acc, correction, hd);
   for (int64_t k = k_lo; k < k_hi; ++k)
-    axpy(acc, p[k], v + k * row_stride, hd);
+    axpy(acc, p[k], v[k], hd);
 }
 
-// The same for NP query heads of one row at once (they see the same keys): each value vector is loaded once for all
-// of them. acc[i], correction[i] and p[i] belong to head i.
+// The same for NP (row, head) pairs at once (they see the same step of keys): each value vector is loaded once for
+// all of them. acc[i], correction[i] and p[i] belong to pair i.
 template <int NV, int NP>
-void accumulate_values_group(float* const* acc, const float* correction, const float (*p)[W], int64_t k_lo,
-                             int64_t k_hi, const float* v, int64_t row_stride) {
+void accumulate_values_group(float* const* acc, const float* correction, const float (*p)[KW], int64_t k_lo,
+                             int64_t k_hi, const float* const* v) {
   simd::vf a[NP][NV];
   for (int j = 0; j < NP; ++j) {
     const simd::vf c = simd::set1(correction[j]);
@@ -99,10 +102,9 @@ void accumulate_values_group(float* const* acc, const float* correction, const f
       a[j][i] = simd::mul(c, simd::load(acc[j] + i * W));
   }
   for (int64_t k = k_lo; k < k_hi; ++k) {
-    const float* vk = v + k * row_stride;
     simd::vf vv[NV];
     for (int i = 0; i < NV; ++i)
-      vv[i] = simd::load(vk + i * W);
+      vv[i] = simd::load(v[k] + i * W);
     for (int j = 0; j < NP; ++j) {
       const simd::vf pk = simd::set1(p[j][k]);
       for (int i = 0; i < NV; ++i)
@@ -114,58 +116,88 @@ void accumulate_values_group(float* const* acc, const float* correction, const f
       simd::store(acc[j] + i * W, a[j][i]);
 }
 
-// accumulate_values for n (<= 4) heads of one row, grouped where the head size allows.
-void accumulate_values_heads(float* const* acc, const float* correction, const float (*p)[W], int64_t n, int64_t k_lo,
-                             int64_t k_hi, const float* v, int64_t row_stride, int64_t hd) {
+// accumulate_values for n (<= 4) pairs, grouped where the head size allows.
+void accumulate_values_pairs(float* const* acc, const float* correction, const float (*p)[KW], int64_t n, int64_t k_lo,
+                             int64_t k_hi, const float* const* v, int64_t hd) {
   if (W > 1 && n == 4 && hd == 4 * W)
-    return accumulate_values_group<4, 4>(acc, correction, p, k_lo, k_hi, v, row_stride);
+    return accumulate_values_group<4, 4>(acc, correction, p, k_lo, k_hi, v);
   if (W > 1 && n == 4 && hd == 2 * W)
-    return accumulate_values_group<2, 4>(acc, correction, p, k_lo, k_hi, v, row_stride);
+    return accumulate_values_group<2, 4>(acc, correction, p, k_lo, k_hi, v);
   if (W > 1 && n >= 2 && hd == 8 * W) {
-    accumulate_values_group<8, 2>(acc, correction, p, k_lo, k_hi, v, row_stride);
+    accumulate_values_group<8, 2>(acc, correction, p, k_lo, k_hi, v);
     if (n == 4)
-      accumulate_values_group<8, 2>(acc + 2, correction + 2, p + 2, k_lo, k_hi, v, row_stride);
+      accumulate_values_group<8, 2>(acc + 2, correction + 2, p + 2, k_lo, k_hi, v);
     else if (n == 3)
-      accumulate_values(acc[2], correction[2], p[2], k_lo, k_hi, v, row_stride, hd);
+      accumulate_values(acc[2], correction[2], p[2], k_lo, k_hi, v, hd);
     return;
   }
   for (int64_t j = 0; j < n; ++j)
-    accumulate_values(acc[j], correction[j], p[j], k_lo, k_hi, v, row_stride, hd);
+    accumulate_values(acc[j], correction[j], p[j], k_lo, k_hi, v, hd);
+}
+
+// scores[j][k] = dot(q[j], key k) for NP queries against the step's KW keys (kt: [hd][KW], a key per lane). Each
+// key vector is loaded once for the NP queries, and 2 * NP independent FMA chains hide the latency.
+template <int NP>
+void score_keys(const float* const* q, const float* kt, int64_t hd, float (*scores)[KW]) {
+  simd::vf a[NP][2];
+  for (int j = 0; j < NP; ++j)
+    a[j][0] = a[j][1] = simd::zero();
+  for (int64_t d = 0; d < hd; ++d) {
+    const simd::vf k0 = simd::load(kt + d * KW), k1 = simd::load(kt + d * KW + W);
+    for (int j = 0; j < NP; ++j) {
+      const simd::vf qd = simd::set1(q[j][d]);
+      a[j][0] = simd::fmadd(qd, k0, a[j][0]);
+      a[j][1] = simd::fmadd(qd, k1, a[j][1]);
+    }
+  }
+  for (int j = 0; j < NP; ++j) {
+    simd::store(scores[j], a[j][0]);
+    simd::store(scores[j] + W, a[j][1]);
+  }
+}
+
+using score_fn = void (*)(const float* const*, const float*, int64_t, float (*)[KW]);
+
+template <size_t... I>
+constexpr std::array<score_fn, sizeof...(I)> score_table(std::index_sequence<I...>) {
+  return {&score_keys<static_cast<int>(I) + 1>...};
 }
 
 struct tile_scratch {
-  std::vector<float> kt;      // [head_dim][W]: the current keys, transposed (a key per lane)
-  std::vector<float> kf, vf;  // [W][head_dim]: the current keys and values widened to f32 (a bf16 or f16 cache)
+  std::vector<float> kt;      // [head_dim][KW]: the current keys, transposed (a key per lane)
+  std::vector<float> kf, vf;  // [KW][head_dim]: the current keys and values widened to f32 (a bf16 or f16 cache)
   std::vector<float> acc;     // [pairs][head_dim]: running weighted sums of v
   std::vector<float> row_max, row_sum;
   std::vector<float> q;                 // [pairs][head_dim]: the queries, pre-multiplied by the scale
   std::vector<int64_t> key_lo, key_hi;  // [rows]: the local key indices [lo, hi) each row sees
 };
 
-// kt[d][k] = key k's element d for k < n (the keys row_stride floats apart), zero for k >= n.
-void transpose_keys(const float* keys, int64_t row_stride, int64_t n, int64_t hd, float* kt) {
+// kt[d][k] = element d of key k (keys[k]) for k < n, zero for n <= k < KW.
+void transpose_keys(const float* const* keys, int64_t n, int64_t hd, float* kt) {
 #if defined(ACTORLLM_SIMD_AVX512)
   if (hd % 16 == 0) {
-    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
-      __m512 r[16];
-      for (int64_t k = 0; k < 16; ++k)
-        r[k] = k < n ? _mm512_loadu_ps(keys + k * row_stride + d0) : _mm512_setzero_ps();
-      simd::transpose16(r);
-      for (int64_t d = 0; d < 16; ++d)
-        _mm512_storeu_ps(kt + (d0 + d) * W, r[d]);
-    }
+    for (int64_t k0 = 0; k0 < KW; k0 += 16)
+      for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+        __m512 r[16];
+        for (int64_t k = 0; k < 16; ++k)
+          r[k] = k0 + k < n ? _mm512_loadu_ps(keys[k0 + k] + d0) : _mm512_setzero_ps();
+        simd::transpose16(r);
+        for (int64_t d = 0; d < 16; ++d)
+          _mm512_storeu_ps(kt + (d0 + d) * KW + k0, r[d]);
+      }
     return;
   }
 #endif
   for (int64_t d = 0; d < hd; ++d)
-    for (int64_t k = 0; k < W; ++k)
-      kt[d * W + k] = k < n ? keys[k * row_stride + d] : 0.0f;
+    for (int64_t k = 0; k < KW; ++k)
+      kt[d * KW + k] = k < n ? keys[k][d] : 0.0f;
 }
 
 // One work item: query rows [r0, r1) of one sequence (consecutive positions of a prefill chunk, or one decode row)
-// against kv head g, for the n_rep query heads that share it: every (row, head) pair walks the cache W keys at a
-// time. The keys are transposed once per step for all pairs, so each score vector is head_dim FMAs with no
-// horizontal sums; each pair keeps an online softmax (running max and sum, rescaled when the max grows).
+// against kv head g, for the n_rep query heads that share it: every (row, head) pair walks the cache KW keys at a
+// time. A step's keys are gathered across cache blocks and transposed once for all pairs, so each score vector is
+// head_dim FMAs with no horizontal sums; the pairs are scored max_group at a time (each key vector loaded once for
+// the group) and each keeps an online softmax (running max and sum, rescaled when the max grows).
 //
 // Keys are walked by their local index in this rank's cache (kv_shard_layout): every position under the plain
 // layout, this rank's share of them under decode context parallelism. Each row sees the local indices of the
@@ -173,6 +205,7 @@ void transpose_keys(const float* keys, int64_t row_stride, int64_t n, int64_t hd
 void attend_tile(const float* q, const int32_t* positions, const attention_seq& seq, int64_t r0, int64_t r1, int64_t g,
                  const paged_kv_view& cache, const kv_shard_layout& layout, int64_t n_head, int64_t n_rep, float scale,
                  int64_t window, float* out, float* lse, tile_scratch& s) {
+  static constexpr auto scores_for = score_table(std::make_index_sequence<max_group>{});
   const int64_t hd = cache.head_dim, bs = cache.block_size;
   const int64_t n_rows = r1 - r0, n_pairs = n_rows * n_rep;
   int64_t ctx_end = 0, ctx_first = INT64_MAX;  // local keys any row sees: [ctx_first, ctx_end)
@@ -190,7 +223,7 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
     ctx_end = std::max(ctx_end, hi);
     ctx_first = std::min(ctx_first, lo);
   }
-  s.kt.resize(static_cast<size_t>(hd * W));
+  s.kt.resize(static_cast<size_t>(hd * KW));
   s.acc.assign(static_cast<size_t>(n_pairs * hd), 0.0f);
   s.row_max.assign(static_cast<size_t>(n_pairs), neg_inf);
   s.row_sum.assign(static_cast<size_t>(n_pairs), 0.0f);
@@ -206,101 +239,85 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
   const bool widen = cache.type != dtype::f32;      // keys and values are copied to f32 step by step
   const size_t esize = dtype_size(cache.type);
   if (widen) {
-    s.kf.resize(static_cast<size_t>(W * hd));
-    s.vf.resize(static_cast<size_t>(W * hd));
+    s.kf.resize(static_cast<size_t>(KW * hd));
+    s.vf.resize(static_cast<size_t>(KW * hd));
   }
-  alignas(64) float p[W];
-  alignas(64) float pg[4][W];  // probabilities of the (up to) four heads scored together
-  float corrections[4];
-  float* accs[4];
+  const float* key_rows[KW];
+  const float* value_rows[KW];
+  const float* qp[max_group];
+  alignas(64) float scores[max_group][KW];
+  alignas(64) float pg[max_group][KW];  // the group's probabilities, zero for keys a pair does not see
+  float corrections[max_group];
+  float* accs[max_group];
 
-  // Blocks before the earliest window's first block are never touched (not even their table entries).
-  for (int64_t b = ctx_first / bs; b * bs < ctx_end; ++b) {
-    const int32_t blk = seq.block_table[b];
-    ACTORLLM_CHECK(blk >= 0 && blk < cache.n_blocks, "paged_attention: block id out of range");
-    const int64_t block_lo = std::max<int64_t>(ctx_first - b * bs, 0);
-    const int64_t block_hi = std::min(bs, ctx_end - b * bs);
-    for (int64_t lo = block_lo; lo < block_hi; lo += W) {
-      const int64_t n = std::min<int64_t>(W, block_hi - lo);
-      const int64_t key0 = b * bs + lo;  // local index of the step's first key
-      const int64_t first = (static_cast<int64_t>(blk) * bs + lo) * row_stride + g * hd;  // element offset
-      const float* kb = nullptr;
-      const float* vb = nullptr;
-      int64_t stride = row_stride;  // between the step's key (value) rows as read below
+  // Keys before the earliest window's first key are never touched (nor their blocks' table entries).
+  for (int64_t key0 = ctx_first; key0 < ctx_end; key0 += KW) {
+    const int64_t n = std::min<int64_t>(KW, ctx_end - key0);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t key = key0 + k;
+      const int32_t blk = seq.block_table[key / bs];
+      ACTORLLM_CHECK(blk >= 0 && blk < cache.n_blocks, "paged_attention: block id out of range");
+      const int64_t first = (static_cast<int64_t>(blk) * bs + key % bs) * row_stride + g * hd;  // element offset
       if (!widen) {
-        kb = static_cast<const float*>(cache.k) + first;
-        vb = static_cast<const float*>(cache.v) + first;
+        key_rows[k] = static_cast<const float*>(cache.k) + first;
+        value_rows[k] = static_cast<const float*>(cache.v) + first;
       } else {
-        const auto* k_bytes = static_cast<const std::byte*>(cache.k) + static_cast<size_t>(first) * esize;
-        const auto* v_bytes = static_cast<const std::byte*>(cache.v) + static_cast<size_t>(first) * esize;
-        for (int64_t k = 0; k < n; ++k) {
-          const size_t at = static_cast<size_t>(k * row_stride) * esize;
-          convert_to_f32(k_bytes + at, cache.type, hd, s.kf.data() + k * hd);
-          convert_to_f32(v_bytes + at, cache.type, hd, s.vf.data() + k * hd);
-        }
-        kb = s.kf.data();
-        vb = s.vf.data();
-        stride = hd;
+        const size_t at = static_cast<size_t>(first) * esize;
+        convert_to_f32(static_cast<const std::byte*>(cache.k) + at, cache.type, hd, s.kf.data() + k * hd);
+        convert_to_f32(static_cast<const std::byte*>(cache.v) + at, cache.type, hd, s.vf.data() + k * hd);
+        key_rows[k] = s.kf.data() + k * hd;
+        value_rows[k] = s.vf.data() + k * hd;
       }
-      transpose_keys(kb, stride, n, hd, s.kt.data());
-      for (int64_t r = r0; r < r1; ++r) {
-        // The keys of this step that row r sees: [see_lo, see_hi) of the step's lanes.
-        const int64_t see_lo = std::max<int64_t>(s.key_lo[static_cast<size_t>(r - r0)] - key0, 0);
-        const int64_t see_hi = std::min<int64_t>(s.key_hi[static_cast<size_t>(r - r0)] - key0, n);
-        if (see_lo >= see_hi)
+    }
+    transpose_keys(key_rows, n, hd, s.kt.data());
+    for (int64_t p0 = 0; p0 < n_pairs; p0 += max_group) {
+      const int64_t np = std::min<int64_t>(max_group, n_pairs - p0);
+      for (int64_t i = 0; i < np; ++i)
+        qp[i] = s.q.data() + (p0 + i) * hd;
+      scores_for[static_cast<size_t>(np - 1)](qp, s.kt.data(), hd, scores);
+      int64_t lo = KW, hi = 0;  // the keys any pair of the group sees
+      for (int64_t i = 0; i < np; ++i) {
+        const int64_t pair = p0 + i;
+        const auto row = static_cast<size_t>(pair / n_rep);
+        // The keys of this step that the pair's row sees: [see_lo, see_hi) of the step's lanes.
+        const int64_t see_lo = std::max<int64_t>(s.key_lo[row] - key0, 0);
+        const int64_t see_hi = std::min<int64_t>(s.key_hi[row] - key0, n);
+        float* p = pg[i];
+        accs[i] = s.acc.data() + pair * hd;
+        corrections[i] = 1.0f;
+        if (see_lo >= see_hi) {  // nothing here for this row: weight zero, its sums unchanged
+          std::fill_n(p, KW, 0.0f);
           continue;
-        // Scores of up to four query heads at once: each transposed key vector is loaded once for the four, and
-        // eight independent FMA chains hide the latency. (Fewer than four heads left: the last one is repeated and
-        // its extra scores dropped.)
-        for (int64_t j0 = 0; j0 < n_rep; j0 += 4) {
-          const int64_t nj = std::min<int64_t>(4, n_rep - j0);
-          const float* qp[4];
-          simd::vf sc[4][2];
-          for (int64_t jj = 0; jj < 4; ++jj) {
-            qp[jj] = s.q.data() + ((r - r0) * n_rep + j0 + std::min(jj, nj - 1)) * hd;
-            sc[jj][0] = simd::zero();
-            sc[jj][1] = simd::zero();
-          }
-          const float* kt = s.kt.data();
-          int64_t d = 0;
-          for (; d + 1 < hd; d += 2) {
-            const simd::vf k0 = simd::load(kt + d * W), k1 = simd::load(kt + (d + 1) * W);
-            for (int64_t jj = 0; jj < 4; ++jj) {
-              sc[jj][0] = simd::fmadd(simd::set1(qp[jj][d]), k0, sc[jj][0]);
-              sc[jj][1] = simd::fmadd(simd::set1(qp[jj][d + 1]), k1, sc[jj][1]);
-            }
-          }
-          if (d < hd) {
-            const simd::vf k0 = simd::load(kt + d * W);
-            for (int64_t jj = 0; jj < 4; ++jj)
-              sc[jj][0] = simd::fmadd(simd::set1(qp[jj][d]), k0, sc[jj][0]);
-          }
-          for (int64_t jj = 0; jj < nj; ++jj) {
-            const int64_t pair = (r - r0) * n_rep + j0 + jj;
-            simd::vf scores = simd::add(sc[jj][0], sc[jj][1]);
-            if (see_lo > 0 || see_hi < W) {  // the diagonal, a window's edge or a short step: mask the unseen keys
-              simd::store(p, scores);
-              for (int64_t k = 0; k < W; ++k)
-                if (k < see_lo || k >= see_hi)
-                  p[k] = neg_inf;
-              scores = simd::load(p);
-            }
-            float& m = s.row_max[static_cast<size_t>(pair)];
-            const float new_max = std::max(m, simd::reduce_max(scores));
-            // Rescale what was accumulated under the old max (exp(-inf) = 0 on the first step).
-            const float correction = new_max == m ? 1.0f : simd::exp_scalar(m - new_max);
-            m = new_max;
-            const simd::vf e = simd::exp(simd::sub(scores, simd::set1(new_max)));
-            simd::store(p, e);
-            float& l = s.row_sum[static_cast<size_t>(pair)];
-            l = l * correction + simd::reduce_add(e);
-            std::memcpy(pg[jj], p, sizeof p);
-            corrections[jj] = correction;
-            accs[jj] = s.acc.data() + pair * hd;
-          }
-          accumulate_values_heads(accs, corrections, pg, nj, see_lo, see_hi, vb, stride, hd);
         }
+        lo = std::min(lo, see_lo);
+        hi = std::max(hi, see_hi);
+        const bool masked = see_lo > 0 || see_hi < KW;  // the diagonal, a window's edge or a short step
+        if (masked)
+          for (int64_t k = 0; k < KW; ++k)
+            if (k < see_lo || k >= see_hi)
+              scores[i][k] = neg_inf;
+        const simd::vf s0 = simd::load(scores[i]), s1 = simd::load(scores[i] + W);
+        float& m = s.row_max[static_cast<size_t>(pair)];
+        const float new_max = std::max(m, simd::reduce_max(simd::max(s0, s1)));
+        // Rescale what was accumulated under the old max (exp(-inf) = 0 on the first step).
+        const float correction = new_max == m ? 1.0f : simd::exp_scalar(m - new_max);
+        m = new_max;
+        const simd::vf mv = simd::set1(new_max);
+        simd::store(p, simd::exp(simd::sub(s0, mv)));
+        simd::store(p + W, simd::exp(simd::sub(s1, mv)));
+        if (masked)
+          for (int64_t k = 0; k < KW; ++k)
+            if (k < see_lo || k >= see_hi)
+              p[k] = 0.0f;
+        float& l = s.row_sum[static_cast<size_t>(pair)];
+        l = l * correction + simd::reduce_add(simd::add(simd::load(p), simd::load(p + W)));
+        corrections[i] = correction;
       }
+      if (lo >= hi)
+        continue;
+      for (int64_t i = 0; i < np; i += 4)
+        accumulate_values_pairs(accs + i, corrections + i, pg + i, std::min<int64_t>(4, np - i), lo, hi, value_rows,
+                                hd);
     }
   }
 
