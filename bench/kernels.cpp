@@ -1,7 +1,8 @@
-// CPU kernel benchmark: the machine's streaming memory bandwidth (the decode roofline), matmul weight bandwidth in
-// the decode shapes of Llama-3.2-1B, GEMM throughput at prefill size, the GEMV/GEMM crossover, and the matmuls of
-// one whole batch-1 decode step of the TinyLlama-1.1B shape on packed weights, as the CPU backend runs them, against
-// the roofline. Prints a table; writes JSON (--json PATH). --decode-step-rounds N: only the probe and that step,
+// CPU kernel benchmark: the machine's streaming memory bandwidth (the decode roofline), the vdpbf16ps rate with
+// operands in registers and in the GEMM's register tile (its compute ceiling), matmul weight bandwidth in the decode
+// shapes of Llama-3.2-1B, GEMM throughput at prefill size, the GEMV/GEMM crossover, and the matmuls of one whole
+// batch-1 decode step of the TinyLlama-1.1B shape on packed weights, as the CPU backend runs them, against the
+// roofline. Prints a table; writes JSON (--json PATH). --decode-step-rounds N: only the probe and that step,
 // alternately, beside the same bytes read as one call, as calls of 2, 8 and 32 MiB (each call's fixed cost, in us),
 // the step with the caller busy between its calls (--decode-step-gaps), and the step with gate/up and down as one
 // call: what the step's call structure costs, apart from the rest of a decode step.
@@ -354,6 +355,84 @@ attention_result time_attention(thread_pool& pool, const std::string& name, int6
 }
 
 // One decode step's figures against the probe's bandwidth bw (GB/s): the step and each kind of matmul.
+// The vdpbf16ps rate the cores give, and the share of it that the GEMM's register tile reaches: every pool thread at
+// once, each timing its own loop (GFLOP/s per thread, the median of the threads). The tile runs over one panel that
+// sits in cache (cpu::bf16_panel_product, 384 token rows, 2048 inputs), so memory plays no part: a tile below the
+// register-only rate loses in its own loop (its code, not the data's way to it). The tile read 93% of the peak while
+// a row pointer and the loop bound were spilled to vector registers and moved back every step, 100% once they were
+// not (2026-11-30).
+struct compute_peak_result {
+  double register_gflops = 0.0;  // per thread, operands in registers
+  double tile_gflops = 0.0;      // per thread, the GEMM tile over a cached panel
+};
+
+#if defined(__AVX512BF16__)
+double register_only_gflops(double min_s) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i)
+    acc[i] = _mm512_set1_ps(0.0f);
+  __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));  // (1.0, 1.0) pairs
+  const __m512bh b = a;
+  constexpr long steps = 1 << 20;
+  double best = 0.0;
+  const auto start = clock_type::now();
+  do {
+    const auto t0 = clock_type::now();
+    for (long it = 0; it < steps; ++it) {
+#pragma GCC unroll 24  // the accumulators stay in registers only when the loop is unrolled
+      for (int i = 0; i < 24; ++i)
+        acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+      asm volatile("" : "+v"(a));  // a new operand each step: the loop is not folded
+    }
+    best = std::max(best, steps * 24.0 * 64.0 / seconds_since(t0) / 1e9);
+  } while (seconds_since(start) < min_s);
+  float sink = 0.0f;
+  for (const __m512& v : acc)
+    sink += _mm512_reduce_add_ps(v);
+  volatile float keep = sink;
+  (void)keep;
+  return best;
+}
+
+double panel_tile_gflops(double min_s) {
+  constexpr int64_t n_tokens = 384, n_in = 2048, ld = n_in + 32;
+  std::vector<uint16_t> w(32 * n_in), xb(n_tokens * ld);
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = static_cast<uint16_t>(0x3c00 + i % 251);
+  for (size_t i = 0; i < xb.size(); ++i)
+    xb[i] = static_cast<uint16_t>(0x3f00 + i % 241);
+  std::vector<uint32_t> panel(n_in / 2 * 32);
+  cpu::pack_bf16_panel(w.data(), n_in, 32, 0, n_in, panel.data());
+  std::vector<float> y(n_tokens * 32);
+  double best = 0.0;
+  const auto start = clock_type::now();
+  do {
+    const auto t0 = clock_type::now();
+    for (int it = 0; it < 20; ++it)
+      cpu::bf16_panel_product(xb.data(), ld, n_tokens, panel.data(), n_in, y.data(), 32, 32, nullptr);
+    best = std::max(best, 20 * 2.0 * n_tokens * n_in * 32 / seconds_since(t0) / 1e9);
+  } while (seconds_since(start) < min_s);
+  return best;
+}
+
+compute_peak_result measure_compute_peak(thread_pool& pool, double min_s) {
+  const auto n = static_cast<size_t>(pool.size());
+  std::vector<double> regs(n), tiles(n);
+  // One index per thread; a thread that finds its index taken by a faster one simply times another.
+  pool.parallel_for_dynamic(static_cast<int64_t>(n), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      regs[static_cast<size_t>(i)] = register_only_gflops(min_s);
+  });
+  pool.parallel_for_dynamic(static_cast<int64_t>(n), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      tiles[static_cast<size_t>(i)] = panel_tile_gflops(min_s);
+  });
+  return {bench::median(regs), bench::median(tiles)};
+}
+#else
+compute_peak_result measure_compute_peak(thread_pool&, double) { return {}; }
+#endif
+
 void print_decode_step(const decode_step_result& step, double bw) {
   fmt::print(
       "TinyLlama-1.1B batch-1 decode step, matmuls only (packed bf16, {:.2f} GB): {:.2f} ms, {:.2f} GB/s = "
@@ -458,7 +537,16 @@ int main(int argc, char** argv) {
   fmt::print("memory bandwidth (streaming read of 1 GiB, {} threads): {:.2f} GB/s\n", pool->size(), bw);
 
   double dispatch_us = measure_dispatch_us(*pool, quick ? 20000 : 100000);
-  fmt::print("parallel_for dispatch + join (empty chunks): {:.2f} us\n\n", dispatch_us);
+  fmt::print("parallel_for dispatch + join (empty chunks): {:.2f} us\n", dispatch_us);
+  const compute_peak_result peak = measure_compute_peak(*pool, quick ? 0.2 : 0.5);
+  if (peak.register_gflops > 0.0)
+    fmt::print(
+        "vdpbf16ps per thread, all threads at once: {:.1f} GFLOP/s registers only, {:.1f} GFLOP/s in the GEMM "
+        "tile over a cached panel ({:.1f}%)\n",
+        peak.register_gflops, peak.tile_gflops, 100.0 * peak.tile_gflops / peak.register_gflops);
+  else
+    fmt::print("vdpbf16ps: not in this build (no AVX512-BF16)\n");
+  fmt::print("\n");
 
   std::vector<matmul_result> results;
   auto add = [&](matmul_result r) {
@@ -526,6 +614,8 @@ int main(int argc, char** argv) {
   j.key("threads").value(pool->size());
   j.key("memory_bandwidth_gbs").value(bw);
   j.key("parallel_for_dispatch_us").value(dispatch_us);
+  j.key("bf16_dot_register_gflops_per_thread").value(peak.register_gflops);
+  j.key("bf16_gemm_tile_gflops_per_thread").value(peak.tile_gflops);
   j.key("matmul").begin_array();
   for (const auto& r : results) {
     j.begin_object();
@@ -540,6 +630,8 @@ int main(int argc, char** argv) {
     j.key("weight_gbs").value(r.weight_gbs);
     j.key("gflops").value(r.gflops);
     j.key("fraction_of_bandwidth").value(r.weight_gbs / bw);
+    if (peak.register_gflops > 0.0)  // of all threads' vdpbf16ps rate
+      j.key("fraction_of_compute_peak").value(r.gflops / (peak.register_gflops * pool->size()));
     j.end_object();
   }
   j.end_array();
