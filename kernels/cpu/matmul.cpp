@@ -256,12 +256,16 @@ void gemm_tile(const gemm_tile_args& a) {
     acc0[m] = simd::zero();
     acc1[m] = simd::zero();
   }
+  // The counter runs from -kc up to zero against the rows' ends, so that the rows' pointers, the panel's and the
+  // counter fit the general registers (as in matmul_bf16.cpp's tile: with `k < kc` GCC 12 kept the bound and a row
+  // pointer in vector registers and moved them back every step).
   const float* wp = a.wp;
-  for (int64_t k = 0; k < a.kc; ++k, wp += gemm_nr) {
+  const float* x_end = a.x + a.kc;
+  for (int64_t i = -a.kc; i != 0; ++i, wp += gemm_nr) {
     vf w0 = simd::load(wp);
     vf w1 = simd::load(wp + W);
     for (int m = 0; m < M; ++m) {
-      vf xb = simd::set1(a.x[m * a.ldx + k]);
+      vf xb = simd::set1(x_end[m * a.ldx + i]);
       acc0[m] = simd::fmadd(xb, w0, acc0[m]);
       acc1[m] = simd::fmadd(xb, w1, acc1[m]);
     }
