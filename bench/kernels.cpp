@@ -34,6 +34,7 @@
 #include "bench/bench_support.hpp"
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
 #include "util/json_writer.hpp"
@@ -318,7 +319,7 @@ struct attention_result {
 };
 
 attention_result time_attention(thread_pool& pool, const std::string& name, int64_t n_seqs, int64_t n_query,
-                                int64_t ctx, double min_seconds) {
+                                int64_t ctx, double min_seconds, dtype cache_type = dtype::f32) {
   const int64_t n_head = 32, n_kv = 4, hd = 64, bs = 16;
   const int64_t blocks_per_seq = (ctx + bs - 1) / bs;
   const int64_t n_blocks = n_seqs * blocks_per_seq;
@@ -342,7 +343,16 @@ attention_result time_attention(thread_pool& pool, const std::string& name, int6
     seqs.push_back({static_cast<int32_t>(s * n_query), static_cast<int32_t>(n_query), table.data() + s * blocks_per_seq,
                     static_cast<int32_t>(blocks_per_seq)});
   }
-  const cpu::paged_kv_view cache{k.data(), v.data(), n_blocks, bs, n_kv, hd};
+  // A bf16 cache (what serving a bf16 model keeps) holds the same values rounded.
+  std::vector<uint16_t> k16, v16;
+  cpu::paged_kv_view cache{k.data(), v.data(), n_blocks, bs, n_kv, hd};
+  if (cache_type == dtype::bf16) {
+    k16.resize(k.size());
+    v16.resize(v.size());
+    cpu::convert_from_f32(k.data(), static_cast<int64_t>(k.size()), dtype::bf16, k16.data());
+    cpu::convert_from_f32(v.data(), static_cast<int64_t>(v.size()), dtype::bf16, v16.data());
+    cache = cpu::paged_kv_view{k16.data(), v16.data(), n_blocks, bs, n_kv, hd, dtype::bf16};
+  }
   std::vector<double> times;
   const auto start = clock_type::now();
   while (times.size() < 3 || seconds_since(start) < min_seconds) {
@@ -600,9 +610,12 @@ int main(int argc, char** argv) {
   attention.push_back(time_attention(*pool, "prefill_512", 1, 512, 512, min_s));
   attention.push_back(time_attention(*pool, "decode_b32_ctx512", 32, 1, 512, min_s));
   attention.push_back(time_attention(*pool, "decode_b1_ctx2048", 1, 1, 2048, min_s));
-  fmt::print("\npaged attention, one layer (32 heads, 4 kv heads, head_dim 64):\n");
+  attention.push_back(time_attention(*pool, "prefill_512_bf16kv", 1, 512, 512, min_s, dtype::bf16));
+  attention.push_back(time_attention(*pool, "decode_b32_ctx512_bf16kv", 32, 1, 512, min_s, dtype::bf16));
+  attention.push_back(time_attention(*pool, "decode_b1_ctx2048_bf16kv", 1, 1, 2048, min_s, dtype::bf16));
+  fmt::print("\npaged attention, one layer (32 heads, 4 kv heads, head_dim 64; an f32 cache, or bf16 where named):\n");
   for (const auto& r : attention)
-    fmt::print("{:<20} {:>10.3f} ms  {:>8.2f} GFLOP/s\n", r.name, r.seconds * 1e3, r.gflops);
+    fmt::print("{:<26} {:>10.3f} ms  {:>8.2f} GFLOP/s\n", r.name, r.seconds * 1e3, r.gflops);
 
   decode_step_result step = time_decode_step(a, *pool, quick ? 3 : 10);
   fmt::print("\n");

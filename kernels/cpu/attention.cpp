@@ -163,24 +163,53 @@ constexpr std::array<score_fn, sizeof...(I)> score_table(std::index_sequence<I..
   return {&score_keys<static_cast<int>(I) + 1>...};
 }
 
+// dst[0 .. n) = src's n elements of type `type` as f32 (exact), inline for a bf16 or f16 row of whole vectors: a step
+// widens 2 x KW rows, and convert_to_f32's call per row cost a bf16 cache's batch-1 decode at 2048 positions a third
+// of its attention time.
+template <dtype D>
+void widen_vectors(const void* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; i += W)
+    simd::store(dst + i, simd::load_as<D>(src, i));
+}
+
+void widen_row(const std::byte* src, dtype type, int64_t n, float* dst) {
+  if (W > 1 && n % W == 0 && type == dtype::bf16)
+    return widen_vectors<dtype::bf16>(src, n, dst);
+  if (W > 1 && n % W == 0 && type == dtype::f16)
+    return widen_vectors<dtype::f16>(src, n, dst);
+  convert_to_f32(src, type, n, dst);
+}
+
 struct tile_scratch {
   std::vector<float> kt;      // [head_dim][KW]: the current keys, transposed (a key per lane)
-  std::vector<float> kf, vf;  // [KW][head_dim]: the current keys and values widened to f32 (a bf16 or f16 cache)
+  std::vector<float> kf, vf;  // [KW][head_dim]: the current keys (unless transposed in place) and values widened
   std::vector<float> acc;     // [pairs][head_dim]: running weighted sums of v
   std::vector<float> row_max, row_sum;
   std::vector<float> q;                 // [pairs][head_dim]: the queries, pre-multiplied by the scale
   std::vector<int64_t> key_lo, key_hi;  // [rows]: the local key indices [lo, hi) each row sees
 };
 
-// kt[d][k] = element d of key k (keys[k]) for k < n, zero for n <= k < KW.
-void transpose_keys(const float* const* keys, int64_t n, int64_t hd, float* kt) {
+// Whether transpose_keys reads bf16 and f16 keys in place (widening them as it loads), with no copy to f32 first.
+constexpr bool transposes_any_type(int64_t hd) {
+#if defined(ACTORLLM_SIMD_AVX512)
+  return hd % 16 == 0;
+#else
+  (void)hd;
+  return false;
+#endif
+}
+
+// kt[d][k] = element d of key k for k < n, zero for n <= k < KW; keys[k] points at key k's hd elements of type D
+// (D other than f32 only where transposes_any_type(hd)).
+template <dtype D>
+void transpose_keys(const void* const* keys, int64_t n, int64_t hd, float* kt) {
 #if defined(ACTORLLM_SIMD_AVX512)
   if (hd % 16 == 0) {
     for (int64_t k0 = 0; k0 < KW; k0 += 16)
       for (int64_t d0 = 0; d0 < hd; d0 += 16) {
         __m512 r[16];
         for (int64_t k = 0; k < 16; ++k)
-          r[k] = k0 + k < n ? _mm512_loadu_ps(keys[k0 + k] + d0) : _mm512_setzero_ps();
+          r[k] = k0 + k < n ? simd::load_as<D>(keys[k0 + k], d0) : _mm512_setzero_ps();
         simd::transpose16(r);
         for (int64_t d = 0; d < 16; ++d)
           _mm512_storeu_ps(kt + (d0 + d) * KW + k0, r[d]);
@@ -188,9 +217,11 @@ void transpose_keys(const float* const* keys, int64_t n, int64_t hd, float* kt) 
     return;
   }
 #endif
-  for (int64_t d = 0; d < hd; ++d)
-    for (int64_t k = 0; k < KW; ++k)
-      kt[d * KW + k] = k < n ? keys[k][d] : 0.0f;
+  static_assert(D == dtype::f32 || W == 16, "only the AVX-512 transpose widens as it loads");
+  if constexpr (D == dtype::f32)
+    for (int64_t d = 0; d < hd; ++d)
+      for (int64_t k = 0; k < KW; ++k)
+        kt[d * KW + k] = k < n ? static_cast<const float*>(keys[k])[d] : 0.0f;
 }
 
 // One work item: query rows [r0, r1) of one sequence (consecutive positions of a prefill chunk, or one decode row)
@@ -236,13 +267,16 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         dst[d] = src[d] * scale;
     }
   const int64_t row_stride = cache.n_head_kv * hd;  // elements between consecutive slots
-  const bool widen = cache.type != dtype::f32;      // keys and values are copied to f32 step by step
+  const bool widen = cache.type != dtype::f32;      // values are copied to f32 step by step
+  // Keys are transposed straight from the cache where the transpose widens them; else copied to f32 first.
+  const bool keys_in_place = !widen || transposes_any_type(hd);
+  const dtype key_type = keys_in_place ? cache.type : dtype::f32;
   const size_t esize = dtype_size(cache.type);
   if (widen) {
     s.kf.resize(static_cast<size_t>(KW * hd));
     s.vf.resize(static_cast<size_t>(KW * hd));
   }
-  const float* key_rows[KW];
+  const void* key_rows[KW];
   const float* value_rows[KW];
   const float* qp[max_group];
   alignas(64) float scores[max_group][KW];
@@ -257,19 +291,28 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
       const int64_t key = key0 + k;
       const int32_t blk = seq.block_table[key / bs];
       ACTORLLM_CHECK(blk >= 0 && blk < cache.n_blocks, "paged_attention: block id out of range");
-      const int64_t first = (static_cast<int64_t>(blk) * bs + key % bs) * row_stride + g * hd;  // element offset
-      if (!widen) {
-        key_rows[k] = static_cast<const float*>(cache.k) + first;
-        value_rows[k] = static_cast<const float*>(cache.v) + first;
+      const size_t at = static_cast<size_t>((static_cast<int64_t>(blk) * bs + key % bs) * row_stride + g * hd) * esize;
+      const std::byte* k_at = static_cast<const std::byte*>(cache.k) + at;
+      const std::byte* v_at = static_cast<const std::byte*>(cache.v) + at;
+      if (keys_in_place) {
+        key_rows[k] = k_at;
       } else {
-        const size_t at = static_cast<size_t>(first) * esize;
-        convert_to_f32(static_cast<const std::byte*>(cache.k) + at, cache.type, hd, s.kf.data() + k * hd);
-        convert_to_f32(static_cast<const std::byte*>(cache.v) + at, cache.type, hd, s.vf.data() + k * hd);
+        widen_row(k_at, cache.type, hd, s.kf.data() + k * hd);
         key_rows[k] = s.kf.data() + k * hd;
+      }
+      if (!widen) {
+        value_rows[k] = reinterpret_cast<const float*>(v_at);
+      } else {
+        widen_row(v_at, cache.type, hd, s.vf.data() + k * hd);
         value_rows[k] = s.vf.data() + k * hd;
       }
     }
-    transpose_keys(key_rows, n, hd, s.kt.data());
+    if (key_type == dtype::bf16)
+      transpose_keys<dtype::bf16>(key_rows, n, hd, s.kt.data());
+    else if (key_type == dtype::f16)
+      transpose_keys<dtype::f16>(key_rows, n, hd, s.kt.data());
+    else
+      transpose_keys<dtype::f32>(key_rows, n, hd, s.kt.data());
     for (int64_t p0 = 0; p0 < n_pairs; p0 += max_group) {
       const int64_t np = std::min<int64_t>(max_group, n_pairs - p0);
       for (int64_t i = 0; i < np; ++i)
