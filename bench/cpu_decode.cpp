@@ -17,6 +17,7 @@
 #include "bench/paired_roofline.hpp"
 #include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/kv_cache_dtype.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
 #include "model/model_source.hpp"
@@ -214,7 +215,7 @@ std::optional<weight_variant> parse_variant(const std::string& name) {
 /// bandwidth probe, with each format's decode set against bf16's of the same round.
 int run_variants(const std::string& config_dir, const std::vector<weight_variant>& variants, cpu::cpu_backend& be,
                  int rounds, int64_t steps, int64_t prompt_len, int64_t prefill, int prefill_reps,
-                 const std::string& json_path) {
+                 const kv_cache_dtype_choice& kv_choice, const std::string& json_path) {
   thread_pool& pool = be.pool();
   model::shard_spec shard;
   model::load_options load;
@@ -241,6 +242,7 @@ int run_variants(const std::string& config_dir, const std::vector<weight_variant
     if (const auto* e = loaded.weights.find("model.embed_tokens.weight"); e && !cfg.tie_word_embeddings)
       b.bytes_per_token -= e->nbytes();
     b.llm = std::make_unique<model::llama_model>(cfg, std::move(loaded.weights), shard, comm, be);
+    b.llm->set_kv_cache_dtype(resolve_kv_cache_dtype(kv_choice, dtype::bf16));  // the variants' model dtype
     models.push_back(std::move(b));
   }
   const int64_t block_size = 16;
@@ -311,6 +313,7 @@ int main(int argc, char** argv) {
   std::string json_path = "bench/results/cpu_decode.json";
   std::string dtype_arg = "bfloat16";
   std::string format_name = "auto";
+  std::string kv_dtype_arg = "auto";
   int threads = 0, rounds = 3, hog = 0;
   int64_t steps = 16, batch1_steps = 0, prompt_len = 16, prefill = 512, big_batch = 32, segment_steps = 8;
   int prefill_reps = 2;
@@ -320,6 +323,11 @@ int main(int argc, char** argv) {
                  "auto (the directory's safetensors, dummy weights when it has none), safetensors or dummy")
       ->capture_default_str();
   app.add_option("--dtype", dtype_arg, "Weight dtype (auto: the checkpoint's)")->capture_default_str();
+  app.add_option("--kv-cache-dtype", kv_dtype_arg,
+                 fmt::format("KV cache element type, as serve's flag: {} (auto: the weights' dtype, as serve keeps "
+                             "it)",
+                             kv_cache_dtype_values))
+      ->capture_default_str();
   app.add_option("--threads", threads, "Threads (default: all cores)");
   app.add_option("--rounds", rounds, "Alternated rounds of probe and measurements (medians reported)")
       ->capture_default_str();
@@ -347,6 +355,12 @@ int main(int argc, char** argv) {
                  "Write the dummy weights (seed 0, --dtype) as a checkpoint in this directory and exit: config.json "
                  "and model.safetensors, for another engine to run the same bytes");
   CLI11_PARSE(app, argc, argv);
+  std::string kv_error;
+  const auto kv_choice = parse_kv_cache_dtype(kv_dtype_arg, kv_error);
+  if (!kv_choice) {
+    std::fprintf(stderr, "%s\n", kv_error.c_str());
+    return 2;
+  }
   if (!save_dir.empty() && !variants_arg.empty()) {
     std::fprintf(stderr, "--save-weights: writes one set of weights; it does not combine with --variants\n");
     return 2;
@@ -386,7 +400,8 @@ int main(int argc, char** argv) {
       }
       variants.push_back(*v);
     }
-    return run_variants(config_dir, variants, be, rounds, batch1_steps, prompt_len, prefill, prefill_reps, json_path);
+    return run_variants(config_dir, variants, be, rounds, batch1_steps, prompt_len, prefill, prefill_reps, *kv_choice,
+                        json_path);
   }
   model::load_options load;
   if (dtype_arg != "auto") {
@@ -455,6 +470,13 @@ int main(int argc, char** argv) {
   }
   single_rank_collective comm;
   model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, be};
+  // The cache serve would keep for these weights (--kv-cache-dtype auto: the model's dtype as loaded).
+  const dtype kv_type = resolve_kv_cache_dtype(*kv_choice, load.weight_dtype.value_or(cfg.torch_dtype));
+  if (std::string why = kv_cache_dtype_unsupported(kv_type, device_kind::cpu); !why.empty()) {
+    std::fprintf(stderr, "%s\n", why.c_str());
+    return 2;
+  }
+  llm.set_kv_cache_dtype(kv_type);
   const int64_t block_size = 16;
 
   const double load_before = load_average();
@@ -539,6 +561,7 @@ int main(int argc, char** argv) {
   std::printf("%-44s %16s\n", "model", std::filesystem::path{config_dir}.filename().c_str());
   std::printf("%-44s %16s\n", "weights", dummy ? "dummy" : "safetensors");
   std::printf("%-44s %16s\n", "weight dtype", dtype_arg == "auto" ? stored_dtype.c_str() : dtype_arg.c_str());
+  std::printf("%-44s %16s\n", "KV cache dtype", std::string{kv_cache_dtype_name(kv_type)}.c_str());
   std::printf("%-44s %16d\n", "threads", pool.size());
   std::printf("%-44s %16d\n", "rounds (medians below)", rounds);
   std::printf("%-44s %16.2f\n", "weights (GB)", static_cast<double>(weight_bytes) / 1e9);
@@ -613,6 +636,7 @@ int main(int argc, char** argv) {
   if (lockstep_fits)
     w.key("rank_weight_bytes_ep_dp2_tp2")
         .value(static_cast<uint64_t>(max_rank_weight_bytes(cfg, 2, true, weight_type, 2)));
+  w.key("kv_cache_dtype").value(std::string{kv_cache_dtype_name(kv_type)});
   w.key("resident_huge_page_share").value(resident_huge);
   w.key("memory_bandwidth_bytes_per_s").value(bandwidth);
   w.key("memory_bandwidth_best_pattern").value(best_pattern.name());
