@@ -242,7 +242,7 @@ int run_variants(const std::string& config_dir, const std::vector<weight_variant
     if (const auto* e = loaded.weights.find("model.embed_tokens.weight"); e && !cfg.tie_word_embeddings)
       b.bytes_per_token -= e->nbytes();
     b.llm = std::make_unique<model::llama_model>(cfg, std::move(loaded.weights), shard, comm, be);
-    b.llm->set_kv_cache_dtype(resolve_kv_cache_dtype(kv_choice, dtype::bf16));  // the variants' model dtype
+    b.llm->set_kv_cache_dtype(resolve_kv_cache_dtype(kv_choice, *load.weight_dtype));
     models.push_back(std::move(b));
   }
   const int64_t block_size = 16;
@@ -361,6 +361,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", kv_error.c_str());
     return 2;
   }
+  // auto resolves to the weights' float type, which every CPU cache holds; a type named outright may not be one.
+  if (!kv_choice->follows_model)
+    if (std::string why = kv_cache_dtype_unsupported(kv_choice->type, device_kind::cpu); !why.empty()) {
+      std::fprintf(stderr, "%s\n", why.c_str());
+      return 2;
+    }
   if (!save_dir.empty() && !variants_arg.empty()) {
     std::fprintf(stderr, "--save-weights: writes one set of weights; it does not combine with --variants\n");
     return 2;
@@ -472,10 +478,6 @@ int main(int argc, char** argv) {
   model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, be};
   // The cache serve would keep for these weights (--kv-cache-dtype auto: the model's dtype as loaded).
   const dtype kv_type = resolve_kv_cache_dtype(*kv_choice, load.weight_dtype.value_or(cfg.torch_dtype));
-  if (std::string why = kv_cache_dtype_unsupported(kv_type, device_kind::cpu); !why.empty()) {
-    std::fprintf(stderr, "%s\n", why.c_str());
-    return 2;
-  }
   llm.set_kv_cache_dtype(kv_type);
   const int64_t block_size = 16;
 

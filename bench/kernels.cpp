@@ -364,7 +364,6 @@ attention_result time_attention(thread_pool& pool, const std::string& name, int6
   return {name, secs, pairs * static_cast<double>(n_head) * static_cast<double>(hd) * 4.0 / secs / 1e9};
 }
 
-// One decode step's figures against the probe's bandwidth bw (GB/s): the step and each kind of matmul.
 // The vdpbf16ps rate the cores give, and the share of it that the GEMM's register tile reaches: every pool thread at
 // once, each timing its own loop (GFLOP/s per thread, the median of the threads). The tile runs over one panel that
 // sits in cache (cpu::bf16_panel_product, 384 token rows, 2048 inputs), so memory plays no part: a tile below the
@@ -443,6 +442,7 @@ compute_peak_result measure_compute_peak(thread_pool& pool, double min_s) {
 compute_peak_result measure_compute_peak(thread_pool&, double) { return {}; }
 #endif
 
+// One decode step's figures against the probe's bandwidth bw (GB/s): the step and each kind of matmul.
 void print_decode_step(const decode_step_result& step, double bw) {
   fmt::print(
       "TinyLlama-1.1B batch-1 decode step, matmuls only (packed bf16, {:.2f} GB): {:.2f} ms, {:.2f} GB/s = "

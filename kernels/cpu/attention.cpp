@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -44,14 +45,8 @@ void axpy(float* acc, float p, const float* v, int64_t n) {
     acc[i] += p * v[i];
 }
 
-// Value rows are read where they are, as f32 or (D = bf16, f16) widened as they load: v[k] points at value row k.
-template <dtype D>
-simd::vf load_value(const void* row, int64_t i) {
-  return simd::load_as<D>(row, i);
-}
-
-// acc = acc * correction + sum over k in [k_lo, k_hi) of p[k] * v[k], head_dim hd. Head sizes of up to 8 vectors keep
-// acc in registers for the whole step.
+// acc = acc * correction + sum over k in [k_lo, k_hi) of p[k] * v[k], head_dim hd; v[k] points at value row k, f32 or
+// (D = bf16, f16) widened as it loads. Head sizes of up to 8 vectors keep acc in registers for the whole step.
 template <int NV, dtype D>
 void accumulate_values_regs(float* acc, float correction, const float* p, int64_t k_lo, int64_t k_hi,
                             const void* const* v) {
@@ -62,7 +57,7 @@ void accumulate_values_regs(float* acc, float correction, const float* p, int64_
   for (int64_t k = k_lo; k < k_hi; ++k) {
     const simd::vf pk = simd::set1(p[k]);
     for (int i = 0; i < NV; ++i)
-      a[i] = simd::fmadd(pk, load_value<D>(v[k], i * W), a[i]);
+      a[i] = simd::fmadd(pk, simd::load_as<D>(v[k], i * W), a[i]);
   }
   for (int i = 0; i < NV; ++i)
     simd::store(acc + i * W, a[i]);
@@ -119,7 +114,7 @@ void accumulate_values_group(float* const* acc, const float* correction, const f
   for (int64_t k = k_lo; k < k_hi; ++k) {
     simd::vf vv[NV];
     for (int i = 0; i < NV; ++i)
-      vv[i] = load_value<D>(v[k], i * W);
+      vv[i] = simd::load_as<D>(v[k], i * W);
     for (int j = 0; j < NP; ++j) {
       const simd::vf pk = simd::set1(p[j][k]);
       for (int i = 0; i < NV; ++i)
@@ -151,14 +146,15 @@ void accumulate_values_pairs(float* const* acc, const float* correction, const f
     accumulate_values<D>(acc[j], correction[j], p[j], k_lo, k_hi, v, hd);
 }
 
-// accumulate_values_pairs on value rows of `type` (f32, or bf16/f16 read in place).
-void accumulate_values_by_type(dtype type, float* const* acc, const float* correction, const float (*p)[KW], int64_t n,
-                               int64_t k_lo, int64_t k_hi, const void* const* v, int64_t hd) {
+// f(std::integral_constant<dtype, D>{}) for D = `type`, the element type of rows read from a CPU cache in place (f32,
+// bf16 or f16): the kernels above and below are templates on it.
+template <class F>
+void with_row_type(dtype type, F&& f) {
   if (type == dtype::bf16)
-    return accumulate_values_pairs<dtype::bf16>(acc, correction, p, n, k_lo, k_hi, v, hd);
+    return f(std::integral_constant<dtype, dtype::bf16>{});
   if (type == dtype::f16)
-    return accumulate_values_pairs<dtype::f16>(acc, correction, p, n, k_lo, k_hi, v, hd);
-  accumulate_values_pairs<dtype::f32>(acc, correction, p, n, k_lo, k_hi, v, hd);
+    return f(std::integral_constant<dtype, dtype::f16>{});
+  f(std::integral_constant<dtype, dtype::f32>{});
 }
 
 // scores[j][k] = dot(q[j], key k) for NP queries against the step's KW keys (kt: [hd][KW], a key per lane). Each
@@ -208,7 +204,7 @@ void widen_row(const std::byte* src, dtype type, int64_t n, float* dst) {
 
 struct tile_scratch {
   std::vector<float> kt;      // [head_dim][KW]: the current keys, transposed (a key per lane)
-  std::vector<float> kf, vf;  // [KW][head_dim]: the current keys (unless transposed in place) and values widened
+  std::vector<float> kf, vf;  // [KW][head_dim]: the current keys and values widened to f32, where not read in place
   std::vector<float> acc;     // [pairs][head_dim]: running weighted sums of v
   std::vector<float> row_max, row_sum;
   std::vector<float> q;                 // [pairs][head_dim]: the queries, pre-multiplied by the scale
@@ -293,21 +289,21 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         dst[d] = src[d] * scale;
     }
   const int64_t row_stride = cache.n_head_kv * hd;  // elements between consecutive slots
-  const bool widen = cache.type != dtype::f32;      // values are copied to f32 step by step
+  const bool f32_cache = cache.type == dtype::f32;
   // Keys are transposed straight from the cache where the transpose widens them; else copied to f32 first.
-  const bool keys_in_place = !widen || transposes_any_type(hd);
+  const bool keys_in_place = f32_cache || transposes_any_type(hd);
   const dtype key_type = keys_in_place ? cache.type : dtype::f32;
   const size_t esize = dtype_size(cache.type);
-  if (widen) {
-    s.kf.resize(static_cast<size_t>(KW * hd));
-    s.vf.resize(static_cast<size_t>(KW * hd));
-  }
   // A bf16 or f16 cache's values are read in place, widened as they load, where the tile's pairs are one group (a
   // decode row: each value vector is loaded once or twice) and every accumulation path can; a prefill tile's 32 pairs
   // would widen each vector 8 times, so there they are copied to f32 once first. bench_kernels, bf16 cache, batch-1
   // decode at 2048 positions: 0.152-0.155 ms copied, 0.141-0.143 in place.
-  const bool values_in_place = !widen || (values_any_type(hd) && n_pairs <= max_group);
+  const bool values_in_place = f32_cache || (values_any_type(hd) && n_pairs <= max_group);
   const dtype value_type = values_in_place ? cache.type : dtype::f32;
+  if (!keys_in_place)
+    s.kf.resize(static_cast<size_t>(KW * hd));
+  if (!values_in_place)
+    s.vf.resize(static_cast<size_t>(KW * hd));
   const void* key_rows[KW];
   const void* value_rows[KW];
   const float* qp[max_group];
@@ -339,12 +335,7 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         value_rows[k] = s.vf.data() + k * hd;
       }
     }
-    if (key_type == dtype::bf16)
-      transpose_keys<dtype::bf16>(key_rows, n, hd, s.kt.data());
-    else if (key_type == dtype::f16)
-      transpose_keys<dtype::f16>(key_rows, n, hd, s.kt.data());
-    else
-      transpose_keys<dtype::f32>(key_rows, n, hd, s.kt.data());
+    with_row_type(key_type, [&](auto d) { transpose_keys<d.value>(key_rows, n, hd, s.kt.data()); });
     for (int64_t p0 = 0; p0 < n_pairs; p0 += max_group) {
       const int64_t np = std::min<int64_t>(max_group, n_pairs - p0);
       for (int64_t i = 0; i < np; ++i)
@@ -391,8 +382,10 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
       if (lo >= hi)
         continue;
       for (int64_t i = 0; i < np; i += 4)
-        accumulate_values_by_type(value_type, accs + i, corrections + i, pg + i, std::min<int64_t>(4, np - i), lo, hi,
-                                  value_rows, hd);
+        with_row_type(value_type, [&](auto d) {
+          accumulate_values_pairs<d.value>(accs + i, corrections + i, pg + i, std::min<int64_t>(4, np - i), lo, hi,
+                                           value_rows, hd);
+        });
     }
   }
 
