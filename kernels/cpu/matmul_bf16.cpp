@@ -385,13 +385,17 @@ constexpr size_t read_ahead_bytes = 512 * 1024;
 
 constexpr int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? 4 : 2; }
 
-// Tiles t[0..S) (M token rows each, the same activations and K) walked side by side, with no software prefetch: the
-// hardware prefetcher follows the S streams by itself, and prefetch instructions only got in its way. Batch-1 decode
-// of the TinyLlama shape (bench_cpu_decode on the weights mapped from the packed-weight cache, 2026-11-30, Zen 5 VM)
-// read 96.0-101.5% of the probe without them against 91.0-98.4% with the non-temporal prefetch 1 KiB ahead used
-// before (6 alternated pairs of 3-round runs, all 6 faster; 8 of 10 pairs over two orders), and one thread 92.6-97.4%
-// of the one-thread probe against 83.2-91.2%; T0 or NTA 2 KiB ahead, 1.5 KiB, 3 KiB and T0 1 KiB were all slower than
-// none. (The GEMM tiles of 5-48 tokens keep their T0 prefetch: their panel is read again from L2 by each 12-row tile.)
+// Tiles t[0..S) (M token rows each, the same activations and K) walked side by side. Each step asks for the lines of
+// each stream's next step (128 bytes ahead, into L1), and no further: the hardware prefetcher follows the S streams
+// by itself, and distances of 512 bytes to 3 KiB, T0 or non-temporal, only got in its way (bench_cpu_decode, Zen 5
+// VM, 2026-11-30: 91.0-98.4% of the probe with NTA 1 KiB ahead against 96.0-101.5% with none; T0 512 to 2,048 bytes
+// 80-85% against 90%). One step ahead asks for no line the demand loads would not ask for a step later, and lets the
+// misses start before the loads that need them reach the front of the queue: in alternated segments of batch-1
+// decode (2026-11-30, 2-vCPU Zen 4 VM, 4 rounds of 8 pairs, each segment against the probe read beside it) 89.1-95.3%
+// against 84.4-90.5% without, in every round of the VM's fast bandwidth state, and the same or better in its slow
+// one; the arena read as one call 103-107% of the probe's 4-stream pattern against 97-105%. Two steps ahead measured
+// the same, four (512 bytes) as none. (The GEMM tiles of 5-48 tokens prefetch 1 KiB ahead: their panel is read again
+// from L2 by each 12-row tile.)
 template <int M, int S>
 void stream_tiles(const gemm_tile_args* t) {
   __m512 acc0[S][M], acc1[S][M];
@@ -407,6 +411,8 @@ void stream_tiles(const gemm_tile_args* t) {
   for (int64_t kp = 0; kp < n_kp; ++kp) {
     __m512bh b0[S], b1[S];
     for (int s = 0; s < S; ++s) {
+      _mm_prefetch(reinterpret_cast<const char*>(p[s] + gemm_nr), _MM_HINT_T0);  // the next step's two lines
+      _mm_prefetch(reinterpret_cast<const char*>(p[s] + gemm_nr + 16), _MM_HINT_T0);
       b0[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p[s]));
       b1[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p[s] + 16));
       p[s] += gemm_nr;
