@@ -125,7 +125,7 @@ for ((r = 1; r <= rounds; ++r)); do
   # In the pattern actorllm's probe found best this round, so that both engines are held to the same reads.
   pattern=$(python3 -c 'import json, sys
 f = json.load(open(sys.argv[1]))["memory_bandwidth_best_pattern_fields"]
-print(f["streams"], f["prefetch_bytes"], int(f["nta"]))' "$tmp/actorllm.$r.json") ||
+print(f["streams"], f["prefetch_bytes"], int(f["nta"]), f.get("lines", 1))' "$tmp/actorllm.$r.json") ||
     die "bench_cpu_decode wrote no best read pattern (round $r)"
   probe_pass "llama_tg_before_$r" "$pattern"
   "$llama_bench" -m "$tmp/model.gguf" -p 0 -n "$tg" -t "$threads" -r 1 -o json \

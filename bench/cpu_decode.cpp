@@ -646,6 +646,7 @@ int main(int argc, char** argv) {
   w.key("streams").value(best_pattern.streams);
   w.key("prefetch_bytes").value(best_pattern.prefetch);
   w.key("nta").value(best_pattern.nta);
+  w.key("lines").value(best_pattern.lines);
   w.end_object();
   w.key("decode_batch1_tokens_per_s").value(tps1);
   w.key("decode_batch").value(big_batch);

@@ -5,9 +5,10 @@
 // passes read just before and after it, as bench_cpu_decode holds its decode to passes read between its segments.
 //
 // Protocol (line-oriented; stdout flushed after each line): on start "ready PATTERN BYTES_PER_S"; for each stdin line
-// "LABEL" (a pass in the probe's best pattern) or "LABEL STREAMS PREFETCH_BYTES NTA" (a pass in that pattern, e.g. the
-// one another bench's probe found best, NTA 0 or 1), "LABEL BYTES_PER_S"; a line it cannot read is answered
-// "error WHY". At end of input a table of the passes goes to stderr and the JSON to --json.
+// "LABEL" (a pass in the probe's best pattern) or "LABEL STREAMS PREFETCH_BYTES NTA [LINES]" (a pass in that pattern,
+// e.g. the one another bench's probe found best, NTA 0 or 1, LINES a stream's lines read in a row, 1 when left out),
+// "LABEL BYTES_PER_S"; a line it cannot read is answered "error WHY". At end of input a table of the passes goes to
+// stderr and the JSON to --json.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -58,15 +59,20 @@ int main(int argc, char** argv) {
     bench::read_pattern pattern = probe.best;
     if (std::string rest; fields >> std::ws, std::getline(fields, rest), !rest.empty()) {
       std::istringstream spec(rest);
-      int streams = 0, prefetch = 0, nta = 0;
+      int streams = 0, prefetch = 0, nta = 0, lines = 1;
       std::string extra;
-      if (!(spec >> streams >> prefetch >> nta) || (spec >> extra) || streams < 1 || streams > 8 || prefetch < 0 ||
-          prefetch > 4096 || (nta != 0 && nta != 1)) {
-        std::printf("error '%s': expected LABEL STREAMS (1-8) PREFETCH_BYTES (0-4096) NTA (0 or 1)\n", line.c_str());
+      const bool read = static_cast<bool>(spec >> streams >> prefetch >> nta);
+      if (read && !(spec >> std::ws).eof() && !(spec >> lines))
+        lines = 0;  // a fourth field that is not a number
+      if (!read || (spec >> extra) || streams < 1 || streams > 8 || prefetch < 0 || prefetch > 4096 ||
+          (nta != 0 && nta != 1) || (lines != 1 && lines != 2 && lines != 4 && lines != 8)) {
+        std::printf(
+            "error '%s': expected LABEL STREAMS (1-8) PREFETCH_BYTES (0-4096) NTA (0 or 1) [LINES (1, 2, 4 or 8)]\n",
+            line.c_str());
         std::fflush(stdout);
         continue;
       }
-      pattern = bench::read_pattern{streams, prefetch, nta == 1};
+      pattern = bench::read_pattern{streams, prefetch, nta == 1, lines};
     }
     passes.push_back({label, pattern, buffer.pass(pattern)});
     std::printf("%s %.0f\n", label.c_str(), passes.back().bytes_per_s);

@@ -70,7 +70,7 @@ n=$(($(cat "$(dirname "$0")/round" 2>/dev/null || echo 0) + 1))
 echo "$n" >"$(dirname "$0")/round"
 printf '{"memory_bandwidth_bytes_per_s": 1e10, "weight_bytes_per_token": 2000000000, "decode_batch1_tokens_per_s": %d,
  "prefill_tokens_per_s": 150, "decode_batchN_tokens_per_s": 75, "batch1_fraction_of_probe_beside": 0.9%d,
- "memory_bandwidth_best_pattern_fields": {"streams": 4, "prefetch_bytes": 512, "nta": false},
+ "memory_bandwidth_best_pattern_fields": {"streams": 4, "prefetch_bytes": 512, "nta": false, "lines": 4},
  "per_round": [{"probe_passes_beside_bytes_per_s": [1e10, 5e9, 8e9]}]}\n' \
   $((n + 2)) "$n" >"$json"
 FAKE
@@ -135,8 +135,8 @@ check "the decode against the probe read beside it, per round (0.91, 0.92, 0.93)
   python3 -c "import json,sys; d=json.load(open('$fake/out.json'));
 r=[round(x['actorllm_b1_of_probe_beside'], 6) for x in d['per_round']]
 sys.exit(0 if r == [0.91, 0.92, 0.93] and round(d['medians']['actorllm_b1_of_probe_beside'], 6) == 0.92 else 1)"
-check "llama.cpp's passes read in the pattern actorllm's probe found best (4 streams, 512 B ahead, not nta)" \
-  test "$(grep -c '^llama_tg_[a-z]*_[123] 4 512 0$' "$fake/build/bench/pass_lines")" -eq 6
+check "llama.cpp's passes read in the pattern actorllm's probe found best (4 streams of 4 lines, 512 B ahead, not nta)" \
+  test "$(grep -c '^llama_tg_[a-z]*_[123] 4 512 0 4$' "$fake/build/bench/pass_lines")" -eq 6
 check "llama-bench runs pp512 alone, then tg64 alone, every round" \
   test "$(grep -c -- '-p 512 -n 0 ' "$fake/llama/args")" -eq 3 -a "$(grep -c -- '-p 0 -n 64 ' "$fake/llama/args")" -eq 3
 check "each engine's run against the passes around it: actorllm 3, 4, 5 tok/s x 2 GB over 10 GB/s (the first and last
