@@ -103,7 +103,7 @@ probe_in=${probe[1]} probe_out=${probe[0]} probe_pid=$probe_PID
 ready=""
 read -r ready _ <&"$probe_out" || true
 [[ $ready == ready ]] || die "bench_probe_passes did not start: $(cat "$tmp/passes.err")"
-probe_pass() { # LABEL STREAMS PREFETCH_BYTES NTA: one pass in that pattern, recorded under LABEL in passes.json
+probe_pass() { # LABEL STREAMS PREFETCH_BYTES NTA [LINES]: one pass in that pattern, recorded under LABEL in passes.json
   local answer
   echo "$*" >&"$probe_in"
   read -r answer <&"$probe_out" || die "bench_probe_passes stopped: $(cat "$tmp/passes.err")"
@@ -122,12 +122,20 @@ for ((r = 1; r <= rounds; ++r)); do
       tail -20 "$tmp/llama_bench.$r.err" >&2
       die "llama-bench failed (round $r, pp$prefill)"
     }
-  # In the pattern actorllm's probe found best this round, so that both engines are held to the same reads.
-  pattern=$(python3 -c 'import json, sys
-f = json.load(open(sys.argv[1]))["memory_bandwidth_best_pattern_fields"]
-print(f["streams"], f["prefetch_bytes"], int(f["nta"]), f.get("lines", 1))' "$tmp/actorllm.$r.json") ||
+  # In the pattern actorllm's probe found best this round and in its reference pattern (the higher kept, as
+  # bench_cpu_decode keeps beside its decode), so that both engines are held to the same reads.
+  patterns=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+for key in ("memory_bandwidth_best_pattern_fields", "memory_bandwidth_reference_pattern_fields"):
+    f = d.get(key)
+    if f is not None:
+        print(f["streams"], f["prefetch_bytes"], int(f["nta"]), f.get("lines", 1))' "$tmp/actorllm.$r.json") ||
     die "bench_cpu_decode wrote no best read pattern (round $r)"
+  pattern=$(sed -n 1p <<<"$patterns")
+  reference=$(sed -n 2p <<<"$patterns")
+  [[ -n $pattern ]] || die "bench_cpu_decode wrote no best read pattern (round $r)"
   probe_pass "llama_tg_before_$r" "$pattern"
+  [[ -z $reference ]] || probe_pass "llama_tg_before_${r}_reference" "$reference"
   "$llama_bench" -m "$tmp/model.gguf" -p 0 -n "$tg" -t "$threads" -r 1 -o json \
     >"$tmp/llama_bench_tg.$r.json" 2>"$tmp/llama_bench.$r.err" ||
     {
@@ -135,6 +143,7 @@ print(f["streams"], f["prefetch_bytes"], int(f["nta"]), f.get("lines", 1))' "$tm
       die "llama-bench failed (round $r, tg$tg)"
     }
   probe_pass "llama_tg_after_$r" "$pattern"
+  [[ -z $reference ]] || probe_pass "llama_tg_after_${r}_reference" "$reference"
   echo "== round $r/$rounds: llama-batched-bench (batch $batch)" >&2
   "$llama_batched" -m "$tmp/model.gguf" -c $((batch * (prompt_len + steps) + 64)) -npp "$prompt_len" -ntg "$steps" \
     -npl "$batch" -t "$threads" --output-format jsonl >"$tmp/llama_batched.$r.jsonl" 2>"$tmp/llama_batched.$r.err" ||
@@ -192,8 +201,10 @@ for r in range(1, rounds + 1):
     a_passes = a["per_round"][0]["probe_passes_beside_bytes_per_s"]
     row["actorllm_b1_of_passes_around"] = (row["actorllm_decode_b1"] * bytes_per_token /
                                            max(a_passes[0], a_passes[-1]))
-    row["llama_tg_of_passes_around"] = (row["llama_tg"] * bytes_per_token /
-                                        max(passes[f"llama_tg_before_{r}"], passes[f"llama_tg_after_{r}"]))
+    around = [passes[label] for label in (f"llama_tg_before_{r}", f"llama_tg_after_{r}",
+                                          f"llama_tg_before_{r}_reference", f"llama_tg_after_{r}_reference")
+              if label in passes]
+    row["llama_tg_of_passes_around"] = row["llama_tg"] * bytes_per_token / max(around)
     row["decode_b1_ratio_same_footing"] = row["actorllm_b1_of_passes_around"] / row["llama_tg_of_passes_around"]
     row["decode_b1_ratio"] = row["actorllm_decode_b1"] / row["llama_tg"]
     row["prefill_ratio"] = row["actorllm_prefill"] / row["llama_pp"]

@@ -491,7 +491,8 @@ int main(int argc, char** argv) {
   bench::read_pattern best_pattern;
   double best_bandwidth = 0;
   // Batch-1 decode against the probe read beside it, per round (bench/paired_roofline.hpp), and those passes. The
-  // probe and the passes beside the decode read one buffer.
+  // probe and the passes beside the decode read one buffer; each point beside it reads the round's best pattern and
+  // the reference pattern (bench::beside_reference_pattern) and keeps the higher.
   std::vector<double> paired_fractions;
   std::vector<std::vector<double>> beside_passes;
   bench::probe_buffer probe_buffer{pool};
@@ -504,12 +505,18 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
     // The pool's timing covers the timed steps only (set_takeover_timing restarts its totals); each segment of them
-    // is compared with the round's best pattern read just before and just after it.
+    // is compared with the probe read just before and just after it.
     std::optional<bench::paired_roofline> paired;
     std::function<void(int64_t, double)> after_step;  // none without segments: the steps timed as one
     if (segment_steps > 0) {
-      paired.emplace([&] { return probe_buffer.pass(probe.best); }, std::min(segment_steps, batch1_steps),
-                     static_cast<double>(bytes_per_token));
+      const bench::read_pattern reference = bench::beside_reference_pattern();
+      const bool same = reference.name() == probe.best.name();
+      paired.emplace(
+          [&, reference, same] {
+            const double best = probe_buffer.pass(probe.best);
+            return same ? best : std::max(best, probe_buffer.pass(reference));
+          },
+          std::min(segment_steps, batch1_steps), static_cast<double>(bytes_per_token));
       after_step = [&](int64_t step, double secs) { paired->after_step(step, secs); };
     }
     const double tps1 = bench::decode_tokens_per_second(
@@ -647,6 +654,13 @@ int main(int argc, char** argv) {
   w.key("prefetch_bytes").value(best_pattern.prefetch);
   w.key("nta").value(best_pattern.nta);
   w.key("lines").value(best_pattern.lines);
+  w.end_object();
+  const bench::read_pattern reference = bench::beside_reference_pattern();
+  w.key("memory_bandwidth_reference_pattern_fields").begin_object();  // read beside too, the higher pass kept
+  w.key("streams").value(reference.streams);
+  w.key("prefetch_bytes").value(reference.prefetch);
+  w.key("nta").value(reference.nta);
+  w.key("lines").value(reference.lines);
   w.end_object();
   w.key("decode_batch1_tokens_per_s").value(tps1);
   w.key("decode_batch").value(big_batch);

@@ -105,6 +105,13 @@ inline std::vector<read_pattern> probe_patterns() {
   return out;
 }
 
+/// The pattern that passes read beside a measurement read besides the round's best, the higher kept: 8 streams of 4
+/// lines, the fastest in the Zen 4 VM's fast bandwidth state (2026-11-30: 13% over the best one-line pattern) and
+/// within 2% of the best in its slow one, where every pattern reads alike. A round whose probe met only the slow state
+/// picks its best among near-equals, which can read 10% less in the fast state, and a decode that met the fast state
+/// would then be held to that.
+inline read_pattern beside_reference_pattern() { return {8, 0, false, 4}; }
+
 /// A buffer far larger than the caches, on huge pages (as the packed weights are), read in one pass at a time by all
 /// pool threads in a given pattern: the probe's passes, and the passes read beside a measurement, between its parts
 /// (bench/paired_roofline.hpp).

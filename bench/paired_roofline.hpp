@@ -2,9 +2,10 @@
 // 2-vCPU Zen 5 VM: 35 and 60-70 GB/s), a round's probe and its decode, seconds apart, can see different machines: a
 // round read 65.5% of the roofline from a 50.8 GB/s probe while every probe pass during its decode read 34-36 GB/s,
 // and rounds whose state turned fast during the decode read over 100%. So the timed steps are cut into segments, and
-// one pass of the round's best read pattern runs before the first and after each (its time is not the decode's); a
-// segment is compared with the higher of the two passes around it, and the round's figure is the median over its
-// segments. The higher pass, not their mean: a segment during which the state changed is held to the faster state.
+// a probe pass (the round's best read pattern; bench_cpu_decode also reads a reference pattern and keeps the higher)
+// runs before the first and after each (its time is not the decode's); a segment is compared with the higher of the two
+// passes around it, and the round's figure is the median over its segments. The higher pass, not their mean: a segment
+// during which the state changed is held to the faster state.
 #pragma once
 
 #include "bench/bench_support.hpp"
@@ -20,8 +21,8 @@ namespace actorllm::bench {
 
 class paired_roofline {
  public:
-  /// `probe_pass` reads the buffer once in the round's best pattern and returns bytes/s; every `segment_steps` decode
-  /// steps of `bytes_per_step` weight bytes each form a segment.
+  /// `probe_pass` reads the buffer (the round's best pattern, or the higher of it and another) and returns bytes/s;
+  /// every `segment_steps` decode steps of `bytes_per_step` weight bytes each form a segment.
   paired_roofline(std::function<double()> probe_pass, int64_t segment_steps, double bytes_per_step)
       : probe_pass_(std::move(probe_pass)), segment_steps_(segment_steps), bytes_per_step_(bytes_per_step) {
     if (segment_steps_ < 1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_cpu_decode's batch-1 decode against the probe read beside it (bench/paired_roofline.hpp), on ../shared's
 # stories260K: with segments of 2 steps a round prints the figure and the passes' range, and the JSON holds one pass
-# more than the segments; with --paired-segment-steps 0 there is neither and the run still succeeds; a negative value
+# more than the segments and names the reference pattern read beside the decode as well as the round's best; with --paired-segment-steps 0 there is neither and the run still succeeds; a negative value
 # is refused by name before anything is measured.
 #   cpu_decode_paired_test.sh BENCH_CPU_DECODE MODEL_DIR
 set -uo pipefail
@@ -32,6 +32,10 @@ ok = (d['paired_segment_steps'] == 2 and len(r['probe_passes_beside_bytes_per_s'
       and 0 < r['decode_batch1_matmul_call_share'] <= 1.0001
       and len(r['decode_batch1_thread_compute_share']) == 2)
 sys.exit(0 if ok else 1)"
+check "the JSON names the reference pattern read beside the decode too (8 streams of 4 lines)" python3 -c "
+import json, sys
+f = json.load(open('$tmp/on.json'))['memory_bandwidth_reference_pattern_fields']
+sys.exit(0 if (f['streams'], f['prefetch_bytes'], f['nta'], f['lines']) == (8, 0, False, 4) else 1)"
 
 "$bench" "${args[@]}" --paired-segment-steps 0 --json "$tmp/off.json" >"$tmp/off.out" 2>&1
 rc=$?
