@@ -389,13 +389,13 @@ constexpr int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? 4 : 2; }
 // each stream's next step (128 bytes ahead, into L1), and no further: the hardware prefetcher follows the S streams
 // by itself, and distances of 512 bytes to 3 KiB, T0 or non-temporal, only got in its way (bench_cpu_decode, Zen 5
 // VM, 2026-11-30: 91.0-98.4% of the probe with NTA 1 KiB ahead against 96.0-101.5% with none; T0 512 to 2,048 bytes
-// 80-85% against 90%). One step ahead asks for no line the demand loads would not ask for a step later, and lets the
-// misses start before the loads that need them reach the front of the queue: in alternated segments of batch-1
-// decode (2026-11-30, 2-vCPU Zen 4 VM, 4 rounds of 8 pairs, each segment against the probe read beside it) 89.1-95.3%
+// 80-85% against 90%). One step ahead asks only for lines the next step's loads read (but two past each panel's end),
+// and lets their misses start before those loads reach the front of the queue: in alternated segments of batch-1
+// decode (2026-11-30, 2-vCPU Zen 4 VM, 8 rounds of 8 pairs, each segment against the probe read beside it) 89.1-95.3%
 // against 84.4-90.5% without, in every round of the VM's fast bandwidth state, and the same or better in its slow
-// one; the arena read as one call 103-107% of the probe's 4-stream pattern against 97-105%. Two steps ahead measured
-// the same, four (512 bytes) as none. (The GEMM tiles of 5-48 tokens prefetch 1 KiB ahead: their panel is read again
-// from L2 by each 12-row tile.)
+// one; the arena read as one call 2-8% faster (`bench_kernels`, fast state). Two steps ahead measured the same, four
+// (512 bytes) as none. (The GEMM tiles of 5-48 tokens prefetch 1 KiB ahead: their panel is read again from L2 by each
+// 12-row tile.)
 template <int M, int S>
 void stream_tiles(const gemm_tile_args* t) {
   __m512 acc0[S][M], acc1[S][M];
