@@ -305,6 +305,16 @@ int run_variants(const std::string& config_dir, const std::vector<weight_variant
   return bench::write_json_result(json_path, w.str());
 }
 
+// `key`: {streams, prefetch_bytes, nta, lines} of `p`, the fields bench_probe_passes takes on a line.
+void write_pattern_fields(json_writer& w, const char* key, const bench::read_pattern& p) {
+  w.key(key).begin_object();
+  w.key("streams").value(p.streams);
+  w.key("prefetch_bytes").value(p.prefetch);
+  w.key("nta").value(p.nta);
+  w.key("lines").value(p.lines);
+  w.end_object();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -509,12 +519,10 @@ int main(int argc, char** argv) {
     std::optional<bench::paired_roofline> paired;
     std::function<void(int64_t, double)> after_step;  // none without segments: the steps timed as one
     if (segment_steps > 0) {
-      const bench::read_pattern reference = bench::beside_reference_pattern();
-      const bool same = reference.name() == probe.best.name();
       paired.emplace(
-          [&, reference, same] {
+          [&, reference = bench::beside_reference_pattern()] {
             const double best = probe_buffer.pass(probe.best);
-            return same ? best : std::max(best, probe_buffer.pass(reference));
+            return reference == probe.best ? best : std::max(best, probe_buffer.pass(reference));
           },
           std::min(segment_steps, batch1_steps), static_cast<double>(bytes_per_token));
       after_step = [&](int64_t step, double secs) { paired->after_step(step, secs); };
@@ -649,19 +657,9 @@ int main(int argc, char** argv) {
   w.key("resident_huge_page_share").value(resident_huge);
   w.key("memory_bandwidth_bytes_per_s").value(bandwidth);
   w.key("memory_bandwidth_best_pattern").value(best_pattern.name());
-  w.key("memory_bandwidth_best_pattern_fields").begin_object();  // for bench_probe_passes to read the same pattern
-  w.key("streams").value(best_pattern.streams);
-  w.key("prefetch_bytes").value(best_pattern.prefetch);
-  w.key("nta").value(best_pattern.nta);
-  w.key("lines").value(best_pattern.lines);
-  w.end_object();
-  const bench::read_pattern reference = bench::beside_reference_pattern();
-  w.key("memory_bandwidth_reference_pattern_fields").begin_object();  // read beside too, the higher pass kept
-  w.key("streams").value(reference.streams);
-  w.key("prefetch_bytes").value(reference.prefetch);
-  w.key("nta").value(reference.nta);
-  w.key("lines").value(reference.lines);
-  w.end_object();
+  // For bench_probe_passes to read the same patterns: the round's best, and the reference read beside it too.
+  write_pattern_fields(w, "memory_bandwidth_best_pattern_fields", best_pattern);
+  write_pattern_fields(w, "memory_bandwidth_reference_pattern_fields", bench::beside_reference_pattern());
   w.key("decode_batch1_tokens_per_s").value(tps1);
   w.key("decode_batch").value(big_batch);
   w.key("decode_batchN_tokens_per_s").value(tpsn);

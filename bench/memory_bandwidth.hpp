@@ -30,6 +30,7 @@ struct read_pattern {
   int prefetch = 0;
   bool nta = false;
   int lines = 1;
+  bool operator==(const read_pattern&) const = default;
   std::string name() const {
     return fmt::format("{} stream{}{}, prefetch {}{}", streams, streams > 1 ? "s" : "",
                        lines > 1 ? fmt::format(" of {} lines", lines) : std::string{},
