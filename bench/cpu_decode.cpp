@@ -497,6 +497,10 @@ int main(int argc, char** argv) {
   // Batch-1 decode's time as the kernel pool saw it, per round: the share of the step inside the decode matmuls'
   // calls, and each pool thread's share computing their grains (what the rest of the step leaves idle).
   std::vector<double> call_shares;
+  // ... and what the calls lost to their hand-out: the share of the step from a call's hand-out until its last thread
+  // began (late start), and from the first thread running out of grains until the last finished (uneven end, partly
+  // spent reading the next call ahead); the share of calls that had to wake a sleeping worker.
+  std::vector<double> late_start_shares, uneven_end_shares, woken_call_shares;
   std::vector<std::vector<double>> compute_shares(static_cast<size_t>(pool.size()));
   bench::read_pattern best_pattern;
   double best_bandwidth = 0;
@@ -543,6 +547,9 @@ int main(int argc, char** argv) {
     pool.set_takeover_timing(false);
     const double decode_ns = static_cast<double>(batch1_steps) / tps1 * 1e9;  // the timed steps
     call_shares.push_back(static_cast<double>(timing.call_ns) / decode_ns);
+    late_start_shares.push_back(static_cast<double>(timing.late_start_ns) / decode_ns);
+    uneven_end_shares.push_back(static_cast<double>(timing.uneven_end_ns) / decode_ns);
+    woken_call_shares.push_back(timing.calls > 0 ? static_cast<double>(timing.woken_calls) / timing.calls : 0.0);
     for (size_t t = 0; t < compute_shares.size(); ++t)
       compute_shares[t].push_back(static_cast<double>(timing.compute_ns[t]) / decode_ns);
     if (hog > 0) {
@@ -621,6 +628,11 @@ int main(int argc, char** argv) {
   for (const auto& shares : compute_shares)
     computing += fmt::format("{}{:.1f}%", computing.empty() ? "" : " ", 100.0 * bench::median(shares));
   std::printf("%-44s %16s\n", "  share computing, per pool thread", computing.c_str());
+  std::printf(
+      "%-44s %16s\n", "  share in calls' late starts, uneven ends",
+      fmt::format("{:.1f}% {:.1f}%", 100.0 * bench::median(late_start_shares), 100.0 * bench::median(uneven_end_shares))
+          .c_str());
+  std::printf("%-44s %15.1f%%\n", "  calls that woke a sleeping worker", 100.0 * bench::median(woken_call_shares));
   std::printf("%-44s %16s\n", "per round: bandwidth GB/s, decode b1, b/roofline", "");
   for (size_t r = 0; r < bandwidths.size(); ++r)
     std::printf("  round %zu: %7.2f GB/s %8.2f tok/s %6.1f%%%s | batch %ld %8.2f tok/s | prefill %8.2f tok/s%s\n",
@@ -675,6 +687,9 @@ int main(int argc, char** argv) {
   for (const auto& shares : compute_shares)
     w.value(bench::median(shares));
   w.end_array();
+  w.key("decode_batch1_late_start_share").value(bench::median(late_start_shares));
+  w.key("decode_batch1_uneven_end_share").value(bench::median(uneven_end_shares));
+  w.key("decode_batch1_woken_call_share").value(bench::median(woken_call_shares));
   w.key("decode_steps").value(steps);
   w.key("decode_batch1_steps").value(batch1_steps);
   w.key("hog_processes").value(hog);
@@ -698,6 +713,9 @@ int main(int argc, char** argv) {
     for (const auto& shares : compute_shares)
       w.value(shares[r]);
     w.end_array();
+    w.key("decode_batch1_late_start_share").value(late_start_shares[r]);
+    w.key("decode_batch1_uneven_end_share").value(uneven_end_shares[r]);
+    w.key("decode_batch1_woken_call_share").value(woken_call_shares[r]);
     if (segment_steps > 0) {
       w.key("batch1_fraction_of_probe_beside").value(paired_fractions[r]);
       w.key("probe_passes_beside_bytes_per_s").begin_array();

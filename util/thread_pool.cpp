@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #if defined(__linux__)
 #include <pthread.h>
@@ -295,7 +296,9 @@ struct thread_pool::takeover_job {
   uint64_t generation = 0;
   std::shared_ptr<const takeover_work> work;
   std::atomic<int64_t>* compute_ns = nullptr;  // per pool thread, when the pool times its calls
-  std::vector<int64_t> bounds;                 // grain g: items [bounds[g], bounds[g + 1])
+  // When timed, per pool thread: when it began its first grain and ended its last (now_ns; 0: it computed none).
+  std::unique_ptr<std::atomic<int64_t>[]> first_start_ns, last_end_ns;
+  std::vector<int64_t> bounds;  // grain g: items [bounds[g], bounds[g + 1])
   std::unique_ptr<std::atomic<int>[]> state;
   std::unique_ptr<std::atomic<int64_t>[]> claimed_ns;  // when the owner claimed it (now_ns)
   int64_t n_first = 0;                                 // grains [0, n_first): grain i is thread i's first
@@ -344,7 +347,31 @@ struct thread_pool::takeover_job {
     }
     const int64_t start = now_ns();
     work->compute(begin_of(g), end_of(g), scratch);
-    compute_ns[index].fetch_add(now_ns() - start, std::memory_order_relaxed);
+    const int64_t end = now_ns();
+    compute_ns[index].fetch_add(end - start, std::memory_order_relaxed);
+    int64_t unset = 0;
+    first_start_ns[index].compare_exchange_strong(unset, start, std::memory_order_relaxed);
+    last_end_ns[index].store(end, std::memory_order_relaxed);
+  }
+
+  // The timed call's late start and uneven end (thread_pool::takeover_timing), over the threads that computed, from
+  // its hand-out at `published`: {0, 0} when fewer than two did.
+  std::pair<int64_t, int64_t> start_and_end_spread(int n_threads, int64_t published) const {
+    int64_t last_start = 0, first_end = 0, last_end = 0;
+    int computed = 0;
+    for (int i = 0; i < n_threads; ++i) {
+      const int64_t s = first_start_ns[i].load(std::memory_order_relaxed);
+      const int64_t e = last_end_ns[i].load(std::memory_order_relaxed);
+      if (s == 0 || e == 0)
+        continue;
+      ++computed;
+      last_start = std::max(last_start, s);
+      first_end = first_end == 0 ? e : std::min(first_end, e);
+      last_end = std::max(last_end, e);
+    }
+    if (computed < 2)
+      return {0, 0};
+    return {std::max<int64_t>(last_start - published, 0), last_end - first_end};
   }
 
   // Computes grain g, which pool thread `index` owns, and commits it unless it was taken over meanwhile.
@@ -452,8 +479,11 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
   } timer{*this};
   auto job = std::make_shared<takeover_job>();
   job->work = std::move(work);
-  if (timer.on)
+  if (timer.on) {
     job->compute_ns = compute_ns_.get();
+    job->first_start_ns = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_threads_));
+    job->last_end_ns = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_threads_));
+  }
   job->bounds = takeover_grains(n, min_grain, max_grain);
   const int64_t n_grains = job->n_grains();
   job->n_first = std::min<int64_t>(n_grains, n_threads_);
@@ -475,6 +505,9 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
     takeover_ = job;
   }
   takeover_generation_.store(generation, std::memory_order_release);
+  const int64_t published = timer.on ? now_ns() : 0;
+  if (timer.on && sleeping_workers_.load(std::memory_order_relaxed) > 0)
+    timed_woken_calls_.fetch_add(1, std::memory_order_relaxed);
   publish(generation, 0);  // no chunks: the workers go to run_takeover
 
   // The caller claims grains too, timing them: its time per item is what "too long" is measured against.
@@ -483,6 +516,11 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
     const int64_t start = now_ns();
     const int64_t items = job->run_claimed(0);
     job->finish(items > 0 ? static_cast<double>(now_ns() - start) / static_cast<double>(items) : 0.0);
+  }
+  if (timer.on) {
+    const auto [late_start, uneven_end] = job->start_and_end_spread(n_threads_, published);
+    timed_late_start_ns_.fetch_add(late_start, std::memory_order_relaxed);
+    timed_uneven_end_ns_.fetch_add(uneven_end, std::memory_order_relaxed);
   }
 
   std::lock_guard lock(takeover_mutex_);
@@ -494,6 +532,9 @@ void thread_pool::set_takeover_timing(bool on) {
     compute_ns_[static_cast<size_t>(i)].store(0, std::memory_order_relaxed);
   timed_calls_.store(0, std::memory_order_relaxed);
   timed_call_ns_.store(0, std::memory_order_relaxed);
+  timed_late_start_ns_.store(0, std::memory_order_relaxed);
+  timed_uneven_end_ns_.store(0, std::memory_order_relaxed);
+  timed_woken_calls_.store(0, std::memory_order_relaxed);
   timing_on_.store(on, std::memory_order_relaxed);
 }
 
@@ -503,6 +544,9 @@ thread_pool::takeover_timing thread_pool::takeover_timing_totals() const {
     t.compute_ns.push_back(compute_ns_[static_cast<size_t>(i)].load(std::memory_order_relaxed));
   t.calls = timed_calls_.load(std::memory_order_relaxed);
   t.call_ns = timed_call_ns_.load(std::memory_order_relaxed);
+  t.late_start_ns = timed_late_start_ns_.load(std::memory_order_relaxed);
+  t.uneven_end_ns = timed_uneven_end_ns_.load(std::memory_order_relaxed);
+  t.woken_calls = timed_woken_calls_.load(std::memory_order_relaxed);
   return t;
 }
 

@@ -95,12 +95,17 @@ class thread_pool {
   /// others go on demand, in order.
   std::vector<int64_t> takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const;
 
-  /// Where parallel_for_takeover's time goes, for benches: each pool thread's time inside takeover_work::compute, and
-  /// the calls' count and time from entry to return, since set_takeover_timing(true).
+  /// Where parallel_for_takeover's time goes, for benches: each pool thread's time inside takeover_work::compute, the
+  /// calls' count and time from entry to return, and what the calls handed to other threads lost, since
+  /// set_takeover_timing(true). The last three count calls that other threads were asked to join (more than one grain
+  /// and thread, from outside the pool); a call whose grains all ran on one thread adds nothing to the two times.
   struct takeover_timing {
     std::vector<int64_t> compute_ns;  ///< per pool thread (0: the caller)
     int64_t calls = 0;
     int64_t call_ns = 0;
+    int64_t late_start_ns = 0;  ///< per call: from its hand-out until the last of the threads that computed began
+    int64_t uneven_end_ns = 0;  ///< per call: from the first of those threads' last grain end until the last one's
+    int64_t woken_calls = 0;    ///< calls that found a worker asleep and had to wake it
   };
   /// Turns the timing on (two clock reads per grain) or off; either way the totals start from zero.
   void set_takeover_timing(bool on);
@@ -163,7 +168,8 @@ class thread_pool {
   // set_takeover_timing's totals: per pool thread, and per call.
   std::atomic<bool> timing_on_{false};
   std::unique_ptr<std::atomic<int64_t>[]> compute_ns_;
-  std::atomic<int64_t> timed_calls_{0}, timed_call_ns_{0};
+  std::atomic<int64_t> timed_calls_{0}, timed_call_ns_{0}, timed_late_start_ns_{0}, timed_uneven_end_ns_{0},
+      timed_woken_calls_{0};
 };
 
 }  // namespace actorllm

@@ -507,6 +507,54 @@ TEST_CASE("thread_pool takeover timing: each thread's compute time and the calls
   CHECK(t.compute_ns[0] + t.compute_ns[1] == 0);
 }
 
+// Item i takes durations[i] to compute.
+class timed_items_work final : public actorllm::takeover_work {
+ public:
+  explicit timed_items_work(std::vector<std::chrono::microseconds> durations) : durations_(std::move(durations)) {}
+  size_t scratch_floats(int64_t n_items) const override { return static_cast<size_t>(n_items); }
+  void compute(int64_t begin, int64_t end, float*) const noexcept override {
+    for (int64_t i = begin; i < end; ++i)
+      std::this_thread::sleep_for(durations_[static_cast<size_t>(i)]);
+  }
+  void commit(int64_t, int64_t, const float*) const noexcept override {}
+
+ private:
+  std::vector<std::chrono::microseconds> durations_;
+};
+
+TEST_CASE("thread_pool takeover timing: a call's late start and uneven end, over the threads that computed [asan]") {
+  using std::chrono::microseconds;
+  thread_pool pool(2);
+  pool.set_takeover_timing(true);
+  // Two grains of one item: the caller's first takes 3 ms, the worker's 4 ms (the caller's patience before taking a
+  // grain over is 50 us plus twice its own 3 ms, so no takeover). Their ends differ by 1 ms plus the worker's start.
+  pool.parallel_for_takeover(2, 1, 1,
+                             std::make_shared<timed_items_work>(std::vector{microseconds(3000), microseconds(4000)}));
+  const thread_pool::takeover_timing t = pool.takeover_timing_totals();
+  CHECK(t.calls == 1);
+  CHECK(t.woken_calls <= 1);
+  CHECK(t.late_start_ns <= t.call_ns);
+  CHECK(t.uneven_end_ns <= t.call_ns);
+  if (t.compute_ns[1] > 0) {  // the worker came in time for its grain (else the caller ran both, and both are zero)
+    CHECK(t.uneven_end_ns >= 800'000);
+  } else {
+    MESSAGE("the worker did not start within 3 ms: the caller ran both grains");
+    CHECK(t.late_start_ns == 0);
+    CHECK(t.uneven_end_ns == 0);
+  }
+  // One thread's call: nothing to spread.
+  thread_pool one(1);
+  one.set_takeover_timing(true);
+  one.parallel_for_takeover(2, 1, 1,
+                            std::make_shared<timed_items_work>(std::vector{microseconds(100), microseconds(100)}));
+  const thread_pool::takeover_timing t1 = one.takeover_timing_totals();
+  CHECK(t1.late_start_ns == 0);
+  CHECK(t1.uneven_end_ns == 0);
+  CHECK(t1.woken_calls == 0);
+  pool.set_takeover_timing(false);
+  CHECK(pool.takeover_timing_totals().uneven_end_ns == 0);
+}
+
 TEST_CASE("thread_pool::global is one process-wide pool") {
   thread_pool& a = thread_pool::global();
   thread_pool& b = thread_pool::global();
