@@ -380,7 +380,7 @@ constexpr int64_t streamed_max_tokens = 4;
 constexpr int64_t streamed_min_grain = 8, streamed_max_grain = 32;  // panels (units)
 constexpr int max_streams = 4;
 static_assert(max_streams <= read_ahead_plan::max_streams);
-// How much of its first grain of the next call a waiting thread prefetches into its L2 (1 MiB on Zen 4 and 5).
+// How much of its first grain of the next call a waiting thread reads ahead into its L2 (1 MiB on Zen 4 and 5).
 constexpr size_t read_ahead_bytes = 512 * 1024;
 
 constexpr int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? 4 : 2; }
@@ -503,10 +503,12 @@ class streamed_panel_work final : public takeover_work {
       read_ahead(*next_, thread_index, stop);
   }
 
-  /// What this call's threads read first, for the call before it to prefetch: each thread's first grain (`grains`,
-  /// as the pool splits the units) up to read_ahead_bytes, spread over the grain's streams.
+  /// What this call's threads read first, for the call before it to read ahead: each thread's first grain (`grains`,
+  /// as the pool splits the units) up to read_ahead_bytes, spread over the grain's streams; the weights' owners (as
+  /// keep_alive got them) guard the reads.
   read_ahead_plan first_reads(const std::vector<int64_t>& grains, int n_threads) const {
     read_ahead_plan plan;
+    plan.owners.assign(owners_.begin(), owners_.end());
     const int64_t n_grains = static_cast<int64_t>(grains.size()) - 1;
     std::array<gemm_tile_args, 2 * streamed_max_grain> tiles;
     for (int64_t t = 0; t < std::min<int64_t>(n_threads, n_grains); ++t) {
@@ -533,7 +535,7 @@ class streamed_panel_work final : public takeover_work {
   /// Bytes of one unit (a panel; a gate and an up panel when gated).
   int64_t unit_bytes() const { return static_cast<int64_t>(parts() * panel_bytes()); }
 
-  /// The call that came after this one last time (thread_pool's idle time prefetches its start).
+  /// The call that came after this one last time (thread_pool's idle time reads its start ahead).
   void set_next(std::shared_ptr<const read_ahead_plan> next) { next_ = std::move(next); }
 
   void commit(int64_t u_begin, int64_t u_end, const float* scratch) const noexcept override {
@@ -618,8 +620,8 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
   }
   const int64_t n_units = work->n_units();
   if (owned) {
-    // The pool lets waiting threads read ahead (takeover_work::idle) on this path only. A guess that is wrong, or
-    // that points at weights freed since, only prefetches lines nobody reads: a prefetch never faults.
+    // The pool lets waiting threads read ahead (takeover_work::idle) on this path only. A guess that is wrong only
+    // reads lines nobody uses; one that points at weights freed since reads nothing (the plan's owners).
     const read_ahead_key key{views[0].w, n_units, work->unit_bytes(), streams_for(n_tokens), pool.size()};
     work->set_next(next_call_table::global().advance(key, [&] {
       return work->first_reads(pool.takeover_grains(n_units, streamed_min_grain, streamed_max_grain), pool.size());

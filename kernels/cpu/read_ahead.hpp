@@ -2,7 +2,7 @@
 // core reads only about half of what the machine can, so every moment a pool thread waits (for the others' last grain
 // of a call, for the next call while the caller runs attention or a norm) is memory bandwidth lost. A step makes the
 // same calls in the same order every step, so the call that followed this one last time is the likely next one, and
-// a waiting thread can prefetch the start of its first grain of that call into its L2.
+// a waiting thread can read the start of its first grain of that call into its caches.
 #pragma once
 
 #include <array>
@@ -17,7 +17,8 @@
 namespace actorllm::cpu {
 
 /// Where each pool thread's first grain of a call starts reading: up to four interleaved streams, each the first tiles
-/// (runs of tile_bytes) it reads in order, and how many bytes of each stream to prefetch.
+/// (runs of tile_bytes) it reads in order, and how many bytes of each stream to read ahead; and what keeps that memory
+/// alive.
 struct read_ahead_plan {
   static constexpr int max_streams = 4;
   static constexpr int max_tiles = 8;  // per stream
@@ -29,10 +30,17 @@ struct read_ahead_plan {
     size_t bytes = 0;  // per stream, at most its tiles' bytes
   };
   std::vector<thread_heads> threads;  // index: the pool thread (0: the caller)
+  /// The owners of the weights the heads point into (matmul_target::owner). The read-ahead loads those bytes, and a
+  /// load of freed memory can fault, so it reads only while every owner is alive, and nothing for a plan without any.
+  std::vector<std::weak_ptr<const void>> owners;
 };
 
-/// Prefetches thread `thread_index`'s heads of `plan` into L2, the streams interleaved line by line in the order the
-/// kernel reads them, and returns early once `stop()` holds (checked every 1 KiB per stream).
+/// Reads thread `thread_index`'s heads of `plan` (one load a cache line, the streams interleaved line by line in the
+/// order the kernel reads them) while the plan's owners are alive, and returns early once `stop()` holds (checked
+/// every 1 KiB per stream). Loads, not prefetch hints: on the 2-vCPU Zen 4 VM in its fast bandwidth state, batch-1
+/// decode read 1-4 points more of the probe beside it with loads than with T1 prefetches of the same lines (2026-11-30,
+/// alternated 4-step segments, 39 of 56 pairs ahead), the same in its slow state: many of the hints were apparently
+/// not carried out.
 void read_ahead(const read_ahead_plan& plan, int thread_index, const std::function<bool()>& stop) noexcept;
 
 /// What identifies a call for read-ahead: its first weight and the shape of its split over the pool.
@@ -46,7 +54,8 @@ struct read_ahead_key {
 };
 
 /// Which call followed which, per calling thread: a table from a call's first weight to the call that came next the
-/// last time, and that call's plan. Thread-safe; a wrong guess only prefetches lines that are not read.
+/// last time, and that call's plan. Thread-safe; a wrong guess only reads lines the next call does not, and a guess
+/// into weights freed since reads nothing (read_ahead_plan::owners).
 class next_call_table {
  public:
   /// The calling thread is making call `key`: records it (with make_plan(), made only when the entry changes) as what

@@ -1,6 +1,7 @@
 // Read-ahead across kernel calls: the table of which call followed which, and the prefetch loop's bounds and stop.
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/read_ahead.hpp"
@@ -75,8 +76,10 @@ TEST_CASE("next_call_table: calls through another table are not this table's his
 }
 
 TEST_CASE("read_ahead: stops when told, checks often, ignores threads the plan does not have [asan]") {
-  std::vector<char> memory(64 * 1024);
+  auto owned = std::make_shared<std::vector<char>>(64 * 1024);
+  std::vector<char>& memory = *owned;
   read_ahead_plan plan;
+  plan.owners.push_back(owned);
   read_ahead_plan::thread_heads h;
   h.count = 2;  // a stream of two 8 KiB tiles, and one of one
   h.tile_bytes = 8 * 1024;
@@ -107,5 +110,37 @@ TEST_CASE("read_ahead: stops when told, checks often, ignores threads the plan d
     ++checks;
     return false;
   });
+  CHECK(checks == 0);
+}
+
+TEST_CASE("read_ahead: reads nothing once an owner of the weights is gone, nor for a plan without owners [asan]") {
+  auto first = std::make_shared<std::vector<char>>(16 * 1024);
+  auto second = std::make_shared<std::vector<char>>(16 * 1024);
+  read_ahead_plan plan;
+  read_ahead_plan::thread_heads h;
+  h.count = 2;
+  h.tile_bytes = 8 * 1024;
+  h.at[0] = {first->data(), first->data() + 8 * 1024};
+  h.tiles[0] = 2;
+  h.at[1] = {second->data(), second->data() + 8 * 1024};
+  h.tiles[1] = 2;
+  h.bytes = 2 * h.tile_bytes;
+  plan.threads.push_back(h);
+  int checks = 0;
+  auto count = [&] {
+    ++checks;
+    return false;
+  };
+
+  actorllm::cpu::read_ahead(plan, 0, count);
+  CHECK(checks == 0);  // no owners: nothing guards the memory
+
+  plan.owners = {first, second};
+  actorllm::cpu::read_ahead(plan, 0, count);
+  CHECK(checks == static_cast<int>(h.bytes / 1024));  // both alive: every KiB of the streams
+
+  checks = 0;
+  second.reset();  // freed: under ASan a read of it would be reported
+  actorllm::cpu::read_ahead(plan, 0, count);
   CHECK(checks == 0);
 }
