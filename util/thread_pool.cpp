@@ -297,7 +297,10 @@ struct thread_pool::takeover_job {
   std::shared_ptr<const takeover_work> work;
   std::atomic<int64_t>* compute_ns = nullptr;  // per pool thread, when the pool times its calls
   // When timed, per pool thread: when it began its first grain and ended its last (now_ns; 0: it computed none).
-  std::unique_ptr<std::atomic<int64_t>[]> first_start_ns, last_end_ns;
+  struct thread_span {
+    std::atomic<int64_t> first_start{0}, last_end{0};
+  };
+  std::unique_ptr<thread_span[]> spans;
   std::vector<int64_t> bounds;  // grain g: items [bounds[g], bounds[g + 1])
   std::unique_ptr<std::atomic<int>[]> state;
   std::unique_ptr<std::atomic<int64_t>[]> claimed_ns;  // when the owner claimed it (now_ns)
@@ -350,8 +353,8 @@ struct thread_pool::takeover_job {
     const int64_t end = now_ns();
     compute_ns[index].fetch_add(end - start, std::memory_order_relaxed);
     int64_t unset = 0;
-    first_start_ns[index].compare_exchange_strong(unset, start, std::memory_order_relaxed);
-    last_end_ns[index].store(end, std::memory_order_relaxed);
+    spans[index].first_start.compare_exchange_strong(unset, start, std::memory_order_relaxed);
+    spans[index].last_end.store(end, std::memory_order_relaxed);
   }
 
   // The timed call's late start and uneven end (thread_pool::takeover_timing), over the threads that computed, from
@@ -360,8 +363,8 @@ struct thread_pool::takeover_job {
     int64_t last_start = 0, first_end = 0, last_end = 0;
     int computed = 0;
     for (int i = 0; i < n_threads; ++i) {
-      const int64_t s = first_start_ns[i].load(std::memory_order_relaxed);
-      const int64_t e = last_end_ns[i].load(std::memory_order_relaxed);
+      const int64_t s = spans[i].first_start.load(std::memory_order_relaxed);
+      const int64_t e = spans[i].last_end.load(std::memory_order_relaxed);
       if (s == 0 || e == 0)
         continue;
       ++computed;
@@ -481,8 +484,7 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
   job->work = std::move(work);
   if (timer.on) {
     job->compute_ns = compute_ns_.get();
-    job->first_start_ns = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_threads_));
-    job->last_end_ns = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_threads_));
+    job->spans = std::make_unique<takeover_job::thread_span[]>(static_cast<size_t>(n_threads_));
   }
   job->bounds = takeover_grains(n, min_grain, max_grain);
   const int64_t n_grains = job->n_grains();
