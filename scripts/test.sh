@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds (CUDA sources too where nvcc exists), runs every
-# test, then the focused sanitizer run (ASan+UBSan over the parsers, loaders and kernels), the layering check
-# (scripts/check_layers.sh) and the format check.
+# test, then the focused sanitizer run (ASan+UBSan over the parsers, loaders and kernels), the CPU kernels compiled for
+# plain x86-64 and AVX2 (scripts/check_portable.sh), the layering check (scripts/check_layers.sh) and the format check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -25,5 +25,6 @@ if [[ "${ACTORLLM_SKIP_SANITIZE:-0}" != 1 ]]; then
     ctest --output-on-failure -j "$(nproc)" --timeout 900 -R '\[asan\]')
 fi
 
+bash scripts/check_portable.sh
 bash scripts/check_layers.sh
 bash scripts/format.sh --check

@@ -239,11 +239,14 @@ void transpose_keys(const void* const* keys, int64_t n, int64_t hd, float* kt) {
     return;
   }
 #endif
-  static_assert(D == dtype::f32 || W == 16, "only the AVX-512 transpose widens as it loads");
-  if constexpr (D == dtype::f32)
+  if constexpr (D == dtype::f32) {
     for (int64_t d = 0; d < hd; ++d)
       for (int64_t k = 0; k < KW; ++k)
         kt[d * KW + k] = k < n ? static_cast<const float*>(keys[k])[d] : 0.0f;
+  } else {
+    // Only the AVX-512 transpose widens as it loads; transposes_any_type keeps other builds' keys in f32.
+    ACTORLLM_CHECK(false, "paged_attention: bf16/f16 keys reached the transpose without AVX-512");
+  }
 }
 
 // One work item: query rows [r0, r1) of one sequence (consecutive positions of a prefill chunk, or one decode row)
