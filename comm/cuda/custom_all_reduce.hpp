@@ -95,8 +95,9 @@ class custom_all_reduce final : public tp_collective {
   all_reduce_path choose(dtype type, size_t bytes, const void* data) const;
 
   /// Sums the n elements at device address `data` in place over the group by `path` (custom_one_shot or
-  /// custom_two_shot): copies them into the staging buffer and launches the kernel, both on the stream. Every rank
-  /// calls it with the same n, type and path. For the tensor form and the GPU tests (which force each path).
+  /// custom_two_shot): copies them into the staging buffer and launches the kernel, both on the stream, so `data`
+  /// must be written in the stream's order (a copy on the legacy default stream is not, with a non-blocking stream).
+  /// Every rank calls it with the same n, type and path. For the tensor form and the GPU tests (which force each path).
   void all_reduce_device(void* data, int64_t n, element_type type, all_reduce_path path);
 
   /// The path the last all_reduce_sum(tensor) took: a custom one, or the path the rule named for the fallback

@@ -141,7 +141,12 @@ void run_and_check(cuda::custom_all_reduce& car, int c, const message_case& m, i
                    cudaStream_t stream) {
   const auto input = message_bytes(c, m, rank);
   const auto expected = expected_bytes(c, m);
-  device_array<char> buf(input);
+  // Uploaded on `stream`, the all-reduce's own, not by device_array(input): that cudaMemcpy runs on the legacy default
+  // stream, which a cudaStreamNonBlocking stream does not wait for, and from pageable memory it may return before the
+  // bytes land. The staging copy then took stale bytes for the message's end (an H200 run: "element 3072 differs" at
+  // f32 n=4093 on both ranks; a stand-alone repeat of this loop got 10 to 15 wrong calls in 1632 that way, none so).
+  device_array<char> buf(input.size());
+  ACTORLLM_CUDA_CHECK(cudaMemcpyAsync(buf.ptr, input.data(), input.size(), cudaMemcpyHostToDevice, stream));
   car.all_reduce_device(buf.ptr, m.n, m.type == dtype::bf16 ? cuda::element_type::bf16 : cuda::element_type::f32, path);
   ACTORLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   const auto got = buf.to_host();

@@ -180,7 +180,7 @@ TEST_CASE("custom all-reduce math: both kernels' loops give every rank the rank-
   std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
   for (bool bf16 : {false, true})
     for (int world : {2, 3, 4, 8})
-      for (int64_t n : {1, 3, 7, 8, 9, 33, 1001, 4 * 512 * 3 + 5, 37 * 512 * 8 + 11}) {
+      for (int64_t n : {1, 3, 7, 8, 9, 33, 1001, 4093, 4 * 512 * 3 + 5, 37 * 512 * 8 + 11}) {
         CAPTURE(bf16);
         CAPTURE(world);
         CAPTURE(n);

@@ -35,7 +35,8 @@ inline void require_gpus(int n) {
   REQUIRE_MESSAGE(gpu_count() >= n, "needs " << n << " GPUs, " << gpu_count() << " visible");
 }
 
-/// cudaMalloc'd floats (or any trivially copyable T), freed on scope exit.
+/// cudaMalloc'd floats (or any trivially copyable T), freed on scope exit. The copies run on the legacy default stream
+/// (kernels launched on stream 0 see them); work on a cudaStreamNonBlocking stream must upload on that stream instead.
 template <class T = float>
 struct device_array {
   explicit device_array(size_t n) : size(n) { ACTORLLM_CUDA_CHECK(cudaMalloc(&ptr, (n == 0 ? 1 : n) * sizeof(T))); }
