@@ -27,6 +27,7 @@
 #include "util/thread_pool.hpp"
 #ifdef ACTORLLM_HAVE_CUDA
 #include "kernels/cuda/device.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/profile_range.hpp"
 #endif
 
@@ -267,7 +268,7 @@ int main(int argc, char** argv) {
   std::string config_dir = std::string{ACTORLLM_SOURCE_DIR} + "/bench/configs/llama-3.1-8b";
   std::string json_path = "bench/results/gpu.json";
   int64_t steps = 64;
-  bool parity = false, throughput = true, gemv = true, gemv_only = false;
+  bool parity = false, throughput = true, gemv = true, gemv_only = false, gemv_sweep = false;
   double gpu_memory_utilization = 0.9;
   std::vector<std::string> case_specs{"64x128x128", "256x128x128", "64x1024x1024"};
   std::vector<int64_t> profile_batches;
@@ -278,6 +279,10 @@ int main(int argc, char** argv) {
   app.add_flag("--gemv,!--no-gemv", gemv, "Measure the GEMV over quantized weights at the 8B shapes")
       ->capture_default_str();
   app.add_flag("--gemv-only", gemv_only, "Only the GEMV measurements and the copy bandwidth (no model)");
+  app.add_flag("--gemv-sweep", gemv_sweep,
+               "With the GEMV measurements: the bf16 GEMV at each loads-in-flight setting against cuBLAS, at 1, 2, 4 "
+               "and 8 tokens over the 8B's o, q|k|v, gate|up and down shapes (what ACTORLLM_GEMV's default is chosen "
+               "by)");
   app.add_option("--cases", case_specs, "Throughput runs as BATCHxINxOUT (sequences, prompt and output tokens)")
       ->capture_default_str();
   app.add_option("--profile", profile_batches,
@@ -355,6 +360,41 @@ int main(int argc, char** argv) {
           rows.push_back(c);
       }
     }
+#ifdef ACTORLLM_HAVE_CUDA
+    if (gemv_sweep) {
+      // Each setting over the same shapes: "cublas" is the GEMV's row limit at 0 (every matmul to cuBLAS).
+      std::unique_ptr<backend> be = make_backend(device{device_kind::cuda, 0}, 1);
+      const cuda::gemv::tuning saved = cuda::gemv_tuning();
+      w.key("gemv_sweep").begin_array();
+      for (const auto& [n_in, n_out] :
+           {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 6144}, {4096, 28672}, {14336, 4096}})
+        for (const int loads : {0, 4, 8, 16, 32}) {
+          cuda::gemv_tuning() = saved;
+          if (loads == 0)
+            cuda::gemv_tuning().max_rows = 0;
+          else
+            cuda::gemv_tuning() = cuda::gemv::tuning{loads, cuda::gemv::max_rows, -1};
+          const std::string setting = loads == 0 ? "cublas" : fmt::format("loads {}", loads);
+          std::fprintf(stderr, "gemv sweep %ld -> %ld, %s...\n", static_cast<long>(n_in), static_cast<long>(n_out),
+                       setting.c_str());
+          for (const gemv_case& c : measure_gemv(*be, "bf16", n_in, n_out, {1, 2, 4, 8})) {
+            const double of_copy = bandwidth > 0 ? c.bytes_per_s / bandwidth : 0.0;
+            table.emplace_back(fmt::format("sweep {}->{} x{} {} (us, of copy)", n_in, n_out, c.tokens, setting),
+                               fmt::format("{:.1f} {:.0f}%", c.seconds_per_call * 1e6, 100.0 * of_copy));
+            w.begin_object();
+            w.key("setting").value(setting);
+            w.key("n_in").value(n_in);
+            w.key("n_out").value(n_out);
+            w.key("tokens").value(c.tokens);
+            w.key("microseconds_per_call").value(c.seconds_per_call * 1e6);
+            w.key("fraction_of_copy_bandwidth").value(of_copy);
+            w.end_object();
+          }
+        }
+      w.end_array();
+      cuda::gemv_tuning() = saved;
+    }
+#endif
     {
       std::unique_ptr<backend> be = make_backend(device{device_kind::cuda, 0}, 1);
       for (const int64_t batch : {int64_t{1}, int64_t{64}}) {

@@ -1,11 +1,12 @@
 // The small-batch GEMV over bf16 weights: one warp per output, each lane streaming 128-bit chunks of the weight row
-// (chunks_in_flight loads issued before any math) and folding each into the sums of every row of x. The arithmetic
-// (chunk order, fmas, butterfly, epilogues) is gemv_math.hpp's, which the CPU test emulates.
+// (Loads of them issued before any math: gemv::tuning::loads_in_flight) and folding each into the sums of every row of
+// x. The arithmetic (chunk order, fmas, butterfly, epilogues) is gemv_math.hpp's, which the CPU test emulates.
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/gemv.hpp"
 
 #include <cuda_bf16.h>
 
+#include <cstdlib>
 #include <stdexcept>
 
 namespace actorllm::cuda {
@@ -71,9 +72,12 @@ __device__ __forceinline__ picked_output pick(const gemv_params& p, int64_t o) {
   return out;
 }
 
-template <class X, int MaxRows, epilogue E>
+template <class X, int MaxRows, epilogue E, int LoadsAsked>
 __global__ void __launch_bounds__(warps_per_block* warp_lanes) gemv_kernel(const __grid_constant__ gemv_params p) {
   constexpr int n_mats = E == epilogue::silu_gate ? 2 : 1;
+  // Chunks loaded per weight before folding: the gate and up pair's two weights share the setting's budget, 4 to 8
+  // each (16 per weight there spills at 2 rows).
+  constexpr int Loads = n_mats == 1 ? LoadsAsked : LoadsAsked / 2 < 4 ? 4 : LoadsAsked / 2 > 8 ? 8 : LoadsAsked / 2;
   const int lane = static_cast<int>(threadIdx.x % warp_lanes);
   const picked_output out = pick(p, blockIdx.x * static_cast<int64_t>(warps_per_block) + threadIdx.x / warp_lanes);
   if (out.w == nullptr)
@@ -91,20 +95,20 @@ __global__ void __launch_bounds__(warps_per_block* warp_lanes) gemv_kernel(const
     for (int r = 0; r < MaxRows; ++r)
       sum[m][r] = 0.0f;
 
-  for (int64_t c0 = lane; c0 < n_chunks; c0 += warp_lanes * chunks_in_flight) {
-    uint4 loaded[n_mats][chunks_in_flight];
+  for (int64_t c0 = lane; c0 < n_chunks; c0 += warp_lanes * Loads) {
+    uint4 loaded[n_mats][Loads];
 #pragma unroll
-    for (int u = 0; u < chunks_in_flight; ++u) {
+    for (int u = 0; u < Loads; ++u) {
       const int64_t c = c0 + u * warp_lanes;
 #pragma unroll
       for (int m = 0; m < n_mats; ++m)
         loaded[m][u] = c < n_chunks ? __ldcs(rows_of_w[m] + c) : make_uint4(0, 0, 0, 0);  // read once: evict first
     }
 #pragma unroll
-    for (int u = 0; u < chunks_in_flight; ++u) {
+    for (int u = 0; u < Loads; ++u) {
       const int64_t c = c0 + u * warp_lanes;
       if (c >= n_chunks)
-        break;
+        continue;  // past the row's end (the chunks after it are too): nothing to fold
       float w[n_mats][chunk_inputs];
 #pragma unroll
       for (int m = 0; m < n_mats; ++m) {
@@ -146,19 +150,33 @@ __global__ void __launch_bounds__(warps_per_block* warp_lanes) gemv_kernel(const
   }
 }
 
-template <class X, epilogue E>
+template <class X, epilogue E, int Loads>
 void launch_rows(const gemv_params& p, int64_t n_outputs, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(blocks_for(n_outputs));
   constexpr unsigned threads = warps_per_block * warp_lanes;
   if (p.rows <= 1)
-    gemv_kernel<X, 1, E><<<blocks, threads, 0, stream>>>(p);
+    gemv_kernel<X, 1, E, Loads><<<blocks, threads, 0, stream>>>(p);
   else if (p.rows <= 2)
-    gemv_kernel<X, 2, E><<<blocks, threads, 0, stream>>>(p);
+    gemv_kernel<X, 2, E, Loads><<<blocks, threads, 0, stream>>>(p);
   else if (p.rows <= 4)
-    gemv_kernel<X, 4, E><<<blocks, threads, 0, stream>>>(p);
+    gemv_kernel<X, 4, E, Loads><<<blocks, threads, 0, stream>>>(p);
   else
-    gemv_kernel<X, 8, E><<<blocks, threads, 0, stream>>>(p);
+    gemv_kernel<X, 8, E, Loads><<<blocks, threads, 0, stream>>>(p);
   ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+template <class X, epilogue E>
+void launch_loads(const gemv_params& p, int64_t n_outputs, cudaStream_t stream) {
+  switch (gemv_tuning().loads_in_flight) {
+    case 4:
+      return launch_rows<X, E, 4>(p, n_outputs, stream);
+    case 8:
+      return launch_rows<X, E, 8>(p, n_outputs, stream);
+    case 16:
+      return launch_rows<X, E, 16>(p, n_outputs, stream);
+    default:
+      return launch_rows<X, E, 32>(p, n_outputs, stream);
+  }
 }
 
 template <epilogue E>
@@ -168,12 +186,20 @@ void launch(const gemv_params& p, int64_t n_outputs, bool x_bf16, cudaStream_t s
   if (n_outputs <= 0)
     return;
   if (x_bf16)
-    launch_rows<__nv_bfloat16, E>(p, n_outputs, stream);
+    launch_loads<__nv_bfloat16, E>(p, n_outputs, stream);
   else
-    launch_rows<float, E>(p, n_outputs, stream);
+    launch_loads<float, E>(p, n_outputs, stream);
 }
 
 }  // namespace
+
+gemv::tuning& gemv_tuning() {
+  static gemv::tuning t = [] {
+    const char* text = std::getenv("ACTORLLM_GEMV");
+    return text != nullptr ? gemv::parse_tuning(text) : gemv::tuning{};
+  }();
+  return t;
+}
 
 void gemv_linear(const gemv_output* outputs, int n_outputs, const void* x, bool x_bf16, int64_t rows, int64_t n_in,
                  cudaStream_t stream) {

@@ -13,9 +13,12 @@
 
 #include "kernels/cuda/host_device.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace actorllm::cuda::gemv {
 
@@ -27,8 +30,8 @@ inline constexpr int chunk_inputs = 8;
 inline constexpr int warp_lanes = 32;
 /// Warps per block, each on its own output.
 inline constexpr int warps_per_block = 4;
-/// Chunks a lane loads before it does any math on them: enough bytes in flight per SM to cover DRAM latency.
-inline constexpr int chunks_in_flight = 4;
+/// Chunks a lane may load before it does any math on them (tuning::loads_in_flight): the kernel is built for each.
+inline constexpr int loads_in_flight_choices[] = {4, 8, 16, 32};
 /// Outputs of one grouped launch (q, k, v).
 inline constexpr int max_outputs = 3;
 
@@ -89,11 +92,74 @@ ACTORLLM_HOST_DEVICE inline float linear_output(float sum, const float* bias, in
   return bias != nullptr ? sum + bias[o] : sum;
 }
 
-/// Whether the GEMV takes a problem: 1..max_rows rows of x, n_in a positive multiple of chunk_inputs, and every
-/// pointer it loads 128 bits at a time from 16-byte aligned (weights and x rows then stay aligned row after row).
-inline bool takes(int64_t rows, int64_t n_in, const void* w, const void* x) {
+/// How the GEMV runs, one setting per process (cuda::gemv_tuning): the chunks a lane loads before it folds any (the
+/// fold order, and so every bit of the result, is the same for all), the most rows of x it takes, and the largest
+/// weight (n_out x n_in elements) it takes in matmul and matmul_group; the rest goes to cuBLAS (max_rows 0: all of
+/// it; max_elements -1: any size). All three only move speed. The defaults are what an H200 measured on 2026-11-30
+/// (bench_gpu --gemv-sweep, each call in a CUDA graph, cuBLAS's conversion of an f32 x counted):
+/// - loads: 4 fastest at every shape and row count (4096 -> 4096 at one row: 13.8 us; 8: 15.0, 16: 18.1, 32: 26.2),
+///   and in the 8B's batch-1 decode with graphs (170.6 tokens/s; 8: 162.8, 16: 152.4, 32: 101.3);
+/// - rows: at 2 rows and more cuBLAS was 1.6 to 7 times faster on every shape (4096 -> 4096 at 2 rows: 14.6 against
+///   23.1 us), since each warp re-reads every row of x;
+/// - elements: at one row the GEMV won on 4096 -> 4096 (13.8 against 14.7 us) and lost on q|k|v 4096 -> 6144 (20.7
+///   against 17.0), gate|up 4096 -> 28672 (69.5 against 62.3) and down 14336 -> 4096 (40.6 against 33.7).
+struct tuning {
+  int loads_in_flight = 4;
+  int max_rows = 1;
+  int64_t max_elements = int64_t{4096} * 4096;
+};
+
+/// A tuning from its text, "loads=N,rows=M,elements=E" (E a count or "all"; any may be left out: the default stays):
+/// the ACTORLLM_GEMV environment variable's form. Throws std::invalid_argument naming the field and what was wrong.
+inline tuning parse_tuning(const std::string& text) {
+  tuning t;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    if (eq == std::string::npos || (key != "loads" && key != "rows" && key != "elements"))
+      throw std::invalid_argument("ACTORLLM_GEMV: '" + item + "' is not loads=N, rows=N or elements=N");
+    const std::string value = item.substr(eq + 1);
+    const size_t longest = key == "elements" ? 15 : 3;
+    const bool digits =
+        !value.empty() && value.size() <= longest && value.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t n = digits ? std::stoll(value) : -1;
+    if (key == "loads") {
+      bool known = false;
+      for (int choice : loads_in_flight_choices)
+        known = known || n == choice;
+      if (!known)
+        throw std::invalid_argument("ACTORLLM_GEMV: loads must be 4, 8, 16 or 32, not '" + value + "'");
+      t.loads_in_flight = static_cast<int>(n);
+    } else if (key == "rows") {
+      if (n < 0 || n > max_rows)
+        throw std::invalid_argument("ACTORLLM_GEMV: rows must be 0 to " + std::to_string(max_rows) + ", not '" + value +
+                                    "'");
+      t.max_rows = static_cast<int>(n);
+    } else {
+      if (value != "all" && n < 0)
+        throw std::invalid_argument("ACTORLLM_GEMV: elements must be a count or 'all', not '" + value + "'");
+      t.max_elements = value == "all" ? -1 : n;
+    }
+    at = end + 1;
+  }
+  return t;
+}
+
+/// Whether the tuning lets the GEMV take a weight of `elements` (n_out x n_in) in matmul and matmul_group.
+inline bool takes_weight_of(int64_t elements, const tuning& t) {
+  return t.max_elements < 0 || elements <= t.max_elements;
+}
+
+/// Whether the GEMV takes a problem: 1..max_rows rows of x (the tuning's limit, at most gemv::max_rows), n_in a
+/// positive multiple of chunk_inputs, and every pointer it loads 128 bits at a time from 16-byte aligned (weights and
+/// x rows then stay aligned row after row).
+inline bool takes(int64_t rows, int64_t n_in, const void* w, const void* x, int rows_limit = max_rows) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return rows >= 1 && rows <= max_rows && n_in > 0 && n_in % chunk_inputs == 0 && aligned(w) && aligned(x);
+  return rows >= 1 && rows <= std::min(rows_limit, max_rows) && n_in > 0 && n_in % chunk_inputs == 0 && aligned(w) &&
+         aligned(x);
 }
 
 /// Blocks of a launch over n_outputs outputs (summed over a group's weights).

@@ -58,60 +58,67 @@ void check_guards(const std::vector<float>& y, int64_t n) {
 
 }  // namespace
 
-TEST_CASE("cuda gemv: q/k/v in one launch equal the CPU emulation bit for bit, x in f32 and bf16" *
-          doctest::skip(!gpu_available())) {
+TEST_CASE(
+    "cuda gemv: q/k/v in one launch equal the CPU emulation bit for bit, x in f32 and bf16, at every loads "
+    "setting" *
+    doctest::skip(!gpu_available())) {
   require_gpu();
   std::mt19937 gen(2031);
-  for (const int64_t n_in : {int64_t{8}, int64_t{264}, int64_t{4096}}) {
-    for (int rows = 1; rows <= cuda::gemv::max_rows; ++rows) {
-      for (const bool x_bf16 : {false, true}) {
-        CAPTURE(n_in);
-        CAPTURE(rows);
-        CAPTURE(x_bf16);
-        const int64_t n_outs[3] = {37, 8, 5};
-        std::vector<float> x = random_x(gen, rows * n_in);
-        std::vector<uint16_t> x_bits(x.size());
-        for (size_t i = 0; i < x.size(); ++i) {
-          x_bits[i] = f32_to_bf16(x[i]);
-          if (x_bf16)
-            x[i] = bf16_to_f32(x_bits[i]);  // the emulation reads the same values
-        }
-        device_array<float> dx(x);
-        device_array<uint16_t> dxb(x_bits);
-        std::vector<std::vector<uint16_t>> w;
-        std::vector<std::vector<float>> bias;
-        std::vector<std::unique_ptr<device_array<uint16_t>>> dw;
-        std::vector<std::unique_ptr<device_array<float>>> db, dy;
-        cuda::gemv_output outs[3];
-        for (int i = 0; i < 3; ++i) {
-          w.push_back(random_bf16(gen, n_outs[i] * n_in));
-          bias.push_back(random_x(gen, n_outs[i]));
-          dw.push_back(std::make_unique<device_array<uint16_t>>(w.back()));
-          db.push_back(std::make_unique<device_array<float>>(bias.back()));
-          dy.push_back(std::make_unique<device_array<float>>(guarded_output(rows, n_outs[i])));
-          outs[i] = cuda::gemv_output{dw.back()->ptr, i == 2 ? nullptr : db.back()->ptr, dy.back()->ptr, n_outs[i]};
-        }
-        cuda::gemv_linear(outs, 3, x_bf16 ? static_cast<const void*>(dxb.ptr) : dx.ptr, x_bf16, rows, n_in, nullptr);
-        ACTORLLM_CUDA_CHECK(cudaDeviceSynchronize());
-        for (size_t i = 0; i < 3; ++i) {
-          const std::vector<float> y = dy[i]->to_host();
-          check_guards(y, rows * n_outs[i]);
-          for (int r = 0; r < rows; ++r) {
-            for (int64_t o = 0; o < n_outs[i]; ++o) {
-              float want = cuda::gemv::emulate_output(w[i].data() + o * n_in, x.data() + r * n_in, n_in);
-              if (i < 2)
-                want += bias[i][static_cast<size_t>(o)];
-              const float got = y[static_cast<size_t>(r * n_outs[i] + o)];
-              if (got != want) {
-                FAIL_CHECK("output " << i << " row " << r << " o " << o << ": " << got << " vs emulated " << want);
-                break;
+  const cuda::gemv::tuning saved = cuda::gemv_tuning();
+  for (const int loads : cuda::gemv::loads_in_flight_choices)
+    for (const int64_t n_in : {int64_t{8}, int64_t{264}, int64_t{4096}, int64_t{8200}}) {
+      for (int rows = 1; rows <= cuda::gemv::max_rows; ++rows) {
+        for (const bool x_bf16 : {false, true}) {
+          cuda::gemv_tuning().loads_in_flight = loads;
+          CAPTURE(loads);
+          CAPTURE(n_in);
+          CAPTURE(rows);
+          CAPTURE(x_bf16);
+          const int64_t n_outs[3] = {37, 8, 5};
+          std::vector<float> x = random_x(gen, rows * n_in);
+          std::vector<uint16_t> x_bits(x.size());
+          for (size_t i = 0; i < x.size(); ++i) {
+            x_bits[i] = f32_to_bf16(x[i]);
+            if (x_bf16)
+              x[i] = bf16_to_f32(x_bits[i]);  // the emulation reads the same values
+          }
+          device_array<float> dx(x);
+          device_array<uint16_t> dxb(x_bits);
+          std::vector<std::vector<uint16_t>> w;
+          std::vector<std::vector<float>> bias;
+          std::vector<std::unique_ptr<device_array<uint16_t>>> dw;
+          std::vector<std::unique_ptr<device_array<float>>> db, dy;
+          cuda::gemv_output outs[3];
+          for (int i = 0; i < 3; ++i) {
+            w.push_back(random_bf16(gen, n_outs[i] * n_in));
+            bias.push_back(random_x(gen, n_outs[i]));
+            dw.push_back(std::make_unique<device_array<uint16_t>>(w.back()));
+            db.push_back(std::make_unique<device_array<float>>(bias.back()));
+            dy.push_back(std::make_unique<device_array<float>>(guarded_output(rows, n_outs[i])));
+            outs[i] = cuda::gemv_output{dw.back()->ptr, i == 2 ? nullptr : db.back()->ptr, dy.back()->ptr, n_outs[i]};
+          }
+          cuda::gemv_linear(outs, 3, x_bf16 ? static_cast<const void*>(dxb.ptr) : dx.ptr, x_bf16, rows, n_in, nullptr);
+          ACTORLLM_CUDA_CHECK(cudaDeviceSynchronize());
+          for (size_t i = 0; i < 3; ++i) {
+            const std::vector<float> y = dy[i]->to_host();
+            check_guards(y, rows * n_outs[i]);
+            for (int r = 0; r < rows; ++r) {
+              for (int64_t o = 0; o < n_outs[i]; ++o) {
+                float want = cuda::gemv::emulate_output(w[i].data() + o * n_in, x.data() + r * n_in, n_in);
+                if (i < 2)
+                  want += bias[i][static_cast<size_t>(o)];
+                const float got = y[static_cast<size_t>(r * n_outs[i] + o)];
+                if (got != want) {
+                  FAIL_CHECK("output " << i << " row " << r << " o " << o << ": " << got << " vs emulated " << want);
+                  break;
+                }
               }
             }
           }
         }
       }
     }
-  }
+  cuda::gemv_tuning() = saved;
 }
 
 TEST_CASE("cuda gemv: gate, up and SiLU×mul in one launch against the emulated sums" *

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <ios>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace {
@@ -146,4 +148,49 @@ TEST_CASE("gemv math: the size rule takes 1 to 8 rows, whole chunks and 16-byte 
   CHECK_FALSE(takes(1, 56, w, x + 1));  // misaligned x
   CHECK(blocks_for(4096) == 4096 / warps_per_block);
   CHECK(blocks_for(4097) == 4096 / warps_per_block + 1);
+  // The tuning's row limit lowers the rule's, never raises it.
+  CHECK(takes(4, 64, w, x, 4));
+  CHECK_FALSE(takes(5, 64, w, x, 4));
+  CHECK_FALSE(takes(1, 64, w, x, 0));
+  CHECK_FALSE(takes(9, 64, w, x, 16));
+}
+
+TEST_CASE(
+    "gemv math: ACTORLLM_GEMV's text sets the loads in flight, the row limit and the weight size limit, and "
+    "refuses others by name") {
+  const tuning defaults;
+  CHECK(defaults.loads_in_flight == 4);
+  CHECK(defaults.max_rows == 1);
+  CHECK(defaults.max_elements == 4096 * 4096);
+  CHECK(parse_tuning("").loads_in_flight == defaults.loads_in_flight);
+  CHECK(parse_tuning("").max_rows == defaults.max_rows);
+  const tuning t = parse_tuning("loads=8,rows=2,elements=1000");
+  CHECK(t.loads_in_flight == 8);
+  CHECK(t.max_rows == 2);
+  CHECK(t.max_elements == 1000);
+  CHECK(parse_tuning("rows=0").max_rows == 0);
+  CHECK(parse_tuning("elements=all").max_elements == -1);
+  CHECK(parse_tuning("loads=32").max_rows == defaults.max_rows);
+  // The size rule: at most max_elements, any size for -1.
+  CHECK(takes_weight_of(4096 * 4096, defaults));
+  CHECK_FALSE(takes_weight_of(4096 * 6144, defaults));
+  CHECK(takes_weight_of(int64_t{4096} * 128256, parse_tuning("elements=all")));
+  const auto refused = [](const std::string& text, const std::string& says) {
+    CAPTURE(text);
+    try {
+      (void)parse_tuning(text);
+      FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string{e.what()}.find(says) != std::string::npos);
+    }
+  };
+  refused("loads=5", "loads must be 4, 8, 16 or 32, not '5'");
+  refused("loads=", "loads must be 4, 8, 16 or 32, not ''");
+  refused("rows=9", "rows must be 0 to 8, not '9'");
+  refused("rows=-1", "rows must be 0 to 8, not '-1'");
+  refused("rows=99999999999", "rows must be 0 to 8");
+  refused("elements=many", "elements must be a count or 'all', not 'many'");
+  refused("elements=-5", "elements must be a count or 'all', not '-5'");
+  refused("threads=4", "'threads=4' is not loads=N, rows=N or elements=N");
+  refused("loads", "'loads' is not loads=N, rows=N or elements=N");
 }
