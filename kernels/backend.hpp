@@ -192,8 +192,9 @@ class backend {
     silu_mul(out, up, out);
   }
   /// matmul_silu_gate through a stacked gate|up weight (model/stacked_linear.hpp): gate_up [2 * n_ff, n_in] holds
-  /// gate's rows, then up's; wide: f32 [n_tokens, 2 * n_ff] scratch (may be overwritten); out: f32 [n_tokens, n_ff];
-  /// none overlaps x or another. Default: the stacked matmul into wide, then silu_mul_stacked.
+  /// gate's rows, then up's; wide: f32 [n_tokens, 2 * n_ff] scratch (may be overwritten); out: f32 or bf16 [n_tokens,
+  /// n_ff] (bf16: each value rounded once, the type down reads); none overlaps x or another. Default: the stacked
+  /// matmul into wide, then silu_mul_stacked.
   virtual void matmul_silu_stacked(const tensor& x, const tensor& gate_up, const tensor& wide, const tensor& out) {
     matmul(x, gate_up, tensor{}, wide);
     silu_mul_stacked(wide, out);
@@ -229,7 +230,8 @@ class backend {
   /// matmul_input_type names (rounded once; then apart from gate and up).
   virtual void silu_mul(const tensor& gate, const tensor& up, const tensor& out) = 0;
   /// silu_mul over a stacked gate|up projection's output (model/stacked_linear.hpp): out[r, j] = silu(gate_up[r, j]) *
-  /// gate_up[r, n_ff + j]. gate_up f32 [n, 2 * n_ff]; out f32 [n, n_ff], not overlapping gate_up.
+  /// gate_up[r, n_ff + j]. gate_up f32 [n, 2 * n_ff]; out f32 or bf16 (each value rounded once) [n, n_ff], not
+  /// overlapping gate_up.
   virtual void silu_mul_stacked(const tensor& gate_up, const tensor& out) = 0;
   /// out = a + b elementwise (f32). b has a's numel, or one row's worth (b.numel() == a.row_size(): added to every
   /// row, a bias). out may be a.

@@ -292,10 +292,10 @@ struct backend_checks {
       disjoint(out, up, "silu_mul", "out (not f32) and up");
     }
   }
-  /// silu_mul_stacked: gate_up f32 [n, 2 * n_ff], out f32 [n, n_ff] apart from it. Returns n_ff.
+  /// silu_mul_stacked: gate_up f32 [n, 2 * n_ff], out f32 or bf16 [n, n_ff] apart from it. Returns n_ff.
   int64_t silu_mul_stacked(const tensor& gate_up, const tensor& out) const {
     on_device(gate_up, dtype::f32, "silu_mul_stacked", "gate_up");
-    on_device(out, dtype::f32, "silu_mul_stacked", "out");
+    activation(out, dtype::bf16, "silu_mul_stacked", "out");
     ACTORLLM_CHECK(gate_up.shape.n_dims == 2 && gate_up.dim(1) % 2 == 0 && out.shape.n_dims == 2 &&
                        out.dim(0) == gate_up.dim(0) && out.dim(1) * 2 == gate_up.dim(1),
                    fmt::format("silu_mul_stacked: gate_up {} must be [n, 2 * n_ff] and out {} [n, n_ff]",

@@ -120,12 +120,10 @@ layer_scratch llama_model::scratch(activations& a, int64_t n) {
     a.full.v = be_.alloc(dtype::f32, {cap, kv_dim});
     a.full.attn = be_.alloc(dtype::f32, {cap, q_dim});
     a.full.proj = be_.alloc(dtype::f32, {cap, n_embd});
-    // SiLU×mul's product, down's input: in the type down reads as it is where matmul_silu_gate writes it (every
-    // gate|up bound apart); silu_mul_stacked (a stacked gate|up) and LoRA's silu_mul write f32.
-    const bool stacked_mlp = std::any_of(tensors_.layers.begin(), tensors_.layers.end(),
-                                         [](const layer_weights& w) { return w.gate_up.is_merged(); });
-    a.full.gate = be_.alloc(stacked_mlp ? dtype::f32 : matmul_input_type_of(down_reader),
-                            {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: only MoE layers
+    // SiLU×mul's product, down's input: in the type down reads as it is (matmul_silu_gate for a gate|up bound apart,
+    // silu_mul_stacked for a stacked one, write it; no conversion before down). LoRA's silu_mul writes f32 (and
+    // matmul_input_type_of says f32 with LoRA).
+    a.full.gate = be_.alloc(matmul_input_type_of(down_reader), {cap, std::max<int64_t>(n_ff_, 1)});  // 0 rows: MoE
     // up apart from gate: only for LoRA's gate and up updates, or a gate|up that could not be stacked.
     if (lora_ || unstacked_mlp_)
       a.full.up = be_.alloc(dtype::f32, {cap, std::max<int64_t>(n_ff_, 1)});

@@ -5,6 +5,7 @@
 #include "kernels/backend_checks.hpp"
 
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/lora.hpp"
 #include "kernels/cpu/matmul.hpp"
@@ -464,15 +465,26 @@ void cpu_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& o
 
 void cpu_backend::silu_mul_stacked(const tensor& gate_up, const tensor& out) {
   const int64_t ff = host.silu_mul_stacked(gate_up, out);
-  // Row by row: each row's gate and up halves are contiguous runs of ff (silu_mul's values, element for element).
+  // Row by row: each row's gate and up halves are contiguous runs of ff (silu_mul's values, element for element); a
+  // bf16 out gets each row rounded once from f32.
+  const bool to_bf16 = out.type == dtype::bf16;
   for_rows(pool_, out.dim(0), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r)
-      cpu::silu_mul(f32(gate_up) + r * 2 * ff, f32(gate_up) + r * 2 * ff + ff, ff, f32(out) + r * ff);
+    std::vector<float> row(to_bf16 ? static_cast<size_t>(ff) : 0);
+    for (int64_t r = b; r < e; ++r) {
+      float* dst = to_bf16 ? row.data() : f32(out) + r * ff;
+      cpu::silu_mul(f32(gate_up) + r * 2 * ff, f32(gate_up) + r * 2 * ff + ff, ff, dst);
+      if (to_bf16)
+        cpu::convert_from_f32(dst, ff, dtype::bf16, out.data_as<uint16_t>() + r * ff);
+    }
   });
 }
 
 void cpu_backend::matmul_silu_stacked(const tensor& x, const tensor& gate_up, const tensor& wide, const tensor& out) {
   const backend_checks::linear_dims d = host.matmul(x, gate_up, tensor{}, wide, true);
+  if (out.type == dtype::bf16) {  // the matmul, then silu_mul_stacked's rounding (the CPU's matmuls read f32 x)
+    backend::matmul_silu_stacked(x, gate_up, wide, out);
+    return;
+  }
   check_host(out, dtype::f32, "matmul_silu_stacked", "out");
   ACTORLLM_CHECK(d.n_out % 2 == 0 && out.numel() == d.n_tokens * d.n_out / 2,
                  fmt::format("matmul_silu_stacked: out {} must be [{}, {}] for gate|up {}", out.describe(), d.n_tokens,

@@ -626,7 +626,7 @@ void cuda_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& 
 void cuda_backend::silu_mul_stacked(const tensor& gate_up, const tensor& out) {
   const int64_t ff = checker{where()}.silu_mul_stacked(gate_up, out);
   make_current();
-  cuda::silu_mul_stacked(f32(gate_up), out.dim(0), ff, f32(out), stream_);
+  cuda::silu_mul_stacked(f32(gate_up), out.dim(0), ff, out.data(), element_of(out.type), stream_);
 }
 
 void cuda_backend::add(const tensor& a, const tensor& b, const tensor& out) {

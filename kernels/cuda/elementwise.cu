@@ -23,10 +23,11 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, O
   }
 }
 
+template <class Out>
 __global__ void silu_mul_stacked_kernel(const float* __restrict__ gate_up, int64_t n, int64_t n_ff,
-                                        float* __restrict__ out) {
+                                        Out* __restrict__ out) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
-    out[i] = silu_stacked::at(gate_up, n_ff, i);
+    out[i] = from_f32<Out>(silu_stacked::at(gate_up, n_ff, i));
 }
 
 __global__ void split_columns_kernel(const float* __restrict__ src, int64_t n, int64_t src_width, split::parts p) {
@@ -83,12 +84,18 @@ void silu_mul(const float* gate, const float* up, int64_t n, void* out, element_
   ACTORLLM_CUDA_CHECK_LAUNCH();
 }
 
-void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, float* out, cudaStream_t stream) {
+void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, void* out, element_type out_type,
+                      cudaStream_t stream) {
   const int64_t n = n_rows * n_ff;
   const grid_1d g = elementwise_grid(n);
   if (g.blocks == 0)
     return;
-  silu_mul_stacked_kernel<<<g.blocks, g.threads, 0, stream>>>(gate_up, n, n_ff, out);
+  if (out_type == element_type::bf16)
+    silu_mul_stacked_kernel<<<g.blocks, g.threads, 0, stream>>>(gate_up, n, n_ff, static_cast<__nv_bfloat16*>(out));
+  else if (out_type == element_type::f32)
+    silu_mul_stacked_kernel<<<g.blocks, g.threads, 0, stream>>>(gate_up, n, n_ff, static_cast<float*>(out));
+  else
+    throw std::invalid_argument("silu_mul_stacked: the output is f32 or bf16");
   ACTORLLM_CUDA_CHECK_LAUNCH();
 }
 

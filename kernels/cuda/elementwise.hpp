@@ -16,8 +16,9 @@ namespace actorllm::cuda {
 void silu_mul(const float* gate, const float* up, int64_t n, void* out, element_type out_type, cudaStream_t stream);
 
 /// out[r, j] = silu(gate_up[r, j]) * gate_up[r, n_ff + j] for r < n_rows, j < n_ff (a stacked gate|up output, rows of
-/// 2 * n_ff floats; stacked_math.hpp). out must not overlap gate_up.
-void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, float* out, cudaStream_t stream);
+/// 2 * n_ff floats; stacked_math.hpp), in f32 or rounded once to bf16 (out_type). out must not overlap gate_up.
+void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, void* out, element_type out_type,
+                      cudaStream_t stream);
 
 /// The first p.total columns of each of src's n_rows rows (src_width floats each) into the parts' own rows, in one
 /// launch (stacked_math.hpp's split::locate). No part overlaps src.

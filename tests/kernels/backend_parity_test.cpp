@@ -1415,6 +1415,15 @@ BACKEND_PARITY_CASE(parity_silu_mul_stacked, "silu_mul_stacked equals silu_mul o
       guarded apart = alloc_guarded(be, dtype::f32, {n, ff});
       be.silu_mul(input(be, dtype::f32, {n, ff}, gate), input(be, dtype::f32, {n, ff}, up), apart.view);
       CHECK(read_as<float>(be, apart, what) == stacked);
+      // Into bf16 (down's input on a GPU): each f32 value rounded once, to nearest even.
+      guarded narrow = alloc_guarded(be, dtype::bf16, {n, ff});
+      be.silu_mul_stacked(input(be, dtype::f32, {n, 2 * ff}, gate_up), narrow.view);
+      const std::vector<uint16_t> bits = read_as<uint16_t>(be, narrow, what + " bf16");
+      REQUIRE(bits.size() == stacked.size());
+      size_t wrong = 0;
+      for (size_t i = 0; i < bits.size(); ++i)
+        wrong += bits[i] != f32_to_bf16(stacked[i]);
+      CHECK_MESSAGE(wrong == 0, wrong << " bf16 values differ from the f32 ones rounded");
     }
   });
 }
@@ -1448,6 +1457,14 @@ BACKEND_PARITY_CASE(parity_matmul_silu_stacked,
           const std::vector<float> got = read_as<float>(be, fused, what), want = read_as<float>(be, apart, what);
           REQUIRE(got.size() == want.size());
           CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+          // Into bf16: the f32 result rounded once.
+          guarded narrow = alloc_guarded(be, dtype::bf16, {n_tokens, n_ff});
+          be.matmul_silu_stacked(tx, gate_up, wide.view, narrow.view);
+          const std::vector<uint16_t> bits = read_as<uint16_t>(be, narrow, what + " bf16");
+          size_t wrong = 0;
+          for (size_t i = 0; i < bits.size(); ++i)
+            wrong += bits[i] != f32_to_bf16(want[i]);
+          CHECK_MESSAGE(wrong == 0, wrong << " bf16 values differ from the f32 ones rounded");
         }
       }
     }
