@@ -17,7 +17,8 @@
 #   8b         CUDA bf16 against the CPU on identical dummy weights at Llama-3.1-8B shape: top-1 agreement
 #   bench      copy bandwidth, the quantized GEMV's weight bytes per second at the 8B shapes (int4 g128, int8;
 #              bar 90% of copy on the large shapes at 1 token), batch-1 decode vs the roofline (eager, and with CUDA
-#              graphs: bar 85%), engine output tokens/s at b64/b256 128/128 and b64 1024/1024
+#              graphs: bar 85%), engine output tokens/s at b64/b256 128/128 and b64 1024/1024, and batch-1 decode
+#              under the bf16 GEMV's size rule against the rule it replaced (ACTORLLM_GEMV)
 #   profile    ncu's gpu__time_duration and DRAM bytes (clocks and caches left as they are) over one batch-1 and one
 #              batch-64 decode step at the 8B shape: a table per kernel kind (count, time, share, bytes over time)
 #   serve      `actorllm serve` of the 8B shape (dummy weights, the bundle's Llama 3 tokenizer) loaded by
@@ -491,6 +492,23 @@ else:
 PY
 )
   record gemv "${verdict%% *}" "${verdict#* }"
+  # The GEMV's size rule (kernels/cuda/gemv_math.hpp, chosen from a sweep of single calls) against the rule it
+  # replaced (the GEMV at 1 to 8 rows, any weight) in the same batch-1 decode with graphs: FAIL when the default is
+  # more than 2% slower.
+  ACTORLLM_GEMV=rows=8,elements=all limited "$(step_limit bench)" "$bin/bench_gpu" --config "$root/configs/llama-3.1-8b" \
+    --no-throughput --no-gemv --json "$work/bench-old-rule.json" >>"$out/bench.log" 2>&1
+  verdict=$(python3 - "$out/bench.json" "$work/bench-old-rule.json" <<'PY'
+import json, sys
+try:
+    new, old = (json.load(open(p))["decode_batch1_graphs_tokens_per_s"] for p in sys.argv[1:3])
+except Exception as e:  # noqa: BLE001
+    print(f"FAIL no figure for one rule: {e}")
+else:
+    print(("PASS " if new >= 0.98 * old else "FAIL ") +
+          f"b1 with graphs: default rule {new:.1f} tok/s, GEMV at 1-8 rows and any size {old:.1f} ({new / old:.3f}x)")
+PY
+)
+  record gemv_rule "${verdict%% *}" "${verdict#* }"
 }
 
 # ---- profile -----------------------------------------------------------------------------------------------------
