@@ -101,6 +101,11 @@ cuda_backend::cuda_backend(int device_index) : device_(device_index) {
     throw std::runtime_error(
         fmt::format("cuda:{}: this process sees {} GPU(s) (CUDA_VISIBLE_DEVICES={})", device_index, count,
                     std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset"));
+  try {
+    (void)gemv_tuning();  // a malformed ACTORLLM_GEMV stops the backend here, not at its first matmul
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(fmt::format("cuda:{}: {}", device_index, e.what()));
+  }
   ACTORLLM_CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};
   ACTORLLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));

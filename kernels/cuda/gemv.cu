@@ -1,6 +1,6 @@
 // The small-batch GEMV over bf16 weights: one warp per output, each lane streaming 128-bit chunks of the weight row
-// (Loads of them issued before any math: gemv::tuning::loads_in_flight) and folding each into the sums of every row of
-// x. The arithmetic (chunk order, fmas, butterfly, epilogues) is gemv_math.hpp's, which the CPU test emulates.
+// (a batch of gemv::tuning::loads_in_flight chunks issued before any math) and folding each into the sums of every row
+// of x. The arithmetic (chunk order, fmas, butterfly, epilogues) is gemv_math.hpp's, which the CPU test emulates.
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/gemv.hpp"
 

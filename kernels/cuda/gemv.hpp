@@ -14,7 +14,7 @@ namespace actorllm::cuda {
 
 /// The process's GEMV tuning (gemv::tuning): from the environment variable ACTORLLM_GEMV ("loads=16,rows=8") the first
 /// time it is asked for, else the defaults; bench_gpu sets it to compare settings. A malformed ACTORLLM_GEMV throws
-/// std::invalid_argument naming it, at the first GEMV.
+/// std::invalid_argument naming it (cuda_backend asks at its construction, so a bad value stops it there).
 gemv::tuning& gemv_tuning();
 
 /// One weight of a launch: w bf16 [n_out, n_in] (16-byte aligned), an optional f32 bias [n_out] and y f32 [rows,
