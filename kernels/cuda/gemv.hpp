@@ -12,7 +12,7 @@
 
 namespace actorllm::cuda {
 
-/// The process's GEMV tuning (gemv::tuning): from the environment variable ACTORLLM_GEMV ("loads=16,rows=8") the first
+/// The process's GEMV tuning (gemv::tuning): from the environment variable ACTORLLM_GEMV ("loads=4,rows=1,elements=all") the first
 /// time it is asked for, else the defaults; bench_gpu sets it to compare settings. A malformed ACTORLLM_GEMV throws
 /// std::invalid_argument naming it (cuda_backend asks at its construction, so a bad value stops it there).
 gemv::tuning& gemv_tuning();
