@@ -6,6 +6,7 @@
 #include "kernels/cuda/stacked_math.hpp"
 
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 namespace actorllm::cuda {
@@ -71,17 +72,28 @@ __global__ void embedding_kernel(const int32_t* __restrict__ ids, int64_t n_toke
 
 }  // namespace
 
+namespace {
+
+// Calls launch with out as the pointer type out_type names (f32 or bf16; anything else is refused, naming op).
+template <class F>
+void with_f32_or_bf16(void* out, element_type out_type, const char* op, F&& launch) {
+  if (out_type == element_type::bf16)
+    launch(static_cast<__nv_bfloat16*>(out));
+  else if (out_type == element_type::f32)
+    launch(static_cast<float*>(out));
+  else
+    throw std::invalid_argument(std::string{op} + ": the output is f32 or bf16");
+  ACTORLLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void silu_mul(const float* gate, const float* up, int64_t n, void* out, element_type out_type, cudaStream_t stream) {
   const grid_1d g = elementwise_grid(n);
   if (g.blocks == 0)
     return;
-  if (out_type == element_type::bf16)
-    silu_mul_kernel<<<g.blocks, g.threads, 0, stream>>>(gate, up, n, static_cast<__nv_bfloat16*>(out));
-  else if (out_type == element_type::f32)
-    silu_mul_kernel<<<g.blocks, g.threads, 0, stream>>>(gate, up, n, static_cast<float*>(out));
-  else
-    throw std::invalid_argument("silu_mul: the output is f32 or bf16");
-  ACTORLLM_CUDA_CHECK_LAUNCH();
+  with_f32_or_bf16(out, out_type, "silu_mul",
+                   [&](auto* o) { silu_mul_kernel<<<g.blocks, g.threads, 0, stream>>>(gate, up, n, o); });
 }
 
 void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, void* out, element_type out_type,
@@ -90,13 +102,8 @@ void silu_mul_stacked(const float* gate_up, int64_t n_rows, int64_t n_ff, void* 
   const grid_1d g = elementwise_grid(n);
   if (g.blocks == 0)
     return;
-  if (out_type == element_type::bf16)
-    silu_mul_stacked_kernel<<<g.blocks, g.threads, 0, stream>>>(gate_up, n, n_ff, static_cast<__nv_bfloat16*>(out));
-  else if (out_type == element_type::f32)
-    silu_mul_stacked_kernel<<<g.blocks, g.threads, 0, stream>>>(gate_up, n, n_ff, static_cast<float*>(out));
-  else
-    throw std::invalid_argument("silu_mul_stacked: the output is f32 or bf16");
-  ACTORLLM_CUDA_CHECK_LAUNCH();
+  with_f32_or_bf16(out, out_type, "silu_mul_stacked",
+                   [&](auto* o) { silu_mul_stacked_kernel<<<g.blocks, g.threads, 0, stream>>>(gate_up, n, n_ff, o); });
 }
 
 void split_columns(const float* src, int64_t n_rows, int64_t src_width, const split::parts& p, cudaStream_t stream) {

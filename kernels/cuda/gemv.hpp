@@ -12,9 +12,10 @@
 
 namespace actorllm::cuda {
 
-/// The process's GEMV tuning (gemv::tuning): from the environment variable ACTORLLM_GEMV ("loads=4,rows=1,elements=all") the first
-/// time it is asked for, else the defaults; bench_gpu sets it to compare settings. A malformed ACTORLLM_GEMV throws
-/// std::invalid_argument naming it (cuda_backend asks at its construction, so a bad value stops it there).
+/// The process's GEMV tuning (gemv::tuning): from the environment variable ACTORLLM_GEMV
+/// ("loads=4,rows=1,elements=all") the first time it is asked for, else the defaults; bench_gpu sets it to compare
+/// settings. A malformed ACTORLLM_GEMV throws std::invalid_argument naming it (cuda_backend asks at its construction,
+/// so a bad value stops it there).
 gemv::tuning& gemv_tuning();
 
 /// One weight of a launch: w bf16 [n_out, n_in] (16-byte aligned), an optional f32 bias [n_out] and y f32 [rows,
