@@ -209,6 +209,14 @@ class backend {
   /// Writes the k and v rows of the batch's tokens (each f32 [n_tokens, n_head_kv, head_dim]) into their slots
   /// (batch.slots; negative slots are skipped).
   virtual void write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) = 0;
+  /// rope, then write_kv of the rotated k and of v: the same results (k and q rotated in place, the cache rows
+  /// written). Default: the two ops; CUDA runs one kernel (one launch fewer per layer).
+  virtual void rope_write_kv(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
+                             const tensor& q_norm, const tensor& k_norm, float eps, const kv_layer& cache,
+                             const tensor& v, const attention_batch& batch) {
+    rope(table, positions, q, k, q_norm, k_norm, eps);
+    write_kv(cache, k, v, batch);
+  }
   /// Causal attention over the paged cache for a batch mixing prefill chunks and decode tokens: query row r at
   /// position p attends to cache positions [max(0, p - window + 1), p] of its sequence (window <= 0: [0, p]). The
   /// rows' own k/v must be written already. q, out: f32 [n_tokens, n_head, head_dim]; GQA: query head h reads kv

@@ -136,15 +136,15 @@ void attention(const layer_context& ctx, const layer_weights& w, const kv_layer&
   const tensor q = qkv[0].reshape({n, ctx.n_head, hd});
   const tensor k = qkv[1].reshape({n, ctx.n_head_kv, hd});
   const tensor v = qkv[2].reshape({n, ctx.n_head_kv, hd});
-  be.rope(ctx.rope, ctx.in.local_positions, q, k, w.q_norm, w.k_norm, ctx.norm_eps);
   if (ctx.pcp_size > 1) {  // every row's keys and values, for the rows' cache slots
+    be.rope(ctx.rope, ctx.in.local_positions, q, k, w.q_norm, w.k_norm, ctx.norm_eps);
     const int64_t rows = ctx.in.n_tokens;
     gather_rows_of_copies(ctx, qkv[1], s.cp.k_full, s.cp);
     gather_rows_of_copies(ctx, qkv[2], s.cp.v_full, s.cp);
     be.write_kv(cache, s.cp.k_full.slice_rows(0, rows).reshape({rows, ctx.n_head_kv, hd}),
                 s.cp.v_full.slice_rows(0, rows).reshape({rows, ctx.n_head_kv, hd}), ctx.in.attn);
   } else {
-    be.write_kv(cache, k, v, ctx.in.attn);
+    be.rope_write_kv(ctx.rope, ctx.in.local_positions, q, k, w.q_norm, w.k_norm, ctx.norm_eps, cache, v, ctx.in.attn);
   }
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   if (ctx.dcp_size > 1 || ctx.pcp_size > 1)

@@ -500,19 +500,26 @@ rope_table cuda_backend::make_rope_table(const rope_config& cfg) {
   return t;
 }
 
-void cuda_backend::rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
-                        const tensor& q_norm, const tensor& k_norm, float eps) {
-  const checker::rope_dims d = checker{where()}.rope(table, positions, q, k, q_norm, k_norm);
-  if (d.n_tokens == 0)
-    return;
-  // The kernel normalises q and k heads with one weight type.
+namespace {
+
+// The one weight type the rope kernel normalises q and k heads with (f32 when there are no norms).
+element_type rope_norm_type(const tensor& k, const tensor& q_norm, const tensor& k_norm) {
   ACTORLLM_CHECK(q_norm.empty() == k_norm.empty() || k.empty(),
                  "rope: q_norm and k_norm come together (Qwen3) or not at all");
   ACTORLLM_CHECK(
       q_norm.empty() || k_norm.empty() || k_norm.type == q_norm.type,
       fmt::format("rope: q_norm {} and k_norm {} must share a type", q_norm.describe(), k_norm.describe()).c_str());
-  const element_type norm_type =
-      !q_norm.empty() ? element_of(q_norm.type) : (!k_norm.empty() ? element_of(k_norm.type) : element_type::f32);
+  return !q_norm.empty() ? element_of(q_norm.type) : (!k_norm.empty() ? element_of(k_norm.type) : element_type::f32);
+}
+
+}  // namespace
+
+void cuda_backend::rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
+                        const tensor& q_norm, const tensor& k_norm, float eps) {
+  const checker::rope_dims d = checker{where()}.rope(table, positions, q, k, q_norm, k_norm);
+  if (d.n_tokens == 0)
+    return;
+  const element_type norm_type = rope_norm_type(k, q_norm, k_norm);
   make_current();
   cuda::rope(f32(table.inv_freq), d.head_dim, positions.data_as<int32_t>(), d.n_tokens, f32(q), d.n_head,
              k.empty() ? nullptr : f32(k), d.n_head_kv, q_norm.empty() ? nullptr : q_norm.data(),
@@ -547,6 +554,27 @@ void cuda_backend::write_kv(const kv_layer& cache, const tensor& k, const tensor
   checker{where()}.write_kv(cache, k, v, batch);
   make_current();
   cuda::write_kv(cache_view(cache), f32(k), f32(v), batch.slots.data_as<int64_t>(), batch.n_tokens, stream_);
+}
+
+void cuda_backend::rope_write_kv(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
+                                 const tensor& q_norm, const tensor& k_norm, float eps, const kv_layer& cache,
+                                 const tensor& v, const attention_batch& batch) {
+  const checker c{where()};
+  const checker::rope_dims d = c.rope(table, positions, q, k, q_norm, k_norm);
+  if (k.empty() || d.n_tokens != batch.n_tokens) {  // the two ops, whose checks name what is wrong
+    backend::rope_write_kv(table, positions, q, k, q_norm, k_norm, eps, cache, v, batch);
+    return;
+  }
+  c.write_kv(cache, k, v, batch);
+  if (d.n_tokens == 0)
+    return;
+  const element_type norm_type = rope_norm_type(k, q_norm, k_norm);
+  const paged_cache_view view = cache_view(cache);
+  make_current();
+  cuda::rope_write_kv(f32(table.inv_freq), d.head_dim, positions.data_as<int32_t>(), d.n_tokens, f32(q), d.n_head,
+                      f32(k), d.n_head_kv, q_norm.empty() ? nullptr : q_norm.data(),
+                      k_norm.empty() ? nullptr : k_norm.data(), norm_type, eps, view, f32(v),
+                      batch.slots.data_as<int64_t>(), stream_);
 }
 
 void cuda_backend::paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,

@@ -73,6 +73,10 @@ class cuda_backend final : public backend {
   void rope(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k, const tensor& q_norm,
             const tensor& k_norm, float eps) override;
   void write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) override;
+  /// One kernel: rope's warps over k's heads also write their head's rotated k and v to the cache.
+  void rope_write_kv(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
+                     const tensor& q_norm, const tensor& k_norm, float eps, const kv_layer& cache, const tensor& v,
+                     const attention_batch& batch) override;
   void paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                        int64_t window, const tensor& out) override;
   void paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,

@@ -1386,6 +1386,70 @@ BACKEND_PARITY_CASE(parity_silu_mul, "silu_mul") {
   });
 }
 
+BACKEND_PARITY_CASE(parity_rope_write_kv, "rope_write_kv equals rope then write_kv, bit for bit") {
+  const uint32_t seed = 2023;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind kind) {
+    random_source rnd(seed);
+    std::vector<kv_format> formats = {{dtype::f32}, {dtype::bf16}, {dtype::f16}};
+    if (kind == device_kind::cuda)
+      formats.push_back({dtype::fp8_e4m3, 0.02f, 0.005f});
+    for (const kv_format& f : formats)
+      for (const int64_t hd : {int64_t{64}, int64_t{128}})
+        for (const bool qk_norm : {false, true}) {
+          const int64_t n_head_kv = 2, n_head = 8, n_tokens = rnd.integer(1, 9), n_blocks = 4, block_size = 4;
+          const std::string what = std::string(dtype_name(f.type)) + " head_dim " + std::to_string(hd) +
+                                   (qk_norm ? " q/k norm" : "") + " tokens " + std::to_string(n_tokens);
+          CAPTURE(what);
+          const rope_table table = be.make_rope_table(rope_config{hd, 500000.0, {}});
+          std::vector<int32_t> pos(static_cast<size_t>(n_tokens));
+          for (int32_t& p : pos)
+            p = static_cast<int32_t>(rnd.integer(0, 4000));
+          // Distinct slots of the cache, the second token's a padding row (-1) when there is one.
+          std::vector<int64_t> free_slots(static_cast<size_t>(n_blocks * block_size));
+          std::iota(free_slots.begin(), free_slots.end(), 0);
+          std::shuffle(free_slots.begin(), free_slots.end(), rnd.gen);
+          std::vector<int64_t> slots(free_slots.begin(), free_slots.begin() + n_tokens);
+          if (n_tokens > 1)
+            slots[1] = -1;
+          const std::vector<float> q = rnd.reals(n_tokens * n_head * hd, -2.0f, 2.0f);
+          const std::vector<float> k = rnd.reals(n_tokens * n_head_kv * hd, -2.0f, 2.0f);
+          const std::vector<float> v = rnd.reals(n_tokens * n_head_kv * hd, -2.0f, 2.0f);
+          weight qn, kn;
+          if (qk_norm) {
+            qn = make_weight(be, dtype::bf16, {hd}, rnd.reals(hd, 0.5f, 1.5f));
+            kn = make_weight(be, dtype::bf16, {hd}, rnd.reals(hd, 0.5f, 1.5f));
+          }
+          const tensor positions = input(be, dtype::i32, {n_tokens}, pos);
+          const tensor tv = input(be, dtype::f32, {n_tokens, n_head_kv, hd}, v);
+          attention_batch batch;
+          batch.n_tokens = n_tokens;
+          batch.slots = input(be, dtype::i64, {n_tokens}, slots);
+          const tensor_shape cache_shape{n_blocks, block_size, n_head_kv, hd};
+          struct run {
+            guarded q, k, k_cache, v_cache;
+          };
+          auto fresh = [&] {
+            return run{alloc_guarded(be, dtype::f32, {n_tokens, n_head, hd}, q),
+                       alloc_guarded(be, dtype::f32, {n_tokens, n_head_kv, hd}, k),
+                       alloc_guarded(be, f.type, cache_shape), alloc_guarded(be, f.type, cache_shape)};
+          };
+          run apart = fresh(), fused = fresh();
+          const kv_layer apart_cache{apart.k_cache.view, apart.v_cache.view, f.k_scale, f.v_scale};
+          const kv_layer fused_cache{fused.k_cache.view, fused.v_cache.view, f.k_scale, f.v_scale};
+          be.rope(table, positions, apart.q.view, apart.k.view, qn.t, kn.t, 1e-6f);
+          be.write_kv(apart_cache, apart.k.view, tv, batch);
+          be.rope_write_kv(table, positions, fused.q.view, fused.k.view, qn.t, kn.t, 1e-6f, fused_cache, tv, batch);
+          CHECK(read_checked(be, fused.q, what + " q") == read_checked(be, apart.q, what + " q"));
+          CHECK(read_checked(be, fused.k, what + " k") == read_checked(be, apart.k, what + " k"));
+          CHECK(read_checked(be, fused.k_cache, what + " k cache") ==
+                read_checked(be, apart.k_cache, what + " k cache"));
+          CHECK(read_checked(be, fused.v_cache, what + " v cache") ==
+                read_checked(be, apart.v_cache, what + " v cache"));
+        }
+  });
+}
+
 BACKEND_PARITY_CASE(parity_silu_mul_stacked, "silu_mul_stacked equals silu_mul over the split gate and up") {
   const uint32_t seed = 2015;
   CAPTURE(seed);
