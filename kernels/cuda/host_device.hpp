@@ -12,8 +12,9 @@
 #define ACTORLLM_HOST_DEVICE
 #endif
 
-// ACTORLLM_UNROLL: `#pragma unroll` for nvcc before a loop of a shared header (host compilers would warn about it).
-#ifdef __CUDACC__
+// ACTORLLM_UNROLL: `#pragma unroll` before a loop of a shared header, in nvcc's device pass only (__CUDA_ARCH__; the
+// host compiler, in nvcc's host pass too, would warn about it).
+#ifdef __CUDA_ARCH__
 #define ACTORLLM_UNROLL _Pragma("unroll")
 #else
 #define ACTORLLM_UNROLL
