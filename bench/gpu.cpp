@@ -98,21 +98,21 @@ double decode_batch1(model::llama_model& llm, int64_t prompt_len, int64_t steps,
     model::forward_batch d;
     int32_t tok[1] = {last};
     d.add_sequence(tok, static_cast<int32_t>(prompt_len + step + 4), table, true);
+    if (!decode_graphs) {
+      logits = llm.forward(d, cache);
+      last = argmax(logits.data(), vocab);
+      continue;
+    }
+    const tensor out = decode_graphs->replay(d);
     if (pick == pick_token::device_sampler) {
-      const tensor out = decode_graphs->replay(d);
       const ops::sample_row row{&params, prompt_ids, output_ids, &rng};
       llm.device_backend().sample(out, std::span<const ops::sample_row>(&row, 1), sampled);
       last = sampled[0].token;
       output_ids.push_back(last);
-      continue;
-    }
-    if (decode_graphs) {
-      const tensor out = decode_graphs->replay(d);
-      llm.device_backend().download(out, logits.data(), static_cast<size_t>(vocab) * sizeof(float));
     } else {
-      logits = llm.forward(d, cache);
+      llm.device_backend().download(out, logits.data(), static_cast<size_t>(vocab) * sizeof(float));
+      last = argmax(logits.data(), vocab);
     }
-    last = argmax(logits.data(), vocab);
   }
   return static_cast<double>(steps) / seconds_since(t0);
 }
@@ -393,11 +393,8 @@ int main(int argc, char** argv) {
       for (const auto& [n_in, n_out] :
            {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 6144}, {4096, 28672}, {14336, 4096}})
         for (const int loads : {0, 4, 8, 16, 32}) {
-          cuda::gemv_tuning() = saved;
-          if (loads == 0)
-            cuda::gemv_tuning().max_rows = 0;
-          else
-            cuda::gemv_tuning() = cuda::gemv::tuning{loads, cuda::gemv::max_rows, -1};
+          cuda::gemv_tuning() = loads == 0 ? cuda::gemv::tuning{saved.loads_in_flight, 0, saved.max_elements}
+                                           : cuda::gemv::tuning{loads, cuda::gemv::max_rows, -1};
           const std::string setting = loads == 0 ? "cublas" : fmt::format("loads {}", loads);
           std::fprintf(stderr, "gemv sweep %ld -> %ld, %s...\n", static_cast<long>(n_in), static_cast<long>(n_out),
                        setting.c_str());

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -127,10 +128,8 @@ inline tuning parse_tuning(const std::string& text) {
         !value.empty() && value.size() <= longest && value.find_first_not_of("0123456789") == std::string::npos;
     const int64_t n = digits ? std::stoll(value) : -1;
     if (key == "loads") {
-      bool known = false;
-      for (int choice : loads_in_flight_choices)
-        known = known || n == choice;
-      if (!known)
+      if (std::find(std::begin(loads_in_flight_choices), std::end(loads_in_flight_choices), n) ==
+          std::end(loads_in_flight_choices))
         throw std::invalid_argument("ACTORLLM_GEMV: loads must be 4, 8, 16 or 32, not '" + value + "'");
       t.loads_in_flight = static_cast<int>(n);
     } else if (key == "rows") {

@@ -542,13 +542,12 @@ void launch_attention_typed(const attention_plan& plan, attention_params<T> para
   }
 }
 
-// Checks a view's scales: positive and finite (an fp8 cache divides by them).
-void check_scales(const paged_cache_view& cache, const char* op) {
+}  // namespace
+
+void check_cache_scales(const paged_cache_view& cache, const char* op) {
   if (!(cache.k_scale > 0.0f && cache.v_scale > 0.0f && std::isfinite(cache.k_scale) && std::isfinite(cache.v_scale)))
     fail(op, fmt::format("cache scales must be positive and finite, got k {} v {}", cache.k_scale, cache.v_scale));
 }
-
-}  // namespace
 
 void write_kv(const paged_cache_view& cache, const float* k, const float* v, const int64_t* slots, int64_t n_tokens,
               cudaStream_t stream) {
@@ -561,7 +560,7 @@ void write_kv(const paged_cache_view& cache, const float* k, const float* v, con
     return;
   if (cache.k == nullptr || cache.v == nullptr || k == nullptr || v == nullptr || slots == nullptr)
     fail("write_kv", "null pointer");
-  check_scales(cache, "write_kv");
+  check_cache_scales(cache, "write_kv");
   const int64_t row = cache.n_head_kv * cache.head_dim;
   if (row % 4 == 0 && !(aligned16(cache.k) && aligned16(cache.v) && aligned16(k) && aligned16(v)))
     fail("write_kv", "k, v and the cache must be 16-byte aligned");
@@ -596,7 +595,7 @@ void paged_attention(const attention_plan& plan, const float* q, const int32_t* 
   if (plan.split && (workspace == nullptr || !aligned16(workspace)))
     fail("paged_attention",
          fmt::format("the plan needs a 16-byte aligned workspace of {} bytes", plan.workspace_bytes));
-  check_scales(cache, "paged_attention");
+  check_cache_scales(cache, "paged_attention");
   switch (g.head_dim) {  // checked before any launch
     case 32:
     case 64:

@@ -29,6 +29,10 @@ struct paged_cache_view {
   float v_scale = 1.0f;
 };
 
+/// Throws std::invalid_argument naming `op` unless the view's k and v scales are positive and finite (an fp8 cache
+/// divides by them).
+void check_cache_scales(const paged_cache_view& cache, const char* op);
+
 /// Writes the k and v rows of n_tokens tokens (each f32 [n_tokens, n_head_kv, head_dim]) into their slots (i64
 /// [n_tokens]), rounded to the cache's type (nearest even; fp8: kvq::fp8_quantize, saturating). A negative slot is
 /// skipped (padding); so is a slot past the cache (a scheduler bug the CPU backend aborts on: here it must at least

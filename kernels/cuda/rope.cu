@@ -7,7 +7,6 @@
 #include "kernels/cuda/launch_geometry.hpp"
 #include "kernels/cuda/rope.hpp"
 
-#include <cmath>
 #include <stdexcept>
 #include <type_traits>
 
@@ -112,8 +111,7 @@ void rope_write_kv(const float* inv_freq, int64_t head_dim, const int32_t* posit
     throw std::invalid_argument("rope_write_kv: null pointer");
   if (cache.n_head_kv != n_head_kv || cache.head_dim != head_dim)
     throw std::invalid_argument("rope_write_kv: k's heads do not match the cache's");
-  if (!(cache.k_scale > 0.0f && cache.v_scale > 0.0f && std::isfinite(cache.k_scale) && std::isfinite(cache.v_scale)))
-    throw std::invalid_argument("rope_write_kv: cache scales must be positive and finite");
+  check_cache_scales(cache, "rope_write_kv");
   const grid_1d g = warp_per_item_grid(n_tokens * (n_head + n_head_kv));
   if (g.blocks == 0 || head_dim <= 0)
     return;

@@ -524,13 +524,16 @@ class timed_items_work final : public actorllm::takeover_work {
 
 TEST_CASE("thread_pool takeover timing: a call's late start and uneven end, over the threads that computed [asan]") {
   using std::chrono::microseconds;
+  // One timed call of two grains of one item each, taking the given times; the pool's totals after it.
+  auto timed_call = [](thread_pool& p, microseconds first, microseconds second) {
+    p.set_takeover_timing(true);
+    p.parallel_for_takeover(2, 1, 1, std::make_shared<timed_items_work>(std::vector{first, second}));
+    return p.takeover_timing_totals();
+  };
   thread_pool pool(2);
-  pool.set_takeover_timing(true);
-  // Two grains of one item: the caller's first takes 3 ms, the worker's 4 ms (the caller's patience before taking a
-  // grain over is 50 us plus twice its own 3 ms, so no takeover). Their ends differ by 1 ms plus the worker's start.
-  pool.parallel_for_takeover(2, 1, 1,
-                             std::make_shared<timed_items_work>(std::vector{microseconds(3000), microseconds(4000)}));
-  const thread_pool::takeover_timing t = pool.takeover_timing_totals();
+  // The caller's first grain takes 3 ms, the worker's 4 ms (the caller's patience before taking a grain over is 50 us
+  // plus twice its own 3 ms, so no takeover). Their ends differ by 1 ms plus the worker's start.
+  const thread_pool::takeover_timing t = timed_call(pool, microseconds(3000), microseconds(4000));
   CHECK(t.calls == 1);
   CHECK(t.woken_calls <= 1);
   CHECK(t.late_start_ns <= t.call_ns);
@@ -544,10 +547,7 @@ TEST_CASE("thread_pool takeover timing: a call's late start and uneven end, over
   }
   // One thread's call: nothing to spread.
   thread_pool one(1);
-  one.set_takeover_timing(true);
-  one.parallel_for_takeover(2, 1, 1,
-                            std::make_shared<timed_items_work>(std::vector{microseconds(100), microseconds(100)}));
-  const thread_pool::takeover_timing t1 = one.takeover_timing_totals();
+  const thread_pool::takeover_timing t1 = timed_call(one, microseconds(100), microseconds(100));
   CHECK(t1.late_start_ns == 0);
   CHECK(t1.uneven_end_ns == 0);
   CHECK(t1.woken_calls == 0);
