@@ -301,14 +301,20 @@ struct thread_pool::takeover_job {
     std::atomic<int64_t> first_start{0}, last_end{0};
   };
   std::unique_ptr<thread_span[]> spans;
-  std::vector<int64_t> bounds;  // grain g: items [bounds[g], bounds[g + 1])
+  std::vector<int64_t> bounds;      // grain g: items [bounds[g], bounds[g + 1])
+  std::vector<int64_t> home_begin;  // takeover_split::home_begin
   std::unique_ptr<std::atomic<int>[]> state;
   std::unique_ptr<std::atomic<int64_t>[]> claimed_ns;  // when the owner claimed it (now_ns)
-  int64_t n_first = 0;                                 // grains [0, n_first): grain i is thread i's first
-  std::atomic<int64_t> next{0};                        // the next unclaimed grain from n_first on
+  // Per pool thread: the grains it claims from the front, [front, back) packed as front << 32 | back. Starts as its
+  // home; a thread with none left takes the back half of the largest other range as its own (range stealing), so
+  // both go on reading forward.
+  std::unique_ptr<std::atomic<uint64_t>[]> range;
+  std::atomic<int64_t> next{0};  // the next unclaimed shared grain
   std::atomic<int64_t> n_committed{0};
 
   int64_t n_grains() const { return static_cast<int64_t>(bounds.size()) - 1; }
+  int n_homes() const { return static_cast<int>(home_begin.size()) - 1; }
+  int64_t home_end(int h) const { return home_begin[static_cast<size_t>(h) + 1]; }
   int64_t begin_of(int64_t g) const { return bounds[static_cast<size_t>(g)]; }
   int64_t end_of(int64_t g) const { return bounds[static_cast<size_t>(g) + 1]; }
   // This thread's scratch, large enough for grain g.
@@ -325,7 +331,56 @@ struct thread_pool::takeover_job {
     return state[static_cast<size_t>(g)].compare_exchange_strong(expected, grain_owned, std::memory_order_acq_rel);
   }
 
-  // Claims the next grain past the first grains: its index, or -1 when none is left.
+  static uint64_t pack(int64_t front, int64_t back) {
+    return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
+  }
+  static int64_t front_of(uint64_t r) { return static_cast<int64_t>(r >> 32); }
+  static int64_t back_of(uint64_t r) { return static_cast<int64_t>(r & 0xffffffffu); }
+
+  // Claims the front grain of thread i's range (its own claim): its index, or -1 when the range is empty.
+  int64_t claim_front(int i) {
+    uint64_t r = range[i].load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t front = front_of(r), back = back_of(r);
+      if (front >= back)
+        return -1;
+      if (!range[i].compare_exchange_weak(r, pack(front + 1, back), std::memory_order_relaxed))
+        continue;
+      if (try_own(front))
+        return front;
+      r = range[i].load(std::memory_order_relaxed);
+    }
+  }
+
+  // Moves the back half of the largest other range (at least one grain) to thread i's range; false when every other
+  // range is empty.
+  bool steal_into(int i) {
+    for (;;) {
+      int victim = -1;
+      uint64_t vr = 0;
+      for (int k = 0; k < n_homes(); ++k) {
+        if (k == i)
+          continue;
+        const uint64_t r = range[k].load(std::memory_order_relaxed);
+        if (back_of(r) - front_of(r) > (victim < 0 ? 0 : back_of(vr) - front_of(vr))) {
+          victim = k;
+          vr = r;
+        }
+      }
+      if (victim < 0)
+        return false;
+      // The whole range when it holds one grain, else its back half [mid, back).
+      const int64_t front = front_of(vr), back = back_of(vr);
+      const int64_t mid = back - front == 1 ? front : front + (back - front + 1) / 2;
+      if (range[victim].compare_exchange_strong(vr, back - front == 1 ? pack(back, back) : pack(front, mid),
+                                                std::memory_order_relaxed)) {
+        range[i].store(pack(mid, back), std::memory_order_relaxed);
+        return true;
+      }
+    }
+  }
+
+  // Claims the next shared grain: its index, or -1 when none is left.
   int64_t claim_next() {
     for (;;) {
       const int64_t g = next.fetch_add(1, std::memory_order_relaxed);
@@ -386,19 +441,25 @@ struct thread_pool::takeover_job {
       commit(g, scratch);
   }
 
-  // Claims and runs grains as pool thread `index` until none is left unclaimed: its first grain, the others in order,
-  // then the first grains of threads that have not come (the OS has not run them yet); returns the items it ran.
+  // Claims and runs grains as pool thread `index` until none is left unclaimed: its home's in order, the shared ones
+  // in order, then what is left of the other homes (threads the OS has not run yet, or that read slower), each from
+  // its end; returns the items it ran.
   int64_t run_claimed(int index) {
     int64_t items = 0;
     auto run = [&](int64_t g) {
       run_owned(g, index);
       items += end_of(g) - begin_of(g);
     };
-    if (index < n_first && try_own(index))
-      run(index);
+    if (index < n_homes())
+      for (int64_t g = claim_front(index); g >= 0; g = claim_front(index))
+        run(g);
     for (int64_t g = claim_next(); g >= 0; g = claim_next())
       run(g);
-    for (int64_t g = 0; g < n_first; ++g)
+    if (index < n_homes())
+      while (steal_into(index))
+        for (int64_t g = claim_front(index); g >= 0; g = claim_front(index))
+          run(g);
+    for (int64_t g = 0; g < home_begin.back(); ++g)  // a thread past the homes, or grains a thief has not claimed yet
       if (try_own(g))
         run(g);
     return items;
@@ -466,8 +527,17 @@ std::chrono::nanoseconds thread_pool::run_takeover(uint64_t generation, int inde
 
 void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
                                         std::shared_ptr<const takeover_work> work) {
+  parallel_for_takeover(guided_split(n, min_grain, max_grain), std::move(work));
+}
+
+void thread_pool::parallel_for_takeover(const takeover_split& split, std::shared_ptr<const takeover_work> work) {
   ACTORLLM_CHECK(work != nullptr, "parallel_for_takeover: no work");
-  if (n <= 0)
+  ACTORLLM_CHECK(!split.bounds.empty() && split.bounds.front() == 0 && !split.home_begin.empty() &&
+                     split.home_begin.front() == 0 && split.home_begin.back() <= split.n_grains() &&
+                     std::is_sorted(split.bounds.begin(), split.bounds.end()) &&
+                     std::is_sorted(split.home_begin.begin(), split.home_begin.end()),
+                 "parallel_for_takeover: a split whose grains or homes are not in order");
+  if (split.n_grains() <= 0)
     return;
   struct call_timer {
     thread_pool& pool;
@@ -486,10 +556,14 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
     job->compute_ns = compute_ns_.get();
     job->spans = std::make_unique<takeover_job::thread_span[]>(static_cast<size_t>(n_threads_));
   }
-  job->bounds = takeover_grains(n, min_grain, max_grain);
+  job->bounds = split.bounds;
+  job->home_begin = split.home_begin;
   const int64_t n_grains = job->n_grains();
-  job->n_first = std::min<int64_t>(n_grains, n_threads_);
-  job->next.store(job->n_first, std::memory_order_relaxed);
+  job->range = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(job->n_homes()));
+  for (int h = 0; h < job->n_homes(); ++h)
+    job->range[h].store(takeover_job::pack(job->home_begin[static_cast<size_t>(h)], job->home_end(h)),
+                        std::memory_order_relaxed);
+  job->next.store(split.home_begin.back(), std::memory_order_relaxed);
   job->state = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(n_grains));
   job->claimed_ns = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_grains));
 
@@ -552,15 +626,36 @@ thread_pool::takeover_timing thread_pool::takeover_timing_totals() const {
   return t;
 }
 
-std::vector<int64_t> thread_pool::takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const {
+takeover_split thread_pool::guided_split(int64_t n, int64_t min_grain, int64_t max_grain) const {
   min_grain = std::max<int64_t>(min_grain, 1);
   max_grain = std::max(max_grain, min_grain);
   const int64_t spread = 2 * static_cast<int64_t>(n_threads_);
-  std::vector<int64_t> bounds;
+  takeover_split split;
   for (int64_t b = 0; b < n; b += guided_grain(n - b, spread, min_grain, max_grain))
-    bounds.push_back(b);
-  bounds.push_back(std::max<int64_t>(n, 0));
-  return bounds;
+    split.bounds.push_back(b);
+  split.bounds.push_back(std::max<int64_t>(n, 0));
+  for (int64_t g = 0; g <= std::min<int64_t>(split.n_grains(), n_threads_); ++g)
+    split.home_begin.push_back(g);  // thread i's home: its first grain
+  return split;
+}
+
+std::vector<int64_t> thread_pool::takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const {
+  return guided_split(n, min_grain, max_grain).bounds;
+}
+
+takeover_split thread_pool::home_split(int64_t n, int64_t grain) const {
+  grain = std::max<int64_t>(grain, 1);
+  n = std::max<int64_t>(n, 0);
+  takeover_split split;
+  split.bounds.push_back(0);
+  split.home_begin.push_back(0);
+  for (int h = 0; h < n_threads_; ++h) {
+    const int64_t end = home_items_begin(n, n_threads_, h + 1);
+    for (int64_t b = split.bounds.back(); b < end; b = std::min(end, b + grain))
+      split.bounds.push_back(std::min(end, b + grain));
+    split.home_begin.push_back(split.n_grains());
+  }
+  return split;
 }
 
 thread_pool& thread_pool::global() {

@@ -38,12 +38,24 @@ class takeover_work {
   /// Called on pool thread `thread_index` (0: the caller) once it has no grain of this call left to claim, while it
   /// waits for the others' grains (the caller) or for the next call (a worker): it may read ahead what that thread
   /// will likely need next (cache prefetches: nothing it writes may be seen), returning soon after `stop()` turns
-  /// true. A thread's first grain of a call is grain `thread_index` (thread_pool::takeover_grains), so it can tell
+  /// true. A thread's first grain of a call is the first of its home (takeover_split::home_begin), so it can tell
   /// which memory it reads first. The default does nothing.
   virtual void idle(int thread_index, const std::function<bool()>& stop) const noexcept {
     (void)thread_index;
     (void)stop;
   }
+};
+
+/// How parallel_for_takeover cuts its items into grains, and which grains each pool thread claims first.
+struct takeover_split {
+  std::vector<int64_t> bounds;  ///< grain g: items [bounds[g], bounds[g + 1]); bounds[0] is 0
+  /// Pool thread i's home: grains [home_begin[i], home_begin[i + 1]), which it claims first, in order. Grains from
+  /// home_begin.back() on are shared, claimed in order by any thread once its home is done. Then a thread takes what
+  /// is left unclaimed of the other homes, each from its end, so the home's owner goes on reading forward.
+  std::vector<int64_t> home_begin;
+
+  int64_t n_grains() const { return static_cast<int64_t>(bounds.size()) - 1; }
+  bool operator==(const takeover_split&) const = default;
 };
 
 /// A fixed set of worker threads that run one parallel_for at a time.
@@ -87,13 +99,24 @@ class thread_pool {
   /// finishes first commits it. The call returns once every grain is committed, without waiting for a thread that
   /// lost its grain: that thread may still be inside work->compute() (its result is then dropped), which is why the
   /// pool shares ownership of `work`. On a quiet machine it runs as parallel_for_guided does.
+  /// The grains are guided_split(n, min_grain, max_grain)'s.
   void parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
                              std::shared_ptr<const takeover_work> work);
+  /// The same over any split of its items (guided_split, home_split).
+  void parallel_for_takeover(const takeover_split& split, std::shared_ptr<const takeover_work> work);
 
-  /// The grains parallel_for_takeover(n, min_grain, max_grain, ...) splits [0, n) into: grain g is items
-  /// [bounds[g], bounds[g + 1]). Thread i (0: the caller) claims grain i first, when the call has that many; the
-  /// others go on demand, in order.
+  /// Guided grains of [0, n), as parallel_for_guided cuts them; thread i's home is grain i (its first), the rest are
+  /// shared.
+  takeover_split guided_split(int64_t n, int64_t min_grain, int64_t max_grain) const;
+  /// The bounds of guided_split(n, min_grain, max_grain).
   std::vector<int64_t> takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const;
+  /// Homes of near-equal items: thread i's home is items [home_items_begin(n, size(), i), that of i + 1), cut into
+  /// grains of `grain` items (its last one shorter); nothing is shared. Each thread reads through its own items in
+  /// order, other threads coming in from the far end only once theirs are done: a kernel can lay its items out so
+  /// that a thread's grains continue each other's memory streams (kernels/cpu/matmul_bf16.cpp).
+  takeover_split home_split(int64_t n, int64_t grain) const;
+  /// Where home i of `n_homes` starts among n items.
+  static int64_t home_items_begin(int64_t n, int n_homes, int i) { return n * i / n_homes; }
 
   /// Where parallel_for_takeover's time goes, for benches: each pool thread's time inside takeover_work::compute, the
   /// calls' count and time from entry to return, and what the calls handed to other threads lost, since

@@ -17,9 +17,11 @@
 #include <array>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/home_streams.hpp"
 #include "kernels/cpu/read_ahead.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "util/check.hpp"
@@ -375,6 +377,14 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
 // 8 (about 1 MiB at K = 2048) at the end, so a thread waits at most that long for another that was descheduled or
 // reads slower. Batch-1 decode / probe in alternated runs: 77-95% with fixed grains of 8, 98-103% guided 8 to 32
 // (4 to 16: 85-95%).
+//
+// Guided grains restart their streams at every grain: on the 2-vCPU Zen 4 VM's fast bandwidth state, runs of 128 KiB
+// to 1 MiB read 4-13% less than runs that go on (a /tmp microbenchmark, 2026-12-01). So where the weights have owners
+// (every serving path) each thread reads a home of its own as runs that continue across its grains (home_streams),
+// grains of four steps (16 panels at batch 1), a thread done early taking the back half of another's rest. Alternated
+// 4-step segments of batch-1 decode, TinyLlama shape, each against the probe read beside it: homes against guided
+// grains 1.4-5.2% ahead in the fast state's rounds (44 of 60 pairs) and 1.3% in the slow one; with grains of one step
+// 1.5% behind (per-grain costs), of two steps 1.1% ahead overall.
 
 constexpr int64_t streamed_max_tokens = 4;
 constexpr int64_t streamed_min_grain = 8, streamed_max_grain = 32;  // panels (units)
@@ -464,12 +474,14 @@ void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
   }
 }
 
-// Packed weights, 1 to streamed_max_tokens tokens: the units (panels; a gated unit is a gate and an up panel) in
-// grains claimed on demand, each grain's panels read as streams_for(n_tokens) side-by-side streams into the thread's
-// scratch, then committed to the outputs (the bias added, a gated pair combined). The work owns its rounded input and
-// keeps the weights alive where the caller says how, so the pool can take a grain over from a thread the OS
-// descheduled and return without it (thread_pool::parallel_for_takeover); on a shared machine such a thread held a
-// decode step up for a time slice per kernel call.
+// Packed weights, 1 to streamed_max_tokens tokens: the units (panels; a gated unit is a gate and an up panel) read
+// as streams_for(n_tokens) side-by-side panel streams into the computing thread's scratch, then committed to the
+// outputs (the bias added, a gated pair combined). Where the weights have owners, each pool thread reads its home's
+// units as runs that go on from one grain to the next (home_streams, thread_pool::home_split; a thread done with its
+// home takes the back half of another's rest); without, guided grains of 8 to 32 units, each cut into its own runs. The
+// work owns its rounded input and keeps the weights alive where the caller says how, so the pool can take a grain over
+// from a thread the OS descheduled and return without it (thread_pool::parallel_for_takeover); on a shared machine such
+// a thread held a decode step up for a time slice per kernel call.
 class streamed_panel_work final : public takeover_work {
  public:
   streamed_panel_work(int64_t n_tokens, int64_t n_in, std::span<const target_view> targets, bool gated)
@@ -495,39 +507,58 @@ class streamed_panel_work final : public takeover_work {
   void compute(int64_t u_begin, int64_t u_end, float* scratch) const noexcept override {
     std::array<gemm_tile_args, 2 * streamed_max_grain> tiles;
     const size_t n_tiles = grain_tiles(u_begin, u_end, scratch, tiles);
-    run_streams({tiles.data(), n_tiles}, static_cast<int>(c_.n_tokens), streams_for(c_.n_tokens));
+    const int m = static_cast<int>(c_.n_tokens);
+    if (!homes_) {
+      run_streams({tiles.data(), n_tiles}, m, streams_for(c_.n_tokens));
+      return;
+    }
+    // Items in home order: each step's units (one of each run) side by side.
+    static constexpr auto table = stream_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
+    size_t first = 0, end = 0;
+    for (int64_t item = u_begin; item < u_end; ++item) {
+      end += parts();
+      if (item + 1 == u_end || homes_->starts_step(item + 1)) {
+        table[static_cast<size_t>((m - 1) * max_streams + static_cast<int>(end - first) - 1)](&tiles[first]);
+        first = end;
+      }
+    }
   }
+
+  /// Items in the order of home_streams over `n_homes` homes (thread_pool::home_split with home_grain() items a
+  /// grain), instead of guided grains whose panels are read as streams_for(n_tokens) runs each.
+  void read_from_homes(int n_homes) { homes_.emplace(n_units(), n_homes, streams_in_units()); }
+  /// Items a grain of home_split: four steps of every run (one step a grain measured 1.5% slower: per-grain costs).
+  int64_t home_grain() const { return 4 * streams_in_units(); }
 
   void idle(int thread_index, const std::function<bool()>& stop) const noexcept override {
     if (next_ != nullptr)
       read_ahead(*next_, thread_index, stop);
   }
 
-  /// What this call's threads read first, for the call before it to read ahead: each thread's first grain (`grains`,
-  /// as the pool splits the units) up to read_ahead_bytes, spread over the grain's streams; the weights' owners (as
-  /// keep_alive got them) guard the reads.
-  read_ahead_plan first_reads(const std::vector<int64_t>& grains, int n_threads) const {
+  /// What this call's threads read first, for the call before it to read ahead (after read_from_homes): the start of
+  /// each run of each thread's home, read_ahead_bytes in all a thread; the weights' owners (as keep_alive got them)
+  /// guard the reads.
+  read_ahead_plan first_reads() const {
     read_ahead_plan plan;
+    if (!homes_)
+      return plan;
     plan.owners.assign(owners_.begin(), owners_.end());
-    const int64_t n_grains = static_cast<int64_t>(grains.size()) - 1;
-    std::array<gemm_tile_args, 2 * streamed_max_grain> tiles;
-    for (int64_t t = 0; t < std::min<int64_t>(n_threads, n_grains); ++t) {
-      const int64_t n_tiles = static_cast<int64_t>(
-          grain_tiles(grains[static_cast<size_t>(t)], grains[static_cast<size_t>(t) + 1], nullptr, tiles));
-      read_ahead_plan::thread_heads h;
-      h.count = static_cast<int>(std::min<int64_t>(streams_for(c_.n_tokens), n_tiles));
-      h.tile_bytes = panel_bytes();
-      size_t longest = 0;
-      for (int s = 0; s < h.count; ++s) {  // as run_streams splits the grain
-        const int64_t begin = stream_start(n_tiles, h.count, s), end = stream_start(n_tiles, h.count, s + 1);
-        auto& at = h.at[static_cast<size_t>(s)];
-        int& n = h.tiles[static_cast<size_t>(s)];
-        for (n = 0; n < read_ahead_plan::max_tiles && begin + n < end; ++n)
-          at[static_cast<size_t>(n)] = reinterpret_cast<const char*>(tiles[static_cast<size_t>(begin + n)].panel);
-        longest = std::max(longest, static_cast<size_t>(n));
-      }
-      h.bytes = h.count == 0 ? 0 : std::min(longest * h.tile_bytes, read_ahead_bytes / static_cast<size_t>(h.count));
-      plan.threads.push_back(h);
+    for (int h = 0; h < homes_->n_homes(); ++h) {
+      read_ahead_plan::thread_heads heads;
+      heads.tile_bytes = panel_bytes();
+      int64_t longest = 0;
+      for (const auto& [b, e] : homes_->runs(h))
+        for (size_t part = 0; part < parts() && heads.count < read_ahead_plan::max_streams; ++part) {
+          const auto s = static_cast<size_t>(heads.count++);
+          int& n = heads.tiles[s];
+          for (n = 0; n < read_ahead_plan::max_tiles && b + n < e; ++n)
+            heads.at[s][static_cast<size_t>(n)] = reinterpret_cast<const char*>(panel_of(b + n, part));
+          longest = std::max<int64_t>(longest, n);
+        }
+      heads.bytes = heads.count == 0 ? 0
+                                     : std::min(static_cast<size_t>(longest) * heads.tile_bytes,
+                                                read_ahead_bytes / static_cast<size_t>(heads.count));
+      plan.threads.push_back(heads);
     }
     return plan;
   }
@@ -541,8 +572,9 @@ class streamed_panel_work final : public takeover_work {
   void commit(int64_t u_begin, int64_t u_end, const float* scratch) const noexcept override {
     size_t tile = 0, i = 0;
     alignas(64) float gate[gemm_nr];
-    for (int64_t u = u_begin; u < u_end; ++u, tile += parts()) {
-      i = units_.target_of(u, i);
+    for (int64_t item = u_begin; item < u_end; ++item, tile += parts()) {
+      const int64_t u = unit_of(item);
+      i = units_.target_of(u, homes_ ? 0 : i);
       const int64_t o0 = (u - units_.begin[i]) * gemm_nr;
       const target_view& tv = targets_[i];  // the gate of a gated pair
       const int64_t n_valid = std::min<int64_t>(gemm_nr, tv.n_out - o0);
@@ -565,14 +597,23 @@ class streamed_panel_work final : public takeover_work {
  private:
   size_t parts() const { return gated_ ? 2 : 1; }
   size_t panel_bytes() const { return static_cast<size_t>(c_.k_pad) * gemm_nr * sizeof(uint16_t); }
+  // Units read side by side: a gated unit is two panels (gate and up), each a stream of its own.
+  int streams_in_units() const { return std::max(1, streams_for(c_.n_tokens) / static_cast<int>(parts())); }
+  int64_t unit_of(int64_t item) const { return homes_ ? homes_->unit_of(item) : item; }
+  const uint32_t* panel_of(int64_t u, size_t part) const {
+    const size_t i = units_.target_of(u, 0);
+    const target_view& tv = targets_[gated_ ? part : i];
+    return reinterpret_cast<const uint32_t*>(tv.w) + (u - units_.begin[i]) * (c_.k_pad / 2) * gemm_nr;
+  }
 
   // The tiles of units [u_begin, u_end), in the order compute() walks them, their sums to `scratch`.
   size_t grain_tiles(int64_t u_begin, int64_t u_end, float* scratch,
                      std::array<gemm_tile_args, 2 * streamed_max_grain>& tiles) const {
     const int64_t n_kp = c_.k_pad / 2;
     size_t n_tiles = 0, i = 0;
-    for (int64_t u = u_begin; u < u_end; ++u) {
-      i = units_.target_of(u, i);
+    for (int64_t item = u_begin; item < u_end; ++item) {
+      const int64_t u = unit_of(item);
+      i = units_.target_of(u, homes_ ? 0 : i);  // home order visits the targets out of order
       const int64_t p = u - units_.begin[i];
       for (size_t part = 0; part < parts(); ++part) {
         const target_view& tv = targets_[gated_ ? part : i];
@@ -605,6 +646,7 @@ class streamed_panel_work final : public takeover_work {
   gemv_call c_{};
   std::vector<std::shared_ptr<const void>> owners_;
   std::shared_ptr<const read_ahead_plan> next_;
+  std::optional<home_streams> homes_;
 };
 
 // Rounds x into the work's input and runs it: taken over from descheduled threads when every weight has an owner.
@@ -622,11 +664,11 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
   if (owned) {
     // The pool lets waiting threads read ahead (takeover_work::idle) on this path only. A guess that is wrong only
     // reads lines nobody uses; one that points at weights freed since reads nothing (the plan's owners).
+    work->read_from_homes(pool.size());
     const read_ahead_key key{views[0].w, n_units, work->unit_bytes(), streams_for(n_tokens), pool.size()};
-    work->set_next(next_call_table::global().advance(key, [&] {
-      return work->first_reads(pool.takeover_grains(n_units, streamed_min_grain, streamed_max_grain), pool.size());
-    }));
-    pool.parallel_for_takeover(n_units, streamed_min_grain, streamed_max_grain, std::move(work));
+    work->set_next(next_call_table::global().advance(key, [&] { return work->first_reads(); }));
+    const takeover_split split = pool.home_split(n_units, work->home_grain());  // before work is moved from
+    pool.parallel_for_takeover(split, std::move(work));
     return;
   }
   pool.parallel_for_guided(n_units, streamed_min_grain, streamed_max_grain, [&](int64_t b, int64_t e) {

@@ -273,6 +273,15 @@ class counting_work final : public actorllm::takeover_work {
       scratch[i - begin] = static_cast<float>(3 * i + 1) + value_offset;
     if (value_offset != 0.0f)
       late_done_.store(true);
+    if (std::this_thread::get_id() == caller_) {
+      std::lock_guard lock(order_mutex_);
+      caller_order_.push_back(begin);
+    }
+  }
+  /// The first items of the grains the caller computed, in order.
+  std::vector<int64_t> caller_order() const {
+    std::lock_guard lock(order_mutex_);
+    return caller_order_;
   }
 
   void commit(int64_t begin, int64_t end, const float* scratch) const noexcept override {
@@ -293,6 +302,8 @@ class counting_work final : public actorllm::takeover_work {
   bool stall_;
   mutable std::vector<std::atomic<int>> commits_;
   mutable std::atomic<bool> stalled_{false}, released_{false}, late_done_{false};
+  mutable std::mutex order_mutex_;
+  mutable std::vector<int64_t> caller_order_;
 };
 
 }  // namespace
@@ -311,6 +322,17 @@ TEST_CASE("thread_pool parallel_for_takeover commits every item exactly once, ne
         }
       }
     }
+    // Homes of near-equal items, grains of 1, 3 and 16 (range stealing between them).
+    for (int64_t n : {0, 1, 7, 64, 1000})
+      for (int64_t grain : {1, 3, 16}) {
+        std::vector<int64_t> out(static_cast<size_t>(n), -5);
+        auto work = std::make_shared<counting_work>(n, out.data(), std::thread::id{}, false);
+        pool.parallel_for_takeover(pool.home_split(n, grain), work);
+        for (int64_t i = 0; i < n; ++i) {
+          REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);
+          REQUIRE(work->commits(i) == 1);
+        }
+      }
     // From inside a chunk of the same pool: runs on the calling thread.
     std::vector<int64_t> out(100, -5);
     pool.parallel_for(1, [&](int64_t, int64_t) {
@@ -320,6 +342,83 @@ TEST_CASE("thread_pool parallel_for_takeover commits every item exactly once, ne
     for (int64_t i = 0; i < 100; ++i)
       REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);
   }
+}
+
+TEST_CASE("thread_pool::home_split: each thread's near-equal items cut into grains, nothing shared [asan]") {
+  for (int size : {1, 2, 3}) {
+    thread_pool pool(size);
+    for (int64_t n : {0, 1, 7, 80, 352})
+      for (int64_t grain : {1, 16}) {
+        const actorllm::takeover_split split = pool.home_split(n, grain);
+        REQUIRE(split.bounds.front() == 0);
+        REQUIRE(split.bounds.back() == n);
+        REQUIRE(split.home_begin.size() == static_cast<size_t>(size) + 1);
+        CHECK(split.home_begin.back() == split.n_grains());  // no shared grains
+        for (int h = 0; h < size; ++h) {
+          const auto first = static_cast<size_t>(split.home_begin[static_cast<size_t>(h)]);
+          const auto last = static_cast<size_t>(split.home_begin[static_cast<size_t>(h) + 1]);
+          CHECK(split.bounds[first] == thread_pool::home_items_begin(n, size, h));
+          CHECK(split.bounds[last] == thread_pool::home_items_begin(n, size, h + 1));
+          for (size_t g = first; g < last; ++g) {
+            CHECK(split.bounds[g + 1] > split.bounds[g]);
+            CHECK(split.bounds[g + 1] - split.bounds[g] <= grain);
+            if (g + 1 < last)
+              CHECK(split.bounds[g + 1] - split.bounds[g] == grain);  // only a home's last grain may be short
+          }
+        }
+      }
+  }
+  // The guided split: thread i's home is grain i, the rest shared.
+  thread_pool pool(2);
+  const actorllm::takeover_split guided = pool.guided_split(80, 8, 32);
+  CHECK(guided.bounds == pool.takeover_grains(80, 8, 32));
+  CHECK(guided.home_begin == std::vector<int64_t>{0, 1, 2});
+}
+
+TEST_CASE(
+    "thread_pool parallel_for_takeover over homes: a thread done with its home takes the back half of another's "
+    "rest and reads it forward; a stalled grain is taken over [asan]") {
+  thread_pool pool(2);
+  bool stalled = false;
+  for (int attempt = 0; attempt < 20 && !stalled; ++attempt) {
+    const int64_t n = 64;  // homes [0, 32) and [32, 64), grains of one item
+    std::vector<int64_t> out(static_cast<size_t>(n), -5);
+    auto work = std::make_shared<counting_work>(n, out.data(), std::this_thread::get_id(), true);
+    pool.parallel_for_takeover(pool.home_split(n, 1), work);
+    stalled = work->stalled();
+    for (int64_t i = 0; i < n; ++i) {
+      REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);
+      REQUIRE(work->commits(i) == 1);
+    }
+    work->release();
+    if (!stalled)
+      continue;
+    // The caller ran its home first, in order; then, of the worker's home (which holds its stalled first grain), the
+    // back half of the rest first, each stolen range in increasing order, the stalled grain last (taken over).
+    const std::vector<int64_t> order = work->caller_order();
+    REQUIRE(order.size() >= 32);
+    for (int64_t i = 0; i < 32; ++i)
+      REQUIRE(order[static_cast<size_t>(i)] == i);
+    const std::vector<int64_t> stolen(order.begin() + 32, order.end());
+    REQUIRE(!stolen.empty());
+    CHECK(stolen.front() >= 48);
+    // Runs of consecutive grains, each starting before the previous one: halves of what is left, read forward (a
+    // thief scanning back from the end would make 32 runs of one).
+    std::vector<int64_t> run_starts{stolen.front()};
+    for (size_t i = 1; i < stolen.size(); ++i)
+      if (stolen[i] != stolen[i - 1] + 1) {
+        CHECK(stolen[i] < run_starts.back());
+        run_starts.push_back(stolen[i]);
+      }
+    CHECK(run_starts.size() <= 8);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!work->late_done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int64_t i = 0; i < n; ++i)
+      REQUIRE(work->commits(i) == 1);
+  }
+  CHECK(stalled);
 }
 
 TEST_CASE(

@@ -1,0 +1,39 @@
+// Each home's units as runs walked side by side (see home_streams.hpp).
+#include "kernels/cpu/home_streams.hpp"
+
+#include "util/thread_pool.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace actorllm::cpu {
+
+home_streams::home_streams(int64_t n_units, int n_homes, int streams) {
+  if (n_units < 0 || n_homes < 1 || streams < 1)
+    throw std::invalid_argument("home_streams: needs units >= 0 and at least one home and one stream");
+  units_.reserve(static_cast<size_t>(n_units));
+  step_start_.reserve(static_cast<size_t>(n_units));
+  runs_.resize(static_cast<size_t>(n_homes));
+  for (int h = 0; h < n_homes; ++h) {
+    const int64_t begin = thread_pool::home_items_begin(n_units, n_homes, h);
+    const int64_t m = thread_pool::home_items_begin(n_units, n_homes, h + 1) - begin;
+    const int64_t s_count = std::min<int64_t>(streams, m);
+    auto& runs = runs_[static_cast<size_t>(h)];
+    for (int64_t s = 0; s < s_count; ++s)  // near-equal: lengths differ by at most one
+      runs.emplace_back(begin + m * s / s_count, begin + m * (s + 1) / s_count);
+    int64_t longest = 0;
+    for (const auto& [b, e] : runs)
+      longest = std::max(longest, e - b);
+    for (int64_t j = 0; j < longest; ++j) {
+      bool first = true;
+      for (const auto& [b, e] : runs)
+        if (b + j < e) {
+          units_.push_back(b + j);
+          step_start_.push_back(first ? 1 : 0);
+          first = false;
+        }
+    }
+  }
+}
+
+}  // namespace actorllm::cpu

@@ -1,0 +1,65 @@
+// home_streams: each home's units as near-equal runs, walked one unit of each run a step.
+#include "kernels/cpu/home_streams.hpp"
+
+#include "util/thread_pool.hpp"
+
+#include <doctest/doctest.h>
+
+#include <set>
+#include <stdexcept>
+
+using actorllm::thread_pool;
+using actorllm::cpu::home_streams;
+
+TEST_CASE("home_streams: a bijection whose homes walk their runs side by side [asan]") {
+  for (int homes : {1, 2, 3})
+    for (int streams : {1, 2, 4})
+      for (int64_t n : {0, 1, 5, 7, 80, 81}) {
+        const home_streams hs(n, homes, streams);
+        REQUIRE(hs.n_units() == n);
+        std::set<int64_t> seen;
+        for (int64_t item = 0; item < n; ++item)
+          seen.insert(hs.unit_of(item));
+        REQUIRE(static_cast<int64_t>(seen.size()) == n);
+        if (n > 0)
+          CHECK(*seen.rbegin() == n - 1);
+        for (int h = 0; h < homes; ++h) {
+          const int64_t begin = thread_pool::home_items_begin(n, homes, h);
+          const int64_t end = thread_pool::home_items_begin(n, homes, h + 1);
+          const auto& runs = hs.runs(h);
+          CHECK(static_cast<int64_t>(runs.size()) == std::min<int64_t>(streams, end - begin));
+          // The runs tile the home's units in order, lengths within one of each other.
+          int64_t at = begin, shortest = end - begin, longest = 0;
+          for (const auto& [b, e] : runs) {
+            CHECK(b == at);
+            at = e;
+            shortest = std::min(shortest, e - b);
+            longest = std::max(longest, e - b);
+          }
+          CHECK(at == end);
+          if (!runs.empty())
+            CHECK(longest - shortest <= 1);
+          // Step j reads unit j of every run long enough, in run order; a step starts with its first run's unit.
+          int64_t item = begin;
+          for (int64_t j = 0; j < longest; ++j) {
+            bool first = true;
+            for (const auto& [b, e] : runs) {
+              if (b + j >= e)
+                continue;
+              REQUIRE(item < end);
+              CHECK(hs.unit_of(item) == b + j);
+              CHECK(hs.starts_step(item) == first);
+              first = false;
+              ++item;
+            }
+          }
+          CHECK(item == end);
+        }
+      }
+}
+
+TEST_CASE("home_streams refuses no home or no stream [asan]") {
+  CHECK_THROWS(home_streams(8, 0, 4));
+  CHECK_THROWS(home_streams(8, 2, 0));
+  CHECK_THROWS(home_streams(-1, 2, 4));
+}
