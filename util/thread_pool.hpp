@@ -50,8 +50,9 @@ class takeover_work {
 struct takeover_split {
   std::vector<int64_t> bounds;  ///< grain g: items [bounds[g], bounds[g + 1]); bounds[0] is 0
   /// Pool thread i's home: grains [home_begin[i], home_begin[i + 1]), which it claims first, in order. Grains from
-  /// home_begin.back() on are shared, claimed in order by any thread once its home is done. Then a thread takes what
-  /// is left unclaimed of the other homes, each from its end, so the home's owner goes on reading forward.
+  /// home_begin.back() on are shared, claimed in order by any thread once its home is done. Then a thread takes the
+  /// back half of the largest unclaimed rest of another thread's range and claims it in order as its own, so that
+  /// both go on reading forward.
   std::vector<int64_t> home_begin;
 
   int64_t n_grains() const { return static_cast<int64_t>(bounds.size()) - 1; }
@@ -112,8 +113,8 @@ class thread_pool {
   std::vector<int64_t> takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const;
   /// Homes of near-equal items: thread i's home is items [home_items_begin(n, size(), i), that of i + 1), cut into
   /// grains of `grain` items (its last one shorter); nothing is shared. Each thread reads through its own items in
-  /// order, other threads coming in from the far end only once theirs are done: a kernel can lay its items out so
-  /// that a thread's grains continue each other's memory streams (kernels/cpu/matmul_bf16.cpp).
+  /// order, a thread done with its own taking the back half of another's rest: a kernel can lay its items out so
+  /// that a thread's grains continue each other's memory streams (kernels/cpu/matmul_bf16.cpp, home_streams).
   takeover_split home_split(int64_t n, int64_t grain) const;
   /// Where home i of `n_homes` starts among n items.
   static int64_t home_items_begin(int64_t n, int n_homes, int i) { return n * i / n_homes; }
