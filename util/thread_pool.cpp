@@ -358,13 +358,13 @@ struct thread_pool::takeover_job {
     for (;;) {
       int victim = -1;
       uint64_t vr = 0;
+      int64_t largest = 0;
       for (int k = 0; k < n_homes(); ++k) {
-        if (k == i)
-          continue;
         const uint64_t r = range[k].load(std::memory_order_relaxed);
-        if (back_of(r) - front_of(r) > (victim < 0 ? 0 : back_of(vr) - front_of(vr))) {
+        if (k != i && back_of(r) - front_of(r) > largest) {
           victim = k;
           vr = r;
+          largest = back_of(r) - front_of(r);
         }
       }
       if (victim < 0)
@@ -442,8 +442,8 @@ struct thread_pool::takeover_job {
   }
 
   // Claims and runs grains as pool thread `index` until none is left unclaimed: its home's in order, the shared ones
-  // in order, then what is left of the other homes (threads the OS has not run yet, or that read slower), each from
-  // its end; returns the items it ran.
+  // in order, then back halves of what the other threads have left (threads the OS has not run yet, or that read
+  // slower; steal_into), each in order; returns the items it ran.
   int64_t run_claimed(int index) {
     int64_t items = 0;
     auto run = [&](int64_t g) {
@@ -637,10 +637,6 @@ takeover_split thread_pool::guided_split(int64_t n, int64_t min_grain, int64_t m
   for (int64_t g = 0; g <= std::min<int64_t>(split.n_grains(), n_threads_); ++g)
     split.home_begin.push_back(g);  // thread i's home: its first grain
   return split;
-}
-
-std::vector<int64_t> thread_pool::takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const {
-  return guided_split(n, min_grain, max_grain).bounds;
 }
 
 takeover_split thread_pool::home_split(int64_t n, int64_t grain) const {

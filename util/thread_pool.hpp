@@ -109,8 +109,6 @@ class thread_pool {
   /// Guided grains of [0, n), as parallel_for_guided cuts them; thread i's home is grain i (its first), the rest are
   /// shared.
   takeover_split guided_split(int64_t n, int64_t min_grain, int64_t max_grain) const;
-  /// The bounds of guided_split(n, min_grain, max_grain).
-  std::vector<int64_t> takeover_grains(int64_t n, int64_t min_grain, int64_t max_grain) const;
   /// Homes of near-equal items: thread i's home is items [home_items_begin(n, size(), i), that of i + 1), cut into
   /// grains of `grain` items (its last one shorter); nothing is shared. Each thread reads through its own items in
   /// order, a thread done with its own taking the back half of another's rest: a kernel can lay its items out so

@@ -4,7 +4,9 @@
 #include "util/thread_pool.hpp"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
+#include <tuple>
 
 namespace actorllm::cpu {
 
@@ -34,6 +36,19 @@ home_streams::home_streams(int64_t n_units, int n_homes, int streams) {
         }
     }
   }
+}
+
+std::shared_ptr<const home_streams> home_streams::shared(int64_t n_units, int n_homes, int streams) {
+  thread_local std::map<std::tuple<int64_t, int, int>, std::shared_ptr<const home_streams>> made;
+  constexpr size_t max_kept = 256;  // shapes; past this many the cache starts over
+  const auto key = std::make_tuple(n_units, n_homes, streams);
+  if (auto it = made.find(key); it != made.end())
+    return it->second;
+  auto hs = std::make_shared<const home_streams>(n_units, n_homes, streams);
+  if (made.size() >= max_kept)
+    made.clear();
+  made.emplace(key, hs);
+  return hs;
 }
 
 }  // namespace actorllm::cpu

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,8 @@ class home_streams {
   /// `n_units` units over `n_homes` homes (thread_pool::home_items_begin), each home's units in min(streams, its
   /// units) runs of near-equal length. Throws std::invalid_argument unless n_units >= 0, n_homes >= 1, streams >= 1.
   home_streams(int64_t n_units, int n_homes, int streams);
+  /// The same, made once per calling thread and shape and kept: a decode step makes the same few calls every step.
+  static std::shared_ptr<const home_streams> shared(int64_t n_units, int n_homes, int streams);
 
   /// The unit item `item` reads (a bijection on [0, n_units)).
   int64_t unit_of(int64_t item) const { return units_[static_cast<size_t>(item)]; }

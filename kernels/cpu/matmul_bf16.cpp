@@ -17,7 +17,6 @@
 #include <array>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "kernels/cpu/activation.hpp"
@@ -526,7 +525,7 @@ class streamed_panel_work final : public takeover_work {
 
   /// Items in the order of home_streams over `n_homes` homes (thread_pool::home_split with home_grain() items a
   /// grain), instead of guided grains whose panels are read as streams_for(n_tokens) runs each.
-  void read_from_homes(int n_homes) { homes_.emplace(n_units(), n_homes, streams_in_units()); }
+  void read_from_homes(int n_homes) { homes_ = home_streams::shared(n_units(), n_homes, streams_in_units()); }
   /// Items a grain of home_split: four steps of every run (one step a grain measured 1.5% slower: per-grain costs).
   int64_t home_grain() const { return 4 * streams_in_units(); }
 
@@ -646,7 +645,7 @@ class streamed_panel_work final : public takeover_work {
   gemv_call c_{};
   std::vector<std::shared_ptr<const void>> owners_;
   std::shared_ptr<const read_ahead_plan> next_;
-  std::optional<home_streams> homes_;
+  std::shared_ptr<const home_streams> homes_;  // null: guided grains
 };
 
 // Rounds x into the work's input and runs it: taken over from descheduled threads when every weight has an owner.

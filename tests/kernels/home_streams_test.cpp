@@ -58,6 +58,17 @@ TEST_CASE("home_streams: a bijection whose homes walk their runs side by side [a
       }
 }
 
+TEST_CASE("home_streams::shared: one object per shape, the same as made directly [asan]") {
+  const auto a = home_streams::shared(81, 2, 4);
+  CHECK(a == home_streams::shared(81, 2, 4));
+  CHECK(a != home_streams::shared(81, 2, 2));
+  const home_streams direct(81, 2, 4);
+  for (int64_t item = 0; item < 81; ++item) {
+    CHECK(a->unit_of(item) == direct.unit_of(item));
+    CHECK(a->starts_step(item) == direct.starts_step(item));
+  }
+}
+
 TEST_CASE("home_streams refuses no home or no stream [asan]") {
   CHECK_THROWS(home_streams(8, 0, 4));
   CHECK_THROWS(home_streams(8, 2, 0));

@@ -371,7 +371,7 @@ TEST_CASE("thread_pool::home_split: each thread's near-equal items cut into grai
   // The guided split: thread i's home is grain i, the rest shared.
   thread_pool pool(2);
   const actorllm::takeover_split guided = pool.guided_split(80, 8, 32);
-  CHECK(guided.bounds == pool.takeover_grains(80, 8, 32));
+  CHECK(guided.bounds == std::vector<int64_t>{0, 20, 35, 46, 54, 62, 70, 78, 80});
   CHECK(guided.home_begin == std::vector<int64_t>{0, 1, 2});
 }
 
@@ -506,10 +506,10 @@ class idle_recording_work final : public actorllm::takeover_work {
 
 }  // namespace
 
-TEST_CASE("thread_pool::takeover_grains: guided grains that tile 0 to n, the same split the call makes [asan]") {
+TEST_CASE("thread_pool::guided_split: guided grains that tile 0 to n, the same split the call makes [asan]") {
   thread_pool pool(2);
   for (int64_t n : {0, 1, 7, 80, 352}) {
-    const std::vector<int64_t> g = pool.takeover_grains(n, 8, 32);
+    const std::vector<int64_t> g = pool.guided_split(n, 8, 32).bounds;
     REQUIRE(!g.empty());
     CHECK(g.front() == 0);
     CHECK(g.back() == n);
@@ -521,7 +521,7 @@ TEST_CASE("thread_pool::takeover_grains: guided grains that tile 0 to n, the sam
     }
   }
   // 80 units over 2 threads: a quarter of what is left, 8 to 32 at a time.
-  CHECK(pool.takeover_grains(80, 8, 32) == std::vector<int64_t>{0, 20, 35, 46, 54, 62, 70, 78, 80});
+  CHECK(pool.guided_split(80, 8, 32).bounds == std::vector<int64_t>{0, 20, 35, 46, 54, 62, 70, 78, 80});
   // The same split the call makes: one grain at a time as compute() sees them.
   std::mutex m;
   std::set<std::pair<int64_t, int64_t>> seen;
@@ -540,7 +540,7 @@ TEST_CASE("thread_pool::takeover_grains: guided grains that tile 0 to n, the sam
     std::set<std::pair<int64_t, int64_t>>& seen_;
   };
   pool.parallel_for_takeover(352, 8, 32, std::make_shared<grain_log>(m, seen));
-  const std::vector<int64_t> g = pool.takeover_grains(352, 8, 32);
+  const std::vector<int64_t> g = pool.guided_split(352, 8, 32).bounds;
   std::set<std::pair<int64_t, int64_t>> expected;
   for (size_t i = 0; i + 1 < g.size(); ++i)
     expected.emplace(g[i], g[i + 1]);
