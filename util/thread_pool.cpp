@@ -450,15 +450,17 @@ struct thread_pool::takeover_job {
       run_owned(g, index);
       items += end_of(g) - begin_of(g);
     };
-    if (index < n_homes())
+    auto run_own_range = [&] {
       for (int64_t g = claim_front(index); g >= 0; g = claim_front(index))
         run(g);
+    };
+    if (index < n_homes())
+      run_own_range();
     for (int64_t g = claim_next(); g >= 0; g = claim_next())
       run(g);
     if (index < n_homes())
       while (steal_into(index))
-        for (int64_t g = claim_front(index); g >= 0; g = claim_front(index))
-          run(g);
+        run_own_range();
     for (int64_t g = 0; g < home_begin.back(); ++g)  // a thread past the homes, or grains a thief has not claimed yet
       if (try_own(g))
         run(g);

@@ -449,13 +449,18 @@ constexpr std::array<stream_fn, sizeof...(I)> stream_fn_table(std::index_sequenc
   return {&stream_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1>...};
 }
 
+// Walks `count` tiles of m token rows each (1 to max_streams, side by side) with stream_tiles.
+void walk_side_by_side(const gemm_tile_args* tiles, int m, int count) {
+  static constexpr auto table = stream_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
+  table[static_cast<size_t>((m - 1) * max_streams + (count - 1))](tiles);
+}
+
 // Stream s of `streams` over n tiles starts at this tile: contiguous runs of near-equal length (they differ by at most
 // one tile, so only the last step walks fewer streams).
 int64_t stream_start(int64_t n, int streams, int s) { return n * s / streams; }
 
 // Splits `tiles` into min(streams, tiles) runs (stream_start) and walks them side by side.
 void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
-  static constexpr auto table = stream_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
   const int64_t n = static_cast<int64_t>(tiles.size());
   if (n == 0)
     return;
@@ -469,7 +474,7 @@ void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
       if (begin + j < end)
         group[count++] = tiles[static_cast<size_t>(begin + j)];
     }
-    table[static_cast<size_t>((m - 1) * max_streams + (count - 1))](group);
+    walk_side_by_side(group, m, count);
   }
 }
 
@@ -512,12 +517,11 @@ class streamed_panel_work final : public takeover_work {
       return;
     }
     // Items in home order: each step's units (one of each run) side by side.
-    static constexpr auto table = stream_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
     size_t first = 0, end = 0;
     for (int64_t item = u_begin; item < u_end; ++item) {
       end += parts();
       if (item + 1 == u_end || homes_->starts_step(item + 1)) {
-        table[static_cast<size_t>((m - 1) * max_streams + static_cast<int>(end - first) - 1)](&tiles[first]);
+        walk_side_by_side(&tiles[first], m, static_cast<int>(end - first));
         first = end;
       }
     }
