@@ -13,6 +13,10 @@ namespace actorllm {
 /// Appends `s` to `out` as a quoted JSON string.
 void append_json_string(std::string& out, std::string_view s);
 
+/// Appends the ASCII byte `c` (below 0x80) as it stands inside a JSON string: the two-character escapes for `"`, `\`
+/// and the named controls, `\u00XX` for the other controls, else `c` itself (as Python's json.dumps writes it too).
+void append_json_escaped_ascii(std::string& out, unsigned char c);
+
 /// Builds one JSON document. Commas are inserted automatically; keys only inside objects.
 class json_writer {
  public:

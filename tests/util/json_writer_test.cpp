@@ -5,7 +5,9 @@
 #include <simdjson.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <map>
 #include <random>
 
 using actorllm::json_writer;
@@ -52,5 +54,28 @@ TEST_CASE("json_writer output stays valid JSON for arbitrary bytes [asan]") {
       REQUIRE(doc.get_object().at_key(s).get(back) == simdjson::SUCCESS);
       CHECK(back == s);
     }
+  }
+}
+
+TEST_CASE("append_json_escaped_ascii writes each ASCII byte as json.dumps does, and it parses back to that byte") {
+  const std::map<unsigned char, std::string> named = {{'"', "\\\""}, {'\\', "\\\\"}, {'\n', "\\n"}, {'\r', "\\r"},
+                                                      {'\t', "\\t"}, {'\b', "\\b"},  {'\f', "\\f"}};
+  for (int c = 0; c < 0x80; ++c) {
+    CAPTURE(c);
+    std::string out;
+    actorllm::append_json_escaped_ascii(out, static_cast<unsigned char>(c));
+    if (auto it = named.find(static_cast<unsigned char>(c)); it != named.end()) {
+      CHECK(out == it->second);
+    } else if (c < 0x20) {
+      char expected[8];
+      std::snprintf(expected, sizeof expected, "\\u00%02x", c);  // lower-case hex, as Python writes it
+      CHECK(out == expected);
+    } else {
+      CHECK(out == std::string(1, static_cast<char>(c)));
+    }
+    simdjson::dom::parser parser;
+    std::string_view back;
+    REQUIRE(parser.parse("\"" + out + "\"").get(back) == simdjson::SUCCESS);
+    CHECK(back == std::string_view(std::string(1, static_cast<char>(c))));
   }
 }

@@ -11,6 +11,7 @@
 #include "text/jinja/error.hpp"
 #include "text/jinja/pystring.hpp"
 #include "text/jinja/render_context.hpp"
+#include "util/json_writer.hpp"
 
 namespace actorllm::text::jinja {
 namespace {
@@ -24,36 +25,7 @@ void append_json_escaped(std::string& out, std::string_view s, bool ensure_ascii
     auto byte = static_cast<unsigned char>(s[i]);
     if (byte < 0x80) {
       ++i;
-      switch (byte) {
-        case '"':
-          out += "\\\"";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\r':
-          out += "\\r";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        case '\b':
-          out += "\\b";
-          break;
-        case '\f':
-          out += "\\f";
-          break;
-        default:
-          if (byte < 0x20) {
-            std::snprintf(buf, sizeof buf, "\\u%04x", byte);
-            out += buf;
-          } else {
-            out.push_back(static_cast<char>(byte));
-          }
-      }
+      append_json_escaped_ascii(out, byte);
       continue;
     }
     size_t start = i;
