@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # actorllm against llama.cpp on the CPU, on the same weights: a config's dummy weights written once as a safetensors
 # checkpoint (bench_cpu_decode --save-weights) and as a GGUF file with the same tensor bytes (bench_gguf_from_hf),
-# then, alternately for --rounds rounds: bench_cpu_decode on the checkpoint (the memory bandwidth probe, decode batch
-# 1 over 64 steps as llama-bench's tg64 generates 64 tokens, decode batch 32, prefill 512), llama.cpp's llama-bench on
-# the GGUF (pp512, tg64) and its llama-batched-bench at batch 32 (16-token prompts and 16 generated tokens per
-# sequence, as bench_cpu_decode decodes); each engine warms up before it times. This VM's memory bandwidth changes
-# state within seconds, so each engine's batch-1 decode is also held to the probe's best pattern read just before and
-# just after it (bench_probe_passes runs beside llama-bench, in the pattern bench_cpu_decode's probe found best that
-# round; bench_cpu_decode reads its own passes), and the ratio of those two fractions compares the engines on the same
-# footing. Prints each round's figures and ratios and their medians, llama.cpp's commit, and writes JSON.
+# then, alternately for --rounds rounds: bench_cpu_decode on the checkpoint (decode batch 32, prefill 512, the memory
+# bandwidth probe, then decode batch 1 over 64 steps as llama-bench's tg64 generates 64 tokens), llama.cpp's
+# llama-bench on the GGUF (tg64 at once, then pp512) and its llama-batched-bench at batch 32 (16-token prompts and 16
+# generated tokens per sequence, as bench_cpu_decode decodes); each engine warms up before it times. This VM's memory
+# bandwidth changes state within seconds, so each engine's batch-1 decode is also held to the probe's best pattern
+# read just before and just after it (bench_probe_passes runs beside llama-bench, in the pattern bench_cpu_decode's
+# probe found best that round; bench_cpu_decode reads its own passes), and the ratio of those two fractions compares
+# the engines on the same footing. Prints each round's figures and ratios and their medians, llama.cpp's commit,
+# and writes JSON.
 #
 # llama.cpp is never downloaded or built by this script: point it at a build (--llama-cpp DIR: DIR/bin or DIR holds
 # llama-bench and llama-batched-bench) or at the two binaries.
@@ -111,17 +112,13 @@ probe_pass() { # LABEL STREAMS PREFETCH_BYTES NTA [LINES]: one pass in that patt
 }
 
 for ((r = 1; r <= rounds; ++r)); do
-  echo "== round $r/$rounds: bench_cpu_decode (bandwidth probe, decode b1, b$batch, prefill $prefill)" >&2
+  # actorllm's batch 1 ends its run and llama.cpp's tg64 follows at once (about 2 s apart, where the other
+  # measurements between them had put about 12 s): this VM's bandwidth state changes within seconds, and the two
+  # batch-1 runs should meet the same one as often as they can.
+  echo "== round $r/$rounds: bench_cpu_decode (b$batch, prefill $prefill, then bandwidth probe and decode b1)" >&2
   "$build/bench/bench_cpu_decode" --model "$tmp/weights" --threads "$threads" --rounds 1 --batch "$batch" \
     --prompt-len "$prompt_len" --decode-steps "$steps" --batch1-steps "$tg" --prefill-tokens "$prefill" \
-    --json "$tmp/actorllm.$r.json" >"$tmp/actorllm.$r.txt"
-  echo "== round $r/$rounds: llama-bench (pp$prefill; then tg$tg between two probe passes)" >&2
-  "$llama_bench" -m "$tmp/model.gguf" -p "$prefill" -n 0 -t "$threads" -r 1 -o json \
-    >"$tmp/llama_bench_pp.$r.json" 2>"$tmp/llama_bench.$r.err" ||
-    {
-      tail -20 "$tmp/llama_bench.$r.err" >&2
-      die "llama-bench failed (round $r, pp$prefill)"
-    }
+    --batch1-last --json "$tmp/actorllm.$r.json" >"$tmp/actorllm.$r.txt"
   # In the pattern actorllm's probe found best this round and in its reference pattern (the higher kept, as
   # bench_cpu_decode keeps beside its decode), so that both engines are held to the same reads.
   patterns=$(python3 -c 'import json, sys
@@ -134,6 +131,7 @@ for key in ("memory_bandwidth_best_pattern_fields", "memory_bandwidth_reference_
   pattern=$(sed -n 1p <<<"$patterns")
   reference=$(sed -n 2p <<<"$patterns")
   [[ -n $pattern ]] || die "bench_cpu_decode wrote no best read pattern (round $r)"
+  echo "== round $r/$rounds: llama-bench (tg$tg between two probe passes; then pp$prefill)" >&2
   probe_pass "llama_tg_before_$r" "$pattern"
   [[ -z $reference ]] || probe_pass "llama_tg_before_${r}_reference" "$reference"
   "$llama_bench" -m "$tmp/model.gguf" -p 0 -n "$tg" -t "$threads" -r 1 -o json \
@@ -144,6 +142,12 @@ for key in ("memory_bandwidth_best_pattern_fields", "memory_bandwidth_reference_
     }
   probe_pass "llama_tg_after_$r" "$pattern"
   [[ -z $reference ]] || probe_pass "llama_tg_after_${r}_reference" "$reference"
+  "$llama_bench" -m "$tmp/model.gguf" -p "$prefill" -n 0 -t "$threads" -r 1 -o json \
+    >"$tmp/llama_bench_pp.$r.json" 2>"$tmp/llama_bench.$r.err" ||
+    {
+      tail -20 "$tmp/llama_bench.$r.err" >&2
+      die "llama-bench failed (round $r, pp$prefill)"
+    }
   echo "== round $r/$rounds: llama-batched-bench (batch $batch)" >&2
   "$llama_batched" -m "$tmp/model.gguf" -c $((batch * (prompt_len + steps) + 64)) -npp "$prompt_len" -ntg "$steps" \
     -npl "$batch" -t "$threads" --output-format jsonl >"$tmp/llama_batched.$r.jsonl" 2>"$tmp/llama_batched.$r.err" ||

@@ -327,6 +327,7 @@ int main(int argc, char** argv) {
   int threads = 0, rounds = 3, hog = 0;
   int64_t steps = 16, batch1_steps = 0, prompt_len = 16, prefill = 512, big_batch = 32, segment_steps = 8;
   int prefill_reps = 2;
+  bool batch1_last = false;
   app.add_option("--model,--config", config_dir, "Hugging Face model directory (config.json, safetensors optional)")
       ->capture_default_str();
   app.add_option("--load-format", format_name,
@@ -356,6 +357,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
+  app.add_flag(
+      "--batch1-last", batch1_last,
+      "Measure each round's larger batch and prefill first, then the probe and batch 1 (and the hog's batch 1), "
+      "so that batch 1 ends the round (compare_llama_cpp.sh starts llama.cpp's tg64 right after it)");
   std::string variants_arg;
   app.add_option("--variants", variants_arg,
                  "Compare weight formats on the model's dummy weights, alternately per round: a comma list of bf16, "
@@ -377,6 +382,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", why.c_str());
       return 2;
     }
+  if (batch1_last && !variants_arg.empty()) {
+    std::fprintf(stderr,
+                 "--batch1-last: orders the rounds of one model's measurements; it does not combine with "
+                 "--variants\n");
+    return 2;
+  }
   if (!save_dir.empty() && !variants_arg.empty()) {
     std::fprintf(stderr, "--save-weights: writes one set of weights; it does not combine with --variants\n");
     return 2;
@@ -511,6 +522,16 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> beside_passes;
   bench::probe_buffer probe_buffer{pool};
   for (int round = 0; round < rounds; ++round) {
+    // The larger batch and prefill, before the probe with --batch1-last, else after batch 1.
+    double tpsn = 0, prefill_tps = 0;
+    auto measure_batch_and_prefill = [&] {
+      std::fprintf(stderr, "round %d/%d: decode batch %ld...\n", round + 1, rounds, static_cast<long>(big_batch));
+      tpsn = bench::decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
+      std::fprintf(stderr, "round %d/%d: prefill %ld tokens...\n", round + 1, rounds, static_cast<long>(prefill));
+      prefill_tps = prefill_tokens_per_second(llm, prefill, block_size, prefill_reps);
+    };
+    if (batch1_last)
+      measure_batch_and_prefill();
     std::fprintf(stderr, "round %d/%d: memory bandwidth probe...\n", round + 1, rounds);
     const bench::bandwidth_probe probe = bench::probe_read_bandwidth(probe_buffer);
     if (probe.bytes_per_s > best_bandwidth) {
@@ -564,10 +585,8 @@ int main(int argc, char** argv) {
       hog_cores.push_back(start.cores_used());
       hog_ratios.push_back(hogged.back() / tps1);
     }
-    std::fprintf(stderr, "round %d/%d: decode batch %ld...\n", round + 1, rounds, static_cast<long>(big_batch));
-    const double tpsn = bench::decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
-    std::fprintf(stderr, "round %d/%d: prefill %ld tokens...\n", round + 1, rounds, static_cast<long>(prefill));
-    const double prefill_tps = prefill_tokens_per_second(llm, prefill, block_size, prefill_reps);
+    if (!batch1_last)
+      measure_batch_and_prefill();
     bandwidths.push_back(probe.bytes_per_s);
     tps1s.push_back(tps1);
     tpsns.push_back(tpsn);
