@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench_cpu_decode's batch-1 decode against the probe read beside it (bench/paired_roofline.hpp), on ../shared's
 # stories260K: with segments of 2 steps a round prints the figure and the passes' range, and the JSON holds one pass
-# more than the segments and names the reference pattern read beside the decode as well as the round's best; with --paired-segment-steps 0 there is neither and the run still succeeds; a negative value
-# is refused by name before anything is measured.
+# more than the segments and names the reference pattern read beside the decode as well as the round's best; with
+# --paired-segment-steps 0 there is neither and the run still succeeds; with --batch1-last each round runs batch 1 last
+# (and --variants beside it is refused); a negative segment is refused by name before anything is measured.
 #   cpu_decode_paired_test.sh BENCH_CPU_DECODE MODEL_DIR
 set -uo pipefail
 bench=${1:?usage: cpu_decode_paired_test.sh BENCH_CPU_DECODE MODEL_DIR}
@@ -46,6 +47,28 @@ check "and no such key in the JSON" python3 -c "
 import json, sys
 d = json.load(open('$tmp/off.json'))
 sys.exit(0 if 'batch1_fraction_of_probe_beside' not in d and d['paired_segment_steps'] == 0 else 1)"
+
+# --batch1-last: each round measures the larger batch and prefill first, so that batch 1 ends it
+# (compare_llama_cpp.sh starts llama.cpp's tg64 right after it).
+"$bench" --model "$model" --threads 2 --rounds 2 --batch 2 --decode-steps 2 --batch1-steps 6 --prefill-tokens 8 \
+  --prefill-reps 1 --batch1-last --json "$tmp/last.json" >"$tmp/last.out" 2>&1
+rc=$?
+check "--batch1-last: exit 0 (got $rc: $(tail -c 300 "$tmp/last.out"))" test "$rc" -eq 0
+check "--batch1-last: every round runs batch 2, prefill, the probe, then batch 1" python3 -c "
+import re, sys
+steps = [m.group(1) for m in re.finditer(r'^round \\d/2: (decode batch 2|prefill|memory bandwidth probe|decode batch 1)',
+                                          open('$tmp/last.out').read(), re.M)]
+order = ['decode batch 2', 'prefill', 'memory bandwidth probe', 'decode batch 1']
+sys.exit(0 if steps == order * 2 else 1)"
+check "--batch1-last: the JSON has both rounds' figures" python3 -c "
+import json, sys
+d = json.load(open('$tmp/last.json'))
+sys.exit(0 if len(d['per_round']) == 2 and all(r['batch1_fraction_of_probe_beside'] > 0 for r in d['per_round']) else 1)"
+"$bench" "${args[@]}" --batch1-last --variants bf16,int8 >"$tmp/mixed.out" 2>&1
+rc=$?
+check "--batch1-last with --variants is refused (exit $rc)" test "$rc" -eq 2
+check "naming both flags" grep -qF -- "--batch1-last: orders the rounds of one model's measurements; it does not combine with --variants" \
+  "$tmp/mixed.out"
 
 "$bench" "${args[@]}" --paired-segment-steps -3 >"$tmp/bad.out" 2>&1
 rc=$?
