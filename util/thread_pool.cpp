@@ -532,7 +532,7 @@ void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t ma
   parallel_for_takeover(guided_split(n, min_grain, max_grain), std::move(work));
 }
 
-void thread_pool::parallel_for_takeover(const takeover_split& split, std::shared_ptr<const takeover_work> work) {
+void thread_pool::parallel_for_takeover(takeover_split split, std::shared_ptr<const takeover_work> work) {
   ACTORLLM_CHECK(work != nullptr, "parallel_for_takeover: no work");
   ACTORLLM_CHECK(!split.bounds.empty() && split.bounds.front() == 0 && !split.home_begin.empty() &&
                      split.home_begin.front() == 0 && split.home_begin.back() <= split.n_grains() &&
@@ -558,14 +558,14 @@ void thread_pool::parallel_for_takeover(const takeover_split& split, std::shared
     job->compute_ns = compute_ns_.get();
     job->spans = std::make_unique<takeover_job::thread_span[]>(static_cast<size_t>(n_threads_));
   }
-  job->bounds = split.bounds;
-  job->home_begin = split.home_begin;
+  job->bounds = std::move(split.bounds);
+  job->home_begin = std::move(split.home_begin);
   const int64_t n_grains = job->n_grains();
   job->range = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(job->n_homes()));
   for (int h = 0; h < job->n_homes(); ++h)
     job->range[h].store(takeover_job::pack(job->home_begin[static_cast<size_t>(h)], job->home_end(h)),
                         std::memory_order_relaxed);
-  job->next.store(split.home_begin.back(), std::memory_order_relaxed);
+  job->next.store(job->home_begin.back(), std::memory_order_relaxed);
   job->state = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(n_grains));
   job->claimed_ns = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_grains));
 

@@ -103,8 +103,8 @@ class thread_pool {
   /// The grains are guided_split(n, min_grain, max_grain)'s.
   void parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
                              std::shared_ptr<const takeover_work> work);
-  /// The same over any split of its items (guided_split, home_split).
-  void parallel_for_takeover(const takeover_split& split, std::shared_ptr<const takeover_work> work);
+  /// The same over any split of its items (guided_split, home_split); the call keeps the split's vectors.
+  void parallel_for_takeover(takeover_split split, std::shared_ptr<const takeover_work> work);
 
   /// Guided grains of [0, n), as parallel_for_guided cuts them; thread i's home is grain i (its first), the rest are
   /// shared.

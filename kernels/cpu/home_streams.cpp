@@ -23,9 +23,7 @@ home_streams::home_streams(int64_t n_units, int n_homes, int streams) {
     auto& runs = runs_[static_cast<size_t>(h)];
     for (int64_t s = 0; s < s_count; ++s)  // near-equal: lengths differ by at most one
       runs.emplace_back(begin + m * s / s_count, begin + m * (s + 1) / s_count);
-    int64_t longest = 0;
-    for (const auto& [b, e] : runs)
-      longest = std::max(longest, e - b);
+    const int64_t longest = s_count == 0 ? 0 : (m + s_count - 1) / s_count;  // the first run's length
     for (int64_t j = 0; j < longest; ++j) {
       bool first = true;
       for (const auto& [b, e] : runs)

@@ -670,8 +670,8 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
     work->read_from_homes(pool.size());
     const read_ahead_key key{views[0].w, n_units, work->unit_bytes(), streams_for(n_tokens), pool.size()};
     work->set_next(next_call_table::global().advance(key, [&] { return work->first_reads(); }));
-    const takeover_split split = pool.home_split(n_units, work->home_grain());  // before work is moved from
-    pool.parallel_for_takeover(split, std::move(work));
+    takeover_split split = pool.home_split(n_units, work->home_grain());  // before work is moved from
+    pool.parallel_for_takeover(std::move(split), std::move(work));
     return;
   }
   pool.parallel_for_guided(n_units, streamed_min_grain, streamed_max_grain, [&](int64_t b, int64_t e) {
