@@ -21,7 +21,7 @@ namespace actorllm::cpu {
 /// alive.
 struct read_ahead_plan {
   static constexpr int max_streams = 4;
-  static constexpr int max_tiles = 8;  // per stream
+  static constexpr int max_tiles = 32;  // per stream
   struct thread_heads {
     std::array<std::array<const char*, max_tiles>, max_streams> at{};  // stream s: at[s][0 .. tiles[s])
     std::array<int, max_streams> tiles{};
