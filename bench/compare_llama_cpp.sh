@@ -16,8 +16,11 @@
 #
 #   bench/compare_llama_cpp.sh --llama-cpp /tmp/llama.cpp/build [--config bench/configs/tinyllama-1.1b] [--rounds 5]
 #       [--threads 2] [--build build] [--tokenizer ../shared/models/llama2-tokenizer/tokenizer.model]
-#       [--json bench/results/compare_llama_cpp.json]
+#       [--json bench/results/compare_llama_cpp.json] [--llama-cpp-commit SHA]
 #   bench/compare_llama_cpp.sh --llama-bench PATH --llama-batched-bench PATH ...
+#
+# llama.cpp's commit is the one its llama-bench reports; a build from a source tree without git history reports
+# "unknown", and --llama-cpp-commit SHA (7 to 40 hex digits) names it instead (printed and written as given by the user).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 me=compare_llama_cpp.sh
@@ -31,16 +34,18 @@ die() {
   exit 2
 }
 
-llama_dir="" llama_bench="" llama_batched="" config="$repo/bench/configs/tinyllama-1.1b" rounds=5 threads=2
+llama_dir="" llama_bench="" llama_batched="" llama_commit="" config="$repo/bench/configs/tinyllama-1.1b" rounds=5 threads=2
 build="$repo/build" tokenizer="$repo/../shared/models/llama2-tokenizer/tokenizer.model"
 json="$repo/bench/results/compare_llama_cpp.json"
 batch=32 prompt_len=16 steps=16 prefill=512 tg=64
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --llama-cpp | --llama-bench | --llama-batched-bench | --config | --rounds | --threads | --build | --tokenizer | --json)
+    --llama-cpp | --llama-bench | --llama-batched-bench | --llama-cpp-commit | --config | --rounds | --threads | --build | \
+      --tokenizer | --json)
       [[ $# -ge 2 ]] || die "$1 needs a value"
       case $1 in
         --llama-cpp) llama_dir=$2 ;;
+        --llama-cpp-commit) llama_commit=$2 ;;
         --llama-bench) llama_bench=$2 ;;
         --llama-batched-bench) llama_batched=$2 ;;
         --config) config=$2 ;;
@@ -59,6 +64,8 @@ done
 
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds: a positive integer, got '$rounds'"
 [[ $threads =~ ^[1-9][0-9]*$ ]] || die "--threads: a positive integer, got '$threads'"
+[[ -z $llama_commit || $llama_commit =~ ^[0-9a-fA-F]{7,40}$ ]] ||
+  die "--llama-cpp-commit: 7 to 40 hex digits, got '$llama_commit'"
 
 # llama.cpp: a build directory, or the two binaries named one by one (either may override the directory's).
 if [[ -z $llama_dir && (-z $llama_bench || -z $llama_batched) ]]; then
@@ -161,10 +168,10 @@ exec {probe_in}>&- # end of input: the helper writes passes.json and exits
 wait "$probe_pid" || die "bench_probe_passes failed: $(cat "$tmp/passes.err")"
 
 mkdir -p "$(dirname "$json")"
-python3 - "$tmp" "$rounds" "$json" "$config" "$threads" "$batch" "$prefill" "$tg" <<'EOF'
+python3 - "$tmp" "$rounds" "$json" "$config" "$threads" "$batch" "$prefill" "$tg" "$llama_commit" <<'EOF'
 import json, statistics, sys
 
-tmp, rounds, out, config, threads, batch, prefill, tg = sys.argv[1:]
+tmp, rounds, out, config, threads, batch, prefill, tg, given_commit = sys.argv[1:]
 rounds, threads, batch, prefill, tg = int(rounds), int(threads), int(batch), int(prefill), int(tg)
 
 def llama_bench_rate(rows, n_prompt, n_gen):
@@ -216,7 +223,11 @@ for r in range(1, rounds + 1):
     per_round.append(row)
 
 med = {k: statistics.median(row[k] for row in per_round) for k in per_round[0]}
-print(f"actorllm vs llama.cpp {commit['build_commit']} (build {commit['build_number']}), "
+named = f"{commit['build_commit']} (build {commit['build_number']})"
+if given_commit:
+    commit["given_commit"] = given_commit
+    named = f"{given_commit} (given with --llama-cpp-commit; the build reports {named})"
+print(f"actorllm vs llama.cpp {named}, "
       f"{config.rstrip('/').split('/')[-1]}, same bf16 bytes, {threads} threads, {rounds} alternated rounds")
 print(f"cpu: {commit['cpu_info']}; llama.cpp model type: {commit['model_type']}")
 print("a: actorllm (bench_cpu_decode), l: llama.cpp (llama-bench, llama-batched-bench); tokens/s")

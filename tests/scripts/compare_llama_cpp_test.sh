@@ -47,6 +47,8 @@ refuses "a build directory without the benches" "--build: $tmp/no-build/bench/be
 refuses "zero rounds" "--rounds: a positive integer, got '0'" --llama-cpp "$tmp/empty-build" --rounds 0
 refuses "threads that are not a number" "--threads: a positive integer, got 'two'" \
   --llama-cpp "$tmp/empty-build" --threads two
+refuses "a llama.cpp commit that is not hex" "--llama-cpp-commit: 7 to 40 hex digits, got 'main'" \
+  --llama-cpp "$tmp/empty-build" --llama-cpp-commit main
 refuses "an unknown argument" "unknown argument '--gpu'" --gpu
 refuses "a flag without its value" "--rounds needs a value" --llama-cpp "$tmp/empty-build" --rounds
 
@@ -153,6 +155,14 @@ got = [[round(x[k], 6) for x in d['per_round']] for k in
        ('actorllm_b1_of_passes_around', 'llama_tg_of_passes_around', 'decode_b1_ratio_same_footing')]
 sys.exit(0 if got == [[0.6, 0.8, 1.0], [0.5, 0.5, 0.5], [1.2, 1.6, 2.0]] else 1)"
 check "the table's median row (got: $(grep "^median" "$tmp/run.out"))" grep -qE "^median +10.00 \| +4.00 +10.00 +0.40x +80.0% +92.0% +200.0% +80.0% +50.0% +1.60x \| +150.00 +100.00 +1.50x \| +75.00 +50.00 +1.50x" "$tmp/run.out"
+bash "$script" --llama-cpp "$fake/llama" --build "$fake/build" --config "$fake/config" --tokenizer \
+  "$fake/tokenizer.model" --rounds 1 --llama-cpp-commit c392e509 --json "$fake/given.json" >"$tmp/given.out" 2>&1
+rc=$?
+check "a run naming llama.cpp's commit succeeds (exit $rc)" test "$rc" -eq 0
+check "it prints the given commit beside what the build reports (got: $(grep "actorllm vs" "$tmp/given.out"))" \
+  grep -qF "llama.cpp c392e509 (given with --llama-cpp-commit; the build reports abc1234 (build 7))" "$tmp/given.out"
+check "and writes both" python3 -c "import json,sys; c=json.load(open('$fake/given.json'))['llama_cpp'];
+sys.exit(0 if (c['given_commit'], c['build_commit']) == ('c392e509', 'abc1234') else 1)"
 check "the temporary weights are removed" test -z "$(find /tmp -maxdepth 1 -name 'actorllm-vs-llama.*' -newer "$fake/config/config.json" 2>/dev/null)"
 
 exit "$fail"
