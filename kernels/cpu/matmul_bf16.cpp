@@ -389,14 +389,14 @@ constexpr int64_t streamed_max_tokens = 4;
 constexpr int64_t streamed_min_grain = 8, streamed_max_grain = 32;  // panels (units)
 constexpr int max_streams = 4;
 static_assert(max_streams <= read_ahead_plan::max_streams);
-// How much of what it reads first in the next call a waiting thread reads ahead: more than its L2 holds (1 MiB on Zen 4
-// and 5), since on Zen the lines L2 evicts go to L3, from which the call reads them back far faster than from memory.
-// In the VM's fast bandwidth state a worker that had read 512 KiB spent 1.0-1.6 ms of a 33 ms step waiting for the next
-// call, and went to sleep 3-8 times a step; with 4 MiB, 0.25-0.55 ms and once every 3-7 steps. Alternated 4-step
-// segments of batch-1 decode (2026-12-01, 2-vCPU Zen 4 VM, TinyLlama shape, each against the probe read beside it),
-// against 512 KiB: 1 MiB 1.003-1.006 in the fast state's rounds, 2 MiB 1.008-1.009, 4 MiB 1.009-1.019 (four runs, 164
-// of 232 pairs ahead; the slow state 1.008-1.018), 8 MiB 1.007-1.008.
-constexpr size_t read_ahead_bytes = 4 * 1024 * 1024;
+// How much of what it reads first in the next call a waiting thread reads ahead: read_ahead_budget, its L2 and half its
+// share of the L3, at most 4 MiB. More than its L2 holds, since on Zen the lines L2 evicts go to L3, from which the
+// call reads them back far faster than from memory. In the VM's fast bandwidth state a worker that had read 512 KiB
+// spent 1.0-1.6 ms of a 33 ms step waiting for the next call, and went to sleep 3-8 times a step; with 4 MiB, 0.25-0.55
+// ms and once every 3-7 steps. Alternated 4-step segments of batch-1 decode (2026-12-01, 2-vCPU Zen 4 VM with 32 MiB of
+// L3, TinyLlama shape, each against the probe read beside it), against 512 KiB: 1 MiB 1.003-1.006 in the fast state's
+// rounds, 2 MiB 1.008-1.009, 4 MiB 1.009-1.019 (four runs, 164 of 232 pairs ahead; the slow state 1.008-1.018), 8 MiB
+// 1.007-1.008.
 
 constexpr int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? 4 : 2; }
 
@@ -545,7 +545,7 @@ class streamed_panel_work final : public takeover_work {
   }
 
   /// What this call's threads read first, for the call before it to read ahead (after read_from_homes): the start of
-  /// each run of each thread's home, read_ahead_bytes in all a thread (or each run's first read_ahead_plan::max_tiles
+  /// each run of each thread's home, read_ahead_budget in all a thread (or each run's first read_ahead_plan::max_tiles
   /// panels); the weights' owners (as keep_alive got them)
   /// guard the reads.
   read_ahead_plan first_reads() const {
@@ -553,6 +553,7 @@ class streamed_panel_work final : public takeover_work {
     if (!homes_)
       return plan;
     plan.owners.assign(owners_.begin(), owners_.end());
+    const size_t budget = read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes());
     for (int h = 0; h < homes_->n_homes(); ++h) {
       read_ahead_plan::thread_heads heads;
       heads.tile_bytes = panel_bytes();
@@ -567,7 +568,7 @@ class streamed_panel_work final : public takeover_work {
         }
       heads.bytes = heads.count == 0 ? 0
                                      : std::min(static_cast<size_t>(longest) * heads.tile_bytes,
-                                                read_ahead_bytes / static_cast<size_t>(heads.count));
+                                                budget / static_cast<size_t>(heads.count));
       plan.threads.push_back(heads);
     }
     return plan;

@@ -1,8 +1,14 @@
 // Read-ahead across kernel calls (see read_ahead.hpp).
 #include "kernels/cpu/read_ahead.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -64,6 +70,87 @@ void read_ahead(const read_ahead_plan& plan, int thread_index, const std::functi
 #else
   read_ahead_sink = seen;
 #endif
+}
+
+size_t cache_sizes::parse_size(const std::string& text) {
+  size_t i = 0, value = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    value = value * 10 + static_cast<size_t>(text[i++] - '0');
+    if (value > size_t{1} << 32)
+      return 0;  // past any real cache (and no overflow below)
+  }
+  if (i == 0)
+    return 0;
+  size_t unit = 1;
+  if (i < text.size() && (text[i] == 'K' || text[i] == 'M' || text[i] == 'G')) {
+    unit = text[i] == 'K' ? size_t{1} << 10 : text[i] == 'M' ? size_t{1} << 20 : size_t{1} << 30;
+    ++i;
+  }
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i])))
+    ++i;
+  return i == text.size() ? value * unit : 0;
+}
+
+int cache_sizes::count_cpus(const std::string& list) {
+  int count = 0;
+  std::string item;
+  std::istringstream in(list);
+  while (std::getline(in, item, ',')) {
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back())))
+      item.pop_back();
+    const size_t dash = item.find('-');
+    char* end = nullptr;
+    const long first = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || end == item.c_str() || first < 0)
+      return 0;
+    long last = first;
+    if (dash != std::string::npos) {
+      if (end != item.c_str() + dash)
+        return 0;
+      const char* rest = item.c_str() + dash + 1;
+      last = std::strtol(rest, &end, 10);
+      if (end == rest || last < first)
+        return 0;
+    }
+    if (*end != '\0' || last - first >= 1 << 20)
+      return 0;
+    count += static_cast<int>(last - first + 1);
+  }
+  return count;
+}
+
+const cache_sizes& cache_sizes::of_this_machine() {
+  static const cache_sizes sizes = [] {
+    cache_sizes c;
+    auto read = [](const std::string& path) {
+      std::ifstream f(path);
+      std::string text;
+      std::getline(f, text);
+      return text;
+    };
+    for (int i = 0; i < 8; ++i) {
+      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+      const std::string level = read(dir + "level"), type = read(dir + "type");
+      if (level.empty())
+        continue;
+      if (level == "2" && type != "Instruction")
+        c.l2_bytes = parse_size(read(dir + "size"));
+      if (level == "3" && type != "Instruction") {
+        c.l3_bytes = parse_size(read(dir + "size"));
+        c.l3_shared_by = count_cpus(read(dir + "shared_cpu_list"));
+      }
+    }
+    return c;
+  }();
+  return sizes;
+}
+
+size_t read_ahead_budget(const cache_sizes& caches, int n_threads, size_t max_bytes) {
+  constexpr size_t unknown = 512 * 1024;
+  if (caches.l2_bytes == 0 || caches.l3_bytes == 0 || caches.l3_shared_by <= 0)
+    return std::min(unknown, max_bytes);
+  const auto sharers = static_cast<size_t>(std::max(1, std::min(n_threads, caches.l3_shared_by)));
+  return std::min(max_bytes, caches.l2_bytes + caches.l3_bytes / sharers / 2);
 }
 
 std::shared_ptr<const read_ahead_plan> next_call_table::advance(const read_ahead_key& key,

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +43,27 @@ struct read_ahead_plan {
 /// alternated 4-step segments, 39 of 56 pairs ahead), the same in its slow state: many of the hints were apparently
 /// not carried out.
 void read_ahead(const read_ahead_plan& plan, int thread_index, const std::function<bool()>& stop) noexcept;
+
+/// The caches a read-ahead may fill: this CPU's L2, and its L3 with the number of CPUs that share one (0 where the
+/// system does not say).
+struct cache_sizes {
+  size_t l2_bytes = 0;
+  size_t l3_bytes = 0;
+  int l3_shared_by = 0;
+
+  /// CPU 0's, from /sys/devices/system/cpu/cpu0/cache (read once; zeros where it cannot be read).
+  static const cache_sizes& of_this_machine();
+  /// Parses a sysfs cache `size` ("1024K", "32M", "512") into bytes: 0 when it is not one.
+  static size_t parse_size(const std::string& text);
+  /// Counts the CPUs of a sysfs CPU list ("0-7,64-71"): 0 when it is not one.
+  static int count_cpus(const std::string& list);
+};
+
+/// How much each of `n_threads` pool threads may read ahead: its L2 and half its share of the L3 (a Zen L3 takes what
+/// L2 evicts), at most 4 MiB (`max_bytes`; on a 2-vCPU Zen 4 VM with 32 MiB of L3, 4 MiB read 1-2% more than 2 or 8),
+/// and 512 KiB where the caches are unknown. The L3's share is divided among the threads that share it: the
+/// pool's, as many as the CPUs on one L3 at most.
+size_t read_ahead_budget(const cache_sizes& caches, int n_threads, size_t max_bytes = size_t{4} << 20);
 
 /// What identifies a call for read-ahead: its first weight and the shape of its split over the pool.
 struct read_ahead_key {

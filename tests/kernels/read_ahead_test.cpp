@@ -144,3 +144,51 @@ TEST_CASE("read_ahead: reads nothing once an owner of the weights is gone, nor f
   actorllm::cpu::read_ahead(plan, 0, count);
   CHECK(checks == 0);
 }
+
+TEST_CASE("cache_sizes: sysfs sizes and CPU lists parse, and anything else reads as unknown (0)") {
+  using actorllm::cpu::cache_sizes;
+  CHECK(cache_sizes::parse_size("1024K") == 1024u * 1024u);
+  CHECK(cache_sizes::parse_size("32768K\n") == 32u << 20);
+  CHECK(cache_sizes::parse_size("32M") == 32u << 20);
+  CHECK(cache_sizes::parse_size("512") == 512u);
+  CHECK(cache_sizes::parse_size("") == 0u);
+  CHECK(cache_sizes::parse_size("K") == 0u);
+  CHECK(cache_sizes::parse_size("12Q") == 0u);
+  CHECK(cache_sizes::parse_size("99999999999999999999999K") == 0u);
+  CHECK(cache_sizes::count_cpus("0") == 1);
+  CHECK(cache_sizes::count_cpus("0-1") == 2);
+  CHECK(cache_sizes::count_cpus("0-7,64-71\n") == 16);
+  CHECK(cache_sizes::count_cpus("3,5,9-10") == 4);
+  CHECK(cache_sizes::count_cpus("") == 0);
+  CHECK(cache_sizes::count_cpus("7-3") == 0);
+  CHECK(cache_sizes::count_cpus("a-b") == 0);
+  CHECK(cache_sizes::count_cpus("0x-3") == 0);
+  // This machine's, where sysfs says: an L3 is shared by at least one CPU.
+  const cache_sizes& here = cache_sizes::of_this_machine();
+  if (here.l3_bytes > 0) {
+    CHECK(here.l3_shared_by >= 1);
+  }
+}
+
+TEST_CASE(
+    "read_ahead_budget: a thread's L2 and half its share of the L3, capped, and 512 KiB where the caches are "
+    "unknown") {
+  using actorllm::cpu::cache_sizes;
+  using actorllm::cpu::read_ahead_budget;
+  constexpr size_t mib = size_t{1} << 20;
+  // The 2-vCPU Zen 4 VM it was measured on: 1 MiB L2, 32 MiB L3 on both CPUs; 1 + 32 / 2 / 2 = 9 MiB, capped at 4.
+  CHECK(read_ahead_budget({.l2_bytes = mib, .l3_bytes = 32 * mib, .l3_shared_by = 2}, 2) == 4 * mib);
+  // A 64-core EPYC, eight cores to a 32 MiB L3, 64 pool threads: the L3 split among its eight CPUs, 1 + 32 / 8 / 2.
+  CHECK(read_ahead_budget({.l2_bytes = mib, .l3_bytes = 32 * mib, .l3_shared_by = 8}, 64) == 3 * mib);
+  // Eight client cores (16 CPUs) on 32 MiB with 16 threads: 1 + 32 / 16 / 2 = 2 MiB; with 4 threads, 1 + 4 = 5 -> 4.
+  CHECK(read_ahead_budget({.l2_bytes = mib, .l3_bytes = 32 * mib, .l3_shared_by = 16}, 16) == 2 * mib);
+  CHECK(read_ahead_budget({.l2_bytes = mib, .l3_bytes = 32 * mib, .l3_shared_by = 16}, 4) == 4 * mib);
+  // A small L3: 512 KiB L2, 4 MiB L3 on 8 CPUs, 8 threads: 512 KiB + 256 KiB.
+  CHECK(read_ahead_budget({.l2_bytes = mib / 2, .l3_bytes = 4 * mib, .l3_shared_by = 8}, 8) == 3 * mib / 4);
+  // Unknown caches: the 512 KiB it read before it knew them; a smaller cap wins.
+  CHECK(read_ahead_budget({}, 2) == mib / 2);
+  CHECK(read_ahead_budget({.l2_bytes = mib, .l3_bytes = 0, .l3_shared_by = 0}, 2) == mib / 2);
+  CHECK(read_ahead_budget({.l2_bytes = mib, .l3_bytes = 32 * mib, .l3_shared_by = 2}, 2, mib) == mib);
+  // A pool of one thread, or a count past the CPUs: never divided by zero.
+  CHECK(read_ahead_budget({.l2_bytes = mib, .l3_bytes = 2 * mib, .l3_shared_by = 2}, 0) == 2 * mib);
+}
