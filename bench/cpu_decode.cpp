@@ -513,6 +513,10 @@ int main(int argc, char** argv) {
   // spent reading the next call ahead); the share of calls that had to wake a sleeping worker.
   std::vector<double> late_start_shares, uneven_end_shares, woken_call_shares;
   std::vector<std::vector<double>> compute_shares(static_cast<size_t>(pool.size()));
+  // Each pool thread's share of the step reading ahead (takeover_work::idle), and a worker's share waiting for the
+  // next call, spinning or asleep (the workers' mean): what neither a grain nor a read-ahead filled.
+  std::vector<std::vector<double>> read_ahead_shares(static_cast<size_t>(pool.size()));
+  std::vector<double> worker_wait_shares;
   bench::read_pattern best_pattern;
   double best_bandwidth = 0;
   // Batch-1 decode against the probe read beside it, per round (bench/paired_roofline.hpp), and those passes. The
@@ -546,8 +550,12 @@ int main(int argc, char** argv) {
     if (segment_steps > 0) {
       paired.emplace(
           [&, reference = bench::beside_reference_pattern()] {
+            // The pool's timing pauses for the passes: its shares are of the decode steps' time.
+            pool.set_takeover_timing(false, /*keep_totals=*/true);
             const double best = probe_buffer.pass(probe.best);
-            return reference == probe.best ? best : std::max(best, probe_buffer.pass(reference));
+            const double pass = reference == probe.best ? best : std::max(best, probe_buffer.pass(reference));
+            pool.set_takeover_timing(true, /*keep_totals=*/true);
+            return pass;
           },
           std::min(segment_steps, batch1_steps), static_cast<double>(bytes_per_token));
       after_step = [&](int64_t step, double secs) { paired->after_step(step, secs); };
@@ -571,8 +579,12 @@ int main(int argc, char** argv) {
     late_start_shares.push_back(static_cast<double>(timing.late_start_ns) / decode_ns);
     uneven_end_shares.push_back(static_cast<double>(timing.uneven_end_ns) / decode_ns);
     woken_call_shares.push_back(timing.calls > 0 ? static_cast<double>(timing.woken_calls) / timing.calls : 0.0);
-    for (size_t t = 0; t < compute_shares.size(); ++t)
+    for (size_t t = 0; t < compute_shares.size(); ++t) {
       compute_shares[t].push_back(static_cast<double>(timing.compute_ns[t]) / decode_ns);
+      read_ahead_shares[t].push_back(static_cast<double>(timing.read_ahead_ns[t]) / decode_ns);
+    }
+    worker_wait_shares.push_back(static_cast<double>(timing.worker_wait_ns) / decode_ns /
+                                 static_cast<double>(std::max(1, pool.size() - 1)));
     if (hog > 0) {
       std::fprintf(stderr, "round %d/%d: decode batch 1 beside %d busy processes...\n", round + 1, rounds, hog);
       const cpu_hog busy(hog);
@@ -647,6 +659,13 @@ int main(int argc, char** argv) {
   for (const auto& shares : compute_shares)
     computing += fmt::format("{}{:.1f}%", computing.empty() ? "" : " ", 100.0 * bench::median(shares));
   std::printf("%-44s %16s\n", "  share computing, per pool thread", computing.c_str());
+  std::string reading;
+  for (const auto& shares : read_ahead_shares)
+    reading += fmt::format("{}{:.1f}%", reading.empty() ? "" : " ", 100.0 * bench::median(shares));
+  std::printf("%-44s %16s\n", "  share reading ahead, per pool thread", reading.c_str());
+  if (pool.size() > 1)
+    std::printf("%-44s %15.1f%%\n", "  share a worker waits for the next call",
+                100.0 * bench::median(worker_wait_shares));
   std::printf(
       "%-44s %16s\n", "  share in calls' late starts, uneven ends",
       fmt::format("{:.1f}% {:.1f}%", 100.0 * bench::median(late_start_shares), 100.0 * bench::median(uneven_end_shares))
@@ -706,6 +725,11 @@ int main(int argc, char** argv) {
   for (const auto& shares : compute_shares)
     w.value(bench::median(shares));
   w.end_array();
+  w.key("decode_batch1_read_ahead_share").begin_array();
+  for (const auto& shares : read_ahead_shares)
+    w.value(bench::median(shares));
+  w.end_array();
+  w.key("decode_batch1_worker_wait_share").value(bench::median(worker_wait_shares));
   w.key("decode_batch1_late_start_share").value(bench::median(late_start_shares));
   w.key("decode_batch1_uneven_end_share").value(bench::median(uneven_end_shares));
   w.key("decode_batch1_woken_call_share").value(bench::median(woken_call_shares));
@@ -732,6 +756,11 @@ int main(int argc, char** argv) {
     for (const auto& shares : compute_shares)
       w.value(shares[r]);
     w.end_array();
+    w.key("decode_batch1_read_ahead_share").begin_array();
+    for (const auto& shares : read_ahead_shares)
+      w.value(shares[r]);
+    w.end_array();
+    w.key("decode_batch1_worker_wait_share").value(worker_wait_shares[r]);
     w.key("decode_batch1_late_start_share").value(late_start_shares[r]);
     w.key("decode_batch1_uneven_end_share").value(uneven_end_shares[r]);
     w.key("decode_batch1_woken_call_share").value(woken_call_shares[r]);

@@ -102,6 +102,7 @@ void pin_worker(int index, int n_threads) {
 thread_pool::thread_pool(int n_threads) : n_threads_(n_threads) {
   ACTORLLM_CHECK(n_threads >= 1, "thread_pool needs at least one thread");
   compute_ns_ = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_threads));
+  read_ahead_ns_ = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_threads));
   workers_.reserve(static_cast<size_t>(n_threads - 1));
   ACTORLLM_CHECK(n_threads <= 0xffff / chunks_per_thread, "thread_pool: at most 16383 threads");
   for (int i = 1; i < n_threads; ++i)
@@ -168,6 +169,8 @@ void thread_pool::worker_main(int index) {
   std::chrono::nanoseconds idle_spent{0};  // in the last job's takeover_work::idle, already awake
   for (;;) {
     auto changed = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+    const bool timed = timing_on_.load(std::memory_order_relaxed);
+    const auto wait_start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     // Time spent reading ahead counts against the spin: the thread burns no more of a shared core than it did.
     if (!spin_until(changed, std::max<std::chrono::nanoseconds>(spin_budget - idle_spent, {}))) {
       std::unique_lock lock(sleep_mutex_);
@@ -176,6 +179,10 @@ void thread_pool::worker_main(int index) {
         wake_cv_.wait(lock);
       sleeping_workers_.fetch_sub(1, std::memory_order_seq_cst);
     }
+    if (timed && timing_on_.load(std::memory_order_relaxed))
+      timed_worker_wait_ns_.fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wait_start).count(),
+          std::memory_order_relaxed);
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire))
       return;
@@ -295,7 +302,8 @@ int64_t patience_ns(int64_t items, double caller_ns_per_item) {
 struct thread_pool::takeover_job {
   uint64_t generation = 0;
   std::shared_ptr<const takeover_work> work;
-  std::atomic<int64_t>* compute_ns = nullptr;  // per pool thread, when the pool times its calls
+  std::atomic<int64_t>* compute_ns = nullptr;     // per pool thread, when the pool times its calls
+  std::atomic<int64_t>* read_ahead_ns = nullptr;  // the same, for the time in work->idle
   // When timed, per pool thread: when it began its first grain and ended its last (now_ns; 0: it computed none).
   struct thread_span {
     std::atomic<int64_t> first_start{0}, last_end{0};
@@ -473,8 +481,11 @@ struct thread_pool::takeover_job {
   void finish(double ns_per_item) {
     const int64_t waiting_since = now_ns();
     auto all_committed = [this] { return n_committed.load(std::memory_order_acquire) >= n_grains(); };
-    if (!all_committed())
+    if (!all_committed()) {
       work->idle(0, all_committed);
+      if (read_ahead_ns != nullptr)
+        read_ahead_ns[0].fetch_add(now_ns() - waiting_since, std::memory_order_relaxed);
+    }
     int64_t first_open = 0;
     while (n_committed.load(std::memory_order_acquire) < n_grains()) {
       while (first_open < n_grains() &&
@@ -524,7 +535,10 @@ std::chrono::nanoseconds thread_pool::run_takeover(uint64_t generation, int inde
   job->run_claimed(index);
   const int64_t idle_start = now_ns();
   job->work->idle(index, [&] { return generation_.load(std::memory_order_relaxed) != generation; });
-  return std::chrono::nanoseconds(now_ns() - idle_start);
+  const int64_t idle_ns = now_ns() - idle_start;
+  if (job->read_ahead_ns != nullptr && timing_on_.load(std::memory_order_relaxed))
+    job->read_ahead_ns[index].fetch_add(idle_ns, std::memory_order_relaxed);
+  return std::chrono::nanoseconds(idle_ns);
 }
 
 void thread_pool::parallel_for_takeover(int64_t n, int64_t min_grain, int64_t max_grain,
@@ -556,6 +570,7 @@ void thread_pool::parallel_for_takeover(takeover_split split, std::shared_ptr<co
   job->work = std::move(work);
   if (timer.on) {
     job->compute_ns = compute_ns_.get();
+    job->read_ahead_ns = read_ahead_ns_.get();
     job->spans = std::make_unique<takeover_job::thread_span[]>(static_cast<size_t>(n_threads_));
   }
   job->bounds = std::move(split.bounds);
@@ -605,9 +620,16 @@ void thread_pool::parallel_for_takeover(takeover_split split, std::shared_ptr<co
   takeover_.reset();  // a thread still computing a grain it lost keeps its own reference
 }
 
-void thread_pool::set_takeover_timing(bool on) {
-  for (int i = 0; i < n_threads_; ++i)
+void thread_pool::set_takeover_timing(bool on, bool keep_totals) {
+  if (keep_totals) {
+    timing_on_.store(on, std::memory_order_relaxed);
+    return;
+  }
+  for (int i = 0; i < n_threads_; ++i) {
     compute_ns_[static_cast<size_t>(i)].store(0, std::memory_order_relaxed);
+    read_ahead_ns_[static_cast<size_t>(i)].store(0, std::memory_order_relaxed);
+  }
+  timed_worker_wait_ns_.store(0, std::memory_order_relaxed);
   timed_calls_.store(0, std::memory_order_relaxed);
   timed_call_ns_.store(0, std::memory_order_relaxed);
   timed_late_start_ns_.store(0, std::memory_order_relaxed);
@@ -618,8 +640,11 @@ void thread_pool::set_takeover_timing(bool on) {
 
 thread_pool::takeover_timing thread_pool::takeover_timing_totals() const {
   takeover_timing t;
-  for (int i = 0; i < n_threads_; ++i)
+  for (int i = 0; i < n_threads_; ++i) {
     t.compute_ns.push_back(compute_ns_[static_cast<size_t>(i)].load(std::memory_order_relaxed));
+    t.read_ahead_ns.push_back(read_ahead_ns_[static_cast<size_t>(i)].load(std::memory_order_relaxed));
+  }
+  t.worker_wait_ns = timed_worker_wait_ns_.load(std::memory_order_relaxed);
   t.calls = timed_calls_.load(std::memory_order_relaxed);
   t.call_ns = timed_call_ns_.load(std::memory_order_relaxed);
   t.late_start_ns = timed_late_start_ns_.load(std::memory_order_relaxed);

@@ -128,9 +128,15 @@ class thread_pool {
     int64_t late_start_ns = 0;  ///< per call: from its hand-out until the last of the threads that computed began
     int64_t uneven_end_ns = 0;  ///< per call: from the first of those threads' last grain end until the last one's
     int64_t woken_calls = 0;    ///< calls that found a worker asleep and had to wake it
+    /// Per pool thread (0: the caller): time in takeover_work::idle, reading ahead while it had no grain to claim.
+    std::vector<int64_t> read_ahead_ns;
+    /// The workers' time waiting for the next job, spinning or asleep (summed over the workers): what neither a grain
+    /// nor a read-ahead filled.
+    int64_t worker_wait_ns = 0;
   };
-  /// Turns the timing on (two clock reads per grain) or off; either way the totals start from zero.
-  void set_takeover_timing(bool on);
+  /// Turns the timing on (two clock reads per grain, per read-ahead and per worker wait) or off; either way the totals
+  /// start from zero unless `keep_totals` (a pause: a bench that runs other work between the steps it times).
+  void set_takeover_timing(bool on, bool keep_totals = false);
   /// The totals so far (read while no call runs, or they may be mid-update).
   takeover_timing takeover_timing_totals() const;
 
@@ -189,9 +195,9 @@ class thread_pool {
 
   // set_takeover_timing's totals: per pool thread, and per call.
   std::atomic<bool> timing_on_{false};
-  std::unique_ptr<std::atomic<int64_t>[]> compute_ns_;
+  std::unique_ptr<std::atomic<int64_t>[]> compute_ns_, read_ahead_ns_;
   std::atomic<int64_t> timed_calls_{0}, timed_call_ns_{0}, timed_late_start_ns_{0}, timed_uneven_end_ns_{0},
-      timed_woken_calls_{0};
+      timed_woken_calls_{0}, timed_worker_wait_ns_{0};
 };
 
 }  // namespace actorllm

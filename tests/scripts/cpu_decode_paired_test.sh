@@ -23,7 +23,7 @@ check "the median against the probe read beside it is printed" \
   grep -qE "^batch-1 decode / probe read beside it +[0-9]+\.[0-9]%" "$tmp/on.out"
 check "the round names its figure beside the probe and the passes' range" \
   grep -qE "round 1: .*\(beside: [0-9]+\.[0-9]%, passes [0-9.]+-[0-9.]+ GB/s\)" "$tmp/on.out"
-check "the JSON: 6 steps in segments of 2 give 4 passes, a positive fraction, and the round's shares of the step" python3 -c "
+check "the JSON: 6 steps in segments of 2 give 4 passes, a positive fraction, and the round's shares of the step (computing, reading ahead, a worker waiting)" python3 -c "
 import json, sys
 d = json.load(open('$tmp/on.json'))
 r = d['per_round'][0]
@@ -31,7 +31,9 @@ ok = (d['paired_segment_steps'] == 2 and len(r['probe_passes_beside_bytes_per_s'
       and all(p > 0 for p in r['probe_passes_beside_bytes_per_s'])
       and r['batch1_fraction_of_probe_beside'] > 0 and d['batch1_fraction_of_probe_beside'] > 0
       and 0 < r['decode_batch1_matmul_call_share'] <= 1.0001
-      and len(r['decode_batch1_thread_compute_share']) == 2)
+      and len(r['decode_batch1_thread_compute_share']) == 2
+      and len(r['decode_batch1_read_ahead_share']) == 2 and all(0 <= x <= 1.0001 for x in r['decode_batch1_read_ahead_share'])
+      and 0 <= r['decode_batch1_worker_wait_share'] <= 1.0001)
 sys.exit(0 if ok else 1)"
 check "the JSON names the reference pattern read beside the decode too (8 streams of 4 lines)" python3 -c "
 import json, sys

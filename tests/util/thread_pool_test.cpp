@@ -662,6 +662,68 @@ TEST_CASE("thread_pool takeover timing: a call's late start and uneven end, over
   CHECK(pool.takeover_timing_totals().uneven_end_ns == 0);
 }
 
+TEST_CASE("thread_pool takeover timing: each thread's read-ahead and the workers' waits, only while on [asan]") {
+  using std::chrono::microseconds;
+  using std::chrono::milliseconds;
+  thread_pool pool(2);
+  // A worker that reads ahead (this work's idle() spins until the next job) from the end of its part of the first
+  // call through the caller's 3 ms pause to the next job: at least 3 ms of read-ahead, counted when it returns.
+  pool.set_takeover_timing(true);
+  auto work = std::make_shared<idle_recording_work>(16);
+  pool.parallel_for_takeover(16, 8, 8, work);
+  std::this_thread::sleep_for(milliseconds(3));
+  pool.parallel_for(8, [](int64_t, int64_t) {});  // stops the worker's idle(), which then records itself
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool worker_idled = false;
+  while (!worker_idled && std::chrono::steady_clock::now() < deadline) {
+    for (const auto& call : work->idle_calls())
+      worker_idled = worker_idled || call.thread_index == 1;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  // A worker's times are added once it is back from them, which may be after the call that ended them returned.
+  auto eventually = [&](const auto& holds) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!holds(pool.takeover_timing_totals()) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(milliseconds(1));
+    return pool.takeover_timing_totals();
+  };
+  thread_pool::takeover_timing t = pool.takeover_timing_totals();
+  REQUIRE(t.read_ahead_ns.size() == 2);
+  if (worker_idled && work->computed_by(8) != std::this_thread::get_id()) {
+    t = eventually([](const thread_pool::takeover_timing& x) { return x.read_ahead_ns[1] >= 3'000'000; });
+    CHECK(t.read_ahead_ns[1] >= 3'000'000);
+  } else {
+    MESSAGE("the worker computed no grain of the call (the caller took both): no read-ahead to count");
+  }
+  // A work with nothing to read ahead: the worker waits through the caller's 30 ms pause (spinning, then asleep), less
+  // however late the OS let it come back from the call before (half of it allowed for a busy machine).
+  pool.set_takeover_timing(true);
+  pool.parallel_for_takeover(2, 1, 1,
+                             std::make_shared<timed_items_work>(std::vector{microseconds(200), microseconds(200)}));
+  std::this_thread::sleep_for(milliseconds(30));
+  pool.parallel_for(8, [](int64_t, int64_t) {});
+  t = eventually([](const thread_pool::takeover_timing& x) { return x.worker_wait_ns >= 15'000'000; });
+  CHECK(t.worker_wait_ns >= 15'000'000);
+  CHECK(t.read_ahead_ns[0] + t.read_ahead_ns[1] < 5'000'000);  // idle() returned at once (a few clock reads)
+  // Off: nothing is counted (given the worker time to come back from what it was doing).
+  pool.set_takeover_timing(false);
+  pool.parallel_for_takeover(16, 8, 8, std::make_shared<idle_recording_work>(16));
+  std::this_thread::sleep_for(milliseconds(2));
+  pool.parallel_for(8, [](int64_t, int64_t) {});
+  std::this_thread::sleep_for(milliseconds(20));
+  t = pool.takeover_timing_totals();
+  CHECK(t.worker_wait_ns == 0);
+  CHECK(t.read_ahead_ns[0] + t.read_ahead_ns[1] == 0);
+  // One thread: no worker, nothing read ahead.
+  thread_pool one(1);
+  one.set_takeover_timing(true);
+  one.parallel_for_takeover(16, 8, 8, std::make_shared<idle_recording_work>(16));
+  t = one.takeover_timing_totals();
+  REQUIRE(t.read_ahead_ns.size() == 1);
+  CHECK(t.read_ahead_ns[0] == 0);
+  CHECK(t.worker_wait_ns == 0);
+}
+
 TEST_CASE("thread_pool::global is one process-wide pool") {
   thread_pool& a = thread_pool::global();
   thread_pool& b = thread_pool::global();
