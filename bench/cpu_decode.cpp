@@ -655,14 +655,14 @@ int main(int argc, char** argv) {
   if (segment_steps > 0)
     std::printf("%-44s %15.1f%%\n", "batch-1 decode / probe read beside it", 100.0 * bench::median(paired_fractions));
   std::printf("%-44s %15.1f%%\n", "  share of the step in decode matmul calls", 100.0 * bench::median(call_shares));
-  std::string computing;
-  for (const auto& shares : compute_shares)
-    computing += fmt::format("{}{:.1f}%", computing.empty() ? "" : " ", 100.0 * bench::median(shares));
-  std::printf("%-44s %16s\n", "  share computing, per pool thread", computing.c_str());
-  std::string reading;
-  for (const auto& shares : read_ahead_shares)
-    reading += fmt::format("{}{:.1f}%", reading.empty() ? "" : " ", 100.0 * bench::median(shares));
-  std::printf("%-44s %16s\n", "  share reading ahead, per pool thread", reading.c_str());
+  auto print_per_thread = [](const char* label, const std::vector<std::vector<double>>& per_thread) {
+    std::string medians;
+    for (const auto& shares : per_thread)
+      medians += fmt::format("{}{:.1f}%", medians.empty() ? "" : " ", 100.0 * bench::median(shares));
+    std::printf("%-44s %16s\n", label, medians.c_str());
+  };
+  print_per_thread("  share computing, per pool thread", compute_shares);
+  print_per_thread("  share reading ahead, per pool thread", read_ahead_shares);
   if (pool.size() > 1)
     std::printf("%-44s %15.1f%%\n", "  share a worker waits for the next call",
                 100.0 * bench::median(worker_wait_shares));
@@ -721,14 +721,15 @@ int main(int argc, char** argv) {
   if (segment_steps > 0)
     w.key("batch1_fraction_of_probe_beside").value(bench::median(paired_fractions));
   w.key("decode_batch1_matmul_call_share").value(bench::median(call_shares));
-  w.key("decode_batch1_thread_compute_share").begin_array();
-  for (const auto& shares : compute_shares)
-    w.value(bench::median(shares));
-  w.end_array();
-  w.key("decode_batch1_read_ahead_share").begin_array();
-  for (const auto& shares : read_ahead_shares)
-    w.value(bench::median(shares));
-  w.end_array();
+  // A per-thread share: round r's figure of each pool thread, or (r < 0) each thread's median over the rounds.
+  auto write_per_thread = [&w](const char* key, const std::vector<std::vector<double>>& per_thread, int64_t r) {
+    w.key(key).begin_array();
+    for (const auto& shares : per_thread)
+      w.value(r < 0 ? bench::median(shares) : shares[static_cast<size_t>(r)]);
+    w.end_array();
+  };
+  write_per_thread("decode_batch1_thread_compute_share", compute_shares, -1);
+  write_per_thread("decode_batch1_read_ahead_share", read_ahead_shares, -1);
   w.key("decode_batch1_worker_wait_share").value(bench::median(worker_wait_shares));
   w.key("decode_batch1_late_start_share").value(bench::median(late_start_shares));
   w.key("decode_batch1_uneven_end_share").value(bench::median(uneven_end_shares));
@@ -752,14 +753,8 @@ int main(int argc, char** argv) {
     w.key("prefill_tokens_per_s").value(prefills[r]);
     w.key("batch1_fraction_of_roofline").value(fractions[r]);
     w.key("decode_batch1_matmul_call_share").value(call_shares[r]);
-    w.key("decode_batch1_thread_compute_share").begin_array();
-    for (const auto& shares : compute_shares)
-      w.value(shares[r]);
-    w.end_array();
-    w.key("decode_batch1_read_ahead_share").begin_array();
-    for (const auto& shares : read_ahead_shares)
-      w.value(shares[r]);
-    w.end_array();
+    write_per_thread("decode_batch1_thread_compute_share", compute_shares, static_cast<int64_t>(r));
+    write_per_thread("decode_batch1_read_ahead_share", read_ahead_shares, static_cast<int64_t>(r));
     w.key("decode_batch1_worker_wait_share").value(worker_wait_shares[r]);
     w.key("decode_batch1_late_start_share").value(late_start_shares[r]);
     w.key("decode_batch1_uneven_end_share").value(uneven_end_shares[r]);

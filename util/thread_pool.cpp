@@ -27,6 +27,11 @@ namespace {
 // this thread beside other work (util/spin_wait.hpp: 50 us measured as fast as 200 us on a quiet machine).
 constexpr auto spin_budget = std::chrono::microseconds(50);
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // The pool (if any) whose chunk the current thread is running: nested parallel_for calls run inline.
 thread_local const thread_pool* current_pool = nullptr;
 
@@ -170,7 +175,7 @@ void thread_pool::worker_main(int index) {
   for (;;) {
     auto changed = [&] { return generation_.load(std::memory_order_acquire) != seen; };
     const bool timed = timing_on_.load(std::memory_order_relaxed);
-    const auto wait_start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    const int64_t wait_start = timed ? now_ns() : 0;
     // Time spent reading ahead counts against the spin: the thread burns no more of a shared core than it did.
     if (!spin_until(changed, std::max<std::chrono::nanoseconds>(spin_budget - idle_spent, {}))) {
       std::unique_lock lock(sleep_mutex_);
@@ -180,9 +185,7 @@ void thread_pool::worker_main(int index) {
       sleeping_workers_.fetch_sub(1, std::memory_order_seq_cst);
     }
     if (timed && timing_on_.load(std::memory_order_relaxed))
-      timed_worker_wait_ns_.fetch_add(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wait_start).count(),
-          std::memory_order_relaxed);
+      timed_worker_wait_ns_.fetch_add(now_ns() - wait_start, std::memory_order_relaxed);
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire))
       return;
@@ -274,11 +277,6 @@ namespace {
 // committed); or taken over by the caller when the owner holds it too long (owned or free -> taken -> committed), the
 // owner's result then dropped.
 enum grain_state : int { grain_free, grain_owned, grain_writing, grain_taken, grain_committed };
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // This thread's scratch for one grain at a time.
 float* grain_scratch(size_t n_floats) {

@@ -546,8 +546,7 @@ class streamed_panel_work final : public takeover_work {
 
   /// What this call's threads read first, for the call before it to read ahead (after read_from_homes): the start of
   /// each run of each thread's home, read_ahead_budget in all a thread (or each run's first read_ahead_plan::max_tiles
-  /// panels); the weights' owners (as keep_alive got them)
-  /// guard the reads.
+  /// panels); the weights' owners (as keep_alive got them) guard the reads.
   read_ahead_plan first_reads() const {
     read_ahead_plan plan;
     if (!homes_)
