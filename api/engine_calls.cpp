@@ -28,14 +28,27 @@ struct engine_reply {
 /// Sends one request to each non-null engine from a fresh actor (`ask(self, engine)` returns the request's handle)
 /// and calls `done` once with every reply, in the engines' order, when the last one arrived. The actor lives until
 /// then: its pending replies keep it alive, and it needs no behaviour of its own.
+///
+/// An engine that terminates before it replies settles its reply at once, from the actor's monitor: CAF 0.17 sends
+/// nothing for a response promise that dies undelivered, so an engine torn down while it waited on its scheduler (a
+/// replica whose worker was killed) would otherwise hold the call for the whole engine_call_timeout. A /health probe
+/// during a worker's restart took 10 s that way, once in many runs.
 template <class T, class Ask>
 void fan_out(caf::actor_system& sys, std::vector<proto::engine_actor> engines, Ask ask,
              std::function<void(std::vector<engine_reply<T>>)> done) {
   sys.spawn([engines = std::move(engines), ask = std::move(ask), done = std::move(done)](caf::event_based_actor* self) {
     struct state {
       std::vector<engine_reply<T>> replies;
+      std::vector<bool> settled;  // per engine: its reply (a value, an error or its down message) came
       std::size_t pending = 0;
       std::function<void(std::vector<engine_reply<T>>)> done;
+      // Engine i's reply came; the first of its reply and its down message counts, the other is dropped.
+      bool settle_one(std::size_t i) {
+        if (settled[i])
+          return false;
+        settled[i] = true;
+        return true;
+      }
       void settle() {
         if (--pending > 0)
           return;
@@ -48,20 +61,35 @@ void fan_out(caf::actor_system& sys, std::vector<proto::engine_actor> engines, A
     };
     auto st = std::make_shared<state>();
     st->replies.resize(engines.size());
+    st->settled.resize(engines.size(), false);
     st->done = done;
     st->pending = 1;  // held until every request went out, so that no early reply settles the call
+    self->set_down_handler([self, st, engines](caf::down_msg& msg) {
+      for (std::size_t i = 0; i < engines.size(); ++i)
+        if (engines[i] && engines[i].address() == msg.source && st->settle_one(i)) {
+          st->replies[i].error = caf::make_error(caf::sec::request_receiver_down);
+          st->settle();
+        }
+      if (st->pending == 0)
+        self->quit();  // drops the requests still pending (their engines are gone)
+    });
     for (std::size_t i = 0; i < engines.size(); ++i) {
       if (!engines[i])
         continue;
       st->replies[i].asked = true;
       ++st->pending;
+      self->monitor(engines[i]);  // a down message comes at once if it is gone already
       ask(self, engines[i])
           .then(
               [st, i](T& value) {
+                if (!st->settle_one(i))
+                  return;
                 st->replies[i].value = std::move(value);
                 st->settle();
               },
               [st, i](caf::error& err) {
+                if (!st->settle_one(i))
+                  return;
                 st->replies[i].error = std::move(err);
                 st->settle();
               });
