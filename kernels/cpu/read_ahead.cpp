@@ -10,7 +10,10 @@
 #include <sstream>
 #include <string>
 
+#include <unistd.h>
+
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -119,6 +122,73 @@ int cache_sizes::count_cpus(const std::string& list) {
   return count;
 }
 
+cache_sizes::leaf_cache cache_sizes::decode_cache_leaf(uint32_t eax, uint32_t ebx, uint32_t ecx) {
+  const uint32_t type = eax & 0x1f;  // 0: no more caches, 1: data, 2: instruction, 3: unified
+  if (type != 1 && type != 3)
+    return {};
+  leaf_cache c;
+  c.level = static_cast<int>((eax >> 5) & 0x7);
+  c.shared_by = static_cast<int>((eax >> 14) & 0xfff) + 1;
+  const size_t ways = ((ebx >> 22) & 0x3ff) + 1, partitions = ((ebx >> 12) & 0x3ff) + 1, line = (ebx & 0xfff) + 1;
+  c.bytes = ways * partitions * line * (size_t{ecx} + 1);
+  return c;
+}
+
+cache_sizes cache_sizes::decode_extended_leaf(uint32_t ecx, uint32_t edx, int online_cpus) {
+  cache_sizes c;
+  c.l2_bytes = size_t{ecx >> 16} << 10;
+  c.l3_bytes = size_t{edx >> 18} << 19;
+  c.l3_shared_by = c.l3_bytes > 0 && online_cpus > 0 ? online_cpus : 0;
+  if (c.l3_shared_by == 0)
+    c.l3_bytes = 0;
+  return c;
+}
+
+void cache_sizes::fill_from(const cache_sizes& other) {
+  if (l2_bytes == 0)
+    l2_bytes = other.l2_bytes;
+  if ((l3_bytes == 0 || l3_shared_by <= 0) && other.l3_bytes > 0 && other.l3_shared_by > 0) {
+    l3_bytes = other.l3_bytes;
+    l3_shared_by = other.l3_shared_by;
+  }
+}
+
+namespace {
+
+// What CPUID says of this CPU's caches, where sysfs did not (cache_sizes::of_this_machine).
+cache_sizes caches_from_cpuid() {
+  cache_sizes c;
+#if defined(__x86_64__) || defined(__i386__)
+  uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const uint32_t max_leaf = __get_cpuid_max(0, nullptr), max_extended = __get_cpuid_max(0x80000000, nullptr);
+  for (const uint32_t leaf : {uint32_t{4}, uint32_t{0x8000001d}}) {
+    if ((leaf < 0x80000000 ? max_leaf : max_extended) < leaf)
+      continue;
+    cache_sizes found;
+    for (uint32_t sub = 0; sub < 8; ++sub) {
+      __cpuid_count(leaf, sub, eax, ebx, ecx, edx);
+      if ((eax & 0x1f) == 0)
+        break;
+      const cache_sizes::leaf_cache one = cache_sizes::decode_cache_leaf(eax, ebx, ecx);
+      if (one.level == 2)
+        found.l2_bytes = one.bytes;
+      if (one.level == 3) {
+        found.l3_bytes = one.bytes;
+        found.l3_shared_by = one.shared_by;
+      }
+    }
+    c.fill_from(found);
+  }
+  if (max_extended >= 0x80000006) {
+    __cpuid(0x80000006, eax, ebx, ecx, edx);
+    c.fill_from(cache_sizes::decode_extended_leaf(ecx, edx, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN))));
+  }
+#endif
+  return c;
+}
+
+}  // namespace
+
 const cache_sizes& cache_sizes::of_this_machine() {
   static const cache_sizes sizes = [] {
     cache_sizes c;
@@ -140,6 +210,7 @@ const cache_sizes& cache_sizes::of_this_machine() {
         c.l3_shared_by = count_cpus(read(dir + "shared_cpu_list"));
       }
     }
+    c.fill_from(caches_from_cpuid());
     return c;
   }();
   return sizes;

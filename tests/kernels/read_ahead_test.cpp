@@ -192,3 +192,61 @@ TEST_CASE(
   // A pool of one thread, or a count past the CPUs: never divided by zero.
   CHECK(read_ahead_budget({.l2_bytes = mib, .l3_bytes = 2 * mib, .l3_shared_by = 2}, 0) == 2 * mib);
 }
+
+TEST_CASE("cache_sizes from CPUID: the cache leaves' sizes and sharers, leaf 0x80000006, and sysfs's gaps filled") {
+  using actorllm::cpu::cache_sizes;
+  constexpr size_t mib = size_t{1} << 20;
+  // A Zen 4 CCX's L3 as leaf 0x8000001D describes it: unified (3), level 3, 16 CPUs, 16 ways, 64-byte lines, 32768
+  // sets: 32 MiB.
+  const uint32_t l3_eax = 3u | (3u << 5) | (15u << 14), l3_ebx = (15u << 22) | 63u, l3_ecx = 32767u;
+  const cache_sizes::leaf_cache l3 = cache_sizes::decode_cache_leaf(l3_eax, l3_ebx, l3_ecx);
+  CHECK(l3.level == 3);
+  CHECK(l3.bytes == 32 * mib);
+  CHECK(l3.shared_by == 16);
+  // Its L2: unified, level 2, 2 CPUs (SMT), 8 ways, 2048 sets: 1 MiB.
+  const cache_sizes::leaf_cache l2 =
+      cache_sizes::decode_cache_leaf(3u | (2u << 5) | (1u << 14), (7u << 22) | 63u, 2047u);
+  CHECK(l2.level == 2);
+  CHECK(l2.bytes == mib);
+  CHECK(l2.shared_by == 2);
+  // An instruction cache, and the end of the list (type 0), are no data cache.
+  CHECK(cache_sizes::decode_cache_leaf(2u | (1u << 5), (7u << 22) | 63u, 63u).level == 0);
+  CHECK(cache_sizes::decode_cache_leaf(0u, 0u, 0u).level == 0);
+
+  // Leaf 0x80000006 as the 2-vCPU Zen 5 VM (no sysfs caches) gave it: a 1 MiB L2, an L3 of 1016 x 512 KiB, taken
+  // as shared by the 2 online CPUs; its read-ahead budget is the 4 MiB cap.
+  const cache_sizes vm = cache_sizes::decode_extended_leaf((1024u << 16) | (8u << 12) | 64u, 1016u << 18, 2);
+  CHECK(vm.l2_bytes == mib);
+  CHECK(vm.l3_bytes == 1016 * mib / 2);
+  CHECK(vm.l3_shared_by == 2);
+  CHECK(actorllm::cpu::read_ahead_budget(vm, 2) == 4 * mib);
+  // Intel's leaf gives no L3 (EDX reserved): unknown, as is an L3 whose sharers are unknown.
+  const cache_sizes intel = cache_sizes::decode_extended_leaf((2048u << 16) | 64u, 0u, 16);
+  CHECK(intel.l2_bytes == 2 * mib);
+  CHECK(intel.l3_bytes == 0);
+  CHECK(intel.l3_shared_by == 0);
+  CHECK(cache_sizes::decode_extended_leaf(1024u << 16, 64u << 18, 0).l3_bytes == 0);
+
+  // Filling: only unknown fields, and the L3's size and sharers together.
+  cache_sizes from_sysfs{.l2_bytes = mib, .l3_bytes = 0, .l3_shared_by = 0};
+  from_sysfs.fill_from({.l2_bytes = 2 * mib, .l3_bytes = 32 * mib, .l3_shared_by = 8});
+  CHECK(from_sysfs.l2_bytes == mib);
+  CHECK(from_sysfs.l3_bytes == 32 * mib);
+  CHECK(from_sysfs.l3_shared_by == 8);
+  cache_sizes known{.l2_bytes = mib, .l3_bytes = 16 * mib, .l3_shared_by = 4};
+  known.fill_from({.l2_bytes = 2 * mib, .l3_bytes = 32 * mib, .l3_shared_by = 8});
+  CHECK(known.l3_bytes == 16 * mib);
+  CHECK(known.l3_shared_by == 4);
+  cache_sizes half{};
+  half.fill_from({.l2_bytes = 0, .l3_bytes = 32 * mib, .l3_shared_by = 0});  // a size without sharers is no L3
+  CHECK(half.l3_bytes == 0);
+
+  // This machine: sysfs or CPUID name an L2 on any x86 CPU this project builds for.
+#if defined(__x86_64__)
+  const cache_sizes& here = cache_sizes::of_this_machine();
+  MESSAGE("this machine: L2 " << here.l2_bytes << " B, L3 " << here.l3_bytes << " B shared by " << here.l3_shared_by
+                              << " CPUs; read-ahead budget at 2 threads " << actorllm::cpu::read_ahead_budget(here, 2)
+                              << " B");
+  CHECK(here.l2_bytes > 0);
+#endif
+}
