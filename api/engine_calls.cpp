@@ -49,6 +49,7 @@ void fan_out(caf::actor_system& sys, std::vector<proto::engine_actor> engines, A
         settled[i] = true;
         return true;
       }
+      caf::event_based_actor* self = nullptr;
       void settle() {
         if (--pending > 0)
           return;
@@ -57,21 +58,21 @@ void fan_out(caf::actor_system& sys, std::vector<proto::engine_actor> engines, A
         } catch (const std::exception& e) {  // a callback must not take the actor down with it
           log::error("engine", "a callback of an engine call failed: {}", e.what());
         }
+        self->quit();  // drops the requests still pending (an engine settled by its down message)
       }
     };
     auto st = std::make_shared<state>();
     st->replies.resize(engines.size());
     st->settled.resize(engines.size(), false);
     st->done = done;
+    st->self = self;
     st->pending = 1;  // held until every request went out, so that no early reply settles the call
-    self->set_down_handler([self, st, engines](caf::down_msg& msg) {
+    self->set_down_handler([st, engines](caf::down_msg& msg) {
       for (std::size_t i = 0; i < engines.size(); ++i)
         if (engines[i] && engines[i].address() == msg.source && st->settle_one(i)) {
           st->replies[i].error = caf::make_error(caf::sec::request_receiver_down);
           st->settle();
         }
-      if (st->pending == 0)
-        self->quit();  // drops the requests still pending (their engines are gone)
     });
     for (std::size_t i = 0; i < engines.size(); ++i) {
       if (!engines[i])

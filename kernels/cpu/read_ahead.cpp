@@ -10,11 +10,10 @@
 #include <sstream>
 #include <string>
 
-#include <unistd.h>
-
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <immintrin.h>
+#include <unistd.h>
 #endif
 
 namespace actorllm::cpu {
@@ -137,10 +136,10 @@ cache_sizes::leaf_cache cache_sizes::decode_cache_leaf(uint32_t eax, uint32_t eb
 cache_sizes cache_sizes::decode_extended_leaf(uint32_t ecx, uint32_t edx, int online_cpus) {
   cache_sizes c;
   c.l2_bytes = size_t{ecx >> 16} << 10;
-  c.l3_bytes = size_t{edx >> 18} << 19;
-  c.l3_shared_by = c.l3_bytes > 0 && online_cpus > 0 ? online_cpus : 0;
-  if (c.l3_shared_by == 0)
-    c.l3_bytes = 0;
+  if ((edx >> 18) > 0 && online_cpus > 0) {  // an L3 counts only with its sharers
+    c.l3_bytes = size_t{edx >> 18} << 19;
+    c.l3_shared_by = online_cpus;
+  }
   return c;
 }
 
@@ -210,7 +209,8 @@ const cache_sizes& cache_sizes::of_this_machine() {
         c.l3_shared_by = count_cpus(read(dir + "shared_cpu_list"));
       }
     }
-    c.fill_from(caches_from_cpuid());
+    if (c.l2_bytes == 0 || c.l3_bytes == 0 || c.l3_shared_by <= 0)
+      c.fill_from(caches_from_cpuid());
     return c;
   }();
   return sizes;
