@@ -217,6 +217,16 @@ class backend {
     rope(table, positions, q, k, q_norm, k_norm, eps);
     write_kv(cache, k, v, batch);
   }
+  /// rope_write_kv, then paged_attention of the rotated q (no context parallelism: batch.kv_layout plain): the same
+  /// results. Default: the two ops; the CPU rotates and writes a decode batch's heads inside the attention work that
+  /// reads them (no serial pass over the step's q, k and v on one thread first).
+  virtual void rope_write_kv_attention(const rope_table& table, const tensor& positions, const tensor& q,
+                                       const tensor& k, const tensor& q_norm, const tensor& k_norm, float eps,
+                                       const kv_layer& cache, const tensor& v, const attention_batch& batch,
+                                       float scale, int64_t window, const tensor& out) {
+    rope_write_kv(table, positions, q, k, q_norm, k_norm, eps, cache, v, batch);
+    paged_attention(q, batch, cache, scale, window, out);
+  }
   /// Causal attention over the paged cache for a batch mixing prefill chunks and decode tokens: query row r at
   /// position p attends to cache positions [max(0, p - window + 1), p] of its sequence (window <= 0: [0, p]). The
   /// rows' own k/v must be written already. q, out: f32 [n_tokens, n_head, head_dim]; GQA: query head h reads kv

@@ -143,14 +143,16 @@ void attention(const layer_context& ctx, const layer_weights& w, const kv_layer&
     gather_rows_of_copies(ctx, qkv[2], s.cp.v_full, s.cp);
     be.write_kv(cache, s.cp.k_full.slice_rows(0, rows).reshape({rows, ctx.n_head_kv, hd}),
                 s.cp.v_full.slice_rows(0, rows).reshape({rows, ctx.n_head_kv, hd}), ctx.in.attn);
-  } else {
-    be.rope_write_kv(ctx.rope, ctx.in.local_positions, q, k, w.q_norm, w.k_norm, ctx.norm_eps, cache, v, ctx.in.attn);
   }
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  if (ctx.dcp_size > 1 || ctx.pcp_size > 1)
+  if (ctx.pcp_size == 1 && ctx.dcp_size == 1) {
+    be.rope_write_kv_attention(ctx.rope, ctx.in.local_positions, q, k, w.q_norm, w.k_norm, ctx.norm_eps, cache, v,
+                               ctx.in.attn, scale, window, s.attn.reshape({n, ctx.n_head, hd}));
+  } else {
+    if (ctx.pcp_size == 1)
+      be.rope_write_kv(ctx.rope, ctx.in.local_positions, q, k, w.q_norm, w.k_norm, ctx.norm_eps, cache, v, ctx.in.attn);
     context_parallel_attention(ctx, q, cache, scale, window, s);
-  else
-    be.paged_attention(q, ctx.in.attn, cache, scale, window, s.attn.reshape({n, ctx.n_head, hd}));
+  }
   be.matmul(s.attn, w.wo, tensor{}, s.proj);
   lora_update(ctx, stack(w, lora_target::o), s.attn, s.proj, s);
   tp_all_reduce(ctx, s.proj, s);

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/rms_norm.hpp"
+#include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "util/check.hpp"
 
@@ -431,9 +433,35 @@ void write_kv(const paged_kv_view& cache, const float* k, const float* v, const 
   }
 }
 
+namespace {
+
+// decode_rope_write's part of one item: row r's heads of kv head g.
+void rope_write_row_head(const decode_rope_write& p, const paged_kv_view& cache, int64_t n_head, int64_t r, int64_t g) {
+  const int64_t hd = cache.head_dim, n_rep = n_head / cache.n_head_kv, row = cache.n_head_kv * hd;
+  float* qh = p.q + (r * n_head + g * n_rep) * hd;
+  float* kh = p.k + r * row + g * hd;
+  if (p.q_norm != nullptr)
+    rms_norm(qh, n_rep, hd, p.q_norm, p.q_norm_type, p.eps, qh);
+  if (p.k_norm != nullptr)
+    rms_norm(kh, 1, hd, p.k_norm, p.k_norm_type, p.eps, kh);
+  const float* cs = p.cos + r * (hd / 2);
+  const float* sn = p.sin + r * (hd / 2);
+  rotate_heads(cs, sn, hd, qh, n_rep);
+  rotate_heads(cs, sn, hd, kh, 1);
+  const int64_t slot = p.slots[r];
+  if (slot < 0)
+    return;
+  ACTORLLM_CHECK(slot < cache.n_blocks * cache.block_size, "write_kv: slot beyond the cache");
+  const size_t at = static_cast<size_t>(slot * row + g * hd) * dtype_size(cache.type);
+  convert_from_f32(kh, hd, cache.type, static_cast<std::byte*>(cache.k) + at);
+  convert_from_f32(p.v + r * row + g * hd, hd, cache.type, static_cast<std::byte*>(cache.v) + at);
+}
+
+}  // namespace
+
 void paged_attention(const float* q, const int32_t* positions, const attention_seq* seqs, int64_t n_seqs,
                      const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool,
-                     int64_t window, const kv_shard_layout& layout, float* lse) {
+                     int64_t window, const kv_shard_layout& layout, float* lse, const decode_rope_write* rope_write) {
   ACTORLLM_CHECK(cache.n_head_kv > 0 && n_head % cache.n_head_kv == 0,
                  "paged_attention: n_head must be a multiple of n_head_kv");
   ACTORLLM_CHECK(cache.type == dtype::f32 || cache.type == dtype::bf16 || cache.type == dtype::f16,
@@ -460,6 +488,10 @@ void paged_attention(const float* q, const int32_t* positions, const attention_s
       const int64_t r0 = seq.query_begin + local / cache.n_head_kv * tile_rows;
       const int64_t r1 = std::min<int64_t>(r0 + tile_rows, seq.query_begin + seq.n_query);
       const int64_t g = local % cache.n_head_kv;
+      if (rope_write != nullptr) {
+        ACTORLLM_CHECK(seq.n_query == 1, "paged_attention: decode_rope_write needs one query row per sequence");
+        rope_write_row_head(*rope_write, cache, n_head, r0, g);
+      }
       attend_tile(q, positions, seq, r0, r1, g, cache, layout, n_head, n_rep, scale, window, out, lse, scratch);
     }
   });

@@ -37,6 +37,25 @@ struct attention_seq {
   int32_t n_blocks;
 };
 
+/// What paged_attention's work items do first for a batch of decode rows (each sequence one query row): for its row
+/// and kv head, an item applies the per-head q/k norms (Qwen3; null: none), rotates the row's query heads of that kv
+/// head and the kv head's key by the row's angles (rope_angles), and writes the key and value into the row's slot
+/// (< 0: not written), rounded to the cache's type. The same numbers as rope, then write_kv, then paged_attention;
+/// the item then reads its own new key, and no thread first runs over every head of the step alone.
+struct decode_rope_write {
+  float* q;        ///< [n_tokens, n_head, head_dim]: the q paged_attention reads, rotated in place
+  float* k;        ///< f32 [n_tokens, n_head_kv, head_dim], rotated in place
+  const float* v;  ///< f32 [n_tokens, n_head_kv, head_dim]
+  const int64_t* slots;
+  const float* cos;  ///< [n_tokens, head_dim / 2]: each row's rope_angles
+  const float* sin;
+  const void* q_norm = nullptr;  ///< [head_dim] of q_norm_type, or null
+  dtype q_norm_type = dtype::f32;
+  const void* k_norm = nullptr;
+  dtype k_norm_type = dtype::f32;
+  float eps = 0;
+};
+
 /// Causal attention over the paged cache for prefill chunks and decode tokens in one batch: query row r (at
 /// position p = positions[r]) of sequence s attends to cache positions [0, p] of s, or with a sliding window
 /// (window > 0) to [max(0, p - window + 1), p] (transformers' sliding_window: kv_idx > q_idx - window). The new
@@ -55,7 +74,8 @@ struct attention_seq {
 /// merge_attention_partials needs to combine the ranks' outputs exactly.
 void paged_attention(const float* q, const int32_t* positions, const attention_seq* seqs, int64_t n_seqs,
                      const paged_kv_view& cache, int64_t n_head, float scale, float* out, thread_pool& pool,
-                     int64_t window = 0, const kv_shard_layout& layout = {}, float* lse = nullptr);
+                     int64_t window = 0, const kv_shard_layout& layout = {}, float* lse = nullptr,
+                     const decode_rope_write* rope_write = nullptr);
 
 /// The exact softmax merge of attention outputs computed over disjoint shares of the keys (split-K, or the ranks of
 /// a DCP group): for each row t and head h in [head_begin, head_begin + n_head), out[t, h - head_begin] = sum over

@@ -422,6 +422,47 @@ void cpu_backend::paged_attention(const tensor& q, const attention_batch& batch,
   attend(q, batch, cache, scale, window, out, host.paged_attention(q, batch, cache, out), nullptr);
 }
 
+void cpu_backend::rope_write_kv_attention(const rope_table& table, const tensor& positions, const tensor& q,
+                                          const tensor& k, const tensor& q_norm, const tensor& k_norm, float eps,
+                                          const kv_layer& cache, const tensor& v, const attention_batch& batch,
+                                          float scale, int64_t window, const tensor& out) {
+  // Decode rows only (one query row per sequence, each written to its own slot): a prefill chunk's rows read the keys
+  // of the chunk's earlier rows, which other items would be writing.
+  bool decode_rows = !k.empty() && batch.kv_layout.plain() && batch.n_tokens > 0 && batch.n_seqs == batch.n_tokens &&
+                     batch.host_seqs.size() == static_cast<size_t>(batch.n_seqs) * 4;
+  for (int64_t s = 0; decode_rows && s < batch.n_seqs; ++s)
+    decode_rows = batch.host_seqs[static_cast<size_t>(s) * 4 + 1] == 1;
+  if (!decode_rows) {
+    backend::rope_write_kv_attention(table, positions, q, k, q_norm, k_norm, eps, cache, v, batch, scale, window, out);
+    return;
+  }
+  const backend_checks::rope_dims d = host.rope(table, positions, q, k, q_norm, k_norm);
+  host.write_kv(cache, k, v, batch);
+  const int64_t n_head = host.paged_attention(q, batch, cache, out);
+  ACTORLLM_CHECK(
+      d.n_tokens == batch.n_tokens,
+      fmt::format("rope_write_kv_attention: {} rope positions for a batch of {} rows", d.n_tokens, batch.n_tokens)
+          .c_str());
+  const int64_t half = d.head_dim / 2;
+  rope_cos_.resize(static_cast<size_t>(d.n_tokens * half));
+  rope_sin_.resize(static_cast<size_t>(d.n_tokens * half));
+  for (int64_t r = 0; r < d.n_tokens; ++r)
+    cpu::rope_angles(f32(table.inv_freq), d.head_dim, positions.data_as<int32_t>()[r], rope_cos_.data() + r * half,
+                     rope_sin_.data() + r * half);
+  const cpu::decode_rope_write rope_write{.q = f32(q),
+                                          .k = f32(k),
+                                          .v = f32(v),
+                                          .slots = batch.slots.data_as<int64_t>(),
+                                          .cos = rope_cos_.data(),
+                                          .sin = rope_sin_.data(),
+                                          .q_norm = q_norm.empty() ? nullptr : q_norm.data(),
+                                          .q_norm_type = q_norm.empty() ? dtype::f32 : q_norm.type,
+                                          .k_norm = k_norm.empty() ? nullptr : k_norm.data(),
+                                          .k_norm_type = k_norm.empty() ? dtype::f32 : k_norm.type,
+                                          .eps = eps};
+  attend(q, batch, cache, scale, window, out, n_head, nullptr, &rope_write);
+}
+
 void cpu_backend::paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache,
                                           float scale, int64_t window, const tensor& out, const tensor& lse) {
   attend(q, batch, cache, scale, window, out, host.paged_attention_partial(q, batch, cache, out, lse), f32(lse));
@@ -438,7 +479,8 @@ void cpu_backend::merge_attention_partials(const tensor& parts, const tensor& ls
 }
 
 void cpu_backend::attend(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
-                         int64_t window, const tensor& out, int64_t n_head, float* lse) {
+                         int64_t window, const tensor& out, int64_t n_head, float* lse,
+                         const cpu::decode_rope_write* rope_write) {
   const int64_t n_tokens = batch.n_tokens, n_seqs = batch.n_seqs;
   if (n_tokens == 0)
     return;
@@ -455,7 +497,7 @@ void cpu_backend::attend(const tensor& q, const attention_batch& batch, const kv
     seqs_[static_cast<size_t>(s)] = attention_seq{e[0], e[1], batch.host_block_tables.data() + e[2], e[3]};
   }
   cpu::paged_attention(f32(q), batch.positions.data_as<int32_t>(), seqs_.data(), n_seqs, kv_view(cache), n_head, scale,
-                       f32(out), pool_, window, batch.kv_layout, lse);
+                       f32(out), pool_, window, batch.kv_layout, lse, rope_write);
 }
 
 void cpu_backend::silu_mul(const tensor& gate, const tensor& up, const tensor& out) {

@@ -65,6 +65,10 @@ class cpu_backend final : public backend {
   void write_kv(const kv_layer& cache, const tensor& k, const tensor& v, const attention_batch& batch) override;
   void paged_attention(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                        int64_t window, const tensor& out) override;
+  void rope_write_kv_attention(const rope_table& table, const tensor& positions, const tensor& q, const tensor& k,
+                               const tensor& q_norm, const tensor& k_norm, float eps, const kv_layer& cache,
+                               const tensor& v, const attention_batch& batch, float scale, int64_t window,
+                               const tensor& out) override;
   void paged_attention_partial(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale,
                                int64_t window, const tensor& out, const tensor& lse) override;
   void merge_attention_partials(const tensor& parts, const tensor& lses, int64_t n_parts, int64_t head_begin,
@@ -87,10 +91,11 @@ class cpu_backend final : public backend {
   tensor packed_panels(std::span<const tensor> parts);
   /// paged_attention and paged_attention_partial (lse null for the former) after their checks.
   void attend(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale, int64_t window,
-              const tensor& out, int64_t n_head, float* lse);
+              const tensor& out, int64_t n_head, float* lse, const cpu::decode_rope_write* rope_write = nullptr);
 
-  std::vector<attention_seq> seqs_;    // paged_attention's per-call sequence array, kept to reuse its memory
-  std::vector<const void*> rng_seen_;  // sample's check for generators shared between rows
+  std::vector<attention_seq> seqs_;         // paged_attention's per-call sequence array, kept to reuse its memory
+  std::vector<float> rope_cos_, rope_sin_;  // rope_write_kv_attention's angles per row, kept to reuse their memory
+  std::vector<const void*> rng_seen_;       // sample's check for generators shared between rows
 };
 
 }  // namespace actorllm::cpu

@@ -52,37 +52,41 @@ std::vector<float> rope_inv_freq(const rope_config& cfg) {
   return inv;
 }
 
-void apply_rope(const float* inv_freq, int64_t head_dim, const int32_t* positions, int64_t n_tokens, float* q,
-                int64_t n_head, float* k, int64_t n_head_kv) {
+void rope_angles(const float* inv_freq, int64_t head_dim, int32_t position, float* cos_out, float* sin_out) {
   ACTORLLM_CHECK(head_dim % 2 == 0, "rope: head_dim must be even");
-  int64_t half = head_dim / 2;
-  thread_local std::vector<float> cos_buf, sin_buf;
-  cos_buf.resize(static_cast<size_t>(half));
-  sin_buf.resize(static_cast<size_t>(half));
-  float* cs = cos_buf.data();
-  float* sn = sin_buf.data();
+  const auto pos = static_cast<double>(position);
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const double angle = pos * static_cast<double>(inv_freq[i]);
+    cos_out[i] = static_cast<float>(std::cos(angle));
+    sin_out[i] = static_cast<float>(std::sin(angle));
+  }
+}
 
-  auto rotate = [&](float* v) {
+void rotate_heads(const float* cs, const float* sn, int64_t head_dim, float* x, int64_t n_heads) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
     // Written so the compiler vectorises over i (pairs are half a head apart, no shuffles needed).
     for (int64_t i = 0; i < half; ++i) {
-      float a = v[i], b = v[i + half];
+      const float a = v[i], b = v[i + half];
       v[i] = a * cs[i] - b * sn[i];
       v[i + half] = b * cs[i] + a * sn[i];
     }
-  };
+  }
+}
 
+void apply_rope(const float* inv_freq, int64_t head_dim, const int32_t* positions, int64_t n_tokens, float* q,
+                int64_t n_head, float* k, int64_t n_head_kv) {
+  ACTORLLM_CHECK(head_dim % 2 == 0, "rope: head_dim must be even");
+  const int64_t half = head_dim / 2;
+  thread_local std::vector<float> cos_buf, sin_buf;
+  cos_buf.resize(static_cast<size_t>(half));
+  sin_buf.resize(static_cast<size_t>(half));
   for (int64_t t = 0; t < n_tokens; ++t) {
-    auto pos = static_cast<double>(positions[t]);
-    for (int64_t i = 0; i < half; ++i) {
-      double angle = pos * static_cast<double>(inv_freq[i]);
-      cs[i] = static_cast<float>(std::cos(angle));
-      sn[i] = static_cast<float>(std::sin(angle));
-    }
-    for (int64_t h = 0; h < n_head; ++h)
-      rotate(q + (t * n_head + h) * head_dim);
+    rope_angles(inv_freq, head_dim, positions[t], cos_buf.data(), sin_buf.data());
+    rotate_heads(cos_buf.data(), sin_buf.data(), head_dim, q + t * n_head * head_dim, n_head);
     if (k != nullptr)
-      for (int64_t h = 0; h < n_head_kv; ++h)
-        rotate(k + (t * n_head_kv + h) * head_dim);
+      rotate_heads(cos_buf.data(), sin_buf.data(), head_dim, k + t * n_head_kv * head_dim, n_head_kv);
   }
 }
 

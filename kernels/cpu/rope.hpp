@@ -21,4 +21,10 @@ std::vector<float> rope_inv_freq(const rope_config& cfg);
 void apply_rope(const float* inv_freq, int64_t head_dim, const int32_t* positions, int64_t n_tokens, float* q,
                 int64_t n_head, float* k, int64_t n_head_kv);
 
+/// apply_rope's two halves for one token, for a kernel that rotates the heads it needs where it needs them: the
+/// cos/sin of `position`'s head_dim/2 angles (cos_out, sin_out), then the rotation of n_heads consecutive heads of x
+/// by them. The same numbers as apply_rope.
+void rope_angles(const float* inv_freq, int64_t head_dim, int32_t position, float* cos_out, float* sin_out);
+void rotate_heads(const float* cs, const float* sn, int64_t head_dim, float* x, int64_t n_heads);
+
 }  // namespace actorllm::cpu

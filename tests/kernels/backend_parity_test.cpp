@@ -1450,6 +1450,112 @@ BACKEND_PARITY_CASE(parity_rope_write_kv, "rope_write_kv equals rope then write_
   });
 }
 
+BACKEND_PARITY_CASE(parity_rope_write_kv_attention,
+                    "rope_write_kv_attention equals rope_write_kv then paged_attention, bit for bit") {
+  const uint32_t seed = 2031;
+  CAPTURE(seed);
+  for_each_backend([&](backend& be, device_kind) {
+    random_source rnd(seed);
+    for (const dtype kv_type : {dtype::f32, dtype::bf16, dtype::f16})
+      for (const int64_t hd : {int64_t{64}, int64_t{128}})
+        for (const bool qk_norm : {false, true})
+          for (const bool prefill : {false, true}) {  // decode rows only (fused on the CPU), or a chunk among them
+            const int64_t n_head_kv = rnd.integer(1, 3), gqa = 4, n_head = n_head_kv * gqa, block_size = 4;
+            const int64_t n_seqs = rnd.integer(1, 5);
+            const std::string what = std::string(dtype_name(kv_type)) + " head_dim " + std::to_string(hd) +
+                                     (qk_norm ? " q/k norm" : "") + (prefill ? " with a prefill chunk" : "") +
+                                     " sequences " + std::to_string(n_seqs) + " kv heads " + std::to_string(n_head_kv);
+            CAPTURE(what);
+            const rope_table table = be.make_rope_table(rope_config{hd, 10000.0, {}});
+            // Each sequence: its blocks (shuffled across the cache), a history written before, this step's rows.
+            std::vector<int32_t> host_seqs, host_tables, pos;
+            std::vector<int64_t> slots, hist_slots;
+            const int64_t n_blocks = n_seqs * 8;
+            std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
+            std::iota(ids.begin(), ids.end(), 0);
+            std::shuffle(ids.begin(), ids.end(), rnd.gen);
+            for (int64_t sq = 0; sq < n_seqs; ++sq) {
+              const int64_t rows = prefill && sq == 0 ? 3 : 1;
+              const int64_t context = rnd.integer(rows, 8 * block_size);
+              const auto first_row = static_cast<int32_t>(pos.size());
+              const auto first_entry = static_cast<int32_t>(host_tables.size());
+              const int64_t nb = (context + block_size - 1) / block_size;
+              for (int64_t b = 0; b < nb; ++b)
+                host_tables.push_back(ids[static_cast<size_t>(sq * 8 + b)]);
+              auto slot_of = [&](int64_t p) {
+                return int64_t{host_tables[static_cast<size_t>(first_entry + p / block_size)]} * block_size +
+                       p % block_size;
+              };
+              for (int64_t p = 0; p < context - rows; ++p)
+                hist_slots.push_back(slot_of(p));
+              for (int64_t p = context - rows; p < context; ++p) {
+                pos.push_back(static_cast<int32_t>(p));
+                slots.push_back(slot_of(p));
+              }
+              host_seqs.insert(host_seqs.end(),
+                               {first_row, static_cast<int32_t>(rows), first_entry, static_cast<int32_t>(nb)});
+            }
+            const auto n_tokens = static_cast<int64_t>(pos.size());
+            const auto n_hist = static_cast<int64_t>(hist_slots.size());
+            const std::vector<float> q = rnd.reals(n_tokens * n_head * hd, -2.0f, 2.0f);
+            const std::vector<float> k = rnd.reals(n_tokens * n_head_kv * hd, -2.0f, 2.0f);
+            const std::vector<float> v = rnd.reals(n_tokens * n_head_kv * hd, -2.0f, 2.0f);
+            const std::vector<float> hist_k = rnd.reals(std::max<int64_t>(n_hist, 1) * n_head_kv * hd, -2.0f, 2.0f);
+            const std::vector<float> hist_v = rnd.reals(std::max<int64_t>(n_hist, 1) * n_head_kv * hd, -2.0f, 2.0f);
+            weight qn, kn;
+            if (qk_norm) {
+              qn = make_weight(be, dtype::bf16, {hd}, rnd.reals(hd, 0.5f, 1.5f));
+              kn = make_weight(be, dtype::bf16, {hd}, rnd.reals(hd, 0.5f, 1.5f));
+            }
+            const tensor positions = input(be, dtype::i32, {n_tokens}, pos);
+            const tensor tv = input(be, dtype::f32, {n_tokens, n_head_kv, hd}, v);
+            attention_batch batch;
+            batch.n_tokens = n_tokens;
+            batch.n_seqs = n_seqs;
+            batch.positions = positions;
+            batch.slots = input(be, dtype::i64, {n_tokens}, slots);
+            batch.seqs = input(be, dtype::i32, {n_seqs, 4}, host_seqs);
+            batch.block_tables = input(be, dtype::i32, {static_cast<int64_t>(host_tables.size())}, host_tables);
+            batch.host_seqs = host_seqs;
+            batch.host_block_tables = host_tables;
+            const tensor_shape cache_shape{n_blocks, block_size, n_head_kv, hd};
+            struct run {
+              guarded q, k, k_cache, v_cache, out;
+            };
+            auto fresh = [&] {
+              run r{alloc_guarded(be, dtype::f32, {n_tokens, n_head, hd}, q),
+                    alloc_guarded(be, dtype::f32, {n_tokens, n_head_kv, hd}, k),
+                    alloc_guarded(be, kv_type, cache_shape), alloc_guarded(be, kv_type, cache_shape),
+                    alloc_guarded(be, dtype::f32, {n_tokens, n_head, hd})};
+              if (n_hist > 0) {
+                attention_batch hist;
+                hist.n_tokens = n_hist;
+                hist.slots = input(be, dtype::i64, {n_hist}, hist_slots);
+                be.write_kv(kv_layer{r.k_cache.view, r.v_cache.view},
+                            input(be, dtype::f32, {n_hist, n_head_kv, hd}, hist_k),
+                            input(be, dtype::f32, {n_hist, n_head_kv, hd}, hist_v), hist);
+              }
+              return r;
+            };
+            run apart = fresh(), fused = fresh();
+            const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+            const kv_layer apart_cache{apart.k_cache.view, apart.v_cache.view};
+            const kv_layer fused_cache{fused.k_cache.view, fused.v_cache.view};
+            be.rope_write_kv(table, positions, apart.q.view, apart.k.view, qn.t, kn.t, 1e-6f, apart_cache, tv, batch);
+            be.paged_attention(apart.q.view, batch, apart_cache, scale, 0, apart.out.view);
+            be.rope_write_kv_attention(table, positions, fused.q.view, fused.k.view, qn.t, kn.t, 1e-6f, fused_cache, tv,
+                                       batch, scale, 0, fused.out.view);
+            CHECK(read_checked(be, fused.out, what + " out") == read_checked(be, apart.out, what + " out"));
+            CHECK(read_checked(be, fused.q, what + " q") == read_checked(be, apart.q, what + " q"));
+            CHECK(read_checked(be, fused.k, what + " k") == read_checked(be, apart.k, what + " k"));
+            CHECK(read_checked(be, fused.k_cache, what + " k cache") ==
+                  read_checked(be, apart.k_cache, what + " k cache"));
+            CHECK(read_checked(be, fused.v_cache, what + " v cache") ==
+                  read_checked(be, apart.v_cache, what + " v cache"));
+          }
+  });
+}
+
 BACKEND_PARITY_CASE(parity_silu_mul_stacked, "silu_mul_stacked equals silu_mul over the split gate and up") {
   const uint32_t seed = 2015;
   CAPTURE(seed);
