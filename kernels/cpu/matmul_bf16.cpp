@@ -383,7 +383,12 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
 // grains of four steps (16 panels at batch 1), a thread done early taking the back half of another's rest. Alternated
 // 4-step segments of batch-1 decode, TinyLlama shape, each against the probe read beside it: homes against guided
 // grains 1.4-5.2% ahead in the fast state's rounds (44 of 60 pairs) and 1.3% in the slow one; with grains of one step
-// 1.5% behind (per-grain costs), of two steps 1.1% ahead overall.
+// 1.5% behind (per-grain costs), of two steps 1.1% ahead overall. The last eight steps of a home go a step a grain:
+// a thread done with its home waited for the other's current grain of four steps (about 60 us of one thread's reads
+// at batch 1) and could take over nothing of it. Alternated 4-step segments of batch-1 decode on the 2-vCPU Zen 5 VM
+// (2026-12-02, probe passes 44-68 GB/s): against grains of four steps to the end, round medians 0.996-1.045 in two
+// runs of 6 rounds (116 of 180 pairs ahead) with the last two grains halved and quartered, and this tail against that
+// one 0.993-1.063 (63 of 90); a tail of sixteen steps against eight 0.972-1.066 (53 of 90), not kept.
 
 constexpr int64_t streamed_max_tokens = 4;
 constexpr int64_t streamed_min_grain = 8, streamed_max_grain = 32;  // panels (units)
@@ -538,6 +543,9 @@ class streamed_panel_work final : public takeover_work {
   void read_from_homes(int n_homes) { homes_ = home_streams::shared(n_units(), n_homes, streams_in_units()); }
   /// Items a grain of home_split: four steps of every run (one step a grain measured 1.5% slower: per-grain costs).
   int64_t home_grain() const { return 4 * streams_in_units(); }
+  /// Items a grain in the last two grains' worth of a home: one step, so that a thread done with its home waits at
+  /// most one step's reads for the grain the other thread is inside of.
+  int64_t home_tail_grain() const { return streams_in_units(); }
 
   void idle(int thread_index, const std::function<bool()>& stop) const noexcept override {
     if (next_ != nullptr)
@@ -677,7 +685,8 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
     work->read_from_homes(pool.size());
     const read_ahead_key key{views[0].w, n_units, work->unit_bytes(), streams_for(n_tokens), pool.size()};
     work->set_next(next_call_table::global().advance(key, [&] { return work->first_reads(); }));
-    takeover_split split = pool.home_split(n_units, work->home_grain());  // before work is moved from
+    takeover_split split =
+        pool.home_split(n_units, work->home_grain(), work->home_tail_grain());  // before work is moved from
     pool.parallel_for_takeover(std::move(split), std::move(work));
     return;
   }

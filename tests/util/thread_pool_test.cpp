@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <time.h>
@@ -322,17 +323,19 @@ TEST_CASE("thread_pool parallel_for_takeover commits every item exactly once, ne
         }
       }
     }
-    // Homes of near-equal items, grains of 1, 3 and 16 (range stealing between them).
+    // Homes of near-equal items, grains of 1, 3 and 16, without and with a tail of grains of 2 (range stealing
+    // between them).
     for (int64_t n : {0, 1, 7, 64, 1000})
-      for (int64_t grain : {1, 3, 16}) {
-        std::vector<int64_t> out(static_cast<size_t>(n), -5);
-        auto work = std::make_shared<counting_work>(n, out.data(), std::thread::id{}, false);
-        pool.parallel_for_takeover(pool.home_split(n, grain), work);
-        for (int64_t i = 0; i < n; ++i) {
-          REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);
-          REQUIRE(work->commits(i) == 1);
+      for (int64_t grain : {1, 3, 16})
+        for (int64_t tail : {0, 2}) {
+          std::vector<int64_t> out(static_cast<size_t>(n), -5);
+          auto work = std::make_shared<counting_work>(n, out.data(), std::thread::id{}, false);
+          pool.parallel_for_takeover(pool.home_split(n, grain, tail), work);
+          for (int64_t i = 0; i < n; ++i) {
+            REQUIRE(out[static_cast<size_t>(i)] == 3 * i + 1);
+            REQUIRE(work->commits(i) == 1);
+          }
         }
-      }
     // From inside a chunk of the same pool: runs on the calling thread.
     std::vector<int64_t> out(100, -5);
     pool.parallel_for(1, [&](int64_t, int64_t) {
@@ -344,7 +347,9 @@ TEST_CASE("thread_pool parallel_for_takeover commits every item exactly once, ne
   }
 }
 
-TEST_CASE("thread_pool::home_split: each thread's near-equal items cut into grains, nothing shared [asan]") {
+TEST_CASE(
+    "thread_pool::home_split: each thread's near-equal items cut into grains, a tail of short ones, nothing shared "
+    "[asan]") {
   for (int size : {1, 2, 3}) {
     thread_pool pool(size);
     for (int64_t n : {0, 1, 7, 80, 352})
@@ -367,6 +372,32 @@ TEST_CASE("thread_pool::home_split: each thread's near-equal items cut into grai
           }
         }
       }
+  }
+  // A tail: a home's last 2 x grain items go in grains of tail_grain, the rest in grains of `grain`.
+  for (int size : {1, 2, 3})
+    for (int64_t n : {0, 1, 7, 80, 352})
+      for (auto [grain, tail] : {std::pair<int64_t, int64_t>{16, 4}, {8, 1}, {4, 4}, {4, 9}}) {
+        thread_pool pool(size);
+        const actorllm::takeover_split split = pool.home_split(n, grain, tail);
+        REQUIRE(split.bounds.back() == n);
+        REQUIRE(split.home_begin.back() == split.n_grains());
+        const int64_t tail_grain = std::min(tail, grain);  // a tail longer than the grain is the grain
+        for (int h = 0; h < size; ++h) {
+          const auto first = static_cast<size_t>(split.home_begin[static_cast<size_t>(h)]);
+          const auto last = static_cast<size_t>(split.home_begin[static_cast<size_t>(h) + 1]);
+          const int64_t end = thread_pool::home_items_begin(n, size, h + 1);
+          CHECK(split.bounds[first] == thread_pool::home_items_begin(n, size, h));
+          CHECK(split.bounds[last] == end);
+          for (size_t g = first; g < last; ++g) {
+            const int64_t left = end - split.bounds[g];
+            CHECK(split.bounds[g + 1] - split.bounds[g] == std::min(left, left <= 2 * grain ? tail_grain : grain));
+          }
+        }
+      }
+  {
+    thread_pool pool(2);  // homes [0, 40) and [40, 80): 16, then 24 items in grains of 4
+    CHECK(pool.home_split(80, 16, 4).bounds ==
+          std::vector<int64_t>{0, 16, 20, 24, 28, 32, 36, 40, 56, 60, 64, 68, 72, 76, 80});
   }
   // The guided split: thread i's home is grain i, the rest shared.
   thread_pool pool(2);
