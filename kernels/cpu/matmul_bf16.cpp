@@ -385,12 +385,9 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
 // grains 1.4-5.2% ahead in the fast state's rounds (44 of 60 pairs) and 1.3% in the slow one; with grains of one step
 // 1.5% behind (per-grain costs), of two steps 1.1% ahead overall. The last eight steps of a home go a step a grain:
 // a thread done with its home waited for the other's current grain of four steps (about 60 us of one thread's reads
-// at batch 1) and could take over nothing of it. Alternated 4-step segments of batch-1 decode on the 2-vCPU Zen 5 VM
-// (2026-12-02, probe passes 44-68 GB/s): against grains of four steps to the end, round medians 0.996-1.045 in two
-// runs of 6 rounds (116 of 180 pairs ahead) with the last two grains halved and quartered, and this tail against that
-// one 0.993-1.063 (63 of 90); this tail directly against none, in a faster state (59-75 GB/s), 0.976-1.025 (51 of
-// 90): about 1% there. Not kept: a tail of sixteen steps against eight (0.972-1.066, 53 of 90), and grains of eight
-// steps before the tail (0.978-1.012, 43 of 90).
+// at batch 1) and could take over nothing of it. Alternated segments on the 2-vCPU Zen 5 VM (2026-12-02), against no
+// tail: about 1% in a fast state (0.976-1.025, 51 of 90 pairs ahead), 3-5% in slower ones; a sixteen-step tail and
+// grains of eight steps before the tail were no better (docs/cpu-speed-log.md).
 
 constexpr int64_t streamed_max_tokens = 4;
 constexpr int64_t streamed_min_grain = 8, streamed_max_grain = 32;  // panels (units)
