@@ -33,6 +33,7 @@
 
 #include "bench/bench_support.hpp"
 #include "bench/memory_bandwidth.hpp"
+#include "kernels/cpu/amx_bf16.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/matmul.hpp"
@@ -105,6 +106,18 @@ struct matmul_result {
   double gflops;
 };
 
+// Which kernels a bf16 matmul ran on: "-" for other types, "pack"/"amx" on packed panels (vdpbf16ps or AMX tiles),
+// "dot"/"fma" on row-major weights.
+const char* kernels_label(dtype wt, int64_t n_tokens, cpu::bf16_kernels kernels, bool packed) {
+  if (wt != dtype::bf16)
+    return "-";
+  const bool dot = kernels != cpu::bf16_kernels::fma && cpu::have_bf16_dot_kernels();
+  const bool amx = kernels == cpu::bf16_kernels::best && cpu::amx_bf16_usable() && n_tokens > 4;
+  if (packed)
+    return amx ? "amx" : "pack";
+  return amx && n_tokens >= 384 ? "amx" : dot ? "dot" : "fma";
+}
+
 matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n_tokens, int64_t n_in, int64_t n_out,
                           cpu::matmul_path path, double min_seconds, int min_reps, const std::string& name,
                           cpu::bf16_kernels kernels = cpu::bf16_kernels::best, bool packed = false) {
@@ -137,10 +150,7 @@ matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n
           n_in,
           n_out,
           path_name,
-          wt != dtype::bf16                                                    ? "-"
-          : packed                                                             ? "pack"
-          : kernels == cpu::bf16_kernels::best && cpu::have_bf16_dot_kernels() ? "dot"
-                                                                               : "fma",
+          kernels_label(wt, n_tokens, kernels, packed),
           s,
           static_cast<double>(wbytes) / s / 1e9,
           2.0 * static_cast<double>(n_tokens * n_in * n_out) / s / 1e9};
@@ -576,12 +586,19 @@ int main(int argc, char** argv) {
                     cpu::bf16_kernels::best, true));
     add(time_matmul(a, *pool, dtype::bf16, 1, 2048, 128256, cpu::matmul_path::automatic, min_s, min_reps,
                     "decode_vocab", cpu::bf16_kernels::best, true));
-    add(time_matmul(a, *pool, dtype::bf16, 32, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_b32",
-                    cpu::bf16_kernels::best, true));
-    add(time_matmul(a, *pool, dtype::bf16, 512, 2048, 8192, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
-                    "prefill_512", cpu::bf16_kernels::best, true));
-    add(time_matmul(a, *pool, dtype::bf16, 512, 5632, 2048, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
-                    "prefill_down", cpu::bf16_kernels::best, true));
+    // The GEMMs on packed panels: AMX tiles where the process may use them, beside vdpbf16ps alone.
+    std::vector<cpu::bf16_kernels> gemm_families{cpu::bf16_kernels::best};
+    if (cpu::amx_bf16_usable())
+      gemm_families.push_back(cpu::bf16_kernels::dot);
+    for (auto k : gemm_families) {
+      for (int64_t t : {8, 16, 32})
+        add(time_matmul(a, *pool, dtype::bf16, t, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps,
+                        "decode_b" + std::to_string(t), k, true));
+      add(time_matmul(a, *pool, dtype::bf16, 512, 2048, 8192, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
+                      "prefill_512", k, true));
+      add(time_matmul(a, *pool, dtype::bf16, 512, 5632, 2048, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
+                      "prefill_down", k, true));
+    }
   }
   for (auto k : bf16_families) {
     add(time_matmul(a, *pool, dtype::bf16, 1, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_ffn",

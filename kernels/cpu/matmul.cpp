@@ -377,7 +377,7 @@ const float* rounded_to_bf16(const float* x, int64_t n) {
 
 std::atomic<bf16_kernels> bf16_kernel_choice{bf16_kernels::best};
 
-bool use_bf16_dot() { return have_bf16_dot_kernels() && bf16_kernel_choice.load() == bf16_kernels::best; }
+bool use_bf16_dot() { return have_bf16_dot_kernels() && bf16_kernel_choice.load() != bf16_kernels::fma; }
 
 void check_packed(const matmul_target& t) {
   ACTORLLM_CHECK(!t.packed || (t.wtype == dtype::bf16 && have_bf16_dot_kernels()),

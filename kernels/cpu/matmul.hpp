@@ -23,10 +23,11 @@ enum class matmul_path : uint8_t {
 /// 64 and 128 tokens: below it, packing weight panels costs more than the better register reuse saves).
 inline constexpr int64_t matmul_gemm_min_tokens = 96;
 
-/// The kernels bf16 weights run on. `best`: vdpbf16ps where this build and CPU have AVX512-BF16, else `fma`: the
-/// f32-FMA kernels of every other weight type (same products, x rounded to bf16 first). Process-wide; for tests and
-/// benchmarks that compare the two on one machine.
-enum class bf16_kernels : uint8_t { best, fma };
+/// The kernels bf16 weights run on. `best`: vdpbf16ps where this build and CPU have AVX512-BF16, and AMX tiles for
+/// the GEMMs (5 tokens and more) where the process may use them (amx_bf16_usable); `dot`: vdpbf16ps only; else `fma`:
+/// the f32-FMA kernels of every other weight type (same products, x rounded to bf16 first). Process-wide; for tests
+/// and benchmarks that compare them on one machine.
+enum class bf16_kernels : uint8_t { best, dot, fma };
 void set_bf16_kernels(bf16_kernels k);
 bf16_kernels get_bf16_kernels();
 

@@ -13,13 +13,18 @@
 // Gated (SwiGLU) groups compute gate and up rows of the same outputs side by side and write silu(gate) * up.
 #include "kernels/cpu/matmul_bf16.hpp"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/amx_bf16.hpp"
 #include "kernels/cpu/home_streams.hpp"
 #include "kernels/cpu/read_ahead.hpp"
 #include "kernels/cpu/simd.hpp"
@@ -31,6 +36,23 @@ namespace {
 constexpr int64_t panel_rows = 32;
 int64_t panel_k_pad(int64_t n_in) { return (n_in + 31) / 32 * 32; }
 }  // namespace
+
+std::string cpu_vendor() {
+  unsigned max_leaf = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &max_leaf, &b, &c, &d) == 0)
+    return {};
+  char name[12];
+  std::memcpy(name, &b, 4);
+  std::memcpy(name + 4, &d, 4);
+  std::memcpy(name + 8, &c, 4);
+  return {name, sizeof name};
+}
+
+decode_read_pattern decode_read_pattern_for(std::string_view vendor) {
+  if (vendor == "GenuineIntel")
+    return {.streams = 2, .prefetch_bytes = 1024};
+  return {.streams = 4, .prefetch_bytes = 128};
+}
 
 size_t bf16_panels_bytes(int64_t n_out, int64_t n_in) {
   return static_cast<size_t>((n_out + panel_rows - 1) / panel_rows * panel_rows * panel_k_pad(n_in)) * sizeof(uint16_t);
@@ -66,6 +88,10 @@ void pack_bf16_panels(const uint16_t* w, int64_t n_out, int64_t n_in, uint16_t* 
 namespace {
 
 constexpr int64_t k_step = 32;  // bf16 elements per vector
+
+// The GEMMs (5 tokens and more) run on AMX tiles where the process may use them, unless set_bf16_kernels asked for
+// vdpbf16ps only.
+bool use_amx() { return get_bf16_kernels() == bf16_kernels::best && amx_bf16_usable(); }
 
 // Rounds token rows to bf16: xb [n_tokens][ld], zero from n_in to k_pad (k_pad a multiple of k_step, ld >= k_pad).
 void round_rows(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
@@ -371,7 +397,8 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
 // reads fastest with several interleaved streams per thread, and batch-1 decode of the TinyLlama shape measured
 // 69-82% of the probe with one stream against 87-96% with four (bench_cpu_decode, alternated runs, 2 threads).
 // So a thread walks S panels side by side (S = 4 up to 2 tokens; 2 for 3-4 tokens, where 4 streams would not fit
-// the 32 vector registers), each activation pair broadcast once for all S panels. The panels are handed out on
+// the 32 vector registers), each activation pair broadcast once for all S panels. On Intel two streams read faster
+// (decode_read_pattern_for in matmul_bf16.hpp). The panels are handed out on
 // demand (guided): grains of up to 32 panels while much of the weight is left, so the streams stay long, shrinking to
 // 8 (about 1 MiB at K = 2048) at the end, so a thread waits at most that long for another that was descheduled or
 // reads slower. Batch-1 decode / probe in alternated runs: 77-95% with fixed grains of 8, 98-103% guided 8 to 32
@@ -402,10 +429,15 @@ static_assert(max_streams <= read_ahead_plan::max_streams);
 // rounds, 2 MiB 1.008-1.009, 4 MiB 1.009-1.019 (four runs, 164 of 232 pairs ahead; the slow state 1.008-1.018), 8 MiB
 // 1.007-1.008.
 
-constexpr int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? 4 : 2; }
+const decode_read_pattern& this_cpu_pattern() {
+  static const decode_read_pattern pattern = decode_read_pattern_for(cpu_vendor());
+  return pattern;
+}
+int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? this_cpu_pattern().streams : 2; }
 
 // Tiles t[0..S) (M token rows each, the same activations and K) walked side by side. Each step asks for the lines of
-// each stream's next step (128 bytes ahead, into L1), and no further: the hardware prefetcher follows the S streams
+// a later step of each stream (this CPU's decode_read_pattern: on Intel 1 KiB ahead; on Zen the next step, 128 bytes
+// ahead, into L1), and no further: the hardware prefetcher follows the S streams
 // by itself, and distances of 512 bytes to 3 KiB, T0 or non-temporal, only got in its way (bench_cpu_decode, Zen 5
 // VM, 2026-11-30: 91.0-98.4% of the probe with NTA 1 KiB ahead against 96.0-101.5% with none; T0 512 to 2,048 bytes
 // 80-85% against 90%). One step ahead asks only for lines the next step's loads read (but two past each panel's end),
@@ -427,11 +459,12 @@ void stream_tiles(const gemm_tile_args* t) {
   for (int s = 0; s < S; ++s)
     p[s] = t[s].panel;
   const int64_t n_kp = t[0].k_pad / 2;
+  const int64_t ahead = this_cpu_pattern().prefetch_bytes / static_cast<int64_t>(sizeof(uint32_t));
   for (int64_t kp = 0; kp < n_kp; ++kp) {
     __m512bh b0[S], b1[S];
     for (int s = 0; s < S; ++s) {
-      _mm_prefetch(reinterpret_cast<const char*>(p[s] + gemm_nr), _MM_HINT_T0);  // the next step's two lines
-      _mm_prefetch(reinterpret_cast<const char*>(p[s] + gemm_nr + 16), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p[s] + ahead), _MM_HINT_T0);  // a later step's two lines
+      _mm_prefetch(reinterpret_cast<const char*>(p[s] + ahead + 16), _MM_HINT_T0);
       b0[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p[s]));
       b1[s] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p[s] + 16));
       p[s] += gemm_nr;
@@ -707,7 +740,77 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
 constexpr int64_t packed_stream_max_tokens = 48;
 constexpr int64_t panel_tc = 384;
 
+// The panel algorithm on AMX tiles (amx_bf16.cpp): each thread's units in groups of amx_group_panels panels (a gated
+// unit is two), each group's sums over a chunk of token rows made in scratch and then committed to the outputs with
+// the bias (a gated pair combined). The token rows are padded to a multiple of 16 (matmul_bf16_dot pads xb).
+constexpr int amx_group_panels = 4;
+
+void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
+  const unit_numbering units(targets, gated, gemm_nr);
+  const size_t per_unit = gated ? 2 : 1;
+  const bool packed = targets[0].packed;
+  const int64_t n_kp = c.k_pad / 2;
+  const int64_t chunk = packed && c.n_tokens <= packed_stream_max_tokens ? c.n_tokens : panel_tc;
+  const int64_t units_a_group = amx_group_panels / static_cast<int64_t>(per_unit);
+  pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
+    thread_local std::vector<uint32_t> packed_panels;
+    thread_local std::vector<float> sums;
+    if (!packed)
+      packed_panels.resize(static_cast<size_t>(amx_group_panels * n_kp * gemm_nr));
+    for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
+      const int64_t tc = std::min(chunk, c.n_tokens - t0);
+      const int64_t rows = (tc + 15) / 16 * 16;
+      sums.resize(static_cast<size_t>(amx_group_panels * rows * gemm_nr));
+      for (int64_t g0 = u_begin; g0 < u_end; g0 += units_a_group) {
+        const int64_t g1 = std::min(u_end, g0 + units_a_group);
+        const uint32_t* panels[amx_group_panels];
+        int n_panels = 0;
+        size_t i = units.target_of(g0, 0);
+        for (int64_t u = g0; u < g1; ++u) {
+          i = units.target_of(u, i);
+          const int64_t p = u - units.begin[i];
+          for (size_t part = 0; part < per_unit; ++part, ++n_panels) {
+            const target_view& tv = targets[gated ? part : i];
+            if (packed) {
+              panels[n_panels] = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr;
+            } else {
+              uint32_t* dst = packed_panels.data() + static_cast<size_t>(n_panels * n_kp * gemm_nr);
+              pack_panel(tv.w, c.n_in, tv.n_out, p * gemm_nr, c.k_pad, dst);
+              panels[n_panels] = dst;
+            }
+          }
+        }
+        amx_panels_product(c.xb + t0 * c.ld, c.ld, rows, panels, n_panels, c.k_pad, sums.data());
+        // Commit: the sums of each panel's real rows and outputs, plus the bias.
+        i = units.target_of(g0, 0);
+        int panel = 0;
+        for (int64_t u = g0; u < g1; ++u) {
+          i = units.target_of(u, i);
+          const int64_t o0 = (u - units.begin[i]) * gemm_nr;
+          for (size_t part = 0; part < per_unit; ++part, ++panel) {
+            const target_view& tv = targets[gated ? part : i];
+            const int64_t n_valid = std::min<int64_t>(gemm_nr, tv.n_out - o0);
+            const float* s = sums.data() + static_cast<size_t>(panel * rows * gemm_nr);
+            for (int64_t t = 0; t < tc; ++t) {
+              float* out = tv.y + (t0 + t) * tv.n_out + o0;
+              const float* row = s + t * gemm_nr;
+              for (int64_t j = 0; j < n_valid; ++j)
+                out[j] = row[j] + (tv.bias != nullptr ? tv.bias[o0 + j] : 0.0f);
+            }
+          }
+          if (gated)
+            combine_gated(targets, o0, t0, t0 + tc);
+        }
+      }
+    }
+  });
+}
+
 void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
+  if (use_amx()) {
+    amx_panel_matmul(c, targets, gated, pool);
+    return;
+  }
   // Streaming panels from memory wants software prefetch; a panel that the chunk's tiles reuse from L2 does not.
   static constexpr auto stream_table = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
   static constexpr auto chunk_table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
@@ -767,8 +870,20 @@ void pack_bf16_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0,
   pack_panel(w, n_in, n_out, o0, k_pad, panel);
 }
 
+int64_t bf16_panel_rows(int64_t n_tokens) { return use_amx() ? (n_tokens + 15) / 16 * 16 : n_tokens; }
+
 void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const uint32_t* panel, int64_t k_pad,
                         float* y, int64_t ldy, int n_valid, const float* bias32) {
+  if (use_amx()) {  // the same sums as matmul_bf16_dot's GEMMs on AMX
+    const int64_t rows = bf16_panel_rows(n_tokens);
+    thread_local std::vector<float> sums;
+    sums.resize(static_cast<size_t>(rows * gemm_nr));
+    amx_panels_product(xb, ld, rows, &panel, 1, k_pad, sums.data());
+    for (int64_t t = 0; t < n_tokens; ++t)
+      for (int j = 0; j < n_valid; ++j)
+        y[t * ldy + j] = sums[static_cast<size_t>(t * gemm_nr + j)] + (bias32 != nullptr ? bias32[j] : 0.0f);
+    return;
+  }
   static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
   for (int64_t m0 = 0; m0 < n_tokens; m0 += gemm_mr) {
     const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, n_tokens - m0));
@@ -799,7 +914,10 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
   // sets, and the GEMM tile reads 12 of them at once.
   const int64_t ld = k_pad + k_step;
   thread_local std::vector<uint16_t> xb_storage;
-  xb_storage.resize(static_cast<size_t>(n_tokens * ld));
+  // AMX tiles read token rows 16 at a time: the rows past n_tokens are there (zeros), their sums never committed.
+  const int64_t padded_tokens = bf16_panel_rows(n_tokens);
+  xb_storage.resize(static_cast<size_t>(padded_tokens * ld));
+  std::fill(xb_storage.begin() + n_tokens * ld, xb_storage.end(), uint16_t{0});
   // Rounded on the pool for a prefill's many rows (serial, it would leave the other cores idle for a while).
   uint16_t* xb = xb_storage.data();
   if (n_tokens >= 16 && pool.size() > 1)
@@ -837,6 +955,8 @@ void round_rows_to_bf16(const float*, int64_t, int64_t, uint16_t*, int64_t, int6
 void pack_bf16_panel(const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint32_t*) {
   ACTORLLM_CHECK(false, "pack_bf16_panel: this build has no AVX512-BF16 kernels");
 }
+
+int64_t bf16_panel_rows(int64_t n_tokens) { return n_tokens; }
 
 void bf16_panel_product(const uint16_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t, int,
                         const float*) {

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 
 #include "kernels/cpu/matmul.hpp"
 #include "util/thread_pool.hpp"
@@ -12,6 +14,21 @@ namespace actorllm::cpu {
 
 /// Whether this build has the vdpbf16ps kernels (compiled for a CPU with AVX512-BF16).
 bool have_bf16_dot_kernels();
+
+/// How the streamed decode kernels (1 to 4 tokens on packed panels) read on a CPU: the panel streams a thread reads
+/// side by side at 1 or 2 tokens (2 at 3 or 4 tokens everywhere), and how many bytes ahead of each step they ask for
+/// a stream's lines (the hardware prefetcher does the rest).
+struct decode_read_pattern {
+  int streams;
+  int64_t prefetch_bytes;
+};
+/// The pattern measured fastest on CPUs of this vendor (CPUID's "GenuineIntel", "AuthenticAMD"; others get AMD's):
+/// on Zen 4/5, four streams asking one step (128 bytes) ahead; on Intel (a Xeon with AMX, 2026-12-02) two streams
+/// asking 1 KiB ahead, where four streams one step ahead read 70-84% of the probe against 83-95% (bench_kernels
+/// --decode-step-rounds, alternated).
+decode_read_pattern decode_read_pattern_for(std::string_view vendor);
+/// This CPU's vendor string from CPUID leaf 0 (empty where there is none).
+std::string cpu_vendor();
 
 /// Runs `targets` (all bf16) over one input in one parallel region, each y = x w^T (+ bias) with x rounded to bf16
 /// once. `gated`: exactly two targets (gate, up) of equal n_out; targets[0].y receives silu(gate) * up and
@@ -28,8 +45,12 @@ void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t
 /// Packs rows [o0, o0 + 32) x inputs [0, k_pad) of the row-major bf16 w [n_out, n_in] into one panel of
 /// tensor_layout::cpu_bf16_panels ([k_pad / 2][32] pairs); rows past n_out and inputs past n_in become zeros.
 void pack_bf16_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k_pad, uint32_t* panel);
+/// The token rows bf16_panel_product reads for n_tokens: more than n_tokens (up to a multiple of 16) where it runs on
+/// AMX tiles. The caller's xb holds that many rows (those past n_tokens only make sums that are not written).
+int64_t bf16_panel_rows(int64_t n_tokens);
 /// y[t, j] = sum_k xb[t, k] * panel[k, j] (+ bias32[j]) for t < n_tokens, j < n_valid (<= 32): the 12 x 32 register
-/// tiles over one panel that sits in cache. xb rows ld apart, y rows ldy apart; bias32 null or 32 values.
+/// tiles over one panel that sits in cache, or AMX tiles where matmul_bf16_dot's GEMMs use them (the same sums as
+/// those). xb rows ld apart (bf16_panel_rows of them), y rows ldy apart; bias32 null or 32 values.
 void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const uint32_t* panel, int64_t k_pad,
                         float* y, int64_t ldy, int n_valid, const float* bias32);
 

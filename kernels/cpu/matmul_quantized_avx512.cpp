@@ -664,7 +664,10 @@ void wo_gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const qua
   const int64_t k_pad = round_up(n_in, block_inputs);
   const int64_t ld = k_pad + 32;
   thread_local std::vector<uint16_t> xb_storage;
-  xb_storage.resize(static_cast<size_t>(n_tokens * ld));
+  const int64_t last_chunk_begin = n_tokens == 0 ? 0 : (n_tokens - 1) / panel_tokens * panel_tokens;
+  const int64_t rows = last_chunk_begin + bf16_panel_rows(n_tokens - last_chunk_begin);  // as bf16_panel_product reads
+  xb_storage.resize(static_cast<size_t>(rows * ld));
+  std::fill(xb_storage.begin() + n_tokens * ld, xb_storage.end(), uint16_t{0});
   uint16_t* xb = xb_storage.data();
   pool.parallel_for(
       n_tokens, [&](int64_t b, int64_t e) { round_rows_to_bf16(x + b * n_in, e - b, n_in, xb + b * ld, k_pad, ld); });

@@ -12,6 +12,7 @@
 
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/amx_bf16.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
 
@@ -23,20 +24,25 @@ struct shape {
   int64_t n_tokens, n_in, n_out;
 };
 
-// How a bf16 weight is run (other types: always `fma`).
-enum class bf16_variant { fma, dot_rows, dot_packed };
+// How a bf16 weight is run (other types: always `fma`). dot_rows and dot_packed run the best kernels (AMX tiles for
+// 5 tokens and more where the process may use them); dot_packed_no_amx vdpbf16ps alone on packed panels.
+enum class bf16_variant { fma, dot_rows, dot_packed, dot_packed_no_amx };
 
 // The variants this machine can run for `wt`.
 std::vector<bf16_variant> variants_for(dtype wt) {
   if (wt != dtype::bf16 || !cpu::have_bf16_dot_kernels())
     return {bf16_variant::fma};
+  if (cpu::amx_bf16_usable())
+    return {bf16_variant::fma, bf16_variant::dot_rows, bf16_variant::dot_packed, bf16_variant::dot_packed_no_amx};
   return {bf16_variant::fma, bf16_variant::dot_rows, bf16_variant::dot_packed};
 }
+
+bool is_packed(bf16_variant v) { return v == bf16_variant::dot_packed || v == bf16_variant::dot_packed_no_amx; }
 
 // The weight as the variant reads it: packed panels for dot_packed, else as is.
 std::vector<uint8_t> weight_for(const std::vector<uint8_t>& w, int64_t n_out, int64_t n_in, bf16_variant v,
                                 thread_pool& pool) {
-  if (v != bf16_variant::dot_packed)
+  if (!is_packed(v))
     return w;
   std::vector<uint8_t> packed(cpu::bf16_panels_bytes(n_out, n_in));
   cpu::pack_bf16_panels(reinterpret_cast<const uint16_t*>(w.data()), n_out, n_in,
@@ -47,7 +53,9 @@ std::vector<uint8_t> weight_for(const std::vector<uint8_t>& w, int64_t n_out, in
 // Selects the kernel family for the variant until the end of the scope.
 struct variant_scope {
   explicit variant_scope(bf16_variant v) {
-    cpu::set_bf16_kernels(v == bf16_variant::fma ? cpu::bf16_kernels::fma : cpu::bf16_kernels::best);
+    cpu::set_bf16_kernels(v == bf16_variant::fma                 ? cpu::bf16_kernels::fma
+                          : v == bf16_variant::dot_packed_no_amx ? cpu::bf16_kernels::dot
+                                                                 : cpu::bf16_kernels::best);
   }
   ~variant_scope() { cpu::set_bf16_kernels(cpu::bf16_kernels::best); }
   variant_scope(const variant_scope&) = delete;
@@ -95,8 +103,7 @@ void check_matmul(const shape& s, dtype wt, bool with_bias, cpu::matmul_path pat
     // Sentinels after the output catch writes past [n_tokens, n_out].
     const size_t n_y = static_cast<size_t>(s.n_tokens * s.n_out);
     std::vector<float> y(n_y + 37, -777.0f);
-    const cpu::matmul_target target{
-        wv.data(), wt, s.n_out, with_bias ? bias.data() : nullptr, y.data(), v == bf16_variant::dot_packed};
+    const cpu::matmul_target target{wv.data(), wt, s.n_out, with_bias ? bias.data() : nullptr, y.data(), is_packed(v)};
     cpu::matmul_group(x.data(), s.n_tokens, s.n_in, std::span{&target, 1}, pool, path);
     std::string what = "matmul " + std::to_string(s.n_tokens) + "x" + std::to_string(s.n_in) + " -> " +
                        std::to_string(s.n_out) + " " + std::string(dtype_name(wt)) + (with_bias ? " +bias" : "") +
@@ -182,7 +189,7 @@ TEST_CASE("matmul at a Llama-like shape matches float64 on sampled outputs") {
         const variant_scope scope(v);
         const std::vector<uint8_t> wv = weight_for(w, n_out, n_in, v, pool);
         std::vector<float> y(static_cast<size_t>(n_tokens * n_out));
-        const cpu::matmul_target target{wv.data(), wt, n_out, nullptr, y.data(), v == bf16_variant::dot_packed};
+        const cpu::matmul_target target{wv.data(), wt, n_out, nullptr, y.data(), is_packed(v)};
         cpu::matmul_group(x.data(), n_tokens, n_in, std::span{&target, 1}, pool);
         test::data_rng pick(7);
         for (int k = 0; k < 200; ++k) {
@@ -223,8 +230,8 @@ TEST_CASE("matmul_group runs q/k/v-like targets in one call, each as its own mat
           y.emplace_back(static_cast<size_t>(n_tokens * n_outs[i]), -777.0f);
         }
         for (size_t i = 0; i < n_outs.size(); ++i)
-          targets.push_back({wv[i].data(), wt, n_outs[i], i % 2 == 0 ? bias[i].data() : nullptr, y[i].data(),
-                             v == bf16_variant::dot_packed});
+          targets.push_back(
+              {wv[i].data(), wt, n_outs[i], i % 2 == 0 ? bias[i].data() : nullptr, y[i].data(), is_packed(v)});
         cpu::matmul_group(x.data(), n_tokens, n_in, targets, pool);
         for (size_t i = 0; i < n_outs.size(); ++i) {
           std::vector<double> ref, tol;
@@ -258,8 +265,8 @@ TEST_CASE("matmul_silu_gate equals silu(x gate^T) * (x up^T) on every path [asan
           const variant_scope scope(v);
           const auto wgv = weight_for(wg, n_ff, n_in, v, pool), wuv = weight_for(wu, n_ff, n_in, v, pool);
           std::vector<float> up(static_cast<size_t>(n_tokens * n_ff)), out(up.size() + 19, -777.0f);
-          cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wgv.data(), wuv.data(), wt, v == bf16_variant::dot_packed,
-                                n_ff, up.data(), out.data(), pool, path);
+          cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wgv.data(), wuv.data(), wt, is_packed(v), n_ff, up.data(),
+                                out.data(), pool, path);
           const std::string what = "silu gate " + std::string(dtype_name(wt)) + " tokens " + std::to_string(n_tokens) +
                                    " path " + std::to_string(static_cast<int>(path)) + " variant " +
                                    std::to_string(static_cast<int>(v));
@@ -369,4 +376,52 @@ TEST_CASE("packed bf16 decode streams match float64 over several grains, targets
       REQUIRE(std::memcmp(out_owned.data(), out.data(), out.size() * sizeof(float)) == 0);
     }
   }
+}
+
+TEST_CASE("AMX tiles: amx_panels_product over several panel groups, K blocks and 16-row blocks matches float64") {
+  if (!cpu::amx_bf16_usable()) {
+    MESSAGE("skipped: this CPU or process cannot run AMX-BF16 tiles");
+    return;
+  }
+  thread_pool pool(1);
+  // 6 panels: a group of four and one of two; K 600 (k_pad 608: blocks of 128 pairs, the last of 48); 48 rows: a
+  // block of 32 and one of 16.
+  const int64_t n_out = 6 * 32 - 5, n_in = 600, k_pad = 608, n_rows = 48, ld = k_pad + 32;
+  auto x = test::random_floats(static_cast<size_t>(n_rows * n_in), 77);
+  auto w = test::to_dtype(test::random_floats(static_cast<size_t>(n_out * n_in), 78), dtype::bf16);
+  const auto packed = weight_for(w, n_out, n_in, bf16_variant::dot_packed, pool);
+  std::vector<uint16_t> xb(static_cast<size_t>(n_rows * ld));
+  cpu::round_rows_to_bf16(x.data(), n_rows, n_in, xb.data(), k_pad, ld);
+  std::vector<const uint32_t*> panels;
+  for (int p = 0; p < 6; ++p)
+    panels.push_back(reinterpret_cast<const uint32_t*>(packed.data()) + p * (k_pad / 2) * 32);
+  std::vector<float> sums(static_cast<size_t>(6 * n_rows * 32), -777.0f);
+  cpu::amx_panels_product(xb.data(), ld, n_rows, panels.data(), 6, k_pad, sums.data());
+  std::vector<double> ref, tol;
+  reference_matmul(x, w, dtype::bf16, nullptr, n_rows, n_in, n_out, ref, tol);
+  for (int p = 0; p < 6; ++p)
+    for (int64_t t = 0; t < n_rows; ++t)
+      for (int64_t j = 0; j < 32; ++j) {
+        const float got = sums[static_cast<size_t>((p * n_rows + t) * 32 + j)];
+        const int64_t o = p * 32 + j;
+        if (o >= n_out) {
+          REQUIRE(got == 0.0f);  // the panel's zero rows
+          continue;
+        }
+        const size_t r = static_cast<size_t>(t * n_out + o);
+        REQUIRE(std::fabs(static_cast<double>(got) - ref[r]) <= tol[r]);
+      }
+}
+
+TEST_CASE("the streamed decode's read pattern: two streams 1 KiB ahead on Intel, four a step ahead elsewhere [asan]") {
+  const cpu::decode_read_pattern intel = cpu::decode_read_pattern_for("GenuineIntel");
+  CHECK(intel.streams == 2);
+  CHECK(intel.prefetch_bytes == 1024);
+  for (const char* vendor : {"AuthenticAMD", "", "HygonGenuine"}) {
+    const cpu::decode_read_pattern other = cpu::decode_read_pattern_for(vendor);
+    CHECK(other.streams == 4);
+    CHECK(other.prefetch_bytes == 128);
+  }
+  const std::string vendor = cpu::cpu_vendor();
+  CHECK(vendor.size() == 12);  // every x86-64 CPU names its vendor in CPUID leaf 0
 }

@@ -1,0 +1,164 @@
+// AMX tiles over the packed panels. A panel is [k/2][32] bf16 pairs, 128 bytes a pair row: the B operand of
+// TDPBF16PS (16 pair rows x 16 outputs, 64 bytes a row) is a panel's 16 pair rows, loaded with a 128-byte stride, its
+// left or right half. So a 32-output panel is two B tiles, 32 token rows two A tiles, and the four 16 x 16 sum tiles
+// take 4 of the 8 tile registers: each A and each B tile loaded feeds two products.
+//
+// Blocking: K goes in blocks of 128 pairs, so that a panel's block (16 KiB) stays in L1 while every 32-row block of
+// the token rows passes over it; the sums go back to memory between K blocks. Four panels (128 outputs) go through
+// each K block together, so that the token rows' block (n_rows x 512 bytes) is read from L2 for four panels.
+#include "kernels/cpu/amx_bf16.hpp"
+
+#include "util/check.hpp"
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#endif
+
+namespace actorllm::cpu {
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+
+namespace {
+
+constexpr int64_t k_block_pairs = 128;  // 16 KiB of a panel
+constexpr int panels_together = 4;
+constexpr size_t panel_row_bytes = 128;  // one pair row of a panel: 32 outputs x 2 bf16
+constexpr size_t sums_row_bytes = 128;   // 32 floats
+
+// The tile configuration's memory layout (palette 1): 8 tiles of 16 rows x 64 bytes.
+struct tile_config {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+bool request_tile_data() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0)
+    return false;
+  constexpr unsigned amx_bf16 = 1u << 22, amx_tile = 1u << 24;
+  if ((d & amx_bf16) == 0 || (d & amx_tile) == 0)
+    return false;
+  constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+  return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+}
+
+void configure_tiles() {
+  tile_config cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// Sum tiles 0-3 for token rows [0, 32) x the panel's 32 outputs over pairs [kp_begin, kp_end): zeroed or loaded from
+// `sums` (32 rows, 128 bytes apart), then stored back. a: token row 0, at k = 0, a_stride bytes a row.
+void block_32_rows(const char* a, size_t a_stride, const char* panel, int64_t kp_begin, int64_t kp_end, float* sums,
+                   bool first) {
+  char* s = reinterpret_cast<char*>(sums);
+  const size_t half = 16 * sums_row_bytes;
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else {
+    _tile_loadd(0, s, sums_row_bytes);
+    _tile_loadd(1, s + 64, sums_row_bytes);
+    _tile_loadd(2, s + half, sums_row_bytes);
+    _tile_loadd(3, s + half + 64, sums_row_bytes);
+  }
+  for (int64_t kp = kp_begin; kp < kp_end; kp += 16) {
+    const char* ak = a + kp * 4;  // a pair is two bf16
+    const char* bk = panel + kp * panel_row_bytes;
+    _tile_loadd(4, ak, a_stride);
+    _tile_loadd(5, ak + 16 * a_stride, a_stride);
+    _tile_loadd(6, bk, panel_row_bytes);
+    _tile_loadd(7, bk + 64, panel_row_bytes);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, s, sums_row_bytes);
+  _tile_stored(1, s + 64, sums_row_bytes);
+  _tile_stored(2, s + half, sums_row_bytes);
+  _tile_stored(3, s + half + 64, sums_row_bytes);
+}
+
+// The same for 16 token rows (sum tiles 0 and 1).
+void block_16_rows(const char* a, size_t a_stride, const char* panel, int64_t kp_begin, int64_t kp_end, float* sums,
+                   bool first) {
+  char* s = reinterpret_cast<char*>(sums);
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+  } else {
+    _tile_loadd(0, s, sums_row_bytes);
+    _tile_loadd(1, s + 64, sums_row_bytes);
+  }
+  for (int64_t kp = kp_begin; kp < kp_end; kp += 16) {
+    const char* bk = panel + kp * panel_row_bytes;
+    _tile_loadd(4, a + kp * 4, a_stride);
+    _tile_loadd(6, bk, panel_row_bytes);
+    _tile_loadd(7, bk + 64, panel_row_bytes);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+  }
+  _tile_stored(0, s, sums_row_bytes);
+  _tile_stored(1, s + 64, sums_row_bytes);
+}
+
+}  // namespace
+
+bool amx_bf16_usable() {
+  static const bool usable = request_tile_data();
+  return usable;
+}
+
+void amx_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const uint32_t* const* panels, int n_panels,
+                        int64_t k_pad, float* sums) {
+  ACTORLLM_CHECK(amx_bf16_usable(), "amx_panels_product: this process cannot run AMX tiles");
+  ACTORLLM_CHECK(n_rows % 16 == 0 && k_pad % 32 == 0, "amx_panels_product: n_rows a multiple of 16, k_pad of 32");
+  configure_tiles();
+  const int64_t n_kp = k_pad / 2;
+  const char* a = reinterpret_cast<const char*>(xb);
+  const size_t a_stride = static_cast<size_t>(ld) * sizeof(uint16_t);
+  const size_t panel_sums = static_cast<size_t>(n_rows) * 32;
+  for (int p0 = 0; p0 < n_panels; p0 += panels_together) {
+    const int p1 = std::min(n_panels, p0 + panels_together);
+    for (int64_t kp0 = 0; kp0 < n_kp; kp0 += k_block_pairs) {
+      const int64_t kp1 = std::min(n_kp, kp0 + k_block_pairs);
+      for (int p = p0; p < p1; ++p) {
+        const char* panel = reinterpret_cast<const char*>(panels[p]);
+        float* s = sums + static_cast<size_t>(p) * panel_sums;
+        int64_t r = 0;
+        for (; r + 32 <= n_rows; r += 32)
+          block_32_rows(a + static_cast<size_t>(r) * a_stride, a_stride, panel, kp0, kp1, s + r * 32, kp0 == 0);
+        if (r < n_rows)
+          block_16_rows(a + static_cast<size_t>(r) * a_stride, a_stride, panel, kp0, kp1, s + r * 32, kp0 == 0);
+      }
+    }
+  }
+  _tile_release();
+}
+
+#else
+
+bool amx_bf16_usable() { return false; }
+
+void amx_panels_product(const uint16_t*, int64_t, int64_t, const uint32_t* const*, int, int64_t, float*) {
+  ACTORLLM_CHECK(false, "amx_panels_product: this build has no AMX-BF16 kernels");
+}
+
+#endif
+
+}  // namespace actorllm::cpu

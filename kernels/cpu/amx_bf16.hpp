@@ -1,0 +1,23 @@
+// bf16 panels times bf16 token rows on AMX tiles (TDPBF16PS: a 16 x 32 by 32 x 16 bf16 product added to 16 x 16 f32
+// sums in one instruction, sixteen times the multiply-adds of vdpbf16ps a cycle). The GEMMs of prefill and of batched
+// decode run here where the CPU has AMX-BF16 (Sapphire Rapids and later Xeons); internal to kernels/cpu, called by
+// matmul_bf16.cpp.
+#pragma once
+
+#include <cstdint>
+
+namespace actorllm::cpu {
+
+/// Whether this process runs bf16 GEMMs on AMX tiles: the build targets AMX-BF16 (-march=native on such a CPU), the
+/// CPU has it, and Linux granted the process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM). Asked once.
+bool amx_bf16_usable();
+
+/// sums[p][t][j] = sum over k < k_pad of xb[t][k] * panel p's [k][j], for p < n_panels, t < n_rows, j < 32: each panel
+/// in the layout of tensor_layout::cpu_bf16_panels ([k_pad / 2][32] bf16 pairs), xb's rows bf16, ld elements apart,
+/// k_pad a multiple of 32. n_rows is a multiple of 16 and xb holds that many rows (a row past the caller's tokens only
+/// makes its own sums). sums: n_panels * n_rows * 32 floats. Requires amx_bf16_usable(); configures and releases the
+/// calling thread's tiles.
+void amx_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const uint32_t* const* panels, int n_panels,
+                        int64_t k_pad, float* sums);
+
+}  // namespace actorllm::cpu
