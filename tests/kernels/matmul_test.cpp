@@ -385,32 +385,35 @@ TEST_CASE("AMX tiles: amx_panels_product over several panel groups, K blocks and
   }
   thread_pool pool(1);
   // 6 panels: a group of four and one of two; K 600 (k_pad 608: blocks of 128 pairs, the last of 48); 48 rows: a
-  // block of 32 and one of 16.
-  const int64_t n_out = 6 * 32 - 5, n_in = 600, k_pad = 608, n_rows = 48, ld = k_pad + 32;
-  auto x = test::random_floats(static_cast<size_t>(n_rows * n_in), 77);
-  auto w = test::to_dtype(test::random_floats(static_cast<size_t>(n_out * n_in), 78), dtype::bf16);
-  const auto packed = weight_for(w, n_out, n_in, bf16_variant::dot_packed, pool);
-  std::vector<uint16_t> xb(static_cast<size_t>(n_rows * ld));
-  cpu::round_rows_to_bf16(x.data(), n_rows, n_in, xb.data(), k_pad, ld);
-  std::vector<const uint32_t*> panels;
-  for (int p = 0; p < 6; ++p)
-    panels.push_back(reinterpret_cast<const uint32_t*>(packed.data()) + p * (k_pad / 2) * 32);
-  std::vector<float> sums(static_cast<size_t>(6 * n_rows * 32), -777.0f);
-  cpu::amx_panels_product(xb.data(), ld, n_rows, panels.data(), 6, k_pad, sums.data());
-  std::vector<double> ref, tol;
-  reference_matmul(x, w, dtype::bf16, nullptr, n_rows, n_in, n_out, ref, tol);
-  for (int p = 0; p < 6; ++p)
-    for (int64_t t = 0; t < n_rows; ++t)
-      for (int64_t j = 0; j < 32; ++j) {
-        const float got = sums[static_cast<size_t>((p * n_rows + t) * 32 + j)];
-        const int64_t o = p * 32 + j;
-        if (o >= n_out) {
-          REQUIRE(got == 0.0f);  // the panel's zero rows
-          continue;
+  // block of 32 and one of 16; 16 and 32 rows: each panel streamed through all of K at once.
+  for (const int64_t n_rows : {48, 16, 32}) {
+    CAPTURE(n_rows);
+    const int64_t n_out = 6 * 32 - 5, n_in = 600, k_pad = 608, ld = k_pad + 32;
+    auto x = test::random_floats(static_cast<size_t>(n_rows * n_in), 77);
+    auto w = test::to_dtype(test::random_floats(static_cast<size_t>(n_out * n_in), 78), dtype::bf16);
+    const auto packed = weight_for(w, n_out, n_in, bf16_variant::dot_packed, pool);
+    std::vector<uint16_t> xb(static_cast<size_t>(n_rows * ld));
+    cpu::round_rows_to_bf16(x.data(), n_rows, n_in, xb.data(), k_pad, ld);
+    std::vector<const uint32_t*> panels;
+    for (int p = 0; p < 6; ++p)
+      panels.push_back(reinterpret_cast<const uint32_t*>(packed.data()) + p * (k_pad / 2) * 32);
+    std::vector<float> sums(static_cast<size_t>(6 * n_rows * 32), -777.0f);
+    cpu::amx_panels_product(xb.data(), ld, n_rows, panels.data(), 6, k_pad, sums.data());
+    std::vector<double> ref, tol;
+    reference_matmul(x, w, dtype::bf16, nullptr, n_rows, n_in, n_out, ref, tol);
+    for (int p = 0; p < 6; ++p)
+      for (int64_t t = 0; t < n_rows; ++t)
+        for (int64_t j = 0; j < 32; ++j) {
+          const float got = sums[static_cast<size_t>((p * n_rows + t) * 32 + j)];
+          const int64_t o = p * 32 + j;
+          if (o >= n_out) {
+            REQUIRE(got == 0.0f);  // the panel's zero rows
+            continue;
+          }
+          const size_t r = static_cast<size_t>(t * n_out + o);
+          REQUIRE(std::fabs(static_cast<double>(got) - ref[r]) <= tol[r]);
         }
-        const size_t r = static_cast<size_t>(t * n_out + o);
-        REQUIRE(std::fabs(static_cast<double>(got) - ref[r]) <= tol[r]);
-      }
+  }
 }
 
 TEST_CASE("the streamed decode's read pattern: two streams 1 KiB ahead on Intel, four a step ahead elsewhere [asan]") {
