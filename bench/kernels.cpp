@@ -107,15 +107,17 @@ struct matmul_result {
 };
 
 // Which kernels a bf16 matmul ran on: "-" for other types, "pack"/"amx" on packed panels (vdpbf16ps or AMX tiles),
-// "dot"/"fma" on row-major weights.
-const char* kernels_label(dtype wt, int64_t n_tokens, cpu::bf16_kernels kernels, bool packed) {
+// "dot"/"amx"/"fma" on row-major weights (AMX for the panel algorithm: the gemm path, which `automatic` takes from
+// 384 tokens with vdpbf16ps).
+const char* kernels_label(dtype wt, int64_t n_tokens, cpu::bf16_kernels kernels, bool packed, cpu::matmul_path path) {
   if (wt != dtype::bf16)
     return "-";
   const bool dot = kernels != cpu::bf16_kernels::fma && cpu::have_bf16_dot_kernels();
   const bool amx = kernels == cpu::bf16_kernels::best && cpu::amx_bf16_usable() && n_tokens > 4;
   if (packed)
     return amx ? "amx" : "pack";
-  return amx && n_tokens >= 384 ? "amx" : dot ? "dot" : "fma";
+  const bool panels = path == cpu::matmul_path::gemm || (path == cpu::matmul_path::automatic && n_tokens >= 384);
+  return amx && panels ? "amx" : dot ? "dot" : "fma";
 }
 
 matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n_tokens, int64_t n_in, int64_t n_out,
@@ -150,7 +152,7 @@ matmul_result time_matmul(const arena& a, thread_pool& pool, dtype wt, int64_t n
           n_in,
           n_out,
           path_name,
-          kernels_label(wt, n_tokens, kernels, packed),
+          kernels_label(wt, n_tokens, kernels, packed, path),
           s,
           static_cast<double>(wbytes) / s / 1e9,
           2.0 * static_cast<double>(n_tokens * n_in * n_out) / s / 1e9};

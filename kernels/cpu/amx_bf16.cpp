@@ -152,10 +152,10 @@ void amx_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const ui
   const char* a = reinterpret_cast<const char*>(xb);
   const size_t a_stride = static_cast<size_t>(ld) * sizeof(uint16_t);
   const size_t panel_sums = static_cast<size_t>(n_rows) * 32;
+  const bool streaming = n_rows <= 32;
+  const int64_t kb = streaming ? n_kp : k_block_pairs;
   for (int p0 = 0; p0 < n_panels; p0 += panels_together) {
     const int p1 = std::min(n_panels, p0 + panels_together);
-    const bool streaming = n_rows <= 32;
-    const int64_t kb = streaming ? n_kp : k_block_pairs;
     for (int64_t kp0 = 0; kp0 < n_kp; kp0 += kb) {
       const int64_t kp1 = std::min(n_kp, kp0 + kb);
       for (int p = p0; p < p1; ++p) {

@@ -740,6 +740,14 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
 constexpr int64_t packed_stream_max_tokens = 48;
 constexpr int64_t panel_tc = 384;
 
+// y[t][j] = sums[t][j] (+ bias[j]) for t < n_rows, j < n_valid: a panel's sums (32 a row, as amx_panels_product
+// makes them) committed to outputs ldy apart.
+void commit_sums(const float* sums, int64_t n_rows, int64_t n_valid, const float* bias, float* y, int64_t ldy) {
+  for (int64_t t = 0; t < n_rows; ++t)
+    for (int64_t j = 0; j < n_valid; ++j)
+      y[t * ldy + j] = sums[t * gemm_nr + j] + (bias != nullptr ? bias[j] : 0.0f);
+}
+
 // The panel algorithm on AMX tiles (amx_bf16.cpp): each thread's units in groups of amx_group_panels panels (a gated
 // unit is two), each group's sums over a chunk of token rows made in scratch and then committed to the outputs with
 // the bias (a gated pair combined). The token rows are padded to a multiple of 16 (matmul_bf16_dot pads xb).
@@ -762,11 +770,13 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
       const int64_t rows = (tc + 15) / 16 * 16;
       sums.resize(static_cast<size_t>(amx_group_panels * rows * gemm_nr));
       for (int64_t g0 = u_begin; g0 < u_end; g0 += units_a_group) {
-        const int64_t g1 = std::min(u_end, g0 + units_a_group);
+        // The group's panels, each with the target and first output it commits to.
         const uint32_t* panels[amx_group_panels];
+        const target_view* panel_target[amx_group_panels];
+        int64_t panel_o0[amx_group_panels];
         int n_panels = 0;
-        size_t i = units.target_of(g0, 0);
-        for (int64_t u = g0; u < g1; ++u) {
+        size_t i = 0;
+        for (int64_t u = g0; u < std::min(u_end, g0 + units_a_group); ++u) {
           i = units.target_of(u, i);
           const int64_t p = u - units.begin[i];
           for (size_t part = 0; part < per_unit; ++part, ++n_panels) {
@@ -778,27 +788,18 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
               pack_panel(tv.w, c.n_in, tv.n_out, p * gemm_nr, c.k_pad, dst);
               panels[n_panels] = dst;
             }
+            panel_target[n_panels] = &tv;
+            panel_o0[n_panels] = p * gemm_nr;
           }
         }
         amx_panels_product(c.xb + t0 * c.ld, c.ld, rows, panels, n_panels, c.k_pad, sums.data());
-        // Commit: the sums of each panel's real rows and outputs, plus the bias.
-        i = units.target_of(g0, 0);
-        int panel = 0;
-        for (int64_t u = g0; u < g1; ++u) {
-          i = units.target_of(u, i);
-          const int64_t o0 = (u - units.begin[i]) * gemm_nr;
-          for (size_t part = 0; part < per_unit; ++part, ++panel) {
-            const target_view& tv = targets[gated ? part : i];
-            const int64_t n_valid = std::min<int64_t>(gemm_nr, tv.n_out - o0);
-            const float* s = sums.data() + static_cast<size_t>(panel * rows * gemm_nr);
-            for (int64_t t = 0; t < tc; ++t) {
-              float* out = tv.y + (t0 + t) * tv.n_out + o0;
-              const float* row = s + t * gemm_nr;
-              for (int64_t j = 0; j < n_valid; ++j)
-                out[j] = row[j] + (tv.bias != nullptr ? tv.bias[o0 + j] : 0.0f);
-            }
-          }
-          if (gated)
+        for (int k = 0; k < n_panels; ++k) {
+          const target_view& tv = *panel_target[k];
+          const int64_t o0 = panel_o0[k];
+          commit_sums(sums.data() + static_cast<size_t>(k * rows * gemm_nr), tc,
+                      std::min<int64_t>(gemm_nr, tv.n_out - o0), tv.bias != nullptr ? tv.bias + o0 : nullptr,
+                      tv.y + t0 * tv.n_out + o0, tv.n_out);
+          if (gated && k % 2 == 1)  // gate and up of these outputs both committed
             combine_gated(targets, o0, t0, t0 + tc);
         }
       }
@@ -879,9 +880,7 @@ void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const 
     thread_local std::vector<float> sums;
     sums.resize(static_cast<size_t>(rows * gemm_nr));
     amx_panels_product(xb, ld, rows, &panel, 1, k_pad, sums.data());
-    for (int64_t t = 0; t < n_tokens; ++t)
-      for (int j = 0; j < n_valid; ++j)
-        y[t * ldy + j] = sums[static_cast<size_t>(t * gemm_nr + j)] + (bias32 != nullptr ? bias32[j] : 0.0f);
+    commit_sums(sums.data(), n_tokens, n_valid, bias32, y, ldy);
     return;
   }
   static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});

@@ -664,9 +664,9 @@ void wo_gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const qua
   const int64_t k_pad = round_up(n_in, block_inputs);
   const int64_t ld = k_pad + 32;
   thread_local std::vector<uint16_t> xb_storage;
-  const int64_t last_chunk_begin = n_tokens == 0 ? 0 : (n_tokens - 1) / panel_tokens * panel_tokens;
-  const int64_t rows = last_chunk_begin + bf16_panel_rows(n_tokens - last_chunk_begin);  // as bf16_panel_product reads
-  xb_storage.resize(static_cast<size_t>(rows * ld));
+  // The rows bf16_panel_product reads for the last chunk (whole chunks are a multiple of 16 rows).
+  static_assert(panel_tokens % 16 == 0);
+  xb_storage.resize(static_cast<size_t>(bf16_panel_rows(n_tokens) * ld));
   std::fill(xb_storage.begin() + n_tokens * ld, xb_storage.end(), uint16_t{0});
   uint16_t* xb = xb_storage.data();
   pool.parallel_for(
