@@ -644,8 +644,9 @@ int main(int argc, char** argv) {
       time_attention(*pool, "decode_b32_ctx512_bf16kv_cold", 32, 1, 512, min_s, dtype::bf16, /*cold=*/true));
   attention.push_back(
       time_attention(*pool, "decode_b1_ctx2048_bf16kv_cold", 1, 1, 2048, min_s, dtype::bf16, /*cold=*/true));
-  fmt::print("\npaged attention, one layer (32 heads, 4 kv heads, head_dim 64; an f32 cache, or bf16 where named; cold: "
-             "its rows evicted from the caches before each call):\n");
+  fmt::print(
+      "\npaged attention, one layer (32 heads, 4 kv heads, head_dim 64; an f32 cache, or bf16 where named; cold: "
+      "its rows evicted from the caches before each call):\n");
   for (const auto& r : attention)
     fmt::print("{:<30} {:>8.3f} ms  {:>8.2f} GFLOP/s\n", r.name, r.seconds * 1e3, r.gflops);
 
