@@ -359,13 +359,14 @@ attention_result time_attention(thread_pool& pool, const std::string& name, int6
   }
   // A bf16 cache (what serving a bf16 model keeps) holds the same values rounded.
   std::vector<uint16_t> k16, v16;
-  cpu::paged_kv_view cache{k.data(), v.data(), n_blocks, bs, n_kv, hd};
+  // Laid out as the CPU backend allocates a cache (kv heads outer).
+  cpu::paged_kv_view cache{k.data(), v.data(), n_blocks, bs, n_kv, hd, dtype::f32, true};
   if (cache_type == dtype::bf16) {
     k16.resize(k.size());
     v16.resize(v.size());
     cpu::convert_from_f32(k.data(), static_cast<int64_t>(k.size()), dtype::bf16, k16.data());
     cpu::convert_from_f32(v.data(), static_cast<int64_t>(v.size()), dtype::bf16, v16.data());
-    cache = cpu::paged_kv_view{k16.data(), v16.data(), n_blocks, bs, n_kv, hd, dtype::bf16};
+    cache = cpu::paged_kv_view{k16.data(), v16.data(), n_blocks, bs, n_kv, hd, dtype::bf16, true};
   }
   std::vector<float> evict(cold ? (size_t{64} << 20) / sizeof(float) : 0, 1.0f);
   float evict_sum = 0.0f;

@@ -30,7 +30,9 @@
 namespace actorllm {
 
 /// One layer's paged KV cache: k and v each [n_blocks, block_size, n_head_kv, head_dim] of one element type (f32,
-/// bf16, f16, or on a GPU fp8 e4m3: --kv-cache-dtype). The slot of a token is block * block_size + offset_in_block.
+/// bf16, f16, or on a GPU fp8 e4m3: --kv-cache-dtype), or with `heads_outer` [n_blocks, n_head_kv, block_size,
+/// head_dim] (a kv head's rows of a block side by side: backend::kv_heads_outer). The slot of a token is block *
+/// block_size + offset_in_block.
 /// An fp8 cache holds round(x / scale) and is read back as code * scale, one scale per tensor (vLLM's k_scale and
 /// v_scale: 1 unless the checkpoint gives them); the other types ignore the scales.
 struct kv_layer {
@@ -38,10 +40,11 @@ struct kv_layer {
   tensor v;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  bool heads_outer = false;
 
   int64_t n_blocks() const { return k.dim(0); }
-  int64_t block_size() const { return k.dim(1); }
-  int64_t n_head_kv() const { return k.dim(2); }
+  int64_t block_size() const { return k.dim(heads_outer ? 2 : 1); }
+  int64_t n_head_kv() const { return k.dim(heads_outer ? 1 : 2); }
   int64_t head_dim() const { return k.dim(3); }
 };
 
@@ -116,6 +119,10 @@ class backend {
   /// alloc for a paged KV cache (model::kv_cache), written a slot at a time by every step and read by attention.
   /// Default: alloc. The CPU backend puts it on huge pages.
   virtual tensor alloc_kv_cache(dtype type, tensor_shape shape) { return alloc(type, shape); }
+  /// Whether this backend's kernels read a paged KV cache fastest with each block's rows grouped by kv head
+  /// (kv_layer::heads_outer), which model::kv_cache then allocates. Default: false (slot by slot). A backend that says
+  /// true takes both layouts; one that says false refuses a cache laid out heads outer.
+  virtual bool kv_heads_outer() const { return false; }
   /// `host` (a tensor on the CPU) made available on this device: the CPU backend returns it as is, a device backend
   /// allocates and uploads (the host copy may then be dropped). Weights enter the backend this way.
   virtual tensor import_host(tensor host) = 0;

@@ -35,7 +35,8 @@ struct kv_cache_shape {
   }
 };
 
-/// One allocation on the backend, laid out [layer][k|v][block][slot][kv head][head_dim] in the shape's element type.
+/// One allocation on the backend, laid out [layer][k|v][block][slot][kv head][head_dim] in the shape's element type, or
+/// [layer][k|v][block][kv head][slot][head_dim] where the backend reads it faster so (backend::kv_heads_outer).
 /// Slots are not initialised: attention only reads positions that a step has written. An fp8 cache has a k and a v
 /// scale per layer (1 unless set_scales is given the checkpoint's).
 class kv_cache {
@@ -55,7 +56,8 @@ class kv_cache {
   backend& be_;
   kv_cache_shape shape_;
   int64_t n_blocks_ = 0;
-  tensor data_;                             // [n_layer * 2 * n_blocks, block_size, n_head_kv, head_dim]
+  bool heads_outer_ = false;
+  tensor data_;  // [n_layer * 2 * n_blocks, block_size, n_head_kv, head_dim] (heads_outer_: n_head_kv, block_size)
   std::vector<float> k_scales_, v_scales_;  // [n_layer]
 };
 

@@ -252,25 +252,27 @@ void transpose_keys(const void* const* keys, int64_t n, int64_t hd, float* kt) {
 }
 
 // Asks the caches for kv head g's key and value rows at local keys [key0, key0 + n) of `seq`. A decode row reads each
-// of its keys once, a head's share of each slot (head_dim of every n_head_kv * head_dim elements), which the hardware
-// prefetchers do not fetch ahead, and in a decode step the weights streamed since the previous layer have evicted
-// them: read as they come, the gather waits on memory. `bench_kernels` attention cases with "cold" in their names (the
-// caches evicted before each call), 2-vCPU Zen 5 VM, bf16 cache, one step ahead against none, alternated (10 pairs
-// each): 32 rows at 512 positions 0.90-0.95x the time, 8 rows at 1,024 0.93x, one row at 512 0.89x; an f32 cache
-// 0.98x. Also two steps ahead into L2: 0.975x; only that: 0.981x. A prefill tile's rows share their keys, which stay in
-// the caches from one tile to the next: there it only costs, so prefill tiles do not ask.
+// of its keys once, in runs of a block's rows (kv heads outer) or a row of every slot (slot by slot), which the
+// hardware prefetchers do not fetch ahead far enough, and in a decode step the weights streamed since the previous
+// layer have evicted them: read as they come, the gather waits on memory. `bench_kernels` attention cases with "cold"
+// in their names (the caches evicted before each call), 2-vCPU Zen 5 VM, bf16 cache, one step ahead against none,
+// alternated (8-10 pairs each): slot by slot, 32 rows at 512 positions 0.90-0.95x the time, 8 rows at 1,024 0.93x,
+// one row at 512 0.89x, an f32 cache 0.98x; also two steps ahead into L2 0.975x, only that 0.981x. Heads outer, 32
+// rows at 512 positions: 0.70x with the prefetch against the slot-by-slot layout without, 0.93x without. A prefill
+// tile's rows share their keys, which stay in the caches from one tile to the next: there it only costs, so prefill
+// tiles do not ask.
 // Always inlined: as an ordinary function GCC 12 at -O3 dropped its calls (no prefetch was left in the object).
 [[gnu::always_inline]] inline void prefetch_rows(const attention_seq& seq, const paged_kv_view& cache, int64_t g,
                                                  int64_t key0, int64_t n) {
-  const int64_t hd = cache.head_dim, bs = cache.block_size, row_stride = cache.n_head_kv * hd;
-  const size_t esize = dtype_size(cache.type), row_bytes = static_cast<size_t>(hd) * esize;
+  const int64_t bs = cache.block_size;
+  const size_t esize = dtype_size(cache.type), row_bytes = static_cast<size_t>(cache.head_dim) * esize;
   const auto* k = static_cast<const char*>(cache.k);
   const auto* v = static_cast<const char*>(cache.v);
   for (int64_t key = key0; key < key0 + n; ++key) {
     const int32_t blk = seq.block_table[key / bs];
     if (blk < 0 || blk >= cache.n_blocks)
       continue;  // refused when its step is read
-    const size_t at = static_cast<size_t>((static_cast<int64_t>(blk) * bs + key % bs) * row_stride + g * hd) * esize;
+    const size_t at = static_cast<size_t>(cache.row_at(blk, key % bs, g)) * esize;
     for (size_t b = 0; b < row_bytes; b += 64) {
       __builtin_prefetch(k + at + b, 0, 3);
       __builtin_prefetch(v + at + b, 0, 3);
@@ -320,7 +322,6 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
       for (int64_t d = 0; d < hd; ++d)
         dst[d] = src[d] * scale;
     }
-  const int64_t row_stride = cache.n_head_kv * hd;  // elements between consecutive slots
   const bool f32_cache = cache.type == dtype::f32;
   // Keys are transposed straight from the cache where the transpose widens them; else copied to f32 first.
   const bool keys_in_place = f32_cache || transposes_any_type(hd);
@@ -351,7 +352,7 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
       const int64_t key = key0 + k;
       const int32_t blk = seq.block_table[key / bs];
       ACTORLLM_CHECK(blk >= 0 && blk < cache.n_blocks, "paged_attention: block id out of range");
-      const size_t at = static_cast<size_t>((static_cast<int64_t>(blk) * bs + key % bs) * row_stride + g * hd) * esize;
+      const size_t at = static_cast<size_t>(cache.row_at(blk, key % bs, g)) * esize;
       const std::byte* k_at = static_cast<const std::byte*>(cache.k) + at;
       const std::byte* v_at = static_cast<const std::byte*>(cache.v) + at;
       if (keys_in_place) {
@@ -449,16 +450,19 @@ void write_kv(const paged_kv_view& cache, const float* k, const float* v, const 
   const int64_t capacity = cache.n_blocks * cache.block_size;
   ACTORLLM_CHECK(cache.type == dtype::f32 || cache.type == dtype::bf16 || cache.type == dtype::f16,
                  "write_kv: the CPU KV cache holds f32, bf16 or f16");
-  const size_t row_bytes = static_cast<size_t>(row) * dtype_size(cache.type);
+  const size_t esize = dtype_size(cache.type);
+  // Slot by slot a token's heads are one row; heads outer, a row of head_dim per kv head.
+  const int64_t n_parts = cache.heads_outer ? cache.n_head_kv : 1, part = row / n_parts;
   for (int64_t t = 0; t < n_tokens; ++t) {
     int64_t slot = slot_mapping[t];
     if (slot < 0)
       continue;
     ACTORLLM_CHECK(slot < capacity, "write_kv: slot beyond the cache");
-    convert_from_f32(k + t * row, row, cache.type,
-                     static_cast<std::byte*>(cache.k) + static_cast<size_t>(slot) * row_bytes);
-    convert_from_f32(v + t * row, row, cache.type,
-                     static_cast<std::byte*>(cache.v) + static_cast<size_t>(slot) * row_bytes);
+    for (int64_t g = 0; g < n_parts; ++g) {
+      const size_t at = static_cast<size_t>(cache.row_at(slot / cache.block_size, slot % cache.block_size, g)) * esize;
+      convert_from_f32(k + t * row + g * part, part, cache.type, static_cast<std::byte*>(cache.k) + at);
+      convert_from_f32(v + t * row + g * part, part, cache.type, static_cast<std::byte*>(cache.v) + at);
+    }
   }
 }
 
@@ -481,7 +485,8 @@ void rope_write_row_head(const decode_rope_write& p, const paged_kv_view& cache,
   if (slot < 0)
     return;
   ACTORLLM_CHECK(slot < cache.n_blocks * cache.block_size, "write_kv: slot beyond the cache");
-  const size_t at = static_cast<size_t>(slot * row + g * hd) * dtype_size(cache.type);
+  const size_t at =
+      static_cast<size_t>(cache.row_at(slot / cache.block_size, slot % cache.block_size, g)) * dtype_size(cache.type);
   convert_from_f32(kh, hd, cache.type, static_cast<std::byte*>(cache.k) + at);
   convert_from_f32(p.v + r * row + g * hd, hd, cache.type, static_cast<std::byte*>(cache.v) + at);
 }

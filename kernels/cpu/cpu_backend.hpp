@@ -34,6 +34,8 @@ class cpu_backend final : public backend {
 
   tensor alloc(dtype type, tensor_shape shape) override;
   tensor alloc_kv_cache(dtype type, tensor_shape shape) override;
+  /// True: attention reads a kv head's keys of a block as one run (cpu::paged_kv_view::heads_outer).
+  bool kv_heads_outer() const override { return true; }
   tensor import_host(tensor host) override;
   /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the vdpbf16ps kernels run,
   /// or mapped from the packed weight cache where it holds them.

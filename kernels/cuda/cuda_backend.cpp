@@ -530,6 +530,7 @@ namespace {
 
 // The cache as the kernels take it (its shape checked by backend_checks::kv_cache).
 paged_cache_view cache_view(const kv_layer& cache) {
+  ACTORLLM_CHECK(!cache.heads_outer, "the CUDA kernels read a KV cache laid out slot by slot, not kv heads outer");
   kv_element type = kv_element::f32;
   switch (cache.k.type) {
     case dtype::f16:

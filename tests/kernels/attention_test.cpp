@@ -41,9 +41,11 @@ float value16(uint16_t code, dtype type) { return type == dtype::bf16 ? bf16_to_
 // that lie wholly before the window of every query row of a sequence then point at a spare block that was never
 // written (NaN): the kernel must skip those blocks, not read and mask them. kv_type: the cache's element type;
 // write_kv gets the f32 rows and the reference their values rounded to it, so both attend over the same numbers.
-void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_size, float q_scale,
-              const std::vector<seq_spec>& specs, int threads, uint64_t seed, int64_t window = 0,
-              dtype kv_type = dtype::f32) {
+// heads_outer: the cache laid out [block][kv head][slot][head_dim] (what the CPU backend allocates). Returns the
+// output.
+std::vector<float> run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_size, float q_scale,
+                            const std::vector<seq_spec>& specs, int threads, uint64_t seed, int64_t window = 0,
+                            dtype kv_type = dtype::f32, bool heads_outer = false) {
   const int64_t n_head = n_head_kv * gqa;
   const int64_t kv_row = n_head_kv * head_dim;
   test::data_rng rng(seed);
@@ -65,7 +67,8 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
     store_from_f32(k_cache.data(), kv_type, i, std::nanf(""));
     store_from_f32(v_cache.data(), kv_type, i, std::nanf(""));
   }
-  cpu::paged_kv_view cache{k_cache.data(), v_cache.data(), n_blocks, block_size, n_head_kv, head_dim, kv_type};
+  cpu::paged_kv_view cache{k_cache.data(), v_cache.data(), n_blocks, block_size,
+                           n_head_kv,      head_dim,       kv_type,  heads_outer};
 
   std::vector<std::vector<int32_t>> tables;
   std::vector<std::vector<float>> dense_k, dense_v;  // per sequence [context][n_head_kv][head_dim]
@@ -139,8 +142,9 @@ void run_case(int64_t n_head_kv, int64_t gqa, int64_t head_dim, int64_t block_si
   std::string what = "n_head_kv " + std::to_string(n_head_kv) + " gqa " + std::to_string(gqa) + " head_dim " +
                      std::to_string(head_dim) + " block_size " + std::to_string(block_size) + " q_scale " +
                      std::to_string(q_scale) + " window " + std::to_string(window) + " kv " +
-                     std::string{dtype_name(kv_type)};
+                     std::string{dtype_name(kv_type)} + (heads_outer ? " heads outer" : "");
   test::check_close(out, ref, 2e-6, 1e-4, what);
+  return out;
 }
 
 // Decode rows (n_query 1), a prefill chunk in the middle of a sequence, a whole prompt from position 0, and a
@@ -200,6 +204,66 @@ TEST_CASE("paged_attention over a bf16 or f16 cache matches float64 attention ov
     for (int64_t window : {1, 7, 21})
       run_case(2, 4, 16, 4, 1.0f, mixed, 2, ++seed, window, kv);
     run_case(2, 4, 64, 16, 1.0f, {{300, 3}, {129, 129}}, 2, ++seed, 0, kv);
+  }
+}
+
+TEST_CASE("paged_attention over a cache laid out kv heads outer gives the bits of the slot-by-slot layout [asan]") {
+  // Decode rows (each one row: their next step's rows are prefetched), prefill chunks, windows, 16-bit caches, GQA 1
+  // to 8, odd head sizes and block sizes, a long context across many blocks.
+  uint64_t seed = 900;
+  for (dtype kv : {dtype::f32, dtype::bf16, dtype::f16})
+    for (int64_t window : {int64_t{0}, int64_t{7}}) {
+      CAPTURE(dtype_name(kv));
+      CAPTURE(window);
+      for (int64_t gqa : {1, 4}) {
+        ++seed;
+        CHECK(run_case(2, gqa, 16, 4, 1.0f, mixed, 3, seed, window, kv, true) ==
+              run_case(2, gqa, 16, 4, 1.0f, mixed, 3, seed, window, kv, false));
+        ++seed;
+        CHECK(run_case(3, gqa, 17, 5, 1.0f, mixed, 2, seed, window, kv, true) ==
+              run_case(3, gqa, 17, 5, 1.0f, mixed, 2, seed, window, kv, false));
+      }
+      ++seed;
+      CHECK(run_case(4, 8, 64, 16, 1.0f, {{300, 1}, {129, 1}, {70, 5}, {33, 1}}, 2, seed, window, kv, true) ==
+            run_case(4, 8, 64, 16, 1.0f, {{300, 1}, {129, 1}, {70, 5}, {33, 1}}, 2, seed, window, kv, false));
+    }
+}
+
+TEST_CASE("write_kv into a cache laid out kv heads outer puts kv head g of slot s at its block's head-g run [asan]") {
+  const int64_t n_blocks = 3, bs = 4, n_head_kv = 3, hd = 5, row = n_head_kv * hd;
+  for (dtype kv : {dtype::f32, dtype::bf16}) {
+    CAPTURE(dtype_name(kv));
+    const size_t esize = dtype_size(kv);
+    std::vector<std::byte> kc(static_cast<size_t>(n_blocks * bs * row) * esize), vc(kc.size());
+    for (size_t i = 0; i < static_cast<size_t>(n_blocks * bs * row); ++i) {
+      store_from_f32(kc.data(), kv, i, -7.0f);
+      store_from_f32(vc.data(), kv, i, -7.0f);
+    }
+    cpu::paged_kv_view cache{kc.data(), vc.data(), n_blocks, bs, n_head_kv, hd, kv, true};
+    const std::vector<int64_t> slots = {9, -1, 2, 4};
+    std::vector<float> k(static_cast<size_t>(4 * row)), v(k.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = static_cast<float>(i + 1);
+      v[i] = -static_cast<float>(i + 1);
+    }
+    cpu::write_kv(cache, k.data(), v.data(), slots.data(), 4);
+    // Expected: element (block b, head g, offset o, d) = token t's element g * hd + d where slots[t] = b * bs + o.
+    for (int64_t b = 0; b < n_blocks; ++b)
+      for (int64_t g = 0; g < n_head_kv; ++g)
+        for (int64_t o = 0; o < bs; ++o)
+          for (int64_t d = 0; d < hd; ++d) {
+            const auto at = static_cast<size_t>(((b * n_head_kv + g) * bs + o) * hd + d);
+            float want_k = -7.0f, want_v = -7.0f;
+            for (size_t t = 0; t < slots.size(); ++t)
+              if (slots[t] == b * bs + o) {
+                want_k = k[t * static_cast<size_t>(row) + static_cast<size_t>(g * hd + d)];
+                want_v = v[t * static_cast<size_t>(row) + static_cast<size_t>(g * hd + d)];
+              }
+            CAPTURE(at);
+            CHECK(load_as_f32(kc.data(), kv, at) == want_k);
+            CHECK(load_as_f32(vc.data(), kv, at) == want_v);
+            CHECK(static_cast<int64_t>(at) == cache.row_at(b, o, g) + d);
+          }
   }
 }
 

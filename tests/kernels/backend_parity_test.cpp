@@ -1518,40 +1518,52 @@ BACKEND_PARITY_CASE(parity_rope_write_kv_attention,
             batch.block_tables = input(be, dtype::i32, {static_cast<int64_t>(host_tables.size())}, host_tables);
             batch.host_seqs = host_seqs;
             batch.host_block_tables = host_tables;
-            const tensor_shape cache_shape{n_blocks, block_size, n_head_kv, hd};
-            struct run {
-              guarded q, k, k_cache, v_cache, out;
-            };
-            auto fresh = [&] {
-              run r{alloc_guarded(be, dtype::f32, {n_tokens, n_head, hd}, q),
-                    alloc_guarded(be, dtype::f32, {n_tokens, n_head_kv, hd}, k),
-                    alloc_guarded(be, kv_type, cache_shape), alloc_guarded(be, kv_type, cache_shape),
-                    alloc_guarded(be, dtype::f32, {n_tokens, n_head, hd})};
-              if (n_hist > 0) {
-                attention_batch hist;
-                hist.n_tokens = n_hist;
-                hist.slots = input(be, dtype::i64, {n_hist}, hist_slots);
-                be.write_kv(kv_layer{r.k_cache.view, r.v_cache.view},
-                            input(be, dtype::f32, {n_hist, n_head_kv, hd}, hist_k),
-                            input(be, dtype::f32, {n_hist, n_head_kv, hd}, hist_v), hist);
-              }
-              return r;
-            };
-            run apart = fresh(), fused = fresh();
-            const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-            const kv_layer apart_cache{apart.k_cache.view, apart.v_cache.view};
-            const kv_layer fused_cache{fused.k_cache.view, fused.v_cache.view};
-            be.rope_write_kv(table, positions, apart.q.view, apart.k.view, qn.t, kn.t, 1e-6f, apart_cache, tv, batch);
-            be.paged_attention(apart.q.view, batch, apart_cache, scale, 0, apart.out.view);
-            be.rope_write_kv_attention(table, positions, fused.q.view, fused.k.view, qn.t, kn.t, 1e-6f, fused_cache, tv,
-                                       batch, scale, 0, fused.out.view);
-            CHECK(read_checked(be, fused.out, what + " out") == read_checked(be, apart.out, what + " out"));
-            CHECK(read_checked(be, fused.q, what + " q") == read_checked(be, apart.q, what + " q"));
-            CHECK(read_checked(be, fused.k, what + " k") == read_checked(be, apart.k, what + " k"));
-            CHECK(read_checked(be, fused.k_cache, what + " k cache") ==
-                  read_checked(be, apart.k_cache, what + " k cache"));
-            CHECK(read_checked(be, fused.v_cache, what + " v cache") ==
-                  read_checked(be, apart.v_cache, what + " v cache"));
+            // Each layout the backend reads: slot by slot, and kv heads outer where it allocates that.
+            std::vector<std::byte> slot_by_slot_out;
+            for (const bool heads_outer : {false, true}) {
+              if (heads_outer && !be.kv_heads_outer())
+                continue;
+              const tensor_shape cache_shape = heads_outer ? tensor_shape{n_blocks, n_head_kv, block_size, hd}
+                                                           : tensor_shape{n_blocks, block_size, n_head_kv, hd};
+              struct run {
+                guarded q, k, k_cache, v_cache, out;
+              };
+              auto fresh = [&] {
+                run r{alloc_guarded(be, dtype::f32, {n_tokens, n_head, hd}, q),
+                      alloc_guarded(be, dtype::f32, {n_tokens, n_head_kv, hd}, k),
+                      alloc_guarded(be, kv_type, cache_shape), alloc_guarded(be, kv_type, cache_shape),
+                      alloc_guarded(be, dtype::f32, {n_tokens, n_head, hd})};
+                if (n_hist > 0) {
+                  attention_batch hist;
+                  hist.n_tokens = n_hist;
+                  hist.slots = input(be, dtype::i64, {n_hist}, hist_slots);
+                  be.write_kv(kv_layer{r.k_cache.view, r.v_cache.view, 1.0f, 1.0f, heads_outer},
+                              input(be, dtype::f32, {n_hist, n_head_kv, hd}, hist_k),
+                              input(be, dtype::f32, {n_hist, n_head_kv, hd}, hist_v), hist);
+                }
+                return r;
+              };
+              run apart = fresh(), fused = fresh();
+              const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+              const kv_layer apart_cache{apart.k_cache.view, apart.v_cache.view, 1.0f, 1.0f, heads_outer};
+              const kv_layer fused_cache{fused.k_cache.view, fused.v_cache.view, 1.0f, 1.0f, heads_outer};
+              be.rope_write_kv(table, positions, apart.q.view, apart.k.view, qn.t, kn.t, 1e-6f, apart_cache, tv, batch);
+              be.paged_attention(apart.q.view, batch, apart_cache, scale, 0, apart.out.view);
+              be.rope_write_kv_attention(table, positions, fused.q.view, fused.k.view, qn.t, kn.t, 1e-6f, fused_cache,
+                                         tv, batch, scale, 0, fused.out.view);
+              const auto out = read_checked(be, fused.out, what + " out");
+              CHECK(out == read_checked(be, apart.out, what + " out"));
+              if (heads_outer)  // the same numbers in the other layout
+                CHECK(out == slot_by_slot_out);
+              else
+                slot_by_slot_out = out;
+              CHECK(read_checked(be, fused.q, what + " q") == read_checked(be, apart.q, what + " q"));
+              CHECK(read_checked(be, fused.k, what + " k") == read_checked(be, apart.k, what + " k"));
+              CHECK(read_checked(be, fused.k_cache, what + " k cache") ==
+                    read_checked(be, apart.k_cache, what + " k cache"));
+              CHECK(read_checked(be, fused.v_cache, what + " v cache") ==
+                    read_checked(be, apart.v_cache, what + " v cache"));
+            }
           }
   });
 }

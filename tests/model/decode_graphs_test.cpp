@@ -103,12 +103,14 @@ TEST_CASE("decode graphs: a replay is exactly one upload, padded rows write no K
   // Only the three real rows' slots changed, in every layer's k and v.
   const std::vector<float> after = cache_snapshot(m.cache);
   REQUIRE(after.size() == before.size());
-  const int64_t row = m.cache.shape().n_head_kv * m.cache.shape().head_dim;
-  const int64_t per_tensor = m.cache.n_blocks() * 16 * row;
+  const int64_t hd = m.cache.shape().head_dim, row = m.cache.shape().n_head_kv * hd, bs = m.cache.block_size();
+  const int64_t per_tensor = m.cache.n_blocks() * bs * row;
+  const bool heads_outer = m.cache.layer(0).heads_outer;  // a block [kv head][slot][head_dim], else [slot][kv head]
   for (size_t i = 0; i < after.size(); ++i) {
     if (std::memcmp(&after[i], &before[i], sizeof(float)) == 0)
       continue;
-    const auto slot = static_cast<int64_t>(i) % per_tensor / row;
+    const int64_t e = static_cast<int64_t>(i) % per_tensor;
+    const int64_t slot = heads_outer ? e / (bs * row) * bs + e % (bs * hd) / hd : e / row;
     INFO("element " << i << " in slot " << slot);
     CHECK(std::find(slots.begin(), slots.end(), slot) != slots.end());
   }

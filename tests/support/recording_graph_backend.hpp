@@ -43,6 +43,7 @@ class recording_graph_backend final : public backend {
     guard("alloc_kv_cache");
     return inner_.alloc_kv_cache(type, shape);
   }
+  bool kv_heads_outer() const override { return inner_.kv_heads_outer(); }
   tensor import_host(tensor host) override {
     guard("import_host");
     return inner_.import_host(std::move(host));
