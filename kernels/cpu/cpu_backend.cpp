@@ -62,7 +62,7 @@ void for_rows(thread_pool& pool, int64_t n_rows, Fn&& fn) {
 // The cache as the kernels take it (its shape checked by backend_checks::kv_cache).
 paged_kv_view kv_view(const kv_layer& cache) {
   return paged_kv_view{cache.k.data(),    cache.v.data(),   cache.n_blocks(), cache.block_size(),
-                       cache.n_head_kv(), cache.head_dim(), cache.k.type,   cache.heads_outer};
+                       cache.n_head_kv(), cache.head_dim(), cache.k.type,     cache.heads_outer};
 }
 
 // alloc's and alloc_kv_cache's check: every dimension of `shape` is at least 0.
