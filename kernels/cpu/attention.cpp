@@ -459,7 +459,7 @@ void write_kv(const paged_kv_view& cache, const float* k, const float* v, const 
       continue;
     ACTORLLM_CHECK(slot < capacity, "write_kv: slot beyond the cache");
     for (int64_t g = 0; g < n_parts; ++g) {
-      const size_t at = static_cast<size_t>(cache.row_at(slot / cache.block_size, slot % cache.block_size, g)) * esize;
+      const size_t at = static_cast<size_t>(cache.row_of_slot(slot, g)) * esize;
       convert_from_f32(k + t * row + g * part, part, cache.type, static_cast<std::byte*>(cache.k) + at);
       convert_from_f32(v + t * row + g * part, part, cache.type, static_cast<std::byte*>(cache.v) + at);
     }
@@ -485,8 +485,7 @@ void rope_write_row_head(const decode_rope_write& p, const paged_kv_view& cache,
   if (slot < 0)
     return;
   ACTORLLM_CHECK(slot < cache.n_blocks * cache.block_size, "write_kv: slot beyond the cache");
-  const size_t at =
-      static_cast<size_t>(cache.row_at(slot / cache.block_size, slot % cache.block_size, g)) * dtype_size(cache.type);
+  const size_t at = static_cast<size_t>(cache.row_of_slot(slot, g)) * dtype_size(cache.type);
   convert_from_f32(kh, hd, cache.type, static_cast<std::byte*>(cache.k) + at);
   convert_from_f32(p.v + r * row + g * hd, hd, cache.type, static_cast<std::byte*>(cache.v) + at);
 }

@@ -129,6 +129,16 @@ std::vector<std::byte> read_checked(backend& be, const guarded& g, const std::st
   return {all.begin() + static_cast<std::ptrdiff_t>(begin), all.begin() + static_cast<std::ptrdiff_t>(end)};
 }
 
+// A fused rope/cache-write run and its apart counterpart (each with guarded q, k, k_cache and v_cache) hold the same
+// bytes in q, k and both caches.
+template <class Run>
+void check_same_rope_and_cache(backend& be, const Run& fused, const Run& apart, const std::string& what) {
+  CHECK(read_checked(be, fused.q, what + " q") == read_checked(be, apart.q, what + " q"));
+  CHECK(read_checked(be, fused.k, what + " k") == read_checked(be, apart.k, what + " k"));
+  CHECK(read_checked(be, fused.k_cache, what + " k cache") == read_checked(be, apart.k_cache, what + " k cache"));
+  CHECK(read_checked(be, fused.v_cache, what + " v cache") == read_checked(be, apart.v_cache, what + " v cache"));
+}
+
 template <class T>
 std::vector<T> read_as(backend& be, const guarded& g, const std::string& what) {
   std::vector<std::byte> bytes = read_checked(be, g, what);
@@ -1440,12 +1450,7 @@ BACKEND_PARITY_CASE(parity_rope_write_kv, "rope_write_kv equals rope then write_
           be.rope(table, positions, apart.q.view, apart.k.view, qn.t, kn.t, 1e-6f);
           be.write_kv(apart_cache, apart.k.view, tv, batch);
           be.rope_write_kv(table, positions, fused.q.view, fused.k.view, qn.t, kn.t, 1e-6f, fused_cache, tv, batch);
-          CHECK(read_checked(be, fused.q, what + " q") == read_checked(be, apart.q, what + " q"));
-          CHECK(read_checked(be, fused.k, what + " k") == read_checked(be, apart.k, what + " k"));
-          CHECK(read_checked(be, fused.k_cache, what + " k cache") ==
-                read_checked(be, apart.k_cache, what + " k cache"));
-          CHECK(read_checked(be, fused.v_cache, what + " v cache") ==
-                read_checked(be, apart.v_cache, what + " v cache"));
+          check_same_rope_and_cache(be, fused, apart, what);
         }
   });
 }
@@ -1557,12 +1562,7 @@ BACKEND_PARITY_CASE(parity_rope_write_kv_attention,
                 CHECK(out == slot_by_slot_out);
               else
                 slot_by_slot_out = out;
-              CHECK(read_checked(be, fused.q, what + " q") == read_checked(be, apart.q, what + " q"));
-              CHECK(read_checked(be, fused.k, what + " k") == read_checked(be, apart.k, what + " k"));
-              CHECK(read_checked(be, fused.k_cache, what + " k cache") ==
-                    read_checked(be, apart.k_cache, what + " k cache"));
-              CHECK(read_checked(be, fused.v_cache, what + " v cache") ==
-                    read_checked(be, apart.v_cache, what + " v cache"));
+              check_same_rope_and_cache(be, fused, apart, what);
             }
           }
   });
