@@ -46,18 +46,22 @@ struct bandwidth_probe {
 
 namespace detail {
 
+namespace simd = cpu::simd;
+
 // Bytes/s of one pass of all pool threads over buf (n_lines cache lines) in `p`.
 inline double read_pass(thread_pool& pool, const float* buf, int64_t n_lines, const read_pattern& p,
                         std::vector<float>& sink) {
   const auto t0 = std::chrono::steady_clock::now();
   pool.parallel_for(n_lines, [&](int64_t b, int64_t e) {
     float total = 0.0f;
-#if defined(__AVX512F__)
+#if defined(ACTORLLM_SIMD_AVX512) || defined(ACTORLLM_SIMD_AVX2)
+    // A cache line is 16 floats: one AVX-512 vector, two AVX2 ones.
+    constexpr int per_line = 16 / simd::width;
     const int64_t streams = p.streams, lines = p.lines;
     const int64_t len = (e - b) / streams / lines * lines;  // lines per stream, whole runs of `lines`
-    __m512 acc[8];
+    simd::vf acc[8];
     for (auto& a : acc)
-      a = _mm512_setzero_ps();
+      a = simd::zero();
     for (int64_t i = 0; i < len; i += lines)
       for (int64_t s = 0; s < streams; ++s)
         for (int64_t l = 0; l < lines; ++l) {
@@ -66,14 +70,17 @@ inline double read_pass(thread_pool& pool, const float* buf, int64_t n_lines, co
             _mm_prefetch(reinterpret_cast<const char*>(line) + p.prefetch, _MM_HINT_NTA);
           else if (p.prefetch > 0)
             _mm_prefetch(reinterpret_cast<const char*>(line) + p.prefetch, _MM_HINT_T0);
-          acc[(s + l) & 7] = _mm512_add_ps(acc[(s + l) & 7], _mm512_load_ps(line));
+          for (int v = 0; v < per_line; ++v)
+            acc[(s + l + v) & 7] = simd::add(acc[(s + l + v) & 7], simd::load(line + v * simd::width));
         }
     for (int64_t i = b + streams * len; i < e; ++i)
-      acc[0] = _mm512_add_ps(acc[0], _mm512_load_ps(buf + i * 16));
+      for (int v = 0; v < per_line; ++v)
+        acc[v] = simd::add(acc[v], simd::load(buf + i * 16 + v * simd::width));
     for (int s = 1; s < 8; ++s)
-      acc[0] = _mm512_add_ps(acc[0], acc[s]);
-    total = _mm512_reduce_add_ps(acc[0]);
+      acc[0] = simd::add(acc[0], acc[s]);
+    total = simd::reduce_add(acc[0]);
 #else
+    (void)p;  // one scalar pattern only
     for (int64_t i = b; i < e; ++i)
       for (int j = 0; j < 16; ++j)
         total += buf[i * 16 + j];

@@ -3,6 +3,8 @@
 # scripts/gpu_bundle.sh builds, since a GPU machine's CPU may lack AVX-512) and AVX2+FMA (-march=haswell). The
 # ordinary build uses -march=native, so a kernel whose scalar or AVX2 path no longer compiles would otherwise go
 # unnoticed until a GPU bundle is built (it did once: a static_assert in attention.cpp's transpose, 2026-11-30).
+# The benches' bandwidth probe (bench/memory_bandwidth.hpp) has its own vector paths and is checked the same way: its
+# AVX2 build once failed under -Werror where only AVX-512 had been compiled (2026-12-02, a Zen 3 VM).
 # scripts/test.sh runs it; the build directories are build-portable/ and build-avx2/ (ccache makes a rerun cheap).
 #
 #   bash scripts/check_portable.sh
@@ -19,5 +21,10 @@ for variant in "build-portable|" "build-avx2|-march=haswell"; do
     echo "check_portable: the CPU kernels do not compile for ${flags:-plain x86-64} (log: $dir/check_portable.log)" >&2
     exit 1
   }
+  echo "#include \"bench/memory_bandwidth.hpp\"" >"$dir/probe_check.cpp"
+  c++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Wshadow -Werror $flags -I. -Iinclude "$dir/probe_check.cpp" || {
+    echo "check_portable: bench/memory_bandwidth.hpp does not compile for ${flags:-plain x86-64}" >&2
+    exit 1
+  }
 done
-echo "check_portable: the CPU kernels compile for plain x86-64 and for AVX2+FMA"
+echo "check_portable: the CPU kernels and the bandwidth probe compile for plain x86-64 and for AVX2+FMA"
