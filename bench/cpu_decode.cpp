@@ -17,6 +17,7 @@
 #include "bench/paired_roofline.hpp"
 #include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/matmul_bf16.hpp"
 #include "kernels/kv_cache_dtype.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
@@ -654,7 +655,10 @@ int main(int argc, char** argv) {
   std::printf("%-44s %15.1f%%\n", "batch-1 decode / roofline", fraction * 100.0);
   if (segment_steps > 0)
     std::printf("%-44s %15.1f%%\n", "batch-1 decode / probe read beside it", 100.0 * bench::median(paired_fractions));
-  std::printf("%-44s %15.1f%%\n", "  share of the step in decode matmul calls", 100.0 * bench::median(call_shares));
+  if (cpu::have_bf16_dot_kernels())
+    std::printf("%-44s %15.1f%%\n", "  share of the step in decode matmul calls", 100.0 * bench::median(call_shares));
+  else
+    std::printf("  share of the step in decode matmul calls: not timed (no vdpbf16ps kernels in this build)\n");
   auto print_per_thread = [](const char* label, const std::vector<std::vector<double>>& per_thread) {
     std::string medians;
     for (const auto& shares : per_thread)
@@ -720,6 +724,8 @@ int main(int argc, char** argv) {
   w.key("paired_segment_steps").value(std::min(segment_steps, batch1_steps));
   if (segment_steps > 0)
     w.key("batch1_fraction_of_probe_beside").value(bench::median(paired_fractions));
+  // The call shares time the takeover GEMV of the vdpbf16ps kernels; other builds' matmuls are not timed (zeros).
+  w.key("decode_matmul_calls_timed").value(cpu::have_bf16_dot_kernels());
   w.key("decode_batch1_matmul_call_share").value(bench::median(call_shares));
   // A per-thread share: round r's figure of each pool thread, or (r < 0) each thread's median over the rounds.
   auto write_per_thread = [&w](const char* key, const std::vector<std::vector<double>>& per_thread, int64_t r) {

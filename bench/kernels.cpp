@@ -210,8 +210,13 @@ decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps,
   r.kinds.resize(n_kinds);
   for (int k = 0; k < n_kinds; ++k)
     r.kinds[static_cast<size_t>(k)].name = names[k];
+  // Packed panels where this build has the vdpbf16ps kernels, else row-major bf16 (what the CPU backend loads then).
+  const bool packed = cpu::have_bf16_dot_kernels();
+  auto weight_bytes = [&](int64_t n_out, int64_t n_in) {
+    return packed ? cpu::bf16_panels_bytes(n_out, n_in) : static_cast<size_t>(n_out * n_in) * sizeof(uint16_t);
+  };
   for (auto s : shapes) {
-    const auto b = static_cast<double>(cpu::bf16_panels_bytes(s.n_out, s.n_in));
+    const auto b = static_cast<double>(weight_bytes(s.n_out, s.n_in));
     r.weight_bytes += b;
     r.kinds[static_cast<size_t>(s.kind)].bytes += b;
   }
@@ -222,11 +227,11 @@ decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps,
     std::array<double, n_kinds> per_kind{};
     const auto t_step = clock_type::now();
     for (auto s : shapes) {
-      const size_t b = cpu::bf16_panels_bytes(s.n_out, s.n_in);
+      const size_t b = weight_bytes(s.n_out, s.n_in);
       if (s.kind != lm_head)
         busy_for(gaps[static_cast<size_t>(s.kind)]);
       const auto t0 = clock_type::now();
-      const cpu::matmul_target target{a.slot(slot_index++, b), dtype::bf16, s.n_out, nullptr, y.data(), true, owner};
+      const cpu::matmul_target target{a.slot(slot_index++, b), dtype::bf16, s.n_out, nullptr, y.data(), packed, owner};
       cpu::matmul_group(x.data(), 1, s.n_in, std::span{&target, 1}, pool);
       per_kind[static_cast<size_t>(s.kind)] += seconds_since(t0);
     }
@@ -267,7 +272,10 @@ calls_result time_calls(const arena& a, thread_pool& pool, int reps, size_t call
   for (int i = 0; i <= reps; ++i) {  // the first pass untimed
     const auto t0 = clock_type::now();
     for (int64_t c = 0; c < r.calls; ++c) {
-      const cpu::matmul_target target{a.data + c * stride, dtype::bf16, n_out, nullptr, y.data(), true, a.buf};
+      // Row-major where this build has no vdpbf16ps kernels: n_out is a multiple of 32 and n_in of 32, so the bytes
+      // are the same.
+      const cpu::matmul_target target{a.data + c * stride,          dtype::bf16, n_out, nullptr, y.data(),
+                                      cpu::have_bf16_dot_kernels(), a.buf};
       cpu::matmul_group(x.data(), 1, n_in, std::span{&target, 1}, pool);
     }
     if (i > 0)
@@ -466,9 +474,10 @@ compute_peak_result measure_compute_peak(thread_pool&, double) { return {}; }
 // One decode step's figures against the probe's bandwidth bw (GB/s): the step and each kind of matmul.
 void print_decode_step(const decode_step_result& step, double bw) {
   fmt::print(
-      "TinyLlama-1.1B batch-1 decode step, matmuls only (packed bf16, {:.2f} GB): {:.2f} ms, {:.2f} GB/s = "
+      "TinyLlama-1.1B batch-1 decode step, matmuls only ({} bf16, {:.2f} GB): {:.2f} ms, {:.2f} GB/s = "
       "{:.1f}% of the probe's {:.2f} GB/s\n",
-      step.weight_bytes / 1e9, step.seconds * 1e3, step.gbs, 100.0 * step.gbs / bw, bw);
+      cpu::have_bf16_dot_kernels() ? "packed" : "row-major", step.weight_bytes / 1e9, step.seconds * 1e3, step.gbs,
+      100.0 * step.gbs / bw, bw);
   for (const auto& k : step.kinds)
     if (k.bytes > 0)
       fmt::print("  {:<22} {:>8.3f} ms/step {:>8.2f} GB/s {:>6.1f}%\n", k.name, k.seconds * 1e3,

@@ -215,8 +215,8 @@ struct tile_scratch {
 
 // Whether transpose_keys reads bf16 and f16 keys in place (widening them as it loads), with no copy to f32 first.
 constexpr bool transposes_any_type(int64_t hd) {
-#if defined(ACTORLLM_SIMD_AVX512)
-  return hd % 16 == 0;
+#if defined(ACTORLLM_SIMD_AVX512) || defined(ACTORLLM_SIMD_AVX2)
+  return hd % W == 0;
 #else
   (void)hd;
   return false;
@@ -227,16 +227,16 @@ constexpr bool transposes_any_type(int64_t hd) {
 // (D other than f32 only where transposes_any_type(hd)).
 template <dtype D>
 void transpose_keys(const void* const* keys, int64_t n, int64_t hd, float* kt) {
-#if defined(ACTORLLM_SIMD_AVX512)
-  if (hd % 16 == 0) {
-    for (int64_t k0 = 0; k0 < KW; k0 += 16)
-      for (int64_t d0 = 0; d0 < hd; d0 += 16) {
-        __m512 r[16];
-        for (int64_t k = 0; k < 16; ++k)
-          r[k] = k0 + k < n ? simd::load_as<D>(keys[k0 + k], d0) : _mm512_setzero_ps();
-        simd::transpose16(r);
-        for (int64_t d = 0; d < 16; ++d)
-          _mm512_storeu_ps(kt + (d0 + d) * KW + k0, r[d]);
+#if defined(ACTORLLM_SIMD_AVX512) || defined(ACTORLLM_SIMD_AVX2)
+  if (hd % W == 0) {
+    for (int64_t k0 = 0; k0 < KW; k0 += W)
+      for (int64_t d0 = 0; d0 < hd; d0 += W) {
+        simd::vf r[W];
+        for (int64_t k = 0; k < W; ++k)
+          r[k] = k0 + k < n ? simd::load_as<D>(keys[k0 + k], d0) : simd::zero();
+        simd::transpose(r);
+        for (int64_t d = 0; d < W; ++d)
+          simd::store(kt + (d0 + d) * KW + k0, r[d]);
       }
     return;
   }
@@ -246,8 +246,8 @@ void transpose_keys(const void* const* keys, int64_t n, int64_t hd, float* kt) {
       for (int64_t k = 0; k < KW; ++k)
         kt[d * KW + k] = k < n ? static_cast<const float*>(keys[k])[d] : 0.0f;
   } else {
-    // Only the AVX-512 transpose widens as it loads; transposes_any_type keeps other builds' keys in f32.
-    ACTORLLM_CHECK(false, "paged_attention: bf16/f16 keys reached the transpose without AVX-512");
+    // Only the vector transposes widen as they load; transposes_any_type keeps other builds' keys in f32.
+    ACTORLLM_CHECK(false, "paged_attention: bf16/f16 keys reached the transpose without a vector transpose");
   }
 }
 

@@ -191,42 +191,54 @@ constexpr int gemm_nr = 2 * W;  // outputs per panel / register tile
 #if defined(ACTORLLM_SIMD_AVX512)
 constexpr int gemm_mr = 12;  // token rows per register tile: 24 zmm accumulators + 2 weight vectors
 #elif defined(ACTORLLM_SIMD_AVX2)
-constexpr int gemm_mr = 6;  // 12 ymm accumulators + 2 weight vectors + 1 broadcast
+constexpr int gemm_mr = 6;        // 12 ymm accumulators + 2 weight vectors + 1 broadcast
 #else
 constexpr int gemm_mr = 4;
 #endif
+#if defined(ACTORLLM_SIMD_AVX2)
+// A whole row of inputs per panel for most shapes (2048 x 16 f32 = 128 KiB, in L2): each K block reads and writes the
+// output tile again, and with blocks of 256 those accesses (rows n_out floats apart, a TLB miss each) were a sixth of
+// the time. 2-vCPU Zen 3 VM (32 KiB L1, 512 KiB L2), 512 x 2048 -> 8192 bf16, alternated builds: 256 / 512 rows and
+// inputs 93-97 GFLOP/s, 512 / 2048 119-132, 256 / 2048 125-129, 256 / 8192 117-127; 512 x 5632 -> 2048 at 256 / 2048
+// 109-114 (the FMA peak of the VM's two cores together: 183 GFLOP/s).
+constexpr int64_t gemm_kc = 2048;
+constexpr int64_t gemm_tc = 256;  // token rows per chunk, packed by gemm_pack_x (2 MiB at 2048 inputs)
+#else
 constexpr int64_t gemm_kc = 256;  // packed panel: gemm_kc x gemm_nr f32 = 32 KiB with AVX-512, fits L1
 constexpr int64_t gemm_tc = 512;  // token rows per chunk: the x block (gemm_tc x gemm_kc f32) stays in L2
+#endif
 
 // Packs w[o0 .. o0+NR, k0 .. k0+kc) as f32 into buf[kc][NR]; rows at or past n_out become zeros.
 template <dtype D>
 void gemm_pack(const void* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k0, int64_t kc, float* buf) {
   using T = elem_t<D>;
   const T* base = static_cast<const T*>(w);
-#if defined(ACTORLLM_SIMD_AVX512)
-  for (int h = 0; h < gemm_nr / 16; ++h) {
-    int64_t r0 = o0 + h * 16;
-    int valid = static_cast<int>(std::clamp<int64_t>(n_out - r0, 0, 16));
+#if defined(ACTORLLM_SIMD_AVX512) || defined(ACTORLLM_SIMD_AVX2)
+  // W x W blocks transposed in registers (the scalar loop below is several times slower, and with few tokens per
+  // call, as in batched decode, packing is a large share of the GEMM).
+  for (int h = 0; h < gemm_nr / W; ++h) {
+    int64_t r0 = o0 + h * W;
+    int valid = static_cast<int>(std::clamp<int64_t>(n_out - r0, 0, W));
     int64_t k = 0;
-    for (; k + 16 <= kc; k += 16) {
-      __m512 r[16];
-      for (int i = 0; i < 16; ++i)
-        r[i] = i < valid ? simd::load_as<D>(base + (r0 + i) * n_in + k0 + k, 0) : _mm512_setzero_ps();
-      simd::transpose16(r);
-      for (int i = 0; i < 16; ++i)
-        _mm512_storeu_ps(buf + (k + i) * gemm_nr + h * 16, r[i]);
+    for (; k + W <= kc; k += W) {
+      vf r[W];
+      for (int i = 0; i < W; ++i)
+        r[i] = i < valid ? simd::load_as<D>(base + (r0 + i) * n_in + k0 + k, 0) : simd::zero();
+      simd::transpose(r);
+      for (int i = 0; i < W; ++i)
+        simd::store(buf + (k + i) * gemm_nr + h * W, r[i]);
     }
     if (k < kc) {
-      alignas(64) float tmp[16][16] = {};
+      alignas(64) float tmp[W][W] = {};
       for (int i = 0; i < valid; ++i)
         for (int64_t j = k; j < kc; ++j)
           tmp[i][j - k] = load_as_f32(base, D, static_cast<size_t>((r0 + i) * n_in + k0 + j));
-      __m512 r[16];
-      for (int i = 0; i < 16; ++i)
-        r[i] = _mm512_load_ps(tmp[i]);
-      simd::transpose16(r);
+      vf r[W];
+      for (int i = 0; i < W; ++i)
+        r[i] = simd::load(tmp[i]);
+      simd::transpose(r);
       for (int64_t j = k; j < kc; ++j)
-        _mm512_storeu_ps(buf + j * gemm_nr + h * 16, r[j - k]);
+        simd::store(buf + j * gemm_nr + h * W, r[j - k]);
     }
   }
 #else
@@ -237,9 +249,19 @@ void gemm_pack(const void* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k
 #endif
 }
 
+// Packs token rows [m0, m0 + mm) of x, columns [k0, k0 + kc), as [kc][gemm_mr] (rows past mm zero): the register
+// tile then broadcasts its inputs from one sequential stream. Read in place, its gemm_mr rows lie n_in floats apart
+// (8 KiB at 2048 inputs: all in one L1 set) and its loads walk gemm_mr streams; packed once per K block and thread,
+// they are shared by every panel of the thread. 2-vCPU Zen 3 VM (AVX2), 512 x 2048 -> 8192 bf16, alternated builds:
+// 71-78 GFLOP/s before (with the scalar weight packing), 87-92 with both packings in registers and x packed.
+void gemm_pack_x(const float* x, int64_t n_in, int64_t m0, int mm, int64_t k0, int64_t kc, float* out) {
+  for (int64_t k = 0; k < kc; ++k)
+    for (int m = 0; m < gemm_mr; ++m)
+      out[k * gemm_mr + m] = m < mm ? x[(m0 + m) * n_in + k0 + k] : 0.0f;
+}
+
 struct gemm_tile_args {
-  const float* x;  // token row 0 of the tile, column k0
-  int64_t ldx;
+  const float* xp;  // the tile's token rows, packed by gemm_pack_x
   const float* wp;  // packed panel
   int64_t kc;
   float* y;  // token row 0 of the tile, column o0
@@ -259,13 +281,18 @@ void gemm_tile(const gemm_tile_args& a) {
   // The counter runs from -kc up to zero against the rows' ends, so that the rows' pointers, the panel's and the
   // counter fit the general registers (as in matmul_bf16.cpp's tile: with `k < kc` GCC 12 kept the bound and a row
   // pointer in vector registers and moved them back every step).
+#if defined(ACTORLLM_SIMD_AVX512) || defined(ACTORLLM_SIMD_AVX2)
+  // The output rows are read (a later K block) or written after the loop: asked for now, they arrive during it.
+  for (int m = 0; m < M; ++m)
+    _mm_prefetch(reinterpret_cast<const char*>(a.y + m * a.ldy), _MM_HINT_T0);
+#endif
   const float* wp = a.wp;
-  const float* x_end = a.x + a.kc;
-  for (int64_t i = -a.kc; i != 0; ++i, wp += gemm_nr) {
+  const float* x_end = a.xp + a.kc * gemm_mr;
+  for (int64_t i = -a.kc * gemm_mr; i != 0; i += gemm_mr, wp += gemm_nr) {
     vf w0 = simd::load(wp);
     vf w1 = simd::load(wp + W);
     for (int m = 0; m < M; ++m) {
-      vf xb = simd::set1(x_end[m * a.ldx + i]);
+      vf xb = simd::set1(x_end[i + m]);
       acc0[m] = simd::fmadd(xb, w0, acc0[m]);
       acc1[m] = simd::fmadd(xb, w1, acc1[m]);
     }
@@ -308,11 +335,16 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, const void* w, int64_t
   pool.parallel_for(n_panels, [&](int64_t p_begin, int64_t p_end) {
     thread_local std::vector<float> packed;  // 32 KiB with AVX-512; per thread, reused across calls
     packed.resize(static_cast<size_t>(gemm_kc * gemm_nr));
+    thread_local std::vector<float> packed_x;  // the chunk's token rows in this K block, by register tile
+    packed_x.resize(static_cast<size_t>((gemm_tc + gemm_mr - 1) / gemm_mr * gemm_mr * gemm_kc));
     alignas(64) float bias_pad[gemm_nr];
     for (int64_t t0 = 0; t0 < n_tokens; t0 += gemm_tc) {
       int64_t tc = std::min(gemm_tc, n_tokens - t0);
       for (int64_t k0 = 0; k0 < n_in; k0 += gemm_kc) {
         int64_t kc = std::min(gemm_kc, n_in - k0);
+        for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr)
+          gemm_pack_x(x, n_in, m0, static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0)), k0, kc,
+                      packed_x.data() + (m0 - t0) * kc);
         for (int64_t p = p_begin; p < p_end; ++p) {
           int64_t o0 = p * gemm_nr;
           int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, n_out - o0));
@@ -325,8 +357,14 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, const void* w, int64_t
           }
           for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
             int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
-            gemm_tile_args args{
-                x + m0 * n_in + k0, n_in, packed.data(), kc, y + m0 * n_out + o0, n_out, n_valid, k0 > 0, tile_bias};
+            gemm_tile_args args{packed_x.data() + (m0 - t0) * kc,
+                                packed.data(),
+                                kc,
+                                y + m0 * n_out + o0,
+                                n_out,
+                                n_valid,
+                                k0 > 0,
+                                tile_bias};
             table[static_cast<size_t>(mm - 1)](args);
           }
         }

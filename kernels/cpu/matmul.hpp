@@ -19,9 +19,15 @@ enum class matmul_path : uint8_t {
   gemm,  // packs weight panels and reuses them from cache across token rows (compute bound: prefill)
 };
 
-/// Below this many tokens `automatic` uses the GEMV path (the measured crossover on an AVX-512 Xeon lies between
-/// 64 and 128 tokens: below it, packing weight panels costs more than the better register reuse saves).
+/// Below this many tokens `automatic` uses the GEMV path (below it, packing weight panels costs more than the better
+/// register reuse saves). The measured crossover on an AVX-512 Xeon lies between 64 and 128 tokens; with AVX2 (16
+/// registers: the GEMV's tile holds two tokens) the GEMM wins from 8 on the 2-vCPU Zen 3 VM (2048 -> 8192 bf16,
+/// 2026-12-02: 8 tokens 5.6 against 6.1 ms, 16 7.9 against 11.1, 32 11.3 against 20.1; 4 tokens 5.2 against 4.0).
+#if defined(__AVX2__) && !defined(__AVX512F__)
+inline constexpr int64_t matmul_gemm_min_tokens = 8;
+#else
 inline constexpr int64_t matmul_gemm_min_tokens = 96;
+#endif
 
 /// The kernels bf16 weights run on. `best`: vdpbf16ps where this build and CPU have AVX512-BF16, and AMX tiles for
 /// the GEMMs (5 tokens and more) where the process may use them (amx_bf16_usable); `dot`: vdpbf16ps only; else `fma`:

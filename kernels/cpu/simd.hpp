@@ -156,6 +156,25 @@ inline void load_bf16_split(const uint16_t* p, vf& even, vf& odd) {
   even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
 }
+/// In-register transpose of an 8x8 block of 32-bit lanes: r[i] holds row i on entry and column i on exit.
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xee);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+  // u[4i + j], 128-bit lane L, holds column 4L + j of rows 4i .. 4i+3.
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+    r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+  }
+}
 
 #else
 #define ACTORLLM_SIMD_SCALAR 1
@@ -197,6 +216,17 @@ inline vf load_as(const void* p, int64_t i) {
   else
     return load_bf16(static_cast<const uint16_t*>(p) + i);
 }
+
+#if defined(ACTORLLM_SIMD_AVX512) || defined(ACTORLLM_SIMD_AVX2)
+/// In-register transpose of a width x width block: r[i] holds row i on entry and column i on exit.
+inline void transpose(vf r[width]) {
+#if defined(ACTORLLM_SIMD_AVX512)
+  transpose16(r);
+#else
+  transpose8(r);
+#endif
+}
+#endif
 
 /// e^x, vectorised (Cephes' single-precision polynomial after reduction by ln 2; within ~2 ulp over the
 /// whole range). Overflows to +inf, underflows to 0, propagates NaN.

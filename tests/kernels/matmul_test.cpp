@@ -141,13 +141,13 @@ TEST_CASE("matmul GEMM path matches float64 [asan]") {
 }
 
 TEST_CASE("matmul GEMM covers several K blocks, token chunks and register-tile remainders [asan]") {
-  // n_in > 256 spans K blocks (the later ones accumulate); n_tokens > 512 spans token chunks; 12k+r rows
-  // exercise every remainder tile.
+  // n_in > 256 spans K blocks (the later ones accumulate) with AVX-512, n_in > 2048 with AVX2; n_tokens > 512 spans
+  // token chunks (> 256 with AVX2); 12k+r rows exercise every remainder tile.
   thread_pool pool(2);
   uint64_t seed = 3;
   // Packed bf16 weights: more than 48 tokens go in chunks of 384 rows (400: two); n_in 1100 ends in a K tail.
-  for (const auto& s :
-       std::vector<shape>{{530, 40, 35}, {25, 513, 48}, {37, 260, 100}, {96, 64, 64}, {100, 1100, 45}, {400, 600, 40}})
+  for (const auto& s : std::vector<shape>{
+           {530, 40, 35}, {25, 513, 48}, {37, 260, 100}, {96, 64, 64}, {100, 1100, 45}, {400, 600, 40}, {19, 4203, 21}})
     for (dtype wt : {dtype::f32, dtype::bf16})
       check_matmul(s, wt, true, cpu::matmul_path::gemm, pool, seed += 10);
   for (int64_t t = 1; t <= 14; ++t)

@@ -30,7 +30,8 @@ r = d['per_round'][0]
 ok = (d['paired_segment_steps'] == 2 and len(r['probe_passes_beside_bytes_per_s']) == 4
       and all(p > 0 for p in r['probe_passes_beside_bytes_per_s'])
       and r['batch1_fraction_of_probe_beside'] > 0 and d['batch1_fraction_of_probe_beside'] > 0
-      and 0 < r['decode_batch1_matmul_call_share'] <= 1.0001
+      and (0 < r['decode_batch1_matmul_call_share'] <= 1.0001 if d['decode_matmul_calls_timed']
+           else r['decode_batch1_matmul_call_share'] == 0)
       and len(r['decode_batch1_thread_compute_share']) == 2
       and len(r['decode_batch1_read_ahead_share']) == 2 and all(0 <= x <= 1.0001 for x in r['decode_batch1_read_ahead_share'])
       and 0 <= r['decode_batch1_worker_wait_share'] <= 1.0001)
