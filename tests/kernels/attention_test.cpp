@@ -162,6 +162,17 @@ TEST_CASE("paged_attention matches dense causal float64 attention, GQA 1/2/4 [as
   }
 }
 
+TEST_CASE("paged_attention over head sizes taken in chunks of 4 vectors with AVX2, odd pair counts [asan]") {
+  // With 16 vector registers the values go two pairs at a time over chunks of up to 4 vectors of the head, and the
+  // scores at most 6 pairs a call: heads of 128 (4 chunks), 40 (4 + 1 vectors with AVX2) and 24, GQA 3 (an odd number
+  // of pairs per tile) and 8 (groups of 8 pairs scored 4 + 4), over f32 and bf16 caches.
+  uint64_t seed = 40;
+  for (dtype kv : {dtype::f32, dtype::bf16})
+    for (int64_t gqa : {3, 8})
+      for (int64_t hd : {128, 40, 24})
+        run_case(1, gqa, hd, 16, 1.0f, mixed, 2, ++seed, 0, kv);
+}
+
 TEST_CASE("paged_attention is stable for large scores [asan]") {
   // q values up to 40 push scores into the hundreds: exp without max subtraction would overflow.
   run_case(2, 2, 32, 8, 40.0f, mixed, 2, 77);
