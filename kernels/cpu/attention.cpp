@@ -165,19 +165,35 @@ void accumulate_values_pairs_avx2(float* const* acc, const float* correction, co
     for (; j + 2 <= n; j += 2) {
       auto* a = acc + j;
       switch (nv) {
-        case 4: accumulate_values_chunk<4, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at); break;
-        case 3: accumulate_values_chunk<3, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at); break;
-        case 2: accumulate_values_chunk<2, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at); break;
-        default: accumulate_values_chunk<1, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at); break;
+        case 4:
+          accumulate_values_chunk<4, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
+          break;
+        case 3:
+          accumulate_values_chunk<3, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
+          break;
+        case 2:
+          accumulate_values_chunk<2, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
+          break;
+        default:
+          accumulate_values_chunk<1, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
+          break;
       }
     }
     if (j < n) {
       auto* a = acc + j;
       switch (nv) {
-        case 4: accumulate_values_chunk<4, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at); break;
-        case 3: accumulate_values_chunk<3, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at); break;
-        case 2: accumulate_values_chunk<2, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at); break;
-        default: accumulate_values_chunk<1, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at); break;
+        case 4:
+          accumulate_values_chunk<4, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
+          break;
+        case 3:
+          accumulate_values_chunk<3, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
+          break;
+        case 2:
+          accumulate_values_chunk<2, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
+          break;
+        default:
+          accumulate_values_chunk<1, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
+          break;
       }
     }
   }

@@ -131,7 +131,8 @@ TEST_CASE("matmul GEMV path matches float64 [asan]") {
         check_matmul(s, wt, bias, cpu::matmul_path::gemv, pool, seed += 10);
 }
 
-TEST_CASE("matmul GEMV reads each chunk's rows as four streams: long chunks, with rows left over, match float64 [asan]") {
+TEST_CASE(
+    "matmul GEMV reads each chunk's rows as four streams: long chunks, with rows left over, match float64 [asan]") {
   // A tile takes one row from each quarter of its chunk (rows i, i + q, i + 2q, i + 3q) and the chunk's last
   // rows % 4 go in ordinary tiles: chunks of hundreds of rows, row counts that leave 1-3 over, 1 and 2 threads.
   uint64_t seed = 7;
