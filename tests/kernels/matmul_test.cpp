@@ -144,6 +144,58 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "matmul over bf16 weights rounds its input to bf16 to nearest even, as f32_to_bf16 does, on every path [asan]") {
+  // An identity weight: y is the rounded input itself. Ties (1 + 2^-8 rounds down to 1, 1 + 3 * 2^-8 up to
+  // 1 + 2^-6), just below and above a tie, negatives, subnormals (one that rounds to zero), a large float and, in a row
+  // of its own, a NaN (the whole row then NaN). 17 inputs (vectors and a scalar tail) and 20 rows, through the GEMV
+  // and the GEMM.
+  const int64_t n = 17, n_tokens = 20;
+  const float tie_down = 1.0f + 0x1p-8f, tie_up = 1.0f + 3 * 0x1p-8f;
+  const std::vector<float> special = {tie_down,
+                                      tie_up,
+                                      -tie_down,
+                                      -tie_up,
+                                      std::nextafter(tie_down, 2.0f),
+                                      std::nextafter(tie_down, 0.0f),
+                                      0x1p-140f,
+                                      -0x1p-133f,
+                                      3.0e38f,
+                                      0.0f,
+                                      -0.0f,
+                                      1e-3f,
+                                      -7.25f,
+                                      65504.5f,
+                                      0.1f,
+                                      0.2f,
+                                      0.3f};
+  std::vector<float> x(static_cast<size_t>(n_tokens * n));
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t k = 0; k < n; ++k)
+      x[static_cast<size_t>(t * n + k)] = special[static_cast<size_t>((t + k) % n)] * (t % 2 == 0 ? 1.0f : -1.0f);
+  x[static_cast<size_t>(3 * n + 5)] = std::nanf("");
+  std::vector<uint16_t> w(static_cast<size_t>(n * n), f32_to_bf16(0.0f));
+  for (int64_t o = 0; o < n; ++o)
+    w[static_cast<size_t>(o * n + o)] = f32_to_bf16(1.0f);
+  thread_pool pool(2);
+  for (cpu::matmul_path path : {cpu::matmul_path::gemv, cpu::matmul_path::gemm}) {
+    std::vector<float> y(x.size(), -777.0f);
+    cpu::matmul(x.data(), n_tokens, n, w.data(), dtype::bf16, n, nullptr, y.data(), pool, path);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      for (int64_t o = 0; o < n; ++o) {
+        const float got = y[static_cast<size_t>(t * n + o)];
+        CAPTURE(t);
+        CAPTURE(o);
+        if (t == 3) {
+          CHECK(std::isnan(got));
+          continue;
+        }
+        // (== : a -0 input comes out +0, summed onto the zero products; any other value bit for bit)
+        CHECK(got == bf16_to_f32(f32_to_bf16(x[static_cast<size_t>(t * n + o)])));
+      }
+  }
+}
+
 TEST_CASE("matmul GEMM path matches float64 [asan]") {
   thread_pool pool(3);
   uint64_t seed = 2;
