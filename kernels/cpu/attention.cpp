@@ -139,16 +139,20 @@ void accumulate_values_group(float* const* acc, const float* correction, const f
       simd::store(acc[j] + i * W, a[j][i]);
 }
 
-// accumulate_values_group<NV, NP> over elements [e0, e0 + NV * W) of the head: accumulators and value rows offset.
-template <int NV, int NP, dtype D>
-void accumulate_values_chunk(float* const* acc, const float* correction, const float (*p)[KW], int64_t k_lo,
-                             int64_t k_hi, const void* const* v, int64_t e0, const void** v_at) {
-  float* acc_at[NP];
-  for (int j = 0; j < NP; ++j)
-    acc_at[j] = acc[j] + e0;
-  for (int64_t k = k_lo; k < k_hi; ++k)
-    v_at[k] = static_cast<const elem_t<D>*>(v[k]) + e0;
-  accumulate_values_group<NV, NP, D>(acc_at, correction, p, k_lo, k_hi, v_at);
+// accumulate_values_group<nv, NP> for nv of 1 to 4 vectors.
+template <int NP, dtype D>
+void accumulate_values_group_of(int nv, float* const* acc, const float* correction, const float (*p)[KW], int64_t k_lo,
+                                int64_t k_hi, const void* const* v) {
+  switch (nv) {
+    case 4:
+      return accumulate_values_group<4, NP, D>(acc, correction, p, k_lo, k_hi, v);
+    case 3:
+      return accumulate_values_group<3, NP, D>(acc, correction, p, k_lo, k_hi, v);
+    case 2:
+      return accumulate_values_group<2, NP, D>(acc, correction, p, k_lo, k_hi, v);
+    default:
+      return accumulate_values_group<1, NP, D>(acc, correction, p, k_lo, k_hi, v);
+  }
 }
 
 // With AVX2's 16 registers (hd a multiple of W): pairs two at a time (one left over alone) over chunks of up to 4
@@ -158,43 +162,17 @@ void accumulate_values_chunk(float* const* acc, const float* correction, const f
 template <dtype D>
 void accumulate_values_pairs_avx2(float* const* acc, const float* correction, const float (*p)[KW], int64_t n,
                                   int64_t k_lo, int64_t k_hi, const void* const* v, int64_t hd) {
-  const void* v_at[KW];
+  const void* v_at[KW];  // the value rows from the chunk's first element on
   for (int64_t e0 = 0; e0 < hd; e0 += 4 * W) {
     const int nv = static_cast<int>(std::min<int64_t>(4, (hd - e0) / W));
-    int64_t j = 0;
-    for (; j + 2 <= n; j += 2) {
-      auto* a = acc + j;
-      switch (nv) {
-        case 4:
-          accumulate_values_chunk<4, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
-          break;
-        case 3:
-          accumulate_values_chunk<3, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
-          break;
-        case 2:
-          accumulate_values_chunk<2, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
-          break;
-        default:
-          accumulate_values_chunk<1, 2, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
-          break;
-      }
-    }
-    if (j < n) {
-      auto* a = acc + j;
-      switch (nv) {
-        case 4:
-          accumulate_values_chunk<4, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
-          break;
-        case 3:
-          accumulate_values_chunk<3, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
-          break;
-        case 2:
-          accumulate_values_chunk<2, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
-          break;
-        default:
-          accumulate_values_chunk<1, 1, D>(a, correction + j, p + j, k_lo, k_hi, v, e0, v_at);
-          break;
-      }
+    for (int64_t k = k_lo; k < k_hi; ++k)
+      v_at[k] = static_cast<const elem_t<D>*>(v[k]) + e0;
+    for (int64_t j = 0; j < n; j += 2) {
+      float* acc_at[2] = {acc[j] + e0, j + 1 < n ? acc[j + 1] + e0 : nullptr};
+      if (j + 1 < n)
+        accumulate_values_group_of<2, D>(nv, acc_at, correction + j, p + j, k_lo, k_hi, v_at);
+      else
+        accumulate_values_group_of<1, D>(nv, acc_at, correction + j, p + j, k_lo, k_hi, v_at);
     }
   }
 }
