@@ -135,6 +135,13 @@ class backend {
   /// weights out may place each part straight into the stacked layout, so nothing is copied twice at start-up.
   /// Throws std::invalid_argument for no parts, or parts of different dtypes, widths or layouts.
   virtual tensor import_stacked_linear_weight(std::span<const tensor> parts);
+  /// Whether Linear parts that read one input (q|k|v, gate|up: host tensors as import_stacked_linear_weight takes)
+  /// should be stacked into one weight, or imported each as it is and run together by matmul_group and
+  /// matmul_silu_gate. Default: stacked (one weight, one kernel launch).
+  virtual bool stacks_linear_parts(std::span<const tensor> parts) const {
+    (void)parts;
+    return true;
+  }
   /// A quantized Linear weight (kernels/quantized_linear.hpp) made available for matmul, matmul_group and
   /// matmul_silu_gate only, as import_linear_weight: the result has the weight's logical shape [n_out, n_in] and a
   /// layout of this backend's own. A backend with integer kernels keeps the codes (the CPU: tensor_layout::cpu_q8 /

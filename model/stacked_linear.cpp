@@ -137,16 +137,22 @@ bool one_dtype(const std::vector<stack_part>& parts) {
                      [&](const stack_part& p) { return p.dense->type == parts.front().dense->type; });
 }
 
-// Dense parts of one dtype as one Linear weight, each handed to the backend as it is (it may lay each part out in its
-// place, with no stacked copy of the rows first); the parts are left without data.
-tensor bind_stacked_dense(const std::vector<stack_part>& parts, backend& be, size_t& bytes) {
+// Dense Linear parts of one dtype as the backend wants them (backend::stacks_linear_parts): one weight, each part
+// handed to the backend as it is (it may lay each part out in its place, with no stacked copy of the rows first), or
+// each part imported apart into out.parts. The parts are left without data; their biases are bound by the caller.
+void bind_dense_linear_parts(const std::vector<stack_part>& parts, backend& be, size_t& bytes, stacked_linear& out) {
   std::vector<tensor> hosts;
   hosts.reserve(parts.size());
   for (const stack_part& p : parts) {
     bytes += p.dense->nbytes();
     hosts.push_back(std::move(*p.dense).into_tensor());
   }
-  return be.import_stacked_linear_weight(hosts);
+  if (be.stacks_linear_parts(hosts)) {
+    out.merged = be.import_stacked_linear_weight(hosts);
+    return;
+  }
+  for (size_t i = 0; i < hosts.size(); ++i)
+    out.parts[i] = be.import_linear_weight(std::move(hosts[i]));
 }
 
 }  // namespace
@@ -179,11 +185,17 @@ stacked_linear bind_stacked_linear(std::vector<stack_part> parts, bool linear, b
     if (parts.front().quantized) {
       quantized_linear stacked = stack_quantized_rows(parts);
       out.merged = bind_quantized_linear(stacked, be, bytes);
-    } else if (linear && one_dtype(parts))
-      out.merged = bind_stacked_dense(parts, be, bytes);
-    else
+    } else if (linear && one_dtype(parts)) {
+      bind_dense_linear_parts(parts, be, bytes, out);
+    } else {
       out.merged = bind_dense(stack_dense_rows(parts), linear, be, bytes);
-    if (with_bias) {
+    }
+    if (with_bias && !out.is_merged()) {  // bound apart by the backend's choice: each part's bias with it
+      for (size_t i = 0; i < parts.size(); ++i) {
+        bytes += parts[i].bias->nbytes();
+        out.part_biases[i] = be.import_host(std::move(*parts[i].bias).into_tensor());
+      }
+    } else if (with_bias) {
       std::vector<stack_part> biases;
       for (const stack_part& p : parts) {
         host_tensor& b = *p.bias;

@@ -19,8 +19,9 @@ class backend;
 namespace actorllm::model {
 
 /// Up to three Linear weights of one input, as one: part i's outputs are the columns [offset(i), offset(i) +
-/// rows[i]) of the stacked output. Where the parts cannot be stacked (stack_refusal), `merged` is empty and `parts`
-/// holds each apart, run as one backend::matmul_group instead.
+/// rows[i]) of the stacked output. Where the parts cannot be stacked (stack_refusal), or the backend keeps them apart
+/// (backend::stacks_linear_parts: the CPU without bf16 panels, whose stacked weight would be a copy of the parts),
+/// `merged` is empty and `parts` holds each apart, run as one backend::matmul_group (or matmul_silu_gate) instead.
 struct stacked_linear {
   static constexpr int max_parts = 3;
 
@@ -72,7 +73,8 @@ quantized_linear stack_quantized_rows(const std::vector<stack_part>& parts);
 /// q read (if still unread) and imported. Adds q's packed size to `bytes`.
 tensor bind_quantized_linear(quantized_linear& q, backend& be, size_t& bytes);
 
-/// The parts bound on `be` as one stacked_linear: stacked when stack_refusal allows, else apart. `linear` says whether
+/// The parts bound on `be` as one stacked_linear: stacked when stack_refusal allows and the backend wants them stacked
+/// (backend::stacks_linear_parts, asked of dense Linear parts of one dtype), else apart. `linear` says whether
 /// the weights go through import_linear_weight (false for experts moved as raw bytes). Adds the bytes bound to
 /// `bytes`. The parts' host tensors are moved from.
 stacked_linear bind_stacked_linear(std::vector<stack_part> parts, bool linear, backend& be, size_t& bytes);

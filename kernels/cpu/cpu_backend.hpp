@@ -18,7 +18,7 @@ namespace actorllm::cpu {
 
 /// The backend of device "cpu": tensors live in host_buffers, ops run to completion on the calling thread and
 /// the backend's own pool before they return (synchronize() has nothing to wait for).
-class cpu_backend final : public backend {
+class cpu_backend : public backend {
  public:
   /// A backend whose kernels run on `n_threads` threads (the caller included); n_threads >= 1. Packed weights go
   /// through the process's packed_weight_cache (packed_weight_cache::from_environment).
@@ -43,6 +43,9 @@ class cpu_backend final : public backend {
   /// bf16 parts whose row counts (all but the last) are whole panels are packed each into its place in the stacked
   /// weight's panels, the rows never copied into a stacked row-major tensor first; others as the default.
   tensor import_stacked_linear_weight(std::span<const tensor> parts) override;
+  /// Only parts it packs in place (into bf16 panels): stacking row-major parts would copy them, where apart they are
+  /// read where they lie (in the checkpoint's mapping) and matmul_group runs them as one parallel call.
+  bool stacks_linear_parts(std::span<const tensor> parts) const override;
   /// Packs w into a cpu::quantized_panels (tensor_layout::cpu_q4 / cpu_q8) for the quantized kernels: W8A8 always,
   /// weight-only formats where the AVX-512 kernels take them; other weight-only formats go the default way
   /// (dequantized to bf16), which the bf16 kernels run faster than the scalar quantized path would.

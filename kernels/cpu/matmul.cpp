@@ -16,6 +16,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/activation.hpp"
@@ -31,6 +32,38 @@ constexpr int W = simd::width;
 
 template <dtype D>
 using elem_t = std::conditional_t<D == dtype::f32, float, uint16_t>;
+
+// One weight of a group that reads the same input (q, k and v kept apart, or gate and up): its rows' results go to
+// y, n_out floats per token row.
+struct fma_target {
+  const void* w;
+  int64_t n_out;
+  const float* bias;
+  float* y;
+};
+
+// Where target i's items begin in a group's single index space (items: GEMV row groups or GEMM panels), and which
+// target an item belongs to. The targets run as one parallel call: one hand-out of work and one wait for the whole
+// group, and the GEMM packs the token rows once for all of them.
+struct group_items {
+  std::array<int64_t, 9> begin{};  // begin[i]: target i's first item; begin[n]: the total
+  size_t n = 0;
+
+  group_items(std::span<const fma_target> targets, int64_t rows_per_item) : n(targets.size()) {
+    for (size_t i = 0; i < n; ++i)
+      begin[i + 1] = begin[i] + (targets[i].n_out + rows_per_item - 1) / rows_per_item;
+  }
+  int64_t total() const { return begin[n]; }
+  // fn(target, first local item, end local item) for each target's part of items [b, e).
+  template <class F>
+  void for_each(int64_t b, int64_t e, F&& fn) const {
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t lo = std::max(b, begin[i]), hi = std::min(e, begin[i + 1]);
+      if (lo < hi)
+        fn(i, lo - begin[i], hi - begin[i]);
+    }
+  }
+};
 
 // ---------------------------------------------------------------------------------------------------------------
 // GEMV
@@ -162,34 +195,38 @@ constexpr std::array<gemv_tile_fn, sizeof...(I)> gemv_table(std::index_sequence<
 }
 
 template <dtype D>
-void gemv(const float* x, int64_t n_tokens, int64_t n_in, const void* w, int64_t n_out, const float* bias, float* y,
-          thread_pool& pool) {
+void gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, thread_pool& pool) {
   static constexpr auto table = gemv_table<D>(std::make_index_sequence<gemv_rows * gemv_tokens>{});
   int64_t k_pad = (n_in + gemv_k_step - 1) / gemv_k_step * gemv_k_step;
   thread_local std::vector<float> xp_storage;
   xp_storage.resize(static_cast<size_t>(n_tokens * k_pad));
   gemv_prepare_x(x, n_tokens, n_in, gemv_split<D>, xp_storage.data(), k_pad);
-  gemv_args args{w, n_in, n_out, xp_storage.data(), k_pad, bias, y};
+  std::array<gemv_args, 8> args;
+  for (size_t i = 0; i < targets.size(); ++i)
+    args[i] = gemv_args{targets[i].w, n_in, targets[i].n_out, xp_storage.data(), k_pad, targets[i].bias, targets[i].y};
+  const group_items items(targets, gemv_rows);
 
-  auto tiles = [&](int64_t row0, int rows, int64_t stride) {
+  auto tiles = [&](const gemv_args& a, int64_t row0, int rows, int64_t stride) {
     for (int64_t t0 = 0; t0 < n_tokens; t0 += gemv_tokens) {
       int tt = static_cast<int>(std::min<int64_t>(gemv_tokens, n_tokens - t0));
-      table[static_cast<size_t>((rows - 1) * gemv_tokens + (tt - 1))](args, row0, t0, stride);
+      table[static_cast<size_t>((rows - 1) * gemv_tokens + (tt - 1))](a, row0, t0, stride);
     }
   };
-  int64_t n_groups = (n_out + gemv_rows - 1) / gemv_rows;
-  pool.parallel_for(n_groups, [&](int64_t g_begin, int64_t g_end) {
-    // A tile's rows come one from each quarter of the chunk, so that each of the gemv_rows streams runs on through
-    // its quarter's consecutive rows (rows are contiguous) instead of stopping after one row, n_in elements, and
-    // jumping gemv_rows rows on: four long streams for the hardware prefetcher where it had bursts of 4 KiB at 2048
-    // inputs. 2-vCPU Zen 3 VM (AVX2), bf16 batch 1, weights cold, 6 alternations (medians): 2048 -> 5632 19.2 ->
-    // 22.3 GB/s, 5632 -> 2048 19.1 -> 22.3, 2048 -> 32000 16.7 -> 22.6. Each row's sum is unchanged.
-    int64_t r_begin = g_begin * gemv_rows, r_end = std::min(n_out, g_end * gemv_rows);
-    int64_t quarter = (r_end - r_begin) / gemv_rows;
-    for (int64_t i = 0; i < quarter; ++i)
-      tiles(r_begin + i, gemv_rows, quarter);
-    for (int64_t row0 = r_begin + quarter * gemv_rows; row0 < r_end; row0 += gemv_rows)
-      tiles(row0, static_cast<int>(std::min<int64_t>(gemv_rows, r_end - row0)), 1);
+  pool.parallel_for(items.total(), [&](int64_t i_begin, int64_t i_end) {
+    items.for_each(i_begin, i_end, [&](size_t t, int64_t g_begin, int64_t g_end) {
+      // A tile's rows come one from each quarter of the chunk, so that each of the gemv_rows streams runs on through
+      // its quarter's consecutive rows (rows are contiguous) instead of stopping after one row, n_in elements, and
+      // jumping gemv_rows rows on: four long streams for the hardware prefetcher where it had bursts of 4 KiB at
+      // 2048 inputs. 2-vCPU Zen 3 VM (AVX2), bf16 batch 1, weights cold, 6 alternations (medians): 2048 -> 5632
+      // 19.2 -> 22.3 GB/s, 5632 -> 2048 19.1 -> 22.3, 2048 -> 32000 16.7 -> 22.6. Each row's sum is unchanged.
+      const gemv_args& a = args[t];
+      int64_t r_begin = g_begin * gemv_rows, r_end = std::min(a.n_out, g_end * gemv_rows);
+      int64_t quarter = (r_end - r_begin) / gemv_rows;
+      for (int64_t i = 0; i < quarter; ++i)
+        tiles(a, r_begin + i, gemv_rows, quarter);
+      for (int64_t row0 = r_begin + quarter * gemv_rows; row0 < r_end; row0 += gemv_rows)
+        tiles(a, row0, static_cast<int>(std::min<int64_t>(gemv_rows, r_end - row0)), 1);
+    });
   });
 }
 
@@ -355,11 +392,10 @@ constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<
 }
 
 template <dtype D>
-void gemm(const float* x, int64_t n_tokens, int64_t n_in, const void* w, int64_t n_out, const float* bias, float* y,
-          thread_pool& pool) {
+void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, thread_pool& pool) {
   static constexpr auto table = gemm_table(std::make_index_sequence<gemm_mr>{});
-  int64_t n_panels = (n_out + gemm_nr - 1) / gemm_nr;
-  pool.parallel_for(n_panels, [&](int64_t p_begin, int64_t p_end) {
+  const group_items panels(targets, gemm_nr);
+  pool.parallel_for(panels.total(), [&](int64_t p_begin, int64_t p_end) {
     thread_local std::vector<float> packed;  // 32 KiB with AVX-512; per thread, reused across calls
     packed.resize(static_cast<size_t>(gemm_kc * gemm_nr));
     thread_local std::vector<float> packed_x;  // the chunk's token rows in this K block, by register tile
@@ -373,29 +409,33 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, const void* w, int64_t
         for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr)
           gemm_pack_x(x, n_in, m0, static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0)), k0, kc,
                       packed_x.data() + (m0 - t0) * kc);
-        for (int64_t p = p_begin; p < p_end; ++p) {
-          int64_t o0 = p * gemm_nr;
-          int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, n_out - o0));
-          gemm_pack<D>(w, n_in, n_out, o0, k0, kc, packed.data());
-          const float* tile_bias = nullptr;
-          if (bias != nullptr && k0 == 0) {
-            for (int j = 0; j < gemm_nr; ++j)
-              bias_pad[j] = j < n_valid ? bias[o0 + j] : 0.0f;
-            tile_bias = bias_pad;
+        panels.for_each(p_begin, p_end, [&](size_t t, int64_t lp_begin, int64_t lp_end) {
+          const fma_target& target = targets[t];
+          const int64_t n_out = target.n_out;
+          for (int64_t p = lp_begin; p < lp_end; ++p) {
+            int64_t o0 = p * gemm_nr;
+            int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, n_out - o0));
+            gemm_pack<D>(target.w, n_in, n_out, o0, k0, kc, packed.data());
+            const float* tile_bias = nullptr;
+            if (target.bias != nullptr && k0 == 0) {
+              for (int j = 0; j < gemm_nr; ++j)
+                bias_pad[j] = j < n_valid ? target.bias[o0 + j] : 0.0f;
+              tile_bias = bias_pad;
+            }
+            for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
+              int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
+              gemm_tile_args args{packed_x.data() + (m0 - t0) * kc,
+                                  packed.data(),
+                                  kc,
+                                  target.y + m0 * n_out + o0,
+                                  n_out,
+                                  n_valid,
+                                  k0 > 0,
+                                  tile_bias};
+              table[static_cast<size_t>(mm - 1)](args);
+            }
           }
-          for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
-            int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
-            gemm_tile_args args{packed_x.data() + (m0 - t0) * kc,
-                                packed.data(),
-                                kc,
-                                y + m0 * n_out + o0,
-                                n_out,
-                                n_valid,
-                                k0 > 0,
-                                tile_bias};
-            table[static_cast<size_t>(mm - 1)](args);
-          }
-        }
+        });
       }
     }
   });
@@ -405,24 +445,25 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, const void* w, int64_t
 
 namespace {
 
-// The f32-FMA algorithms, one target. x is already rounded to bf16 for bf16 weights.
-void matmul_fma(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
-                const float* bias, float* y, thread_pool& pool, matmul_path path) {
+// The f32-FMA algorithms over targets of one weight type, as one parallel call. x is already rounded to bf16 for
+// bf16 weights.
+void matmul_fma(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, dtype wtype,
+                thread_pool& pool, matmul_path path) {
   if (path == matmul_path::automatic)
     path = n_tokens < matmul_gemm_min_tokens ? matmul_path::gemv : matmul_path::gemm;
   bool use_gemv = path == matmul_path::gemv;
   switch (wtype) {
     case dtype::f32:
-      use_gemv ? gemv<dtype::f32>(x, n_tokens, n_in, w, n_out, bias, y, pool)
-               : gemm<dtype::f32>(x, n_tokens, n_in, w, n_out, bias, y, pool);
+      use_gemv ? gemv<dtype::f32>(x, n_tokens, n_in, targets, pool)
+               : gemm<dtype::f32>(x, n_tokens, n_in, targets, pool);
       return;
     case dtype::f16:
-      use_gemv ? gemv<dtype::f16>(x, n_tokens, n_in, w, n_out, bias, y, pool)
-               : gemm<dtype::f16>(x, n_tokens, n_in, w, n_out, bias, y, pool);
+      use_gemv ? gemv<dtype::f16>(x, n_tokens, n_in, targets, pool)
+               : gemm<dtype::f16>(x, n_tokens, n_in, targets, pool);
       return;
     case dtype::bf16:
-      use_gemv ? gemv<dtype::bf16>(x, n_tokens, n_in, w, n_out, bias, y, pool)
-               : gemm<dtype::bf16>(x, n_tokens, n_in, w, n_out, bias, y, pool);
+      use_gemv ? gemv<dtype::bf16>(x, n_tokens, n_in, targets, pool)
+               : gemm<dtype::bf16>(x, n_tokens, n_in, targets, pool);
       return;
     case dtype::fp8_e4m3:
     case dtype::i32:
@@ -506,17 +547,19 @@ void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<cons
       matmul_group(x, n_tokens, n_in, std::span{&t, 1}, pool, path);
     return;
   }
-  const float* x_bf16 = nullptr;
-  for (const matmul_target& t : targets) {
-    if (t.n_out == 0)
-      continue;
-    const float* xt = x;
-    if (t.wtype == dtype::bf16) {
-      if (x_bf16 == nullptr)
-        x_bf16 = rounded_to_bf16(x, n_tokens * n_in);
-      xt = x_bf16;
-    }
-    matmul_fma(xt, n_tokens, n_in, t.w, t.wtype, t.n_out, t.bias, t.y, pool, path);
+  for (const matmul_target& t : targets)
+    ACTORLLM_CHECK(t.n_out == 0 || t.wtype == dtype::bf16 || t.wtype == dtype::f16 || t.wtype == dtype::f32,
+                   "matmul: integer types hold no weights or activations");
+  // The targets of each weight type as one call (bf16's input rounded once).
+  for (dtype type : {dtype::bf16, dtype::f16, dtype::f32}) {
+    std::array<fma_target, 8> group{};
+    size_t n = 0;
+    for (const matmul_target& t : targets)
+      if (t.wtype == type && t.n_out > 0)
+        group[n++] = fma_target{t.w, t.n_out, t.bias, t.y};
+    if (n != 0)
+      matmul_fma(type == dtype::bf16 ? rounded_to_bf16(x, n_tokens * n_in) : x, n_tokens, n_in,
+                 std::span{group.data(), n}, type, pool, path);
   }
 }
 

@@ -79,8 +79,10 @@ void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype
 void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
             const float* bias, float* y, thread_pool& pool, matmul_path path);
 
-/// matmul for every target over the same input (q/k/v), in one parallel region where the weights are bf16 and the CPU
-/// has AVX512-BF16 kernels (the input is then rounded once for all), else one matmul per target. Up to 8 targets.
+/// matmul for every target over the same input (q/k/v), in one parallel region: all of them where the weights are
+/// bf16 and the CPU has AVX512-BF16 kernels, else those of each weight type together on the f32-FMA kernels (bf16's
+/// input rounded once for all); packed and row-major weights mixed run one matmul per target. Each output is the same
+/// sum as its target's matmul alone. Up to 8 targets.
 void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets,
                   thread_pool& pool, matmul_path path = matmul_path::automatic);
 

@@ -311,6 +311,50 @@ TEST_CASE("matmul_group runs q/k/v-like targets in one call, each as its own mat
   }
 }
 
+TEST_CASE("matmul_group over f32-FMA targets (one parallel call) equals one matmul per target, bit for bit [asan]") {
+  // The targets of one weight type share one index space of row groups (GEMV) or panels (GEMM) and the GEMM packs the
+  // token rows once for all: each output must still be the same sum as a matmul of that target alone. Odd row
+  // counts put a target's last rows and the next target's first in one thread's chunk; 300 tokens cross the GEMM's
+  // token block; bf16 targets beside f32 ones run as two calls, bf16's input rounded once.
+  const variant_scope scope(bf16_variant::fma);
+  uint64_t seed = 1700;
+  for (int threads : {1, 2, 3}) {
+    thread_pool pool(threads);
+    for (int64_t n_tokens : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{40}, int64_t{300}}) {
+      for (cpu::matmul_path path : {cpu::matmul_path::automatic, cpu::matmul_path::gemv, cpu::matmul_path::gemm}) {
+        if (n_tokens == 300 && path == cpu::matmul_path::gemv)
+          continue;  // the GEMV at 300 tokens adds time and no case
+        const int64_t n_in = 70;
+        const std::vector<int64_t> n_outs = {3, 17, 64, 250, 9};
+        const std::vector<dtype> types = {dtype::f32, dtype::bf16, dtype::bf16, dtype::f32, dtype::f16};
+        auto x = test::random_floats(static_cast<size_t>(n_tokens * n_in), seed++, -2.0f, 2.0f);
+        std::vector<std::vector<uint8_t>> w;
+        std::vector<std::vector<float>> bias, grouped, alone;
+        std::vector<cpu::matmul_target> targets;
+        for (size_t i = 0; i < n_outs.size(); ++i) {
+          w.push_back(test::to_dtype(test::random_floats(static_cast<size_t>(n_outs[i] * n_in), seed++), types[i]));
+          bias.push_back(test::random_floats(static_cast<size_t>(n_outs[i]), seed++));
+          grouped.emplace_back(static_cast<size_t>(n_tokens * n_outs[i]) + 5, -777.0f);
+          alone.emplace_back(static_cast<size_t>(n_tokens * n_outs[i]), 0.0f);
+        }
+        for (size_t i = 0; i < n_outs.size(); ++i) {
+          const float* b = i % 2 == 1 ? bias[i].data() : nullptr;
+          targets.push_back({w[i].data(), types[i], n_outs[i], b, grouped[i].data()});
+          cpu::matmul(x.data(), n_tokens, n_in, w[i].data(), types[i], n_outs[i], b, alone[i].data(), pool, path);
+        }
+        cpu::matmul_group(x.data(), n_tokens, n_in, targets, pool, path);
+        for (size_t i = 0; i < n_outs.size(); ++i) {
+          INFO("threads " << threads << " tokens " << n_tokens << " path " << static_cast<int>(path) << " target "
+                          << i);
+          CHECK(std::memcmp(grouped[i].data(), alone[i].data(), alone[i].size() * sizeof(float)) == 0);
+          for (size_t j = alone[i].size(); j < grouped[i].size(); ++j)
+            REQUIRE(grouped[i][j] == -777.0f);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("matmul_silu_gate equals silu(x gate^T) * (x up^T) on every path [asan]") {
   thread_pool pool(2);
   uint64_t seed = 950;

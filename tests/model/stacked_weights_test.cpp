@@ -3,7 +3,10 @@
 // expert their gate|up, tensor or expert parallel); the bound stacks hold exactly those slices' rows; and the dense
 // architectures of the float64 reference (Llama, Mistral, Qwen2 with q/k/v biases and replicated kv heads, Qwen3 with
 // q/k norms) give the reference's greedy ids through them at tp 1/2/4 and pp 2 (the MoE ones: moe_test.cpp). Parts
-// that cannot be stacked (one quantized, the others float) are bound apart and still give the right ids.
+// that cannot be stacked (one quantized, the others float) are bound apart and still give the right ids. The CPU
+// backend stacks only parts it packs into bf16 panels (backend::stacks_linear_parts); the layout tests ask for stacks
+// with a CPU backend that always wants them, and the plain one keeps row-major parts apart, uncopied, with the same
+// ids.
 #include "comm/collective.hpp"
 #include "comm/shared_memory_collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -62,14 +65,26 @@ std::string qwen3_json() {
       "tie_word_embeddings": false, "attention_bias": false, "rope_theta": 10000.0})";
 }
 
+/// The CPU backend, stacking every part it is offered (the plain one stacks only parts it packs into bf16 panels).
+class stacking_cpu_backend final : public cpu::cpu_backend {
+ public:
+  using cpu::cpu_backend::cpu_backend;
+  bool stacks_linear_parts(std::span<const tensor> parts) const override {
+    (void)parts;
+    return true;
+  }
+};
+
 int32_t argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 /// Greedy decoding of `n` tokens after `prompt` at tp ranks per stage and pp stages, one thread per TP rank holding
-/// its shard of every stage; `edit` changes each shard's loaded weights before they are bound. Rank 0's ids.
+/// its shard of every stage; `edit` changes each shard's loaded weights before they are bound; `stacked` binds them
+/// on a stacking_cpu_backend, else on the plain CPU backend. Rank 0's ids.
 std::vector<int32_t> engine_greedy(const std::filesystem::path& dir, int tp, int pp, const std::vector<int32_t>& prompt,
-                                   int64_t n, const std::function<void(model_weights&)>& edit = {}) {
+                                   int64_t n, const std::function<void(model_weights&)>& edit = {},
+                                   bool stacked = true) {
   const model_config cfg = load_model_config(dir);
   std::vector<std::shared_ptr<comm::shared_memory_group>> groups;
   for (int s = 0; s < pp; ++s)
@@ -80,7 +95,9 @@ std::vector<int32_t> engine_greedy(const std::filesystem::path& dir, int tp, int
   for (int r = 0; r < tp; ++r) {
     ranks.emplace_back([&, r] {
       try {
-        cpu::cpu_backend be{1};
+        std::unique_ptr<cpu::cpu_backend> backend =
+            stacked ? std::make_unique<stacking_cpu_backend>(1) : std::make_unique<cpu::cpu_backend>(1);
+        cpu::cpu_backend& be = *backend;
         std::vector<std::unique_ptr<comm::shared_memory_collective>> comms;
         std::vector<std::unique_ptr<llama_model>> stages;
         std::vector<std::unique_ptr<kv_cache>> caches;
@@ -169,7 +186,7 @@ TEST_CASE("stacked weights: a shard binds one q|k|v (and bias) and one gate|up, 
       shard.tp_rank = rank;
       shard.tp_size = tp;
       const loaded_shard loaded = load_shard(m.dir, shard, {});
-      cpu::cpu_backend be{1};
+      stacking_cpu_backend be{1};
       const model_tensors t =
           bind_weights(llama_weight_table(loaded.config, shard), copy_weights(loaded.weights), shard, be);
       REQUIRE(t.layers.size() == 2);
@@ -212,7 +229,7 @@ TEST_CASE("stacked weights: MoE experts and the shared expert bind one gate|up e
       shard.tp_size = 2;
       shard.expert_parallel = ep;
       const loaded_shard loaded = load_shard(m.dir, shard, {});
-      cpu::cpu_backend be{1};
+      stacking_cpu_backend be{1};
       const model_tensors t =
           bind_weights(llama_weight_table(loaded.config, shard), copy_weights(loaded.weights), shard, be);
       for (int64_t l : {0, 2}) {
@@ -299,6 +316,7 @@ TEST_CASE(
     for (auto [tp, pp] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
       INFO(m.cfg.architecture << " tp " << tp << " pp " << pp);
       CHECK(engine_greedy(m.dir, tp, pp, prompt, n) == expected);
+      CHECK(engine_greedy(m.dir, tp, pp, prompt, n, {}, false) == expected);  // bound apart (row-major f32)
     }
   }
 }
@@ -329,7 +347,7 @@ TEST_CASE("stacked weights: with only q_proj quantized, q|k|v is bound apart and
     const loaded_shard loaded = load_shard(m.dir, shard_spec{}, {});
     model_weights w = copy_weights(loaded.weights);
     quantize_q(w);
-    cpu::cpu_backend be{1};
+    stacking_cpu_backend be{1};
     const model_tensors t = bind_weights(llama_weight_table(loaded.config, shard_spec{}), std::move(w), {}, be);
     CHECK_FALSE(t.layers[0].qkv.is_merged());
     CHECK(t.layers[0].qkv.parts[0].shape == tensor_shape{32, 32});
@@ -339,5 +357,46 @@ TEST_CASE("stacked weights: with only q_proj quantized, q|k|v is bound apart and
   for (auto [tp, pp] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}}) {
     INFO("tp " << tp << " pp " << pp);
     CHECK(engine_greedy(m.dir, tp, pp, prompt, n, quantize_q) == expected);
+  }
+}
+
+TEST_CASE("stacked weights: the plain CPU backend binds row-major parts apart where they lie, biases with them") {
+  const test_model m = make_model(qwen2_json(), 50);
+  for (int tp : {1, 2}) {
+    CAPTURE(tp);
+    shard_spec shard;
+    shard.tp_size = tp;
+    const loaded_shard loaded = load_shard(m.dir, shard, {});
+    model_weights w = copy_weights(loaded.weights);
+    const std::string p = "model.layers.1.";
+    const std::vector<std::string> qkv{p + "self_attn.q_proj.", p + "self_attn.k_proj.", p + "self_attn.v_proj."};
+    const std::vector<std::string> gate_up{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"};
+    std::vector<const void*> qkv_data, qkv_bias_data, gate_up_data;
+    for (const std::string& name : qkv) {
+      qkv_data.push_back(w.get(name + "weight").data());
+      qkv_bias_data.push_back(w.get(name + "bias").data());
+    }
+    for (const std::string& name : gate_up)
+      gate_up_data.push_back(w.get(name).data());
+    cpu::cpu_backend be{1};
+    const model_tensors t = bind_weights(llama_weight_table(loaded.config, shard), std::move(w), shard, be);
+    const layer_weights& l = t.layers[1];
+    REQUIRE_FALSE(l.qkv.is_merged());
+    REQUIRE_FALSE(l.gate_up.is_merged());
+    CHECK(l.qkv.bias.empty());
+    for (size_t i = 0; i < qkv.size(); ++i) {
+      CAPTURE(qkv[i]);
+      CHECK(l.qkv.parts[i].data() == qkv_data[i]);  // the loaded buffer itself, not a copy
+      CHECK(l.qkv.part_biases[i].data() == qkv_bias_data[i]);
+      CHECK(rows_equal(l.qkv.parts[i], 0, loaded.weights.get(qkv[i] + "weight")));
+      CHECK(rows_equal(l.qkv.part_biases[i], 0, loaded.weights.get(qkv[i] + "bias")));
+    }
+    CHECK(l.qkv.parts[0].shape == tensor_shape{4 / tp * 8, 32});
+    CHECK(l.qkv.parts[1].shape == tensor_shape{8, 32});
+    for (size_t i = 0; i < gate_up.size(); ++i) {
+      CAPTURE(gate_up[i]);
+      CHECK(l.gate_up.parts[i].data() == gate_up_data[i]);
+      CHECK(rows_equal(l.gate_up.parts[i], 0, loaded.weights.get(gate_up[i])));
+    }
   }
 }
