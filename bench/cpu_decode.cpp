@@ -351,7 +351,8 @@ int main(int argc, char** argv) {
                  "Batch-1 steps per segment compared with a probe pass read just before and after it (0: none)")
       ->capture_default_str();
   app.add_option("--prompt-len", prompt_len, "Context each decoding sequence starts from")->capture_default_str();
-  app.add_option("--prefill-tokens", prefill, "Prompt length of the prefill measurement")->capture_default_str();
+  app.add_option("--prefill-tokens", prefill, "Prompt length of the prefill measurement (0: no prefill measured)")
+      ->capture_default_str();
   app.add_option("--prefill-reps", prefill_reps, "Prefill repetitions per round (best is kept)")->capture_default_str();
   app.add_option("--batch", big_batch, "The larger decode batch")->capture_default_str();
   app.add_option("--hog", hog, "Also decode batch 1 beside N busy processes, every round (0: not)")
@@ -411,6 +412,15 @@ int main(int argc, char** argv) {
   }
   if (rounds < 1) {
     std::fprintf(stderr, "--rounds: must be at least 1, got %d\n", rounds);
+    return 2;
+  }
+  if (prefill < 0) {
+    std::fprintf(stderr, "--prefill-tokens: must be at least 0 (0: no prefill measured), got %ld\n",
+                 static_cast<long>(prefill));
+    return 2;
+  }
+  if (prefill > 0 && prefill_reps < 1) {
+    std::fprintf(stderr, "--prefill-reps: must be at least 1, got %d\n", prefill_reps);
     return 2;
   }
 
@@ -531,6 +541,8 @@ int main(int argc, char** argv) {
     auto measure_batch_and_prefill = [&] {
       std::fprintf(stderr, "round %d/%d: decode batch %ld...\n", round + 1, rounds, static_cast<long>(big_batch));
       tpsn = bench::decode_tokens_per_second(llm, big_batch, prompt_len, steps, block_size);
+      if (prefill == 0)
+        return;
       std::fprintf(stderr, "round %d/%d: prefill %ld tokens...\n", round + 1, rounds, static_cast<long>(prefill));
       prefill_tps = prefill_tokens_per_second(llm, prefill, block_size, prefill_reps);
     };
