@@ -145,6 +145,46 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "matmul GEMV over rows that start anywhere in a cache line (weights read in place from a file) matches float64 and "
+    "reads nothing around them [asan]") {
+  // A safetensors header is padded to 8 bytes only, so a weight used in place starts anywhere in a line; the GEMV then
+  // reads each row in aligned blocks, the first and last through zero-padded copies. The weight is placed at every
+  // element offset past a 64-byte boundary (more than one block's worth), with NaN bytes before and after it: a load
+  // of anything outside the rows would make its output NaN. Widths that are a whole number of blocks (the rows share
+  // one offset) and others, 1-3 tokens, long chunks (the four streams), 1 and 2 threads.
+  uint64_t seed = 101;
+  for (int threads : {1, 2}) {
+    thread_pool pool(threads);
+    for (const shape& s : std::vector<shape>{
+             {1, 16, 5}, {2, 32, 7}, {1, 48, 9}, {3, 64, 33}, {1, 80, 413}, {1, 2048, 13}, {2, 24, 6}, {1, 8, 3}})
+      for (dtype wt : {dtype::f32, dtype::f16, dtype::bf16}) {
+        const size_t elem = dtype_size(wt);
+        auto x = test::random_floats(static_cast<size_t>(s.n_tokens * s.n_in), seed += 10);
+        const auto w = test::to_dtype(test::random_floats(static_cast<size_t>(s.n_out * s.n_in), seed + 1), wt);
+        std::vector<double> ref, tol;
+        reference_matmul(x, w, wt, nullptr, s.n_tokens, s.n_in, s.n_out, ref, tol);
+        const std::vector<uint8_t> nan_bytes = wt == dtype::f32   ? std::vector<uint8_t>{0x00, 0x00, 0xc0, 0x7f}
+                                               : wt == dtype::f16 ? std::vector<uint8_t>{0x00, 0x7e}
+                                                                  : std::vector<uint8_t>{0xc0, 0x7f};
+        for (size_t offset = 0; offset < 160 / elem; ++offset) {
+          std::vector<uint8_t> buffer(64 + 2 * 160 + w.size());
+          for (size_t i = 0; i < buffer.size(); ++i)
+            buffer[i] = nan_bytes[i % nan_bytes.size()];
+          const auto addr = reinterpret_cast<uintptr_t>(buffer.data());
+          uint8_t* at = buffer.data() + (64 - addr % 64) % 64 + offset * elem;
+          std::memcpy(at, w.data(), w.size());
+          std::vector<float> y(static_cast<size_t>(s.n_tokens * s.n_out), -777.0f);
+          cpu::matmul(x.data(), s.n_tokens, s.n_in, at, wt, s.n_out, nullptr, y.data(), pool, cpu::matmul_path::gemv);
+          test::check_close(y.data(), ref.data(), y.size(), tol.data(), 0.0, 1e-6,
+                            "GEMV " + std::to_string(s.n_tokens) + "x" + std::to_string(s.n_in) + " -> " +
+                                std::to_string(s.n_out) + " " + std::string(dtype_name(wt)) + " at element " +
+                                std::to_string(offset) + " of a line, threads " + std::to_string(threads));
+        }
+      }
+  }
+}
+
+TEST_CASE(
     "matmul over bf16 weights rounds its input to bf16 to nearest even, as f32_to_bf16 does, on every path [asan]") {
   // An identity weight: y is the rounded input itself. Ties (1 + 2^-8 rounds down to 1, 1 + 3 * 2^-8 up to
   // 1 + 2^-6), just below and above a tie, negatives, subnormals (one that rounds to zero), a large float and, in a row
