@@ -131,14 +131,13 @@ void gemv_prepare_x(const float* x, int64_t n_tokens, int64_t n_in, bool split, 
   }
 }
 
-// Where a weight's rows start within a block of gemv_k_step elements: the GEMV reads each row in blocks that begin
-// `lead` elements before it, so that every block but the first and last lies within one block's worth of aligned bytes
-// (no load that straddles two cache lines). 0 where the rows do not all share one offset (a row's bytes not a whole
-// number of blocks). A checkpoint's tensors sit where its header puts them: the safetensors format pads the header
-// to 8 bytes only, so a weight read in place from the file is most often 8-56 bytes into a cache line, and every
-// second 32-byte load of its rows then crossed a line: 2-vCPU Zen 3 VM (AVX2), bf16 2048 -> 5632 batch 1, 24 matrices
-// far beyond the caches, 25 alternations in one process: rows at 56 or 8 bytes into a line read 5.5% slower than
-// aligned ones (32 bytes: as fast).
+// Where a weight's rows start within a block of gemv_k_step elements, so that the GEMV can read them in blocks aligned
+// to their size (gemv_tile: no load that straddles two cache lines). 0 where the rows do not all share one offset (a
+// row's bytes not a whole number of blocks). A checkpoint's tensors sit where its header puts them: the safetensors
+// format pads the header to 8 bytes only, so a weight read in place from the file is most often 8-56 bytes into a cache
+// line, and every second 32-byte load of its rows then crossed a line: 2-vCPU Zen 3 VM (AVX2), bf16 2048 -> 5632 batch
+// 1, 24 matrices far beyond the caches, 25 alternations in one process: rows at 56 or 8 bytes into a line read 5.5%
+// slower than aligned ones (32 bytes: as fast).
 template <dtype D>
 int64_t gemv_lead(const void* w, int64_t n_in) {
   constexpr size_t block_bytes = gemv_k_step * sizeof(elem_t<D>);
@@ -200,7 +199,7 @@ void gemv_tile(const gemv_args& a, int64_t row0, int64_t t0, int64_t stride) {
   // [ks - lead, n_in - lead). Its first and last gemv_k_step elements are read as they lie, against the head and tail
   // blocks of the inputs, which are zero where the aligned blocks already cover them: every load stays inside the
   // row, and no copy of the weights is made (a copy read back at once stalled on store forwarding: 0.80-0.90 of the
-  // aligned speed).
+  // aligned speed). The elements read twice meet a zero input once: a weight of ±Inf there gives NaN, not ±Inf.
   const int64_t lead = a.lead;
   if (lead > 0) {
     constexpr int64_t ks = gemv_k_step;
