@@ -152,9 +152,8 @@ struct gemv_args {
   int64_t n_in;
   int64_t n_out;
   const float* xp;  // prepared token rows (gemv_prepare_x), k_pad floats each
-  int64_t k_pad;
-  int64_t head_x;  // where a prepared row's head block begins; its tail block follows
-  int64_t lead;    // gemv_lead of w
+  int64_t k_pad;    // main_pad (gemv_prepare_x), then the head and the tail block
+  int64_t lead;     // gemv_lead of w
   const float* bias;
   float* y;
 };
@@ -203,10 +202,11 @@ void gemv_tile(const gemv_args& a, int64_t row0, int64_t t0, int64_t stride) {
   const int64_t lead = a.lead;
   if (lead > 0) {
     constexpr int64_t ks = gemv_k_step;
-    step(rows, 0, a.head_x);
+    const int64_t head_x = a.k_pad - 2 * ks;
+    step(rows, 0, head_x);
     for (int64_t k = ks; k < a.n_in; k += ks)
       step(rows, k - lead, k);
-    step(rows, a.n_in - ks, a.head_x + ks);
+    step(rows, a.n_in - ks, head_x + ks);
   } else {
     const int64_t k_main = a.n_in / gemv_k_step * gemv_k_step;
     for (int64_t k = 0; k < k_main; k += gemv_k_step)
@@ -241,7 +241,8 @@ template <dtype D>
 void gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, thread_pool& pool) {
   static constexpr auto table = gemv_table<D>(std::make_index_sequence<gemv_rows * gemv_tokens>{});
   // The token rows prepared once for each lead among the targets (q, k and v read in place have one each).
-  const int64_t main_pad = (n_in + gemv_k_step - 1 + gemv_k_step - 1) / gemv_k_step * gemv_k_step;
+  // (With a lead, n_in is a whole number of blocks and the shifted inputs the tile reads end at n_in.)
+  const int64_t main_pad = (n_in + gemv_k_step - 1) / gemv_k_step * gemv_k_step;
   const int64_t k_pad = main_pad + 2 * gemv_k_step;  // + the head and tail blocks
   thread_local std::vector<float> xp_storage;
   std::array<int64_t, 8> leads{};
@@ -262,8 +263,13 @@ void gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_ta
     gemv_prepare_x(x, n_tokens, n_in, gemv_split<D>, leads[c], xp_storage.data() + c * copy_size, main_pad, k_pad);
   std::array<gemv_args, 8> args;
   for (size_t i = 0; i < targets.size(); ++i)
-    args[i] = gemv_args{targets[i].w, n_in,     targets[i].n_out,  xp_storage.data() + copy_of[i] * copy_size,
-                        k_pad,        main_pad, leads[copy_of[i]], targets[i].bias,
+    args[i] = gemv_args{targets[i].w,
+                        n_in,
+                        targets[i].n_out,
+                        xp_storage.data() + copy_of[i] * copy_size,
+                        k_pad,
+                        leads[copy_of[i]],
+                        targets[i].bias,
                         targets[i].y};
   const group_items items(targets, gemv_rows);
 

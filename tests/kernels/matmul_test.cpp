@@ -148,10 +148,11 @@ TEST_CASE(
     "matmul GEMV over rows that start anywhere in a cache line (weights read in place from a file) matches float64 and "
     "reads nothing around them [asan]") {
   // A safetensors header is padded to 8 bytes only, so a weight used in place starts anywhere in a line; the GEMV then
-  // reads each row in aligned blocks, the first and last through zero-padded copies. The weight is placed at every
-  // element offset past a 64-byte boundary (more than one block's worth), with NaN bytes before and after it: a load
-  // of anything outside the rows would make its output NaN. Widths that are a whole number of blocks (the rows share
-  // one offset) and others, 1-3 tokens, long chunks (the four streams), 1 and 2 threads.
+  // reads each row in aligned blocks, its first and last blocks' worth as they lie against inputs that are zero where
+  // the aligned blocks cover them. The weight is placed at every element offset past a 64-byte boundary (more than one
+  // block's worth), with NaN bytes before and after it: a load of anything outside the rows would make its output NaN.
+  // Widths that are a whole number of blocks (the rows share one offset) and others, 1-3 tokens, long chunks (the four
+  // streams), 1 and 2 threads.
   uint64_t seed = 101;
   for (int threads : {1, 2}) {
     thread_pool pool(threads);
