@@ -8,7 +8,9 @@
 // - GEMM (many tokens): the GotoBLAS scheme. A panel of NR = 2 vectors of outputs x KC inputs is converted to f32
 //   and transposed into a contiguous buffer that stays in L1 while an MR x NR register tile of accumulators
 //   walks every token row of the chunk, broadcasting one x value per FMA pair. The conversion cost is paid once
-//   per panel and amortised over all token rows, so all weight types share one f32 micro-kernel.
+//   per panel and amortised over all token rows, so all weight types share one f32 micro-kernel. With AVX2, bf16
+//   panels stay bf16 (pairs of inputs per output, widened in the tile by a shift or a mask): half the bytes to
+//   write and read, and a transpose without widening; the products and their order are the same.
 // Both split n_out over the pool, so each weight byte is read by one thread.
 #include "kernels/cpu/matmul.hpp"
 
@@ -391,9 +393,42 @@ void gemm_pack_x(const float* x, int64_t n_in, int64_t m0, int mm, int64_t k0, i
       out[k * gemm_mr + m] = m < mm ? x[(m0 + m) * n_in + k0 + k] : 0.0f;
 }
 
+#if defined(ACTORLLM_SIMD_AVX2)
+// bf16 panels for AVX2: w[o0 .. o0+16, k0 .. k0+kc) kept as bf16 in two halves of 8 outputs, buf[h][ceil(kc/2)][8]
+// pairs: 32 bits per output holding its weights at inputs k (low half) and k+1 (high half), 32 bytes per pair of
+// inputs. Shifting a vector of them left by 16 gives the half's 8 outputs at k as f32; masking the low halves off gives
+// them at k+1 (gemm_tile_b16). A half is the 8 x 8 transpose of 32-bit lanes of its 8 rows, no widening; rows at or
+// past n_out become zeros, and so does input kc of an odd kc.
+int64_t gemm_b16_half(int64_t kc) { return (kc + 1) / 2 * 16; }  // uint16 values of one half
+void gemm_pack_b16(const uint16_t* base, int64_t n_in, int64_t n_out, int64_t o0, int64_t k0, int64_t kc,
+                   uint16_t* buf) {
+  static_assert(gemm_nr == 2 * W);
+  for (int h = 0; h < 2; ++h) {
+    const uint16_t* rows[W];
+    for (int i = 0; i < W; ++i) {
+      const int64_t o = o0 + W * h + i;
+      rows[i] = o < n_out ? base + o * n_in + k0 : nullptr;
+    }
+    uint16_t* out = buf + h * gemm_b16_half(kc);
+    int64_t k = 0;
+    for (; k + 2 * W <= kc; k += 2 * W) {
+      vf r[W];
+      for (int i = 0; i < W; ++i)
+        r[i] = rows[i] != nullptr ? _mm256_loadu_ps(reinterpret_cast<const float*>(rows[i] + k)) : simd::zero();
+      simd::transpose(r);
+      for (int j = 0; j < W; ++j)
+        _mm256_storeu_ps(reinterpret_cast<float*>(out + (k / 2 + j) * 2 * W), r[j]);
+    }
+    for (; k < (kc + 1) / 2 * 2; ++k)
+      for (int i = 0; i < W; ++i)
+        out[k / 2 * 2 * W + 2 * i + (k & 1)] = rows[i] != nullptr && k < kc ? rows[i][k] : uint16_t{0};
+  }
+}
+#endif
+
 struct gemm_tile_args {
   const float* xp;  // the tile's token rows, packed by gemm_pack_x
-  const float* wp;  // packed panel
+  const void* wp;   // packed panel: f32 (gemm_pack) or, in gemm_tile_b16, bf16 (gemm_pack_b16)
   int64_t kc;
   float* y;  // token row 0 of the tile, column o0
   int64_t ldy;
@@ -402,32 +437,9 @@ struct gemm_tile_args {
   const float* bias;  // gemm_nr values (padded) added on the first K block, or null
 };
 
+// The tile's sums into y: bias on the first K block, added to y on later ones, only the panel's valid outputs.
 template <int M>
-void gemm_tile(const gemm_tile_args& a) {
-  vf acc0[M], acc1[M];
-  for (int m = 0; m < M; ++m) {
-    acc0[m] = simd::zero();
-    acc1[m] = simd::zero();
-  }
-  // The counter runs from -kc up to zero against the rows' ends, so that the rows' pointers, the panel's and the
-  // counter fit the general registers (as in matmul_bf16.cpp's tile: with `k < kc` GCC 12 kept the bound and a row
-  // pointer in vector registers and moved them back every step).
-#if defined(ACTORLLM_SIMD_AVX512) || defined(ACTORLLM_SIMD_AVX2)
-  // The output rows are read (a later K block) or written after the loop: asked for now, they arrive during it.
-  for (int m = 0; m < M; ++m)
-    _mm_prefetch(reinterpret_cast<const char*>(a.y + m * a.ldy), _MM_HINT_T0);
-#endif
-  const float* wp = a.wp;
-  const float* x_end = a.xp + a.kc * gemm_mr;
-  for (int64_t i = -a.kc * gemm_mr; i != 0; i += gemm_mr, wp += gemm_nr) {
-    vf w0 = simd::load(wp);
-    vf w1 = simd::load(wp + W);
-    for (int m = 0; m < M; ++m) {
-      vf xb = simd::set1(x_end[i + m]);
-      acc0[m] = simd::fmadd(xb, w0, acc0[m]);
-      acc1[m] = simd::fmadd(xb, w1, acc1[m]);
-    }
-  }
+[[gnu::always_inline]] inline void gemm_tile_store(const gemm_tile_args& a, vf* acc0, vf* acc1) {
   for (int m = 0; m < M; ++m) {
     float* out = a.y + m * a.ldy;
     if (a.bias != nullptr) {
@@ -451,20 +463,100 @@ void gemm_tile(const gemm_tile_args& a) {
   }
 }
 
+template <int M>
+void gemm_tile(const gemm_tile_args& a) {
+  vf acc0[M], acc1[M];
+  for (int m = 0; m < M; ++m) {
+    acc0[m] = simd::zero();
+    acc1[m] = simd::zero();
+  }
+  // The counter runs from -kc up to zero against the rows' ends, so that the rows' pointers, the panel's and the
+  // counter fit the general registers (as in matmul_bf16.cpp's tile: with `k < kc` GCC 12 kept the bound and a row
+  // pointer in vector registers and moved them back every step).
+#if defined(ACTORLLM_SIMD_AVX512) || defined(ACTORLLM_SIMD_AVX2)
+  // The output rows are read (a later K block) or written after the loop: asked for now, they arrive during it.
+  for (int m = 0; m < M; ++m)
+    _mm_prefetch(reinterpret_cast<const char*>(a.y + m * a.ldy), _MM_HINT_T0);
+#endif
+  const auto* wp = static_cast<const float*>(a.wp);
+  const float* x_end = a.xp + a.kc * gemm_mr;
+  for (int64_t i = -a.kc * gemm_mr; i != 0; i += gemm_mr, wp += gemm_nr) {
+    vf w0 = simd::load(wp);
+    vf w1 = simd::load(wp + W);
+    for (int m = 0; m < M; ++m) {
+      vf xb = simd::set1(x_end[i + m]);
+      acc0[m] = simd::fmadd(xb, w0, acc0[m]);
+      acc1[m] = simd::fmadd(xb, w1, acc1[m]);
+    }
+  }
+  gemm_tile_store<M>(a, acc0, acc1);
+}
+
+#if defined(ACTORLLM_SIMD_AVX2)
+// gemm_tile over a bf16 panel (gemm_pack_b16, at a.wp): each 32 bytes of a half give its outputs at two inputs, the
+// first by a shift, the second by a mask (the vector read from L1 again: 16 ymm registers hold the 12 accumulators,
+// the two weight vectors and the broadcast). The same products and sums, in the same order, as gemm_tile.
+template <int M>
+void gemm_tile_b16(const gemm_tile_args& a) {
+  vf acc0[M], acc1[M];
+  for (int m = 0; m < M; ++m) {
+    acc0[m] = simd::zero();
+    acc1[m] = simd::zero();
+  }
+  for (int m = 0; m < M; ++m)
+    _mm_prefetch(reinterpret_cast<const char*>(a.y + m * a.ldy), _MM_HINT_T0);
+  const auto* w0p = static_cast<const float*>(a.wp);
+  const auto* w1p = reinterpret_cast<const float*>(static_cast<const uint16_t*>(a.wp) + gemm_b16_half(a.kc));
+  auto fma_row = [&](const float* xk, vf w0, vf w1) {
+    for (int m = 0; m < M; ++m) {
+      const vf xb = simd::set1(xk[m]);
+      acc0[m] = simd::fmadd(xb, w0, acc0[m]);
+      acc1[m] = simd::fmadd(xb, w1, acc1[m]);
+    }
+  };
+  auto low = [](const float* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(_mm256_loadu_ps(p)), 16));
+  };
+  const vf high_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  const float* x_end = a.xp + a.kc / 2 * 2 * gemm_mr;
+  for (int64_t i = -(a.kc / 2) * 2 * gemm_mr; i != 0; i += 2 * gemm_mr, w0p += W, w1p += W) {
+    fma_row(x_end + i, low(w0p), low(w1p));
+    fma_row(x_end + i + gemm_mr, _mm256_and_ps(_mm256_loadu_ps(w0p), high_mask),
+            _mm256_and_ps(_mm256_loadu_ps(w1p), high_mask));
+  }
+  if (a.kc % 2 != 0)
+    fma_row(x_end, low(w0p), low(w1p));
+  gemm_tile_store<M>(a, acc0, acc1);
+}
+#endif
+
 using gemm_tile_fn = void (*)(const gemm_tile_args&);
 
 template <size_t... I>
 constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<I...>) {
   return {&gemm_tile<static_cast<int>(I) + 1>...};
 }
+#if defined(ACTORLLM_SIMD_AVX2)
+template <size_t... I>
+constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table_b16(std::index_sequence<I...>) {
+  return {&gemm_tile_b16<static_cast<int>(I) + 1>...};
+}
+#endif
 
 template <dtype D>
 void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, thread_pool& pool) {
   static constexpr auto table = gemm_table(std::make_index_sequence<gemm_mr>{});
+#if defined(ACTORLLM_SIMD_AVX2)
+  static constexpr auto table_b16 = gemm_table_b16(std::make_index_sequence<gemm_mr>{});
+  constexpr bool b16 = D == dtype::bf16;  // bf16 panels (gemm_pack_b16)
+#else
+  constexpr bool b16 = false;
+#endif
   const group_items panels(targets, gemm_nr);
   pool.parallel_for(panels.total(), [&](int64_t p_begin, int64_t p_end) {
     thread_local std::vector<float> packed;  // 32 KiB with AVX-512; per thread, reused across calls
     packed.resize(static_cast<size_t>(gemm_kc * gemm_nr));
+    auto* packed16 = reinterpret_cast<uint16_t*>(packed.data());  // a bf16 panel takes its first half
     thread_local std::vector<float> packed_x;  // the chunk's token rows in this K block, by register tile
     // (+ W: gemm_pack_x's last vector store reaches past the last micro-panel)
     packed_x.resize(static_cast<size_t>((gemm_tc + gemm_mr - 1) / gemm_mr * gemm_mr * gemm_kc + W));
@@ -482,7 +574,12 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_ta
           for (int64_t p = lp_begin; p < lp_end; ++p) {
             int64_t o0 = p * gemm_nr;
             int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, n_out - o0));
-            gemm_pack<D>(target.w, n_in, n_out, o0, k0, kc, packed.data());
+#if defined(ACTORLLM_SIMD_AVX2)
+            if constexpr (b16)
+              gemm_pack_b16(static_cast<const uint16_t*>(target.w), n_in, n_out, o0, k0, kc, packed16);
+            else
+#endif
+              gemm_pack<D>(target.w, n_in, n_out, o0, k0, kc, packed.data());
             const float* tile_bias = nullptr;
             if (target.bias != nullptr && k0 == 0) {
               for (int j = 0; j < gemm_nr; ++j)
@@ -492,14 +589,19 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_ta
             for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
               int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
               gemm_tile_args args{packed_x.data() + (m0 - t0) * kc,
-                                  packed.data(),
+                                  b16 ? static_cast<const void*>(packed16) : packed.data(),
                                   kc,
                                   target.y + m0 * n_out + o0,
                                   n_out,
                                   n_valid,
                                   k0 > 0,
                                   tile_bias};
-              table[static_cast<size_t>(mm - 1)](args);
+#if defined(ACTORLLM_SIMD_AVX2)
+              if constexpr (b16)
+                table_b16[static_cast<size_t>(mm - 1)](args);
+              else
+#endif
+                table[static_cast<size_t>(mm - 1)](args);
             }
           }
         });
