@@ -532,31 +532,44 @@ void gemm_tile_b16(const gemm_tile_args& a) {
 
 using gemm_tile_fn = void (*)(const gemm_tile_args&);
 
-template <size_t... I>
+// The panel a GEMM over weights of type D packs: with AVX2, bf16 weights stay bf16 (gemm_pack_b16, read by
+// gemm_tile_b16); everything else is widened to f32 (gemm_pack, read by gemm_tile).
+template <dtype D>
+#if defined(ACTORLLM_SIMD_AVX2)
+constexpr bool gemm_bf16_panel = D == dtype::bf16;
+#else
+constexpr bool gemm_bf16_panel = false;
+#endif
+
+// Packs the panel of outputs [o0, o0 + gemm_nr) over inputs [k0, k0 + kc) into buf (gemm_kc * gemm_nr floats).
+template <dtype D>
+void gemm_pack_panel(const void* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k0, int64_t kc, float* buf) {
+#if defined(ACTORLLM_SIMD_AVX2)
+  if constexpr (gemm_bf16_panel<D>) {
+    gemm_pack_b16(static_cast<const uint16_t*>(w), n_in, n_out, o0, k0, kc, reinterpret_cast<uint16_t*>(buf));
+    return;
+  }
+#endif
+  gemm_pack<D>(w, n_in, n_out, o0, k0, kc, buf);
+}
+
+// The register tiles for 1 .. gemm_mr token rows over the panel gemm_pack_panel<D> packs.
+template <dtype D, size_t... I>
 constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<I...>) {
+#if defined(ACTORLLM_SIMD_AVX2)
+  if constexpr (gemm_bf16_panel<D>)
+    return {&gemm_tile_b16<static_cast<int>(I) + 1>...};
+#endif
   return {&gemm_tile<static_cast<int>(I) + 1>...};
 }
-#if defined(ACTORLLM_SIMD_AVX2)
-template <size_t... I>
-constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table_b16(std::index_sequence<I...>) {
-  return {&gemm_tile_b16<static_cast<int>(I) + 1>...};
-}
-#endif
 
 template <dtype D>
 void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, thread_pool& pool) {
-  static constexpr auto table = gemm_table(std::make_index_sequence<gemm_mr>{});
-#if defined(ACTORLLM_SIMD_AVX2)
-  static constexpr auto table_b16 = gemm_table_b16(std::make_index_sequence<gemm_mr>{});
-  constexpr bool b16 = D == dtype::bf16;  // bf16 panels (gemm_pack_b16)
-#else
-  constexpr bool b16 = false;
-#endif
+  static constexpr auto table = gemm_table<D>(std::make_index_sequence<gemm_mr>{});
   const group_items panels(targets, gemm_nr);
   pool.parallel_for(panels.total(), [&](int64_t p_begin, int64_t p_end) {
-    thread_local std::vector<float> packed;  // 32 KiB with AVX-512; per thread, reused across calls
+    thread_local std::vector<float> packed;  // 32 KiB with AVX-512 (a bf16 panel uses half); per thread, reused
     packed.resize(static_cast<size_t>(gemm_kc * gemm_nr));
-    auto* packed16 = reinterpret_cast<uint16_t*>(packed.data());  // a bf16 panel takes its first half
     thread_local std::vector<float> packed_x;  // the chunk's token rows in this K block, by register tile
     // (+ W: gemm_pack_x's last vector store reaches past the last micro-panel)
     packed_x.resize(static_cast<size_t>((gemm_tc + gemm_mr - 1) / gemm_mr * gemm_mr * gemm_kc + W));
@@ -574,12 +587,7 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_ta
           for (int64_t p = lp_begin; p < lp_end; ++p) {
             int64_t o0 = p * gemm_nr;
             int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, n_out - o0));
-#if defined(ACTORLLM_SIMD_AVX2)
-            if constexpr (b16)
-              gemm_pack_b16(static_cast<const uint16_t*>(target.w), n_in, n_out, o0, k0, kc, packed16);
-            else
-#endif
-              gemm_pack<D>(target.w, n_in, n_out, o0, k0, kc, packed.data());
+            gemm_pack_panel<D>(target.w, n_in, n_out, o0, k0, kc, packed.data());
             const float* tile_bias = nullptr;
             if (target.bias != nullptr && k0 == 0) {
               for (int j = 0; j < gemm_nr; ++j)
@@ -589,19 +597,14 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_ta
             for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
               int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
               gemm_tile_args args{packed_x.data() + (m0 - t0) * kc,
-                                  b16 ? static_cast<const void*>(packed16) : packed.data(),
+                                  packed.data(),
                                   kc,
                                   target.y + m0 * n_out + o0,
                                   n_out,
                                   n_valid,
                                   k0 > 0,
                                   tile_bias};
-#if defined(ACTORLLM_SIMD_AVX2)
-              if constexpr (b16)
-                table_b16[static_cast<size_t>(mm - 1)](args);
-              else
-#endif
-                table[static_cast<size_t>(mm - 1)](args);
+              table[static_cast<size_t>(mm - 1)](args);
             }
           }
         });
