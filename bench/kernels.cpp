@@ -210,8 +210,8 @@ decode_step_result time_decode_step(const arena& a, thread_pool& pool, int reps,
   r.kinds.resize(n_kinds);
   for (int k = 0; k < n_kinds; ++k)
     r.kinds[static_cast<size_t>(k)].name = names[k];
-  // Packed panels where this build has the vdpbf16ps kernels, else row-major bf16 (what the CPU backend loads then).
-  const bool packed = cpu::have_bf16_dot_kernels();
+  // Packed panels where the CPU backend packs bf16 weights at load (vdpbf16ps, or an AVX2 build), else row-major bf16.
+  const bool packed = cpu::bf16_panels_preferred();
   auto weight_bytes = [&](int64_t n_out, int64_t n_in) {
     return packed ? cpu::bf16_panels_bytes(n_out, n_in) : static_cast<size_t>(n_out * n_in) * sizeof(uint16_t);
   };
@@ -272,10 +272,10 @@ calls_result time_calls(const arena& a, thread_pool& pool, int reps, size_t call
   for (int i = 0; i <= reps; ++i) {  // the first pass untimed
     const auto t0 = clock_type::now();
     for (int64_t c = 0; c < r.calls; ++c) {
-      // Row-major where this build has no vdpbf16ps kernels: n_out is a multiple of 32 and n_in of 32, so the bytes
-      // are the same.
+      // Row-major where the CPU backend would not pack: n_out is a multiple of 32 and n_in of 32, so the bytes are
+      // the same.
       const cpu::matmul_target target{a.data + c * stride,          dtype::bf16, n_out, nullptr, y.data(),
-                                      cpu::have_bf16_dot_kernels(), a.buf};
+                                      cpu::bf16_panels_preferred(), a.buf};
       cpu::matmul_group(x.data(), 1, n_in, std::span{&target, 1}, pool);
     }
     if (i > 0)
@@ -476,7 +476,7 @@ void print_decode_step(const decode_step_result& step, double bw) {
   fmt::print(
       "TinyLlama-1.1B batch-1 decode step, matmuls only ({} bf16, {:.2f} GB): {:.2f} ms, {:.2f} GB/s = "
       "{:.1f}% of the probe's {:.2f} GB/s\n",
-      cpu::have_bf16_dot_kernels() ? "packed" : "row-major", step.weight_bytes / 1e9, step.seconds * 1e3, step.gbs,
+      cpu::bf16_panels_preferred() ? "packed" : "row-major", step.weight_bytes / 1e9, step.seconds * 1e3, step.gbs,
       100.0 * step.gbs / bw, bw);
   for (const auto& k : step.kinds)
     if (k.bytes > 0)
@@ -618,6 +618,26 @@ int main(int argc, char** argv) {
                       "prefill_512", k, true));
       add(time_matmul(a, *pool, dtype::bf16, 512, 5632, 2048, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
                       "prefill_down", k, true));
+    }
+  } else if (cpu::bf16_panels_preferred()) {
+    // An AVX2 build: the FMA kernels on packed panels, as the CPU backend loads bf16 weights here (the row-major rows
+    // below are the kernels it read before), and the crossover between the panel GEMV and the GEMM.
+    add(time_matmul(a, *pool, dtype::bf16, 1, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps, "decode_ffn",
+                    cpu::bf16_kernels::best, true));
+    add(time_matmul(a, *pool, dtype::bf16, 1, 2048, 128256, cpu::matmul_path::automatic, min_s, min_reps,
+                    "decode_vocab", cpu::bf16_kernels::best, true));
+    for (int64_t t : {2, 8, 32})
+      add(time_matmul(a, *pool, dtype::bf16, t, 2048, 8192, cpu::matmul_path::automatic, min_s, min_reps,
+                      "decode_b" + std::to_string(t), cpu::bf16_kernels::best, true));
+    add(time_matmul(a, *pool, dtype::bf16, 512, 2048, 8192, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
+                    "prefill_512", cpu::bf16_kernels::best, true));
+    add(time_matmul(a, *pool, dtype::bf16, 512, 5632, 2048, cpu::matmul_path::automatic, quick ? 0.5 : 2.0, 2,
+                    "prefill_down", cpu::bf16_kernels::best, true));
+    for (int64_t t : {2, 3, 4, 6}) {
+      add(time_matmul(a, *pool, dtype::bf16, t, 2048, 8192, cpu::matmul_path::gemv, min_s / 2, 3, "crossover_pack",
+                      cpu::bf16_kernels::best, true));
+      add(time_matmul(a, *pool, dtype::bf16, t, 2048, 8192, cpu::matmul_path::gemm, min_s / 2, 3, "crossover_pack",
+                      cpu::bf16_kernels::best, true));
     }
   }
   for (auto k : bf16_families) {

@@ -117,8 +117,8 @@ constexpr uint64_t in_files_tag = 1, by_bytes_tag = 2, strided_part_tag = 3, tra
 constexpr uint64_t quantized_tag = 5;
 
 // Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own
-// place: bf16 row-major host parts of one width, every one but the last whole 32-row panels, on a CPU that runs the
-// vdpbf16ps kernels.
+// place: bf16 row-major host parts of one width, every one but the last whole 32-row panels, where the kernels read
+// packed weights (cpu::bf16_panels_preferred: vdpbf16ps, or an AVX2 build's FMA kernels).
 bool packs_in_place(std::span<const tensor> parts) {
   if (parts.empty() || !cpu::bf16_panels_preferred())
     return false;

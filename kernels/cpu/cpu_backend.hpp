@@ -37,8 +37,9 @@ class cpu_backend : public backend {
   /// True: attention reads a kv head's keys of a block as one run (cpu::paged_kv_view::heads_outer).
   bool kv_heads_outer() const override { return true; }
   tensor import_host(tensor host) override;
-  /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the vdpbf16ps kernels run,
-  /// or mapped from the packed weight cache where it holds them.
+  /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the kernels read them
+  /// (cpu::bf16_panels_preferred: vdpbf16ps, or an AVX2 build), or mapped from the packed weight cache where it holds
+  /// them.
   tensor import_linear_weight(tensor host) override;
   /// bf16 parts whose row counts (all but the last) are whole panels are packed each into its place in the stacked
   /// weight's panels, the rows never copied into a stacked row-major tensor first; others as the default.

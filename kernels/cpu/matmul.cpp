@@ -12,6 +12,10 @@
 //   panels stay bf16 (pairs of inputs per output, widened in the tile by a shift or a mask): half the bytes to
 //   write and read, and a transpose without widening; the products and their order are the same.
 // Both split n_out over the pool, so each weight byte is read by one thread.
+//
+// An AVX2 build also reads bf16 weights the CPU backend packed at load (tensor_layout::cpu_bf16_panels, the pairs
+// layout of the vdpbf16ps kernels): the GEMM's tiles read them where they lie, and decode (1-2 tokens) walks each
+// panel front to back (panel_gemv). AVX-512 builds leave packed weights to matmul_bf16.cpp.
 #include "kernels/cpu/matmul.hpp"
 
 #include <algorithm>
@@ -42,6 +46,7 @@ struct fma_target {
   int64_t n_out;
   const float* bias;
   float* y;
+  bool packed = false;  // bf16 in tensor_layout::cpu_bf16_panels (AVX2 builds only: fma_bf16_panels)
 };
 
 // Where target i's items begin in a group's single index space (items: GEMV row groups or GEMM panels), and which
@@ -300,13 +305,155 @@ void gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_ta
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// bf16 weights packed at load (AVX2)
+//
+// The CPU backend packs bf16 Linear weights into tensor_layout::cpu_bf16_panels when it loads them
+// (bf16_panels_preferred): panels of 32 outputs, each [k_pad / 2][32] 32-bit words that hold an output's weights at
+// inputs k (low half) and k + 1 (high half): the layout of the vdpbf16ps kernels, and the pairs gemm_pack_b16 makes per
+// call. So on AVX2 the GEMM's tiles read 16 outputs of a panel where it lies (the packing per call was 12% of a
+// batch-32 step's GEMM samples), and the decode reads each panel once, front to back, as one sequential stream: 128
+// bytes per pair of inputs, widened by the same shift and mask, multiplied in the same order (the sums of n_in <=
+// gemm_kc inputs equal the GEMM's).
+
+#if defined(ACTORLLM_SIMD_AVX2)
+constexpr bool fma_bf16_panels = true;
+#else
+constexpr bool fma_bf16_panels = false;  // the AVX-512 builds read packed weights on vdpbf16ps (matmul_bf16.cpp)
+#endif
+
+#if defined(ACTORLLM_SIMD_AVX2)
+constexpr int64_t loaded_panel_rows = 32;
+int64_t loaded_panel_k_pad(int64_t n_in) { return (n_in + 31) / 32 * 32; }
+// 32-bit words of one panel.
+int64_t loaded_panel_words(int64_t n_in) { return loaded_panel_k_pad(n_in) / 2 * loaded_panel_rows; }
+
+// The pairs of outputs [o0, o0 + 16) at inputs k0 and k0 + 1, the next pair loaded_panel_rows words on (o0 a multiple
+// of 16, k0 even).
+const float* loaded_panel_pairs(const void* w, int64_t n_in, int64_t o0, int64_t k0) {
+  return static_cast<const float*>(w) + o0 / loaded_panel_rows * loaded_panel_words(n_in) + k0 / 2 * loaded_panel_rows +
+         o0 % loaded_panel_rows;
+}
+
+// How far ahead of its loads the first GEMM tile over a panel of a weight packed at load asks for its lines.
+constexpr int64_t gemm_stream_prefetch_bytes = 1024;
+
+constexpr int panel_gemv_tokens = 2;  // token rows per walk over a panel
+// Panels walked side by side at one token (one at two: 8 accumulators per panel and token, 16 ymm registers).
+constexpr int panel_gemv_streams = 2;
+constexpr int64_t panel_gemv_prefetch_bytes = 512;
+
+struct panel_gemv_tile {
+  const float* w;     // the panel's first pair row
+  float* y;           // the first token's output o0
+  int n_valid;        // outputs of the panel that exist
+  const float* bias;  // at o0, or null
+};
+
+// S panels x T token rows, side by side over all n_pairs pair rows. xp: the token rows, x_ld floats apart and
+// zero-padded to 2 n_pairs; y rows ldy apart.
+template <int T, int S>
+void panel_gemv_walk(const panel_gemv_tile* tiles, const float* xp, int64_t x_ld, int64_t n_pairs, int64_t ldy) {
+  constexpr int Q = loaded_panel_rows / W;  // vectors per pair row
+  vf acc[S][Q][T];
+  for (int s = 0; s < S; ++s)
+    for (int q = 0; q < Q; ++q)
+      for (int t = 0; t < T; ++t)
+        acc[s][q][t] = simd::zero();
+  const float* p[S];
+  for (int s = 0; s < S; ++s)
+    p[s] = tiles[s].w;
+  const vf high_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  for (int64_t kp = 0; kp < n_pairs; ++kp) {
+    vf x0[T], x1[T];
+    for (int t = 0; t < T; ++t) {
+      x0[t] = _mm256_broadcast_ss(xp + t * x_ld + 2 * kp);
+      x1[t] = _mm256_broadcast_ss(xp + t * x_ld + 2 * kp + 1);
+    }
+    for (int s = 0; s < S; ++s) {
+      _mm_prefetch(reinterpret_cast<const char*>(p[s]) + panel_gemv_prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p[s]) + panel_gemv_prefetch_bytes + 64, _MM_HINT_T0);
+      for (int q = 0; q < Q; ++q) {
+        const vf lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(_mm256_loadu_ps(p[s] + q * W)), 16));
+        const vf hi = _mm256_and_ps(_mm256_loadu_ps(p[s] + q * W), high_mask);
+        for (int t = 0; t < T; ++t) {
+          acc[s][q][t] = simd::fmadd(lo, x0[t], acc[s][q][t]);
+          acc[s][q][t] = simd::fmadd(hi, x1[t], acc[s][q][t]);
+        }
+      }
+      p[s] += loaded_panel_rows;
+    }
+  }
+  for (int s = 0; s < S; ++s)
+    for (int t = 0; t < T; ++t) {
+      alignas(32) float sums[loaded_panel_rows];
+      for (int q = 0; q < Q; ++q)
+        simd::store(sums + q * W, acc[s][q][t]);
+      float* out = tiles[s].y + t * ldy;
+      for (int j = 0; j < tiles[s].n_valid; ++j)
+        out[j] = sums[j] + (tiles[s].bias != nullptr ? tiles[s].bias[j] : 0.0f);
+    }
+}
+
+using panel_gemv_fn = void (*)(const panel_gemv_tile*, const float*, int64_t, int64_t, int64_t);
+
+// Entry (T - 1) * panel_gemv_streams + (S - 1); two tokens walk one panel at a time only.
+template <size_t... I>
+constexpr std::array<panel_gemv_fn, sizeof...(I)> panel_gemv_table(std::index_sequence<I...>) {
+  return {&panel_gemv_walk < static_cast<int>(I / panel_gemv_streams) + 1,
+          I / panel_gemv_streams == 0 ? static_cast<int>(I % panel_gemv_streams) + 1 : 1 > ...};
+}
+
+// The GEMV over targets packed at load: each pool chunk's panels of a target as panel_gemv_streams runs of near-equal
+// length walked side by side (at one token), every pair of token rows walking them again (from the caches).
+void panel_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets,
+                thread_pool& pool) {
+  static constexpr auto table = panel_gemv_table(std::make_index_sequence<panel_gemv_tokens * panel_gemv_streams>{});
+  const int64_t k_pad = loaded_panel_k_pad(n_in);
+  thread_local std::vector<float> xp_storage;  // the token rows zero-padded to k_pad
+  xp_storage.assign(static_cast<size_t>(n_tokens * k_pad), 0.0f);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    std::memcpy(xp_storage.data() + t * k_pad, x + t * n_in, static_cast<size_t>(n_in) * sizeof(float));
+  const float* xp = xp_storage.data();
+  const group_items items(targets, loaded_panel_rows);
+  pool.parallel_for(items.total(), [&](int64_t i_begin, int64_t i_end) {
+    items.for_each(i_begin, i_end, [&](size_t i, int64_t p_begin, int64_t p_end) {
+      const fma_target& target = targets[i];
+      auto tile_of = [&](int64_t p, int64_t t0) {
+        const int64_t o0 = p * loaded_panel_rows;
+        return panel_gemv_tile{loaded_panel_pairs(target.w, n_in, o0, 0), target.y + t0 * target.n_out + o0,
+                               static_cast<int>(std::min<int64_t>(loaded_panel_rows, target.n_out - o0)),
+                               target.bias != nullptr ? target.bias + o0 : nullptr};
+      };
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += panel_gemv_tokens) {
+        const int tt = static_cast<int>(std::min<int64_t>(panel_gemv_tokens, n_tokens - t0));
+        const int64_t n = p_end - p_begin;
+        const int64_t streams = std::min<int64_t>(tt == 1 ? panel_gemv_streams : 1, n);
+        const int64_t longest = (n + streams - 1) / streams;
+        for (int64_t j = 0; j < longest; ++j) {
+          panel_gemv_tile group[panel_gemv_streams];
+          int count = 0;
+          for (int64_t s = 0; s < streams; ++s) {
+            const int64_t begin = p_begin + n * s / streams, end = p_begin + n * (s + 1) / streams;
+            if (begin + j < end)
+              group[count++] = tile_of(begin + j, t0);
+          }
+          table[static_cast<size_t>((tt - 1) * panel_gemv_streams + (count - 1))](group, xp + t0 * k_pad, k_pad,
+                                                                                  k_pad / 2, target.n_out);
+        }
+      }
+    });
+  });
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------------------------
 // GEMM
 
 constexpr int gemm_nr = 2 * W;  // outputs per panel / register tile
 #if defined(ACTORLLM_SIMD_AVX512)
 constexpr int gemm_mr = 12;  // token rows per register tile: 24 zmm accumulators + 2 weight vectors
 #elif defined(ACTORLLM_SIMD_AVX2)
-constexpr int gemm_mr = 6;        // 12 ymm accumulators + 2 weight vectors + 1 broadcast
+constexpr int gemm_mr = 6;               // 12 ymm accumulators + 2 weight vectors + 1 broadcast
 #else
 constexpr int gemm_mr = 4;
 #endif
@@ -319,8 +466,8 @@ constexpr int gemm_mr = 4;
 constexpr int64_t gemm_kc = 2048;
 constexpr int64_t gemm_tc = 256;  // token rows per chunk, packed by gemm_pack_x (2 MiB at 2048 inputs)
 #else
-constexpr int64_t gemm_kc = 256;  // packed panel: gemm_kc x gemm_nr f32 = 32 KiB with AVX-512, fits L1
-constexpr int64_t gemm_tc = 512;  // token rows per chunk: the x block (gemm_tc x gemm_kc f32) stays in L2
+constexpr int64_t gemm_kc = 256;         // packed panel: gemm_kc x gemm_nr f32 = 32 KiB with AVX-512, fits L1
+constexpr int64_t gemm_tc = 512;         // token rows per chunk: the x block (gemm_tc x gemm_kc f32) stays in L2
 #endif
 
 // Packs w[o0 .. o0+NR, k0 .. k0+kc) as f32 into buf[kc][NR]; rows at or past n_out become zeros.
@@ -428,8 +575,12 @@ void gemm_pack_b16(const uint16_t* base, int64_t n_in, int64_t n_out, int64_t o0
 
 struct gemm_tile_args {
   const float* xp;  // the tile's token rows, packed by gemm_pack_x
-  const void* wp;   // packed panel: f32 (gemm_pack) or, in gemm_tile_b16, bf16 (gemm_pack_b16)
+  const void* wp;   // packed panel: f32 (gemm_pack) or, in gemm_tile_b16, bf16 pairs of its first half of outputs
   int64_t kc;
+  // gemm_tile_b16 only: floats (32-bit pairs) from one pair of inputs to the next, and from the first half's pairs to
+  // the second's: W and gemm_b16_half(kc) / 2 in a panel gemm_pack_b16 wrote, 32 and W in a weight packed at load.
+  int64_t pair_stride;
+  int64_t second_half;
   float* y;  // token row 0 of the tile, column o0
   int64_t ldy;
   int n_valid;        // outputs of the panel that exist (< gemm_nr only in the last panel)
@@ -493,10 +644,14 @@ void gemm_tile(const gemm_tile_args& a) {
 }
 
 #if defined(ACTORLLM_SIMD_AVX2)
-// gemm_tile over a bf16 panel (gemm_pack_b16, at a.wp): each 32 bytes of a half give its outputs at two inputs, the
-// first by a shift, the second by a mask (the vector read from L1 again: 16 ymm registers hold the 12 accumulators,
-// the two weight vectors and the broadcast). The same products and sums, in the same order, as gemm_tile.
-template <int M>
+// gemm_tile over bf16 pairs (a panel gemm_pack_b16 wrote, or 16 outputs of a weight packed at load): each 32 bytes of
+// a half give its outputs at two inputs, the first by a shift, the second by a mask (the vector read from L1 again:
+// 16 ymm registers hold the 12 accumulators, the two weight vectors and the broadcast). The same products and sums, in
+// the same order, as gemm_tile. Prefetch: the pairs stream from memory (a weight packed at load, first read by this
+// tile): each step asks for the 128 bytes of all 32 outputs a KiB ahead, so that the tiles of the panel's other 16
+// outputs find their half in L2 (they read every other line; without, each half was a stream of 64 bytes in 128 that
+// the hardware prefetchers followed poorly).
+template <int M, bool Prefetch>
 void gemm_tile_b16(const gemm_tile_args& a) {
   vf acc0[M], acc1[M];
   for (int m = 0; m < M; ++m) {
@@ -506,7 +661,8 @@ void gemm_tile_b16(const gemm_tile_args& a) {
   for (int m = 0; m < M; ++m)
     _mm_prefetch(reinterpret_cast<const char*>(a.y + m * a.ldy), _MM_HINT_T0);
   const auto* w0p = static_cast<const float*>(a.wp);
-  const auto* w1p = reinterpret_cast<const float*>(static_cast<const uint16_t*>(a.wp) + gemm_b16_half(a.kc));
+  const float* w1p = w0p + a.second_half;
+  const int64_t stride = a.pair_stride;
   auto fma_row = [&](const float* xk, vf w0, vf w1) {
     for (int m = 0; m < M; ++m) {
       const vf xb = simd::set1(xk[m]);
@@ -519,7 +675,11 @@ void gemm_tile_b16(const gemm_tile_args& a) {
   };
   const vf high_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xffff0000u)));
   const float* x_end = a.xp + a.kc / 2 * 2 * gemm_mr;
-  for (int64_t i = -(a.kc / 2) * 2 * gemm_mr; i != 0; i += 2 * gemm_mr, w0p += W, w1p += W) {
+  for (int64_t i = -(a.kc / 2) * 2 * gemm_mr; i != 0; i += 2 * gemm_mr, w0p += stride, w1p += stride) {
+    if constexpr (Prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(w0p) + gemm_stream_prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w0p) + gemm_stream_prefetch_bytes + 64, _MM_HINT_T0);
+    }
     fma_row(x_end + i, low(w0p), low(w1p));
     fma_row(x_end + i + gemm_mr, _mm256_and_ps(_mm256_loadu_ps(w0p), high_mask),
             _mm256_and_ps(_mm256_loadu_ps(w1p), high_mask));
@@ -541,31 +701,45 @@ constexpr bool gemm_bf16_panel = D == dtype::bf16;
 constexpr bool gemm_bf16_panel = false;
 #endif
 
-// Packs the panel of outputs [o0, o0 + gemm_nr) over inputs [k0, k0 + kc) into buf (gemm_kc * gemm_nr floats).
+// Where a GEMM tile reads the panel of outputs [o0, o0 + gemm_nr) over inputs [k0, k0 + kc) (gemm_tile_args' wp,
+// pair_stride and second_half).
+struct gemm_panel {
+  const void* wp;
+  int64_t pair_stride = 0;
+  int64_t second_half = 0;
+};
+
+// That panel: packed into buf (gemm_pack, or gemm_pack_b16 for bf16 with AVX2), or, for a weight packed at load, where
+// it lies in the weight.
 template <dtype D>
-void gemm_pack_panel(const void* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k0, int64_t kc, float* buf) {
+gemm_panel gemm_panel_of(const fma_target& target, int64_t n_in, int64_t o0, int64_t k0, int64_t kc, float* buf) {
 #if defined(ACTORLLM_SIMD_AVX2)
   if constexpr (gemm_bf16_panel<D>) {
-    gemm_pack_b16(static_cast<const uint16_t*>(w), n_in, n_out, o0, k0, kc, reinterpret_cast<uint16_t*>(buf));
-    return;
+    if (target.packed)
+      return {loaded_panel_pairs(target.w, n_in, o0, k0), loaded_panel_rows, W};
+    gemm_pack_b16(static_cast<const uint16_t*>(target.w), n_in, target.n_out, o0, k0, kc,
+                  reinterpret_cast<uint16_t*>(buf));
+    return {buf, W, gemm_b16_half(kc) / 2};
   }
 #endif
-  gemm_pack<D>(w, n_in, n_out, o0, k0, kc, buf);
+  gemm_pack<D>(target.w, n_in, target.n_out, o0, k0, kc, buf);
+  return {buf};
 }
 
-// The register tiles for 1 .. gemm_mr token rows over the panel gemm_pack_panel<D> packs.
+// The register tiles over the panel gemm_panel_of<D> points to: entry m - 1 for m token rows (1 .. gemm_mr), and
+// gemm_mr + m - 1 for the tile that streams a weight packed at load (gemm_tile_b16's Prefetch).
 template <dtype D, size_t... I>
 constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<I...>) {
 #if defined(ACTORLLM_SIMD_AVX2)
   if constexpr (gemm_bf16_panel<D>)
-    return {&gemm_tile_b16<static_cast<int>(I) + 1>...};
+    return {&gemm_tile_b16<static_cast<int>(I % gemm_mr) + 1, (I >= gemm_mr)>...};
 #endif
-  return {&gemm_tile<static_cast<int>(I) + 1>...};
+  return {&gemm_tile<static_cast<int>(I % gemm_mr) + 1>...};
 }
 
 template <dtype D>
 void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, thread_pool& pool) {
-  static constexpr auto table = gemm_table<D>(std::make_index_sequence<gemm_mr>{});
+  static constexpr auto table = gemm_table<D>(std::make_index_sequence<2 * gemm_mr>{});
   const group_items panels(targets, gemm_nr);
   pool.parallel_for(panels.total(), [&](int64_t p_begin, int64_t p_end) {
     thread_local std::vector<float> packed;  // 32 KiB with AVX-512 (a bf16 panel uses half); per thread, reused
@@ -587,7 +761,7 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_ta
           for (int64_t p = lp_begin; p < lp_end; ++p) {
             int64_t o0 = p * gemm_nr;
             int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, n_out - o0));
-            gemm_pack_panel<D>(target.w, n_in, n_out, o0, k0, kc, packed.data());
+            const gemm_panel panel = gemm_panel_of<D>(target, n_in, o0, k0, kc, packed.data());
             const float* tile_bias = nullptr;
             if (target.bias != nullptr && k0 == 0) {
               for (int j = 0; j < gemm_nr; ++j)
@@ -597,14 +771,18 @@ void gemm(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_ta
             for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
               int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
               gemm_tile_args args{packed_x.data() + (m0 - t0) * kc,
-                                  packed.data(),
+                                  panel.wp,
                                   kc,
+                                  panel.pair_stride,
+                                  panel.second_half,
                                   target.y + m0 * n_out + o0,
                                   n_out,
                                   n_valid,
                                   k0 > 0,
                                   tile_bias};
-              table[static_cast<size_t>(mm - 1)](args);
+              // The first tile over a weight packed at load reads it from memory (gemm_tile_b16's Prefetch).
+              const bool streams = target.packed && m0 == t0;
+              table[static_cast<size_t>((streams ? gemm_mr : 0) + mm - 1)](args);
             }
           }
         });
@@ -621,6 +799,15 @@ namespace {
 // bf16 weights.
 void matmul_fma(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, dtype wtype,
                 thread_pool& pool, matmul_path path) {
+#if defined(ACTORLLM_SIMD_AVX2)
+  if (targets.front().packed) {  // then all are (matmul_group), and bf16
+    if (path == matmul_path::automatic)
+      path = n_tokens < packed_gemm_min_tokens ? matmul_path::gemv : matmul_path::gemm;
+    path == matmul_path::gemv ? panel_gemv(x, n_tokens, n_in, targets, pool)
+                              : gemm<dtype::bf16>(x, n_tokens, n_in, targets, pool);
+    return;
+  }
+#endif
   if (path == matmul_path::automatic)
     path = n_tokens < matmul_gemm_min_tokens ? matmul_path::gemv : matmul_path::gemm;
   bool use_gemv = path == matmul_path::gemv;
@@ -659,8 +846,8 @@ std::atomic<bf16_kernels> bf16_kernel_choice{bf16_kernels::best};
 bool use_bf16_dot() { return have_bf16_dot_kernels() && bf16_kernel_choice.load() != bf16_kernels::fma; }
 
 void check_packed(const matmul_target& t) {
-  ACTORLLM_CHECK(!t.packed || (t.wtype == dtype::bf16 && have_bf16_dot_kernels()),
-                 "matmul: packed weights are bf16 and need this build's vdpbf16ps kernels");
+  ACTORLLM_CHECK(!t.packed || (t.wtype == dtype::bf16 && (have_bf16_dot_kernels() || fma_bf16_panels)),
+                 "matmul: packed weights are bf16 and need this build's vdpbf16ps or AVX2 kernels");
 }
 
 void check_dims(int64_t n_tokens, int64_t n_in, int64_t n_out) {
@@ -679,7 +866,9 @@ void bias_only(int64_t n_tokens, int64_t n_out, const float* bias, float* y) {
 void set_bf16_kernels(bf16_kernels k) { bf16_kernel_choice.store(k); }
 bf16_kernels get_bf16_kernels() { return bf16_kernel_choice.load(); }
 
-bool bf16_panels_preferred() { return use_bf16_dot(); }
+bool bf16_panels_preferred() {
+  return use_bf16_dot() || (fma_bf16_panels && bf16_kernel_choice.load() != bf16_kernels::fma);
+}
 
 void matmul(const float* x, int64_t n_tokens, int64_t n_in, const void* w, dtype wtype, int64_t n_out,
             const float* bias, float* y, thread_pool& pool, matmul_path path) {
@@ -710,11 +899,11 @@ void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<cons
       bias_only(n_tokens, t.n_out, t.bias, t.y);
     return;
   }
-  if (all_packed || (all_bf16 && !any_packed && use_bf16_dot())) {
+  if ((all_packed && have_bf16_dot_kernels()) || (all_bf16 && !any_packed && use_bf16_dot())) {
     matmul_bf16_dot(x, n_tokens, n_in, targets, false, pool, path);
     return;
   }
-  if (any_packed) {  // packed and row-major weights in one group: one call each
+  if (any_packed && !all_packed) {  // packed and row-major weights in one group: one call each
     for (const matmul_target& t : targets)
       matmul_group(x, n_tokens, n_in, std::span{&t, 1}, pool, path);
     return;
@@ -728,7 +917,7 @@ void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<cons
     size_t n = 0;
     for (const matmul_target& t : targets)
       if (t.wtype == type && t.n_out > 0)
-        group[n++] = fma_target{t.w, t.n_out, t.bias, t.y};
+        group[n++] = fma_target{t.w, t.n_out, t.bias, t.y, t.packed};
     if (n != 0)
       matmul_fma(type == dtype::bf16 ? rounded_to_bf16(x, n_tokens * n_in) : x, n_tokens, n_in,
                  std::span{group.data(), n}, type, pool, path);
@@ -745,7 +934,7 @@ void matmul_silu_gate(const float* x, int64_t n_tokens, int64_t n_in, const void
   check_packed(targets[0]);
   if (n_tokens == 0 || n_ff == 0)
     return;
-  if (n_in > 0 && (packed || (wtype == dtype::bf16 && use_bf16_dot()))) {
+  if (n_in > 0 && ((packed && have_bf16_dot_kernels()) || (wtype == dtype::bf16 && use_bf16_dot()))) {
     matmul_bf16_dot(x, n_tokens, n_in, targets, true, pool, path);
     return;
   }

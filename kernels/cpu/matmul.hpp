@@ -25,6 +25,8 @@ enum class matmul_path : uint8_t {
 /// 2026-12-02: 8 tokens 5.6 against 6.1 ms, 16 7.9 against 11.1, 32 11.3 against 20.1; 4 tokens 5.2 against 4.0).
 #if defined(__AVX2__) && !defined(__AVX512F__)
 inline constexpr int64_t matmul_gemm_min_tokens = 8;
+/// The same for bf16 weights packed at load (tensor_layout::cpu_bf16_panels) on AVX2, where the GEMM packs nothing.
+inline constexpr int64_t packed_gemm_min_tokens = 3;
 #else
 inline constexpr int64_t matmul_gemm_min_tokens = 96;
 #endif
@@ -45,7 +47,8 @@ struct matmul_target {
   int64_t n_out = 0;
   const float* bias = nullptr;
   float* y = nullptr;
-  /// w is in tensor_layout::cpu_bf16_panels (pack_bf16_panels), not row-major; bf16 only.
+  /// w is in tensor_layout::cpu_bf16_panels (pack_bf16_panels), not row-major; bf16 only, where
+  /// bf16_panels_preferred() can be true.
   bool packed = false;
   /// Keeps w's memory alive, or null. When every target of a decode call over packed weights has one, a thread the
   /// OS took off its core does not hold the call up: another computes its part again, and the descheduled thread may
@@ -62,8 +65,9 @@ inline constexpr uint32_t bf16_panels_format = 1;
 size_t bf16_panels_bytes(int64_t n_out, int64_t n_in);
 /// Writes w (bf16 [n_out, n_in], row-major) into `out` (bf16_panels_bytes) in tensor_layout::cpu_bf16_panels.
 void pack_bf16_panels(const uint16_t* w, int64_t n_out, int64_t n_in, uint16_t* out, thread_pool& pool);
-/// Whether bf16 Linear weights are worth packing here: this build and CPU run the vdpbf16ps kernels and
-/// set_bf16_kernels has not asked for the FMA ones. Packed weights always run on vdpbf16ps.
+/// Whether bf16 Linear weights are worth packing here: this build and CPU run the vdpbf16ps kernels, or this is an AVX2
+/// build (no AVX-512), and set_bf16_kernels has not asked for the FMA ones. Packed weights run on vdpbf16ps where
+/// the CPU has it, else on the AVX2 FMA kernels (matmul.cpp: x rounded to bf16, the products summed in f32).
 bool bf16_panels_preferred();
 
 /// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]) for t < n_tokens, o < n_out. x: [n_tokens, n_in] f32 row-major;

@@ -25,11 +25,17 @@ struct shape {
 };
 
 // How a bf16 weight is run (other types: always `fma`). dot_rows and dot_packed run the best kernels (AMX tiles for
-// 5 tokens and more where the process may use them); dot_packed_no_amx vdpbf16ps alone on packed panels.
-enum class bf16_variant { fma, dot_rows, dot_packed, dot_packed_no_amx };
+// 5 tokens and more where the process may use them); dot_packed_no_amx vdpbf16ps alone on packed panels; fma_packed
+// the AVX2 build's FMA kernels on packed panels.
+enum class bf16_variant { fma, dot_rows, dot_packed, dot_packed_no_amx, fma_packed };
+
+// Whether this build reads packed panels on its FMA kernels (AVX2, no AVX512-BF16).
+bool fma_reads_panels() { return !cpu::have_bf16_dot_kernels() && cpu::bf16_panels_preferred(); }
 
 // The variants this machine can run for `wt`.
 std::vector<bf16_variant> variants_for(dtype wt) {
+  if (wt == dtype::bf16 && fma_reads_panels())
+    return {bf16_variant::fma, bf16_variant::fma_packed};
   if (wt != dtype::bf16 || !cpu::have_bf16_dot_kernels())
     return {bf16_variant::fma};
   if (cpu::amx_bf16_usable())
@@ -37,7 +43,9 @@ std::vector<bf16_variant> variants_for(dtype wt) {
   return {bf16_variant::fma, bf16_variant::dot_rows, bf16_variant::dot_packed};
 }
 
-bool is_packed(bf16_variant v) { return v == bf16_variant::dot_packed || v == bf16_variant::dot_packed_no_amx; }
+bool is_packed(bf16_variant v) {
+  return v == bf16_variant::dot_packed || v == bf16_variant::dot_packed_no_amx || v == bf16_variant::fma_packed;
+}
 
 // The weight as the variant reads it: packed panels for dot_packed, else as is.
 std::vector<uint8_t> weight_for(const std::vector<uint8_t>& w, int64_t n_out, int64_t n_in, bf16_variant v,
@@ -302,6 +310,53 @@ TEST_CASE("matmul GEMM over bf16 weights equals the f32 GEMM over the same value
   }
 }
 
+TEST_CASE(
+    "AVX2: packed bf16 weights give the row-major GEMM's bits, and their GEMV the GEMM's up to 2048 inputs [asan]") {
+  // The AVX2 build's GEMM reads a weight packed at load where it lies, the same pairs of inputs gemm_pack_b16 makes per
+  // call: the same products in the same order. Its decode walks each panel's pairs front to back as the GEMM's tiles
+  // do, so with one K block (n_in <= 2048) the batch size does not change a bit. Odd n_in ends in a lone input (the
+  // panel pads it with a zero weight); 32k+r outputs end in a partial panel; 1-13 tokens cover the GEMV's one and two
+  // token walks and every GEMM register tile.
+  if (!fma_reads_panels()) {
+    MESSAGE("skipped: not an AVX2 build (the FMA kernels read no packed panels)");
+    return;
+  }
+  uint64_t seed = 3100;
+  for (int threads : {1, 2, 3}) {
+    thread_pool pool(threads);
+    for (const auto& s : std::vector<shape>{{13, 7, 5},
+                                            {6, 16, 16},
+                                            {32, 2048, 40},
+                                            {9, 2049, 33},
+                                            {7, 4203, 17},
+                                            {1, 33, 100},
+                                            {2, 130, 31},
+                                            {3, 2048, 64},
+                                            {100, 31, 70}}) {
+      const auto x = test::random_floats(static_cast<size_t>(s.n_tokens * s.n_in), seed++, -2.0f, 2.0f);
+      const auto w = test::to_dtype(test::random_floats(static_cast<size_t>(s.n_out * s.n_in), seed++), dtype::bf16);
+      const auto packed = weight_for(w, s.n_out, s.n_in, bf16_variant::fma_packed, pool);
+      const auto bias = test::random_floats(static_cast<size_t>(s.n_out), seed++);
+      const size_t n_y = static_cast<size_t>(s.n_tokens * s.n_out);
+      std::vector<float> y_rows(n_y), y_packed(n_y), y_gemv(n_y);
+      auto run = [&](const std::vector<uint8_t>& wv, bool is_packed_w, cpu::matmul_path path, std::vector<float>& y) {
+        const cpu::matmul_target target{wv.data(), dtype::bf16, s.n_out, bias.data(), y.data(), is_packed_w};
+        cpu::matmul_group(x.data(), s.n_tokens, s.n_in, std::span{&target, 1}, pool, path);
+      };
+      run(w, false, cpu::matmul_path::gemm, y_rows);
+      run(packed, true, cpu::matmul_path::gemm, y_packed);
+      run(packed, true, cpu::matmul_path::gemv, y_gemv);
+      INFO("threads " << threads << " " << s.n_tokens << "x" << s.n_in << " -> " << s.n_out);
+      CHECK(std::memcmp(y_packed.data(), y_rows.data(), n_y * sizeof(float)) == 0);
+      if (s.n_in <= 2048)
+        CHECK(std::memcmp(y_gemv.data(), y_packed.data(), n_y * sizeof(float)) == 0);
+      std::vector<double> ref, tol;
+      reference_matmul(x, w, dtype::bf16, bias.data(), s.n_tokens, s.n_in, s.n_out, ref, tol);
+      test::check_close(y_gemv.data(), ref.data(), n_y, tol.data(), 0.0, 1e-6, "packed GEMV");
+    }
+  }
+}
+
 TEST_CASE("matmul automatic choice matches float64 on both sides of the crossover [asan]") {
   uint64_t seed = 4;
   for (int threads : {1, 2, 5}) {
@@ -496,8 +551,8 @@ TEST_CASE("pack_bf16_panels puts each pair where the panel layout says, zeros in
 // several side-by-side streams. Enough panels for several grains, targets of uneven size that share a grain, runs of
 // unequal length and partial panels; 5 tokens (the panel path) alongside.
 TEST_CASE("packed bf16 decode streams match float64 over several grains, targets and gated pairs [asan]") {
-  if (!cpu::have_bf16_dot_kernels()) {
-    MESSAGE("skipped: this CPU has no AVX512-BF16");
+  if (!cpu::have_bf16_dot_kernels() && !fma_reads_panels()) {
+    MESSAGE("skipped: this build reads no packed bf16 weights (neither AVX512-BF16 nor AVX2)");
     return;
   }
   uint64_t seed = 1200;
