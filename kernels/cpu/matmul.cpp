@@ -396,11 +396,14 @@ void panel_gemv_walk(const panel_gemv_tile* tiles, const float* xp, int64_t x_ld
 
 using panel_gemv_fn = void (*)(const panel_gemv_tile*, const float*, int64_t, int64_t, int64_t);
 
-// Entry (T - 1) * panel_gemv_streams + (S - 1); two tokens walk one panel at a time only.
+// Entry (T - 1) * panel_gemv_streams + (S - 1): T tokens, S panels side by side (two tokens walk one panel at a time).
+template <size_t I>
+constexpr int walk_tokens = static_cast<int>(I / panel_gemv_streams) + 1;
+template <size_t I>
+constexpr int walk_streams = walk_tokens<I> == 1 ? static_cast<int>(I % panel_gemv_streams) + 1 : 1;
 template <size_t... I>
 constexpr std::array<panel_gemv_fn, sizeof...(I)> panel_gemv_table(std::index_sequence<I...>) {
-  return {&panel_gemv_walk < static_cast<int>(I / panel_gemv_streams) + 1,
-          I / panel_gemv_streams == 0 ? static_cast<int>(I % panel_gemv_streams) + 1 : 1 > ...};
+  return {&panel_gemv_walk<walk_tokens<I>, walk_streams<I>>...};
 }
 
 // The GEMV over targets packed at load: each pool chunk's panels of a target as panel_gemv_streams runs of near-equal
