@@ -355,26 +355,35 @@ template <int T, int S>
 void panel_gemv_walk(const panel_gemv_tile* tiles, const float* xp, int64_t x_ld, int64_t n_pairs, int64_t ldy) {
   constexpr int Q = loaded_panel_rows / W;  // vectors per pair row
   vf acc[S][Q][T];
+#pragma GCC unroll 4
   for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
     for (int q = 0; q < Q; ++q)
+#pragma GCC unroll 4
       for (int t = 0; t < T; ++t)
         acc[s][q][t] = simd::zero();
   const float* p[S];
   for (int s = 0; s < S; ++s)
     p[s] = tiles[s].w;
   const vf high_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  // The loops inside are unrolled by hand's order (pragmas): left to itself GCC 12 kept the q loop and with it the
+  // accumulators on the stack, every FMA's sum stored and loaded back.
   for (int64_t kp = 0; kp < n_pairs; ++kp) {
     vf x0[T], x1[T];
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       x0[t] = _mm256_broadcast_ss(xp + t * x_ld + 2 * kp);
       x1[t] = _mm256_broadcast_ss(xp + t * x_ld + 2 * kp + 1);
     }
+#pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
       _mm_prefetch(reinterpret_cast<const char*>(p[s]) + panel_gemv_prefetch_bytes, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(p[s]) + panel_gemv_prefetch_bytes + 64, _MM_HINT_T0);
+#pragma GCC unroll 4
       for (int q = 0; q < Q; ++q) {
         const vf lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(_mm256_loadu_ps(p[s] + q * W)), 16));
         const vf hi = _mm256_and_ps(_mm256_loadu_ps(p[s] + q * W), high_mask);
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
           acc[s][q][t] = simd::fmadd(lo, x0[t], acc[s][q][t]);
           acc[s][q][t] = simd::fmadd(hi, x1[t], acc[s][q][t]);
@@ -383,9 +392,12 @@ void panel_gemv_walk(const panel_gemv_tile* tiles, const float* xp, int64_t x_ld
       p[s] += loaded_panel_rows;
     }
   }
+#pragma GCC unroll 4
   for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       alignas(32) float sums[loaded_panel_rows];
+#pragma GCC unroll 4
       for (int q = 0; q < Q; ++q)
         simd::store(sums + q * W, acc[s][q][t]);
       float* out = tiles[s].y + t * ldy;
