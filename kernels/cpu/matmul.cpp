@@ -322,6 +322,15 @@ constexpr bool fma_bf16_panels = false;  // the AVX-512 builds read packed weigh
 #endif
 
 #if defined(ACTORLLM_SIMD_AVX2)
+// 8 outputs' bf16 pairs (32-bit words: input k in the low half, k + 1 in the high) at p, as f32: input k by a shift,
+// input k + 1 by masking the low half off (pair_high_mask()). Each loads p itself, so that a tile short of registers
+// reads the pairs from L1 twice rather than keeping them.
+inline vf pair_low(const float* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(_mm256_loadu_ps(p)), 16));
+}
+inline vf pair_high_mask() { return _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xffff0000u))); }
+inline vf pair_high(const float* p, vf high_mask) { return _mm256_and_ps(_mm256_loadu_ps(p), high_mask); }
+
 constexpr int64_t loaded_panel_rows = 32;
 int64_t loaded_panel_k_pad(int64_t n_in) { return (n_in + 31) / 32 * 32; }
 // 32-bit words of one panel.
@@ -365,7 +374,7 @@ void panel_gemv_walk(const panel_gemv_tile* tiles, const float* xp, int64_t x_ld
   const float* p[S];
   for (int s = 0; s < S; ++s)
     p[s] = tiles[s].w;
-  const vf high_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  const vf high_mask = pair_high_mask();
   // The loops inside are unrolled by hand's order (pragmas): left to itself GCC 12 kept the q loop and with it the
   // accumulators on the stack, every FMA's sum stored and loaded back.
   for (int64_t kp = 0; kp < n_pairs; ++kp) {
@@ -381,8 +390,8 @@ void panel_gemv_walk(const panel_gemv_tile* tiles, const float* xp, int64_t x_ld
       _mm_prefetch(reinterpret_cast<const char*>(p[s]) + panel_gemv_prefetch_bytes + 64, _MM_HINT_T0);
 #pragma GCC unroll 4
       for (int q = 0; q < Q; ++q) {
-        const vf lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(_mm256_loadu_ps(p[s] + q * W)), 16));
-        const vf hi = _mm256_and_ps(_mm256_loadu_ps(p[s] + q * W), high_mask);
+        const vf lo = pair_low(p[s] + q * W);
+        const vf hi = pair_high(p[s] + q * W, high_mask);
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
           acc[s][q][t] = simd::fmadd(lo, x0[t], acc[s][q][t]);
@@ -571,19 +580,8 @@ void gemm_pack_b16(const uint16_t* base, int64_t n_in, int64_t n_out, int64_t o0
       const int64_t o = o0 + W * h + i;
       rows[i] = o < n_out ? base + o * n_in + k0 : nullptr;
     }
-    uint16_t* out = buf + h * gemm_b16_half(kc);
-    int64_t k = 0;
-    for (; k + 2 * W <= kc; k += 2 * W) {
-      vf r[W];
-      for (int i = 0; i < W; ++i)
-        r[i] = rows[i] != nullptr ? _mm256_loadu_ps(reinterpret_cast<const float*>(rows[i] + k)) : simd::zero();
-      simd::transpose(r);
-      for (int j = 0; j < W; ++j)
-        _mm256_storeu_ps(reinterpret_cast<float*>(out + (k / 2 + j) * 2 * W), r[j]);
-    }
-    for (; k < (kc + 1) / 2 * 2; ++k)
-      for (int i = 0; i < W; ++i)
-        out[k / 2 * 2 * W + 2 * i + (k & 1)] = rows[i] != nullptr && k < kc ? rows[i][k] : uint16_t{0};
+    simd::transpose_bf16_pairs8(rows, kc, (kc + 1) / 2 * 2, reinterpret_cast<uint32_t*>(buf + h * gemm_b16_half(kc)),
+                                W);
   }
 }
 #endif
@@ -685,22 +683,18 @@ void gemm_tile_b16(const gemm_tile_args& a) {
       acc1[m] = simd::fmadd(xb, w1, acc1[m]);
     }
   };
-  auto low = [](const float* p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(_mm256_loadu_ps(p)), 16));
-  };
-  const vf high_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  const vf high_mask = pair_high_mask();
   const float* x_end = a.xp + a.kc / 2 * 2 * gemm_mr;
   for (int64_t i = -(a.kc / 2) * 2 * gemm_mr; i != 0; i += 2 * gemm_mr, w0p += stride, w1p += stride) {
     if constexpr (Prefetch) {
       _mm_prefetch(reinterpret_cast<const char*>(w0p) + gemm_stream_prefetch_bytes, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(w0p) + gemm_stream_prefetch_bytes + 64, _MM_HINT_T0);
     }
-    fma_row(x_end + i, low(w0p), low(w1p));
-    fma_row(x_end + i + gemm_mr, _mm256_and_ps(_mm256_loadu_ps(w0p), high_mask),
-            _mm256_and_ps(_mm256_loadu_ps(w1p), high_mask));
+    fma_row(x_end + i, pair_low(w0p), pair_low(w1p));
+    fma_row(x_end + i + gemm_mr, pair_high(w0p, high_mask), pair_high(w1p, high_mask));
   }
   if (a.kc % 2 != 0)
-    fma_row(x_end, low(w0p), low(w1p));
+    fma_row(x_end, pair_low(w0p), pair_low(w1p));
   gemm_tile_store<M>(a, acc0, acc1);
 }
 #endif

@@ -60,28 +60,15 @@ size_t bf16_panels_bytes(int64_t n_out, int64_t n_in) {
 
 #if defined(ACTORLLM_SIMD_AVX2)
 namespace {
-// pack_bf16_panel with AVX2: for each 8 rows of the panel, 8 x 8 transposes of 32-bit lanes (a pair of inputs each),
-// 16 inputs a step; the inputs from the last whole step of 16 on go one at a time, zero past n_in.
+// pack_bf16_panel with AVX2: each 8 rows of the panel transposed into its pairs (simd::transpose_bf16_pairs8).
 void pack_bf16_panel_avx2(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int64_t k_pad, uint32_t* panel) {
-  auto* panel16 = reinterpret_cast<uint16_t*>(panel);
   for (int64_t g = 0; g < panel_rows / 8; ++g) {
-    const int64_t r0 = o0 + g * 8;
-    const int valid = static_cast<int>(std::clamp<int64_t>(n_out - r0, 0, 8));
-    const int64_t k_whole = n_in / 16 * 16;
-    int64_t k = 0;
-    for (; k < k_whole; k += 16) {
-      __m256 r[8];
-      for (int i = 0; i < 8; ++i)
-        r[i] =
-            i < valid ? _mm256_loadu_ps(reinterpret_cast<const float*>(w + (r0 + i) * n_in + k)) : _mm256_setzero_ps();
-      simd::transpose8(r);  // r[j]: input pair k / 2 + j of the 8 rows
-      for (int j = 0; j < 8; ++j)
-        _mm256_storeu_ps(reinterpret_cast<float*>(panel + (k / 2 + j) * panel_rows + g * 8), r[j]);
+    const uint16_t* rows[8];
+    for (int i = 0; i < 8; ++i) {
+      const int64_t r = o0 + g * 8 + i;
+      rows[i] = r < n_out ? w + r * n_in : nullptr;
     }
-    for (; k < k_pad; ++k)
-      for (int i = 0; i < 8; ++i)
-        panel16[((k / 2) * panel_rows + g * 8 + i) * 2 + k % 2] =
-            i < valid && k < n_in ? w[(r0 + i) * n_in + k] : uint16_t{0};
+    simd::transpose_bf16_pairs8(rows, n_in, k_pad, panel + g * 8, panel_rows);
   }
 }
 }  // namespace

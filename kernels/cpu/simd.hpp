@@ -175,6 +175,26 @@ inline void transpose8(__m256 r[8]) {
     r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
   }
 }
+/// 8 rows of bf16 as pairs of inputs: 32-bit word out[(k / 2) * stride + i] holds row i's values at inputs k (low half)
+/// and k + 1 (high half), for even k < n_pad; inputs from n on, and every input of a null row, are zero. 8 x 8
+/// transposes of 32-bit lanes, 16 inputs a step (no widening), then one input at a time. The pairs layout of the bf16
+/// GEMM panels (kernels/cpu/matmul.cpp) and of tensor_layout::cpu_bf16_panels.
+inline void transpose_bf16_pairs8(const uint16_t* const rows[8], int64_t n, int64_t n_pad, uint32_t* out,
+                                  int64_t stride) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i)
+      r[i] = rows[i] != nullptr ? _mm256_loadu_ps(reinterpret_cast<const float*>(rows[i] + k)) : _mm256_setzero_ps();
+    transpose8(r);  // r[j]: pair k / 2 + j of the 8 rows
+    for (int j = 0; j < 8; ++j)
+      _mm256_storeu_ps(reinterpret_cast<float*>(out + (k / 2 + j) * stride), r[j]);
+  }
+  auto* out16 = reinterpret_cast<uint16_t*>(out);
+  for (; k < n_pad; ++k)
+    for (int i = 0; i < 8; ++i)
+      out16[((k / 2) * stride + i) * 2 + (k & 1)] = rows[i] != nullptr && k < n ? rows[i][k] : uint16_t{0};
+}
 
 #else
 #define ACTORLLM_SIMD_SCALAR 1

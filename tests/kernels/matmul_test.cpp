@@ -128,6 +128,13 @@ const std::vector<shape> small_shapes = {
     {4, 5, 70}, {5, 129, 33}, {9, 31, 65}, {13, 300, 9}, {17, 47, 31}, {1, 600, 3},
 };
 
+// Shapes for the bit-for-bit checks of the bf16 pairs panels (AVX2): odd n_in ends a panel in a lone input; n_in past
+// 2048 spans K blocks; 16k+r and 32k+r outputs end in partial panels; 1-13 tokens cover the GEMV's one- and two-token
+// walks and every GEMM register tile.
+const std::vector<shape> pair_panel_shapes = {{13, 7, 5},    {6, 16, 16},   {32, 2048, 40}, {9, 2049, 33},
+                                              {7, 4203, 17}, {1, 33, 16},   {1, 33, 100},   {12, 130, 31},
+                                              {2, 130, 31},  {3, 2048, 64}, {100, 31, 70}};
+
 }  // namespace
 
 TEST_CASE("matmul GEMV path matches float64 [asan]") {
@@ -275,21 +282,13 @@ TEST_CASE("matmul GEMM covers several K blocks, token chunks and register-tile r
 
 TEST_CASE("matmul GEMM over bf16 weights equals the f32 GEMM over the same values, bit for bit [asan]") {
   // With AVX2 the bf16 GEMM keeps its panels in bf16 (pairs of inputs, widened in the register tile) where f32 weights
-  // get f32 panels: the products and the order of their sums must be the same. Odd n_in ends a panel in a single
-  // input; n_in past 2048 spans K blocks; 16k+r outputs end in a partial panel; 1-13 tokens cover every register
-  // tile; the input is already bf16, as the bf16 GEMM rounds it.
+  // get f32 panels: the products and the order of their sums must be the same (pair_panel_shapes); the input is
+  // already bf16, as the bf16 GEMM rounds it.
   const variant_scope scope(bf16_variant::fma);
   uint64_t seed = 2900;
   for (int threads : {1, 2}) {
     thread_pool pool(threads);
-    for (const auto& s : std::vector<shape>{{13, 7, 5},
-                                            {6, 16, 16},
-                                            {32, 2048, 40},
-                                            {9, 2049, 33},
-                                            {7, 4203, 17},
-                                            {1, 33, 16},
-                                            {12, 130, 31},
-                                            {100, 31, 70}}) {
+    for (const auto& s : pair_panel_shapes) {
       auto x = test::random_floats(static_cast<size_t>(s.n_tokens * s.n_in), seed++, -2.0f, 2.0f);
       for (float& v : x)
         v = bf16_to_f32(f32_to_bf16(v));
@@ -314,9 +313,8 @@ TEST_CASE(
     "AVX2: packed bf16 weights give the row-major GEMM's bits, and their GEMV the GEMM's up to 2048 inputs [asan]") {
   // The AVX2 build's GEMM reads a weight packed at load where it lies, the same pairs of inputs gemm_pack_b16 makes per
   // call: the same products in the same order. Its decode walks each panel's pairs front to back as the GEMM's tiles
-  // do, so with one K block (n_in <= 2048) the batch size does not change a bit. Odd n_in ends in a lone input (the
-  // panel pads it with a zero weight); 32k+r outputs end in a partial panel; 1-13 tokens cover the GEMV's one and two
-  // token walks and every GEMM register tile.
+  // do, so with one K block (n_in <= 2048) the batch size does not change a bit (pair_panel_shapes; an odd n_in's
+  // lone input meets the zero weight the panel pads it with).
   if (!fma_reads_panels()) {
     MESSAGE("skipped: not an AVX2 build (the FMA kernels read no packed panels)");
     return;
@@ -324,15 +322,7 @@ TEST_CASE(
   uint64_t seed = 3100;
   for (int threads : {1, 2, 3}) {
     thread_pool pool(threads);
-    for (const auto& s : std::vector<shape>{{13, 7, 5},
-                                            {6, 16, 16},
-                                            {32, 2048, 40},
-                                            {9, 2049, 33},
-                                            {7, 4203, 17},
-                                            {1, 33, 100},
-                                            {2, 130, 31},
-                                            {3, 2048, 64},
-                                            {100, 31, 70}}) {
+    for (const auto& s : pair_panel_shapes) {
       const auto x = test::random_floats(static_cast<size_t>(s.n_tokens * s.n_in), seed++, -2.0f, 2.0f);
       const auto w = test::to_dtype(test::random_floats(static_cast<size_t>(s.n_out * s.n_in), seed++), dtype::bf16);
       const auto packed = weight_for(w, s.n_out, s.n_in, bf16_variant::fma_packed, pool);
