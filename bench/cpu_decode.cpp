@@ -17,7 +17,6 @@
 #include "bench/paired_roofline.hpp"
 #include "comm/collective.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "kernels/cpu/matmul_bf16.hpp"
 #include "kernels/kv_cache_dtype.hpp"
 #include "model/kv_cache.hpp"
 #include "model/llama_model.hpp"
@@ -518,6 +517,7 @@ int main(int argc, char** argv) {
   // Batch-1 decode's time as the kernel pool saw it, per round: the share of the step inside the decode matmuls'
   // calls, and each pool thread's share computing their grains (what the rest of the step leaves idle).
   std::vector<double> call_shares;
+  bool calls_timed = false;  // the decode's matmuls ran as takeover calls (packed bf16 weights: vdpbf16ps or AVX2)
   // ... and what the calls lost to their hand-out: the share of the step from a call's hand-out until its last thread
   // began (late start), and from the first thread running out of grains until the last finished (uneven end, partly
   // spent reading the next call ahead); the share of calls that had to wake a sleeping worker.
@@ -588,6 +588,7 @@ int main(int argc, char** argv) {
     pool.set_takeover_timing(false);
     const double decode_ns = static_cast<double>(batch1_steps) / tps1 * 1e9;  // the timed steps
     call_shares.push_back(static_cast<double>(timing.call_ns) / decode_ns);
+    calls_timed = calls_timed || timing.calls > 0;
     late_start_shares.push_back(static_cast<double>(timing.late_start_ns) / decode_ns);
     uneven_end_shares.push_back(static_cast<double>(timing.uneven_end_ns) / decode_ns);
     woken_call_shares.push_back(timing.calls > 0 ? static_cast<double>(timing.woken_calls) / timing.calls : 0.0);
@@ -669,10 +670,10 @@ int main(int argc, char** argv) {
   std::printf("%-44s %15.1f%%\n", "batch-1 decode / roofline", fraction * 100.0);
   if (segment_steps > 0)
     std::printf("%-44s %15.1f%%\n", "batch-1 decode / probe read beside it", 100.0 * bench::median(paired_fractions));
-  if (cpu::have_bf16_dot_kernels())
+  if (calls_timed)
     std::printf("%-44s %15.1f%%\n", "  share of the step in decode matmul calls", 100.0 * bench::median(call_shares));
   else
-    std::printf("  share of the step in decode matmul calls: not timed (no vdpbf16ps kernels in this build)\n");
+    std::printf("  share of the step in decode matmul calls: not timed (no packed bf16 weights: no takeover calls)\n");
   auto print_per_thread = [](const char* label, const std::vector<std::vector<double>>& per_thread) {
     std::string medians;
     for (const auto& shares : per_thread)
@@ -738,8 +739,9 @@ int main(int argc, char** argv) {
   w.key("paired_segment_steps").value(std::min(segment_steps, batch1_steps));
   if (segment_steps > 0)
     w.key("batch1_fraction_of_probe_beside").value(bench::median(paired_fractions));
-  // The call shares time the takeover GEMV of the vdpbf16ps kernels; other builds' matmuls are not timed (zeros).
-  w.key("decode_matmul_calls_timed").value(cpu::have_bf16_dot_kernels());
+  // The call shares time the takeover GEMVs over packed bf16 weights (vdpbf16ps, or AVX2's panel walk); other matmuls
+  // are not timed (zeros).
+  w.key("decode_matmul_calls_timed").value(calls_timed);
   w.key("decode_batch1_matmul_call_share").value(bench::median(call_shares));
   // A per-thread share: round r's figure of each pool thread, or (r < 0) each thread's median over the rounds.
   auto write_per_thread = [&w](const char* key, const std::vector<std::vector<double>>& per_thread, int64_t r) {

@@ -15,18 +15,24 @@
 //
 // An AVX2 build also reads bf16 weights the CPU backend packed at load (tensor_layout::cpu_bf16_panels, the pairs
 // layout of the vdpbf16ps kernels): the GEMM's tiles read them where they lie, and decode (1-2 tokens) walks each
-// panel front to back (panel_gemv). AVX-512 builds leave packed weights to matmul_bf16.cpp.
+// panel front to back (panel_gemv; with the weights' owners in homes, taken over and read ahead as the vdpbf16ps
+// decode reads its panels: panel_gemv_work). AVX-512 builds leave packed weights to matmul_bf16.cpp.
 #include "kernels/cpu/matmul.hpp"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/home_streams.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
+#include "kernels/cpu/read_ahead.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "util/check.hpp"
 
@@ -46,7 +52,8 @@ struct fma_target {
   int64_t n_out;
   const float* bias;
   float* y;
-  bool packed = false;  // bf16 in tensor_layout::cpu_bf16_panels (AVX2 builds only: fma_bf16_panels)
+  bool packed = false;                // bf16 in tensor_layout::cpu_bf16_panels (AVX2 builds only: fma_bf16_panels)
+  std::shared_ptr<const void> owner;  // keeps w alive (matmul_target::owner), or null
 };
 
 // Where target i's items begin in a group's single index space (items: GEMV row groups or GEMM panels), and which
@@ -427,11 +434,159 @@ constexpr std::array<panel_gemv_fn, sizeof...(I)> panel_gemv_table(std::index_se
   return {&panel_gemv_walk<walk_tokens<I>, walk_streams<I>>...};
 }
 
-// The GEMV over targets packed at load: each pool chunk's panels of a target as panel_gemv_streams runs of near-equal
-// length walked side by side (at one token), every pair of token rows walking them again (from the caches).
+// Walks `count` panels (1 to panel_gemv_streams, side by side; one at two tokens) of `tokens` token rows.
+void walk_panels(const panel_gemv_tile* tiles, int tokens, int count, const float* xp, int64_t k_pad, int64_t ldy) {
+  static constexpr auto table = panel_gemv_table(std::make_index_sequence<panel_gemv_tokens * panel_gemv_streams>{});
+  table[static_cast<size_t>((tokens - 1) * panel_gemv_streams + (count - 1))](tiles, xp, k_pad, k_pad / 2, ldy);
+}
+
+// Decode (1 or 2 tokens) over packed targets whose weights have owners, read as the vdpbf16ps kernels read theirs
+// (matmul_bf16.cpp, streamed_panel_work): each pool thread walks its home's panels as runs that go on from one grain to
+// the next (home_streams: panel_gemv_streams runs at one token, one at two), a thread done with its home takes the
+// back half of another's rest, a grain held by a thread the OS descheduled is taken over
+// (thread_pool::parallel_for_takeover), and a thread waiting for the next call reads the start of its home in that call
+// ahead (read_ahead). The sums go to the computing thread's scratch, then with the bias to the outputs, in the same
+// walk and order as panel_gemv: the same bits. Before, a plain parallel_for left the other thread waiting at the end of
+// every call and between calls (8.7% of a batch-1 step on the Zen 4 VM in an AVX2 build), and held each call up for a
+// time slice where the machine was shared.
+class panel_gemv_work final : public takeover_work {
+ public:
+  panel_gemv_work(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, int n_homes)
+      : n_tokens_(n_tokens), n_in_(n_in), k_pad_(loaded_panel_k_pad(n_in)), units_(targets, loaded_panel_rows) {
+    std::copy(targets.begin(), targets.end(), targets_.begin());
+    xp_.assign(static_cast<size_t>(n_tokens * k_pad_), 0.0f);  // the token rows zero-padded to k_pad
+    for (int64_t t = 0; t < n_tokens; ++t)
+      std::memcpy(xp_.data() + t * k_pad_, x + t * n_in, static_cast<size_t>(n_in) * sizeof(float));
+    homes_ = home_streams::shared(units_.total(), n_homes, streams());
+  }
+
+  int64_t n_units() const { return units_.total(); }
+  /// Panels read side by side: panel_gemv_streams at one token, one at two.
+  int streams() const { return n_tokens_ == 1 ? panel_gemv_streams : 1; }
+  /// Bytes of one panel.
+  int64_t unit_bytes() const { return loaded_panel_words(n_in_) * static_cast<int64_t>(sizeof(float)); }
+  /// Items a grain of home_split: four steps (as the vdpbf16ps kernels' homes), the last two grains' worth one step.
+  int64_t home_grain() const { return 4 * streams(); }
+  int64_t home_tail_grain() const { return streams(); }
+
+  size_t scratch_floats(int64_t n_items) const override {
+    return static_cast<size_t>(n_items * n_tokens_ * loaded_panel_rows);
+  }
+
+  void compute(int64_t begin, int64_t end, float* scratch) const noexcept override {
+    panel_gemv_tile group[panel_gemv_streams];
+    int count = 0;
+    for (int64_t item = begin; item < end; ++item) {
+      // The walk writes all 32 sums of a panel (its rows past n_out are zeros) and no bias, to the item's scratch.
+      group[count++] = panel_gemv_tile{panel_of(homes_->unit_of(item)), scratch_of(scratch, item - begin),
+                                       static_cast<int>(loaded_panel_rows), nullptr};
+      if (item + 1 == end || homes_->starts_step(item + 1)) {
+        walk_panels(group, static_cast<int>(n_tokens_), count, xp_.data(), k_pad_, loaded_panel_rows);
+        count = 0;
+      }
+    }
+  }
+
+  void commit(int64_t begin, int64_t end, const float* scratch) const noexcept override {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t u = homes_->unit_of(item);
+      const size_t i = target_of(u);
+      const fma_target& target = targets_[i];
+      const int64_t o0 = (u - units_.begin[i]) * loaded_panel_rows;
+      const int64_t n_valid = std::min<int64_t>(loaded_panel_rows, target.n_out - o0);
+      const float* sums = scratch_of(scratch, item - begin);
+      for (int64_t t = 0; t < n_tokens_; ++t) {
+        float* out = target.y + t * target.n_out + o0;
+        const float* row = sums + t * loaded_panel_rows;
+        for (int64_t j = 0; j < n_valid; ++j)  // as panel_gemv_walk adds the bias
+          out[j] = row[j] + (target.bias != nullptr ? target.bias[o0 + j] : 0.0f);
+      }
+    }
+  }
+
+  void idle(int thread_index, const std::function<bool()>& stop) const noexcept override {
+    if (next_ != nullptr)
+      read_ahead(*next_, thread_index, stop);
+  }
+
+  /// What this call's threads read first, for the call before it to read ahead: the start of each run of each home,
+  /// read_ahead_budget in all a thread (or each run's first read_ahead_plan::max_tiles panels), guarded by the
+  /// weights' owners.
+  read_ahead_plan first_reads() const {
+    read_ahead_plan plan;
+    for (size_t i = 0; i < units_.n; ++i)
+      plan.owners.emplace_back(targets_[i].owner);
+    const size_t budget = read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes());
+    for (int h = 0; h < homes_->n_homes(); ++h) {
+      read_ahead_plan::thread_heads heads;
+      heads.tile_bytes = static_cast<size_t>(unit_bytes());
+      int64_t longest = 0;
+      for (const auto& [b, e] : homes_->runs(h)) {
+        if (heads.count == read_ahead_plan::max_streams)
+          break;
+        const auto s = static_cast<size_t>(heads.count++);
+        int& n = heads.tiles[s];
+        for (n = 0; n < read_ahead_plan::max_tiles && b + n < e; ++n)
+          heads.at[s][static_cast<size_t>(n)] = reinterpret_cast<const char*>(panel_of(b + n));
+        longest = std::max<int64_t>(longest, n);
+      }
+      heads.bytes = heads.count == 0 ? 0
+                                     : std::min(static_cast<size_t>(longest) * heads.tile_bytes,
+                                                budget / static_cast<size_t>(heads.count));
+      plan.threads.push_back(heads);
+    }
+    return plan;
+  }
+
+  /// The call that came after this one last time.
+  void set_next(std::shared_ptr<const read_ahead_plan> next) { next_ = std::move(next); }
+
+ private:
+  size_t target_of(int64_t u) const {
+    size_t i = 0;
+    while (u >= units_.begin[i + 1])
+      ++i;
+    return i;
+  }
+  const float* panel_of(int64_t u) const {
+    const size_t i = target_of(u);
+    return loaded_panel_pairs(targets_[i].w, n_in_, (u - units_.begin[i]) * loaded_panel_rows, 0);
+  }
+  float* scratch_of(float* scratch, int64_t item) const { return scratch + item * n_tokens_ * loaded_panel_rows; }
+  const float* scratch_of(const float* scratch, int64_t item) const {
+    return scratch + item * n_tokens_ * loaded_panel_rows;
+  }
+
+  int64_t n_tokens_, n_in_, k_pad_;
+  group_items units_;
+  std::array<fma_target, 8> targets_{};  // their owners keep the weights alive
+  std::vector<float> xp_;
+  std::shared_ptr<const home_streams> homes_;
+  std::shared_ptr<const read_ahead_plan> next_;
+};
+
+// panel_gemv_work over the pool, its next call's start read ahead while threads wait.
+void panel_gemv_takeover(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets,
+                         thread_pool& pool) {
+  auto work = std::make_shared<panel_gemv_work>(x, n_tokens, n_in, targets, pool.size());
+  const int64_t n_units = work->n_units();
+  const read_ahead_key key{targets.front().w, n_units, work->unit_bytes(), work->streams(), pool.size()};
+  work->set_next(next_call_table::global().advance(key, [&] { return work->first_reads(); }));
+  takeover_split split = pool.home_split(n_units, work->home_grain(), work->home_tail_grain());
+  pool.parallel_for_takeover(std::move(split), std::move(work));
+}
+
+// The GEMV over targets packed at load: with owners and 1 or 2 tokens panel_gemv_takeover; else each pool chunk's
+// panels of a target as panel_gemv_streams runs of near-equal length walked side by side (at one token), every pair
+// of token rows walking them again (from the caches).
 void panel_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets,
                 thread_pool& pool) {
-  static constexpr auto table = panel_gemv_table(std::make_index_sequence<panel_gemv_tokens * panel_gemv_streams>{});
+  const bool owned =
+      std::all_of(targets.begin(), targets.end(), [](const fma_target& t) { return t.owner != nullptr; });
+  if (owned && n_tokens <= panel_gemv_tokens) {
+    panel_gemv_takeover(x, n_tokens, n_in, targets, pool);
+    return;
+  }
   const int64_t k_pad = loaded_panel_k_pad(n_in);
   thread_local std::vector<float> xp_storage;  // the token rows zero-padded to k_pad
   xp_storage.assign(static_cast<size_t>(n_tokens * k_pad), 0.0f);
@@ -461,8 +616,7 @@ void panel_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const 
             if (begin + j < end)
               group[count++] = tile_of(begin + j, t0);
           }
-          table[static_cast<size_t>((tt - 1) * panel_gemv_streams + (count - 1))](group, xp + t0 * k_pad, k_pad,
-                                                                                  k_pad / 2, target.n_out);
+          walk_panels(group, tt, count, xp + t0 * k_pad, k_pad, target.n_out);
         }
       }
     });
@@ -926,7 +1080,7 @@ void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<cons
     size_t n = 0;
     for (const matmul_target& t : targets)
       if (t.wtype == type && t.n_out > 0)
-        group[n++] = fma_target{t.w, t.n_out, t.bias, t.y, t.packed};
+        group[n++] = fma_target{t.w, t.n_out, t.bias, t.y, t.packed, t.owner};
     if (n != 0)
       matmul_fma(type == dtype::bf16 ? rounded_to_bf16(x, n_tokens * n_in) : x, n_tokens, n_in,
                  std::span{group.data(), n}, type, pool, path);
