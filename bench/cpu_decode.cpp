@@ -668,8 +668,17 @@ int main(int argc, char** argv) {
   }
   std::printf("%-44s %16.2f\n", "batch-1 roofline (tokens/s)", roofline);
   std::printf("%-44s %15.1f%%\n", "batch-1 decode / roofline", fraction * 100.0);
-  if (segment_steps > 0)
+  // The probe's own passes beside the decode against the round's probe best: how much of its best the probe itself
+  // read seconds later. On a VM whose bandwidth changes from pass to pass, the best of the probe's many passes is a
+  // moment that a decode of many steps (or the probe read for as long) does not hold.
+  std::vector<double> passes_of_best;
+  for (size_t r = 0; r < beside_passes.size() && r < bandwidths.size(); ++r)
+    passes_of_best.push_back(bench::median(beside_passes[r]) / bandwidths[r]);
+  if (segment_steps > 0) {
     std::printf("%-44s %15.1f%%\n", "batch-1 decode / probe read beside it", 100.0 * bench::median(paired_fractions));
+    std::printf("%-44s %15.1f%%\n", "  probe passes beside it / the probe's best",
+                100.0 * bench::median(passes_of_best));
+  }
   if (calls_timed)
     std::printf("%-44s %15.1f%%\n", "  share of the step in decode matmul calls", 100.0 * bench::median(call_shares));
   else
@@ -737,8 +746,10 @@ int main(int argc, char** argv) {
   w.key("roofline_batch1_tokens_per_s").value(roofline);
   w.key("batch1_fraction_of_roofline").value(fraction);
   w.key("paired_segment_steps").value(std::min(segment_steps, batch1_steps));
-  if (segment_steps > 0)
+  if (segment_steps > 0) {
     w.key("batch1_fraction_of_probe_beside").value(bench::median(paired_fractions));
+    w.key("probe_passes_beside_of_probe_best").value(bench::median(passes_of_best));
+  }
   // The call shares time the takeover GEMVs over packed bf16 weights (vdpbf16ps, or AVX2's panel walk); other matmuls
   // are not timed (zeros).
   w.key("decode_matmul_calls_timed").value(calls_timed);
