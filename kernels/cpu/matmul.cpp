@@ -513,28 +513,12 @@ class panel_gemv_work final : public takeover_work {
   /// read_ahead_budget in all a thread (or each run's first read_ahead_plan::max_tiles panels), guarded by the
   /// weights' owners.
   read_ahead_plan first_reads() const {
-    read_ahead_plan plan;
+    read_ahead_plan plan =
+        home_first_reads(*homes_, 1, static_cast<size_t>(unit_bytes()),
+                         read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes()),
+                         [this](int64_t u, size_t) { return static_cast<const void*>(panel_of(u)); });
     for (size_t i = 0; i < units_.n; ++i)
       plan.owners.emplace_back(targets_[i].owner);
-    const size_t budget = read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes());
-    for (int h = 0; h < homes_->n_homes(); ++h) {
-      read_ahead_plan::thread_heads heads;
-      heads.tile_bytes = static_cast<size_t>(unit_bytes());
-      int64_t longest = 0;
-      for (const auto& [b, e] : homes_->runs(h)) {
-        if (heads.count == read_ahead_plan::max_streams)
-          break;
-        const auto s = static_cast<size_t>(heads.count++);
-        int& n = heads.tiles[s];
-        for (n = 0; n < read_ahead_plan::max_tiles && b + n < e; ++n)
-          heads.at[s][static_cast<size_t>(n)] = reinterpret_cast<const char*>(panel_of(b + n));
-        longest = std::max<int64_t>(longest, n);
-      }
-      heads.bytes = heads.count == 0 ? 0
-                                     : std::min(static_cast<size_t>(longest) * heads.tile_bytes,
-                                                budget / static_cast<size_t>(heads.count));
-      plan.threads.push_back(heads);
-    }
     return plan;
   }
 

@@ -607,28 +607,12 @@ class streamed_panel_work final : public takeover_work {
   /// each run of each thread's home, read_ahead_budget in all a thread (or each run's first read_ahead_plan::max_tiles
   /// panels); the weights' owners (as keep_alive got them) guard the reads.
   read_ahead_plan first_reads() const {
-    read_ahead_plan plan;
     if (!homes_)
-      return plan;
+      return {};
+    read_ahead_plan plan = home_first_reads(
+        *homes_, parts(), panel_bytes(), read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes()),
+        [this](int64_t u, size_t part) { return static_cast<const void*>(panel_of(u, part)); });
     plan.owners.assign(owners_.begin(), owners_.end());
-    const size_t budget = read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes());
-    for (int h = 0; h < homes_->n_homes(); ++h) {
-      read_ahead_plan::thread_heads heads;
-      heads.tile_bytes = panel_bytes();
-      int64_t longest = 0;
-      for (const auto& [b, e] : homes_->runs(h))
-        for (size_t part = 0; part < parts() && heads.count < read_ahead_plan::max_streams; ++part) {
-          const auto s = static_cast<size_t>(heads.count++);
-          int& n = heads.tiles[s];
-          for (n = 0; n < read_ahead_plan::max_tiles && b + n < e; ++n)
-            heads.at[s][static_cast<size_t>(n)] = reinterpret_cast<const char*>(panel_of(b + n, part));
-          longest = std::max<int64_t>(longest, n);
-        }
-      heads.bytes = heads.count == 0 ? 0
-                                     : std::min(static_cast<size_t>(longest) * heads.tile_bytes,
-                                                budget / static_cast<size_t>(heads.count));
-      plan.threads.push_back(heads);
-    }
     return plan;
   }
 
