@@ -208,6 +208,9 @@ for r in range(1, rounds + 1):
     # The probe's own passes beside the decode (their median) against the round's probe best: what the probe itself
     # read of its best seconds later, the ceiling a reader that holds for seconds meets in this state.
     row["probe_beside_of_roofline"] = (statistics.median(a["per_round"][0]["probe_passes_beside_bytes_per_s"]) / bw)
+    # actorllm's fastest segment of batch-1 decode (8 steps) against the round's probe best: what the decode read while
+    # the machine was at its fastest during it.
+    row["actorllm_b1_fastest_segment_of_roofline"] = max(a["per_round"][0]["batch1_segment_bytes_per_s"]) / bw
     row["llama_tg_of_roofline"] = row["llama_tg"] * bytes_per_token / bw
     # Each engine's whole batch-1 run against the higher of the passes read just before and just after it: llama.cpp's
     # around its llama-bench process (bench_probe_passes), actorllm's the first and last of those it reads beside its
@@ -234,7 +237,7 @@ print(f"actorllm vs llama.cpp {named}, "
       f"{config.rstrip('/').split('/')[-1]}, same bf16 bytes, {threads} threads, {rounds} alternated rounds")
 print(f"cpu: {commit['cpu_info']}; llama.cpp model type: {commit['model_type']}")
 print("a: actorllm (bench_cpu_decode), l: llama.cpp (llama-bench, llama-batched-bench); tokens/s")
-head = (f"{'round':>6} {'GB/s':>7} | {'a b1':>8} {'l tg'+str(tg):>8} {'ratio':>6} {'a/BW':>6} {'p/BW':>6} {'a/bsd':>6} "
+head = (f"{'round':>6} {'GB/s':>7} | {'a b1':>8} {'l tg'+str(tg):>8} {'ratio':>6} {'a/BW':>6} {'p/BW':>6} {'a^/BW':>6} {'a/bsd':>6} "
         f"{'l/BW':>6} {'a/arn':>6} {'l/arn':>6} {'ratio':>6} | "
         f"{'a pp'+str(prefill):>9} {'l pp'+str(prefill):>8} {'ratio':>6} | {'a b'+str(batch):>8} "
         f"{'l b'+str(batch):>8} {'ratio':>6}")
@@ -243,7 +246,8 @@ print("-" * len(head))
 def line(label, x):
     print(f"{label:>6} {x['memory_bandwidth_bytes_per_s']/1e9:7.2f} | {x['actorllm_decode_b1']:8.2f} "
           f"{x['llama_tg']:8.2f} {x['decode_b1_ratio']:5.2f}x {100*x['actorllm_b1_of_roofline']:5.1f}% "
-          f"{100*x['probe_beside_of_roofline']:5.1f}% {100*x['actorllm_b1_of_probe_beside']:5.1f}% "
+          f"{100*x['probe_beside_of_roofline']:5.1f}% {100*x['actorllm_b1_fastest_segment_of_roofline']:5.1f}% "
+          f"{100*x['actorllm_b1_of_probe_beside']:5.1f}% "
           f"{100*x['llama_tg_of_roofline']:5.1f}% {100*x['actorllm_b1_of_passes_around']:5.1f}% "
           f"{100*x['llama_tg_of_passes_around']:5.1f}% {x['decode_b1_ratio_same_footing']:5.2f}x "
           f"| {x['actorllm_prefill']:9.2f} {x['llama_pp']:8.2f} "
@@ -255,7 +259,8 @@ print("-" * len(head))
 line("median", med)
 print("ratio: a / l (the median row: medians of the per-round ratios); a/BW, l/BW: batch-1 decode as a fraction of "
       "the roofline, the round's probed read bandwidth over the weight bytes read per token; p/BW: the probe's own "
-      "passes read beside actorllm's decode (their median) against the round's probe best; a/bsd: actorllm's "
+      "passes read beside actorllm's decode (their median) against the round's probe best; a^/BW: actorllm's fastest "
+      "segment of batch-1 decode against it; a/bsd: actorllm's "
       "decode against the probe's best pattern read beside it (each segment of 8 steps against the higher of the "
       "passes just before and after it; the median over segments); a/arn, l/arn: each engine's whole batch-1 run "
       "against the higher of the probe passes read just before and just after it, and their ratio")

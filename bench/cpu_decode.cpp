@@ -534,6 +534,7 @@ int main(int argc, char** argv) {
   // the reference pattern (bench::beside_reference_pattern) and keeps the higher.
   std::vector<double> paired_fractions;
   std::vector<std::vector<double>> beside_passes;
+  std::vector<std::vector<double>> segment_rates;  // per round: each segment's weight bytes/s
   bench::probe_buffer probe_buffer{pool};
   for (int round = 0; round < rounds; ++round) {
     // The larger batch and prefill, before the probe with --batch1-last, else after batch 1.
@@ -583,6 +584,7 @@ int main(int argc, char** argv) {
     if (paired) {
       paired_fractions.push_back(paired->fraction());
       beside_passes.push_back(paired->passes());
+      segment_rates.push_back(paired->segment_bytes_per_s());
     }
     const thread_pool::takeover_timing timing = pool.takeover_timing_totals();
     pool.set_takeover_timing(false);
@@ -671,13 +673,24 @@ int main(int argc, char** argv) {
   // The probe's own passes beside the decode against the round's probe best: how much of its best the probe itself
   // read seconds later. On a VM whose bandwidth changes from pass to pass, the best of the probe's many passes is a
   // moment that a decode of many steps (or the probe read for as long) does not hold.
-  std::vector<double> passes_of_best;
-  for (size_t r = 0; r < beside_passes.size() && r < bandwidths.size(); ++r)
+  // And the fastest segment of the decode and the fastest of those passes against the probe's best: what each read
+  // when the machine was at its fastest during the decode.
+  std::vector<double> passes_of_best, fastest_pass_of_best, fastest_segment_of_best;
+  for (size_t r = 0; r < beside_passes.size() && r < bandwidths.size(); ++r) {
     passes_of_best.push_back(bench::median(beside_passes[r]) / bandwidths[r]);
+    fastest_pass_of_best.push_back(*std::max_element(beside_passes[r].begin(), beside_passes[r].end()) / bandwidths[r]);
+    fastest_segment_of_best.push_back(
+        segment_rates[r].empty() ? 0.0
+                                 : *std::max_element(segment_rates[r].begin(), segment_rates[r].end()) / bandwidths[r]);
+  }
   if (segment_steps > 0) {
     std::printf("%-44s %15.1f%%\n", "batch-1 decode / probe read beside it", 100.0 * bench::median(paired_fractions));
     std::printf("%-44s %15.1f%%\n", "  probe passes beside it / the probe's best",
                 100.0 * bench::median(passes_of_best));
+    std::printf("%-44s %16s\n", "  the fastest pass, segment / probe's best",
+                fmt::format("{:.1f}% {:.1f}%", 100.0 * bench::median(fastest_pass_of_best),
+                            100.0 * bench::median(fastest_segment_of_best))
+                    .c_str());
   }
   if (calls_timed)
     std::printf("%-44s %15.1f%%\n", "  share of the step in decode matmul calls", 100.0 * bench::median(call_shares));
@@ -749,6 +762,8 @@ int main(int argc, char** argv) {
   if (segment_steps > 0) {
     w.key("batch1_fraction_of_probe_beside").value(bench::median(paired_fractions));
     w.key("probe_passes_beside_of_probe_best").value(bench::median(passes_of_best));
+    w.key("fastest_probe_pass_beside_of_probe_best").value(bench::median(fastest_pass_of_best));
+    w.key("batch1_fastest_segment_of_probe_best").value(bench::median(fastest_segment_of_best));
   }
   // The call shares time the takeover GEMVs over packed bf16 weights (vdpbf16ps, or AVX2's panel walk); other matmuls
   // are not timed (zeros).
@@ -797,6 +812,10 @@ int main(int argc, char** argv) {
       w.key("probe_passes_beside_bytes_per_s").begin_array();
       for (double p : beside_passes[r])
         w.value(p);
+      w.end_array();
+      w.key("batch1_segment_bytes_per_s").begin_array();
+      for (double b : segment_rates[r])
+        w.value(b);
       w.end_array();
     }
     if (hog > 0) {

@@ -56,6 +56,8 @@ class paired_roofline {
   double fraction() const { return median(segment_fractions()); }
   /// The probe passes, in order (one more than the segments).
   const std::vector<double>& passes() const { return passes_; }
+  /// Each whole segment's weight bytes read per second, in order.
+  const std::vector<double>& segment_bytes_per_s() const { return segment_bytes_per_s_; }
 
  private:
   std::function<double()> probe_pass_;

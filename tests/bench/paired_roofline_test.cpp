@@ -47,6 +47,12 @@ TEST_CASE("paired roofline: each segment against the higher pass around it, the 
   CHECK(f[2] == doctest::Approx(0.9));
   CHECK(p.fraction() == doctest::Approx(0.8));
   CHECK(p.passes() == std::vector<double>{40e9, 50e9, 30e9, 30e9});
+  // Each whole segment's own rate: 40, 20 and 27 GB/s (the step after them counts in none).
+  const std::vector<double>& rates = p.segment_bytes_per_s();
+  REQUIRE(rates.size() == 3);
+  CHECK(rates[0] == doctest::Approx(40e9));
+  CHECK(rates[1] == doctest::Approx(20e9));
+  CHECK(rates[2] == doctest::Approx(27e9));
 }
 
 TEST_CASE("paired roofline: a segment during which the state turned fast is held to the faster pass") {

@@ -23,6 +23,8 @@ check "the median against the probe read beside it is printed" \
   grep -qE "^batch-1 decode / probe read beside it +[0-9]+\.[0-9]%" "$tmp/on.out"
 check "and the probe's own passes beside the decode against its best" \
   grep -qE "^  probe passes beside it / the probe's best +[0-9]+\.[0-9]%" "$tmp/on.out"
+check "and the fastest pass and segment against it" \
+  grep -qE "^  the fastest pass, segment / probe's best +[0-9]+\.[0-9]% [0-9]+\.[0-9]%" "$tmp/on.out"
 check "the round names its figure beside the probe and the passes' range" \
   grep -qE "round 1: .*\(beside: [0-9]+\.[0-9]%, passes [0-9.]+-[0-9.]+ GB/s\)" "$tmp/on.out"
 check "the JSON: 6 steps in segments of 2 give 4 passes, a positive fraction, and the round's shares of the step (computing, reading ahead, a worker waiting)" python3 -c "
@@ -32,7 +34,8 @@ r = d['per_round'][0]
 ok = (d['paired_segment_steps'] == 2 and len(r['probe_passes_beside_bytes_per_s']) == 4
       and all(p > 0 for p in r['probe_passes_beside_bytes_per_s'])
       and r['batch1_fraction_of_probe_beside'] > 0 and d['batch1_fraction_of_probe_beside'] > 0
-      and d['probe_passes_beside_of_probe_best'] > 0
+      and d['probe_passes_beside_of_probe_best'] > 0 and d['batch1_fastest_segment_of_probe_best'] > 0
+      and len(r['batch1_segment_bytes_per_s']) == 3 and all(b > 0 for b in r['batch1_segment_bytes_per_s'])
       and (0 < r['decode_batch1_matmul_call_share'] <= 1.0001 if d['decode_matmul_calls_timed']
            else r['decode_batch1_matmul_call_share'] == 0)
       and len(r['decode_batch1_thread_compute_share']) == 2
