@@ -68,6 +68,13 @@ struct group_items {
       begin[i + 1] = begin[i] + (targets[i].n_out + rows_per_item - 1) / rows_per_item;
   }
   int64_t total() const { return begin[n]; }
+  // The target item `item` belongs to.
+  size_t target_of(int64_t item) const {
+    size_t i = 0;
+    while (item >= begin[i + 1])
+      ++i;
+    return i;
+  }
   // fn(target, first local item, end local item) for each target's part of items [b, e).
   template <class F>
   void for_each(int64_t b, int64_t e, F&& fn) const {
@@ -340,6 +347,13 @@ inline vf pair_high(const float* p, vf high_mask) { return _mm256_and_ps(_mm256_
 
 constexpr int64_t loaded_panel_rows = 32;
 int64_t loaded_panel_k_pad(int64_t n_in) { return (n_in + 31) / 32 * 32; }
+// The token rows as the panel walk reads them: each n_in floats of x zero-padded to loaded_panel_k_pad(n_in), in out.
+void pad_token_rows(const float* x, int64_t n_tokens, int64_t n_in, std::vector<float>& out) {
+  const int64_t k_pad = loaded_panel_k_pad(n_in);
+  out.assign(static_cast<size_t>(n_tokens * k_pad), 0.0f);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    std::memcpy(out.data() + t * k_pad, x + t * n_in, static_cast<size_t>(n_in) * sizeof(float));
+}
 // 32-bit words of one panel.
 int64_t loaded_panel_words(int64_t n_in) { return loaded_panel_k_pad(n_in) / 2 * loaded_panel_rows; }
 
@@ -454,9 +468,7 @@ class panel_gemv_work final : public takeover_work {
   panel_gemv_work(const float* x, int64_t n_tokens, int64_t n_in, std::span<const fma_target> targets, int n_homes)
       : n_tokens_(n_tokens), n_in_(n_in), k_pad_(loaded_panel_k_pad(n_in)), units_(targets, loaded_panel_rows) {
     std::copy(targets.begin(), targets.end(), targets_.begin());
-    xp_.assign(static_cast<size_t>(n_tokens * k_pad_), 0.0f);  // the token rows zero-padded to k_pad
-    for (int64_t t = 0; t < n_tokens; ++t)
-      std::memcpy(xp_.data() + t * k_pad_, x + t * n_in, static_cast<size_t>(n_in) * sizeof(float));
+    pad_token_rows(x, n_tokens, n_in, xp_);
     homes_ = home_streams::shared(units_.total(), n_homes, streams());
   }
 
@@ -478,7 +490,7 @@ class panel_gemv_work final : public takeover_work {
     int count = 0;
     for (int64_t item = begin; item < end; ++item) {
       // The walk writes all 32 sums of a panel (its rows past n_out are zeros) and no bias, to the item's scratch.
-      group[count++] = panel_gemv_tile{panel_of(homes_->unit_of(item)), scratch_of(scratch, item - begin),
+      group[count++] = panel_gemv_tile{panel_of(homes_->unit_of(item)), scratch + scratch_offset(item - begin),
                                        static_cast<int>(loaded_panel_rows), nullptr};
       if (item + 1 == end || homes_->starts_step(item + 1)) {
         walk_panels(group, static_cast<int>(n_tokens_), count, xp_.data(), k_pad_, loaded_panel_rows);
@@ -490,11 +502,11 @@ class panel_gemv_work final : public takeover_work {
   void commit(int64_t begin, int64_t end, const float* scratch) const noexcept override {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t u = homes_->unit_of(item);
-      const size_t i = target_of(u);
+      const size_t i = units_.target_of(u);
       const fma_target& target = targets_[i];
       const int64_t o0 = (u - units_.begin[i]) * loaded_panel_rows;
       const int64_t n_valid = std::min<int64_t>(loaded_panel_rows, target.n_out - o0);
-      const float* sums = scratch_of(scratch, item - begin);
+      const float* sums = scratch + scratch_offset(item - begin);
       for (int64_t t = 0; t < n_tokens_; ++t) {
         float* out = target.y + t * target.n_out + o0;
         const float* row = sums + t * loaded_panel_rows;
@@ -526,20 +538,12 @@ class panel_gemv_work final : public takeover_work {
   void set_next(std::shared_ptr<const read_ahead_plan> next) { next_ = std::move(next); }
 
  private:
-  size_t target_of(int64_t u) const {
-    size_t i = 0;
-    while (u >= units_.begin[i + 1])
-      ++i;
-    return i;
-  }
   const float* panel_of(int64_t u) const {
-    const size_t i = target_of(u);
+    const size_t i = units_.target_of(u);
     return loaded_panel_pairs(targets_[i].w, n_in_, (u - units_.begin[i]) * loaded_panel_rows, 0);
   }
-  float* scratch_of(float* scratch, int64_t item) const { return scratch + item * n_tokens_ * loaded_panel_rows; }
-  const float* scratch_of(const float* scratch, int64_t item) const {
-    return scratch + item * n_tokens_ * loaded_panel_rows;
-  }
+  // Where the sums of a grain's item-th panel start in its scratch (n_tokens rows of 32).
+  int64_t scratch_offset(int64_t item) const { return item * n_tokens_ * loaded_panel_rows; }
 
   int64_t n_tokens_, n_in_, k_pad_;
   group_items units_;
@@ -572,10 +576,8 @@ void panel_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const 
     return;
   }
   const int64_t k_pad = loaded_panel_k_pad(n_in);
-  thread_local std::vector<float> xp_storage;  // the token rows zero-padded to k_pad
-  xp_storage.assign(static_cast<size_t>(n_tokens * k_pad), 0.0f);
-  for (int64_t t = 0; t < n_tokens; ++t)
-    std::memcpy(xp_storage.data() + t * k_pad, x + t * n_in, static_cast<size_t>(n_in) * sizeof(float));
+  thread_local std::vector<float> xp_storage;
+  pad_token_rows(x, n_tokens, n_in, xp_storage);
   const float* xp = xp_storage.data();
   const group_items items(targets, loaded_panel_rows);
   pool.parallel_for(items.total(), [&](int64_t i_begin, int64_t i_end) {
