@@ -241,7 +241,10 @@ int run_variants(const std::string& config_dir, const std::vector<weight_variant
     b.bytes_per_token = b.weight_bytes;
     if (const auto* e = loaded.weights.find("model.embed_tokens.weight"); e && !cfg.tie_word_embeddings)
       b.bytes_per_token -= e->nbytes();
+    const cpu::cpu_backend::packed_bytes before = be.packed_weight_bytes();
     b.llm = std::make_unique<model::llama_model>(cfg, std::move(loaded.weights), shard, comm, be);
+    const cpu::cpu_backend::packed_bytes after = be.packed_weight_bytes();  // read as packed (compact: ~3/4)
+    b.bytes_per_token = b.bytes_per_token - (after.bf16 - before.bf16) + (after.packed - before.packed);
     b.llm->set_kv_cache_dtype(resolve_kv_cache_dtype(kv_choice, *load.weight_dtype));
     models.push_back(std::move(b));
   }
@@ -506,7 +509,13 @@ int main(int argc, char** argv) {
     weight_type = e->type;
   }
   single_rank_collective comm;
+  const cpu::cpu_backend::packed_bytes packed_before = be.packed_weight_bytes();
   model::llama_model llm{cfg, std::move(loaded.weights), shard, comm, be};
+  // Packed weights are read as packed: compact panels (kernels/cpu/compact_panels.hpp) ~3/4 of their bf16 bytes.
+  const cpu::cpu_backend::packed_bytes packed_after = be.packed_weight_bytes();
+  const size_t bf16_bytes_per_token = bytes_per_token;
+  bytes_per_token =
+      bytes_per_token - (packed_after.bf16 - packed_before.bf16) + (packed_after.packed - packed_before.packed);
   // The cache serve would keep for these weights (--kv-cache-dtype auto: the model's dtype as loaded).
   const dtype kv_type = resolve_kv_cache_dtype(*kv_choice, load.weight_dtype.value_or(cfg.torch_dtype));
   llm.set_kv_cache_dtype(kv_type);
@@ -642,6 +651,10 @@ int main(int argc, char** argv) {
     std::printf("%-44s %16s\n", "experts (active per token / per layer)",
                 fmt::format("{} / {}", cfg.n_expert_used, cfg.n_expert).c_str());
   std::printf("%-44s %16.2f\n", "weight bytes read per decode token (GB)", static_cast<double>(bytes_per_token) / 1e9);
+  std::printf("%-44s %16s\n", "  as packed / as bf16",
+              fmt::format("{:.3f} / {:.3f}", static_cast<double>(bytes_per_token) / 1e9,
+                          static_cast<double>(bf16_bytes_per_token) / 1e9)
+                  .c_str());
   std::printf("%-44s %16.2f\n", "weight loading (s)", load_secs);
   std::printf("%-44s %15.1f%%\n", "resident memory in 2 MiB pages", 100.0 * resident_huge);
   if (cfg.n_expert > 0)
@@ -738,6 +751,8 @@ int main(int argc, char** argv) {
   w.key("rounds").value(rounds);
   w.key("weight_bytes").value(static_cast<uint64_t>(weight_bytes));
   w.key("weight_bytes_per_token").value(static_cast<uint64_t>(bytes_per_token));
+  w.key("bf16_weight_bytes_per_token").value(static_cast<uint64_t>(bf16_bytes_per_token));
+  w.key("compact_panels").value(be.packed_weight_bytes().packed < be.packed_weight_bytes().bf16);
   w.key("n_expert").value(cfg.n_expert);
   w.key("n_expert_used").value(cfg.n_expert_used);
   w.key("expert_bytes").value(static_cast<uint64_t>(expert_bytes));

@@ -152,8 +152,8 @@ void run_gate_up(const weight& g, const weight& u, const float* x, int64_t n_tok
   if (g.q)
     cpu::matmul_quantized_silu_gate(x, n_tokens, g.n_in, *g.q, *u.q, s.up.data(), s.y.data(), pool);
   else
-    cpu::matmul_silu_gate(x, n_tokens, g.n_in, g.bf16->data(), u.bf16->data(), dtype::bf16, true, g.n_out, s.up.data(),
-                          s.y.data(), pool);
+    cpu::matmul_silu_gate(x, n_tokens, g.n_in, g.bf16->data(), u.bf16->data(), dtype::bf16, true, false, g.n_out,
+                          s.up.data(), s.y.data(), pool);
 }
 
 // q, k and v as one group (the input rounded or quantized once).

@@ -46,7 +46,9 @@ struct backend_checks {
             .c_str());
     ACTORLLM_CHECK(t.where() == dev,
                    fmt::format("{}: {} must be on {}, got {}", op, arg, dev.to_string(), t.describe()).c_str());
-    ACTORLLM_CHECK(is_quantized_layout(t.layout) ? t.offset == 0 : t.offset + t.nbytes() <= t.buf->size(),
+    // (Quantized weights and compact panels take fewer bytes than their shape and type say, all from the start.)
+    const bool sized_apart = is_quantized_layout(t.layout) || t.layout == tensor_layout::cpu_bf16_compact_panels;
+    ACTORLLM_CHECK(sized_apart ? t.offset == 0 : t.offset + t.nbytes() <= t.buf->size(),
                    fmt::format("{}: {} ({} at byte {}) runs past the end of its {}-byte buffer", op, arg, t.describe(),
                                t.offset, t.buf->size())
                        .c_str());

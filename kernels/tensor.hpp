@@ -111,6 +111,9 @@ enum class tensor_layout : uint8_t {
   /// The CPU backend's bf16 Linear weight [n_out, n_in]: panels of 32 output rows (the last zero-padded), each
   /// [n_in rounded up to 32, zero-padded, / 2][32] pairs of bf16: the operand order of vdpbf16ps.
   cpu_bf16_panels,
+  /// The same panels in 12 bits a bf16 value, losslessly (kernels/cpu/compact_panels.hpp): each panel's low bytes
+  /// as they are and its high bytes as 4-bit codes into the panel's table, with the few others listed apart.
+  cpu_bf16_compact_panels,
   /// The CPU backend's quantized Linear weights (backend::import_quantized_linear): the buffer is a
   /// cpu::quantized_panels holding 8-bit or 4-bit codes with their group scales and zero points in its kernels' order.
   cpu_q8,

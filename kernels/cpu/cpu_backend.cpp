@@ -5,6 +5,7 @@
 #include "kernels/backend_checks.hpp"
 
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/compact_panels.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/lora.hpp"
@@ -14,6 +15,7 @@
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/sampling.hpp"
 #include "util/check.hpp"
+#include "util/log.hpp"
 #include "util/populate_pages.hpp"
 
 #include <fmt/format.h>
@@ -76,7 +78,7 @@ void check_alloc_shape(const tensor_shape& shape, const char* op) {
 cpu_backend::cpu_backend(int n_threads) : cpu_backend(n_threads, packed_weight_cache::from_environment()) {}
 
 cpu_backend::cpu_backend(int n_threads, std::shared_ptr<packed_weight_cache> weight_cache)
-    : pool_(n_threads), weight_cache_(std::move(weight_cache)) {}
+    : pool_(n_threads), weight_cache_(std::move(weight_cache)), compact_panels_(cpu::compact_panels_wanted()) {}
 
 device cpu_backend::where() const { return device{}; }
 
@@ -110,11 +112,27 @@ namespace {
 // Rows of one tensor_layout::cpu_bf16_panels panel.
 constexpr int64_t panel_rows = 32;
 
+// Whether a layout is bf16 panels the matmul kernels read in place (plain or compact).
+bool is_panels(tensor_layout l) {
+  return l == tensor_layout::cpu_bf16_panels || l == tensor_layout::cpu_bf16_compact_panels;
+}
+
 // What the packed-weight cache's key is made of: the parts' files and places, or their bytes; a part that is a strided
 // slice of its file (its stride follows), or was made from its file's bytes (the transform follows).
 constexpr uint64_t in_files_tag = 1, by_bytes_tag = 2, strided_part_tag = 3, transformed_part_tag = 4;
 // A quantized weight's layout (quantized_panels), named by where the loader read it from (quantized_linear::origin).
 constexpr uint64_t quantized_tag = 5;
+// Which form of bf16 panels an entry holds (tensor_layout::cpu_bf16_panels or cpu_bf16_compact_panels).
+constexpr uint64_t plain_panels_tag = 6, compact_panels_tag = 7;
+
+// Whether a cached entry is the compact panels of a [rows, n_in] weight: its panels' stride times their count.
+bool compact_entry_fits(buffer& entry, int64_t rows, int64_t n_in) {
+  const int64_t n_panels = (rows + panel_rows - 1) / panel_rows;
+  const size_t stride = entry.size() >= cpu::compact_header_bytes ? cpu::compact_panel_stride(entry.data()) : 0;
+  const size_t fixed =
+      cpu::compact_header_bytes + static_cast<size_t>((n_in + 31) / 32 * 32 / 4) * cpu::compact_block_bytes;
+  return stride >= fixed && stride % 64 == 0 && stride * static_cast<size_t>(n_panels) == entry.size();
+}
 
 // Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own
 // place: bf16 row-major host parts of one width, every one but the last whole 32-row panels, where the kernels read
@@ -139,11 +157,12 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   int64_t rows = 0;
   for (const tensor& p : parts)
     rows += p.shape[0];
-  const size_t bytes = cpu::bf16_panels_bytes(rows, n_in);
+  // Compact panels' size follows from the weights' values (their exceptions): known once the parts are read.
+  const size_t bytes = compact_panels_ ? packed_weight_cache::any_size : cpu::bf16_panels_bytes(rows, n_in);
   tensor packed;
   packed.type = dtype::bf16;
   packed.shape = tensor_shape{rows, n_in};
-  packed.layout = tensor_layout::cpu_bf16_panels;
+  packed.layout = compact_panels_ ? tensor_layout::cpu_bf16_compact_panels : tensor_layout::cpu_bf16_panels;
   // The packed bytes follow from the parts' bytes, their row counts and the panel format: the cache's key. Parts
   // used in place in their checkpoint are known by their file and place in it, which costs no read (reading them is
   // most of a load on a VM: the first touch of each page goes through the hypervisor); others by their bytes.
@@ -159,7 +178,8 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
     parts_populated = !in_files;
     util::fast_digest d;
     d.add(in_files ? in_files_tag : by_bytes_tag);
-    d.add(cpu::bf16_panels_format);
+    d.add(compact_panels_ ? compact_panels_tag : plain_panels_tag);
+    d.add(compact_panels_ ? cpu::compact_panels_format : cpu::bf16_panels_format);
     d.add(static_cast<uint64_t>(n_in));
     for (const tensor& p : parts) {
       d.add(static_cast<uint64_t>(p.shape[0]));
@@ -184,9 +204,17 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
     }
     key = d.value();
     if (std::shared_ptr<buffer> mapped = weight_cache_->find(key, bytes, pool_)) {
-      packed.buf = std::move(mapped);
-      return packed;
+      if (!compact_panels_ || compact_entry_fits(*mapped, rows, n_in)) {
+        packed.buf = std::move(mapped);
+        return packed;
+      }
+      log::warning("cpu", "a packed weight cache entry of {} holds compact panels of another shape; packed again",
+                   packed.shape.to_string());
     }
+  }
+  if (compact_panels_) {
+    packed.buf = compact_packed(parts, key, std::move(sources), parts_populated);
+    return packed;
   }
   // Packed straight into a new cache entry's pages where the cache takes it, else into memory of its own.
   std::unique_ptr<packed_weight_cache::pending_entry> entry =
@@ -204,13 +232,42 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   return packed;
 }
 
+std::shared_ptr<buffer> cpu_backend::compact_packed(std::span<const tensor> parts, const util::digest128& key,
+                                                    std::vector<file_origin> sources, bool parts_populated) {
+  std::vector<cpu::bf16_rows> rows;
+  for (const tensor& p : parts) {
+    if (!parts_populated)
+      util::populate_for_reading(p.data(), p.nbytes());
+    rows.push_back({p.data_as<uint16_t>(), p.shape[0]});
+  }
+  const int64_t n_in = parts.front().shape[1];
+  const cpu::compact_panels_plan plan = cpu::plan_compact_panels(rows, n_in, pool_);
+  std::unique_ptr<packed_weight_cache::pending_entry> entry =
+      weight_cache_ != nullptr ? weight_cache_->begin_store(key, plan.bytes(), std::move(sources)) : nullptr;
+  const std::shared_ptr<host_buffer> own = entry == nullptr ? host_buffer::allocate_huge(plan.bytes()) : nullptr;
+  auto* out = reinterpret_cast<uint8_t*>(entry != nullptr ? entry->data() : static_cast<std::byte*>(own->data()));
+  cpu::write_compact_panels(plan, rows, out, pool_);
+  if (entry != nullptr)
+    return entry->commit(pool_);
+  return own;
+}
+
 tensor cpu_backend::import_linear_weight(tensor host) {
   tensor t = import_host(std::move(host));
-  return packs_in_place({&t, 1}) ? packed_panels({&t, 1}) : t;
+  return packs_in_place({&t, 1}) ? counted(packed_panels({&t, 1})) : t;
 }
 
 tensor cpu_backend::import_stacked_linear_weight(std::span<const tensor> parts) {
-  return packs_in_place(parts) ? packed_panels(parts) : backend::import_stacked_linear_weight(parts);
+  return packs_in_place(parts) ? counted(packed_panels(parts)) : backend::import_stacked_linear_weight(parts);
+}
+
+tensor cpu_backend::counted(tensor packed) {
+  const int64_t n_panels = (packed.dim(0) + panel_rows - 1) / panel_rows;
+  packed_bytes_ += packed.layout == tensor_layout::cpu_bf16_compact_panels
+                       ? cpu::compact_panel_stride(packed.data()) * static_cast<size_t>(n_panels)
+                       : cpu::bf16_panels_bytes(packed.dim(0), packed.dim(1));
+  packed_bf16_bytes_ += packed.nbytes();
+  return packed;
 }
 
 // TinyLlama-shape bf16 weights on a 2-vCPU Zen 3 VM (AVX2: row-major weights, nothing packed), `actorllm generate
@@ -338,9 +395,10 @@ void cpu_backend::matmul(const tensor& x, const tensor& w, const tensor& bias, c
     cpu::matmul_quantized(f32(x), d.n_tokens, d.n_in, std::span{&target, 1}, pool_);
     return;
   }
-  const matmul_target target{
-      w.data(), w.type, d.n_out, bias.empty() ? nullptr : f32(bias), f32(y), w.layout == tensor_layout::cpu_bf16_panels,
-      w.buf};
+  const matmul_target target{w.data(), w.type,
+                             d.n_out,  bias.empty() ? nullptr : f32(bias),
+                             f32(y),   is_panels(w.layout),
+                             w.buf,    w.layout == tensor_layout::cpu_bf16_compact_panels};
   cpu::matmul_group(f32(x), d.n_tokens, d.n_in, std::span{&target, 1}, pool_);
 }
 
@@ -360,8 +418,10 @@ void cpu_backend::matmul_group(const tensor& x, std::span<const linear_out> outs
     if (is_quantized_layout(o.w.layout))
       quantized[n_quantized++] = quantized_target{&panels_of(o.w), bias, f32(o.y)};
     else
-      targets[n_plain++] = matmul_target{
-          o.w.data(), o.w.type, d.n_out, bias, f32(o.y), o.w.layout == tensor_layout::cpu_bf16_panels, o.w.buf};
+      targets[n_plain++] = matmul_target{o.w.data(), o.w.type,
+                                         d.n_out,    bias,
+                                         f32(o.y),   is_panels(o.w.layout),
+                                         o.w.buf,    o.w.layout == tensor_layout::cpu_bf16_compact_panels};
   }
   if (n_quantized != 0)
     cpu::matmul_quantized(f32(x), d.n_tokens, d.n_in, std::span{quantized.data(), n_quantized}, pool_);
@@ -382,8 +442,8 @@ void cpu_backend::matmul_silu_gate(const tensor& x, const tensor& w_gate, const 
                                     pool_);
     return;
   }
-  cpu::matmul_silu_gate(f32(x), d.n_tokens, d.n_in, w_gate.data(), w_up.data(), w_gate.type,
-                        w_gate.layout == tensor_layout::cpu_bf16_panels, d.n_out, f32(up), f32(out), pool_,
+  cpu::matmul_silu_gate(f32(x), d.n_tokens, d.n_in, w_gate.data(), w_up.data(), w_gate.type, is_panels(w_gate.layout),
+                        w_gate.layout == tensor_layout::cpu_bf16_compact_panels, d.n_out, f32(up), f32(out), pool_,
                         cpu::matmul_path::automatic, w_gate.buf, w_up.buf);
 }
 
@@ -542,14 +602,16 @@ void cpu_backend::matmul_silu_stacked(const tensor& x, const tensor& gate_up, co
   const int64_t n_ff = d.n_out / 2;
   // Packed panels with gate's rows whole panels (as packs_in_place stacks them): up's panels begin where gate's end,
   // and the two halves run as one gated pair that writes silu(gate) * up as it goes (no second pass over wide).
-  if (gate_up.layout != tensor_layout::cpu_bf16_panels || n_ff % panel_rows != 0) {
+  if (!is_panels(gate_up.layout) || n_ff % panel_rows != 0) {
     backend::matmul_silu_stacked(x, gate_up, wide, out);
     return;
   }
-  const auto* gate = gate_up.data_as<uint16_t>();
-  const uint16_t* up = gate + cpu::bf16_panels_bytes(n_ff, d.n_in) / sizeof(uint16_t);
-  cpu::matmul_silu_gate(f32(x), d.n_tokens, d.n_in, gate, up, dtype::bf16, true, n_ff, f32(wide), f32(out), pool_,
-                        cpu::matmul_path::automatic, gate_up.buf, gate_up.buf);
+  const bool compact = gate_up.layout == tensor_layout::cpu_bf16_compact_panels;
+  const auto* gate = gate_up.data_as<uint8_t>();
+  const uint8_t* up =
+      compact ? cpu::compact_panel(gate, n_ff / panel_rows) : gate + cpu::bf16_panels_bytes(n_ff, d.n_in);
+  cpu::matmul_silu_gate(f32(x), d.n_tokens, d.n_in, gate, up, dtype::bf16, true, compact, n_ff, f32(wide), f32(out),
+                        pool_, cpu::matmul_path::automatic, gate_up.buf, gate_up.buf);
 }
 
 void cpu_backend::add(const tensor& a, const tensor& b, const tensor& out) {

@@ -8,6 +8,7 @@
 #include "kernels/cpu/packed_weight_cache.hpp"
 #include "util/thread_pool.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -38,8 +39,8 @@ class cpu_backend : public backend {
   bool kv_heads_outer() const override { return true; }
   tensor import_host(tensor host) override;
   /// bf16 weights are packed into tensor_layout::cpu_bf16_panels (huge-page backed) where the kernels read them
-  /// (cpu::bf16_panels_preferred: vdpbf16ps, or an AVX2 build), or mapped from the packed weight cache where it holds
-  /// them.
+  /// (cpu::bf16_panels_preferred: vdpbf16ps, or an AVX2 build), as cpu_bf16_compact_panels where the CPU reads those
+  /// (cpu::compact_panels_wanted), or mapped from the packed weight cache where it holds them.
   tensor import_linear_weight(tensor host) override;
   /// bf16 parts whose row counts (all but the last) are whole panels are packed each into its place in the stacked
   /// weight's panels, the rows never copied into a stacked row-major tensor first; others as the default.
@@ -90,11 +91,28 @@ class cpu_backend : public backend {
                 const tensor& y) override;
   void sample(const tensor& logits, std::span<const ops::sample_row> rows, std::span<ops::sample_result> out) override;
 
+  /// The bf16 weights packed so far (import_linear_weight, import_stacked_linear_weight): their bytes as packed (a
+  /// compact weight about 3/4 of its bf16 bytes, plain panels a little more where rows or inputs are padded) and as
+  /// row-major bf16.
+  struct packed_bytes {
+    size_t packed = 0;
+    size_t bf16 = 0;
+  };
+  packed_bytes packed_weight_bytes() const { return {packed_bytes_.load(), packed_bf16_bytes_.load()}; }
+
  private:
   thread_pool pool_;
   std::shared_ptr<packed_weight_cache> weight_cache_;
-  /// `parts` (packs_in_place) packed into one tensor_layout::cpu_bf16_panels weight, each part into its panels.
+  bool compact_panels_;  // packs bf16 weights as cpu_bf16_compact_panels (cpu::compact_panels_wanted)
+  std::atomic<size_t> packed_bytes_{0}, packed_bf16_bytes_{0};  // packed_weight_bytes
+  /// `parts` (packs_in_place) packed into one tensor_layout::cpu_bf16_panels weight (each part into its panels), or
+  /// cpu_bf16_compact_panels where compact_panels_.
   tensor packed_panels(std::span<const tensor> parts);
+  /// `packed`, its bytes added to packed_weight_bytes.
+  tensor counted(tensor packed);
+  /// The compact panels of `parts`, stored in the packed weight cache under `key` where it takes them.
+  std::shared_ptr<buffer> compact_packed(std::span<const tensor> parts, const util::digest128& key,
+                                         std::vector<file_origin> sources, bool parts_populated);
   /// paged_attention and paged_attention_partial (lse null for the former) after their checks.
   void attend(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale, int64_t window,
               const tensor& out, int64_t n_head, float* lse, const cpu::decode_rope_write* rope_write = nullptr);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/compact_panels.hpp"
 #include "kernels/cpu/home_streams.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
 #include "kernels/cpu/read_ahead.hpp"
@@ -997,6 +998,8 @@ bool use_bf16_dot() { return have_bf16_dot_kernels() && bf16_kernel_choice.load(
 void check_packed(const matmul_target& t) {
   ACTORLLM_CHECK(!t.packed || (t.wtype == dtype::bf16 && (have_bf16_dot_kernels() || fma_bf16_panels)),
                  "matmul: packed weights are bf16 and need this build's vdpbf16ps or AVX2 kernels");
+  ACTORLLM_CHECK(!t.compact || (t.packed && have_compact_panel_kernels()),
+                 "matmul: compact panels are packed weights and need this build's AVX512-VBMI kernels");
 }
 
 void check_dims(int64_t n_tokens, int64_t n_in, int64_t n_out) {
@@ -1066,7 +1069,7 @@ void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<cons
     size_t n = 0;
     for (const matmul_target& t : targets)
       if (t.wtype == type && t.n_out > 0)
-        group[n++] = fma_target{t.w, t.n_out, t.bias, t.y, t.packed, t.owner};
+        group[n++] = fma_target{t.w, t.n_out, t.bias, t.y, t.packed, t.owner};  // never compact (check_packed)
     if (n != 0)
       matmul_fma(type == dtype::bf16 ? rounded_to_bf16(x, n_tokens * n_in) : x, n_tokens, n_in,
                  std::span{group.data(), n}, type, pool, path);
@@ -1074,12 +1077,12 @@ void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<cons
 }
 
 void matmul_silu_gate(const float* x, int64_t n_tokens, int64_t n_in, const void* w_gate, const void* w_up, dtype wtype,
-                      bool packed, int64_t n_ff, float* up_scratch, float* out, thread_pool& pool, matmul_path path,
-                      std::shared_ptr<const void> gate_owner, std::shared_ptr<const void> up_owner) {
+                      bool packed, bool compact, int64_t n_ff, float* up_scratch, float* out, thread_pool& pool,
+                      matmul_path path, std::shared_ptr<const void> gate_owner, std::shared_ptr<const void> up_owner) {
   check_dims(n_tokens, n_in, n_ff);
   const std::array<matmul_target, 2> targets{
-      matmul_target{w_gate, wtype, n_ff, nullptr, out, packed, std::move(gate_owner)},
-      matmul_target{w_up, wtype, n_ff, nullptr, up_scratch, packed, std::move(up_owner)}};
+      matmul_target{w_gate, wtype, n_ff, nullptr, out, packed, std::move(gate_owner), compact},
+      matmul_target{w_up, wtype, n_ff, nullptr, up_scratch, packed, std::move(up_owner), compact}};
   check_packed(targets[0]);
   if (n_tokens == 0 || n_ff == 0)
     return;

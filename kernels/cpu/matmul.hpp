@@ -57,6 +57,8 @@ struct matmul_target {
   /// still be reading w after the call returned (thread_pool::parallel_for_takeover). Without, the call waits for
   /// every thread, and w need only live as long as the call.
   std::shared_ptr<const void> owner = nullptr;
+  /// w (packed) is in tensor_layout::cpu_bf16_compact_panels (compact_panels.hpp), where have_compact_panel_kernels().
+  bool compact = false;
 };
 
 /// The version of tensor_layout::cpu_bf16_panels' byte layout: changed whenever pack_bf16_panels writes other bytes
@@ -67,6 +69,9 @@ inline constexpr uint32_t bf16_panels_format = 1;
 size_t bf16_panels_bytes(int64_t n_out, int64_t n_in);
 /// Writes w (bf16 [n_out, n_in], row-major) into `out` (bf16_panels_bytes) in tensor_layout::cpu_bf16_panels.
 void pack_bf16_panels(const uint16_t* w, int64_t n_out, int64_t n_in, uint16_t* out, thread_pool& pool);
+/// Writes panel p (rows [32 p, 32 p + 32)) of w (bf16 [n_out, n_in], row-major) into `panel` (bf16_panels_bytes(32,
+/// n_in) bytes), as pack_bf16_panels does.
+void pack_one_bf16_panel(const uint16_t* w, int64_t n_out, int64_t n_in, int64_t p, uint16_t* panel);
 /// Whether bf16 Linear weights are worth packing here: this build and CPU run the vdpbf16ps kernels, or this is an AVX2
 /// build (no AVX-512), and set_bf16_kernels has not asked for the FMA ones. Packed weights run on vdpbf16ps where
 /// the CPU has it, else on the AVX2 FMA kernels (matmul.cpp: x rounded to bf16, the products summed in f32).
@@ -93,12 +98,12 @@ void matmul_group(const float* x, int64_t n_tokens, int64_t n_in, std::span<cons
                   thread_pool& pool, matmul_path path = matmul_path::automatic);
 
 /// The SwiGLU up-projection: out = silu(x w_gate^T) * (x w_up^T), both weights [n_ff, n_in] of type wtype (both packed
-/// or neither). up_scratch:
+/// or neither; `compact`: packed as compact panels). up_scratch:
 /// f32 [n_tokens, n_ff], overwritten; out: f32 [n_tokens, n_ff], apart from x and up_scratch. With bf16 weights on an
 /// AVX512-BF16 CPU gate and up rows are read side by side in one parallel region. gate_owner and up_owner keep the
 /// weights alive, as matmul_target::owner does.
 void matmul_silu_gate(const float* x, int64_t n_tokens, int64_t n_in, const void* w_gate, const void* w_up, dtype wtype,
-                      bool packed, int64_t n_ff, float* up_scratch, float* out, thread_pool& pool,
+                      bool packed, bool compact, int64_t n_ff, float* up_scratch, float* out, thread_pool& pool,
                       matmul_path path = matmul_path::automatic, std::shared_ptr<const void> gate_owner = {},
                       std::shared_ptr<const void> up_owner = {});
 

@@ -25,6 +25,7 @@
 
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/amx_bf16.hpp"
+#include "kernels/cpu/compact_panels.hpp"
 #include "kernels/cpu/home_streams.hpp"
 #include "kernels/cpu/read_ahead.hpp"
 #include "kernels/cpu/simd.hpp"
@@ -74,31 +75,32 @@ void pack_bf16_panel_avx2(const uint16_t* w, int64_t n_in, int64_t n_out, int64_
 }  // namespace
 #endif
 
+void pack_one_bf16_panel(const uint16_t* w, int64_t n_out, int64_t n_in, int64_t p, uint16_t* panel) {
+  const int64_t k_pad = panel_k_pad(n_in);
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  // 16 x 32 transposes in registers: packing is most of a CPU model's start-up, and the scalar loop below is ~10x
+  // slower (two bytes at a time, each 64 bytes from the last).
+  pack_bf16_panel(w, n_in, n_out, p * panel_rows, k_pad, reinterpret_cast<uint32_t*>(panel));
+#elif defined(ACTORLLM_SIMD_AVX2)
+  pack_bf16_panel_avx2(w, n_in, n_out, p * panel_rows, k_pad, reinterpret_cast<uint32_t*>(panel));
+#else
+  // Row by row: each source row is read once, in order; its pairs land 32 pairs apart in the panel.
+  for (int64_t r = 0; r < panel_rows; ++r) {
+    const int64_t row = p * panel_rows + r;
+    for (int64_t k = 0; k < k_pad; ++k) {
+      const uint16_t v = row < n_out && k < n_in ? w[row * n_in + k] : uint16_t{0};
+      panel[((k / 2) * panel_rows + r) * 2 + (k % 2)] = v;
+    }
+  }
+#endif
+}
+
 void pack_bf16_panels(const uint16_t* w, int64_t n_out, int64_t n_in, uint16_t* out, thread_pool& pool) {
   const int64_t k_pad = panel_k_pad(n_in);
   const int64_t n_panels = (n_out + panel_rows - 1) / panel_rows;
   pool.parallel_for(n_panels, [&](int64_t p_begin, int64_t p_end) {
-    for (int64_t p = p_begin; p < p_end; ++p) {
-      uint16_t* panel = out + p * panel_rows * k_pad;
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-      // 16 x 32 transposes in registers: packing is most of a CPU model's start-up, and the scalar loop below is
-      // ~10x slower (two bytes at a time, each 64 bytes from the last).
-      pack_bf16_panel(w, n_in, n_out, p * panel_rows, k_pad, reinterpret_cast<uint32_t*>(panel));
-      continue;
-#elif defined(ACTORLLM_SIMD_AVX2)
-      pack_bf16_panel_avx2(w, n_in, n_out, p * panel_rows, k_pad, reinterpret_cast<uint32_t*>(panel));
-      continue;
-#endif
-
-      // Row by row: each source row is read once, in order; its pairs land 32 pairs apart in the panel.
-      for (int64_t r = 0; r < panel_rows; ++r) {
-        const int64_t row = p * panel_rows + r;
-        for (int64_t k = 0; k < k_pad; ++k) {
-          const uint16_t v = row < n_out && k < n_in ? w[row * n_in + k] : uint16_t{0};
-          panel[((k / 2) * panel_rows + r) * 2 + (k % 2)] = v;
-        }
-      }
-    }
+    for (int64_t p = p_begin; p < p_end; ++p)
+      pack_one_bf16_panel(w, n_out, n_in, p, out + p * panel_rows * k_pad);
   });
 }
 
@@ -140,6 +142,13 @@ struct target_view {
   const float* bias;
   float* y;
   bool packed;
+  bool compact = false;     // packed as compact panels (compact_panels.hpp)
+  size_t panel_stride = 0;  // bytes from one panel to the next, when packed
+
+  // Where panel p starts (packed).
+  const uint8_t* panel(int64_t p) const {
+    return reinterpret_cast<const uint8_t*>(w) + static_cast<size_t>(p) * panel_stride;
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -325,8 +334,9 @@ struct gemm_tile_args {
   int64_t k_pad;
   float* y;  // token row 0 of the tile, column o0
   int64_t ldy;
-  int n_valid;        // outputs of the panel that exist
-  const float* bias;  // 32 values (padded), or null
+  int n_valid;                       // outputs of the panel that exist
+  const float* bias;                 // 32 values (padded), or null
+  const uint8_t* compact = nullptr;  // the panel in compact form (then `panel` is unused), streamed decode only
 };
 
 // Writes a tile's M x 32 sums (plus the bias) to its outputs, masked to the panel's valid outputs.
@@ -406,6 +416,69 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
     float* g = gate.y + t * gate.n_out + o0;
     silu_mul(g, up.y + t * up.n_out + o0, n_valid, g);
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Compact panels (compact_panels.hpp): each step's 64 bf16 values rebuilt from their low bytes and 4-bit codes of the
+// high bytes, exactly. Needs AVX512-VBMI (vpermb, vpexpandb).
+#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+constexpr bool compact_kernels = true;
+
+// The panel's table of high bytes in each 128-bit lane: vpermb reads entry (code & 15) whatever the code byte's bits
+// 4-5.
+inline __m512i compact_table(const uint8_t* panel) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(panel)));
+}
+
+// Step h (0 or 1) of a block whose 64 code bytes are `codes`: the two vectors of 32 bf16 values of the plain step. An
+// escaped value's high byte comes from `exceptions`, which moves past those it used.
+inline void compact_step(const uint8_t* block, __m512i codes, int h, __m512i table, const uint8_t*& exceptions,
+                         __m512bh& b0, __m512bh& b1) {
+  const __m512i code = h == 0 ? codes : _mm512_srli_epi16(codes, 4);  // the step's code in each byte's low nibble
+  __m512i hi = _mm512_permutexvar_epi8(code, table);
+  const __mmask64 escaped = _mm512_testn_epi8_mask(code, _mm512_set1_epi8(0x0f));
+  if (escaped != 0) [[unlikely]] {
+    hi = _mm512_mask_expandloadu_epi8(hi, escaped, exceptions);
+    exceptions += __builtin_popcountll(escaped);
+  }
+  const __m512i lo = _mm512_loadu_si512(block + h * 64);
+  b0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi));
+  b1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
+}
+
+// Where a compact panel's exceptions start (after its header and k_pad / 4 blocks).
+inline const uint8_t* compact_exceptions(const uint8_t* panel, int64_t k_pad) {
+  return panel + compact_header_bytes + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
+}
+
+// The plain panel ([k_pad / 2][32] pairs) of a compact one, for the GEMMs, which read each panel many times.
+void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+  const __m512i table = compact_table(panel);
+  const uint8_t* exceptions = compact_exceptions(panel, k_pad);
+  const uint8_t* block = panel + compact_header_bytes;
+  for (int64_t b = 0; b < k_pad / 4; ++b, block += compact_block_bytes, plain += 2 * gemm_nr) {
+    const __m512i codes = _mm512_loadu_si512(block + 128);
+    for (int h = 0; h < 2; ++h) {
+      __m512bh b0, b1;
+      compact_step(block, codes, h, table, exceptions, b0, b1);
+      _mm512_storeu_si512(plain + h * gemm_nr, reinterpret_cast<__m512i>(b0));
+      _mm512_storeu_si512(plain + h * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
+    }
+  }
+}
+#else
+constexpr bool compact_kernels = false;
+void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+  expand_compact_panel_reference(panel, k_pad, plain);
+}
+#endif
+
+// A packed panel as the GEMMs read it: in place when plain, else expanded into `buffer` (k_pad / 2 x 32 pairs).
+const uint32_t* plain_panel(const target_view& tv, int64_t p, int64_t k_pad, uint32_t* buffer) {
+  if (!tv.compact)
+    return reinterpret_cast<const uint32_t*>(tv.panel(p));
+  expand_compact_panel(tv.panel(p), k_pad, buffer);
+  return buffer;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -502,6 +575,59 @@ void stream_tiles(const gemm_tile_args* t) {
     store_tile<M>(t[s], acc0[s], acc1[s]);
 }
 
+#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+// stream_tiles on compact panels: the same sums in the same order, from 96 bytes a step instead of 128. Each block of
+// two steps asks for the next block's three lines.
+template <int M, int S>
+void stream_compact_tiles(const gemm_tile_args* t) {
+  __m512 acc0[S][M], acc1[S][M];
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < M; ++m) {
+      acc0[s][m] = _mm512_setzero_ps();
+      acc1[s][m] = _mm512_setzero_ps();
+    }
+  const uint8_t* block[S];
+  const uint8_t* exceptions[S];
+  __m512i table[S];
+  for (int s = 0; s < S; ++s) {
+    block[s] = t[s].compact + compact_header_bytes;
+    exceptions[s] = compact_exceptions(t[s].compact, t[0].k_pad);
+    table[s] = compact_table(t[s].compact);
+  }
+  const int64_t n_blocks = t[0].k_pad / 4;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m512i codes[S];
+    for (int s = 0; s < S; ++s) {
+      _mm_prefetch(reinterpret_cast<const char*>(block[s] + compact_block_bytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(block[s] + compact_block_bytes + 64), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(block[s] + compact_block_bytes + 128), _MM_HINT_T0);
+      codes[s] = _mm512_loadu_si512(block[s] + 128);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const int64_t kp = 2 * b + h;
+      __m512bh av[M];
+      for (int m = 0; m < M; ++m) {
+        int32_t pair;
+        std::memcpy(&pair, t[0].a + m * t[0].lda + 2 * kp, sizeof pair);
+        av[m] = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+      }
+      for (int s = 0; s < S; ++s) {
+        __m512bh b0, b1;
+        compact_step(block[s], codes[s], h, table[s], exceptions[s], b0, b1);
+        for (int m = 0; m < M; ++m) {
+          acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av[m], b0);
+          acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av[m], b1);
+        }
+      }
+    }
+    for (int s = 0; s < S; ++s)
+      block[s] += compact_block_bytes;
+  }
+  for (int s = 0; s < S; ++s)
+    store_tile<M>(t[s], acc0[s], acc1[s]);
+}
+#endif
+
 using stream_fn = void (*)(const gemm_tile_args*);
 
 // Entry (M - 1) * max_streams + (S - 1); M * 2 * S accumulators and 2 * S panel vectors must fit 32 registers, so the
@@ -511,10 +637,27 @@ constexpr std::array<stream_fn, sizeof...(I)> stream_fn_table(std::index_sequenc
   return {&stream_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1>...};
 }
 
-// Walks `count` tiles of m token rows each (1 to max_streams, side by side) with stream_tiles.
+#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+template <size_t... I>
+constexpr std::array<stream_fn, sizeof...(I)> stream_compact_fn_table(std::index_sequence<I...>) {
+  return {&stream_compact_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1>...};
+}
+#endif
+
+// Walks `count` tiles of m token rows each (1 to max_streams, side by side) with stream_tiles, or
+// stream_compact_tiles where they are compact (all or none).
 void walk_side_by_side(const gemm_tile_args* tiles, int m, int count) {
+  const auto entry = static_cast<size_t>((m - 1) * max_streams + (count - 1));
+#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+  if (tiles[0].compact != nullptr) {
+    static constexpr auto compact_table =
+        stream_compact_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
+    compact_table[entry](tiles);
+    return;
+  }
+#endif
   static constexpr auto table = stream_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
-  table[static_cast<size_t>((m - 1) * max_streams + (count - 1))](tiles);
+  table[entry](tiles);
 }
 
 // Stream s of `streams` over n tiles starts at this tile: contiguous runs of near-equal length (they differ by at most
@@ -649,20 +792,19 @@ class streamed_panel_work final : public takeover_work {
 
  private:
   size_t parts() const { return gated_ ? 2 : 1; }
-  size_t panel_bytes() const { return static_cast<size_t>(c_.k_pad) * gemm_nr * sizeof(uint16_t); }
+  size_t panel_bytes() const { return targets_[0].panel_stride; }
   // Units read side by side: a gated unit is two panels (gate and up), each a stream of its own.
   int streams_in_units() const { return std::max(1, streams_for(c_.n_tokens) / static_cast<int>(parts())); }
   int64_t unit_of(int64_t item) const { return homes_ ? homes_->unit_of(item) : item; }
-  const uint32_t* panel_of(int64_t u, size_t part) const {
+  const uint8_t* panel_of(int64_t u, size_t part) const {
     const size_t i = units_.target_of(u, 0);
     const target_view& tv = targets_[gated_ ? part : i];
-    return reinterpret_cast<const uint32_t*>(tv.w) + (u - units_.begin[i]) * (c_.k_pad / 2) * gemm_nr;
+    return tv.panel(u - units_.begin[i]);
   }
 
   // The tiles of units [u_begin, u_end), in the order compute() walks them, their sums to `scratch`.
   size_t grain_tiles(int64_t u_begin, int64_t u_end, float* scratch,
                      std::array<gemm_tile_args, 2 * streamed_max_grain>& tiles) const {
-    const int64_t n_kp = c_.k_pad / 2;
     size_t n_tiles = 0, i = 0;
     for (int64_t item = u_begin; item < u_end; ++item) {
       const int64_t u = unit_of(item);
@@ -672,12 +814,13 @@ class streamed_panel_work final : public takeover_work {
         const target_view& tv = targets_[gated_ ? part : i];
         tiles[n_tiles] = {.a = c_.xb,
                           .lda = c_.ld,
-                          .panel = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr,
+                          .panel = reinterpret_cast<const uint32_t*>(tv.panel(p)),
                           .k_pad = c_.k_pad,
                           .y = scratch == nullptr ? nullptr : scratch + tile_offset(n_tiles),
                           .ldy = gemm_nr,
                           .n_valid = gemm_nr,  // the panel's rows past n_out are zeros
-                          .bias = nullptr};    // added at commit
+                          .bias = nullptr,     // added at commit
+                          .compact = tv.compact ? tv.panel(p) : nullptr};
         ++n_tiles;
       }
     }
@@ -766,7 +909,7 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
     thread_local std::vector<uint32_t> packed_panels;
     thread_local std::vector<float> sums;
-    if (!packed)
+    if (!packed || targets[0].compact)
       packed_panels.resize(static_cast<size_t>(amx_group_panels * n_kp * gemm_nr));
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, c.n_tokens - t0);
@@ -784,12 +927,12 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
           const int64_t p = u - units.begin[i];
           for (size_t part = 0; part < per_unit; ++part, ++n_panels) {
             const target_view& tv = targets[gated ? part : i];
+            uint32_t* buffer = packed_panels.data() + static_cast<size_t>(n_panels * n_kp * gemm_nr);
             if (packed) {
-              panels[n_panels] = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr;
+              panels[n_panels] = plain_panel(tv, p, c.k_pad, buffer);
             } else {
-              uint32_t* dst = packed_panels.data() + static_cast<size_t>(n_panels * n_kp * gemm_nr);
-              pack_panel(tv.w, c.n_in, tv.n_out, p * gemm_nr, c.k_pad, dst);
-              panels[n_panels] = dst;
+              pack_panel(tv.w, c.n_in, tv.n_out, p * gemm_nr, c.k_pad, buffer);
+              panels[n_panels] = buffer;
             }
             panel_target[n_panels] = &tv;
             panel_o0[n_panels] = p * gemm_nr;
@@ -822,12 +965,13 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
   const size_t per_unit = gated ? 2 : 1;
   const bool packed = targets[0].packed;
   const int64_t n_kp = c.k_pad / 2;
-  const bool stream = packed && c.n_tokens <= packed_stream_max_tokens;
+  // A compact panel is expanded into L1/L2 first, and read from there.
+  const bool stream = packed && !targets[0].compact && c.n_tokens <= packed_stream_max_tokens;
   const int64_t chunk = stream ? c.n_tokens : panel_tc;
   const auto& table = stream ? stream_table : chunk_table;
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
     thread_local std::vector<uint32_t> packed_panel;
-    if (!packed)
+    if (!packed || targets[0].compact)
       packed_panel.resize(static_cast<size_t>(n_kp * gemm_nr));
     alignas(64) float bias_pad[gemm_nr];
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
@@ -842,7 +986,7 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
           const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
           const uint32_t* panel = nullptr;
           if (packed) {
-            panel = reinterpret_cast<const uint32_t*>(tv.w) + p * n_kp * gemm_nr;
+            panel = plain_panel(tv, p, c.k_pad, packed_panel.data());
           } else {
             pack_panel(tv.w, c.n_in, tv.n_out, o0, c.k_pad, packed_panel.data());
             panel = packed_panel.data();
@@ -865,6 +1009,8 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
 }  // namespace
 
 bool have_bf16_dot_kernels() { return true; }
+
+bool have_compact_panel_kernels() { return compact_kernels; }
 
 void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
   round_rows(x, n_tokens, n_in, xb, k_pad, ld);
@@ -903,8 +1049,17 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
   for (size_t i = 0; i < targets.size(); ++i) {
     ACTORLLM_CHECK(targets[i].wtype == dtype::bf16, "matmul_bf16_dot: bf16 weights only");
     ACTORLLM_CHECK(targets[i].packed == targets[0].packed, "matmul_bf16_dot: packed and row-major weights mixed");
-    views[i] = target_view{static_cast<const uint16_t*>(targets[i].w), targets[i].n_out, targets[i].bias, targets[i].y,
-                           targets[i].packed};
+    ACTORLLM_CHECK(targets[i].compact == targets[0].compact && (!targets[i].compact || targets[i].packed),
+                   "matmul_bf16_dot: compact and plain panels mixed");
+    const int64_t k_pad = (n_in + k_step - 1) / k_step * k_step;
+    views[i] = target_view{static_cast<const uint16_t*>(targets[i].w),
+                           targets[i].n_out,
+                           targets[i].bias,
+                           targets[i].y,
+                           targets[i].packed,
+                           targets[i].compact,
+                           targets[i].compact ? compact_panel_stride(targets[i].w)
+                                              : static_cast<size_t>(k_pad) * gemm_nr * sizeof(uint16_t)};
   }
   const std::span<const target_view> tv{views.data(), targets.size()};
   if (targets[0].packed && n_tokens <= streamed_max_tokens) {
@@ -945,6 +1100,8 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
 #else
 
 bool have_bf16_dot_kernels() { return false; }
+
+bool have_compact_panel_kernels() { return false; }
 
 void matmul_bf16_dot(const float*, int64_t, int64_t, std::span<const matmul_target>, bool, thread_pool&, matmul_path) {
   ACTORLLM_CHECK(false, "matmul_bf16_dot: this build has no AVX512-BF16 kernels");

@@ -215,6 +215,9 @@ std::shared_ptr<buffer> packed_weight_cache::find(const util::digest128& key, si
     ++misses_;
     return nullptr;
   }
+  if (bytes == any_size)  // as the entry says; its trailer and digest still check every byte of it
+    bytes = static_cast<uint64_t>(st.st_size) > sizeof(trailer) ? static_cast<size_t>(st.st_size) - sizeof(trailer)
+                                                                : size_t{1};  // too short: damaged below
   auto damaged = [&](std::string_view what) -> std::shared_ptr<buffer> {
     log::warning(where, "{}: {}; removed, the weight is packed again", path.string(), what);
     std::error_code ec;

@@ -47,9 +47,12 @@ class packed_weight_cache {
   /// packed_weight_cache_config::from_environment does).
   static std::shared_ptr<packed_weight_cache> from_environment();
 
+  /// `find`'s size for bytes whose size the key does not fix (compact panels: it follows from the weights' values).
+  static constexpr size_t any_size = static_cast<size_t>(-1);
   /// The bytes stored under `key`, mapped read-only (the mapping is the buffer), when an entry exists with exactly
-  /// `bytes` bytes whose digest checks out; else null. A damaged entry is removed (with a warning). Its 2 MiB blocks
-  /// that the page cache holds in small pages are read again into huge ones first (util/huge_file_pages.hpp).
+  /// `bytes` bytes (any_size: as many as it holds) whose digest checks out; else null. A damaged entry is removed (with
+  /// a warning). Its 2 MiB blocks that the page cache holds in small pages are read again into huge ones first
+  /// (util/huge_file_pages.hpp).
   std::shared_ptr<buffer> find(const util::digest128& key, size_t bytes, thread_pool& pool);
 
   /// An entry being written: memory to pack `bytes` bytes into, backed by a temporary file in the cache (page cache,

@@ -13,6 +13,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/amx_bf16.hpp"
+#include "kernels/cpu/compact_panels.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
 
@@ -27,7 +28,8 @@ struct shape {
 // How a bf16 weight is run (other types: always `fma`). dot_rows and dot_packed run the best kernels (AMX tiles for
 // 5 tokens and more where the process may use them); dot_packed_no_amx vdpbf16ps alone on packed panels; fma_packed
 // the AVX2 build's FMA kernels on packed panels.
-enum class bf16_variant { fma, dot_rows, dot_packed, dot_packed_no_amx, fma_packed };
+// dot_compact: the best kernels on compact panels (kernels/cpu/compact_panels.hpp), where the build reads them.
+enum class bf16_variant { fma, dot_rows, dot_packed, dot_packed_no_amx, fma_packed, dot_compact };
 
 // Whether this build reads packed panels on its FMA kernels (AVX2, no AVX512-BF16).
 bool fma_reads_panels() { return !cpu::have_bf16_dot_kernels() && cpu::bf16_panels_preferred(); }
@@ -38,13 +40,17 @@ std::vector<bf16_variant> variants_for(dtype wt) {
     return {bf16_variant::fma, bf16_variant::fma_packed};
   if (wt != dtype::bf16 || !cpu::have_bf16_dot_kernels())
     return {bf16_variant::fma};
+  std::vector<bf16_variant> v{bf16_variant::fma, bf16_variant::dot_rows, bf16_variant::dot_packed};
   if (cpu::amx_bf16_usable())
-    return {bf16_variant::fma, bf16_variant::dot_rows, bf16_variant::dot_packed, bf16_variant::dot_packed_no_amx};
-  return {bf16_variant::fma, bf16_variant::dot_rows, bf16_variant::dot_packed};
+    v.push_back(bf16_variant::dot_packed_no_amx);
+  if (cpu::have_compact_panel_kernels())
+    v.push_back(bf16_variant::dot_compact);
+  return v;
 }
 
 bool is_packed(bf16_variant v) {
-  return v == bf16_variant::dot_packed || v == bf16_variant::dot_packed_no_amx || v == bf16_variant::fma_packed;
+  return v == bf16_variant::dot_packed || v == bf16_variant::dot_packed_no_amx || v == bf16_variant::fma_packed ||
+         v == bf16_variant::dot_compact;
 }
 
 // The weight as the variant reads it: packed panels for dot_packed, else as is.
@@ -52,6 +58,13 @@ std::vector<uint8_t> weight_for(const std::vector<uint8_t>& w, int64_t n_out, in
                                 thread_pool& pool) {
   if (!is_packed(v))
     return w;
+  if (v == bf16_variant::dot_compact) {
+    const cpu::bf16_rows rows{reinterpret_cast<const uint16_t*>(w.data()), n_out};
+    const cpu::compact_panels_plan plan = cpu::plan_compact_panels({&rows, 1}, n_in, pool);
+    std::vector<uint8_t> compact(plan.bytes());
+    cpu::write_compact_panels(plan, {&rows, 1}, compact.data(), pool);
+    return compact;
+  }
   std::vector<uint8_t> packed(cpu::bf16_panels_bytes(n_out, n_in));
   cpu::pack_bf16_panels(reinterpret_cast<const uint16_t*>(w.data()), n_out, n_in,
                         reinterpret_cast<uint16_t*>(packed.data()), pool);
@@ -111,7 +124,8 @@ void check_matmul(const shape& s, dtype wt, bool with_bias, cpu::matmul_path pat
     // Sentinels after the output catch writes past [n_tokens, n_out].
     const size_t n_y = static_cast<size_t>(s.n_tokens * s.n_out);
     std::vector<float> y(n_y + 37, -777.0f);
-    const cpu::matmul_target target{wv.data(), wt, s.n_out, with_bias ? bias.data() : nullptr, y.data(), is_packed(v)};
+    const cpu::matmul_target target{wv.data(), wt,           s.n_out, with_bias ? bias.data() : nullptr,
+                                    y.data(),  is_packed(v), nullptr, v == bf16_variant::dot_compact};
     cpu::matmul_group(x.data(), s.n_tokens, s.n_in, std::span{&target, 1}, pool, path);
     std::string what = "matmul " + std::to_string(s.n_tokens) + "x" + std::to_string(s.n_in) + " -> " +
                        std::to_string(s.n_out) + " " + std::string(dtype_name(wt)) + (with_bias ? " +bias" : "") +
@@ -382,7 +396,8 @@ TEST_CASE("matmul at a Llama-like shape matches float64 on sampled outputs") {
         const variant_scope scope(v);
         const std::vector<uint8_t> wv = weight_for(w, n_out, n_in, v, pool);
         std::vector<float> y(static_cast<size_t>(n_tokens * n_out));
-        const cpu::matmul_target target{wv.data(), wt, n_out, nullptr, y.data(), is_packed(v)};
+        const cpu::matmul_target target{wv.data(), wt,           n_out,   nullptr,
+                                        y.data(),  is_packed(v), nullptr, v == bf16_variant::dot_compact};
         cpu::matmul_group(x.data(), n_tokens, n_in, std::span{&target, 1}, pool);
         test::data_rng pick(7);
         for (int k = 0; k < 200; ++k) {
@@ -423,8 +438,8 @@ TEST_CASE("matmul_group runs q/k/v-like targets in one call, each as its own mat
           y.emplace_back(static_cast<size_t>(n_tokens * n_outs[i]), -777.0f);
         }
         for (size_t i = 0; i < n_outs.size(); ++i)
-          targets.push_back(
-              {wv[i].data(), wt, n_outs[i], i % 2 == 0 ? bias[i].data() : nullptr, y[i].data(), is_packed(v)});
+          targets.push_back({wv[i].data(), wt, n_outs[i], i % 2 == 0 ? bias[i].data() : nullptr, y[i].data(),
+                             is_packed(v), nullptr, v == bf16_variant::dot_compact});
         cpu::matmul_group(x.data(), n_tokens, n_in, targets, pool);
         for (size_t i = 0; i < n_outs.size(); ++i) {
           std::vector<double> ref, tol;
@@ -502,8 +517,8 @@ TEST_CASE("matmul_silu_gate equals silu(x gate^T) * (x up^T) on every path [asan
           const variant_scope scope(v);
           const auto wgv = weight_for(wg, n_ff, n_in, v, pool), wuv = weight_for(wu, n_ff, n_in, v, pool);
           std::vector<float> up(static_cast<size_t>(n_tokens * n_ff)), out(up.size() + 19, -777.0f);
-          cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wgv.data(), wuv.data(), wt, is_packed(v), n_ff, up.data(),
-                                out.data(), pool, path);
+          cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wgv.data(), wuv.data(), wt, is_packed(v),
+                                v == bf16_variant::dot_compact, n_ff, up.data(), out.data(), pool, path);
           const std::string what = "silu gate " + std::string(dtype_name(wt)) + " tokens " + std::to_string(n_tokens) +
                                    " path " + std::to_string(static_cast<int>(path)) + " variant " +
                                    std::to_string(static_cast<int>(v));
@@ -599,7 +614,7 @@ TEST_CASE("packed bf16 decode streams match float64 over several grains, targets
       const auto wgv = weight_for(wg, n_ff, n_in, bf16_variant::dot_packed, pool);
       const auto wuv = weight_for(wu, n_ff, n_in, bf16_variant::dot_packed, pool);
       std::vector<float> up(static_cast<size_t>(n_tokens * n_ff)), out(up.size() + 19, -777.0f);
-      cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wgv.data(), wuv.data(), dtype::bf16, true, n_ff, up.data(),
+      cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wgv.data(), wuv.data(), dtype::bf16, true, false, n_ff, up.data(),
                             out.data(), pool, cpu::matmul_path::automatic);
       test::check_close(out.data(), ref.data(), ref.size(), tol.data(), 0.0, 1e-6,
                         "streamed gate tokens " + std::to_string(n_tokens) + " threads " + std::to_string(threads));
@@ -608,8 +623,9 @@ TEST_CASE("packed bf16 decode streams match float64 over several grains, targets
       std::vector<float> up_owned(up.size()), out_owned(out.size(), -777.0f);
       const auto wg_owned = std::make_shared<const std::vector<uint8_t>>(wgv);
       const auto wu_owned = std::make_shared<const std::vector<uint8_t>>(wuv);
-      cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wg_owned->data(), wu_owned->data(), dtype::bf16, true, n_ff,
-                            up_owned.data(), out_owned.data(), pool, cpu::matmul_path::automatic, wg_owned, wu_owned);
+      cpu::matmul_silu_gate(x.data(), n_tokens, n_in, wg_owned->data(), wu_owned->data(), dtype::bf16, true, false,
+                            n_ff, up_owned.data(), out_owned.data(), pool, cpu::matmul_path::automatic, wg_owned,
+                            wu_owned);
       REQUIRE(std::memcmp(out_owned.data(), out.data(), out.size() * sizeof(float)) == 0);
     }
   }

@@ -2,6 +2,7 @@
 // its settings read from the environment, and the CPU backend mapping packed weights from it (by file and place, or
 // by bytes) with exactly the bytes packing gives.
 #include "kernels/cpu/packed_weight_cache.hpp"
+#include "kernels/cpu/compact_panels.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_quantized.hpp"
@@ -338,10 +339,17 @@ tensor bf16_weight(int64_t rows, int64_t n_in, uint64_t seed, std::optional<file
   return t;
 }
 
+// The same packed weight: plain panels, or compact ones (where this CPU reads those) of the same stride.
 bool same_packed(const tensor& a, const tensor& b) {
-  const size_t n = cpu::bf16_panels_bytes(a.dim(0), a.dim(1));
-  return a.layout == tensor_layout::cpu_bf16_panels && b.layout == tensor_layout::cpu_bf16_panels &&
-         a.dim(0) == b.dim(0) && std::memcmp(a.data(), b.data(), n) == 0;
+  if (a.layout != b.layout || a.dim(0) != b.dim(0))
+    return false;
+  if (a.layout == tensor_layout::cpu_bf16_panels)
+    return std::memcmp(a.data(), b.data(), cpu::bf16_panels_bytes(a.dim(0), a.dim(1))) == 0;
+  if (a.layout != tensor_layout::cpu_bf16_compact_panels ||
+      cpu::compact_panel_stride(a.data()) != cpu::compact_panel_stride(b.data()))
+    return false;
+  const size_t n = cpu::compact_panel_stride(a.data()) * static_cast<size_t>((a.dim(0) + 31) / 32);
+  return a.buf->size() >= n && b.buf->size() >= n && std::memcmp(a.data(), b.data(), n) == 0;
 }
 
 }  // namespace

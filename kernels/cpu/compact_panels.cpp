@@ -1,0 +1,207 @@
+#include "kernels/cpu/compact_panels.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu/matmul.hpp"
+#include "util/check.hpp"
+#include "util/thread_pool.hpp"
+
+namespace actorllm::cpu {
+
+namespace {
+
+constexpr int64_t panel_rows = 32;
+constexpr int step_values = 64;  // bf16 values of one plain step: 32 outputs x 2 inputs
+constexpr size_t table_entries = 16;
+
+constexpr std::array<uint8_t, step_values> positions() {
+  std::array<uint8_t, step_values> p{};
+  for (int v = 0; v < step_values; ++v) {
+    const int w = v % 32;  // the value's place in its vector of 32 (v < 32: the first)
+    p[static_cast<size_t>(v)] = static_cast<uint8_t>(16 * (w / 8) + (v < 32 ? 0 : 8) + w % 8);
+  }
+  return p;
+}
+constexpr std::array<uint8_t, step_values> position_of = positions();
+
+constexpr std::array<uint8_t, step_values> values_at() {
+  std::array<uint8_t, step_values> v{};
+  for (int i = 0; i < step_values; ++i)
+    v[position_of[static_cast<size_t>(i)]] = static_cast<uint8_t>(i);
+  return v;
+}
+constexpr std::array<uint8_t, step_values> value_at = values_at();  // position -> value
+
+// The panel's coding: the 15 most frequent high bytes (ties to the smaller byte) get codes 1-15 in that order.
+struct panel_code {
+  std::array<uint8_t, table_entries> table{};  // code -> high byte
+  std::array<uint8_t, 256> code_of{};          // high byte -> code (0: an exception)
+  int64_t exceptions = 0;
+};
+
+panel_code code_for(const uint16_t* plain, int64_t n_values) {
+  std::array<int64_t, 256> count{};
+  for (int64_t i = 0; i < n_values; ++i)
+    ++count[plain[i] >> 8];
+  std::array<uint8_t, 256> order{};
+  std::iota(order.begin(), order.end(), uint8_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](uint8_t a, uint8_t b) { return count[a] > count[b]; });
+  panel_code pc;
+  int64_t covered = 0;
+  for (size_t c = 1; c < table_entries; ++c) {
+    const uint8_t hi = order[c - 1];
+    if (count[hi] == 0)
+      break;
+    pc.table[c] = hi;
+    pc.code_of[hi] = static_cast<uint8_t>(c);
+    covered += count[hi];
+  }
+  pc.exceptions = n_values - covered;
+  return pc;
+}
+
+int64_t steps_of(int64_t k_pad) { return k_pad / 2; }
+int64_t values_of(int64_t k_pad) { return steps_of(k_pad) * step_values; }
+size_t fixed_bytes(int64_t k_pad) {
+  return compact_header_bytes + static_cast<size_t>(steps_of(k_pad) / 2) * compact_block_bytes;
+}
+
+// Panel g of the stacked parts, packed plain into `plain` (k_pad / 2 x 32 pairs).
+void plain_panel(std::span<const bf16_rows> parts, int64_t n_in, int64_t g, uint16_t* plain) {
+  int64_t first = 0;  // the part's first panel
+  for (const bf16_rows& part : parts) {
+    const int64_t n_panels = (part.n_rows + panel_rows - 1) / panel_rows;
+    if (g < first + n_panels) {
+      pack_one_bf16_panel(part.w, part.n_rows, n_in, g - first, plain);
+      return;
+    }
+    first += n_panels;
+  }
+  ACTORLLM_CHECK(false, "compact panels: a panel past the parts");
+}
+
+}  // namespace
+
+int compact_position(int v) { return position_of[static_cast<size_t>(v)]; }
+
+bool compact_panels_wanted() {
+  const char* v = std::getenv("ACTORLLM_COMPACT_PANELS");
+  if (v == nullptr || std::string_view(v) == "on")
+    return have_compact_panel_kernels();
+  if (std::string_view(v) == "off")
+    return false;
+  throw std::invalid_argument(std::string("ACTORLLM_COMPACT_PANELS: \"") + v +
+                              "\" is not \"on\" or \"off\" (compact bf16 panels where the CPU reads them, or plain)");
+}
+
+int64_t compact_panel_exceptions(const uint32_t* plain, int64_t k_pad) {
+  return code_for(reinterpret_cast<const uint16_t*>(plain), values_of(k_pad)).exceptions;
+}
+
+int64_t compact_panel_from_plain(const uint32_t* plain_pairs, int64_t k_pad, size_t stride, uint8_t* out) {
+  ACTORLLM_CHECK(k_pad % 32 == 0, "compact panels: k_pad must be a multiple of 32");
+  const auto* plain = reinterpret_cast<const uint16_t*>(plain_pairs);
+  const panel_code pc = code_for(plain, values_of(k_pad));
+  const size_t fixed = fixed_bytes(k_pad);
+  if (fixed + static_cast<size_t>(pc.exceptions) > stride)
+    throw std::logic_error("compact panels: the panel has " + std::to_string(pc.exceptions) +
+                           " exceptions, more than its stride of " + std::to_string(stride) + " bytes holds");
+  std::memset(out, 0, stride);
+  std::memcpy(out, pc.table.data(), table_entries);
+  const auto stride64 = static_cast<uint64_t>(stride);
+  const auto exceptions64 = static_cast<uint64_t>(pc.exceptions);
+  std::memcpy(out + 16, &stride64, sizeof stride64);
+  std::memcpy(out + 24, &exceptions64, sizeof exceptions64);
+  uint8_t* exceptions = out + fixed;
+  const int64_t n_steps = steps_of(k_pad);
+  for (int64_t s = 0; s < n_steps; ++s) {
+    uint8_t* block = out + compact_header_bytes + static_cast<size_t>(s / 2) * compact_block_bytes;
+    const int shift = s % 2 == 0 ? 0 : 4;
+    uint8_t* lo = block + (s % 2) * step_values;
+    uint8_t* codes = block + 2 * step_values;
+    const uint16_t* values = plain + s * step_values;
+    for (int pos = 0; pos < step_values; ++pos) {  // byte order, so the exceptions come in the kernels' order
+      const uint16_t v = values[value_at[static_cast<size_t>(pos)]];
+      lo[pos] = static_cast<uint8_t>(v & 0xff);
+      const uint8_t code = pc.code_of[v >> 8];
+      codes[pos] = static_cast<uint8_t>(codes[pos] | (code << shift));
+      if (code == 0)
+        *exceptions++ = static_cast<uint8_t>(v >> 8);
+    }
+  }
+  return pc.exceptions;
+}
+
+size_t compact_panel_stride(const void* compact) {
+  uint64_t stride = 0;
+  std::memcpy(&stride, static_cast<const uint8_t*>(compact) + 16, sizeof stride);
+  return static_cast<size_t>(stride);
+}
+
+void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_t* plain_pairs) {
+  auto* plain = reinterpret_cast<uint16_t*>(plain_pairs);
+  const uint8_t* table = panel;
+  const uint8_t* exceptions = panel + fixed_bytes(k_pad);
+  const int64_t n_steps = steps_of(k_pad);
+  for (int64_t s = 0; s < n_steps; ++s) {
+    const uint8_t* block = panel + compact_header_bytes + static_cast<size_t>(s / 2) * compact_block_bytes;
+    const uint8_t* lo = block + (s % 2) * step_values;
+    const uint8_t* codes = block + 2 * step_values;
+    for (int pos = 0; pos < step_values; ++pos) {
+      const int code = (codes[pos] >> (s % 2 == 0 ? 0 : 4)) & 0xf;
+      const uint8_t hi = code != 0 ? table[code] : *exceptions++;
+      plain[s * step_values + value_at[static_cast<size_t>(pos)]] = static_cast<uint16_t>(hi << 8 | lo[pos]);
+    }
+  }
+}
+
+compact_panels_plan plan_compact_panels(std::span<const bf16_rows> parts, int64_t n_in, thread_pool& pool) {
+  compact_panels_plan plan;
+  plan.n_in = n_in;
+  plan.k_pad = (n_in + 31) / 32 * 32;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    ACTORLLM_CHECK(i + 1 == parts.size() || parts[i].n_rows % panel_rows == 0,
+                   "compact panels: every part but the last must be whole panels of 32 rows");
+    plan.n_rows += parts[i].n_rows;
+    plan.n_panels += (parts[i].n_rows + panel_rows - 1) / panel_rows;
+  }
+  std::vector<int64_t> exceptions(static_cast<size_t>(plan.n_panels));
+  pool.parallel_for(plan.n_panels, [&](int64_t b, int64_t e) {
+    thread_local std::vector<uint16_t> plain;
+    plain.resize(static_cast<size_t>(plan.k_pad * panel_rows));
+    for (int64_t g = b; g < e; ++g) {
+      plain_panel(parts, n_in, g, plain.data());
+      exceptions[static_cast<size_t>(g)] = code_for(plain.data(), values_of(plan.k_pad)).exceptions;
+    }
+  });
+  int64_t most = 0;
+  for (int64_t n : exceptions) {
+    most = std::max(most, n);
+    plan.exceptions += n;
+  }
+  plan.stride = fixed_bytes(plan.k_pad) + static_cast<size_t>((most + 63) / 64 * 64);
+  return plan;
+}
+
+void write_compact_panels(const compact_panels_plan& plan, std::span<const bf16_rows> parts, uint8_t* out,
+                          thread_pool& pool) {
+  pool.parallel_for(plan.n_panels, [&](int64_t b, int64_t e) {
+    thread_local std::vector<uint16_t> plain;
+    plain.resize(static_cast<size_t>(plan.k_pad * panel_rows));
+    for (int64_t g = b; g < e; ++g) {
+      plain_panel(parts, plan.n_in, g, plain.data());
+      compact_panel_from_plain(reinterpret_cast<const uint32_t*>(plain.data()), plan.k_pad, plan.stride,
+                               out + static_cast<size_t>(g) * plan.stride);
+    }
+  });
+}
+
+}  // namespace actorllm::cpu
