@@ -111,7 +111,7 @@ int64_t compact_panel_from_plain(const uint32_t* plain_pairs, int64_t k_pad, siz
   const auto* plain = reinterpret_cast<const uint16_t*>(plain_pairs);
   const panel_code pc = code_for(plain, values_of(k_pad));
   const size_t fixed = fixed_bytes(k_pad);
-  if (fixed + static_cast<size_t>(pc.exceptions) > stride)
+  if (fixed + static_cast<size_t>(pc.exceptions) + compact_exception_slack > stride)
     throw std::logic_error("compact panels: the panel has " + std::to_string(pc.exceptions) +
                            " exceptions, more than its stride of " + std::to_string(stride) + " bytes holds");
   std::memset(out, 0, stride);
@@ -187,7 +187,8 @@ compact_panels_plan plan_compact_panels(std::span<const bf16_rows> parts, int64_
     most = std::max(most, n);
     plan.exceptions += n;
   }
-  plan.stride = fixed_bytes(plan.k_pad) + static_cast<size_t>((most + 63) / 64 * 64);
+  // 64 bytes past the longest list: the kernels load the next 64 exceptions whatever is left of the list.
+  plan.stride = fixed_bytes(plan.k_pad) + static_cast<size_t>((most + 63) / 64 * 64) + compact_exception_slack;
   return plan;
 }
 

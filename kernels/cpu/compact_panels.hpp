@@ -17,10 +17,11 @@
 //   low nibble step 2b's code and the high nibble step 2b + 1's. Value v of a step (v = 2 x output + input parity,
 //   the plain panel's order) sits at byte compact_position(v) of its low bytes and of its codes: the order in which
 //   AVX-512's byte interleaves (vpunpcklbw/vpunpckhbw, per 128-bit lane) give the 64 values back as two vectors;
-// - the exceptions: the high bytes coded 0, step after step, in byte order within a step; then zeros to the stride.
+// - the exceptions: the high bytes coded 0, step after step, in byte order within a step; then zeros to the stride,
+//   at least 64 bytes of them (the kernels load the next 64 exceptions at every step).
 //
-// The stride is 64 + 96 x k_pad / 2 bytes plus the most exceptions any panel of the weight has, rounded up to 64: 75%
-// of the plain panels' bytes and a little more.
+// The stride is 64 + 96 x k_pad / 2 bytes, plus the most exceptions any panel of the weight has rounded up to 64, plus
+// 64: 75% of the plain panels' bytes and a little more.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +52,8 @@ int compact_position(int v);
 /// Header fields of a compact panel.
 inline constexpr size_t compact_header_bytes = 64;
 inline constexpr size_t compact_block_bytes = 192;  // two steps
+/// Bytes every panel holds past its exceptions (the kernels read 64 at a time).
+inline constexpr size_t compact_exception_slack = 64;
 
 /// One row-major bf16 block of a stacked weight: rows [n_rows, n_in].
 struct bf16_rows {

@@ -131,7 +131,8 @@ bool compact_entry_fits(buffer& entry, int64_t rows, int64_t n_in) {
   const size_t stride = entry.size() >= cpu::compact_header_bytes ? cpu::compact_panel_stride(entry.data()) : 0;
   const size_t fixed =
       cpu::compact_header_bytes + static_cast<size_t>((n_in + 31) / 32 * 32 / 4) * cpu::compact_block_bytes;
-  return stride >= fixed && stride % 64 == 0 && stride * static_cast<size_t>(n_panels) == entry.size();
+  return stride >= fixed + cpu::compact_exception_slack && stride % 64 == 0 &&
+         stride * static_cast<size_t>(n_panels) == entry.size();
 }
 
 // Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own

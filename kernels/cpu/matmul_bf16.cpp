@@ -304,6 +304,9 @@ void gemv(const gemv_call& c, std::span<const target_view> targets, bool gated, 
 
 constexpr int gemm_nr = 32;  // outputs per panel: two vectors
 constexpr int gemm_mr = 12;  // token rows per register tile: 24 accumulators + 2 panel vectors
+// Token rows of a compact panel's first tile (gemm_tile_compact): its step's rebuild takes registers of its own, and
+// with 12 rows GCC 12 kept the accumulators in memory.
+constexpr int compact_mr = 10;
 constexpr int64_t panel_prefetch_bytes = 1024;
 constexpr int64_t bf16_dot_gemm_min_tokens = 384;  // row-major weights: GEMV below, per-call panels from here
 
@@ -327,6 +330,78 @@ void pack_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int6
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Compact panels (compact_panels.hpp): each step's 64 bf16 values rebuilt from their low bytes and 4-bit codes of the
+// high bytes, exactly. Needs AVX512-VBMI (vpermb, vpexpandb).
+#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+constexpr bool compact_kernels = true;
+// How far ahead of a GEMM tile's step a compact panel is asked for: 8 steps, as gemm_tile asks 1 KiB of plain ones.
+constexpr int64_t compact_prefetch_bytes = 4 * compact_block_bytes;
+
+// The panel's table of high bytes in each 128-bit lane: vpermb reads entry (code & 15) whatever the code byte's bits
+// 4-5.
+inline __m512i compact_table(const uint8_t* panel) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(panel)));
+}
+
+// The 64 bf16 values of a step from its codes (each in its byte's low nibble; bits 4-5 are ignored) and low bytes: two
+// vectors of 32, in the plain panel's order. An escaped value's high byte comes from `exceptions`, which moves past
+// those it used.
+inline void compact_values(__m512i code, __m512i lo, __m512i table, const uint8_t*& exceptions, __m512bh& b0,
+                           __m512bh& b1) {
+  const __mmask64 escaped = _mm512_testn_epi8_mask(code, _mm512_set1_epi8(0x0f));
+  // No branch, and the next 64 exceptions loaded into a register (each panel holds 64 bytes past its list): with a
+  // branch to the rare exceptions (inline or to a function), or vpexpandb from memory, GCC 12 kept the kernels'
+  // accumulators in memory as well as in registers, storing each after every update.
+  const __m512i hi =
+      _mm512_mask_expand_epi8(_mm512_permutexvar_epi8(code, table), escaped, _mm512_loadu_si512(exceptions));
+  exceptions += _mm_popcnt_u64(escaped);
+  b0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi));
+  b1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
+}
+
+// Step h (0 or 1) of the block at `block`, whose 64 code bytes are `codes`.
+inline void compact_step(const uint8_t* block, __m512i codes, int h, __m512i table, const uint8_t*& exceptions,
+                         __m512bh& b0, __m512bh& b1) {
+  const __m512i code = h == 0 ? codes : _mm512_srli_epi16(codes, 4);  // the step's code in each byte's low nibble
+  compact_values(code, _mm512_loadu_si512(block + h * 64), table, exceptions, b0, b1);
+}
+
+// Where a compact panel's exceptions start (after its header and k_pad / 4 blocks).
+inline const uint8_t* compact_exceptions(const uint8_t* panel, int64_t k_pad) {
+  return panel + compact_header_bytes + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
+}
+
+// The plain panel ([k_pad / 2][32] pairs) of a compact one, for the GEMMs, which read each panel many times.
+void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+  const __m512i table = compact_table(panel);
+  const uint8_t* exceptions = compact_exceptions(panel, k_pad);
+  const uint8_t* block = panel + compact_header_bytes;
+  for (int64_t b = 0; b < k_pad / 4; ++b, block += compact_block_bytes, plain += 2 * gemm_nr) {
+    const __m512i codes = _mm512_loadu_si512(block + 128);
+    for (int h = 0; h < 2; ++h) {
+      __m512bh b0, b1;
+      compact_step(block, codes, h, table, exceptions, b0, b1);
+      _mm512_storeu_si512(plain + h * gemm_nr, reinterpret_cast<__m512i>(b0));
+      _mm512_storeu_si512(plain + h * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
+    }
+  }
+}
+#else
+constexpr bool compact_kernels = false;
+void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+  expand_compact_panel_reference(panel, k_pad, plain);
+}
+#endif
+
+// A packed panel as the GEMMs read it: in place when plain, else expanded into `buffer` (k_pad / 2 x 32 pairs).
+const uint32_t* plain_panel(const target_view& tv, int64_t p, int64_t k_pad, uint32_t* buffer) {
+  if (!tv.compact)
+    return reinterpret_cast<const uint32_t*>(tv.panel(p));
+  expand_compact_panel(tv.panel(p), k_pad, buffer);
+  return buffer;
+}
+
 struct gemm_tile_args {
   const uint16_t* a;  // token row 0 of the tile (bf16)
   int64_t lda;
@@ -341,20 +416,25 @@ struct gemm_tile_args {
 
 // Writes a tile's M x 32 sums (plus the bias) to its outputs, masked to the panel's valid outputs.
 template <int M>
-inline void store_tile(const gemm_tile_args& t, __m512* acc0, __m512* acc1) {
+inline void store_tile(const gemm_tile_args& t, const __m512* acc0, const __m512* acc1) {
   const __mmask16 m0 = t.n_valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << t.n_valid) - 1);
   const __mmask16 m1 = t.n_valid >= 32   ? __mmask16(0xffff)
                        : t.n_valid <= 16 ? __mmask16(0)
                                          : __mmask16((1u << (t.n_valid - 16)) - 1);
+  const __m512 bias0 = t.bias != nullptr ? _mm512_loadu_ps(t.bias) : _mm512_setzero_ps();
+  const __m512 bias1 = t.bias != nullptr ? _mm512_loadu_ps(t.bias + 16) : _mm512_setzero_ps();
   for (int m = 0; m < M; ++m) {
     float* out = t.y + m * t.ldy;
-    if (t.bias != nullptr) {
-      acc0[m] = _mm512_add_ps(acc0[m], _mm512_loadu_ps(t.bias));
-      acc1[m] = _mm512_add_ps(acc1[m], _mm512_loadu_ps(t.bias + 16));
-    }
-    _mm512_mask_storeu_ps(out, m0, acc0[m]);
-    _mm512_mask_storeu_ps(out + 16, m1, acc1[m]);
+    _mm512_mask_storeu_ps(out, m0, t.bias != nullptr ? _mm512_add_ps(acc0[m], bias0) : acc0[m]);
+    _mm512_mask_storeu_ps(out + 16, m1, t.bias != nullptr ? _mm512_add_ps(acc1[m], bias1) : acc1[m]);
   }
+}
+
+// One pair of bf16 activations at `pair`, broadcast to every 32-bit lane. A load of its own (vpbroadcastd): with the
+// pair memcpy'd into an int32 first, GCC 12 kept the streamed kernels' accumulators in memory as well as in registers
+// wherever their loop also prefetched or stored, storing each after every update (8 stores a step at batch 1).
+inline __m512bh broadcast_pair(const uint16_t* pair) {
+  return reinterpret_cast<__m512bh>(_mm512_broadcastd_epi32(_mm_loadu_si32(pair)));
 }
 
 // Prefetch: the panel streams from memory (a packed weight read in place), so each step asks for the lines 1 KiB
@@ -398,6 +478,55 @@ constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<
   return {&gemm_tile<static_cast<int>(I) + 1, Prefetch>...};
 }
 
+#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+// gemm_tile on a compact panel read from memory (t.compact): each step rebuilt in registers (compact_step) and also
+// written to `plain` ([k_pad / 2][32] pairs), from which the chunk's other tiles read the panel. The first tile so
+// overlaps the panel's read with its multiply-adds, as gemm_tile<M, true> does on plain panels; expanding the whole
+// panel first and then running the tiles left the read exposed: batch-32 decode 0.79x, prefill 512 0.95x of plain
+// panels (bench_cpu_decode, alternated, 2-vCPU Zen 4 VM).
+template <int M, bool Keep>
+void gemm_tile_compact(const gemm_tile_args& t, uint32_t* plain) {
+  __m512 acc0[M], acc1[M];
+  for (int m = 0; m < M; ++m) {
+    acc0[m] = _mm512_setzero_ps();
+    acc1[m] = _mm512_setzero_ps();
+  }
+  const uint8_t* block = t.compact + compact_header_bytes;
+  const uint8_t* exceptions = compact_exceptions(t.compact, t.k_pad);
+  const __m512i table = compact_table(t.compact);
+  const int64_t n_blocks = t.k_pad / 4;
+  const uint16_t* a = t.a;  // locals: the stores to `plain` could alias t's fields, which GCC then reloads each step
+  const int64_t lda = t.lda;
+  for (int64_t b = 0; b < n_blocks; ++b, block += compact_block_bytes, plain += 2 * gemm_nr) {
+    for (int line = 0; line < 3; ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(block) + compact_prefetch_bytes + 64 * line, _MM_HINT_T0);
+    const __m512i codes = _mm512_loadu_si512(block + 128);
+    for (int h = 0; h < 2; ++h) {
+      __m512bh b0, b1;
+      compact_step(block, codes, h, table, exceptions, b0, b1);
+      if constexpr (Keep) {
+        _mm512_storeu_si512(plain + h * gemm_nr, reinterpret_cast<__m512i>(b0));
+        _mm512_storeu_si512(plain + h * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
+      }
+      const int64_t kp = 2 * b + h;
+      for (int m = 0; m < M; ++m) {
+        const __m512bh av = broadcast_pair(a + m * lda + 2 * kp);
+        acc0[m] = _mm512_dpbf16_ps(acc0[m], av, b0);
+        acc1[m] = _mm512_dpbf16_ps(acc1[m], av, b1);
+      }
+    }
+  }
+  store_tile<M>(t, acc0, acc1);
+}
+
+using gemm_tile_compact_fn = void (*)(const gemm_tile_args&, uint32_t*);
+
+template <bool Keep, size_t... I>
+constexpr std::array<gemm_tile_compact_fn, sizeof...(I)> gemm_compact_table(std::index_sequence<I...>) {
+  return {&gemm_tile_compact<static_cast<int>(I) + 1, Keep>...};
+}
+#endif
+
 // The panel's 32 bias values at outputs [o0, o0 + 32) of tv, zero past n_valid, in `pad`; null when tv has no bias.
 const float* padded_bias(const target_view& tv, int64_t o0, int n_valid, float* pad) {
   if (tv.bias == nullptr)
@@ -416,69 +545,6 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
     float* g = gate.y + t * gate.n_out + o0;
     silu_mul(g, up.y + t * up.n_out + o0, n_valid, g);
   }
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Compact panels (compact_panels.hpp): each step's 64 bf16 values rebuilt from their low bytes and 4-bit codes of the
-// high bytes, exactly. Needs AVX512-VBMI (vpermb, vpexpandb).
-#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
-constexpr bool compact_kernels = true;
-
-// The panel's table of high bytes in each 128-bit lane: vpermb reads entry (code & 15) whatever the code byte's bits
-// 4-5.
-inline __m512i compact_table(const uint8_t* panel) {
-  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(panel)));
-}
-
-// Step h (0 or 1) of a block whose 64 code bytes are `codes`: the two vectors of 32 bf16 values of the plain step. An
-// escaped value's high byte comes from `exceptions`, which moves past those it used.
-inline void compact_step(const uint8_t* block, __m512i codes, int h, __m512i table, const uint8_t*& exceptions,
-                         __m512bh& b0, __m512bh& b1) {
-  const __m512i code = h == 0 ? codes : _mm512_srli_epi16(codes, 4);  // the step's code in each byte's low nibble
-  __m512i hi = _mm512_permutexvar_epi8(code, table);
-  const __mmask64 escaped = _mm512_testn_epi8_mask(code, _mm512_set1_epi8(0x0f));
-  if (escaped != 0) [[unlikely]] {
-    hi = _mm512_mask_expandloadu_epi8(hi, escaped, exceptions);
-    exceptions += __builtin_popcountll(escaped);
-  }
-  const __m512i lo = _mm512_loadu_si512(block + h * 64);
-  b0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi));
-  b1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
-}
-
-// Where a compact panel's exceptions start (after its header and k_pad / 4 blocks).
-inline const uint8_t* compact_exceptions(const uint8_t* panel, int64_t k_pad) {
-  return panel + compact_header_bytes + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
-}
-
-// The plain panel ([k_pad / 2][32] pairs) of a compact one, for the GEMMs, which read each panel many times.
-void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
-  const __m512i table = compact_table(panel);
-  const uint8_t* exceptions = compact_exceptions(panel, k_pad);
-  const uint8_t* block = panel + compact_header_bytes;
-  for (int64_t b = 0; b < k_pad / 4; ++b, block += compact_block_bytes, plain += 2 * gemm_nr) {
-    const __m512i codes = _mm512_loadu_si512(block + 128);
-    for (int h = 0; h < 2; ++h) {
-      __m512bh b0, b1;
-      compact_step(block, codes, h, table, exceptions, b0, b1);
-      _mm512_storeu_si512(plain + h * gemm_nr, reinterpret_cast<__m512i>(b0));
-      _mm512_storeu_si512(plain + h * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
-    }
-  }
-}
-#else
-constexpr bool compact_kernels = false;
-void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
-  expand_compact_panel_reference(panel, k_pad, plain);
-}
-#endif
-
-// A packed panel as the GEMMs read it: in place when plain, else expanded into `buffer` (k_pad / 2 x 32 pairs).
-const uint32_t* plain_panel(const target_view& tv, int64_t p, int64_t k_pad, uint32_t* buffer) {
-  if (!tv.compact)
-    return reinterpret_cast<const uint32_t*>(tv.panel(p));
-  expand_compact_panel(tv.panel(p), k_pad, buffer);
-  return buffer;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -562,9 +628,7 @@ void stream_tiles(const gemm_tile_args* t) {
       p[s] += gemm_nr;
     }
     for (int m = 0; m < M; ++m) {
-      int32_t pair;
-      std::memcpy(&pair, t[0].a + m * t[0].lda + 2 * kp, sizeof pair);
-      const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+      const __m512bh av = broadcast_pair(t[0].a + m * t[0].lda + 2 * kp);
       for (int s = 0; s < S; ++s) {
         acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av, b0[s]);
         acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av, b1[s]);
@@ -576,8 +640,8 @@ void stream_tiles(const gemm_tile_args* t) {
 }
 
 #if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
-// stream_tiles on compact panels: the same sums in the same order, from 96 bytes a step instead of 128. Each block of
-// two steps asks for the next block's three lines.
+// stream_tiles on compact panels: the same sums in the same order, from 96 bytes a step instead of 128. Each step asks
+// for two lines of the next block (its codes, and the low bytes of the step's half).
 template <int M, int S>
 void stream_compact_tiles(const gemm_tile_args* t) {
   __m512 acc0[S][M], acc1[S][M];
@@ -586,42 +650,36 @@ void stream_compact_tiles(const gemm_tile_args* t) {
       acc0[s][m] = _mm512_setzero_ps();
       acc1[s][m] = _mm512_setzero_ps();
     }
-  const uint8_t* block[S];
+  const uint8_t* blocks[S];
   const uint8_t* exceptions[S];
   __m512i table[S];
   for (int s = 0; s < S; ++s) {
-    block[s] = t[s].compact + compact_header_bytes;
+    blocks[s] = t[s].compact + compact_header_bytes;
     exceptions[s] = compact_exceptions(t[s].compact, t[0].k_pad);
     table[s] = compact_table(t[s].compact);
   }
-  const int64_t n_blocks = t[0].k_pad / 4;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    __m512i codes[S];
+  // One step a turn of the loop (an inner loop over a block's two steps made GCC 12 store the accumulators each turn).
+  const int64_t n_kp = t[0].k_pad / 2;
+  for (int64_t kp = 0; kp < n_kp; ++kp) {
+    const int64_t half = kp & 1;
+    const size_t block = static_cast<size_t>(kp >> 1) * compact_block_bytes;
+    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(half) * 4);
+    __m512bh av[M];
+    for (int m = 0; m < M; ++m)
+      av[m] = broadcast_pair(t[0].a + m * t[0].lda + 2 * kp);
     for (int s = 0; s < S; ++s) {
-      _mm_prefetch(reinterpret_cast<const char*>(block[s] + compact_block_bytes), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(block[s] + compact_block_bytes + 64), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(block[s] + compact_block_bytes + 128), _MM_HINT_T0);
-      codes[s] = _mm512_loadu_si512(block[s] + 128);
-    }
-    for (int h = 0; h < 2; ++h) {
-      const int64_t kp = 2 * b + h;
-      __m512bh av[M];
+      const uint8_t* at = blocks[s] + block;
+      // The next block's lines: its codes and, over the two steps, both halves of its low bytes.
+      _mm_prefetch(reinterpret_cast<const char*>(at + compact_block_bytes + 64 * half), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(at + compact_block_bytes + 128), _MM_HINT_T0);
+      const __m512i code = _mm512_srl_epi16(_mm512_loadu_si512(at + 128), shift);
+      __m512bh b0, b1;
+      compact_values(code, _mm512_loadu_si512(at + 64 * half), table[s], exceptions[s], b0, b1);
       for (int m = 0; m < M; ++m) {
-        int32_t pair;
-        std::memcpy(&pair, t[0].a + m * t[0].lda + 2 * kp, sizeof pair);
-        av[m] = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-      }
-      for (int s = 0; s < S; ++s) {
-        __m512bh b0, b1;
-        compact_step(block[s], codes[s], h, table[s], exceptions[s], b0, b1);
-        for (int m = 0; m < M; ++m) {
-          acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av[m], b0);
-          acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av[m], b1);
-        }
+        acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av[m], b0);
+        acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av[m], b1);
       }
     }
-    for (int s = 0; s < S; ++s)
-      block[s] += compact_block_bytes;
   }
   for (int s = 0; s < S; ++s)
     store_tile<M>(t[s], acc0[s], acc1[s]);
@@ -953,6 +1011,23 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
   });
 }
 
+// The first tile of a compact panel (gemm_tile_compact with m rows), which also rebuilds the panel into `plain` when
+// other tiles follow (`keep`).
+void run_compact_tile(const gemm_tile_args& args, int m, uint32_t* plain, bool keep) {
+#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+  static constexpr auto keeping = gemm_compact_table<true>(std::make_index_sequence<compact_mr>{});
+  static constexpr auto alone = gemm_compact_table<false>(std::make_index_sequence<compact_mr>{});
+  (keep ? keeping : alone)[static_cast<size_t>(m - 1)](args, plain);
+#else
+  (void)keep;
+  expand_compact_panel(args.compact, args.k_pad, plain);  // never called: no compact weights without these kernels
+  gemm_tile_args from_plain = args;
+  from_plain.panel = plain;
+  static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
+  table[static_cast<size_t>(m - 1)](from_plain);
+#endif
+}
+
 void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
   if (use_amx()) {
     amx_panel_matmul(c, targets, gated, pool);
@@ -965,8 +1040,9 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
   const size_t per_unit = gated ? 2 : 1;
   const bool packed = targets[0].packed;
   const int64_t n_kp = c.k_pad / 2;
-  // A compact panel is expanded into L1/L2 first, and read from there.
-  const bool stream = packed && !targets[0].compact && c.n_tokens <= packed_stream_max_tokens;
+  // A compact panel's first tile rebuilds it into L1/L2 as it streams it (gemm_tile_compact); the others read that.
+  const bool compact = targets[0].compact;
+  const bool stream = packed && !compact && c.n_tokens <= packed_stream_max_tokens;
   const int64_t chunk = stream ? c.n_tokens : panel_tc;
   const auto& table = stream ? stream_table : chunk_table;
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
@@ -985,18 +1061,29 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
           const target_view& tv = targets[gated ? part : i];
           const int n_valid = static_cast<int>(std::min<int64_t>(gemm_nr, tv.n_out - o0));
           const uint32_t* panel = nullptr;
-          if (packed) {
-            panel = plain_panel(tv, p, c.k_pad, packed_panel.data());
+          if (compact) {
+            panel = packed_panel.data();  // written by the first tile
+          } else if (packed) {
+            panel = reinterpret_cast<const uint32_t*>(tv.panel(p));
           } else {
             pack_panel(tv.w, c.n_in, tv.n_out, o0, c.k_pad, packed_panel.data());
             panel = packed_panel.data();
           }
           const float* tile_bias = padded_bias(tv, o0, n_valid, bias_pad);
-          for (int64_t m0 = t0; m0 < t0 + tc; m0 += gemm_mr) {
-            const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, t0 + tc - m0));
-            const gemm_tile_args args{c.xb + m0 * c.ld,          c.ld,     panel,   c.k_pad,
-                                      tv.y + m0 * tv.n_out + o0, tv.n_out, n_valid, tile_bias};
-            table[static_cast<size_t>(mm - 1)](args);
+          for (int64_t m0 = t0; m0 < t0 + tc;) {
+            // A compact panel's first tile rebuilds it from memory in registers, and writes it out where other tiles
+            // follow (at 8 tokens, writing it anyway cost 25%).
+            const bool rebuild = compact && m0 == t0;
+            const int mm = static_cast<int>(std::min<int64_t>(rebuild ? compact_mr : gemm_mr, t0 + tc - m0));
+            gemm_tile_args args{c.xb + m0 * c.ld,          c.ld,     panel,   c.k_pad,
+                                tv.y + m0 * tv.n_out + o0, tv.n_out, n_valid, tile_bias};
+            if (rebuild) {
+              args.compact = tv.panel(p);
+              run_compact_tile(args, mm, packed_panel.data(), m0 + mm < t0 + tc);
+            } else {
+              table[static_cast<size_t>(mm - 1)](args);
+            }
+            m0 += mm;
           }
         }
         if (gated)  // gate and up complete for this chunk: combine while warm

@@ -137,7 +137,8 @@ TEST_CASE("compact panels: every bit of the plain panels back, with few, many or
     const std::vector<uint16_t> w(static_cast<size_t>(64 * 96), uint16_t{0x3c00});
     const compacted c = compact({w}, {64}, 96, pool);
     CHECK(c.plan.exceptions == 0);
-    CHECK(c.plan.stride == cpu::compact_header_bytes + 96 / 4 * cpu::compact_block_bytes);
+    CHECK(c.plan.stride ==
+          cpu::compact_header_bytes + 96 / 4 * cpu::compact_block_bytes + cpu::compact_exception_slack);
     check_round_trip(c, plain_panels({w}, {64}, 96), 96);
   }
   SUBCASE("stacked parts: each part's panels in turn, one stride") {
@@ -159,7 +160,7 @@ TEST_CASE("compact panels: a stride too small for a panel's exceptions is refuse
   const int64_t exceptions = cpu::compact_panel_exceptions(pairs, k_pad_of(n_in));
   REQUIRE(exceptions > 0);
   const size_t fixed = cpu::compact_header_bytes + static_cast<size_t>(k_pad_of(n_in) / 4) * cpu::compact_block_bytes;
-  std::vector<uint8_t> out(fixed + static_cast<size_t>(exceptions));
+  std::vector<uint8_t> out(fixed + static_cast<size_t>(exceptions) + cpu::compact_exception_slack);
   CHECK_THROWS_AS(cpu::compact_panel_from_plain(pairs, k_pad_of(n_in), out.size() - 1, out.data()), std::logic_error);
   CHECK(cpu::compact_panel_from_plain(pairs, k_pad_of(n_in), out.size(), out.data()) == exceptions);
 
