@@ -80,9 +80,6 @@ panel_code code_for(const uint16_t* plain, int64_t n_values) {
 
 int64_t steps_of(int64_t k_pad) { return k_pad / 2; }
 int64_t values_of(int64_t k_pad) { return steps_of(k_pad) * step_values; }
-size_t fixed_bytes(int64_t k_pad) {
-  return compact_header_bytes + static_cast<size_t>(steps_of(k_pad) / 2) * compact_block_bytes;
-}
 
 #if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
 // The steps of one panel encoded with AVX-512 (as compact_panel_from_plain's loop does, ~10x faster: start-up packs
@@ -160,7 +157,7 @@ int64_t compact_panel_from_plain(const uint32_t* plain_pairs, int64_t k_pad, siz
   ACTORLLM_CHECK(k_pad % 32 == 0, "compact panels: k_pad must be a multiple of 32");
   const auto* plain = reinterpret_cast<const uint16_t*>(plain_pairs);
   const panel_code pc = code_for(plain, values_of(k_pad));
-  const size_t fixed = fixed_bytes(k_pad);
+  const size_t fixed = compact_exceptions_offset(k_pad);
   if (fixed + static_cast<size_t>(pc.exceptions) + compact_exception_slack > stride)
     throw std::logic_error("compact panels: the panel has " + std::to_string(pc.exceptions) +
                            " exceptions, more than its stride of " + std::to_string(stride) + " bytes holds");
@@ -203,7 +200,7 @@ size_t compact_panel_stride(const void* compact) {
 void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_t* plain_pairs) {
   auto* plain = reinterpret_cast<uint16_t*>(plain_pairs);
   const uint8_t* table = panel;
-  const uint8_t* exceptions = panel + fixed_bytes(k_pad);
+  const uint8_t* exceptions = panel + compact_exceptions_offset(k_pad);
   const int64_t n_steps = steps_of(k_pad);
   for (int64_t s = 0; s < n_steps; ++s) {
     const uint8_t* block = panel + compact_header_bytes + static_cast<size_t>(s / 2) * compact_block_bytes;
@@ -242,7 +239,8 @@ compact_panels_plan plan_compact_panels(std::span<const bf16_rows> parts, int64_
     plan.exceptions += n;
   }
   // 64 bytes past the longest list: the kernels load the next 64 exceptions whatever is left of the list.
-  plan.stride = fixed_bytes(plan.k_pad) + static_cast<size_t>((most + 63) / 64 * 64) + compact_exception_slack;
+  plan.stride =
+      compact_exceptions_offset(plan.k_pad) + static_cast<size_t>((most + 63) / 64 * 64) + compact_exception_slack;
   return plan;
 }
 

@@ -54,6 +54,10 @@ inline constexpr size_t compact_header_bytes = 64;
 inline constexpr size_t compact_block_bytes = 192;  // two steps
 /// Bytes every panel holds past its exceptions (the kernels read 64 at a time).
 inline constexpr size_t compact_exception_slack = 64;
+/// Where a compact panel's exceptions start: after its header and its k_pad / 4 blocks.
+inline constexpr size_t compact_exceptions_offset(int64_t k_pad) {
+  return compact_header_bytes + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
+}
 
 /// One row-major bf16 block of a stacked weight: rows [n_rows, n_in].
 struct bf16_rows {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 namespace actorllm::cpu {
 namespace {
@@ -129,10 +130,8 @@ constexpr uint64_t plain_panels_tag = 6, compact_panels_tag = 7;
 bool compact_entry_fits(buffer& entry, int64_t rows, int64_t n_in) {
   const int64_t n_panels = (rows + panel_rows - 1) / panel_rows;
   const size_t stride = entry.size() >= cpu::compact_header_bytes ? cpu::compact_panel_stride(entry.data()) : 0;
-  const size_t fixed =
-      cpu::compact_header_bytes + static_cast<size_t>((n_in + 31) / 32 * 32 / 4) * cpu::compact_block_bytes;
-  return stride >= fixed + cpu::compact_exception_slack && stride % 64 == 0 &&
-         stride * static_cast<size_t>(n_panels) == entry.size();
+  return stride >= cpu::compact_exceptions_offset((n_in + 31) / 32 * 32) + cpu::compact_exception_slack &&
+         stride % 64 == 0 && stride * static_cast<size_t>(n_panels) == entry.size();
 }
 
 // Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own
@@ -159,7 +158,7 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
   for (const tensor& p : parts)
     rows += p.shape[0];
   // Compact panels' size follows from the weights' values (their exceptions): known once the parts are read.
-  const size_t bytes = compact_panels_ ? packed_weight_cache::any_size : cpu::bf16_panels_bytes(rows, n_in);
+  size_t bytes = compact_panels_ ? packed_weight_cache::any_size : cpu::bf16_panels_bytes(rows, n_in);
   tensor packed;
   packed.type = dtype::bf16;
   packed.shape = tensor_shape{rows, n_in};
@@ -213,44 +212,34 @@ tensor cpu_backend::packed_panels(std::span<const tensor> parts) {
                    packed.shape.to_string());
     }
   }
-  if (compact_panels_) {
-    packed.buf = compact_packed(parts, key, std::move(sources), parts_populated);
-    return packed;
+  if (!parts_populated)
+    for (const tensor& p : parts)
+      util::populate_for_reading(p.data(), p.nbytes());
+  std::vector<cpu::bf16_rows> blocks;
+  for (const tensor& p : parts)
+    blocks.push_back({p.data_as<uint16_t>(), p.shape[0]});
+  std::optional<cpu::compact_panels_plan> plan;
+  if (compact_panels_) {  // the size, from a first read of the parts
+    plan = cpu::plan_compact_panels(blocks, n_in, pool_);
+    bytes = plan->bytes();
   }
   // Packed straight into a new cache entry's pages where the cache takes it, else into memory of its own.
   std::unique_ptr<packed_weight_cache::pending_entry> entry =
       weight_cache_ != nullptr ? weight_cache_->begin_store(key, bytes, std::move(sources)) : nullptr;
   const std::shared_ptr<host_buffer> own = entry == nullptr ? host_buffer::allocate_huge(bytes) : nullptr;
-  auto* out = reinterpret_cast<uint16_t*>(entry != nullptr ? entry->data() : static_cast<std::byte*>(own->data()));
-  for (const tensor& p : parts) {
-    if (!parts_populated)
-      util::populate_for_reading(p.data(), p.nbytes());
-    // Every part before it is whole panels, so its panels are the stacked weight's from its first row on.
-    cpu::pack_bf16_panels(p.data_as<uint16_t>(), p.shape[0], n_in, out, pool_);
-    out += cpu::bf16_panels_bytes(p.shape[0], n_in) / sizeof(uint16_t);
+  auto* out = entry != nullptr ? entry->data() : static_cast<std::byte*>(own->data());
+  if (plan) {
+    cpu::write_compact_panels(*plan, blocks, reinterpret_cast<uint8_t*>(out), pool_);
+  } else {
+    auto* panels = reinterpret_cast<uint16_t*>(out);
+    for (const cpu::bf16_rows& part : blocks) {
+      // Every part before it is whole panels, so its panels are the stacked weight's from its first row on.
+      cpu::pack_bf16_panels(part.w, part.n_rows, n_in, panels, pool_);
+      panels += cpu::bf16_panels_bytes(part.n_rows, n_in) / sizeof(uint16_t);
+    }
   }
   packed.buf = entry != nullptr ? entry->commit(pool_) : own;
   return packed;
-}
-
-std::shared_ptr<buffer> cpu_backend::compact_packed(std::span<const tensor> parts, const util::digest128& key,
-                                                    std::vector<file_origin> sources, bool parts_populated) {
-  std::vector<cpu::bf16_rows> rows;
-  for (const tensor& p : parts) {
-    if (!parts_populated)
-      util::populate_for_reading(p.data(), p.nbytes());
-    rows.push_back({p.data_as<uint16_t>(), p.shape[0]});
-  }
-  const int64_t n_in = parts.front().shape[1];
-  const cpu::compact_panels_plan plan = cpu::plan_compact_panels(rows, n_in, pool_);
-  std::unique_ptr<packed_weight_cache::pending_entry> entry =
-      weight_cache_ != nullptr ? weight_cache_->begin_store(key, plan.bytes(), std::move(sources)) : nullptr;
-  const std::shared_ptr<host_buffer> own = entry == nullptr ? host_buffer::allocate_huge(plan.bytes()) : nullptr;
-  auto* out = reinterpret_cast<uint8_t*>(entry != nullptr ? entry->data() : static_cast<std::byte*>(own->data()));
-  cpu::write_compact_panels(plan, rows, out, pool_);
-  if (entry != nullptr)
-    return entry->commit(pool_);
-  return own;
 }
 
 tensor cpu_backend::import_linear_weight(tensor host) {

@@ -110,9 +110,6 @@ class cpu_backend : public backend {
   tensor packed_panels(std::span<const tensor> parts);
   /// `packed`, its bytes added to packed_weight_bytes.
   tensor counted(tensor packed);
-  /// The compact panels of `parts`, stored in the packed weight cache under `key` where it takes them.
-  std::shared_ptr<buffer> compact_packed(std::span<const tensor> parts, const util::digest128& key,
-                                         std::vector<file_origin> sources, bool parts_populated);
   /// paged_attention and paged_attention_partial (lse null for the former) after their checks.
   void attend(const tensor& q, const attention_batch& batch, const kv_layer& cache, float scale, int64_t window,
               const tensor& out, int64_t n_head, float* lse, const cpu::decode_rope_write* rope_write = nullptr);

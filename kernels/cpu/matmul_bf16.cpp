@@ -304,8 +304,8 @@ void gemv(const gemv_call& c, std::span<const target_view> targets, bool gated, 
 
 constexpr int gemm_nr = 32;  // outputs per panel: two vectors
 constexpr int gemm_mr = 12;  // token rows per register tile: 24 accumulators + 2 panel vectors
-// Token rows of a compact panel's first tile (gemm_tile_compact): its step's rebuild takes registers of its own, and
-// with 12 rows GCC 12 kept the accumulators in memory.
+// Token rows of a compact panel's first tile (gemm_tile_compact), whose step's rebuild takes registers of its own: 12
+// rows measured the same as 10 (16 and 32 tokens, alternated), and 10 leave GCC room.
 constexpr int compact_mr = 10;
 constexpr int64_t panel_prefetch_bytes = 1024;
 constexpr int64_t bf16_dot_gemm_min_tokens = 384;  // row-major weights: GEMV below, per-call panels from here
@@ -367,9 +367,8 @@ inline void compact_step(const uint8_t* block, __m512i codes, int h, __m512i tab
   compact_values(code, _mm512_loadu_si512(block + h * 64), table, exceptions, b0, b1);
 }
 
-// Where a compact panel's exceptions start (after its header and k_pad / 4 blocks).
 inline const uint8_t* compact_exceptions(const uint8_t* panel, int64_t k_pad) {
-  return panel + compact_header_bytes + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
+  return panel + compact_exceptions_offset(k_pad);
 }
 
 // The plain panel ([k_pad / 2][32] pairs) of a compact one, for the GEMMs, which read each panel many times.
@@ -411,7 +410,7 @@ struct gemm_tile_args {
   int64_t ldy;
   int n_valid;                       // outputs of the panel that exist
   const float* bias;                 // 32 values (padded), or null
-  const uint8_t* compact = nullptr;  // the panel in compact form (then `panel` is unused), streamed decode only
+  const uint8_t* compact = nullptr;  // the panel in compact form (streamed decode, a GEMM's first tile)
 };
 
 // Writes a tile's M x 32 sums (plus the bias) to its outputs, masked to the panel's valid outputs.
@@ -479,9 +478,9 @@ constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<
 }
 
 #if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
-// gemm_tile on a compact panel read from memory (t.compact): each step rebuilt in registers (compact_step) and also
-// written to `plain` ([k_pad / 2][32] pairs), from which the chunk's other tiles read the panel. The first tile so
-// overlaps the panel's read with its multiply-adds, as gemm_tile<M, true> does on plain panels; expanding the whole
+// gemm_tile on a compact panel read from memory (t.compact): each step rebuilt in registers (compact_step) and, where
+// `Keep`, written to `plain` ([k_pad / 2][32] pairs), from which the chunk's other tiles read the panel. The first tile
+// so overlaps the panel's read with its multiply-adds, as gemm_tile<M, true> does on plain panels; expanding the whole
 // panel first and then running the tiles left the read exposed: batch-32 decode 0.79x, prefill 512 0.95x of plain
 // panels (bench_cpu_decode, alternated, 2-vCPU Zen 4 VM).
 template <int M, bool Keep>
@@ -1019,12 +1018,8 @@ void run_compact_tile(const gemm_tile_args& args, int m, uint32_t* plain, bool k
   static constexpr auto alone = gemm_compact_table<false>(std::make_index_sequence<compact_mr>{});
   (keep ? keeping : alone)[static_cast<size_t>(m - 1)](args, plain);
 #else
-  (void)keep;
-  expand_compact_panel(args.compact, args.k_pad, plain);  // never called: no compact weights without these kernels
-  gemm_tile_args from_plain = args;
-  from_plain.panel = plain;
-  static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
-  table[static_cast<size_t>(m - 1)](from_plain);
+  (void)args, (void)m, (void)plain, (void)keep;
+  ACTORLLM_CHECK(false, "compact panels: this build has no compact-panel kernels (check_packed refuses them)");
 #endif
 }
 
@@ -1047,7 +1042,7 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
   const auto& table = stream ? stream_table : chunk_table;
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
     thread_local std::vector<uint32_t> packed_panel;
-    if (!packed || targets[0].compact)
+    if (!packed || compact)
       packed_panel.resize(static_cast<size_t>(n_kp * gemm_nr));
     alignas(64) float bias_pad[gemm_nr];
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {

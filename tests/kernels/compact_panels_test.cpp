@@ -159,7 +159,7 @@ TEST_CASE("compact panels: a stride too small for a panel's exceptions is refuse
   const auto* pairs = reinterpret_cast<const uint32_t*>(plain.data());
   const int64_t exceptions = cpu::compact_panel_exceptions(pairs, k_pad_of(n_in));
   REQUIRE(exceptions > 0);
-  const size_t fixed = cpu::compact_header_bytes + static_cast<size_t>(k_pad_of(n_in) / 4) * cpu::compact_block_bytes;
+  const size_t fixed = cpu::compact_exceptions_offset(k_pad_of(n_in));
   std::vector<uint8_t> out(fixed + static_cast<size_t>(exceptions) + cpu::compact_exception_slack);
   CHECK_THROWS_AS(cpu::compact_panel_from_plain(pairs, k_pad_of(n_in), out.size() - 1, out.data()), std::logic_error);
   CHECK(cpu::compact_panel_from_plain(pairs, k_pad_of(n_in), out.size(), out.data()) == exceptions);
@@ -262,8 +262,7 @@ TEST_CASE("compact panels: a damaged exception list changes the sums (the kernel
   cpu::matmul_group(x.data(), 1, n_in, {&t, 1}, pool);
   std::vector<uint8_t> damaged = c.bytes;
   // The first exception's high byte made 0x40 (a value of 2 to 4, never among a weight like this one's codes).
-  uint8_t& first =
-      damaged[cpu::compact_header_bytes + static_cast<size_t>(k_pad_of(n_in) / 4) * cpu::compact_block_bytes];
+  uint8_t& first = damaged[cpu::compact_exceptions_offset(k_pad_of(n_in))];
   REQUIRE(first != 0x40);
   first = 0x40;
   const cpu::matmul_target td{damaged.data(), dtype::bf16, n_out, nullptr, y_damaged.data(), true, nullptr, true};
