@@ -24,9 +24,11 @@
 // 64: 75% of the plain panels' bytes and a little more.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace actorllm {
 class thread_pool;
@@ -65,6 +67,13 @@ struct bf16_rows {
   int64_t n_rows;
 };
 
+/// One panel's coding: its 15 most frequent high bytes (ties to the smaller byte) get codes 1-15 in that order.
+struct compact_panel_coding {
+  std::array<uint8_t, 16> table{};  ///< code -> high byte; entry 0 unused (zero)
+  int codes = 0;                    ///< codes in use, 1 to `codes` (fewer than 15 where the panel has fewer bytes)
+  int64_t exceptions = 0;           ///< the panel's values whose high byte has no code
+};
+
 /// The compact form of a stacked weight (parts one above the other; every part but the last whole panels of 32 rows).
 struct compact_panels_plan {
   int64_t n_in = 0;
@@ -73,10 +82,14 @@ struct compact_panels_plan {
   int64_t k_pad = 0;       // n_in rounded up to 32
   size_t stride = 0;       // bytes of each panel
   int64_t exceptions = 0;  // high bytes kept as exceptions, all panels
+  /// How each panel codes its high bytes, as the plan chose: the write encodes with it instead of counting each
+  /// panel's high bytes again.
+  std::vector<compact_panel_coding> codings;
   size_t bytes() const { return static_cast<size_t>(n_panels) * stride; }
 };
 
-/// Reads the parts once (each panel's high bytes) and says how large their compact form is.
+/// Reads the parts once (each panel's high bytes, counted row by row where they lie) and says how large their compact
+/// form is and how each panel codes its high bytes.
 compact_panels_plan plan_compact_panels(std::span<const bf16_rows> parts, int64_t n_in, thread_pool& pool);
 /// Writes the parts' compact form into `out` (plan.bytes(), 64-byte aligned), in parallel over the panels.
 void write_compact_panels(const compact_panels_plan& plan, std::span<const bf16_rows> parts, uint8_t* out,

@@ -167,13 +167,16 @@ bool read_source_record(const std::filesystem::path& path, std::vector<file_orig
 packed_weight_cache_config packed_weight_cache_config::from_environment() {
   packed_weight_cache_config c;
   const char* dir = std::getenv("ACTORLLM_PACKED_WEIGHT_CACHE");
-  if (dir == nullptr)
+  // "on", as ACTORLLM_COMPACT_PANELS takes it, is the default place (it once made a directory named "on" wherever
+  // the process ran).
+  if (dir == nullptr || std::string_view(dir) == "on")
     c.dir = default_dir();
   else if (std::string_view(dir) != "off" && *dir != '\0')
     c.dir = dir;
   else if (*dir == '\0')
     throw std::invalid_argument(
-        "ACTORLLM_PACKED_WEIGHT_CACHE: empty; give a directory for the packed weights, or \"off\" for none");
+        "ACTORLLM_PACKED_WEIGHT_CACHE: empty; give a directory for the packed weights, \"on\" for the default one "
+        "or \"off\" for none");
   uint64_t gib = 64;
   if (const char* limit = std::getenv("ACTORLLM_PACKED_WEIGHT_CACHE_GB"); limit != nullptr) {
     const std::string_view v(limit);

@@ -30,9 +30,10 @@ struct packed_weight_cache_config {
   std::filesystem::path dir;  ///< empty: no cache
   uint64_t max_bytes = 0;     ///< entries beyond it are evicted, least recently used first
 
-  /// ACTORLLM_PACKED_WEIGHT_CACHE (a directory, or "off"; default $XDG_CACHE_HOME/actorllm/packed-weights, else
-  /// $HOME/.cache/actorllm/packed-weights) and ACTORLLM_PACKED_WEIGHT_CACHE_GB (the limit in GiB, default 64; 0 is
-  /// off). Throws std::invalid_argument naming the variable when a value is not one of those.
+  /// ACTORLLM_PACKED_WEIGHT_CACHE (a directory, "on" for the default one, or "off"; default
+  /// $XDG_CACHE_HOME/actorllm/packed-weights, else $HOME/.cache/actorllm/packed-weights) and
+  /// ACTORLLM_PACKED_WEIGHT_CACHE_GB (the limit in GiB, default 64; 0 is off). Throws std::invalid_argument naming the
+  /// variable when a value is not one of those.
   static packed_weight_cache_config from_environment();
 };
 

@@ -78,18 +78,30 @@ compacted compact(const std::vector<std::vector<uint16_t>>& parts, const std::ve
   return c;
 }
 
-// Every panel of `c` expanded by the reference equals the plain panels.
+// Every panel of `c` expanded by the reference equals the plain panels; each panel's exceptions (its header's count)
+// are those of the 15 most frequent high bytes of its plain form, which the plan counted where the rows lie.
 void check_round_trip(const compacted& c, const std::vector<uint16_t>& plain, int64_t n_in) {
   const int64_t k_pad = k_pad_of(n_in);
   const size_t panel = static_cast<size_t>(k_pad * panel_rows);
   REQUIRE(plain.size() == static_cast<size_t>(c.plan.n_panels) * panel);
+  REQUIRE(c.plan.codings.size() == static_cast<size_t>(c.plan.n_panels));
   std::vector<uint32_t> expanded(panel / 2);
+  int64_t exceptions = 0;
   for (int64_t p = 0; p < c.plan.n_panels; ++p) {
     CAPTURE(p);
-    REQUIRE(cpu::compact_panel_stride(cpu::compact_panel(c.bytes.data(), p)) == c.plan.stride);
-    cpu::expand_compact_panel_reference(cpu::compact_panel(c.bytes.data(), p), k_pad, expanded.data());
-    REQUIRE(std::memcmp(expanded.data(), plain.data() + static_cast<size_t>(p) * panel, panel * 2) == 0);
+    const uint8_t* compact = cpu::compact_panel(c.bytes.data(), p);
+    REQUIRE(cpu::compact_panel_stride(compact) == c.plan.stride);
+    cpu::expand_compact_panel_reference(compact, k_pad, expanded.data());
+    const auto* plain_panel = reinterpret_cast<const uint32_t*>(plain.data() + static_cast<size_t>(p) * panel);
+    REQUIRE(std::memcmp(expanded.data(), plain_panel, panel * 2) == 0);
+    uint64_t in_header = 0;
+    std::memcpy(&in_header, compact + 24, sizeof in_header);
+    const int64_t expected = cpu::compact_panel_exceptions(plain_panel, k_pad);
+    CHECK(static_cast<int64_t>(in_header) == expected);
+    CHECK(c.plan.codings[static_cast<size_t>(p)].exceptions == expected);
+    exceptions += expected;
   }
+  CHECK(c.plan.exceptions == exceptions);
 }
 
 }  // namespace

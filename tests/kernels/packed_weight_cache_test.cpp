@@ -296,6 +296,10 @@ TEST_CASE("packed_weight_cache_config: read from the environment, bad values ref
     scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", "off");
     CHECK(cpu::packed_weight_cache_config::from_environment().dir.empty());
   }
+  {  // "on" is the default place, not a directory named "on" here
+    scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", "on"), c("XDG_CACHE_HOME", "/tmp/xdg");
+    CHECK(cpu::packed_weight_cache_config::from_environment().dir == fs::path("/tmp/xdg/actorllm/packed-weights"));
+  }
   {
     scoped_env a("ACTORLLM_PACKED_WEIGHT_CACHE", "/srv/packed"), b("ACTORLLM_PACKED_WEIGHT_CACHE_GB", "0");
     CHECK(cpu::packed_weight_cache_config::from_environment().dir.empty());
