@@ -126,8 +126,8 @@ int64_t values_of(int64_t k_pad) { return steps_of(k_pad) * step_values; }
 // every weight; the end of the exceptions written): `vpermt2b` gathers a step's low and high bytes in the compact
 // order, one compare per used code gives the codes, and the escaped high bytes are compressed into the exception list
 // in byte order.
-uint8_t* encode_steps(const panel_code& pc, const uint16_t* plain, int64_t n_steps, uint8_t* blocks,
-                      uint8_t* exceptions) {
+uint8_t* encode_steps(const panel_code& pc, const uint16_t* plain, int64_t n_steps, uint64_t* escape_map,
+                      uint8_t* blocks, uint8_t* exceptions) {
   alignas(64) uint8_t low_index[step_values], high_index[step_values];
   for (int pos = 0; pos < step_values; ++pos) {
     // Byte 2v of the 128 bytes [first vector | second vector] is value v's low byte (v < 32 in the first).
@@ -155,6 +155,7 @@ uint8_t* encode_steps(const panel_code& pc, const uint16_t* plain, int64_t n_ste
     if (escaped != 0) {
       _mm512_mask_compressstoreu_epi8(exceptions, escaped, hi);
       exceptions += _mm_popcnt_u64(escaped);
+      escape_map[s / 64] |= uint64_t{1} << (s % 64);
     }
   }
   return exceptions;
@@ -189,13 +190,15 @@ void encode_panel(const panel_code& pc, const uint16_t* plain, int64_t k_pad, si
   std::memcpy(out + 24, &exceptions64, sizeof exceptions64);
   uint8_t* exceptions = out + fixed;
   const int64_t n_steps = steps_of(k_pad);
+  uint8_t* blocks = out + compact_blocks_offset(k_pad);
+  std::vector<uint64_t> escape_map(compact_escape_map_bytes(k_pad) / sizeof(uint64_t));
 #if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
-  uint8_t* end = encode_steps(pc, plain, n_steps, out + compact_header_bytes, exceptions);
+  uint8_t* end = encode_steps(pc, plain, n_steps, escape_map.data(), blocks, exceptions);
 #else
-  std::memset(out + compact_header_bytes, 0, fixed - compact_header_bytes);  // the codes are or'ed in
+  std::memset(blocks, 0, fixed - compact_blocks_offset(k_pad));  // the codes are or'ed in
   uint8_t* end = exceptions;
   for (int64_t s = 0; s < n_steps; ++s) {
-    uint8_t* block = out + compact_header_bytes + static_cast<size_t>(s / 2) * compact_block_bytes;
+    uint8_t* block = blocks + static_cast<size_t>(s / 2) * compact_block_bytes;
     const int shift = s % 2 == 0 ? 0 : 4;
     uint8_t* lo = block + (s % 2) * step_values;
     uint8_t* codes = block + 2 * step_values;
@@ -205,11 +208,14 @@ void encode_panel(const panel_code& pc, const uint16_t* plain, int64_t k_pad, si
       lo[pos] = static_cast<uint8_t>(v & 0xff);
       const uint8_t code = pc.code_of[v >> 8];
       codes[pos] = static_cast<uint8_t>(codes[pos] | (code << shift));
-      if (code == 0)
+      if (code == 0) {
         *end++ = static_cast<uint8_t>(v >> 8);
+        escape_map[static_cast<size_t>(s / 64)] |= uint64_t{1} << (s % 64);
+      }
     }
   }
 #endif
+  std::memcpy(out + compact_header_bytes, escape_map.data(), compact_escape_map_bytes(k_pad));
   ACTORLLM_CHECK(end == exceptions + pc.exceptions,
                  "compact panels: a panel's exceptions are not the ones its coding counted");
   std::memset(end, 0, stride - static_cast<size_t>(end - out));  // zeros to the stride (the kernels' slack)
@@ -253,7 +259,7 @@ void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_
   const uint8_t* exceptions = panel + compact_exceptions_offset(k_pad);
   const int64_t n_steps = steps_of(k_pad);
   for (int64_t s = 0; s < n_steps; ++s) {
-    const uint8_t* block = panel + compact_header_bytes + static_cast<size_t>(s / 2) * compact_block_bytes;
+    const uint8_t* block = panel + compact_blocks_offset(k_pad) + static_cast<size_t>(s / 2) * compact_block_bytes;
     const uint8_t* lo = block + (s % 2) * step_values;
     const uint8_t* codes = block + 2 * step_values;
     for (int pos = 0; pos < step_values; ++pos) {

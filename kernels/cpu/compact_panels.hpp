@@ -12,6 +12,10 @@
 // One panel, `stride` bytes (the same for every panel of a weight, so that panel p starts at p * stride):
 // - a 64-byte header: the 16-entry table (code -> high byte; entry 0 unused, zero), the stride (u64 at byte 16) and
 //   the panel's exception count (u64 at byte 24), zeros to byte 64;
+// - the escape map: one bit a step (bit s % 64 of u64 word s / 64), set where the step has an exception, zeros to a
+//   multiple of 64 bytes. The kernels run the steps between marked ones without looking for exceptions (a byte
+//   lookup, a compare and an expand fewer a step: batch-16 decode 1.13x, batch 1 1.07x, measured with the exceptions
+//   skipped) and the marked ones as before;
 // - k_pad / 64 blocks of 192 bytes, each two steps of the plain panel ([k_pad / 2][32] pairs: a step is 64 bf16
 //   values, 32 outputs x 2 inputs): the low bytes of step 2b (64), those of step 2b + 1 (64), then 64 code bytes, the
 //   low nibble step 2b's code and the high nibble step 2b + 1's. Value v of a step (v = 2 x output + input parity,
@@ -20,8 +24,8 @@
 // - the exceptions: the high bytes coded 0, step after step, in byte order within a step; then zeros to the stride,
 //   at least 64 bytes of them (the kernels load the next 64 exceptions at every step).
 //
-// The stride is 64 + 96 x k_pad / 2 bytes, plus the most exceptions any panel of the weight has rounded up to 64, plus
-// 64: 75% of the plain panels' bytes and a little more.
+// The stride is 64 + the map (k_pad / 16 bytes rounded up to 64) + 96 x k_pad / 2 bytes, plus the most exceptions
+// any panel of the weight has rounded up to 64, plus 64: 75% of the plain panels' bytes and a little more.
 #pragma once
 
 #include <array>
@@ -46,7 +50,7 @@ bool have_compact_panel_kernels();
 bool compact_panels_wanted();
 
 /// The version of the compact panels' byte layout (packed weights cached on disk carry it).
-inline constexpr uint32_t compact_panels_format = 1;
+inline constexpr uint32_t compact_panels_format = 2;  // 2: the escape map
 
 /// The byte of a compact step that holds value v (0-63) of the plain panel's step.
 int compact_position(int v);
@@ -56,9 +60,17 @@ inline constexpr size_t compact_header_bytes = 64;
 inline constexpr size_t compact_block_bytes = 192;  // two steps
 /// Bytes every panel holds past its exceptions (the kernels read 64 at a time).
 inline constexpr size_t compact_exception_slack = 64;
-/// Where a compact panel's exceptions start: after its header and its k_pad / 4 blocks.
+/// Bytes of a compact panel's escape map: a bit for each of its k_pad / 2 steps, rounded up to 64.
+inline constexpr size_t compact_escape_map_bytes(int64_t k_pad) {
+  return (static_cast<size_t>(k_pad / 2) + 511) / 512 * 64;
+}
+/// Where a compact panel's blocks start: after its header and its escape map.
+inline constexpr size_t compact_blocks_offset(int64_t k_pad) {
+  return compact_header_bytes + compact_escape_map_bytes(k_pad);
+}
+/// Where a compact panel's exceptions start: after its k_pad / 4 blocks.
 inline constexpr size_t compact_exceptions_offset(int64_t k_pad) {
-  return compact_header_bytes + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
+  return compact_blocks_offset(k_pad) + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
 }
 
 /// One row-major bf16 block of a stacked weight: rows [n_rows, n_in].

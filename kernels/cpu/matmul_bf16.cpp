@@ -360,6 +360,13 @@ inline void compact_values(__m512i code, __m512i lo, __m512i table, const uint8_
   b1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
 }
 
+// The 64 values of a step its panel's escape map says has no exceptions: the lookup and the interleaves alone.
+inline void compact_values_unescaped(__m512i code, __m512i lo, __m512i table, __m512bh& b0, __m512bh& b1) {
+  const __m512i hi = _mm512_permutexvar_epi8(code, table);
+  b0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi));
+  b1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
+}
+
 // Step h (0 or 1) of the block at `block`, whose 64 code bytes are `codes`.
 inline void compact_step(const uint8_t* block, __m512i codes, int h, __m512i table, const uint8_t*& exceptions,
                          __m512bh& b0, __m512bh& b1) {
@@ -371,11 +378,28 @@ inline const uint8_t* compact_exceptions(const uint8_t* panel, int64_t k_pad) {
   return panel + compact_exceptions_offset(k_pad);
 }
 
+// The first step from `kp` on that the panel's escape map marks (it has exceptions), or n_kp where none is left.
+inline int64_t next_escaped_step(const uint8_t* panel, int64_t kp, int64_t n_kp) {
+  if (kp >= n_kp)
+    return n_kp;
+  const uint8_t* map = panel + compact_header_bytes;
+  int64_t word_index = kp / 64;
+  uint64_t word = 0;
+  std::memcpy(&word, map + 8 * word_index, sizeof word);
+  word &= ~uint64_t{0} << (kp % 64);
+  while (word == 0) {
+    if (++word_index * 64 >= n_kp)
+      return n_kp;
+    std::memcpy(&word, map + 8 * word_index, sizeof word);
+  }
+  return std::min<int64_t>(word_index * 64 + __builtin_ctzll(word), n_kp);
+}
+
 // The plain panel ([k_pad / 2][32] pairs) of a compact one, for the GEMMs, which read each panel many times.
 void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
   const __m512i table = compact_table(panel);
   const uint8_t* exceptions = compact_exceptions(panel, k_pad);
-  const uint8_t* block = panel + compact_header_bytes;
+  const uint8_t* block = panel + compact_blocks_offset(k_pad);
   for (int64_t b = 0; b < k_pad / 4; ++b, block += compact_block_bytes, plain += 2 * gemm_nr) {
     const __m512i codes = _mm512_loadu_si512(block + 128);
     for (int h = 0; h < 2; ++h) {
@@ -478,11 +502,44 @@ constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<
 }
 
 #if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
-// gemm_tile on a compact panel read from memory (t.compact): each step rebuilt in registers (compact_step) and, where
+// Block b (steps 2b and 2b + 1) of gemm_tile_compact; Escaped: the escape map marks a step of it (its exceptions
+// expanded), else the lookups alone.
+template <int M, bool Keep, bool Escaped>
+[[gnu::always_inline]] inline void gemm_compact_block(const uint8_t* blocks, int64_t b, __m512i table,
+                                                      const uint8_t*& exceptions, const uint16_t* a, int64_t lda,
+                                                      uint32_t* plain, __m512* acc0, __m512* acc1) {
+  const uint8_t* block = blocks + static_cast<size_t>(b) * compact_block_bytes;
+  for (int line = 0; line < 3; ++line)
+    _mm_prefetch(reinterpret_cast<const char*>(block) + compact_prefetch_bytes + 64 * line, _MM_HINT_T0);
+  const __m512i codes = _mm512_loadu_si512(block + 128);
+  for (int h = 0; h < 2; ++h) {
+    __m512bh b0, b1;
+    if constexpr (Escaped) {
+      compact_step(block, codes, h, table, exceptions, b0, b1);
+    } else {
+      const __m512i code = h == 0 ? codes : _mm512_srli_epi16(codes, 4);
+      compact_values_unescaped(code, _mm512_loadu_si512(block + h * 64), table, b0, b1);
+    }
+    const int64_t kp = 2 * b + h;
+    if constexpr (Keep) {
+      _mm512_storeu_si512(plain + kp * gemm_nr, reinterpret_cast<__m512i>(b0));
+      _mm512_storeu_si512(plain + kp * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
+    }
+    for (int m = 0; m < M; ++m) {
+      const __m512bh av = broadcast_pair(a + m * lda + 2 * kp);
+      acc0[m] = _mm512_dpbf16_ps(acc0[m], av, b0);
+      acc1[m] = _mm512_dpbf16_ps(acc1[m], av, b1);
+    }
+  }
+}
+
+// gemm_tile on a compact panel read from memory (t.compact): each step rebuilt in registers (compact_values) and, where
 // `Keep`, written to `plain` ([k_pad / 2][32] pairs), from which the chunk's other tiles read the panel. The first tile
 // so overlaps the panel's read with its multiply-adds, as gemm_tile<M, true> does on plain panels; expanding the whole
 // panel first and then running the tiles left the read exposed: batch-32 decode 0.79x, prefill 512 0.95x of plain
-// panels (bench_cpu_decode, alternated, 2-vCPU Zen 4 VM).
+// panels (bench_cpu_decode, alternated, 2-vCPU Zen 4 VM). The blocks up to one with a step the escape map marks run
+// without looking for exceptions, in a loop of their own (a branch in the loop made GCC 12 keep the accumulators in
+// memory); a block at a time, so that its codes are loaded once and only its second step shifts them.
 template <int M, bool Keep>
 void gemm_tile_compact(const gemm_tile_args& t, uint32_t* plain) {
   __m512 acc0[M], acc1[M];
@@ -490,30 +547,19 @@ void gemm_tile_compact(const gemm_tile_args& t, uint32_t* plain) {
     acc0[m] = _mm512_setzero_ps();
     acc1[m] = _mm512_setzero_ps();
   }
-  const uint8_t* block = t.compact + compact_header_bytes;
+  const uint8_t* blocks = t.compact + compact_blocks_offset(t.k_pad);
   const uint8_t* exceptions = compact_exceptions(t.compact, t.k_pad);
   const __m512i table = compact_table(t.compact);
-  const int64_t n_blocks = t.k_pad / 4;
+  const int64_t n_kp = t.k_pad / 2;
   const uint16_t* a = t.a;  // locals: the stores to `plain` could alias t's fields, which GCC then reloads each step
   const int64_t lda = t.lda;
-  for (int64_t b = 0; b < n_blocks; ++b, block += compact_block_bytes, plain += 2 * gemm_nr) {
-    for (int line = 0; line < 3; ++line)
-      _mm_prefetch(reinterpret_cast<const char*>(block) + compact_prefetch_bytes + 64 * line, _MM_HINT_T0);
-    const __m512i codes = _mm512_loadu_si512(block + 128);
-    for (int h = 0; h < 2; ++h) {
-      __m512bh b0, b1;
-      compact_step(block, codes, h, table, exceptions, b0, b1);
-      if constexpr (Keep) {
-        _mm512_storeu_si512(plain + h * gemm_nr, reinterpret_cast<__m512i>(b0));
-        _mm512_storeu_si512(plain + h * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
-      }
-      const int64_t kp = 2 * b + h;
-      for (int m = 0; m < M; ++m) {
-        const __m512bh av = broadcast_pair(a + m * lda + 2 * kp);
-        acc0[m] = _mm512_dpbf16_ps(acc0[m], av, b0);
-        acc1[m] = _mm512_dpbf16_ps(acc1[m], av, b1);
-      }
-    }
+  const int64_t n_blocks = n_kp / 2;
+  for (int64_t b = 0;; ++b) {
+    for (const int64_t plain_until = next_escaped_step(t.compact, 2 * b, n_kp) / 2; b < plain_until; ++b)
+      gemm_compact_block<M, Keep, false>(blocks, b, table, exceptions, a, lda, plain, acc0, acc1);
+    if (b == n_blocks)
+      break;
+    gemm_compact_block<M, Keep, true>(blocks, b, table, exceptions, a, lda, plain, acc0, acc1);
   }
   store_tile<M>(t, acc0, acc1);
 }
@@ -639,8 +685,40 @@ void stream_tiles(const gemm_tile_args* t) {
 }
 
 #if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+// One step (kp) of stream_compact_tiles for its S streams; Escaped: some stream's escape map marks it (every stream
+// then looks for exceptions: one that has none at this step expands none), else the lookups alone.
+template <int M, int S, bool Escaped>
+[[gnu::always_inline]] inline void stream_compact_step(const gemm_tile_args* t, int64_t kp,
+                                                       const uint8_t* const* blocks, const __m512i* table,
+                                                       const uint8_t** exceptions, __m512 (&acc0)[S][M],
+                                                       __m512 (&acc1)[S][M]) {
+  const int64_t half = kp & 1;
+  const size_t block = static_cast<size_t>(kp >> 1) * compact_block_bytes;
+  const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(half) * 4);
+  __m512bh av[M];
+  for (int m = 0; m < M; ++m)
+    av[m] = broadcast_pair(t[0].a + m * t[0].lda + 2 * kp);
+  for (int s = 0; s < S; ++s) {
+    const uint8_t* at = blocks[s] + block;
+    // The next block's lines: its codes and, over the two steps, both halves of its low bytes.
+    _mm_prefetch(reinterpret_cast<const char*>(at + compact_block_bytes + 64 * half), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(at + compact_block_bytes + 128), _MM_HINT_T0);
+    const __m512i code = _mm512_srl_epi16(_mm512_loadu_si512(at + 128), shift);
+    __m512bh b0, b1;
+    if constexpr (Escaped)
+      compact_values(code, _mm512_loadu_si512(at + 64 * half), table[s], exceptions[s], b0, b1);
+    else
+      compact_values_unescaped(code, _mm512_loadu_si512(at + 64 * half), table[s], b0, b1);
+    for (int m = 0; m < M; ++m) {
+      acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av[m], b0);
+      acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av[m], b1);
+    }
+  }
+}
+
 // stream_tiles on compact panels: the same sums in the same order, from 96 bytes a step instead of 128. Each step asks
-// for two lines of the next block (its codes, and the low bytes of the step's half).
+// for two lines of the next block (its codes, and the low bytes of the step's half). The steps up to the next one that
+// a stream's escape map marks run in a loop of their own without looking for exceptions.
 template <int M, int S>
 void stream_compact_tiles(const gemm_tile_args* t) {
   __m512 acc0[S][M], acc1[S][M];
@@ -649,36 +727,30 @@ void stream_compact_tiles(const gemm_tile_args* t) {
       acc0[s][m] = _mm512_setzero_ps();
       acc1[s][m] = _mm512_setzero_ps();
     }
+  const int64_t n_kp = t[0].k_pad / 2;
   const uint8_t* blocks[S];
   const uint8_t* exceptions[S];
   __m512i table[S];
+  int64_t escaped[S];  // each stream's next marked step
   for (int s = 0; s < S; ++s) {
-    blocks[s] = t[s].compact + compact_header_bytes;
+    blocks[s] = t[s].compact + compact_blocks_offset(t[0].k_pad);
     exceptions[s] = compact_exceptions(t[s].compact, t[0].k_pad);
     table[s] = compact_table(t[s].compact);
+    escaped[s] = next_escaped_step(t[s].compact, 0, n_kp);
   }
   // One step a turn of the loop (an inner loop over a block's two steps made GCC 12 store the accumulators each turn).
-  const int64_t n_kp = t[0].k_pad / 2;
-  for (int64_t kp = 0; kp < n_kp; ++kp) {
-    const int64_t half = kp & 1;
-    const size_t block = static_cast<size_t>(kp >> 1) * compact_block_bytes;
-    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(half) * 4);
-    __m512bh av[M];
-    for (int m = 0; m < M; ++m)
-      av[m] = broadcast_pair(t[0].a + m * t[0].lda + 2 * kp);
-    for (int s = 0; s < S; ++s) {
-      const uint8_t* at = blocks[s] + block;
-      // The next block's lines: its codes and, over the two steps, both halves of its low bytes.
-      _mm_prefetch(reinterpret_cast<const char*>(at + compact_block_bytes + 64 * half), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(at + compact_block_bytes + 128), _MM_HINT_T0);
-      const __m512i code = _mm512_srl_epi16(_mm512_loadu_si512(at + 128), shift);
-      __m512bh b0, b1;
-      compact_values(code, _mm512_loadu_si512(at + 64 * half), table[s], exceptions[s], b0, b1);
-      for (int m = 0; m < M; ++m) {
-        acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av[m], b0);
-        acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av[m], b1);
-      }
-    }
+  for (int64_t kp = 0;; ++kp) {
+    int64_t plain_until = escaped[0];
+    for (int s = 1; s < S; ++s)
+      plain_until = std::min(plain_until, escaped[s]);
+    for (; kp < plain_until; ++kp)
+      stream_compact_step<M, S, false>(t, kp, blocks, table, exceptions, acc0, acc1);
+    if (kp == n_kp)
+      break;
+    stream_compact_step<M, S, true>(t, kp, blocks, table, exceptions, acc0, acc1);
+    for (int s = 0; s < S; ++s)
+      if (escaped[s] == kp)
+        escaped[s] = next_escaped_step(t[s].compact, kp + 1, n_kp);
   }
   for (int s = 0; s < S; ++s)
     store_tile<M>(t[s], acc0[s], acc1[s]);

@@ -98,6 +98,23 @@ void check_round_trip(const compacted& c, const std::vector<uint16_t>& plain, in
     std::memcpy(&in_header, compact + 24, sizeof in_header);
     const int64_t expected = cpu::compact_panel_exceptions(plain_panel, k_pad);
     CHECK(static_cast<int64_t>(in_header) == expected);
+    // The escape map marks exactly the steps with an exception (code 0 in their low or high nibbles).
+    const uint8_t* map = compact + cpu::compact_header_bytes;
+    const uint8_t* blocks = compact + cpu::compact_blocks_offset(k_pad);
+    int64_t marked_exceptions = 0;
+    for (int64_t step = 0; step < k_pad / 2; ++step) {
+      const uint8_t* codes = blocks + static_cast<size_t>(step / 2) * cpu::compact_block_bytes + 128;
+      int64_t escaped = 0;
+      for (int pos = 0; pos < 64; ++pos)
+        escaped += ((codes[pos] >> (step % 2 == 0 ? 0 : 4)) & 0xf) == 0;
+      const bool marked = ((map[step / 8] >> (step % 8)) & 1) != 0;
+      CAPTURE(step);
+      REQUIRE(marked == (escaped > 0));
+      marked_exceptions += escaped;
+    }
+    for (size_t byte = static_cast<size_t>(k_pad / 16); byte < cpu::compact_escape_map_bytes(k_pad); ++byte)
+      REQUIRE(map[byte] == 0);  // past the last step's bit
+    CHECK(marked_exceptions == expected);
     CHECK(c.plan.codings[static_cast<size_t>(p)].exceptions == expected);
     exceptions += expected;
   }
@@ -149,8 +166,8 @@ TEST_CASE("compact panels: every bit of the plain panels back, with few, many or
     const std::vector<uint16_t> w(static_cast<size_t>(64 * 96), uint16_t{0x3c00});
     const compacted c = compact({w}, {64}, 96, pool);
     CHECK(c.plan.exceptions == 0);
-    CHECK(c.plan.stride ==
-          cpu::compact_header_bytes + 96 / 4 * cpu::compact_block_bytes + cpu::compact_exception_slack);
+    CHECK(c.plan.stride == cpu::compact_header_bytes + 64 + 96 / 4 * cpu::compact_block_bytes +
+                               cpu::compact_exception_slack);  // a map of 48 bits takes 64 bytes
     check_round_trip(c, plain_panels({w}, {64}, 96), 96);
   }
   SUBCASE("stacked parts: each part's panels in turn, one stride") {
