@@ -117,6 +117,8 @@ inline const uint8_t* compact_panel(const void* compact, int64_t p) {
 /// The plain panel ([k_pad / 2][32] bf16 pairs, tensor_layout::cpu_bf16_panels) of one compact panel, one value at a
 /// time: the reference the vector kernels are tested against.
 void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_t* plain);
+/// The same with the vector kernels where the build has them (else the reference): how the AMX GEMMs read a panel.
+void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain);
 
 /// The compact form of one plain panel ([k_pad / 2][32] pairs) into `out` (`stride` bytes, of which the header says
 /// so); the panel's exception count. A panel with more exceptions than the stride holds is refused (std::logic_error).

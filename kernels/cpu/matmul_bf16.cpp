@@ -396,7 +396,7 @@ inline int64_t next_escaped_step(const uint8_t* panel, int64_t kp, int64_t n_kp)
 }
 
 // The plain panel ([k_pad / 2][32] pairs) of a compact one, for the GEMMs, which read each panel many times.
-void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
   const __m512i table = compact_table(panel);
   const uint8_t* exceptions = compact_exceptions(panel, k_pad);
   const uint8_t* block = panel + compact_blocks_offset(k_pad);
@@ -412,7 +412,7 @@ void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) 
 }
 #else
 constexpr bool compact_kernels = false;
-void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
   expand_compact_panel_reference(panel, k_pad, plain);
 }
 #endif
@@ -421,7 +421,7 @@ void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) 
 const uint32_t* plain_panel(const target_view& tv, int64_t p, int64_t k_pad, uint32_t* buffer) {
   if (!tv.compact)
     return reinterpret_cast<const uint32_t*>(tv.panel(p));
-  expand_compact_panel(tv.panel(p), k_pad, buffer);
+  expand_panel(tv.panel(p), k_pad, buffer);
   return buffer;
 }
 
@@ -1166,6 +1166,8 @@ bool have_bf16_dot_kernels() { return true; }
 
 bool have_compact_panel_kernels() { return compact_kernels; }
 
+void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) { expand_panel(panel, k_pad, plain); }
+
 void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
   round_rows(x, n_tokens, n_in, xb, k_pad, ld);
 }
@@ -1256,6 +1258,10 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
 bool have_bf16_dot_kernels() { return false; }
 
 bool have_compact_panel_kernels() { return false; }
+
+void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+  expand_compact_panel_reference(panel, k_pad, plain);
+}
 
 void matmul_bf16_dot(const float*, int64_t, int64_t, std::span<const matmul_target>, bool, thread_pool&, matmul_path) {
   ACTORLLM_CHECK(false, "matmul_bf16_dot: this build has no AVX512-BF16 kernels");

@@ -4,6 +4,7 @@
 // panels.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -78,8 +79,9 @@ compacted compact(const std::vector<std::vector<uint16_t>>& parts, const std::ve
   return c;
 }
 
-// Every panel of `c` expanded by the reference equals the plain panels; each panel's exceptions (its header's count)
-// are those of the 15 most frequent high bytes of its plain form, which the plan counted where the rows lie.
+// Every panel of `c` expanded by the reference and by the vector kernels equals the plain panels; each panel's
+// exceptions (its header's count) are those of the 15 most frequent high bytes of its plain form, which the plan
+// counted where the rows lie.
 void check_round_trip(const compacted& c, const std::vector<uint16_t>& plain, int64_t n_in) {
   const int64_t k_pad = k_pad_of(n_in);
   const size_t panel = static_cast<size_t>(k_pad * panel_rows);
@@ -93,6 +95,9 @@ void check_round_trip(const compacted& c, const std::vector<uint16_t>& plain, in
     REQUIRE(cpu::compact_panel_stride(compact) == c.plan.stride);
     cpu::expand_compact_panel_reference(compact, k_pad, expanded.data());
     const auto* plain_panel = reinterpret_cast<const uint32_t*>(plain.data() + static_cast<size_t>(p) * panel);
+    REQUIRE(std::memcmp(expanded.data(), plain_panel, panel * 2) == 0);
+    std::fill(expanded.begin(), expanded.end(), 0u);
+    cpu::expand_compact_panel(compact, k_pad, expanded.data());  // the vector kernels (AMX GEMMs) where built
     REQUIRE(std::memcmp(expanded.data(), plain_panel, panel * 2) == 0);
     uint64_t in_header = 0;
     std::memcpy(&in_header, compact + 24, sizeof in_header);
