@@ -43,14 +43,6 @@ constexpr std::array<uint8_t, step_values> values_at() {
 }
 constexpr std::array<uint8_t, step_values> value_at = values_at();  // position -> value
 
-// A panel's coding (compact_panel_coding) with its inverse.
-struct panel_code {
-  std::array<uint8_t, table_entries> table{};  // code -> high byte
-  std::array<uint8_t, 256> code_of{};          // high byte -> code (0: an exception)
-  int codes = 0;
-  int64_t exceptions = 0;
-};
-
 using byte_counts = std::array<int64_t, 256>;
 
 // Adds the high bytes of n bf16 values to `count`. Eight histograms of 32-bit counts, four values from each 64-bit
@@ -82,37 +74,33 @@ void count_high_bytes(const uint16_t* values, int64_t n, byte_counts& count) {
 }
 
 // The coding of n_values values whose high bytes are counted in `count`.
-panel_code code_from_counts(const byte_counts& count, int64_t n_values) {
+compact_panel_coding code_from_counts(const byte_counts& count, int64_t n_values) {
   std::array<uint8_t, 256> order{};
   std::iota(order.begin(), order.end(), uint8_t{0});
   std::stable_sort(order.begin(), order.end(), [&](uint8_t a, uint8_t b) { return count[a] > count[b]; });
-  panel_code pc;
+  compact_panel_coding coding;
   int64_t covered = 0;
   for (size_t c = 1; c < table_entries; ++c) {
     const uint8_t hi = order[c - 1];
     if (count[hi] == 0)
       break;
-    pc.table[c] = hi;
-    pc.code_of[hi] = static_cast<uint8_t>(c);
-    pc.codes = static_cast<int>(c);
+    coding.table[c] = hi;
+    coding.codes = static_cast<int>(c);
     covered += count[hi];
   }
-  pc.exceptions = n_values - covered;
-  return pc;
+  coding.exceptions = n_values - covered;
+  return coding;
 }
 
-// The coding a plan chose.
-panel_code code_of_coding(const compact_panel_coding& coding) {
-  panel_code pc;
-  pc.table = coding.table;
-  pc.codes = coding.codes;
+// A coding's inverse: high byte -> code (0: an exception). The scalar encoder's (the AVX-512 one compares).
+[[maybe_unused]] std::array<uint8_t, 256> codes_of(const compact_panel_coding& coding) {
+  std::array<uint8_t, 256> code_of{};
   for (int c = 1; c <= coding.codes; ++c)
-    pc.code_of[coding.table[static_cast<size_t>(c)]] = static_cast<uint8_t>(c);
-  pc.exceptions = coding.exceptions;
-  return pc;
+    code_of[coding.table[static_cast<size_t>(c)]] = static_cast<uint8_t>(c);
+  return code_of;
 }
 
-panel_code code_for(const uint16_t* plain, int64_t n_values) {
+compact_panel_coding code_for(const uint16_t* plain, int64_t n_values) {
   byte_counts count{};
   count_high_bytes(plain, n_values, count);
   return code_from_counts(count, n_values);
@@ -126,7 +114,7 @@ int64_t values_of(int64_t k_pad) { return steps_of(k_pad) * step_values; }
 // every weight; the end of the exceptions written): `vpermt2b` gathers a step's low and high bytes in the compact
 // order, one compare per used code gives the codes, and the escaped high bytes are compressed into the exception list
 // in byte order.
-uint8_t* encode_steps(const panel_code& pc, const uint16_t* plain, int64_t n_steps, uint64_t* escape_map,
+uint8_t* encode_steps(const compact_panel_coding& pc, const uint16_t* plain, int64_t n_steps, uint8_t* escape_map,
                       uint8_t* blocks, uint8_t* exceptions) {
   alignas(64) uint8_t low_index[step_values], high_index[step_values];
   for (int pos = 0; pos < step_values; ++pos) {
@@ -155,7 +143,7 @@ uint8_t* encode_steps(const panel_code& pc, const uint16_t* plain, int64_t n_ste
     if (escaped != 0) {
       _mm512_mask_compressstoreu_epi8(exceptions, escaped, hi);
       exceptions += _mm_popcnt_u64(escaped);
-      escape_map[s / 64] |= uint64_t{1} << (s % 64);
+      escape_map[s / 8] = static_cast<uint8_t>(escape_map[s / 8] | 1 << (s % 8));
     }
   }
   return exceptions;
@@ -175,14 +163,14 @@ std::pair<const bf16_rows&, int64_t> part_panel(std::span<const bf16_rows> parts
   return {parts.front(), 0};
 }
 
-// Panel `plain` (k_pad / 2 x 32 pairs) encoded with coding `pc` into `out` (`stride` bytes): header, blocks,
-// exceptions and zeros. A stride too small for pc's exceptions is refused (std::logic_error).
-void encode_panel(const panel_code& pc, const uint16_t* plain, int64_t k_pad, size_t stride, uint8_t* out) {
+// Panel `plain` (k_pad / 2 x 32 pairs) encoded with coding `pc` into `out` (`stride` bytes): header, escape map,
+// blocks, exceptions and zeros. A stride too small for pc's exceptions is refused (std::logic_error).
+void encode_panel(const compact_panel_coding& pc, const uint16_t* plain, int64_t k_pad, size_t stride, uint8_t* out) {
   const size_t fixed = compact_exceptions_offset(k_pad);
   if (fixed + static_cast<size_t>(pc.exceptions) + compact_exception_slack > stride)
     throw std::logic_error("compact panels: the panel has " + std::to_string(pc.exceptions) +
                            " exceptions, more than its stride of " + std::to_string(stride) + " bytes holds");
-  std::memset(out, 0, compact_header_bytes);
+  std::memset(out, 0, compact_blocks_offset(k_pad));  // header and escape map
   std::memcpy(out, pc.table.data(), table_entries);
   const auto stride64 = static_cast<uint64_t>(stride);
   const auto exceptions64 = static_cast<uint64_t>(pc.exceptions);
@@ -191,10 +179,12 @@ void encode_panel(const panel_code& pc, const uint16_t* plain, int64_t k_pad, si
   uint8_t* exceptions = out + fixed;
   const int64_t n_steps = steps_of(k_pad);
   uint8_t* blocks = out + compact_blocks_offset(k_pad);
-  std::vector<uint64_t> escape_map(compact_escape_map_bytes(k_pad) / sizeof(uint64_t));
+  // Bit s % 8 of byte s / 8: bit s % 64 of little-endian word s / 64, as the kernels read the map.
+  uint8_t* escape_map = out + compact_header_bytes;
 #if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
-  uint8_t* end = encode_steps(pc, plain, n_steps, escape_map.data(), blocks, exceptions);
+  uint8_t* end = encode_steps(pc, plain, n_steps, escape_map, blocks, exceptions);
 #else
+  const std::array<uint8_t, 256> code_of = codes_of(pc);
   std::memset(blocks, 0, fixed - compact_blocks_offset(k_pad));  // the codes are or'ed in
   uint8_t* end = exceptions;
   for (int64_t s = 0; s < n_steps; ++s) {
@@ -206,16 +196,15 @@ void encode_panel(const panel_code& pc, const uint16_t* plain, int64_t k_pad, si
     for (int pos = 0; pos < step_values; ++pos) {  // byte order, so the exceptions come in the kernels' order
       const uint16_t v = values[value_at[static_cast<size_t>(pos)]];
       lo[pos] = static_cast<uint8_t>(v & 0xff);
-      const uint8_t code = pc.code_of[v >> 8];
+      const uint8_t code = code_of[v >> 8];
       codes[pos] = static_cast<uint8_t>(codes[pos] | (code << shift));
       if (code == 0) {
         *end++ = static_cast<uint8_t>(v >> 8);
-        escape_map[static_cast<size_t>(s / 64)] |= uint64_t{1} << (s % 64);
+        escape_map[s / 8] = static_cast<uint8_t>(escape_map[s / 8] | 1 << (s % 8));
       }
     }
   }
 #endif
-  std::memcpy(out + compact_header_bytes, escape_map.data(), compact_escape_map_bytes(k_pad));
   ACTORLLM_CHECK(end == exceptions + pc.exceptions,
                  "compact panels: a panel's exceptions are not the ones its coding counted");
   std::memset(end, 0, stride - static_cast<size_t>(end - out));  // zeros to the stride (the kernels' slack)
@@ -242,9 +231,9 @@ int64_t compact_panel_exceptions(const uint32_t* plain, int64_t k_pad) {
 int64_t compact_panel_from_plain(const uint32_t* plain_pairs, int64_t k_pad, size_t stride, uint8_t* out) {
   ACTORLLM_CHECK(k_pad % 32 == 0, "compact panels: k_pad must be a multiple of 32");
   const auto* plain = reinterpret_cast<const uint16_t*>(plain_pairs);
-  const panel_code pc = code_for(plain, values_of(k_pad));
-  encode_panel(pc, plain, k_pad, stride, out);
-  return pc.exceptions;
+  const compact_panel_coding coding = code_for(plain, values_of(k_pad));
+  encode_panel(coding, plain, k_pad, stride, out);
+  return coding.exceptions;
 }
 
 size_t compact_panel_stride(const void* compact) {
@@ -291,11 +280,7 @@ compact_panels_plan plan_compact_panels(std::span<const bf16_rows> parts, int64_
       byte_counts count{};
       count_high_bytes(part.w + p * panel_rows * n_in, rows * n_in, count);
       count[0] += n_values - rows * n_in;
-      const panel_code pc = code_from_counts(count, n_values);
-      compact_panel_coding& coding = plan.codings[static_cast<size_t>(g)];
-      coding.table = pc.table;
-      coding.codes = pc.codes;
-      coding.exceptions = pc.exceptions;
+      plan.codings[static_cast<size_t>(g)] = code_from_counts(count, n_values);
     }
   });
   int64_t most = 0;
@@ -319,7 +304,7 @@ void write_compact_panels(const compact_panels_plan& plan, std::span<const bf16_
     for (int64_t g = b; g < e; ++g) {
       const auto [part, p] = part_panel(parts, g);
       pack_one_bf16_panel(part.w, part.n_rows, plan.n_in, p, plain.data());
-      encode_panel(code_of_coding(plan.codings[static_cast<size_t>(g)]), plain.data(), plan.k_pad, plan.stride,
+      encode_panel(plan.codings[static_cast<size_t>(g)], plain.data(), plan.k_pad, plan.stride,
                    out + static_cast<size_t>(g) * plan.stride);
     }
   });

@@ -345,33 +345,30 @@ inline __m512i compact_table(const uint8_t* panel) {
 }
 
 // The 64 bf16 values of a step from its codes (each in its byte's low nibble; bits 4-5 are ignored) and low bytes: two
-// vectors of 32, in the plain panel's order. An escaped value's high byte comes from `exceptions`, which moves past
-// those it used.
+// vectors of 32, in the plain panel's order. Escaped (the panel's escape map marks the step): an escaped value's high
+// byte comes from `exceptions`, which moves past those it used; else the lookup and the interleaves alone.
+template <bool Escaped = true>
 inline void compact_values(__m512i code, __m512i lo, __m512i table, const uint8_t*& exceptions, __m512bh& b0,
                            __m512bh& b1) {
-  const __mmask64 escaped = _mm512_testn_epi8_mask(code, _mm512_set1_epi8(0x0f));
-  // No branch, and the next 64 exceptions loaded into a register (each panel holds 64 bytes past its list): with a
-  // branch to the rare exceptions (inline or to a function), or vpexpandb from memory, GCC 12 kept the kernels'
-  // accumulators in memory as well as in registers, storing each after every update.
-  const __m512i hi =
-      _mm512_mask_expand_epi8(_mm512_permutexvar_epi8(code, table), escaped, _mm512_loadu_si512(exceptions));
-  exceptions += _mm_popcnt_u64(escaped);
-  b0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi));
-  b1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
-}
-
-// The 64 values of a step its panel's escape map says has no exceptions: the lookup and the interleaves alone.
-inline void compact_values_unescaped(__m512i code, __m512i lo, __m512i table, __m512bh& b0, __m512bh& b1) {
-  const __m512i hi = _mm512_permutexvar_epi8(code, table);
+  __m512i hi = _mm512_permutexvar_epi8(code, table);
+  if constexpr (Escaped) {
+    const __mmask64 escaped = _mm512_testn_epi8_mask(code, _mm512_set1_epi8(0x0f));
+    // No branch, and the next 64 exceptions loaded into a register (each panel holds 64 bytes past its list): with a
+    // branch to the rare exceptions (inline or to a function), or vpexpandb from memory, GCC 12 kept the kernels'
+    // accumulators in memory as well as in registers, storing each after every update.
+    hi = _mm512_mask_expand_epi8(hi, escaped, _mm512_loadu_si512(exceptions));
+    exceptions += _mm_popcnt_u64(escaped);
+  }
   b0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi));
   b1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
 }
 
 // Step h (0 or 1) of the block at `block`, whose 64 code bytes are `codes`.
+template <bool Escaped = true>
 inline void compact_step(const uint8_t* block, __m512i codes, int h, __m512i table, const uint8_t*& exceptions,
                          __m512bh& b0, __m512bh& b1) {
   const __m512i code = h == 0 ? codes : _mm512_srli_epi16(codes, 4);  // the step's code in each byte's low nibble
-  compact_values(code, _mm512_loadu_si512(block + h * 64), table, exceptions, b0, b1);
+  compact_values<Escaped>(code, _mm512_loadu_si512(block + h * 64), table, exceptions, b0, b1);
 }
 
 inline const uint8_t* compact_exceptions(const uint8_t* panel, int64_t k_pad) {
@@ -514,12 +511,7 @@ template <int M, bool Keep, bool Escaped>
   const __m512i codes = _mm512_loadu_si512(block + 128);
   for (int h = 0; h < 2; ++h) {
     __m512bh b0, b1;
-    if constexpr (Escaped) {
-      compact_step(block, codes, h, table, exceptions, b0, b1);
-    } else {
-      const __m512i code = h == 0 ? codes : _mm512_srli_epi16(codes, 4);
-      compact_values_unescaped(code, _mm512_loadu_si512(block + h * 64), table, b0, b1);
-    }
+    compact_step<Escaped>(block, codes, h, table, exceptions, b0, b1);
     const int64_t kp = 2 * b + h;
     if constexpr (Keep) {
       _mm512_storeu_si512(plain + kp * gemm_nr, reinterpret_cast<__m512i>(b0));
@@ -705,10 +697,7 @@ template <int M, int S, bool Escaped>
     _mm_prefetch(reinterpret_cast<const char*>(at + compact_block_bytes + 128), _MM_HINT_T0);
     const __m512i code = _mm512_srl_epi16(_mm512_loadu_si512(at + 128), shift);
     __m512bh b0, b1;
-    if constexpr (Escaped)
-      compact_values(code, _mm512_loadu_si512(at + 64 * half), table[s], exceptions[s], b0, b1);
-    else
-      compact_values_unescaped(code, _mm512_loadu_si512(at + 64 * half), table[s], b0, b1);
+    compact_values<Escaped>(code, _mm512_loadu_si512(at + 64 * half), table[s], exceptions[s], b0, b1);
     for (int m = 0; m < M; ++m) {
       acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av[m], b0);
       acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av[m], b1);
