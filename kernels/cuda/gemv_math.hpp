@@ -102,12 +102,14 @@ ACTORLLM_HOST_DEVICE inline float linear_output(float sum, const float* bias, in
 ///   and in the 8B's batch-1 decode with graphs (170.6 tokens/s; 8: 162.8, 16: 152.4, 32: 101.3);
 /// - rows: at 2 rows and more cuBLAS was 1.6 to 7 times faster on every shape (4096 -> 4096 at 2 rows: 14.6 against
 ///   23.1 us), since each warp re-reads every row of x;
-/// - elements: at one row the GEMV won on 4096 -> 4096 (13.8 against 14.7 us) and lost on q|k|v 4096 -> 6144 (20.7
-///   against 17.0), gate|up 4096 -> 28672 (69.5 against 62.3) and down 14336 -> 4096 (40.6 against 33.7).
+/// - elements: any size. Single calls favoured cuBLAS above 4096 x 4096 at one row (q|k|v 4096 -> 6144: 20.7 against
+///   17.0 us; gate|up 4096 -> 28672: 69.5 against 62.3; down 14336 -> 4096: 40.6 against 33.7), but the 8B's
+///   batch-1 decode with graphs ran slower with that rule: 172.7 tokens/s against 179.5 with the GEMV at any size
+///   (gpu_check's gemv_rule, H200, 2026-12-04, same run), so the GEMV takes every weight at one row.
 struct tuning {
   int loads_in_flight = 4;
   int max_rows = 1;
-  int64_t max_elements = int64_t{4096} * 4096;
+  int64_t max_elements = -1;
 };
 
 /// A tuning from its text, "loads=N,rows=M,elements=E" (E a count or "all"; any may be left out: the default stays):

@@ -132,51 +132,9 @@ struct attention_params {
   int32_t skip_from_rows;  // rows of sequences with at least this many query rows are the prefill kernel's (0: none)
 };
 
-// Positions a warp loads before it does any math on them (phases 1 and 3 of the kernel below), by the elements a lane
-// holds per position: as many as the 128 registers of 4 CTAs per SM take without spilling (head_dim 224 and 256 spill
-// at 8).
-constexpr int batch_for(int elements_per_lane) { return elements_per_lane <= 5 ? 8 : 4; }
-
-// The E elements at lane * E of kv head `kv_head` of each of a warp's next B positions of the tile (positions
-// tile + t0 + u * k_warps for u < B, those below n): every table entry first, then every chunk, so the loads
-// overlap. in_cache[u] says whether position u's block is in the cache; its chunk is zeros where it is not, or where
-// the position is past n.
-template <int E, int B, class T>
-__device__ __forceinline__ void load_positions(const T* __restrict__ cache, const int32_t* __restrict__ table,
-                                               int32_t tile, int t0, int n, int32_t block_size, int64_t cache_blocks,
-                                               int32_t n_head_kv, int32_t kv_head, int lane, float (&chunks)[B][E],
-                                               bool (&in_cache)[B]) {
-  int64_t block[B];
-  int32_t offset[B];
-#pragma unroll
-  for (int u = 0; u < B; ++u) {
-    const int t = t0 + u * k_warps;
-    block[u] = -1;
-    offset[u] = 0;
-    if (t < n) {
-      const attn::block_slot slot = attn::block_slot_of(tile + t, block_size);
-      block[u] = table[slot.table_index];
-      offset[u] = slot.offset;
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < B; ++u) {
-    in_cache[u] = t0 + u * k_warps < n && attn::block_in_cache(block[u], cache_blocks);
-    if (in_cache[u]) {
-      load_chunk<E>(cache + attn::cache_offset(block[u], offset[u], block_size, n_head_kv, kv_head, E * 32) + lane * E,
-                    chunks[u]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < E; ++e)
-        chunks[u][e] = 0.0f;
-    }
-  }
-}
-
 template <int HD, class T>
 __global__ void __launch_bounds__(k_threads, 4) paged_attention_kernel(const attention_params<T> p) {
   constexpr int E = HD / 32;  // elements per lane
-  constexpr int k_batch = batch_for(E);
   constexpr int REP = static_cast<int>(attention_head_chunk(HD));
   __shared__ float scores[REP][k_tile];
   __shared__ float state_max[REP];
@@ -254,31 +212,30 @@ __global__ void __launch_bounds__(k_threads, 4) paged_attention_kernel(const att
   const int32_t block_size = p.block_size;
   for (int32_t tile = span.begin; tile < span.end; tile += k_tile) {
     const int n = span.end - tile < k_tile ? span.end - tile : k_tile;
-    // (1) scores of the tile; the table entries read are those of blocks inside the range only. A warp's positions
-    // (every k_warps-th of the tile) go k_batch at a time: their table entries, then their K chunks, are all loaded
-    // before any math, so a batch waits on two round trips to memory rather than two per position (a short context's
-    // call was latency-bound: 10.7 us at batch 1 on an H200). Each score is computed as before, bit for bit.
-    for (int t0 = warp; t0 < n; t0 += k_warps * k_batch) {
-      float k[k_batch][E];
-      bool in_cache[k_batch];
-      load_positions<E, k_batch>(p.k, table, tile, t0, n, block_size, p.cache_blocks, p.n_head_kv, group.kv_head, lane,
-                                 k, in_cache);
+    // (1) scores of the tile; the table entries read are those of blocks inside the range only.
+    for (int t = warp; t < n; t += k_warps) {
+      const attn::block_slot slot = attn::block_slot_of(tile + t, block_size);
+      const int64_t block = table[slot.table_index];
+      const bool in_cache = attn::block_in_cache(block, p.cache_blocks);
+      float k[E];
+      if (in_cache) {
+        load_chunk<E>(
+            p.k + attn::cache_offset(block, slot.offset, p.block_size, p.n_head_kv, group.kv_head, HD) + lane * E, k);
+      } else {
 #pragma unroll
-      for (int u = 0; u < k_batch; ++u) {
-        const int t = t0 + u * k_warps;
-        if (t < n) {
+        for (int e = 0; e < E; ++e)
+          k[e] = 0.0f;
+      }
 #pragma unroll
-          for (int j = 0; j < REP; ++j) {
-            if (j < n_heads) {
-              float dot = 0.0f;
+      for (int j = 0; j < REP; ++j) {
+        if (j < n_heads) {
+          float dot = 0.0f;
 #pragma unroll
-              for (int e = 0; e < E; ++e)
-                dot = fmaf(q[j][e], k[u][e], dot);
-              dot = warp_sum(dot);
-              if (lane == 0)
-                scores[j][t] = in_cache[u] ? dot * p.scale : NAN;
-            }
-          }
+          for (int e = 0; e < E; ++e)
+            dot = fmaf(q[j][e], k[e], dot);
+          dot = warp_sum(dot);
+          if (lane == 0)
+            scores[j][t] = in_cache ? dot * p.scale : NAN;
         }
       }
     }
@@ -314,29 +271,30 @@ __global__ void __launch_bounds__(k_threads, 4) paged_attention_kernel(const att
       for (int e = 0; e < E; ++e)
         acc[j][e] *= correction;
     }
-    for (int t0 = warp; t0 < n; t0 += k_warps * k_batch) {  // k_batch positions' V loaded before the math, as K
-      float v[k_batch][E];
-      bool in_cache[k_batch];
-      load_positions<E, k_batch>(p.v, table, tile, t0, n, block_size, p.cache_blocks, p.n_head_kv, group.kv_head, lane,
-                                 v, in_cache);
+    for (int t = warp; t < n; t += k_warps) {
+      const attn::block_slot slot = attn::block_slot_of(tile + t, block_size);
+      const int64_t block = table[slot.table_index];
+      float v[E];
+      if (attn::block_in_cache(block, p.cache_blocks)) {
+        load_chunk<E>(
+            p.v + attn::cache_offset(block, slot.offset, p.block_size, p.n_head_kv, group.kv_head, HD) + lane * E, v);
+        if constexpr (is_fp8_kv<T>) {
 #pragma unroll
-      for (int u = 0; u < k_batch; ++u) {
-        const int t = t0 + u * k_warps;
-        if (t < n) {
-          if constexpr (is_fp8_kv<T>) {
+          for (int e = 0; e < E; ++e)
+            v[e] *= p.v_scale;
+        }
+      } else {
 #pragma unroll
-            for (int e = 0; e < E; ++e)
-              v[u][e] *= p.v_scale;  // 0 outside the cache, where the weight is NaN already
-          }
+        for (int e = 0; e < E; ++e)
+          v[e] = 0.0f;  // its weight is NaN already
+      }
 #pragma unroll
-          for (int j = 0; j < REP; ++j) {
-            if (j < n_heads) {
-              const float w = scores[j][t];
+      for (int j = 0; j < REP; ++j) {
+        if (j < n_heads) {
+          const float w = scores[j][t];
 #pragma unroll
-              for (int e = 0; e < E; ++e)
-                acc[j][e] = fmaf(w, v[u][e], acc[j][e]);
-            }
-          }
+          for (int e = 0; e < E; ++e)
+            acc[j][e] = fmaf(w, v[e], acc[j][e]);
         }
       }
     }

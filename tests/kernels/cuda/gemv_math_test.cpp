@@ -161,7 +161,7 @@ TEST_CASE(
   const tuning defaults;
   CHECK(defaults.loads_in_flight == 4);
   CHECK(defaults.max_rows == 1);
-  CHECK(defaults.max_elements == 4096 * 4096);
+  CHECK(defaults.max_elements == -1);
   CHECK(parse_tuning("").loads_in_flight == defaults.loads_in_flight);
   CHECK(parse_tuning("").max_rows == defaults.max_rows);
   const tuning t = parse_tuning("loads=8,rows=2,elements=1000");
@@ -172,8 +172,10 @@ TEST_CASE(
   CHECK(parse_tuning("elements=all").max_elements == -1);
   CHECK(parse_tuning("loads=32").max_rows == defaults.max_rows);
   // The size rule: at most max_elements, any size for -1.
-  CHECK(takes_weight_of(4096 * 4096, defaults));
-  CHECK_FALSE(takes_weight_of(4096 * 6144, defaults));
+  CHECK(takes_weight_of(int64_t{4096} * 128256, defaults));
+  const tuning capped = parse_tuning("elements=16777216");
+  CHECK(takes_weight_of(4096 * 4096, capped));
+  CHECK_FALSE(takes_weight_of(4096 * 6144, capped));
   CHECK(takes_weight_of(int64_t{4096} * 128256, parse_tuning("elements=all")));
   const auto refused = [](const std::string& text, const std::string& says) {
     CAPTURE(text);
