@@ -51,8 +51,8 @@ std::string cpu_vendor() {
 
 decode_read_pattern decode_read_pattern_for(std::string_view vendor) {
   if (vendor == "GenuineIntel")
-    return {.streams = 2, .prefetch_bytes = 1024};
-  return {.streams = 4, .prefetch_bytes = 128};
+    return {.streams = 2, .prefetch_bytes = 1024, .compact_streams = 2, .compact_prefetch_blocks = 5};
+  return {.streams = 4, .prefetch_bytes = 128, .compact_streams = 2, .compact_prefetch_blocks = 1};
 }
 
 size_t bf16_panels_bytes(int64_t n_out, int64_t n_in) {
@@ -628,7 +628,12 @@ const decode_read_pattern& this_cpu_pattern() {
   static const decode_read_pattern pattern = decode_read_pattern_for(cpu_vendor());
   return pattern;
 }
-int streams_for(int64_t n_tokens) { return n_tokens <= 2 ? this_cpu_pattern().streams : 2; }
+// The side-by-side streams at n_tokens on plain or compact panels.
+int streams_for(int64_t n_tokens, bool compact) {
+  if (n_tokens > 2)
+    return 2;
+  return compact ? this_cpu_pattern().compact_streams : this_cpu_pattern().streams;
+}
 
 // Tiles t[0..S) (M token rows each, the same activations and K) walked side by side. Each step asks for the lines of
 // a later step of each stream (this CPU's decode_read_pattern: on Intel 1 KiB ahead; on Zen the next step, 128 bytes
@@ -678,11 +683,12 @@ void stream_tiles(const gemm_tile_args* t) {
 
 #if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
 // One step (kp) of stream_compact_tiles for its S streams; Escaped: some stream's escape map marks it (every stream
-// then looks for exceptions: one that has none at this step expands none), else the lookups alone.
+// then looks for exceptions: one that has none at this step expands none), else the lookups alone. `ahead`: how far
+// ahead of a step's block its prefetches ask, in bytes (a whole number of blocks).
 template <int M, int S, bool Escaped>
 [[gnu::always_inline]] inline void stream_compact_step(const gemm_tile_args* t, int64_t kp,
                                                        const uint8_t* const* blocks, const __m512i* table,
-                                                       const uint8_t** exceptions, __m512 (&acc0)[S][M],
+                                                       const uint8_t** exceptions, size_t ahead, __m512 (&acc0)[S][M],
                                                        __m512 (&acc1)[S][M]) {
   const int64_t half = kp & 1;
   const size_t block = static_cast<size_t>(kp >> 1) * compact_block_bytes;
@@ -692,9 +698,9 @@ template <int M, int S, bool Escaped>
     av[m] = broadcast_pair(t[0].a + m * t[0].lda + 2 * kp);
   for (int s = 0; s < S; ++s) {
     const uint8_t* at = blocks[s] + block;
-    // The next block's lines: its codes and, over the two steps, both halves of its low bytes.
-    _mm_prefetch(reinterpret_cast<const char*>(at + compact_block_bytes + 64 * half), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(at + compact_block_bytes + 128), _MM_HINT_T0);
+    // A later block's lines: its codes and, over the two steps, both halves of its low bytes.
+    _mm_prefetch(reinterpret_cast<const char*>(at + ahead + 64 * half), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(at + ahead + 128), _MM_HINT_T0);
     const __m512i code = _mm512_srl_epi16(_mm512_loadu_si512(at + 128), shift);
     __m512bh b0, b1;
     compact_values<Escaped>(code, _mm512_loadu_si512(at + 64 * half), table[s], exceptions[s], b0, b1);
@@ -706,8 +712,9 @@ template <int M, int S, bool Escaped>
 }
 
 // stream_tiles on compact panels: the same sums in the same order, from 96 bytes a step instead of 128. Each step asks
-// for two lines of the next block (its codes, and the low bytes of the step's half). The steps up to the next one that
-// a stream's escape map marks run in a loop of their own without looking for exceptions.
+// for two lines of a later block (its codes, and the low bytes of the step's half): the next on Zen, five blocks (960
+// bytes) ahead on Intel (decode_read_pattern::compact_prefetch_blocks). The steps up to the next one that a stream's
+// escape map marks run in a loop of their own without looking for exceptions.
 template <int M, int S>
 void stream_compact_tiles(const gemm_tile_args* t) {
   __m512 acc0[S][M], acc1[S][M];
@@ -727,16 +734,17 @@ void stream_compact_tiles(const gemm_tile_args* t) {
     table[s] = compact_table(t[s].compact);
     escaped[s] = next_escaped_step(t[s].compact, 0, n_kp);
   }
+  const size_t ahead = static_cast<size_t>(this_cpu_pattern().compact_prefetch_blocks) * compact_block_bytes;
   // One step a turn of the loop (an inner loop over a block's two steps made GCC 12 store the accumulators each turn).
   for (int64_t kp = 0;; ++kp) {
     int64_t plain_until = escaped[0];
     for (int s = 1; s < S; ++s)
       plain_until = std::min(plain_until, escaped[s]);
     for (; kp < plain_until; ++kp)
-      stream_compact_step<M, S, false>(t, kp, blocks, table, exceptions, acc0, acc1);
+      stream_compact_step<M, S, false>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
     if (kp == n_kp)
       break;
-    stream_compact_step<M, S, true>(t, kp, blocks, table, exceptions, acc0, acc1);
+    stream_compact_step<M, S, true>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
     for (int s = 0; s < S; ++s)
       if (escaped[s] == kp)
         escaped[s] = next_escaped_step(t[s].compact, kp + 1, n_kp);
@@ -802,8 +810,8 @@ void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
 }
 
 // Packed weights, 1 to streamed_max_tokens tokens: the units (panels; a gated unit is a gate and an up panel) read
-// as streams_for(n_tokens) side-by-side panel streams into the computing thread's scratch, then committed to the
-// outputs (the bias added, a gated pair combined). Where the weights have owners, each pool thread reads its home's
+// as streams_for(n_tokens, compact) side-by-side panel streams into the computing thread's scratch, then committed to
+// the outputs (the bias added, a gated pair combined). Where the weights have owners, each pool thread reads its home's
 // units as runs that go on from one grain to the next (home_streams, thread_pool::home_split; a thread done with its
 // home takes the back half of another's rest); without, guided grains of 8 to 32 units, each cut into its own runs. The
 // work owns its rounded input and keeps the weights alive where the caller says how, so the pool can take a grain over
@@ -836,7 +844,7 @@ class streamed_panel_work final : public takeover_work {
     const size_t n_tiles = grain_tiles(u_begin, u_end, scratch, tiles);
     const int m = static_cast<int>(c_.n_tokens);
     if (!homes_) {
-      run_streams({tiles.data(), n_tiles}, m, streams_for(c_.n_tokens));
+      run_streams({tiles.data(), n_tiles}, m, streams_for(c_.n_tokens, compact()));
       return;
     }
     // Items in home order: each step's units (one of each run) side by side.
@@ -851,7 +859,7 @@ class streamed_panel_work final : public takeover_work {
   }
 
   /// Items in the order of home_streams over `n_homes` homes (thread_pool::home_split with home_grain() items a
-  /// grain), instead of guided grains whose panels are read as streams_for(n_tokens) runs each.
+  /// grain), instead of guided grains whose panels are read as streams_for(n_tokens, compact) runs each.
   void read_from_homes(int n_homes) { homes_ = home_streams::shared(n_units(), n_homes, streams_in_units()); }
   /// Items a grain of home_split: four steps of every run (one step a grain measured 1.5% slower: per-grain costs).
   int64_t home_grain() const { return 4 * streams_in_units(); }
@@ -912,7 +920,8 @@ class streamed_panel_work final : public takeover_work {
   size_t parts() const { return gated_ ? 2 : 1; }
   size_t panel_bytes() const { return targets_[0].panel_stride; }
   // Units read side by side: a gated unit is two panels (gate and up), each a stream of its own.
-  int streams_in_units() const { return std::max(1, streams_for(c_.n_tokens) / static_cast<int>(parts())); }
+  int streams_in_units() const { return std::max(1, streams_for(c_.n_tokens, compact()) / static_cast<int>(parts())); }
+  bool compact() const { return targets_[0].compact; }  // all of a call's targets or none (walk_side_by_side)
   int64_t unit_of(int64_t item) const { return homes_ ? homes_->unit_of(item) : item; }
   const uint8_t* panel_of(int64_t u, size_t part) const {
     const size_t i = units_.target_of(u, 0);
@@ -979,7 +988,8 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
     // The pool lets waiting threads read ahead (takeover_work::idle) on this path only. A guess that is wrong only
     // reads lines nobody uses; one that points at weights freed since reads nothing (the plan's owners).
     work->read_from_homes(pool.size());
-    const read_ahead_key key{views[0].w, n_units, work->unit_bytes(), streams_for(n_tokens), pool.size()};
+    const read_ahead_key key{views[0].w, n_units, work->unit_bytes(), streams_for(n_tokens, views[0].compact),
+                             pool.size()};
     work->set_next(next_call_table::global().advance(key, [&] { return work->first_reads(); }));
     takeover_split split =
         pool.home_split(n_units, work->home_grain(), work->home_tail_grain());  // before work is moved from

@@ -17,15 +17,22 @@ bool have_bf16_dot_kernels();
 
 /// How the streamed decode kernels (1 to 4 tokens on packed panels) read on a CPU: the panel streams a thread reads
 /// side by side at 1 or 2 tokens (2 at 3 or 4 tokens everywhere), and how many bytes ahead of each step they ask for
-/// a stream's lines (the hardware prefetcher does the rest).
+/// a stream's lines (the hardware prefetcher does the rest); the same two for compact panels (compact_panels.hpp),
+/// whose prefetches go a whole number of 192-byte blocks ahead.
 struct decode_read_pattern {
   int streams;
   int64_t prefetch_bytes;
+  int compact_streams;
+  int compact_prefetch_blocks;
 };
 /// The pattern measured fastest on CPUs of this vendor (CPUID's "GenuineIntel", "AuthenticAMD"; others get AMD's):
 /// on Zen 4/5, four streams asking one step (128 bytes) ahead; on Intel (a Xeon with AMX, 2026-12-02) two streams
 /// asking 1 KiB ahead, where four streams one step ahead read 70-84% of the probe against 83-95% (bench_kernels
-/// --decode-step-rounds, alternated).
+/// --decode-step-rounds, alternated). Compact panels: two streams on both; the next block on Zen 4 (two or four
+/// blocks ahead read 2-4% and 16-18% slower, and two streams 4-14% faster than four in the VM's fast state, in a
+/// driver of the decode's matmuls, 2026-12-04); five blocks (960 bytes) on Intel (a 2-vCPU Xeon with AMX,
+/// 2026-12-04, bench_cpu_decode alternated: batch 1 1.11-1.13x and batch 2 1.20-1.26x the next block; eight and
+/// eleven blocks the same as five).
 decode_read_pattern decode_read_pattern_for(std::string_view vendor);
 /// This CPU's vendor string from CPUID leaf 0 (empty where there is none).
 std::string cpu_vendor();
