@@ -28,11 +28,11 @@ struct decode_read_pattern {
 /// The pattern measured fastest on CPUs of this vendor (CPUID's "GenuineIntel", "AuthenticAMD"; others get AMD's):
 /// on Zen 4/5, four streams asking one step (128 bytes) ahead; on Intel (a Xeon with AMX, 2026-12-02) two streams
 /// asking 1 KiB ahead, where four streams one step ahead read 70-84% of the probe against 83-95% (bench_kernels
-/// --decode-step-rounds, alternated). Compact panels: two streams on both; the next block on Zen 4 (two or four
-/// blocks ahead read 2-4% and 16-18% slower, and two streams 4-14% faster than four in the VM's fast state, in a
-/// driver of the decode's matmuls, 2026-12-04); five blocks (960 bytes) on Intel (a 2-vCPU Xeon with AMX,
-/// 2026-12-04, bench_cpu_decode alternated: batch 1 1.11-1.13x and batch 2 1.20-1.26x the next block; eight and
-/// eleven blocks the same as five).
+/// --decode-step-rounds, alternated). Compact panels on Zen 4: two streams, the next block (two or four blocks ahead
+/// read 2-4% and 16-18% slower, and two streams 4-14% faster than four in the VM's fast state, in a driver of the
+/// decode's matmuls, 2026-12-04). On Intel (a 2-vCPU Xeon with AMX, 2026-12-04, bench_cpu_decode alternated): five
+/// blocks (960 bytes) ahead, batch 1 1.11-1.13x and batch 2 1.20-1.26x the next block (eight and eleven blocks the
+/// same as five); four streams, batch 2 1.03-1.09x two (batch 1 0.97-1.07x, 8 pairs).
 decode_read_pattern decode_read_pattern_for(std::string_view vendor);
 /// This CPU's vendor string from CPUID leaf 0 (empty where there is none).
 std::string cpu_vendor();
