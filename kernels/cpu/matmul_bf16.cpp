@@ -51,7 +51,7 @@ std::string cpu_vendor() {
 
 decode_read_pattern decode_read_pattern_for(std::string_view vendor) {
   if (vendor == "GenuineIntel")
-    return {.streams = 2, .prefetch_bytes = 1024, .compact_streams = 4, .compact_prefetch_blocks = 5};
+    return {.streams = 2, .prefetch_bytes = 1024, .compact_streams = 2, .compact_prefetch_blocks = 5};
   return {.streams = 4, .prefetch_bytes = 128, .compact_streams = 2, .compact_prefetch_blocks = 1};
 }
 

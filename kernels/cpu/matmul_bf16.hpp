@@ -32,7 +32,8 @@ struct decode_read_pattern {
 /// read 2-4% and 16-18% slower, and two streams 4-14% faster than four in the VM's fast state, in a driver of the
 /// decode's matmuls, 2026-12-04). On Intel (a 2-vCPU Xeon with AMX, 2026-12-04, bench_cpu_decode alternated): five
 /// blocks (960 bytes) ahead, batch 1 1.11-1.13x and batch 2 1.20-1.26x the next block (eight and eleven blocks the
-/// same as five); four streams, batch 2 1.03-1.09x two (batch 1 0.97-1.07x, 8 pairs).
+/// same as five); two streams, as plain (four: batch 2 1.03-1.09x, but batch 1 0.98-0.995x in 5 of 6 pairs of 64
+/// steps).
 decode_read_pattern decode_read_pattern_for(std::string_view vendor);
 /// This CPU's vendor string from CPUID leaf 0 (empty where there is none).
 std::string cpu_vendor();
