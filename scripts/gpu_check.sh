@@ -496,8 +496,8 @@ PY
   # favoured (cuBLAS above 4096 x 4096 elements) in the same batch-1 decode with graphs: FAIL when the default is more
   # than 2% slower.
   ACTORLLM_GEMV=elements=16777216 limited "$(step_limit bench)" "$bin/bench_gpu" --config "$root/configs/llama-3.1-8b" \
-    --no-throughput --no-gemv --json "$work/bench-old-rule.json" >>"$out/bench.log" 2>&1
-  verdict=$(python3 - "$out/bench.json" "$work/bench-old-rule.json" <<'PY'
+    --no-throughput --no-gemv --json "$work/bench-capped-rule.json" >>"$out/bench.log" 2>&1
+  verdict=$(python3 - "$out/bench.json" "$work/bench-capped-rule.json" <<'PY'
 import json, sys
 try:
     new, old = (json.load(open(p))["decode_batch1_graphs_tokens_per_s"] for p in sys.argv[1:3])

@@ -844,7 +844,7 @@ class streamed_panel_work final : public takeover_work {
     const size_t n_tiles = grain_tiles(u_begin, u_end, scratch, tiles);
     const int m = static_cast<int>(c_.n_tokens);
     if (!homes_) {
-      run_streams({tiles.data(), n_tiles}, m, streams_for(c_.n_tokens, compact()));
+      run_streams({tiles.data(), n_tiles}, m, streams());
       return;
     }
     // Items in home order: each step's units (one of each run) side by side.
@@ -857,6 +857,9 @@ class streamed_panel_work final : public takeover_work {
       }
     }
   }
+
+  /// Panel streams read side by side (streams_for this call's token count and panel form).
+  int streams() const { return streams_for(c_.n_tokens, targets_[0].compact); }
 
   /// Items in the order of home_streams over `n_homes` homes (thread_pool::home_split with home_grain() items a
   /// grain), instead of guided grains whose panels are read as streams_for(n_tokens, compact) runs each.
@@ -920,8 +923,7 @@ class streamed_panel_work final : public takeover_work {
   size_t parts() const { return gated_ ? 2 : 1; }
   size_t panel_bytes() const { return targets_[0].panel_stride; }
   // Units read side by side: a gated unit is two panels (gate and up), each a stream of its own.
-  int streams_in_units() const { return std::max(1, streams_for(c_.n_tokens, compact()) / static_cast<int>(parts())); }
-  bool compact() const { return targets_[0].compact; }  // all of a call's targets or none (walk_side_by_side)
+  int streams_in_units() const { return std::max(1, streams() / static_cast<int>(parts())); }
   int64_t unit_of(int64_t item) const { return homes_ ? homes_->unit_of(item) : item; }
   const uint8_t* panel_of(int64_t u, size_t part) const {
     const size_t i = units_.target_of(u, 0);
@@ -988,8 +990,7 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
     // The pool lets waiting threads read ahead (takeover_work::idle) on this path only. A guess that is wrong only
     // reads lines nobody uses; one that points at weights freed since reads nothing (the plan's owners).
     work->read_from_homes(pool.size());
-    const read_ahead_key key{views[0].w, n_units, work->unit_bytes(), streams_for(n_tokens, views[0].compact),
-                             pool.size()};
+    const read_ahead_key key{views[0].w, n_units, work->unit_bytes(), work->streams(), pool.size()};
     work->set_next(next_call_table::global().advance(key, [&] { return work->first_reads(); }));
     takeover_split split =
         pool.home_split(n_units, work->home_grain(), work->home_tail_grain());  // before work is moved from
