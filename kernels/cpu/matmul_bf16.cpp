@@ -51,8 +51,16 @@ std::string cpu_vendor() {
 
 decode_read_pattern decode_read_pattern_for(std::string_view vendor) {
   if (vendor == "GenuineIntel")
-    return {.streams = 2, .prefetch_bytes = 1024, .compact_streams = 2, .compact_prefetch_blocks = 5};
-  return {.streams = 4, .prefetch_bytes = 128, .compact_streams = 2, .compact_prefetch_blocks = 1};
+    return {.streams = 2,
+            .prefetch_bytes = 1024,
+            .compact_streams = 2,
+            .compact_prefetch_blocks = 5,
+            .compact_batch1_every_step = true};
+  return {.streams = 4,
+          .prefetch_bytes = 128,
+          .compact_streams = 2,
+          .compact_prefetch_blocks = 1,
+          .compact_batch1_every_step = false};
 }
 
 size_t bf16_panels_bytes(int64_t n_out, int64_t n_in) {
@@ -624,10 +632,11 @@ static_assert(max_streams <= read_ahead_plan::max_streams);
 // rounds, 2 MiB 1.008-1.009, 4 MiB 1.009-1.019 (four runs, 164 of 232 pairs ahead; the slow state 1.008-1.018), 8 MiB
 // 1.007-1.008.
 
-const decode_read_pattern& this_cpu_pattern() {
-  static const decode_read_pattern pattern = decode_read_pattern_for(cpu_vendor());
+decode_read_pattern& current_pattern() {
+  static decode_read_pattern pattern = decode_read_pattern_for(cpu_vendor());
   return pattern;
 }
+const decode_read_pattern& this_cpu_pattern() { return current_pattern(); }
 // The side-by-side streams at n_tokens on plain or compact panels.
 int streams_for(int64_t n_tokens, bool compact) {
   if (n_tokens > 2)
@@ -714,7 +723,9 @@ template <int M, int S, bool Escaped>
 // stream_tiles on compact panels: the same sums in the same order, from 96 bytes a step instead of 128. Each step asks
 // for two lines of a later block (its codes, and the low bytes of the step's half): the next on Zen, five blocks (960
 // bytes) ahead on Intel (decode_read_pattern::compact_prefetch_blocks). The steps up to the next one that a stream's
-// escape map marks run in a loop of their own without looking for exceptions.
+// escape map marks run in a loop of their own without looking for exceptions; except at one token on Intel, where every
+// step looks (decode_read_pattern::compact_batch1_every_step): there leaving that loop at each marked step (about one
+// step in 55 on trained weights, two streams) cost more than the lookups.
 template <int M, int S>
 void stream_compact_tiles(const gemm_tile_args* t) {
   __m512 acc0[S][M], acc1[S][M];
@@ -727,14 +738,23 @@ void stream_compact_tiles(const gemm_tile_args* t) {
   const uint8_t* blocks[S];
   const uint8_t* exceptions[S];
   __m512i table[S];
-  int64_t escaped[S];  // each stream's next marked step
   for (int s = 0; s < S; ++s) {
     blocks[s] = t[s].compact + compact_blocks_offset(t[0].k_pad);
     exceptions[s] = compact_exceptions(t[s].compact, t[0].k_pad);
     table[s] = compact_table(t[s].compact);
-    escaped[s] = next_escaped_step(t[s].compact, 0, n_kp);
   }
-  const size_t ahead = static_cast<size_t>(this_cpu_pattern().compact_prefetch_blocks) * compact_block_bytes;
+  const decode_read_pattern& pattern = this_cpu_pattern();
+  const size_t ahead = static_cast<size_t>(pattern.compact_prefetch_blocks) * compact_block_bytes;
+  if (M == 1 && pattern.compact_batch1_every_step) {
+    for (int64_t kp = 0; kp < n_kp; ++kp)
+      stream_compact_step<M, S, true>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
+    for (int s = 0; s < S; ++s)
+      store_tile<M>(t[s], acc0[s], acc1[s]);
+    return;
+  }
+  int64_t escaped[S];  // each stream's next marked step
+  for (int s = 0; s < S; ++s)
+    escaped[s] = next_escaped_step(t[s].compact, 0, n_kp);
   // One step a turn of the loop (an inner loop over a block's two steps made GCC 12 store the accumulators each turn).
   for (int64_t kp = 0;; ++kp) {
     int64_t plain_until = escaped[0];
@@ -1196,6 +1216,10 @@ void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const 
   }
 }
 
+void set_decode_read_pattern(std::optional<decode_read_pattern> pattern) {
+  current_pattern() = pattern.value_or(decode_read_pattern_for(cpu_vendor()));
+}
+
 void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets, bool gated,
                      thread_pool& pool, matmul_path path) {
   ACTORLLM_CHECK(!targets.empty() && targets.size() <= 8, "matmul_bf16_dot: 1 to 8 targets");
@@ -1254,6 +1278,9 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
 }
 
 #else
+
+// No streamed decode kernels in this build: nothing follows a pattern.
+void set_decode_read_pattern(std::optional<decode_read_pattern>) {}
 
 bool have_bf16_dot_kernels() { return false; }
 

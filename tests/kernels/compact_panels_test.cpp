@@ -12,17 +12,33 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/compact_panels.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/matmul_bf16.hpp"
 #include "support/scoped_env.hpp"
 #include "util/thread_pool.hpp"
 
 using namespace actorllm;
 
 namespace {
+
+// The streamed decode kernels set to find compact panels' exceptions by the escape map or at every step (as on Zen and
+// on Intel), back to this CPU's way when it goes out of scope.
+class exceptions_found_by {
+ public:
+  explicit exceptions_found_by(bool escape_map) {
+    cpu::decode_read_pattern p = cpu::decode_read_pattern_for(cpu::cpu_vendor());
+    p.compact_batch1_every_step = !escape_map;
+    cpu::set_decode_read_pattern(p);
+  }
+  ~exceptions_found_by() { cpu::set_decode_read_pattern(std::nullopt); }
+  exceptions_found_by(const exceptions_found_by&) = delete;
+  exceptions_found_by& operator=(const exceptions_found_by&) = delete;
+};
 
 constexpr int64_t panel_rows = 32;
 
@@ -217,16 +233,21 @@ TEST_CASE("compact panels: a stride too small for a panel's exceptions is refuse
 
 // The matmuls on compact panels against the same weights' plain panels: the same bits, at every token count that
 // picks another kernel (the streamed decode's 1-4, the panel GEMM streaming up to 48 and in chunks past it), in groups
-// of uneven targets, gated, with grains taken over (owners) and without.
+// of uneven targets, gated, with grains taken over (owners) and without; the streamed decode finding exceptions by the
+// escape map and at every step (only it looks at the setting).
 TEST_CASE("compact panels: the matmuls write the bits plain panels give [asan]") {
   if (!cpu::have_compact_panel_kernels()) {
     MESSAGE("skipped: this build has no compact-panel kernels (AVX512-VBMI with AVX512-BF16)");
     return;
   }
   uint64_t seed = 40;
-  for (int threads : {1, 3}) {
+  for (const auto& [escape_map, threads] : {std::pair{true, 1}, {true, 3}, {false, 1}, {false, 3}}) {
+    const exceptions_found_by way(escape_map);
     thread_pool pool(threads);
     for (int64_t n_tokens : {1, 2, 3, 4, 5, 13, 48, 49, 400}) {
+      if (!escape_map && n_tokens > 4)
+        break;
+      CAPTURE(escape_map);
       CAPTURE(threads);
       CAPTURE(n_tokens);
       const int64_t n_in = 136;  // k_pad 160: blocks of two steps, and inputs past n_in
@@ -291,15 +312,19 @@ TEST_CASE("compact panels: a damaged exception list changes the sums (the kernel
   const compacted c = compact({w}, {n_out}, n_in, pool);
   REQUIRE(c.plan.exceptions > 0);
   const auto x = test::random_floats(static_cast<size_t>(n_in), 10);
-  std::vector<float> y(n_out), y_damaged(n_out);
-  const cpu::matmul_target t{c.bytes.data(), dtype::bf16, n_out, nullptr, y.data(), true, nullptr, true};
-  cpu::matmul_group(x.data(), 1, n_in, {&t, 1}, pool);
   std::vector<uint8_t> damaged = c.bytes;
   // The first exception's high byte made 0x40 (a value of 2 to 4, never among a weight like this one's codes).
   uint8_t& first = damaged[cpu::compact_exceptions_offset(k_pad_of(n_in))];
   REQUIRE(first != 0x40);
   first = 0x40;
-  const cpu::matmul_target td{damaged.data(), dtype::bf16, n_out, nullptr, y_damaged.data(), true, nullptr, true};
-  cpu::matmul_group(x.data(), 1, n_in, {&td, 1}, pool);
-  CHECK(std::memcmp(y.data(), y_damaged.data(), y.size() * sizeof(float)) != 0);
+  for (const bool escape_map : {true, false}) {  // the streamed decode finding exceptions both ways
+    CAPTURE(escape_map);
+    const exceptions_found_by way(escape_map);
+    std::vector<float> y(n_out), y_damaged(n_out);
+    const cpu::matmul_target t{c.bytes.data(), dtype::bf16, n_out, nullptr, y.data(), true, nullptr, true};
+    cpu::matmul_group(x.data(), 1, n_in, {&t, 1}, pool);
+    const cpu::matmul_target td{damaged.data(), dtype::bf16, n_out, nullptr, y_damaged.data(), true, nullptr, true};
+    cpu::matmul_group(x.data(), 1, n_in, {&td, 1}, pool);
+    CHECK(std::memcmp(y.data(), y_damaged.data(), y.size() * sizeof(float)) != 0);
+  }
 }
