@@ -5,7 +5,10 @@
 // roofline. Prints a table; writes JSON (--json PATH). --decode-step-rounds N: only the probe and that step,
 // alternately, beside the same bytes read as one call, as calls of 2, 8 and 32 MiB (each call's fixed cost, in us),
 // the step with the caller busy between its calls (--decode-step-gaps), and the step with gate/up and down as one
-// call: what the step's call structure costs, apart from the rest of a decode step.
+// call: what the step's call structure costs, apart from the rest of a decode step. --compact-step-rounds N: the
+// same step's matmuls on compact panels of trained-like weights (compact_panels.hpp), the streamed decode finding
+// their exceptions by the escape map and at every step (decode_read_pattern::compact_batch1_every_step), alternated in
+// one process in a rotating order, against the probe.
 //
 // Weights live in one 1 GiB arena that is larger than the last-level cache, and successive calls walk through it,
 // so the decode figures are memory-bound numbers, not cache-resident ones.
@@ -20,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,6 +39,7 @@
 #include "bench/memory_bandwidth.hpp"
 #include "kernels/cpu/amx_bf16.hpp"
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/compact_panels.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
@@ -471,6 +476,125 @@ compute_peak_result measure_compute_peak(thread_pool& pool, double min_s) {
 compute_peak_result measure_compute_peak(thread_pool&, double) { return {}; }
 #endif
 
+// The batch-1 decode step's matmuls of the TinyLlama-1.1B shape (as time_decode_step) on compact panels, packed from
+// weights drawn from N(0, 0.02) and rounded to bf16 (trained weights' spread: about 1.4e-4 of the values are
+// exceptions, so about one step in 110 of a panel has some), one after another in memory on huge pages.
+class compact_step {
+ public:
+  explicit compact_step(thread_pool& pool) {
+    const std::array<std::array<int64_t, 2>, 4> layer{{{2560, 2048}, {2048, 2048}, {11264, 2048}, {2048, 5632}}};
+    for (int l = 0; l < 22; ++l)
+      for (const auto& [n_out, n_in] : layer)
+        shapes_.push_back({n_out, n_in});
+    shapes_.push_back({32000, 2048});
+    // The plans first (they say each weight's bytes), then one allocation for them all.
+    std::vector<cpu::compact_panels_plan> plans;
+    std::vector<uint16_t> rows;
+    std::mt19937 rng(38);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    std::array<uint16_t, 65536> values{};  // bf16 draws, picked from by a fast generator below
+    for (auto& v : values) {
+      const float f = normal(rng);
+      uint32_t u = 0;
+      std::memcpy(&u, &f, sizeof u);
+      v = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // round to nearest even
+    }
+    auto draw = [&](int64_t n_out, int64_t n_in, uint64_t seed) {
+      rows.resize(static_cast<size_t>(n_out * n_in));
+      uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+      for (auto& v : rows) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v = values[x & 0xffff];
+      }
+    };
+    size_t total = 0;
+    std::vector<size_t> offsets;
+    for (size_t i = 0; i < shapes_.size(); ++i) {
+      draw(shapes_[i].n_out, shapes_[i].n_in, i + 1);
+      const cpu::bf16_rows part{rows.data(), shapes_[i].n_out};
+      plans.push_back(cpu::plan_compact_panels({&part, 1}, shapes_[i].n_in, pool));
+      offsets.push_back(total);
+      total += (plans.back().bytes() + 4095) / 4096 * 4096;
+    }
+    buf_ = host_buffer::allocate_huge(total);
+    auto* base = static_cast<uint8_t*>(buf_->data());
+    for (size_t i = 0; i < shapes_.size(); ++i) {
+      draw(shapes_[i].n_out, shapes_[i].n_in, i + 1);
+      const cpu::bf16_rows part{rows.data(), shapes_[i].n_out};
+      cpu::write_compact_panels(plans[i], {&part, 1}, base + offsets[i], pool);
+      shapes_[i].w = base + offsets[i];
+      bytes_ += static_cast<double>(plans[i].bytes());
+    }
+  }
+  /// GB/s of one step.
+  double step_gbs(thread_pool& pool) const {
+    std::vector<float> x(5632, 0.01f), y(32000);
+    const auto t0 = clock_type::now();
+    for (const auto& s : shapes_) {
+      const cpu::matmul_target t{s.w, dtype::bf16, s.n_out, nullptr, y.data(), true, buf_, true};
+      cpu::matmul_group(x.data(), 1, s.n_in, std::span{&t, 1}, pool);
+    }
+    return bytes_ / seconds_since(t0) / 1e9;
+  }
+  double bytes() const { return bytes_; }
+
+ private:
+  struct shape {
+    int64_t n_out, n_in;
+    const void* w = nullptr;
+  };
+  std::vector<shape> shapes_;
+  std::shared_ptr<host_buffer> buf_;
+  double bytes_ = 0;
+};
+
+// --compact-step-rounds: the two ways of finding compact panels' exceptions, each round's order rotated so that
+// neither always runs first (an order effect of 1-2% showed in a driver that kept one order).
+int run_compact_step_rounds(thread_pool& pool, int rounds, int reps) {
+  if (!cpu::have_compact_panel_kernels()) {
+    fmt::print("compact panels: not in this build (AVX512-VBMI with AVX512-BF16 needed); nothing to time\n");
+    return 0;
+  }
+  fmt::print("packing the TinyLlama-1.1B decode step's weights as compact panels...\n");
+  const compact_step step(pool);
+  const char* names[2] = {"escape map", "every step"};
+  std::array<std::vector<double>, 2> fraction;
+  std::vector<double> ratio;
+  const cpu::decode_read_pattern here = cpu::decode_read_pattern_for(cpu::cpu_vendor());
+  fmt::print("batch-1 decode step on compact panels ({:.3f} GB), {} rounds; this CPU's way: {}\n", step.bytes() / 1e9,
+             rounds, names[here.compact_batch1_every_step ? 1 : 0]);
+  for (int r = 0; r < rounds; ++r) {
+    const double bw = bench::measure_read_bandwidth(pool) / 1e9;
+    std::array<double, 2> gbs{};
+    for (int k = 0; k < 2; ++k) {
+      const int way = (k + r) % 2;
+      cpu::decode_read_pattern p = here;
+      p.compact_batch1_every_step = way == 1;
+      cpu::set_decode_read_pattern(p);
+      step.step_gbs(pool);  // the first step after a switch untimed
+      std::vector<double> steps;
+      for (int i = 0; i < reps; ++i)
+        steps.push_back(step.step_gbs(pool));
+      gbs[static_cast<size_t>(way)] = bench::median(steps);
+    }
+    cpu::set_decode_read_pattern(std::nullopt);
+    for (size_t w = 0; w < 2; ++w)
+      fraction[w].push_back(gbs[w] / bw);
+    ratio.push_back(gbs[1] / gbs[0]);
+    fmt::print(
+        "round {}: probe {:.2f} GB/s | {} {:.2f} GB/s ({:.1f}%) | {} {:.2f} GB/s ({:.1f}%) | every step / map {:.3f}\n",
+        r + 1, bw, names[0], gbs[0], 100.0 * gbs[0] / bw, names[1], gbs[1], 100.0 * gbs[1] / bw, ratio.back());
+  }
+  fmt::print(
+      "median: escape map {:.1f}% of the probe, every step {:.1f}%; every step / map {:.3f} (rounds {:.3f} to "
+      "{:.3f})\n",
+      100.0 * bench::median(fraction[0]), 100.0 * bench::median(fraction[1]), bench::median(ratio),
+      *std::min_element(ratio.begin(), ratio.end()), *std::max_element(ratio.begin(), ratio.end()));
+  return 0;
+}
+
 // One decode step's figures against the probe's bandwidth bw (GB/s): the step and each kind of matmul.
 void print_decode_step(const decode_step_result& step, double bw) {
   fmt::print(
@@ -504,6 +628,13 @@ int main(int argc, char** argv) {
                  "With --decode-step-rounds: microseconds the caller is busy before a layer's q/k/v, o, gate/up and "
                  "down calls in the step timed with gaps (four, comma separated)")
       ->capture_default_str();
+  int compact_rounds = 0;
+  CLI::Option* step_option = app.get_option("--decode-step-rounds");
+  app.add_option("--compact-step-rounds", compact_rounds,
+                 "Only the probe and the decode step's matmuls on compact panels, the two ways of finding their "
+                 "exceptions (escape map, every step) alternated in one process, for this many rounds (no JSON)")
+      ->check(CLI::Range(1, 1000))
+      ->excludes(step_option);
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
   std::array<double, 4> gaps{};
@@ -523,6 +654,8 @@ int main(int argc, char** argv) {
   double min_s = quick ? 0.2 : 1.0;
   int min_reps = quick ? 2 : 5;
 
+  if (compact_rounds > 0)
+    return run_compact_step_rounds(*pool, compact_rounds, quick ? 3 : 5);
   if (step_rounds > 0) {
     // The probe and every way of reading alternately, so that the machine's drift hits them alike.
     fmt::print("actorllm CPU kernels: isa {}, {} threads; the decode step's matmuls against the probe, {} rounds\n",
