@@ -4,11 +4,12 @@
 // as a fraction of the bandwidth roofline (weight bytes read per token ÷ bandwidth; for MoE models only the
 // router-picked experts count, n_expert_used of n_expert per layer). The probe and the measurements
 // alternate for --rounds rounds and the table gives medians (each round's decode is set against that round's probe),
-// since a shared machine's bandwidth drifts. With --hog N every round also decodes batch 1 beside N busy processes
-// this bench starts and stops itself (the cores shared with other work): the ratio to the round's quiet decode says
-// whether the engine keeps its fair share. Prints a table, writes JSON. With --save-weights DIR it writes the dummy
-// weights as a checkpoint instead (DIR/config.json + model.safetensors), for another engine to run the same bytes
-// (bench/compare_llama_cpp.sh), and measures nothing.
+// since a shared machine's bandwidth drifts. Batch 1 runs twice a round: in segments held to probe passes read beside
+// them (--paired-segment-steps), then in one uninterrupted run that gives its tokens/s. With --hog N every round also
+// decodes batch 1 beside N busy processes this bench starts and stops itself (the cores shared with other work): the
+// ratio to the round's quiet decode says whether the engine keeps its fair share. Prints a table, writes JSON. With
+// --save-weights DIR it writes the dummy weights as a checkpoint instead (DIR/config.json + model.safetensors), for
+// another engine to run the same bytes (bench/compare_llama_cpp.sh), and measures nothing.
 #include "bench/bench_json.hpp"
 #include "bench/bench_support.hpp"
 #include "bench/decode_loop.hpp"
@@ -564,37 +565,30 @@ int main(int argc, char** argv) {
       best_bandwidth = probe.bytes_per_s;
       best_pattern = probe.best;
     }
-    std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
-    // The pool's timing covers the timed steps only (set_takeover_timing restarts its totals); each segment of them
-    // is compared with the probe read just before and just after it.
-    std::optional<bench::paired_roofline> paired;
-    std::function<void(int64_t, double)> after_step;  // none without segments: the steps timed as one
+    // Batch 1 in segments, each compared with the probe read just before and just after it, as a run of its own: a
+    // step right after a probe pass ran slower (on the 2-vCPU Xeon, 2026-12-04, the first step after one pass 8% on
+    // average, after 5 s without reading the weights half speed), so steps timed between passes read 1.03-1.11x less
+    // than the same steps in one run (4 pairs). The tokens/s and the shares of the step come from the run after it,
+    // which no pass interrupts, as llama-bench's tg runs and a server's decode are not.
     if (segment_steps > 0) {
-      paired.emplace(
+      std::fprintf(stderr, "round %d/%d: decode batch 1 in segments beside probe passes...\n", round + 1, rounds);
+      bench::paired_roofline paired(
           [&, reference = bench::beside_reference_pattern()] {
-            // The pool's timing pauses for the passes: its shares are of the decode steps' time.
-            pool.set_takeover_timing(false, /*keep_totals=*/true);
             const double best = probe_buffer.pass(probe.best);
-            const double pass = reference == probe.best ? best : std::max(best, probe_buffer.pass(reference));
-            pool.set_takeover_timing(true, /*keep_totals=*/true);
-            return pass;
+            return reference == probe.best ? best : std::max(best, probe_buffer.pass(reference));
           },
           std::min(segment_steps, batch1_steps), static_cast<double>(bytes_per_token));
-      after_step = [&](int64_t step, double secs) { paired->after_step(step, secs); };
+      bench::decode_tokens_per_second(
+          llm, 1, prompt_len, batch1_steps, block_size, {}, {}, [&] { paired.start(); },
+          [&](int64_t step, double secs) { paired.after_step(step, secs); });
+      paired_fractions.push_back(paired.fraction());
+      beside_passes.push_back(paired.passes());
+      segment_rates.push_back(paired.segment_bytes_per_s());
     }
-    const double tps1 = bench::decode_tokens_per_second(
-        llm, 1, prompt_len, batch1_steps, block_size, {}, {},
-        [&] {
-          pool.set_takeover_timing(true);
-          if (paired)
-            paired->start();
-        },
-        after_step);
-    if (paired) {
-      paired_fractions.push_back(paired->fraction());
-      beside_passes.push_back(paired->passes());
-      segment_rates.push_back(paired->segment_bytes_per_s());
-    }
+    std::fprintf(stderr, "round %d/%d: decode batch 1...\n", round + 1, rounds);
+    // The pool's timing covers the timed steps only (set_takeover_timing restarts its totals).
+    const double tps1 = bench::decode_tokens_per_second(llm, 1, prompt_len, batch1_steps, block_size, {}, {},
+                                                        [&] { pool.set_takeover_timing(true); });
     const thread_pool::takeover_timing timing = pool.takeover_timing_totals();
     pool.set_takeover_timing(false);
     const double decode_ns = static_cast<double>(batch1_steps) / tps1 * 1e9;  // the timed steps

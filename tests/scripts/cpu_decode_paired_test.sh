@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_cpu_decode's batch-1 decode against the probe read beside it (bench/paired_roofline.hpp), on ../shared's
 # stories260K: with segments of 2 steps a round prints the figure and the passes' range, and the JSON holds one pass
-# more than the segments and names the reference pattern read beside the decode as well as the round's best; with
+# more than the segments and names the reference pattern read beside the decode as well as the round's best (the
+# segments a batch-1 run of their own, before the one no pass interrupts, which gives the tokens/s); with
 # --paired-segment-steps 0 there is neither and the run still succeeds; with --batch1-last each round runs batch 1 last
 # (and --variants beside it is refused); a negative segment is refused by name before anything is measured.
 #   cpu_decode_paired_test.sh BENCH_CPU_DECODE MODEL_DIR
@@ -51,6 +52,7 @@ sys.exit(0 if (f['streams'], f['prefetch_bytes'], f['nta'], f['lines']) == (8, 0
 rc=$?
 check "--paired-segment-steps 0: exit 0 (got $rc: $(tail -c 300 "$tmp/off.out"))" test "$rc" -eq 0
 check "and no figure beside the probe" bash -c "! grep -q 'beside' '$tmp/off.out'"
+check "and no batch-1 run in segments" bash -c "! grep -q 'in segments' '$tmp/off.out'"
 check "and a decode figure" grep -qE "^decode tokens/s, batch 1 \(6 steps\) +[0-9]" "$tmp/off.out"
 check "and no such key in the JSON" python3 -c "
 import json, sys
@@ -63,11 +65,12 @@ sys.exit(0 if 'batch1_fraction_of_probe_beside' not in d and d['paired_segment_s
   --prefill-reps 1 --batch1-last --json "$tmp/last.json" >"$tmp/last.out" 2>&1
 rc=$?
 check "--batch1-last: exit 0 (got $rc: $(tail -c 300 "$tmp/last.out"))" test "$rc" -eq 0
-check "--batch1-last: every round runs batch 2, prefill, the probe, then batch 1" python3 -c "
+check "--batch1-last: every round runs batch 2, prefill, the probe, batch 1 in segments, then batch 1 in one run" python3 -c "
 import re, sys
-steps = [m.group(1) for m in re.finditer(r'^round \\d/2: (decode batch 2|prefill|memory bandwidth probe|decode batch 1)',
-                                          open('$tmp/last.out').read(), re.M)]
-order = ['decode batch 2', 'prefill', 'memory bandwidth probe', 'decode batch 1']
+steps = [m.group(1) for m in re.finditer(
+    r'^round \\d/2: (decode batch 2|prefill|memory bandwidth probe|decode batch 1 in segments|decode batch 1)',
+    open('$tmp/last.out').read(), re.M)]
+order = ['decode batch 2', 'prefill', 'memory bandwidth probe', 'decode batch 1 in segments', 'decode batch 1']
 sys.exit(0 if steps == order * 2 else 1)"
 check "--batch1-last: the JSON has both rounds' figures" python3 -c "
 import json, sys
