@@ -478,75 +478,59 @@ compute_peak_result measure_compute_peak(thread_pool&, double) { return {}; }
 
 // The batch-1 decode step's matmuls of the TinyLlama-1.1B shape (as time_decode_step) on compact panels, packed from
 // weights drawn from N(0, 0.02) and rounded to bf16 (trained weights' spread: about 1.4e-4 of the values are
-// exceptions, so about one step in 110 of a panel has some), one after another in memory on huge pages.
+// exceptions, so about one step in 110 of a panel has some), each on huge pages of its own.
 class compact_step {
  public:
   explicit compact_step(thread_pool& pool) {
     const std::array<std::array<int64_t, 2>, 4> layer{{{2560, 2048}, {2048, 2048}, {11264, 2048}, {2048, 5632}}};
+    std::vector<std::array<int64_t, 2>> shapes;
     for (int l = 0; l < 22; ++l)
-      for (const auto& [n_out, n_in] : layer)
-        shapes_.push_back({n_out, n_in});
-    shapes_.push_back({32000, 2048});
-    // The plans first (they say each weight's bytes), then one allocation for them all.
-    std::vector<cpu::compact_panels_plan> plans;
-    std::vector<uint16_t> rows;
+      shapes.insert(shapes.end(), layer.begin(), layer.end());
+    shapes.push_back({32000, 2048});
+    // bf16 draws, picked from by a fast generator below
     std::mt19937 rng(38);
     std::normal_distribution<float> normal(0.0f, 0.02f);
-    std::array<uint16_t, 65536> values{};  // bf16 draws, picked from by a fast generator below
-    for (auto& v : values) {
-      const float f = normal(rng);
-      uint32_t u = 0;
-      std::memcpy(&u, &f, sizeof u);
-      v = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // round to nearest even
-    }
-    auto draw = [&](int64_t n_out, int64_t n_in, uint64_t seed) {
+    std::vector<float> draws(65536);
+    for (float& f : draws)
+      f = normal(rng);
+    std::array<uint16_t, 65536> values{};
+    cpu::convert_from_f32(draws.data(), static_cast<int64_t>(draws.size()), dtype::bf16, values.data());
+    std::vector<uint16_t> rows;
+    uint64_t x = 1;
+    for (const auto& [n_out, n_in] : shapes) {
       rows.resize(static_cast<size_t>(n_out * n_in));
-      uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
       for (auto& v : rows) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         v = values[x & 0xffff];
       }
-    };
-    size_t total = 0;
-    std::vector<size_t> offsets;
-    for (size_t i = 0; i < shapes_.size(); ++i) {
-      draw(shapes_[i].n_out, shapes_[i].n_in, i + 1);
-      const cpu::bf16_rows part{rows.data(), shapes_[i].n_out};
-      plans.push_back(cpu::plan_compact_panels({&part, 1}, shapes_[i].n_in, pool));
-      offsets.push_back(total);
-      total += (plans.back().bytes() + 4095) / 4096 * 4096;
-    }
-    buf_ = host_buffer::allocate_huge(total);
-    auto* base = static_cast<uint8_t*>(buf_->data());
-    for (size_t i = 0; i < shapes_.size(); ++i) {
-      draw(shapes_[i].n_out, shapes_[i].n_in, i + 1);
-      const cpu::bf16_rows part{rows.data(), shapes_[i].n_out};
-      cpu::write_compact_panels(plans[i], {&part, 1}, base + offsets[i], pool);
-      shapes_[i].w = base + offsets[i];
-      bytes_ += static_cast<double>(plans[i].bytes());
+      const cpu::bf16_rows part{rows.data(), n_out};
+      const cpu::compact_panels_plan plan = cpu::plan_compact_panels({&part, 1}, n_in, pool);
+      std::shared_ptr<host_buffer> buf = host_buffer::allocate_huge(plan.bytes());
+      cpu::write_compact_panels(plan, {&part, 1}, static_cast<uint8_t*>(buf->data()), pool);
+      weights_.push_back({n_out, n_in, std::move(buf)});
+      bytes_ += static_cast<double>(plan.bytes());
     }
   }
   /// GB/s of one step.
   double step_gbs(thread_pool& pool) const {
     std::vector<float> x(5632, 0.01f), y(32000);
     const auto t0 = clock_type::now();
-    for (const auto& s : shapes_) {
-      const cpu::matmul_target t{s.w, dtype::bf16, s.n_out, nullptr, y.data(), true, buf_, true};
-      cpu::matmul_group(x.data(), 1, s.n_in, std::span{&t, 1}, pool);
+    for (const auto& w : weights_) {
+      const cpu::matmul_target t{w.panels->data(), dtype::bf16, w.n_out, nullptr, y.data(), true, w.panels, true};
+      cpu::matmul_group(x.data(), 1, w.n_in, std::span{&t, 1}, pool);
     }
     return bytes_ / seconds_since(t0) / 1e9;
   }
   double bytes() const { return bytes_; }
 
  private:
-  struct shape {
+  struct weight {
     int64_t n_out, n_in;
-    const void* w = nullptr;
+    std::shared_ptr<host_buffer> panels;  // on huge pages, as the loaded weights are
   };
-  std::vector<shape> shapes_;
-  std::shared_ptr<host_buffer> buf_;
+  std::vector<weight> weights_;
   double bytes_ = 0;
 };
 

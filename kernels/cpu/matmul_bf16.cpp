@@ -632,16 +632,16 @@ static_assert(max_streams <= read_ahead_plan::max_streams);
 // rounds, 2 MiB 1.008-1.009, 4 MiB 1.009-1.019 (four runs, 164 of 232 pairs ahead; the slow state 1.008-1.018), 8 MiB
 // 1.007-1.008.
 
-decode_read_pattern& current_pattern() {
+// The pattern the streamed decode kernels follow: this CPU's, unless set_decode_read_pattern set another.
+decode_read_pattern& pattern_in_use() {
   static decode_read_pattern pattern = decode_read_pattern_for(cpu_vendor());
   return pattern;
 }
-const decode_read_pattern& this_cpu_pattern() { return current_pattern(); }
 // The side-by-side streams at n_tokens on plain or compact panels.
 int streams_for(int64_t n_tokens, bool compact) {
   if (n_tokens > 2)
     return 2;
-  return compact ? this_cpu_pattern().compact_streams : this_cpu_pattern().streams;
+  return compact ? pattern_in_use().compact_streams : pattern_in_use().streams;
 }
 
 // Tiles t[0..S) (M token rows each, the same activations and K) walked side by side. Each step asks for the lines of
@@ -668,7 +668,7 @@ void stream_tiles(const gemm_tile_args* t) {
   for (int s = 0; s < S; ++s)
     p[s] = t[s].panel;
   const int64_t n_kp = t[0].k_pad / 2;
-  const int64_t ahead = this_cpu_pattern().prefetch_bytes / static_cast<int64_t>(sizeof(uint32_t));
+  const int64_t ahead = pattern_in_use().prefetch_bytes / static_cast<int64_t>(sizeof(uint32_t));
   for (int64_t kp = 0; kp < n_kp; ++kp) {
     __m512bh b0[S], b1[S];
     for (int s = 0; s < S; ++s) {
@@ -743,31 +743,30 @@ void stream_compact_tiles(const gemm_tile_args* t) {
     exceptions[s] = compact_exceptions(t[s].compact, t[0].k_pad);
     table[s] = compact_table(t[s].compact);
   }
-  const decode_read_pattern& pattern = this_cpu_pattern();
+  const decode_read_pattern& pattern = pattern_in_use();
   const size_t ahead = static_cast<size_t>(pattern.compact_prefetch_blocks) * compact_block_bytes;
   if (M == 1 && pattern.compact_batch1_every_step) {
     for (int64_t kp = 0; kp < n_kp; ++kp)
       stream_compact_step<M, S, true>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
+  } else {
+    int64_t escaped[S];  // each stream's next marked step
     for (int s = 0; s < S; ++s)
-      store_tile<M>(t[s], acc0[s], acc1[s]);
-    return;
-  }
-  int64_t escaped[S];  // each stream's next marked step
-  for (int s = 0; s < S; ++s)
-    escaped[s] = next_escaped_step(t[s].compact, 0, n_kp);
-  // One step a turn of the loop (an inner loop over a block's two steps made GCC 12 store the accumulators each turn).
-  for (int64_t kp = 0;; ++kp) {
-    int64_t plain_until = escaped[0];
-    for (int s = 1; s < S; ++s)
-      plain_until = std::min(plain_until, escaped[s]);
-    for (; kp < plain_until; ++kp)
-      stream_compact_step<M, S, false>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
-    if (kp == n_kp)
-      break;
-    stream_compact_step<M, S, true>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
-    for (int s = 0; s < S; ++s)
-      if (escaped[s] == kp)
-        escaped[s] = next_escaped_step(t[s].compact, kp + 1, n_kp);
+      escaped[s] = next_escaped_step(t[s].compact, 0, n_kp);
+    // One step a turn of the loop (an inner loop over a block's two steps made GCC 12 store the accumulators each
+    // turn).
+    for (int64_t kp = 0;; ++kp) {
+      int64_t plain_until = escaped[0];
+      for (int s = 1; s < S; ++s)
+        plain_until = std::min(plain_until, escaped[s]);
+      for (; kp < plain_until; ++kp)
+        stream_compact_step<M, S, false>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
+      if (kp == n_kp)
+        break;
+      stream_compact_step<M, S, true>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
+      for (int s = 0; s < S; ++s)
+        if (escaped[s] == kp)
+          escaped[s] = next_escaped_step(t[s].compact, kp + 1, n_kp);
+    }
   }
   for (int s = 0; s < S; ++s)
     store_tile<M>(t[s], acc0[s], acc1[s]);
@@ -1217,7 +1216,7 @@ void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const 
 }
 
 void set_decode_read_pattern(std::optional<decode_read_pattern> pattern) {
-  current_pattern() = pattern.value_or(decode_read_pattern_for(cpu_vendor()));
+  pattern_in_use() = pattern.value_or(decode_read_pattern_for(cpu_vendor()));
 }
 
 void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets, bool gated,
