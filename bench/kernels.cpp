@@ -6,9 +6,8 @@
 // alternately, beside the same bytes read as one call, as calls of 2, 8 and 32 MiB (each call's fixed cost, in us),
 // the step with the caller busy between its calls (--decode-step-gaps), and the step with gate/up and down as one
 // call: what the step's call structure costs, apart from the rest of a decode step. --compact-step-rounds N: the
-// same step's matmuls on compact panels of trained-like weights (compact_panels.hpp), the streamed decode finding
-// their exceptions by the escape map and at every step (decode_read_pattern::compact_batch1_every_step), alternated in
-// one process in a rotating order, against the probe.
+// same step's matmuls on trained-like weights as compact panels (compact_panels.hpp) and as plain panels of the same
+// values, alternated in one process in a rotating order, against the probe.
 //
 // Weights live in one 1 GiB arena that is larger than the last-level cache, and successive calls walk through it,
 // so the decode figures are memory-bound numbers, not cache-resident ones.
@@ -476,9 +475,9 @@ compute_peak_result measure_compute_peak(thread_pool& pool, double min_s) {
 compute_peak_result measure_compute_peak(thread_pool&, double) { return {}; }
 #endif
 
-// The batch-1 decode step's matmuls of the TinyLlama-1.1B shape (as time_decode_step) on compact panels, packed from
-// weights drawn from N(0, 0.02) and rounded to bf16 (trained weights' spread: about 1.4e-4 of the values are
-// exceptions, so about one step in 110 of a panel has some), each on huge pages of its own.
+// The batch-1 decode step's matmuls of the TinyLlama-1.1B shape (as time_decode_step) on weights drawn from N(0, 0.02)
+// and rounded to bf16 (trained weights' spread: about 1.4e-4 of the values are compact panels' exceptions), packed as
+// compact panels and as plain ones, each weight on huge pages of its own.
 class compact_step {
  public:
   explicit compact_step(thread_pool& pool) {
@@ -507,75 +506,80 @@ class compact_step {
       }
       const cpu::bf16_rows part{rows.data(), n_out};
       const cpu::compact_panels_plan plan = cpu::plan_compact_panels({&part, 1}, n_in, pool);
-      std::shared_ptr<host_buffer> buf = host_buffer::allocate_huge(plan.bytes());
-      cpu::write_compact_panels(plan, {&part, 1}, static_cast<uint8_t*>(buf->data()), pool);
-      weights_.push_back({n_out, n_in, std::move(buf)});
-      bytes_ += static_cast<double>(plan.bytes());
+      std::shared_ptr<host_buffer> compact = host_buffer::allocate_huge(plan.bytes());
+      cpu::write_compact_panels(plan, {&part, 1}, static_cast<uint8_t*>(compact->data()), pool);
+      std::shared_ptr<host_buffer> plain = host_buffer::allocate_huge(cpu::bf16_panels_bytes(n_out, n_in));
+      cpu::pack_bf16_panels(rows.data(), n_out, n_in, static_cast<uint16_t*>(plain->data()), pool);
+      weights_.push_back({n_out, n_in, std::move(compact), std::move(plain)});
+      bytes_[0] += static_cast<double>(plan.bytes());
+      bytes_[1] += static_cast<double>(cpu::bf16_panels_bytes(n_out, n_in));
     }
   }
-  /// GB/s of one step.
-  double step_gbs(thread_pool& pool) const {
+  /// Seconds of one step on compact panels (form 0) or plain ones (1).
+  double step_seconds(thread_pool& pool, int form) const {
     std::vector<float> x(5632, 0.01f), y(32000);
     const auto t0 = clock_type::now();
     for (const auto& w : weights_) {
-      const cpu::matmul_target t{w.panels->data(), dtype::bf16, w.n_out, nullptr, y.data(), true, w.panels, true};
+      const std::shared_ptr<host_buffer>& panels = form == 0 ? w.compact : w.plain;
+      const cpu::matmul_target t{panels->data(), dtype::bf16, w.n_out, nullptr, y.data(), true, panels, form == 0};
       cpu::matmul_group(x.data(), 1, w.n_in, std::span{&t, 1}, pool);
     }
-    return bytes_ / seconds_since(t0) / 1e9;
+    return seconds_since(t0);
   }
-  double bytes() const { return bytes_; }
+  /// Bytes one step reads in each form.
+  double bytes(int form) const { return bytes_[static_cast<size_t>(form)]; }
 
  private:
   struct weight {
     int64_t n_out, n_in;
-    std::shared_ptr<host_buffer> panels;  // on huge pages, as the loaded weights are
+    std::shared_ptr<host_buffer> compact, plain;  // on huge pages, as the loaded weights are
   };
   std::vector<weight> weights_;
-  double bytes_ = 0;
+  std::array<double, 2> bytes_{};
 };
 
-// --compact-step-rounds: the two ways of finding compact panels' exceptions, each round's order rotated so that
-// neither always runs first (an order effect of 1-2% showed in a driver that kept one order).
+// --compact-step-rounds: the step on compact and on plain panels, each round's order rotated so that neither always
+// runs first (an order effect of 1-2% showed in a driver that kept one order).
 int run_compact_step_rounds(thread_pool& pool, int rounds, int reps) {
   if (!cpu::have_compact_panel_kernels()) {
     fmt::print("compact panels: not in this build (AVX512-VBMI with AVX512-BF16 needed); nothing to time\n");
     return 0;
   }
-  fmt::print("packing the TinyLlama-1.1B decode step's weights as compact panels...\n");
+  fmt::print("packing the TinyLlama-1.1B decode step's weights as compact and as plain panels...\n");
   const compact_step step(pool);
-  const char* names[2] = {"escape map", "every step"};
+  const char* names[2] = {"compact", "plain"};
   std::array<std::vector<double>, 2> fraction;
-  std::vector<double> ratio;
-  const cpu::decode_read_pattern here = cpu::decode_read_pattern_for(cpu::cpu_vendor());
-  fmt::print("batch-1 decode step on compact panels ({:.3f} GB), {} rounds; this CPU's way: {}\n", step.bytes() / 1e9,
-             rounds, names[here.compact_batch1_every_step ? 1 : 0]);
+  std::vector<double> speedup;
+  fmt::print("batch-1 decode step on compact panels ({:.3f} GB) and plain ones ({:.3f} GB), {} rounds\n",
+             step.bytes(0) / 1e9, step.bytes(1) / 1e9, rounds);
   for (int r = 0; r < rounds; ++r) {
     const double bw = bench::measure_read_bandwidth(pool) / 1e9;
-    std::array<double, 2> gbs{};
+    std::array<double, 2> seconds{};
     for (int k = 0; k < 2; ++k) {
-      const int way = (k + r) % 2;
-      cpu::decode_read_pattern p = here;
-      p.compact_batch1_every_step = way == 1;
-      cpu::set_decode_read_pattern(p);
-      step.step_gbs(pool);  // the first step after a switch untimed
+      const int form = (k + r) % 2;
+      step.step_seconds(pool, form);  // the first step after a switch untimed
       std::vector<double> steps;
       for (int i = 0; i < reps; ++i)
-        steps.push_back(step.step_gbs(pool));
-      gbs[static_cast<size_t>(way)] = bench::median(steps);
+        steps.push_back(step.step_seconds(pool, form));
+      seconds[static_cast<size_t>(form)] = bench::median(steps);
     }
-    cpu::set_decode_read_pattern(std::nullopt);
-    for (size_t w = 0; w < 2; ++w)
-      fraction[w].push_back(gbs[w] / bw);
-    ratio.push_back(gbs[1] / gbs[0]);
+    std::array<double, 2> gbs{};
+    for (int form = 0; form < 2; ++form) {
+      gbs[static_cast<size_t>(form)] = step.bytes(form) / seconds[static_cast<size_t>(form)] / 1e9;
+      fraction[static_cast<size_t>(form)].push_back(gbs[static_cast<size_t>(form)] / bw);
+    }
+    speedup.push_back(seconds[1] / seconds[0]);
     fmt::print(
-        "round {}: probe {:.2f} GB/s | {} {:.2f} GB/s ({:.1f}%) | {} {:.2f} GB/s ({:.1f}%) | every step / map {:.3f}\n",
-        r + 1, bw, names[0], gbs[0], 100.0 * gbs[0] / bw, names[1], gbs[1], 100.0 * gbs[1] / bw, ratio.back());
+        "round {}: probe {:.2f} GB/s | {} {:.2f} ms, {:.2f} GB/s ({:.1f}%) | {} {:.2f} ms, {:.2f} GB/s ({:.1f}%) | "
+        "compact {:.3f}x plain's steps a second\n",
+        r + 1, bw, names[0], seconds[0] * 1e3, gbs[0], 100.0 * gbs[0] / bw, names[1], seconds[1] * 1e3, gbs[1],
+        100.0 * gbs[1] / bw, speedup.back());
   }
   fmt::print(
-      "median: escape map {:.1f}% of the probe, every step {:.1f}%; every step / map {:.3f} (rounds {:.3f} to "
-      "{:.3f})\n",
-      100.0 * bench::median(fraction[0]), 100.0 * bench::median(fraction[1]), bench::median(ratio),
-      *std::min_element(ratio.begin(), ratio.end()), *std::max_element(ratio.begin(), ratio.end()));
+      "median: compact panels read {:.1f}% of the probe, plain {:.1f}%; compact {:.3f}x plain's steps a second (rounds "
+      "{:.3f} to {:.3f})\n",
+      100.0 * bench::median(fraction[0]), 100.0 * bench::median(fraction[1]), bench::median(speedup),
+      *std::min_element(speedup.begin(), speedup.end()), *std::max_element(speedup.begin(), speedup.end()));
   return 0;
 }
 
@@ -615,8 +619,8 @@ int main(int argc, char** argv) {
   int compact_rounds = 0;
   CLI::Option* step_option = app.get_option("--decode-step-rounds");
   app.add_option("--compact-step-rounds", compact_rounds,
-                 "Only the probe and the decode step's matmuls on compact panels, the two ways of finding their "
-                 "exceptions (escape map, every step) alternated in one process, for this many rounds (no JSON)")
+                 "Only the probe and the decode step's matmuls on compact panels and on plain panels of the same "
+                 "values, alternated in one process, for this many rounds (no JSON)")
       ->check(CLI::Range(1, 1000))
       ->excludes(step_option);
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");

@@ -73,13 +73,14 @@ void count_high_bytes(const uint16_t* values, int64_t n, byte_counts& count) {
       count[b8] += h[b8];
 }
 
-// The coding of n_values values whose high bytes are counted in `count`.
+// The coding of n_values values whose high bytes are counted in `count`: 0x00 is code 0 (table entry 0), the 15 most
+// frequent other bytes codes 1-15.
 compact_panel_coding code_from_counts(const byte_counts& count, int64_t n_values) {
-  std::array<uint8_t, 256> order{};
-  std::iota(order.begin(), order.end(), uint8_t{0});
+  std::array<uint8_t, 255> order{};
+  std::iota(order.begin(), order.end(), uint8_t{1});
   std::stable_sort(order.begin(), order.end(), [&](uint8_t a, uint8_t b) { return count[a] > count[b]; });
   compact_panel_coding coding;
-  int64_t covered = 0;
+  int64_t covered = count[0];
   for (size_t c = 1; c < table_entries; ++c) {
     const uint8_t hi = order[c - 1];
     if (count[hi] == 0)
@@ -92,7 +93,7 @@ compact_panel_coding code_from_counts(const byte_counts& count, int64_t n_values
   return coding;
 }
 
-// A coding's inverse: high byte -> code (0: an exception). The scalar encoder's (the AVX-512 one compares).
+// A coding's inverse: high byte -> code (0: 0x00, or an exception). The scalar encoder's (the AVX-512 one compares).
 [[maybe_unused]] std::array<uint8_t, 256> codes_of(const compact_panel_coding& coding) {
   std::array<uint8_t, 256> code_of{};
   for (int c = 1; c <= coding.codes; ++c)
@@ -109,13 +110,26 @@ compact_panel_coding code_for(const uint16_t* plain, int64_t n_values) {
 int64_t steps_of(int64_t k_pad) { return k_pad / 2; }
 int64_t values_of(int64_t k_pad) { return steps_of(k_pad) * step_values; }
 
-#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+// Step s's exceptions (the values `escaped` marks, by position) appended at `out`, by input and then output; the end of
+// the list.
+compact_exception* list_exceptions(const uint16_t* plain, int64_t s, uint64_t escaped, compact_exception* out) {
+  for (int parity = 0; parity < 2; ++parity)
+    for (int output = 0; output < panel_rows; ++output) {
+      const int v = 2 * output + parity;
+      if ((escaped >> position_of[static_cast<size_t>(v)] & 1) != 0)
+        *out++ = {.k = static_cast<uint32_t>(2 * s + parity),
+                  .output = static_cast<uint16_t>(output),
+                  .value = plain[s * step_values + v]};
+    }
+  return out;
+}
+
+#if defined(__AVX512VBMI__)
 // The steps of one panel encoded with AVX-512 (as compact_panel_from_plain's loop does, ~10x faster: start-up packs
 // every weight; the end of the exceptions written): `vpermt2b` gathers a step's low and high bytes in the compact
-// order, one compare per used code gives the codes, and the escaped high bytes are compressed into the exception list
-// in byte order.
-uint8_t* encode_steps(const compact_panel_coding& pc, const uint16_t* plain, int64_t n_steps, uint8_t* escape_map,
-                      uint8_t* blocks, uint8_t* exceptions) {
+// order, one compare per used code gives the codes, and a step with exceptions lists them.
+compact_exception* encode_steps(const compact_panel_coding& pc, const uint16_t* plain, int64_t n_steps, uint8_t* blocks,
+                                compact_exception* exceptions) {
   alignas(64) uint8_t low_index[step_values], high_index[step_values];
   for (int pos = 0; pos < step_values; ++pos) {
     // Byte 2v of the 128 bytes [first vector | second vector] is value v's low byte (v < 32 in the first).
@@ -127,24 +141,23 @@ uint8_t* encode_steps(const compact_panel_coding& pc, const uint16_t* plain, int
     uint8_t* block = blocks + static_cast<size_t>(s / 2) * compact_block_bytes;
     const __m512i first = _mm512_loadu_si512(plain + s * step_values);
     const __m512i second = _mm512_loadu_si512(plain + s * step_values + 32);
-    _mm512_storeu_si512(block + (s % 2) * step_values, _mm512_permutex2var_epi8(first, lows, second));
     const __m512i hi = _mm512_permutex2var_epi8(first, highs, second);
     __m512i code = _mm512_setzero_si512();
     for (int c = 1; c <= pc.codes; ++c)
       code = _mm512_mask_mov_epi8(
           code, _mm512_cmpeq_epi8_mask(hi, _mm512_set1_epi8(static_cast<char>(pc.table[static_cast<size_t>(c)]))),
           _mm512_set1_epi8(static_cast<char>(c)));
+    // Code 0 where the high byte is not 0x00: an exception, whose low byte is 0 here.
+    const __mmask64 escaped = _mm512_mask_test_epi8_mask(_mm512_testn_epi8_mask(code, code), hi, hi);
+    _mm512_storeu_si512(block + (s % 2) * step_values,
+                        _mm512_maskz_mov_epi8(~escaped, _mm512_permutex2var_epi8(first, lows, second)));
     if (s % 2 == 0)
       _mm512_storeu_si512(block + 2 * step_values, code);
     else  // the odd step's codes in the high nibbles (codes < 16: a 16-bit shift by 4 stays within each byte)
       _mm512_storeu_si512(block + 2 * step_values,
                           _mm512_or_si512(_mm512_loadu_si512(block + 2 * step_values), _mm512_slli_epi16(code, 4)));
-    const __mmask64 escaped = _mm512_cmpeq_epi8_mask(code, _mm512_setzero_si512());
-    if (escaped != 0) {
-      _mm512_mask_compressstoreu_epi8(exceptions, escaped, hi);
-      exceptions += _mm_popcnt_u64(escaped);
-      escape_map[s / 8] = static_cast<uint8_t>(escape_map[s / 8] | 1 << (s % 8));
-    }
+    if (escaped != 0)
+      exceptions = list_exceptions(plain, s, escaped, exceptions);
   }
   return exceptions;
 }
@@ -163,51 +176,51 @@ std::pair<const bf16_rows&, int64_t> part_panel(std::span<const bf16_rows> parts
   return {parts.front(), 0};
 }
 
-// Panel `plain` (k_pad / 2 x 32 pairs) encoded with coding `pc` into `out` (`stride` bytes): header, escape map,
-// blocks, exceptions and zeros. A stride too small for pc's exceptions is refused (std::logic_error).
+// Panel `plain` (k_pad / 2 x 32 pairs) encoded with coding `pc` into `out` (`stride` bytes): header, blocks,
+// exceptions and zeros. A stride too small for pc's exceptions is refused (std::logic_error).
 void encode_panel(const compact_panel_coding& pc, const uint16_t* plain, int64_t k_pad, size_t stride, uint8_t* out) {
   const size_t fixed = compact_exceptions_offset(k_pad);
-  if (fixed + static_cast<size_t>(pc.exceptions) + compact_exception_slack > stride)
+  if (fixed + static_cast<size_t>(pc.exceptions) * sizeof(compact_exception) > stride)
     throw std::logic_error("compact panels: the panel has " + std::to_string(pc.exceptions) +
                            " exceptions, more than its stride of " + std::to_string(stride) + " bytes holds");
-  std::memset(out, 0, compact_blocks_offset(k_pad));  // header and escape map
+  std::memset(out, 0, compact_header_bytes);
   std::memcpy(out, pc.table.data(), table_entries);
   const auto stride64 = static_cast<uint64_t>(stride);
   const auto exceptions64 = static_cast<uint64_t>(pc.exceptions);
   std::memcpy(out + 16, &stride64, sizeof stride64);
   std::memcpy(out + 24, &exceptions64, sizeof exceptions64);
-  uint8_t* exceptions = out + fixed;
+  auto* exceptions = reinterpret_cast<compact_exception*>(out + fixed);
   const int64_t n_steps = steps_of(k_pad);
   uint8_t* blocks = out + compact_blocks_offset(k_pad);
-  // Bit s % 8 of byte s / 8: bit s % 64 of little-endian word s / 64, as the kernels read the map.
-  uint8_t* escape_map = out + compact_header_bytes;
-#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
-  uint8_t* end = encode_steps(pc, plain, n_steps, escape_map, blocks, exceptions);
+#if defined(__AVX512VBMI__)
+  compact_exception* end = encode_steps(pc, plain, n_steps, blocks, exceptions);
 #else
   const std::array<uint8_t, 256> code_of = codes_of(pc);
   std::memset(blocks, 0, fixed - compact_blocks_offset(k_pad));  // the codes are or'ed in
-  uint8_t* end = exceptions;
+  compact_exception* end = exceptions;
   for (int64_t s = 0; s < n_steps; ++s) {
     uint8_t* block = blocks + static_cast<size_t>(s / 2) * compact_block_bytes;
     const int shift = s % 2 == 0 ? 0 : 4;
     uint8_t* lo = block + (s % 2) * step_values;
     uint8_t* codes = block + 2 * step_values;
     const uint16_t* values = plain + s * step_values;
-    for (int pos = 0; pos < step_values; ++pos) {  // byte order, so the exceptions come in the kernels' order
+    uint64_t escaped = 0;  // by position
+    for (int pos = 0; pos < step_values; ++pos) {
       const uint16_t v = values[value_at[static_cast<size_t>(pos)]];
-      lo[pos] = static_cast<uint8_t>(v & 0xff);
       const uint8_t code = code_of[v >> 8];
+      const bool exception = code == 0 && (v >> 8) != 0;
+      lo[pos] = exception ? uint8_t{0} : static_cast<uint8_t>(v & 0xff);
       codes[pos] = static_cast<uint8_t>(codes[pos] | (code << shift));
-      if (code == 0) {
-        *end++ = static_cast<uint8_t>(v >> 8);
-        escape_map[s / 8] = static_cast<uint8_t>(escape_map[s / 8] | 1 << (s % 8));
-      }
+      escaped |= uint64_t{exception} << pos;
     }
+    if (escaped != 0)
+      end = list_exceptions(plain, s, escaped, end);
   }
 #endif
   ACTORLLM_CHECK(end == exceptions + pc.exceptions,
                  "compact panels: a panel's exceptions are not the ones its coding counted");
-  std::memset(end, 0, stride - static_cast<size_t>(end - out));  // zeros to the stride (the kernels' slack)
+  auto* tail = reinterpret_cast<uint8_t*>(end);
+  std::memset(tail, 0, stride - static_cast<size_t>(tail - out));  // zeros to the stride
 }
 
 }  // namespace
@@ -236,16 +249,21 @@ int64_t compact_panel_from_plain(const uint32_t* plain_pairs, int64_t k_pad, siz
   return coding.exceptions;
 }
 
+int64_t compact_exception_count(const uint8_t* panel) {
+  uint64_t count = 0;
+  std::memcpy(&count, panel + 24, sizeof count);
+  return static_cast<int64_t>(count);
+}
+
 size_t compact_panel_stride(const void* compact) {
   uint64_t stride = 0;
   std::memcpy(&stride, static_cast<const uint8_t*>(compact) + 16, sizeof stride);
   return static_cast<size_t>(stride);
 }
 
-void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_t* plain_pairs) {
+void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_t* plain_pairs, bool with_exceptions) {
   auto* plain = reinterpret_cast<uint16_t*>(plain_pairs);
   const uint8_t* table = panel;
-  const uint8_t* exceptions = panel + compact_exceptions_offset(k_pad);
   const int64_t n_steps = steps_of(k_pad);
   for (int64_t s = 0; s < n_steps; ++s) {
     const uint8_t* block = panel + compact_blocks_offset(k_pad) + static_cast<size_t>(s / 2) * compact_block_bytes;
@@ -253,9 +271,15 @@ void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_
     const uint8_t* codes = block + 2 * step_values;
     for (int pos = 0; pos < step_values; ++pos) {
       const int code = (codes[pos] >> (s % 2 == 0 ? 0 : 4)) & 0xf;
-      const uint8_t hi = code != 0 ? table[code] : *exceptions++;
-      plain[s * step_values + value_at[static_cast<size_t>(pos)]] = static_cast<uint16_t>(hi << 8 | lo[pos]);
+      plain[s * step_values + value_at[static_cast<size_t>(pos)]] = static_cast<uint16_t>(table[code] << 8 | lo[pos]);
     }
+  }
+  if (!with_exceptions)
+    return;
+  const compact_exception* exceptions = compact_exception_list(panel, k_pad);
+  for (int64_t i = 0; i < compact_exception_count(panel); ++i) {
+    const compact_exception& e = exceptions[i];
+    plain[(e.k / 2) * step_values + 2 * e.output + e.k % 2] = e.value;
   }
 }
 
@@ -288,9 +312,8 @@ compact_panels_plan plan_compact_panels(std::span<const bf16_rows> parts, int64_
     most = std::max(most, coding.exceptions);
     plan.exceptions += coding.exceptions;
   }
-  // 64 bytes past the longest list: the kernels load the next 64 exceptions whatever is left of the list.
   plan.stride =
-      compact_exceptions_offset(plan.k_pad) + static_cast<size_t>((most + 63) / 64 * 64) + compact_exception_slack;
+      compact_exceptions_offset(plan.k_pad) + (static_cast<size_t>(most) * sizeof(compact_exception) + 63) / 64 * 64;
   return plan;
 }
 

@@ -1,31 +1,35 @@
-// bf16 panels in 12 bits a weight, losslessly: the form the CPU backend packs bf16 Linear weights into where its
-// kernels read it (tensor_layout::cpu_bf16_compact_panels), so that a memory-bound decode reads a quarter fewer bytes.
+// bf16 panels in 12 bits a weight: the form the CPU backend packs bf16 Linear weights into where its kernels read it
+// (tensor_layout::cpu_bf16_compact_panels), so that a memory-bound decode reads a quarter fewer bytes.
 //
 // A bf16 value is a sign, 8 exponent bits and 7 mantissa bits; its low byte is the exponent's last bit and the
 // mantissa, its high byte the sign and the exponent's first 7 bits. Trained weights use few high bytes: in one panel
 // (32 rows) the 15 most frequent cover all but ~1e-4 of the weights (TinyLlama-shape weights 1.4e-4, stories260K
 // 4.8e-4). So each panel keeps its weights' low bytes as they are, and each high byte as a 4-bit code into a table of
-// that panel's 15 most frequent ones; code 0 says the byte is in the panel's list of exceptions, in order. The kernels
-// rebuild each step's 64 bf16 values exactly (a table lookup and two byte interleaves, matmul_bf16.cpp), so every sum
-// is the one the plain panels give, bit for bit.
+// 16: code 0 is high byte 0x00 (zero and values below 2^-125), codes 1-15 the panel's 15 most frequent other ones. A
+// value whose high byte has no code is an exception: its code is 0 and its low byte 0 (so the step holds +0 there),
+// and its whole value goes to the panel's list of exceptions. The kernels rebuild each step's 64 bf16 values with a
+// table lookup and two byte interleaves and nothing else (matmul_bf16.cpp); at the end of a panel they add each
+// exception's product to its output (add_compact_exceptions). A sum so differs from the plain panels' by the rounding
+// of where its exceptions are added, and is the same for every token count and thread split; the GEMMs that expand a
+// panel (AMX) get every bit of the plain panel back (expand_compact_panel).
+//
+// Until format 3 the list held only the exceptions' high bytes and every step looked for them (a compare, an expand
+// and a count that chained each step's exceptions to the last; or an escape map of the steps that have any, whose
+// loop exits mispredicted): at batch 1 on a Xeon the decode without those lookups (timing only) read 1.04x (0.99-1.11x)
+// faster, and format 3 against format 2 there: batch 1 1.016x (median of 10 pairs, 0.955-1.073x), batch 2 1.025-1.074x.
 //
 // One panel, `stride` bytes (the same for every panel of a weight, so that panel p starts at p * stride):
-// - a 64-byte header: the 16-entry table (code -> high byte; entry 0 unused, zero), the stride (u64 at byte 16) and
-//   the panel's exception count (u64 at byte 24), zeros to byte 64;
-// - the escape map: one bit a step (bit s % 64 of u64 word s / 64), set where the step has an exception, zeros to a
-//   multiple of 64 bytes. The kernels run the steps between marked ones without looking for exceptions (a byte
-//   lookup, a compare and an expand fewer a step: batch-16 decode 1.13x, batch 1 1.07x, measured with the exceptions
-//   skipped) and the marked ones as before;
+// - a 64-byte header: the 16-entry table (code -> high byte; entry 0 is 0x00), the stride (u64 at byte 16) and the
+//   panel's exception count (u64 at byte 24), zeros to byte 64;
 // - k_pad / 64 blocks of 192 bytes, each two steps of the plain panel ([k_pad / 2][32] pairs: a step is 64 bf16
 //   values, 32 outputs x 2 inputs): the low bytes of step 2b (64), those of step 2b + 1 (64), then 64 code bytes, the
 //   low nibble step 2b's code and the high nibble step 2b + 1's. Value v of a step (v = 2 x output + input parity,
 //   the plain panel's order) sits at byte compact_position(v) of its low bytes and of its codes: the order in which
 //   AVX-512's byte interleaves (vpunpcklbw/vpunpckhbw, per 128-bit lane) give the 64 values back as two vectors;
-// - the exceptions: the high bytes coded 0, step after step, in byte order within a step; then zeros to the stride,
-//   at least 64 bytes of them (the kernels load the next 64 exceptions at every step).
+// - the exceptions: compact_exception records (8 bytes), by input and then output; then zeros to the stride.
 //
-// The stride is 64 + the map (k_pad / 16 bytes rounded up to 64) + 96 x k_pad / 2 bytes, plus the most exceptions
-// any panel of the weight has rounded up to 64, plus 64: 75% of the plain panels' bytes and a little more.
+// The stride is 64 + 96 x k_pad / 2 bytes, plus 8 bytes for each exception of the panel that has most, rounded up to
+// 64: 75% of the plain panels' bytes and a little more.
 #pragma once
 
 #include <array>
@@ -50,7 +54,7 @@ bool have_compact_panel_kernels();
 bool compact_panels_wanted();
 
 /// The version of the compact panels' byte layout (packed weights cached on disk carry it).
-inline constexpr uint32_t compact_panels_format = 2;  // 2: the escape map
+inline constexpr uint32_t compact_panels_format = 3;  // 3: exceptions as whole values, added at a panel's end
 
 /// The byte of a compact step that holds value v (0-63) of the plain panel's step.
 int compact_position(int v);
@@ -58,19 +62,26 @@ int compact_position(int v);
 /// Header fields of a compact panel.
 inline constexpr size_t compact_header_bytes = 64;
 inline constexpr size_t compact_block_bytes = 192;  // two steps
-/// Bytes every panel holds past its exceptions (the kernels read 64 at a time).
-inline constexpr size_t compact_exception_slack = 64;
-/// Bytes of a compact panel's escape map: a bit for each of its k_pad / 2 steps, rounded up to 64.
-inline constexpr size_t compact_escape_map_bytes(int64_t k_pad) {
-  return (static_cast<size_t>(k_pad / 2) + 511) / 512 * 64;
-}
-/// Where a compact panel's blocks start: after its header and its escape map.
-inline constexpr size_t compact_blocks_offset(int64_t k_pad) {
-  return compact_header_bytes + compact_escape_map_bytes(k_pad);
-}
+/// Where a compact panel's blocks start: after its header.
+inline constexpr size_t compact_blocks_offset(int64_t /*k_pad*/) { return compact_header_bytes; }
 /// Where a compact panel's exceptions start: after its k_pad / 4 blocks.
 inline constexpr size_t compact_exceptions_offset(int64_t k_pad) {
   return compact_blocks_offset(k_pad) + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
+}
+
+/// One value a compact panel's codes do not hold: weight row `output` (0-31) of the panel at input `k`, bf16 `value`.
+struct compact_exception {
+  uint32_t k;
+  uint16_t output;
+  uint16_t value;
+};
+static_assert(sizeof(compact_exception) == 8);
+
+/// How many exceptions a compact panel holds (its header says).
+int64_t compact_exception_count(const uint8_t* panel);
+/// A compact panel's exceptions, by input and then output.
+inline const compact_exception* compact_exception_list(const uint8_t* panel, int64_t k_pad) {
+  return reinterpret_cast<const compact_exception*>(panel + compact_exceptions_offset(k_pad));
 }
 
 /// One row-major bf16 block of a stacked weight: rows [n_rows, n_in].
@@ -79,9 +90,10 @@ struct bf16_rows {
   int64_t n_rows;
 };
 
-/// One panel's coding: its 15 most frequent high bytes (ties to the smaller byte) get codes 1-15 in that order.
+/// One panel's coding: high byte 0x00 is code 0; its 15 most frequent other high bytes (ties to the smaller byte) get
+/// codes 1-15 in that order.
 struct compact_panel_coding {
-  std::array<uint8_t, 16> table{};  ///< code -> high byte; entry 0 unused (zero)
+  std::array<uint8_t, 16> table{};  ///< code -> high byte; entry 0 is 0x00
   int codes = 0;                    ///< codes in use, 1 to `codes` (fewer than 15 where the panel has fewer bytes)
   int64_t exceptions = 0;           ///< the panel's values whose high byte has no code
 };
@@ -115,8 +127,9 @@ inline const uint8_t* compact_panel(const void* compact, int64_t p) {
 }
 
 /// The plain panel ([k_pad / 2][32] bf16 pairs, tensor_layout::cpu_bf16_panels) of one compact panel, one value at a
-/// time: the reference the vector kernels are tested against.
-void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_t* plain);
+/// time: the reference the vector kernels are tested against. Without `with_exceptions`, the panel the kernels' steps
+/// hold: +0 where an exception is.
+void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_t* plain, bool with_exceptions = true);
 /// The same with the vector kernels where the build has them (else the reference): how the AMX GEMMs read a panel.
 void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain);
 

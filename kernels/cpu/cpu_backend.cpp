@@ -130,8 +130,8 @@ constexpr uint64_t plain_panels_tag = 6, compact_panels_tag = 7;
 bool compact_entry_fits(buffer& entry, int64_t rows, int64_t n_in) {
   const int64_t n_panels = (rows + panel_rows - 1) / panel_rows;
   const size_t stride = entry.size() >= cpu::compact_header_bytes ? cpu::compact_panel_stride(entry.data()) : 0;
-  return stride >= cpu::compact_exceptions_offset((n_in + 31) / 32 * 32) + cpu::compact_exception_slack &&
-         stride % 64 == 0 && stride * static_cast<size_t>(n_panels) == entry.size();
+  return stride >= cpu::compact_exceptions_offset((n_in + 31) / 32 * 32) && stride % 64 == 0 &&
+         stride * static_cast<size_t>(n_panels) == entry.size();
 }
 
 // Whether `parts` (one weight's row blocks, stacked in order) pack into tensor_layout::cpu_bf16_panels each in its own

@@ -51,16 +51,8 @@ std::string cpu_vendor() {
 
 decode_read_pattern decode_read_pattern_for(std::string_view vendor) {
   if (vendor == "GenuineIntel")
-    return {.streams = 2,
-            .prefetch_bytes = 1024,
-            .compact_streams = 2,
-            .compact_prefetch_blocks = 5,
-            .compact_batch1_every_step = true};
-  return {.streams = 4,
-          .prefetch_bytes = 128,
-          .compact_streams = 2,
-          .compact_prefetch_blocks = 1,
-          .compact_batch1_every_step = false};
+    return {.streams = 2, .prefetch_bytes = 1024, .compact_streams = 2, .compact_prefetch_blocks = 5};
+  return {.streams = 4, .prefetch_bytes = 128, .compact_streams = 2, .compact_prefetch_blocks = 1};
 }
 
 size_t bf16_panels_bytes(int64_t n_out, int64_t n_in) {
@@ -340,8 +332,8 @@ void pack_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int6
 
 // ---------------------------------------------------------------------------------------------------------------
 // Compact panels (compact_panels.hpp): each step's 64 bf16 values rebuilt from their low bytes and 4-bit codes of the
-// high bytes, exactly. Needs AVX512-VBMI (vpermb, vpexpandb).
-#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+// high bytes. Needs AVX512-VBMI (vpermb).
+#if defined(__AVX512VBMI__)
 constexpr bool compact_kernels = true;
 // How far ahead of a GEMM tile's step a compact panel is asked for: 8 steps, as gemm_tile asks 1 KiB of plain ones.
 constexpr int64_t compact_prefetch_bytes = 4 * compact_block_bytes;
@@ -353,72 +345,94 @@ inline __m512i compact_table(const uint8_t* panel) {
 }
 
 // The 64 bf16 values of a step from its codes (each in its byte's low nibble; bits 4-5 are ignored) and low bytes: two
-// vectors of 32, in the plain panel's order. Escaped (the panel's escape map marks the step): an escaped value's high
-// byte comes from `exceptions`, which moves past those it used; else the lookup and the interleaves alone.
-template <bool Escaped = true>
-inline void compact_values(__m512i code, __m512i lo, __m512i table, const uint8_t*& exceptions, __m512bh& b0,
-                           __m512bh& b1) {
-  __m512i hi = _mm512_permutexvar_epi8(code, table);
-  if constexpr (Escaped) {
-    const __mmask64 escaped = _mm512_testn_epi8_mask(code, _mm512_set1_epi8(0x0f));
-    // No branch, and the next 64 exceptions loaded into a register (each panel holds 64 bytes past its list): with a
-    // branch to the rare exceptions (inline or to a function), or vpexpandb from memory, GCC 12 kept the kernels'
-    // accumulators in memory as well as in registers, storing each after every update.
-    hi = _mm512_mask_expand_epi8(hi, escaped, _mm512_loadu_si512(exceptions));
-    exceptions += _mm_popcnt_u64(escaped);
-  }
+// vectors of 32, in the plain panel's order; +0 where the panel has an exception (added at its end).
+inline void compact_values(__m512i code, __m512i lo, __m512i table, __m512bh& b0, __m512bh& b1) {
+  const __m512i hi = _mm512_permutexvar_epi8(code, table);
   b0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi));
   b1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
 }
 
 // Step h (0 or 1) of the block at `block`, whose 64 code bytes are `codes`.
-template <bool Escaped = true>
-inline void compact_step(const uint8_t* block, __m512i codes, int h, __m512i table, const uint8_t*& exceptions,
-                         __m512bh& b0, __m512bh& b1) {
+inline void compact_step(const uint8_t* block, __m512i codes, int h, __m512i table, __m512bh& b0, __m512bh& b1) {
   const __m512i code = h == 0 ? codes : _mm512_srli_epi16(codes, 4);  // the step's code in each byte's low nibble
-  compact_values<Escaped>(code, _mm512_loadu_si512(block + h * 64), table, exceptions, b0, b1);
+  compact_values(code, _mm512_loadu_si512(block + h * 64), table, b0, b1);
 }
 
-inline const uint8_t* compact_exceptions(const uint8_t* panel, int64_t k_pad) {
-  return panel + compact_exceptions_offset(k_pad);
-}
-
-// The first step from `kp` on that the panel's escape map marks (it has exceptions), or n_kp where none is left.
-inline int64_t next_escaped_step(const uint8_t* panel, int64_t kp, int64_t n_kp) {
-  if (kp >= n_kp)
-    return n_kp;
-  const uint8_t* map = panel + compact_header_bytes;
-  int64_t word_index = kp / 64;
-  uint64_t word = 0;
-  std::memcpy(&word, map + 8 * word_index, sizeof word);
-  word &= ~uint64_t{0} << (kp % 64);
-  while (word == 0) {
-    if (++word_index * 64 >= n_kp)
-      return n_kp;
-    std::memcpy(&word, map + 8 * word_index, sizeof word);
-  }
-  return std::min<int64_t>(word_index * 64 + __builtin_ctzll(word), n_kp);
-}
-
-// The plain panel ([k_pad / 2][32] pairs) of a compact one, for the GEMMs, which read each panel many times.
-void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+// The plain panel ([k_pad / 2][32] pairs) of a compact one, for the GEMMs, which read each panel many times: every
+// value (`with_exceptions`, for AMX), or as the kernels' steps hold it (+0 at each exception, which the tiles add).
+void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain, bool with_exceptions) {
   const __m512i table = compact_table(panel);
-  const uint8_t* exceptions = compact_exceptions(panel, k_pad);
   const uint8_t* block = panel + compact_blocks_offset(k_pad);
-  for (int64_t b = 0; b < k_pad / 4; ++b, block += compact_block_bytes, plain += 2 * gemm_nr) {
+  uint32_t* out = plain;
+  for (int64_t b = 0; b < k_pad / 4; ++b, block += compact_block_bytes, out += 2 * gemm_nr) {
     const __m512i codes = _mm512_loadu_si512(block + 128);
     for (int h = 0; h < 2; ++h) {
       __m512bh b0, b1;
-      compact_step(block, codes, h, table, exceptions, b0, b1);
-      _mm512_storeu_si512(plain + h * gemm_nr, reinterpret_cast<__m512i>(b0));
-      _mm512_storeu_si512(plain + h * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
+      compact_step(block, codes, h, table, b0, b1);
+      _mm512_storeu_si512(out + h * gemm_nr, reinterpret_cast<__m512i>(b0));
+      _mm512_storeu_si512(out + h * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
     }
+  }
+  if (!with_exceptions)
+    return;
+  auto* values = reinterpret_cast<uint16_t*>(plain);
+  const compact_exception* e = compact_exception_list(panel, k_pad);
+  for (int64_t i = 0, n = compact_exception_count(panel); i < n; ++i)
+    values[(e[i].k / 2) * 2 * gemm_nr + 2 * e[i].output + e[i].k % 2] = e[i].value;
+}
+
+inline float bf16_value(uint16_t v) {
+  const uint32_t u = uint32_t{v} << 16;
+  float f = 0.0f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Adds a compact panel's exceptions to a tile's M x 32 sums (token row m's in acc0[m], outputs 0-15, and acc1[m],
+// 16-31), one after another in the list's order: value x the bf16 input (a product of two bf16 is exact in float).
+// Out of line, with the sums in memory, once a panel.
+template <int M>
+[[gnu::noinline]] void add_exceptions_to(const uint8_t* panel, int64_t k_pad, const uint16_t* a, int64_t lda,
+                                         __m512* acc0, __m512* acc1) {
+  alignas(64) float sums[M][gemm_nr];
+  for (int m = 0; m < M; ++m) {
+    _mm512_store_ps(sums[m], acc0[m]);
+    _mm512_store_ps(sums[m] + 16, acc1[m]);
+  }
+  const compact_exception* e = compact_exception_list(panel, k_pad);
+  for (int64_t i = 0, n = compact_exception_count(panel); i < n; ++i) {
+    const float w = bf16_value(e[i].value);
+    for (int m = 0; m < M; ++m)
+      sums[m][e[i].output] += w * bf16_value(a[m * lda + e[i].k]);
+  }
+  for (int m = 0; m < M; ++m) {
+    acc0[m] = _mm512_load_ps(sums[m]);
+    acc1[m] = _mm512_load_ps(sums[m] + 16);
+  }
+}
+
+// add_exceptions_to where the panel has any. The sums pass through copies, so that the kernels' own accumulators never
+// have their address taken (GCC 12 then keeps them in memory inside the loop too).
+template <int M>
+inline void add_compact_exceptions(const uint8_t* panel, int64_t k_pad, const uint16_t* a, int64_t lda, __m512* acc0,
+                                   __m512* acc1) {
+  if (compact_exception_count(panel) == 0)
+    return;
+  __m512 s0[M], s1[M];
+  for (int m = 0; m < M; ++m) {
+    s0[m] = acc0[m];
+    s1[m] = acc1[m];
+  }
+  add_exceptions_to<M>(panel, k_pad, a, lda, s0, s1);
+  for (int m = 0; m < M; ++m) {
+    acc0[m] = s0[m];
+    acc1[m] = s1[m];
   }
 }
 #else
 constexpr bool compact_kernels = false;
-void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
-  expand_compact_panel_reference(panel, k_pad, plain);
+void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain, bool with_exceptions) {
+  expand_compact_panel_reference(panel, k_pad, plain, with_exceptions);
 }
 #endif
 
@@ -426,7 +440,7 @@ void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
 const uint32_t* plain_panel(const target_view& tv, int64_t p, int64_t k_pad, uint32_t* buffer) {
   if (!tv.compact)
     return reinterpret_cast<const uint32_t*>(tv.panel(p));
-  expand_panel(tv.panel(p), k_pad, buffer);
+  expand_panel(tv.panel(p), k_pad, buffer, true);
   return buffer;
 }
 
@@ -440,6 +454,8 @@ struct gemm_tile_args {
   int n_valid;                       // outputs of the panel that exist
   const float* bias;                 // 32 values (padded), or null
   const uint8_t* compact = nullptr;  // the panel in compact form (streamed decode, a GEMM's first tile)
+  // The compact panel whose steps `panel` holds expanded (a GEMM's later tiles), whose exceptions the tile adds.
+  const uint8_t* expanded_from = nullptr;
 };
 
 // Writes a tile's M x 32 sums (plus the bias) to its outputs, masked to the panel's valid outputs.
@@ -467,7 +483,8 @@ inline __m512bh broadcast_pair(const uint16_t* pair) {
 
 // Prefetch: the panel streams from memory (a packed weight read in place), so each step asks for the lines 1 KiB
 // ahead; a panel packed per call sits in L1 already.
-template <int M, bool Prefetch>
+// AddExceptions: `panel` is a compact panel's steps expanded (t.expanded_from), whose exceptions the sums get.
+template <int M, bool Prefetch, bool AddExceptions = false>
 void gemm_tile(const gemm_tile_args& t) {
   __m512 acc0[M], acc1[M];
   for (int m = 0; m < M; ++m) {
@@ -496,30 +513,33 @@ void gemm_tile(const gemm_tile_args& t) {
       acc1[m] = _mm512_dpbf16_ps(acc1[m], av, b1);
     }
   }
+#if defined(__AVX512VBMI__)
+  if constexpr (AddExceptions)
+    add_compact_exceptions<M>(t.expanded_from, t.k_pad, t.a, t.lda, acc0, acc1);
+#endif
   store_tile<M>(t, acc0, acc1);
 }
 
 using gemm_tile_fn = void (*)(const gemm_tile_args&);
 
-template <bool Prefetch, size_t... I>
+template <bool Prefetch, bool AddExceptions, size_t... I>
 constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<I...>) {
-  return {&gemm_tile<static_cast<int>(I) + 1, Prefetch>...};
+  return {&gemm_tile<static_cast<int>(I) + 1, Prefetch, AddExceptions>...};
 }
 
-#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
-// Block b (steps 2b and 2b + 1) of gemm_tile_compact; Escaped: the escape map marks a step of it (its exceptions
-// expanded), else the lookups alone.
-template <int M, bool Keep, bool Escaped>
+#if defined(__AVX512VBMI__)
+// Block b (steps 2b and 2b + 1) of gemm_tile_compact.
+template <int M, bool Keep>
 [[gnu::always_inline]] inline void gemm_compact_block(const uint8_t* blocks, int64_t b, __m512i table,
-                                                      const uint8_t*& exceptions, const uint16_t* a, int64_t lda,
-                                                      uint32_t* plain, __m512* acc0, __m512* acc1) {
+                                                      const uint16_t* a, int64_t lda, uint32_t* plain, __m512* acc0,
+                                                      __m512* acc1) {
   const uint8_t* block = blocks + static_cast<size_t>(b) * compact_block_bytes;
   for (int line = 0; line < 3; ++line)
     _mm_prefetch(reinterpret_cast<const char*>(block) + compact_prefetch_bytes + 64 * line, _MM_HINT_T0);
   const __m512i codes = _mm512_loadu_si512(block + 128);
   for (int h = 0; h < 2; ++h) {
     __m512bh b0, b1;
-    compact_step<Escaped>(block, codes, h, table, exceptions, b0, b1);
+    compact_step(block, codes, h, table, b0, b1);
     const int64_t kp = 2 * b + h;
     if constexpr (Keep) {
       _mm512_storeu_si512(plain + kp * gemm_nr, reinterpret_cast<__m512i>(b0));
@@ -534,12 +554,11 @@ template <int M, bool Keep, bool Escaped>
 }
 
 // gemm_tile on a compact panel read from memory (t.compact): each step rebuilt in registers (compact_values) and, where
-// `Keep`, written to `plain` ([k_pad / 2][32] pairs), from which the chunk's other tiles read the panel. The first tile
-// so overlaps the panel's read with its multiply-adds, as gemm_tile<M, true> does on plain panels; expanding the whole
-// panel first and then running the tiles left the read exposed: batch-32 decode 0.79x, prefill 512 0.95x of plain
-// panels (bench_cpu_decode, alternated, 2-vCPU Zen 4 VM). The blocks up to one with a step the escape map marks run
-// without looking for exceptions, in a loop of their own (a branch in the loop made GCC 12 keep the accumulators in
-// memory); a block at a time, so that its codes are loaded once and only its second step shifts them.
+// `Keep`, written to `plain` ([k_pad / 2][32] pairs), from which the chunk's other tiles read the panel (and add its
+// exceptions, as this one does at its end). The first tile so overlaps the panel's read with its multiply-adds, as
+// gemm_tile<M, true> does on plain panels; expanding the whole panel first and then running the tiles left the read
+// exposed: batch-32 decode 0.79x, prefill 512 0.95x of plain panels (bench_cpu_decode, alternated, 2-vCPU Zen 4 VM).
+// A block at a time, so that its codes are loaded once and only its second step shifts them.
 template <int M, bool Keep>
 void gemm_tile_compact(const gemm_tile_args& t, uint32_t* plain) {
   __m512 acc0[M], acc1[M];
@@ -548,19 +567,13 @@ void gemm_tile_compact(const gemm_tile_args& t, uint32_t* plain) {
     acc1[m] = _mm512_setzero_ps();
   }
   const uint8_t* blocks = t.compact + compact_blocks_offset(t.k_pad);
-  const uint8_t* exceptions = compact_exceptions(t.compact, t.k_pad);
   const __m512i table = compact_table(t.compact);
-  const int64_t n_kp = t.k_pad / 2;
   const uint16_t* a = t.a;  // locals: the stores to `plain` could alias t's fields, which GCC then reloads each step
   const int64_t lda = t.lda;
-  const int64_t n_blocks = n_kp / 2;
-  for (int64_t b = 0;; ++b) {
-    for (const int64_t plain_until = next_escaped_step(t.compact, 2 * b, n_kp) / 2; b < plain_until; ++b)
-      gemm_compact_block<M, Keep, false>(blocks, b, table, exceptions, a, lda, plain, acc0, acc1);
-    if (b == n_blocks)
-      break;
-    gemm_compact_block<M, Keep, true>(blocks, b, table, exceptions, a, lda, plain, acc0, acc1);
-  }
+  const int64_t n_blocks = t.k_pad / 4;
+  for (int64_t b = 0; b < n_blocks; ++b)
+    gemm_compact_block<M, Keep>(blocks, b, table, a, lda, plain, acc0, acc1);
+  add_compact_exceptions<M>(t.compact, t.k_pad, a, lda, acc0, acc1);
   store_tile<M>(t, acc0, acc1);
 }
 
@@ -690,15 +703,13 @@ void stream_tiles(const gemm_tile_args* t) {
     store_tile<M>(t[s], acc0[s], acc1[s]);
 }
 
-#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
-// One step (kp) of stream_compact_tiles for its S streams; Escaped: some stream's escape map marks it (every stream
-// then looks for exceptions: one that has none at this step expands none), else the lookups alone. `ahead`: how far
-// ahead of a step's block its prefetches ask, in bytes (a whole number of blocks).
-template <int M, int S, bool Escaped>
+#if defined(__AVX512VBMI__)
+// One step (kp) of stream_compact_tiles for its S streams. `ahead`: how far ahead of a step's block its prefetches
+// ask, in bytes (a whole number of blocks).
+template <int M, int S>
 [[gnu::always_inline]] inline void stream_compact_step(const gemm_tile_args* t, int64_t kp,
-                                                       const uint8_t* const* blocks, const __m512i* table,
-                                                       const uint8_t** exceptions, size_t ahead, __m512 (&acc0)[S][M],
-                                                       __m512 (&acc1)[S][M]) {
+                                                       const uint8_t* const* blocks, const __m512i* table, size_t ahead,
+                                                       __m512 (&acc0)[S][M], __m512 (&acc1)[S][M]) {
   const int64_t half = kp & 1;
   const size_t block = static_cast<size_t>(kp >> 1) * compact_block_bytes;
   const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(half) * 4);
@@ -712,7 +723,7 @@ template <int M, int S, bool Escaped>
     _mm_prefetch(reinterpret_cast<const char*>(at + ahead + 128), _MM_HINT_T0);
     const __m512i code = _mm512_srl_epi16(_mm512_loadu_si512(at + 128), shift);
     __m512bh b0, b1;
-    compact_values<Escaped>(code, _mm512_loadu_si512(at + 64 * half), table[s], exceptions[s], b0, b1);
+    compact_values(code, _mm512_loadu_si512(at + 64 * half), table[s], b0, b1);
     for (int m = 0; m < M; ++m) {
       acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av[m], b0);
       acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av[m], b1);
@@ -720,12 +731,9 @@ template <int M, int S, bool Escaped>
   }
 }
 
-// stream_tiles on compact panels: the same sums in the same order, from 96 bytes a step instead of 128. Each step asks
-// for two lines of a later block (its codes, and the low bytes of the step's half): the next on Zen, five blocks (960
-// bytes) ahead on Intel (decode_read_pattern::compact_prefetch_blocks). The steps up to the next one that a stream's
-// escape map marks run in a loop of their own without looking for exceptions; except at one token on Intel, where every
-// step looks (decode_read_pattern::compact_batch1_every_step): there leaving that loop at each marked step (about one
-// step in 55 on trained weights, two streams) cost more than the lookups.
+// stream_tiles on compact panels, from 96 bytes a step instead of 128; each panel's exceptions added at its end. Each
+// step asks for two lines of a later block (its codes, and the low bytes of the step's half): the next on Zen, five
+// blocks (960 bytes) ahead on Intel (decode_read_pattern::compact_prefetch_blocks).
 template <int M, int S>
 void stream_compact_tiles(const gemm_tile_args* t) {
   __m512 acc0[S][M], acc1[S][M];
@@ -736,40 +744,18 @@ void stream_compact_tiles(const gemm_tile_args* t) {
     }
   const int64_t n_kp = t[0].k_pad / 2;
   const uint8_t* blocks[S];
-  const uint8_t* exceptions[S];
   __m512i table[S];
   for (int s = 0; s < S; ++s) {
     blocks[s] = t[s].compact + compact_blocks_offset(t[0].k_pad);
-    exceptions[s] = compact_exceptions(t[s].compact, t[0].k_pad);
     table[s] = compact_table(t[s].compact);
   }
-  const decode_read_pattern& pattern = pattern_in_use();
-  const size_t ahead = static_cast<size_t>(pattern.compact_prefetch_blocks) * compact_block_bytes;
-  if (M == 1 && pattern.compact_batch1_every_step) {
-    for (int64_t kp = 0; kp < n_kp; ++kp)
-      stream_compact_step<M, S, true>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
-  } else {
-    int64_t escaped[S];  // each stream's next marked step
-    for (int s = 0; s < S; ++s)
-      escaped[s] = next_escaped_step(t[s].compact, 0, n_kp);
-    // One step a turn of the loop (an inner loop over a block's two steps made GCC 12 store the accumulators each
-    // turn).
-    for (int64_t kp = 0;; ++kp) {
-      int64_t plain_until = escaped[0];
-      for (int s = 1; s < S; ++s)
-        plain_until = std::min(plain_until, escaped[s]);
-      for (; kp < plain_until; ++kp)
-        stream_compact_step<M, S, false>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
-      if (kp == n_kp)
-        break;
-      stream_compact_step<M, S, true>(t, kp, blocks, table, exceptions, ahead, acc0, acc1);
-      for (int s = 0; s < S; ++s)
-        if (escaped[s] == kp)
-          escaped[s] = next_escaped_step(t[s].compact, kp + 1, n_kp);
-    }
-  }
-  for (int s = 0; s < S; ++s)
+  const size_t ahead = static_cast<size_t>(pattern_in_use().compact_prefetch_blocks) * compact_block_bytes;
+  for (int64_t kp = 0; kp < n_kp; ++kp)
+    stream_compact_step<M, S>(t, kp, blocks, table, ahead, acc0, acc1);
+  for (int s = 0; s < S; ++s) {
+    add_compact_exceptions<M>(t[s].compact, t[0].k_pad, t[0].a, t[0].lda, acc0[s], acc1[s]);
     store_tile<M>(t[s], acc0[s], acc1[s]);
+  }
 }
 #endif
 
@@ -782,7 +768,7 @@ constexpr std::array<stream_fn, sizeof...(I)> stream_fn_table(std::index_sequenc
   return {&stream_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1>...};
 }
 
-#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+#if defined(__AVX512VBMI__)
 template <size_t... I>
 constexpr std::array<stream_fn, sizeof...(I)> stream_compact_fn_table(std::index_sequence<I...>) {
   return {&stream_compact_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1>...};
@@ -793,7 +779,7 @@ constexpr std::array<stream_fn, sizeof...(I)> stream_compact_fn_table(std::index
 // stream_compact_tiles where they are compact (all or none).
 void walk_side_by_side(const gemm_tile_args* tiles, int m, int count) {
   const auto entry = static_cast<size_t>((m - 1) * max_streams + (count - 1));
-#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+#if defined(__AVX512VBMI__)
   if (tiles[0].compact != nullptr) {
     static constexpr auto compact_table =
         stream_compact_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
@@ -1104,7 +1090,7 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
 // The first tile of a compact panel (gemm_tile_compact with m rows), which also rebuilds the panel into `plain` when
 // other tiles follow (`keep`).
 void run_compact_tile(const gemm_tile_args& args, int m, uint32_t* plain, bool keep) {
-#if defined(__AVX512VBMI__) && defined(__AVX512VBMI2__)
+#if defined(__AVX512VBMI__)
   static constexpr auto keeping = gemm_compact_table<true>(std::make_index_sequence<compact_mr>{});
   static constexpr auto alone = gemm_compact_table<false>(std::make_index_sequence<compact_mr>{});
   (keep ? keeping : alone)[static_cast<size_t>(m - 1)](args, plain);
@@ -1120,8 +1106,10 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
     return;
   }
   // Streaming panels from memory wants software prefetch; a panel that the chunk's tiles reuse from L2 does not.
-  static constexpr auto stream_table = gemm_table<true>(std::make_index_sequence<gemm_mr>{});
-  static constexpr auto chunk_table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
+  static constexpr auto stream_table = gemm_table<true, false>(std::make_index_sequence<gemm_mr>{});
+  static constexpr auto chunk_table = gemm_table<false, false>(std::make_index_sequence<gemm_mr>{});
+  // A compact panel's later tiles: its expanded steps, and its exceptions added.
+  static constexpr auto expanded_table = gemm_table<false, compact_kernels>(std::make_index_sequence<gemm_mr>{});
   const unit_numbering units(targets, gated, gemm_nr);
   const size_t per_unit = gated ? 2 : 1;
   const bool packed = targets[0].packed;
@@ -1130,7 +1118,7 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
   const bool compact = targets[0].compact;
   const bool stream = packed && !compact && c.n_tokens <= packed_stream_max_tokens;
   const int64_t chunk = stream ? c.n_tokens : panel_tc;
-  const auto& table = stream ? stream_table : chunk_table;
+  const auto& table = stream ? stream_table : compact ? expanded_table : chunk_table;
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
     thread_local std::vector<uint32_t> packed_panel;
     if (!packed || compact)
@@ -1167,6 +1155,8 @@ void panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool
               args.compact = tv.panel(p);
               run_compact_tile(args, mm, packed_panel.data(), m0 + mm < t0 + tc);
             } else {
+              if (compact)
+                args.expanded_from = tv.panel(p);
               table[static_cast<size_t>(mm - 1)](args);
             }
             m0 += mm;
@@ -1185,7 +1175,9 @@ bool have_bf16_dot_kernels() { return true; }
 
 bool have_compact_panel_kernels() { return compact_kernels; }
 
-void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) { expand_panel(panel, k_pad, plain); }
+void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+  expand_panel(panel, k_pad, plain, true);
+}
 
 void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
   round_rows(x, n_tokens, n_in, xb, k_pad, ld);
@@ -1207,7 +1199,7 @@ void bf16_panel_product(const uint16_t* xb, int64_t ld, int64_t n_tokens, const 
     commit_sums(sums.data(), n_tokens, n_valid, bias32, y, ldy);
     return;
   }
-  static constexpr auto table = gemm_table<false>(std::make_index_sequence<gemm_mr>{});
+  static constexpr auto table = gemm_table<false, false>(std::make_index_sequence<gemm_mr>{});
   for (int64_t m0 = 0; m0 < n_tokens; m0 += gemm_mr) {
     const int mm = static_cast<int>(std::min<int64_t>(gemm_mr, n_tokens - m0));
     const gemm_tile_args args{xb + m0 * ld, ld, panel, k_pad, y + m0 * ldy, ldy, n_valid, bias32};

@@ -19,16 +19,12 @@ bool have_bf16_dot_kernels();
 /// How the streamed decode kernels (1 to 4 tokens on packed panels) read on a CPU: the panel streams a thread reads
 /// side by side at 1 or 2 tokens (2 at 3 or 4 tokens everywhere), and how many bytes ahead of each step they ask for
 /// a stream's lines (the hardware prefetcher does the rest); the same two for compact panels (compact_panels.hpp),
-/// whose prefetches go a whole number of 192-byte blocks ahead; and how compact panels' exceptions are found.
+/// whose prefetches go a whole number of 192-byte blocks ahead.
 struct decode_read_pattern {
   int streams;
   int64_t prefetch_bytes;
   int compact_streams;
   int compact_prefetch_blocks;
-  /// Compact panels at one token: every step looks for its exceptions, branch-free (true); or the steps that a panel's
-  /// escape map leaves unmarked run in a loop of their own without looking, the marked ones apart (false; always so at
-  /// 2 to 4 tokens).
-  bool compact_batch1_every_step;
 };
 /// The pattern measured fastest on CPUs of this vendor (CPUID's "GenuineIntel", "AuthenticAMD"; others get AMD's):
 /// on Zen 4/5, four streams asking one step (128 bytes) ahead; on Intel (a Xeon with AMX, 2026-12-02) two streams
@@ -38,12 +34,9 @@ struct decode_read_pattern {
 /// decode's matmuls, 2026-12-04). On Intel (a 2-vCPU Xeon with AMX, 2026-12-04, bench_cpu_decode alternated): five
 /// blocks (960 bytes) ahead, batch 1 1.11-1.13x and batch 2 1.20-1.26x the next block (eight and eleven blocks the
 /// same as five); two streams, as plain (four: batch 2 1.03-1.09x, but batch 1 0.98-0.995x in 5 of 6 pairs of 64
-/// steps). Exceptions: on Zen the escape map (batch 1 1.075x every step looking, 2026-12-03); on Intel every step looks
-/// at batch 1 (a driver of the decode's matmuls on this Xeon, 2026-12-04, the two ways alternated in one process in a
-/// rotating order: the step's calls 1.022-1.023x the map, one call over the same bytes 1.019-1.027x; leaving the map's
-/// loop at a marked step cost two or three mispredicted branches, and a list of the marked steps made at each tile's
-/// start, one; bench_cpu_decode alternated, 6 pairs: batch 1 0.95-1.05x, median 1.02x, the share of the probe beside
-/// it 80.7-85.4% -> 84.1-86.0%), not at batch 2 (every step looking 0.94-0.98x there).
+/// steps). Exceptions: none in the steps since format 3 (compact_panels.hpp), added at each panel's end; against format
+/// 2 (an escape map on Zen, every step looking at batch 1 on Intel) on the Xeon, bench_cpu_decode alternated, 10
+/// pairs, 2026-12-05: batch 1 0.955-1.073x (median 1.016x), batch 2 1.025-1.074x, batch 32 0.995-1.079x.
 decode_read_pattern decode_read_pattern_for(std::string_view vendor);
 /// The pattern the streamed decode kernels follow from now on: `pattern`, or this CPU's (decode_read_pattern_for of
 /// cpu_vendor()) for nullopt, as at start. For tests and benchmarks that run each way; never while a matmul runs.

@@ -1,7 +1,7 @@
 // Compact bf16 panels (kernels/cpu/compact_panels.hpp): the format gives back every bit of the plain panels (few,
 // many and no exceptions, stacked parts), its size is what the plan says, and the kernels that read it (the streamed
-// decode at 1-4 tokens, the GEMMs that expand panels, gated pairs, grains taken over) write the same bits as on plain
-// panels.
+// decode at 1-4 tokens, the GEMMs, gated pairs, grains taken over) write the sums of its steps plus its exceptions
+// added at each panel's end: bit for bit the plain panels' where a weight has no exceptions.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/amx_bf16.hpp"
 #include "kernels/cpu/compact_panels.hpp"
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_bf16.hpp"
 #include "support/scoped_env.hpp"
@@ -26,18 +29,13 @@ using namespace actorllm;
 
 namespace {
 
-// The streamed decode kernels set to find compact panels' exceptions by the escape map or at every step (as on Zen and
-// on Intel), back to this CPU's way when it goes out of scope.
-class exceptions_found_by {
+// The bf16 kernels set for a scope (AMX GEMMs or vdpbf16ps alone), back to the best when it ends.
+class bf16_kernels_set {
  public:
-  explicit exceptions_found_by(bool escape_map) {
-    cpu::decode_read_pattern p = cpu::decode_read_pattern_for(cpu::cpu_vendor());
-    p.compact_batch1_every_step = !escape_map;
-    cpu::set_decode_read_pattern(p);
-  }
-  ~exceptions_found_by() { cpu::set_decode_read_pattern(std::nullopt); }
-  exceptions_found_by(const exceptions_found_by&) = delete;
-  exceptions_found_by& operator=(const exceptions_found_by&) = delete;
+  explicit bf16_kernels_set(cpu::bf16_kernels k) { cpu::set_bf16_kernels(k); }
+  ~bf16_kernels_set() { cpu::set_bf16_kernels(cpu::bf16_kernels::best); }
+  bf16_kernels_set(const bf16_kernels_set&) = delete;
+  bf16_kernels_set& operator=(const bf16_kernels_set&) = delete;
 };
 
 constexpr int64_t panel_rows = 32;
@@ -96,8 +94,9 @@ compacted compact(const std::vector<std::vector<uint16_t>>& parts, const std::ve
 }
 
 // Every panel of `c` expanded by the reference and by the vector kernels equals the plain panels; each panel's
-// exceptions (its header's count) are those of the 15 most frequent high bytes of its plain form, which the plan
-// counted where the rows lie.
+// exceptions (its header's count) are the values whose high byte is neither 0x00 nor among the 15 most frequent other
+// ones of its plain form, which the plan counted where the rows lie; its steps hold +0 at each, and its list has each
+// whole value, by input and then output.
 void check_round_trip(const compacted& c, const std::vector<uint16_t>& plain, int64_t n_in) {
   const int64_t k_pad = k_pad_of(n_in);
   const size_t panel = static_cast<size_t>(k_pad * panel_rows);
@@ -115,29 +114,32 @@ void check_round_trip(const compacted& c, const std::vector<uint16_t>& plain, in
     std::fill(expanded.begin(), expanded.end(), 0u);
     cpu::expand_compact_panel(compact, k_pad, expanded.data());  // the vector kernels (AMX GEMMs) where built
     REQUIRE(std::memcmp(expanded.data(), plain_panel, panel * 2) == 0);
-    uint64_t in_header = 0;
-    std::memcpy(&in_header, compact + 24, sizeof in_header);
     const int64_t expected = cpu::compact_panel_exceptions(plain_panel, k_pad);
-    CHECK(static_cast<int64_t>(in_header) == expected);
-    // The escape map marks exactly the steps with an exception (code 0 in their low or high nibbles).
-    const uint8_t* map = compact + cpu::compact_header_bytes;
-    const uint8_t* blocks = compact + cpu::compact_blocks_offset(k_pad);
-    int64_t marked_exceptions = 0;
-    for (int64_t step = 0; step < k_pad / 2; ++step) {
-      const uint8_t* codes = blocks + static_cast<size_t>(step / 2) * cpu::compact_block_bytes + 128;
-      int64_t escaped = 0;
-      for (int pos = 0; pos < 64; ++pos)
-        escaped += ((codes[pos] >> (step % 2 == 0 ? 0 : 4)) & 0xf) == 0;
-      const bool marked = ((map[step / 8] >> (step % 8)) & 1) != 0;
-      CAPTURE(step);
-      REQUIRE(marked == (escaped > 0));
-      marked_exceptions += escaped;
-    }
-    for (size_t byte = static_cast<size_t>(k_pad / 16); byte < cpu::compact_escape_map_bytes(k_pad); ++byte)
-      REQUIRE(map[byte] == 0);  // past the last step's bit
-    CHECK(marked_exceptions == expected);
+    REQUIRE(cpu::compact_exception_count(compact) == expected);
     CHECK(c.plan.codings[static_cast<size_t>(p)].exceptions == expected);
     exceptions += expected;
+    // The steps as the kernels read them: the plain panel but +0 at each exception, and the list has those values.
+    cpu::expand_compact_panel_reference(compact, k_pad, expanded.data(), false);
+    const auto* values = reinterpret_cast<const uint16_t*>(plain_panel);
+    const auto* held = reinterpret_cast<const uint16_t*>(expanded.data());
+    const cpu::compact_exception* list = cpu::compact_exception_list(compact, k_pad);
+    int64_t listed = 0;
+    for (int64_t k = 0; k < k_pad; ++k)
+      for (int output = 0; output < panel_rows; ++output) {
+        const size_t i = static_cast<size_t>((k / 2) * 64 + 2 * output + k % 2);
+        if (held[i] == values[i])
+          continue;
+        CAPTURE(k);
+        CAPTURE(output);
+        REQUIRE(held[i] == 0);
+        REQUIRE(listed < expected);
+        CHECK(list[listed].k == static_cast<uint32_t>(k));
+        CHECK(list[listed].output == output);
+        CHECK(list[listed].value == values[i]);
+        CHECK((values[i] >> 8) != 0);
+        ++listed;
+      }
+    CHECK(listed == expected);
   }
   CHECK(c.plan.exceptions == exceptions);
 }
@@ -187,9 +189,17 @@ TEST_CASE("compact panels: every bit of the plain panels back, with few, many or
     const std::vector<uint16_t> w(static_cast<size_t>(64 * 96), uint16_t{0x3c00});
     const compacted c = compact({w}, {64}, 96, pool);
     CHECK(c.plan.exceptions == 0);
-    CHECK(c.plan.stride == cpu::compact_header_bytes + 64 + 96 / 4 * cpu::compact_block_bytes +
-                               cpu::compact_exception_slack);  // a map of 48 bits takes 64 bytes
+    CHECK(c.plan.stride == cpu::compact_header_bytes + 96 / 4 * cpu::compact_block_bytes);
     check_round_trip(c, plain_panels({w}, {64}, 96), 96);
+  }
+  SUBCASE("zeros and values below 2^-125 are code 0, never exceptions, and take none of the 15 codes") {
+    std::vector<uint16_t> w(static_cast<size_t>(32 * 64));
+    for (size_t i = 0; i < w.size(); ++i)  // 15 high bytes, and zeros or tiny values between
+      w[i] = i % 3 == 0 ? static_cast<uint16_t>(i % 256) : static_cast<uint16_t>((0x30 + i / 3 % 15) << 8 | (i % 256));
+    const compacted c = compact({w}, {32}, 64, pool);
+    CHECK(c.plan.exceptions == 0);
+    CHECK(c.plan.codings[0].codes == 15);
+    check_round_trip(c, plain_panels({w}, {32}, 64), 64);
   }
   SUBCASE("stacked parts: each part's panels in turn, one stride") {
     const int64_t n_in = 128;
@@ -210,7 +220,7 @@ TEST_CASE("compact panels: a stride too small for a panel's exceptions is refuse
   const int64_t exceptions = cpu::compact_panel_exceptions(pairs, k_pad_of(n_in));
   REQUIRE(exceptions > 0);
   const size_t fixed = cpu::compact_exceptions_offset(k_pad_of(n_in));
-  std::vector<uint8_t> out(fixed + static_cast<size_t>(exceptions) + cpu::compact_exception_slack);
+  std::vector<uint8_t> out(fixed + static_cast<size_t>(exceptions) * sizeof(cpu::compact_exception));
   CHECK_THROWS_AS(cpu::compact_panel_from_plain(pairs, k_pad_of(n_in), out.size() - 1, out.data()), std::logic_error);
   CHECK(cpu::compact_panel_from_plain(pairs, k_pad_of(n_in), out.size(), out.data()) == exceptions);
 
@@ -231,38 +241,103 @@ TEST_CASE("compact panels: a stride too small for a panel's exceptions is refuse
   }
 }
 
-// The matmuls on compact panels against the same weights' plain panels: the same bits, at every token count that
-// picks another kernel (the streamed decode's 1-4, the panel GEMM streaming up to 48 and in chunks past it), in groups
-// of uneven targets, gated, with grains taken over (owners) and without; the streamed decode finding exceptions by the
-// escape map and at every step (only it looks at the setting).
-TEST_CASE("compact panels: the matmuls write the bits plain panels give [asan]") {
+namespace {
+
+// x rounded to bf16 and back: the inputs the kernels multiply (they round x to bf16 first).
+std::vector<float> bf16_inputs(size_t n, uint64_t seed) {
+  const std::vector<float> x = test::random_floats(n, seed);
+  std::vector<uint16_t> b(n);
+  cpu::convert_from_f32(x.data(), static_cast<int64_t>(n), dtype::bf16, b.data());
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t{b[i]} << 16;
+    std::memcpy(&out[i], &u, sizeof u);
+  }
+  return out;
+}
+
+float bf16_float(uint16_t v) {
+  const uint32_t u = uint32_t{v} << 16;
+  float f = 0.0f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// What the kernels write for compact weight `compact` ([n_out, n_in]) at x (bf16 values): the plain panels of its steps
+// (+0 at each exception) through the same plain-panel kernels without the bias, then each panel's exceptions added
+// in the list's order (value x input), then the bias.
+std::vector<float> compact_sums(const std::vector<uint8_t>& compact, int64_t n_out, int64_t n_in, const float* bias,
+                                const std::vector<float>& x, int64_t n_tokens, thread_pool& pool) {
+  const int64_t k_pad = k_pad_of(n_in), n_panels = (n_out + panel_rows - 1) / panel_rows;
+  std::vector<uint32_t> held(static_cast<size_t>(n_panels * k_pad / 2 * panel_rows));
+  for (int64_t p = 0; p < n_panels; ++p)
+    cpu::expand_compact_panel_reference(cpu::compact_panel(compact.data(), p), k_pad,
+                                        held.data() + static_cast<size_t>(p * k_pad / 2 * panel_rows), false);
+  std::vector<float> y(static_cast<size_t>(n_tokens * n_out));
+  const cpu::matmul_target t{held.data(), dtype::bf16, n_out, nullptr, y.data(), true};
+  cpu::matmul_group(x.data(), n_tokens, n_in, {&t, 1}, pool);
+  for (int64_t p = 0; p < n_panels; ++p) {
+    const uint8_t* panel = cpu::compact_panel(compact.data(), p);
+    const cpu::compact_exception* e = cpu::compact_exception_list(panel, k_pad);
+    for (int64_t i = 0; i < cpu::compact_exception_count(panel); ++i)
+      for (int64_t tok = 0; tok < n_tokens; ++tok)
+        y[static_cast<size_t>(tok * n_out + p * panel_rows + e[i].output)] +=
+            bf16_float(e[i].value) * x[static_cast<size_t>(tok * n_in + e[i].k)];
+  }
+  if (bias != nullptr)
+    for (int64_t tok = 0; tok < n_tokens; ++tok)
+      for (int64_t o = 0; o < n_out; ++o)
+        y[static_cast<size_t>(tok * n_out + o)] += bias[o];
+  return y;
+}
+
+}  // namespace
+
+// The matmuls on compact panels: the sums of their steps plus their exceptions (compact_sums), at every token count
+// that picks another kernel (the streamed decode's 1-4, the panel GEMM streaming up to 48 and in chunks past it), in
+// groups of uneven targets, gated, with grains taken over (owners) and without, on vdpbf16ps alone and with the AMX
+// GEMMs where this CPU has them (which expand every value, and so give the plain panels' bits); on weights without
+// exceptions, the plain panels' bits everywhere.
+TEST_CASE("compact panels: the matmuls write the sums of their steps plus their exceptions [asan]") {
   if (!cpu::have_compact_panel_kernels()) {
     MESSAGE("skipped: this build has no compact-panel kernels (AVX512-VBMI with AVX512-BF16)");
     return;
   }
   uint64_t seed = 40;
-  for (const auto& [escape_map, threads] : {std::pair{true, 1}, {true, 3}, {false, 1}, {false, 3}}) {
-    const exceptions_found_by way(escape_map);
+  for (const auto& [kernels, threads] : {std::pair{cpu::bf16_kernels::dot, 1},
+                                         {cpu::bf16_kernels::dot, 3},
+                                         {cpu::bf16_kernels::best, 1},
+                                         {cpu::bf16_kernels::best, 3}}) {
+    const bf16_kernels_set set(kernels);
     thread_pool pool(threads);
     for (int64_t n_tokens : {1, 2, 3, 4, 5, 13, 48, 49, 400}) {
-      if (!escape_map && n_tokens > 4)
-        break;
-      CAPTURE(escape_map);
+      const bool amx = kernels == cpu::bf16_kernels::best && cpu::amx_bf16_usable() && n_tokens > 4;
+      CAPTURE(static_cast<int>(kernels));
       CAPTURE(threads);
       CAPTURE(n_tokens);
       const int64_t n_in = 136;  // k_pad 160: blocks of two steps, and inputs past n_in
-      const std::vector<int64_t> n_outs = {1100, 33, 64, 257};
-      const auto x = test::random_floats(static_cast<size_t>(n_tokens * n_in), seed++);
+      const std::vector<int64_t> n_outs = {1100, 33, 64, 257, 96};
+      const auto x = bf16_inputs(static_cast<size_t>(n_tokens * n_in), seed++);
       std::vector<std::vector<uint16_t>> w;
       std::vector<std::vector<uint8_t>> plain, packed;
       std::vector<std::shared_ptr<const std::vector<uint8_t>>> owned;
       std::vector<std::vector<float>> bias, y_plain, y_compact, y_owned;
       for (size_t i = 0; i < n_outs.size(); ++i) {
-        w.push_back(weight_like(n_outs[i], n_in, i == 1 ? 0.3 : 0.002, seed++));
+        if (i == 4) {  // fifteen high bytes and zeros: no exceptions
+          std::vector<uint16_t> few(static_cast<size_t>(n_outs[i] * n_in));
+          std::mt19937_64 rng(seed++);
+          for (uint16_t& v : few)
+            v = rng() % 7 == 0 ? uint16_t{0} : static_cast<uint16_t>((0x38 + rng() % 15) << 8 | (rng() & 0xff));
+          w.push_back(std::move(few));
+        } else {
+          w.push_back(weight_like(n_outs[i], n_in, i == 1 ? 0.3 : 0.002, seed++));
+        }
         const auto p = plain_panels({w.back()}, {n_outs[i]}, n_in);
         plain.emplace_back(reinterpret_cast<const uint8_t*>(p.data()),
                            reinterpret_cast<const uint8_t*>(p.data() + p.size()));
-        packed.push_back(compact({w.back()}, {n_outs[i]}, n_in, pool).bytes);
+        const compacted c = compact({w.back()}, {n_outs[i]}, n_in, pool);
+        REQUIRE((c.plan.exceptions == 0) == (i == 4));
+        packed.push_back(c.bytes);
         owned.push_back(std::make_shared<const std::vector<uint8_t>>(packed.back()));
         bias.push_back(test::random_floats(static_cast<size_t>(n_outs[i]), seed++));
         for (auto* y : {&y_plain, &y_compact, &y_owned})
@@ -275,28 +350,48 @@ TEST_CASE("compact panels: the matmuls write the bits plain panels give [asan]")
         t_compact.push_back({packed[i].data(), dtype::bf16, n_outs[i], b, y_compact[i].data(), true, nullptr, true});
         t_owned.push_back({owned[i]->data(), dtype::bf16, n_outs[i], b, y_owned[i].data(), true, owned[i], true});
       }
-      cpu::matmul_group(x.data(), n_tokens, n_in, t_plain, pool);
-      cpu::matmul_group(x.data(), n_tokens, n_in, t_compact, pool);
-      cpu::matmul_group(x.data(), n_tokens, n_in, t_owned, pool);
+      // A group holds 8 targets at most: the first four, then the fifth alone.
+      for (const auto& [first, count] : {std::pair<size_t, size_t>{0, 4}, {4, 1}}) {
+        cpu::matmul_group(x.data(), n_tokens, n_in, std::span(t_plain).subspan(first, count), pool);
+        cpu::matmul_group(x.data(), n_tokens, n_in, std::span(t_compact).subspan(first, count), pool);
+        cpu::matmul_group(x.data(), n_tokens, n_in, std::span(t_owned).subspan(first, count), pool);
+      }
       for (size_t i = 0; i < n_outs.size(); ++i) {
         CAPTURE(i);
-        REQUIRE(std::memcmp(y_compact[i].data(), y_plain[i].data(), y_plain[i].size() * sizeof(float)) == 0);
-        REQUIRE(std::memcmp(y_owned[i].data(), y_plain[i].data(), y_plain[i].size() * sizeof(float)) == 0);
+        const std::vector<float> expected =
+            amx || i == 4 ? y_plain[i] : compact_sums(packed[i], n_outs[i], n_in, t_plain[i].bias, x, n_tokens, pool);
+        REQUIRE(std::memcmp(y_compact[i].data(), expected.data(), expected.size() * sizeof(float)) == 0);
+        REQUIRE(std::memcmp(y_owned[i].data(), expected.data(), expected.size() * sizeof(float)) == 0);
+        if (i == 4)  // and so the plain panels' bits, without exceptions
+          REQUIRE(std::memcmp(y_compact[i].data(), y_plain[i].data(), expected.size() * sizeof(float)) == 0);
+        // And near the plain panels' sums: within a few roundings of the sum of |w x|.
+        for (int64_t tok = 0; tok < n_tokens; ++tok)
+          for (int64_t o = 0; o < n_outs[i]; ++o) {
+            double magnitude = 0.0;
+            for (int64_t k = 0; k < n_in; ++k)
+              magnitude += std::fabs(static_cast<double>(bf16_float(w[i][static_cast<size_t>(o * n_in + k)])) *
+                                     x[static_cast<size_t>(tok * n_in + k)]);
+            const size_t j = static_cast<size_t>(tok * n_outs[i] + o);
+            REQUIRE(std::fabs(static_cast<double>(y_compact[i][j]) - y_plain[i][j]) <= 3e-5 * magnitude + 1e-6);
+          }
       }
 
-      // A gated pair (SwiGLU), apart and as one stacked gate|up weight.
+      // A gated pair (SwiGLU) as one stacked gate|up weight: silu(gate) x up of the two apart.
       const int64_t n_ff = 320;
       const auto wg = weight_like(n_ff, n_in, 0.01, seed++), wu = weight_like(n_ff, n_in, 0.01, seed++);
-      const auto pg = plain_panels({wg}, {n_ff}, n_in), pu = plain_panels({wu}, {n_ff}, n_in);
       const compacted stacked = compact({wg, wu}, {n_ff, n_ff}, n_in, pool);
-      std::vector<float> up(static_cast<size_t>(n_tokens * n_ff)), out_plain(up.size()), out_compact(up.size());
-      cpu::matmul_silu_gate(x.data(), n_tokens, n_in, pg.data(), pu.data(), dtype::bf16, true, false, n_ff, up.data(),
-                            out_plain.data(), pool);
       const auto holder = std::make_shared<const std::vector<uint8_t>>(stacked.bytes);
-      cpu::matmul_silu_gate(x.data(), n_tokens, n_in, holder->data(), cpu::compact_panel(holder->data(), n_ff / 32),
-                            dtype::bf16, true, true, n_ff, up.data(), out_compact.data(), pool,
-                            cpu::matmul_path::automatic, holder, holder);
-      REQUIRE(std::memcmp(out_compact.data(), out_plain.data(), out_plain.size() * sizeof(float)) == 0);
+      const uint8_t* up_panels = cpu::compact_panel(holder->data(), n_ff / 32);
+      std::vector<float> up(static_cast<size_t>(n_tokens * n_ff)), out_compact(up.size());
+      cpu::matmul_silu_gate(x.data(), n_tokens, n_in, holder->data(), up_panels, dtype::bf16, true, true, n_ff,
+                            up.data(), out_compact.data(), pool, cpu::matmul_path::automatic, holder, holder);
+      std::vector<float> gate_apart(up.size()), up_apart(up.size()), out_apart(up.size());
+      const cpu::matmul_target tg{holder->data(), dtype::bf16, n_ff, nullptr, gate_apart.data(), true, nullptr, true};
+      const cpu::matmul_target tu{up_panels, dtype::bf16, n_ff, nullptr, up_apart.data(), true, nullptr, true};
+      cpu::matmul_group(x.data(), n_tokens, n_in, {&tg, 1}, pool);
+      cpu::matmul_group(x.data(), n_tokens, n_in, {&tu, 1}, pool);
+      cpu::silu_mul(gate_apart.data(), up_apart.data(), static_cast<int64_t>(up.size()), out_apart.data());
+      REQUIRE(std::memcmp(out_compact.data(), out_apart.data(), out_apart.size() * sizeof(float)) == 0);
     }
   }
 }
@@ -311,20 +406,23 @@ TEST_CASE("compact panels: a damaged exception list changes the sums (the kernel
   const auto w = weight_like(n_out, n_in, 0.05, 9);
   const compacted c = compact({w}, {n_out}, n_in, pool);
   REQUIRE(c.plan.exceptions > 0);
-  const auto x = test::random_floats(static_cast<size_t>(n_in), 10);
   std::vector<uint8_t> damaged = c.bytes;
-  // The first exception's high byte made 0x40 (a value of 2 to 4, never among a weight like this one's codes).
-  uint8_t& first = damaged[cpu::compact_exceptions_offset(k_pad_of(n_in))];
-  REQUIRE(first != 0x40);
-  first = 0x40;
-  for (const bool escape_map : {true, false}) {  // the streamed decode finding exceptions both ways
-    CAPTURE(escape_map);
-    const exceptions_found_by way(escape_map);
-    std::vector<float> y(n_out), y_damaged(n_out);
-    const cpu::matmul_target t{c.bytes.data(), dtype::bf16, n_out, nullptr, y.data(), true, nullptr, true};
-    cpu::matmul_group(x.data(), 1, n_in, {&t, 1}, pool);
-    const cpu::matmul_target td{damaged.data(), dtype::bf16, n_out, nullptr, y_damaged.data(), true, nullptr, true};
-    cpu::matmul_group(x.data(), 1, n_in, {&td, 1}, pool);
-    CHECK(std::memcmp(y.data(), y_damaged.data(), y.size() * sizeof(float)) != 0);
-  }
+  // The first exception's value made 2.0 (never a value of a weight like this one's exceptions).
+  auto* first =
+      reinterpret_cast<cpu::compact_exception*>(damaged.data() + cpu::compact_exceptions_offset(k_pad_of(n_in)));
+  REQUIRE(first->value != 0x4000);
+  first->value = 0x4000;
+  for (const auto kernels : {cpu::bf16_kernels::dot, cpu::bf16_kernels::best})
+    for (const int64_t n_tokens : {1, 2, 8}) {  // the streamed decode, and the GEMMs
+      CAPTURE(static_cast<int>(kernels));
+      CAPTURE(n_tokens);
+      const bf16_kernels_set set(kernels);
+      const auto x = test::random_floats(static_cast<size_t>(n_tokens * n_in), 10);
+      std::vector<float> y(static_cast<size_t>(n_tokens * n_out)), y_damaged(y.size());
+      const cpu::matmul_target t{c.bytes.data(), dtype::bf16, n_out, nullptr, y.data(), true, nullptr, true};
+      cpu::matmul_group(x.data(), n_tokens, n_in, {&t, 1}, pool);
+      const cpu::matmul_target td{damaged.data(), dtype::bf16, n_out, nullptr, y_damaged.data(), true, nullptr, true};
+      cpu::matmul_group(x.data(), n_tokens, n_in, {&td, 1}, pool);
+      CHECK(std::memcmp(y.data(), y_damaged.data(), y.size() * sizeof(float)) != 0);
+    }
 }

@@ -671,21 +671,18 @@ TEST_CASE("AMX tiles: amx_panels_product over several panel groups, K blocks and
 
 TEST_CASE(
     "the streamed decode's read pattern: two streams 1 KiB ahead on Intel, four a step ahead elsewhere; compact "
-    "panels two streams, five blocks ahead and at batch 1 every step looking for exceptions on Intel, one block ahead "
-    "and the escape map elsewhere [asan]") {
+    "panels two streams, five blocks ahead on Intel, one block ahead elsewhere [asan]") {
   const cpu::decode_read_pattern intel = cpu::decode_read_pattern_for("GenuineIntel");
   CHECK(intel.streams == 2);
   CHECK(intel.prefetch_bytes == 1024);
   CHECK(intel.compact_streams == 2);
   CHECK(intel.compact_prefetch_blocks == 5);
-  CHECK(intel.compact_batch1_every_step);
   for (const char* vendor : {"AuthenticAMD", "", "HygonGenuine"}) {
     const cpu::decode_read_pattern other = cpu::decode_read_pattern_for(vendor);
     CHECK(other.streams == 4);
     CHECK(other.prefetch_bytes == 128);
     CHECK(other.compact_streams == 2);
     CHECK(other.compact_prefetch_blocks == 1);
-    CHECK(!other.compact_batch1_every_step);
   }
   const std::string vendor = cpu::cpu_vendor();
   CHECK(vendor.size() == 12);  // every x86-64 CPU names its vendor in CPUID leaf 0

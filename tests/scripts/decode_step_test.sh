@@ -2,8 +2,8 @@
 # bench_kernels --decode-step-rounds: one quick round prints the step's matmuls, the same bytes as one call, as calls of
 # 2, 8 and 32 MiB (and the per-call cost), the step with the caller busy between its calls and the step with gate/up and
 # down as one call, each as a fraction of the probe, and their medians; each bad --decode-step-gaps is refused (exit
-# non-zero, nothing measured) with a message naming the flag and the value. --compact-step-rounds: one quick round on
-# compact panels, both ways of finding their exceptions against the probe.
+# non-zero, nothing measured) with a message naming the flag and the value. --compact-step-rounds: one quick round of
+# the step on compact panels and on plain panels of the same values, each against the probe and the two against each other.
 #   decode_step_test.sh BENCH_KERNELS
 set -uo pipefail
 bench=$1
@@ -39,20 +39,20 @@ refuses "an empty value" "'' is not a number of microseconds" "1,,3,4"
 refuses "a negative gap" "'-1' is not a number of microseconds" "1,-1,3,4"
 refuses "a number with a tail" "'2us' is not a number of microseconds" "1,2us,3,4"
 
-# --compact-step-rounds: the step on compact panels, the escape map and every step alternated, each against the probe
-# and the two against each other; not together with --decode-step-rounds.
+# --compact-step-rounds: the step on compact panels and on plain ones alternated, each against the probe and the two
+# against each other; not together with --decode-step-rounds.
 "$bench" --compact-step-rounds 1 --quick --threads 2 >"$tmp/out" 2>&1
 rc=$?
 check "a quick compact round exits 0 (got $rc: $(tail -c 300 "$tmp/out"))" test "$rc" -eq 0
 if grep -q "compact panels: not in this build" "$tmp/out"; then
   echo "skipped: this build has no compact-panel kernels (AVX512-VBMI with AVX512-BF16)"
 else
-  check "the round times both ways against the probe" grep -qE \
-    "^round 1: probe [0-9.]+ GB/s \| escape map [0-9.]+ GB/s \([0-9.]+%\) \| every step [0-9.]+ GB/s \([0-9.]+%\) \| every step / map [0-9]\.[0-9]{3}$" \
+  check "the round times both panel kinds against the probe" grep -qE \
+    "^round 1: probe [0-9.]+ GB/s \| compact [0-9.]+ ms, [0-9.]+ GB/s \([0-9.]+%\) \| plain [0-9.]+ ms, [0-9.]+ GB/s \([0-9.]+%\) \| compact [0-9]\.[0-9]{3}x plain's steps a second$" \
     "$tmp/out"
-  check "the medians" grep -qE "^median: escape map [0-9.]+% of the probe, every step [0-9.]+%; every step / map [0-9]\.[0-9]{3}" \
+  check "the medians" grep -qE \
+    "^median: compact panels read [0-9.]+% of the probe, plain [0-9.]+%; compact [0-9]\.[0-9]{3}x plain's steps a second \(rounds [0-9]\.[0-9]{3} to [0-9]\.[0-9]{3}\)$" \
     "$tmp/out"
-  check "this CPU's way named" grep -qE "this CPU's way: (escape map|every step)$" "$tmp/out"
 fi
 "$bench" --compact-step-rounds 1 --decode-step-rounds 1 >"$tmp/out" 2>&1
 rc=$?
