@@ -191,12 +191,12 @@ void encode_panel(const compact_panel_coding& pc, const uint16_t* plain, int64_t
   std::memcpy(out + 24, &exceptions64, sizeof exceptions64);
   auto* exceptions = reinterpret_cast<compact_exception*>(out + fixed);
   const int64_t n_steps = steps_of(k_pad);
-  uint8_t* blocks = out + compact_blocks_offset(k_pad);
+  uint8_t* blocks = out + compact_blocks_offset;
 #if defined(__AVX512VBMI__)
   compact_exception* end = encode_steps(pc, plain, n_steps, blocks, exceptions);
 #else
   const std::array<uint8_t, 256> code_of = codes_of(pc);
-  std::memset(blocks, 0, fixed - compact_blocks_offset(k_pad));  // the codes are or'ed in
+  std::memset(blocks, 0, fixed - compact_blocks_offset);  // the codes are or'ed in
   compact_exception* end = exceptions;
   for (int64_t s = 0; s < n_steps; ++s) {
     uint8_t* block = blocks + static_cast<size_t>(s / 2) * compact_block_bytes;
@@ -266,7 +266,7 @@ void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_
   const uint8_t* table = panel;
   const int64_t n_steps = steps_of(k_pad);
   for (int64_t s = 0; s < n_steps; ++s) {
-    const uint8_t* block = panel + compact_blocks_offset(k_pad) + static_cast<size_t>(s / 2) * compact_block_bytes;
+    const uint8_t* block = panel + compact_blocks_offset + static_cast<size_t>(s / 2) * compact_block_bytes;
     const uint8_t* lo = block + (s % 2) * step_values;
     const uint8_t* codes = block + 2 * step_values;
     for (int pos = 0; pos < step_values; ++pos) {
@@ -278,8 +278,7 @@ void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_
     return;
   const compact_exception* exceptions = compact_exception_list(panel, k_pad);
   for (int64_t i = 0; i < compact_exception_count(panel); ++i) {
-    const compact_exception& e = exceptions[i];
-    plain[(e.k / 2) * step_values + 2 * e.output + e.k % 2] = e.value;
+    plain[plain_panel_index(exceptions[i])] = exceptions[i].value;
   }
 }
 

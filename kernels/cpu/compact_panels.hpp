@@ -63,10 +63,10 @@ int compact_position(int v);
 inline constexpr size_t compact_header_bytes = 64;
 inline constexpr size_t compact_block_bytes = 192;  // two steps
 /// Where a compact panel's blocks start: after its header.
-inline constexpr size_t compact_blocks_offset(int64_t /*k_pad*/) { return compact_header_bytes; }
+inline constexpr size_t compact_blocks_offset = compact_header_bytes;
 /// Where a compact panel's exceptions start: after its k_pad / 4 blocks.
 inline constexpr size_t compact_exceptions_offset(int64_t k_pad) {
-  return compact_blocks_offset(k_pad) + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
+  return compact_blocks_offset + static_cast<size_t>(k_pad / 4) * compact_block_bytes;
 }
 
 /// One value a compact panel's codes do not hold: weight row `output` (0-31) of the panel at input `k`, bf16 `value`.
@@ -76,6 +76,10 @@ struct compact_exception {
   uint16_t value;
 };
 static_assert(sizeof(compact_exception) == 8);
+/// Where an exception's value sits among the plain panel's bf16 values ([k_pad / 2][32] pairs).
+inline constexpr int64_t plain_panel_index(const compact_exception& e) {
+  return int64_t{e.k / 2} * 64 + 2 * int64_t{e.output} + e.k % 2;
+}
 
 /// How many exceptions a compact panel holds (its header says).
 int64_t compact_exception_count(const uint8_t* panel);

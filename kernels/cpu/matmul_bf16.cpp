@@ -29,6 +29,7 @@
 #include "kernels/cpu/home_streams.hpp"
 #include "kernels/cpu/read_ahead.hpp"
 #include "kernels/cpu/simd.hpp"
+#include "kernels/dtype.hpp"
 #include "util/check.hpp"
 
 namespace actorllm::cpu {
@@ -358,11 +359,11 @@ inline void compact_step(const uint8_t* block, __m512i codes, int h, __m512i tab
   compact_values(code, _mm512_loadu_si512(block + h * 64), table, b0, b1);
 }
 
-// The plain panel ([k_pad / 2][32] pairs) of a compact one, for the GEMMs, which read each panel many times: every
-// value (`with_exceptions`, for AMX), or as the kernels' steps hold it (+0 at each exception, which the tiles add).
-void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain, bool with_exceptions) {
+// The plain panel ([k_pad / 2][32] pairs) of a compact one, every value of it, for the GEMMs that read each panel
+// many times (AMX).
+void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
   const __m512i table = compact_table(panel);
-  const uint8_t* block = panel + compact_blocks_offset(k_pad);
+  const uint8_t* block = panel + compact_blocks_offset;
   uint32_t* out = plain;
   for (int64_t b = 0; b < k_pad / 4; ++b, block += compact_block_bytes, out += 2 * gemm_nr) {
     const __m512i codes = _mm512_loadu_si512(block + 128);
@@ -373,19 +374,10 @@ void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain, bool wit
       _mm512_storeu_si512(out + h * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
     }
   }
-  if (!with_exceptions)
-    return;
   auto* values = reinterpret_cast<uint16_t*>(plain);
   const compact_exception* e = compact_exception_list(panel, k_pad);
   for (int64_t i = 0, n = compact_exception_count(panel); i < n; ++i)
-    values[(e[i].k / 2) * 2 * gemm_nr + 2 * e[i].output + e[i].k % 2] = e[i].value;
-}
-
-inline float bf16_value(uint16_t v) {
-  const uint32_t u = uint32_t{v} << 16;
-  float f = 0.0f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
+    values[plain_panel_index(e[i])] = e[i].value;
 }
 
 // Adds a compact panel's exceptions to a tile's M x 32 sums (token row m's in acc0[m], outputs 0-15, and acc1[m],
@@ -401,9 +393,9 @@ template <int M>
   }
   const compact_exception* e = compact_exception_list(panel, k_pad);
   for (int64_t i = 0, n = compact_exception_count(panel); i < n; ++i) {
-    const float w = bf16_value(e[i].value);
+    const float w = bf16_to_f32(e[i].value);
     for (int m = 0; m < M; ++m)
-      sums[m][e[i].output] += w * bf16_value(a[m * lda + e[i].k]);
+      sums[m][e[i].output] += w * bf16_to_f32(a[m * lda + e[i].k]);
   }
   for (int m = 0; m < M; ++m) {
     acc0[m] = _mm512_load_ps(sums[m]);
@@ -431,8 +423,8 @@ inline void add_compact_exceptions(const uint8_t* panel, int64_t k_pad, const ui
 }
 #else
 constexpr bool compact_kernels = false;
-void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain, bool with_exceptions) {
-  expand_compact_panel_reference(panel, k_pad, plain, with_exceptions);
+void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
+  expand_compact_panel_reference(panel, k_pad, plain);
 }
 #endif
 
@@ -440,7 +432,7 @@ void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain, bool wit
 const uint32_t* plain_panel(const target_view& tv, int64_t p, int64_t k_pad, uint32_t* buffer) {
   if (!tv.compact)
     return reinterpret_cast<const uint32_t*>(tv.panel(p));
-  expand_panel(tv.panel(p), k_pad, buffer, true);
+  expand_panel(tv.panel(p), k_pad, buffer);
   return buffer;
 }
 
@@ -566,7 +558,7 @@ void gemm_tile_compact(const gemm_tile_args& t, uint32_t* plain) {
     acc0[m] = _mm512_setzero_ps();
     acc1[m] = _mm512_setzero_ps();
   }
-  const uint8_t* blocks = t.compact + compact_blocks_offset(t.k_pad);
+  const uint8_t* blocks = t.compact + compact_blocks_offset;
   const __m512i table = compact_table(t.compact);
   const uint16_t* a = t.a;  // locals: the stores to `plain` could alias t's fields, which GCC then reloads each step
   const int64_t lda = t.lda;
@@ -746,7 +738,7 @@ void stream_compact_tiles(const gemm_tile_args* t) {
   const uint8_t* blocks[S];
   __m512i table[S];
   for (int s = 0; s < S; ++s) {
-    blocks[s] = t[s].compact + compact_blocks_offset(t[0].k_pad);
+    blocks[s] = t[s].compact + compact_blocks_offset;
     table[s] = compact_table(t[s].compact);
   }
   const size_t ahead = static_cast<size_t>(pattern_in_use().compact_prefetch_blocks) * compact_block_bytes;
@@ -1175,9 +1167,7 @@ bool have_bf16_dot_kernels() { return true; }
 
 bool have_compact_panel_kernels() { return compact_kernels; }
 
-void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
-  expand_panel(panel, k_pad, plain, true);
-}
+void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) { expand_panel(panel, k_pad, plain); }
 
 void round_rows_to_bf16(const float* x, int64_t n_tokens, int64_t n_in, uint16_t* xb, int64_t k_pad, int64_t ld) {
   round_rows(x, n_tokens, n_in, xb, k_pad, ld);
