@@ -22,8 +22,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -515,14 +517,14 @@ class compact_step {
       bytes_[1] += static_cast<double>(cpu::bf16_panels_bytes(n_out, n_in));
     }
   }
-  /// Seconds of one step on compact panels (form 0) or plain ones (1).
-  double step_seconds(thread_pool& pool, int form) const {
-    std::vector<float> x(5632, 0.01f), y(32000);
+  /// Seconds of one step of `tokens` token rows on compact panels (form 0) or plain ones (1).
+  double step_seconds(thread_pool& pool, int form, int64_t tokens = 1) const {
+    std::vector<float> x(static_cast<size_t>(tokens) * 5632, 0.01f), y(static_cast<size_t>(tokens) * 32000);
     const auto t0 = clock_type::now();
     for (const auto& w : weights_) {
       const std::shared_ptr<host_buffer>& panels = form == 0 ? w.compact : w.plain;
       const cpu::matmul_target t{panels->data(), dtype::bf16, w.n_out, nullptr, y.data(), true, panels, form == 0};
-      cpu::matmul_group(x.data(), 1, w.n_in, std::span{&t, 1}, pool);
+      cpu::matmul_group(x.data(), tokens, w.n_in, std::span{&t, 1}, pool);
     }
     return seconds_since(t0);
   }
@@ -538,48 +540,91 @@ class compact_step {
   std::array<double, 2> bytes_{};
 };
 
-// --compact-step-rounds: the step on compact and on plain panels, each round's order rotated so that neither always
-// runs first (an order effect of 1-2% showed in a driver that kept one order).
-int run_compact_step_rounds(thread_pool& pool, int rounds, int reps) {
+// One way of running the step in --compact-step-rounds: compact panels (form 0) or plain ones (1), under this CPU's
+// decode read pattern or another (--compact-step-patterns).
+struct step_way {
+  std::string name;
+  int form;
+  std::optional<cpu::decode_read_pattern> pattern;
+};
+
+// --compact-step-patterns "2:1,4:1": compact panels' streams and prefetch distance (blocks) of each extra way.
+std::vector<step_way> parse_step_patterns(const std::string& text) {
+  std::vector<step_way> ways;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    int streams = 0, blocks = -1;
+    char colon = 0;
+    std::stringstream one(item);
+    if (!(one >> streams >> colon >> blocks) || colon != ':' || !one.eof() || streams < 1 || streams > 4 ||
+        blocks < 0 || blocks > 64)
+      throw CLI::ValidationError("--compact-step-patterns",
+                                 fmt::format("'{}' is not STREAMS:BLOCKS (streams 1-4, blocks 0-64)", item));
+    cpu::decode_read_pattern p = cpu::decode_read_pattern_for(cpu::cpu_vendor(), cpu::cpu_family());
+    p.compact_streams = streams;
+    p.compact_prefetch_blocks = blocks;
+    ways.push_back({fmt::format("compact {}:{}", streams, blocks), 0, p});
+  }
+  return ways;
+}
+
+// --compact-step-rounds: the step on compact and on plain panels (and on compact panels read in the patterns of
+// `extra`), a step of each in turn, the order rotated at each turn so that none always runs first (an order effect of
+// 1-2% showed in a driver that kept one order).
+int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::vector<step_way>& extra,
+                            int64_t tokens) {
   if (!cpu::have_compact_panel_kernels()) {
     fmt::print("compact panels: not in this build (AVX512-VBMI with AVX512-BF16 needed); nothing to time\n");
     return 0;
   }
   fmt::print("packing the TinyLlama-1.1B decode step's weights as compact and as plain panels...\n");
   const compact_step step(pool);
-  const char* names[2] = {"compact", "plain"};
-  std::array<std::vector<double>, 2> fraction;
-  std::vector<double> speedup;
-  fmt::print("batch-1 decode step on compact panels ({:.3f} GB) and plain ones ({:.3f} GB), {} rounds\n",
+  std::vector<step_way> ways{{"compact", 0, std::nullopt}, {"plain", 1, std::nullopt}};
+  ways.insert(ways.end(), extra.begin(), extra.end());
+  const size_t n = ways.size();
+  std::vector<std::vector<double>> fraction(n), speedup(n);  // speedup: steps a second against plain's
+  fmt::print("batch-{} decode step on compact panels ({:.3f} GB) and plain ones ({:.3f} GB), {} rounds\n", tokens,
              step.bytes(0) / 1e9, step.bytes(1) / 1e9, rounds);
   for (int r = 0; r < rounds; ++r) {
     const double bw = bench::measure_read_bandwidth(pool) / 1e9;
-    std::array<double, 2> seconds{};
-    for (int k = 0; k < 2; ++k) {
-      const int form = (k + r) % 2;
-      step.step_seconds(pool, form);  // the first step after a switch untimed
-      std::vector<double> steps;
-      for (int i = 0; i < reps; ++i)
-        steps.push_back(step.step_seconds(pool, form));
-      seconds[static_cast<size_t>(form)] = bench::median(steps);
+    // The ways step by step in turn, so that the machine's drift within a round hits them alike.
+    std::vector<std::vector<double>> steps(n);
+    for (int i = -1; i < reps; ++i)
+      for (size_t k = 0; k < n; ++k) {
+        const size_t w = (k + static_cast<size_t>(r + std::max(i, 0))) % n;
+        cpu::set_decode_read_pattern(ways[w].pattern);
+        const double secs = step.step_seconds(pool, ways[w].form, tokens);
+        if (i >= 0)  // each way's first step untimed
+          steps[w].push_back(secs);
+      }
+    cpu::set_decode_read_pattern(std::nullopt);
+    std::vector<double> seconds(n);
+    for (size_t w = 0; w < n; ++w)
+      seconds[w] = bench::median(steps[w]);
+    std::string line = fmt::format("round {}: probe {:.2f} GB/s", r + 1, bw);
+    for (size_t w = 0; w < n; ++w) {
+      const double gbs = step.bytes(ways[w].form) / seconds[w] / 1e9;
+      fraction[w].push_back(gbs / bw);
+      speedup[w].push_back(seconds[1] / seconds[w]);
+      line +=
+          fmt::format(" | {} {:.2f} ms, {:.2f} GB/s ({:.1f}%)", ways[w].name, seconds[w] * 1e3, gbs, 100.0 * gbs / bw);
     }
-    std::array<double, 2> gbs{};
-    for (int form = 0; form < 2; ++form) {
-      gbs[static_cast<size_t>(form)] = step.bytes(form) / seconds[static_cast<size_t>(form)] / 1e9;
-      fraction[static_cast<size_t>(form)].push_back(gbs[static_cast<size_t>(form)] / bw);
-    }
-    speedup.push_back(seconds[1] / seconds[0]);
-    fmt::print(
-        "round {}: probe {:.2f} GB/s | {} {:.2f} ms, {:.2f} GB/s ({:.1f}%) | {} {:.2f} ms, {:.2f} GB/s ({:.1f}%) | "
-        "compact {:.3f}x plain's steps a second\n",
-        r + 1, bw, names[0], seconds[0] * 1e3, gbs[0], 100.0 * gbs[0] / bw, names[1], seconds[1] * 1e3, gbs[1],
-        100.0 * gbs[1] / bw, speedup.back());
+    fmt::print("{} | compact {:.3f}x plain's steps a second\n", line, speedup[0].back());
   }
   fmt::print(
       "median: compact panels read {:.1f}% of the probe, plain {:.1f}%; compact {:.3f}x plain's steps a second (rounds "
       "{:.3f} to {:.3f})\n",
-      100.0 * bench::median(fraction[0]), 100.0 * bench::median(fraction[1]), bench::median(speedup),
-      *std::min_element(speedup.begin(), speedup.end()), *std::max_element(speedup.begin(), speedup.end()));
+      100.0 * bench::median(fraction[0]), 100.0 * bench::median(fraction[1]), bench::median(speedup[0]),
+      *std::min_element(speedup[0].begin(), speedup[0].end()), *std::max_element(speedup[0].begin(), speedup[0].end()));
+  for (size_t w = 2; w < n; ++w) {
+    std::vector<double> against;  // steps a second against this CPU's compact pattern, round by round
+    for (int r = 0; r < rounds; ++r)
+      against.push_back(speedup[w][static_cast<size_t>(r)] / speedup[0][static_cast<size_t>(r)]);
+    fmt::print("median: {} read {:.1f}% of the probe; {:.3f}x the compact steps a second (rounds {:.3f} to {:.3f})\n",
+               ways[w].name, 100.0 * bench::median(fraction[w]), bench::median(against),
+               *std::min_element(against.begin(), against.end()), *std::max_element(against.begin(), against.end()));
+  }
   return 0;
 }
 
@@ -623,12 +668,23 @@ int main(int argc, char** argv) {
                  "values, alternated in one process, for this many rounds (no JSON)")
       ->check(CLI::Range(1, 1000))
       ->excludes(step_option);
+  int64_t compact_tokens = 1;
+  app.add_option("--compact-step-tokens", compact_tokens,
+                 "With --compact-step-rounds: token rows of the step (a batch-N decode step's matmuls)")
+      ->check(CLI::Range(1, 512))
+      ->capture_default_str();
+  std::string patterns_text;
+  app.add_option("--compact-step-patterns", patterns_text,
+                 "With --compact-step-rounds: also the compact step read in these patterns, alternated with the rest: "
+                 "a comma list of STREAMS:BLOCKS (compact streams side by side, prefetch distance in blocks)");
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
   std::array<double, 4> gaps{};
+  std::vector<step_way> extra_ways;
   try {
     app.parse(argc, argv);
     gaps = parse_gaps(gaps_text);
+    extra_ways = parse_step_patterns(patterns_text);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -643,7 +699,7 @@ int main(int argc, char** argv) {
   int min_reps = quick ? 2 : 5;
 
   if (compact_rounds > 0)
-    return run_compact_step_rounds(*pool, compact_rounds, quick ? 3 : 5);
+    return run_compact_step_rounds(*pool, compact_rounds, quick ? 3 : 5, extra_ways, compact_tokens);
   if (step_rounds > 0) {
     // The probe and every way of reading alternately, so that the machine's drift hits them alike.
     fmt::print("actorllm CPU kernels: isa {}, {} threads; the decode step's matmuls against the probe, {} rounds\n",

@@ -26,7 +26,8 @@ struct decode_read_pattern {
   int compact_streams;
   int compact_prefetch_blocks;
 };
-/// The pattern measured fastest on CPUs of this vendor (CPUID's "GenuineIntel", "AuthenticAMD"; others get AMD's):
+/// The pattern measured fastest on CPUs of this vendor (CPUID's "GenuineIntel", "AuthenticAMD"; others get AMD's) and,
+/// for compact panels on AMD, this family:
 /// on Zen 4/5, four streams asking one step (128 bytes) ahead; on Intel (a Xeon with AMX, 2026-12-02) two streams
 /// asking 1 KiB ahead, where four streams one step ahead read 70-84% of the probe against 83-95% (bench_kernels
 /// --decode-step-rounds, alternated). Compact panels on Zen 4: two streams, the next block (two or four blocks ahead
@@ -37,9 +38,18 @@ struct decode_read_pattern {
 /// steps). Exceptions: none in the steps since format 3 (compact_panels.hpp), added at each panel's end; against format
 /// 2 (an escape map on Zen, every step looking at batch 1 on Intel) on the Xeon, bench_cpu_decode alternated, 10
 /// pairs, 2026-12-05: batch 1 0.955-1.073x (median 1.016x), batch 2 1.025-1.074x, batch 32 0.995-1.079x.
-decode_read_pattern decode_read_pattern_for(std::string_view vendor);
+/// Zen 5 (CPUID family 0x1A), on a 2-vCPU VM (2026-12-05, bench_kernels --compact-step-rounds, the step's matmuls on
+/// compact panels read a step of each way in turn in one process, 8 rounds each): four compact streams ten blocks
+/// (1,920 bytes) ahead, 1.29x, 1.26x, 1.14x and 1.29x the steps a second of Zen 4's two streams a block ahead (88-102%
+/// of the probe against 74-79%); three streams ten blocks ahead measured the same (1.19x, 1.29x), four streams seven,
+/// thirteen, sixteen and 24 blocks ahead 1.11-1.21x, five 1.15x, two streams 16 blocks ahead 1.17x.
+decode_read_pattern decode_read_pattern_for(std::string_view vendor, int family = 0);
+/// CPUID's family (base plus extended) of this CPU: 0x19 Zen 3/4, 0x1A Zen 5, 6 for most Intel cores; 0 where unknown.
+int cpu_family();
+inline constexpr int zen5_family = 0x1a;
 /// The pattern the streamed decode kernels follow from now on: `pattern`, or this CPU's (decode_read_pattern_for of
-/// cpu_vendor()) for nullopt, as at start. For tests and benchmarks that run each way; never while a matmul runs.
+/// cpu_vendor() and cpu_family()) for nullopt, as at start. For tests and benchmarks that run each way; never while a
+/// matmul runs.
 void set_decode_read_pattern(std::optional<decode_read_pattern> pattern);
 /// This CPU's vendor string from CPUID leaf 0 (empty where there is none).
 std::string cpu_vendor();

@@ -671,19 +671,32 @@ TEST_CASE("AMX tiles: amx_panels_product over several panel groups, K blocks and
 
 TEST_CASE(
     "the streamed decode's read pattern: two streams 1 KiB ahead on Intel, four a step ahead elsewhere; compact "
-    "panels two streams, five blocks ahead on Intel, one block ahead elsewhere [asan]") {
-  const cpu::decode_read_pattern intel = cpu::decode_read_pattern_for("GenuineIntel");
-  CHECK(intel.streams == 2);
-  CHECK(intel.prefetch_bytes == 1024);
-  CHECK(intel.compact_streams == 2);
-  CHECK(intel.compact_prefetch_blocks == 5);
-  for (const char* vendor : {"AuthenticAMD", "", "HygonGenuine"}) {
-    const cpu::decode_read_pattern other = cpu::decode_read_pattern_for(vendor);
-    CHECK(other.streams == 4);
-    CHECK(other.prefetch_bytes == 128);
-    CHECK(other.compact_streams == 2);
-    CHECK(other.compact_prefetch_blocks == 1);
+    "panels two streams five blocks ahead on Intel, four streams ten blocks ahead on Zen 5, two streams one block "
+    "ahead elsewhere [asan]") {
+  for (int family : {6, 0x1a}) {
+    const cpu::decode_read_pattern intel = cpu::decode_read_pattern_for("GenuineIntel", family);
+    CHECK(intel.streams == 2);
+    CHECK(intel.prefetch_bytes == 1024);
+    CHECK(intel.compact_streams == 2);
+    CHECK(intel.compact_prefetch_blocks == 5);
   }
+  for (int family : {0x1a, 0x1b}) {
+    const cpu::decode_read_pattern zen5 = cpu::decode_read_pattern_for("AuthenticAMD", family);
+    CHECK(zen5.streams == 4);
+    CHECK(zen5.prefetch_bytes == 128);
+    CHECK(zen5.compact_streams == 4);
+    CHECK(zen5.compact_prefetch_blocks == 10);
+  }
+  for (const char* vendor : {"AuthenticAMD", "", "HygonGenuine"})
+    for (int family : {0, 0x17, 0x19}) {
+      const cpu::decode_read_pattern other = cpu::decode_read_pattern_for(vendor, family);
+      CHECK(other.streams == 4);
+      CHECK(other.prefetch_bytes == 128);
+      CHECK(other.compact_streams == 2);
+      CHECK(other.compact_prefetch_blocks == 1);
+    }
+  CHECK(cpu::decode_read_pattern_for("HygonGenuine", 0x1a).compact_streams == 2);  // Zen 5's pattern is AMD's only
   const std::string vendor = cpu::cpu_vendor();
-  CHECK(vendor.size() == 12);  // every x86-64 CPU names its vendor in CPUID leaf 0
+  CHECK(vendor.size() == 12);     // every x86-64 CPU names its vendor in CPUID leaf 0
+  CHECK(cpu::cpu_family() >= 6);  // CPUID leaf 1: every x86-64 CPU has a family of 6 or more
 }
