@@ -548,23 +548,29 @@ struct step_way {
   std::optional<cpu::decode_read_pattern> pattern;
 };
 
-// --compact-step-patterns "2:1,4:1": compact panels' streams and prefetch distance (blocks) of each extra way.
+// --compact-step-patterns "2:1,4:10:48": compact panels' streams, prefetch distance (blocks) and, optionally, the GEMM
+// tiles' prefetch distance (blocks; this CPU's where not given) of each extra way.
 std::vector<step_way> parse_step_patterns(const std::string& text) {
   std::vector<step_way> ways;
   std::stringstream list(text);
   std::string item;
   while (std::getline(list, item, ',')) {
-    int streams = 0, blocks = -1;
-    char colon = 0;
-    std::stringstream one(item);
-    if (!(one >> streams >> colon >> blocks) || colon != ':' || !one.eof() || streams < 1 || streams > 4 ||
-        blocks < 0 || blocks > 64)
-      throw CLI::ValidationError("--compact-step-patterns",
-                                 fmt::format("'{}' is not STREAMS:BLOCKS (streams 1-4, blocks 0-64)", item));
     cpu::decode_read_pattern p = cpu::decode_read_pattern_for(cpu::cpu_vendor(), cpu::cpu_family());
+    int streams = 0, blocks = -1, gemm_blocks = p.compact_gemm_prefetch_blocks;
+    char colon = 0, colon2 = ':';
+    std::stringstream one(item);
+    bool ok = static_cast<bool>(one >> streams >> colon >> blocks);
+    if (ok && !one.eof())
+      ok = static_cast<bool>(one >> colon2 >> gemm_blocks);
+    if (!ok || colon != ':' || colon2 != ':' || !one.eof() || streams < 1 || streams > 4 || blocks < 0 ||
+        blocks > 256 || gemm_blocks < 0 || gemm_blocks > 256)
+      throw CLI::ValidationError(
+          "--compact-step-patterns",
+          fmt::format("'{}' is not STREAMS:BLOCKS[:GEMM_BLOCKS] (streams 1-4, blocks 0-256)", item));
     p.compact_streams = streams;
     p.compact_prefetch_blocks = blocks;
-    ways.push_back({fmt::format("compact {}:{}", streams, blocks), 0, p});
+    p.compact_gemm_prefetch_blocks = gemm_blocks;
+    ways.push_back({fmt::format("compact {}:{}:{}", streams, blocks, gemm_blocks), 0, p});
   }
   return ways;
 }
@@ -674,9 +680,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 512))
       ->capture_default_str();
   std::string patterns_text;
-  app.add_option("--compact-step-patterns", patterns_text,
-                 "With --compact-step-rounds: also the compact step read in these patterns, alternated with the rest: "
-                 "a comma list of STREAMS:BLOCKS (compact streams side by side, prefetch distance in blocks)");
+  app.add_option(
+      "--compact-step-patterns", patterns_text,
+      "With --compact-step-rounds: also the compact step read in these patterns, alternated with the rest: "
+      "a comma list of STREAMS:BLOCKS[:GEMM_BLOCKS] (compact streams side by side at 1-2 tokens, their prefetch "
+      "distance in blocks, and the GEMM tiles' at 5 tokens and more)");
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
   std::array<double, 4> gaps{};

@@ -60,10 +60,22 @@ int cpu_family() {
 
 decode_read_pattern decode_read_pattern_for(std::string_view vendor, int family) {
   if (vendor == "GenuineIntel")
-    return {.streams = 2, .prefetch_bytes = 1024, .compact_streams = 2, .compact_prefetch_blocks = 5};
+    return {.streams = 2,
+            .prefetch_bytes = 1024,
+            .compact_streams = 2,
+            .compact_prefetch_blocks = 5,
+            .compact_gemm_prefetch_blocks = 4};
   if (vendor == "AuthenticAMD" && family >= zen5_family)
-    return {.streams = 4, .prefetch_bytes = 128, .compact_streams = 4, .compact_prefetch_blocks = 10};
-  return {.streams = 4, .prefetch_bytes = 128, .compact_streams = 2, .compact_prefetch_blocks = 1};
+    return {.streams = 4,
+            .prefetch_bytes = 128,
+            .compact_streams = 4,
+            .compact_prefetch_blocks = 10,
+            .compact_gemm_prefetch_blocks = 48};
+  return {.streams = 4,
+          .prefetch_bytes = 128,
+          .compact_streams = 2,
+          .compact_prefetch_blocks = 1,
+          .compact_gemm_prefetch_blocks = 4};
 }
 
 size_t bf16_panels_bytes(int64_t n_out, int64_t n_in) {
@@ -346,8 +358,7 @@ void pack_panel(const uint16_t* w, int64_t n_in, int64_t n_out, int64_t o0, int6
 // high bytes. Needs AVX512-VBMI (vpermb).
 #if defined(__AVX512VBMI__)
 constexpr bool compact_kernels = true;
-// How far ahead of a GEMM tile's step a compact panel is asked for: 8 steps, as gemm_tile asks 1 KiB of plain ones.
-constexpr int64_t compact_prefetch_bytes = 4 * compact_block_bytes;
+decode_read_pattern& pattern_in_use();
 
 // The panel's table of high bytes in each 128-bit lane: vpermb reads entry (code & 15) whatever the code byte's bits
 // 4-5.
@@ -533,11 +544,11 @@ constexpr std::array<gemm_tile_fn, sizeof...(I)> gemm_table(std::index_sequence<
 // Block b (steps 2b and 2b + 1) of gemm_tile_compact.
 template <int M, bool Keep>
 [[gnu::always_inline]] inline void gemm_compact_block(const uint8_t* blocks, int64_t b, __m512i table,
-                                                      const uint16_t* a, int64_t lda, uint32_t* plain, __m512* acc0,
-                                                      __m512* acc1) {
+                                                      size_t gemm_ahead, const uint16_t* a, int64_t lda,
+                                                      uint32_t* plain, __m512* acc0, __m512* acc1) {
   const uint8_t* block = blocks + static_cast<size_t>(b) * compact_block_bytes;
   for (int line = 0; line < 3; ++line)
-    _mm_prefetch(reinterpret_cast<const char*>(block) + compact_prefetch_bytes + 64 * line, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(block) + gemm_ahead + 64 * line, _MM_HINT_T0);
   const __m512i codes = _mm512_loadu_si512(block + 128);
   for (int h = 0; h < 2; ++h) {
     __m512bh b0, b1;
@@ -573,8 +584,10 @@ void gemm_tile_compact(const gemm_tile_args& t, uint32_t* plain) {
   const uint16_t* a = t.a;  // locals: the stores to `plain` could alias t's fields, which GCC then reloads each step
   const int64_t lda = t.lda;
   const int64_t n_blocks = t.k_pad / 4;
+  // How far ahead of a step the panel is asked for (decode_read_pattern::compact_gemm_prefetch_blocks).
+  const size_t gemm_ahead = static_cast<size_t>(pattern_in_use().compact_gemm_prefetch_blocks) * compact_block_bytes;
   for (int64_t b = 0; b < n_blocks; ++b)
-    gemm_compact_block<M, Keep>(blocks, b, table, a, lda, plain, acc0, acc1);
+    gemm_compact_block<M, Keep>(blocks, b, table, gemm_ahead, a, lda, plain, acc0, acc1);
   add_compact_exceptions<M>(t.compact, t.k_pad, a, lda, acc0, acc1);
   store_tile<M>(t, acc0, acc1);
 }

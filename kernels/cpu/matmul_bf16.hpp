@@ -25,6 +25,9 @@ struct decode_read_pattern {
   int64_t prefetch_bytes;
   int compact_streams;
   int compact_prefetch_blocks;
+  // How many blocks ahead of its step the first GEMM tile over a compact panel (5-48 tokens, and prefill without AMX)
+  // asks for the panel: 4 (768 bytes, as the plain GEMM asks 1 KiB ahead); 48 (9,216 bytes) on Zen 5.
+  int compact_gemm_prefetch_blocks;
 };
 /// The pattern measured fastest on CPUs of this vendor (CPUID's "GenuineIntel", "AuthenticAMD"; others get AMD's) and,
 /// for compact panels on AMD, this family:
@@ -42,7 +45,10 @@ struct decode_read_pattern {
 /// compact panels read a step of each way in turn in one process, 8 rounds each): four compact streams ten blocks
 /// (1,920 bytes) ahead, 1.29x, 1.26x, 1.14x and 1.29x the steps a second of Zen 4's two streams a block ahead (88-102%
 /// of the probe against 74-79%); three streams ten blocks ahead measured the same (1.19x, 1.29x), four streams seven,
-/// thirteen, sixteen and 24 blocks ahead 1.11-1.21x, five 1.15x, two streams 16 blocks ahead 1.17x.
+/// thirteen, sixteen and 24 blocks ahead 1.11-1.21x, five 1.15x, two streams 16 blocks ahead 1.17x. Its GEMM tiles
+/// over compact panels (the same driver at 8, 16 and 32 token rows, 6 rounds each) 48 blocks ahead: at 8 tokens
+/// 1.17x the steps a second of 10 blocks ahead (4 blocks 0.89x, 16 1.08-1.10x, 24-32 1.15x), at 16 tokens 1.17x (32-96
+/// blocks 1.15-1.21x), at 32 tokens 1.14-1.15x (32-96 blocks 1.13-1.16x).
 decode_read_pattern decode_read_pattern_for(std::string_view vendor, int family = 0);
 /// CPUID's family (base plus extended) of this CPU: 0x19 Zen 3/4, 0x1A Zen 5, 6 for most Intel cores; 0 where unknown.
 int cpu_family();
