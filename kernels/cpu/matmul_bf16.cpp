@@ -628,7 +628,11 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
 // reads fastest with several interleaved streams per thread, and batch-1 decode of the TinyLlama shape measured
 // 69-82% of the probe with one stream against 87-96% with four (bench_cpu_decode, alternated runs, 2 threads).
 // So a thread walks S panels side by side (S = 4 up to 2 tokens; 2 for 3-4 tokens, where 4 streams would not fit
-// the 32 vector registers), each activation pair broadcast once for all S panels. On Intel two streams read faster
+// the 32 vector registers), each activation pair broadcast once for all S panels. Compact panels rebuild one stream's
+// step at a time, so only their sums must stay in registers: they walk decode_read_pattern::compact_streams at 1-4
+// tokens (on Zen 5 four; at 3 and 4 tokens three fit and four spill the lookup tables, and the step's matmuls measured
+// 1.13-1.14x the steps a second with three than with two and 1.02-1.04x with four than with three, bench_kernels
+// --compact-step-rounds 8, 2026-12-05). On Intel two streams read faster
 // (decode_read_pattern_for in matmul_bf16.hpp). The panels are handed out on
 // demand (guided): grains of up to 32 panels while much of the weight is left, so the streams stay long, shrinking to
 // 8 (about 1 MiB at K = 2048) at the end, so a thread waits at most that long for another that was descheduled or
@@ -667,9 +671,9 @@ decode_read_pattern& pattern_in_use() {
 }
 // The side-by-side streams at n_tokens on plain or compact panels.
 int streams_for(int64_t n_tokens, bool compact) {
-  if (n_tokens > 2)
-    return 2;
-  return compact ? pattern_in_use().compact_streams : pattern_in_use().streams;
+  if (compact)
+    return pattern_in_use().compact_streams;
+  return n_tokens > 2 ? 2 : pattern_in_use().streams;
 }
 
 // Tiles t[0..S) (M token rows each, the same activations and K) walked side by side. Each step asks for the lines of
@@ -777,7 +781,7 @@ void stream_compact_tiles(const gemm_tile_args* t) {
 using stream_fn = void (*)(const gemm_tile_args*);
 
 // Entry (M - 1) * max_streams + (S - 1); M * 2 * S accumulators and 2 * S panel vectors must fit 32 registers, so the
-// combinations that do not (M > 2 with S > 2) are never called.
+// combinations that do not (M > 2 with S > 2) are never called on plain panels (compact ones: streams_for).
 template <size_t... I>
 constexpr std::array<stream_fn, sizeof...(I)> stream_fn_table(std::index_sequence<I...>) {
   return {&stream_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1>...};

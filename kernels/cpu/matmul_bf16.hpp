@@ -17,9 +17,10 @@ namespace actorllm::cpu {
 bool have_bf16_dot_kernels();
 
 /// How the streamed decode kernels (1 to 4 tokens on packed panels) read on a CPU: the panel streams a thread reads
-/// side by side at 1 or 2 tokens (2 at 3 or 4 tokens everywhere), and how many bytes ahead of each step they ask for
-/// a stream's lines (the hardware prefetcher does the rest); the same two for compact panels (compact_panels.hpp),
-/// whose prefetches go a whole number of 192-byte blocks ahead.
+/// side by side at 1 or 2 tokens (2 at 3 or 4 tokens, where more would not fit the registers), and how many bytes
+/// ahead of each step they ask for a stream's lines (the hardware prefetcher does the rest); the same two for compact
+/// panels (compact_panels.hpp), whose streams apply at 1-4 tokens (a step is rebuilt one stream at a time, so only the
+/// sums stay in registers) and whose prefetches go a whole number of 192-byte blocks ahead.
 struct decode_read_pattern {
   int streams;
   int64_t prefetch_bytes;
@@ -48,7 +49,9 @@ struct decode_read_pattern {
 /// thirteen, sixteen and 24 blocks ahead 1.11-1.21x, five 1.15x, two streams 16 blocks ahead 1.17x. Its GEMM tiles
 /// over compact panels (the same driver at 8, 16 and 32 token rows, 6 rounds each) 48 blocks ahead: at 8 tokens
 /// 1.17x the steps a second of 10 blocks ahead (4 blocks 0.89x, 16 1.08-1.10x, 24-32 1.15x), at 16 tokens 1.17x (32-96
-/// blocks 1.15-1.21x), at 32 tokens 1.14-1.15x (32-96 blocks 1.13-1.16x).
+/// blocks 1.15-1.21x), at 32 tokens 1.14-1.15x (32-96 blocks 1.13-1.16x). At 3 and 4 tokens (2026-12-05, 8 rounds):
+/// three compact streams 1.13-1.14x the steps a second of two, four 1.02-1.04x of three; the engine's batch 3 and 4
+/// (bench_cpu_decode alternated, 6 pairs) 1.20x and 1.29x (medians) with four against two.
 decode_read_pattern decode_read_pattern_for(std::string_view vendor, int family = 0);
 /// CPUID's family (base plus extended) of this CPU: 0x19 Zen 3/4, 0x1A Zen 5, 6 for most Intel cores; 0 where unknown.
 int cpu_family();

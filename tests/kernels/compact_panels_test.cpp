@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -425,4 +426,43 @@ TEST_CASE("compact panels: a damaged exception list changes the sums (the kernel
       cpu::matmul_group(x.data(), n_tokens, n_in, {&td, 1}, pool);
       CHECK(std::memcmp(y.data(), y_damaged.data(), y.size() * sizeof(float)) != 0);
     }
+}
+
+TEST_CASE("compact panels: the streamed decode's sums are the same with 1 to 4 streams side by side [asan]") {
+  // The CPU's pattern picks how many compact streams a thread walks at 1-4 tokens (four on Zen 5, two elsewhere);
+  // every count must give the sums of the steps plus the exceptions, with homes (owners) and guided grains.
+  if (!cpu::have_compact_panel_kernels()) {
+    MESSAGE("skipped: this build has no compact-panel kernels (AVX512-VBMI with AVX512-BF16)");
+    return;
+  }
+  struct pattern_scope {
+    explicit pattern_scope(cpu::decode_read_pattern p) { cpu::set_decode_read_pattern(p); }
+    ~pattern_scope() { cpu::set_decode_read_pattern(std::nullopt); }
+    pattern_scope(const pattern_scope&) = delete;
+    pattern_scope& operator=(const pattern_scope&) = delete;
+  };
+  const int64_t n_in = 200, n_out = 32 * 37 + 5;  // panels that split unevenly into streams, and a part panel
+  thread_pool pool(2);
+  const auto w = weight_like(n_out, n_in, 0.002, 77);
+  const compacted c = compact({w}, {n_out}, n_in, pool);
+  REQUIRE(c.plan.exceptions > 0);
+  const auto owned = std::make_shared<const std::vector<uint8_t>>(c.bytes);
+  for (int64_t n_tokens : {1, 2, 3, 4}) {
+    const auto x = bf16_inputs(static_cast<size_t>(n_tokens * n_in), 80 + static_cast<uint64_t>(n_tokens));
+    const std::vector<float> expected = compact_sums(c.bytes, n_out, n_in, nullptr, x, n_tokens, pool);
+    for (int streams = 1; streams <= 4; ++streams) {
+      CAPTURE(n_tokens);
+      CAPTURE(streams);
+      cpu::decode_read_pattern p = cpu::decode_read_pattern_for(cpu::cpu_vendor(), cpu::cpu_family());
+      p.compact_streams = streams;
+      const pattern_scope scope(p);
+      std::vector<float> y(expected.size(), -777.0f), y_owned(expected.size(), -777.0f);
+      const cpu::matmul_target t{c.bytes.data(), dtype::bf16, n_out, nullptr, y.data(), true, nullptr, true};
+      const cpu::matmul_target t_owned{owned->data(), dtype::bf16, n_out, nullptr, y_owned.data(), true, owned, true};
+      cpu::matmul_group(x.data(), n_tokens, n_in, {&t, 1}, pool);
+      cpu::matmul_group(x.data(), n_tokens, n_in, {&t_owned, 1}, pool);
+      REQUIRE(std::memcmp(y.data(), expected.data(), expected.size() * sizeof(float)) == 0);
+      REQUIRE(std::memcmp(y_owned.data(), expected.data(), expected.size() * sizeof(float)) == 0);
+    }
+  }
 }
