@@ -630,9 +630,7 @@ void combine_gated(std::span<const target_view> targets, int64_t o0, int64_t t_b
 // So a thread walks S panels side by side (S = 4 up to 2 tokens; 2 for 3-4 tokens, where 4 streams would not fit
 // the 32 vector registers), each activation pair broadcast once for all S panels. Compact panels rebuild one stream's
 // step at a time, so only their sums must stay in registers: they walk decode_read_pattern::compact_streams at 1-4
-// tokens (on Zen 5 four; at 3 and 4 tokens three fit and four spill the lookup tables, and the step's matmuls measured
-// 1.13-1.14x the steps a second with three than with two and 1.02-1.04x with four than with three, bench_kernels
-// --compact-step-rounds 8, 2026-12-05). On Intel two streams read faster
+// tokens (measured in matmul_bf16.hpp). On Intel two streams read faster
 // (decode_read_pattern_for in matmul_bf16.hpp). The panels are handed out on
 // demand (guided): grains of up to 32 panels while much of the weight is left, so the streams stay long, shrinking to
 // 8 (about 1 MiB at K = 2048) at the end, so a thread waits at most that long for another that was descheduled or
