@@ -4,6 +4,7 @@
 #include "apps/bench_serve/sse.hpp"
 #include "apps/bench_serve/target_policy.hpp"
 #include "apps/bench_serve/workload.hpp"
+#include "support/die_with_parent.hpp"
 #include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
@@ -309,9 +310,11 @@ class stories_server {
                                   "0",
                                   "--shutdown-timeout",
                                   "5"};
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
+      test::die_with_parent(parent);
       std::FILE* f = std::freopen(log_.c_str(), "w", stderr);
       (void)f;
       std::vector<char*> argv;

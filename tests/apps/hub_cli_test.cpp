@@ -3,6 +3,7 @@
 // the local fake Hub of tests/hub (nothing reaches the real Hub).
 #include "../hub/fake_hub.hpp"
 #include "apps/serve_config_file.hpp"
+#include "support/die_with_parent.hpp"
 #include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
@@ -171,9 +172,11 @@ TEST_CASE("serve org/name downloads the model and serves it under the repo id") 
   for (auto& e : env)
     envp.push_back(e.data());
   envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    test::die_with_parent(parent);
     std::FILE* out = std::freopen(log.c_str(), "w", stderr);
     (void)out;
     ::execve(argv[0], argv.data(), envp.data());

@@ -4,6 +4,7 @@
 #include "apps/nearest_name.hpp"
 #include "apps/serve_config_file.hpp"
 
+#include "support/die_with_parent.hpp"
 #include "support/test_paths.hpp"
 
 #include "kernels/device.hpp"
@@ -490,9 +491,11 @@ TEST_CASE("actorllm --config configs/serve-stories260k.toml serves stories260K")
                                 "0.8",
                                 "--served-model-name",
                                 "from-flag"};
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    test::die_with_parent(parent);
     std::FILE* f = std::freopen(log.c_str(), "w", stderr);
     (void)f;
     std::vector<char*> argv;

@@ -64,35 +64,6 @@ long status_kb(pid_t pid, const std::string& field) {
   return 0;
 }
 
-// One POST on a fresh connection, without doctest assertions: the attackers run on threads of their own, where a
-// failed REQUIRE would end the whole test binary (and leave the server running). Status 0: no complete reply.
-struct raw_reply {
-  int status = 0;
-  std::string text;
-};
-raw_reply post_raw(uint16_t port, const std::string& target, const std::string& body) {
-  raw_reply r;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0)
-    return r;
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    send_all(fd, request_text("POST", target, body, {}));
-    char buf[65536];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
-      r.text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  if (r.text.starts_with("HTTP/1.1 ") && r.text.size() >= 12 && r.text.find("\r\n\r\n") != std::string::npos)
-    r.status = std::atoi(r.text.substr(9, 3).c_str());
-  return r;
-}
-
 double seconds_of(const std::function<void()>& f) {
   const auto t0 = steady::now();
   f();
@@ -206,7 +177,7 @@ TEST_CASE("attack: regexes nested 20,000 deep through every pattern field get 40
       s, baseline,
       [&] {
         const attack& a = attacks[next++ % attacks.size()];
-        CHECK(post_raw(s.port(), a.target, a.body).status == 400);
+        CHECK(http(s.port(), "POST", a.target, a.body).status == 400);
       },
       2, 100);
   // `a` and 100,000 stars (the issue's 100 KB) is over the size limit; under it, the stars collapse into a*: served,
@@ -230,16 +201,16 @@ TEST_CASE("attack: two (.{0,100}){0,100} regexes at once are refused within a se
   const std::string body = completion_with("guided_regex", quoted("(.{0,100}){0,100}"));
   // Both preprocessing threads compile one at a time (they held them for 7.5 minutes before).
   std::vector<std::thread> pair;
-  std::vector<raw_reply> replies(2);
+  std::vector<http_reply> replies(2);
   std::vector<double> took(2);
   for (std::size_t i = 0; i < 2; ++i)
     pair.emplace_back(
-        [&, i] { took[i] = seconds_of([&] { replies[i] = post_raw(s.port(), "/v1/completions", body); }); });
+        [&, i] { took[i] = seconds_of([&] { replies[i] = http(s.port(), "POST", "/v1/completions", body); }); });
   for (auto& t : pair)
     t.join();
   for (std::size_t i = 0; i < 2; ++i) {
-    CHECK_MESSAGE(replies[i].status == 400, replies[i].text);
-    CHECK(replies[i].text.find("--structured-output-compile-budget") != std::string::npos);
+    CHECK_MESSAGE(replies[i].status == 400, replies[i].body);
+    CHECK(replies[i].body.find("--structured-output-compile-budget") != std::string::npos);
     CHECK_MESSAGE(took[i] < 1.5, "took " << took[i] << " s");
   }
   check_refused(s, "/v1/chat/completions", chat_with("guided_regex", quoted("(.{0,100}){0,100}")), "guided_regex",
@@ -248,7 +219,7 @@ TEST_CASE("attack: two (.{0,100}){0,100} regexes at once are refused within a se
   check_refused(s, "/v1/completions", completion_with("guided_regex", quoted("(?:[a-z]{1000}){1000}")), "guided_regex",
                 "8 x --max-structured-output-states");
   check_served_during(
-      s, baseline, [&] { CHECK(post_raw(s.port(), "/v1/completions", body).status == 400); }, 2, 3);
+      s, baseline, [&] { CHECK(http(s.port(), "POST", "/v1/completions", body).status == 400); }, 2, 3);
   const long peak = status_kb(s.pid(), "VmHWM");
   MESSAGE("VmRSS before " << rss_before << " kB, VmHWM after " << peak << " kB");
   CHECK(peak - rss_before < memory_growth_bound_kb);
@@ -281,8 +252,8 @@ TEST_CASE("attack: schemas whose pattern doubles per level are refused while the
                 "--max-structured-output-bytes (65536)");
   check_served_during(
       s, baseline,
-      [&] { CHECK(post_raw(s.port(), "/v1/completions", completion_with("guided_json", arrays)).status == 400); }, 2,
-      50);
+      [&] { CHECK(http(s.port(), "POST", "/v1/completions", completion_with("guided_json", arrays)).status == 400); },
+      2, 50);
   const long peak = status_kb(s.pid(), "VmHWM");
   MESSAGE("VmRSS before " << rss_before << " kB, VmHWM after " << peak << " kB");
   CHECK(peak - rss_before < memory_growth_bound_kb);
@@ -312,7 +283,7 @@ TEST_CASE("attack: tool_choice required over 300 tools is answered within 2 s of
   check_refused(s, "/v1/chat/completions", head + tools + R"(,"tool_choice":"required"})", "tool_choice",
                 "--max-structured-output-states (50000)");
   check_served_during(
-      s, baseline, [&] { CHECK(post_raw(s.port(), "/v1/chat/completions", body).status == 200); }, 2, 3);
+      s, baseline, [&] { CHECK(http(s.port(), "POST", "/v1/chat/completions", body).status == 200); }, 2, 3);
   const long peak = status_kb(s.pid(), "VmHWM");
   MESSAGE("VmRSS before " << rss_before << " kB, VmHWM after " << peak << " kB");
   CHECK(peak - rss_before < memory_growth_bound_kb);

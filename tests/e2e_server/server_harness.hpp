@@ -2,6 +2,7 @@
 // back from its log), driven by a small blocking HTTP/1.1 client over raw sockets, plus checks of OpenAI's shapes.
 #pragma once
 
+#include "support/die_with_parent.hpp"
 #include "support/test_paths.hpp"
 
 #include <doctest/doctest.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -42,22 +44,43 @@ inline std::string read_file(const std::filesystem::path& p) {
   return ss.str();
 }
 
+/// A reply as read from the socket. Incomplete (no full head, a bad status line, broken chunking, or nothing before
+/// the timeout or the close): status 0, `error` says what, and `body` holds the raw bytes received.
 struct http_reply {
   int status = 0;
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;                            // de-chunked
+  std::string error;                           // empty for a complete reply
 };
 
-inline int connect_to(uint16_t port) {
+/// How long a client waits for more of a reply: generous, since a loaded machine (two busy processes beside a server
+/// of 16 rank threads on 2 cores) took 10 s and more for replies the quiet one gives in under a second. A server that
+/// hangs still ends the wait, and ctest's timeout bounds the test.
+inline constexpr int reply_timeout_seconds = 60;
+
+/// A socket connected to the loopback `port` with the reply timeout set, or -1 (no doctest assertion: callable from
+/// any thread).
+inline int try_connect(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  timeval tv{10, 0};
+  if (fd < 0)
+    return -1;
+  timeval tv{reply_timeout_seconds, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// try_connect for the test's main thread: a failure fails the test.
+inline int connect_to(uint16_t port) {
+  const int fd = try_connect(port);
+  REQUIRE_MESSAGE(fd >= 0, "cannot connect to 127.0.0.1:" << port);
   return fd;
 }
 
@@ -81,47 +104,85 @@ inline std::string request_text(const std::string& method, const std::string& ta
   return req + "\r\n" + body;
 }
 
-inline std::string dechunk(const std::string& raw) {
+/// A chunked body's data, or nullopt when the chunk framing is broken or cut short.
+inline std::optional<std::string> dechunk(const std::string& raw) {
   std::string out;
   std::size_t pos = 0;
   for (;;) {
     std::size_t eol = raw.find("\r\n", pos);
-    REQUIRE(eol != std::string::npos);
-    std::size_t size = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
+    if (eol == std::string::npos)
+      return std::nullopt;
+    std::size_t size = 0;
+    try {
+      size = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
     pos = eol + 2;
     if (size == 0)
       return out;
+    if (pos + size > raw.size())
+      return std::nullopt;
     out += raw.substr(pos, size);
     pos += size + 2;
   }
 }
 
+/// Parses a whole reply. No doctest assertion (callable from any thread): an incomplete one comes back with status 0
+/// and `error` set, for the test's main thread to check.
 inline http_reply parse_reply(const std::string& raw) {
   http_reply r;
+  const auto incomplete = [&](std::string why) {
+    http_reply bad;
+    bad.error = std::move(why);
+    bad.body = raw;
+    return bad;
+  };
   std::size_t head_end = raw.find("\r\n\r\n");
-  REQUIRE_MESSAGE(head_end != std::string::npos, "no complete HTTP head in: " << raw);
+  if (head_end == std::string::npos)
+    return incomplete("no complete HTTP head in: " + raw);
   std::istringstream head{raw.substr(0, head_end)};
   std::string line;
   std::getline(head, line);
-  REQUIRE(line.rfind("HTTP/1.1 ", 0) == 0);
+  if (line.rfind("HTTP/1.1 ", 0) != 0 || line.size() < 12 || !std::isdigit(static_cast<unsigned char>(line[9])))
+    return incomplete("not an HTTP/1.1 status line: " + line);
   r.status = std::stoi(line.substr(9, 3));
   while (std::getline(head, line)) {
     if (!line.empty() && line.back() == '\r')
       line.pop_back();
     auto colon = line.find(':');
+    if (colon == std::string::npos)
+      return incomplete("a header line without a colon: " + line);
     std::string name = line.substr(0, colon);
     for (char& c : name)
       c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    r.headers[name] = line.substr(colon + 2);
+    std::size_t value = std::min(line.size(), colon + 1);
+    while (value < line.size() && line[value] == ' ')
+      ++value;
+    r.headers[name] = line.substr(value);
   }
   std::string body = raw.substr(head_end + 4);
-  r.body = r.headers["transfer-encoding"] == "chunked" ? dechunk(body) : body;
+  if (r.headers["transfer-encoding"] != "chunked") {
+    r.body = std::move(body);
+    return r;
+  }
+  std::optional<std::string> data = dechunk(body);
+  if (!data)
+    return incomplete("a chunked body cut short or badly framed (HTTP " + std::to_string(r.status) + ")");
+  r.body = std::move(*data);
   return r;
 }
 
+/// One request on a fresh connection (Connection: close), read until the server closes it or the reply timeout
+/// passes. No doctest assertion, so client threads may call it: a failure is a reply with status 0 and `error` set.
 inline http_reply http(uint16_t port, const std::string& method, const std::string& target,
                        const std::string& body = {}, const std::vector<std::string>& headers = {}) {
-  int fd = connect_to(port);
+  const int fd = try_connect(port);
+  if (fd < 0) {
+    http_reply r;
+    r.error = "cannot connect to 127.0.0.1:" + std::to_string(port);
+    return r;
+  }
   send_all(fd, request_text(method, target, body, headers));
   std::string raw;
   char buf[65536];
@@ -155,9 +216,11 @@ class server {
     if (std::find(extra.begin(), extra.end(), "--shutdown-timeout") == extra.end())
       args.insert(args.end(), {"--shutdown-timeout", "5"});
     args.insert(args.end(), extra.begin(), extra.end());
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
+      test::die_with_parent(parent);
       std::FILE* f = std::freopen(log_.c_str(), "w", stderr);
       (void)f;
       for (const auto& e : env)

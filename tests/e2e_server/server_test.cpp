@@ -87,7 +87,7 @@ TEST_CASE("concurrent streaming clients all get the golden continuation") {
         addr.sin_family = AF_INET;
         addr.sin_port = htons(s.port());
         addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        timeval tv{10, 0};
+        timeval tv{reply_timeout_seconds, 0};
         ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
           ::close(fd);
