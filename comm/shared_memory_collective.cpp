@@ -49,12 +49,16 @@ shared_memory_group::shared_memory_group(int size)
     : size_(size), inputs_(static_cast<size_t>(size), nullptr), row_counts_(static_cast<size_t>(size), nullptr) {
   ACTORLLM_CHECK(size >= 1, "a TP group needs at least one rank");
   sync_.emplace(size);
+  for (auto& slots : slots_)
+    slots.resize(static_cast<size_t>(size));
 }
 
 shared_memory_group::shared_memory_group(int size, std::string name)
     : size_(size), inputs_(static_cast<size_t>(size), nullptr), row_counts_(static_cast<size_t>(size), nullptr) {
   ACTORLLM_CHECK(size >= 1, "a group needs at least one rank");
   abortable_.emplace(size, std::move(name));
+  for (auto& slots : slots_)
+    slots.resize(static_cast<size_t>(size));
 }
 
 void shared_memory_group::abort(const std::string& why) {
@@ -85,6 +89,19 @@ void shared_memory_collective::all_reduce_sum(float* data, int64_t n) {
   auto& g = *group_;
   if (g.size_ == 1)
     return;
+  if (n * g.size_ <= one_barrier_floats) {
+    auto& slots = g.slots_[op_++ & 1];
+    auto& mine = slots[static_cast<size_t>(rank_)];
+    mine.assign(data, data + n);  // this rank's slot: only this rank writes it, before the barrier
+    g.wait();
+    std::memcpy(data, slots[0].data(), static_cast<size_t>(n) * sizeof(float));
+    for (int r = 1; r < g.size_; ++r) {
+      const float* in = slots[static_cast<size_t>(r)].data();
+      for (int64_t i = 0; i < n; ++i)
+        data[i] += in[i];
+    }
+    return;
+  }
   auto& scratch = g.scratch_[op_++ & 1];
   g.inputs_[static_cast<size_t>(rank_)] = data;
   // Rank 0 sizes the scratch before anyone writes it: the first barrier orders that resize before every write.
@@ -113,6 +130,15 @@ void shared_memory_collective::all_gather(const float* in, int64_t n_per_rank, f
   if (g.size_ == 1) {
     if (in != out)
       std::memmove(out, in, static_cast<size_t>(n_per_rank) * sizeof(float));
+    return;
+  }
+  if (n_per_rank * g.size_ <= one_barrier_floats) {
+    auto& slots = g.slots_[op_++ & 1];
+    slots[static_cast<size_t>(rank_)].assign(in, in + n_per_rank);  // only this rank writes its slot
+    g.wait();
+    for (int r = 0; r < g.size_; ++r)
+      std::memcpy(out + r * n_per_rank, slots[static_cast<size_t>(r)].data(),
+                  static_cast<size_t>(n_per_rank) * sizeof(float));
     return;
   }
   ++op_;

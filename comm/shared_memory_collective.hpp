@@ -69,6 +69,10 @@ class shared_memory_group {
   std::vector<const float*> inputs_;        // per rank: the buffer it contributes to the current collective
   std::vector<const int64_t*> row_counts_;  // per rank, in an all-to-all: the rows it sends to each rank
   std::vector<float> scratch_[2];           // alternated per collective so a fast rank never overwrites a slow reader
+  // Per rank, alternated per collective: a small all-reduce's copy of each rank's input (one barrier, not two). A
+  // rank writes its slot of one parity again two collectives later, after the barrier of the one between, which every
+  // peer reaches only once it has read this one.
+  std::vector<std::vector<float>> slots_[2];
 };
 
 /// One rank's handle on a shared_memory_group. Collectives are deterministic: every rank sums in rank order, so
@@ -80,7 +84,15 @@ class shared_memory_collective final : public tp_collective {
   using tp_collective::all_reduce_sum;
   int rank() const override { return rank_; }
   int size() const override { return group_->size_; }
+  /// Sums in rank order, so every rank holds bit-identical sums, whichever of the two ways it goes: up to
+  /// one_barrier_floats floats in all (n x ranks), each rank copies its input into its slot, meets the others once and
+  /// sums every slot; above, a reduce-scatter and an all-gather through shared scratch, two barriers. Each barrier is
+  /// a rendezvous, and on a machine shared with other work a rank the OS put behind a busy process holds the others
+  /// there for up to a time slice.
   void all_reduce_sum(float* data, int64_t n) override;
+  static constexpr int64_t one_barrier_floats = int64_t{1} << 18;
+  /// Up to one_barrier_floats floats in all, through the ranks' slots with one barrier (as all_reduce_sum); above,
+  /// from each rank's input, with a closing barrier that keeps the inputs alive until every rank has copied them.
   void all_gather(const float* in, int64_t n_per_rank, float* out) override;
   /// A real all-to-all: each rank publishes its rows and counts, and copies from each peer's buffer only the run
   /// addressed to it. Throws comm_error when an abortable group is aborted before every rank has arrived.

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,19 +56,55 @@ TEST_CASE("shared-memory all_reduce_sum gives every rank the same exact sums [as
   }
 }
 
-TEST_CASE("shared-memory all_gather concatenates in rank order [asan]") {
+TEST_CASE("shared-memory all_reduce_sum adds in rank order both ways: one barrier for small sums, two above [asan]") {
+  // Values of many magnitudes, so that the order of the additions shows in the bits: each way must give the float
+  // sum of rank 0's value plus rank 1's, and so on, on every rank. Sizes on both sides of one_barrier_floats (n x
+  // ranks), back to back, so that each way's buffers are reused after the other's.
+  constexpr int64_t limit = comm::shared_memory_collective::one_barrier_floats;
+  const auto value = [](int rank, int64_t i) {
+    const uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(rank + 1) * 40503u;
+    const float mantissa = 1.0f + static_cast<float>(h % 1000003u) / 1000003.0f;
+    return (h & 1u ? -mantissa : mantissa) * static_cast<float>(1u << (h >> 27));  // up to 2^31
+  };
+  for (int tp : {2, 3, 8}) {
+    const std::vector<int64_t> sizes{5, limit / tp, limit / tp + 1, 33, limit / tp + 1000, limit / tp - 1};
+    run_ranks(tp, [&](comm::shared_memory_collective& c) {
+      for (const int64_t n : sizes) {
+        CAPTURE(n);
+        std::vector<float> v(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i)
+          v[static_cast<size_t>(i)] = value(c.rank(), i);
+        c.all_reduce_sum(v.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          float expect = value(0, i);
+          for (int r = 1; r < tp; ++r)
+            expect += value(r, i);
+          if (v[static_cast<size_t>(i)] != expect)
+            REQUIRE_MESSAGE(false, "rank " << c.rank() << ", item " << i << ": " << v[static_cast<size_t>(i)]
+                                           << " against " << expect);
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("shared-memory all_gather concatenates in rank order, one barrier or two [asan]") {
+  constexpr int64_t limit = comm::shared_memory_collective::one_barrier_floats;
   for (int tp : {1, 2, 5}) {
     run_ranks(tp, [&](comm::shared_memory_collective& c) {
       for (int round = 0; round < 50; ++round) {
-        const int64_t per = 3 + round % 4;
+        // Mostly small gathers (one barrier); every eighth above the limit (two).
+        const int64_t per = round % 8 == 7 ? limit / tp + 1 + round : 3 + round % 4;
         std::vector<float> in(static_cast<size_t>(per));
         for (int64_t i = 0; i < per; ++i)
           in[static_cast<size_t>(i)] = static_cast<float>(c.rank() * 100 + i + round);
         std::vector<float> out(static_cast<size_t>(per * tp));
         c.all_gather(in.data(), per, out.data());
+        int64_t wrong = 0;
         for (int r = 0; r < tp; ++r)
           for (int64_t i = 0; i < per; ++i)
-            REQUIRE(out[static_cast<size_t>(r * per + i)] == static_cast<float>(r * 100 + i + round));
+            wrong += out[static_cast<size_t>(r * per + i)] != static_cast<float>(r * 100 + i + round);
+        REQUIRE_MESSAGE(wrong == 0, "round " << round << ": " << wrong << " of " << per * tp << " floats wrong");
         std::vector<float> x(5, 1.0f);
         c.all_reduce_sum(x.data(), 5);  // interleaved with all-reduces
         REQUIRE(x[4] == static_cast<float>(tp));
