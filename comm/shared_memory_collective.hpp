@@ -1,8 +1,9 @@
-// The data plane between ranks that are threads of one process: they share memory, so an all-reduce is a
-// reduce-scatter and an all-gather over each other's buffers, and an all-to-all each rank's copy of the rows
-// addressed to it, with no copies through messages. A TP group's ranks
-// live and die together; the expert-parallel group of lockstep replicas (actors/executors/lockstep_replicas.hpp) spans
-// replicas that fail apart, so it can be aborted: its ranks blocked in a collective wake up and throw.
+// The data plane between ranks that are threads of one process: they share memory, so a small all-reduce is each
+// rank summing the others' copies after one barrier, a large one a reduce-scatter and an all-gather over each other's
+// buffers, and an all-to-all each rank's copy of the rows addressed to it, with no copies through messages. A TP
+// group's ranks live and die together; the expert-parallel group of lockstep replicas
+// (actors/executors/lockstep_replicas.hpp) spans replicas that fail apart, so it can be aborted: its ranks blocked in a
+// collective wake up and throw.
 #pragma once
 
 #include "comm/collective.hpp"
