@@ -4,13 +4,13 @@
 // tests/e2e_cluster.
 #pragma once
 
+#include "support/die_with_parent.hpp"
 #include "support/test_paths.hpp"
 
 #include <fmt/format.h>
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -244,9 +244,7 @@ class sim_cluster {
     p.pid = ::fork();
     if (p.pid == 0) {
       // Only async-signal-safe calls until exec.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent)
-        ::_exit(127);
+      die_with_parent(parent);
       ::dup2(log_fd, 1);
       ::dup2(log_fd, 2);
       ::execve(program.c_str(), argv.data(), environ);
