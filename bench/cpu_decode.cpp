@@ -12,6 +12,7 @@
 // another engine to run the same bytes (bench/compare_llama_cpp.sh), and measures nothing.
 #include "bench/bench_json.hpp"
 #include "bench/bench_support.hpp"
+#include "bench/cpu_hog.hpp"
 #include "bench/decode_loop.hpp"
 #include "bench/export/safetensors_writer.hpp"
 #include "bench/memory_bandwidth.hpp"
@@ -53,6 +54,8 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using namespace actorllm;
+using bench::cpu_clock;
+using bench::cpu_hog;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -124,53 +127,6 @@ double huge_page_share() {
   }
   return rss > 0 ? huge / rss : -1.0;
 }
-
-// N busy processes (a shell loop each) beside the engine, killed when this goes out of scope.
-class cpu_hog {
- public:
-  explicit cpu_hog(int n) {
-    for (int i = 0; i < n; ++i) {
-      char sh[] = "/bin/sh", flag[] = "-c", loop[] = "while :; do :; done";
-      char* argv[] = {sh, flag, loop, nullptr};
-      pid_t pid = 0;
-      if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv, environ) == 0)
-        pids_.push_back(pid);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // running before the measurement starts
-  }
-  ~cpu_hog() {
-    for (pid_t p : pids_)
-      ::kill(p, SIGKILL);
-    for (pid_t p : pids_)
-      ::waitpid(p, nullptr, 0);
-  }
-  cpu_hog(const cpu_hog&) = delete;
-  cpu_hog& operator=(const cpu_hog&) = delete;
-  size_t running() const { return pids_.size(); }
-
- private:
-  std::vector<pid_t> pids_;
-};
-
-// CPU time this process used since construction, over the wall time: how many cores it got (beside the hog: a fair
-// share of 2 vCPUs beside 2 busy processes is 1.0 for 2 threads).
-class cpu_clock {
- public:
-  cpu_clock() : cpu_(process_seconds()), wall_(std::chrono::steady_clock::now()) {}
-  double cores_used() const {
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_).count();
-    return wall > 0 ? (process_seconds() - cpu_) / wall : 0.0;
-  }
-
- private:
-  static double process_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  }
-  double cpu_;
-  std::chrono::steady_clock::time_point wall_;
-};
 
 /// One weight format of --variants: the model's dummy bf16 weights as they are, or quantized the way a checkpoint of
 /// that format would hold them (model::quantize_dummy_weights with the format's usual settings).

@@ -76,6 +76,8 @@ class interprocess_collective final : public tp_collective {
   size_t mapped_bytes_;
   uint64_t op_ = 0;     // exchanges done so far; selects the slot parity
   std::string broken_;  // set by the first failure: later calls fail at once with it
+  /// Until when a wait polls only briefly: set when a poll saw this rank taken off its core (the cores are shared).
+  std::chrono::steady_clock::time_point poll_briefly_until_{};
 };
 
 }  // namespace actorllm::comm

@@ -3,6 +3,7 @@
 
 #include "comm/comm_error.hpp"
 #include "util/check.hpp"
+#include "util/cpu_count.hpp"
 
 #include <fmt/format.h>
 
@@ -48,7 +49,7 @@ bool abortable_barrier::aborted() const {
 shared_memory_group::shared_memory_group(int size)
     : size_(size), inputs_(static_cast<size_t>(size), nullptr), row_counts_(static_cast<size_t>(size), nullptr) {
   ACTORLLM_CHECK(size >= 1, "a TP group needs at least one rank");
-  sync_.emplace(size);
+  sync_.emplace(size, size <= usable_cpu_count() ? spin_barrier::default_spin : std::chrono::nanoseconds{0});
   for (auto& slots : slots_)
     slots.resize(static_cast<size_t>(size));
 }

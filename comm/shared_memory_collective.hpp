@@ -7,8 +7,8 @@
 #pragma once
 
 #include "comm/collective.hpp"
+#include "util/spin_barrier.hpp"
 
-#include <barrier>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -47,7 +47,9 @@ class abortable_barrier {
 /// rank (each used by exactly one thread).
 class shared_memory_group {
  public:
-  /// A TP group: its collectives wait on std::barrier.
+  /// A TP group: its collectives wait on a spin_barrier, whose waiters poll briefly before they sleep where the group
+  /// has no more ranks than the process has CPUs (util/cpu_count.hpp), and sleep at once where it has more (a waiter
+  /// polling there takes the core a rank that has not arrived needs).
   explicit shared_memory_group(int size);
   /// A group whose ranks may fail apart: its collectives wait on an abortable_barrier (`name` in their errors).
   shared_memory_group(int size, std::string name);
@@ -65,7 +67,7 @@ class shared_memory_group {
   void wait_closing();
 
   int size_;
-  std::optional<std::barrier<>> sync_;
+  std::optional<spin_barrier> sync_;
   std::optional<abortable_barrier> abortable_;
   std::vector<const float*> inputs_;        // per rank: the buffer it contributes to the current collective
   std::vector<const int64_t*> row_counts_;  // per rank, in an all-to-all: the rows it sends to each rank

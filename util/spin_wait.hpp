@@ -31,4 +31,30 @@ bool spin_until(Pred pred, std::chrono::nanoseconds budget) {
   }
 }
 
+/// How spin_until_descheduled ended.
+enum class spin_outcome { held, timed_out, descheduled };
+
+/// Like spin_until, but also gives up once it sees that the OS took this thread off its core between two looks at
+/// the clock for more than `gap` (other work wants the core: polling on only takes its turn, and its time counts
+/// against this thread's share of the core, so the caller sleeps instead and may poll less for a while).
+template <class Pred>
+spin_outcome spin_until_descheduled(Pred pred, std::chrono::nanoseconds budget, std::chrono::nanoseconds gap) {
+  constexpr int polls_per_clock_read = 64;
+  const auto start = std::chrono::steady_clock::now();
+  auto last = start;
+  for (;;) {
+    for (int i = 0; i < polls_per_clock_read; ++i) {
+      if (pred())
+        return spin_outcome::held;
+      cpu_relax();
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last > gap)
+      return pred() ? spin_outcome::held : spin_outcome::descheduled;
+    if (now - start > budget)
+      return pred() ? spin_outcome::held : spin_outcome::timed_out;
+    last = now;
+  }
+}
+
 }  // namespace actorllm
