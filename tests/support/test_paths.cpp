@@ -1,14 +1,17 @@
 // Where tests find the shared model data and the built binary.
 #include "support/test_paths.hpp"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -59,12 +62,54 @@ temp_dir_registry& temp_dirs() {
   return registry;
 }
 
+constexpr std::string_view temp_dir_tag = "actorllm-test-";
+
+// The maker's pid in a make_temp_dir name (`actorllm-test-<prefix>-<pid>-<n>`), or 0 when `name` is not one.
+pid_t maker_of(const std::string& name) {
+  if (name.rfind(temp_dir_tag, 0) != 0)
+    return 0;
+  const size_t last = name.rfind('-');
+  if (last == std::string::npos || last <= temp_dir_tag.size())
+    return 0;
+  const size_t before = name.rfind('-', last - 1);
+  if (before == std::string::npos || before + 1 < temp_dir_tag.size() || before + 1 == last)
+    return 0;
+  const std::string pid = name.substr(before + 1, last - before - 1);
+  if (pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9)
+    return 0;
+  return static_cast<pid_t>(std::stol(pid));
+}
+
 }  // namespace
+
+int sweep_stale_temp_dirs(const std::filesystem::path& root, std::chrono::seconds min_age) {
+  int removed = 0;
+  std::error_code ec;
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (std::filesystem::directory_iterator it{root, ec}, end; !ec && it != end; it.increment(ec)) {
+    const pid_t maker = maker_of(it->path().filename().string());
+    if (maker <= 0 || !it->is_directory(ec) || ec)
+      continue;
+    if (::kill(maker, 0) == 0 || errno != ESRCH)  // alive, or not ours to ask about: kept
+      continue;
+    const auto changed = std::filesystem::last_write_time(it->path(), ec);
+    if (ec || now - changed < min_age) {
+      ec.clear();
+      continue;
+    }
+    if (std::filesystem::remove_all(it->path(), ec) > 0 && !ec)
+      ++removed;
+    ec.clear();
+  }
+  return removed;
+}
 
 std::filesystem::path make_temp_dir(const std::string& prefix) {
   static std::atomic<int> counter{0};
+  static std::once_flag swept;
+  std::call_once(swept, [] { sweep_stale_temp_dirs(std::filesystem::temp_directory_path(), std::chrono::hours{1}); });
   auto dir = std::filesystem::temp_directory_path() /
-             (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+             (std::string{temp_dir_tag} + prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   temp_dirs().add(dir);
