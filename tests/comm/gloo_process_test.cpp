@@ -58,7 +58,7 @@ bool run_rank(const std::string& dir, int rank) {
 }  // namespace
 
 TEST_CASE("gloo between processes: all-reduce and pipe of 1 MiB between two forked children") {
-  const auto dir = test::make_temp_dir("actorllm-gloo-");
+  const auto dir = test::make_temp_dir("gloo");
   const auto statuses = run_children(2, [&](int rank) { return run_rank(dir.string(), rank) ? 0 : 1; });
   for (int rank = 0; rank < 2; ++rank) {
     CAPTURE(rank);
@@ -68,7 +68,7 @@ TEST_CASE("gloo between processes: all-reduce and pipe of 1 MiB between two fork
 }
 
 TEST_CASE("gloo between processes: a rank that dies fails the survivor long before the timeout") {
-  const auto dir = test::make_temp_dir("actorllm-gloo-");
+  const auto dir = test::make_temp_dir("gloo");
   const auto timeout = 30s;
   const auto statuses = run_children(2, [&](int rank) {
     file_store store{dir.string()};

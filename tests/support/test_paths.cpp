@@ -65,19 +65,17 @@ temp_dir_registry& temp_dirs() {
 constexpr std::string_view temp_dir_tag = "actorllm-test-";
 
 // The maker's pid in a make_temp_dir name (`actorllm-test-<prefix>-<pid>-<n>`), or 0 when `name` is not one.
-pid_t maker_of(const std::string& name) {
-  if (name.rfind(temp_dir_tag, 0) != 0)
+pid_t maker_of(std::string_view name) {
+  if (!name.starts_with(temp_dir_tag))
     return 0;
-  const size_t last = name.rfind('-');
-  if (last == std::string::npos || last <= temp_dir_tag.size())
+  const size_t counter = name.rfind('-');
+  const size_t pid_at = counter == std::string_view::npos || counter == 0 ? counter : name.rfind('-', counter - 1);
+  if (pid_at == std::string_view::npos || pid_at + 1 < temp_dir_tag.size())
     return 0;
-  const size_t before = name.rfind('-', last - 1);
-  if (before == std::string::npos || before + 1 < temp_dir_tag.size() || before + 1 == last)
+  const std::string_view digits = name.substr(pid_at + 1, counter - pid_at - 1);
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos)
     return 0;
-  const std::string pid = name.substr(before + 1, last - before - 1);
-  if (pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9)
-    return 0;
-  return static_cast<pid_t>(std::stol(pid));
+  return static_cast<pid_t>(std::stol(std::string{digits}));
 }
 
 }  // namespace
