@@ -548,8 +548,9 @@ struct step_way {
   std::optional<cpu::decode_read_pattern> pattern;
 };
 
-// --compact-step-patterns "2:1,4:10:48": compact panels' streams, prefetch distance (blocks) and, optionally, the GEMM
-// tiles' prefetch distance (blocks; this CPU's where not given) of each extra way.
+// --compact-step-patterns "2:1,4:10:48,2:5:4:wide": compact panels' streams, prefetch distance (blocks) and,
+// optionally, the GEMM tiles' prefetch distance (blocks) and the width of one token's dot products (:narrow 256-bit,
+// :wide 512-bit; this CPU's where not given) of each extra way.
 std::vector<step_way> parse_step_patterns(const std::string& text) {
   std::vector<step_way> ways;
   std::stringstream list(text);
@@ -558,6 +559,13 @@ std::vector<step_way> parse_step_patterns(const std::string& text) {
     cpu::decode_read_pattern p = cpu::decode_read_pattern_for(cpu::cpu_vendor(), cpu::cpu_family());
     int streams = 0, blocks = -1, gemm_blocks = p.compact_gemm_prefetch_blocks;
     char colon = 0, colon2 = ':';
+    const std::string given = item;
+    for (const auto& [suffix, narrow] :
+         {std::pair{std::string_view{":narrow"}, true}, std::pair{std::string_view{":wide"}, false}})
+      if (item.size() > suffix.size() && item.ends_with(suffix)) {
+        p.compact_narrow_dots = narrow;
+        item.resize(item.size() - suffix.size());
+      }
     std::stringstream one(item);
     bool ok = static_cast<bool>(one >> streams >> colon >> blocks);
     if (ok && !one.eof())
@@ -566,11 +574,13 @@ std::vector<step_way> parse_step_patterns(const std::string& text) {
         blocks > 256 || gemm_blocks < 0 || gemm_blocks > 256)
       throw CLI::ValidationError(
           "--compact-step-patterns",
-          fmt::format("'{}' is not STREAMS:BLOCKS[:GEMM_BLOCKS] (streams 1-4, blocks 0-256)", item));
+          fmt::format("'{}' is not STREAMS:BLOCKS[:GEMM_BLOCKS][:narrow|:wide] (streams 1-4, blocks 0-256)", given));
     p.compact_streams = streams;
     p.compact_prefetch_blocks = blocks;
     p.compact_gemm_prefetch_blocks = gemm_blocks;
-    ways.push_back({fmt::format("compact {}:{}:{}", streams, blocks, gemm_blocks), 0, p});
+    ways.push_back(
+        {fmt::format("compact {}:{}:{}{}", streams, blocks, gemm_blocks, p.compact_narrow_dots ? ":narrow" : ""), 0,
+         p});
   }
   return ways;
 }
@@ -683,8 +693,9 @@ int main(int argc, char** argv) {
   app.add_option(
       "--compact-step-patterns", patterns_text,
       "With --compact-step-rounds: also the compact step read in these patterns, alternated with the rest: "
-      "a comma list of STREAMS:BLOCKS[:GEMM_BLOCKS] (compact streams side by side at 1-2 tokens, their prefetch "
-      "distance in blocks, and the GEMM tiles' at 5 tokens and more)");
+      "a comma list of STREAMS:BLOCKS[:GEMM_BLOCKS][:narrow|:wide] (compact streams side by side at 1-2 tokens, their "
+      "prefetch distance in blocks, the GEMM tiles' at 5 tokens and more, and one token's dot products on 256-bit or "
+      "512-bit vectors; this CPU's where not given)");
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
   std::array<double, 4> gaps{};

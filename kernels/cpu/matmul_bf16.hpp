@@ -29,6 +29,9 @@ struct decode_read_pattern {
   // How many blocks ahead of its step the first GEMM tile over a compact panel (5-48 tokens, and prefill without AMX)
   // asks for the panel: 4 (768 bytes, as the plain GEMM asks 1 KiB ahead); 48 (9,216 bytes) on Zen 5.
   int compact_gemm_prefetch_blocks;
+  // Whether the compact decode kernels take one token's dot products on 256-bit vectors (the rebuild of each step stays
+  // 512-bit): on Intel, where 512-bit floating-point instructions cost the core more than integer ones do.
+  bool compact_narrow_dots = false;
 };
 /// The pattern measured fastest on CPUs of this vendor (CPUID's "GenuineIntel", "AuthenticAMD"; others get AMD's) and,
 /// for compact panels on AMD, this family:
@@ -52,6 +55,11 @@ struct decode_read_pattern {
 /// blocks 1.15-1.21x), at 32 tokens 1.14-1.15x (32-96 blocks 1.13-1.16x). At 3 and 4 tokens (2026-12-05, 8 rounds):
 /// three compact streams 1.13-1.14x the steps a second of two, four 1.02-1.04x of three; the engine's batch 3 and 4
 /// (bench_cpu_decode alternated, 6 pairs) 1.20x and 1.29x (medians) with four against two.
+/// Narrow dots on Intel (a 2-vCPU Xeon with AMX, 2026-12-06): beside a chain of dependent multiplies, 512-bit vaddps or
+/// vdpbf16ps slowed it 5.6% (3.36 against 3.56 GHz-equivalent), 256-bit vdpbf16ps and 512-bit vpermb, byte
+/// interleaves and loads not at all. The compact step at one token with 256-bit dots: bench_kernels
+/// --compact-step-rounds 8, 1.043x the steps a second (1.008-1.055; 96.6% of the probe against 93.0%);
+/// bench_cpu_decode alternated, 6 pairs, batch 1 1.003-1.070x (median 1.047x). At two tokens 0.86x: one token only.
 decode_read_pattern decode_read_pattern_for(std::string_view vendor, int family = 0);
 /// CPUID's family (base plus extended) of this CPU: 0x19 Zen 3/4, 0x1A Zen 5, 6 for most Intel cores; 0 where unknown.
 int cpu_family();

@@ -428,9 +428,12 @@ TEST_CASE("compact panels: a damaged exception list changes the sums (the kernel
     }
 }
 
-TEST_CASE("compact panels: the streamed decode's sums are the same with 1 to 4 streams side by side [asan]") {
-  // The CPU's pattern picks how many compact streams a thread walks at 1-4 tokens (four on Zen 5, two elsewhere);
-  // every count must give the sums of the steps plus the exceptions, with homes (owners) and guided grains.
+TEST_CASE(
+    "compact panels: the streamed decode's sums are the same with 1 to 4 streams side by side, with 512-bit and "
+    "256-bit dot products [asan]") {
+  // The CPU's pattern picks how many compact streams a thread walks at 1-4 tokens (four on Zen 5, two elsewhere) and
+  // whether one token's dot products are 256 bits wide (Intel); every count and width must give the same bits: the
+  // sums of the steps plus the exceptions, with homes (owners) and guided grains.
   if (!cpu::have_compact_panel_kernels()) {
     MESSAGE("skipped: this build has no compact-panel kernels (AVX512-VBMI with AVX512-BF16)");
     return;
@@ -450,11 +453,15 @@ TEST_CASE("compact panels: the streamed decode's sums are the same with 1 to 4 s
   for (int64_t n_tokens : {1, 2, 3, 4}) {
     const auto x = bf16_inputs(static_cast<size_t>(n_tokens * n_in), 80 + static_cast<uint64_t>(n_tokens));
     const std::vector<float> expected = compact_sums(c.bytes, n_out, n_in, nullptr, x, n_tokens, pool);
-    for (int streams = 1; streams <= 4; ++streams) {
+    for (int way = 0; way < 8; ++way) {
+      const int streams = way % 4 + 1;
+      const bool narrow = way >= 4;
       CAPTURE(n_tokens);
       CAPTURE(streams);
+      CAPTURE(narrow);
       cpu::decode_read_pattern p = cpu::decode_read_pattern_for(cpu::cpu_vendor(), cpu::cpu_family());
       p.compact_streams = streams;
+      p.compact_narrow_dots = narrow;
       const pattern_scope scope(p);
       std::vector<float> y(expected.size(), -777.0f), y_owned(expected.size(), -777.0f);
       const cpu::matmul_target t{c.bytes.data(), dtype::bf16, n_out, nullptr, y.data(), true, nullptr, true};
