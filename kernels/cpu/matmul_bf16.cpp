@@ -751,7 +751,7 @@ template <int M, int S>
 
 // stream_compact_step with the dot products on 256-bit halves of each rebuilt vector (vdpbf16ps ymm), into four
 // 256-bit sums a stream and token row (outputs 0-7, 8-15, 16-23, 24-31). Each output lane's products and their order
-// are the 512-bit kernel's, so the sums are the same bits.
+// are the 512-bit kernel's, so the sums are the same bits. Walked at one token (walk_side_by_side).
 template <int M, int S>
 [[gnu::always_inline]] inline void stream_compact_step_narrow(const gemm_tile_args* t, int64_t kp,
                                                               const uint8_t* const* blocks, const __m512i* table,
@@ -833,10 +833,15 @@ constexpr std::array<stream_fn, sizeof...(I)> stream_fn_table(std::index_sequenc
 }
 
 #if defined(__AVX512VBMI__)
-template <bool Narrow, size_t... I>
+template <size_t... I>
 constexpr std::array<stream_fn, sizeof...(I)> stream_compact_fn_table(std::index_sequence<I...>) {
   return {
-      &stream_compact_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1, Narrow>...};
+      &stream_compact_tiles<static_cast<int>(I / max_streams) + 1, static_cast<int>(I % max_streams) + 1, false>...};
+}
+// One token's, with 256-bit dots: entry S - 1.
+template <size_t... I>
+constexpr std::array<stream_fn, sizeof...(I)> stream_compact_narrow_fn_table(std::index_sequence<I...>) {
+  return {&stream_compact_tiles<1, static_cast<int>(I) + 1, true>...};
 }
 #endif
 
@@ -846,13 +851,14 @@ void walk_side_by_side(const gemm_tile_args* tiles, int m, int count) {
   const auto entry = static_cast<size_t>((m - 1) * max_streams + (count - 1));
 #if defined(__AVX512VBMI__)
   if (tiles[0].compact != nullptr) {
+    // 256-bit dots at one token only (at two they read 0.86x the 512-bit ones' steps a second on a Xeon).
+    static constexpr auto narrow_table = stream_compact_narrow_fn_table(std::make_index_sequence<max_streams>{});
     static constexpr auto compact_table =
-        stream_compact_fn_table<false>(std::make_index_sequence<streamed_max_tokens * max_streams>{});
-    static constexpr auto narrow_table =
-        stream_compact_fn_table<true>(std::make_index_sequence<streamed_max_tokens * max_streams>{});
-    // Narrow dots at one token only (at two they read 0.86x the wide ones' steps a second on a Xeon).
-    const bool narrow = pattern_in_use().compact_narrow_dots && m == 1;
-    (narrow ? narrow_table : compact_table)[entry](tiles);
+        stream_compact_fn_table(std::make_index_sequence<streamed_max_tokens * max_streams>{});
+    if (m == 1 && pattern_in_use().compact_narrow_dots)
+      narrow_table[static_cast<size_t>(count - 1)](tiles);
+    else
+      compact_table[entry](tiles);
     return;
   }
 #endif
