@@ -59,7 +59,8 @@ struct decode_read_pattern {
 /// vdpbf16ps slowed it 5.6% (3.36 against 3.56 GHz-equivalent), 256-bit vdpbf16ps and 512-bit vpermb, byte
 /// interleaves and loads not at all. The compact step at one token with 256-bit dots: bench_kernels
 /// --compact-step-rounds 8, 1.043x the steps a second (1.008-1.055; 96.6% of the probe against 93.0%);
-/// bench_cpu_decode alternated, 6 pairs, batch 1 1.003-1.070x (median 1.047x). At two tokens 0.86x: one token only.
+/// bench_cpu_decode alternated, 6 pairs, batch 1 1.003-1.070x (median 1.047x). At two tokens 0.86x (vdpbf16ps issues
+/// one every two cycles at either width there, so 256-bit dots take twice the port time): one token only.
 decode_read_pattern decode_read_pattern_for(std::string_view vendor, int family = 0);
 /// CPUID's family (base plus extended) of this CPU: 0x19 Zen 3/4, 0x1A Zen 5, 6 for most Intel cores; 0 where unknown.
 int cpu_family();
