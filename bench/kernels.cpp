@@ -482,7 +482,8 @@ compute_peak_result measure_compute_peak(thread_pool&, double) { return {}; }
 // compact panels and as plain ones, each weight on huge pages of its own.
 class compact_step {
  public:
-  explicit compact_step(thread_pool& pool) {
+  /// `one_call`: also the same values' bytes as one compact weight of K = 2048 (form 2), read by one call.
+  explicit compact_step(thread_pool& pool, bool one_call = false) {
     const std::array<std::array<int64_t, 2>, 4> layer{{{2560, 2048}, {2048, 2048}, {11264, 2048}, {2048, 5632}}};
     std::vector<std::array<int64_t, 2>> shapes;
     for (int l = 0; l < 22; ++l)
@@ -516,9 +517,38 @@ class compact_step {
       bytes_[0] += static_cast<double>(plan.bytes());
       bytes_[1] += static_cast<double>(cpu::bf16_panels_bytes(n_out, n_in));
     }
+    if (one_call) {
+      // As many 32-row panels of K = 2048 as the step's compact bytes hold (each about 96 KiB).
+      constexpr int64_t n_in = 2048;
+      const double panel_bytes = 64.0 + 96.0 * n_in / 2;
+      const int64_t n_out = static_cast<int64_t>(bytes_[0] / panel_bytes) * 32;
+      rows.resize(static_cast<size_t>(n_out * n_in));
+      for (auto& v : rows) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v = values[x & 0xffff];
+      }
+      const cpu::bf16_rows part{rows.data(), n_out};
+      const cpu::compact_panels_plan plan = cpu::plan_compact_panels({&part, 1}, n_in, pool);
+      std::shared_ptr<host_buffer> compact = host_buffer::allocate_huge(plan.bytes());
+      cpu::write_compact_panels(plan, {&part, 1}, static_cast<uint8_t*>(compact->data()), pool);
+      one_call_ = weight{n_out, n_in, std::move(compact), nullptr};
+      bytes_[2] = static_cast<double>(plan.bytes());
+    }
   }
-  /// Seconds of one step of `tokens` token rows on compact panels (form 0) or plain ones (1).
+  /// Seconds of one step of `tokens` token rows on compact panels (form 0), plain ones (1), or the one compact weight
+  /// read by one call (2).
   double step_seconds(thread_pool& pool, int form, int64_t tokens = 1) const {
+    if (form == 2) {
+      std::vector<float> x(static_cast<size_t>(tokens * one_call_.n_in), 0.01f),
+          y(static_cast<size_t>(tokens * one_call_.n_out));
+      const cpu::matmul_target t{one_call_.compact->data(), dtype::bf16, one_call_.n_out, nullptr, y.data(), true,
+                                 one_call_.compact,         true};
+      const auto t0 = clock_type::now();
+      cpu::matmul_group(x.data(), tokens, one_call_.n_in, std::span{&t, 1}, pool);
+      return seconds_since(t0);
+    }
     std::vector<float> x(static_cast<size_t>(tokens) * 5632, 0.01f), y(static_cast<size_t>(tokens) * 32000);
     const auto t0 = clock_type::now();
     for (const auto& w : weights_) {
@@ -537,7 +567,8 @@ class compact_step {
     std::shared_ptr<host_buffer> compact, plain;  // on huge pages, as the loaded weights are
   };
   std::vector<weight> weights_;
-  std::array<double, 2> bytes_{};
+  weight one_call_{};
+  std::array<double, 3> bytes_{};
 };
 
 // One way of running the step in --compact-step-rounds: compact panels (form 0) or plain ones (1), under this CPU's
@@ -588,16 +619,20 @@ std::vector<step_way> parse_step_patterns(const std::string& text) {
 // --compact-step-rounds: the step on compact and on plain panels (and on compact panels read in the patterns of
 // `extra`), a step of each in turn, the order rotated at each turn so that none always runs first (an order effect of
 // 1-2% showed in a driver that kept one order).
-int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::vector<step_way>& extra,
-                            int64_t tokens) {
+// With `one_call`, also the same bytes as one compact weight read by one call: the kernel and a call's homes without
+// the step's 89 call boundaries.
+int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::vector<step_way>& extra, int64_t tokens,
+                            bool one_call) {
   if (!cpu::have_compact_panel_kernels()) {
     fmt::print("compact panels: not in this build (AVX512-VBMI with AVX512-BF16 needed); nothing to time\n");
     return 0;
   }
   fmt::print("packing the TinyLlama-1.1B decode step's weights as compact and as plain panels...\n");
-  const compact_step step(pool);
+  const compact_step step(pool, one_call);
   std::vector<step_way> ways{{"compact", 0, std::nullopt}, {"plain", 1, std::nullopt}};
   ways.insert(ways.end(), extra.begin(), extra.end());
+  if (one_call)
+    ways.push_back({"compact as one call", 2, std::nullopt});
   const size_t n = ways.size();
   std::vector<std::vector<double>> fraction(n), speedup(n);  // speedup: steps a second against plain's
   fmt::print("batch-{} decode step on compact panels ({:.3f} GB) and plain ones ({:.3f} GB), {} rounds\n", tokens,
@@ -634,12 +669,15 @@ int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::
       100.0 * bench::median(fraction[0]), 100.0 * bench::median(fraction[1]), bench::median(speedup[0]),
       *std::min_element(speedup[0].begin(), speedup[0].end()), *std::max_element(speedup[0].begin(), speedup[0].end()));
   for (size_t w = 2; w < n; ++w) {
-    std::vector<double> against;  // steps a second against this CPU's compact pattern, round by round
+    // Bytes a second against this CPU's compact step, round by round (its steps a second where the bytes are the same)
+    std::vector<double> against;
     for (int r = 0; r < rounds; ++r)
-      against.push_back(speedup[w][static_cast<size_t>(r)] / speedup[0][static_cast<size_t>(r)]);
-    fmt::print("median: {} read {:.1f}% of the probe; {:.3f}x the compact steps a second (rounds {:.3f} to {:.3f})\n",
-               ways[w].name, 100.0 * bench::median(fraction[w]), bench::median(against),
-               *std::min_element(against.begin(), against.end()), *std::max_element(against.begin(), against.end()));
+      against.push_back(fraction[w][static_cast<size_t>(r)] / fraction[0][static_cast<size_t>(r)]);
+    fmt::print(
+        "median: {} read {:.1f}% of the probe; {:.3f}x the compact step's bytes a second (rounds {:.3f} to "
+        "{:.3f})\n",
+        ways[w].name, 100.0 * bench::median(fraction[w]), bench::median(against),
+        *std::min_element(against.begin(), against.end()), *std::max_element(against.begin(), against.end()));
   }
   return 0;
 }
@@ -696,6 +734,10 @@ int main(int argc, char** argv) {
       "a comma list of STREAMS:BLOCKS[:GEMM_BLOCKS][:narrow|:wide] (compact streams side by side at 1-2 tokens, their "
       "prefetch distance in blocks, the GEMM tiles' at 5 tokens and more, and one token's dot products on 256-bit or "
       "512-bit vectors; this CPU's where not given)");
+  bool compact_one_call = false;
+  app.add_flag("--compact-step-one-call", compact_one_call,
+               "With --compact-step-rounds: also the same bytes as one compact weight (K = 2048) read by one call")
+      ->needs(app.get_option("--compact-step-rounds"));
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
   std::array<double, 4> gaps{};
@@ -718,7 +760,7 @@ int main(int argc, char** argv) {
   int min_reps = quick ? 2 : 5;
 
   if (compact_rounds > 0)
-    return run_compact_step_rounds(*pool, compact_rounds, quick ? 3 : 5, extra_ways, compact_tokens);
+    return run_compact_step_rounds(*pool, compact_rounds, quick ? 3 : 5, extra_ways, compact_tokens, compact_one_call);
   if (step_rounds > 0) {
     // The probe and every way of reading alternately, so that the machine's drift hits them alike.
     fmt::print("actorllm CPU kernels: isa {}, {} threads; the decode step's matmuls against the probe, {} rounds\n",
