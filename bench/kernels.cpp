@@ -499,7 +499,8 @@ class compact_step {
     cpu::convert_from_f32(draws.data(), static_cast<int64_t>(draws.size()), dtype::bf16, values.data());
     std::vector<uint16_t> rows;
     uint64_t x = 1;
-    for (const auto& [n_out, n_in] : shapes) {
+    // n_out x n_in draws into `rows`, then packed as compact panels (their bytes counted in bytes_[form]).
+    auto compact_weight = [&](int64_t n_out, int64_t n_in, size_t form) {
       rows.resize(static_cast<size_t>(n_out * n_in));
       for (auto& v : rows) {
         x ^= x << 13;
@@ -511,10 +512,14 @@ class compact_step {
       const cpu::compact_panels_plan plan = cpu::plan_compact_panels({&part, 1}, n_in, pool);
       std::shared_ptr<host_buffer> compact = host_buffer::allocate_huge(plan.bytes());
       cpu::write_compact_panels(plan, {&part, 1}, static_cast<uint8_t*>(compact->data()), pool);
+      bytes_[form] += static_cast<double>(plan.bytes());
+      return compact;
+    };
+    for (const auto& [n_out, n_in] : shapes) {
+      std::shared_ptr<host_buffer> compact = compact_weight(n_out, n_in, 0);
       std::shared_ptr<host_buffer> plain = host_buffer::allocate_huge(cpu::bf16_panels_bytes(n_out, n_in));
       cpu::pack_bf16_panels(rows.data(), n_out, n_in, static_cast<uint16_t*>(plain->data()), pool);
       weights_.push_back({n_out, n_in, std::move(compact), std::move(plain)});
-      bytes_[0] += static_cast<double>(plan.bytes());
       bytes_[1] += static_cast<double>(cpu::bf16_panels_bytes(n_out, n_in));
     }
     if (one_call) {
@@ -522,19 +527,7 @@ class compact_step {
       constexpr int64_t n_in = 2048;
       const double panel_bytes = 64.0 + 96.0 * n_in / 2;
       const int64_t n_out = static_cast<int64_t>(bytes_[0] / panel_bytes) * 32;
-      rows.resize(static_cast<size_t>(n_out * n_in));
-      for (auto& v : rows) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v = values[x & 0xffff];
-      }
-      const cpu::bf16_rows part{rows.data(), n_out};
-      const cpu::compact_panels_plan plan = cpu::plan_compact_panels({&part, 1}, n_in, pool);
-      std::shared_ptr<host_buffer> compact = host_buffer::allocate_huge(plan.bytes());
-      cpu::write_compact_panels(plan, {&part, 1}, static_cast<uint8_t*>(compact->data()), pool);
-      one_call_ = weight{n_out, n_in, std::move(compact), nullptr};
-      bytes_[2] = static_cast<double>(plan.bytes());
+      one_call_ = weight{n_out, n_in, compact_weight(n_out, n_in, 2), nullptr};
     }
   }
   /// Seconds of one step of `tokens` token rows on compact panels (form 0), plain ones (1), or the one compact weight

@@ -722,6 +722,16 @@ void stream_tiles(const gemm_tile_args* t) {
 }
 
 #if defined(__AVX512VBMI__)
+// Step `half` (0 or 1) of the compact block at `at`, rebuilt into b0 and b1, after asking for two lines of the block
+// `ahead` bytes on: its codes and, over the two steps, both halves of its low bytes. `shift` is half * 4.
+[[gnu::always_inline]] inline void stream_compact_values(const uint8_t* at, size_t ahead, int64_t half, __m128i shift,
+                                                         __m512i table, __m512bh& b0, __m512bh& b1) {
+  _mm_prefetch(reinterpret_cast<const char*>(at + ahead + 64 * half), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(at + ahead + 128), _MM_HINT_T0);
+  const __m512i code = _mm512_srl_epi16(_mm512_loadu_si512(at + 128), shift);
+  compact_values(code, _mm512_loadu_si512(at + 64 * half), table, b0, b1);
+}
+
 // One step (kp) of stream_compact_tiles for its S streams. `ahead`: how far ahead of a step's block its prefetches
 // ask, in bytes (a whole number of blocks).
 template <int M, int S>
@@ -735,13 +745,8 @@ template <int M, int S>
   for (int m = 0; m < M; ++m)
     av[m] = broadcast_pair(t[0].a + m * t[0].lda + 2 * kp);
   for (int s = 0; s < S; ++s) {
-    const uint8_t* at = blocks[s] + block;
-    // A later block's lines: its codes and, over the two steps, both halves of its low bytes.
-    _mm_prefetch(reinterpret_cast<const char*>(at + ahead + 64 * half), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(at + ahead + 128), _MM_HINT_T0);
-    const __m512i code = _mm512_srl_epi16(_mm512_loadu_si512(at + 128), shift);
     __m512bh b0, b1;
-    compact_values(code, _mm512_loadu_si512(at + 64 * half), table[s], b0, b1);
+    stream_compact_values(blocks[s] + block, ahead, half, shift, table[s], b0, b1);
     for (int m = 0; m < M; ++m) {
       acc0[s][m] = _mm512_dpbf16_ps(acc0[s][m], av[m], b0);
       acc1[s][m] = _mm512_dpbf16_ps(acc1[s][m], av[m], b1);
@@ -763,12 +768,8 @@ template <int M, int S>
   for (int m = 0; m < M; ++m)
     av[m] = reinterpret_cast<__m256bh>(_mm256_broadcastd_epi32(_mm_loadu_si32(t[0].a + m * t[0].lda + 2 * kp)));
   for (int s = 0; s < S; ++s) {
-    const uint8_t* at = blocks[s] + block;
-    _mm_prefetch(reinterpret_cast<const char*>(at + ahead + 64 * half), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(at + ahead + 128), _MM_HINT_T0);
-    const __m512i code = _mm512_srl_epi16(_mm512_loadu_si512(at + 128), shift);
     __m512bh b0, b1;
-    compact_values(code, _mm512_loadu_si512(at + 64 * half), table[s], b0, b1);
+    stream_compact_values(blocks[s] + block, ahead, half, shift, table[s], b0, b1);
     const __m256bh q[4] = {reinterpret_cast<__m256bh>(_mm512_castsi512_si256(reinterpret_cast<__m512i>(b0))),
                            reinterpret_cast<__m256bh>(_mm512_extracti64x4_epi64(reinterpret_cast<__m512i>(b0), 1)),
                            reinterpret_cast<__m256bh>(_mm512_castsi512_si256(reinterpret_cast<__m512i>(b1))),
