@@ -664,9 +664,10 @@ takeover_split thread_pool::guided_split(int64_t n, int64_t min_grain, int64_t m
   return split;
 }
 
-takeover_split thread_pool::home_split(int64_t n, int64_t grain, int64_t tail_grain) const {
+takeover_split thread_pool::home_split(int64_t n, int64_t grain, int64_t tail_grain, int64_t tail_items) const {
   grain = std::max<int64_t>(grain, 1);
   tail_grain = tail_grain <= 0 ? grain : std::min(tail_grain, grain);
+  tail_items = tail_items <= 0 ? 2 * grain : tail_items;
   n = std::max<int64_t>(n, 0);
   takeover_split split;
   split.bounds.push_back(0);
@@ -674,7 +675,7 @@ takeover_split thread_pool::home_split(int64_t n, int64_t grain, int64_t tail_gr
   for (int h = 0; h < n_threads_; ++h) {
     const int64_t end = home_items_begin(n, n_threads_, h + 1);
     for (int64_t b = split.bounds.back(); b < end;) {
-      b = std::min(end, b + (end - b <= 2 * grain ? tail_grain : grain));
+      b = std::min(end, b + (end - b <= tail_items ? tail_grain : grain));
       split.bounds.push_back(b);
     }
     split.home_begin.push_back(split.n_grains());

@@ -110,12 +110,13 @@ class thread_pool {
   /// shared.
   takeover_split guided_split(int64_t n, int64_t min_grain, int64_t max_grain) const;
   /// Homes of near-equal items: thread i's home is items [home_items_begin(n, size(), i), that of i + 1), cut into
-  /// grains of `grain` items, its last 2 x grain items into grains of `tail_grain` (<= 0: `grain`; the last grain may
-  /// be shorter); nothing is shared. Each thread reads through its own items in order, a thread done with its own
-  /// taking the back half of another's rest: a kernel can lay its items out so that a thread's grains continue each
-  /// other's memory streams (kernels/cpu/matmul_bf16.cpp, home_streams). The short tail bounds how long a thread that
-  /// is done waits for the grain another is inside of: the most it can take over is what that one has not claimed.
-  takeover_split home_split(int64_t n, int64_t grain, int64_t tail_grain = 0) const;
+  /// grains of `grain` items, its last `tail_items` (<= 0: 2 x grain) into grains of `tail_grain` (<= 0: `grain`; the
+  /// last grain may be shorter); nothing is shared. Each thread reads through its own items in order, a thread done
+  /// with its own taking the back half of another's rest: a kernel can lay its items out so that a thread's grains
+  /// continue each other's memory streams (kernels/cpu/matmul_bf16.cpp, home_streams). The short tail bounds how long a
+  /// thread that is done waits for the grain another is inside of: the most it can take over is what that one has not
+  /// claimed.
+  takeover_split home_split(int64_t n, int64_t grain, int64_t tail_grain = 0, int64_t tail_items = 0) const;
   /// Where home i of `n_homes` starts among n items.
   static int64_t home_items_begin(int64_t n, int n_homes, int i) { return n * i / n_homes; }
 

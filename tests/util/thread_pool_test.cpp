@@ -350,35 +350,41 @@ TEST_CASE("thread_pool parallel_for_takeover commits every item exactly once, ne
 TEST_CASE(
     "thread_pool::home_split: each thread's near-equal items cut into grains, a tail of short ones, nothing shared "
     "[asan]") {
-  // Without a tail (0) every grain of a home holds `grain` items but its last; with one, a home's last 2 x grain items
-  // go in grains of tail_grain (a tail longer than the grain is the grain).
+  // Without a tail (0) every grain of a home holds `grain` items but its last; with one, a home's last tail_items
+  // (0: 2 x grain) go in grains of tail_grain (a tail longer than the grain is the grain).
   for (int size : {1, 2, 3}) {
     thread_pool pool(size);
     for (int64_t n : {0, 1, 7, 80, 352})
-      for (auto [grain, tail] : {std::pair<int64_t, int64_t>{1, 0}, {16, 0}, {16, 4}, {8, 1}, {4, 4}, {4, 9}}) {
-        const actorllm::takeover_split split = pool.home_split(n, grain, tail);
-        REQUIRE(split.bounds.front() == 0);
-        REQUIRE(split.bounds.back() == n);
-        REQUIRE(split.home_begin.size() == static_cast<size_t>(size) + 1);
-        CHECK(split.home_begin.back() == split.n_grains());  // no shared grains
-        const int64_t tail_grain = tail <= 0 ? grain : std::min(tail, grain);
-        for (int h = 0; h < size; ++h) {
-          const auto first = static_cast<size_t>(split.home_begin[static_cast<size_t>(h)]);
-          const auto last = static_cast<size_t>(split.home_begin[static_cast<size_t>(h) + 1]);
-          const int64_t end = thread_pool::home_items_begin(n, size, h + 1);
-          CHECK(split.bounds[first] == thread_pool::home_items_begin(n, size, h));
-          CHECK(split.bounds[last] == end);
-          for (size_t g = first; g < last; ++g) {
-            const int64_t left = end - split.bounds[g];
-            CHECK(split.bounds[g + 1] - split.bounds[g] == std::min(left, left <= 2 * grain ? tail_grain : grain));
+      for (auto [grain, tail] : {std::pair<int64_t, int64_t>{1, 0}, {16, 0}, {16, 4}, {8, 1}, {4, 4}, {4, 9}})
+        for (int64_t tail_items : {0, 1, 5, 16}) {
+          const actorllm::takeover_split split = pool.home_split(n, grain, tail, tail_items);
+          REQUIRE(split.bounds.front() == 0);
+          REQUIRE(split.bounds.back() == n);
+          REQUIRE(split.home_begin.size() == static_cast<size_t>(size) + 1);
+          CHECK(split.home_begin.back() == split.n_grains());  // no shared grains
+          const int64_t tail_grain = tail <= 0 ? grain : std::min(tail, grain);
+          for (int h = 0; h < size; ++h) {
+            const auto first = static_cast<size_t>(split.home_begin[static_cast<size_t>(h)]);
+            const auto last = static_cast<size_t>(split.home_begin[static_cast<size_t>(h) + 1]);
+            const int64_t end = thread_pool::home_items_begin(n, size, h + 1);
+            CHECK(split.bounds[first] == thread_pool::home_items_begin(n, size, h));
+            CHECK(split.bounds[last] == end);
+            for (size_t g = first; g < last; ++g) {
+              const int64_t left = end - split.bounds[g];
+              const int64_t in_tail = tail_items <= 0 ? 2 * grain : tail_items;
+              CHECK(split.bounds[g + 1] - split.bounds[g] == std::min(left, left <= in_tail ? tail_grain : grain));
+            }
           }
         }
-      }
   }
   {
     thread_pool pool(2);  // homes [0, 40) and [40, 80): 16, then 24 items in grains of 4
     CHECK(pool.home_split(80, 16, 4).bounds ==
           std::vector<int64_t>{0, 16, 20, 24, 28, 32, 36, 40, 56, 60, 64, 68, 72, 76, 80});
+    // The same with a tail of one grain's worth: 16, 16, then 8 items in grains of 4 (as the decode kernels cut
+    // theirs).
+    CHECK(pool.home_split(80, 16, 4, 16).bounds ==
+          std::vector<int64_t>{0, 16, 32, 36, 40, 56, 72, 76, 80});
   }
   // The guided split: thread i's home is grain i, the rest shared.
   thread_pool pool(2);
