@@ -609,13 +609,43 @@ std::vector<step_way> parse_step_patterns(const std::string& text) {
   return ways;
 }
 
+// --compact-step-profile: where the threads' time goes in five steps of `way` (thread_pool::takeover_timing), as
+// shares of the steps' time: inside the pool's calls, each thread computing and reading ahead, a worker waiting for the
+// next call, the calls' late starts and uneven ends; and the time a call.
+void print_step_profile(thread_pool& pool, const compact_step& step, const step_way& way, int64_t tokens) {
+  constexpr int steps = 5;
+  cpu::set_decode_read_pattern(way.pattern);
+  (void)step.step_seconds(pool, way.form, tokens);
+  pool.set_takeover_timing(true);
+  double seconds = 0;
+  for (int i = 0; i < steps; ++i)
+    seconds += step.step_seconds(pool, way.form, tokens);
+  const thread_pool::takeover_timing t = pool.takeover_timing_totals();
+  pool.set_takeover_timing(false);
+  cpu::set_decode_read_pattern(std::nullopt);
+  const double ns = seconds * 1e9;
+  auto share = [ns](int64_t part) { return fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / ns); };
+  std::string computing, reading_ahead;
+  for (size_t i = 0; i < t.compute_ns.size(); ++i) {
+    computing += (i == 0 ? "" : " / ") + share(t.compute_ns[i]);
+    reading_ahead += (i == 0 ? "" : " / ") + share(t.read_ahead_ns[i]);
+  }
+  const int64_t calls = std::max<int64_t>(1, t.calls / steps);
+  fmt::print(
+      "profile of {}: {} call{} a step, {:.1f} us a call; in calls {}, computing {}, reading ahead {}, a worker "
+      "waiting {}, late starts {}, uneven ends {}\n",
+      way.name, calls, calls == 1 ? "" : "s", seconds / steps / static_cast<double>(calls) * 1e6, share(t.call_ns),
+      computing, reading_ahead, share(t.worker_wait_ns / std::max(1, pool.size() - 1)), share(t.late_start_ns),
+      share(t.uneven_end_ns));
+}
+
 // --compact-step-rounds: the step on compact and on plain panels (and on compact panels read in the patterns of
 // `extra`), a step of each in turn, the order rotated at each turn so that none always runs first (an order effect of
 // 1-2% showed in a driver that kept one order).
 // With `one_call`, also the same bytes as one compact weight read by one call: the kernel and a call's homes without
 // the step's 89 call boundaries.
 int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::vector<step_way>& extra, int64_t tokens,
-                            bool one_call) {
+                            bool one_call, bool profile) {
   if (!cpu::have_compact_panel_kernels()) {
     fmt::print("compact panels: not in this build (AVX512-VBMI with AVX512-BF16 needed); nothing to time\n");
     return 0;
@@ -656,6 +686,10 @@ int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::
     }
     fmt::print("{} | compact {:.3f}x plain's steps a second\n", line, speedup[0].back());
   }
+  if (profile)
+    for (const step_way& way : ways)
+      if (way.form != 1)
+        print_step_profile(pool, step, way, tokens);
   fmt::print(
       "median: compact panels read {:.1f}% of the probe, plain {:.1f}%; compact {:.3f}x plain's steps a second (rounds "
       "{:.3f} to {:.3f})\n",
@@ -731,6 +765,11 @@ int main(int argc, char** argv) {
   app.add_flag("--compact-step-one-call", compact_one_call,
                "With --compact-step-rounds: also the same bytes as one compact weight (K = 2048) read by one call")
       ->needs(app.get_option("--compact-step-rounds"));
+  bool compact_profile = false;
+  app.add_flag("--compact-step-profile", compact_profile,
+               "With --compact-step-rounds: then where the threads' time goes in five steps of each compact way "
+               "(computing, reading ahead, waiting, the calls' late starts and uneven ends)")
+      ->needs(app.get_option("--compact-step-rounds"));
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
   std::array<double, 4> gaps{};
@@ -753,7 +792,8 @@ int main(int argc, char** argv) {
   int min_reps = quick ? 2 : 5;
 
   if (compact_rounds > 0)
-    return run_compact_step_rounds(*pool, compact_rounds, quick ? 3 : 5, extra_ways, compact_tokens, compact_one_call);
+    return run_compact_step_rounds(*pool, compact_rounds, quick ? 3 : 5, extra_ways, compact_tokens, compact_one_call,
+                                   compact_profile);
   if (step_rounds > 0) {
     // The probe and every way of reading alternately, so that the machine's drift hits them alike.
     fmt::print("actorllm CPU kernels: isa {}, {} threads; the decode step's matmuls against the probe, {} rounds\n",

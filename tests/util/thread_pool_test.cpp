@@ -383,8 +383,7 @@ TEST_CASE(
           std::vector<int64_t>{0, 16, 20, 24, 28, 32, 36, 40, 56, 60, 64, 68, 72, 76, 80});
     // The same with a tail of one grain's worth: 16, 16, then 8 items in grains of 4 (as the decode kernels cut
     // theirs).
-    CHECK(pool.home_split(80, 16, 4, 16).bounds ==
-          std::vector<int64_t>{0, 16, 32, 36, 40, 56, 72, 76, 80});
+    CHECK(pool.home_split(80, 16, 4, 16).bounds == std::vector<int64_t>{0, 16, 32, 36, 40, 56, 72, 76, 80});
   }
   // The guided split: thread i's home is grain i, the rest shared.
   thread_pool pool(2);
