@@ -27,6 +27,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -530,9 +531,14 @@ class compact_step {
       one_call_ = weight{n_out, n_in, compact_weight(n_out, n_in, 2), nullptr};
     }
   }
+  /// The step's kinds of call, in a layer's order, then the lm_head.
+  static constexpr std::array<std::string_view, 5> kind_names{"q/k/v", "o", "gate/up", "down", "lm_head"};
+  /// Kind of the step's call w (kind_names).
+  static size_t kind_of(size_t w) { return w == 4 * 22 ? 4 : w % 4; }
   /// Seconds of one step of `tokens` token rows on compact panels (form 0), plain ones (1), or the one compact weight
-  /// read by one call (2).
-  double step_seconds(thread_pool& pool, int form, int64_t tokens = 1) const {
+  /// read by one call (2). `by_kind` (forms 0 and 1): each kind's calls' seconds added to it, and their bytes.
+  double step_seconds(thread_pool& pool, int form, int64_t tokens = 1,
+                      std::array<std::array<double, 2>, 5>* by_kind = nullptr) const {
     if (form == 2) {
       std::vector<float> x(static_cast<size_t>(tokens * one_call_.n_in), 0.01f),
           y(static_cast<size_t>(tokens * one_call_.n_out));
@@ -544,10 +550,16 @@ class compact_step {
     }
     std::vector<float> x(static_cast<size_t>(tokens) * 5632, 0.01f), y(static_cast<size_t>(tokens) * 32000);
     const auto t0 = clock_type::now();
-    for (const auto& w : weights_) {
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      const weight& w = weights_[i];
       const std::shared_ptr<host_buffer>& panels = form == 0 ? w.compact : w.plain;
       const cpu::matmul_target t{panels->data(), dtype::bf16, w.n_out, nullptr, y.data(), true, panels, form == 0};
+      const auto call_start = clock_type::now();
       cpu::matmul_group(x.data(), tokens, w.n_in, std::span{&t, 1}, pool);
+      if (by_kind != nullptr) {
+        (*by_kind)[kind_of(i)][0] += seconds_since(call_start);
+        (*by_kind)[kind_of(i)][1] += static_cast<double>(panels->size());
+      }
     }
     return seconds_since(t0);
   }
@@ -611,15 +623,17 @@ std::vector<step_way> parse_step_patterns(const std::string& text) {
 
 // --compact-step-profile: where the threads' time goes in five steps of `way` (thread_pool::takeover_timing), as
 // shares of the steps' time: inside the pool's calls, each thread computing and reading ahead, a worker waiting for the
-// next call, the calls' late starts and uneven ends; and the time a call.
+// next call, the calls' late starts and uneven ends; the time a call; and each kind of call's time and bytes a second
+// (on the Xeon the small q/k/v and o calls read 27-28 GB/s where the larger ones read 30: each call's boundary).
 void print_step_profile(thread_pool& pool, const compact_step& step, const step_way& way, int64_t tokens) {
   constexpr int steps = 5;
   cpu::set_decode_read_pattern(way.pattern);
   (void)step.step_seconds(pool, way.form, tokens);
   pool.set_takeover_timing(true);
   double seconds = 0;
+  std::array<std::array<double, 2>, 5> by_kind{};
   for (int i = 0; i < steps; ++i)
-    seconds += step.step_seconds(pool, way.form, tokens);
+    seconds += step.step_seconds(pool, way.form, tokens, &by_kind);
   const thread_pool::takeover_timing t = pool.takeover_timing_totals();
   pool.set_takeover_timing(false);
   cpu::set_decode_read_pattern(std::nullopt);
@@ -637,6 +651,13 @@ void print_step_profile(thread_pool& pool, const compact_step& step, const step_
       way.name, calls, calls == 1 ? "" : "s", seconds / steps / static_cast<double>(calls) * 1e6, share(t.call_ns),
       computing, reading_ahead, share(t.worker_wait_ns / std::max(1, pool.size() - 1)), share(t.late_start_ns),
       share(t.uneven_end_ns));
+  if (way.form == 2)
+    return;
+  std::string kinds;
+  for (size_t k = 0; k < by_kind.size(); ++k)
+    kinds += fmt::format("{}{} {:.2f} ms, {:.2f} GB/s", k == 0 ? "" : "; ", compact_step::kind_names[k],
+                         by_kind[k][0] / steps * 1e3, by_kind[k][1] / by_kind[k][0] / 1e9);
+  fmt::print("  by kind of call, a step: {}\n", kinds);
 }
 
 // --compact-step-rounds: the step on compact and on plain panels (and on compact panels read in the patterns of
@@ -768,7 +789,7 @@ int main(int argc, char** argv) {
   bool compact_profile = false;
   app.add_flag("--compact-step-profile", compact_profile,
                "With --compact-step-rounds: then where the threads' time goes in five steps of each compact way "
-               "(computing, reading ahead, waiting, the calls' late starts and uneven ends)")
+               "(computing, reading ahead, waiting, the calls' late starts and uneven ends; each kind of call's time)")
       ->needs(app.get_option("--compact-step-rounds"));
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
