@@ -533,8 +533,8 @@ class compact_step {
   }
   /// The step's kinds of call, in a layer's order, then the lm_head.
   static constexpr std::array<std::string_view, 5> kind_names{"q/k/v", "o", "gate/up", "down", "lm_head"};
-  /// Kind of the step's call w (kind_names).
-  static size_t kind_of(size_t w) { return w == 4 * 22 ? 4 : w % 4; }
+  /// Kind of the step's call w (kind_names): four a layer, the last call the lm_head.
+  size_t kind_of(size_t w) const { return w + 1 == weights_.size() ? 4 : w % 4; }
   /// Seconds of one step of `tokens` token rows on compact panels (form 0), plain ones (1), or the one compact weight
   /// read by one call (2). `by_kind` (forms 0 and 1): each kind's calls' seconds added to it, and their bytes.
   double step_seconds(thread_pool& pool, int form, int64_t tokens = 1,
