@@ -8,6 +8,7 @@
 #include "actors/cluster/control_network.hpp"
 #include "actors/executors/cluster_executor.hpp"
 #include "actors/executors/executor.hpp"
+#include "actors/runtime/caf_scheduler.hpp"
 #include "api/delivery.hpp"
 #include "api/replica_set.hpp"
 #include "util/log.hpp"
@@ -118,7 +119,7 @@ LLM::LLM(engine_config config) : impl_(std::make_shared<detail::llm_impl>()) {
   im.config = std::move(config);
   proto::add_message_types(im.caf_config);
   // CAF's own threads only run the event-based actors (engine, scheduler, block manager); shards have their own.
-  im.caf_config.set("scheduler.max-threads", 2);
+  actors::configure_caf_scheduler(im.caf_config, 2);
   if (im.config.cluster_address.empty())
     if (const char* env = std::getenv("ACTORLLM_CLUSTER_ADDRESS"))
       im.config.cluster_address = env;

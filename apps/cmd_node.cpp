@@ -14,6 +14,7 @@
 #include "actors/cluster/gated_multiplexer.hpp"
 #include "actors/cluster/node_agent.hpp"
 #include "actors/executors/mp_executor.hpp"
+#include "actors/runtime/caf_scheduler.hpp"
 #include "util/log.hpp"
 
 #include <caf/actor_system.hpp>
@@ -135,7 +136,7 @@ int run_node(const node_cli& o) {
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
   actors::enable_network(cfg, tls, token, o.max_control_message_bytes);
-  cfg.set("scheduler.max-threads", 2);
+  actors::configure_caf_scheduler(cfg, 2);
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
 

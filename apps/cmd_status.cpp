@@ -7,6 +7,7 @@
 #include "actorllm/proto/error.hpp"
 #include "actorllm/proto/type_ids.hpp"
 #include "actors/cluster/control_network.hpp"
+#include "actors/runtime/caf_scheduler.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -135,7 +136,7 @@ int run_status(const status_cli& o) {
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
   actors::enable_network(cfg, tls, token);
-  cfg.set("scheduler.max-threads", 1);
+  actors::configure_caf_scheduler(cfg, 1);
   caf::actor_system sys{cfg};
   auto registry = actors::connect_control<proto::cluster_registry_actor>(sys, address.substr(0, colon),
                                                                          static_cast<uint16_t>(port));

@@ -88,11 +88,17 @@ int main(int argc, char** argv) {
   int64_t big_batch = 64, prompt_len = 8;
   int threads = 0;
   app.add_option("--config", config_dir, "Directory with the model's config.json")->capture_default_str();
-  app.add_option("--batch", big_batch, "The larger batch")->capture_default_str();
-  app.add_option("--steps-batch1", steps_small, "Tokens generated at batch 1")->capture_default_str();
-  app.add_option("--steps-large", steps_large, "Tokens generated per sequence at the larger batch")
-      ->capture_default_str();
-  app.add_option("--prompt-len", prompt_len, "Prompt tokens per sequence")->capture_default_str();
+  app.add_option("--batch", big_batch, "The larger batch")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  // Each batch size runs a third of its tokens, then all of them: at least 3, so that the shorter run has one.
+  app.add_option("--steps-batch1", steps_small, "Tokens generated at batch 1 (at least 3)")
+      ->capture_default_str()
+      ->check(CLI::Range(3, 1 << 20));
+  app.add_option("--steps-large", steps_large, "Tokens generated per sequence at the larger batch (at least 3)")
+      ->capture_default_str()
+      ->check(CLI::Range(3, 1 << 20));
+  app.add_option("--prompt-len", prompt_len, "Prompt tokens per sequence")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", threads, "Kernel threads (default: all cores)");
   app.add_option("--json", json_path, "Where to write the JSON results")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -2,6 +2,7 @@
 #include "actors/runtime/worker_process.hpp"
 
 #include "actorllm/proto/type_ids.hpp"
+#include "actors/runtime/caf_scheduler.hpp"
 #include "actors/runtime/worker_actor.hpp"
 #include "comm/abort_registry.hpp"
 #include "util/log.hpp"
@@ -29,7 +30,7 @@ int run_worker(const worker_options& options) {
   caf::actor_system_config cfg;
   proto::add_message_types(cfg);
   enable_network(cfg, options.tls, options.control_key);
-  cfg.set("scheduler.max-threads", 2);
+  configure_caf_scheduler(cfg, 2);
   caf::actor_system sys{cfg};
   // The engine may still be coming up: retry the connection for a few seconds.
   caf::expected<proto::worker_registry_actor> registry{caf::error{}};
