@@ -14,9 +14,10 @@ namespace actorllm::actors {
 /// 500 polls, and only then wait on a condition variable that a new message signals. A decode step sends them a few
 /// messages every few tens of milliseconds, so they never got past the 50 us polls: on a 2-vCPU machine each woke
 /// about 4,300 times a second and took the cores from the kernels' threads (about 4,000 involuntary switches a
-/// second each), and a batch-1 decode step of a 1.1B model through actorllm::LLM took 67-68 ms where the same
-/// forward pass alone takes 54. Without the polling phase an idle thread goes from spinning straight to the
-/// condition variable: 56-59 ms (bench_engine_overhead, TinyLlama-1.1B shape, 2 threads).
+/// second each), and a batch-1 decode step of a 1.1B model through actorllm::LLM took 66-71 ms where the same
+/// forward pass alone takes 54-60. Without the polling phase an idle thread goes from spinning straight to the
+/// condition variable: 57-58 ms (bench_engine_overhead, TinyLlama-1.1B shape, 2 threads; docs/cpu-speed-log.md,
+/// session 49).
 void configure_caf_scheduler(caf::actor_system_config& cfg, size_t threads);
 
 }  // namespace actorllm::actors

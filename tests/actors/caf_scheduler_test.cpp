@@ -3,7 +3,6 @@
 #include "actors/runtime/caf_scheduler.hpp"
 
 #include <doctest/doctest.h>
-#include <caf/actor_system.hpp>
 #include <caf/all.hpp>
 
 #include <chrono>
