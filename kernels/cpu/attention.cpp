@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/matmul_bf16.hpp"
 #include "kernels/cpu/rms_norm.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/simd.hpp"
@@ -302,6 +303,17 @@ void transpose_keys(const void* const* keys, int64_t n, int64_t hd, float* kt) {
   }
 }
 
+// Whether prefetch_rows asks for its lines into L2 (T1) rather than into L1 (T0): on Intel. There every line a step
+// asks for holds one of L1's few fill buffers until it arrives, and the stalled prefetches took 40% of a decode row's
+// step even with the rows in L3. A 2-vCPU Xeon (AMX; session 50), one decode row at 4,096 positions, bf16 cache,
+// TinyLlama's heads, 2 threads, cold (the caches evicted before each call) / warm, medians of 300 calls in alternated
+// runs: T1 410 and 412 us / 282 and 313 us against T0's 446 and 452 / 321 and 329 (no prefetch 478 and 520 / 297-299).
+// Zen keeps T0, as measured there (above).
+bool attention_prefetch_into_l2() {
+  static const bool intel = cpu_vendor() == "GenuineIntel";
+  return intel;
+}
+
 // Asks the caches for kv head g's key and value rows at local keys [key0, key0 + n) of `seq`. A decode row reads each
 // of its keys once, in runs of a block's rows (kv heads outer) or a row of every slot (slot by slot), which the
 // hardware prefetchers do not fetch ahead far enough, and in a decode step the weights streamed since the previous
@@ -317,17 +329,30 @@ void transpose_keys(const void* const* keys, int64_t n, int64_t hd, float* kt) {
                                                  int64_t key0, int64_t n) {
   const int64_t bs = cache.block_size;
   const size_t esize = dtype_size(cache.type), row_bytes = static_cast<size_t>(cache.head_dim) * esize;
+  const size_t stride = static_cast<size_t>(cache.row_at(0, 1, 0)) * esize;  // from one row of a block to the next
   const auto* k = static_cast<const char*>(cache.k);
   const auto* v = static_cast<const char*>(cache.v);
-  for (int64_t key = key0; key < key0 + n; ++key) {
+  const bool into_l2 = attention_prefetch_into_l2();
+  auto ask = [into_l2](const char* line) {
+    if (into_l2)
+      __builtin_prefetch(line, 0, 2);
+    else
+      __builtin_prefetch(line, 0, 3);
+  };
+  // The keys of a block at a time: one table entry for each run of them, and under heads outer one contiguous run of
+  // rows (row_bytes apart).
+  for (int64_t key = key0, end = key0 + n; key < end;) {
+    const int64_t offset = key % bs, rows = std::min(bs - offset, end - key);
     const int32_t blk = seq.block_table[key / bs];
+    key += rows;
     if (blk < 0 || blk >= cache.n_blocks)
       continue;  // refused when its step is read
-    const size_t at = static_cast<size_t>(cache.row_at(blk, key % bs, g)) * esize;
-    for (size_t b = 0; b < row_bytes; b += 64) {
-      __builtin_prefetch(k + at + b, 0, 3);
-      __builtin_prefetch(v + at + b, 0, 3);
-    }
+    const size_t at = static_cast<size_t>(cache.row_at(blk, offset, g)) * esize;
+    for (int64_t r = 0; r < rows; ++r)
+      for (size_t b = 0; b < row_bytes; b += 64) {
+        ask(k + at + static_cast<size_t>(r) * stride + b);
+        ask(v + at + static_cast<size_t>(r) * stride + b);
+      }
   }
 }
 
@@ -378,6 +403,7 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
   const bool keys_in_place = f32_cache || transposes_any_type(hd);
   const dtype key_type = keys_in_place ? cache.type : dtype::f32;
   const size_t esize = dtype_size(cache.type);
+  const size_t row_stride = static_cast<size_t>(cache.row_at(0, 1, 0)) * esize;  // from one row of a block to the next
   // A bf16 or f16 cache's values are read in place, widened as they load, where the tile's pairs are one group (a
   // decode row: each value vector is loaded once or twice) and every accumulation path can; a prefill tile's 32 pairs
   // would widen each vector 8 times, so there they are copied to f32 once first. bench_kernels, bf16 cache, batch-1
@@ -399,24 +425,27 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
   // Keys before the earliest window's first key are never touched (nor their blocks' table entries).
   for (int64_t key0 = ctx_first; key0 < ctx_end; key0 += KW) {
     const int64_t n = std::min<int64_t>(KW, ctx_end - key0);
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t key = key0 + k;
+    // The keys of a block at a time: one table entry and one row offset for each run of them.
+    for (int64_t k = 0; k < n;) {
+      const int64_t key = key0 + k, offset = key % bs, rows = std::min(bs - offset, n - k);
       const int32_t blk = seq.block_table[key / bs];
       ACTORLLM_CHECK(blk >= 0 && blk < cache.n_blocks, "paged_attention: block id out of range");
-      const size_t at = static_cast<size_t>(cache.row_at(blk, key % bs, g)) * esize;
+      const size_t at = static_cast<size_t>(cache.row_at(blk, offset, g)) * esize;
       const std::byte* k_at = static_cast<const std::byte*>(cache.k) + at;
       const std::byte* v_at = static_cast<const std::byte*>(cache.v) + at;
-      if (keys_in_place) {
-        key_rows[k] = k_at;
-      } else {
-        widen_row(k_at, cache.type, hd, s.kf.data() + k * hd);
-        key_rows[k] = s.kf.data() + k * hd;
-      }
-      if (values_in_place) {
-        value_rows[k] = v_at;
-      } else {
-        widen_row(v_at, cache.type, hd, s.vf.data() + k * hd);
-        value_rows[k] = s.vf.data() + k * hd;
+      for (int64_t r = 0; r < rows; ++r, ++k, k_at += row_stride, v_at += row_stride) {
+        if (keys_in_place) {
+          key_rows[k] = k_at;
+        } else {
+          widen_row(k_at, cache.type, hd, s.kf.data() + k * hd);
+          key_rows[k] = s.kf.data() + k * hd;
+        }
+        if (values_in_place) {
+          value_rows[k] = v_at;
+        } else {
+          widen_row(v_at, cache.type, hd, s.vf.data() + k * hd);
+          value_rows[k] = s.vf.data() + k * hd;
+        }
       }
     }
     if (n_rows == 1 && key0 + KW < ctx_end)
