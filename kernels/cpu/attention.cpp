@@ -448,9 +448,20 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         }
       }
     }
-    if (n_rows == 1 && key0 + KW < ctx_end)
-      prefetch_rows(seq, cache, g, key0 + KW, std::min<int64_t>(KW, ctx_end - key0 - KW));
+    // A decode row asks for the next step's rows a quarter at a time, between this step's parts (before and after the
+    // transpose, before the softmax and before the values), so that the requests go out while the core computes
+    // rather than in one burst that stalls it when the queues fill. A 2-vCPU Xeon (session 50), one decode row at
+    // 4,096 positions, 2 threads, in one binary alternated 3 times: cold 330, 354 us against 366-388 at once, warm
+    // 262-272 against 277-300; 1,024 cold 135-139 against 142-150; two steps ahead instead of one the same.
+    const int64_t next0 = key0 + KW, n_next = n_rows == 1 ? std::clamp<int64_t>(ctx_end - next0, 0, KW) : 0;
+    auto ask_ahead = [&](int quarter) {
+      const int64_t b = quarter * KW / 4, e = std::min<int64_t>(n_next, (quarter + 1) * KW / 4);
+      if (b < e)
+        prefetch_rows(seq, cache, g, next0 + b, e - b);
+    };
+    ask_ahead(0);
     with_row_type(key_type, [&](auto d) { transpose_keys<d.value>(key_rows, n, hd, s.kt.data()); });
+    ask_ahead(1);
     for (int64_t p0 = 0; p0 < n_pairs; p0 += max_group) {
       const int64_t np = std::min<int64_t>(max_group, n_pairs - p0);
       for (int64_t i = 0; i < np; ++i)
@@ -461,6 +472,8 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         scores_for[static_cast<size_t>(size - 1)](qp + i0, s.kt.data(), hd, scores + i0);
         i0 += size;
       }
+      if (p0 == 0)
+        ask_ahead(2);
       int64_t lo = KW, hi = 0;  // the keys any pair of the group sees
       for (int64_t i = 0; i < np; ++i) {
         const int64_t pair = p0 + i;
@@ -499,6 +512,8 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         l = l * correction + simd::reduce_add(simd::add(simd::load(p), simd::load(p + W)));
         corrections[i] = correction;
       }
+      if (p0 == 0)
+        ask_ahead(3);
       if (lo >= hi)
         continue;
       for (int64_t i = 0; i < np; i += 4)
