@@ -200,6 +200,24 @@ void accumulate_values_pairs(float* const* acc, const float* correction, const f
     accumulate_values<D>(acc[j], correction[j], p[j], k_lo, k_hi, v, hd);
 }
 
+// accumulate_values for 8 pairs of a head of 4 vectors (a decode row of 8 query heads a kv head: Llama 3, TinyLlama),
+// each half of the head (2 vectors) for all 8 pairs at once (16 accumulators): each value vector is widened once, where
+// two groups of 4 pairs widened each twice, and the port time goes to the FMAs (the widening shares their ports; the
+// probabilities' broadcasts are loads). The same sums in the same order.
+template <dtype D>
+void accumulate_values_eight_halves(float* const* acc, const float* correction, const float (*p)[KW], int64_t k_lo,
+                                    int64_t k_hi, const void* const* v) {
+  const void* v_at[KW];
+  float* acc_at[8];
+  for (int64_t half = 0; half < 2; ++half) {
+    for (int64_t k = k_lo; k < k_hi; ++k)
+      v_at[k] = static_cast<const elem_t<D>*>(v[k]) + half * 2 * W;
+    for (int j = 0; j < 8; ++j)
+      acc_at[j] = acc[j] + half * 2 * W;
+    accumulate_values_group<2, 8, D>(acc_at, correction, p, k_lo, k_hi, v_at);
+  }
+}
+
 // f(std::integral_constant<dtype, D>{}) for D = `type`, the element type of rows read from a CPU cache in place (f32,
 // bf16 or f16): the kernels above and below are templates on it.
 template <class F>
@@ -516,6 +534,12 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         ask_ahead(3);
       if (lo >= hi)
         continue;
+      if (!few_registers && np == 8 && hd == 4 * W) {
+        with_row_type(value_type, [&](auto d) {
+          accumulate_values_eight_halves<d.value>(accs, corrections, pg, lo, hi, value_rows);
+        });
+        continue;
+      }
       for (int64_t i = 0; i < np; i += 4)
         with_row_type(value_type, [&](auto d) {
           accumulate_values_pairs<d.value>(accs + i, corrections + i, pg + i, std::min<int64_t>(4, np - i), lo, hi,
