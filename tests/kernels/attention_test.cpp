@@ -173,6 +173,20 @@ TEST_CASE("paged_attention over head sizes taken in chunks of 4 vectors with AVX
         run_case(1, gqa, hd, 16, 1.0f, mixed, 2, ++seed, 0, kv);
 }
 
+TEST_CASE("paged_attention, 8 query heads of 64 a kv head: a decode row's values summed half a head at a time [asan]") {
+  // TinyLlama's and Llama 3's heads: with AVX-512 a decode row's 8 pairs add up the values half a head (2 vectors) at
+  // a time for all 8. Decode rows over long contexts across many blocks (their next steps' rows asked for a quarter
+  // at a time), short ones, a prefill chunk beside them, a window; every cache type, both layouts.
+  uint64_t seed = 1200;
+  for (dtype kv : {dtype::f32, dtype::bf16, dtype::f16})
+    for (bool heads_outer : {true, false}) {
+      CAPTURE(dtype_name(kv));
+      CAPTURE(heads_outer);
+      run_case(2, 8, 64, 16, 1.0f, {{300, 1}, {1, 1}, {45, 1}, {70, 5}}, 2, ++seed, 0, kv, heads_outer);
+      run_case(2, 8, 64, 16, 1.0f, {{130, 1}, {33, 1}}, 1, ++seed, 21, kv, heads_outer);
+    }
+}
+
 TEST_CASE("paged_attention is stable for large scores [asan]") {
   // q values up to 40 push scores into the hundreds: exp without max subtraction would overflow.
   run_case(2, 2, 32, 8, 40.0f, mixed, 2, 77);
