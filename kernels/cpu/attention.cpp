@@ -218,6 +218,17 @@ void accumulate_values_eight_halves(float* const* acc, const float* correction, 
   }
 }
 
+// accumulate_values for a group's n (<= max_group) pairs: 8 pairs of a head of 4 vectors half a head at a time,
+// others 4 pairs at a time.
+template <dtype D>
+void accumulate_values_group_pairs(float* const* acc, const float* correction, const float (*p)[KW], int64_t n,
+                                   int64_t k_lo, int64_t k_hi, const void* const* v, int64_t hd) {
+  if (!few_registers && n == 8 && hd == 4 * W)
+    return accumulate_values_eight_halves<D>(acc, correction, p, k_lo, k_hi, v);
+  for (int64_t i = 0; i < n; i += 4)
+    accumulate_values_pairs<D>(acc + i, correction + i, p + i, std::min<int64_t>(4, n - i), k_lo, k_hi, v, hd);
+}
+
 // f(std::integral_constant<dtype, D>{}) for D = `type`, the element type of rows read from a CPU cache in place (f32,
 // bf16 or f16): the kernels above and below are templates on it.
 template <class F>
@@ -326,7 +337,7 @@ void transpose_keys(const void* const* keys, int64_t n, int64_t hd, float* kt) {
 // step even with the rows in L3. A 2-vCPU Xeon (AMX; session 50), one decode row at 4,096 positions, bf16 cache,
 // TinyLlama's heads, 2 threads, cold (the caches evicted before each call) / warm, medians of 300 calls in alternated
 // runs: T1 410 and 412 us / 282 and 313 us against T0's 446 and 452 / 321 and 329 (no prefetch 478 and 520 / 297-299).
-// Zen keeps T0, as measured there (above).
+// Zen keeps T0, as measured there (below).
 bool attention_prefetch_into_l2() {
   static const bool intel = cpu_vendor() == "GenuineIntel";
   return intel;
@@ -347,7 +358,7 @@ bool attention_prefetch_into_l2() {
                                                  int64_t key0, int64_t n) {
   const int64_t bs = cache.block_size;
   const size_t esize = dtype_size(cache.type), row_bytes = static_cast<size_t>(cache.head_dim) * esize;
-  const size_t stride = static_cast<size_t>(cache.row_at(0, 1, 0)) * esize;  // from one row of a block to the next
+  const size_t stride = static_cast<size_t>(cache.block_row_stride()) * esize;
   const auto* k = static_cast<const char*>(cache.k);
   const auto* v = static_cast<const char*>(cache.v);
   const bool into_l2 = attention_prefetch_into_l2();
@@ -421,7 +432,7 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
   const bool keys_in_place = f32_cache || transposes_any_type(hd);
   const dtype key_type = keys_in_place ? cache.type : dtype::f32;
   const size_t esize = dtype_size(cache.type);
-  const size_t row_stride = static_cast<size_t>(cache.row_at(0, 1, 0)) * esize;  // from one row of a block to the next
+  const size_t row_stride = static_cast<size_t>(cache.block_row_stride()) * esize;
   // A bf16 or f16 cache's values are read in place, widened as they load, where the tile's pairs are one group (a
   // decode row: each value vector is loaded once or twice) and every accumulation path can; a prefill tile's 32 pairs
   // would widen each vector 8 times, so there they are copied to f32 once first. bench_kernels, bf16 cache, batch-1
@@ -534,17 +545,9 @@ void attend_tile(const float* q, const int32_t* positions, const attention_seq& 
         ask_ahead(3);
       if (lo >= hi)
         continue;
-      if (!few_registers && np == 8 && hd == 4 * W) {
-        with_row_type(value_type, [&](auto d) {
-          accumulate_values_eight_halves<d.value>(accs, corrections, pg, lo, hi, value_rows);
-        });
-        continue;
-      }
-      for (int64_t i = 0; i < np; i += 4)
-        with_row_type(value_type, [&](auto d) {
-          accumulate_values_pairs<d.value>(accs + i, corrections + i, pg + i, std::min<int64_t>(4, np - i), lo, hi,
-                                           value_rows, hd);
-        });
+      with_row_type(value_type, [&](auto d) {
+        accumulate_values_group_pairs<d.value>(accs, corrections, pg, np, lo, hi, value_rows, hd);
+      });
     }
   }
 

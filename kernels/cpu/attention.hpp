@@ -34,6 +34,8 @@ struct paged_kv_view {
     return heads_outer ? ((block * n_head_kv + g) * block_size + offset) * head_dim
                        : ((block * block_size + offset) * n_head_kv + g) * head_dim;
   }
+  /// Elements from a row of a block to the next row of the same kv head.
+  int64_t block_row_stride() const { return heads_outer ? head_dim : n_head_kv * head_dim; }
   /// The same for cache slot `slot` (block * block_size + offset).
   int64_t row_of_slot(int64_t slot, int64_t g) const { return row_at(slot / block_size, slot % block_size, g); }
 };
