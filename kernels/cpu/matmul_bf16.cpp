@@ -63,7 +63,7 @@ decode_read_pattern decode_read_pattern_for(std::string_view vendor, int family)
     return {.streams = 2,
             .prefetch_bytes = 1024,
             .compact_streams = 2,
-            .compact_prefetch_blocks = 5,
+            .compact_prefetch_blocks = 11,
             .compact_gemm_prefetch_blocks = 4,
             .compact_narrow_dots = true};
   if (vendor == "AuthenticAMD" && family >= zen5_family)
@@ -782,8 +782,8 @@ template <int M, int S>
 
 // stream_tiles on compact panels, from 96 bytes a step instead of 128; each panel's exceptions added at its end. Each
 // step asks for two lines of a later block (its codes, and the low bytes of the step's half): the next on Zen 4, ten
-// blocks (1,920 bytes) ahead on Zen 5, five blocks (960 bytes) ahead on Intel (decode_read_pattern). Narrow: the dot
-// products on 256-bit vectors (decode_read_pattern::compact_narrow_dots).
+// blocks (1,920 bytes) ahead on Zen 5, eleven blocks (2,112 bytes) ahead on Intel (decode_read_pattern). Narrow: the
+// dot products on 256-bit vectors (decode_read_pattern::compact_narrow_dots).
 template <int M, int S, bool Narrow>
 void stream_compact_tiles(const gemm_tile_args* t) {
   __m512 acc0[S][M], acc1[S][M];

@@ -40,9 +40,14 @@ struct decode_read_pattern {
 /// --decode-step-rounds, alternated). Compact panels on Zen 4: two streams, the next block (two or four blocks ahead
 /// read 2-4% and 16-18% slower, and two streams 4-14% faster than four in the VM's fast state, in a driver of the
 /// decode's matmuls, 2026-12-04). On Intel (a 2-vCPU Xeon with AMX, 2026-12-04, bench_cpu_decode alternated): five
-/// blocks (960 bytes) ahead, batch 1 1.11-1.13x and batch 2 1.20-1.26x the next block (eight and eleven blocks the
-/// same as five); two streams, as plain (four: batch 2 1.03-1.09x, but batch 1 0.98-0.995x in 5 of 6 pairs of 64
-/// steps). Exceptions: none in the steps since format 3 (compact_panels.hpp), added at each panel's end; against format
+/// blocks (960 bytes) ahead, batch 1 1.11-1.13x and batch 2 1.20-1.26x the next block; two streams, as plain (four:
+/// batch 2 1.03-1.09x, but batch 1 0.98-0.995x in 5 of 6 pairs of 64 steps). Eleven blocks (2,112 bytes) since
+/// 2026-12-07: where memory gives no more than the decode takes (the 1.1B model from memory) it reads as five do
+/// (bench_kernels 1.003x, 0.993x and 0.999x over three sessions; bench_cpu_decode alternated, batch 1 and 2 the same,
+/// batch 4 1.03x), and where it gives more (a 114 MB model partly in this VM's L3) 1.13x at batch 1 (8 runs alternated,
+/// 271-275 against 239-254 tokens/s): the longer distance keeps more lines in flight when each arrives sooner. A /tmp
+/// copy of the kernel's loop over 96-128 MiB read 1.13x with eleven, 1.16x with sixteen; but from memory sixteen read
+/// 0.95x. Exceptions: none in the steps since format 3 (compact_panels.hpp), added at each panel's end; against format
 /// 2 (an escape map on Zen, every step looking at batch 1 on Intel) on the Xeon, bench_cpu_decode alternated, 10
 /// pairs, 2026-12-05: batch 1 0.955-1.073x (median 1.016x), batch 2 1.025-1.074x, batch 32 0.995-1.079x.
 /// Zen 5 (CPUID family 0x1A), on a 2-vCPU VM (2026-12-05, bench_kernels --compact-step-rounds, the step's matmuls on

@@ -671,14 +671,14 @@ TEST_CASE("AMX tiles: amx_panels_product over several panel groups, K blocks and
 
 TEST_CASE(
     "the streamed decode's read pattern: two streams 1 KiB ahead on Intel, four a step ahead elsewhere; compact "
-    "panels two streams five blocks ahead with 256-bit dot products on Intel, four streams ten blocks ahead on Zen 5 "
+    "panels two streams eleven blocks ahead with 256-bit dot products on Intel, four streams ten blocks ahead on Zen 5 "
     "(its GEMM tiles 48 blocks), two streams one block ahead elsewhere [asan]") {
   for (int family : {6, 0x1a}) {
     const cpu::decode_read_pattern intel = cpu::decode_read_pattern_for("GenuineIntel", family);
     CHECK(intel.streams == 2);
     CHECK(intel.prefetch_bytes == 1024);
     CHECK(intel.compact_streams == 2);
-    CHECK(intel.compact_prefetch_blocks == 5);
+    CHECK(intel.compact_prefetch_blocks == 11);
     CHECK(intel.compact_gemm_prefetch_blocks == 4);
     CHECK(intel.compact_narrow_dots);
   }
