@@ -10,6 +10,11 @@
 // in their tiles) and each step asks for its lines 8 KiB ahead into L2. On a 2-vCPU Xeon (bench_kernels decode_b32,
 // 2048 -> 8192): 1.9 ms in K blocks, 1.59-1.70 ms through all of K, 1.48-1.51 ms with the prefetch (4 KiB: 1.50, 16
 // KiB: 1.54; into L1 at 2-4 KiB: 1.71-1.76).
+// Compact panels up to 32 rows (amx_rebuilt_panels_product) are rebuilt a step (16 pair rows, 2 KiB) at a time into a
+// buffer that stays in L1, just before the step's B tiles load it. Expanding each group's panels into a plain copy
+// first (as prefill still does, where 32-row blocks read the copy many times) wrote 2 GB a step of TinyLlama-1.1B
+// through L2: on the 2-vCPU Xeon those writes were two thirds of batched decode's time, and batch 5-32 ran 1.8-1.9x
+// slower than now (docs/cpu-speed-log.md, session 51).
 #include "kernels/cpu/amx_bf16.hpp"
 
 #include "util/check.hpp"
@@ -71,11 +76,36 @@ inline void prefetch_ahead(const char* bk) {
     _mm_prefetch(bk + stream_prefetch_bytes + line * 64, _MM_HINT_T1);
 }
 
-// Sum tiles 0-3 for token rows [0, 32) x the panel's 32 outputs over pairs [kp_begin, kp_end): zeroed or loaded from
-// `sums` (32 rows, 128 bytes apart), then stored back. a: token row 0, at k = 0, a_stride bytes a row.
-// Streaming: the panel comes from memory once (prefetch_ahead).
+// The B rows of step kp (16 pair rows, 128 bytes apart) in a plain panel, read in place; streaming: asking for the
+// lines stream_prefetch_bytes on.
 template <bool Streaming>
-void block_32_rows(const char* a, size_t a_stride, const char* panel, int64_t kp_begin, int64_t kp_end, float* sums,
+struct plain_rows {
+  const char* panel;
+  const char* operator()(int64_t kp) const {
+    const char* bk = panel + kp * panel_row_bytes;
+    if constexpr (Streaming)
+      prefetch_ahead(bk);
+    return bk;
+  }
+};
+
+// The B rows of step kp of a panel in another form, rebuilt into a 2 KiB buffer (amx_rebuilt_panels_product).
+struct rebuilt_rows {
+  const void* panel;
+  int64_t k_pad;
+  panel_rows_fn rows_of;
+  uint32_t* buffer;
+  const char* operator()(int64_t kp) const {
+    rows_of(panel, k_pad, kp, buffer);
+    return reinterpret_cast<const char*>(buffer);
+  }
+};
+
+// Sum tiles 0-3 for token rows [0, 32) x the panel's 32 outputs over pairs [kp_begin, kp_end): zeroed or loaded from
+// `sums` (32 rows, 128 bytes apart), then stored back. a: token row 0, at k = 0, a_stride bytes a row. rows(kp): the
+// panel's B rows of step kp (plain_rows, rebuilt_rows).
+template <class Rows>
+void block_32_rows(const char* a, size_t a_stride, const Rows& rows, int64_t kp_begin, int64_t kp_end, float* sums,
                    bool first) {
   char* s = reinterpret_cast<char*>(sums);
   const size_t half = 16 * sums_row_bytes;
@@ -92,9 +122,7 @@ void block_32_rows(const char* a, size_t a_stride, const char* panel, int64_t kp
   }
   for (int64_t kp = kp_begin; kp < kp_end; kp += 16) {
     const char* ak = a + kp * 4;  // a pair is two bf16
-    const char* bk = panel + kp * panel_row_bytes;
-    if constexpr (Streaming)
-      prefetch_ahead(bk);
+    const char* bk = rows(kp);
     _tile_loadd(4, ak, a_stride);
     _tile_loadd(5, ak + 16 * a_stride, a_stride);
     _tile_loadd(6, bk, panel_row_bytes);
@@ -111,8 +139,8 @@ void block_32_rows(const char* a, size_t a_stride, const char* panel, int64_t kp
 }
 
 // The same for 16 token rows (sum tiles 0 and 1).
-template <bool Streaming>
-void block_16_rows(const char* a, size_t a_stride, const char* panel, int64_t kp_begin, int64_t kp_end, float* sums,
+template <class Rows>
+void block_16_rows(const char* a, size_t a_stride, const Rows& rows, int64_t kp_begin, int64_t kp_end, float* sums,
                    bool first) {
   char* s = reinterpret_cast<char*>(sums);
   if (first) {
@@ -123,9 +151,7 @@ void block_16_rows(const char* a, size_t a_stride, const char* panel, int64_t kp
     _tile_loadd(1, s + 64, sums_row_bytes);
   }
   for (int64_t kp = kp_begin; kp < kp_end; kp += 16) {
-    const char* bk = panel + kp * panel_row_bytes;
-    if constexpr (Streaming)
-      prefetch_ahead(bk);
+    const char* bk = rows(kp);
     _tile_loadd(4, a + kp * 4, a_stride);
     _tile_loadd(6, bk, panel_row_bytes);
     _tile_loadd(7, bk + 64, panel_row_bytes);
@@ -162,19 +188,43 @@ void amx_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const ui
         const char* panel = reinterpret_cast<const char*>(panels[p]);
         float* s = sums + static_cast<size_t>(p) * panel_sums;
         if (streaming) {  // one block of 16 or 32 rows
+          const plain_rows<true> rows{panel};
           if (n_rows == 32)
-            block_32_rows<true>(a, a_stride, panel, kp0, kp1, s, true);
+            block_32_rows(a, a_stride, rows, kp0, kp1, s, true);
           else
-            block_16_rows<true>(a, a_stride, panel, kp0, kp1, s, true);
+            block_16_rows(a, a_stride, rows, kp0, kp1, s, true);
           continue;
         }
+        const plain_rows<false> rows{panel};
         int64_t r = 0;
         for (; r + 32 <= n_rows; r += 32)
-          block_32_rows<false>(a + static_cast<size_t>(r) * a_stride, a_stride, panel, kp0, kp1, s + r * 32, kp0 == 0);
+          block_32_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp0, kp1, s + r * 32, kp0 == 0);
         if (r < n_rows)
-          block_16_rows<false>(a + static_cast<size_t>(r) * a_stride, a_stride, panel, kp0, kp1, s + r * 32, kp0 == 0);
+          block_16_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp0, kp1, s + r * 32, kp0 == 0);
       }
     }
+  }
+  _tile_release();
+}
+
+void amx_rebuilt_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const void* const* panels, int n_panels,
+                                int64_t k_pad, panel_rows_fn rows_of, float* sums) {
+  ACTORLLM_CHECK(amx_bf16_usable(), "amx_rebuilt_panels_product: this process cannot run AMX tiles");
+  ACTORLLM_CHECK((n_rows == 16 || n_rows == 32) && k_pad % 32 == 0,
+                 "amx_rebuilt_panels_product: n_rows 16 or 32, k_pad a multiple of 32");
+  configure_tiles();
+  alignas(64) uint32_t buffer[16 * 32];  // one step's 16 pair rows of 32 outputs
+  const int64_t n_kp = k_pad / 2;
+  const char* a = reinterpret_cast<const char*>(xb);
+  const size_t a_stride = static_cast<size_t>(ld) * sizeof(uint16_t);
+  const size_t panel_sums = static_cast<size_t>(n_rows) * 32;
+  for (int p = 0; p < n_panels; ++p) {
+    const rebuilt_rows rows{panels[p], k_pad, rows_of, buffer};
+    float* s = sums + static_cast<size_t>(p) * panel_sums;
+    if (n_rows == 32)
+      block_32_rows(a, a_stride, rows, 0, n_kp, s, true);
+    else
+      block_16_rows(a, a_stride, rows, 0, n_kp, s, true);
   }
   _tile_release();
 }
@@ -185,6 +235,11 @@ bool amx_bf16_usable() { return false; }
 
 void amx_panels_product(const uint16_t*, int64_t, int64_t, const uint32_t* const*, int, int64_t, float*) {
   ACTORLLM_CHECK(false, "amx_panels_product: this build has no AMX-BF16 kernels");
+}
+
+void amx_rebuilt_panels_product(const uint16_t*, int64_t, int64_t, const void* const*, int, int64_t, panel_rows_fn,
+                                float*) {
+  ACTORLLM_CHECK(false, "amx_rebuilt_panels_product: this build has no AMX-BF16 kernels");
 }
 
 #endif

@@ -402,6 +402,39 @@ void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
     values[plain_panel_index(e[i])] = e[i].value;
 }
 
+// How far ahead of a step compact_pair_rows asks for a compact panel's lines, into L2: 32 blocks (6 KiB), the 8 KiB of
+// plain rows the AMX kernels ask for ahead of theirs (amx_bf16.cpp).
+constexpr size_t rebuilt_prefetch_bytes = 32 * compact_block_bytes;
+
+// Pair rows [kp, kp + 16) of a compact panel as its plain panel holds them (panel_rows_fn of
+// amx_rebuilt_panels_product): the step's 8 blocks rebuilt, then the exceptions among them written over their zeros.
+void compact_pair_rows(const void* panel_bytes, int64_t k_pad, int64_t kp, uint32_t* rows) {
+  const auto* panel = static_cast<const uint8_t*>(panel_bytes);
+  const __m512i table = compact_table(panel);
+  const uint8_t* block = panel + compact_blocks_offset + static_cast<size_t>(kp / 2) * compact_block_bytes;
+  uint32_t* out = rows;
+  for (int b = 0; b < 8; ++b, block += compact_block_bytes, out += 2 * gemm_nr) {
+    for (int line = 0; line < 3; ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(block) + rebuilt_prefetch_bytes + 64 * line, _MM_HINT_T1);
+    const __m512i codes = _mm512_loadu_si512(block + 128);
+    for (int h = 0; h < 2; ++h) {
+      __m512bh b0, b1;
+      compact_step(block, codes, h, table, b0, b1);
+      _mm512_storeu_si512(out + h * gemm_nr, reinterpret_cast<__m512i>(b0));
+      _mm512_storeu_si512(out + h * gemm_nr + 16, reinterpret_cast<__m512i>(b1));
+    }
+  }
+  // The exceptions are by input: those of inputs [2 kp, 2 kp + 32) in a run.
+  const compact_exception* list = compact_exception_list(panel, k_pad);
+  const compact_exception* end = list + compact_exception_count(panel);
+  const auto k_begin = static_cast<uint32_t>(2 * kp);
+  auto* values = reinterpret_cast<uint16_t*>(rows);
+  for (const compact_exception *e =
+           std::lower_bound(list, end, k_begin, [](const compact_exception&x, uint32_t k) { return x.k < k; });
+       e != end && e->k < k_begin + 32; ++e)
+    values[plain_panel_index(*e) - kp * 64] = e->value;
+}
+
 // Adds a compact panel's exceptions to a tile's M x 32 sums (token row m's in acc0[m], outputs 0-15, and acc1[m],
 // 16-31), one after another in the list's order: value x the bf16 input (a product of two bf16 is exact in float).
 // Out of line, with the sums in memory, once a panel.
@@ -447,6 +480,9 @@ inline void add_compact_exceptions(const uint8_t* panel, int64_t k_pad, const ui
 constexpr bool compact_kernels = false;
 void expand_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain) {
   expand_compact_panel_reference(panel, k_pad, plain);
+}
+void compact_pair_rows(const void*, int64_t, int64_t, uint32_t*) {
+  ACTORLLM_CHECK(false, "compact_pair_rows: this build has no compact-panel kernels (AMX builds have them)");
 }
 #endif
 
@@ -1129,10 +1165,14 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, c.n_tokens - t0);
       const int64_t rows = (tc + 15) / 16 * 16;
+      // Compact panels read once (up to 32 rows: batched decode) are rebuilt 16 pair rows at a time into L1 as the
+      // tiles take them; a whole plain copy written first made the writes the step's bottleneck (session 51).
+      const bool rebuild_in_steps = compact_kernels && packed && targets[0].compact && rows <= 32;
       sums.resize(static_cast<size_t>(amx_group_panels * rows * gemm_nr));
       for (int64_t g0 = u_begin; g0 < u_end; g0 += units_a_group) {
         // The group's panels, each with the target and first output it commits to.
         const uint32_t* panels[amx_group_panels];
+        const void* compact_panels[amx_group_panels];
         const target_view* panel_target[amx_group_panels];
         int64_t panel_o0[amx_group_panels];
         int n_panels = 0;
@@ -1143,7 +1183,9 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
           for (size_t part = 0; part < per_unit; ++part, ++n_panels) {
             const target_view& tv = targets[gated ? part : i];
             uint32_t* buffer = packed_panels.data() + static_cast<size_t>(n_panels * n_kp * gemm_nr);
-            if (packed) {
+            if (rebuild_in_steps) {
+              compact_panels[n_panels] = tv.panel(p);
+            } else if (packed) {
               panels[n_panels] = plain_panel(tv, p, c.k_pad, buffer);
             } else {
               pack_panel(tv.w, c.n_in, tv.n_out, p * gemm_nr, c.k_pad, buffer);
@@ -1153,7 +1195,11 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
             panel_o0[n_panels] = p * gemm_nr;
           }
         }
-        amx_panels_product(c.xb + t0 * c.ld, c.ld, rows, panels, n_panels, c.k_pad, sums.data());
+        if (rebuild_in_steps)
+          amx_rebuilt_panels_product(c.xb + t0 * c.ld, c.ld, rows, compact_panels, n_panels, c.k_pad,
+                                     &compact_pair_rows, sums.data());
+        else
+          amx_panels_product(c.xb + t0 * c.ld, c.ld, rows, panels, n_panels, c.k_pad, sums.data());
         for (int k = 0; k < n_panels; ++k) {
           const target_view& tv = *panel_target[k];
           const int64_t o0 = panel_o0[k];
