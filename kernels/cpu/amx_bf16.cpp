@@ -10,11 +10,12 @@
 // in their tiles) and each step asks for its lines 8 KiB ahead into L2. On a 2-vCPU Xeon (bench_kernels decode_b32,
 // 2048 -> 8192): 1.9 ms in K blocks, 1.59-1.70 ms through all of K, 1.48-1.51 ms with the prefetch (4 KiB: 1.50, 16
 // KiB: 1.54; into L1 at 2-4 KiB: 1.71-1.76).
-// Compact panels up to 32 rows (amx_rebuilt_panels_product) are rebuilt a step (16 pair rows, 2 KiB) at a time into a
-// buffer that stays in L1, just before the step's B tiles load it. Expanding each group's panels into a plain copy
-// first (as prefill still does, where 32-row blocks read the copy many times) wrote 2 GB a step of TinyLlama-1.1B
-// through L2: on the 2-vCPU Xeon those writes were two thirds of batched decode's time, and batch 5-32 ran 1.8-1.9x
-// slower than now (docs/cpu-speed-log.md, session 51).
+// Compact panels (amx_rebuilt_panels_product) are rebuilt into a buffer that stays in L1 just before the B tiles load
+// it: up to 32 rows a step (16 pair rows, 2 KiB) at a time, more rows a K block (128 pair rows, 16 KiB) at a time,
+// which every 32-row block then reads. Expanding each group's panels into a plain copy first wrote 2 GB a step of
+// TinyLlama-1.1B through L2: on the 2-vCPU Xeon batch 5-32 ran 1.8-1.9x slower that way (session 51), batch 48 1.11x
+// (session 52; docs/cpu-speed-log.md). The caller still expands for prefill and batches over 64 tokens, where many
+// 32-row blocks read the copy (matmul_bf16.cpp, amx_rebuild_max_rows).
 #include "kernels/cpu/amx_bf16.hpp"
 
 #include "util/check.hpp"
@@ -99,6 +100,13 @@ struct rebuilt_rows {
     rows_of(panel, k_pad, kp, buffer);
     return reinterpret_cast<const char*>(buffer);
   }
+};
+
+// The B rows of step kp in a K block of a panel rebuilt into a buffer, whose first pair row is the panel's kp0.
+struct block_rows {
+  const char* block;
+  int64_t kp0;
+  const char* operator()(int64_t kp) const { return block + (kp - kp0) * panel_row_bytes; }
 };
 
 // Sum tiles 0-3 for token rows [0, 32) x the panel's 32 outputs over pairs [kp_begin, kp_end): zeroed or loaded from
@@ -210,21 +218,39 @@ void amx_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const ui
 void amx_rebuilt_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const void* const* panels, int n_panels,
                                 int64_t k_pad, panel_rows_fn rows_of, float* sums) {
   ACTORLLM_CHECK(amx_bf16_usable(), "amx_rebuilt_panels_product: this process cannot run AMX tiles");
-  ACTORLLM_CHECK((n_rows == 16 || n_rows == 32) && k_pad % 32 == 0,
-                 "amx_rebuilt_panels_product: n_rows 16 or 32, k_pad a multiple of 32");
+  ACTORLLM_CHECK(n_rows > 0 && n_rows % 16 == 0 && k_pad % 32 == 0,
+                 "amx_rebuilt_panels_product: n_rows a positive multiple of 16, k_pad a multiple of 32");
   configure_tiles();
-  alignas(64) uint32_t buffer[16 * 32];  // one step's 16 pair rows of 32 outputs
   const int64_t n_kp = k_pad / 2;
   const char* a = reinterpret_cast<const char*>(xb);
   const size_t a_stride = static_cast<size_t>(ld) * sizeof(uint16_t);
   const size_t panel_sums = static_cast<size_t>(n_rows) * 32;
-  for (int p = 0; p < n_panels; ++p) {
-    const rebuilt_rows rows{panels[p], k_pad, rows_of, buffer};
-    float* s = sums + static_cast<size_t>(p) * panel_sums;
-    if (n_rows == 32)
-      block_32_rows(a, a_stride, rows, 0, n_kp, s, true);
-    else
-      block_16_rows(a, a_stride, rows, 0, n_kp, s, true);
+  if (n_rows <= 32) {  // one block of rows: each step rebuilt as its tiles take it, the sums in their tiles
+    alignas(64) uint32_t step[16 * 32];  // one step's 16 pair rows of 32 outputs
+    for (int p = 0; p < n_panels; ++p) {
+      const rebuilt_rows rows{panels[p], k_pad, rows_of, step};
+      float* s = sums + static_cast<size_t>(p) * panel_sums;
+      if (n_rows == 32)
+        block_32_rows(a, a_stride, rows, 0, n_kp, s, true);
+      else
+        block_16_rows(a, a_stride, rows, 0, n_kp, s, true);
+    }
+  } else {  // several blocks of rows: a K block of the panel (16 KiB) rebuilt, then every row block over it
+    alignas(64) static thread_local uint32_t block[k_block_pairs * 32];
+    for (int64_t kp0 = 0; kp0 < n_kp; kp0 += k_block_pairs) {  // the rows' K block stays in L2 for every panel
+      const int64_t kp1 = std::min(n_kp, kp0 + k_block_pairs);
+      for (int p = 0; p < n_panels; ++p) {
+        float* s = sums + static_cast<size_t>(p) * panel_sums;
+        for (int64_t kp = kp0; kp < kp1; kp += 16)
+          rows_of(panels[p], k_pad, kp, block + (kp - kp0) * 32);
+        const block_rows rows{reinterpret_cast<const char*>(block), kp0};
+        int64_t r = 0;
+        for (; r + 32 <= n_rows; r += 32)
+          block_32_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp0, kp1, s + r * 32, kp0 == 0);
+        if (r < n_rows)
+          block_16_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp0, kp1, s + r * 32, kp0 == 0);
+      }
+    }
   }
   _tile_release();
 }

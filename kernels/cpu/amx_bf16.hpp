@@ -24,10 +24,11 @@ void amx_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const ui
 /// bytes a row) to `rows` (2 KiB): how amx_rebuilt_panels_product reads a panel kept in another form.
 using panel_rows_fn = void (*)(const void* panel, int64_t k_pad, int64_t kp, uint32_t* rows);
 
-/// amx_panels_product for at most 32 token rows (n_rows 16 or 32: batched decode, each panel read once) over panels
-/// kept in another form (compact panels): each step's 16 pair rows are rebuilt by `rows_of` into a 2 KiB buffer that
-/// stays in L1, just before its tiles load them, instead of a whole plain copy written out first. The same products in
-/// the same order as amx_panels_product over the plain panels, so the same sums.
+/// amx_panels_product over panels kept in another form (compact panels), rebuilt by `rows_of` into a buffer that stays
+/// in L1 just before the tiles load them, instead of a whole plain copy written out first: up to 32 token rows
+/// (batched decode: each panel read once, through all of K) a step of 16 pair rows (2 KiB) at a time; more rows a K
+/// block of 128 pair rows (16 KiB) at a time, which every block of 32 token rows then passes over. The same products
+/// in the same order as amx_panels_product over the plain panels, so the same sums.
 void amx_rebuilt_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const void* const* panels, int n_panels,
                                 int64_t k_pad, panel_rows_fn rows_of, float* sums);
 

@@ -10,8 +10,9 @@
 // and its whole value goes to the panel's list of exceptions. The kernels rebuild each step's 64 bf16 values with a
 // table lookup and two byte interleaves and nothing else (matmul_bf16.cpp); at the end of a panel they add each
 // exception's product to its output (add_compact_exceptions). A sum so differs from the plain panels' by the rounding
-// of where its exceptions are added, and is the same for every token count and thread split; the GEMMs that expand a
-// panel (AMX) get every bit of the plain panel back (expand_compact_panel).
+// of where its exceptions are added, and is the same for every token count and thread split; the AMX GEMMs get every
+// bit of the plain panel back (expanded for prefill, expand_compact_panel; rebuilt into L1 a step or a K block at a
+// time for batched decode, compact_pair_rows).
 //
 // Until format 3 the list held only the exceptions' high bytes and every step looked for them (a compare, an expand
 // and a count that chained each step's exceptions to the last; or an escape map of the steps that have any, whose
@@ -134,7 +135,8 @@ inline const uint8_t* compact_panel(const void* compact, int64_t p) {
 /// time: the reference the vector kernels are tested against. Without `with_exceptions`, the panel the kernels' steps
 /// hold: +0 where an exception is.
 void expand_compact_panel_reference(const uint8_t* panel, int64_t k_pad, uint32_t* plain, bool with_exceptions = true);
-/// The same with the vector kernels where the build has them (else the reference): how the AMX GEMMs read a panel.
+/// The same with the vector kernels where the build has them (else the reference): how the AMX GEMMs of prefill read a
+/// panel.
 void expand_compact_panel(const uint8_t* panel, int64_t k_pad, uint32_t* plain);
 
 /// The compact form of one plain panel ([k_pad / 2][32] pairs) into `out` (`stride` bytes, of which the header says

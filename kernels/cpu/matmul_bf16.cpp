@@ -1149,6 +1149,8 @@ void commit_sums(const float* sums, int64_t n_rows, int64_t n_valid, const float
 // unit is two), each group's sums over a chunk of token rows made in scratch and then committed to the outputs with
 // the bias (a gated pair combined). The token rows are padded to a multiple of 16 (matmul_bf16_dot pads xb).
 constexpr int amx_group_panels = 4;
+// The most token rows for which compact panels are rebuilt into L1 rather than expanded (amx_panel_matmul).
+constexpr int64_t amx_rebuild_max_rows = 64;
 
 void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
   const unit_numbering units(targets, gated, gemm_nr);
@@ -1165,9 +1167,11 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, c.n_tokens - t0);
       const int64_t rows = (tc + 15) / 16 * 16;
-      // Compact panels read once (up to 32 rows: batched decode) are rebuilt 16 pair rows at a time into L1 as the
-      // tiles take them; a whole plain copy written first made the writes the step's bottleneck (session 51).
-      const bool rebuild_in_steps = compact_kernels && packed && targets[0].compact && rows <= 32;
+      // Compact panels of batched decode are rebuilt into L1 as the tiles take them (a step of 16 pair rows up to 32
+      // token rows, a K block of 128 pair rows up to 64); a whole plain copy written first made the writes the
+      // bottleneck there (session 51; 33-48 tokens 1.11x, session 52). Prefill and larger batches, whose 32-row
+      // blocks read the copy many times, still expand each group's panels (at 128 tokens 1.12x the rebuild).
+      const bool rebuild_in_l1 = compact_kernels && packed && targets[0].compact && rows <= amx_rebuild_max_rows;
       sums.resize(static_cast<size_t>(amx_group_panels * rows * gemm_nr));
       for (int64_t g0 = u_begin; g0 < u_end; g0 += units_a_group) {
         // The group's panels, each with the target and first output it commits to.
@@ -1183,7 +1187,7 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
           for (size_t part = 0; part < per_unit; ++part, ++n_panels) {
             const target_view& tv = targets[gated ? part : i];
             uint32_t* buffer = packed_panels.data() + static_cast<size_t>(n_panels * n_kp * gemm_nr);
-            if (rebuild_in_steps) {
+            if (rebuild_in_l1) {
               compact_panels[n_panels] = tv.panel(p);
             } else if (packed) {
               panels[n_panels] = plain_panel(tv, p, c.k_pad, buffer);
@@ -1195,7 +1199,7 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
             panel_o0[n_panels] = p * gemm_nr;
           }
         }
-        if (rebuild_in_steps)
+        if (rebuild_in_l1)
           amx_rebuilt_panels_product(c.xb + t0 * c.ld, c.ld, rows, compact_panels, n_panels, c.k_pad,
                                      &compact_pair_rows, sums.data());
         else

@@ -311,13 +311,15 @@ TEST_CASE("compact panels: the matmuls write the sums of their steps plus their 
                                          {cpu::bf16_kernels::best, 3}}) {
     const bf16_kernels_set set(kernels);
     thread_pool pool(threads);
-    // On AMX: 5-32 tokens rebuild each step of a panel as the tiles take it (16 and 32 rows), 48 and more expand it.
+    // On AMX: 5-32 tokens rebuild each step of a panel as the tiles take it (16 and 32 rows), 33-64 a K block (128
+    // pair rows) at a time: at 48 and 49 tokens over 300 inputs, two K blocks, the second a partial one; 400 expand it.
     for (int64_t n_tokens : {1, 2, 3, 4, 5, 13, 29, 48, 49, 400}) {
       const bool amx = kernels == cpu::bf16_kernels::best && cpu::amx_bf16_usable() && n_tokens > 4;
       CAPTURE(static_cast<int>(kernels));
       CAPTURE(threads);
       CAPTURE(n_tokens);
-      const int64_t n_in = 136;  // k_pad 160: blocks of two steps, and inputs past n_in
+      // k_pad 160 (or 320): blocks of two steps, and inputs past n_in
+      const int64_t n_in = n_tokens == 48 || n_tokens == 49 ? 300 : 136;
       const std::vector<int64_t> n_outs = {1100, 33, 64, 257, 96};
       const auto x = bf16_inputs(static_cast<size_t>(n_tokens * n_in), seed++);
       std::vector<std::vector<uint16_t>> w;
