@@ -13,9 +13,9 @@
 // Compact panels (amx_rebuilt_panels_product) are rebuilt into a buffer that stays in L1 just before the B tiles load
 // it: up to 32 rows a step (16 pair rows, 2 KiB) at a time, more rows a K block (128 pair rows, 16 KiB) at a time,
 // which every 32-row block then reads. Expanding each group's panels into a plain copy first wrote 2 GB a step of
-// TinyLlama-1.1B through L2: on the 2-vCPU Xeon batch 5-32 ran 1.8-1.9x slower that way (session 51), batch 48 1.11x
-// (session 52; docs/cpu-speed-log.md). The caller still expands for prefill and batches over 64 tokens, where many
-// 32-row blocks read the copy (matmul_bf16.cpp, amx_rebuild_max_rows).
+// TinyLlama-1.1B through L2: on the 2-vCPU Xeon batch 5-32 ran 1.8-1.9x slower that way (session 51), batch 40 and 64
+// 1.30x and 1.16x (session 52; docs/cpu-speed-log.md). The caller still expands for prefill and batches over 64 tokens,
+// where many 32-row blocks read the copy (matmul_bf16.cpp, amx_rebuild_max_rows).
 #include "kernels/cpu/amx_bf16.hpp"
 
 #include "util/check.hpp"
@@ -170,6 +170,18 @@ void block_16_rows(const char* a, size_t a_stride, const Rows& rows, int64_t kp_
   _tile_stored(1, s + 64, sums_row_bytes);
 }
 
+// Every block of n_rows token rows over one panel's pairs [kp_begin, kp_end): 32 rows at a time, then 16; row r's sums
+// at sums + r * 32. One block (n_rows 16 or 32) where the sums stay in their tiles through all of K.
+template <class Rows>
+void row_blocks(const char* a, size_t a_stride, int64_t n_rows, const Rows& rows, int64_t kp_begin, int64_t kp_end,
+                float* sums, bool first) {
+  int64_t r = 0;
+  for (; r + 32 <= n_rows; r += 32)
+    block_32_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp_begin, kp_end, sums + r * 32, first);
+  if (r < n_rows)
+    block_16_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp_begin, kp_end, sums + r * 32, first);
+}
+
 }  // namespace
 
 bool amx_bf16_usable() {
@@ -195,20 +207,10 @@ void amx_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const ui
       for (int p = p0; p < p1; ++p) {
         const char* panel = reinterpret_cast<const char*>(panels[p]);
         float* s = sums + static_cast<size_t>(p) * panel_sums;
-        if (streaming) {  // one block of 16 or 32 rows
-          const plain_rows<true> rows{panel};
-          if (n_rows == 32)
-            block_32_rows(a, a_stride, rows, kp0, kp1, s, true);
-          else
-            block_16_rows(a, a_stride, rows, kp0, kp1, s, true);
-          continue;
-        }
-        const plain_rows<false> rows{panel};
-        int64_t r = 0;
-        for (; r + 32 <= n_rows; r += 32)
-          block_32_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp0, kp1, s + r * 32, kp0 == 0);
-        if (r < n_rows)
-          block_16_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp0, kp1, s + r * 32, kp0 == 0);
+        if (streaming)  // one block of 16 or 32 rows through all of K
+          row_blocks(a, a_stride, n_rows, plain_rows<true>{panel}, kp0, kp1, s, true);
+        else
+          row_blocks(a, a_stride, n_rows, plain_rows<false>{panel}, kp0, kp1, s, kp0 == 0);
       }
     }
   }
@@ -227,28 +229,18 @@ void amx_rebuilt_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, 
   const size_t panel_sums = static_cast<size_t>(n_rows) * 32;
   if (n_rows <= 32) {  // one block of rows: each step rebuilt as its tiles take it, the sums in their tiles
     alignas(64) uint32_t step[16 * 32];  // one step's 16 pair rows of 32 outputs
-    for (int p = 0; p < n_panels; ++p) {
-      const rebuilt_rows rows{panels[p], k_pad, rows_of, step};
-      float* s = sums + static_cast<size_t>(p) * panel_sums;
-      if (n_rows == 32)
-        block_32_rows(a, a_stride, rows, 0, n_kp, s, true);
-      else
-        block_16_rows(a, a_stride, rows, 0, n_kp, s, true);
-    }
+    for (int p = 0; p < n_panels; ++p)
+      row_blocks(a, a_stride, n_rows, rebuilt_rows{panels[p], k_pad, rows_of, step}, 0, n_kp,
+                 sums + static_cast<size_t>(p) * panel_sums, true);
   } else {  // several blocks of rows: a K block of the panel (16 KiB) rebuilt, then every row block over it
     alignas(64) static thread_local uint32_t block[k_block_pairs * 32];
     for (int64_t kp0 = 0; kp0 < n_kp; kp0 += k_block_pairs) {  // the rows' K block stays in L2 for every panel
       const int64_t kp1 = std::min(n_kp, kp0 + k_block_pairs);
       for (int p = 0; p < n_panels; ++p) {
-        float* s = sums + static_cast<size_t>(p) * panel_sums;
         for (int64_t kp = kp0; kp < kp1; kp += 16)
           rows_of(panels[p], k_pad, kp, block + (kp - kp0) * 32);
-        const block_rows rows{reinterpret_cast<const char*>(block), kp0};
-        int64_t r = 0;
-        for (; r + 32 <= n_rows; r += 32)
-          block_32_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp0, kp1, s + r * 32, kp0 == 0);
-        if (r < n_rows)
-          block_16_rows(a + static_cast<size_t>(r) * a_stride, a_stride, rows, kp0, kp1, s + r * 32, kp0 == 0);
+        row_blocks(a, a_stride, n_rows, block_rows{reinterpret_cast<const char*>(block), kp0}, kp0, kp1,
+                   sums + static_cast<size_t>(p) * panel_sums, kp0 == 0);
       }
     }
   }

@@ -1169,8 +1169,8 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
       const int64_t rows = (tc + 15) / 16 * 16;
       // Compact panels of batched decode are rebuilt into L1 as the tiles take them (a step of 16 pair rows up to 32
       // token rows, a K block of 128 pair rows up to 64); a whole plain copy written first made the writes the
-      // bottleneck there (session 51; 33-48 tokens 1.11x, session 52). Prefill and larger batches, whose 32-row
-      // blocks read the copy many times, still expand each group's panels (at 128 tokens 1.12x the rebuild).
+      // bottleneck there (session 51; batch 40 and 64 1.30x and 1.16x, session 52). Prefill and larger batches, whose
+      // 32-row blocks read the copy many times, still expand each group's panels (at 128 tokens 1.12x the rebuild).
       const bool rebuild_in_l1 = compact_kernels && packed && targets[0].compact && rows <= amx_rebuild_max_rows;
       sums.resize(static_cast<size_t>(amx_group_panels * rows * gemm_nr));
       for (int64_t g0 = u_begin; g0 < u_end; g0 += units_a_group) {
