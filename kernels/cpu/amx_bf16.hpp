@@ -28,7 +28,10 @@ using panel_rows_fn = void (*)(const void* panel, int64_t k_pad, int64_t kp, uin
 /// in L1 just before the tiles load them, instead of a whole plain copy written out first: up to 32 token rows
 /// (batched decode: each panel read once, through all of K) a step of 16 pair rows (2 KiB) at a time; more rows a K
 /// block of 128 pair rows (16 KiB) at a time, which every block of 32 token rows then passes over. The same products
-/// in the same order as amx_panels_product over the plain panels, so the same sums.
+/// in the same order as amx_panels_product over the plain panels, so the same sums. Unlike there, n_rows need not be a
+/// multiple of 16: xb holds and sums has room for n_rows rounded up to 16 (sums: n_panels * that * 32 floats), and
+/// up to 32 rows the tiles load and compute only the rows that hold tokens (the sums' other rows are left as they
+/// were).
 void amx_rebuilt_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, const void* const* panels, int n_panels,
                                 int64_t k_pad, panel_rows_fn rows_of, float* sums);
 

@@ -1200,8 +1200,8 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
           }
         }
         if (rebuild_in_l1)
-          amx_rebuilt_panels_product(c.xb + t0 * c.ld, c.ld, rows, compact_panels, n_panels, c.k_pad,
-                                     &compact_pair_rows, sums.data());
+          amx_rebuilt_panels_product(c.xb + t0 * c.ld, c.ld, tc, compact_panels, n_panels, c.k_pad, &compact_pair_rows,
+                                     sums.data());
         else
           amx_panels_product(c.xb + t0 * c.ld, c.ld, rows, panels, n_panels, c.k_pad, sums.data());
         for (int k = 0; k < n_panels; ++k) {
