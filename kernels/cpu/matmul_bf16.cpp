@@ -1160,10 +1160,8 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
   const int64_t chunk = packed && c.n_tokens <= packed_stream_max_tokens ? c.n_tokens : panel_tc;
   const int64_t units_a_group = amx_group_panels / static_cast<int64_t>(per_unit);
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
-    thread_local std::vector<uint32_t> packed_panels;
+    thread_local std::vector<uint32_t> packed_panels;  // a group's plain panels, where they are packed or expanded here
     thread_local std::vector<float> sums;
-    if (!packed || targets[0].compact)
-      packed_panels.resize(static_cast<size_t>(amx_group_panels * n_kp * gemm_nr));
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, c.n_tokens - t0);
       const int64_t rows = (tc + 15) / 16 * 16;
@@ -1172,6 +1170,8 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
       // bottleneck there (session 51; batch 40 and 64 1.30x and 1.16x, session 52). Prefill and larger batches, whose
       // 32-row blocks read the copy many times, still expand each group's panels (at 128 tokens 1.12x the rebuild).
       const bool rebuild_in_l1 = compact_kernels && packed && targets[0].compact && rows <= amx_rebuild_max_rows;
+      if (!packed || (targets[0].compact && !rebuild_in_l1))
+        packed_panels.resize(static_cast<size_t>(amx_group_panels * n_kp * gemm_nr));
       sums.resize(static_cast<size_t>(amx_group_panels * rows * gemm_nr));
       for (int64_t g0 = u_begin; g0 < u_end; g0 += units_a_group) {
         // The group's panels, each with the target and first output it commits to.
