@@ -312,9 +312,9 @@ TEST_CASE("compact panels: the matmuls write the sums of their steps plus their 
     const bf16_kernels_set set(kernels);
     thread_pool pool(threads);
     // On AMX: 5-32 tokens rebuild each step of a panel as the tiles take it (16 and 32 rows; up to 16 two panels at a
-    // time; tiles of only the rows that hold tokens, as at 5, 13 and 29), 33-64 a K block (128 pair rows) at a time: at
-    // 48 and 49 tokens over 300 inputs, two K blocks, the second a partial one; 400 expand it.
-    for (int64_t n_tokens : {1, 2, 3, 4, 5, 13, 16, 29, 48, 49, 400}) {
+    // time; tiles of only the rows that hold tokens, as at 5, 13, 17 and 29), 33-64 a K block (128 pair rows) at a
+    // time: at 48 and 49 tokens over 300 inputs, two K blocks, the second a partial one; 400 expand it.
+    for (int64_t n_tokens : {1, 2, 3, 4, 5, 13, 16, 17, 29, 32, 48, 49, 400}) {
       const bool amx = kernels == cpu::bf16_kernels::best && cpu::amx_bf16_usable() && n_tokens > 4;
       CAPTURE(static_cast<int>(kernels));
       CAPTURE(threads);
