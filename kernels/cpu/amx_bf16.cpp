@@ -113,6 +113,8 @@ struct block_rows {
   const char* operator()(int64_t kp) const { return block + (kp - kp0) * panel_row_bytes; }
 };
 
+// The tile numbers are literals throughout: GCC 12's AMX intrinsics paste them into inline assembly, so a helper
+// taking the tile as a parameter (even a template one) does not assemble.
 // Sum tiles 0-3 for token rows [0, 32) x the panel's 32 outputs over pairs [kp_begin, kp_end): zeroed or loaded from
 // `sums` (32 rows, 128 bytes apart), then stored back. a: token row 0, at k = 0, a_stride bytes a row. rows(kp): the
 // panel's B rows of step kp (plain_rows, rebuilt_rows).
@@ -265,21 +267,21 @@ void amx_rebuilt_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, 
     configure_tiles(16, tokens - 16, tokens - 16);
   else
     configure_tiles();
-  n_rows = (n_rows + 15) / 16 * 16;  // the rows the sums and xb are laid out for
+  const int64_t laid_out_rows = (n_rows + 15) / 16 * 16;  // the rows the sums and xb have room for
   const int64_t n_kp = k_pad / 2;
   const char* a = reinterpret_cast<const char*>(xb);
   const size_t a_stride = static_cast<size_t>(ld) * sizeof(uint16_t);
-  const size_t panel_sums = static_cast<size_t>(n_rows) * 32;
+  const size_t panel_sums = static_cast<size_t>(laid_out_rows) * 32;
   if (n_rows <= 32) {  // one block of rows: each step rebuilt as its tiles take it, the sums in their tiles
     alignas(64) uint32_t step[2][16 * 32];  // one step's 16 pair rows of 32 outputs, of two panels
     int p = 0;
-    if (n_rows == 16)  // two panels at a time, two streams
+    if (n_rows <= 16)  // two panels at a time, two streams
       for (; p + 2 <= n_panels; p += 2)
         pair_16_rows(a, a_stride, rebuilt_rows{panels[p], k_pad, rows_of, step[0]},
                      rebuilt_rows{panels[p + 1], k_pad, rows_of, step[1]}, n_kp,
                      sums + static_cast<size_t>(p) * panel_sums, sums + static_cast<size_t>(p + 1) * panel_sums);
     for (; p < n_panels; ++p)
-      row_blocks(a, a_stride, n_rows, rebuilt_rows{panels[p], k_pad, rows_of, step[0]}, 0, n_kp,
+      row_blocks(a, a_stride, laid_out_rows, rebuilt_rows{panels[p], k_pad, rows_of, step[0]}, 0, n_kp,
                  sums + static_cast<size_t>(p) * panel_sums, true);
   } else {  // several blocks of rows: a K block of the panel (16 KiB) rebuilt, then every row block over it
     alignas(64) static thread_local uint32_t block[k_block_pairs * 32];
@@ -288,7 +290,7 @@ void amx_rebuilt_panels_product(const uint16_t* xb, int64_t ld, int64_t n_rows, 
       for (int p = 0; p < n_panels; ++p) {
         for (int64_t kp = kp0; kp < kp1; kp += 16)
           rows_of(panels[p], k_pad, kp, block + (kp - kp0) * 32);
-        row_blocks(a, a_stride, n_rows, block_rows{reinterpret_cast<const char*>(block), kp0}, kp0, kp1,
+        row_blocks(a, a_stride, laid_out_rows, block_rows{reinterpret_cast<const char*>(block), kp0}, kp0, kp1,
                    sums + static_cast<size_t>(p) * panel_sums, kp0 == 0);
       }
     }

@@ -1186,14 +1186,16 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
           const int64_t p = u - units.begin[i];
           for (size_t part = 0; part < per_unit; ++part, ++n_panels) {
             const target_view& tv = targets[gated ? part : i];
-            uint32_t* buffer = packed_panels.data() + static_cast<size_t>(n_panels * n_kp * gemm_nr);
             if (rebuild_in_l1) {
               compact_panels[n_panels] = tv.panel(p);
-            } else if (packed) {
-              panels[n_panels] = plain_panel(tv, p, c.k_pad, buffer);
-            } else {
-              pack_panel(tv.w, c.n_in, tv.n_out, p * gemm_nr, c.k_pad, buffer);
-              panels[n_panels] = buffer;
+            } else {  // packed_panels is sized for these
+              uint32_t* buffer = packed_panels.data() + static_cast<size_t>(n_panels * n_kp * gemm_nr);
+              if (packed) {
+                panels[n_panels] = plain_panel(tv, p, c.k_pad, buffer);
+              } else {
+                pack_panel(tv.w, c.n_in, tv.n_out, p * gemm_nr, c.k_pad, buffer);
+                panels[n_panels] = buffer;
+              }
             }
             panel_target[n_panels] = &tv;
             panel_o0[n_panels] = p * gemm_nr;
