@@ -554,7 +554,8 @@ TEST_CASE("pack_bf16_panels puts each pair where the panel layout says, zeros in
 
 // Packed bf16 weights with 1 to 4 tokens run the streamed decode path: panels claimed in grains of 8 to 32, read as
 // several side-by-side streams. Enough panels for several grains, targets of uneven size that share a grain, runs of
-// unequal length and partial panels; 5 tokens (the panel path) alongside.
+// unequal length and partial panels; 5, 16 and 40 tokens (the panel path: on AMX, pairs of panels handed out on
+// demand) alongside.
 TEST_CASE("packed bf16 decode streams match float64 over several grains, targets and gated pairs [asan]") {
   if (!cpu::have_bf16_dot_kernels() && !fma_reads_panels()) {
     MESSAGE("skipped: this build reads no packed bf16 weights (neither AVX512-BF16 nor AVX2)");
@@ -563,7 +564,7 @@ TEST_CASE("packed bf16 decode streams match float64 over several grains, targets
   uint64_t seed = 1200;
   for (int threads : {1, 3}) {
     thread_pool pool(threads);
-    for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
+    for (int64_t n_tokens : {1, 2, 3, 4, 5, 16, 40}) {
       const int64_t n_in = 70;
       const std::vector<int64_t> n_outs = {2100, 33, 64, 257};  // 66 + 2 + 2 + 9 panels: grains of 32 down to 8
       auto x = test::random_floats(static_cast<size_t>(n_tokens * n_in), seed++);
