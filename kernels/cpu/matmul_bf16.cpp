@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -1152,9 +1151,8 @@ void commit_sums(const float* sums, int64_t n_rows, int64_t n_valid, const float
 constexpr int amx_group_panels = 4;
 // The most token rows for which compact panels are rebuilt into L1 rather than expanded (amx_panel_matmul).
 constexpr int64_t amx_rebuild_max_rows = 64;
-// The most pairs of panels a decode grain of amx_panel_matmul holds (guided grains: left / (2 x threads), 1 to this
-// many).
-constexpr int64_t amx_decode_max_grain_pairs = 8;
+// The most pairs of panels a grain of amx_panel_matmul holds (guided grains: left / (2 x threads), up to this many).
+constexpr int64_t amx_max_grain_pairs = 8;
 
 void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, bool gated, thread_pool& pool) {
   const unit_numbering units(targets, gated, gemm_nr);
@@ -1163,22 +1161,16 @@ void amx_panel_matmul(const gemv_call& c, std::span<const target_view> targets, 
   const int64_t n_kp = c.k_pad / 2;
   const int64_t chunk = packed && c.n_tokens <= packed_stream_max_tokens ? c.n_tokens : panel_tc;
   const int64_t units_a_group = amx_group_panels / static_cast<int64_t>(per_unit);
-  // Decode hands out pairs of panels on demand, long runs first and one pair at the end (a thread done with its own
-  // waits at most one pair's reads for the other's); prefill keeps near-equal chunks. Eight near-equal chunks a call
-  // left a thread up to an eighth of the call to wait for: on the 2-vCPU Xeon (session 54, bench_cpu_decode
-  // TinyLlama-1.1B shape, binaries alternated) batch 8 1.02-1.12x, 16 1.05x and 1.10x, 32 1.01x and 1.10x, 5 1.02x.
-  const auto run = [&](const std::function<void(int64_t, int64_t)>& fn) {
-    if (packed && c.n_tokens <= amx_rebuild_max_rows) {
-      const int64_t units_a_pair = 2 / static_cast<int64_t>(per_unit);
-      const int64_t n_pairs = (units.total() + units_a_pair - 1) / units_a_pair;
-      pool.parallel_for_guided(n_pairs, 1, amx_decode_max_grain_pairs, [&](int64_t g_begin, int64_t g_end) {
-        fn(g_begin * units_a_pair, std::min(units.total(), g_end * units_a_pair));
-      });
-    } else {
-      pool.parallel_for(units.total(), fn);
-    }
-  };
-  run([&](int64_t u_begin, int64_t u_end) {
+  // Pairs of panels are handed out on demand (guided grains: long runs while much is left, then one pair at the end for
+  // decode, one group for prefill), so that a thread done with its share waits at most that long for the other's last
+  // grain. Eight near-equal chunks a call left it up to an eighth of the call to wait for: on the 2-vCPU Xeon (session
+  // 54, bench_cpu_decode TinyLlama-1.1B shape, binaries alternated) batch 8 1.02-1.12x, 16 1.05x and 1.10x, 32 1.01x
+  // and 1.10x, 5 1.02x; prefill 512 1.04-1.06x.
+  const int64_t units_a_pair = 2 / static_cast<int64_t>(per_unit);
+  const int64_t n_pairs = (units.total() + units_a_pair - 1) / units_a_pair;
+  const int64_t min_grain_pairs = packed && c.n_tokens <= amx_rebuild_max_rows ? 1 : amx_group_panels / 2;
+  pool.parallel_for_guided(n_pairs, min_grain_pairs, amx_max_grain_pairs, [&](int64_t pair_begin, int64_t pair_end) {
+    const int64_t u_begin = pair_begin * units_a_pair, u_end = std::min(units.total(), pair_end * units_a_pair);
     thread_local std::vector<uint32_t> packed_panels;  // a group's plain panels, where they are packed or expanded here
     thread_local std::vector<float> sums;
     for (int64_t t0 = 0; t0 < c.n_tokens; t0 += chunk) {
