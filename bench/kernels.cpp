@@ -791,6 +791,11 @@ int main(int argc, char** argv) {
                "With --compact-step-rounds: then where the threads' time goes in five steps of each compact way "
                "(computing, reading ahead, waiting, the calls' late starts and uneven ends; each kind of call's time)")
       ->needs(app.get_option("--compact-step-rounds"));
+  bool compact_without_amx = false;
+  app.add_flag("--compact-step-without-amx", compact_without_amx,
+               "With --compact-step-rounds: batches of 5 tokens and more on vdpbf16ps register tiles instead of AMX "
+               "(what a CPU without AMX runs, such as Zen 4)")
+      ->needs(app.get_option("--compact-step-rounds"));
   app.add_option("--threads", threads, "Pool size (default: ACTORLLM_NUM_THREADS or all hardware threads)");
   app.add_flag("--quick", quick, "Fewer repetitions");
   std::array<double, 4> gaps{};
@@ -812,6 +817,8 @@ int main(int argc, char** argv) {
   double min_s = quick ? 0.2 : 1.0;
   int min_reps = quick ? 2 : 5;
 
+  if (compact_without_amx)
+    cpu::set_bf16_kernels(cpu::bf16_kernels::dot);
   if (compact_rounds > 0)
     return run_compact_step_rounds(*pool, compact_rounds, quick ? 3 : 5, extra_ways, compact_tokens, compact_one_call,
                                    compact_profile);
