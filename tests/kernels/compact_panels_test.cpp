@@ -369,15 +369,21 @@ TEST_CASE("compact panels: the matmuls write the sums of their steps plus their 
         REQUIRE(std::memcmp(y_owned[i].data(), expected.data(), expected.size() * sizeof(float)) == 0);
         if (i == 4)  // and so the plain panels' bits, without exceptions
           REQUIRE(std::memcmp(y_compact[i].data(), y_plain[i].data(), expected.size() * sizeof(float)) == 0);
-        // And near the plain panels' sums: within a few roundings of the sum of |w x|.
+        // And near the plain panels' sums and the float64 sum (x is bf16 already, so the products are exact): within a
+        // few roundings of the sum of |w x|. The float64 sum holds the AMX path, whose expected bits above are its own
+        // plain panels', to every output (a panel no thread computed stays at -777).
         for (int64_t tok = 0; tok < n_tokens; ++tok)
           for (int64_t o = 0; o < n_outs[i]; ++o) {
-            double magnitude = 0.0;
-            for (int64_t k = 0; k < n_in; ++k)
-              magnitude += std::fabs(static_cast<double>(bf16_float(w[i][static_cast<size_t>(o * n_in + k)])) *
-                                     x[static_cast<size_t>(tok * n_in + k)]);
+            double magnitude = 0.0, exact = t_plain[i].bias != nullptr ? t_plain[i].bias[o] : 0.0;
+            for (int64_t k = 0; k < n_in; ++k) {
+              const double product = static_cast<double>(bf16_float(w[i][static_cast<size_t>(o * n_in + k)])) *
+                                     x[static_cast<size_t>(tok * n_in + k)];
+              magnitude += std::fabs(product);
+              exact += product;
+            }
             const size_t j = static_cast<size_t>(tok * n_outs[i] + o);
             REQUIRE(std::fabs(static_cast<double>(y_compact[i][j]) - y_plain[i][j]) <= 3e-5 * magnitude + 1e-6);
+            REQUIRE(std::fabs(static_cast<double>(y_compact[i][j]) - exact) <= 3e-5 * magnitude + 1e-6);
           }
       }
 
