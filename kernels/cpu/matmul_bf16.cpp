@@ -1128,9 +1128,10 @@ void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::
 }
 
 // The panel algorithm: work units are panels of 32 outputs, numbered across the targets (a gated unit is a gate panel
-// and the up panel of the same outputs), split over the pool. Each tile runs over all of K, so every output is written
-// once: on Zen 4 this measured 410-435 GFLOP/s per two cores at 512 tokens (90-95% of vdpbf16ps peak) against 350
-// with GotoBLAS K blocks of 512 (tiles reloading their outputs per block), the panel (128-352 KiB) sitting in L2.
+// and the up panel of the same outputs), handed out over the pool in grains that shrink as the call's units run out
+// (parallel_for_guided; amx_max_grain_pairs, panel_max_grain_units). Each tile runs over all of K, so every output is
+// written once: on Zen 4 this measured 410-435 GFLOP/s per two cores at 512 tokens (90-95% of vdpbf16ps peak) against
+// 350 with GotoBLAS K blocks of 512 (tiles reloading their outputs per block), the panel (128-352 KiB) sitting in L2.
 // Many tokens go in chunks of 384 rows, so a panel comes from memory once per chunk and serves 32 tiles. A row-major
 // weight's panel is packed per call into a thread-local buffer; a packed weight (tensor_layout::cpu_bf16_panels) is
 // read in place, and with few tokens (decode) each panel is streamed once with software prefetch ahead.
