@@ -65,7 +65,8 @@ decode_read_pattern decode_read_pattern_for(std::string_view vendor, int family)
             .compact_streams = 2,
             .compact_prefetch_blocks = 11,
             .compact_gemm_prefetch_blocks = 4,
-            .compact_narrow_dots = true};
+            .compact_narrow_dots = true,
+            .quantized_prefetch_bytes = 1024};
   if (vendor == "AuthenticAMD" && family >= zen5_family)
     return {.streams = 4,
             .prefetch_bytes = 128,
@@ -1361,6 +1362,8 @@ void set_decode_read_pattern(std::optional<decode_read_pattern> pattern) {
   pattern_in_use() = pattern.value_or(decode_read_pattern_for(cpu_vendor(), cpu_family()));
 }
 
+decode_read_pattern decode_read_pattern_in_use() { return pattern_in_use(); }
+
 void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets, bool gated,
                      thread_pool& pool, matmul_path path) {
   ACTORLLM_CHECK(!targets.empty() && targets.size() <= 8, "matmul_bf16_dot: 1 to 8 targets");
@@ -1422,6 +1425,11 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
 
 // No streamed decode kernels in this build: nothing follows a pattern.
 void set_decode_read_pattern(std::optional<decode_read_pattern>) {}
+
+decode_read_pattern decode_read_pattern_in_use() {
+  static const decode_read_pattern pattern = decode_read_pattern_for(cpu_vendor(), cpu_family());
+  return pattern;
+}
 
 bool have_bf16_dot_kernels() { return false; }
 

@@ -32,6 +32,13 @@ struct decode_read_pattern {
   // Whether the compact decode kernels take one token's dot products on 256-bit vectors (the rebuild of each step stays
   // 512-bit): on Intel, where 512-bit floating-point instructions cost the core more than integer ones do.
   bool compact_narrow_dots = false;
+  // How many bytes ahead along each row the one-token tiles of quantized weights (matmul_quantized: weight-only 4- and
+  // 8-bit codes, W8A8) ask for their four row streams' lines; 0: none, the hardware prefetchers alone. On Intel (a
+  // 2-vCPU Xeon with AMX, 2026-12-07) 1 KiB: the one-token tile's loads were where its samples sat, and
+  // bench_cpu_decode --variants bf16,int4,int8 alternated put int4 at 1.87-1.95x bf16's batch 1 against 1.68-1.77x
+  // without, int8 at 1.06-1.14x against 0.97-1.07x (256 to 2,048 bytes read alike in bench_quantized_matmul). On Zen 5
+  // software prefetches on top of the hardware's measured 5-15% slower (bench_quantized_matmul, 2026-12-02): none.
+  int64_t quantized_prefetch_bytes = 0;
 };
 /// The pattern measured fastest on CPUs of this vendor (CPUID's "GenuineIntel", "AuthenticAMD"; others get AMD's) and,
 /// for compact panels on AMD, this family:
@@ -74,6 +81,9 @@ inline constexpr int zen5_family = 0x1a;
 /// cpu_vendor() and cpu_family()) for nullopt, as at start. For tests and benchmarks that run each way; never while a
 /// matmul runs.
 void set_decode_read_pattern(std::optional<decode_read_pattern> pattern);
+/// The pattern the streamed decode kernels follow now (set_decode_read_pattern's, else this CPU's); in a build
+/// without them, this CPU's. For the quantized weights' one-token tiles, which read their row streams by it.
+decode_read_pattern decode_read_pattern_in_use();
 /// This CPU's vendor string from CPUID leaf 0 (empty where there is none).
 std::string cpu_vendor();
 

@@ -44,7 +44,14 @@ namespace {
 
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-constexpr int tile_rows = 4;                        // weight rows per tile (row streams)
+constexpr int tile_rows = 4;  // weight rows per tile (row streams)
+// One token's tiles with stream_prefetch on: each row stream's scales and zero points (or W8A8's code sums) are
+// arrays of their own, a line or less a row (16 groups of 128 inputs: 64 bytes of scales, 16 of zero points), which
+// the hardware prefetchers did not cover: on a 2-vCPU Xeon with AMX (2026-12-07) the zero points' load held 6% of the
+// int4 tile's samples. Each tile asks for the lines of its streams' row after next (bench_cpu_decode --variants
+// bf16,int4,int8, alternated, one process per distance: int4 2.11-2.18x bf16's batch 1 at two rows ahead, 1.98-2.00x
+// at four, 1.92-1.93x without; int8 1.21x, 1.07-1.17x, 1.08-1.11x).
+constexpr int64_t stream_side_rows_ahead = 2;
 constexpr size_t prefetch_bytes = 512;              // software prefetch distance along each row, as the bf16 GEMV
 constexpr int64_t block_inputs = activation_block;  // weight-only: inputs per block (64 bytes of 4-bit codes)
 
@@ -61,6 +68,7 @@ struct wo_input {
   const float* steps;  // [n_tokens][n_blocks]: the grid step of each block
   int64_t n_blocks;
   const uint8_t* bytes = nullptr;  // one token: its grid values as bytes in 4-bit code order (grid_bytes), or null
+  int64_t stream_prefetch = 0;     // one token: bytes ahead along each row stream to ask for (0: none)
 };
 
 // One token's grid values q [n_blocks * 128] split into bytes for vpdpbusd against 4-bit codes, 256 per block: the
@@ -166,9 +174,11 @@ void walk_streams(int64_t r0, int64_t r1, Visit&& visit) {
 // With one token, the odd chunks of a segment go to a second accumulator: vpdpwssd's latency (5 to 6 cycles) would
 // otherwise bound a block's four dependent instructions per row.
 // Software prefetch: a multi-token tile reads consecutive rows, each 512 bytes ahead along the row and the same line
-// one tile ahead (into L2). A one-token tile reads rows far apart (stream_gemv), each the next row of its own stream,
-// and is faster with none: the hardware's stream prefetchers follow four streams per core on their own, and software
-// prefetches on top measured 5-15% slower (bench_quantized_matmul, 2-vCPU Zen 5).
+// one tile ahead (into L2). A one-token tile reads rows far apart (stream_gemv), each the next row of its own stream
+// (a run of consecutive rows, so the bytes ahead along a row run on into the stream's next row), and asks
+// in.stream_prefetch bytes ahead, the CPU's decode_read_pattern: on Zen 5 none (the hardware's stream prefetchers
+// follow four streams per core on their own, and software prefetches on top measured 5-15% slower), on Intel 1 KiB
+// (its L2 streamer stops at every 4 KiB page, four rows of 2,048 4-bit inputs).
 template <int R, int T, int Bits, int Mode>
 void wo_tile(const wo_input& in, const wo_view& v, const tile_row_refs& refs, int64_t t0, float (*out)[tile_rows]) {
   constexpr int loads_per_block = Bits == 8 ? 2 : 1;
@@ -192,6 +202,10 @@ void wo_tile(const wo_input& in, const wo_view& v, const tile_row_refs& refs, in
     rows[r] = wr.row_codes(o);
     scales[r] = wr.row_scales(o);
     zeros[r] = wr.row_zeros(o);
+    if (stream && in.stream_prefetch > 0) {  // the stream's row after next: its scales and zero points, a line each
+      _mm_prefetch(reinterpret_cast<const char*>(scales[r] + stream_side_rows_ahead * ng), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(zeros[r] + stream_side_rows_ahead * ng), _MM_HINT_T0);
+    }
   }
   const int16_t* xs[T];
   const float* steps[T];
@@ -279,6 +293,8 @@ void wo_tile(const wo_input& in, const wo_view& v, const tile_row_refs& refs, in
       const __m512i lo_low = _mm512_loadu_si512(xb + 128), lo_high = _mm512_loadu_si512(xb + 192);
       const __m512i nibble = _mm512_set1_epi8(0x0f);
       for (int r = 0; r < R; ++r) {
+        if (in.stream_prefetch > 0)
+          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + b * 64) + in.stream_prefetch, _MM_HINT_T0);
         const __m512i codes = _mm512_loadu_si512(rows[r] + b * 64);
         const __m512i low = _mm512_and_si512(codes, nibble);
         const __m512i high = _mm512_and_si512(_mm512_srli_epi16(codes, 4), nibble);
@@ -303,6 +319,8 @@ void wo_tile(const wo_input& in, const wo_view& v, const tile_row_refs& refs, in
         if constexpr (prefetch) {
           _mm_prefetch(reinterpret_cast<const char*>(src) + prefetch_bytes, _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(src) + next_tile, _MM_HINT_T1);
+        } else if (in.stream_prefetch > 0) {
+          _mm_prefetch(reinterpret_cast<const char*>(src) + in.stream_prefetch, _MM_HINT_T0);
         }
         loads[r][l] = _mm512_loadu_si512(src);
       }
@@ -531,7 +549,12 @@ void wo_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const qua
     bytes.resize(static_cast<size_t>(n_blocks * 256));
     grid_bytes(q.data(), n_blocks, bytes.data());
   }
-  const wo_input in{q.data(), ld, steps.data(), n_blocks, any_byte_dots ? bytes.data() : nullptr};
+  const wo_input in{q.data(),
+                    ld,
+                    steps.data(),
+                    n_blocks,
+                    any_byte_dots ? bytes.data() : nullptr,
+                    n_tokens == 1 ? decode_read_pattern_in_use().quantized_prefetch_bytes : 0};
   // The group sums of the grid values, once per distinct group size.
   std::array<wo_view, 8> views{};
   std::array<int64_t, 8> sum_sizes{};
@@ -718,7 +741,8 @@ constexpr int64_t w8_chunk = 128;  // token rows per chunk: their int8 rows stay
 struct w8_input {
   const uint8_t* xu;  // int8 activations + 128, ld apart, zero-code padding to k_pad
   int64_t ld;
-  const float* sx;  // per-token scales
+  const float* sx;              // per-token scales
+  int64_t stream_prefetch = 0;  // one token: bytes ahead along each row stream to ask for (0: none)
 };
 
 struct w8_view {
@@ -774,6 +798,10 @@ void w8_tile(const w8_input& in, const w8_view& v, const tile_row_refs& refs, in
     rows[r] = wr.row_codes(o);
     scales[r] = wr.row_scales(o);
     code_sums[r] = wr.row_code_sums(o);
+    if (in.stream_prefetch > 0) {  // one token (walk_streams): as the weight-only tiles, the row after next's
+      _mm_prefetch(reinterpret_cast<const char*>(scales[r] + stream_side_rows_ahead * w.n_groups()), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(code_sums[r] + stream_side_rows_ahead * w.n_groups()), _MM_HINT_T0);
+    }
   }
   const uint8_t* xs[T];
   for (int t = 0; t < T; ++t)
@@ -803,6 +831,8 @@ void w8_tile(const w8_input& in, const w8_view& v, const tile_row_refs& refs, in
       if constexpr (prefetch) {
         _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + prefetch_bytes, _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + next_tile, _MM_HINT_T1);
+      } else if (in.stream_prefetch > 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + in.stream_prefetch, _MM_HINT_T0);
       }
       wv[r] = _mm512_loadu_si512(rows[r] + k);
     }
@@ -889,7 +919,7 @@ void w8a8(const float* x, int64_t n_tokens, int64_t n_in, std::span<const quanti
     const quantized_panels& w = *targets[i].w;
     views[i] = w8_view{&w, targets[i].bias, targets[i].y, w.group_size() == n_in ? 0 : w.group_size() / 64};
   }
-  const w8_input in{xu, ld, sx};
+  const w8_input in{xu, ld, sx, n_tokens == 1 ? decode_read_pattern_in_use().quantized_prefetch_bytes : 0};
   const quantized_units units(targets, gated, tile_rows);
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
     if (n_tokens == 1) {
