@@ -673,7 +673,8 @@ TEST_CASE("AMX tiles: amx_panels_product over several panel groups, K blocks and
 TEST_CASE(
     "the streamed decode's read pattern: two streams 1 KiB ahead on Intel, four a step ahead elsewhere; compact "
     "panels two streams eleven blocks ahead with 256-bit dot products on Intel, four streams ten blocks ahead on Zen 5 "
-    "(its GEMM tiles 48 blocks), two streams one block ahead elsewhere [asan]") {
+    "(its GEMM tiles 48 blocks), two streams one block ahead elsewhere; quantized one-token tiles 1 KiB ahead on "
+    "Intel only [asan]") {
   for (int family : {6, 0x1a}) {
     const cpu::decode_read_pattern intel = cpu::decode_read_pattern_for("GenuineIntel", family);
     CHECK(intel.streams == 2);
@@ -682,6 +683,7 @@ TEST_CASE(
     CHECK(intel.compact_prefetch_blocks == 11);
     CHECK(intel.compact_gemm_prefetch_blocks == 4);
     CHECK(intel.compact_narrow_dots);
+    CHECK(intel.quantized_prefetch_bytes == 1024);
   }
   for (int family : {0x1a, 0x1b}) {
     const cpu::decode_read_pattern zen5 = cpu::decode_read_pattern_for("AuthenticAMD", family);
@@ -691,6 +693,7 @@ TEST_CASE(
     CHECK(zen5.compact_prefetch_blocks == 10);
     CHECK(zen5.compact_gemm_prefetch_blocks == 48);
     CHECK_FALSE(zen5.compact_narrow_dots);
+    CHECK(zen5.quantized_prefetch_bytes == 0);
   }
   for (const char* vendor : {"AuthenticAMD", "", "HygonGenuine"})
     for (int family : {0, 0x17, 0x19}) {
@@ -701,6 +704,7 @@ TEST_CASE(
       CHECK(other.compact_prefetch_blocks == 1);
       CHECK(other.compact_gemm_prefetch_blocks == 4);
       CHECK_FALSE(other.compact_narrow_dots);
+      CHECK(other.quantized_prefetch_bytes == 0);
     }
   CHECK(cpu::decode_read_pattern_for("HygonGenuine", 0x1a).compact_streams == 2);  // Zen 5's pattern is AMD's only
   const std::string vendor = cpu::cpu_vendor();
