@@ -84,7 +84,7 @@ void expect_serving(const test::sim_cluster& cluster, int n) {
 }  // namespace
 
 TEST_CASE(
-    "a member's malformed BASP after the gate closes its connection; the head keeps serving status and "
+    "a member's malformed BASP after the gate closes its connection, and the head keeps serving status and "
     "joins") {
   test::sim_cluster cluster{1, 1};
   auto& head = cluster.head();

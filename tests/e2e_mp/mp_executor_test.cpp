@@ -189,7 +189,7 @@ TEST_CASE("mp executor: a dummy Mixtral with expert parallelism (shared memory a
 }
 
 TEST_CASE(
-    "mp executor: context parallel (tp 2 x dcp 2, pcp 2, shared memory and Gloo; with pp 2) decodes as in one "
+    "mp executor: context parallel (tp 2 x dcp 2, pcp 2, shared memory and Gloo, with pp 2) decodes as in one "
     "process") {
   const auto dir = test::make_temp_dir("actorllm-mp-dcp");
   {

@@ -671,9 +671,9 @@ TEST_CASE("AMX tiles: amx_panels_product over several panel groups, K blocks and
 }
 
 TEST_CASE(
-    "the streamed decode's read pattern: two streams 1 KiB ahead on Intel, four a step ahead elsewhere; compact "
+    "the streamed decode's read pattern: two streams 1 KiB ahead on Intel, four a step ahead elsewhere, compact "
     "panels two streams eleven blocks ahead with 256-bit dot products on Intel, four streams ten blocks ahead on Zen 5 "
-    "(its GEMM tiles 48 blocks), two streams one block ahead elsewhere; quantized one-token tiles 1 KiB ahead on "
+    "(its GEMM tiles 48 blocks), two streams one block ahead elsewhere, quantized one-token tiles 1 KiB ahead on "
     "Intel only [asan]") {
   for (int family : {6, 0x1a}) {
     const cpu::decode_read_pattern intel = cpu::decode_read_pattern_for("GenuineIntel", family);

@@ -353,7 +353,7 @@ TEST_CASE("forward_batch::validate names what is inconsistent") {
 }
 
 TEST_CASE(
-    "biased attention (Qwen2 qkv biases; Llama o_proj bias) and Qwen3 q/k norms give the same logits at tp 1 and 2") {
+    "biased attention (Qwen2 qkv biases, Llama o_proj bias) and Qwen3 q/k norms give the same logits at tp 1 and 2") {
   const std::vector<std::string> configs{
       R"({"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","hidden_size":64,"intermediate_size":96,
           "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":101,

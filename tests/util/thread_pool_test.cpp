@@ -394,7 +394,7 @@ TEST_CASE(
 
 TEST_CASE(
     "thread_pool parallel_for_takeover over homes: a thread done with its home takes the back half of another's "
-    "rest and reads it forward; a stalled grain is taken over [asan]") {
+    "rest and reads it forward, and a stalled grain is taken over [asan]") {
   thread_pool pool(2);
   bool stalled = false;
   for (int attempt = 0; attempt < 20 && !stalled; ++attempt) {
