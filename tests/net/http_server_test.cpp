@@ -408,7 +408,8 @@ TEST_CASE("run_http_server: a stop that runs out with requests in flight frees n
 }
 
 TEST_CASE(
-    "run_http_server: at the connection cap the oldest idle connection makes room, and with all busy, a newcomer gets 503") {
+    "run_http_server: at the connection cap the oldest idle connection makes room, and with all busy, a newcomer gets "
+    "503") {
   auto held = std::make_shared<std::vector<std::shared_ptr<net::response_channel>>>();
   auto held_mutex = std::make_shared<std::mutex>();
   net::server_options o = test_server_options();
