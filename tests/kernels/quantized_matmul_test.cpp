@@ -459,77 +459,94 @@ TEST_CASE("weight-only quantized GEMV matches float64 for int4 and int8 formats 
 // of identical ones equals the single token bit for bit. Checked over row counts that leave the streams
 // uneven, pool sizes that cut the rows into different chunks, one target, three targets and a gated pair; every output
 // written once and nothing past it.
-TEST_CASE("one token equals the first of two and of five identical tokens bit for bit, streamed or not [asan]") {
+TEST_CASE(
+    "one token equals the first of two and of five identical tokens bit for bit, streamed or not, its rows read "
+    "ahead or not [asan]") {
   uint64_t seed = 900;
   std::vector<qformat> formats = weight_only_formats;
   for (const qformat& f : {qformat{8, 256, 128}, qformat{8, 192, 0}})
     formats.push_back({-f.bits, f.n_in, f.group});  // negative bits: W8A8
-  for (int threads : {1, 2, 3}) {
-    thread_pool pool(threads);
-    for (const qformat& f : formats) {
-      const int bits = std::abs(f.bits);
-      const activation_quant act = f.bits < 0 ? activation_quant::int8_per_token : activation_quant::none;
-      const auto x1 = make_input(1, f.n_in, seed++);
-      std::vector<float> x2 = x1, x5;
-      x2.insert(x2.end(), x1.begin(), x1.end());
-      for (int i = 0; i < 5; ++i)
-        x5.insert(x5.end(), x1.begin(), x1.end());
-      for (int64_t n_out : {1, 2, 3, 5, 6, 7, 9, 13, 37, 101}) {
-        const quantized_linear wa = make_weight(bits, n_out, f.n_in, f.group, maker::hand_made, act, seed++);
-        const quantized_linear wb = make_weight(bits, n_out + 3, f.n_in, f.group, maker::hand_made, act, seed++);
-        const quantized_linear wc = make_weight(bits, n_out, f.n_in, f.group, maker::hand_made, act, seed++);
-        const auto pa = cpu::pack_quantized(wa, pool), pb = cpu::pack_quantized(wb, pool),
-                   pc = cpu::pack_quantized(wc, pool);
-        const auto bias = test::random_floats(static_cast<size_t>(n_out + 3), seed++);
-        for (quantized_kernels k : families()) {
-          const family_scope scope(k);
-          INFO(wa.describe() << " n_out " << n_out << " threads " << threads << " " << family_name(k));
-          // Three targets: one token, then two.
-          const std::array<const cpu::quantized_panels*, 3> ws = {pa.get(), pb.get(), pc.get()};
-          std::array<std::vector<float>, 3> one, two;
-          std::array<cpu::quantized_target, 3> t1, t2;
-          for (size_t i = 0; i < 3; ++i) {
-            const auto n = static_cast<size_t>(ws[i]->n_out());
-            one[i].assign(n + 8, -777.0f);
-            two[i].assign(2 * n, -555.0f);
-            t1[i] = {ws[i], i == 1 ? bias.data() : nullptr, one[i].data()};
-            t2[i] = {ws[i], i == 1 ? bias.data() : nullptr, two[i].data()};
-          }
-          for (size_t n_targets : {size_t{1}, size_t{3}}) {
-            cpu::matmul_quantized(x1.data(), 1, f.n_in, std::span{t1.data(), n_targets}, pool);
-            cpu::matmul_quantized(x2.data(), 2, f.n_in, std::span{t2.data(), n_targets}, pool);
-            for (size_t i = 0; i < n_targets; ++i) {
+  // The one-token tiles' reads ahead (decode_read_pattern::quantized_prefetch_bytes: Intel's 1 KiB, and none), each
+  // way on every CPU (a build without the bf16 kernels keeps its CPU's pattern: both rounds then read alike).
+  struct pattern_scope {
+    explicit pattern_scope(int64_t ahead) {
+      cpu::decode_read_pattern p = cpu::decode_read_pattern_for(cpu::cpu_vendor(), cpu::cpu_family());
+      p.quantized_prefetch_bytes = ahead;
+      cpu::set_decode_read_pattern(p);
+    }
+    ~pattern_scope() { cpu::set_decode_read_pattern(std::nullopt); }
+    pattern_scope(const pattern_scope&) = delete;
+    pattern_scope& operator=(const pattern_scope&) = delete;
+  };
+  for (int64_t ahead : {int64_t{1024}, int64_t{0}})
+    for (int threads : {1, 2, 3}) {
+      const pattern_scope read_ahead(ahead);
+      INFO("reads ahead " << ahead << " bytes");
+      thread_pool pool(threads);
+      for (const qformat& f : formats) {
+        const int bits = std::abs(f.bits);
+        const activation_quant act = f.bits < 0 ? activation_quant::int8_per_token : activation_quant::none;
+        const auto x1 = make_input(1, f.n_in, seed++);
+        std::vector<float> x2 = x1, x5;
+        x2.insert(x2.end(), x1.begin(), x1.end());
+        for (int i = 0; i < 5; ++i)
+          x5.insert(x5.end(), x1.begin(), x1.end());
+        for (int64_t n_out : {1, 2, 3, 5, 6, 7, 9, 13, 37, 101}) {
+          const quantized_linear wa = make_weight(bits, n_out, f.n_in, f.group, maker::hand_made, act, seed++);
+          const quantized_linear wb = make_weight(bits, n_out + 3, f.n_in, f.group, maker::hand_made, act, seed++);
+          const quantized_linear wc = make_weight(bits, n_out, f.n_in, f.group, maker::hand_made, act, seed++);
+          const auto pa = cpu::pack_quantized(wa, pool), pb = cpu::pack_quantized(wb, pool),
+                     pc = cpu::pack_quantized(wc, pool);
+          const auto bias = test::random_floats(static_cast<size_t>(n_out + 3), seed++);
+          for (quantized_kernels k : families()) {
+            const family_scope scope(k);
+            INFO(wa.describe() << " n_out " << n_out << " threads " << threads << " " << family_name(k));
+            // Three targets: one token, then two.
+            const std::array<const cpu::quantized_panels*, 3> ws = {pa.get(), pb.get(), pc.get()};
+            std::array<std::vector<float>, 3> one, two;
+            std::array<cpu::quantized_target, 3> t1, t2;
+            for (size_t i = 0; i < 3; ++i) {
               const auto n = static_cast<size_t>(ws[i]->n_out());
-              CHECK(std::memcmp(one[i].data(), two[i].data(), n * sizeof(float)) == 0);
-              CHECK(std::memcmp(two[i].data(), two[i].data() + n, n * sizeof(float)) == 0);
-              for (size_t j = n; j < n + 8; ++j)
-                REQUIRE(one[i][j] == -777.0f);
+              one[i].assign(n + 8, -777.0f);
+              two[i].assign(2 * n, -555.0f);
+              t1[i] = {ws[i], i == 1 ? bias.data() : nullptr, one[i].data()};
+              t2[i] = {ws[i], i == 1 ? bias.data() : nullptr, two[i].data()};
             }
+            for (size_t n_targets : {size_t{1}, size_t{3}}) {
+              cpu::matmul_quantized(x1.data(), 1, f.n_in, std::span{t1.data(), n_targets}, pool);
+              cpu::matmul_quantized(x2.data(), 2, f.n_in, std::span{t2.data(), n_targets}, pool);
+              for (size_t i = 0; i < n_targets; ++i) {
+                const auto n = static_cast<size_t>(ws[i]->n_out());
+                CHECK(std::memcmp(one[i].data(), two[i].data(), n * sizeof(float)) == 0);
+                CHECK(std::memcmp(two[i].data(), two[i].data() + n, n * sizeof(float)) == 0);
+                for (size_t j = n; j < n + 8; ++j)
+                  REQUIRE(one[i][j] == -777.0f);
+              }
+            }
+            // Five tokens (consecutive tiles for every format) against the first of two (streamed where the format is).
+            {
+              const auto n = static_cast<size_t>(pa->n_out());
+              std::vector<float> five(5 * n), five_up(5 * n), five_out(5 * n), two_out(2 * n), two_up(2 * n);
+              const cpu::quantized_target t5{pa.get(), nullptr, five.data()}, t2b{pa.get(), nullptr, two[0].data()};
+              cpu::matmul_quantized(x5.data(), 5, f.n_in, std::span{&t5, 1}, pool);
+              cpu::matmul_quantized(x2.data(), 2, f.n_in, std::span{&t2b, 1}, pool);
+              CHECK(std::memcmp(five.data(), two[0].data(), n * sizeof(float)) == 0);
+              cpu::matmul_quantized_silu_gate(x5.data(), 5, f.n_in, *pa, *pc, five_up.data(), five_out.data(), pool);
+              cpu::matmul_quantized_silu_gate(x2.data(), 2, f.n_in, *pa, *pc, two_up.data(), two_out.data(), pool);
+              CHECK(std::memcmp(five_out.data(), two_out.data(), 2 * n * sizeof(float)) == 0);
+            }
+            // A gated pair (gate a, up c).
+            const auto n = static_cast<size_t>(n_out);
+            std::vector<float> up1(n), out1(n + 8, -777.0f), up2(2 * n), out2(2 * n, -555.0f);
+            cpu::matmul_quantized_silu_gate(x1.data(), 1, f.n_in, *pa, *pc, up1.data(), out1.data(), pool);
+            cpu::matmul_quantized_silu_gate(x2.data(), 2, f.n_in, *pa, *pc, up2.data(), out2.data(), pool);
+            CHECK(std::memcmp(out1.data(), out2.data(), n * sizeof(float)) == 0);
+            for (size_t j = n; j < n + 8; ++j)
+              REQUIRE(out1[j] == -777.0f);
           }
-          // Five tokens (consecutive tiles for every format) against the first of two (streamed where the format is).
-          {
-            const auto n = static_cast<size_t>(pa->n_out());
-            std::vector<float> five(5 * n), five_up(5 * n), five_out(5 * n), two_out(2 * n), two_up(2 * n);
-            const cpu::quantized_target t5{pa.get(), nullptr, five.data()}, t2b{pa.get(), nullptr, two[0].data()};
-            cpu::matmul_quantized(x5.data(), 5, f.n_in, std::span{&t5, 1}, pool);
-            cpu::matmul_quantized(x2.data(), 2, f.n_in, std::span{&t2b, 1}, pool);
-            CHECK(std::memcmp(five.data(), two[0].data(), n * sizeof(float)) == 0);
-            cpu::matmul_quantized_silu_gate(x5.data(), 5, f.n_in, *pa, *pc, five_up.data(), five_out.data(), pool);
-            cpu::matmul_quantized_silu_gate(x2.data(), 2, f.n_in, *pa, *pc, two_up.data(), two_out.data(), pool);
-            CHECK(std::memcmp(five_out.data(), two_out.data(), 2 * n * sizeof(float)) == 0);
-          }
-          // A gated pair (gate a, up c).
-          const auto n = static_cast<size_t>(n_out);
-          std::vector<float> up1(n), out1(n + 8, -777.0f), up2(2 * n), out2(2 * n, -555.0f);
-          cpu::matmul_quantized_silu_gate(x1.data(), 1, f.n_in, *pa, *pc, up1.data(), out1.data(), pool);
-          cpu::matmul_quantized_silu_gate(x2.data(), 2, f.n_in, *pa, *pc, up2.data(), out2.data(), pool);
-          CHECK(std::memcmp(out1.data(), out2.data(), n * sizeof(float)) == 0);
-          for (size_t j = n; j < n + 8; ++j)
-            REQUIRE(out1[j] == -777.0f);
         }
       }
     }
-  }
 }
 
 TEST_CASE("weight-only quantized GEMV covers token tiles up to 40 tokens and Llama-sized rows") {
