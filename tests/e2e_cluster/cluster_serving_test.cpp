@@ -308,7 +308,7 @@ TEST_CASE(
   MESSAGE("32 streams ended " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
                               << " s after the kill");
   const bool healthy_again = wait_until([&] { return e2e::http(srv.port(), "GET", "/health").status == 200; }, 15s);
-  MESSAGE("/health " << (healthy_again ? "200 again " : "still not 200 ")
+  MESSAGE("/health " << std::string{healthy_again ? "200 again " : "still not 200 "}
                      << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
                      << " s after the kill");
   polling = false;
