@@ -52,6 +52,11 @@ constexpr int tile_rows = 4;  // weight rows per tile (row streams)
 // bf16,int4,int8, alternated, one process per distance: int4 2.11-2.18x bf16's batch 1 at two rows ahead, 1.98-2.00x
 // at four, 1.92-1.93x without; int8 1.21x, 1.07-1.17x, 1.08-1.11x).
 constexpr int64_t stream_side_rows_ahead = 2;
+// The bytes ahead along each row stream that a call of n_tokens asks for (wo_input / w8_input::stream_prefetch): the
+// CPU's decode_read_pattern for one token (the streamed tiles), none otherwise (consecutive rows, prefetch_bytes).
+int64_t stream_prefetch_for(int64_t n_tokens) {
+  return n_tokens == 1 ? decode_read_pattern_in_use().quantized_prefetch_bytes : 0;
+}
 constexpr size_t prefetch_bytes = 512;              // software prefetch distance along each row, as the bf16 GEMV
 constexpr int64_t block_inputs = activation_block;  // weight-only: inputs per block (64 bytes of 4-bit codes)
 
@@ -549,12 +554,8 @@ void wo_gemv(const float* x, int64_t n_tokens, int64_t n_in, std::span<const qua
     bytes.resize(static_cast<size_t>(n_blocks * 256));
     grid_bytes(q.data(), n_blocks, bytes.data());
   }
-  const wo_input in{q.data(),
-                    ld,
-                    steps.data(),
-                    n_blocks,
-                    any_byte_dots ? bytes.data() : nullptr,
-                    n_tokens == 1 ? decode_read_pattern_in_use().quantized_prefetch_bytes : 0};
+  const wo_input in{
+      q.data(), ld, steps.data(), n_blocks, any_byte_dots ? bytes.data() : nullptr, stream_prefetch_for(n_tokens)};
   // The group sums of the grid values, once per distinct group size.
   std::array<wo_view, 8> views{};
   std::array<int64_t, 8> sum_sizes{};
@@ -919,7 +920,7 @@ void w8a8(const float* x, int64_t n_tokens, int64_t n_in, std::span<const quanti
     const quantized_panels& w = *targets[i].w;
     views[i] = w8_view{&w, targets[i].bias, targets[i].y, w.group_size() == n_in ? 0 : w.group_size() / 64};
   }
-  const w8_input in{xu, ld, sx, n_tokens == 1 ? decode_read_pattern_in_use().quantized_prefetch_bytes : 0};
+  const w8_input in{xu, ld, sx, stream_prefetch_for(n_tokens)};
   const quantized_units units(targets, gated, tile_rows);
   pool.parallel_for(units.total(), [&](int64_t u_begin, int64_t u_end) {
     if (n_tokens == 1) {

@@ -322,7 +322,7 @@ TEST_CASE(
   // still waiting: a whole 503), or complete if it finished before the kill.
   int with_error = 0;
   for (const auto& r : replies) {
-    INFO(r.substr(r.size() > 600 ? r.size() - 600 : 0));
+    INFO(tail_of(r, 600));
     const bool failed = r.find("\"error\"") != std::string::npos;
     with_error += failed ? 1 : 0;
     if (r.rfind("data: ", 0) == 0)
