@@ -480,7 +480,8 @@ compute_peak_result measure_compute_peak(thread_pool&, double) { return {}; }
 
 // The batch-1 decode step's matmuls of the TinyLlama-1.1B shape (as time_decode_step) on weights drawn from N(0, 0.02)
 // and rounded to bf16 (trained weights' spread: about 1.4e-4 of the values are compact panels' exceptions), packed as
-// compact panels and as plain ones, each weight on huge pages of its own.
+// compact panels and as plain ones, each weight on huge pages of its own; gate|up one stacked weight called as the
+// engine calls it, a gated pair (matmul_silu_gate).
 class compact_step {
  public:
   /// `one_call`: also the same values' bytes as one compact weight of K = 2048 (form 2), read by one call.
@@ -555,7 +556,16 @@ class compact_step {
       const std::shared_ptr<host_buffer>& panels = form == 0 ? w.compact : w.plain;
       const cpu::matmul_target t{panels->data(), dtype::bf16, w.n_out, nullptr, y.data(), true, panels, form == 0};
       const auto call_start = clock_type::now();
-      cpu::matmul_group(x.data(), tokens, w.n_in, std::span{&t, 1}, pool);
+      if (kind_of(i) == 2) {  // gate|up as the engine calls it: a gated pair, silu(gate) * up written to y
+        const int64_t n_ff = w.n_out / 2;
+        const auto* gate = static_cast<const uint8_t*>(panels->data());
+        const uint8_t* up =
+            form == 0 ? cpu::compact_panel(gate, n_ff / 32) : gate + cpu::bf16_panels_bytes(n_ff, w.n_in);
+        cpu::matmul_silu_gate(x.data(), tokens, w.n_in, gate, up, dtype::bf16, true, form == 0, n_ff,
+                              y.data() + tokens * n_ff, y.data(), pool, cpu::matmul_path::automatic, panels, panels);
+      } else {
+        cpu::matmul_group(x.data(), tokens, w.n_in, std::span{&t, 1}, pool);
+      }
       if (by_kind != nullptr) {
         (*by_kind)[kind_of(i)][0] += seconds_since(call_start);
         (*by_kind)[kind_of(i)][1] += static_cast<double>(panels->size());

@@ -927,9 +927,9 @@ void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
   }
 }
 
-// Packed weights, 1 to streamed_max_tokens tokens: the units (panels; a gated unit is a gate and an up panel) read
-// as streams_for(n_tokens, compact) side-by-side panel streams into the computing thread's scratch, then committed to
-// the outputs (the bias added, a gated pair combined). Where the weights have owners, each pool thread reads its home's
+// Packed weights, 1 to streamed_max_tokens tokens: the units (panels, numbered across the targets) read as
+// streams_for(n_tokens, compact) side-by-side panel streams into the computing thread's scratch, then committed to
+// the outputs (the bias added). Where the weights have owners, each pool thread reads its home's
 // units as runs that go on from one grain to the next (home_streams, thread_pool::home_split; a thread done with its
 // home takes the back half of another's rest); without, guided grains of 8 to 32 units, each cut into its own runs. The
 // work owns its rounded input and keeps the weights alive where the caller says how, so the pool can take a grain over
@@ -937,8 +937,8 @@ void run_streams(std::span<const gemm_tile_args> tiles, int m, int streams) {
 // a thread held a decode step up for a time slice per kernel call.
 class streamed_panel_work final : public takeover_work {
  public:
-  streamed_panel_work(int64_t n_tokens, int64_t n_in, std::span<const target_view> targets, bool gated)
-      : gated_(gated), units_(targets, gated, gemm_nr) {
+  streamed_panel_work(int64_t n_tokens, int64_t n_in, std::span<const target_view> targets)
+      : units_(targets, false, gemm_nr) {
     std::copy(targets.begin(), targets.end(), targets_.begin());
     const int64_t k_pad = (n_in + k_step - 1) / k_step * k_step;
     const int64_t ld = k_pad + k_step;  // as matmul_bf16_dot lays its rows out
@@ -954,11 +954,11 @@ class streamed_panel_work final : public takeover_work {
   void keep_alive(std::shared_ptr<const void> owner) { owners_.push_back(std::move(owner)); }
 
   size_t scratch_floats(int64_t n_units) const override {
-    return static_cast<size_t>(n_units) * (gated_ ? 2 : 1) * static_cast<size_t>(c_.n_tokens) * gemm_nr;
+    return static_cast<size_t>(n_units) * static_cast<size_t>(c_.n_tokens) * gemm_nr;
   }
 
   void compute(int64_t u_begin, int64_t u_end, float* scratch) const noexcept override {
-    std::array<gemm_tile_args, 2 * streamed_max_grain> tiles;
+    std::array<gemm_tile_args, streamed_max_grain> tiles;
     const size_t n_tiles = grain_tiles(u_begin, u_end, scratch, tiles);
     const int m = static_cast<int>(c_.n_tokens);
     if (!homes_) {
@@ -968,7 +968,7 @@ class streamed_panel_work final : public takeover_work {
     // Items in home order: each step's units (one of each run) side by side.
     size_t first = 0, end = 0;
     for (int64_t item = u_begin; item < u_end; ++item) {
-      end += parts();
+      ++end;
       if (item + 1 == u_end || homes_->starts_step(item + 1)) {
         walk_side_by_side(&tiles[first], m, static_cast<int>(end - first));
         first = end;
@@ -981,12 +981,12 @@ class streamed_panel_work final : public takeover_work {
 
   /// Items in the order of home_streams over `n_homes` homes (thread_pool::home_split with home_grain() items a
   /// grain), instead of guided grains whose panels are read as streams_for(n_tokens, compact) runs each.
-  void read_from_homes(int n_homes) { homes_ = home_streams::shared(n_units(), n_homes, streams_in_units()); }
+  void read_from_homes(int n_homes) { homes_ = home_streams::shared(n_units(), n_homes, streams()); }
   /// Items a grain of home_split: four steps of every run (one step a grain measured 1.5% slower: per-grain costs).
-  int64_t home_grain() const { return 4 * streams_in_units(); }
+  int64_t home_grain() const { return 4 * streams(); }
   /// Items a grain in the last grain's worth of a home (home_tail_items): one step, so that a thread done with its
   /// home waits at most one step's reads for the grain the other thread is inside of.
-  int64_t home_tail_grain() const { return streams_in_units(); }
+  int64_t home_tail_grain() const { return streams(); }
   /// Items of a home cut into home_tail_grain() grains: one grain's worth. Each grain costs something (its claim, its
   /// tiles' set-up and commit, a moment with fewer reads in flight): on a 2-vCPU Xeon two grains' worth (eight
   /// one-step grains a home) read 0.4-1.5% fewer bytes a second in the decode step (bench_kernels, 6-8 rounds).
@@ -1004,76 +1004,59 @@ class streamed_panel_work final : public takeover_work {
     if (!homes_)
       return {};
     read_ahead_plan plan = home_first_reads(
-        *homes_, parts(), panel_bytes(), read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes()),
-        [this](int64_t u, size_t part) { return static_cast<const void*>(panel_of(u, part)); });
+        *homes_, 1, panel_bytes(), read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes()),
+        [this](int64_t u, size_t) { return static_cast<const void*>(panel_of(u)); });
     plan.owners.assign(owners_.begin(), owners_.end());
     return plan;
   }
 
-  /// Bytes of one unit (a panel; a gate and an up panel when gated).
-  int64_t unit_bytes() const { return static_cast<int64_t>(parts() * panel_bytes()); }
+  /// Bytes of one unit (a panel).
+  int64_t unit_bytes() const { return static_cast<int64_t>(panel_bytes()); }
 
   /// The call that came after this one last time (thread_pool's idle time reads its start ahead).
   void set_next(std::shared_ptr<const read_ahead_plan> next) { next_ = std::move(next); }
 
   void commit(int64_t u_begin, int64_t u_end, const float* scratch) const noexcept override {
-    size_t tile = 0, i = 0;
-    alignas(64) float gate[gemm_nr];
-    for (int64_t item = u_begin; item < u_end; ++item, tile += parts()) {
+    size_t i = 0;
+    for (int64_t item = u_begin; item < u_end; ++item) {
       const int64_t u = unit_of(item);
       i = units_.target_of(u, homes_ ? 0 : i);
       const int64_t o0 = (u - units_.begin[i]) * gemm_nr;
-      const target_view& tv = targets_[i];  // the gate of a gated pair
+      const target_view& tv = targets_[i];
       const int64_t n_valid = std::min<int64_t>(gemm_nr, tv.n_out - o0);
-      for (int64_t t = 0; t < c_.n_tokens; ++t) {
-        const size_t row = static_cast<size_t>(t) * gemm_nr;
-        if (!gated_) {
-          add_bias(scratch + tile_offset(tile) + row, tv, o0, n_valid, tv.y + t * tv.n_out + o0);
-          continue;
-        }
-        // up (+ bias) to up's outputs, silu(gate) * up to gate's
-        const target_view& up = targets_[1];
-        float* up_out = up.y + t * up.n_out + o0;
-        add_bias(scratch + tile_offset(tile) + row, tv, o0, n_valid, gate);
-        add_bias(scratch + tile_offset(tile + 1) + row, up, o0, n_valid, up_out);
-        silu_mul(gate, up_out, n_valid, tv.y + t * tv.n_out + o0);
-      }
+      const auto tile = static_cast<size_t>(item - u_begin);
+      for (int64_t t = 0; t < c_.n_tokens; ++t)
+        add_bias(scratch + tile_offset(tile) + static_cast<size_t>(t) * gemm_nr, tv, o0, n_valid,
+                 tv.y + t * tv.n_out + o0);
     }
   }
 
  private:
-  size_t parts() const { return gated_ ? 2 : 1; }
   size_t panel_bytes() const { return targets_[0].panel_stride; }
-  // Units read side by side: a gated unit is two panels (gate and up), each a stream of its own.
-  int streams_in_units() const { return std::max(1, streams() / static_cast<int>(parts())); }
   int64_t unit_of(int64_t item) const { return homes_ ? homes_->unit_of(item) : item; }
-  const uint8_t* panel_of(int64_t u, size_t part) const {
+  const uint8_t* panel_of(int64_t u) const {
     const size_t i = units_.target_of(u, 0);
-    const target_view& tv = targets_[gated_ ? part : i];
-    return tv.panel(u - units_.begin[i]);
+    return targets_[i].panel(u - units_.begin[i]);
   }
 
   // The tiles of units [u_begin, u_end), in the order compute() walks them, their sums to `scratch`.
   size_t grain_tiles(int64_t u_begin, int64_t u_end, float* scratch,
-                     std::array<gemm_tile_args, 2 * streamed_max_grain>& tiles) const {
+                     std::array<gemm_tile_args, streamed_max_grain>& tiles) const {
     size_t n_tiles = 0, i = 0;
-    for (int64_t item = u_begin; item < u_end; ++item) {
+    for (int64_t item = u_begin; item < u_end; ++item, ++n_tiles) {
       const int64_t u = unit_of(item);
       i = units_.target_of(u, homes_ ? 0 : i);  // home order visits the targets out of order
       const int64_t p = u - units_.begin[i];
-      for (size_t part = 0; part < parts(); ++part) {
-        const target_view& tv = targets_[gated_ ? part : i];
-        tiles[n_tiles] = {.a = c_.xb,
-                          .lda = c_.ld,
-                          .panel = reinterpret_cast<const uint32_t*>(tv.panel(p)),
-                          .k_pad = c_.k_pad,
-                          .y = scratch == nullptr ? nullptr : scratch + tile_offset(n_tiles),
-                          .ldy = gemm_nr,
-                          .n_valid = gemm_nr,  // the panel's rows past n_out are zeros
-                          .bias = nullptr,     // added at commit
-                          .compact = tv.compact ? tv.panel(p) : nullptr};
-        ++n_tiles;
-      }
+      const target_view& tv = targets_[i];
+      tiles[n_tiles] = {.a = c_.xb,
+                        .lda = c_.ld,
+                        .panel = reinterpret_cast<const uint32_t*>(tv.panel(p)),
+                        .k_pad = c_.k_pad,
+                        .y = scratch == nullptr ? nullptr : scratch + tile_offset(n_tiles),
+                        .ldy = gemm_nr,
+                        .n_valid = gemm_nr,  // the panel's rows past n_out are zeros
+                        .bias = nullptr,     // added at commit
+                        .compact = tv.compact ? tv.panel(p) : nullptr};
     }
     return n_tiles;
   }
@@ -1086,7 +1069,6 @@ class streamed_panel_work final : public takeover_work {
       out[j] = sums[j] + (tv.bias != nullptr ? tv.bias[o0 + j] : 0.0f);
   }
 
-  bool gated_;
   std::array<target_view, 8> targets_{};
   unit_numbering units_;
   std::vector<uint16_t> xb_;
@@ -1098,8 +1080,8 @@ class streamed_panel_work final : public takeover_work {
 
 // Rounds x into the work's input and runs it: taken over from descheduled threads when every weight has an owner.
 void streamed_panel_matmul(const float* x, int64_t n_tokens, int64_t n_in, std::span<const matmul_target> targets,
-                           std::span<const target_view> views, bool gated, thread_pool& pool) {
-  auto work = std::make_shared<streamed_panel_work>(n_tokens, n_in, views, gated);
+                           std::span<const target_view> views, thread_pool& pool) {
+  auto work = std::make_shared<streamed_panel_work>(n_tokens, n_in, views);
   const gemv_call& c = work->call();
   round_rows(x, n_tokens, n_in, work->input(), c.k_pad, c.ld);
   bool owned = true;
@@ -1387,7 +1369,16 @@ void matmul_bf16_dot(const float* x, int64_t n_tokens, int64_t n_in, std::span<c
   }
   const std::span<const target_view> tv{views.data(), targets.size()};
   if (targets[0].packed && n_tokens <= streamed_max_tokens) {
-    streamed_panel_matmul(x, n_tokens, n_in, targets, tv, gated, pool);
+    // A gated pair (SwiGLU's gate and up) is read as two targets, each thread's panel streams runs of one weight as in
+    // every other call, and combined after the call (each panel's outputs as the gated commit did, so the same bits).
+    // Read as gated units (a thread's two streams a gate panel and the up panel of the same outputs), the TinyLlama
+    // shape's gate/up call took 1.05-1.08x as long: bench_kernels --compact-step-profile on a 2-vCPU Xeon (2026-12-07)
+    // 22.5-22.9 ms a step against 20.7-21.8 ms apart, the step's compact/plain ratio 1.27-1.30x against 1.32-1.34x;
+    // in the engine (bench_cpu_decode, 4 alternated pairs) the call 1012 us against 1041 us and batch 1 1.016x.
+    streamed_panel_matmul(x, n_tokens, n_in, targets, tv, pool);
+    if (gated)
+      for (int64_t o0 = 0; o0 < tv[0].n_out; o0 += gemm_nr)
+        combine_gated(tv, o0, 0, n_tokens);
     return;
   }
   const int64_t k_pad = (n_in + k_step - 1) / k_step * k_step;
