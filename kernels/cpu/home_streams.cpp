@@ -49,21 +49,22 @@ std::shared_ptr<const home_streams> home_streams::shared(int64_t n_units, int n_
   return hs;
 }
 
-read_ahead_plan home_first_reads(const home_streams& homes, size_t parts, size_t tile_bytes, size_t budget,
-                                 const std::function<const void*(int64_t unit, size_t part)>& tile_at) {
+read_ahead_plan home_first_reads(const home_streams& homes, size_t tile_bytes, size_t budget,
+                                 const std::function<const void*(int64_t unit)>& tile_at) {
   read_ahead_plan plan;
   for (int h = 0; h < homes.n_homes(); ++h) {
     read_ahead_plan::thread_heads heads;
     heads.tile_bytes = tile_bytes;
     int64_t longest = 0;
-    for (const auto& [b, e] : homes.runs(h))
-      for (size_t part = 0; part < parts && heads.count < read_ahead_plan::max_streams; ++part) {
-        const auto s = static_cast<size_t>(heads.count++);
-        int& n = heads.tiles[s];
-        for (n = 0; n < read_ahead_plan::max_tiles && b + n < e; ++n)
-          heads.at[s][static_cast<size_t>(n)] = static_cast<const char*>(tile_at(b + n, part));
-        longest = std::max<int64_t>(longest, n);
-      }
+    for (const auto& [b, e] : homes.runs(h)) {
+      if (heads.count == read_ahead_plan::max_streams)
+        break;
+      const auto s = static_cast<size_t>(heads.count++);
+      int& n = heads.tiles[s];
+      for (n = 0; n < read_ahead_plan::max_tiles && b + n < e; ++n)
+        heads.at[s][static_cast<size_t>(n)] = static_cast<const char*>(tile_at(b + n));
+      longest = std::max<int64_t>(longest, n);
+    }
     heads.bytes = heads.count == 0
                       ? 0
                       : std::min(static_cast<size_t>(longest) * tile_bytes, budget / static_cast<size_t>(heads.count));

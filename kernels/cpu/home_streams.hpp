@@ -42,11 +42,11 @@ class home_streams {
 };
 
 /// What each home of `homes` reads first, for the call before it to read ahead (read_ahead): per home, the start of
-/// each run as `parts` streams (a unit's parts, e.g. a gate and an up panel, each a stream of its own), at most
-/// read_ahead_plan::max_streams streams and each stream's first read_ahead_plan::max_tiles tiles; `tile_at(unit, part)`
-/// is where a tile of `tile_bytes` starts. A home reads ahead at most `budget` bytes in all, spread over its streams,
-/// and no stream past its first tiles. The plan's owners are the caller's to set.
-read_ahead_plan home_first_reads(const home_streams& homes, size_t parts, size_t tile_bytes, size_t budget,
-                                 const std::function<const void*(int64_t unit, size_t part)>& tile_at);
+/// each run as a stream, at most read_ahead_plan::max_streams streams and each stream's first
+/// read_ahead_plan::max_tiles tiles; `tile_at(unit)` is where a tile of `tile_bytes` starts. A home reads ahead at most
+/// `budget` bytes in all, spread over its streams, and no stream past its first tiles. The plan's owners are the
+/// caller's to set.
+read_ahead_plan home_first_reads(const home_streams& homes, size_t tile_bytes, size_t budget,
+                                 const std::function<const void*(int64_t unit)>& tile_at);
 
 }  // namespace actorllm::cpu

@@ -526,10 +526,9 @@ class panel_gemv_work final : public takeover_work {
   /// read_ahead_budget in all a thread (or each run's first read_ahead_plan::max_tiles panels), guarded by the
   /// weights' owners.
   read_ahead_plan first_reads() const {
-    read_ahead_plan plan =
-        home_first_reads(*homes_, 1, static_cast<size_t>(unit_bytes()),
-                         read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes()),
-                         [this](int64_t u, size_t) { return static_cast<const void*>(panel_of(u)); });
+    read_ahead_plan plan = home_first_reads(*homes_, static_cast<size_t>(unit_bytes()),
+                                            read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes()),
+                                            [this](int64_t u) { return static_cast<const void*>(panel_of(u)); });
     for (size_t i = 0; i < units_.n; ++i)
       plan.owners.emplace_back(targets_[i].owner);
     return plan;

@@ -1003,9 +1003,9 @@ class streamed_panel_work final : public takeover_work {
   read_ahead_plan first_reads() const {
     if (!homes_)
       return {};
-    read_ahead_plan plan = home_first_reads(
-        *homes_, 1, panel_bytes(), read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes()),
-        [this](int64_t u, size_t) { return static_cast<const void*>(panel_of(u)); });
+    read_ahead_plan plan =
+        home_first_reads(*homes_, panel_bytes(), read_ahead_budget(cache_sizes::of_this_machine(), homes_->n_homes()),
+                         [this](int64_t u) { return static_cast<const void*>(panel_of(u)); });
     plan.owners.assign(owners_.begin(), owners_.end());
     return plan;
   }

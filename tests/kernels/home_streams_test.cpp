@@ -78,13 +78,11 @@ TEST_CASE("home_streams refuses no home or no stream [asan]") {
 TEST_CASE("home_first_reads: each home's runs as streams of their first tiles, within the budget [asan]") {
   // 100 units over 2 homes of 2 runs: home 0 runs [0, 25) and [25, 50), home 1 [50, 75) and [75, 100).
   const home_streams hs(100, 2, 2);
-  static const char base[4096] = {};  // unit u, part p at base + 10 u + p
+  static const char base[4096] = {};  // unit u at base + 10 u
   const size_t tile = 1000;
-  auto at = [&](int64_t u, size_t part) {
-    return static_cast<const void*>(base + u * 10 + static_cast<int64_t>(part));
-  };
+  auto at = [&](int64_t u) { return static_cast<const void*>(base + u * 10); };
   {
-    const auto plan = actorllm::cpu::home_first_reads(hs, 1, tile, size_t{1} << 20, at);
+    const auto plan = actorllm::cpu::home_first_reads(hs, tile, size_t{1} << 20, at);
     REQUIRE(plan.threads.size() == 2);
     for (int h = 0; h < 2; ++h) {
       const auto& heads = plan.threads[static_cast<size_t>(h)];
@@ -101,21 +99,19 @@ TEST_CASE("home_first_reads: each home's runs as streams of their first tiles, w
     CHECK(plan.owners.empty());  // the caller's to set
   }
   {
-    // Two parts a unit: a stream each, so four streams a home; the budget is spread over them.
-    const auto plan = actorllm::cpu::home_first_reads(hs, 2, tile, 8000, at);
+    // A budget under the runs' tiles: spread over the home's streams.
+    const auto plan = actorllm::cpu::home_first_reads(hs, tile, 8000, at);
     const auto& heads = plan.threads[1];
-    REQUIRE(heads.count == 4);
-    CHECK(heads.bytes == 2000);
-    CHECK(heads.at[0][0] == base + 500);  // run [50, 75): gate part, then up part
-    CHECK(heads.at[1][0] == base + 501);
-    CHECK(heads.at[2][3] == base + 780);  // run [75, 100), its fourth unit
-    CHECK(heads.at[3][3] == base + 781);
+    REQUIRE(heads.count == 2);
+    CHECK(heads.bytes == 4000);
+    CHECK(heads.at[0][0] == base + 500);  // run [50, 75)
+    CHECK(heads.at[1][3] == base + 780);  // run [75, 100), its fourth unit
   }
   {
     // Runs longer than read_ahead_plan::max_tiles list only their first tiles; more streams than the plan holds
     // stop at read_ahead_plan::max_streams.
     const home_streams long_runs(400, 1, 8);
-    const auto plan = actorllm::cpu::home_first_reads(long_runs, 1, tile, size_t{1} << 30, at);
+    const auto plan = actorllm::cpu::home_first_reads(long_runs, tile, size_t{1} << 30, at);
     const auto& heads = plan.threads[0];
     CHECK(heads.count == actorllm::cpu::read_ahead_plan::max_streams);
     CHECK(heads.tiles[0] == actorllm::cpu::read_ahead_plan::max_tiles);
