@@ -672,7 +672,10 @@ void print_step_profile(thread_pool& pool, const compact_step& step, const step_
 
 // --compact-step-rounds: the step on compact and on plain panels (and on compact panels read in the patterns of
 // `extra`), a step of each in turn, the order rotated at each turn so that none always runs first (an order effect of
-// 1-2% showed in a driver that kept one order).
+// 1-2% showed in a driver that kept one order). Each turn also reads a pass of the probe's best pattern, and each way
+// is reported against the passes of its turns too: on the 2-vCPU Zen 4 VM (2026-12-07), in its fast bandwidth state,
+// single passes read about 15% below the probe's best (the fastest of its 75 passes), so "of the probe" there mixes
+// the kernel's shortfall with the spread of the VM's passes.
 // With `one_call`, also the same bytes as one compact weight read by one call: the kernel and a call's homes without
 // the step's 89 call boundaries.
 int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::vector<step_way>& extra, int64_t tokens,
@@ -691,18 +694,30 @@ int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::
   std::vector<std::vector<double>> fraction(n), speedup(n);  // speedup: steps a second against plain's
   fmt::print("batch-{} decode step on compact panels ({:.3f} GB) and plain ones ({:.3f} GB), {} rounds\n", tokens,
              step.bytes(0) / 1e9, step.bytes(1) / 1e9, rounds);
+  // Each turn also reads one pass of the probe's best pattern: this VM's bandwidth changes state within seconds, so
+  // each way's step is also held to the pass of its own turn (pass_bw[turn], beside[way][turn]: bytes/s over it).
+  bench::probe_buffer passes{pool};
+  std::vector<double> pass_bw;
+  std::vector<std::vector<double>> beside(n);
   for (int r = 0; r < rounds; ++r) {
-    const double bw = bench::measure_read_bandwidth(pool) / 1e9;
+    const bench::bandwidth_probe probe = bench::probe_read_bandwidth(passes);
+    const double bw = probe.bytes_per_s / 1e9;
     // The ways step by step in turn, so that the machine's drift within a round hits them alike.
     std::vector<std::vector<double>> steps(n);
-    for (int i = -1; i < reps; ++i)
+    for (int i = -1; i < reps; ++i) {
+      const double pass = i >= 0 ? passes.pass(probe.best) : 0.0;
       for (size_t k = 0; k < n; ++k) {
         const size_t w = (k + static_cast<size_t>(r + std::max(i, 0))) % n;
         cpu::set_decode_read_pattern(ways[w].pattern);
         const double secs = step.step_seconds(pool, ways[w].form, tokens);
-        if (i >= 0)  // each way's first step untimed
+        if (i >= 0) {  // each way's first step untimed
           steps[w].push_back(secs);
+          beside[w].push_back(step.bytes(ways[w].form) / secs / pass);
+        }
       }
+      if (i >= 0)
+        pass_bw.push_back(pass);
+    }
     cpu::set_decode_read_pattern(std::nullopt);
     std::vector<double> seconds(n);
     for (size_t w = 0; w < n; ++w)
@@ -726,6 +741,23 @@ int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::
       "{:.3f} to {:.3f})\n",
       100.0 * bench::median(fraction[0]), 100.0 * bench::median(fraction[1]), bench::median(speedup[0]),
       *std::min_element(speedup[0].begin(), speedup[0].end()), *std::max_element(speedup[0].begin(), speedup[0].end()));
+  // Against the pass of each turn: all turns, and the turns whose pass was in the fastest third (this VM's fast state,
+  // where the decode falls furthest below the probe).
+  std::vector<double> sorted_passes = pass_bw;
+  std::sort(sorted_passes.begin(), sorted_passes.end());
+  const double fast_from = sorted_passes[sorted_passes.size() * 2 / 3];
+  fmt::print(
+      "against the probe pass read in the same turn ({} turns; passes {:.1f}-{:.1f} GB/s, fastest third from "
+      "{:.1f}):\n",
+      pass_bw.size(), sorted_passes.front() / 1e9, sorted_passes.back() / 1e9, fast_from / 1e9);
+  for (size_t w = 0; w < n; ++w) {
+    std::vector<double> fast;
+    for (size_t t = 0; t < pass_bw.size(); ++t)
+      if (pass_bw[t] >= fast_from)
+        fast.push_back(beside[w][t]);
+    fmt::print("  {}: {:.1f}% (fastest third {:.1f}%)\n", ways[w].name, 100.0 * bench::median(beside[w]),
+               100.0 * bench::median(fast));
+  }
   for (size_t w = 2; w < n; ++w) {
     // Bytes a second against this CPU's compact step, round by round (its steps a second where the bytes are the same)
     std::vector<double> against;
@@ -777,7 +809,7 @@ int main(int argc, char** argv) {
   CLI::Option* step_option = app.get_option("--decode-step-rounds");
   app.add_option("--compact-step-rounds", compact_rounds,
                  "Only the probe and the decode step's matmuls on compact panels and on plain panels of the same "
-                 "values, alternated in one process, for this many rounds (no JSON)")
+                 "values, alternated in one process with a probe pass each turn, for this many rounds (no JSON)")
       ->check(CLI::Range(1, 1000))
       ->excludes(step_option);
   int64_t compact_tokens = 1;

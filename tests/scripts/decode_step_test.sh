@@ -53,6 +53,11 @@ else
   check "the medians" grep -qE \
     "^median: compact panels read [0-9.]+% of the probe, plain [0-9.]+%; compact [0-9]\.[0-9]{3}x plain's steps a second \(rounds [0-9]\.[0-9]{3} to [0-9]\.[0-9]{3}\)$" \
     "$tmp/out"
+  check "each way against the probe passes of its turns" grep -qE \
+    "^  plain: [0-9.]+% \(fastest third [0-9.]+%\)$" "$tmp/out"
+  check "how many turns and their passes" grep -qE \
+    "^against the probe pass read in the same turn \(3 turns; passes [0-9.]+-[0-9.]+ GB/s, fastest third from [0-9.]+\):$" \
+    "$tmp/out"
 fi
 "$bench" --compact-step-rounds 1 --decode-step-rounds 1 >"$tmp/out" 2>&1
 rc=$?
