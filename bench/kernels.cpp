@@ -694,8 +694,7 @@ int run_compact_step_rounds(thread_pool& pool, int rounds, int reps, const std::
   std::vector<std::vector<double>> fraction(n), speedup(n);  // speedup: steps a second against plain's
   fmt::print("batch-{} decode step on compact panels ({:.3f} GB) and plain ones ({:.3f} GB), {} rounds\n", tokens,
              step.bytes(0) / 1e9, step.bytes(1) / 1e9, rounds);
-  // Each turn also reads one pass of the probe's best pattern: this VM's bandwidth changes state within seconds, so
-  // each way's step is also held to the pass of its own turn (pass_bw[turn], beside[way][turn]: bytes/s over it).
+  // pass_bw[turn]: the turn's probe pass; beside[way][turn]: the way's step, bytes/s over that pass.
   bench::probe_buffer passes{pool};
   std::vector<double> pass_bw;
   std::vector<std::vector<double>> beside(n);
